@@ -1,0 +1,167 @@
+# sbx — one non-recursive GNU Makefile. `make help` lists the targets.
+#
+# Variants build into their own folders: build/ (default), build/asan
+# (make check-asan), build/fuzz (make fuzz).
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+BINDIR ?= $(PREFIX)/bin
+LIBEXECDIR ?= $(PREFIX)/libexec/sbx
+PYTHON ?= /usr/bin/python3
+PYDIR ?= $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("purelib", vars={"base": "$(PREFIX)"}))' 2>/dev/null)
+
+B ?= build
+CC ?= cc
+PKGS := libuv jansson yaml-0.1 libcurl libarchive libseccomp libcap
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith \
+        -Wwrite-strings -Wvla -Wformat=2 -Wimplicit-fallthrough -fno-common \
+        -Wno-format-nonliteral
+ifdef CI
+WARN += -Werror
+endif
+OPT ?= -O2 -g
+SAN ?=
+CFLAGS_ALL := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -fPIC -fvisibility=hidden \
+              -Iinclude -Isrc -Itests $(PKG_CFLAGS) -MMD -MP $(CFLAGS)
+LDFLAGS_ALL := $(SAN) $(LDFLAGS)
+LIBS := $(PKG_LIBS) -lpthread -ldl -lm
+
+LIB_SRC := $(sort $(wildcard src/core/*.c src/proto/*.c src/providers/*.c src/providers/*/*.c))
+LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
+CLI_SRC := $(sort $(wildcard src/cli/*.c))
+CLI_OBJ := $(CLI_SRC:%.c=$(B)/obj/%.o)
+TEST_COMMON := tests/common.c
+TEST_COMMON_OBJ := $(B)/obj/tests/common.o
+UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
+INTEG_SRC := $(sort $(wildcard tests/integration/test_*.c))
+TEST_BIN := $(UNIT_SRC:tests/%.c=$(B)/tests/%) $(INTEG_SRC:tests/%.c=$(B)/tests/%)
+FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
+FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%-replay)
+EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
+EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(B)/examples/%)
+BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
+PLUGIN_SRC := $(sort $(wildcard tests/plugins/*.c))
+PLUGIN_SO := $(PLUGIN_SRC:tests/plugins/%.c=$(B)/tests/plugins/%.so)
+AGENT_SRC := $(sort $(wildcard src/agent/*.c))
+
+.PHONY: check demo all lib cli tests fuzz-replay examples test check-asan check-valgrind bench install \
+        format help clean deps fuzz
+all: lib $(if $(CLI_SRC),cli) examples $(B)/sbx.pc
+
+lib: $(B)/libsbx.so $(B)/libsbx.a
+cli: $(B)/sbx
+
+$(B)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(B)/libsbx.so: $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,libsbx.so.0 -Wl,--no-undefined $(LDFLAGS_ALL) -o $@ $^ $(LIBS)
+
+# The internal static library: tests, the CLI and sbxd reach sbx__ internals through it.
+$(B)/libsbx.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/sbx: $(CLI_OBJ) $(B)/libsbx.a
+	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(B)/libsbx.a $(LIBS)
+
+$(B)/tests/%: $(B)/obj/tests/%.o $(TEST_COMMON_OBJ) $(B)/libsbx.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_COMMON_OBJ) $(B)/libsbx.a $(LIBS)
+
+$(B)/tests/plugins/%.so: tests/plugins/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -shared -o $@ $<
+
+$(B)/fuzz/%-replay: $(B)/obj/fuzz/%.o $(B)/obj/fuzz/replay.o $(B)/libsbx.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(B)/obj/fuzz/replay.o $(B)/libsbx.a $(LIBS)
+
+$(B)/examples/%: examples/%.c $(B)/libsbx.so
+	@mkdir -p $(@D)
+	$(CC) -std=c11 $(OPT) $(WARN) $(SAN) -Iinclude -o $@ $< -L$(B) -lsbx -Wl,-rpath,$(abspath $(B))
+
+$(B)/bench/%: $(B)/obj/bench/%.o $(B)/libsbx.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(B)/libsbx.a $(LIBS)
+
+examples: $(EXAMPLE_BIN)
+tests: $(TEST_BIN) $(PLUGIN_SO) $(if $(CLI_SRC),$(B)/sbx) $(B)/libsbx.so
+fuzz-replay: $(FUZZ_REPLAY)
+
+$(B)/sbx.pc: sbx.pc.in
+	@mkdir -p $(@D)
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|0.1.0|g' $< > $@
+
+# The README's two commands.
+demo: deps
+	$(MAKE) all
+	$(B)/sbx run -- sh -c 'echo "hello from $$(hostname), pid $$$$ in the box"'
+
+check: deps
+	$(MAKE) test
+	$(MAKE) check-asan
+
+# The whole suite: unit + integration binaries, fuzz corpus replay, Python tests.
+test: all tests fuzz-replay
+	B=$(B) PYTHON=$(PYTHON) tests/run.sh
+
+check-asan:
+	$(MAKE) B=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
+	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" test
+
+check-valgrind: tests
+	B=$(B) SBX_VALGRIND=1 tests/run.sh
+
+bench: all $(BENCH_BIN)
+	B=$(B) bench/run.sh
+
+# libFuzzer builds (clang); `make fuzz FUZZ_TIME=60` runs each target that long.
+FUZZ_TIME ?= 30
+fuzz:
+	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
+	  mkdir -p build/fuzz/bin; \
+	  clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
+	    $(PKG_CFLAGS) -o build/fuzz/bin/$$n $$f $(LIB_SRC) $(LIBS) || exit 1; \
+	  mkdir -p fuzz/corpus/$$n; \
+	  build/fuzz/bin/$$n -max_total_time=$(FUZZ_TIME) fuzz/corpus/$$n || exit 1; \
+	done
+
+install: all
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/sbx $(DESTDIR)$(BINDIR)
+	install -m 644 include/sbx.h $(DESTDIR)$(INCLUDEDIR)/sbx.h
+	install -m 644 include/sbx/provider.h $(DESTDIR)$(INCLUDEDIR)/sbx/provider.h
+	install -m 755 $(B)/libsbx.so $(DESTDIR)$(LIBDIR)/libsbx.so.0
+	ln -sf libsbx.so.0 $(DESTDIR)$(LIBDIR)/libsbx.so
+	install -m 644 $(B)/sbx.pc $(DESTDIR)$(LIBDIR)/pkgconfig/sbx.pc
+	install -m 755 $(B)/sbx $(DESTDIR)$(BINDIR)/sbx
+	if [ -d python/sbx ] && [ -n "$(PYDIR)" ]; then \
+	  install -d $(DESTDIR)$(PYDIR)/sbx; \
+	  install -m 644 python/sbx/*.py $(DESTDIR)$(PYDIR)/sbx/; fi
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+deps:
+	scripts/deps.sh
+
+clean:
+	rm -rf build
+
+help:
+	@echo "make            build libsbx, sbx, examples"
+	@echo "make test       build and run every test (unit, integration, fuzz corpus, python)"
+	@echo "make check-asan the same under ASan+UBSan"
+	@echo "make bench      benchmarks (ratios against baselines run alongside)"
+	@echo "make fuzz       run each libFuzzer target for FUZZ_TIME seconds (clang)"
+	@echo "make install PREFIX=... DESTDIR=..."
+
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,428 @@
+/*
+ * sbx — one provider-neutral API to create isolated sandboxes, run commands
+ * in them, move files in and out, reach services inside them, and tear them
+ * down.
+ *
+ * Conventions (see docs/c-api.md):
+ * - Fallible functions return SBX_OK (0) or a negative sbx_code. Their last
+ *   parameter is an optional `sbx_error **err`; on failure it receives an
+ *   allocated error that the caller frees with sbx_error_free().
+ * - Out-parameters are written only on success.
+ * - Every object is opaque and owned by exactly one caller; `_free` takes NULL.
+ * - Strings returned through `char **` are freed with sbx_free().
+ * - The library copies its inputs and never keeps a caller's pointer except
+ *   user data.
+ * - Every sandbox operation exists as a blocking call and as an `_async` call
+ *   returning an sbx_future. The blocking call submits the async one and
+ *   waits; calling it from the sbx loop thread (inside a future callback) is
+ *   refused with SBX_ESTATE.
+ * - Functions are thread-safe unless their comment says otherwise. One
+ *   sandbox may run many operations at once from many threads.
+ */
+#ifndef SBX_H
+#define SBX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SBX_EXPORT __attribute__((visibility("default")))
+#else
+#define SBX_EXPORT
+#endif
+
+#define SBX_VERSION_MAJOR 0
+#define SBX_VERSION_MINOR 1
+#define SBX_VERSION_PATCH 0
+#define SBX_VERSION_STRING "0.1.0"
+
+/* Returns the library's version string ("0.1.0"). */
+SBX_EXPORT const char *sbx_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The codes, their names and default messages, defined once. The Python
+ * exception each mirrors is in the comment column of docs/c-api.md.
+ */
+#define SBX_ERRNO_MAP(X)                                                              \
+    X(EINVAL, -1, "invalid argument")                                                 \
+    X(ETYPE, -2, "value has the wrong type")                                          \
+    X(ESTATE, -3, "operation not valid in the sandbox's current state")               \
+    X(ECREATE, -4, "sandbox creation failed")                                         \
+    X(EVERIFY, -5, "sandbox failed its readiness check")                              \
+    X(ENOTSUP, -6, "operation not supported by this provider")                        \
+    X(ETIMEDOUT, -7, "operation timed out")                                           \
+    X(EIO, -8, "input/output error")                                                  \
+    X(EPROVIDER, -9, "provider failure")                                              \
+    X(EPTY, -10, "PTY session failure")                                               \
+    X(ENOMEM, -11, "out of memory")                                                   \
+    X(ENOENT, -12, "no such file, sandbox or provider")                               \
+    X(EPERM, -13, "permission denied")                                                \
+    X(EPROTO, -14, "protocol error")                                                  \
+    X(EAUTH, -15, "authentication failed")                                            \
+    X(ECANCELED, -16, "operation cancelled")
+
+typedef enum {
+    SBX_OK = 0,
+#define SBX__CODE(name, value, msg) SBX_##name = value,
+    SBX_ERRNO_MAP(SBX__CODE)
+#undef SBX__CODE
+} sbx_code;
+
+typedef struct sbx_error sbx_error;
+
+/* The code (a negative sbx_code) an error carries. */
+SBX_EXPORT int sbx_error_code(const sbx_error *e);
+/* The full message: what failed and what to do. Owned by the error. */
+SBX_EXPORT const char *sbx_error_message(const sbx_error *e);
+/* The errno behind the error, or 0. */
+SBX_EXPORT int sbx_error_errno(const sbx_error *e);
+/* The provider name involved, or NULL. Owned by the error. */
+SBX_EXPORT const char *sbx_error_provider(const sbx_error *e);
+/* Frees an error; NULL is allowed. */
+SBX_EXPORT void sbx_error_free(sbx_error *e);
+/* The default message for a code ("invalid argument"); never NULL. */
+SBX_EXPORT const char *sbx_strerror(int code);
+/* The code's symbolic name without prefix ("EINVAL"); "UNKNOWN" otherwise. */
+SBX_EXPORT const char *sbx_err_name(int code);
+/* Frees a string or string array element returned by sbx; NULL allowed. */
+SBX_EXPORT void sbx_free(void *p);
+/* Frees a NULL-terminated string vector returned by sbx; NULL allowed. */
+SBX_EXPORT void sbx_strv_free(char **v);
+
+/* ------------------------------------------------------------------------ */
+/* Logging                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+    SBX_LOG_DEBUG = 10,
+    SBX_LOG_INFO = 20,
+    SBX_LOG_WARNING = 30,
+    SBX_LOG_ERROR = 40,
+} sbx_log_level;
+
+typedef void (*sbx_log_cb)(sbx_log_level level, const char *message, void *data);
+
+/*
+ * Routes the library's log lines to `cb` (NULL: drop them, the default).
+ * Lines below `min_level` are not formatted at all. Process-wide; may be
+ * called at any time from any thread; `cb` may run on any thread.
+ */
+SBX_EXPORT void sbx_set_log_cb(sbx_log_cb cb, void *data, sbx_log_level min_level);
+
+/* ------------------------------------------------------------------------ */
+/* Values                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+    SBX_STATUS_STARTING = 0,
+    SBX_STATUS_RUNNING = 1,
+    SBX_STATUS_PAUSED = 2,
+    SBX_STATUS_STOPPED = 3,
+    SBX_STATUS_ERROR = 4,
+    SBX_STATUS_UNKNOWN = 5,
+} sbx_status;
+
+/* The reference's string for a status ("running"); "unknown" when out of range. */
+SBX_EXPORT const char *sbx_status_name(sbx_status s);
+/* Parses a status string; SBX_EINVAL when it is not one of the six names. */
+SBX_EXPORT int sbx_status_from_name(const char *name, sbx_status *out);
+
+/* Spec: the reference's SandboxSpec. Not thread-safe while being built. */
+typedef struct sbx_spec sbx_spec;
+
+SBX_EXPORT sbx_spec *sbx_spec_new(void); /* NULL only when out of memory */
+SBX_EXPORT void sbx_spec_free(sbx_spec *spec);
+SBX_EXPORT sbx_spec *sbx_spec_copy(const sbx_spec *spec);
+/* Setters copy their arguments. NULL clears a string field. */
+SBX_EXPORT int sbx_spec_set_image(sbx_spec *spec, const char *image);
+SBX_EXPORT int sbx_spec_set_workdir(sbx_spec *spec, const char *dir);
+/* Seconds; a negative value clears it (the reference's None). */
+SBX_EXPORT int sbx_spec_set_ttl(sbx_spec *spec, double seconds);
+SBX_EXPORT int sbx_spec_set_ready_timeout(sbx_spec *spec, double seconds);
+/* Sets or replaces one variable; the order of first insertion is kept. */
+SBX_EXPORT int sbx_spec_set_env(sbx_spec *spec, const char *key, const char *value);
+/* Adds or replaces a startup file written into the box after create. */
+SBX_EXPORT int sbx_spec_add_file(sbx_spec *spec, const char *path, const void *data, size_t len);
+SBX_EXPORT int sbx_spec_set_metadata(sbx_spec *spec, const char *key, const char *value);
+/* Resources; a negative value clears the field (None). */
+SBX_EXPORT int sbx_spec_set_cpu(sbx_spec *spec, double cpu);
+SBX_EXPORT int sbx_spec_set_memory_mib(sbx_spec *spec, long long mib);
+SBX_EXPORT int sbx_spec_set_disk_gib(sbx_spec *spec, long long gib);
+SBX_EXPORT int sbx_spec_set_gpu(sbx_spec *spec, long long count);
+SBX_EXPORT int sbx_spec_set_gpu_type(sbx_spec *spec, const char *type);
+/* `argv` is NULL-terminated; NULL clears the entrypoint. */
+SBX_EXPORT int sbx_spec_set_entrypoint(sbx_spec *spec, const char *const *argv);
+/* Validates the port as the reference does (1..65535, no duplicates). */
+SBX_EXPORT int sbx_spec_add_port(sbx_spec *spec, int port, sbx_error **err);
+/* `json` is a JSON object (or NULL/"" to clear). SBX_EINVAL/ETYPE otherwise. */
+SBX_EXPORT int sbx_spec_set_provider_options(sbx_spec *spec, const char *json, sbx_error **err);
+/*
+ * Parses the mapping a reference user writes in YAML/JSON: image, ttl_s,
+ * ready_timeout_s, workdir, env, files, metadata, resources, entrypoint,
+ * provider_options, ports. JSON or YAML text. Unknown keys are SBX_EINVAL.
+ */
+SBX_EXPORT int sbx_spec_from_json(const char *json, sbx_spec **out, sbx_error **err);
+/* The spec as a JSON object with every field (None as null). */
+SBX_EXPORT int sbx_spec_to_json(const sbx_spec *spec, char **json_out, sbx_error **err);
+/* Read access (borrowed pointers valid until the spec changes or is freed). */
+SBX_EXPORT const char *sbx_spec_image(const sbx_spec *spec);
+SBX_EXPORT const char *sbx_spec_workdir(const sbx_spec *spec);
+
+/*
+ * Resources parsed like the reference's SandboxResources.from_mapping: a JSON
+ * object whose values are converted (cpu to float, memory_mib/disk_gib/gpu to
+ * int, gpu_type to str). Writes them into `spec`.
+ */
+SBX_EXPORT int sbx_spec_set_resources_json(sbx_spec *spec, const char *json, sbx_error **err);
+
+/* Exec options. */
+typedef struct sbx_exec_opts sbx_exec_opts;
+SBX_EXPORT sbx_exec_opts *sbx_exec_opts_new(void);
+SBX_EXPORT void sbx_exec_opts_free(sbx_exec_opts *o);
+SBX_EXPORT int sbx_exec_opts_set_cwd(sbx_exec_opts *o, const char *cwd);
+SBX_EXPORT int sbx_exec_opts_set_env(sbx_exec_opts *o, const char *key, const char *value);
+/* Default 180 s, as the reference. A negative value means no timeout. */
+SBX_EXPORT int sbx_exec_opts_set_timeout(sbx_exec_opts *o, double seconds);
+/* A user name or a numeric id ("1000" or "1000:1000"). */
+SBX_EXPORT int sbx_exec_opts_set_user(sbx_exec_opts *o, const char *user);
+SBX_EXPORT int sbx_exec_opts_set_stdin(sbx_exec_opts *o, const void *data, size_t len);
+/*
+ * Caps how many bytes of stdout and of stderr are kept (each). Past the cap
+ * the output is drained and dropped, and the result says it was truncated.
+ * 0 means the provider's default (256 MiB unless configured).
+ */
+SBX_EXPORT int sbx_exec_opts_set_output_limit(sbx_exec_opts *o, size_t bytes);
+
+/* Exec result: the reference's SandboxExecResult. */
+typedef struct sbx_exec_result sbx_exec_result;
+/* NULL means the reference's None; `len` (optional) receives the length. */
+SBX_EXPORT const char *sbx_exec_result_stdout(const sbx_exec_result *r, size_t *len);
+SBX_EXPORT const char *sbx_exec_result_stderr(const sbx_exec_result *r, size_t *len);
+SBX_EXPORT int sbx_exec_result_return_code(const sbx_exec_result *r);
+/* NULL, or "timeout", "sandbox", "oom", "pty", ... */
+SBX_EXPORT const char *sbx_exec_result_error_type(const sbx_exec_result *r);
+/* Non-zero when stdout or stderr hit the output limit. */
+SBX_EXPORT int sbx_exec_result_truncated(const sbx_exec_result *r);
+SBX_EXPORT void sbx_exec_result_free(sbx_exec_result *r);
+/* Builds a result (for providers, bindings and tests); NULL data is None. */
+SBX_EXPORT int sbx_exec_result_new(const char *out, size_t out_len, const char *errb,
+                                   size_t err_len, int return_code, const char *error_type,
+                                   sbx_exec_result **result);
+
+/* Endpoint: the reference's SandboxEndpoint. */
+typedef struct sbx_endpoint sbx_endpoint;
+/* Validates as the reference: the stripped URL must be absolute. */
+SBX_EXPORT int sbx_endpoint_new(const char *url, sbx_endpoint **out, sbx_error **err);
+SBX_EXPORT int sbx_endpoint_add_header(sbx_endpoint *e, const char *key, const char *value);
+SBX_EXPORT const char *sbx_endpoint_url(const sbx_endpoint *e);
+SBX_EXPORT size_t sbx_endpoint_header_count(const sbx_endpoint *e);
+SBX_EXPORT int sbx_endpoint_header(const sbx_endpoint *e, size_t i, const char **key,
+                                   const char **value);
+SBX_EXPORT void sbx_endpoint_free(sbx_endpoint *e);
+
+/* ------------------------------------------------------------------------ */
+/* Contexts, futures                                                        */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A context owns one I/O thread (a libuv loop) that runs every async
+ * operation of the providers made in it. sbx_provider_new() uses a shared
+ * default context that lives while any provider made in it does.
+ */
+typedef struct sbx_context sbx_context;
+SBX_EXPORT int sbx_context_new(sbx_context **out, sbx_error **err);
+/* Joins the loop thread. Every provider made in it must be freed first. */
+SBX_EXPORT void sbx_context_free(sbx_context *ctx);
+
+typedef struct sbx_future sbx_future;
+typedef void (*sbx_future_cb)(sbx_future *f, void *data);
+
+/*
+ * Waits until the future completes or `timeout_s` passes (negative: no
+ * limit). Returns the operation's code (SBX_OK or its error, copied into
+ * `err`), or SBX_ETIMEDOUT when it is still running (the future stays valid).
+ * Refuses (SBX_ESTATE) to block on the sbx loop thread.
+ */
+SBX_EXPORT int sbx_future_wait(sbx_future *f, double timeout_s, sbx_error **err);
+/* A descriptor that becomes readable when the future completes. Owned by it. */
+SBX_EXPORT int sbx_future_fd(sbx_future *f);
+/* Non-zero once complete. */
+SBX_EXPORT int sbx_future_done(const sbx_future *f);
+/*
+ * Calls `cb` once on the loop thread when the future completes (at once on
+ * the loop if it already has, never inside this call). One callback per future.
+ */
+SBX_EXPORT int sbx_future_then(sbx_future *f, sbx_future_cb cb, void *data);
+/*
+ * Asks the operation to stop: what it started is killed and it completes
+ * with SBX_ECANCELED (or its own result if it finished first).
+ */
+SBX_EXPORT void sbx_future_cancel(sbx_future *f);
+/* The completed operation's code and a copy of its error (`err` optional). */
+SBX_EXPORT int sbx_future_code(const sbx_future *f, sbx_error **err);
+/* Typed results; each moves the value out (once) and returns the op's code. */
+SBX_EXPORT int sbx_future_take_exec_result(sbx_future *f, sbx_exec_result **out, sbx_error **err);
+SBX_EXPORT int sbx_future_take_status(sbx_future *f, sbx_status *out, sbx_error **err);
+SBX_EXPORT int sbx_future_take_endpoint(sbx_future *f, sbx_endpoint **out, sbx_error **err);
+SBX_EXPORT int sbx_future_take_string(sbx_future *f, char **out, sbx_error **err);
+typedef struct sbx_sandbox sbx_sandbox;
+SBX_EXPORT int sbx_future_take_sandbox(sbx_future *f, sbx_sandbox **out, sbx_error **err);
+/*
+ * Frees the future. A pending operation runs on and its result is dropped
+ * (cancel it first to stop it).
+ */
+SBX_EXPORT void sbx_future_free(sbx_future *f);
+
+/* ------------------------------------------------------------------------ */
+/* Providers, registry, config                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sbx_provider sbx_provider;
+struct sbx_provider_ops; /* include/sbx/provider.h */
+
+/*
+ * Creates a provider from a single-key mapping `{name: {...}}` in JSON or YAML
+ * text, as the reference's create_provider(). A null value means {}.
+ * Runs in the default context.
+ */
+SBX_EXPORT int sbx_provider_new(const char *config, sbx_provider **out, sbx_error **err);
+SBX_EXPORT int sbx_provider_new_in(sbx_context *ctx, const char *config, sbx_provider **out,
+                                   sbx_error **err);
+/* The reference's aclose(). The provider lives on until its sandboxes are freed. */
+SBX_EXPORT void sbx_provider_free(sbx_provider *p);
+SBX_EXPORT const char *sbx_provider_name(const sbx_provider *p);
+/* Capability names ("endpoint", "connect", "pty", ...) the provider supports. */
+SBX_EXPORT int sbx_provider_supports(const sbx_provider *p, const char *capability);
+
+/* Sorted names of every provider (registered, built in, plugins). */
+SBX_EXPORT int sbx_list_providers(char ***names_out, sbx_error **err);
+/* SBX_OK when `name` resolves; the reference's "Unknown sandbox provider" otherwise. */
+SBX_EXPORT int sbx_provider_lookup(const char *name, sbx_error **err);
+/* Registers `ops` (kept by pointer: it must outlive its use) under ops->name. */
+SBX_EXPORT int sbx_register_provider(const struct sbx_provider_ops *ops, int override,
+                                     sbx_error **err);
+/* Forgets a registered provider (built-ins stay). For tests and plugins. */
+SBX_EXPORT int sbx_unregister_provider(const char *name, sbx_error **err);
+
+/*
+ * The reference's resolve_provider_config(): `ref` is a block name or an
+ * inline single-key mapping (JSON/YAML text starting with '{' or containing
+ * ':'); `document` the merged config (JSON or YAML, may be NULL). Writes the
+ * single-key provider mapping as JSON.
+ */
+SBX_EXPORT int sbx_resolve_provider_config(const char *ref, const char *document, char **json_out,
+                                           sbx_error **err);
+SBX_EXPORT int sbx_resolve_provider_metadata(const char *ref, const char *document,
+                                             char **json_out, sbx_error **err);
+/* Parses YAML or JSON text into JSON, with ${oc.env:VAR[,default]} interpolated. */
+SBX_EXPORT int sbx_config_to_json(const char *text, char **json_out, sbx_error **err);
+/* Reads a YAML/JSON file into JSON (as sbx_config_to_json). */
+SBX_EXPORT int sbx_config_load_file(const char *path, char **json_out, sbx_error **err);
+
+/* `rewrites_json` is a JSON array of {"from": ..., "to": ...}. NULL image gives NULL. */
+SBX_EXPORT int sbx_rewrite_image(const char *image, const char *rewrites_json, char **out,
+                                 sbx_error **err);
+
+/*
+ * Attribution (the reference's nemo_gym.sandbox.attribution). `environ` is a
+ * NULL-terminated "K=V" array, or NULL for the process environment. Writes a
+ * JSON object with the resolved keys among team, user, workload.
+ */
+SBX_EXPORT int sbx_resolve_attribution(const char *team, const char *user, const char *workload,
+                                       const char *const *environ, char **json_out,
+                                       sbx_error **err);
+/* Explicit value, then NEMO_GYM_RUN_ID, then a per-process 12-hex id. */
+SBX_EXPORT int sbx_resolve_run_id(const char *run, const char *const *environ, char **out,
+                                  sbx_error **err);
+
+/* Quotes `s` for a POSIX shell exactly as Python's shlex.quote(). */
+SBX_EXPORT char *sbx_shell_quote(const char *s);
+
+/* ------------------------------------------------------------------------ */
+/* Sandboxes                                                                */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Makes a sandbox object (nothing is created yet). Keeps a reference to the
+ * provider and a copy of the spec (NULL allowed).
+ */
+SBX_EXPORT int sbx_sandbox_new(sbx_provider *p, const sbx_spec *spec, sbx_sandbox **out,
+                               sbx_error **err);
+/*
+ * Creates the box (with `spec`, or the one given to sbx_sandbox_new) and
+ * writes spec files into it. A failed startup upload closes the box and
+ * returns the upload's error. Errors: SBX_ESTATE ("Sandbox has been stopped",
+ * "Sandbox is already started"), SBX_EINVAL ("requires a SandboxSpec"),
+ * SBX_ECREATE, SBX_EVERIFY, the provider's errors.
+ */
+SBX_EXPORT int sbx_sandbox_start(sbx_sandbox *sb, const sbx_spec *spec, sbx_error **err);
+/*
+ * Runs a shell command. `opts` NULL means cwd = spec.workdir, timeout 180 s.
+ * A non-zero exit is not an error: it is in the result.
+ */
+SBX_EXPORT int sbx_sandbox_exec(sbx_sandbox *sb, const char *command, const sbx_exec_opts *opts,
+                                sbx_exec_result **out, sbx_error **err);
+SBX_EXPORT int sbx_sandbox_upload(sbx_sandbox *sb, const char *local_path, const char *remote_path,
+                                  sbx_error **err);
+SBX_EXPORT int sbx_sandbox_download(sbx_sandbox *sb, const char *remote_path,
+                                    const char *local_path, sbx_error **err);
+/* UNKNOWN before start, STOPPED after stop, else what the provider says. */
+SBX_EXPORT int sbx_sandbox_status(sbx_sandbox *sb, sbx_status *out, sbx_error **err);
+SBX_EXPORT int sbx_sandbox_endpoint(sbx_sandbox *sb, int port, sbx_endpoint **out,
+                                    sbx_error **err);
+/* A JSON descriptor another process can pass to sbx_sandbox_connect(). */
+SBX_EXPORT int sbx_sandbox_serialize(sbx_sandbox *sb, const char *scope, char **json_out,
+                                     sbx_error **err);
+/* A started sandbox that borrows the box `descriptor_json` names. */
+SBX_EXPORT int sbx_sandbox_connect(sbx_provider *p, const char *descriptor_json,
+                                   sbx_sandbox **out, sbx_error **err);
+/* Idempotent. Ends the box (a borrowed one when its scope allows). */
+SBX_EXPORT int sbx_sandbox_stop(sbx_sandbox *sb, sbx_error **err);
+/* The provider-neutral id, or NULL before start. Owned by the sandbox. */
+SBX_EXPORT const char *sbx_sandbox_id(const sbx_sandbox *sb);
+/* The provider the sandbox runs on (borrowed). */
+SBX_EXPORT sbx_provider *sbx_sandbox_provider(const sbx_sandbox *sb);
+/* The spec's workdir or NULL (owned by the sandbox). */
+SBX_EXPORT const char *sbx_sandbox_workdir(const sbx_sandbox *sb);
+/* Non-zero when this handle owns the box (not made by connect). */
+SBX_EXPORT int sbx_sandbox_owned(const sbx_sandbox *sb);
+/*
+ * Frees the object. A box this handle started and did not stop is stopped
+ * first (blocking, unless called on the loop thread, where the stop is
+ * queued). A connected handle only releases itself.
+ */
+SBX_EXPORT void sbx_sandbox_free(sbx_sandbox *sb);
+
+/* Async forms: on success `*out` is a future the caller frees. */
+SBX_EXPORT int sbx_sandbox_start_async(sbx_sandbox *sb, const sbx_spec *spec, sbx_future **out,
+                                       sbx_error **err);
+SBX_EXPORT int sbx_sandbox_exec_async(sbx_sandbox *sb, const char *command,
+                                      const sbx_exec_opts *opts, sbx_future **out,
+                                      sbx_error **err);
+SBX_EXPORT int sbx_sandbox_upload_async(sbx_sandbox *sb, const char *local_path,
+                                        const char *remote_path, sbx_future **out,
+                                        sbx_error **err);
+SBX_EXPORT int sbx_sandbox_download_async(sbx_sandbox *sb, const char *remote_path,
+                                          const char *local_path, sbx_future **out,
+                                          sbx_error **err);
+SBX_EXPORT int sbx_sandbox_status_async(sbx_sandbox *sb, sbx_future **out, sbx_error **err);
+SBX_EXPORT int sbx_sandbox_endpoint_async(sbx_sandbox *sb, int port, sbx_future **out,
+                                          sbx_error **err);
+SBX_EXPORT int sbx_sandbox_serialize_async(sbx_sandbox *sb, const char *scope, sbx_future **out,
+                                           sbx_error **err);
+SBX_EXPORT int sbx_sandbox_connect_async(sbx_provider *p, const char *descriptor_json,
+                                         sbx_future **out, sbx_error **err);
+SBX_EXPORT int sbx_sandbox_stop_async(sbx_sandbox *sb, sbx_future **out, sbx_error **err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SBX_H */

@@ -1,0 +1,165 @@
+/*
+ * sbx provider interface: for authors of built-in providers and plugins.
+ *
+ * A provider is a `const struct sbx_provider_ops` table. Every operation
+ * receives an `sbx_op` and finishes it exactly once with sbx_op_complete()
+ * (from any thread: the core moves the completion onto the loop thread).
+ * Operations are started on the context's loop thread and must not block it:
+ * do socket work on the loop (sbx_op_loop()) or hand blocking work to the
+ * worker pool with sbx_op_run_blocking().
+ *
+ * A NULL optional function means "unsupported": the core answers with the
+ * reference's "does not support ..." error naming the provider.
+ *
+ * Plugins: a shared object on SBX_PLUGIN_PATH exports
+ *   const struct sbx_provider_ops *const sbx_plugin_providers[];  (NULL-ended)
+ */
+#ifndef SBX_PROVIDER_H
+#define SBX_PROVIDER_H
+
+#include <sbx.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SBX_PROVIDER_ABI_VERSION 1
+
+typedef struct sbx_op sbx_op;
+
+/* Frees a provider's box state. */
+typedef void (*sbx_box_free_fn)(void *box);
+
+struct sbx_provider_ops {
+    int abi_version; /* SBX_PROVIDER_ABI_VERSION */
+    const char *name;
+
+    /*
+     * Parses `config_json` (the mapping under the provider's name, "{}" when
+     * absent) and allocates the provider state. Runs on the caller's thread.
+     * Errors here are the reference's constructor errors.
+     */
+    int (*init)(const char *config_json, void **state, sbx_error **err);
+    /* The reference's aclose(): frees the state. Runs after every box is freed. */
+    void (*release)(void *state);
+
+    /*
+     * Required. create completes with a box (void *) whose id box_id() gives;
+     * status completes with (void *)(intptr_t)sbx_status; exec with an
+     * sbx_exec_result *; upload/download/close with NULL.
+     */
+    void (*create)(sbx_op *op, void *state, const sbx_spec *spec);
+    void (*exec)(sbx_op *op, void *state, void *box, const char *command,
+                 const sbx_exec_opts *opts);
+    void (*upload_file)(sbx_op *op, void *state, void *box, const char *local_path,
+                        const char *remote_path);
+    void (*download_file)(sbx_op *op, void *state, void *box, const char *remote_path,
+                          const char *local_path);
+    void (*status)(sbx_op *op, void *state, void *box);
+    /* Ends the box. `owned` is 0 for a connected (borrowed) handle. */
+    void (*close)(sbx_op *op, void *state, void *box, int owned);
+    const char *(*box_id)(const void *box);
+    void (*box_free)(void *box);
+
+    /* Optional. endpoint completes with an sbx_endpoint *. */
+    void (*endpoint)(sbx_op *op, void *state, void *box, int port);
+    /* serialize completes with a JSON object string (char *, malloc'd). */
+    void (*serialize)(sbx_op *op, void *state, void *box, const char *scope);
+    /* connect completes with a box, borrowed unless the descriptor says owner. */
+    void (*connect)(sbx_op *op, void *state, const char *descriptor_json);
+};
+
+/* --- Operations ---------------------------------------------------------- */
+
+/*
+ * Finishes `op`: code SBX_OK with `value` (ownership passes to the core), or a
+ * negative code with `err` (ownership passes; NULL makes a default message).
+ * Exactly once per op; any thread.
+ */
+SBX_EXPORT void sbx_op_complete(sbx_op *op, int code, sbx_error *err, void *value);
+/* The loop (a uv_loop_t *) the op runs on, for providers doing async I/O. */
+SBX_EXPORT void *sbx_op_loop(sbx_op *op);
+/* The provider's name, for messages. */
+SBX_EXPORT const char *sbx_op_provider_name(const sbx_op *op);
+/* Non-zero once the caller cancelled the operation. */
+SBX_EXPORT int sbx_op_cancelled(const sbx_op *op);
+/*
+ * Called (on the loop thread) when the caller cancels the op. The provider
+ * kills what it started and then completes the op (SBX_ECANCELED or its
+ * result). Set before any await point; NULL removes it.
+ */
+typedef void (*sbx_op_cancel_cb)(sbx_op *op, void *data);
+SBX_EXPORT void sbx_op_on_cancel(sbx_op *op, sbx_op_cancel_cb cb, void *data);
+/*
+ * Runs `work(op, data)` on the worker pool. `work` may block and must finish
+ * the op with sbx_op_complete().
+ */
+typedef void (*sbx_op_work_fn)(sbx_op *op, void *data);
+SBX_EXPORT int sbx_op_run_blocking(sbx_op *op, sbx_op_work_fn work, void *data);
+
+/* --- Errors -------------------------------------------------------------- */
+
+/* A new error with a printf-style message. Never NULL (falls back to static). */
+SBX_EXPORT sbx_error *sbx_error_new(int code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Same, recording errno `errnum` and ": strerror(errnum)" at the end. */
+SBX_EXPORT sbx_error *sbx_error_new_errno(int code, int errnum, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Prefixes context: "creating sandbox: <old message>". Returns `e`. */
+SBX_EXPORT sbx_error *sbx_error_prefix(sbx_error *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+SBX_EXPORT sbx_error *sbx_error_copy(const sbx_error *e);
+/* Logs through the application's callback. */
+SBX_EXPORT void sbx_log(sbx_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* --- Reading a spec ------------------------------------------------------ */
+
+/* Returns 1 and writes the value when set, 0 for None. */
+SBX_EXPORT int sbx_spec_get_ttl(const sbx_spec *spec, double *out);
+SBX_EXPORT int sbx_spec_get_ready_timeout(const sbx_spec *spec, double *out);
+SBX_EXPORT int sbx_spec_get_cpu(const sbx_spec *spec, double *out);
+SBX_EXPORT int sbx_spec_get_memory_mib(const sbx_spec *spec, long long *out);
+SBX_EXPORT int sbx_spec_get_disk_gib(const sbx_spec *spec, long long *out);
+SBX_EXPORT int sbx_spec_get_gpu(const sbx_spec *spec, long long *out);
+SBX_EXPORT const char *sbx_spec_gpu_type(const sbx_spec *spec);
+SBX_EXPORT size_t sbx_spec_env_count(const sbx_spec *spec);
+SBX_EXPORT void sbx_spec_env_at(const sbx_spec *spec, size_t i, const char **key,
+                                const char **value);
+SBX_EXPORT size_t sbx_spec_file_count(const sbx_spec *spec);
+SBX_EXPORT void sbx_spec_file_at(const sbx_spec *spec, size_t i, const char **path,
+                                 const void **data, size_t *len);
+SBX_EXPORT size_t sbx_spec_metadata_count(const sbx_spec *spec);
+SBX_EXPORT void sbx_spec_metadata_at(const sbx_spec *spec, size_t i, const char **key,
+                                     const char **value);
+/* NULL-terminated, or NULL when unset. */
+SBX_EXPORT const char *const *sbx_spec_entrypoint(const sbx_spec *spec);
+SBX_EXPORT size_t sbx_spec_port_count(const sbx_spec *spec);
+SBX_EXPORT int sbx_spec_port_at(const sbx_spec *spec, size_t i);
+/* JSON object text ("{}" when empty). */
+SBX_EXPORT const char *sbx_spec_provider_options(const sbx_spec *spec);
+
+/* --- Reading exec options (NULL opts give the defaults) ------------------ */
+
+SBX_EXPORT const char *sbx_exec_opts_cwd(const sbx_exec_opts *o);
+/* Negative: no timeout. */
+SBX_EXPORT double sbx_exec_opts_timeout(const sbx_exec_opts *o);
+SBX_EXPORT const char *sbx_exec_opts_user(const sbx_exec_opts *o);
+SBX_EXPORT size_t sbx_exec_opts_env_count(const sbx_exec_opts *o);
+SBX_EXPORT void sbx_exec_opts_env_at(const sbx_exec_opts *o, size_t i, const char **key,
+                                     const char **value);
+/* NULL when no stdin was set (the command then reads /dev/null). */
+SBX_EXPORT const void *sbx_exec_opts_stdin(const sbx_exec_opts *o, size_t *len);
+/* The output cap in bytes, or 0 for the provider's default. */
+SBX_EXPORT size_t sbx_exec_opts_output_limit(const sbx_exec_opts *o);
+/* Marks a result truncated (providers set it when output hit the cap). */
+SBX_EXPORT void sbx_exec_result_set_truncated(sbx_exec_result *r, int truncated);
+/* Builds a result taking ownership of malloc'd buffers (NULL is None). */
+SBX_EXPORT int sbx_exec_result_new_take(char *out, size_t out_len, char *errb, size_t err_len,
+                                        int return_code, const char *error_type,
+                                        sbx_exec_result **result);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SBX_PROVIDER_H */

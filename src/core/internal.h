@@ -1,0 +1,271 @@
+/*
+ * Internal interfaces shared by the core, the providers and the CLI.
+ * Non-static internal functions are named sbx__*.
+ */
+#ifndef SBX_INTERNAL_H
+#define SBX_INTERNAL_H
+
+#include <sbx.h>
+#include <sbx/provider.h>
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#define SBX_INTERNAL __attribute__((visibility("hidden")))
+#define SBX_UNUSED __attribute__((unused))
+#define SBX_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* --- cleanup helpers (bubblewrap / crun style) --------------------------- */
+
+static inline void sbx__freep(void *p) { free(*(void **)p); }
+static inline void sbx__closep(int *fd)
+{
+    if (*fd >= 0) {
+        int saved = errno;
+        close(*fd);
+        errno = saved;
+    }
+}
+static inline void sbx__json_decrefp(json_t **j)
+{
+    if (*j)
+        json_decref(*j);
+}
+static inline void sbx__error_freep(sbx_error **e) { sbx_error_free(*e); }
+
+#define _cleanup_free_ __attribute__((cleanup(sbx__freep)))
+#define _cleanup_close_ __attribute__((cleanup(sbx__closep)))
+#define _cleanup_json_ __attribute__((cleanup(sbx__json_decrefp)))
+#define _cleanup_error_ __attribute__((cleanup(sbx__error_freep)))
+
+static inline void *sbx__steal(void *pp)
+{
+    void **p = (void **)pp;
+    void *v = *p;
+    *p = NULL;
+    return v;
+}
+#define steal_pointer(pp) sbx__steal(pp)
+
+static inline int sbx__steal_fd(int *fd)
+{
+    int v = *fd;
+    *fd = -1;
+    return v;
+}
+
+/* --- errors -------------------------------------------------------------- */
+
+/* Stores `e` into `*err` when err is non-NULL (else frees it); returns e's code. */
+SBX_INTERNAL int sbx__fail(sbx_error **err, sbx_error *e);
+/* sbx__fail(err, sbx_error_new(code, fmt...)) */
+SBX_INTERNAL int sbx__set_error(sbx_error **err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+SBX_INTERNAL int sbx__set_errno(sbx_error **err, int code, int errnum, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Records the provider name an error is about. */
+SBX_INTERNAL void sbx__error_set_provider(sbx_error *e, const char *provider);
+/* Maps an errno to the closest sbx code (ENOENT -> SBX_ENOENT, ...). */
+SBX_INTERNAL int sbx__code_from_errno(int errnum);
+
+/* --- strings ------------------------------------------------------------- */
+
+SBX_INTERNAL char *sbx__strdup0(const char *s); /* NULL stays NULL */
+SBX_INTERNAL char *sbx__printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Python repr() of a str: 'text' with escapes, as the reference's messages show. */
+SBX_INTERNAL char *sbx__repr(const char *s);
+/* Python str() of a double the way "{x}" formats it (1.0, 0.5, 1e-05). */
+SBX_INTERNAL void sbx__fmt_float(double v, char *buf, size_t n);
+/* Python "{x:g}". */
+SBX_INTERNAL void sbx__fmt_g(double v, char *buf, size_t n);
+/* Parses like Python int(str): surrounding whitespace and a sign allowed. */
+SBX_INTERNAL int sbx__parse_pyint(const char *s, long long *out);
+/* Parses like Python float(str). */
+SBX_INTERNAL int sbx__parse_pyfloat(const char *s, double *out);
+
+typedef struct {
+    char *data;
+    size_t len;
+    size_t cap;
+} sbx_buf;
+SBX_INTERNAL int sbx__buf_append(sbx_buf *b, const void *data, size_t len);
+SBX_INTERNAL int sbx__buf_printf(sbx_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+SBX_INTERNAL void sbx__buf_free(sbx_buf *b);
+
+/* A list of key/value string pairs keeping first-insertion order. */
+typedef struct {
+    char **keys;
+    char **values;
+    size_t len;
+} sbx_kv;
+SBX_INTERNAL int sbx__kv_set(sbx_kv *kv, const char *key, const char *value);
+SBX_INTERNAL const char *sbx__kv_get(const sbx_kv *kv, const char *key);
+SBX_INTERNAL void sbx__kv_free(sbx_kv *kv);
+SBX_INTERNAL int sbx__kv_copy(sbx_kv *dst, const sbx_kv *src);
+
+/* --- files --------------------------------------------------------------- */
+
+/* mkdir -p with `mode`; EEXIST for a directory is success. */
+SBX_INTERNAL int sbx__mkdir_p(const char *path, mode_t mode);
+/* rm -rf that never crosses into another mount. */
+SBX_INTERNAL int sbx__rm_rf(const char *path);
+SBX_INTERNAL int sbx__read_file(const char *path, char **data, size_t *len);
+/* Writes atomically (temp file + rename). */
+SBX_INTERNAL int sbx__write_file_atomic(const char *path, const void *data, size_t len,
+                                        mode_t mode);
+/* Hex of `n` random bytes. */
+SBX_INTERNAL void sbx__random_hex(char *out, size_t n_bytes);
+
+/* --- json ---------------------------------------------------------------- */
+
+/*
+ * Parses JSON (or YAML when it is not JSON) into a jansson value. No
+ * interpolation: values from bindings must arrive byte for byte.
+ */
+SBX_INTERNAL int sbx__parse_config_text(const char *text, json_t **out, sbx_error **err);
+/* Replaces ${oc.env:VAR} and ${oc.env:VAR,default} in every string, in place. */
+SBX_INTERNAL int sbx__interpolate(json_t *v, sbx_error **err);
+/* Python-ish type name of a JSON value for messages ("str", "int", "dict", ...). */
+SBX_INTERNAL const char *sbx__json_typename(const json_t *v);
+/* Python repr() of a JSON value ({'a': 1}, [1, 2], 'x', None, True). */
+SBX_INTERNAL char *sbx__json_repr(const json_t *v);
+/* Dumps compactly, keys in insertion order. */
+SBX_INTERNAL char *sbx__json_dump(const json_t *v);
+
+/* --- spec and exec option internals ------------------------------------- */
+
+struct sbx_spec_file {
+    char *path;
+    char *data;
+    size_t len;
+};
+
+struct sbx_spec {
+    char *image;
+    char *workdir;
+    double ttl_s; /* < 0: None */
+    double ready_timeout_s;
+    sbx_kv env;
+    struct sbx_spec_file *files;
+    size_t n_files;
+    sbx_kv metadata;
+    double cpu; /* < 0: None */
+    long long memory_mib, disk_gib, gpu; /* < 0: None */
+    char *gpu_type;
+    char **entrypoint; /* NULL-terminated or NULL */
+    json_t *provider_options; /* object, never NULL */
+    char *provider_options_text;
+    int *ports;
+    size_t n_ports;
+};
+
+#define SBX_DEFAULT_EXEC_TIMEOUT_S 180.0
+#define SBX_DEFAULT_OUTPUT_LIMIT ((size_t)256 << 20)
+
+struct sbx_exec_opts {
+    char *cwd;
+    sbx_kv env;
+    double timeout_s;
+    char *user;
+    char *stdin_data;
+    size_t stdin_len;
+    bool has_stdin;
+    size_t output_limit;
+};
+
+SBX_INTERNAL sbx_exec_opts *sbx__exec_opts_copy(const sbx_exec_opts *o);
+
+struct sbx_exec_result {
+    char *out;
+    size_t out_len;
+    char *err;
+    size_t err_len;
+    int return_code;
+    char *error_type;
+    int truncated;
+};
+
+/* Builds a spec from a parsed JSON object (shared by from_json and the CLI). */
+SBX_INTERNAL int sbx__spec_from_value(json_t *v, sbx_spec **out, sbx_error **err);
+/* Validates one port value as the reference's SandboxSpec does. */
+SBX_INTERNAL int sbx__port_from_value(const json_t *v, int *out, sbx_error **err);
+
+/* --- loop and context ---------------------------------------------------- */
+
+typedef void (*sbx__task_fn)(void *data);
+
+/* The shared default context, created on first use; takes a reference. */
+SBX_INTERNAL int sbx__context_default(sbx_context **out, sbx_error **err);
+SBX_INTERNAL void sbx__context_ref(sbx_context *ctx);
+SBX_INTERNAL void sbx__context_unref(sbx_context *ctx);
+/* Runs fn(data) on the loop thread (at once if called there? never: queued). */
+SBX_INTERNAL int sbx__context_post(sbx_context *ctx, sbx__task_fn fn, void *data);
+SBX_INTERNAL bool sbx__context_on_loop(const sbx_context *ctx);
+/* Waits until every task queued on the loop before this call has run. */
+SBX_INTERNAL void sbx__context_drain(sbx_context *ctx);
+/* True when the calling thread is the loop thread of any sbx context. */
+SBX_INTERNAL bool sbx__on_any_loop(void);
+SBX_INTERNAL void *sbx__context_uv(sbx_context *ctx);
+
+/* --- futures ------------------------------------------------------------- */
+
+typedef void (*sbx__value_free_fn)(void *value);
+enum sbx__value_kind {
+    SBX_VALUE_NONE,
+    SBX_VALUE_EXEC_RESULT,
+    SBX_VALUE_STATUS,
+    SBX_VALUE_ENDPOINT,
+    SBX_VALUE_STRING,
+    SBX_VALUE_SANDBOX,
+};
+
+SBX_INTERNAL sbx_future *sbx__future_new(sbx_context *ctx, enum sbx__value_kind kind);
+/* Another reference (dropped with sbx_future_free). */
+SBX_INTERNAL void sbx__future_ref(sbx_future *f);
+/* Completes it (any thread); takes `err` and `value`. */
+SBX_INTERNAL void sbx__future_complete(sbx_future *f, int code, sbx_error *err, void *value);
+/* The future's operation-specific cancel hook, run on the loop thread. */
+SBX_INTERNAL void sbx__future_set_cancel(sbx_future *f, void (*cb)(void *data), void *data);
+SBX_INTERNAL bool sbx__future_cancelled(const sbx_future *f);
+/* Waits on a future in a sync facade: refuses the loop thread with `what`. */
+SBX_INTERNAL int sbx__future_wait_sync(sbx_future *f, const char *what, sbx_error **err);
+
+/* --- ops (provider calls) ----------------------------------------------- */
+
+typedef void (*sbx__op_done_fn)(int code, sbx_error *err, void *value, void *data);
+/* Makes an op whose completion calls done(...) on the loop thread. */
+SBX_INTERNAL sbx_op *sbx__op_new(sbx_provider *p, sbx__op_done_fn done, void *data);
+SBX_INTERNAL void sbx__op_cancel(sbx_op *op);
+
+/* --- provider internals ------------------------------------------------- */
+
+struct sbx_provider {
+    const struct sbx_provider_ops *ops;
+    void *state;
+    sbx_context *ctx;
+    char *name;
+    atomic_int refs; /* the user's reference + one per sandbox and op */
+};
+
+SBX_INTERNAL void sbx__provider_ref(sbx_provider *p);
+SBX_INTERNAL void sbx__provider_unref(sbx_provider *p);
+/* Looks `name` up: registered, then built-in, then plugins. */
+SBX_INTERNAL int sbx__registry_find(const char *name, const struct sbx_provider_ops **out,
+                                    sbx_error **err);
+/* The built-in table (src/providers/builtin.c). */
+SBX_INTERNAL const struct sbx_provider_ops *const *sbx__builtin_providers(void);
+/* Unknown-provider error listing the available names. */
+SBX_INTERNAL int sbx__unknown_provider(const char *name, sbx_error **err);
+
+/* --- logging ------------------------------------------------------------- */
+SBX_INTERNAL bool sbx__log_enabled(sbx_log_level level);
+
+#endif /* SBX_INTERNAL_H */

@@ -1,0 +1,129 @@
+/*
+ * Ops: one call into a provider. The provider finishes it once with
+ * sbx_op_complete() from any thread; the core's continuation always runs
+ * later, on the loop thread, never inside the provider's own call (so a
+ * provider that completes at once cannot re-enter the core).
+ */
+#include "internal.h"
+
+#include <stdatomic.h>
+
+#include <uv.h>
+
+struct sbx_op {
+    sbx_provider *p;
+    sbx__op_done_fn done;
+    void *data;
+    atomic_bool completed;
+    bool cancelled;
+    sbx_op_cancel_cb cancel_cb;
+    void *cancel_data;
+    int code;
+    sbx_error *err;
+    void *value;
+};
+
+sbx_op *sbx__op_new(sbx_provider *p, sbx__op_done_fn done, void *data)
+{
+    sbx_op *op = calloc(1, sizeof(*op));
+    if (!op)
+        return NULL;
+    op->p = p;
+    sbx__provider_ref(p);
+    op->done = done;
+    op->data = data;
+    atomic_init(&op->completed, false);
+    return op;
+}
+
+static void deliver(void *arg)
+{
+    sbx_op *op = arg;
+    sbx_provider *p = op->p;
+    if (op->err)
+        sbx__error_set_provider(op->err, p->name);
+    op->done(op->code, op->err, op->value, op->data);
+    free(op);
+    sbx__provider_unref(p);
+}
+
+void sbx_op_complete(sbx_op *op, int code, sbx_error *err, void *value)
+{
+    if (atomic_exchange(&op->completed, true)) {
+        /* A provider bug: log it instead of corrupting the caller's state. */
+        sbx_log(SBX_LOG_ERROR, "provider '%s' completed an operation twice", op->p->name);
+        sbx_error_free(err);
+        return;
+    }
+    if (code < 0 && !err)
+        err = sbx_error_new(code, "%s: %s", op->p->name, sbx_strerror(code));
+    if (code >= 0) {
+        sbx_error_free(err);
+        err = NULL;
+    }
+    op->code = code;
+    op->err = err;
+    op->value = value;
+    if (sbx__context_post(op->p->ctx, deliver, op) < 0) {
+        /* Out of memory for a queue node: deliver here rather than lose the result. */
+        deliver(op);
+    }
+}
+
+void *sbx_op_loop(sbx_op *op) { return sbx__context_uv(op->p->ctx); }
+const char *sbx_op_provider_name(const sbx_op *op) { return op->p->name; }
+int sbx_op_cancelled(const sbx_op *op) { return op->cancelled; }
+
+void sbx_op_on_cancel(sbx_op *op, sbx_op_cancel_cb cb, void *data)
+{
+    op->cancel_cb = cb;
+    op->cancel_data = data;
+}
+
+void sbx__op_cancel(sbx_op *op)
+{
+    if (op->cancelled || atomic_load(&op->completed))
+        return;
+    op->cancelled = true;
+    if (op->cancel_cb)
+        op->cancel_cb(op, op->cancel_data);
+}
+
+/* Separate from the op: the op may be freed (delivered) before after_work runs. */
+struct work {
+    uv_work_t req;
+    sbx_op *op;
+    sbx_op_work_fn fn;
+    void *data;
+};
+
+static void work_cb(uv_work_t *w)
+{
+    struct work *wk = w->data;
+    wk->fn(wk->op, wk->data);
+}
+
+static void after_work_cb(uv_work_t *w, int status)
+{
+    struct work *wk = w->data;
+    if (status == UV_ECANCELED)
+        sbx_op_complete(wk->op, SBX_ECANCELED, NULL, NULL);
+    free(wk);
+}
+
+int sbx_op_run_blocking(sbx_op *op, sbx_op_work_fn fn, void *data)
+{
+    struct work *wk = calloc(1, sizeof(*wk));
+    if (!wk)
+        return SBX_ENOMEM;
+    wk->op = op;
+    wk->fn = fn;
+    wk->data = data;
+    wk->req.data = wk;
+    int rc = uv_queue_work(sbx__context_uv(op->p->ctx), &wk->req, work_cb, after_work_cb);
+    if (rc < 0) {
+        free(wk);
+        return SBX_EIO;
+    }
+    return SBX_OK;
+}

@@ -1,0 +1,331 @@
+/*
+ * The provider registry: explicitly registered providers, then built-ins,
+ * then plugins found on SBX_PLUGIN_PATH (the reference's entry points).
+ * Plugin discovery runs once per process and is cached, as the reference's.
+ */
+#include "internal.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+struct plugin_entry {
+    const struct sbx_provider_ops *ops;
+    char *file;
+};
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static const struct sbx_provider_ops **registered;
+static size_t n_registered;
+
+static bool plugins_scanned;
+static struct plugin_entry *plugins;
+static size_t n_plugins;
+static sbx_error *plugin_error; /* a duplicate found during discovery */
+
+static const struct sbx_provider_ops *find_builtin(const char *name)
+{
+    const struct sbx_provider_ops *const *b = sbx__builtin_providers();
+    for (; *b; b++)
+        if (!strcmp((*b)->name, name))
+            return *b;
+    return NULL;
+}
+
+static const struct sbx_provider_ops *find_registered(const char *name)
+{
+    for (size_t i = 0; i < n_registered; i++)
+        if (!strcmp(registered[i]->name, name))
+            return registered[i];
+    return NULL;
+}
+
+static int check_ops(const struct sbx_provider_ops *ops, const char *origin, sbx_error **err)
+{
+    if (!ops || !ops->name || !*ops->name)
+        return sbx__set_error(err, SBX_EINVAL, "Provider name must be non-empty");
+    if (ops->abi_version != SBX_PROVIDER_ABI_VERSION)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "provider '%s'%s%s was built for provider ABI %d; this libsbx "
+                              "speaks ABI %d: rebuild it against this version of sbx/provider.h",
+                              ops->name, origin ? " from " : "", origin ? origin : "",
+                              ops->abi_version, SBX_PROVIDER_ABI_VERSION);
+    const char *missing = !ops->create          ? "create"
+                          : !ops->exec          ? "exec"
+                          : !ops->upload_file   ? "upload_file"
+                          : !ops->download_file ? "download_file"
+                          : !ops->status        ? "status"
+                          : !ops->close         ? "close"
+                          : !ops->box_id        ? "box_id"
+                          : !ops->box_free      ? "box_free"
+                                                : NULL;
+    if (missing)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "provider '%s' lacks the required operation %s(); every provider "
+                              "must implement create, exec, upload_file, download_file, status, "
+                              "close, box_id and box_free",
+                              ops->name, missing);
+    return SBX_OK;
+}
+
+/* --- plugins ------------------------------------------------------------- */
+
+static void scan_file(const char *path)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        sbx_log(SBX_LOG_WARNING, "cannot load sbx plugin %s: %s", path, dlerror());
+        return;
+    }
+    const struct sbx_provider_ops *const *table = dlsym(h, "sbx_plugin_providers");
+    if (!table) {
+        sbx_log(SBX_LOG_WARNING,
+                "%s is not an sbx plugin: it does not export sbx_plugin_providers", path);
+        dlclose(h);
+        return;
+    }
+    /* The handle stays open for the life of the process: its tables are used by pointer. */
+    for (; *table; table++) {
+        sbx_error *e = NULL;
+        if (check_ops(*table, path, &e) < 0) {
+            sbx_log(SBX_LOG_WARNING, "ignoring sbx plugin provider in %s: %s", path,
+                    sbx_error_message(e));
+            sbx_error_free(e);
+            continue;
+        }
+        for (size_t i = 0; i < n_plugins; i++) {
+            if (!strcmp(plugins[i].ops->name, (*table)->name) && !plugin_error) {
+                plugin_error = sbx_error_new(SBX_EINVAL,
+                                             "Duplicate sandbox provider plugin '%s' published by "
+                                             "'%s' and '%s'. Rename one of them.",
+                                             (*table)->name, plugins[i].file, path);
+            }
+        }
+        struct plugin_entry *n = realloc(plugins, (n_plugins + 1) * sizeof(*n));
+        if (!n)
+            return;
+        plugins = n;
+        plugins[n_plugins].ops = *table;
+        plugins[n_plugins].file = strdup(path);
+        n_plugins++;
+    }
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void scan_dir(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) < 0)
+        return;
+    if (!S_ISDIR(st.st_mode)) {
+        scan_file(dir);
+        return;
+    }
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    /* Sorted, so which file is "first" in a duplicate message does not depend on the fs. */
+    char **names = NULL;
+    size_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        if (len < 4 || strcmp(de->d_name + len - 3, ".so") != 0)
+            continue;
+        char **nn = realloc(names, (n + 1) * sizeof(char *));
+        if (!nn)
+            break;
+        names = nn;
+        names[n++] = sbx__printf("%s/%s", dir, de->d_name);
+    }
+    closedir(d);
+    if (n)
+        qsort(names, n, sizeof(char *), name_cmp);
+    for (size_t i = 0; i < n; i++) {
+        if (names[i])
+            scan_file(names[i]);
+        free(names[i]);
+    }
+    free(names);
+}
+
+/* Caller holds reg_lock. */
+static void scan_plugins(void)
+{
+    if (plugins_scanned)
+        return;
+    plugins_scanned = true;
+    const char *path = getenv("SBX_PLUGIN_PATH");
+    if (!path || !*path)
+        return;
+    _cleanup_free_ char *copy = strdup(path);
+    if (!copy)
+        return;
+    char *save = NULL;
+    for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save))
+        scan_dir(dir);
+    for (size_t i = 0; i < n_plugins; i++) {
+        const char *name = plugins[i].ops->name;
+        if (find_registered(name) || find_builtin(name))
+            sbx_log(SBX_LOG_WARNING,
+                    "Sandbox provider plugin '%s' from '%s' is shadowed by the %s provider of "
+                    "that name; it is ignored",
+                    name, plugins[i].file, find_registered(name) ? "registered" : "built-in");
+    }
+}
+
+static const struct sbx_provider_ops *find_plugin(const char *name)
+{
+    for (size_t i = 0; i < n_plugins; i++)
+        if (!strcmp(plugins[i].ops->name, name))
+            return plugins[i].ops;
+    return NULL;
+}
+
+/* --- public -------------------------------------------------------------- */
+
+static int collect_names(char ***out, sbx_error **err)
+{
+    /* Caller holds reg_lock. */
+    scan_plugins();
+    if (plugin_error)
+        return sbx__fail(err, sbx_error_copy(plugin_error));
+    const struct sbx_provider_ops *const *b = sbx__builtin_providers();
+    size_t n_builtin = 0;
+    while (b[n_builtin])
+        n_builtin++;
+    size_t cap = n_registered + n_builtin + n_plugins + 1;
+    char **names = calloc(cap, sizeof(char *));
+    if (!names)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    size_t n = 0;
+    const char *cand;
+    for (size_t i = 0; i < n_registered + n_builtin + n_plugins; i++) {
+        if (i < n_registered)
+            cand = registered[i]->name;
+        else if (i < n_registered + n_builtin)
+            cand = b[i - n_registered]->name;
+        else
+            cand = plugins[i - n_registered - n_builtin].ops->name;
+        bool dup = false;
+        for (size_t j = 0; j < n; j++)
+            dup |= !strcmp(names[j], cand);
+        if (!dup && !(names[n++] = strdup(cand))) {
+            sbx_strv_free(names);
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        }
+    }
+    qsort(names, n, sizeof(char *), name_cmp);
+    *out = names;
+    return SBX_OK;
+}
+
+int sbx_list_providers(char ***names_out, sbx_error **err)
+{
+    if (!names_out)
+        return sbx__set_error(err, SBX_EINVAL, "names_out is NULL");
+    pthread_mutex_lock(&reg_lock);
+    int rc = collect_names(names_out, err);
+    pthread_mutex_unlock(&reg_lock);
+    return rc;
+}
+
+int sbx__unknown_provider(const char *name, sbx_error **err)
+{
+    char **names = NULL;
+    sbx_buf b = { 0 };
+    if (collect_names(&names, NULL) == SBX_OK) {
+        for (size_t i = 0; names[i]; i++)
+            sbx__buf_printf(&b, "%s%s", i ? ", " : "", names[i]);
+        sbx_strv_free(names);
+    }
+    _cleanup_free_ char *r = sbx__repr(name);
+    int rc = sbx__set_error(err, SBX_EINVAL, "Unknown sandbox provider %s. Available providers: %s",
+                            r ? r : name, b.data && *b.data ? b.data : "<none>");
+    sbx__buf_free(&b);
+    return rc;
+}
+
+int sbx__registry_find(const char *name, const struct sbx_provider_ops **out, sbx_error **err)
+{
+    pthread_mutex_lock(&reg_lock);
+    const struct sbx_provider_ops *ops = find_registered(name);
+    if (!ops)
+        ops = find_builtin(name);
+    int rc = SBX_OK;
+    if (!ops) {
+        scan_plugins();
+        if (plugin_error)
+            rc = sbx__fail(err, sbx_error_copy(plugin_error));
+        else if (!(ops = find_plugin(name)))
+            rc = sbx__unknown_provider(name, err);
+    }
+    pthread_mutex_unlock(&reg_lock);
+    if (rc == SBX_OK)
+        *out = ops;
+    return rc;
+}
+
+int sbx_provider_lookup(const char *name, sbx_error **err)
+{
+    const struct sbx_provider_ops *ops;
+    if (!name)
+        name = "";
+    return sbx__registry_find(name, &ops, err);
+}
+
+int sbx_register_provider(const struct sbx_provider_ops *ops, int override, sbx_error **err)
+{
+    if (!ops || !ops->name || !*ops->name)
+        return sbx__set_error(err, SBX_EINVAL, "Provider name must be non-empty");
+    int rc = check_ops(ops, NULL, err);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&reg_lock);
+    bool exists = find_registered(ops->name) || find_builtin(ops->name);
+    if (exists && !override) {
+        pthread_mutex_unlock(&reg_lock);
+        _cleanup_free_ char *r = sbx__repr(ops->name);
+        return sbx__set_error(err, SBX_EINVAL, "Sandbox provider %s is already registered",
+                              r ? r : ops->name);
+    }
+    for (size_t i = 0; i < n_registered; i++) {
+        if (!strcmp(registered[i]->name, ops->name)) {
+            registered[i] = ops;
+            pthread_mutex_unlock(&reg_lock);
+            return SBX_OK;
+        }
+    }
+    const struct sbx_provider_ops **n = realloc(registered, (n_registered + 1) * sizeof(*n));
+    if (!n) {
+        pthread_mutex_unlock(&reg_lock);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    registered = n;
+    registered[n_registered++] = ops;
+    pthread_mutex_unlock(&reg_lock);
+    return SBX_OK;
+}
+
+int sbx_unregister_provider(const char *name, sbx_error **err)
+{
+    pthread_mutex_lock(&reg_lock);
+    for (size_t i = 0; name && i < n_registered; i++) {
+        if (!strcmp(registered[i]->name, name)) {
+            memmove(&registered[i], &registered[i + 1],
+                    (n_registered - i - 1) * sizeof(*registered));
+            n_registered--;
+            pthread_mutex_unlock(&reg_lock);
+            return SBX_OK;
+        }
+    }
+    pthread_mutex_unlock(&reg_lock);
+    return sbx__set_error(err, SBX_ENOENT, "no registered provider named '%s'",
+                          name ? name : "");
+}

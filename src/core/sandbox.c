@@ -1,0 +1,1040 @@
+/*
+ * The sandbox lifecycle (reference-api.md C-F): state checks, defaults,
+ * startup files, idempotent stop. Every operation is written once, async;
+ * the blocking calls at the end submit and wait.
+ *
+ * Threading: sandbox state is guarded by `lock` so the async entry points
+ * can answer state errors at once, from any thread. Provider calls and
+ * their continuations run on the loop thread. Each in-flight call holds a
+ * reference, so the provider's box state outlives every call using it.
+ */
+#include "internal.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+enum sb_state { SB_NEW, SB_STARTING, SB_STARTED, SB_CLOSED };
+
+struct pending_stop {
+    sbx_future *f;
+    struct pending_stop *next;
+};
+
+struct sbx_sandbox {
+    sbx_provider *p;
+    sbx_spec *spec;
+    pthread_mutex_t lock;
+    enum sb_state state;
+    void *box;
+    char *id;
+    bool owned;
+    atomic_int refs;
+    sbx_future *start_future; /* while starting: cancelled by a concurrent stop */
+    struct pending_stop *pending_stops;
+};
+
+enum call_kind {
+    CALL_START,
+    CALL_EXEC,
+    CALL_UPLOAD,
+    CALL_DOWNLOAD,
+    CALL_STATUS,
+    CALL_ENDPOINT,
+    CALL_SERIALIZE,
+    CALL_CONNECT,
+    CALL_STOP,
+};
+
+/* One async operation on a sandbox, possibly several provider steps long. */
+struct call {
+    enum call_kind kind;
+    sbx_sandbox *sb;
+    sbx_provider *p; /* for connect, which has no sandbox yet */
+    sbx_future *f;
+    sbx_op *op; /* the provider step in flight (loop thread only) */
+    char *a, *b;
+    int port;
+    sbx_exec_opts *opts;
+    /* start: */
+    size_t next_file;
+    char *tmpdir;
+    char *tmpfile;
+    int saved_code;
+    sbx_error *saved_err;
+};
+
+static void sandbox_ref(sbx_sandbox *sb) { atomic_fetch_add(&sb->refs, 1); }
+
+static void sandbox_unref(sbx_sandbox *sb)
+{
+    if (!sb || atomic_fetch_sub(&sb->refs, 1) != 1)
+        return;
+    if (sb->box)
+        sb->p->ops->box_free(sb->box);
+    sbx_spec_free(sb->spec);
+    free(sb->id);
+    pthread_mutex_destroy(&sb->lock);
+    sbx__provider_unref(sb->p);
+    free(sb);
+}
+
+static sbx_sandbox *sandbox_alloc(sbx_provider *p)
+{
+    sbx_sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        return NULL;
+    sb->p = p;
+    sbx__provider_ref(p);
+    pthread_mutex_init(&sb->lock, NULL);
+    atomic_init(&sb->refs, 1);
+    return sb;
+}
+
+int sbx_sandbox_new(sbx_provider *p, const sbx_spec *spec, sbx_sandbox **out, sbx_error **err)
+{
+    if (!p || !out)
+        return sbx__set_error(err, SBX_EINVAL, "sbx_sandbox_new: provider and out are required");
+    sbx_sandbox *sb = sandbox_alloc(p);
+    if (!sb)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (spec && !(sb->spec = sbx_spec_copy(spec))) {
+        sandbox_unref(sb);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    *out = sb;
+    return SBX_OK;
+}
+
+/* --- calls --------------------------------------------------------------- */
+
+static struct call *call_new(enum call_kind kind, sbx_sandbox *sb, enum sbx__value_kind vk)
+{
+    struct call *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->kind = kind;
+    c->sb = sb;
+    c->p = sb ? sb->p : NULL;
+    c->f = sbx__future_new(c->p->ctx, vk);
+    if (!c->f) {
+        free(c);
+        return NULL;
+    }
+    if (sb)
+        sandbox_ref(sb);
+    return c;
+}
+
+static void call_free(struct call *c)
+{
+    free(c->a);
+    free(c->b);
+    sbx_exec_opts_free(c->opts);
+    free(c->tmpfile);
+    free(c->tmpdir);
+    sbx_error_free(c->saved_err);
+    if (c->sb)
+        sandbox_unref(c->sb);
+    else
+        sbx__provider_unref(c->p); /* connect holds the provider itself */
+    free(c);
+}
+
+/* Completes the caller's future and ends the call. */
+static void call_finish(struct call *c, int code, sbx_error *err, void *value)
+{
+    sbx__future_set_cancel(c->f, NULL, NULL);
+    sbx__future_complete(c->f, code, err, value);
+    call_free(c);
+}
+
+static void call_cancel(void *data)
+{
+    struct call *c = data;
+    if (c->op)
+        sbx__op_cancel(c->op);
+}
+
+/* Makes the op for the next provider step, wired to cancellation. */
+static sbx_op *call_step(struct call *c, sbx__op_done_fn done)
+{
+    c->op = sbx__op_new(c->p, done, c);
+    if (c->op)
+        sbx__future_set_cancel(c->f, call_cancel, c);
+    return c->op;
+}
+
+static void call_oom(struct call *c)
+{
+    call_finish(c, SBX_ENOMEM, sbx_error_new(SBX_ENOMEM, "out of memory"), NULL);
+}
+
+static int submit(struct call *c, sbx__task_fn fn, sbx_future **out, sbx_error **err)
+{
+    /* The caller's reference to the future; the call holds the other. */
+    *out = c->f;
+    if (sbx__context_post(c->p->ctx, fn, c) < 0) {
+        *out = NULL;
+        sbx_future_free(c->f);
+        call_finish(c, SBX_ENOMEM, NULL, NULL);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    return SBX_OK;
+}
+
+static int oom(sbx_error **err) { return sbx__set_error(err, SBX_ENOMEM, "out of memory"); }
+
+static int need_started(sbx_sandbox *sb, sbx_error **err)
+{
+    /* Caller holds sb->lock. */
+    if (sb->state != SB_STARTED)
+        return sbx__set_error(err, SBX_ESTATE, "Sandbox has not been started");
+    return SBX_OK;
+}
+
+static char *provider_repr(const sbx_provider *p) { return sbx__repr(p->name); }
+
+/* --- start --------------------------------------------------------------- */
+
+static void start_upload_next(struct call *c);
+static void run_pending_stops(sbx_sandbox *sb);
+
+static void start_settle(struct call *c, enum sb_state state, int code, sbx_error *err)
+{
+    sbx_sandbox *sb = c->sb;
+    pthread_mutex_lock(&sb->lock);
+    sb->state = state;
+    sb->start_future = NULL;
+    pthread_mutex_unlock(&sb->lock);
+    if (c->tmpdir)
+        rmdir(c->tmpdir);
+    sandbox_ref(sb);
+    call_finish(c, code, err, NULL);
+    run_pending_stops(sb);
+    sandbox_unref(sb);
+}
+
+static void start_closed_after_failure(int code, sbx_error *err, void *value, void *data)
+{
+    struct call *c = data;
+    (void)value;
+    c->op = NULL;
+    if (code < 0) {
+        sbx_log(SBX_LOG_WARNING, "closing sandbox %s after a failed start also failed: %s",
+                c->sb->id ? c->sb->id : "?", sbx_error_message(err));
+        sbx_error_free(err);
+    }
+    start_settle(c, SB_CLOSED, c->saved_code, steal_pointer(&c->saved_err));
+}
+
+/* A startup step failed after the box exists: close it, then report the original error. */
+static void start_fail_and_close(struct call *c, int code, sbx_error *err)
+{
+    c->saved_code = code;
+    c->saved_err = err;
+    sbx__future_set_cancel(c->f, NULL, NULL); /* closing is not cancellable */
+    sbx_op *op = sbx__op_new(c->p, start_closed_after_failure, c);
+    if (!op) {
+        start_settle(c, SB_CLOSED, code, steal_pointer(&c->saved_err));
+        return;
+    }
+    c->op = op;
+    c->p->ops->close(op, c->p->state, c->sb->box, 1);
+}
+
+static void start_upload_done(int code, sbx_error *err, void *value, void *data)
+{
+    struct call *c = data;
+    (void)value;
+    c->op = NULL;
+    if (c->tmpfile) {
+        unlink(c->tmpfile);
+        free(c->tmpfile);
+        c->tmpfile = NULL;
+    }
+    if (code < 0) {
+        start_fail_and_close(c, code, err);
+        return;
+    }
+    if (sbx__future_cancelled(c->f)) {
+        start_fail_and_close(c, SBX_ECANCELED,
+                             sbx_error_new(SBX_ECANCELED, "sandbox start was cancelled"));
+        return;
+    }
+    c->next_file++;
+    start_upload_next(c);
+}
+
+/*
+ * Startup files go through the provider's upload_file from private temp files,
+ * as the reference does, so every provider gets them the same way.
+ */
+static void start_upload_next(struct call *c)
+{
+    const sbx_spec *spec = c->sb->spec;
+    if (c->next_file >= spec->n_files) {
+        start_settle(c, SB_STARTED, SBX_OK, NULL);
+        return;
+    }
+    const struct sbx_spec_file *file = &spec->files[c->next_file];
+    if (!c->tmpdir) {
+        const char *base = getenv("TMPDIR");
+        char *tmpl = sbx__printf("%s/sbx-upload-XXXXXX", base && *base ? base : "/tmp");
+        if (!tmpl || !mkdtemp(tmpl)) {
+            int e = errno;
+            free(tmpl);
+            start_fail_and_close(c, SBX_EIO,
+                                 sbx_error_new_errno(SBX_EIO, e,
+                                                     "cannot make a temporary directory for "
+                                                     "startup files"));
+            return;
+        }
+        c->tmpdir = tmpl;
+    }
+    c->tmpfile = sbx__printf("%s/file-%zu", c->tmpdir, c->next_file);
+    if (!c->tmpfile || sbx__write_file_atomic(c->tmpfile, file->data, file->len, 0600) < 0) {
+        int e = errno;
+        start_fail_and_close(c, SBX_EIO,
+                             sbx_error_new_errno(SBX_EIO, e, "cannot stage startup file %s",
+                                                 file->path));
+        return;
+    }
+    sbx_op *op = call_step(c, start_upload_done);
+    if (!op) {
+        start_fail_and_close(c, SBX_ENOMEM, NULL);
+        return;
+    }
+    c->p->ops->upload_file(op, c->p->state, c->sb->box, c->tmpfile, file->path);
+}
+
+static void start_close_cancelled(int code, sbx_error *err, void *value, void *data)
+{
+    start_closed_after_failure(code, err, value, data);
+}
+
+static void start_created(int code, sbx_error *err, void *value, void *data)
+{
+    struct call *c = data;
+    sbx_sandbox *sb = c->sb;
+    c->op = NULL;
+    if (code < 0) {
+        /* Nothing exists: the sandbox may be started again, as the reference allows. */
+        if (code != SBX_ECANCELED && sbx_error_code(err) != SBX_ECREATE &&
+            sbx_error_code(err) != SBX_EVERIFY)
+            sbx_log(SBX_LOG_DEBUG, "create failed: %s", sbx_error_message(err));
+        start_settle(c, SB_NEW, code, err);
+        return;
+    }
+    const char *id = c->p->ops->box_id(value);
+    pthread_mutex_lock(&sb->lock);
+    sb->box = value;
+    sb->id = sbx__strdup0(id ? id : "");
+    sb->owned = true;
+    pthread_mutex_unlock(&sb->lock);
+    if (sbx__future_cancelled(c->f)) {
+        /* The reference leaks a box whose create was cancelled; sbx closes it. */
+        c->saved_code = SBX_ECANCELED;
+        c->saved_err = sbx_error_new(SBX_ECANCELED, "sandbox start was cancelled");
+        sbx_op *op = sbx__op_new(c->p, start_close_cancelled, c);
+        if (!op) {
+            start_settle(c, SB_CLOSED, SBX_ECANCELED, steal_pointer(&c->saved_err));
+            return;
+        }
+        c->op = op;
+        c->p->ops->close(op, c->p->state, sb->box, 1);
+        return;
+    }
+    start_upload_next(c);
+}
+
+static void start_run(void *data)
+{
+    struct call *c = data;
+    if (sbx__future_cancelled(c->f)) {
+        start_settle(c, SB_NEW, SBX_ECANCELED,
+                     sbx_error_new(SBX_ECANCELED, "sandbox start was cancelled"));
+        return;
+    }
+    sbx_op *op = call_step(c, start_created);
+    if (!op) {
+        start_settle(c, SB_NEW, SBX_ENOMEM, NULL);
+        return;
+    }
+    c->p->ops->create(op, c->p->state, c->sb->spec);
+}
+
+int sbx_sandbox_start_async(sbx_sandbox *sb, const sbx_spec *spec, sbx_future **out,
+                            sbx_error **err)
+{
+    if (!sb || !out)
+        return sbx__set_error(err, SBX_EINVAL, "sbx_sandbox_start: sandbox and out are required");
+    pthread_mutex_lock(&sb->lock);
+    int rc = SBX_OK;
+    if (sb->state == SB_CLOSED)
+        rc = sbx__set_error(err, SBX_ESTATE, "Sandbox has been stopped");
+    else if (sb->state != SB_NEW)
+        rc = sbx__set_error(err, SBX_ESTATE, "Sandbox is already started");
+    else if (!spec && !sb->spec)
+        rc = sbx__set_error(err, SBX_EINVAL, "Sandbox.start() requires a SandboxSpec");
+    if (rc < 0) {
+        pthread_mutex_unlock(&sb->lock);
+        return rc;
+    }
+    if (spec) {
+        sbx_spec *copy = sbx_spec_copy(spec);
+        if (!copy) {
+            pthread_mutex_unlock(&sb->lock);
+            return oom(err);
+        }
+        sbx_spec_free(sb->spec);
+        sb->spec = copy;
+    }
+    struct call *c = call_new(CALL_START, sb, SBX_VALUE_NONE);
+    if (!c) {
+        pthread_mutex_unlock(&sb->lock);
+        return oom(err);
+    }
+    sb->state = SB_STARTING;
+    sb->start_future = c->f;
+    pthread_mutex_unlock(&sb->lock);
+    return submit(c, start_run, out, err);
+}
+
+/* --- simple one-step calls ------------------------------------------------ */
+
+static void simple_done(int code, sbx_error *err, void *value, void *data)
+{
+    struct call *c = data;
+    c->op = NULL;
+    if (code >= 0 && c->kind == CALL_SERIALIZE) {
+        /* Add the spec's workdir when the provider's descriptor lacks it (reference F.38). */
+        json_t *d = value ? json_loads(value, 0, NULL) : NULL;
+        if (!json_is_object(d)) {
+            json_decref(d);
+            free(value);
+            call_finish(c, SBX_EPROVIDER,
+                        sbx_error_new(SBX_EPROVIDER,
+                                      "provider '%s' serialize() did not return a JSON object",
+                                      c->p->name),
+                        NULL);
+            return;
+        }
+        json_t *wd = json_object_get(d, "workdir");
+        if ((!wd || json_is_null(wd)) && c->sb->spec) {
+            const char *w = c->sb->spec->workdir;
+            json_object_set_new(d, "workdir", w ? json_string(w) : json_null());
+            free(value);
+            value = sbx__json_dump(d);
+        }
+        json_decref(d);
+    }
+    if (code >= 0 && c->kind == CALL_ENDPOINT && !value) {
+        call_finish(c, SBX_ETYPE,
+                    sbx_error_new(SBX_ETYPE,
+                                  "Sandbox provider endpoint() must return SandboxEndpoint, got "
+                                  "NoneType"),
+                    NULL);
+        return;
+    }
+    call_finish(c, code, err, value);
+}
+
+static void simple_run(void *data)
+{
+    struct call *c = data;
+    if (sbx__future_cancelled(c->f)) {
+        call_finish(c, SBX_ECANCELED, sbx_error_new(SBX_ECANCELED, "operation cancelled"), NULL);
+        return;
+    }
+    sbx_op *op = call_step(c, simple_done);
+    if (!op) {
+        call_oom(c);
+        return;
+    }
+    const struct sbx_provider_ops *o = c->p->ops;
+    void *st = c->p->state, *box = c->sb->box;
+    switch (c->kind) {
+    case CALL_EXEC:
+        o->exec(op, st, box, c->a, c->opts);
+        break;
+    case CALL_UPLOAD:
+        o->upload_file(op, st, box, c->a, c->b);
+        break;
+    case CALL_DOWNLOAD:
+        o->download_file(op, st, box, c->a, c->b);
+        break;
+    case CALL_STATUS:
+        o->status(op, st, box);
+        break;
+    case CALL_ENDPOINT:
+        o->endpoint(op, st, box, c->port);
+        break;
+    case CALL_SERIALIZE:
+        o->serialize(op, st, box, c->a);
+        break;
+    default:
+        sbx_op_complete(op, SBX_EINVAL, NULL, NULL);
+        break;
+    }
+}
+
+/* Checks state and makes a one-step call; the caller fills its arguments. */
+static int begin_simple(sbx_sandbox *sb, enum call_kind kind, enum sbx__value_kind vk,
+                        struct call **out, sbx_error **err)
+{
+    pthread_mutex_lock(&sb->lock);
+    int rc = need_started(sb, err);
+    pthread_mutex_unlock(&sb->lock);
+    if (rc < 0)
+        return rc;
+    struct call *c = call_new(kind, sb, vk);
+    if (!c)
+        return oom(err);
+    *out = c;
+    return SBX_OK;
+}
+
+int sbx_sandbox_exec_async(sbx_sandbox *sb, const char *command, const sbx_exec_opts *opts,
+                           sbx_future **out, sbx_error **err)
+{
+    if (!sb || !command || !out)
+        return sbx__set_error(err, SBX_EINVAL, "sbx_sandbox_exec: sandbox, command and out are required");
+    struct call *c;
+    int rc = begin_simple(sb, CALL_EXEC, SBX_VALUE_EXEC_RESULT, &c, err);
+    if (rc < 0)
+        return rc;
+    c->a = strdup(command);
+    c->opts = sbx__exec_opts_copy(opts);
+    /* cwd defaults to spec.workdir; env is not merged here (providers merge spec.env). */
+    if (c->opts && !c->opts->cwd && sb->spec && sb->spec->workdir)
+        c->opts->cwd = strdup(sb->spec->workdir);
+    if (!c->a || !c->opts) {
+        sbx_future_free(c->f);
+        call_finish(c, SBX_ENOMEM, NULL, NULL);
+        return oom(err);
+    }
+    return submit(c, simple_run, out, err);
+}
+
+static int transfer_async(sbx_sandbox *sb, enum call_kind kind, const char *a, const char *b,
+                          sbx_future **out, sbx_error **err)
+{
+    if (!sb || !a || !b || !out)
+        return sbx__set_error(err, SBX_EINVAL, "%s: sandbox, both paths and out are required",
+                              kind == CALL_UPLOAD ? "sbx_sandbox_upload" : "sbx_sandbox_download");
+    struct call *c;
+    int rc = begin_simple(sb, kind, SBX_VALUE_NONE, &c, err);
+    if (rc < 0)
+        return rc;
+    c->a = strdup(a);
+    c->b = strdup(b);
+    if (!c->a || !c->b) {
+        sbx_future_free(c->f);
+        call_finish(c, SBX_ENOMEM, NULL, NULL);
+        return oom(err);
+    }
+    return submit(c, simple_run, out, err);
+}
+
+int sbx_sandbox_upload_async(sbx_sandbox *sb, const char *local_path, const char *remote_path,
+                             sbx_future **out, sbx_error **err)
+{
+    return transfer_async(sb, CALL_UPLOAD, local_path, remote_path, out, err);
+}
+
+int sbx_sandbox_download_async(sbx_sandbox *sb, const char *remote_path, const char *local_path,
+                               sbx_future **out, sbx_error **err)
+{
+    return transfer_async(sb, CALL_DOWNLOAD, remote_path, local_path, out, err);
+}
+
+int sbx_sandbox_status_async(sbx_sandbox *sb, sbx_future **out, sbx_error **err)
+{
+    if (!sb || !out)
+        return sbx__set_error(err, SBX_EINVAL, "sbx_sandbox_status: sandbox and out are required");
+    pthread_mutex_lock(&sb->lock);
+    enum sb_state st = sb->state;
+    pthread_mutex_unlock(&sb->lock);
+    struct call *c = call_new(CALL_STATUS, sb, SBX_VALUE_STATUS);
+    if (!c)
+        return oom(err);
+    if (st != SB_STARTED) {
+        /* No handle: UNKNOWN before start, STOPPED after stop (reference C.19). */
+        sbx_status s = st == SB_CLOSED ? SBX_STATUS_STOPPED : SBX_STATUS_UNKNOWN;
+        *out = c->f;
+        call_finish(c, SBX_OK, NULL, (void *)(intptr_t)s);
+        return SBX_OK;
+    }
+    return submit(c, simple_run, out, err);
+}
+
+int sbx_sandbox_endpoint_async(sbx_sandbox *sb, int port, sbx_future **out, sbx_error **err)
+{
+    if (!sb || !out)
+        return sbx__set_error(err, SBX_EINVAL, "sbx_sandbox_endpoint: sandbox and out are required");
+    if (port < 1 || port > 65535)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "Sandbox endpoint port must be an integer between 1 and 65535, got %d",
+                              port);
+    pthread_mutex_lock(&sb->lock);
+    bool declared = false;
+    sbx_buf list = { 0 };
+    sbx__buf_append(&list, "[", 1);
+    for (size_t i = 0; sb->spec && i < sb->spec->n_ports; i++) {
+        declared |= sb->spec->ports[i] == port;
+        sbx__buf_printf(&list, "%s%d", i ? ", " : "", sb->spec->ports[i]);
+    }
+    sbx__buf_append(&list, "]", 1);
+    pthread_mutex_unlock(&sb->lock);
+    if (!declared) {
+        int rc = sbx__set_error(err, SBX_EINVAL,
+                                "Sandbox port %d was not declared in SandboxSpec.ports; declared "
+                                "ports: %s",
+                                port, list.data ? list.data : "[]");
+        sbx__buf_free(&list);
+        return rc;
+    }
+    sbx__buf_free(&list);
+    if (!sb->p->ops->endpoint) {
+        _cleanup_free_ char *r = provider_repr(sb->p);
+        return sbx__set_error(err, SBX_ENOTSUP,
+                              "Sandbox provider %s does not support service endpoints", r);
+    }
+    struct call *c;
+    int rc = begin_simple(sb, CALL_ENDPOINT, SBX_VALUE_ENDPOINT, &c, err);
+    if (rc < 0)
+        return rc;
+    c->port = port;
+    return submit(c, simple_run, out, err);
+}
+
+static int need_connect_support(const sbx_provider *p, sbx_error **err)
+{
+    if (p->ops->serialize && p->ops->connect)
+        return SBX_OK;
+    _cleanup_free_ char *r = provider_repr(p);
+    return sbx__set_error(err, SBX_ENOTSUP, "provider %s does not support serialize()/connect()",
+                          r);
+}
+
+int sbx_sandbox_serialize_async(sbx_sandbox *sb, const char *scope, sbx_future **out,
+                                sbx_error **err)
+{
+    if (!sb || !out)
+        return sbx__set_error(err, SBX_EINVAL, "sbx_sandbox_serialize: sandbox and out are required");
+    int rc = need_connect_support(sb->p, err);
+    if (rc < 0)
+        return rc;
+    struct call *c;
+    if ((rc = begin_simple(sb, CALL_SERIALIZE, SBX_VALUE_STRING, &c, err)) < 0)
+        return rc;
+    if (scope && !(c->a = strdup(scope))) {
+        sbx_future_free(c->f);
+        call_finish(c, SBX_ENOMEM, NULL, NULL);
+        return oom(err);
+    }
+    return submit(c, simple_run, out, err);
+}
+
+/* --- connect ------------------------------------------------------------- */
+
+static void connect_done(int code, sbx_error *err, void *value, void *data)
+{
+    struct call *c = data;
+    c->op = NULL;
+    if (code < 0) {
+        call_finish(c, code, err, NULL);
+        return;
+    }
+    sbx_sandbox *sb = sandbox_alloc(c->p);
+    json_t *d = json_loads(c->a, 0, NULL);
+    json_t *wd = json_object_get(d, "workdir");
+    if (sb && (sb->spec = sbx_spec_new()) &&
+        (!json_is_string(wd) || sbx_spec_set_workdir(sb->spec, json_string_value(wd)) == SBX_OK)) {
+        const char *id = c->p->ops->box_id(value);
+        sb->box = value;
+        sb->id = sbx__strdup0(id ? id : "");
+        sb->owned = false;
+        sb->state = SB_STARTED;
+        json_decref(d);
+        call_finish(c, SBX_OK, NULL, sb);
+        return;
+    }
+    json_decref(d);
+    if (sb)
+        sandbox_unref(sb);
+    c->p->ops->box_free(value);
+    call_oom(c);
+}
+
+static void connect_run(void *data)
+{
+    struct call *c = data;
+    sbx_op *op = call_step(c, connect_done);
+    if (!op) {
+        call_oom(c);
+        return;
+    }
+    c->p->ops->connect(op, c->p->state, c->a);
+}
+
+int sbx_sandbox_connect_async(sbx_provider *p, const char *descriptor_json, sbx_future **out,
+                              sbx_error **err)
+{
+    if (!p || !out)
+        return sbx__set_error(err, SBX_EINVAL, "sbx_sandbox_connect: provider and out are required");
+    int rc = need_connect_support(p, err);
+    if (rc < 0)
+        return rc;
+    json_t *d = descriptor_json ? json_loads(descriptor_json, 0, NULL) : NULL;
+    if (!json_is_object(d)) {
+        json_decref(d);
+        return sbx__set_error(err, SBX_ETYPE,
+                              "sandbox descriptor must be a JSON object, as "
+                              "sbx_sandbox_serialize() returns");
+    }
+    json_decref(d);
+    struct call *c = calloc(1, sizeof(*c));
+    if (!c)
+        return oom(err);
+    c->kind = CALL_CONNECT;
+    c->p = p;
+    sbx__provider_ref(p);
+    c->f = sbx__future_new(p->ctx, SBX_VALUE_SANDBOX);
+    c->a = strdup(descriptor_json);
+    if (!c->f || !c->a) {
+        if (c->f) {
+            sbx_future_free(c->f);
+            sbx__future_complete(c->f, SBX_ENOMEM, NULL, NULL);
+        }
+        free(c->a);
+        sbx__provider_unref(p);
+        free(c);
+        return oom(err);
+    }
+    /* The call holds a provider reference of its own, released in connect_finish. */
+    *out = c->f;
+    if (sbx__context_post(p->ctx, connect_run, c) < 0) {
+        *out = NULL;
+        sbx_future_free(c->f);
+        call_finish(c, SBX_ENOMEM, NULL, NULL);
+        return oom(err);
+    }
+    return SBX_OK;
+}
+
+/* --- stop ---------------------------------------------------------------- */
+
+struct stop_call {
+    sbx_sandbox *sb;
+    sbx_future **futures;
+    size_t n;
+};
+
+static void stop_done(int code, sbx_error *err, void *value, void *data)
+{
+    struct stop_call *s = data;
+    (void)value;
+    for (size_t i = 0; i < s->n; i++)
+        sbx__future_complete(s->futures[i], code, i + 1 == s->n ? err : sbx_error_copy(err), NULL);
+    if (!s->n)
+        sbx_error_free(err);
+    free(s->futures);
+    sandbox_unref(s->sb);
+    free(s);
+}
+
+/* Runs provider close for a sandbox already marked closed; completes `futures`. */
+static void close_box(sbx_sandbox *sb, sbx_future **futures, size_t n)
+{
+    struct stop_call *s = calloc(1, sizeof(*s));
+    sbx_op *op = s ? sbx__op_new(sb->p, stop_done, s) : NULL;
+    if (!op) {
+        for (size_t i = 0; i < n; i++)
+            sbx__future_complete(futures[i], SBX_ENOMEM, NULL, NULL);
+        free(futures);
+        free(s);
+        return;
+    }
+    s->sb = sb;
+    sandbox_ref(sb);
+    s->futures = futures;
+    s->n = n;
+    sb->p->ops->close(op, sb->p->state, sb->box, sb->owned);
+}
+
+struct close_task {
+    sbx_sandbox *sb;
+    sbx_future *f;
+};
+
+static void close_task_run(void *data)
+{
+    struct close_task *t = data;
+    sbx_future **fs = malloc(sizeof(*fs));
+    if (fs) {
+        fs[0] = t->f;
+        close_box(t->sb, fs, 1);
+    } else {
+        sbx__future_complete(t->f, SBX_ENOMEM, NULL, NULL);
+    }
+    sandbox_unref(t->sb);
+    free(t);
+}
+
+/* After a start settles: stops that arrived during it now act on the outcome. */
+static void run_pending_stops(sbx_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    struct pending_stop *p = sb->pending_stops;
+    sb->pending_stops = NULL;
+    bool close_it = p && sb->state == SB_STARTED;
+    if (p && sb->state != SB_CLOSED)
+        sb->state = SB_CLOSED;
+    pthread_mutex_unlock(&sb->lock);
+    if (!p)
+        return;
+    size_t n = 0;
+    for (struct pending_stop *q = p; q; q = q->next)
+        n++;
+    sbx_future **fs = calloc(n, sizeof(*fs));
+    size_t i = 0;
+    while (p) {
+        struct pending_stop *next = p->next;
+        if (fs)
+            fs[i++] = p->f;
+        else
+            sbx__future_complete(p->f, SBX_ENOMEM, NULL, NULL);
+        free(p);
+        p = next;
+    }
+    if (!fs)
+        return;
+    if (close_it) {
+        close_box(sb, fs, n);
+        return;
+    }
+    for (i = 0; i < n; i++)
+        sbx__future_complete(fs[i], SBX_OK, NULL, NULL);
+    free(fs);
+}
+
+int sbx_sandbox_stop_async(sbx_sandbox *sb, sbx_future **out, sbx_error **err)
+{
+    if (!sb || !out)
+        return sbx__set_error(err, SBX_EINVAL, "sbx_sandbox_stop: sandbox and out are required");
+    sbx_future *f = sbx__future_new(sb->p->ctx, SBX_VALUE_NONE);
+    if (!f)
+        return oom(err);
+    pthread_mutex_lock(&sb->lock);
+    switch (sb->state) {
+    case SB_NEW:
+    case SB_CLOSED:
+        /* Idempotent: nothing to end. */
+        sb->state = SB_CLOSED;
+        pthread_mutex_unlock(&sb->lock);
+        *out = f;
+        sbx__future_complete(f, SBX_OK, NULL, NULL);
+        return SBX_OK;
+    case SB_STARTING: {
+        struct pending_stop *p = malloc(sizeof(*p));
+        if (!p) {
+            pthread_mutex_unlock(&sb->lock);
+            sbx_future_free(f);
+            sbx__future_complete(f, SBX_ENOMEM, NULL, NULL);
+            return oom(err);
+        }
+        p->f = f;
+        p->next = sb->pending_stops;
+        sb->pending_stops = p;
+        sbx_future *start = sb->start_future;
+        sbx__future_ref(start);
+        pthread_mutex_unlock(&sb->lock);
+        /* Stop during start: cancel the start; the box is closed when it settles. */
+        sbx_future_cancel(start);
+        sbx_future_free(start);
+        *out = f;
+        return SBX_OK;
+    }
+    case SB_STARTED:
+        break;
+    }
+    sb->state = SB_CLOSED;
+    pthread_mutex_unlock(&sb->lock);
+    struct close_task *t = malloc(sizeof(*t));
+    if (!t) {
+        sbx_future_free(f);
+        sbx__future_complete(f, SBX_ENOMEM, NULL, NULL);
+        return oom(err);
+    }
+    t->sb = sb;
+    t->f = f;
+    sandbox_ref(sb);
+    *out = f;
+    if (sbx__context_post(sb->p->ctx, close_task_run, t) < 0) {
+        sbx__future_complete(f, SBX_ENOMEM, NULL, NULL);
+        sandbox_unref(sb);
+        free(t);
+    }
+    return SBX_OK;
+}
+
+/* --- accessors ----------------------------------------------------------- */
+
+const char *sbx_sandbox_id(const sbx_sandbox *sb) { return sb ? sb->id : NULL; }
+sbx_provider *sbx_sandbox_provider(const sbx_sandbox *sb) { return sb ? sb->p : NULL; }
+const char *sbx_sandbox_workdir(const sbx_sandbox *sb)
+{
+    return sb && sb->spec ? sb->spec->workdir : NULL;
+}
+int sbx_sandbox_owned(const sbx_sandbox *sb) { return sb ? sb->owned : 0; }
+
+void sbx_sandbox_free(sbx_sandbox *sb)
+{
+    if (!sb)
+        return;
+    pthread_mutex_lock(&sb->lock);
+    bool live = sb->state == SB_STARTING || (sb->state == SB_STARTED && sb->owned);
+    pthread_mutex_unlock(&sb->lock);
+    if (live) {
+        /* Freeing never leaks a box this handle started. */
+        sbx_future *f = NULL;
+        if (sbx_sandbox_stop_async(sb, &f, NULL) == SBX_OK) {
+            if (!sbx__on_any_loop()) {
+                sbx_error *e = NULL;
+                if (sbx_future_wait(f, -1, &e) < 0)
+                    sbx_log(SBX_LOG_WARNING, "stopping sandbox %s on free failed: %s",
+                            sb->id ? sb->id : "?", sbx_error_message(e));
+                sbx_error_free(e);
+            }
+            sbx_future_free(f);
+        }
+    }
+    sandbox_unref(sb);
+}
+
+/* --- the blocking facade ------------------------------------------------- */
+
+static int refuse_on_loop(const char *fn, sbx_error **err)
+{
+    if (!sbx__on_any_loop())
+        return SBX_OK;
+    return sbx__set_error(err, SBX_ESTATE,
+                          "%s() is blocking; use %s_async() in code that runs on the sbx loop "
+                          "instead.",
+                          fn, fn);
+}
+
+#define WAIT_NONE(f, err)                                                                          \
+    do {                                                                                           \
+        int wrc_ = sbx_future_wait((f), -1, (err));                                               \
+        sbx_future_free(f);                                                                        \
+        return wrc_;                                                                               \
+    } while (0)
+
+int sbx_sandbox_start(sbx_sandbox *sb, const sbx_spec *spec, sbx_error **err)
+{
+    sbx_future *f;
+    int rc = refuse_on_loop("sbx_sandbox_start", err);
+    if (rc < 0 || (rc = sbx_sandbox_start_async(sb, spec, &f, err)) < 0)
+        return rc;
+    WAIT_NONE(f, err);
+}
+
+int sbx_sandbox_exec(sbx_sandbox *sb, const char *command, const sbx_exec_opts *opts,
+                     sbx_exec_result **out, sbx_error **err)
+{
+    sbx_future *f;
+    int rc = refuse_on_loop("sbx_sandbox_exec", err);
+    if (rc < 0 || (rc = sbx_sandbox_exec_async(sb, command, opts, &f, err)) < 0)
+        return rc;
+    rc = sbx_future_wait(f, -1, err);
+    if (rc == SBX_OK)
+        rc = sbx_future_take_exec_result(f, out, err);
+    sbx_future_free(f);
+    return rc;
+}
+
+int sbx_sandbox_upload(sbx_sandbox *sb, const char *local_path, const char *remote_path,
+                       sbx_error **err)
+{
+    sbx_future *f;
+    int rc = refuse_on_loop("sbx_sandbox_upload", err);
+    if (rc < 0 || (rc = sbx_sandbox_upload_async(sb, local_path, remote_path, &f, err)) < 0)
+        return rc;
+    WAIT_NONE(f, err);
+}
+
+int sbx_sandbox_download(sbx_sandbox *sb, const char *remote_path, const char *local_path,
+                         sbx_error **err)
+{
+    sbx_future *f;
+    int rc = refuse_on_loop("sbx_sandbox_download", err);
+    if (rc < 0 || (rc = sbx_sandbox_download_async(sb, remote_path, local_path, &f, err)) < 0)
+        return rc;
+    WAIT_NONE(f, err);
+}
+
+int sbx_sandbox_status(sbx_sandbox *sb, sbx_status *out, sbx_error **err)
+{
+    sbx_future *f;
+    int rc = refuse_on_loop("sbx_sandbox_status", err);
+    if (rc < 0 || (rc = sbx_sandbox_status_async(sb, &f, err)) < 0)
+        return rc;
+    rc = sbx_future_wait(f, -1, err);
+    if (rc == SBX_OK)
+        rc = sbx_future_take_status(f, out, err);
+    sbx_future_free(f);
+    return rc;
+}
+
+int sbx_sandbox_endpoint(sbx_sandbox *sb, int port, sbx_endpoint **out, sbx_error **err)
+{
+    sbx_future *f;
+    int rc = refuse_on_loop("sbx_sandbox_endpoint", err);
+    if (rc < 0 || (rc = sbx_sandbox_endpoint_async(sb, port, &f, err)) < 0)
+        return rc;
+    rc = sbx_future_wait(f, -1, err);
+    if (rc == SBX_OK)
+        rc = sbx_future_take_endpoint(f, out, err);
+    sbx_future_free(f);
+    return rc;
+}
+
+int sbx_sandbox_serialize(sbx_sandbox *sb, const char *scope, char **json_out, sbx_error **err)
+{
+    sbx_future *f;
+    int rc = refuse_on_loop("sbx_sandbox_serialize", err);
+    if (rc < 0 || (rc = sbx_sandbox_serialize_async(sb, scope, &f, err)) < 0)
+        return rc;
+    rc = sbx_future_wait(f, -1, err);
+    if (rc == SBX_OK)
+        rc = sbx_future_take_string(f, json_out, err);
+    sbx_future_free(f);
+    return rc;
+}
+
+int sbx_sandbox_connect(sbx_provider *p, const char *descriptor_json, sbx_sandbox **out,
+                        sbx_error **err)
+{
+    sbx_future *f;
+    int rc = refuse_on_loop("sbx_sandbox_connect", err);
+    if (rc < 0 || (rc = sbx_sandbox_connect_async(p, descriptor_json, &f, err)) < 0)
+        return rc;
+    rc = sbx_future_wait(f, -1, err);
+    if (rc == SBX_OK)
+        rc = sbx_future_take_sandbox(f, out, err);
+    sbx_future_free(f);
+    return rc;
+}
+
+int sbx_sandbox_stop(sbx_sandbox *sb, sbx_error **err)
+{
+    sbx_future *f;
+    int rc = refuse_on_loop("sbx_sandbox_stop", err);
+    if (rc < 0 || (rc = sbx_sandbox_stop_async(sb, &f, err)) < 0)
+        return rc;
+    WAIT_NONE(f, err);
+}

@@ -1,0 +1,460 @@
+/*
+ * The fake provider: an in-memory box for the core, CLI and binding tests,
+ * with failures injectable per operation (as sqlite's test VFS).
+ *
+ * Config (all optional):
+ *   fail:      {op: "message"}  op in create, exec, upload_file, download_file,
+ *                               status, close, endpoint, serialize, connect
+ *   fail_code: {op: "ECREATE"}  the sbx code name to fail with (default EPROVIDER)
+ *   fail_after:{op: N}          fail only from the (N+1)th call of that op on
+ *   status:    "running"        what status() answers
+ *   marker:    any              echoed by exec "marker"
+ *
+ * exec understands a few commands, enough to test the core:
+ *   "sleep S"   completes after S seconds (a timer; cancellable; honours timeout)
+ *   "exit N"    return code N
+ *   "cat PATH"  the bytes uploaded at PATH
+ *   "marker"    the config's marker
+ *   anything else: stdout is a JSON object of what exec received.
+ * `fake_basic` is the same provider without the optional capabilities.
+ */
+#include "core/internal.h"
+#include "providers/fake.h"
+
+#include <pthread.h>
+#include <stdio.h>
+
+#include <uv.h>
+
+struct fake_state {
+    json_t *config;
+    pthread_mutex_t lock;
+    json_t *files; /* box id -> {path: bytes} (shared so connect sees them) */
+    json_t *calls; /* per-op call counts */
+};
+
+struct fake_box {
+    char *id;
+    bool borrowed;
+};
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static sbx_buf call_log;
+
+void sbx__fake_log_reset(void)
+{
+    pthread_mutex_lock(&log_lock);
+    sbx__buf_free(&call_log);
+    pthread_mutex_unlock(&log_lock);
+}
+
+char *sbx__fake_log(void)
+{
+    pthread_mutex_lock(&log_lock);
+    char *s = strdup(call_log.data ? call_log.data : "");
+    pthread_mutex_unlock(&log_lock);
+    return s;
+}
+
+static void log_call(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void log_call(const char *fmt, ...)
+{
+    char *s = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    pthread_mutex_lock(&log_lock);
+    sbx__buf_printf(&call_log, "%s;", s);
+    pthread_mutex_unlock(&log_lock);
+    free(s);
+}
+
+static int code_by_name(const char *name)
+{
+#define X(n, v, m)                                                                                 \
+    if (name && !strcmp(name, #n))                                                                 \
+        return SBX_##n;
+    SBX_ERRNO_MAP(X)
+#undef X
+    return SBX_EPROVIDER;
+}
+
+/* Returns an error when the config says this call of `op` fails. */
+static sbx_error *injected(struct fake_state *st, const char *op)
+{
+    pthread_mutex_lock(&st->lock);
+    json_int_t n = json_integer_value(json_object_get(st->calls, op));
+    json_object_set_new(st->calls, op, json_integer(n + 1));
+    pthread_mutex_unlock(&st->lock);
+    json_t *msg = json_object_get(json_object_get(st->config, "fail"), op);
+    if (!json_is_string(msg))
+        return NULL;
+    json_int_t after = json_integer_value(json_object_get(json_object_get(st->config, "fail_after"), op));
+    if (n < after)
+        return NULL;
+    const char *code = json_string_value(json_object_get(json_object_get(st->config, "fail_code"), op));
+    return sbx_error_new(code_by_name(code), "%s", json_string_value(msg));
+}
+
+static int fake_init(const char *config_json, void **state, sbx_error **err)
+{
+    json_error_t je;
+    json_t *cfg = json_loads(config_json, 0, &je);
+    if (!json_is_object(cfg)) {
+        json_decref(cfg);
+        return sbx__set_error(err, SBX_EINVAL, "fake provider config must be a mapping");
+    }
+    if (json_is_string(json_object_get(cfg, "init_error"))) {
+        int rc = sbx__set_error(err, SBX_EINVAL, "%s",
+                                json_string_value(json_object_get(cfg, "init_error")));
+        json_decref(cfg);
+        return rc;
+    }
+    struct fake_state *st = calloc(1, sizeof(*st));
+    if (!st) {
+        json_decref(cfg);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    st->config = cfg;
+    st->files = json_object();
+    st->calls = json_object();
+    pthread_mutex_init(&st->lock, NULL);
+    *state = st;
+    log_call("init");
+    return SBX_OK;
+}
+
+static void fake_release(void *state)
+{
+    struct fake_state *st = state;
+    log_call("release");
+    json_decref(st->config);
+    json_decref(st->files);
+    json_decref(st->calls);
+    pthread_mutex_destroy(&st->lock);
+    free(st);
+}
+
+static struct fake_box *box_new(const char *id, bool borrowed)
+{
+    struct fake_box *b = calloc(1, sizeof(*b));
+    if (!b)
+        return NULL;
+    b->id = strdup(id);
+    b->borrowed = borrowed;
+    return b;
+}
+
+static void fake_create(sbx_op *op, void *state, const sbx_spec *spec)
+{
+    struct fake_state *st = state;
+    log_call("create:%s", sbx_spec_image(spec) ? sbx_spec_image(spec) : "");
+    sbx_error *e = injected(st, "create");
+    if (e) {
+        sbx_op_complete(op, sbx_error_code(e), e, NULL);
+        return;
+    }
+    char hex[25];
+    sbx__random_hex(hex, 6);
+    char id[32];
+    snprintf(id, sizeof(id), "fake-%s", hex);
+    pthread_mutex_lock(&st->lock);
+    json_object_set_new(st->files, id, json_object());
+    pthread_mutex_unlock(&st->lock);
+    sbx_op_complete(op, SBX_OK, NULL, box_new(id, false));
+}
+
+struct sleeper {
+    uv_timer_t timer;
+    sbx_op *op;
+    double seconds;
+    bool timed_out;
+};
+
+static void sleeper_closed(uv_handle_t *h)
+{
+    struct sleeper *s = h->data;
+    sbx_exec_result *r = NULL;
+    if (sbx_op_cancelled(s->op)) {
+        sbx_op_complete(s->op, SBX_ECANCELED, sbx_error_new(SBX_ECANCELED, "exec cancelled"), NULL);
+    } else if (s->timed_out) {
+        char t[32];
+        sbx__fmt_g(s->seconds, t, sizeof(t));
+        char *msg = sbx__printf("fake command timed out after %ss", t);
+        sbx_exec_result_new_take(NULL, 0, msg, msg ? strlen(msg) : 0, 125, "timeout", &r);
+        sbx_op_complete(s->op, SBX_OK, NULL, r);
+    } else {
+        sbx_exec_result_new("", 0, "", 0, 0, NULL, &r);
+        sbx_op_complete(s->op, SBX_OK, NULL, r);
+    }
+    free(s);
+}
+
+static void sleeper_fire(uv_timer_t *t)
+{
+    uv_close((uv_handle_t *)t, sleeper_closed);
+}
+
+static void sleeper_cancel(sbx_op *op, void *data)
+{
+    (void)op;
+    struct sleeper *s = data;
+    uv_timer_stop(&s->timer);
+    if (!uv_is_closing((uv_handle_t *)&s->timer))
+        uv_close((uv_handle_t *)&s->timer, sleeper_closed);
+}
+
+static void fake_exec(sbx_op *op, void *state, void *box, const char *command,
+                      const sbx_exec_opts *opts)
+{
+    struct fake_state *st = state;
+    struct fake_box *b = box;
+    log_call("exec:%s", command);
+    sbx_error *e = injected(st, "exec");
+    if (e) {
+        sbx_op_complete(op, sbx_error_code(e), e, NULL);
+        return;
+    }
+    sbx_exec_result *r = NULL;
+    double secs;
+    int code;
+    char path[4096];
+    if (sscanf(command, "sleep %lf", &secs) == 1) {
+        struct sleeper *s = calloc(1, sizeof(*s));
+        double timeout = sbx_exec_opts_timeout(opts);
+        s->op = op;
+        s->timed_out = timeout >= 0 && timeout < secs;
+        s->seconds = s->timed_out ? timeout : secs;
+        uv_timer_init(sbx_op_loop(op), &s->timer);
+        s->timer.data = s;
+        uv_timer_start(&s->timer, sleeper_fire, (uint64_t)(s->seconds * 1000), 0);
+        sbx_op_on_cancel(op, sleeper_cancel, s);
+        return;
+    }
+    if (sscanf(command, "exit %d", &code) == 1) {
+        sbx_exec_result_new("", 0, "", 0, code, NULL, &r);
+    } else if (sscanf(command, "cat %4095s", path) == 1) {
+        pthread_mutex_lock(&st->lock);
+        json_t *data = json_object_get(json_object_get(st->files, b->id), path);
+        if (data)
+            sbx_exec_result_new(json_string_value(data), json_string_length(data), "", 0, 0, NULL, &r);
+        else
+            sbx_exec_result_new("", 0, "cat: no such file\n", 18, 1, NULL, &r);
+        pthread_mutex_unlock(&st->lock);
+    } else if (!strcmp(command, "marker")) {
+        _cleanup_free_ char *m = sbx__json_dump(json_object_get(st->config, "marker"));
+        sbx_exec_result_new(m, m ? strlen(m) : 0, NULL, 0, 0, NULL, &r);
+    } else {
+        _cleanup_json_ json_t *o = json_object();
+        json_object_set_new(o, "command", json_string(command));
+        const char *cwd = sbx_exec_opts_cwd(opts);
+        json_object_set_new(o, "cwd", cwd ? json_string(cwd) : json_null());
+        json_t *env = json_object();
+        for (size_t i = 0; i < sbx_exec_opts_env_count(opts); i++) {
+            const char *k, *v;
+            sbx_exec_opts_env_at(opts, i, &k, &v);
+            json_object_set_new(env, k, json_string(v));
+        }
+        json_object_set_new(o, "env", env);
+        double t = sbx_exec_opts_timeout(opts);
+        json_object_set_new(o, "timeout", t < 0 ? json_null() : json_real(t));
+        const char *user = sbx_exec_opts_user(opts);
+        json_object_set_new(o, "user", user ? json_string(user) : json_null());
+        size_t in_len = 0;
+        const void *in = sbx_exec_opts_stdin(opts, &in_len);
+        json_object_set_new(o, "stdin", in ? json_stringn_nocheck(in, in_len) : json_null());
+        _cleanup_free_ char *text = sbx__json_dump(o);
+        sbx_exec_result_new(text, strlen(text), NULL, 0, 0, NULL, &r);
+    }
+    sbx_op_complete(op, r ? SBX_OK : SBX_ENOMEM, NULL, r);
+}
+
+static void fake_upload(sbx_op *op, void *state, void *box, const char *local, const char *remote)
+{
+    struct fake_state *st = state;
+    struct fake_box *b = box;
+    log_call("upload:%s", remote);
+    sbx_error *e = injected(st, "upload_file");
+    if (e) {
+        sbx_op_complete(op, sbx_error_code(e), e, NULL);
+        return;
+    }
+    char *data = NULL;
+    size_t len = 0;
+    if (sbx__read_file(local, &data, &len) < 0) {
+        sbx_op_complete(op, SBX_ENOENT,
+                        sbx_error_new_errno(SBX_ENOENT, errno, "cannot read %s", local), NULL);
+        return;
+    }
+    pthread_mutex_lock(&st->lock);
+    json_object_set_new(json_object_get(st->files, b->id), remote, json_stringn_nocheck(data, len));
+    pthread_mutex_unlock(&st->lock);
+    free(data);
+    sbx_op_complete(op, SBX_OK, NULL, NULL);
+}
+
+static void fake_download(sbx_op *op, void *state, void *box, const char *remote, const char *local)
+{
+    struct fake_state *st = state;
+    struct fake_box *b = box;
+    log_call("download:%s", remote);
+    sbx_error *e = injected(st, "download_file");
+    if (e) {
+        sbx_op_complete(op, sbx_error_code(e), e, NULL);
+        return;
+    }
+    pthread_mutex_lock(&st->lock);
+    json_t *data = json_incref(json_object_get(json_object_get(st->files, b->id), remote));
+    pthread_mutex_unlock(&st->lock);
+    if (!data) {
+        sbx_op_complete(op, SBX_ENOENT,
+                        sbx_error_new(SBX_ENOENT, "%s: no such file in the fake box", remote), NULL);
+        return;
+    }
+    int rc = sbx__write_file_atomic(local, json_string_value(data), json_string_length(data), 0644);
+    json_decref(data);
+    sbx_op_complete(op, rc < 0 ? SBX_EIO : SBX_OK,
+                    rc < 0 ? sbx_error_new_errno(SBX_EIO, errno, "cannot write %s", local) : NULL,
+                    NULL);
+}
+
+static void fake_status(sbx_op *op, void *state, void *box)
+{
+    struct fake_state *st = state;
+    struct fake_box *b = box;
+    log_call("status");
+    sbx_error *e = injected(st, "status");
+    if (e) {
+        sbx_op_complete(op, sbx_error_code(e), e, NULL);
+        return;
+    }
+    sbx_status s = SBX_STATUS_RUNNING;
+    const char *name = json_string_value(json_object_get(st->config, "status"));
+    if (name)
+        sbx_status_from_name(name, &s);
+    pthread_mutex_lock(&st->lock);
+    if (!json_object_get(st->files, b->id))
+        s = SBX_STATUS_STOPPED;
+    pthread_mutex_unlock(&st->lock);
+    sbx_op_complete(op, SBX_OK, NULL, (void *)(intptr_t)s);
+}
+
+static void fake_close(sbx_op *op, void *state, void *box, int owned)
+{
+    struct fake_state *st = state;
+    struct fake_box *b = box;
+    log_call("close:%s", owned ? "owned" : "borrowed");
+    sbx_error *e = injected(st, "close");
+    if (e) {
+        sbx_op_complete(op, sbx_error_code(e), e, NULL);
+        return;
+    }
+    pthread_mutex_lock(&st->lock);
+    json_object_del(st->files, b->id);
+    pthread_mutex_unlock(&st->lock);
+    sbx_op_complete(op, SBX_OK, NULL, NULL);
+}
+
+static const char *fake_box_id(const void *box) { return ((const struct fake_box *)box)->id; }
+
+static void fake_box_free(void *box)
+{
+    struct fake_box *b = box;
+    free(b->id);
+    free(b);
+}
+
+static void fake_endpoint(sbx_op *op, void *state, void *box, int port)
+{
+    (void)box;
+    log_call("endpoint:%d", port);
+    sbx_error *e = injected(state, "endpoint");
+    if (e) {
+        sbx_op_complete(op, sbx_error_code(e), e, NULL);
+        return;
+    }
+    sbx_endpoint *ep = NULL;
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+    sbx_endpoint_new(url, &ep, NULL);
+    sbx_op_complete(op, SBX_OK, NULL, ep);
+}
+
+static void fake_serialize(sbx_op *op, void *state, void *box, const char *scope)
+{
+    struct fake_box *b = box;
+    log_call("serialize:%s", scope ? scope : "");
+    sbx_error *e = injected(state, "serialize");
+    if (e) {
+        sbx_op_complete(op, sbx_error_code(e), e, NULL);
+        return;
+    }
+    json_t *o = json_pack("{s:s}", "sandbox_id", b->id);
+    if (scope)
+        json_object_set_new(o, "scope", json_string(scope));
+    char *text = sbx__json_dump(o);
+    json_decref(o);
+    sbx_op_complete(op, SBX_OK, NULL, text);
+}
+
+static void fake_connect(sbx_op *op, void *state, const char *descriptor)
+{
+    struct fake_state *st = state;
+    log_call("connect");
+    sbx_error *e = injected(st, "connect");
+    if (e) {
+        sbx_op_complete(op, sbx_error_code(e), e, NULL);
+        return;
+    }
+    json_t *d = json_loads(descriptor, 0, NULL);
+    const char *id = json_string_value(json_object_get(d, "sandbox_id"));
+    if (!id) {
+        json_decref(d);
+        sbx_op_complete(op, SBX_EINVAL,
+                        sbx_error_new(SBX_EINVAL, "fake descriptor needs a sandbox_id"), NULL);
+        return;
+    }
+    pthread_mutex_lock(&st->lock);
+    if (!json_object_get(st->files, id))
+        json_object_set_new(st->files, id, json_object());
+    pthread_mutex_unlock(&st->lock);
+    struct fake_box *b = box_new(id, true);
+    json_decref(d);
+    sbx_op_complete(op, SBX_OK, NULL, b);
+}
+
+const struct sbx_provider_ops sbx__fake_provider = {
+    .abi_version = SBX_PROVIDER_ABI_VERSION,
+    .name = "fake",
+    .init = fake_init,
+    .release = fake_release,
+    .create = fake_create,
+    .exec = fake_exec,
+    .upload_file = fake_upload,
+    .download_file = fake_download,
+    .status = fake_status,
+    .close = fake_close,
+    .box_id = fake_box_id,
+    .box_free = fake_box_free,
+    .endpoint = fake_endpoint,
+    .serialize = fake_serialize,
+    .connect = fake_connect,
+};
+
+const struct sbx_provider_ops sbx__fake_basic_provider = {
+    .abi_version = SBX_PROVIDER_ABI_VERSION,
+    .name = "fake_basic",
+    .init = fake_init,
+    .release = fake_release,
+    .create = fake_create,
+    .exec = fake_exec,
+    .upload_file = fake_upload,
+    .download_file = fake_download,
+    .status = fake_status,
+    .close = fake_close,
+    .box_id = fake_box_id,
+    .box_free = fake_box_free,
+};

@@ -1,0 +1,271 @@
+/* The TAP harness (tests/tap.h) and helpers shared by the C tests. */
+#include "tap.h"
+#include "common.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sbx.h>
+
+static int skip_pipe = -1;
+static bool allow_fd_changes;
+static char tmpdir_path[256];
+
+void tap_fail_at(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stdout, "# %s:%d: ", file, line);
+    vfprintf(stdout, fmt, ap);
+    fprintf(stdout, "\n");
+    va_end(ap);
+    fflush(stdout);
+    _exit(1);
+}
+
+void tap_skip(const char *why)
+{
+    if (skip_pipe >= 0) {
+        ssize_t n = write(skip_pipe, why, strlen(why));
+        (void)n;
+    }
+    fflush(stdout);
+    _exit(77);
+}
+
+void tap_allow_fd_changes(void) { allow_fd_changes = true; }
+
+const char *tap_tmpdir(void)
+{
+    if (!tmpdir_path[0]) {
+        snprintf(tmpdir_path, sizeof(tmpdir_path), "/tmp/sbx-test-XXXXXX");
+        if (!mkdtemp(tmpdir_path))
+            tap_fail_at(__FILE__, __LINE__, "mkdtemp: %s", strerror(errno));
+    }
+    return tmpdir_path;
+}
+
+/* The open descriptors of this process, as a bitmap of the first 1024. */
+static void fd_snapshot(unsigned char *map, size_t n)
+{
+    memset(map, 0, n);
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return;
+    int self = dirfd(d);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        int fd = (int)strtol(de->d_name, NULL, 10);
+        if (de->d_name[0] == '.' || fd == self || (size_t)fd >= n * 8)
+            continue;
+        map[fd / 8] |= (unsigned char)(1u << (fd % 8));
+    }
+    closedir(d);
+}
+
+/* Weak: a test file may define tap_prime() to warm up process-wide state. */
+__attribute__((weak)) void tap_prime(void);
+
+static void run_child(const struct tap_test *t, int pipe_w)
+{
+    skip_pipe = pipe_w;
+    alarm(t->timeout_s);
+    if (tap_prime)
+        tap_prime();
+    sbx_prime_library();
+    unsigned char before[128], after[128];
+    fd_snapshot(before, sizeof(before));
+    t->fn();
+    fd_snapshot(after, sizeof(after));
+    if (!allow_fd_changes) {
+        for (int fd = 0; fd < (int)sizeof(before) * 8; fd++) {
+            bool was = before[fd / 8] & (1u << (fd % 8));
+            bool is = after[fd / 8] & (1u << (fd % 8));
+            if (is && !was) {
+                char link[64], target[512] = "";
+                snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+                ssize_t n = readlink(link, target, sizeof(target) - 1);
+                if (n > 0)
+                    target[n] = 0;
+                tap_fail_at(__FILE__, __LINE__, "test leaked file descriptor %d (%s)", fd, target);
+            }
+        }
+    }
+    if (tmpdir_path[0]) {
+        char cmd[300];
+        snprintf(cmd, sizeof(cmd), "%s", tmpdir_path);
+        rm_rf(cmd);
+    }
+    fflush(stdout);
+    _exit(0);
+}
+
+int tap_main(int argc, char **argv, const struct tap_test *tests, size_t n)
+{
+    const char *filter = argc > 1 ? argv[1] : getenv("TAP_FILTER");
+    bool must_work = getenv("SBX_MUST_WORK") && strcmp(getenv("SBX_MUST_WORK"), "0") != 0;
+    size_t planned = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!filter || strstr(tests[i].name, filter))
+            planned++;
+    printf("1..%zu\n", planned);
+    fflush(stdout);
+    int passed = 0, failed = 0, skipped = 0, num = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct tap_test *t = &tests[i];
+        if (filter && !strstr(t->name, filter))
+            continue;
+        num++;
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+            return 2;
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(p[0]);
+            setpgid(0, 0);
+            run_child(t, p[1]);
+        }
+        close(p[1]);
+        int status = 0;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+            ;
+        char why[512] = "";
+        ssize_t r = read(p[0], why, sizeof(why) - 1);
+        if (r > 0)
+            why[r] = 0;
+        close(p[0]);
+        /* Kill whatever the test left in its process group. */
+        kill(-pid, SIGKILL);
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+            printf("ok %d - %s\n", num, t->name);
+            passed++;
+        } else if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
+            if (must_work) {
+                printf("not ok %d - %s # skipped but SBX_MUST_WORK is set: %s\n", num, t->name, why);
+                failed++;
+            } else {
+                printf("ok %d - %s # SKIP %s\n", num, t->name, why);
+                skipped++;
+            }
+        } else {
+            if (WIFSIGNALED(status))
+                printf("# %s killed by signal %d%s\n", t->name, WTERMSIG(status),
+                       WTERMSIG(status) == SIGALRM ? " (timeout)" : "");
+            printf("not ok %d - %s\n", num, t->name);
+            failed++;
+        }
+        fflush(stdout);
+    }
+    printf("# %d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed ? 1 : 0;
+}
+
+/* --- helpers ------------------------------------------------------------- */
+
+void sbx_prime_library(void)
+{
+    /*
+     * libuv keeps process-wide descriptors (its signal pipe, the worker pool)
+     * from first use to exit. Touch them once before the fd snapshot so a test
+     * is only blamed for what it leaks itself.
+     */
+    static bool primed;
+    if (primed)
+        return;
+    primed = true;
+    sbx_context *ctx = NULL;
+    if (sbx_context_new(&ctx, NULL) == 0)
+        sbx_context_free(ctx);
+    sbx_prime_hook();
+}
+
+__attribute__((weak)) void sbx_prime_hook(void) {}
+
+int rm_rf(const char *path)
+{
+    char *argv[] = { (char *)"rm", (char *)"-rf", (char *)path, NULL };
+    pid_t pid = fork();
+    if (pid == 0) {
+        execvp("rm", argv);
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    if (buf)
+        buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+int write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t n = strlen(text);
+    int rc = fwrite(text, 1, n, f) == n ? 0 : -1;
+    return fclose(f) == 0 ? rc : -1;
+}
+
+int run_cmd(char *out, size_t out_size, const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(p[1], 1);
+        dup2(p[1], 2);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    size_t len = 0;
+    char sink[4096];
+    for (;;) {
+        char *dst = out && len + 1 < out_size ? out + len : sink;
+        size_t room = out && len + 1 < out_size ? out_size - len - 1 : sizeof(sink);
+        ssize_t n = read(p[0], dst, room);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        if (dst != sink)
+            len += (size_t)n;
+    }
+    if (out && out_size)
+        out[len] = 0;
+    close(p[0]);
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}

@@ -1,0 +1,18 @@
+/* Helpers shared by the C tests. */
+#ifndef SBX_TESTS_COMMON_H
+#define SBX_TESTS_COMMON_H
+
+#include <stddef.h>
+
+/* Called once per test process before the fd snapshot. */
+void sbx_prime_library(void);
+/* A test binary may define this (strong) to warm up more process-wide state. */
+void sbx_prime_hook(void);
+int rm_rf(const char *path);
+char *read_text(const char *path);
+int write_text(const char *path, const char *text);
+/* Runs `sh -c CMD`, capturing stdout+stderr into out; returns the exit status. */
+int run_cmd(char *out, size_t out_size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Runs every test binary (TAP), the fuzz corpus replays and the Python tests,
+# and ends with one line: "N passed, N failed, N skipped".
+set -u
+B=${B:-build}
+PYTHON=${PYTHON:-/usr/bin/python3}
+cd "$(dirname "$0")/.."
+passed=0 failed=0 skipped=0
+failed_names=()
+
+count() { # name, output file
+  local p f s
+  p=$(grep -cE '^ok [0-9]+ ' "$2" | head -1); s=$(grep -cE '^ok [0-9]+ .*# SKIP' "$2" | head -1)
+  f=$(grep -cE '^not ok ' "$2" | head -1)
+  passed=$((passed + p - s)); skipped=$((skipped + s)); failed=$((failed + f))
+  if [ "$f" != 0 ]; then failed_names+=("$1"); fi
+}
+
+run_one() { # name, command...
+  local name=$1; shift
+  local out; out=$(mktemp)
+  echo "== $name"
+  if [ -n "${SBX_VALGRIND:-}" ]; then
+    valgrind --quiet --error-exitcode=99 --leak-check=full --trace-children=no "$@" >"$out" 2>&1
+  else
+    "$@" >"$out" 2>&1
+  fi
+  local rc=$?
+  grep -vE '^ok [0-9]+ ' "$out" | sed 's/^/   /' | grep -v '^   1\.\.' || true
+  count "$name" "$out"
+  # A binary that crashed outside a test, or printed no plan, fails as a whole.
+  if [ $rc -ne 0 ] && ! grep -qE '^not ok ' "$out"; then
+    failed=$((failed + 1)); failed_names+=("$name (exit $rc)")
+  fi
+  rm -f "$out"
+}
+
+for t in "$B"/tests/unit/test_* "$B"/tests/integration/test_*; do
+  [ -x "$t" ] || continue
+  case "$t" in *.d|*.o) continue;; esac
+  run_one "$(basename "$t")" "$t"
+done
+
+for r in "$B"/fuzz/*-replay; do
+  [ -x "$r" ] || continue
+  n=$(basename "$r" -replay)
+  run_one "$n corpus" "$r" "fuzz/corpus/$n"
+done
+
+if [ -d python/tests ] && [ -z "${SBX_SKIP_PYTHON:-}" ]; then
+  echo "== python"
+  out=$(mktemp)
+  SBX_LIB="$PWD/$B/libsbx.so" SBX_CLI="$PWD/$B/sbx" PYTHONPATH="$PWD/python" \
+    "$PYTHON" -m pytest -q -p no:cacheprovider python/tests >"$out" 2>&1
+  rc=$?
+  tail -n 30 "$out" | sed 's/^/   /'
+  line=$(grep -E '[0-9]+ (passed|failed)' "$out" | tail -1)
+  p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
+  f=$(echo "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' || echo 0)
+  e=$(echo "$line" | grep -oE '[0-9]+ error' | grep -oE '[0-9]+' || echo 0)
+  s=$(echo "$line" | grep -oE '[0-9]+ skipped' | grep -oE '[0-9]+' || echo 0)
+  passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0} + ${e:-0})); skipped=$((skipped + ${s:-0}))
+  if [ $rc -ne 0 ] && [ "${f:-0}${e:-0}" = "00" ]; then failed=$((failed + 1)); fi
+  [ $rc -ne 0 ] && failed_names+=("python")
+  rm -f "$out"
+fi
+
+if [ ${#failed_names[@]} -gt 0 ]; then echo "failed: ${failed_names[*]}"; fi
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
