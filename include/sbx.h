@@ -400,6 +400,13 @@ SBX_EXPORT int sbx_sandbox_owned(const sbx_sandbox *sb);
  * queued). A connected handle only releases itself.
  */
 SBX_EXPORT void sbx_sandbox_free(sbx_sandbox *sb);
+/*
+ * Frees the handle WITHOUT stopping the box: it lives on until another handle
+ * (sbx_sandbox_connect with a descriptor from sbx_sandbox_serialize) stops it
+ * or its TTL ends. For tools such as `sbx create`. Serialize first: the
+ * descriptor is the only way back to the box.
+ */
+SBX_EXPORT void sbx_sandbox_detach(sbx_sandbox *sb);
 
 /* Async forms: on success `*out` is a future the caller frees. */
 SBX_EXPORT int sbx_sandbox_start_async(sbx_sandbox *sb, const sbx_spec *spec, sbx_future **out,
