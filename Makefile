@@ -141,8 +141,10 @@ install: all
 	install -m 644 include/sbx/provider.h $(DESTDIR)$(INCLUDEDIR)/sbx/provider.h
 	install -m 755 $(B)/libsbx.so $(DESTDIR)$(LIBDIR)/libsbx.so.0
 	ln -sf libsbx.so.0 $(DESTDIR)$(LIBDIR)/libsbx.so
-	install -m 644 $(B)/sbx.pc $(DESTDIR)$(LIBDIR)/pkgconfig/sbx.pc
-	install -m 755 $(B)/sbx $(DESTDIR)$(BINDIR)/sbx
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|0.1.0|g' sbx.pc.in \
+	    > $(DESTDIR)$(LIBDIR)/pkgconfig/sbx.pc
+	if [ -x $(B)/sbx ]; then install -m 755 $(B)/sbx $(DESTDIR)$(BINDIR)/sbx; fi
 	if [ -d python/sbx ] && [ -n "$(PYDIR)" ]; then \
 	  install -d $(DESTDIR)$(PYDIR)/sbx; \
 	  install -m 644 python/sbx/*.py $(DESTDIR)$(PYDIR)/sbx/; fi

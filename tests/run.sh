@@ -41,6 +41,11 @@ for t in "$B"/tests/unit/test_* "$B"/tests/integration/test_*; do
   run_one "$(basename "$t")" "$t"
 done
 
+for t in tests/unit/test_*.sh tests/integration/test_*.sh; do
+  [ -x "$t" ] || continue
+  run_one "$(basename "$t")" env B="$B" "$t"
+done
+
 for r in "$B"/fuzz/*-replay; do
   [ -x "$r" ] || continue
   n=$(basename "$r" -replay)
