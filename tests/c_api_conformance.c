@@ -7,7 +7,11 @@
 #include <sbx.h>
 #include <stdio.h>
 
-#define FIXED(type, name) type name##_ptr = name; (void)name##_ptr
+#define FIXED(type, name)                                                                          \
+    do {                                                                                           \
+        __typeof__(type) p_ = name;                                                                \
+        (void)p_;                                                                                  \
+    } while (0)
 
 int main(void)
 {
