@@ -50,7 +50,7 @@ PLUGIN_SRC := $(sort $(wildcard tests/plugins/*.c))
 PLUGIN_SO := $(PLUGIN_SRC:tests/plugins/%.c=$(B)/tests/plugins/%.so)
 AGENT_SRC := $(sort $(wildcard src/agent/*.c))
 
-.PHONY: check demo all lib cli tests fuzz-replay examples test check-asan check-valgrind bench install \
+.PHONY: check-tsan check demo all lib cli tests fuzz-replay examples test check-asan check-valgrind bench install \
         format help clean deps fuzz
 all: lib $(if $(CLI_SRC),cli) examples $(B)/sbx.pc
 
@@ -117,6 +117,11 @@ test: all tests fuzz-replay
 check-asan:
 	$(MAKE) B=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" test
+
+# ThreadSanitizer (clang): races between the loop thread and callers.
+check-tsan:
+	$(MAKE) CC=clang B=build/tsan OPT="-O1 -g" SAN="-fsanitize=thread" tests
+	B=build/tsan SBX_SKIP_PYTHON=1 tests/run.sh
 
 check-valgrind: tests
 	B=$(B) SBX_VALGRIND=1 tests/run.sh
