@@ -293,14 +293,18 @@ static int apply_merges(json_t *v, json_t *merges)
     return 0;
 }
 
-/* JSON keys are strings; YAML's 1 or true keys become their text (as OmegaConf prints them). */
+/*
+ * JSON keys are strings: a YAML key that is not (1, true, ~, 1.5) becomes
+ * Python's str() of it ("1", "True", "None", "1.5"), which is what the
+ * reference's str(key) makes of it.
+ */
 static char *key_text(const json_t *key)
 {
     if (json_is_string(key))
         return strdup(json_string_value(key));
-    if (json_is_null(key))
-        return strdup("null");
-    return json_dumps(key, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (json_is_object(key) || json_is_array(key))
+        return json_dumps(key, JSON_ENCODE_ANY | JSON_COMPACT);
+    return sbx__json_repr(key);
 }
 
 static int parse_sequence(struct yparser *y, json_t *v, sbx_error **err)

@@ -420,8 +420,10 @@ static void test_yaml_tags(void)
 
 static void test_yaml_non_string_keys_become_text(void)
 {
-    expect_json("1: a\ntrue: b\n~: c\n1.5: d\n",
-                "{\"1\":\"a\",\"true\":\"b\",\"null\":\"c\",\"1.5\":\"d\"}");
+    /* Python's str() of the key, as the reference's str(key): YAML 1.1 reads "on" as True. */
+    expect_json("1: a\ntrue: b\n~: c\n1.5: d\n1e3: f\n",
+                "{\"1\":\"a\",\"True\":\"b\",\"None\":\"c\",\"1.5\":\"d\",\"1000.0\":\"f\"}");
+    expect_json("on: e\n", "{\"True\":\"e\"}");
 }
 
 static void test_yaml_anchors_and_aliases(void)
