@@ -314,12 +314,17 @@ SBX_EXPORT int sbx_unregister_provider(const char *name, sbx_error **err);
 
 /*
  * The reference's resolve_provider_config(): `ref` is a block name or an
- * inline single-key mapping (JSON/YAML text starting with '{' or containing
- * ':'); `document` the merged config (JSON or YAML, may be NULL). Writes the
- * single-key provider mapping as JSON.
+ * inline single-key mapping; `document` the merged config (JSON or YAML, may
+ * be NULL). Writes the single-key provider mapping as JSON (default_metadata
+ * removed). `ref` is read as a YAML value: text starting with '{' or parsing
+ * as a mapping is inline, a string is a name, and a list/number/bool/null (or
+ * NULL) is the reference's TypeError, SBX_ETYPE "... must be a name
+ * reference ...". ${oc.env:...} is resolved in the selected block. Errors:
+ * SBX_EINVAL with the reference's messages (docs/config.md).
  */
 SBX_EXPORT int sbx_resolve_provider_config(const char *ref, const char *document, char **json_out,
                                            sbx_error **err);
+/* The block's default_metadata as a JSON object ("{}" when absent or falsy). */
 SBX_EXPORT int sbx_resolve_provider_metadata(const char *ref, const char *document,
                                              char **json_out, sbx_error **err);
 /* Parses YAML or JSON text into JSON, with ${oc.env:VAR[,default]} interpolated. */
