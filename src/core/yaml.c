@@ -105,7 +105,7 @@ static bool yaml_int(const char *s, long long *out)
         /* Sexagesimal: "1:30" is 90. */
         for (char *p = buf; *p;) {
             unsigned long long part = strtoull(p, &end, 10);
-            if (errno || v > (ULLONG_MAX - part) / 60)
+            if (errno || end == p || v > (ULLONG_MAX - part) / 60)
                 return false;
             v = v * 60 + part;
             p = *end == ':' ? end + 1 : end;
@@ -139,6 +139,8 @@ static bool yaml_float(const char *s, double *out)
         for (char *p = buf; *p;) {
             char *end = NULL;
             double part = strchr(p, ':') ? (double)strtoull(p, &end, 10) : strtod(p, &end);
+            if (end == p)
+                return false;
             v = v * 60 + part;
             p = *end == ':' ? end + 1 : end;
         }
