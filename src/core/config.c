@@ -57,7 +57,8 @@ static int dump_to(const json_t *v, char **json_out, sbx_error **err)
 int sbx_config_to_json(const char *text, char **json_out, sbx_error **err)
 {
     if (!text || !json_out)
-        return sbx__set_error(err, SBX_EINVAL, "sbx_config_to_json: text and json_out are required");
+        return sbx__set_error(err, SBX_EINVAL,
+                              "sbx_config_to_json: text and json_out are required");
     _cleanup_json_ json_t *v = NULL;
     int rc = load_interpolated(text, &v, err);
     if (rc < 0)
@@ -68,7 +69,8 @@ int sbx_config_to_json(const char *text, char **json_out, sbx_error **err)
 int sbx_config_load_file(const char *path, char **json_out, sbx_error **err)
 {
     if (!path || !json_out)
-        return sbx__set_error(err, SBX_EINVAL, "sbx_config_load_file: path and json_out are required");
+        return sbx__set_error(err, SBX_EINVAL,
+                              "sbx_config_load_file: path and json_out are required");
     _cleanup_free_ char *data = NULL;
     size_t len = 0;
     if (sbx__read_file(path, &data, &len) < 0)
@@ -253,8 +255,9 @@ static int resolve_block(const char *ref, const char *document, json_t **block_o
 static int not_a_mapping(const char *source, const json_t *block, sbx_error **err)
 {
     _cleanup_free_ char *r = sbx__json_repr(block);
-    return sbx__set_error(err, SBX_EINVAL, "Sandbox provider config from %s must be a mapping, got: %s",
-                          source, r ? r : "?");
+    return sbx__set_error(err, SBX_EINVAL,
+                          "Sandbox provider config from %s must be a mapping, got: %s", source,
+                          r ? r : "?");
 }
 
 int sbx_resolve_provider_config(const char *ref, const char *document, char **json_out,
@@ -331,7 +334,8 @@ int sbx_resolve_provider_metadata(const char *ref, const char *document, char **
     if (!json_is_object(md)) {
         _cleanup_free_ char *r = sbx__json_repr(md);
         return sbx__set_error(err, SBX_EINVAL,
-                              "Sandbox '" DEFAULT_METADATA_KEY "' from %s must be a mapping, got: %s",
+                              "Sandbox '" DEFAULT_METADATA_KEY
+                              "' from %s must be a mapping, got: %s",
                               source, r ? r : "?");
     }
     return dump_to(md, json_out, err);

@@ -271,12 +271,13 @@ static void test_log_attribution_once(void)
     /* Empty metadata is not worth a line and does not use up the one allowed. */
     TAP_EQ_INT(sbx_log_attribution_once("{}"), 0);
     TAP_EQ_INT(log_lines, 0);
-    TAP_EQ_INT(sbx_log_attribution_once("{\"nemo-gym.nvidia.com/run\": \"run-1\", \"team\": \"t\"}"),
-               1);
+    TAP_EQ_INT(
+        sbx_log_attribution_once("{\"nemo-gym.nvidia.com/run\": \"run-1\", \"team\": \"t\"}"), 1);
     TAP_EQ_INT(sbx_log_attribution_once("{\"nemo-gym.nvidia.com/run\": \"run-2\"}"), 0);
     TAP_EQ_INT(log_lines, 1);
     TAP_EQ_STR(logs.data,
-               "20 Sandbox attribution metadata: {'nemo-gym.nvidia.com/run': 'run-1', 'team': 't'}\n");
+               "20 Sandbox attribution metadata: "
+               "{'nemo-gym.nvidia.com/run': 'run-1', 'team': 't'}\n");
     TAP_EQ_INT(sbx_log_attribution_once("{not: json"), SBX_EINVAL);
     TAP_EQ_INT(sbx_log_attribution_once("[1]"), SBX_ETYPE);
     TAP_EQ_INT(sbx_log_attribution_once("plain words"), SBX_ETYPE);

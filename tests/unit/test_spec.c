@@ -152,7 +152,8 @@ static void test_defaults_and_field_order(void)
 }
 
 static const char FULL[] =
-    "{\"image\":\"python:3.12\",\"ttl_s\":1800.0,\"ready_timeout_s\":120.5,\"workdir\":\"/testbed\","
+    "{\"image\":\"python:3.12\",\"ttl_s\":1800.0,\"ready_timeout_s\":120.5,"
+    "\"workdir\":\"/testbed\","
     "\"env\":{\"B\":\"2\",\"A\":\"x y\"},\"files\":{\"/tmp/a.txt\":\"hello\\n\"},"
     "\"metadata\":{\"team\":\"t\"},\"resources\":{\"cpu\":0.5,\"memory_mib\":4096,"
     "\"disk_gib\":8,\"gpu\":1,\"gpu_type\":\"a100\"},\"entrypoint\":[\"sleep\",\"infinity\"],"
@@ -187,7 +188,8 @@ static void test_yaml_spec(void)
                            "ports: [8000, '9222']\n");
     /* YAML scalars become the text Python's str() gives ("1", "True"). */
     TAP_EQ_STR(out, "{\"image\":\"python:3.12\",\"ttl_s\":1800.0,\"ready_timeout_s\":null,"
-                    "\"workdir\":\"/app\",\"env\":{\"DEBUG\":\"1\",\"VERBOSE\":\"True\",\"RATIO\":\"0.5\"},\"files\":{},"
+                    "\"workdir\":\"/app\",\"env\":{\"DEBUG\":\"1\",\"VERBOSE\":\"True\","
+                    "\"RATIO\":\"0.5\"},\"files\":{},"
                     "\"metadata\":{},\"resources\":{\"cpu\":2.0,\"memory_mib\":512,"
                     "\"disk_gib\":null,\"gpu\":null,\"gpu_type\":null},\"entrypoint\":null,"
                     "\"provider_options\":{},\"ports\":[8000,9222]}");
@@ -202,7 +204,8 @@ static void test_spec_shape_errors(void)
     expect_error("{\"env\": [1]}", SBX_ETYPE, "Sandbox spec env must be a mapping, got list");
     expect_error("{\"env\": {\"A\": [1]}}", SBX_ETYPE, "Sandbox spec env['A'] must be a string");
     expect_error("{\"ttl_s\": \"soon\"}", SBX_ETYPE, "ttl_s must be a number of seconds");
-    expect_error("{\"entrypoint\": \"sleep 1\"}", SBX_ETYPE, "entrypoint must be a list of strings");
+    expect_error("{\"entrypoint\": \"sleep 1\"}", SBX_ETYPE,
+                 "entrypoint must be a list of strings");
     expect_error("{\"entrypoint\": [\"a\", 1]}", SBX_ETYPE, "entrypoint must be a list of strings");
     expect_error("{\"provider_options\": [1]}", SBX_ETYPE,
                  "Sandbox provider_options must be a mapping, got list");
@@ -390,7 +393,8 @@ static void test_setters_build_the_same_spec(void)
     sbx_spec_free(s);
 }
 
-TAP_MAIN(TAP(test_status_names), TAP(test_float_repr_matches_python), TAP(test_exec_result_values), TAP(test_endpoint_values),
+TAP_MAIN(TAP(test_status_names), TAP(test_float_repr_matches_python), TAP(test_exec_result_values),
+         TAP(test_endpoint_values),
          TAP(test_defaults_and_field_order), TAP(test_json_round_trip), TAP(test_yaml_spec),
          TAP(test_spec_shape_errors), TAP(test_non_finite_numbers_refused),
          TAP(test_resources_from_mapping_converts), TAP(test_resources_setter),
