@@ -180,6 +180,12 @@ static void test_first_run_flow(void)
     TAP_EQ_INT(sbx_exec_result_return_code(r), 3);
     sbx_exec_result_free(r);
 
+    /* a shell killed by a signal reads like Python's returncode: -SIGNUM */
+    r = run(sb, "kill -TERM $$", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), -SIGTERM);
+    TAP_NULL(sbx_exec_result_error_type(r));
+    sbx_exec_result_free(r);
+
     /* upload: parent dirs made, mode and mtime kept; download mirrors it. */
     char *src = path_in(tap_tmpdir(), "src.bin");
     TAP_EQ_INT(write_text(src, "payload\001\002"), 0);
