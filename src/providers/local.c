@@ -449,7 +449,8 @@ static void pump(struct local_state *st);
 static char *stream_take(struct stream *s, size_t *len)
 {
     char *d = s->data;
-    if (!d || s->cap < s->len + 1) {
+    /* Room for the NUL; and give back the slack geometric growth left behind. */
+    if (!d || s->cap < s->len + 1 || s->cap - s->len > s->len / 8 + 4096) {
         d = realloc(s->data, s->len + 1);
         if (!d)
             return NULL;
@@ -816,9 +817,19 @@ static void start_exec(struct lexec *e)
     uv_read_start((uv_stream_t *)&e->err.pipe, on_alloc, on_read);
     if (e->has_stdin) {
         e->wreq.data = e;
-        uv_buf_t b = uv_buf_init(e->stdin_data ? e->stdin_data : (char *)"",
-                                 (unsigned)e->stdin_len);
-        if (uv_write(&e->wreq, (uv_stream_t *)&e->in, &b, 1, on_stdin_written) < 0) {
+        /* uv_buf_t lengths are 32-bit: feed larger inputs in 1 GiB pieces (uv_write copies the array). */
+        const size_t piece = (size_t)1 << 30;
+        size_t nb = e->stdin_len ? (e->stdin_len + piece - 1) / piece : 1;
+        uv_buf_t *bufs = calloc(nb, sizeof(*bufs));
+        for (size_t i = 0; bufs && i < nb; i++) {
+            size_t off = i * piece, n = e->stdin_len - off < piece ? e->stdin_len - off : piece;
+            bufs[i] = uv_buf_init(e->stdin_data ? e->stdin_data + off : (char *)"", (unsigned)n);
+        }
+        int wrc = bufs ? uv_write(&e->wreq, (uv_stream_t *)&e->in, bufs, (unsigned)nb,
+                                  on_stdin_written)
+                       : UV_ENOMEM;
+        free(bufs);
+        if (wrc < 0) {
             e->in_open = false;
             close_handle(e, (uv_handle_t *)&e->in);
         }

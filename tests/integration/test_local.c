@@ -558,6 +558,12 @@ static void test_binary_output_and_stdin(void)
     TAP_EQ_STR(out_of(r), "ignored\n");
     sbx_exec_result_free(r);
 
+    /* an empty stdin is an immediate EOF */
+    sbx_exec_opts_set_stdin(o, "", 0);
+    r = run(sb, "cat; echo end", o);
+    TAP_EQ_STR(out_of(r), "end\n");
+    sbx_exec_result_free(r);
+
     /* a large stdin streams through */
     size_t big = (size_t)8 << 20;
     char *data = malloc(big);
