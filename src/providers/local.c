@@ -387,8 +387,10 @@ struct lexec {
     uv_write_t wreq;
     uv_timer_t timer;
     int handles; /* initialised handles whose close callback has not run */
-    char scratch[READ_CHUNK]; /* where bytes past the cap are read and dropped */
 };
+
+/* Where bytes past the cap are read and dropped: one per loop thread, never read back. */
+static __thread char scratch[READ_CHUNK];
 
 static void exec_free(struct lexec *e)
 {
@@ -621,7 +623,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     struct lexec *e = h->data;
     struct stream *s = stream_of(e, h);
     if (s->len >= e->limit) {
-        *buf = uv_buf_init(e->scratch, sizeof(e->scratch));
+        *buf = uv_buf_init(scratch, sizeof(scratch));
         return;
     }
     if (s->cap - s->len < READ_CHUNK) {
@@ -631,7 +633,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
             cap *= 2;
         char *d = realloc(s->data, cap);
         if (!d) {
-            *buf = uv_buf_init(e->scratch, sizeof(e->scratch));
+            *buf = uv_buf_init(scratch, sizeof(scratch));
             return;
         }
         s->data = d;
@@ -646,7 +648,7 @@ static void on_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf)
     struct lexec *e = h->data;
     struct stream *s = stream_of(e, (uv_handle_t *)h);
     if (n > 0) {
-        if (buf->base == e->scratch) {
+        if (buf->base == scratch) {
             e->truncated = true; /* past the cap (or out of memory): drained, dropped, flagged */
         } else {
             s->len += (size_t)n;
@@ -916,16 +918,17 @@ static void local_exec(sbx_op *op, void *state, void *box, const char *command,
     }
     /* A stat of a local directory is cheap enough for the loop, and gives a clear error. */
     struct stat sst;
-    if (stat(e->cwd, &sst) < 0 || !S_ISDIR(sst.st_mode)) {
-        sbx_error *err = sbx_error_new(SBX_ENOENT,
+    int serr = stat(e->cwd, &sst) < 0 ? errno : 0;
+    if (serr || !S_ISDIR(sst.st_mode)) {
+        bool missing = !serr || serr == ENOENT || serr == ENOTDIR;
+        sbx_error *err = sbx_error_new(missing ? SBX_ENOENT : sbx__code_from_errno(serr),
                                        "local exec: working directory '%s' %s; create it or "
                                        "pass an existing cwd",
-                                       e->cwd,
-                                       errno == ENOENT || errno == ENOTDIR || !S_ISDIR(sst.st_mode)
-                                           ? "does not exist"
-                                           : strerror(errno));
+                                       e->cwd, !serr ? "is not a directory"
+                                               : missing ? "does not exist"
+                                                         : strerror(serr));
         exec_free(e);
-        sbx_op_complete(op, SBX_ENOENT, err, NULL);
+        sbx_op_complete(op, sbx_error_code(err), err, NULL);
         return;
     }
     sbx_op_on_cancel(op, on_cancel, e);
