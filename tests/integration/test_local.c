@@ -63,7 +63,10 @@ static sbx_exec_result *run(sbx_sandbox *sb, const char *cmd, const sbx_exec_opt
     return r;
 }
 
-static const char *out_of(const sbx_exec_result *r) { return sbx_exec_result_stdout(r, NULL); }
+static const char *out_of(const sbx_exec_result *r)
+{
+    return sbx_exec_result_stdout(r, NULL);
+}
 
 /* The workspace of a sandbox, as its commands see it. */
 static char *workspace_of(sbx_sandbox *sb)
@@ -193,7 +196,7 @@ static void test_first_run_flow(void)
     char *src = path_in(tap_tmpdir(), "src.bin");
     TAP_EQ_INT(write_text(src, "payload\001\002"), 0);
     chmod(src, 0751);
-    struct timespec old[2] = { { 1000000000, 0 }, { 1000000000, 0 } };
+    struct timespec old[2] = {{1000000000, 0}, {1000000000, 0}};
     utimensat(AT_FDCWD, src, old, 0);
     TAP_OK(sbx_sandbox_upload(sb, src, "a/b/c.bin", &e_));
     char *up = path_in(wd, "a/b/c.bin");
@@ -301,7 +304,8 @@ static void test_user_rejected(void)
 /* --- timeouts, cancel, stop kill the whole tree -------------------------- */
 
 /* Writes the shell's pid (= its process group) and a backgrounded child's pid. */
-#define TREE_CMD "echo $$ > pgid.tmp; mv pgid.tmp pgid; sleep 100 & echo $! > pid.tmp; mv pid.tmp pid; wait"
+#define TREE_CMD                                                                                   \
+    "echo $$ > pgid.tmp; mv pgid.tmp pgid; sleep 100 & echo $! > pid.tmp; mv pid.tmp pid; wait"
 
 static void test_timeout_kills_tree(void)
 {
@@ -867,7 +871,8 @@ static int connect_child(const char *desc, const char *cfg)
     sbx_exec_result *r = NULL;
     sbx_error *e = NULL;
     int rc = 2;
-    if (sbx_provider_new(cfg, &p, &e) == SBX_OK && sbx_sandbox_connect(p, desc, &sb, &e) == SBX_OK &&
+    if (sbx_provider_new(cfg, &p, &e) == SBX_OK &&
+        sbx_sandbox_connect(p, desc, &sb, &e) == SBX_OK &&
         sbx_sandbox_exec(sb, "echo $$ > from-child; pwd", NULL, &r, &e) == SBX_OK)
         rc = sbx_exec_result_return_code(r) == 0 ? 0 : 3;
     if (e)
@@ -887,13 +892,23 @@ int main(int argc, char **argv)
     if (argc > 0 && !realpath(argv[0], self_path))
         snprintf(self_path, sizeof(self_path), "/proc/self/exe");
     static const struct tap_test tests[] = {
-        TAP(test_first_run_flow), TAP(test_env_precedence), TAP(test_user_rejected),
-        TAP(test_timeout_kills_tree), TAP_T(test_timeout_escaped_grandchild, 60),
-        TAP(test_cancel_kills_tree), TAP(test_stop_kills_running_exec),
-        TAP_T(test_100_concurrent_execs, 120), TAP_T(test_default_concurrency_queues, 120),
-        TAP_T(test_large_output_and_cap, 120), TAP(test_binary_output_and_stdin), TAP(test_cwd),
-        TAP_T(test_transfer, 120), TAP(test_serialize_connect_other_process),
-        TAP(test_caller_workdir_connect), TAP(test_status_and_endpoint), TAP(test_config_errors),
+        TAP(test_first_run_flow),
+        TAP(test_env_precedence),
+        TAP(test_user_rejected),
+        TAP(test_timeout_kills_tree),
+        TAP_T(test_timeout_escaped_grandchild, 60),
+        TAP(test_cancel_kills_tree),
+        TAP(test_stop_kills_running_exec),
+        TAP_T(test_100_concurrent_execs, 120),
+        TAP_T(test_default_concurrency_queues, 120),
+        TAP_T(test_large_output_and_cap, 120),
+        TAP(test_binary_output_and_stdin),
+        TAP(test_cwd),
+        TAP_T(test_transfer, 120),
+        TAP(test_serialize_connect_other_process),
+        TAP(test_caller_workdir_connect),
+        TAP(test_status_and_endpoint),
+        TAP(test_config_errors),
     };
     return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
 }
