@@ -72,9 +72,11 @@ $(B)/libsbx.a: $(LIB_OBJ)
 $(B)/sbx: $(CLI_OBJ) $(B)/libsbx.a
 	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(B)/libsbx.a $(LIBS)
 
+# -rdynamic: test binaries link libsbx statically, so its exported API must be
+# in their dynamic symbol table for the test plugins (tests/plugins) to bind to.
 $(B)/tests/%: $(B)/obj/tests/%.o $(TEST_COMMON_OBJ) $(B)/libsbx.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_COMMON_OBJ) $(B)/libsbx.a $(LIBS)
+	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $< $(TEST_COMMON_OBJ) $(B)/libsbx.a $(LIBS)
 
 $(B)/tests/plugins/%.so: tests/plugins/%.c
 	@mkdir -p $(@D)

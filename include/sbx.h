@@ -342,8 +342,21 @@ SBX_EXPORT int sbx_resolve_attribution(const char *team, const char *user, const
 /* Explicit value, then NEMO_GYM_RUN_ID, then a per-process 12-hex id. */
 SBX_EXPORT int sbx_resolve_run_id(const char *run, const char *const *environ, char **out,
                                   sbx_error **err);
+/*
+ * The reference's log_attribution_once(): logs INFO "Sandbox attribution
+ * metadata: {...}" (a Python dict repr) through the log callback, once per
+ * process. `metadata_json` is a JSON object; an empty one logs nothing and
+ * does not use up the one line. Returns 1 when this call logged, 0 when it
+ * did not, SBX_EINVAL/SBX_ETYPE when the text is not a JSON object.
+ * Thread-safe; the "already logged" flag is inherited by a forked child.
+ */
+SBX_EXPORT int sbx_log_attribution_once(const char *metadata_json);
 
-/* Quotes `s` for a POSIX shell exactly as Python's shlex.quote(). */
+/*
+ * Quotes `s` for a POSIX shell exactly as Python's shlex.quote(). Returns a
+ * new string (free with sbx_free), NULL only when out of memory; NULL `s` is
+ * quoted as the empty string. Thread-safe.
+ */
 SBX_EXPORT char *sbx_shell_quote(const char *s);
 
 /* ------------------------------------------------------------------------ */
