@@ -102,18 +102,8 @@ int cli_split_kv(const char *arg, char **key, const char **value);
 /* Parses a non-negative number of seconds. */
 int cli_parse_seconds(const char *s, double *out);
 
-/* --- compat.c: stand-ins until the config branch lands ------------------- */
-
-/* As sbx_shell_quote (Python's shlex.quote). Caller frees. */
-char *cli_shell_quote(const char *s);
-/* argv joined with spaces, each word quoted. Caller frees. */
+/* argv joined with spaces, each word quoted with sbx_shell_quote. Caller frees. */
 char *cli_join_argv(char *const *argv, int argc);
-/* As sbx_config_load_file / sbx_resolve_provider_config / _metadata. */
-int cli_config_load_file(const char *path, char **json_out, sbx_error **err);
-int cli_resolve_provider_config(const char *ref, const char *document, char **json_out,
-                                sbx_error **err);
-int cli_resolve_provider_metadata(const char *ref, const char *document, char **json_out,
-                                  sbx_error **err);
 
 /* --- boxes.c: the CLI's records of boxes it created ---------------------- */
 

@@ -294,8 +294,8 @@ static int upload_dir(struct box_conn *c, const char *src, const char *dst)
     unlink(local);
     if (!remote)
         return rc;
-    _cleanup_free_ char *qd = cli_shell_quote(dst);
-    _cleanup_free_ char *qt = cli_shell_quote(remote);
+    _cleanup_free_ char *qd = sbx_shell_quote(dst);
+    _cleanup_free_ char *qt = sbx_shell_quote(remote);
     _cleanup_free_ char *cmd =
         rc == CLI_EXIT_OK
             ? sbx__printf("mkdir -p -- %s && tar -xpf %s -C %s; rc=$?; rm -f -- %s; exit $rc", qd,
@@ -315,8 +315,8 @@ static int download_dir(struct box_conn *c, const char *src, const char *dst)
     _cleanup_free_ char *remote = box_temp(c);
     if (!remote)
         return CLI_EXIT_SBX;
-    _cleanup_free_ char *qs = cli_shell_quote(src);
-    _cleanup_free_ char *qt = cli_shell_quote(remote);
+    _cleanup_free_ char *qs = sbx_shell_quote(src);
+    _cleanup_free_ char *qt = sbx_shell_quote(remote);
     _cleanup_free_ char *cmd = sbx__printf("tar -cf %s -C %s .", qt, qs);
     sbx_exec_result *r = cmd ? box_sh(c, cmd) : NULL;
     int rc = CLI_EXIT_SBX;
@@ -353,7 +353,7 @@ static int download_dir(struct box_conn *c, const char *src, const char *dst)
 /* "dir", "file", "missing", or NULL when the box cannot say (then: try as a file). */
 static const char *box_kind(struct box_conn *c, const char *path, int *fail)
 {
-    _cleanup_free_ char *q = cli_shell_quote(path);
+    _cleanup_free_ char *q = sbx_shell_quote(path);
     _cleanup_free_ char *cmd = sbx__printf(
         "if [ -d %s ]; then echo dir; elif [ -e %s ]; then echo file; else echo missing; fi", q, q);
     sbx_exec_result *r = cmd ? box_sh(c, cmd) : NULL;

@@ -14,6 +14,21 @@ int cli_split_kv(const char *arg, char **key, const char **value)
     return *key ? 0 : -1;
 }
 
+char *cli_join_argv(char *const *argv, int argc)
+{
+    sbx_buf b = { 0 };
+    for (int i = 0; i < argc; i++) {
+        _cleanup_free_ char *q = sbx_shell_quote(argv[i]);
+        if (!q || (i && sbx__buf_append(&b, " ", 1) < 0) || sbx__buf_append(&b, q, strlen(q)) < 0) {
+            sbx__buf_free(&b);
+            return NULL;
+        }
+    }
+    if (!b.data && sbx__buf_append(&b, "", 0) < 0)
+        return NULL;
+    return b.data;
+}
+
 int cli_parse_seconds(const char *s, double *out)
 {
     double v;
@@ -126,15 +141,10 @@ int cli_provider_config(const char *cmd, const char *provider, const char *confi
         return cli_usage_error(cmd, "--block needs --config FILE");
     if (provider && (strchr(provider, '{') || strchr(provider, ':'))) {
         /* An inline mapping, as the reference's sandbox_provider accepts. */
-        _cleanup_json_ json_t *v = NULL;
-        if (sbx__parse_config_text(provider, &v, &e) < 0) {
+        if (sbx_resolve_provider_config(provider, NULL, config_json, &e) < 0) {
             cli_sbx_error(e, "--provider");
             return CLI_EXIT_USAGE;
         }
-        if (!json_is_object(v) || json_object_size(v) != 1)
-            return cli_usage_error(cmd, "--provider expects a name or a single-key mapping "
-                                        "{name: {...}}");
-        *config_json = sbx__json_dump(v);
         return CLI_EXIT_OK;
     }
     if (provider)
@@ -144,7 +154,7 @@ int cli_provider_config(const char *cmd, const char *provider, const char *confi
         return config_from_name(cmd, env && *env ? env : SBX_CLI_DEFAULT_PROVIDER, config_json);
     }
     _cleanup_free_ char *doc = NULL;
-    if (cli_config_load_file(config_file, &doc, &e) < 0) {
+    if (sbx_config_load_file(config_file, &doc, &e) < 0) {
         cli_sbx_error(e, "--config");
         return CLI_EXIT_USAGE;
     }
@@ -174,12 +184,12 @@ int cli_provider_config(const char *cmd, const char *provider, const char *confi
             return CLI_EXIT_USAGE;
         }
     }
-    if (cli_resolve_provider_config(block, doc, config_json, &e) < 0) {
+    if (sbx_resolve_provider_config(block, doc, config_json, &e) < 0) {
         cli_sbx_error(e, "--block");
         return CLI_EXIT_USAGE;
     }
     _cleanup_free_ char *meta = NULL;
-    if (cli_resolve_provider_metadata(block, doc, &meta, &e) < 0) {
+    if (sbx_resolve_provider_metadata(block, doc, &meta, &e) < 0) {
         free(steal_pointer(config_json));
         cli_sbx_error(e, "--block");
         return CLI_EXIT_USAGE;
