@@ -57,8 +57,7 @@ static char *record_path(const char *dir, const char *id)
 }
 
 int cli_box_save(const char *id, const char *config_json, const char *descriptor_json,
-                 const sbx_kv *labels, double ttl_s, const char *image, json_t **record_out,
-                 sbx_error **err)
+                 const sbx_kv *labels, const sbx_spec *spec, json_t **record_out, sbx_error **err)
 {
     if (!safe_id(id))
         return sbx__set_error(err, SBX_EINVAL, "the provider returned an unusable box id '%s'", id);
@@ -73,12 +72,17 @@ int cli_box_save(const char *id, const char *config_json, const char *descriptor
     _cleanup_json_ json_t *lab = json_object();
     for (size_t i = 0; i < labels->len; i++)
         json_object_set_new(lab, labels->keys[i], json_string(labels->values[i]));
+    /* The spec's env: a connected handle does not know it, so exec passes it each time. */
+    _cleanup_json_ json_t *env = json_object();
+    for (size_t i = 0; i < spec->env.len; i++)
+        json_object_set_new(env, spec->env.keys[i], json_string(spec->env.values[i]));
     const char *provider = json_object_iter_key(json_object_iter(config));
+    const char *image = sbx_spec_image(spec);
     _cleanup_json_ json_t *rec =
-        json_pack("{s:s, s:s?, s:O, s:O, s:O, s:f, s:o, s:o}", "id", id, "provider", provider,
-                  "config", config, "descriptor", desc, "labels", lab, "created", cli_now(),
-                  "ttl_s", ttl_s >= 0 ? json_real(ttl_s) : json_null(), "image",
-                  image ? json_string(image) : json_null());
+        json_pack("{s:s, s:s?, s:O, s:O, s:O, s:O, s:f, s:o, s:o}", "id", id, "provider", provider,
+                  "config", config, "descriptor", desc, "labels", lab, "env", env, "created",
+                  cli_now(), "ttl_s", spec->ttl_s >= 0 ? json_real(spec->ttl_s) : json_null(),
+                  "image", image ? json_string(image) : json_null());
     _cleanup_free_ char *text = rec ? json_dumps(rec, JSON_INDENT(2)) : NULL;
     _cleanup_free_ char *path = record_path(dir, id);
     if (!text || !path)

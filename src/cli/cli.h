@@ -110,11 +110,12 @@ char *cli_join_argv(char *const *argv, int argc);
 /* $SBX_STATE_DIR, /run/sbx (root) or $XDG_RUNTIME_DIR/sbx; "/boxes" under it. */
 int cli_boxes_dir(char **out, sbx_error **err);
 /*
- * Writes boxes/<id>.json: {id, provider, config, descriptor, labels, created,
- * ttl_s, image}. `config` and `descriptor` are JSON texts.
+ * Writes boxes/<id>.json: {id, provider, config, descriptor, labels, env,
+ * created, ttl_s, image} (env, ttl_s and image from `spec`). `config` and
+ * `descriptor` are JSON texts.
  */
 int cli_box_save(const char *id, const char *config_json, const char *descriptor_json,
-                 const sbx_kv *labels, double ttl_s, const char *image, json_t **record_out,
+                 const sbx_kv *labels, const sbx_spec *spec, json_t **record_out,
                  sbx_error **err);
 /*
  * Loads the record for `id` (exact, or a unique prefix). Returns SBX_ENOENT

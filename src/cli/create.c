@@ -54,8 +54,6 @@ int cli_cmd_create(int argc, char **argv)
         cli_error("cannot set up: %s", strerror(errno));
         return CLI_EXIT_SBX;
     }
-    double ttl = spec->ttl_s;
-    _cleanup_free_ char *image = sbx__strdup0(sbx_spec_image(spec));
 
     sbx_error *e = NULL;
     sbx_provider *p = NULL;
@@ -70,7 +68,6 @@ int cli_cmd_create(int argc, char **argv)
     sbx_future *f = NULL;
     _cleanup_free_ char *desc = NULL;
     rc = sbx_sandbox_new(p, spec, &sb, &e);
-    sbx_spec_free(spec);
     if (rc == SBX_OK && (rc = sbx_sandbox_start_async(sb, NULL, &f, &e)) == SBX_OK) {
         rc = cli_wait(f, &e);
         sbx_future_free(f);
@@ -84,8 +81,9 @@ int cli_cmd_create(int argc, char **argv)
     }
     _cleanup_json_ json_t *rec = NULL;
     if (rc == SBX_OK && !cli_signal_received())
-        rc = cli_box_save(sbx_sandbox_id(sb), config, desc, &so.labels, ttl, image, &rec, &e);
+        rc = cli_box_save(sbx_sandbox_id(sb), config, desc, &so.labels, spec, &rec, &e);
     cli_spec_opts_free(&so);
+    sbx_spec_free(spec);
     if (rc < 0 || cli_signal_received()) {
         /* Not recorded: nobody could find the box again, so stop it (free does). */
         int sig = cli_signal_received();

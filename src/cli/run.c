@@ -280,9 +280,21 @@ int cli_cmd_exec(int argc, char **argv)
         cli_sbx_error(e, "connecting to the box");
         return CLI_EXIT_SBX;
     }
-    sbx_exec_result *r = NULL;
-    rc = exec_and_print(sb, command, &a, &env, &r);
+    /* The box's own env (from create), then -e on top. */
+    sbx_kv all_env = { 0 };
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(rec, "env"), k, v)
+    {
+        if (json_is_string(v))
+            sbx__kv_set(&all_env, k, json_string_value(v));
+    }
+    for (size_t i = 0; i < env.len; i++)
+        sbx__kv_set(&all_env, env.keys[i], env.values[i]);
     sbx__kv_free(&env);
+    sbx_exec_result *r = NULL;
+    rc = exec_and_print(sb, command, &a, &all_env, &r);
+    sbx__kv_free(&all_env);
     if (rc < 0)
         rc = interrupted("the command was cancelled; the box lives on");
     else if (rc == CLI_EXIT_OK)
