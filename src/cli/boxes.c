@@ -142,7 +142,8 @@ int cli_box_list(json_t **records, sbx_error **err)
         items[n++] = v;
     }
     closedir(d);
-    qsort(items, n, sizeof(*items), by_created);
+    if (n)
+        qsort(items, n, sizeof(*items), by_created);
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(arr, items[i]);
