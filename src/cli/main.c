@@ -30,6 +30,7 @@ struct command {
     const char *usage;
     const char *summary;
     const char *help;
+    const char *notes; /* after the options, or NULL */
 };
 
 static const struct command commands[] = {
@@ -39,13 +40,16 @@ static const struct command commands[] = {
                         "  --timeout S            seconds CMD may run (default 180; 0: none)\n"
                         "  --user U               user to run CMD as (name or uid[:gid])\n"
                         "  --no-stdin             do not pass stdin to CMD\n"
-                        "  --json                 print the result as JSON\n"
-                        "\nCMD's words are quoted and joined into one shell command. stdin,\n"
-                        "when it is not a terminal, is read fully and given to CMD.\n" },
+                        "  --json                 print the result as JSON\n",
+      "CMD's words are quoted and joined into one shell command (use sh -c '...'\n"
+      "for pipes). stdin, when it is not a terminal, is read fully and given to CMD.\n"
+      "The box is stopped on exit, also on SIGINT/SIGTERM.\n" },
     { "create", cli_cmd_create, "sbx create [OPTIONS]",
       "create a box that outlives the command; print its id",
       SPEC_OPTIONS_HELP "Output:\n"
-                        "  --json                 print the box's record as JSON\n" },
+                        "  --json                 print the box's record as JSON\n",
+      "The box keeps running until 'sbx stop ID', 'sbx gc' after its TTL, or the\n"
+      "provider ends it.\n" },
     { "exec", cli_cmd_exec, "sbx exec [--cwd D] [-e K=V] [--user U] [--timeout S] ID [--] CMD...",
       "run CMD in a box made by `sbx create`; exit with CMD's status",
       "  --cwd DIR              working directory (default: the box's workdir)\n"
@@ -53,27 +57,29 @@ static const struct command commands[] = {
       "  --user U               user to run CMD as (name or uid[:gid])\n"
       "  --timeout S            seconds CMD may run (default 180; 0: none)\n"
       "  --no-stdin             do not pass stdin to CMD\n"
-      "  --json                 print the result as JSON\n" },
+      "  --json                 print the result as JSON\n",
+      "Options may also come between ID and CMD. The box keeps running.\n" },
     { "cp", cli_cmd_cp, "sbx cp SRC DST",
-      "copy a file or directory into or out of a box (one side is ID:PATH)",
+      "copy a file or directory into or out of a box (one side is ID:PATH)", "",
       "Exactly one of SRC and DST is ID:PATH. A directory is copied with its\n"
       "contents and modes: DST becomes that directory (created when missing).\n"
-      "A DST ending in '/' receives a file under its own name.\n" },
+      "A DST ending in '/' (or an existing local directory) receives a file under\n"
+      "its own name. Directories need sh, mktemp and tar in the box.\n" },
     { "ls", cli_cmd_ls, "sbx ls [--label K=V] [--json]",
       "list the boxes made by `sbx create`, with their live status",
       "  --label K=V            only boxes with this label (repeatable)\n"
       "  -q, --quiet            print only ids\n"
-      "  --json                 print a JSON array\n" },
+      "  --json                 print a JSON array\n", NULL },
     { "status", cli_cmd_status, "sbx status [--json] ID", "print a box's live status",
-      "  --json                 print the record and status as JSON\n" },
+      "  --json                 print the record and status as JSON\n", NULL },
     { "stop", cli_cmd_stop, "sbx stop [--force] ID...", "stop boxes and forget them",
-      "  --force                forget the box even when stopping it fails\n" },
+      "  --force                forget the box even when stopping it fails\n", NULL },
     { "gc", cli_cmd_gc, "sbx gc [--dry-run] [--json]",
       "stop and forget boxes whose TTL passed or that are no longer running",
       "  --dry-run              only print what would be collected\n"
-      "  --json                 print a JSON array\n" },
+      "  --json                 print a JSON array\n", NULL },
     { "providers", cli_cmd_providers, "sbx providers [--json]", "list the available providers",
-      "  --json                 print a JSON array\n" },
+      "  --json                 print a JSON array\n", NULL },
 };
 
 static const struct command *find_command(const char *name)
@@ -167,6 +173,8 @@ void cli_help(const char *cmd)
     }
     printf("usage: %s\n\n%s.\n\n%s", c->usage, c->summary, c->help);
     printf("  -h, --help             show this help\n");
+    if (c->notes)
+        printf("\n%s", c->notes);
 }
 
 int main(int argc, char **argv)
