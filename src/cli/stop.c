@@ -84,12 +84,12 @@ int cli_cmd_stop(int argc, char **argv)
     return rc;
 }
 
-/* Why gc collects a record, or NULL to keep it. `reachable` says if the box answered. */
+/*
+ * Why gc collects a record, or NULL to keep it. `reachable` says whether the
+ * box answered a status call (a box that does not cannot be stopped).
+ */
 static const char *gc_reason(const json_t *rec, double now, bool *reachable)
 {
-    *reachable = true;
-    if (cli_box_expired(rec, now))
-        return "ttl expired";
     sbx_provider *p = NULL;
     sbx_sandbox *sb = NULL;
     sbx_error *e = NULL;
@@ -101,10 +101,11 @@ static const char *gc_reason(const json_t *rec, double now, bool *reachable)
         sbx_provider_free(p);
     }
     sbx_error_free(e);
-    if (rc < 0) {
-        *reachable = false;
+    *reachable = rc == SBX_OK;
+    if (cli_box_expired(rec, now))
+        return "ttl expired";
+    if (rc < 0)
         return "unreachable";
-    }
     if (st == SBX_STATUS_STOPPED)
         return "stopped";
     if (st == SBX_STATUS_ERROR)
@@ -157,7 +158,8 @@ int cli_cmd_gc(int argc, char **argv)
         bool removed = false;
         if (!dry) {
             /* A box that no longer answers cannot be stopped: forget it all the same. */
-            if (stop_box(rec, !reachable || strcmp(reason, "ttl expired") != 0, &e) < 0) {
+            bool alive = reachable && !strcmp(reason, "ttl expired");
+            if (stop_box(rec, !alive, &e) < 0) {
                 cli_error("stopping box %s failed: %s", id,
                           e ? sbx_error_message(e) : "unknown error");
                 rc = CLI_EXIT_FAIL;
