@@ -82,7 +82,7 @@ int sbx_config_load_file(const char *path, char **json_out, sbx_error **err)
     _cleanup_json_ json_t *v = NULL;
     int rc = load_interpolated(data, &v, &e);
     if (rc < 0)
-        return sbx__fail(err, sbx_error_prefix(e, "%s: ", path));
+        return sbx__fail(err, sbx_error_prefix(e, "%s", path));
     return dump_to(v, json_out, err);
 }
 
@@ -164,7 +164,7 @@ static int lookup_named(const char *name, const char *document, json_t **block_o
     if (document) {
         sbx_error *e = NULL;
         if (sbx__parse_config_text(document, &doc, &e) < 0)
-            return sbx__fail(err, sbx_error_prefix(e, "merged config: "));
+            return sbx__fail(err, sbx_error_prefix(e, "merged config"));
         if (json_is_null(doc)) {
             json_decref(doc);
             doc = NULL;
@@ -223,7 +223,7 @@ static int resolve_block(const char *ref, const char *document, json_t **block_o
     if (*p == '{') {
         sbx_error *e = NULL;
         if (sbx__parse_config_text(ref, &v, &e) < 0)
-            return sbx__fail(err, sbx_error_prefix(e, INLINE_SOURCE ": "));
+            return sbx__fail(err, sbx_error_prefix(e, INLINE_SOURCE));
     } else if (sbx__parse_config_text(ref, &v, NULL) < 0) {
         return lookup_named(ref, document, block_out, source_out, err);
     }

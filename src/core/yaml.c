@@ -253,35 +253,58 @@ static int next_event(struct yparser *y, yaml_event_t *ev, sbx_error **err)
     return 0;
 }
 
+/* Adds the keys of `src` (a mapping, or a list of mappings) that `obj` lacks. */
 static int merge_into(json_t *obj, json_t *src)
 {
-    /* "<<": a mapping or a list of mappings; keys already present win. */
     if (json_is_object(src)) {
         const char *k;
         json_t *v;
         json_object_foreach(src, k, v) {
-            if (!json_object_get(obj, k))
-                json_object_set(obj, k, v);
+            if (!json_object_get(obj, k) && json_object_set(obj, k, v) < 0)
+                return -1;
         }
         return 0;
     }
     if (json_is_array(src)) {
         for (size_t i = 0; i < json_array_size(src); i++)
-            if (merge_into(obj, json_array_get(src, i)) < 0)
+            if (!json_is_object(json_array_get(src, i)) ||
+                merge_into(obj, json_array_get(src, i)) < 0)
                 return -1;
         return 0;
     }
     return -1;
 }
 
-/* JSON keys are strings; YAML's 1 or true keys become their text (as OmegaConf prints them). */
+/*
+ * "<<" merge keys: the mapping's own keys win over merged ones, and an
+ * earlier merge source wins over a later one. As in PyYAML, merged keys come
+ * first in the result. `v` is rebuilt in place: an anchor may point at it.
+ */
+static int apply_merges(json_t *v, json_t *merges)
+{
+    _cleanup_json_ json_t *m = json_object();
+    if (!m)
+        return -1;
+    for (size_t i = 0; i < json_array_size(merges); i++)
+        if (merge_into(m, json_array_get(merges, i)) < 0)
+            return -1;
+    if (json_object_update(m, v) < 0 || json_object_clear(v) < 0 || json_object_update(v, m) < 0)
+        return -1;
+    return 0;
+}
+
+/*
+ * JSON keys are strings: a YAML key that is not (1, true, ~, 1.5) becomes
+ * Python's str() of it ("1", "True", "None", "1.5"), which is what the
+ * reference's str(key) makes of it.
+ */
 static char *key_text(const json_t *key)
 {
     if (json_is_string(key))
         return strdup(json_string_value(key));
-    if (json_is_null(key))
-        return strdup("null");
-    return json_dumps(key, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (json_is_object(key) || json_is_array(key))
+        return json_dumps(key, JSON_ENCODE_ANY | JSON_COMPACT);
+    return sbx__json_repr(key);
 }
 
 static int parse_sequence(struct yparser *y, json_t *v, sbx_error **err)
@@ -357,8 +380,9 @@ static int parse_mapping(struct yparser *y, json_t *v, sbx_error **err)
         if (json_object_set_new(v, ktext, val) < 0)
             return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
-    if (merges && merge_into(v, merges) < 0)
-        return sbx__set_error(err, SBX_EINVAL, "invalid YAML: '<<' must merge mappings");
+    if (merges && apply_merges(v, merges) < 0)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "invalid YAML: '<<' must merge a mapping or a list of mappings");
     return 0;
 }
 
