@@ -449,7 +449,8 @@ static void pump(struct local_state *st);
 static char *stream_take(struct stream *s, size_t *len)
 {
     char *d = s->data;
-    if (!d || s->cap < s->len + 1) {
+    /* Room for the NUL; and give back the slack geometric growth left behind. */
+    if (!d || s->cap < s->len + 1 || s->cap - s->len > s->len / 8 + 4096) {
         d = realloc(s->data, s->len + 1);
         if (!d)
             return NULL;
@@ -730,15 +731,34 @@ static void start_exec(struct lexec *e)
         e->handles++;
     }
 
-    char **envp = build_env(&e->env);
+    /*
+     * Plain pipes, not libuv's socketpairs: a pipe lets a reader collect many
+     * small writes in one read, which makes large outputs several times
+     * faster. Both ends are close-on-exec; the child gets its end by dup2,
+     * which clears the flag on the copy only.
+     */
+    int pfd[3][2] = { { -1, -1 }, { -1, -1 }, { -1, -1 } };
+    int prc = 0;
+    for (int i = 0; i < 3 && !prc; i++)
+        if ((i > 0 || e->has_stdin) && pipe2(pfd[i], O_CLOEXEC) < 0)
+            prc = uv_translate_sys_error(errno);
+    /* The parent keeps stdin's write end and the read ends of stdout and stderr. */
+    if (!prc && e->has_stdin && !(prc = uv_pipe_open(&e->in, pfd[0][1])))
+        pfd[0][1] = -1;
+    if (!prc && !(prc = uv_pipe_open(&e->out.pipe, pfd[1][0])))
+        pfd[1][0] = -1;
+    if (!prc && !(prc = uv_pipe_open(&e->err.pipe, pfd[2][0])))
+        pfd[2][0] = -1;
+
+    char **envp = prc ? NULL : build_env(&e->env);
     char *args[] = { st->shell, (char *)"-c", e->command, NULL };
     uv_stdio_container_t io[3];
-    io[0].flags = e->has_stdin ? (uv_stdio_flags)(UV_CREATE_PIPE | UV_READABLE_PIPE) : UV_IGNORE;
-    io[0].data.stream = (uv_stream_t *)&e->in;
-    io[1].flags = (uv_stdio_flags)(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
-    io[1].data.stream = (uv_stream_t *)&e->out.pipe;
-    io[2].flags = (uv_stdio_flags)(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
-    io[2].data.stream = (uv_stream_t *)&e->err.pipe;
+    io[0].flags = e->has_stdin ? UV_INHERIT_FD : UV_IGNORE; /* ignored: /dev/null */
+    io[0].data.fd = pfd[0][0];
+    io[1].flags = UV_INHERIT_FD;
+    io[1].data.fd = pfd[1][1];
+    io[2].flags = UV_INHERIT_FD;
+    io[2].data.fd = pfd[2][1];
     uv_process_options_t o = {
         .exit_cb = on_proc_exit,
         .file = st->shell,
@@ -751,8 +771,13 @@ static void start_exec(struct lexec *e)
         .stdio = io,
     };
     e->proc.data = e;
-    int rc = envp ? uv_spawn(loop, &e->proc, &o) : UV_ENOMEM;
+    int rc = envp ? uv_spawn(loop, &e->proc, &o) : prc ? prc : UV_ENOMEM;
     free_env(envp);
+    /* The child has its copies now (or never will): our copies of its ends must go for EOF. */
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 2; k++)
+            if (pfd[i][k] >= 0)
+                close(pfd[i][k]);
     if (envp)
         e->handles++; /* uv_spawn initialises the process handle even when it fails */
     if (rc < 0) {
@@ -792,9 +817,19 @@ static void start_exec(struct lexec *e)
     uv_read_start((uv_stream_t *)&e->err.pipe, on_alloc, on_read);
     if (e->has_stdin) {
         e->wreq.data = e;
-        uv_buf_t b = uv_buf_init(e->stdin_data ? e->stdin_data : (char *)"",
-                                 (unsigned)e->stdin_len);
-        if (uv_write(&e->wreq, (uv_stream_t *)&e->in, &b, 1, on_stdin_written) < 0) {
+        /* uv_buf_t lengths are 32-bit: feed larger inputs in 1 GiB pieces (uv_write copies the array). */
+        const size_t piece = (size_t)1 << 30;
+        size_t nb = e->stdin_len ? (e->stdin_len + piece - 1) / piece : 1;
+        uv_buf_t *bufs = calloc(nb, sizeof(*bufs));
+        for (size_t i = 0; bufs && i < nb; i++) {
+            size_t off = i * piece, n = e->stdin_len - off < piece ? e->stdin_len - off : piece;
+            bufs[i] = uv_buf_init(e->stdin_data ? e->stdin_data + off : (char *)"", (unsigned)n);
+        }
+        int wrc = bufs ? uv_write(&e->wreq, (uv_stream_t *)&e->in, bufs, (unsigned)nb,
+                                  on_stdin_written)
+                       : UV_ENOMEM;
+        free(bufs);
+        if (wrc < 0) {
             e->in_open = false;
             close_handle(e, (uv_handle_t *)&e->in);
         }

@@ -180,6 +180,12 @@ static void test_first_run_flow(void)
     TAP_EQ_INT(sbx_exec_result_return_code(r), 3);
     sbx_exec_result_free(r);
 
+    /* a shell killed by a signal reads like Python's returncode: -SIGNUM */
+    r = run(sb, "kill -TERM $$", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), -SIGTERM);
+    TAP_NULL(sbx_exec_result_error_type(r));
+    sbx_exec_result_free(r);
+
     /* upload: parent dirs made, mode and mtime kept; download mirrors it. */
     char *src = path_in(tap_tmpdir(), "src.bin");
     TAP_EQ_INT(write_text(src, "payload\001\002"), 0);
@@ -550,6 +556,12 @@ static void test_binary_output_and_stdin(void)
     /* stdin that is not read does not fail the command */
     r = run(sb, "echo ignored", o);
     TAP_EQ_STR(out_of(r), "ignored\n");
+    sbx_exec_result_free(r);
+
+    /* an empty stdin is an immediate EOF */
+    sbx_exec_opts_set_stdin(o, "", 0);
+    r = run(sb, "cat; echo end", o);
+    TAP_EQ_STR(out_of(r), "end\n");
     sbx_exec_result_free(r);
 
     /* a large stdin streams through */
