@@ -171,8 +171,6 @@ int cli_print_result(const char *id, const sbx_exec_result *r, double timeout_s,
 int cli_read_stdin(sbx_buf *buf, bool *has);
 
 /* create.c: the handles `sbx create` leaves open on exit (globals: reachable for leak checkers). */
-extern sbx_sandbox *cli_kept_box;
-extern sbx_provider *cli_kept_provider;
 
 /* --- commands ------------------------------------------------------------ */
 

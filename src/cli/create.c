@@ -9,10 +9,6 @@
  */
 #define CREATE_SCOPE "owner"
 
-/* The handles create leaves open on purpose (see the TODO at the end). */
-sbx_sandbox *cli_kept_box;
-sbx_provider *cli_kept_provider;
-
 int cli_cmd_create(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -105,15 +101,8 @@ int cli_cmd_create(int argc, char **argv)
         cli_print_json(rec);
     else
         printf("%s\n", sbx_sandbox_id(sb));
-    /*
-     * TODO(sbx_sandbox_detach): the library has no call yet that releases an
-     * owning handle without stopping its box, and sbx_sandbox_free() would
-     * stop it. So the handle and provider are deliberately not freed: the
-     * process exits with the box running, and the record lets `sbx exec`,
-     * `sbx stop` and `sbx gc` reach it. Kept in globals so leak checkers
-     * see them as still reachable.
-     */
-    cli_kept_box = sb;
-    cli_kept_provider = p;
+    /* The box outlives this process: the record lets exec, stop and gc reach it. */
+    sbx_sandbox_detach(sb);
+    sbx_provider_free(p);
     return CLI_EXIT_OK;
 }
