@@ -63,6 +63,7 @@ $(B)/obj/%.o: %.c
 
 $(B)/libsbx.so: $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libsbx.so.0 -Wl,--no-undefined $(LDFLAGS_ALL) -o $@ $^ $(LIBS)
+	ln -sf libsbx.so $(B)/libsbx.so.0
 
 # The internal static library: tests, the CLI and sbxd reach sbx__ internals through it.
 $(B)/libsbx.a: $(LIB_OBJ)
