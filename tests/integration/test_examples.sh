@@ -4,6 +4,7 @@ set -u
 cd "$(dirname "$0")/../.."
 B=${B:-build}
 echo "1..1"
+trap "rm -rf /tmp/sbx-first-run" EXIT
 out=$("$B/examples/first_run" local 2>&1)
 if [ $? -eq 0 ] && echo "$out" | grep -q "return code 0, stdout: hello from a sandbox" &&
    echo "$out" | grep -q "^started local-"; then
