@@ -36,6 +36,7 @@ struct exec {
     bool trunc_out, trunc_err;
     int64_t deadline; /* monotonic ms, -1: none */
     bool timed_out, cancelled;
+    bool finished; /* EXIT sent (or dropped), memory queued for release */
     long long oom_before;
 };
 
@@ -104,8 +105,9 @@ static void unlink_all(struct exec *e)
 /* Sends EXIT once the process is reaped and both pipes are done. */
 static void maybe_finish(struct exec *e)
 {
-    if (!e->exited || e->out.fd >= 0 || e->err.fd >= 0)
+    if (e->finished || !e->exited || e->out.fd >= 0 || e->err.fd >= 0)
         return;
+    e->finished = true;
     watch_close(&e->in);
     if (e->conn) {
         uint32_t flags = (e->trunc_out ? SBX_EXITF_STDOUT_TRUNCATED : 0) |
