@@ -105,12 +105,15 @@ static void do_jobs(void *arg)
     }
 }
 
-static void do_close(void *arg) { sbx__agent_close(arg); }
+static void do_close(void *arg)
+{
+    sbx__agent_close(arg);
+}
 
 /* Runs `n` ops of a kind, all submitted at once, and waits for every one. */
 static void run(struct job *j, int n)
 {
-    struct waiter w = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, n, 0, NULL };
+    struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, n, 0, NULL};
     j->w = &w;
     j->n = n;
     sbx__context_post(P->ctx, do_jobs, j);
@@ -176,8 +179,8 @@ int main(int argc, char **argv)
     close(rp[0]);
     if (sbx_provider_new("{\"fake\": {}}", &P, NULL) != SBX_OK)
         die("provider");
-    struct waiter cw = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0, NULL };
-    struct job j = { .w = &cw, .sock = sock };
+    struct waiter cw = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0, NULL};
+    struct job j = {.w = &cw, .sock = sock};
     sbx__context_post(P->ctx, do_connect, &j);
     wait_all(&cw);
     if (cw.code || !cw.value)
@@ -190,7 +193,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < n; i++)
         fork_exec_true();
     double base = (now() - t0) / n;
-    const char *const targv[] = { "/bin/true", NULL };
+    const char *const targv[] = {"/bin/true", NULL};
     j.argv = targv;
     t0 = now();
     for (int i = 0; i < n; i++)
@@ -243,8 +246,8 @@ int main(int argc, char **argv)
     printf("cp                           %8.1f ms   %6.0f MiB/s\n", cp * 1e3, 256 / cp);
     printf("agent upload                 %8.1f ms   %6.0f MiB/s  x%.2f\n", up * 1e3, 256 / up,
            up / cp);
-    printf("agent download               %8.1f ms   %6.0f MiB/s  x%.2f\n", down * 1e3,
-           256 / down, down / cp);
+    printf("agent download               %8.1f ms   %6.0f MiB/s  x%.2f\n", down * 1e3, 256 / down,
+           down / cp);
 
     sbx__context_post(P->ctx, do_close, j.c);
     sbx__context_drain(P->ctx);

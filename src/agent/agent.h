@@ -65,7 +65,7 @@ struct conn {
     sbx_proto_reader rd;
     bool got_hello;
     bool dead;
-    bool write_failed; /* closed from conns_pump(), never inside a send */
+    bool write_failed;  /* closed from conns_pump(), never inside a send */
     bool exit_on_close; /* --stdio: the agent exits when this stream ends */
     struct obuf *qhead, *qtail;
     size_t queued;

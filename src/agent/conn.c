@@ -35,10 +35,10 @@ static void conn_free(void *p)
 
 static void send_hello(struct conn *c)
 {
-    sbx_pbuf b = { 0 };
+    sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
-    sbx_msg_hello h = { SBX_PROTO_MAGIC, SBX_PROTO_MIN_VERSION, SBX_PROTO_VERSION,
-                        SBX_PROTO_MAX_PAYLOAD, (char *)AGENT_VERSION };
+    sbx_msg_hello h = {SBX_PROTO_MAGIC, SBX_PROTO_MIN_VERSION, SBX_PROTO_VERSION,
+                       SBX_PROTO_MAX_PAYLOAD, (char *)AGENT_VERSION};
     sbx__msg_hello_encode(&b, &h);
     conn_send(c, &b, SBX_MSG_HELLO, 0);
 }
@@ -60,7 +60,10 @@ struct conn *conn_new(int fd_in, int fd_out)
     return c;
 }
 
-static int out_fd(const struct conn *c) { return c->same_fd ? c->in.fd : c->out.fd; }
+static int out_fd(const struct conn *c)
+{
+    return c->same_fd ? c->in.fd : c->out.fd;
+}
 
 static void want_write(struct conn *c, bool on)
 {
@@ -236,7 +239,7 @@ static void proto_error(struct conn *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    sbx_pbuf b = { 0 };
+    sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
     sbx__msg_status_encode(&b, EPROTO, msg);
     if (sbx__pbuf_finish(&b, SBX_MSG_ERROR, 0) == 0) {
@@ -256,7 +259,7 @@ static void dispatch(struct conn *c, const sbx_frame *f)
             proto_error(c, "expected a HELLO frame first (got type 0x%02x)", f->type);
             return;
         }
-        sbx_msg_hello mine = { SBX_PROTO_MAGIC, SBX_PROTO_MIN_VERSION, SBX_PROTO_VERSION, 0, NULL };
+        sbx_msg_hello mine = {SBX_PROTO_MAGIC, SBX_PROTO_MIN_VERSION, SBX_PROTO_VERSION, 0, NULL};
         int v = sbx__proto_negotiate(&mine, h);
         free(h);
         if (v < 0) {
@@ -275,7 +278,7 @@ static void dispatch(struct conn *c, const sbx_frame *f)
             proto_error(c, "malformed PING");
             return;
         }
-        sbx_pbuf b = { 0 };
+        sbx_pbuf b = {0};
         sbx__pbuf_begin(&b);
         sbx__msg_u64_encode(&b, cookie);
         conn_send(c, &b, SBX_MSG_PONG, f->channel);

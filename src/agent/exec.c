@@ -42,13 +42,13 @@ struct exec {
 
 static struct exec *all_execs;
 
-#define EXEC_OF(w, member) ((struct exec *)((char *)(w) - offsetof(struct exec, member)))
+#define EXEC_OF(w, member) ((struct exec *)((char *)(w)-offsetof(struct exec, member)))
 
 /* The box's oom_kill counter (cgroup v2 memory.events, v1 memory.oom_control); -1 if hidden. */
 static long long read_oom_kills(void)
 {
-    static const char *const files[] = { "/sys/fs/cgroup/memory.events",
-                                         "/sys/fs/cgroup/memory/memory.oom_control" };
+    static const char *const files[] = {"/sys/fs/cgroup/memory.events",
+                                        "/sys/fs/cgroup/memory/memory.oom_control"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         int fd = open(files[i], O_RDONLY | O_CLOEXEC);
         if (fd < 0)
@@ -74,7 +74,7 @@ static long long read_oom_kills(void)
 static void send_exit(struct conn *c, uint32_t ch, uint8_t kind, int32_t code, uint32_t flags,
                       const char *msg)
 {
-    sbx_pbuf b = { 0 };
+    sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
     sbx__msg_exit_encode(&b, kind, code, flags, msg);
     conn_send(c, &b, SBX_MSG_EXIT, ch);
@@ -255,7 +255,7 @@ void exec_stdin(struct conn *c, struct chan *ch, const sbx_frame *f)
             return;
         }
         memcpy(d, f->payload, f->len);
-        *o = (struct obuf){ NULL, d, f->len, 0 };
+        *o = (struct obuf){NULL, d, f->len, 0};
         struct obuf **pp = &e->inq;
         while (*pp)
             pp = &(*pp)->next;
@@ -373,7 +373,7 @@ static void child(int in_fd, int out_fd, int err_fd, int report, const sbx_msg_e
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    struct sigaction dfl = { .sa_handler = SIG_DFL };
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
     sigaction(SIGPIPE, &dfl, NULL);
     setsid();
     /* Move the pipe ends clear of 0..2 first so the dup2s below cannot clobber each other. */
@@ -383,26 +383,25 @@ static void child(int in_fd, int out_fd, int err_fd, int report, const sbx_msg_e
     dup2(in_fd, 0);
     dup2(out_fd, 1);
     dup2(err_fd, 2);
-    struct child_err ce = { 0, 0 };
+    struct child_err ce = {0, 0};
     if (m->cwd && m->cwd[0] && chdir(m->cwd) < 0) {
-        ce = (struct child_err){ STAGE_CHDIR, errno };
+        ce = (struct child_err){STAGE_CHDIR, errno};
         goto fail;
     }
     if (u) {
         /* Groups, then gid, then uid: once uid changes we could no longer change the others. */
         if (geteuid() == 0) {
-            if (setgroups(u->n_groups, u->groups) < 0 || setgid(u->gid) < 0 ||
-                setuid(u->uid) < 0) {
-                ce = (struct child_err){ STAGE_USER, errno };
+            if (setgroups(u->n_groups, u->groups) < 0 || setgid(u->gid) < 0 || setuid(u->uid) < 0) {
+                ce = (struct child_err){STAGE_USER, errno};
                 goto fail;
             }
         } else if (u->uid != geteuid()) {
-            ce = (struct child_err){ STAGE_USER, EPERM };
+            ce = (struct child_err){STAGE_USER, EPERM};
             goto fail;
         }
     }
     if (m->flags & SBX_EXEC_SHELL) {
-        char *const sh[] = { (char *)"sh", (char *)"-c", m->argv[0], NULL };
+        char *const sh[] = {(char *)"sh", (char *)"-c", m->argv[0], NULL};
         execve("/bin/sh", sh, envp);
     } else if (strchr(m->argv[0], '/')) {
         execve(m->argv[0], m->argv, envp);
@@ -433,15 +432,18 @@ static void child(int in_fd, int out_fd, int err_fd, int report, const sbx_msg_e
         }
         errno = saved;
     }
-    ce = (struct child_err){ STAGE_EXEC, errno };
-fail: {
+    ce = (struct child_err){STAGE_EXEC, errno};
+fail : {
     ssize_t n = write(report, &ce, sizeof(ce));
     (void)n;
     _exit(125);
 }
 }
 
-static int set_nonblock(int fd) { return fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+static int set_nonblock(int fd)
+{
+    return fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
 
 int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f)
 {
@@ -449,7 +451,7 @@ int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f)
     if (sbx__msg_exec_decode(f, &m) < 0)
         return -1;
     char msg[512];
-    struct user_ids uids = { 0 };
+    struct user_ids uids = {0};
     bool have_user = m->user && m->user[0];
     if (have_user && users_resolve(m->user, &uids, msg, sizeof(msg)) < 0) {
         send_exit(c, ch, SBX_EXIT_FAILED, 0, 0, msg);
@@ -464,9 +466,9 @@ int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f)
     while (m->env[n_req])
         n_req++;
     char **envp = calloc(n_env + n_req + 8, sizeof(char *));
-    char *idvars[3] = { NULL, NULL, NULL };
+    char *idvars[3] = {NULL, NULL, NULL};
     size_t n = 0;
-    int pin[2] = { -1, -1 }, pout[2] = { -1, -1 }, perr[2] = { -1, -1 }, rep[2] = { -1, -1 };
+    int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1}, rep[2] = {-1, -1};
     if (!envp)
         goto oom;
     envp[0] = NULL;
@@ -491,7 +493,8 @@ int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f)
     for (size_t i = 0; i < n; i++)
         has_path |= strncmp(envp[i], "PATH=", 5) == 0;
     if (!has_path)
-        env_put(envp, &n, (char *)"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        env_put(envp, &n,
+                (char *)"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
 
     if (pipe2(pin, O_CLOEXEC) < 0 || pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0 ||
         pipe2(rep, O_CLOEXEC) < 0) {
@@ -513,7 +516,7 @@ int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f)
     pin[0] = pout[1] = perr[1] = rep[1] = -1;
 
     /* EOF on the report pipe means exec succeeded (it is close-on-exec). */
-    struct child_err ce = { 0, 0 };
+    struct child_err ce = {0, 0};
     ssize_t got;
     do
         got = read(rep[0], &ce, sizeof(ce));
@@ -539,8 +542,7 @@ int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f)
             snprintf(msg, sizeof(msg), "cannot change directory to '%s': %s", m->cwd,
                      strerror(ce.err));
         else if (ce.stage == STAGE_USER)
-            snprintf(msg, sizeof(msg), "cannot switch to user '%s': %s", m->user,
-                     strerror(ce.err));
+            snprintf(msg, sizeof(msg), "cannot switch to user '%s': %s", m->user, strerror(ce.err));
         else
             snprintf(msg, sizeof(msg), "cannot run %s: %s",
                      m->flags & SBX_EXEC_SHELL ? "/bin/sh" : m->argv[0], strerror(ce.err));

@@ -90,8 +90,8 @@ static int walk_open(const char *path, int flags, mode_t mode)
         int cfd = -1;
         bool is_link;
         if (last) {
-            is_link = fstatat(stack[depth], comp, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-                      S_ISLNK(st.st_mode);
+            is_link =
+                fstatat(stack[depth], comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
             if (!is_link) {
                 /* O_NOFOLLOW: a link swapped in since the fstatat fails, never followed. */
                 fd = openat(stack[depth], comp, flags | O_NOFOLLOW | O_CLOEXEC, mode);
@@ -186,7 +186,7 @@ static void send_status(struct conn *c, uint32_t ch, int errnum, const char *fmt
         vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
     }
-    sbx_pbuf b = { 0 };
+    sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
     sbx__msg_status_encode(&b, errnum, msg);
     conn_send(c, &b, SBX_MSG_STATUS, ch);
@@ -246,7 +246,8 @@ static int open_dir_p(const char *dir)
                 pfd = root_open("/", O_PATH | O_DIRECTORY, 0);
                 name = buf;
             }
-            /* mkdirat never follows a link at `name`: a planted link makes it fail (EEXIST+ENOTDIR). */
+            /* mkdirat never follows a link at `name`: a planted link makes it fail
+             * (EEXIST+ENOTDIR). */
             int rc = pfd >= 0 ? mkdirat(pfd, name, 0755) : -1;
             int e = errno;
             if (pfd >= 0)
@@ -310,7 +311,8 @@ int file_put_start(struct conn *c, uint32_t ch, const sbx_frame *f)
     static unsigned counter;
     for (int tries = 0; tries < 100; tries++) {
         snprintf(p->tmp, sizeof(p->tmp), ".sbx-upload-%d-%u", (int)getpid(), counter++);
-        p->fd = openat(p->dirfd, p->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        p->fd =
+            openat(p->dirfd, p->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (p->fd >= 0 || errno != EEXIST)
             break;
     }
@@ -426,7 +428,7 @@ int file_get_start(struct conn *c, uint32_t ch, const sbx_frame *f)
     g->ch.id = ch;
     g->ch.kind = CHAN_GET;
     g->fd = fd;
-    sbx_pbuf b = { 0 };
+    sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
     sbx__msg_file_info_encode(&b, st.st_mode & 07777, (uint64_t)st.st_size);
     conn_send(c, &b, SBX_MSG_FILE_INFO, ch);

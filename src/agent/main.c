@@ -70,7 +70,7 @@ void watch_set(struct watch *w, uint32_t events)
 {
     if (w->fd < 0 || w->events == events)
         return;
-    struct epoll_event ev = { .events = events, .data.ptr = w };
+    struct epoll_event ev = {.events = events, .data.ptr = w};
     int op = !w->events ? EPOLL_CTL_ADD : events ? EPOLL_CTL_MOD : EPOLL_CTL_DEL;
     if (epoll_ctl(epfd, op, w->fd, &ev) < 0 && errno != ENOENT)
         agent_log("epoll_ctl(%d): %s", w->fd, strerror(errno));
@@ -188,7 +188,7 @@ static int mkdir_parents(const char *path)
 
 static int listen_on(const char *path)
 {
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof(sa.sun_path)) {
         agent_log("socket path too long (max %zu bytes): %s", sizeof(sa.sun_path) - 1, path);
         return -1;
@@ -217,7 +217,7 @@ static void restore_child_signals(void)
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    struct sigaction sa = { .sa_handler = SIG_DFL };
+    struct sigaction sa = {.sa_handler = SIG_DFL};
     sigaction(SIGPIPE, &sa, NULL);
 }
 
@@ -384,7 +384,7 @@ int main(int argc, char **argv)
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGHUP);
     sigprocmask(SIG_BLOCK, &set, NULL);
-    struct sigaction ign = { .sa_handler = SIG_IGN };
+    struct sigaction ign = {.sa_handler = SIG_IGN};
     sigaction(SIGPIPE, &ign, NULL);
 
     /* Not PID 1 (tests, nested runs): still adopt our commands' orphans to reap them. */

@@ -93,7 +93,7 @@ static void each_line(char *db, bool (*fn)(char **f, int n, void *arg), void *ar
 }
 
 struct pw_query {
-    const char *name; /* match by name, or */
+    const char *name;  /* match by name, or */
     unsigned long uid; /* by uid when name is NULL */
     bool found;
     unsigned long r_uid, r_gid;
@@ -177,7 +177,7 @@ int users_resolve(const char *spec, struct user_ids *out, char *msg, size_t msg_
     char *groupdb = read_db("/etc/group");
     int rc = -1;
     unsigned long num;
-    struct pw_query pq = { 0 };
+    struct pw_query pq = {0};
     if (parse_id(copy, &num)) {
         pq.uid = num;
     } else {
@@ -186,8 +186,7 @@ int users_resolve(const char *spec, struct user_ids *out, char *msg, size_t msg_
     if (passwd)
         each_line(passwd, pw_match, &pq, 7);
     if (!pq.found && pq.name) {
-        snprintf(msg, msg_len, "unable to find user %s: no matching entries in /etc/passwd",
-                 copy);
+        snprintf(msg, msg_len, "unable to find user %s: no matching entries in /etc/passwd", copy);
         goto out;
     }
     /* A numeric uid without an entry still works, with gid 0 and home "/", as in Docker. */
@@ -200,7 +199,7 @@ int users_resolve(const char *spec, struct user_ids *out, char *msg, size_t msg_
         if (parse_id(group, &num)) {
             out->gid = (gid_t)num;
         } else {
-            struct gr_query gq = { .name = group };
+            struct gr_query gq = {.name = group};
             if (groupdb) {
                 /* each_line writes NULs into the buffer: parse a fresh copy. */
                 char *g2 = strdup(groupdb);
@@ -217,7 +216,7 @@ int users_resolve(const char *spec, struct user_ids *out, char *msg, size_t msg_
         }
     }
     /* Supplementary groups: the primary gid plus every group listing the user by name. */
-    struct gr_query mq = { .member = out->name };
+    struct gr_query mq = {.member = out->name};
     if (out->name && !(group && *group) && groupdb)
         each_line(groupdb, gr_match, &mq, 4);
     out->groups = malloc((mq.n + 1) * sizeof(gid_t));

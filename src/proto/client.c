@@ -290,8 +290,12 @@ static void fail_all(sbx_agent_conn *c, int code, const char *why)
             } else if (ch->kind == K_EXEC) {
                 chan_finish(ch, SBX_ECANCELED, NULL, NULL);
             } else {
-                const char *what = ch->kind == K_PUT ? "uploading" : ch->kind == K_GET ? "downloading" : "pinging";
-                const char *path = ch->kind == K_PUT ? ch->remote : ch->kind == K_GET ? ch->remote : "";
+                const char *what = ch->kind == K_PUT   ? "uploading"
+                                   : ch->kind == K_GET ? "downloading"
+                                                       : "pinging";
+                const char *path = ch->kind == K_PUT   ? ch->remote
+                                   : ch->kind == K_GET ? ch->remote
+                                                       : "";
                 chan_finish(ch, code,
                             sbx_error_new(code, "%s '%s': the sandbox agent went away: %s", what,
                                           path, why),
@@ -382,7 +386,7 @@ static void exec_done(struct hchan *ch, const sbx_msg_exit *m)
         rc = 125;
         type = "sandbox";
     } else if (m->flags & SBX_EXITF_OOM) {
-        sbx_buf b = { err, err_len, err_len + 1 };
+        sbx_buf b = {err, err_len, err_len + 1};
         if (err_len && err[err_len - 1] != '\n')
             sbx__buf_append(&b, "\n", 1);
         sbx__buf_printf(&b, "sbx: the command was %s; raise the box's memory limit",
@@ -409,8 +413,7 @@ static void exec_done(struct hchan *ch, const sbx_msg_exit *m)
         return;
     }
     if (m->kind != SBX_EXIT_TIMEOUT &&
-        (ch->truncated ||
-         (m->flags & (SBX_EXITF_STDOUT_TRUNCATED | SBX_EXITF_STDERR_TRUNCATED))))
+        (ch->truncated || (m->flags & (SBX_EXITF_STDOUT_TRUNCATED | SBX_EXITF_STDERR_TRUNCATED))))
         sbx_exec_result_set_truncated(r, 1);
     chan_finish(ch, SBX_OK, NULL, r);
 }
@@ -442,7 +445,7 @@ static char *describe(const char *command, const char *const *argv)
 {
     if (!argv)
         return sbx__repr(command ? command : "");
-    sbx_buf b = { 0 };
+    sbx_buf b = {0};
     sbx__buf_append(&b, "[", 1);
     for (size_t i = 0; argv[i]; i++) {
         char *q = sbx__repr(argv[i]);
@@ -456,8 +459,9 @@ static char *describe(const char *command, const char *const *argv)
 static void complete_dead_exec(sbx_op *op, const char *desc)
 {
     sbx_exec_result *r = NULL;
-    char *msg = sbx__printf("the sandbox agent went away before running %s: the connection is closed",
-                            desc ? desc : "the command");
+    char *msg =
+        sbx__printf("the sandbox agent went away before running %s: the connection is closed",
+                    desc ? desc : "the command");
     if (sbx_exec_result_new_take(NULL, 0, msg, msg ? strlen(msg) : 0, 125, "sandbox", &r) < 0)
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
     else
@@ -499,8 +503,8 @@ void sbx__agent_exec(sbx_agent_conn *c, sbx_op *op, const char *command, const c
     const char *stdin_data = sbx_exec_opts_stdin(opts, &stdin_len);
     uint32_t flags = (argv ? 0 : SBX_EXEC_SHELL) | (stdin_data ? SBX_EXEC_STDIN : 0);
     int64_t timeout_ms = ch->timeout_s < 0 ? -1 : (int64_t)(ch->timeout_s * 1000.0 + 0.5);
-    const char *shell_argv[] = { command ? command : "", NULL };
-    sbx_pbuf b = { 0 };
+    const char *shell_argv[] = {command ? command : "", NULL};
+    sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
     sbx__msg_exec_encode(&b, flags, timeout_ms, ch->limit, sbx_exec_opts_cwd(opts),
                          sbx_exec_opts_user(opts), argv ? argv : shell_argv, base_env,
@@ -681,15 +685,15 @@ static void upload_stat_cb(uv_fs_t *req)
                                   ch->local, ch->remote, ch->local),
                     NULL);
     } else {
-        sbx_pbuf b = { 0 };
+        sbx_pbuf b = {0};
         sbx__pbuf_begin(&b);
         sbx__msg_file_encode(&b, (uint32_t)(req->statbuf.st_mode & 07777), 0, ch->remote);
         int rc = send_pbuf(ch->c, &b, SBX_MSG_FILE_PUT, ch->id);
         if (rc == -2)
-            chan_finish(ch, SBX_EINVAL,
-                        sbx_error_new(SBX_EINVAL, "uploading to '%s': the path is too long",
-                                      ch->remote),
-                        NULL);
+            chan_finish(
+                ch, SBX_EINVAL,
+                sbx_error_new(SBX_EINVAL, "uploading to '%s': the path is too long", ch->remote),
+                NULL);
         else if (rc == 0)
             upload_pump(ch);
     }
@@ -744,8 +748,8 @@ void sbx__agent_upload(sbx_agent_conn *c, sbx_op *op, const char *local_path,
         return;
     }
     struct fsreq *r = fsreq_new(ch);
-    if (!r || uv_fs_open(c->loop, &r->req, local_path, O_RDONLY | O_CLOEXEC, 0,
-                         upload_open_cb) < 0) {
+    if (!r ||
+        uv_fs_open(c->loop, &r->req, local_path, O_RDONLY | O_CLOEXEC, 0, upload_open_cb) < 0) {
         if (r)
             fsreq_free(r);
         chan_finish(ch, SBX_EIO, NULL, NULL);
@@ -919,15 +923,14 @@ void sbx__agent_download(sbx_agent_conn *c, sbx_op *op, const char *remote_path,
             sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return;
     }
-    sbx_pbuf b = { 0 };
+    sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
     sbx__msg_file_encode(&b, 0, 0, remote_path);
     int rc = send_pbuf(c, &b, SBX_MSG_FILE_GET, ch->id);
     if (rc == -2) {
-        chan_finish(ch, SBX_EINVAL,
-                    sbx_error_new(SBX_EINVAL, "downloading '%s': the path is too long",
-                                  remote_path),
-                    NULL);
+        chan_finish(
+            ch, SBX_EINVAL,
+            sbx_error_new(SBX_EINVAL, "downloading '%s': the path is too long", remote_path), NULL);
         return;
     }
     if (rc == 0)
@@ -945,7 +948,7 @@ void sbx__agent_ping(sbx_agent_conn *c, sbx_op *op)
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return;
     }
-    sbx_pbuf b = { 0 };
+    sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
     sbx__msg_u64_encode(&b, ch->id);
     if (send_pbuf(c, &b, SBX_MSG_PING, ch->id) == 0)
@@ -1002,7 +1005,7 @@ static void dispatch(sbx_agent_conn *c, const sbx_frame *f)
                       f->type);
             return;
         }
-        sbx_msg_hello mine = { SBX_PROTO_MAGIC, SBX_PROTO_MIN_VERSION, SBX_PROTO_VERSION, 0, NULL };
+        sbx_msg_hello mine = {SBX_PROTO_MAGIC, SBX_PROTO_MIN_VERSION, SBX_PROTO_VERSION, 0, NULL};
         int v = sbx__proto_negotiate(&mine, h);
         if (v < 0) {
             conn_fail(c, SBX_EPROTO,
@@ -1129,10 +1132,10 @@ static void set_reading(sbx_agent_conn *c, bool on)
 
 static void send_hello(sbx_agent_conn *c)
 {
-    sbx_pbuf b = { 0 };
+    sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
-    sbx_msg_hello h = { SBX_PROTO_MAGIC, SBX_PROTO_MIN_VERSION, SBX_PROTO_VERSION,
-                        SBX_PROTO_MAX_PAYLOAD, (char *)"libsbx " SBX_VERSION_STRING };
+    sbx_msg_hello h = {SBX_PROTO_MAGIC, SBX_PROTO_MIN_VERSION, SBX_PROTO_VERSION,
+                       SBX_PROTO_MAX_PAYLOAD, (char *)"libsbx " SBX_VERSION_STRING};
     sbx__msg_hello_encode(&b, &h);
     send_pbuf(c, &b, SBX_MSG_HELLO, 0);
 }
@@ -1165,7 +1168,7 @@ static void on_timer(uv_timer_t *t);
 
 static void try_connect(sbx_agent_conn *c)
 {
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
     memcpy(sa.sun_path, c->path, strlen(c->path) + 1);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
@@ -1208,8 +1211,7 @@ static void on_timer(uv_timer_t *t)
                   "sbx-agent of this release?");
 }
 
-static sbx_agent_conn *conn_alloc(void *loop, double timeout_s, sbx_agent_connect_cb cb,
-                                  void *data)
+static sbx_agent_conn *conn_alloc(void *loop, double timeout_s, sbx_agent_connect_cb cb, void *data)
 {
     sbx_agent_conn *c = calloc(1, sizeof(*c));
     uv_timer_t *t = calloc(1, sizeof(*t));
@@ -1254,8 +1256,7 @@ int sbx__agent_connect(void *loop, const char *socket_path, double timeout_s,
     return SBX_OK;
 }
 
-int sbx__agent_connect_fd(void *loop, int fd, double timeout_s, sbx_agent_connect_cb cb,
-                          void *data)
+int sbx__agent_connect_fd(void *loop, int fd, double timeout_s, sbx_agent_connect_cb cb, void *data)
 {
     if (!loop || fd < 0 || !cb) {
         if (fd >= 0)
@@ -1281,7 +1282,10 @@ int sbx__agent_connect_fd(void *loop, int fd, double timeout_s, sbx_agent_connec
     return SBX_OK;
 }
 
-int sbx__agent_alive(const sbx_agent_conn *c) { return c && c->state == ST_READY; }
+int sbx__agent_alive(const sbx_agent_conn *c)
+{
+    return c && c->state == ST_READY;
+}
 
 void sbx__agent_close(sbx_agent_conn *c)
 {

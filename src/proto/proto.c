@@ -24,22 +24,38 @@ static uint32_t get32(const uint8_t *p)
 const char *sbx__proto_type_name(uint8_t type)
 {
     switch (type) {
-    case SBX_MSG_HELLO: return "HELLO";
-    case SBX_MSG_ERROR: return "ERROR";
-    case SBX_MSG_PING: return "PING";
-    case SBX_MSG_PONG: return "PONG";
-    case SBX_MSG_EXEC: return "EXEC";
-    case SBX_MSG_STDIN: return "STDIN";
-    case SBX_MSG_STDOUT: return "STDOUT";
-    case SBX_MSG_STDERR: return "STDERR";
-    case SBX_MSG_EXIT: return "EXIT";
-    case SBX_MSG_CANCEL: return "CANCEL";
-    case SBX_MSG_FILE_PUT: return "FILE_PUT";
-    case SBX_MSG_FILE_GET: return "FILE_GET";
-    case SBX_MSG_FILE_INFO: return "FILE_INFO";
-    case SBX_MSG_DATA: return "DATA";
-    case SBX_MSG_STATUS: return "STATUS";
-    default: return NULL;
+    case SBX_MSG_HELLO:
+        return "HELLO";
+    case SBX_MSG_ERROR:
+        return "ERROR";
+    case SBX_MSG_PING:
+        return "PING";
+    case SBX_MSG_PONG:
+        return "PONG";
+    case SBX_MSG_EXEC:
+        return "EXEC";
+    case SBX_MSG_STDIN:
+        return "STDIN";
+    case SBX_MSG_STDOUT:
+        return "STDOUT";
+    case SBX_MSG_STDERR:
+        return "STDERR";
+    case SBX_MSG_EXIT:
+        return "EXIT";
+    case SBX_MSG_CANCEL:
+        return "CANCEL";
+    case SBX_MSG_FILE_PUT:
+        return "FILE_PUT";
+    case SBX_MSG_FILE_GET:
+        return "FILE_GET";
+    case SBX_MSG_FILE_INFO:
+        return "FILE_INFO";
+    case SBX_MSG_DATA:
+        return "DATA";
+    case SBX_MSG_STATUS:
+        return "STATUS";
+    default:
+        return NULL;
     }
 }
 
@@ -104,7 +120,10 @@ uint8_t *sbx__proto_reader_space(sbx_proto_reader *r, size_t want, size_t *avail
     return r->buf + r->start + r->len;
 }
 
-void sbx__proto_reader_commit(sbx_proto_reader *r, size_t n) { r->len += n; }
+void sbx__proto_reader_commit(sbx_proto_reader *r, size_t n)
+{
+    r->len += n;
+}
 
 int sbx__proto_reader_feed(sbx_proto_reader *r, const void *data, size_t n)
 {
@@ -123,8 +142,8 @@ int sbx__proto_reader_next(sbx_proto_reader *r, sbx_frame *frame)
     if (r->broken)
         return -1;
     size_t used = 0;
-    int rc = sbx__proto_parse(r->buf ? r->buf + r->start : NULL, r->len, r->max_payload, frame,
-                              &used);
+    int rc =
+        sbx__proto_parse(r->buf ? r->buf + r->start : NULL, r->len, r->max_payload, frame, &used);
     if (rc < 0) {
         r->broken = 1;
         return -1;
@@ -178,7 +197,10 @@ void sbx__pbuf_bytes(sbx_pbuf *b, const void *p, size_t n)
     b->len += n;
 }
 
-void sbx__pbuf_u8(sbx_pbuf *b, uint8_t v) { sbx__pbuf_bytes(b, &v, 1); }
+void sbx__pbuf_u8(sbx_pbuf *b, uint8_t v)
+{
+    sbx__pbuf_bytes(b, &v, 1);
+}
 
 void sbx__pbuf_u32(sbx_pbuf *b, uint32_t v)
 {
@@ -410,7 +432,7 @@ int sbx__msg_hello_encode(sbx_pbuf *b, const sbx_msg_hello *m)
 
 int sbx__msg_hello_decode(const sbx_frame *f, sbx_msg_hello **out)
 {
-    struct cur c = { f->payload, f->len, 0 };
+    struct cur c = {f->payload, f->len, 0};
     uint32_t magic = cur_u32(&c);
     uint32_t ver = cur_u32(&c);
     uint32_t maxp = cur_u32(&c);
@@ -422,7 +444,7 @@ int sbx__msg_hello_decode(const sbx_frame *f, sbx_msg_hello **out)
     sbx_msg_hello *m = alloc_msg(sizeof(*m), need + 8, &a);
     if (!m)
         return -1;
-    struct cur c2 = { f->payload + 12, f->len - 12, 0 };
+    struct cur c2 = {f->payload + 12, f->len - 12, 0};
     m->magic = magic;
     m->min_version = (uint16_t)(ver >> 16);
     m->max_version = (uint16_t)ver;
@@ -468,7 +490,7 @@ int sbx__msg_exec_encode(sbx_pbuf *b, uint32_t flags, int64_t timeout_ms, uint64
 
 int sbx__msg_exec_decode(const sbx_frame *f, sbx_msg_exec **out)
 {
-    struct cur c = { f->payload, f->len, 0 };
+    struct cur c = {f->payload, f->len, 0};
     uint32_t flags = cur_u32(&c);
     uint64_t timeout = cur_u64(&c);
     uint64_t limit = cur_u64(&c);
@@ -511,7 +533,7 @@ int sbx__msg_exit_encode(sbx_pbuf *b, uint8_t kind, int32_t code, uint32_t flags
 
 int sbx__msg_exit_decode(const sbx_frame *f, sbx_msg_exit **out)
 {
-    struct cur c = { f->payload, f->len, 0 };
+    struct cur c = {f->payload, f->len, 0};
     uint8_t kind = cur_u8(&c);
     uint32_t code = cur_u32(&c);
     uint32_t flags = cur_u32(&c);
@@ -542,7 +564,7 @@ int sbx__msg_status_encode(sbx_pbuf *b, int32_t errnum, const char *message)
 
 int sbx__msg_status_decode(const sbx_frame *f, sbx_msg_status **out)
 {
-    struct cur c = { f->payload, f->len, 0 };
+    struct cur c = {f->payload, f->len, 0};
     uint32_t errnum = cur_u32(&c);
     struct cur strs = c;
     size_t need = str_need(&c);
@@ -570,7 +592,7 @@ int sbx__msg_file_encode(sbx_pbuf *b, uint32_t mode, uint32_t flags, const char 
 
 int sbx__msg_file_decode(const sbx_frame *f, sbx_msg_file **out)
 {
-    struct cur c = { f->payload, f->len, 0 };
+    struct cur c = {f->payload, f->len, 0};
     uint32_t mode = cur_u32(&c);
     uint32_t flags = cur_u32(&c);
     struct cur strs = c;
@@ -600,7 +622,7 @@ int sbx__msg_file_info_encode(sbx_pbuf *b, uint32_t mode, uint64_t size)
 
 int sbx__msg_file_info_decode(const sbx_frame *f, sbx_msg_file_info *out)
 {
-    struct cur c = { f->payload, f->len, 0 };
+    struct cur c = {f->payload, f->len, 0};
     uint32_t mode = cur_u32(&c);
     uint64_t size = cur_u64(&c);
     if (c.bad || c.left != 0)
@@ -618,7 +640,7 @@ int sbx__msg_u64_encode(sbx_pbuf *b, uint64_t v)
 
 int sbx__msg_u64_decode(const sbx_frame *f, uint64_t *out)
 {
-    struct cur c = { f->payload, f->len, 0 };
+    struct cur c = {f->payload, f->len, 0};
     uint64_t v = cur_u64(&c);
     if (c.bad || c.left != 0)
         return -1;

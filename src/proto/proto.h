@@ -28,17 +28,17 @@
 #define SBX_PROTO_CHUNK (256u << 10)
 
 enum sbx_proto_type {
-    SBX_MSG_HELLO = 0x01,   /* ch 0, both ways: sbx_msg_hello */
-    SBX_MSG_ERROR = 0x02,   /* ch 0: fatal stream error (i32 errno, str message), then close */
-    SBX_MSG_PING = 0x03,    /* host -> agent: u64 cookie */
-    SBX_MSG_PONG = 0x04,    /* agent -> host: the same u64 cookie */
+    SBX_MSG_HELLO = 0x01, /* ch 0, both ways: sbx_msg_hello */
+    SBX_MSG_ERROR = 0x02, /* ch 0: fatal stream error (i32 errno, str message), then close */
+    SBX_MSG_PING = 0x03,  /* host -> agent: u64 cookie */
+    SBX_MSG_PONG = 0x04,  /* agent -> host: the same u64 cookie */
 
-    SBX_MSG_EXEC = 0x10,    /* host -> agent: opens an exec channel, sbx_msg_exec */
-    SBX_MSG_STDIN = 0x11,   /* host -> agent: bytes; an empty payload is EOF */
-    SBX_MSG_STDOUT = 0x12,  /* agent -> host: bytes */
-    SBX_MSG_STDERR = 0x13,  /* agent -> host: bytes */
-    SBX_MSG_EXIT = 0x14,    /* agent -> host: sbx_msg_exit; closes the channel */
-    SBX_MSG_CANCEL = 0x15,  /* host -> agent: kill the exec's group / abort the transfer */
+    SBX_MSG_EXEC = 0x10,   /* host -> agent: opens an exec channel, sbx_msg_exec */
+    SBX_MSG_STDIN = 0x11,  /* host -> agent: bytes; an empty payload is EOF */
+    SBX_MSG_STDOUT = 0x12, /* agent -> host: bytes */
+    SBX_MSG_STDERR = 0x13, /* agent -> host: bytes */
+    SBX_MSG_EXIT = 0x14,   /* agent -> host: sbx_msg_exit; closes the channel */
+    SBX_MSG_CANCEL = 0x15, /* host -> agent: kill the exec's group / abort the transfer */
 
     SBX_MSG_FILE_PUT = 0x20,  /* host -> agent: opens an upload, sbx_msg_file_put */
     SBX_MSG_FILE_GET = 0x21,  /* host -> agent: opens a download, sbx_msg_file_get */

@@ -60,7 +60,7 @@ static void setenv_child(const char *const *env)
 /* init --listen SOCK [--root ROOT] [-- entry...]; waits for --ready-fd. */
 static struct agent start_listen(const char *root, const char *const *env, char *const *entry)
 {
-    struct agent a = { .stdio_fd = -1 };
+    struct agent a = {.stdio_fd = -1};
     snprintf(a.sock, sizeof(a.sock), "%s/run/sbx/agent.sock", tap_tmpdir());
     int rp[2];
     TAP_TRUE(pipe2(rp, O_CLOEXEC) == 0);
@@ -69,7 +69,7 @@ static struct agent start_listen(const char *root, const char *const *env, char 
     if (a.pid == 0) {
         dup2(rp[1], 3);
         setenv_child(env);
-        const char *argv[32] = { agent_bin(), "init", "--listen", a.sock, "--ready-fd", "3" };
+        const char *argv[32] = {agent_bin(), "init", "--listen", a.sock, "--ready-fd", "3"};
         int n = 6;
         if (root) {
             argv[n++] = "--root";
@@ -93,7 +93,7 @@ static struct agent start_listen(const char *root, const char *const *env, char 
 
 static struct agent start_stdio(const char *root, const char *const *env)
 {
-    struct agent a = { .stdio_fd = -1 };
+    struct agent a = {.stdio_fd = -1};
     int sv[2];
     TAP_TRUE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
     a.pid = fork();
@@ -102,8 +102,7 @@ static struct agent start_stdio(const char *root, const char *const *env)
         dup2(sv[1], 0);
         dup2(sv[1], 1);
         setenv_child(env);
-        const char *argv[] = { agent_bin(), "serve", "--stdio", root ? "--root" : NULL, root,
-                               NULL };
+        const char *argv[] = {agent_bin(), "serve", "--stdio", root ? "--root" : NULL, root, NULL};
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
@@ -125,7 +124,10 @@ static int stop_agent(struct agent *a)
 
 static sbx_provider *P;
 
-static void *loop_of(void) { return sbx__context_uv(P->ctx); }
+static void *loop_of(void)
+{
+    return sbx__context_uv(P->ctx);
+}
 
 static void setup(void)
 {
@@ -211,7 +213,7 @@ static void do_connect(void *arg)
 
 static sbx_agent_conn *connect_agent(struct agent *a)
 {
-    struct connect_call cc = { a->stdio_fd >= 0 ? NULL : a->sock, a->stdio_fd, waiter_new() };
+    struct connect_call cc = {a->stdio_fd >= 0 ? NULL : a->sock, a->stdio_fd, waiter_new()};
     a->stdio_fd = -1; /* owned by the connection now */
     on_loop(do_connect, &cc);
     waiter_wait(cc.w);
@@ -222,9 +224,15 @@ static sbx_agent_conn *connect_agent(struct agent *a)
     return c;
 }
 
-static void do_close(void *arg) { sbx__agent_close(arg); }
+static void do_close(void *arg)
+{
+    sbx__agent_close(arg);
+}
 
-static void close_conn(sbx_agent_conn *c) { on_loop(do_close, c); }
+static void close_conn(sbx_agent_conn *c)
+{
+    on_loop(do_close, c);
+}
 
 struct alive_call {
     sbx_agent_conn *c;
@@ -239,7 +247,7 @@ static void do_alive(void *arg)
 
 static int conn_alive(sbx_agent_conn *c)
 {
-    struct alive_call ac = { c, -1 };
+    struct alive_call ac = {c, -1};
     on_loop(do_alive, &ac);
     return ac.alive;
 }
@@ -265,7 +273,7 @@ static struct waiter *exec_start_async(sbx_agent_conn *c, const char *cmd, const
                                        const sbx_exec_opts *opts, const char *const *base_env)
 {
     struct exec_call *ec = calloc(1, sizeof(*ec));
-    *ec = (struct exec_call){ c, cmd, argv, opts, base_env, waiter_new() };
+    *ec = (struct exec_call){c, cmd, argv, opts, base_env, waiter_new()};
     struct waiter *w = ec->w;
     TAP_EQ_INT(sbx__context_post(P->ctx, do_exec, ec), SBX_OK);
     sbx__context_drain(P->ctx);
@@ -308,7 +316,7 @@ static void do_file(void *arg)
 /* Returns the op's code; *msg (optional) gets a copy of the error message. */
 static int transfer(sbx_agent_conn *c, int download, const char *a, const char *b, char **msg)
 {
-    struct file_call fc = { c, a, b, download, waiter_new() };
+    struct file_call fc = {c, a, b, download, waiter_new()};
     on_loop(do_file, &fc);
     waiter_wait(fc.w);
     int code = fc.w->code;
@@ -318,7 +326,10 @@ static int transfer(sbx_agent_conn *c, int download, const char *a, const char *
     return code;
 }
 
-static void do_cancel(void *arg) { sbx__op_cancel(arg); }
+static void do_cancel(void *arg)
+{
+    sbx__op_cancel(arg);
+}
 
 struct ping_call {
     sbx_agent_conn *c;
@@ -352,8 +363,14 @@ static void teardown(sbx_agent_conn *c, struct agent *a)
     P = NULL;
 }
 
-static const char *out_of(const sbx_exec_result *r) { return sbx_exec_result_stdout(r, NULL); }
-static const char *err_of(const sbx_exec_result *r) { return sbx_exec_result_stderr(r, NULL); }
+static const char *out_of(const sbx_exec_result *r)
+{
+    return sbx_exec_result_stdout(r, NULL);
+}
+static const char *err_of(const sbx_exec_result *r)
+{
+    return sbx_exec_result_stderr(r, NULL);
+}
 
 /* --- tests --------------------------------------------------------------- */
 
@@ -383,18 +400,18 @@ static void test_exec_basics(void)
     sbx_exec_opts_set_env(o, "A", "from-call");
     sbx_exec_opts_set_cwd(o, "/tmp");
     sbx_exec_opts_set_stdin(o, "line1\nline2\n", 12);
-    const char *base[] = { "A=from-base", "B=base", NULL };
+    const char *base[] = {"A=from-base", "B=base", NULL};
     r = exec_wait(exec_start_async(c, "echo $A $B; pwd; wc -l", NULL, o, base));
     TAP_EQ_STR(out_of(r), "from-call base\n/tmp\n2\n");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
 
     /* argv mode, PATH search, and a command that does not exist. */
-    const char *argv[] = { "printf", "%s|", "a b", "c", NULL };
+    const char *argv[] = {"printf", "%s|", "a b", "c", NULL};
     r = exec_wait(exec_start_async(c, NULL, argv, NULL, NULL));
     TAP_EQ_STR(out_of(r), "a b|c|");
     sbx_exec_result_free(r);
-    const char *nope[] = { "no-such-command-sbx", NULL };
+    const char *nope[] = {"no-such-command-sbx", NULL};
     r = exec_wait(exec_start_async(c, NULL, nope, NULL, NULL));
     TAP_EQ_INT(sbx_exec_result_return_code(r), 127);
     TAP_CONTAINS(err_of(r), "no-such-command-sbx");
@@ -641,7 +658,7 @@ static void check_upload_download(const char *const *env)
     struct file_call fcs[4];
     for (int i = 0; i < 4; i++) {
         snprintf(dst[i], sizeof(dst[i]), "%s/host/par-%d.bin", tap_tmpdir(), i);
-        fcs[i] = (struct file_call){ c, "/deep/new/dir/file.bin", dst[i], 1, waiter_new() };
+        fcs[i] = (struct file_call){c, "/deep/new/dir/file.bin", dst[i], 1, waiter_new()};
         TAP_EQ_INT(sbx__context_post(P->ctx, do_file, &fcs[i]), SBX_OK);
     }
     for (int i = 0; i < 4; i++) {
@@ -665,16 +682,23 @@ static void check_upload_download(const char *const *env)
     free(msg);
     /* No temp files left behind in the box or on the host. */
     char out[4096];
-    TAP_EQ_INT(run_cmd(out, sizeof(out), "find '%s' '%s/host' -name '.*sbx*'", root, tap_tmpdir()), 0);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "find '%s' '%s/host' -name '.*sbx*'", root, tap_tmpdir()),
+               0);
     TAP_EQ_STR(out, "");
     teardown(c, &a);
 }
 
-static void test_upload_download(void) { check_upload_download(NULL); }
+static void test_upload_download(void)
+{
+    check_upload_download(NULL);
+}
 
-static const char *const no_openat2_env[] = { "SBX_AGENT_NO_OPENAT2", "1", NULL };
+static const char *const no_openat2_env[] = {"SBX_AGENT_NO_OPENAT2", "1", NULL};
 
-static void test_upload_download_fallback_walk(void) { check_upload_download(no_openat2_env); }
+static void test_upload_download_fallback_walk(void)
+{
+    check_upload_download(no_openat2_env);
+}
 
 static void check_escapes(const char *const *env)
 {
@@ -709,8 +733,10 @@ static void check_escapes(const char *const *env)
     free(got);
     unlink(host);
 
-    const char *bad[] = { "/abs-link/secret", "/rel-link", "/dir-link/" "outside/secret",
-                          "/root/../../outside/secret", NULL };
+    const char *bad[] = {"/abs-link/secret", "/rel-link",
+                         "/dir-link/"
+                         "outside/secret",
+                         "/root/../../outside/secret", NULL};
     char escaped[2048];
     snprintf(escaped, sizeof(escaped), "/dir-link%s/secret", outside);
     for (int i = 0; bad[i]; i++) {
@@ -757,8 +783,14 @@ static void check_escapes(const char *const *env)
     teardown(c, &a);
 }
 
-static void test_path_escapes(void) { check_escapes(NULL); }
-static void test_path_escapes_fallback_walk(void) { check_escapes(no_openat2_env); }
+static void test_path_escapes(void)
+{
+    check_escapes(NULL);
+}
+static void test_path_escapes_fallback_walk(void)
+{
+    check_escapes(no_openat2_env);
+}
 
 static void test_agent_killed_mid_exec(void)
 {
@@ -821,7 +853,7 @@ static void test_malformed_frame_closes_only_that_stream(void)
     };
     for (size_t i = 0; i < 3; i++) {
         int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
         snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", a.sock);
         TAP_EQ_INT(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
         sbx_proto_reader rd;
@@ -833,9 +865,9 @@ static void test_malformed_frame_closes_only_that_stream(void)
             TAP_EQ_INT(write(fd, bad[i], 9), 9);
         } else {
             /* A valid hello, then an EXEC whose payload lies about its string lengths. */
-            sbx_pbuf b = { 0 };
+            sbx_pbuf b = {0};
             sbx__pbuf_begin(&b);
-            sbx_msg_hello h = { SBX_PROTO_MAGIC, 1, 1, SBX_PROTO_MAX_PAYLOAD, (char *)"test" };
+            sbx_msg_hello h = {SBX_PROTO_MAGIC, 1, 1, SBX_PROTO_MAX_PAYLOAD, (char *)"test"};
             sbx__msg_hello_encode(&b, &h);
             TAP_EQ_INT(sbx__pbuf_finish(&b, SBX_MSG_HELLO, 0), 0);
             TAP_EQ_INT(write(fd, b.data, b.len), (long long)b.len);
@@ -923,7 +955,7 @@ static void test_ping_and_close_with_pending(void)
     struct agent a = start_stdio(NULL, NULL);
     sbx_agent_conn *c = connect_agent(&a);
     struct waiter *w = waiter_new();
-    struct ping_call pc = { c, w };
+    struct ping_call pc = {c, w};
     on_loop(do_ping, &pc);
     waiter_wait(w);
     TAP_EQ_INT(w->code, SBX_OK);
@@ -944,14 +976,13 @@ static void test_ping_and_close_with_pending(void)
     sbx_provider_free(P);
 }
 
-
 static void test_connect_failures(void)
 {
     setup();
     /* Nothing listens: retried until the timeout, then a clear error. */
     char sock[PATH_MAX];
     snprintf(sock, sizeof(sock), "%s/none.sock", tap_tmpdir());
-    struct connect_call cc = { sock, -1, waiter_new() };
+    struct connect_call cc = {sock, -1, waiter_new()};
     on_loop(do_connect_short, &cc);
     waiter_wait(cc.w);
     TAP_EQ_INT(cc.w->code, SBX_ETIMEDOUT);
@@ -963,7 +994,7 @@ static void test_connect_failures(void)
     int sv[2];
     TAP_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     TAP_EQ_INT(write(sv[1], "HTTP/1.1 400 Bad Request\r\n\r\n", 28), 28);
-    struct connect_call cc2 = { NULL, sv[0], waiter_new() };
+    struct connect_call cc2 = {NULL, sv[0], waiter_new()};
     on_loop(do_connect, &cc2);
     waiter_wait(cc2.w);
     TAP_EQ_INT(cc2.w->code, SBX_EPROTO);
@@ -972,14 +1003,13 @@ static void test_connect_failures(void)
     sbx_provider_free(P);
 }
 
-
 static void test_entrypoint_and_sigterm(void)
 {
     setup();
     char flag[PATH_MAX], script[PATH_MAX + 64];
     snprintf(flag, sizeof(flag), "%s/service-ran", tap_tmpdir());
     snprintf(script, sizeof(script), "echo $$ > %s; exec sleep 1000", flag);
-    char *const entry[] = { (char *)"sh", (char *)"-c", script, NULL };
+    char *const entry[] = {(char *)"sh", (char *)"-c", script, NULL};
     struct agent a = start_listen(NULL, NULL, entry);
     char *pid_text = NULL;
     while (!(pid_text = read_text(flag)) || !strchr(pid_text, '\n')) {
@@ -1007,5 +1037,5 @@ TAP_MAIN(TAP(test_exec_basics), TAP(test_binary_output), TAP(test_timeout_kills_
          TAP_T(test_upload_download, 120), TAP_T(test_upload_download_fallback_walk, 120),
          TAP(test_path_escapes), TAP(test_path_escapes_fallback_walk),
          TAP(test_agent_killed_mid_exec), TAP(test_malformed_frame_closes_only_that_stream),
-         TAP(test_user_switch), TAP(test_ping_and_close_with_pending),
-         TAP(test_connect_failures), TAP(test_entrypoint_and_sigterm))
+         TAP(test_user_switch), TAP(test_ping_and_close_with_pending), TAP(test_connect_failures),
+         TAP(test_entrypoint_and_sigterm))

@@ -27,14 +27,14 @@ static void test_header_layout(void)
     uint8_t h[SBX_PROTO_HEADER];
     sbx__proto_put_header(h, SBX_MSG_STDOUT, 0x01020304, 7);
     /* u32 length (type + channel + payload) | u8 type | u32 channel, big-endian. */
-    const uint8_t want[] = { 0, 0, 0, 12, 0x12, 1, 2, 3, 4 };
+    const uint8_t want[] = {0, 0, 0, 12, 0x12, 1, 2, 3, 4};
     TAP_TRUE(memcmp(h, want, sizeof(want)) == 0);
 }
 
 static void test_hello_roundtrip_and_negotiation(void)
 {
     sbx__pbuf_begin(&b);
-    sbx_msg_hello h = { SBX_PROTO_MAGIC, 1, 3, 12345, (char *)"agent x" };
+    sbx_msg_hello h = {SBX_PROTO_MAGIC, 1, 3, 12345, (char *)"agent x"};
     TAP_EQ_INT(sbx__msg_hello_encode(&b, &h), 0);
     sbx_frame f = reparse(SBX_MSG_HELLO, 0);
     sbx_msg_hello *d = NULL;
@@ -43,11 +43,11 @@ static void test_hello_roundtrip_and_negotiation(void)
     TAP_EQ_INT(d->max_version, 3);
     TAP_EQ_INT(d->max_payload, 12345);
     TAP_EQ_STR(d->software, "agent x");
-    sbx_msg_hello mine = { SBX_PROTO_MAGIC, 1, 1, 0, NULL };
+    sbx_msg_hello mine = {SBX_PROTO_MAGIC, 1, 1, 0, NULL};
     TAP_EQ_INT(sbx__proto_negotiate(&mine, d), 1);
-    sbx_msg_hello newer = { SBX_PROTO_MAGIC, 4, 5, 0, NULL };
+    sbx_msg_hello newer = {SBX_PROTO_MAGIC, 4, 5, 0, NULL};
     TAP_EQ_INT(sbx__proto_negotiate(&newer, d), -1);
-    sbx_msg_hello overlap = { SBX_PROTO_MAGIC, 2, 9, 0, NULL };
+    sbx_msg_hello overlap = {SBX_PROTO_MAGIC, 2, 9, 0, NULL};
     TAP_EQ_INT(sbx__proto_negotiate(&overlap, d), 3);
     free(d);
     /* A wrong magic is not a hello. */
@@ -61,13 +61,13 @@ static void test_hello_roundtrip_and_negotiation(void)
 
 static void test_exec_roundtrip(void)
 {
-    const char *argv[] = { "printf", "%s", "", "a b", NULL };
-    const char *env1[] = { "A=1", "B=", NULL };
-    const char *env2[] = { "A=2", NULL };
+    const char *argv[] = {"printf", "%s", "", "a b", NULL};
+    const char *env1[] = {"A=1", "B=", NULL};
+    const char *env2[] = {"A=2", NULL};
     sbx__pbuf_begin(&b);
-    TAP_EQ_INT(sbx__msg_exec_encode(&b, SBX_EXEC_STDIN, 1500, 1u << 20, "/work", NULL, argv, env1,
-                                    env2),
-               0);
+    TAP_EQ_INT(
+        sbx__msg_exec_encode(&b, SBX_EXEC_STDIN, 1500, 1u << 20, "/work", NULL, argv, env1, env2),
+        0);
     sbx_frame f = reparse(SBX_MSG_EXEC, 42);
     sbx_msg_exec *m = NULL;
     TAP_EQ_INT(sbx__msg_exec_decode(&f, &m), 0);
@@ -87,7 +87,7 @@ static void test_exec_roundtrip(void)
     free(m);
 
     /* No timeout, shell mode, no env at all. */
-    const char *sh[] = { "echo hi", NULL };
+    const char *sh[] = {"echo hi", NULL};
     sbx__pbuf_begin(&b);
     sbx__msg_exec_encode(&b, SBX_EXEC_SHELL, -1, 0, NULL, "root", sh, NULL, NULL);
     f = reparse(SBX_MSG_EXEC, 1);
@@ -99,7 +99,7 @@ static void test_exec_roundtrip(void)
     free(m);
 
     /* An empty argv is refused. */
-    const char *none[] = { NULL };
+    const char *none[] = {NULL};
     sbx__pbuf_begin(&b);
     sbx__msg_exec_encode(&b, 0, -1, 0, NULL, NULL, none, NULL, NULL);
     f = reparse(SBX_MSG_EXEC, 1);
@@ -175,10 +175,10 @@ static void test_exit_status_file_messages(void)
 
 static void test_type_names(void)
 {
-    const uint8_t known[] = { SBX_MSG_HELLO,  SBX_MSG_ERROR,    SBX_MSG_PING,     SBX_MSG_PONG,
-                              SBX_MSG_EXEC,   SBX_MSG_STDIN,    SBX_MSG_STDOUT,   SBX_MSG_STDERR,
-                              SBX_MSG_EXIT,   SBX_MSG_CANCEL,   SBX_MSG_FILE_PUT, SBX_MSG_FILE_GET,
-                              SBX_MSG_FILE_INFO, SBX_MSG_DATA, SBX_MSG_STATUS };
+    const uint8_t known[] = {SBX_MSG_HELLO,     SBX_MSG_ERROR,  SBX_MSG_PING,     SBX_MSG_PONG,
+                             SBX_MSG_EXEC,      SBX_MSG_STDIN,  SBX_MSG_STDOUT,   SBX_MSG_STDERR,
+                             SBX_MSG_EXIT,      SBX_MSG_CANCEL, SBX_MSG_FILE_PUT, SBX_MSG_FILE_GET,
+                             SBX_MSG_FILE_INFO, SBX_MSG_DATA,   SBX_MSG_STATUS};
     for (size_t i = 0; i < sizeof(known); i++)
         TAP_TRUE(sbx__proto_type_name(known[i]) != NULL);
     TAP_NULL(sbx__proto_type_name(0));
@@ -189,7 +189,7 @@ static void test_type_names(void)
 /* A stream of frames fed one byte at a time comes out whole and in order. */
 static void test_reader_byte_by_byte(void)
 {
-    sbx_pbuf all = { 0 };
+    sbx_pbuf all = {0};
     for (uint32_t i = 0; i < 50; i++) {
         sbx__pbuf_begin(&b);
         for (uint32_t k = 0; k < i * 37; k++)
@@ -233,7 +233,7 @@ static void test_oversized_and_short_frames_rejected(void)
     sbx_frame f;
     /* The length is checked before the body arrives: no waiting for 4 GiB. */
     sbx__proto_reader_init(&r, 1024);
-    const uint8_t big[] = { 0, 0, 0x04, 0x06, 0x12, 0, 0, 0, 1 }; /* 1030 - 5 = 1025 > 1024 */
+    const uint8_t big[] = {0, 0, 0x04, 0x06, 0x12, 0, 0, 0, 1}; /* 1030 - 5 = 1025 > 1024 */
     TAP_EQ_INT(sbx__proto_reader_feed(&r, big, sizeof(big)), 0);
     TAP_EQ_INT(sbx__proto_reader_next(&r, &f), -1);
     TAP_TRUE(r.broken);
@@ -243,7 +243,7 @@ static void test_oversized_and_short_frames_rejected(void)
 
     /* Exactly the limit is fine. */
     sbx__proto_reader_init(&r, 1024);
-    const uint8_t edge[] = { 0, 0, 0x04, 0x05, 0x12, 0, 0, 0, 1 };
+    const uint8_t edge[] = {0, 0, 0x04, 0x05, 0x12, 0, 0, 0, 1};
     TAP_EQ_INT(sbx__proto_reader_feed(&r, edge, sizeof(edge)), 0);
     TAP_EQ_INT(sbx__proto_reader_next(&r, &f), 0); /* waiting for the body */
     sbx__proto_reader_free(&r);
@@ -251,7 +251,7 @@ static void test_oversized_and_short_frames_rejected(void)
     /* A length that cannot hold type + channel. */
     for (uint8_t n = 0; n < 5; n++) {
         sbx__proto_reader_init(&r, 1024);
-        const uint8_t shortf[] = { 0, 0, 0, n, 0x12, 0, 0, 0, 1 };
+        const uint8_t shortf[] = {0, 0, 0, n, 0x12, 0, 0, 0, 1};
         TAP_EQ_INT(sbx__proto_reader_feed(&r, shortf, sizeof(shortf)), 0);
         TAP_EQ_INT(sbx__proto_reader_next(&r, &f), -1);
         sbx__proto_reader_free(&r);
@@ -269,12 +269,12 @@ static void test_oversized_and_short_frames_rejected(void)
 /* Every decoder, given every truncation of a valid payload, says -1 (never reads past it). */
 static void test_truncated_payloads_rejected(void)
 {
-    const char *argv[] = { "sh", "-c", "echo", NULL };
-    const char *env[] = { "K=V", NULL };
+    const char *argv[] = {"sh", "-c", "echo", NULL};
+    const char *env[] = {"K=V", NULL};
     struct {
         uint8_t type;
-    } kinds[] = { { SBX_MSG_EXEC }, { SBX_MSG_EXIT },      { SBX_MSG_STATUS },
-                  { SBX_MSG_FILE_PUT }, { SBX_MSG_FILE_INFO }, { SBX_MSG_PING } };
+    } kinds[] = {{SBX_MSG_EXEC},     {SBX_MSG_EXIT},      {SBX_MSG_STATUS},
+                 {SBX_MSG_FILE_PUT}, {SBX_MSG_FILE_INFO}, {SBX_MSG_PING}};
     for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
         sbx__pbuf_begin(&b);
         switch (kinds[k].type) {
@@ -301,18 +301,29 @@ static void test_truncated_payloads_rejected(void)
             /* A private copy of exactly `cut` bytes so ASan catches any over-read. */
             uint8_t *p = malloc(cut ? cut : 1);
             memcpy(p, b.data + SBX_PROTO_HEADER, cut);
-            sbx_frame f = { kinds[k].type, 1, p, (uint32_t)cut };
+            sbx_frame f = {kinds[k].type, 1, p, (uint32_t)cut};
             void *m = NULL;
             int rc;
             sbx_msg_file_info info;
             uint64_t v;
             switch (kinds[k].type) {
-            case SBX_MSG_EXEC: rc = sbx__msg_exec_decode(&f, (sbx_msg_exec **)&m); break;
-            case SBX_MSG_EXIT: rc = sbx__msg_exit_decode(&f, (sbx_msg_exit **)&m); break;
-            case SBX_MSG_STATUS: rc = sbx__msg_status_decode(&f, (sbx_msg_status **)&m); break;
-            case SBX_MSG_FILE_PUT: rc = sbx__msg_file_decode(&f, (sbx_msg_file **)&m); break;
-            case SBX_MSG_FILE_INFO: rc = sbx__msg_file_info_decode(&f, &info); break;
-            default: rc = sbx__msg_u64_decode(&f, &v);
+            case SBX_MSG_EXEC:
+                rc = sbx__msg_exec_decode(&f, (sbx_msg_exec **)&m);
+                break;
+            case SBX_MSG_EXIT:
+                rc = sbx__msg_exit_decode(&f, (sbx_msg_exit **)&m);
+                break;
+            case SBX_MSG_STATUS:
+                rc = sbx__msg_status_decode(&f, (sbx_msg_status **)&m);
+                break;
+            case SBX_MSG_FILE_PUT:
+                rc = sbx__msg_file_decode(&f, (sbx_msg_file **)&m);
+                break;
+            case SBX_MSG_FILE_INFO:
+                rc = sbx__msg_file_info_decode(&f, &info);
+                break;
+            default:
+                rc = sbx__msg_u64_decode(&f, &v);
             }
             if (rc != -1)
                 TAP_FAIL("type 0x%02x cut at %zu of %zu decoded", kinds[k].type, cut, full);
