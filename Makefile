@@ -174,6 +174,9 @@ help:
 	@echo "make fuzz       run each libFuzzer target for FUZZ_TIME seconds (clang)"
 	@echo "make install PREFIX=... DESTDIR=..."
 
+# Keep objects of chained rules (tests, fuzz, bench): make would delete them as intermediates.
+.SECONDARY:
+
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
 
 # --- sbx-agent ---

@@ -14,6 +14,9 @@ else
 fi
 export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
 flags=$(pkg-config --cflags --libs sbx 2>&1)
+# A sanitizer build installs an instrumented library: programs must link the runtime too.
+if nm -D "$B/libsbx.so" 2>/dev/null | grep -q __asan_init; then flags="$flags -fsanitize=address,undefined"; fi
+if nm -D "$B/libsbx.so" 2>/dev/null | grep -q __tsan_init; then flags="$flags -fsanitize=thread"; fi
 if cc -std=c11 -Wall -Werror tests/c_api_conformance.c $flags -Wl,-rpath,"$tmp/prefix/lib" \
      -o "$tmp/conf" 2>"$tmp/err" && out=$("$tmp/conf") && [ "$out" = "running invalid argument" ]; then
   echo "ok 2 - the fixed C-API prototypes compile and link with pkg-config --cflags --libs sbx"
