@@ -176,3 +176,24 @@ $(B)/sbx-shim: $(SHIM_OBJ) $(B)/libsbx.a
 all: $(B)/sbx-shim
 tests: $(B)/sbx-shim
 # --- end sbx-shim ---
+
+# --- sbx-agent ---
+# The in-box agent: src/agent plus the protocol codec (not the host client),
+# linked statically with libc only so it runs in any box. Under sanitizers it
+# is linked dynamically (ASan does not support -static).
+AGENT_PROTO_SRC := $(filter-out src/proto/client.c,$(sort $(wildcard src/proto/*.c)))
+AGENT_OBJ := $(patsubst %.c,$(B)/agent-obj/%.o,$(AGENT_SRC) $(AGENT_PROTO_SRC))
+AGENT_CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -Isrc -MMD -MP $(CFLAGS)
+AGENT_LDFLAGS := $(if $(SAN),$(SAN),-static) $(LDFLAGS)
+
+$(B)/agent-obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(AGENT_CFLAGS) -c $< -o $@
+
+$(B)/sbx-agent: $(AGENT_OBJ)
+	$(CC) $(AGENT_LDFLAGS) -o $@ $^
+
+all: $(B)/sbx-agent
+tests: $(B)/sbx-agent
+
+-include $(shell find $(B)/agent-obj -name '*.d' 2>/dev/null)
