@@ -29,6 +29,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/inotify.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -42,6 +43,7 @@ struct shim {
     struct shim_cfg cfg;
     int ctl;     /* control socket, -1 once closed */
     int sfd;     /* signalfd */
+    int ino;     /* inotify on the box directory, -1 without */
     int err_r;   /* the child's setup errors, -1 at EOF */
     int ready_r; /* the agent's readiness, -1 once read */
     pid_t init;  /* the box's PID 1 (host pid), 0 once reaped */
@@ -338,10 +340,14 @@ static void handle_signals(struct shim *s)
 static void supervise(struct shim *s)
 {
     for (;;) {
-        struct pollfd p[4];
+        struct pollfd p[5];
         int n = 0;
         p[n++] = (struct pollfd){ .fd = s->sfd, .events = POLLIN };
-        int i_ctl = -1, i_err = -1, i_ready = -1;
+        int i_ctl = -1, i_err = -1, i_ready = -1, i_ino = -1;
+        if (s->ino >= 0) {
+            i_ino = n;
+            p[n++] = (struct pollfd){ .fd = s->ino, .events = POLLIN };
+        }
         if (s->ctl >= 0) {
             i_ctl = n;
             p[n++] = (struct pollfd){ .fd = s->ctl, .events = POLLIN };
@@ -379,6 +385,16 @@ static void supervise(struct shim *s)
         }
         if (p[0].revents)
             handle_signals(s);
+        if (i_ino >= 0 && p[i_ino].revents) {
+            /*
+             * Someone removed or moved the box directory (rm -rf of the state
+             * directory): nobody can reach or stop this box any more, so end it
+             * rather than run on forever.
+             */
+            char ev[4096];
+            if (read(s->ino, ev, sizeof(ev)) > 0)
+                teardown(s, 1);
+        }
         if (i_err >= 0 && p[i_err].revents) {
             ssize_t k = read(s->err_r, s->errbuf + s->errlen, sizeof(s->errbuf) - 1 - s->errlen);
             if (k > 0) {
@@ -439,6 +455,8 @@ int main(int argc, char **argv)
         return 2;
     }
     fcntl(CTL_FD, F_SETFD, FD_CLOEXEC);
+    /* Whatever else the creator let us inherit is not ours to keep open for the box's life. */
+    syscall(SYS_close_range, CTL_FD + 1, ~0U, 0);
 
     static char buf[1 << 20];
     ssize_t n = recv(CTL_FD, buf, sizeof(buf) - 1, 0);
@@ -461,7 +479,7 @@ int main(int argc, char **argv)
         _exit(0);
     setsid();
 
-    struct shim s = { .ctl = CTL_FD, .err_r = -1, .ready_r = -1 };
+    struct shim s = { .ctl = CTL_FD, .err_r = -1, .ready_r = -1, .ino = -1 };
     json_error_t je;
     json_t *j = json_loads(buf, 0, &je);
     char msg[256];
@@ -498,6 +516,12 @@ int main(int argc, char **argv)
     }
     if (mkdir(run, 0755) < 0 || mkdir(root, 0700) < 0)
         fail(&s, SBX_ECREATE, "cannot create %s: %s", run, strerror(errno));
+
+    s.ino = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (s.ino >= 0 && inotify_add_watch(s.ino, s.cfg.box_dir, IN_DELETE_SELF | IN_MOVE_SELF) < 0) {
+        close(s.ino);
+        s.ino = -1;
+    }
 
     /* The supervisor is never the OOM killer's choice: it cleans up after the box. */
     int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);

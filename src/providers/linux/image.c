@@ -243,8 +243,14 @@ static int unpack(struct reader *r, const char *root, bool oci, sbx_error **err)
     archive_write_disk_set_options(
         w, ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_OWNER |
                ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-               ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS |
-               ARCHIVE_EXTRACT_UNLINK);
+               ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_UNLINK);
+    /*
+     * Names are rewritten to "<root>/<name>" below (libarchive has no
+     * extract-under-a-directory mode, and chdir is process-wide), so
+     * absolute paths are expected; leading slashes of the archive's own names
+     * are stripped first, ".." is refused, and no symlink on the way is
+     * followed (`root` itself is a realpath without symlinks).
+     */
     int rc = SBX_OK;
     if (archive_read_open(a, r, NULL, read_cb, NULL) != ARCHIVE_OK) {
         rc = sbx__set_error(err, SBX_ECREATE, "not a tar archive: %s", archive_error_string(a));
@@ -260,7 +266,9 @@ static int unpack(struct reader *r, const char *root, bool oci, sbx_error **err)
                                 archive_error_string(a));
             goto out;
         }
-        const char *name = archive_entry_pathname(e);
+        const char *orig = archive_entry_pathname(e);
+        _cleanup_free_ char *name_copy = orig ? strdup(orig) : NULL;
+        const char *name = name_copy;
         while (name && name[0] == '.' && name[1] == '/')
             name += 2;
         while (name && name[0] == '/')
@@ -583,7 +591,10 @@ static int resolve_source(const char *state_dir, const char *source,
     int rc = mkdir_for(state_dir, "sources", &sources, err);
     if (rc < 0)
         return rc;
-    images = sbx__printf("%s/images", state_dir);
+    /* Without symlinks: the unpacker refuses to write through any. */
+    images = realpath(sources, NULL);
+    if (images)
+        *strrchr(images, '/') = 0;
     _cleanup_free_ char *path = NULL;
     _cleanup_free_ char *tag = NULL;
     bool oci = false;

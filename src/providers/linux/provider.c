@@ -28,37 +28,7 @@
 
 #include <uv.h>
 
-#if __has_include("proto/client.h")
 #include "proto/client.h"
-#else
-/* The agent client's contract (src/proto/client.h, written alongside). */
-typedef struct sbx_agent_conn sbx_agent_conn;
-typedef void (*sbx_agent_connect_cb)(sbx_agent_conn *conn, int code, sbx_error *err, void *data);
-int sbx__agent_connect(void *loop, const char *socket_path, double timeout_s,
-                       sbx_agent_connect_cb cb, void *data);
-void sbx__agent_exec(sbx_agent_conn *c, sbx_op *op, const char *command, const char *const *argv,
-                     const sbx_exec_opts *opts, const char *const *base_env);
-void sbx__agent_upload(sbx_agent_conn *c, sbx_op *op, const char *local_path,
-                       const char *remote_path);
-void sbx__agent_download(sbx_agent_conn *c, sbx_op *op, const char *remote_path,
-                         const char *local_path);
-int sbx__agent_alive(const sbx_agent_conn *c);
-void sbx__agent_close(sbx_agent_conn *c);
-#endif
-
-/*
- * The agent client lives in src/proto (another part of libsbx). Weak
- * references keep this provider linkable in builds without it, where create
- * fails with a clear message.
- */
-#pragma weak sbx__agent_connect
-#pragma weak sbx__agent_exec
-#pragma weak sbx__agent_upload
-#pragma weak sbx__agent_download
-#pragma weak sbx__agent_alive
-#pragma weak sbx__agent_close
-
-extern char **environ;
 
 struct linux_state {
     char *state_dir;
@@ -92,7 +62,7 @@ static void box_free(void *box)
     struct linux_box *b = box;
     if (!b)
         return;
-    if (b->conn && sbx__agent_close)
+    if (b->conn)
         sbx__agent_close(b->conn);
     free(b->id);
     free(b->box_dir);
@@ -463,12 +433,6 @@ static void on_ctl(uv_poll_t *p, int status, int events)
             c->box->shim_start = rec.shim_start;
             sbx__linux_record_free(&rec);
         }
-        if (!sbx__agent_connect) {
-            create_fail(c, SBX_ECREATE,
-                        sbx_error_new(SBX_ECREATE, "this libsbx was built without the agent "
-                                                   "client (src/proto)"));
-            return;
-        }
         c->connecting = true;
         int rc = sbx__agent_connect(sbx_op_loop(c->op), c->box->socket, c->ready_timeout_s,
                                     on_agent, c);
@@ -776,7 +740,7 @@ static sbx_error *agent_gone(const struct linux_box *b)
 
 static bool conn_ok(const struct linux_box *b)
 {
-    return b->conn && sbx__agent_alive && sbx__agent_alive(b->conn);
+    return b->conn && sbx__agent_alive(b->conn);
 }
 
 struct exec_call {
@@ -1090,7 +1054,7 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
     for (size_t i = 0; b->base_env && i < json_array_size(env); i++)
         b->base_env[i] = sbx__strdup0(json_string_value(json_array_get(env, i)));
     sbx__linux_record_free(&rec);
-    if (!alive || !b->socket || !sbx__agent_connect) {
+    if (!alive || !b->socket) {
         sbx_op_complete(op, SBX_EPROVIDER,
                         sbx_error_new(SBX_EPROVIDER, "box %s is not running", id), NULL);
         box_free(b);
