@@ -415,7 +415,6 @@ static void supervise(struct shim *s)
             if (k <= 0)
                 fail(s, SBX_EVERIFY, "the agent closed its ready descriptor without being ready");
             s->ready = true;
-            write_record(s, "running");
             ctl_send(s, "ready");
         }
         if (i_ctl >= 0 && s->ctl >= 0 && p[i_ctl].revents) {
@@ -427,6 +426,8 @@ static void supervise(struct shim *s)
                     s->acked = true;
                     close(s->ctl);
                     s->ctl = -1;
+                    /* "running" means handed over: the box now outlives its creator. */
+                    write_record(s, "running");
                 } else {
                     teardown(s, 1); /* "abort" */
                 }

@@ -846,7 +846,8 @@ static void linux_status(sbx_op *op, void *state, void *box)
         if (!sbx__linux_shim_alive(&rec))
             s = SBX_STATUS_ERROR; /* the supervisor died: an orphan for gc */
         else if (!strcmp(rec.state, "creating"))
-            s = SBX_STATUS_STARTING;
+            /* Our handle holds a live connection: the ack is sent, the record lags a moment. */
+            s = conn_ok(b) ? SBX_STATUS_RUNNING : SBX_STATUS_STARTING;
         else if (!strcmp(rec.state, "running"))
             s = b->conn && !conn_ok(b) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
         else
@@ -1045,7 +1046,7 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
     b->cgroups = json_incref(rec.cgroups);
     b->shim_pid = rec.shim_pid;
     b->shim_start = rec.shim_start;
-    bool alive = sbx__linux_shim_alive(&rec) && rec.state && !strcmp(rec.state, "running");
+    bool alive = sbx__linux_shim_alive(&rec) && rec.state && strcmp(rec.state, "error") != 0;
     /* The spec's env, kept in the record, applies to a connected handle's execs too. */
     _cleanup_free_ char *rp = sbx__printf("%s/record.json", b->box_dir);
     _cleanup_json_ json_t *rj = rp ? json_load_file(rp, 0, NULL) : NULL;
