@@ -254,6 +254,15 @@ static const char **env_vector(const struct shim_cfg *c)
     return v;
 }
 
+/* Blocks until the shim's go byte; EOF means the shim died or gave up. */
+static void wait_go(const struct child_fds *f)
+{
+    char go;
+    if (read(f->sync_r, &go, 1) != 1)
+        _exit(127);
+    close(f->sync_r);
+}
+
 void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
 {
     err_fd = f->err_w;
@@ -280,21 +289,29 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     }
 
     /*
-     * 2. Wait until the shim has moved us into the box's cgroups (and written
-     *    our uid/gid maps): everything from here on is charged to the box and
-     *    limited by it, and with a user namespace we are root only after that.
+     * 2. Into the box's cgroups before anything else, so every allocation and
+     *    process from here on is charged and limited. On cgroup v1 we move
+     *    ourselves by writing "0" to each group's `tasks`: a single thread
+     *    moving itself skips the global threadgroup lock that a write of a pid
+     *    to cgroup.procs takes, and with it an RCU grace period (milliseconds
+     *    on a busy machine). Otherwise (v2 without clone3, or a user
+     *    namespace, where we hold no host privilege) the shim attached us and,
+     *    with a user namespace, wrote our uid/gid maps: wait for its go byte.
      */
-    char go;
-    if (read(f->sync_r, &go, 1) != 1)
-        _exit(127); /* the shim gave up */
-    close(f->sync_r);
-
-    /*
-     * 3. A cgroup namespace, rooted at the box's own group now that we are in
-     *    it, so /proc/self/cgroup shows "/" and not the host's tree.
-     */
-    if (unshare(CLONE_NEWCGROUP) < 0)
-        die_errno("unshare(CLONE_NEWCGROUP)");
+    if (f->self_attach) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(f->self_attach, i, v)
+        {
+            _cleanup_free_ char *tasks = path2(json_string_value(v), "tasks");
+            int fd = open(tasks, O_WRONLY | O_CLOEXEC);
+            if (fd < 0 || write(fd, "0", 1) != 1)
+                die_errno("cannot join cgroup %s", json_string_value(v));
+            close(fd);
+        }
+    } else {
+        wait_go(f);
+    }
 
     if (sethostname(c->hostname, strlen(c->hostname)) < 0)
         die_errno("sethostname");
@@ -345,12 +362,17 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
         die_errno("mount overlay on %s (lower %s)", root, c->lower);
     }
 
+    shim_trace("child: overlay mounted");
     /* 7. What lives on top of the root. */
     if (c->none_image)
         bind_host_system(root);
+    shim_trace("child: host system bound");
     mount_proc(root);
+    shim_trace("child: proc");
     mount_sys(c, root);
+    shim_trace("child: sys");
     mount_dev(root);
+    shim_trace("child: dev");
     _cleanup_free_ char *run_host = path2(c->box_dir, "run");
     _cleanup_free_ char *run_box = path2(root, "/run/sbx");
     mkdirs(run_box, 0755);
@@ -366,6 +388,7 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
         chmod(tmp, 01777);
     }
 
+    shim_trace("child: mounts done");
     /*
      * 8. pivot_root(".", ".") stacks the old root on top of the new one at
      *    "/", and the lazy unmount then detaches the whole host tree (and the
@@ -383,7 +406,15 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     if (c->workdir && *c->workdir && chdir(c->workdir) < 0)
         die_errno("chdir %s", c->workdir);
 
-    /* 9. The agent reads its readiness descriptor as fd 3. */
+    shim_trace("child: pivoted");
+    /*
+     * 9. A cgroup namespace rooted at the box's own group (we are in it since
+     *    step 2), so /proc/self/cgroup shows "/" and not the host's tree.
+     */
+    if (unshare(CLONE_NEWCGROUP) < 0)
+        die_errno("unshare(CLONE_NEWCGROUP)");
+
+    /* 10. The agent reads its readiness descriptor as fd 3. */
     if (f->ready_w != 3) {
         if (dup2(f->ready_w, 3) < 0)
             die_errno("dup2");
@@ -391,11 +422,12 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
         die_errno("fcntl");
     }
 
-    /* 10. Capabilities, no_new_privs, seccomp: last, so the setup above could use them. */
+    /* 11. Capabilities, no_new_privs, seccomp: last, so the setup above could use them. */
     char msg[512];
     if (shim_drop_privileges(c, msg, sizeof(msg)) < 0)
         die("%s", msg);
 
+    shim_trace("child: privileges dropped");
     size_t n_ep = c->entrypoint ? json_array_size(c->entrypoint) : 0;
     const char **argv = calloc(8 + n_ep + 1, sizeof(char *));
     if (!argv)
@@ -416,7 +448,7 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     const char **envp = env_vector(c);
 
     /*
-     * 11. execveat on the descriptor opened on the host: the agent binary
+     * 12. execveat on the descriptor opened on the host: the agent binary
      *     need not exist in the image. It is static, so no interpreter or
      *     library has to be found inside the box.
      */

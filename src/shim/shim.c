@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <poll.h>
+#include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <math.h>
 #include <time.h>
 
 #define CTL_FD 3
@@ -61,6 +63,15 @@ static double mono(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Timestamps of the create's steps, to stderr, when the description asks ("trace"). */
+bool shim_tracing;
+void shim_trace(const char *what)
+{
+    if (shim_tracing)
+        fprintf(stderr, "sbx-shim %d: %.3f ms %s\n", (int)getpid(),
+                fmod(mono(), 1000.0) * 1000.0, what);
 }
 
 static double unix_now(void)
@@ -184,10 +195,14 @@ static void kill_box(struct shim *s)
 /* Removes everything the box had on the host, closes the control socket, exits. */
 __attribute__((noreturn)) static void teardown(struct shim *s, int code)
 {
+    shim_trace("teardown");
     kill_box(s);
+    shim_trace("box reaped");
     if (s->cgroups)
         sbx__cg_destroy(s->cgroups);
+    shim_trace("cgroups removed");
     sbx__rm_rf(s->cfg.box_dir);
+    shim_trace("directory removed");
     if (s->ctl >= 0)
         close(s->ctl); /* the provider waits for this EOF: everything is gone */
     _exit(code);
@@ -225,6 +240,7 @@ static void start_box(struct shim *s)
     const struct shim_cfg *c = &s->cfg;
     sbx_error *e = NULL;
 
+    shim_trace("start_box");
     /* Cgroups before the clone: the child must not run a step outside them. */
     if (sbx__cg_create(c->id, &c->limits, &s->cgroups, &e) < 0) {
         char msg[1024];
@@ -232,6 +248,7 @@ static void start_box(struct shim *s)
         sbx_error_free(e);
         fail(s, SBX_ECREATE, "%s", msg);
     }
+    shim_trace("cgroups made");
     int agent_fd = open(c->agent, O_PATH | O_CLOEXEC);
     if (agent_fd < 0)
         fail(s, SBX_ECREATE, "cannot open the agent binary %s: %s (build it with make)",
@@ -252,7 +269,28 @@ static void start_box(struct shim *s)
         flags |= CLONE_NEWNET;
     if (c->userns)
         flags |= CLONE_NEWUSER;
-    pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
+    /*
+     * On cgroup v2, clone3(CLONE_INTO_CGROUP) starts the child inside the
+     * box's group: no attach afterwards, and no wait for the RCU grace period
+     * a write to cgroup.procs costs. v1 (and kernels before 5.7) attach below.
+     */
+    pid_t pid = -1;
+    bool attached = false;
+    if (sbx__cg_mode() == SBX_CG_V2 && s->cgroups && json_array_size(s->cgroups) == 1) {
+        int cgfd = open(json_string_value(json_array_get(s->cgroups, 0)),
+                        O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (cgfd >= 0) {
+            struct clone_args ca = { .flags = (flags & ~0xffUL) | CLONE_INTO_CGROUP,
+                                     .exit_signal = SIGCHLD,
+                                     .cgroup = (uint64_t)cgfd };
+            pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
+            attached = pid >= 0;
+            if (pid != 0)
+                close(cgfd);
+        }
+    }
+    if (pid < 0)
+        pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
     if (pid < 0)
         fail(s, SBX_ECREATE, "cannot create the box's namespaces (clone): %s%s", strerror(errno),
              errno == EPERM ? " (run as root, or enable user namespaces)" : "");
@@ -261,10 +299,14 @@ static void start_box(struct shim *s)
         close(sync[1]);
         close(errp[0]);
         close(ready[0]);
-        struct child_fds f = { sync[0], errp[1], ready[1], agent_fd };
+        /* v1 without a user namespace: the child joins its groups itself (box.c step 2). */
+        bool self = !attached && !c->userns && sbx__cg_mode() == SBX_CG_V1 && s->cgroups;
+        struct child_fds f = { sync[0], errp[1], ready[1], agent_fd,
+                               self ? s->cgroups : NULL };
         shim_box_child(c, &f);
     }
     s->init = pid;
+    shim_trace("cloned");
     close(sync[0]);
     close(errp[1]);
     close(ready[1]);
@@ -276,7 +318,8 @@ static void start_box(struct shim *s)
      * Into the cgroups first, then the uid maps (a user namespace's child
      * can do nothing privileged before), then the go byte that releases it.
      */
-    if (s->cgroups && sbx__cg_attach(s->cgroups, pid, &e) < 0) {
+    bool self_attached = !attached && !c->userns && sbx__cg_mode() == SBX_CG_V1;
+    if (s->cgroups && !attached && !self_attached && sbx__cg_attach(s->cgroups, pid, &e) < 0) {
         char msg[1024];
         snprintf(msg, sizeof(msg), "%s", sbx_error_message(e));
         sbx_error_free(e);
@@ -289,7 +332,8 @@ static void start_box(struct shim *s)
         write_id_map(s, "uid_map", map);
         write_id_map(s, "gid_map", map);
     }
-    if (write(sync[1], "g", 1) != 1)
+    shim_trace("attached");
+    if (!self_attached && write(sync[1], "g", 1) != 1)
         fail(s, SBX_ECREATE, "the box's first process died before it started");
     close(sync[1]);
     if (write_record(s, "creating") < 0)
@@ -403,6 +447,7 @@ static void supervise(struct shim *s)
                 /* EOF: the setup exec'd the agent (CLOEXEC), or it died reporting why. */
                 close(s->err_r);
                 s->err_r = -1;
+                shim_trace("agent exec'd");
                 if (s->errlen)
                     fail(s, SBX_ECREATE, "%.*s", (int)s->errlen, s->errbuf);
             }
@@ -415,6 +460,7 @@ static void supervise(struct shim *s)
             if (k <= 0)
                 fail(s, SBX_EVERIFY, "the agent closed its ready descriptor without being ready");
             s->ready = true;
+            shim_trace("agent ready");
             ctl_send(s, "ready");
         }
         if (i_ctl >= 0 && s->ctl >= 0 && p[i_ctl].revents) {
@@ -424,6 +470,7 @@ static void supervise(struct shim *s)
                 b[k] = 0;
                 if (!strcmp(b, "ack") && s->ready) {
                     s->acked = true;
+                    shim_trace("acked");
                     close(s->ctl);
                     s->ctl = -1;
                     /* "running" means handed over: the box now outlives its creator. */
@@ -489,6 +536,8 @@ int main(int argc, char **argv)
             fail(&s, SBX_EINVAL, "%s", msg);
         fail(&s, SBX_EINVAL, "bad box description: %s", je.text);
     }
+    shim_tracing = json_is_true(json_object_get(j, "trace"));
+    shim_trace("description read");
     s.created = unix_now();
     s.expires = s.cfg.ttl_s >= 0 ? s.created + s.cfg.ttl_s : 0;
     s.ready_deadline = mono() + s.cfg.ready_timeout_s;

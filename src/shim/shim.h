@@ -38,10 +38,15 @@ struct child_fds {
     int err_w;    /* the child writes why it failed; closes on exec (CLOEXEC) */
     int ready_w;  /* passed to the agent as --ready-fd 3 */
     int agent_fd; /* O_PATH of the agent binary, executed with execveat */
+    const json_t *self_attach; /* v1 group dirs the child joins itself, or NULL */
 };
 
 /* Runs in the cloned child: builds the box and execs the agent. Never returns. */
 __attribute__((noreturn)) void shim_box_child(const struct shim_cfg *c, const struct child_fds *f);
+
+/* Step timing on stderr when the box description says "trace" (SBX_SHIM_STDERR=trace). */
+extern bool shim_tracing;
+void shim_trace(const char *what);
 
 /* Capabilities, no_new_privs and seccomp (security.c). Returns -errno and a message. */
 int shim_drop_privileges(const struct shim_cfg *c, char *msg, size_t msg_len);

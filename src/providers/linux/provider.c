@@ -715,6 +715,10 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
         e = sbx_error_new(SBX_ENOMEM, "out of memory");
         goto fail;
     }
+    /* SBX_SHIM_STDERR=trace: the shim prints the timing of each step of its work. */
+    const char *dbg = getenv("SBX_SHIM_STDERR");
+    if (dbg && !strcmp(dbg, "trace"))
+        json_object_set_new(c->desc, "trace", json_true());
     /* The timer exists from here so create_finish can always close it. */
     uv_timer_init(sbx_op_loop(op), &c->timer);
     c->timer.data = c;
