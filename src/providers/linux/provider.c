@@ -15,6 +15,7 @@
 #include "providers/linux/linux.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -41,6 +42,7 @@ struct linux_state {
     bool seccomp;
     double stop_grace_s;
     double stop_timeout_s;
+    int agent_dynamic; /* -1 unknown, 0 static, 1 needs an interpreter */
 };
 
 struct linux_box {
@@ -137,6 +139,25 @@ static char *find_helper(const char *name, const char *env)
     return NULL;
 }
 
+/* 1 when an ELF executable names an interpreter (is dynamically linked), 0 if not, -1 unknown. */
+static int elf_dynamic(const char *path)
+{
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+    Elf64_Ehdr eh;
+    if (fd < 0 || pread(fd, &eh, sizeof(eh), 0) != (ssize_t)sizeof(eh) ||
+        memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64)
+        return -1;
+    for (int i = 0; i < eh.e_phnum; i++) {
+        Elf64_Phdr ph;
+        if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + (Elf64_Off)i * eh.e_phentsize)) !=
+            (ssize_t)sizeof(ph))
+            return -1;
+        if (ph.p_type == PT_INTERP)
+            return 1;
+    }
+    return 0;
+}
+
 static void state_free(struct linux_state *st)
 {
     if (!st)
@@ -165,6 +186,7 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
     st->seccomp = true;
     st->uid_base = 100000;
     st->stop_timeout_s = 10;
+    st->agent_dynamic = -1;
     const char *key;
     json_t *v;
     int rc = SBX_OK;
@@ -649,6 +671,17 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     if (!st->agent && !(st->agent = find_helper("sbx-agent", "SBX_AGENT"))) {
         e = sbx_error_new(SBX_ECREATE, "cannot find the sbx-agent binary (set SBX_AGENT or the "
                                        "provider's agent option, or install sbx)");
+        goto fail;
+    }
+    if (st->agent_dynamic < 0)
+        st->agent_dynamic = elf_dynamic(st->agent);
+    const char *img = sbx_spec_image(spec);
+    if (st->agent_dynamic == 1 && img && *img && strcmp(img, "none") != 0) {
+        /* Only the "none" image carries the host's libraries the agent would need. */
+        e = sbx_error_new(SBX_ECREATE,
+                          "the agent %s is dynamically linked (a sanitizer build?); boxes from "
+                          "images need a static sbx-agent (set SBX_AGENT or the agent option)",
+                          st->agent);
         goto fail;
     }
     char hex[13];
