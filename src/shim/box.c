@@ -26,6 +26,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <grp.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -311,6 +312,15 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
         }
     } else {
         wait_go(f);
+    }
+    if (c->userns) {
+        /*
+         * The maps exist now, but our ids are still the overflow id (host
+         * root is not mapped): become the box's root, the mapped uid_base,
+         * so files we create have an owner the filesystems can store.
+         */
+        if (setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
+            die_errno("cannot become root in the box's user namespace");
     }
 
     if (sethostname(c->hostname, strlen(c->hostname)) < 0)

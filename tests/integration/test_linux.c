@@ -668,10 +668,69 @@ static void test_many_boxes_at_once(void)
     census_check(state_dir);
 }
 
+
+static void test_oci_layout_with_whiteouts(void)
+{
+    need_boxes();
+    char dir[512], tar[512];
+    busybox_rootfs(dir, sizeof(dir), tar, sizeof(tar));
+    const char *t = tap_tmpdir();
+    char out[8192];
+    /* Two layers: the busybox tree, then one deleting /etc/marker and adding /etc/new. */
+    int rc = run_cmd(
+        out, sizeof(out),
+        "set -e; L=%s/oci; mkdir -p $L/blobs/sha256 %s/l2/etc; touch %s/l2/etc/.wh.marker; "
+        "echo new > %s/l2/etc/new; tar -C %s/l2 -cf %s/l2.tar .; layers=; "
+        "for f in %s %s/l2.tar; do d=$(sha256sum $f | cut -d' ' -f1); cp $f $L/blobs/sha256/$d; "
+        "s=$(stat -c %%s $f); layers=\"$layers${layers:+,}{\\\"mediaType\\\":"
+        "\\\"application/vnd.oci.image.layer.v1.tar\\\",\\\"digest\\\":\\\"sha256:$d\\\","
+        "\\\"size\\\":$s}\"; done; "
+        "printf '{\"schemaVersion\":2,\"layers\":[%%s]}' \"$layers\" > %s/m.json; "
+        "m=$(sha256sum %s/m.json | cut -d' ' -f1); cp %s/m.json $L/blobs/sha256/$m; "
+        "printf '{\"schemaVersion\":2,\"manifests\":[{\"digest\":\"sha256:%%s\",\"annotations\":"
+        "{\"org.opencontainers.image.ref.name\":\"v1\"}}]}' $m > $L/index.json; "
+        "echo '{\"imageLayoutVersion\":\"1.0.0\"}' > $L/oci-layout",
+        t, t, t, t, t, t, tar, t, t, t, t);
+    if (rc != 0)
+        TAP_FAIL("building the OCI layout: %s", out);
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = sbx_spec_new();
+    char image[700];
+    snprintf(image, sizeof(image), "oci:%s/oci:v1", t);
+    sbx_spec_set_image(s, image);
+    sbx_sandbox *sb = start(p, s);
+    TAP_EQ_INT(rc_of(sb, "test -e /etc/marker"), 1);
+    TAP_CONTAINS(out_of(sb, "cat /etc/new"), "new");
+    TAP_EQ_INT(rc_of(sb, "test -x /bin/sh"), 0);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+static void test_user_namespace_option_refused_clearly(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_spec_set_provider_options(s, "{\"userns\": true}", NULL);
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
+    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ECREATE);
+    TAP_CONTAINS(sbx_error_message(e), "user namespaces are not supported");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 TAP_MAIN(TAP(test_pid1_is_agent_and_namespaces), TAP(test_writes_isolated_between_boxes),
          TAP(test_memory_bomb_is_oom_and_box_lives), TAP(test_fork_bomb_stopped_by_pids),
          TAP(test_disk_gib_enospc), TAP(test_escapes_fail), TAP(test_cgroup_limits_written),
          TAP(test_agent_killed_gives_error), TAP(test_creator_killed_mid_create_leaves_nothing),
          TAP(test_ttl_enforced_without_creator), TAP(test_serialize_connect_list_gc),
          TAP(test_image_import_list_remove), TAP(test_ready_timeout_is_everify_and_torn_down),
+         TAP(test_oci_layout_with_whiteouts), TAP(test_user_namespace_option_refused_clearly),
          TAP_T(test_many_boxes_at_once, 300))

@@ -673,6 +673,18 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
                                        "provider's agent option, or install sbx)");
         goto fail;
     }
+    if (c->userns && !getenv("SBX_LINUX_EXPERIMENTAL_USERNS")) {
+        /*
+         * The shim can map the box's root to an unprivileged range, but image
+         * files owned by host root are then unmapped in the box: its root can
+         * neither write into them nor enter 0700 directories. That needs
+         * idmapped lower layers (mount_setattr MOUNT_ATTR_IDMAP), not done yet.
+         */
+        e = sbx_error_new(SBX_ECREATE, "user namespaces are not supported by the linux "
+                                       "provider yet (they need idmapped image layers); leave "
+                                       "userns unset");
+        goto fail;
+    }
     if (st->agent_dynamic < 0)
         st->agent_dynamic = elf_dynamic(st->agent);
     const char *img = sbx_spec_image(spec);
