@@ -673,18 +673,6 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
                                        "provider's agent option, or install sbx)");
         goto fail;
     }
-    if (c->userns && !getenv("SBX_LINUX_EXPERIMENTAL_USERNS")) {
-        /*
-         * The shim can map the box's root to an unprivileged range, but image
-         * files owned by host root are then unmapped in the box: its root can
-         * neither write into them nor enter 0700 directories. That needs
-         * idmapped lower layers (mount_setattr MOUNT_ATTR_IDMAP), not done yet.
-         */
-        e = sbx_error_new(SBX_ECREATE, "user namespaces are not supported by the linux "
-                                       "provider yet (they need idmapped image layers); leave "
-                                       "userns unset");
-        goto fail;
-    }
     if (st->agent_dynamic < 0)
         st->agent_dynamic = elf_dynamic(st->agent);
     const char *img = sbx_spec_image(spec);
@@ -708,6 +696,18 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->hostname = strdup(c->box->id);
     if (read_options(spec, c, &e) < 0)
         goto fail;
+    if (c->userns && !getenv("SBX_LINUX_EXPERIMENTAL_USERNS")) {
+        /*
+         * The shim can map the box's root to an unprivileged range, but image
+         * files owned by host root are then unmapped in the box: its root can
+         * neither write into them nor enter 0700 directories. That needs
+         * idmapped lower layers (mount_setattr MOUNT_ATTR_IDMAP), not done yet.
+         */
+        e = sbx_error_new(SBX_ECREATE, "user namespaces are not supported by the linux "
+                                       "provider yet (they need idmapped image layers); leave "
+                                       "userns unset");
+        goto fail;
+    }
     c->box->box_dir = sbx__printf("%s/boxes/%s", st->state_dir, c->box->id);
     c->box->socket = sbx__printf("%s/run/agent.sock", c->box->box_dir);
     c->box->base_env = env_strv(spec);
