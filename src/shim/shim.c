@@ -81,6 +81,8 @@ static double unix_now(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+__attribute__((noreturn)) static void teardown(struct shim *s, int code);
+
 static void ctl_send(struct shim *s, const char *msg)
 {
     if (s->ctl < 0)
@@ -88,6 +90,9 @@ static void ctl_send(struct shim *s, const char *msg)
     if (send(s->ctl, msg, strlen(msg), MSG_NOSIGNAL) < 0) {
         close(s->ctl);
         s->ctl = -1;
+        /* The creator is gone before taking the box: nobody will ever ack it. */
+        if (!s->acked && !s->failed)
+            teardown(s, 1);
     }
 }
 
