@@ -402,7 +402,7 @@ static void test_unknown_provider(void)
     struct proc p = SBX("run", "--provider", "nope", "--", "true");
     EXPECT_CODE(p, 2);
     TAP_CONTAINS(p.err, "sbx: Unknown sandbox provider 'nope'");
-    TAP_CONTAINS(p.err, "fake, fake_basic, local");
+    TAP_CONTAINS(p.err, "fake, fake_basic, linux, local");
     proc_free(&p);
     /* The same through SBX_PROVIDER, the default's override. */
     setenv("SBX_PROVIDER", "nope2", 1);
@@ -441,12 +441,12 @@ static void test_providers(void)
     setup();
     struct proc p = SBX("providers");
     EXPECT_CODE(p, 0);
-    TAP_EQ_STR(p.out, "fake\nfake_basic\nlocal\n");
+    TAP_EQ_STR(p.out, "fake\nfake_basic\nlinux\nlocal\n");
     proc_free(&p);
     p = SBX("providers", "--json");
     EXPECT_CODE(p, 0);
     json_t *v = parse_json(p.out);
-    TAP_EQ_INT(json_array_size(v), 3);
+    TAP_EQ_INT(json_array_size(v), 4);
     TAP_EQ_STR(json_string_value(json_array_get(v, 0)), "fake");
     TAP_EQ_STR(json_string_value(json_array_get(v, 2)), "local");
     json_decref(v);
