@@ -448,7 +448,8 @@ static void test_providers(void)
     json_t *v = parse_json(p.out);
     TAP_EQ_INT(json_array_size(v), 4);
     TAP_EQ_STR(json_string_value(json_array_get(v, 0)), "fake");
-    TAP_EQ_STR(json_string_value(json_array_get(v, 2)), "local");
+    TAP_EQ_STR(json_string_value(json_array_get(v, 2)), "linux");
+    TAP_EQ_STR(json_string_value(json_array_get(v, 3)), "local");
     json_decref(v);
     proc_free(&p);
 }
