@@ -11,6 +11,7 @@ SBX_INTERNAL extern const struct sbx_provider_ops sbx__local_provider;
 static const struct sbx_provider_ops *const builtins[] = {
     &sbx__fake_provider,
     &sbx__fake_basic_provider,
+    &sbx__local_provider,
     NULL,
 };
 

@@ -1,0 +1,859 @@
+/*
+ * The local provider against real host processes and files, through the
+ * public API: exec semantics, timeouts that kill whole process trees,
+ * cancellation, concurrency, output capture, transfer, serialize/connect
+ * across processes, status, endpoint.
+ */
+#include "tap.h"
+#include "common.h"
+
+#include <sbx.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char *cfgf(const char *extra)
+{
+    static char buf[1024];
+    snprintf(buf, sizeof(buf), "{\"local\": {\"workspace_root\": \"%s/ws\"%s%s}}", tap_tmpdir(),
+             extra ? ", " : "", extra ? extra : "");
+    return buf;
+}
+
+static sbx_provider *local(const char *extra)
+{
+    sbx_provider *p = NULL;
+    sbx_error *e = NULL;
+    if (sbx_provider_new(cfgf(extra), &p, &e) != SBX_OK)
+        TAP_FAIL("provider: %s", sbx_error_message(e));
+    return p;
+}
+
+static sbx_sandbox *started(sbx_provider *p, sbx_spec *spec)
+{
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    sbx_spec *own = spec ? NULL : sbx_spec_new();
+    if (sbx_sandbox_new(p, spec ? spec : own, &sb, &e) != SBX_OK ||
+        sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
+        TAP_FAIL("start: %s", sbx_error_message(e));
+    sbx_spec_free(own);
+    return sb;
+}
+
+/* Runs `cmd` and returns the result (the test fails on an sbx error). */
+static sbx_exec_result *run(sbx_sandbox *sb, const char *cmd, const sbx_exec_opts *o)
+{
+    sbx_exec_result *r = NULL;
+    sbx_error *e = NULL;
+    if (sbx_sandbox_exec(sb, cmd, o, &r, &e) != SBX_OK)
+        TAP_FAIL("exec '%s': %s", cmd, sbx_error_message(e));
+    return r;
+}
+
+static const char *out_of(const sbx_exec_result *r) { return sbx_exec_result_stdout(r, NULL); }
+
+/* The workspace of a sandbox, as its commands see it. */
+static char *workspace_of(sbx_sandbox *sb)
+{
+    sbx_exec_result *r = run(sb, "printf %s \"$PWD\"", NULL);
+    char *ws = strdup(out_of(r));
+    sbx_exec_result_free(r);
+    return ws;
+}
+
+static bool is_dir(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Waits (bounded) for a file a command writes, and reads the number in it. */
+static long wait_number(const char *path)
+{
+    for (int i = 0; i < 1000; i++) {
+        char *t = read_text(path);
+        if (t && *t && strchr(t, '\n')) {
+            long v = strtol(t, NULL, 10);
+            free(t);
+            return v;
+        }
+        free(t);
+        usleep(10000);
+    }
+    TAP_FAIL("%s never appeared", path);
+}
+
+/* A live (non-zombie) process in /proc with this pid, or in this process group. */
+static bool alive(long pid, bool group)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        TAP_FAIL("no /proc");
+    bool found = false;
+    struct dirent *de;
+    while (!found && (de = readdir(d))) {
+        long p = strtol(de->d_name, NULL, 10);
+        if (p <= 0 || (!group && p != pid))
+            continue;
+        char path[64], buf[512];
+        snprintf(path, sizeof(path), "/proc/%ld/stat", p);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        buf[n] = 0;
+        char *rp = strrchr(buf, ')');
+        char state = 0;
+        long ppid = 0, pgrp = 0;
+        if (!rp || sscanf(rp + 2, "%c %ld %ld", &state, &ppid, &pgrp) != 3)
+            continue;
+        if (state == 'Z' || state == 'X')
+            continue;
+        found = group ? pgrp == pid : true;
+    }
+    closedir(d);
+    return found;
+}
+
+/* Dead processes go away promptly after SIGKILL; allow the kernel a moment. */
+static bool gone(long pid, bool group)
+{
+    for (int i = 0; i < 500; i++) {
+        if (!alive(pid, group))
+            return true;
+        usleep(10000);
+    }
+    return false;
+}
+
+static char *path_in(const char *dir, const char *name)
+{
+    char *p = NULL;
+    if (asprintf(&p, "%s/%s", dir, name) < 0)
+        TAP_FAIL("oom");
+    return p;
+}
+
+/* --- the first-run flow -------------------------------------------------- */
+
+static void test_first_run_flow(void)
+{
+    sbx_provider *p = local(NULL);
+    char *wd = path_in(tap_tmpdir(), "mywork/deep");
+    sbx_spec *s = sbx_spec_new();
+    sbx_spec_set_workdir(s, wd);
+    sbx_spec_set_env(s, "GREETING", "hello");
+    sbx_spec_add_file(s, "hello.txt", "hi there\n", 9);
+    sbx_spec_add_file(s, "sub/dir/x.txt", "xx", 2);
+    sbx_sandbox *sb = started(p, s);
+    TAP_TRUE(strncmp(sbx_sandbox_id(sb), "local-", 6) == 0);
+    TAP_EQ_INT(strlen(sbx_sandbox_id(sb)), 18);
+    TAP_TRUE(is_dir(wd)); /* a missing workdir is created */
+
+    sbx_exec_result *r = run(sb, "cat hello.txt sub/dir/x.txt; echo; echo $GREETING; pwd", NULL);
+    char *want = NULL;
+    TAP_TRUE(asprintf(&want, "hi there\nxx\nhello\n%s\n", wd) > 0);
+    TAP_EQ_STR(out_of(r), want);
+    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "");
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+    TAP_NULL(sbx_exec_result_error_type(r));
+    TAP_EQ_INT(sbx_exec_result_truncated(r), 0);
+    free(want);
+    sbx_exec_result_free(r);
+
+    r = run(sb, "echo out; echo err >&2; exit 3", NULL);
+    TAP_EQ_STR(out_of(r), "out\n");
+    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 3);
+    sbx_exec_result_free(r);
+
+    /* upload: parent dirs made, mode and mtime kept; download mirrors it. */
+    char *src = path_in(tap_tmpdir(), "src.bin");
+    TAP_EQ_INT(write_text(src, "payload\001\002"), 0);
+    chmod(src, 0751);
+    struct timespec old[2] = { { 1000000000, 0 }, { 1000000000, 0 } };
+    utimensat(AT_FDCWD, src, old, 0);
+    TAP_OK(sbx_sandbox_upload(sb, src, "a/b/c.bin", &e_));
+    char *up = path_in(wd, "a/b/c.bin");
+    struct stat st;
+    TAP_EQ_INT(stat(up, &st), 0);
+    TAP_EQ_INT(st.st_mode & 07777, 0751);
+    TAP_EQ_INT(st.st_mtim.tv_sec, 1000000000);
+    r = run(sb, "cat a/b/c.bin | od -An -c | tr -s ' '", NULL);
+    TAP_CONTAINS(out_of(r), "p a y l o a d 001 002");
+    sbx_exec_result_free(r);
+    char *dl = path_in(tap_tmpdir(), "dl/x/y.bin");
+    TAP_OK(sbx_sandbox_download(sb, "a/b/c.bin", dl, &e_));
+    char *got = read_text(dl);
+    TAP_EQ_STR(got, "payload\001\002");
+    TAP_EQ_INT(stat(dl, &st), 0);
+    TAP_EQ_INT(st.st_mode & 07777, 0751);
+    TAP_EQ_INT(st.st_mtim.tv_sec, 1000000000);
+    free(got);
+    /* an absolute remote path is a host path (no confinement) */
+    char *abs = path_in(tap_tmpdir(), "abs/target.bin");
+    TAP_OK(sbx_sandbox_upload(sb, src, abs, &e_));
+    TAP_EQ_INT(stat(abs, &st), 0);
+
+    /* stop keeps a caller's workdir */
+    TAP_OK(sbx_sandbox_stop(sb, &e_));
+    TAP_TRUE(is_dir(wd));
+    sbx_sandbox_free(sb);
+    sbx_spec_free(s);
+
+    /* ... and removes one it allocated */
+    sb = started(p, NULL);
+    char *ws = workspace_of(sb);
+    char *prefix = path_in(tap_tmpdir(), "ws/");
+    TAP_TRUE(strncmp(ws, prefix, strlen(prefix)) == 0);
+    TAP_EQ_STR(ws + strlen(prefix), sbx_sandbox_id(sb));
+    TAP_EQ_INT(stat(ws, &st), 0);
+    TAP_EQ_INT(st.st_mode & 0777, 0700);
+    TAP_OK(sbx_sandbox_stop(sb, &e_));
+    TAP_TRUE(!is_dir(ws));
+    sbx_sandbox_free(sb);
+
+    /* freeing an unstopped sandbox also removes its allocated workspace */
+    sb = started(p, NULL);
+    char *ws2 = workspace_of(sb);
+    TAP_TRUE(is_dir(ws2));
+    sbx_sandbox_free(sb);
+    TAP_TRUE(!is_dir(ws2));
+
+    free(ws);
+    free(ws2);
+    free(prefix);
+    free(abs);
+    free(dl);
+    free(up);
+    free(src);
+    free(wd);
+    sbx_provider_free(p);
+}
+
+static void test_env_precedence(void)
+{
+    setenv("SBX_T_PROC", "proc", 1);
+    setenv("SBX_T_SPEC", "proc", 1);
+    setenv("SBX_T_CALL", "proc", 1);
+    sbx_provider *p = local(NULL);
+    sbx_spec *s = sbx_spec_new();
+    sbx_spec_set_env(s, "SBX_T_SPEC", "spec");
+    sbx_spec_set_env(s, "SBX_T_CALL", "spec");
+    sbx_sandbox *sb = started(p, s);
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_env(o, "SBX_T_CALL", "call");
+    sbx_exec_opts_set_env(o, "SBX_T_EMPTY", "");
+    sbx_exec_result *r =
+        run(sb, "echo $SBX_T_PROC $SBX_T_SPEC $SBX_T_CALL \"[${SBX_T_EMPTY-unset}]\"", o);
+    TAP_EQ_STR(out_of(r), "proc spec call []\n");
+    sbx_exec_result_free(r);
+    /* without call env, spec env still applies */
+    r = run(sb, "echo $SBX_T_CALL", NULL);
+    TAP_EQ_STR(out_of(r), "spec\n");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+}
+
+static void test_user_rejected(void)
+{
+    sbx_provider *p = local(NULL);
+    sbx_sandbox *sb = started(p, NULL);
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_user(o, "root");
+    sbx_exec_result *r = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_exec(sb, "id", o, &r, &e), SBX_EINVAL);
+    TAP_NULL(r);
+    TAP_CONTAINS(sbx_error_message(e), "local provider");
+    TAP_CONTAINS(sbx_error_message(e), "container provider");
+    sbx_error_free(e);
+    sbx_exec_opts_free(o);
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+}
+
+/* --- timeouts, cancel, stop kill the whole tree -------------------------- */
+
+/* Writes the shell's pid (= its process group) and a backgrounded child's pid. */
+#define TREE_CMD "echo $$ > pgid.tmp; mv pgid.tmp pgid; sleep 100 & echo $! > pid.tmp; mv pid.tmp pid; wait"
+
+static void test_timeout_kills_tree(void)
+{
+    sbx_provider *p = local(NULL);
+    sbx_sandbox *sb = started(p, NULL);
+    char *ws = workspace_of(sb);
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_timeout(o, 1);
+    sbx_exec_result *r = run(sb, TREE_CMD, o);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_NULL(sbx_exec_result_stdout(r, NULL));
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
+    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "local command timed out after 1s");
+    sbx_exec_result_free(r);
+
+    char *pidf = path_in(ws, "pid"), *pgf = path_in(ws, "pgid");
+    long pid = wait_number(pidf), pgid = wait_number(pgf);
+    TAP_TRUE(pid > 1 && pgid > 1);
+    TAP_TRUE(gone(pid, false));
+    TAP_TRUE(gone(pgid, true));
+
+    /* {t:g} formatting of a fractional timeout */
+    sbx_exec_opts_set_timeout(o, 0.25);
+    r = run(sb, "sleep 100", o);
+    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "local command timed out after 0.25s");
+    sbx_exec_result_free(r);
+
+    free(pidf);
+    free(pgf);
+    free(ws);
+    sbx_exec_opts_free(o);
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+}
+
+static void test_timeout_escaped_grandchild(void)
+{
+    /*
+     * A grandchild in its own session survives the group kill and keeps
+     * stdout open: the exec still comes back (after the reap bound).
+     */
+    sbx_provider *p = local(NULL);
+    sbx_sandbox *sb = started(p, NULL);
+    char *ws = workspace_of(sb);
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_timeout(o, 1);
+    sbx_exec_result *r =
+        run(sb, "setsid sh -c 'echo $$ > esc.tmp; mv esc.tmp esc; exec sleep 100' & wait", o);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
+    TAP_NULL(sbx_exec_result_stdout(r, NULL));
+    sbx_exec_result_free(r);
+    char *escf = path_in(ws, "esc");
+    long esc = wait_number(escf);
+    TAP_TRUE(alive(esc, false)); /* it really escaped: that is what the bound is for */
+    kill((pid_t)esc, SIGKILL);
+    TAP_TRUE(gone(esc, false));
+    free(escf);
+    free(ws);
+    sbx_exec_opts_free(o);
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+}
+
+static void test_cancel_kills_tree(void)
+{
+    sbx_provider *p = local(NULL);
+    sbx_sandbox *sb = started(p, NULL);
+    char *ws = workspace_of(sb);
+    sbx_future *f = NULL;
+    TAP_OK(sbx_sandbox_exec_async(sb, TREE_CMD, NULL, &f, &e_));
+    char *pidf = path_in(ws, "pid"), *pgf = path_in(ws, "pgid");
+    long pid = wait_number(pidf), pgid = wait_number(pgf);
+    TAP_TRUE(alive(pid, false));
+    TAP_EQ_INT(sbx_future_done(f), 0);
+    sbx_future_cancel(f);
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_future_wait(f, -1, &e), SBX_ECANCELED);
+    TAP_CONTAINS(sbx_error_message(e), "cancelled");
+    sbx_error_free(e);
+    sbx_future_free(f);
+    TAP_TRUE(gone(pid, false));
+    TAP_TRUE(gone(pgid, true));
+    free(pidf);
+    free(pgf);
+    free(ws);
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+}
+
+static void test_stop_kills_running_exec(void)
+{
+    sbx_provider *p = local(NULL);
+    sbx_sandbox *sb = started(p, NULL);
+    char *ws = workspace_of(sb);
+    sbx_future *f = NULL;
+    TAP_OK(sbx_sandbox_exec_async(sb, TREE_CMD, NULL, &f, &e_));
+    char *pidf = path_in(ws, "pid");
+    long pid = wait_number(pidf);
+    TAP_OK(sbx_sandbox_stop(sb, &e_));
+    TAP_EQ_INT(sbx_future_wait(f, -1, NULL), SBX_OK);
+    sbx_exec_result *r = NULL;
+    TAP_OK(sbx_future_take_exec_result(f, &r, &e_));
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+    TAP_CONTAINS(sbx_exec_result_stderr(r, NULL), "was stopped");
+    sbx_exec_result_free(r);
+    sbx_future_free(f);
+    TAP_TRUE(gone(pid, false));
+    TAP_TRUE(!is_dir(ws));
+    free(pidf);
+    free(ws);
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+}
+
+/* --- concurrency --------------------------------------------------------- */
+
+static void test_100_concurrent_execs(void)
+{
+    sbx_provider *p = local("\"concurrency\": 100");
+    sbx_sandbox *sb = started(p, NULL);
+    enum { N = 100 };
+    sbx_exec_result_free(run(sb, "mkdir bar", NULL));
+    sbx_future *fs[N];
+    for (int i = 0; i < N; i++) {
+        /*
+         * Each command waits until all 100 are running: this can only finish
+         * if they really run at once (a serial runner would hang here).
+         */
+        char cmd[256];
+        snprintf(cmd, sizeof(cmd),
+                 "touch bar/%d; f=(bar/*); while [ ${#f[@]} -lt %d ]; do sleep 0.1; f=(bar/*); "
+                 "done; echo out-%d",
+                 i, N, i);
+        TAP_OK(sbx_sandbox_exec_async(sb, cmd, NULL, &fs[i], &e_));
+    }
+    for (int i = 0; i < N; i++) {
+        sbx_exec_result *r = NULL;
+        TAP_OK(sbx_future_wait(fs[i], -1, &e_));
+        TAP_OK(sbx_future_take_exec_result(fs[i], &r, &e_));
+        char want[32];
+        snprintf(want, sizeof(want), "out-%d\n", i);
+        TAP_EQ_STR(out_of(r), want);
+        TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+        sbx_exec_result_free(r);
+        sbx_future_free(fs[i]);
+    }
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+}
+
+static void test_default_concurrency_queues(void)
+{
+    sbx_provider *p = local(NULL);
+    sbx_sandbox *sb = started(p, NULL);
+    enum { N = 40 };
+    sbx_exec_result_free(run(sb, "mkdir running", NULL));
+    sbx_future *fs[N];
+    for (int i = 0; i < N; i++) {
+        /* Reports how many commands were running at once, from inside. */
+        char cmd[256];
+        snprintf(cmd, sizeof(cmd),
+                 "touch running/%d; sleep 0.05; f=(running/*); echo \"%d ${#f[@]}\"; "
+                 "rm running/%d",
+                 i, i, i);
+        TAP_OK(sbx_sandbox_exec_async(sb, cmd, NULL, &fs[i], &e_));
+    }
+    int max_seen = 0;
+    for (int i = 0; i < N; i++) {
+        sbx_exec_result *r = NULL;
+        TAP_OK(sbx_future_wait(fs[i], -1, &e_));
+        TAP_OK(sbx_future_take_exec_result(fs[i], &r, &e_));
+        int id = -1, seen = -1;
+        TAP_EQ_INT(sscanf(out_of(r), "%d %d", &id, &seen), 2);
+        TAP_EQ_INT(id, i);
+        if (seen > max_seen)
+            max_seen = seen;
+        sbx_exec_result_free(r);
+        sbx_future_free(fs[i]);
+    }
+    TAP_TRUE(max_seen >= 1);
+    TAP_TRUE(max_seen <= 8); /* the default bound: the rest waited their turn */
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+}
+
+/* --- output -------------------------------------------------------------- */
+
+static void test_large_output_and_cap(void)
+{
+    sbx_provider *p = local(NULL);
+    sbx_sandbox *sb = started(p, NULL);
+    const size_t total = (size_t)100 << 20;
+    /* 16-byte lines "0123456789abcde\n", 100 MiB of them. */
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_timeout(o, -1);
+    sbx_exec_result *r = run(sb, "yes 0123456789abcde | head -c 104857600", o);
+    size_t len = 0;
+    const char *out = sbx_exec_result_stdout(r, &len);
+    TAP_EQ_INT(len, total);
+    TAP_EQ_INT(sbx_exec_result_truncated(r), 0);
+    for (size_t off = 0; off < total; off += 16)
+        if (memcmp(out + off, "0123456789abcde\n", 16) != 0)
+            TAP_FAIL("stdout differs at offset %zu", off);
+    sbx_exec_result_free(r);
+
+    /* A 1 MiB cap keeps exactly 1 MiB, says so, and the command still ends normally. */
+    sbx_exec_opts_set_output_limit(o, (size_t)1 << 20);
+    r = run(sb, "yes 0123456789abcde | head -c 104857600; echo done >&2", o);
+    out = sbx_exec_result_stdout(r, &len);
+    TAP_EQ_INT(len, (size_t)1 << 20);
+    TAP_EQ_INT(memcmp(out + len - 16, "0123456789abcde\n", 16), 0);
+    TAP_EQ_INT(sbx_exec_result_truncated(r), 1);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "done\n");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+
+    /* The provider-wide cap applies when the exec sets none. */
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+    p = local("\"max_output_bytes\": 10");
+    sb = started(p, NULL);
+    r = run(sb, "echo 0123456789abcdef; echo short >&2", NULL);
+    out = sbx_exec_result_stdout(r, &len);
+    TAP_EQ_INT(len, 10);
+    TAP_EQ_INT(memcmp(out, "0123456789", 10), 0);
+    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "short\n");
+    TAP_EQ_INT(sbx_exec_result_truncated(r), 1);
+    sbx_exec_result_free(r);
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+}
+
+static void test_binary_output_and_stdin(void)
+{
+    sbx_provider *p = local(NULL);
+    sbx_sandbox *sb = started(p, NULL);
+    sbx_exec_result *r = run(sb, "printf 'a\\0b\\0\\377c'", NULL);
+    size_t len = 0;
+    const char *out = sbx_exec_result_stdout(r, &len);
+    TAP_EQ_INT(len, 6);
+    TAP_EQ_INT(memcmp(out, "a\0b\0\377c", 6), 0);
+    sbx_exec_result_free(r);
+
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_stdin(o, "hello\0world", 11);
+    r = run(sb, "cat; echo -n \" $(wc -c)\"", o);
+    out = sbx_exec_result_stdout(r, &len);
+    TAP_EQ_INT(len, 11 + 2);
+    TAP_EQ_INT(memcmp(out, "hello\0world 0", 13), 0);
+    sbx_exec_result_free(r);
+
+    /* stdin that is not read does not fail the command */
+    r = run(sb, "echo ignored", o);
+    TAP_EQ_STR(out_of(r), "ignored\n");
+    sbx_exec_result_free(r);
+
+    /* a large stdin streams through */
+    size_t big = (size_t)8 << 20;
+    char *data = malloc(big);
+    for (size_t i = 0; i < big; i++)
+        data[i] = (char)(i * 7);
+    sbx_exec_opts_set_stdin(o, data, big);
+    r = run(sb, "cat", o);
+    out = sbx_exec_result_stdout(r, &len);
+    TAP_EQ_INT(len, big);
+    TAP_EQ_INT(memcmp(out, data, big), 0);
+    sbx_exec_result_free(r);
+    free(data);
+    sbx_exec_opts_free(o);
+
+    /* no stdin: the command reads /dev/null */
+    r = run(sb, "wc -c", NULL);
+    TAP_EQ_STR(out_of(r), "0\n");
+    sbx_exec_result_free(r);
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+}
+
+/* --- cwd ----------------------------------------------------------------- */
+
+static void test_cwd(void)
+{
+    sbx_provider *p = local(NULL);
+    sbx_sandbox *sb = started(p, NULL);
+    char *ws = workspace_of(sb);
+    sbx_exec_result_free(run(sb, "mkdir -p sub/inner", NULL));
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_cwd(o, "sub/inner");
+    sbx_exec_result *r = run(sb, "pwd", o);
+    char *want = NULL;
+    TAP_TRUE(asprintf(&want, "%s/sub/inner\n", ws) > 0);
+    TAP_EQ_STR(out_of(r), want);
+    free(want);
+    sbx_exec_result_free(r);
+
+    sbx_exec_opts_set_cwd(o, "/");
+    r = run(sb, "pwd", o);
+    TAP_EQ_STR(out_of(r), "/\n");
+    sbx_exec_result_free(r);
+
+    sbx_exec_opts_set_cwd(o, "nope");
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_exec(sb, "pwd", o, &r, &e), SBX_ENOENT);
+    TAP_CONTAINS(sbx_error_message(e), "/nope");
+    TAP_CONTAINS(sbx_error_message(e), "does not exist");
+    sbx_error_free(e);
+    sbx_exec_opts_free(o);
+    free(ws);
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+}
+
+/* --- transfer errors and a large file ------------------------------------ */
+
+static void test_transfer(void)
+{
+    sbx_provider *p = local(NULL);
+    sbx_sandbox *sb = started(p, NULL);
+    sbx_error *e = NULL;
+    char *missing = path_in(tap_tmpdir(), "no-such-file");
+    TAP_EQ_INT(sbx_sandbox_upload(sb, missing, "x", &e), SBX_ENOENT);
+    TAP_CONTAINS(sbx_error_message(e), missing);
+    sbx_error_free(e);
+    e = NULL;
+    char *dst = path_in(tap_tmpdir(), "out.bin");
+    TAP_EQ_INT(sbx_sandbox_download(sb, "not-there", dst, &e), SBX_ENOENT);
+    TAP_CONTAINS(sbx_error_message(e), "not-there");
+    sbx_error_free(e);
+    e = NULL;
+    TAP_EQ_INT(sbx_sandbox_upload(sb, tap_tmpdir(), "x", &e), SBX_EINVAL);
+    TAP_CONTAINS(sbx_error_message(e), "is a directory");
+    sbx_error_free(e);
+
+    /* 64 MiB made in the box, downloaded, uploaded under another name, compared. */
+    sbx_exec_result *r =
+        run(sb, "head -c 67108864 /dev/urandom > big; chmod 640 big; mkdir d", NULL);
+    sbx_exec_result_free(r);
+    TAP_OK(sbx_sandbox_download(sb, "big", dst, &e_));
+    struct stat st;
+    TAP_EQ_INT(stat(dst, &st), 0);
+    TAP_EQ_INT(st.st_size, 67108864);
+    TAP_EQ_INT(st.st_mode & 0777, 0640);
+    /* an existing directory as the target: the file lands inside it */
+    TAP_OK(sbx_sandbox_upload(sb, dst, "d", &e_));
+    r = run(sb, "cmp big d/out.bin && echo same", NULL);
+    TAP_EQ_STR(out_of(r), "same\n");
+    sbx_exec_result_free(r);
+    /* overwriting an existing file */
+    char *small = path_in(tap_tmpdir(), "small");
+    write_text(small, "tiny");
+    TAP_OK(sbx_sandbox_upload(sb, small, "big", &e_));
+    r = run(sb, "cat big; ls -a | grep -c sbx- || true", NULL);
+    TAP_EQ_STR(out_of(r), "tiny0\n"); /* and no temp files left behind */
+    sbx_exec_result_free(r);
+    free(small);
+    free(dst);
+    free(missing);
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+}
+
+/* --- serialize / connect, status, endpoint ------------------------------- */
+
+static void test_serialize_connect_other_process(void)
+{
+    sbx_provider *p = local(NULL);
+    sbx_sandbox *sb = started(p, NULL);
+    char *ws = workspace_of(sb);
+    char *desc = NULL;
+    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
+    TAP_CONTAINS(desc, "\"sandbox_id\":\"");
+    TAP_CONTAINS(desc, sbx_sandbox_id(sb));
+    TAP_CONTAINS(desc, "\"owned_workspace\":true");
+    TAP_CONTAINS(desc, "\"provider\":\"local\"");
+    TAP_CONTAINS(desc, ws);
+
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+        /* A real separate process: its own provider, connected by descriptor. */
+        sbx_provider *cp = NULL;
+        sbx_sandbox *csb = NULL;
+        sbx_exec_result *r = NULL;
+        if (sbx_provider_new(cfgf(NULL), &cp, NULL) != SBX_OK ||
+            sbx_sandbox_connect(cp, desc, &csb, NULL) != SBX_OK ||
+            sbx_sandbox_exec(csb, "echo $$ > from-child; pwd", NULL, &r, NULL) != SBX_OK)
+            _exit(2);
+        int ok = sbx_exec_result_return_code(r) == 0;
+        sbx_exec_result_free(r);
+        sbx_sandbox_free(csb); /* releases the handle only */
+        sbx_provider_free(cp);
+        _exit(ok ? 0 : 3);
+    }
+    int status = 0;
+    TAP_EQ_INT(waitpid(child, &status, 0), child);
+    TAP_TRUE(WIFEXITED(status));
+    TAP_EQ_INT(WEXITSTATUS(status), 0);
+    sbx_exec_result *r = run(sb, "cat from-child", NULL);
+    long cpid = strtol(out_of(r), NULL, 10);
+    TAP_TRUE(cpid > 0 && cpid != getpid());
+    sbx_exec_result_free(r);
+    TAP_TRUE(is_dir(ws)); /* the child's free did not end the box */
+
+    /* sandbox_id alone finds the workspace under workspace_root */
+    char *byid = NULL;
+    TAP_TRUE(asprintf(&byid, "{\"sandbox_id\": \"%s\"}", sbx_sandbox_id(sb)) > 0);
+    sbx_sandbox *c1 = NULL;
+    TAP_OK(sbx_sandbox_connect(p, byid, &c1, &e_));
+    TAP_EQ_STR(sbx_sandbox_id(c1), sbx_sandbox_id(sb));
+    TAP_EQ_INT(sbx_sandbox_owned(c1), 0);
+    r = run(c1, "pwd", NULL);
+    char *want = NULL;
+    TAP_TRUE(asprintf(&want, "%s\n", ws) > 0);
+    TAP_EQ_STR(out_of(r), want);
+    sbx_exec_result_free(r);
+
+    /* a narrower scope may not end the box; stop on it keeps the workspace */
+    char *scoped = NULL;
+    TAP_OK(sbx_sandbox_serialize(sb, "operate", &scoped, &e_));
+    TAP_CONTAINS(scoped, "\"scope\":\"operate\"");
+    sbx_sandbox *c2 = NULL;
+    TAP_OK(sbx_sandbox_connect(p, scoped, &c2, &e_));
+    TAP_OK(sbx_sandbox_stop(c2, &e_));
+    TAP_TRUE(is_dir(ws));
+
+    /* a connected handle with no scope ends it, as the reference's connect/stop */
+    sbx_status s;
+    TAP_OK(sbx_sandbox_status(c1, &s, &e_));
+    TAP_EQ_INT(s, SBX_STATUS_RUNNING);
+    TAP_OK(sbx_sandbox_stop(c1, &e_));
+    TAP_TRUE(!is_dir(ws));
+    /* the owner's handle now sees its box gone */
+    TAP_OK(sbx_sandbox_status(sb, &s, &e_));
+    TAP_EQ_INT(s, SBX_STATUS_STOPPED);
+
+    /* connecting to a stopped box fails clearly */
+    sbx_sandbox *c3 = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_connect(p, desc, &c3, &e), SBX_ENOENT);
+    TAP_CONTAINS(sbx_error_message(e), "does not exist");
+    sbx_error_free(e);
+    e = NULL;
+    TAP_EQ_INT(sbx_sandbox_connect(p, "{\"sandbox_id\": \"../etc\"}", &c3, &e), SBX_EINVAL);
+    sbx_error_free(e);
+    e = NULL;
+    TAP_EQ_INT(sbx_sandbox_connect(p, "{\"sandbox_id\": \"x\", \"provider\": \"docker\"}", &c3, &e),
+               SBX_EINVAL);
+    sbx_error_free(e);
+
+    sbx_sandbox_free(c2);
+    sbx_sandbox_free(c1);
+    free(want);
+    free(scoped);
+    free(byid);
+    sbx_free(desc);
+    free(ws);
+    sbx_sandbox_free(sb); /* stopping a box whose workspace is gone is fine */
+    sbx_provider_free(p);
+}
+
+static void test_caller_workdir_connect(void)
+{
+    /* A caller's workdir is never removed, whoever stops the box. */
+    sbx_provider *p = local(NULL);
+    char *wd = path_in(tap_tmpdir(), "keep");
+    sbx_spec *s = sbx_spec_new();
+    sbx_spec_set_workdir(s, wd);
+    sbx_sandbox *sb = started(p, s);
+    char *desc = NULL;
+    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
+    TAP_CONTAINS(desc, "\"owned_workspace\":false");
+    sbx_sandbox *c = NULL;
+    TAP_OK(sbx_sandbox_connect(p, desc, &c, &e_));
+    TAP_EQ_STR(sbx_sandbox_workdir(c), wd);
+    sbx_exec_result *r = run(c, "pwd", NULL);
+    char *want = NULL;
+    TAP_TRUE(asprintf(&want, "%s\n", wd) > 0);
+    TAP_EQ_STR(out_of(r), want);
+    sbx_exec_result_free(r);
+    TAP_OK(sbx_sandbox_stop(c, &e_));
+    TAP_TRUE(is_dir(wd));
+    TAP_OK(sbx_sandbox_stop(sb, &e_));
+    TAP_TRUE(is_dir(wd));
+    free(want);
+    sbx_free(desc);
+    sbx_sandbox_free(c);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(s);
+    free(wd);
+    sbx_provider_free(p);
+}
+
+static void test_status_and_endpoint(void)
+{
+    sbx_provider *p = local(NULL);
+    TAP_TRUE(sbx_provider_supports(p, "endpoint"));
+    sbx_spec *s = sbx_spec_new();
+    TAP_OK(sbx_spec_add_port(s, 8080, &e_));
+    sbx_sandbox *sb = NULL;
+    TAP_OK(sbx_sandbox_new(p, s, &sb, &e_));
+    sbx_status st;
+    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_UNKNOWN);
+    TAP_OK(sbx_sandbox_start(sb, NULL, &e_));
+    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    sbx_endpoint *ep = NULL;
+    TAP_OK(sbx_sandbox_endpoint(sb, 8080, &ep, &e_));
+    TAP_EQ_STR(sbx_endpoint_url(ep), "http://127.0.0.1:8080");
+    TAP_EQ_INT(sbx_endpoint_header_count(ep), 0);
+    sbx_endpoint_free(ep);
+    TAP_OK(sbx_sandbox_stop(sb, &e_));
+    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+}
+
+static void test_config_errors(void)
+{
+    sbx_provider *p = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_provider_new("{\"local\": {\"bogus\": 1}}", &p, &e), SBX_ETYPE);
+    TAP_CONTAINS(sbx_error_message(e), "bogus");
+    sbx_error_free(e);
+    e = NULL;
+    TAP_EQ_INT(sbx_provider_new("{\"local\": {\"concurrency\": 0}}", &p, &e), SBX_EINVAL);
+    TAP_CONTAINS(sbx_error_message(e), "concurrency");
+    sbx_error_free(e);
+    e = NULL;
+    /* a shell that does not exist: exec fails, naming it */
+    p = local("\"shell\": \"/nonexistent/sh\"");
+    sbx_sandbox *sb = started(p, NULL);
+    sbx_exec_result *r = NULL;
+    TAP_EQ_INT(sbx_sandbox_exec(sb, "true", NULL, &r, &e), SBX_EPROVIDER);
+    TAP_CONTAINS(sbx_error_message(e), "/nonexistent/sh");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+    /* a configured shell is used; default_timeout_s applies when the exec has none */
+    p = local("\"shell\": \"/bin/sh\", \"default_timeout_s\": 0.5");
+    sb = started(p, NULL);
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_timeout(o, -1);
+    r = run(sb, "sleep 100", o);
+    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "local command timed out after 0.5s");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+}
+
+TAP_MAIN(TAP(test_first_run_flow), TAP(test_env_precedence), TAP(test_user_rejected),
+         TAP(test_timeout_kills_tree), TAP_T(test_timeout_escaped_grandchild, 60),
+         TAP(test_cancel_kills_tree), TAP(test_stop_kills_running_exec),
+         TAP_T(test_100_concurrent_execs, 120), TAP_T(test_default_concurrency_queues, 120),
+         TAP_T(test_large_output_and_cap, 120), TAP(test_binary_output_and_stdin), TAP(test_cwd),
+         TAP_T(test_transfer, 120), TAP(test_serialize_connect_other_process),
+         TAP(test_caller_workdir_connect), TAP(test_status_and_endpoint),
+         TAP(test_config_errors))
