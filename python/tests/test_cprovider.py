@@ -301,7 +301,7 @@ def test_nemo_gym_adapter_speaks_the_protocol(tmp_path):
     async def go():
         p = ad.FakeProvider()
         assert p.name == "sbx_fake"
-        h = await p.create(SandboxSpec(workdir="/w", files={"/x": "not uploaded by create"}))
+        h = await p.create(SandboxSpec(workdir="/w", ports=[80], files={"/x": "not uploaded by create"}))
         assert isinstance(h, sbx.SandboxHandle) and h.provider_name == "sbx_fake"
         r = await p.exec(h, "cat /x")
         assert r.return_code == 1  # create does not upload startup files: the caller does
