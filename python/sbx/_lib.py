@@ -8,6 +8,7 @@ this package (a source checkout); then the installed libsbx.so.0.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import ctypes
 import ctypes.util
 import logging
@@ -130,6 +131,31 @@ for _name, _res, _args in [
     ("sbx_sandbox_free", None, (_P,)),
 ]:
     _proto(_name, _res, *_args)
+
+
+# --- logging: libsbx's log lines go to the "sbx" logger -----------------------
+
+_LEVELS = {10: logging.DEBUG, 20: logging.INFO, 30: logging.WARNING, 40: logging.ERROR}
+_LOG_CB_TYPE = ctypes.CFUNCTYPE(None, c_int, c_char_p, c_void_p)
+
+
+def _on_log(level: int, message: bytes, data: Any) -> None:
+    try:
+        LOGGER.log(_LEVELS.get(level, logging.WARNING), "%s", message.decode("utf-8", "replace"))
+    except Exception:  # a log line must never break the loop thread
+        pass
+
+
+_log_cb = _LOG_CB_TYPE(_on_log)  # kept alive for as long as the library may call it
+lib.sbx_set_log_cb.restype = None
+lib.sbx_set_log_cb.argtypes = [_LOG_CB_TYPE, c_void_p, c_int]
+lib.sbx_set_log_cb(_log_cb, None, 20)
+
+
+@atexit.register
+def _unhook_log() -> None:
+    # The interpreter is going away: libsbx threads must not call into it.
+    lib.sbx_set_log_cb(_LOG_CB_TYPE(), None, 40)
 
 
 def version() -> str:
