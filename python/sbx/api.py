@@ -477,13 +477,25 @@ class _AsyncLoopRunner:
         self._ensure_can_block(operation)
         return self._wait(operation, asyncio.run_coroutine_threadsafe(factory(), self._loop))
 
+    async def _drain_and_stop(self) -> None:
+        try:
+            me = asyncio.current_task()
+            pending = [t for t in asyncio.all_tasks(self._loop) if t is not me]
+            if pending:
+                await asyncio.wait(pending, timeout=self._close_timeout_s)
+        finally:
+            self._loop.stop()
+
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         if self._loop.is_closed():
             return
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        # Operations cancelled by a wait timeout may still be ending (a C
+        # operation is awaited until what it started is gone): let them
+        # finish, within the close timeout, before the loop stops.
+        self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._drain_and_stop()))
         self._thread.join(timeout=self._close_timeout_s)
         if self._thread.is_alive():
             return  # still busy: leave the loop to the daemon thread

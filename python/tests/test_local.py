@@ -38,6 +38,17 @@ def procs_in(directory) -> list[int]:
     return out
 
 
+async def gone(check, guard_s=60.0):
+    """Polls `check` until true; the guard only stops a hang."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + guard_s
+    while not check():
+        if loop.time() > end:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
 async def wait_for_file(path, guard_s=60.0):
     """Polls for a file the command writes; the guard only stops a hang."""
     loop = asyncio.get_running_loop()
@@ -114,7 +125,7 @@ def test_stop_kills_running_commands(tmp_path):
         await sb.stop()
         r = await asyncio.wait_for(task, 60)
         assert (r.return_code, r.error_type) == (125, "sandbox")
-        assert not alive(pid)
+        assert await gone(lambda: not alive(pid))
 
     run(go())
 
@@ -164,6 +175,7 @@ def test_cancelled_sync_timeout_kills_the_command(tmp_path):
     with pytest.raises(TimeoutError, match="timed out waiting for the sync loop after 0.5s"):
         s.exec(f"echo $$ > {pidfile}; exec sleep 100", timeout_s=None)
     s.stop()
-    assert procs_in(tmp_path) == []
+    # stop() sent the kill; the process may take a moment to die.
+    assert run(gone(lambda: procs_in(tmp_path) == []))
     if pidfile.exists():
         assert not alive(int(pidfile.read_text()))
