@@ -355,10 +355,39 @@ async def await_future(f: c_void_p, take: Callable[[c_void_p], Any]) -> Any:
     CancelledError propagates."""
     try:
         if not lib.sbx_future_done(f):
-            await _wait_fd(f)
+            if asyncio._get_running_loop() is None:
+                # Driven by the blocking facade (sbx.api._DirectRunner), not asyncio.
+                await BlockingWait(f)
+            else:
+                await _wait_fd(f)
         return take(f)
     finally:
         lib.sbx_future_free(f)
+
+
+class BlockingWait:
+    """Yielded to a coroutine driver that blocks on the future itself
+    (sbx_future_wait, GIL released), so the blocking Sandbox runs the same
+    AsyncSandbox code without an event loop or a thread."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: c_void_p) -> None:
+        self.future = future
+
+    def __await__(self) -> Any:
+        yield self
+
+    def wait(self, timeout_s: float | None) -> bool:
+        """Waits up to timeout_s (None: no limit); True once complete."""
+        err = c_void_p()
+        lib.sbx_future_wait(self.future, -1.0 if timeout_s is None else max(0.0, timeout_s), byref(err))
+        if err.value:
+            lib.sbx_error_free(err)
+        return bool(lib.sbx_future_done(self.future))
+
+    def cancel(self) -> None:
+        lib.sbx_future_cancel(self.future)
 
 
 async def _wait_fd(f: c_void_p) -> None:
@@ -388,20 +417,3 @@ async def _wait_fd(f: c_void_p) -> None:
         raise
     finally:
         loop.remove_reader(fd)
-
-
-def wait_future(f: c_void_p, take: Callable[[c_void_p], Any], timeout_s: float | None) -> Any:
-    """Blocks the calling thread (GIL released) until the future completes.
-    Returns (done, value); on a timeout the future is cancelled and left to
-    finish on its own, and (False, None) is returned."""
-    try:
-        err = c_void_p()
-        lib.sbx_future_wait(f, -1.0 if timeout_s is None else float(timeout_s), byref(err))
-        if err.value:
-            lib.sbx_error_free(err)
-        if not lib.sbx_future_done(f):
-            lib.sbx_future_cancel(f)
-            return False, None
-        return True, take(f)
-    finally:
-        lib.sbx_future_free(f)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future
@@ -30,7 +31,9 @@ from .base import (
     SandboxStatus,
     provider_display_name,
 )
-from .registry import create_provider
+from . import _lib
+from .cprovider import CProvider
+from .registry import create_provider, get_provider_class
 
 T = TypeVar("T")
 
@@ -502,12 +505,103 @@ class _AsyncLoopRunner:
         self._loop.close()
 
 
+class _DirectRunner:
+    """The loop runner's contract (same checks, timeouts and messages) for C
+    providers, without a loop or a thread: the AsyncSandbox coroutine runs in
+    the calling thread, and each libsbx future it awaits is waited on with
+    sbx_future_wait (the GIL is released meanwhile). Many threads may use one
+    Sandbox at once; their operations run in parallel in libsbx."""
+
+    def __init__(
+        self,
+        *,
+        wait_timeout_s: float = SYNC_OPERATION_TIMEOUT_S,
+        close_timeout_s: float = SYNC_LOOP_CLOSE_TIMEOUT_S,
+    ) -> None:
+        self._wait_timeout_s = wait_timeout_s
+        self._close_timeout_s = close_timeout_s
+        self._closed = False
+
+    def _ensure_can_block(self, operation: str) -> None:
+        if self._closed:
+            raise RuntimeError("Sandbox sync loop is closed")
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        raise RuntimeError(f"Sandbox.{operation}() is blocking; use AsyncSandbox in async code instead.")
+
+    def call(self, operation: str, func: Callable[[], T]) -> T:
+        self._ensure_can_block(operation)
+        return func()
+
+    def run(self, operation: str, factory: Callable[[], Awaitable[T]]) -> T:
+        self._ensure_can_block(operation)
+        coro = factory()
+        deadline = time.monotonic() + self._wait_timeout_s
+        timed_out = False
+        send: Any = None
+        throw: BaseException | None = None
+        while True:
+            try:
+                step = coro.throw(throw) if throw is not None else coro.send(send)
+            except StopIteration as stop:
+                if timed_out:
+                    break
+                return stop.value
+            except BaseException as exc:
+                if timed_out:
+                    raise self._timeout(operation) from exc
+                raise
+            send, throw = None, None
+            if not isinstance(step, _lib.BlockingWait):
+                coro.close()
+                raise RuntimeError(f"Sandbox.{operation}() awaited something only an event loop can run")
+            if timed_out:
+                step.wait(None)  # cleanup after the timeout runs to its end
+            elif not step.wait(deadline - time.monotonic()):
+                # Past the wait timeout: cancel the operation, wait until what
+                # it started is gone, then let the coroutine's cleanup run.
+                step.cancel()
+                step.wait(None)
+                timed_out = True
+                throw = asyncio.CancelledError()
+        raise self._timeout(operation)
+
+    def _timeout(self, operation: str) -> TimeoutError:
+        return TimeoutError(
+            f"Sandbox.{operation}() timed out waiting for the sync loop after {self._wait_timeout_s:g}s"
+        )
+
+    def close(self) -> None:
+        self._closed = True
+
+
+def _runs_on_c(provider: Any) -> bool:
+    """Whether `provider` (an object or a config mapping) is a C provider."""
+    if isinstance(provider, CProvider):
+        return True
+    if not isinstance(provider, Mapping) or len(provider) != 1:
+        return False
+    name = next(iter(provider))
+    if not isinstance(name, str) or not name:
+        return False
+    try:
+        cls = get_provider_class(name)
+    except Exception:  # the loop path raises it again, from the reference's place
+        return False
+    return isinstance(cls, type) and issubclass(cls, CProvider)
+
+
 class Sandbox:
     """The blocking facade over AsyncSandbox, for code without an event loop.
-    pty, serialize and connect are async only, as in the reference."""
+    pty, serialize and connect are async only, as in the reference.
+
+    Python providers run on a private event loop thread, as in the reference.
+    C providers need none: their operations block in libsbx directly."""
 
     def __init__(self, provider: Mapping[str, Any] | Any, spec: SandboxSpec | None = None) -> None:
-        self._runner = _AsyncLoopRunner()
+        self._runner = _DirectRunner() if _runs_on_c(provider) else _AsyncLoopRunner()
         try:
             # Providers may bind loop-scoped resources: build them on the loop.
             self._async_sandbox = self._runner.call("__init__", lambda: AsyncSandbox(provider, spec))

@@ -167,3 +167,46 @@ def test_gc_runs_best_effort_stop():
     del s
     gc.collect()
     assert len(p.closed) == 1 and p.aclosed == 1
+
+
+# --- the loop-less runner used for C providers ----------------------------------
+
+
+def test_c_providers_use_the_direct_runner_with_the_same_rules():
+    from sbx.api import _DirectRunner
+
+    s = Sandbox({"fake": {}}, SandboxSpec())
+    assert isinstance(s._runner, _DirectRunner)
+    assert s._runner._wait_timeout_s == 3600.0
+    assert isinstance(Sandbox(RecordingProvider())._runner, _AsyncLoopRunner)
+    assert isinstance(Sandbox(sbx.create_provider({"fake": {}}))._runner, _DirectRunner)
+
+    async def inside():
+        with pytest.raises(RuntimeError) as e:
+            s.start()
+        assert str(e.value) == "Sandbox.start() is blocking; use AsyncSandbox in async code instead."
+
+    asyncio.run(inside())
+    s.start()
+    s.stop()
+    s.stop()
+    assert s.status() == SandboxStatus.STOPPED
+    with pytest.raises(RuntimeError) as e:
+        s.exec("x")
+    assert str(e.value) == "Sandbox sync loop is closed"
+    # Config errors surface as in the reference (from __init__).
+    with pytest.raises(ValueError, match="Unknown sandbox provider 'nope'"):
+        Sandbox({"nope": {}})
+    with pytest.raises(TypeError, match="config must be a mapping"):
+        Sandbox({"fake": 3})
+
+
+def test_direct_runner_wait_timeout_cancels_the_operation():
+    s = Sandbox({"fake": {}}, SandboxSpec()).start()
+    s._runner._wait_timeout_s = 0.2
+    with pytest.raises(TimeoutError) as e:
+        s.exec("sleep 100", timeout_s=None)
+    assert str(e.value) == "Sandbox.exec() timed out waiting for the sync loop after 0.2s"
+    assert isinstance(e.value.__cause__, asyncio.CancelledError)
+    assert s.exec("exit 4").return_code == 4  # the sandbox is still usable
+    s.stop()
