@@ -179,3 +179,16 @@ def test_cancelled_sync_timeout_kills_the_command(tmp_path):
     assert run(gone(lambda: procs_in(tmp_path) == []))
     if pidfile.exists():
         assert not alive(int(pidfile.read_text()))
+
+
+def test_direct_sync_timeout_kills_the_command(tmp_path):
+    """The blocking facade on a C provider: a wait timeout cancels the
+    operation and returns only once its process is gone."""
+    s = Sandbox({"local": {}}, SandboxSpec(workdir=str(tmp_path))).start()
+    s._runner._wait_timeout_s = 0.5
+    pidfile = tmp_path / "pid"
+    with pytest.raises(TimeoutError, match=r"Sandbox.exec\(\) timed out waiting for the sync loop after 0.5s"):
+        s.exec(f"echo $$ > {pidfile}; exec sleep 100", timeout_s=None)
+    assert procs_in(tmp_path) == []
+    assert s.exec("echo ok").stdout == "ok\n"
+    s.stop()
