@@ -2,7 +2,8 @@
 its futures from asyncio without threads of our own.
 
 The library is found in this order: $SBX_LIB; ../../build/libsbx.so next to
-this package (a source checkout); then the installed libsbx.so.0.
+this package (a source checkout); PREFIX/lib/libsbx.so.0 next to an installed
+package; then the dynamic linker's libsbx.so.0.
 """
 
 from __future__ import annotations
@@ -35,7 +36,11 @@ def _candidates() -> list[str]:
     env = os.environ.get("SBX_LIB")
     if env:
         out.append(env)
-    out.append(str(Path(__file__).resolve().parents[2] / "build" / "libsbx.so"))
+    here = Path(__file__).resolve()
+    out.append(str(here.parents[2] / "build" / "libsbx.so"))  # a source checkout
+    # Installed as PREFIX/lib/pythonX.Y/*-packages/sbx: the library is PREFIX/lib/libsbx.so.0
+    # (found even before ldconfig has run, and under a DESTDIR).
+    out.append(str(here.parents[3] / "libsbx.so.0"))
     found = ctypes.util.find_library("sbx")
     if found:
         out.append(found)

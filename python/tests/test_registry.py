@@ -126,3 +126,26 @@ def test_shadowed_entry_point_warns_and_builtin_wins(site, caplog):
     assert names.count("fake") == 1
     assert any("shadowed" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
     assert issubclass(get_provider_class("fake"), CProvider)
+
+
+def test_shipped_entry_points_match_pyproject():
+    """`make install` ships python/sbx-0.1.0.dist-info so NeMo Gym finds the
+    adapters without pip; it must publish exactly what pyproject.toml does."""
+    import configparser
+    from pathlib import Path
+
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+    declared = pyproject["project"]["entry-points"]["nemo_gym.sandbox_providers"]
+    cp = configparser.ConfigParser()
+    cp.optionxform = str
+    cp.read(root / "sbx-0.1.0.dist-info" / "entry_points.txt")
+    assert dict(cp["nemo_gym.sandbox_providers"]) == declared
+    from sbx import nemo_gym_adapter
+
+    for name, target in declared.items():
+        module, attr = target.split(":")
+        cls = getattr(nemo_gym_adapter, attr)
+        assert module == "sbx.nemo_gym_adapter" and cls.display_name == name
