@@ -324,3 +324,47 @@ def test_nemo_gym_adapter_speaks_the_protocol(tmp_path):
             ad.E2bProvider()
 
     run(go())
+
+
+def test_adapter_returns_nemo_gyms_own_types(tmp_path, monkeypatch):
+    """With nemo_gym importable, the adapter answers in Gym's classes."""
+    import importlib
+    import sys
+
+    pkg = tmp_path / "nemo_gym" / "sandbox"
+    pkg.mkdir(parents=True)
+    (tmp_path / "nemo_gym" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    # A stand-in for Gym's provider module: same shapes, distinct classes.
+    (pkg / "providers.py").write_text(
+        "from sbx.base import SandboxExecResult as _R, SandboxHandle as _H, SandboxEndpoint as _E\n"
+        "import enum\n"
+        "class SandboxExecResult(_R): pass\n"
+        "class SandboxHandle(_H): pass\n"
+        "class SandboxEndpoint(_E): pass\n"
+        "class SandboxStatus(str, enum.Enum):\n"
+        "    RUNNING = 'running'\n    STOPPED = 'stopped'\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from sbx import nemo_gym_adapter
+
+    try:
+        ad = importlib.reload(nemo_gym_adapter)
+        gym = sys.modules["nemo_gym.sandbox.providers"]
+
+        async def go():
+            p = ad.FakeProvider()
+            h = await p.create(SandboxSpec(ports=[80]))
+            assert type(h) is gym.SandboxHandle
+            assert type(await p.exec(h, "exit 2")) is gym.SandboxExecResult
+            assert (await p.status(h)) is gym.SandboxStatus.RUNNING
+            assert type(await p.endpoint(h, 80)) is gym.SandboxEndpoint
+            h2 = await p.connect(await p.serialize_handle(h))
+            assert type(h2) is gym.SandboxHandle
+            await p.close(h)
+
+        run(go())
+    finally:
+        for m in [m for m in sys.modules if m == "nemo_gym" or m.startswith("nemo_gym.")]:
+            del sys.modules[m]
+        importlib.reload(nemo_gym_adapter)
