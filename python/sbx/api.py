@@ -540,16 +540,21 @@ class _DirectRunner:
         coro = factory()
         deadline = time.monotonic() + self._wait_timeout_s
         timed_out = False
+        interrupt: BaseException | None = None  # e.g. KeyboardInterrupt while waiting
         send: Any = None
         throw: BaseException | None = None
         while True:
             try:
                 step = coro.throw(throw) if throw is not None else coro.send(send)
             except StopIteration as stop:
+                if interrupt is not None:
+                    raise interrupt
                 if timed_out:
-                    break
+                    raise self._timeout(operation) from None
                 return stop.value
             except BaseException as exc:
+                if interrupt is not None:
+                    raise interrupt from exc
                 if timed_out:
                     raise self._timeout(operation) from exc
                 raise
@@ -557,16 +562,31 @@ class _DirectRunner:
             if not isinstance(step, _lib.BlockingWait):
                 coro.close()
                 raise RuntimeError(f"Sandbox.{operation}() awaited something only an event loop can run")
-            if timed_out:
-                step.wait(None)  # cleanup after the timeout runs to its end
-            elif not step.wait(deadline - time.monotonic()):
-                # Past the wait timeout: cancel the operation, wait until what
-                # it started is gone, then let the coroutine's cleanup run.
+            if timed_out or interrupt is not None:
+                step.wait(None)  # cleanup after a timeout or an interrupt runs to its end
+                continue
+            try:
+                done = self._wait(step, deadline)
+            except BaseException as exc:  # a signal handler raised (Ctrl-C)
+                interrupt = exc
+                done = False
+            if not done:
+                # Cancel the operation, wait until what it started is gone,
+                # then let the coroutine's own cleanup run.
                 step.cancel()
                 step.wait(None)
-                timed_out = True
+                timed_out = interrupt is None
                 throw = asyncio.CancelledError()
-        raise self._timeout(operation)
+
+    @staticmethod
+    def _wait(step: _lib.BlockingWait, deadline: float) -> bool:
+        # Short slices, so Python runs signal handlers (Ctrl-C) while waiting.
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if step.wait(min(left, 0.25)):
+                return True
 
     def _timeout(self, operation: str) -> TimeoutError:
         return TimeoutError(

@@ -210,3 +210,21 @@ def test_direct_runner_wait_timeout_cancels_the_operation():
     assert isinstance(e.value.__cause__, asyncio.CancelledError)
     assert s.exec("exit 4").return_code == 4  # the sandbox is still usable
     s.stop()
+
+
+def test_direct_runner_ctrl_c_cancels_the_operation():
+    """Ctrl-C during a blocking exec on a C provider cancels the operation
+    and raises KeyboardInterrupt (the wait is sliced so signals are seen)."""
+    import os
+    import signal
+
+    s = Sandbox({"fake": {}}, SandboxSpec()).start()
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            s.exec("sleep 100", timeout_s=None)
+    finally:
+        timer.cancel()
+    assert s.exec("exit 5").return_code == 5
+    s.stop()
