@@ -52,7 +52,7 @@ PLUGIN_SRC := $(sort $(wildcard tests/plugins/*.c))
 PLUGIN_SO := $(PLUGIN_SRC:tests/plugins/%.c=$(B)/tests/plugins/%.so)
 AGENT_SRC := $(sort $(wildcard src/agent/*.c))
 
-.PHONY: check demo all lib cli tests fuzz-replay examples test check-asan check-valgrind bench install \
+.PHONY: check-tsan check demo all lib cli tests fuzz-replay examples test check-asan check-valgrind bench install \
         format help clean deps fuzz
 all: lib $(if $(CLI_SRC),cli) examples $(B)/sbx.pc
 
@@ -65,6 +65,7 @@ $(B)/obj/%.o: %.c
 
 $(B)/libsbx.so: $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libsbx.so.0 -Wl,--no-undefined $(LDFLAGS_ALL) -o $@ $^ $(LIBS)
+	ln -sf libsbx.so $(B)/libsbx.so.0
 
 # The internal static library: tests, the CLI and sbxd reach sbx__ internals through it.
 $(B)/libsbx.a: $(LIB_OBJ)
@@ -74,9 +75,11 @@ $(B)/libsbx.a: $(LIB_OBJ)
 $(B)/sbx: $(CLI_OBJ) $(B)/libsbx.a
 	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(B)/libsbx.a $(LIBS)
 
+# -rdynamic: test binaries link libsbx statically, so its exported API must be
+# in their dynamic symbol table for the test plugins (tests/plugins) to bind to.
 $(B)/tests/%: $(B)/obj/tests/%.o $(TEST_COMMON_OBJ) $(B)/libsbx.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_COMMON_OBJ) $(B)/libsbx.a $(LIBS)
+	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $< $(TEST_COMMON_OBJ) $(B)/libsbx.a $(LIBS)
 
 $(B)/tests/plugins/%.so: tests/plugins/%.c
 	@mkdir -p $(@D)
@@ -120,6 +123,11 @@ check-asan:
 	$(MAKE) B=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" test
 
+# ThreadSanitizer (clang): races between the loop thread and callers.
+check-tsan:
+	$(MAKE) CC=clang B=build/tsan OPT="-O1 -g" SAN="-fsanitize=thread" tests
+	B=build/tsan SBX_SKIP_PYTHON=1 tests/run.sh
+
 check-valgrind: tests
 	B=$(B) SBX_VALGRIND=1 tests/run.sh
 
@@ -143,8 +151,10 @@ install: all
 	install -m 644 include/sbx/provider.h $(DESTDIR)$(INCLUDEDIR)/sbx/provider.h
 	install -m 755 $(B)/libsbx.so $(DESTDIR)$(LIBDIR)/libsbx.so.0
 	ln -sf libsbx.so.0 $(DESTDIR)$(LIBDIR)/libsbx.so
-	install -m 644 $(B)/sbx.pc $(DESTDIR)$(LIBDIR)/pkgconfig/sbx.pc
-	install -m 755 $(B)/sbx $(DESTDIR)$(BINDIR)/sbx
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|0.1.0|g' sbx.pc.in \
+	    > $(DESTDIR)$(LIBDIR)/pkgconfig/sbx.pc
+	if [ -x $(B)/sbx ]; then install -m 755 $(B)/sbx $(DESTDIR)$(BINDIR)/sbx; fi
 	if [ -d python/sbx ] && [ -n "$(PYDIR)" ]; then \
 	  install -d $(DESTDIR)$(PYDIR)/sbx; \
 	  install -m 644 python/sbx/*.py $(DESTDIR)$(PYDIR)/sbx/; \
@@ -168,4 +178,28 @@ help:
 	@echo "make fuzz       run each libFuzzer target for FUZZ_TIME seconds (clang)"
 	@echo "make install PREFIX=... DESTDIR=..."
 
+# Keep objects of chained rules (tests, fuzz, bench): make would delete them as intermediates.
+.SECONDARY:
+
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
+
+# --- sbx-agent ---
+# The in-box agent: src/agent plus the protocol codec (not the host client),
+# linked statically with libc only so it runs in any box. Under sanitizers it
+# is linked dynamically (ASan does not support -static).
+AGENT_PROTO_SRC := $(filter-out src/proto/client.c,$(sort $(wildcard src/proto/*.c)))
+AGENT_OBJ := $(patsubst %.c,$(B)/agent-obj/%.o,$(AGENT_SRC) $(AGENT_PROTO_SRC))
+AGENT_CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -Isrc -MMD -MP $(CFLAGS)
+AGENT_LDFLAGS := $(if $(SAN),$(SAN),-static) $(LDFLAGS)
+
+$(B)/agent-obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(AGENT_CFLAGS) -c $< -o $@
+
+$(B)/sbx-agent: $(AGENT_OBJ)
+	$(CC) $(AGENT_LDFLAGS) -o $@ $^
+
+all: $(B)/sbx-agent
+tests: $(B)/sbx-agent
+
+-include $(shell find $(B)/agent-obj -name '*.d' 2>/dev/null)

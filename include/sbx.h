@@ -314,12 +314,17 @@ SBX_EXPORT int sbx_unregister_provider(const char *name, sbx_error **err);
 
 /*
  * The reference's resolve_provider_config(): `ref` is a block name or an
- * inline single-key mapping (JSON/YAML text starting with '{' or containing
- * ':'); `document` the merged config (JSON or YAML, may be NULL). Writes the
- * single-key provider mapping as JSON.
+ * inline single-key mapping; `document` the merged config (JSON or YAML, may
+ * be NULL). Writes the single-key provider mapping as JSON (default_metadata
+ * removed). `ref` is read as a YAML value: text starting with '{' or parsing
+ * as a mapping is inline, a string is a name, and a list/number/bool/null (or
+ * NULL) is the reference's TypeError, SBX_ETYPE "... must be a name
+ * reference ...". ${oc.env:...} is resolved in the selected block. Errors:
+ * SBX_EINVAL with the reference's messages (docs/config.md).
  */
 SBX_EXPORT int sbx_resolve_provider_config(const char *ref, const char *document, char **json_out,
                                            sbx_error **err);
+/* The block's default_metadata as a JSON object ("{}" when absent or falsy). */
 SBX_EXPORT int sbx_resolve_provider_metadata(const char *ref, const char *document,
                                              char **json_out, sbx_error **err);
 /* Parses YAML or JSON text into JSON, with ${oc.env:VAR[,default]} interpolated. */
@@ -342,8 +347,21 @@ SBX_EXPORT int sbx_resolve_attribution(const char *team, const char *user, const
 /* Explicit value, then NEMO_GYM_RUN_ID, then a per-process 12-hex id. */
 SBX_EXPORT int sbx_resolve_run_id(const char *run, const char *const *environ, char **out,
                                   sbx_error **err);
+/*
+ * The reference's log_attribution_once(): logs INFO "Sandbox attribution
+ * metadata: {...}" (a Python dict repr) through the log callback, once per
+ * process. `metadata_json` is a JSON object; an empty one logs nothing and
+ * does not use up the one line. Returns 1 when this call logged, 0 when it
+ * did not, SBX_EINVAL/SBX_ETYPE when the text is not a JSON object.
+ * Thread-safe; the "already logged" flag is inherited by a forked child.
+ */
+SBX_EXPORT int sbx_log_attribution_once(const char *metadata_json);
 
-/* Quotes `s` for a POSIX shell exactly as Python's shlex.quote(). */
+/*
+ * Quotes `s` for a POSIX shell exactly as Python's shlex.quote(). Returns a
+ * new string (free with sbx_free), NULL only when out of memory; NULL `s` is
+ * quoted as the empty string. Thread-safe.
+ */
 SBX_EXPORT char *sbx_shell_quote(const char *s);
 
 /* ------------------------------------------------------------------------ */
@@ -400,6 +418,13 @@ SBX_EXPORT int sbx_sandbox_owned(const sbx_sandbox *sb);
  * queued). A connected handle only releases itself.
  */
 SBX_EXPORT void sbx_sandbox_free(sbx_sandbox *sb);
+/*
+ * Frees the handle WITHOUT stopping the box: it lives on until another handle
+ * (sbx_sandbox_connect with a descriptor from sbx_sandbox_serialize) stops it
+ * or its TTL ends. For tools such as `sbx create`. Serialize first: the
+ * descriptor is the only way back to the box.
+ */
+SBX_EXPORT void sbx_sandbox_detach(sbx_sandbox *sb);
 
 /* Async forms: on success `*out` is a future the caller frees. */
 SBX_EXPORT int sbx_sandbox_start_async(sbx_sandbox *sb, const sbx_spec *spec, sbx_future **out,

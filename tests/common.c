@@ -13,6 +13,10 @@
 
 #include <sbx.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
+
 static int skip_pipe = -1;
 static bool allow_fd_changes;
 static char tmpdir_path[256];
@@ -97,6 +101,11 @@ static void run_child(const struct tap_test *t, int pipe_w)
             }
         }
     }
+#if defined(__SANITIZE_ADDRESS__)
+    /* The child leaves with _exit(), which skips LeakSanitizer's exit hook: check here. */
+    if (__lsan_do_recoverable_leak_check())
+        tap_fail_at(__FILE__, __LINE__, "LeakSanitizer found leaks (report above)");
+#endif
     if (tmpdir_path[0]) {
         char cmd[300];
         snprintf(cmd, sizeof(cmd), "%s", tmpdir_path);

@@ -21,7 +21,7 @@ run_one() { # name, command...
   local out; out=$(mktemp)
   echo "== $name"
   if [ -n "${SBX_VALGRIND:-}" ]; then
-    valgrind --quiet --error-exitcode=99 --leak-check=full --trace-children=no "$@" >"$out" 2>&1
+    valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite --trace-children=no "$@" >"$out" 2>&1
   else
     "$@" >"$out" 2>&1
   fi
@@ -39,6 +39,11 @@ for t in "$B"/tests/unit/test_* "$B"/tests/integration/test_*; do
   [ -x "$t" ] || continue
   case "$t" in *.d|*.o) continue;; esac
   run_one "$(basename "$t")" "$t"
+done
+
+for t in tests/unit/test_*.sh tests/integration/test_*.sh; do
+  [ -x "$t" ] || continue
+  run_one "$(basename "$t")" env B="$B" "$t"
 done
 
 for r in "$B"/fuzz/*-replay; do

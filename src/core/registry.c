@@ -25,6 +25,50 @@ static struct plugin_entry *plugins;
 static size_t n_plugins;
 static sbx_error *plugin_error; /* a duplicate found during discovery */
 
+/*
+ * Warnings found during discovery are queued and logged after reg_lock is
+ * released: the application's log callback may itself call into the
+ * registry (sbx_list_providers, say), which would deadlock under the lock.
+ */
+static char **pending_warnings;
+static size_t n_pending_warnings;
+
+/* Caller holds reg_lock. */
+static void queue_warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void queue_warning(const char *fmt, ...)
+{
+    char *msg = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vasprintf(&msg, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    char **q = realloc(pending_warnings, (n_pending_warnings + 1) * sizeof(char *));
+    if (!q) {
+        free(msg);
+        return;
+    }
+    pending_warnings = q;
+    pending_warnings[n_pending_warnings++] = msg;
+}
+
+/* Called without reg_lock held. */
+static void flush_warnings(void)
+{
+    pthread_mutex_lock(&reg_lock);
+    char **q = pending_warnings;
+    size_t n = n_pending_warnings;
+    pending_warnings = NULL;
+    n_pending_warnings = 0;
+    pthread_mutex_unlock(&reg_lock);
+    for (size_t i = 0; i < n; i++) {
+        sbx_log(SBX_LOG_WARNING, "%s", q[i]);
+        free(q[i]);
+    }
+    free(q);
+}
+
 static const struct sbx_provider_ops *find_builtin(const char *name)
 {
     const struct sbx_provider_ops *const *b = sbx__builtin_providers();
@@ -76,13 +120,12 @@ static void scan_file(const char *path)
 {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        sbx_log(SBX_LOG_WARNING, "cannot load sbx plugin %s: %s", path, dlerror());
+        queue_warning("cannot load sbx plugin %s: %s", path, dlerror());
         return;
     }
     const struct sbx_provider_ops *const *table = dlsym(h, "sbx_plugin_providers");
     if (!table) {
-        sbx_log(SBX_LOG_WARNING,
-                "%s is not an sbx plugin: it does not export sbx_plugin_providers", path);
+        queue_warning("%s is not an sbx plugin: it does not export sbx_plugin_providers", path);
         dlclose(h);
         return;
     }
@@ -90,17 +133,20 @@ static void scan_file(const char *path)
     for (; *table; table++) {
         sbx_error *e = NULL;
         if (check_ops(*table, path, &e) < 0) {
-            sbx_log(SBX_LOG_WARNING, "ignoring sbx plugin provider in %s: %s", path,
-                    sbx_error_message(e));
+            queue_warning("ignoring sbx plugin provider in %s: %s", path, sbx_error_message(e));
             sbx_error_free(e);
             continue;
         }
         for (size_t i = 0; i < n_plugins; i++) {
             if (!strcmp(plugins[i].ops->name, (*table)->name) && !plugin_error) {
+                /* The reference's wording ("entry point"), so its message checks carry over. */
+                _cleanup_free_ char *rn = sbx__repr((*table)->name);
+                _cleanup_free_ char *ra = sbx__repr(plugins[i].file);
+                _cleanup_free_ char *rb = sbx__repr(path);
                 plugin_error = sbx_error_new(SBX_EINVAL,
-                                             "Duplicate sandbox provider plugin '%s' published by "
-                                             "'%s' and '%s'. Rename one of them.",
-                                             (*table)->name, plugins[i].file, path);
+                                             "Duplicate sandbox provider entry point %s published "
+                                             "by %s and %s. Rename one of them.",
+                                             rn ? rn : "?", ra ? ra : "?", rb ? rb : "?");
             }
         }
         struct plugin_entry *n = realloc(plugins, (n_plugins + 1) * sizeof(*n));
@@ -108,7 +154,8 @@ static void scan_file(const char *path)
             return;
         plugins = n;
         plugins[n_plugins].ops = *table;
-        plugins[n_plugins].file = strdup(path);
+        if (!(plugins[n_plugins].file = strdup(path)))
+            return;
         n_plugins++;
     }
 }
@@ -173,10 +220,9 @@ static void scan_plugins(void)
     for (size_t i = 0; i < n_plugins; i++) {
         const char *name = plugins[i].ops->name;
         if (find_registered(name) || find_builtin(name))
-            sbx_log(SBX_LOG_WARNING,
-                    "Sandbox provider plugin '%s' from '%s' is shadowed by the %s provider of "
-                    "that name; it is ignored",
-                    name, plugins[i].file, find_registered(name) ? "registered" : "built-in");
+            queue_warning("Sandbox provider plugin '%s' from '%s' is shadowed by the %s "
+                          "provider of that name; it is ignored",
+                          name, plugins[i].file, find_registered(name) ? "registered" : "built-in");
     }
 }
 
@@ -233,6 +279,7 @@ int sbx_list_providers(char ***names_out, sbx_error **err)
     pthread_mutex_lock(&reg_lock);
     int rc = collect_names(names_out, err);
     pthread_mutex_unlock(&reg_lock);
+    flush_warnings();
     return rc;
 }
 
@@ -267,6 +314,7 @@ int sbx__registry_find(const char *name, const struct sbx_provider_ops **out, sb
             rc = sbx__unknown_provider(name, err);
     }
     pthread_mutex_unlock(&reg_lock);
+    flush_warnings();
     if (rc == SBX_OK)
         *out = ops;
     return rc;

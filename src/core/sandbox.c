@@ -915,6 +915,16 @@ void sbx_sandbox_free(sbx_sandbox *sb)
     sandbox_unref(sb);
 }
 
+void sbx_sandbox_detach(sbx_sandbox *sb)
+{
+    if (!sb)
+        return;
+    pthread_mutex_lock(&sb->lock);
+    sb->owned = false;
+    pthread_mutex_unlock(&sb->lock);
+    sandbox_unref(sb);
+}
+
 /* --- the blocking facade ------------------------------------------------- */
 
 static int refuse_on_loop(const char *fn, sbx_error **err)

@@ -277,8 +277,10 @@ static int conv_int(const char *key, json_t *v, long long *out, sbx_error **err)
     if (json_is_real(v)) {
         /* Python int(4.7) truncates. */
         double d = json_real_value(v);
-        if (!isfinite(d))
-            return sbx__set_error(err, SBX_EINVAL, "cannot convert float %g to integer", d);
+        /* Out of range is undefined behaviour for the cast; Python's int has no range. */
+        if (!isfinite(d) || d >= 9223372036854775808.0 || d <= -9223372036854775808.0)
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "cannot convert float %g to integer (resources.%s)", d, key);
         *out = (long long)d;
         return SBX_OK;
     }
@@ -309,8 +311,14 @@ static int conv_float(json_t *v, double *out, sbx_error **err)
         *out = json_is_true(v);
         return SBX_OK;
     }
-    if (json_is_string(v) && sbx__parse_pyfloat(json_string_value(v), out) == 0)
+    if (json_is_string(v) && sbx__parse_pyfloat(json_string_value(v), out) == 0) {
+        /* NaN or infinity cannot be stored (JSON has neither) nor mean a CPU count. */
+        if (!isfinite(*out))
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "resources.cpu must be a finite number, got %s",
+                                  json_string_value(v));
         return SBX_OK;
+    }
     _cleanup_free_ char *r = sbx__json_repr(v);
     if (json_is_string(v))
         return sbx__set_error(err, SBX_EINVAL,
@@ -434,9 +442,15 @@ static int seconds_field(const char *key, json_t *v, double *out, sbx_error **er
         *out = json_number_value(v);
         return SBX_OK;
     }
-    if (json_is_string(v) && sbx__parse_pyfloat(json_string_value(v), out) == 0)
-        return SBX_OK;
     _cleanup_free_ char *r = sbx__json_repr(v);
+    if (json_is_string(v) && sbx__parse_pyfloat(json_string_value(v), out) == 0) {
+        if (isfinite(*out))
+            return SBX_OK;
+        /* NaN would break every comparison and JSON cannot carry it back out. */
+        return sbx__set_error(err, SBX_EINVAL,
+                              "Sandbox spec %s must be a finite number of seconds, got %s", key,
+                              r ? r : "?");
+    }
     return sbx__set_error(err, SBX_ETYPE, "Sandbox spec %s must be a number of seconds, got %s",
                           key, r ? r : "?");
 }

@@ -59,7 +59,18 @@ char *sbx__repr(const char *s)
     return b.data;
 }
 
-/* Python repr(float): the shortest text that round-trips, ".0" added when integral. */
+/* The exponent of "%e" text ("8e+03" -> 3). */
+static int exponent_of(const char *e)
+{
+    const char *x = strchr(e, 'e');
+    return x ? (int)strtol(x + 1, NULL, 10) : 0;
+}
+
+/*
+ * Python repr(float): the fewest significant digits that read back as the
+ * same double; positional notation when the exponent is in [-4, 16), else
+ * exponent notation ("1e-05", "1e+16"); ".0" added to integral values.
+ */
 void sbx__fmt_float(double v, char *buf, size_t n)
 {
     if (isnan(v)) {
@@ -70,18 +81,25 @@ void sbx__fmt_float(double v, char *buf, size_t n)
         snprintf(buf, n, v < 0 ? "-inf" : "inf");
         return;
     }
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, n, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v)
+    char e[64];
+    int prec = 1;
+    for (; prec < 17; prec++) {
+        snprintf(e, sizeof(e), "%.*e", prec - 1, v);
+        if (strtod(e, NULL) == v)
             break;
     }
-    /* Python switches to exponent form at 1e16 and below 1e-4, like %g does. */
-    if (!strpbrk(buf, ".eninf")) {
+    snprintf(e, sizeof(e), "%.*e", prec - 1, v);
+    int exp10 = exponent_of(e);
+    if (exp10 < -4 || exp10 >= 16) {
+        snprintf(buf, n, "%s", e);
+        return;
+    }
+    int decimals = prec - 1 - exp10;
+    snprintf(buf, n, "%.*f", decimals > 0 ? decimals : 0, v);
+    if (!strchr(buf, '.')) {
         size_t len = strlen(buf);
         if (len + 3 <= n)
             memcpy(buf + len, ".0", 3);
-    } else if (strchr(buf, 'e')) {
-        /* C prints 1e-05, Python prints 1e-05 too; C prints 1e+16, Python 1e+16. */
     }
 }
 

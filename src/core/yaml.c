@@ -8,6 +8,8 @@
 #include "internal.h"
 
 #include <ctype.h>
+#include <limits.h>
+#include <pthread.h>
 #include <math.h>
 #include <regex.h>
 #include <stdio.h>
@@ -17,6 +19,8 @@
 struct anchor {
     char *name;
     json_t *value;
+    size_t weight;  /* nodes in the anchored value, aliases expanded */
+    bool complete;  /* false while the anchored node is still being parsed */
 };
 
 struct yparser {
@@ -24,9 +28,16 @@ struct yparser {
     struct anchor *anchors;
     size_t n_anchors;
     int depth;
+    size_t nodes; /* nodes built so far, every alias counted at its expanded size */
 };
 
 #define YAML_MAX_DEPTH 256
+/*
+ * An alias is copied where it is used (so that interpolating one use cannot
+ * change another), and nested aliases grow exponentially ("billion laughs").
+ * Past this many nodes, the document is refused instead of eating memory.
+ */
+#define YAML_MAX_NODES 1000000
 
 static bool ieq(const char *a, const char *const *set)
 {
@@ -36,6 +47,116 @@ static bool ieq(const char *a, const char *const *set)
     return false;
 }
 
+/*
+ * The implicit int and float forms of PyYAML (YAML 1.1) as OmegaConf loads
+ * them: OmegaConf widens PyYAML's float pattern so "1e3" is a float too.
+ * Both are anchored POSIX EREs, compiled once.
+ */
+static const char int_re_src[] = "^([-+]?0b[0-1_]+"
+                                 "|[-+]?0[0-7_]+"
+                                 "|[-+]?(0|[1-9][0-9_]*)"
+                                 "|[-+]?0x[0-9a-fA-F_]+"
+                                 "|[-+]?[1-9][0-9_]*(:[0-5]?[0-9])+)$";
+static const char float_re_src[] = "^([-+]?[0-9][0-9_]*\\.[0-9_]*([eE][-+]?[0-9]+)?"
+                                   "|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+                                   "|\\.[0-9_]+([eE][-+][0-9]+)?"
+                                   "|[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+\\.[0-9_]*"
+                                   "|[-+]?\\.(inf|Inf|INF)"
+                                   "|\\.(nan|NaN|NAN))$";
+static regex_t int_re, float_re;
+static bool regex_ok;
+static pthread_once_t regex_once = PTHREAD_ONCE_INIT;
+
+static void compile_regexes(void)
+{
+    regex_ok = regcomp(&int_re, int_re_src, REG_EXTENDED | REG_NOSUB) == 0 &&
+               regcomp(&float_re, float_re_src, REG_EXTENDED | REG_NOSUB) == 0;
+}
+
+/* `s` without '_' and without a leading sign; *neg tells the sign. */
+static bool strip_number(const char *s, char *buf, size_t n, bool *neg)
+{
+    *neg = *s == '-';
+    if (*s == '-' || *s == '+')
+        s++;
+    size_t k = 0;
+    for (; *s; s++) {
+        if (*s == '_')
+            continue;
+        if (k + 1 >= n)
+            return false;
+        buf[k++] = *s;
+    }
+    buf[k] = 0;
+    return true;
+}
+
+/* An implicit int as PyYAML builds it; false when it does not fit 64 bits. */
+static bool yaml_int(const char *s, long long *out)
+{
+    char buf[96];
+    bool neg;
+    if (!strip_number(s, buf, sizeof(buf), &neg) || !buf[0])
+        return false;
+    unsigned long long v = 0;
+    errno = 0;
+    char *end = NULL;
+    if (strchr(buf, ':')) {
+        /* Sexagesimal: "1:30" is 90. */
+        for (char *p = buf; *p;) {
+            unsigned long long part = strtoull(p, &end, 10);
+            if (errno || end == p || v > (ULLONG_MAX - part) / 60)
+                return false;
+            v = v * 60 + part;
+            p = *end == ':' ? end + 1 : end;
+        }
+    } else if (buf[0] == '0' && buf[1] == 'b') {
+        v = strtoull(buf + 2, &end, 2);
+    } else if (buf[0] == '0' && buf[1] == 'x') {
+        v = strtoull(buf + 2, &end, 16);
+    } else if (buf[0] == '0' && buf[1]) {
+        v = strtoull(buf + 1, &end, 8);
+    } else {
+        v = strtoull(buf, &end, 10);
+    }
+    if (errno || (end && *end) || v > (unsigned long long)LLONG_MAX + neg)
+        return false;
+    *out = neg ? (long long)(0 - v) : (long long)v;
+    return true;
+}
+
+/* An implicit float; false for .nan and infinities, which JSON cannot hold. */
+static bool yaml_float(const char *s, double *out)
+{
+    char buf[128];
+    bool neg;
+    if (!strip_number(s, buf, sizeof(buf), &neg))
+        return false;
+    double v;
+    if (strchr(buf, ':')) {
+        /* Sexagesimal: "1:30.5" is 90.5; the last part carries the fraction. */
+        v = 0;
+        for (char *p = buf; *p;) {
+            char *end = NULL;
+            double part = strchr(p, ':') ? (double)strtoull(p, &end, 10) : strtod(p, &end);
+            if (end == p)
+                return false;
+            v = v * 60 + part;
+            p = *end == ':' ? end + 1 : end;
+        }
+    } else {
+        char *end = NULL;
+        v = strtod(buf, &end);
+        if (*end)
+            return false;
+    }
+    if (!isfinite(v))
+        return false;
+    *out = neg ? -v : v;
+    return true;
+}
+
+/* NULL when the scalar is a float JSON cannot represent (.inf, .nan). */
 static json_t *plain_scalar(const char *s)
 {
     static const char *const nulls[] = { "", "~", "null", "Null", "NULL", NULL };
@@ -49,68 +170,37 @@ static json_t *plain_scalar(const char *s)
         return json_true();
     if (ieq(s, falses))
         return json_false();
-
-    /* Integers: [-+]?(0|[1-9][0-9_]*) | 0x[0-9a-fA-F_]+ | 0o?[0-7_]+ */
-    const char *p = s;
-    bool neg = false;
-    if (*p == '-' || *p == '+') {
-        neg = *p == '-';
-        p++;
+    pthread_once(&regex_once, compile_regexes);
+    if (!regex_ok)
+        return json_string(s);
+    /* PyYAML tries the float pattern before the int one; they do not overlap. */
+    if (regexec(&float_re, s, 0, NULL, 0) == 0) {
+        double d;
+        return yaml_float(s, &d) ? json_real(d) : NULL;
     }
-    if (*p && isdigit((unsigned char)*p)) {
-        char digits[80];
-        size_t k = 0;
-        int base = 10;
-        const char *q = p;
-        if (q[0] == '0' && (q[1] == 'x' || q[1] == 'X')) {
-            base = 16;
-            q += 2;
-        } else if (q[0] == '0' && q[1] == 'o') {
-            base = 8;
-            q += 2;
-        } else if (q[0] == '0' && q[1]) {
-            base = 8;
-            q += 1;
-        }
-        bool ok = *q != 0;
-        for (; *q && ok; q++) {
-            if (*q == '_')
-                continue;
-            if (!isxdigit((unsigned char)*q) || k + 1 >= sizeof(digits)) {
-                ok = false;
-                break;
-            }
-            digits[k++] = *q;
-        }
-        if (ok && k) {
-            digits[k] = 0;
-            errno = 0;
-            char *end = NULL;
-            long long v = strtoll(digits, &end, base);
-            if (!errno && end && !*end)
-                return json_integer(neg ? -v : v);
-        }
-    }
-    /* Floats, as PyYAML: needs a dot, or is .inf/.nan. */
-    static const char *const infs[] = { ".inf", ".Inf", ".INF", NULL };
-    static const char *const nans[] = { ".nan", ".NaN", ".NAN", NULL };
-    if (ieq(p, infs))
-        return json_real(neg ? -INFINITY : INFINITY); /* jansson refuses: falls to NULL */
-    if (ieq(s, nans))
-        return NULL;
-    if (strchr(s, '.') && (isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1])))) {
-        char buf[128];
-        size_t k = 0;
-        for (const char *q = s; *q && k + 1 < sizeof(buf); q++)
-            if (*q != '_')
-                buf[k++] = *q;
-        buf[k] = 0;
-        char *end = NULL;
-        double v = strtod(buf, &end);
-        if (end && !*end && isfinite(v))
-            return json_real(v);
-    }
+    long long i;
+    if (regexec(&int_re, s, 0, NULL, 0) == 0 && yaml_int(s, &i))
+        return json_integer(i);
+    /* An int too large for 64 bits stays text rather than losing digits. */
     return json_string(s);
+}
+
+/* A scalar with an explicit core tag (!!str, !!int, !!float, !!bool, !!null). */
+static json_t *tagged_scalar(const char *tag, const char *text, size_t len)
+{
+    if (!strcmp(tag, YAML_INT_TAG) || !strcmp(tag, YAML_BOOL_TAG) || !strcmp(tag, YAML_NULL_TAG))
+        return plain_scalar(text);
+    if (!strcmp(tag, YAML_FLOAT_TAG)) {
+        json_t *v = plain_scalar(text);
+        if (json_is_integer(v)) {
+            json_t *r = json_real((double)json_integer_value(v));
+            json_decref(v);
+            return r;
+        }
+        return v;
+    }
+    /* !!str and every other tag: the text as written. */
+    return json_stringn(text, len);
 }
 
 static int perr(struct yparser *y, sbx_error **err)
@@ -120,17 +210,39 @@ static int perr(struct yparser *y, sbx_error **err)
                           y->p.problem ? y->p.problem : "syntax error");
 }
 
-static int save_anchor(struct yparser *y, const yaml_char_t *name, json_t *v)
+/* Registers an anchor when its node starts; finish_anchor() completes it. */
+static ssize_t start_anchor(struct yparser *y, const yaml_char_t *name, json_t *v)
 {
     if (!name)
-        return 0;
+        return -1;
     struct anchor *a = realloc(y->anchors, (y->n_anchors + 1) * sizeof(*a));
     if (!a)
-        return -1;
+        return -2;
     y->anchors = a;
-    a[y->n_anchors].name = strdup((const char *)name);
-    a[y->n_anchors].value = json_incref(v);
-    y->n_anchors++;
+    char *copy = strdup((const char *)name);
+    if (!copy)
+        return -2;
+    a[y->n_anchors] = (struct anchor){ copy, json_incref(v), 0, false };
+    return (ssize_t)y->n_anchors++;
+}
+
+static void finish_anchor(struct yparser *y, ssize_t idx, size_t nodes_before)
+{
+    if (idx < 0)
+        return;
+    y->anchors[idx].weight = y->nodes - nodes_before;
+    y->anchors[idx].complete = true;
+}
+
+/* Counts `n` more nodes; fails once the document grows past YAML_MAX_NODES. */
+static int add_nodes(struct yparser *y, size_t n, const yaml_mark_t *mark, sbx_error **err)
+{
+    if (n > YAML_MAX_NODES || y->nodes + n > YAML_MAX_NODES)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "invalid YAML at line %zu: the document expands to more than %d "
+                              "values through aliases; write it without nested aliases",
+                              mark->line + 1, YAML_MAX_NODES);
+    y->nodes += n;
     return 0;
 }
 
@@ -143,151 +255,218 @@ static int next_event(struct yparser *y, yaml_event_t *ev, sbx_error **err)
     return 0;
 }
 
+/* Adds the keys of `src` (a mapping, or a list of mappings) that `obj` lacks. */
 static int merge_into(json_t *obj, json_t *src)
 {
-    /* "<<": a mapping or a list of mappings; keys already present win. */
     if (json_is_object(src)) {
         const char *k;
         json_t *v;
         json_object_foreach(src, k, v) {
-            if (!json_object_get(obj, k))
-                json_object_set(obj, k, v);
+            if (!json_object_get(obj, k) && json_object_set(obj, k, v) < 0)
+                return -1;
         }
         return 0;
     }
     if (json_is_array(src)) {
         for (size_t i = 0; i < json_array_size(src); i++)
-            if (merge_into(obj, json_array_get(src, i)) < 0)
+            if (!json_is_object(json_array_get(src, i)) ||
+                merge_into(obj, json_array_get(src, i)) < 0)
                 return -1;
         return 0;
     }
     return -1;
 }
 
+/*
+ * "<<" merge keys: the mapping's own keys win over merged ones, and an
+ * earlier merge source wins over a later one. As in PyYAML, merged keys come
+ * first in the result. `v` is rebuilt in place: an anchor may point at it.
+ */
+static int apply_merges(json_t *v, json_t *merges)
+{
+    _cleanup_json_ json_t *m = json_object();
+    if (!m)
+        return -1;
+    for (size_t i = 0; i < json_array_size(merges); i++)
+        if (merge_into(m, json_array_get(merges, i)) < 0)
+            return -1;
+    if (json_object_update(m, v) < 0 || json_object_clear(v) < 0 || json_object_update(v, m) < 0)
+        return -1;
+    return 0;
+}
+
+/*
+ * JSON keys are strings: a YAML key that is not (1, true, ~, 1.5) becomes
+ * Python's str() of it ("1", "True", "None", "1.5"), which is what the
+ * reference's str(key) makes of it.
+ */
+static char *key_text(const json_t *key)
+{
+    if (json_is_string(key))
+        return strdup(json_string_value(key));
+    if (json_is_object(key) || json_is_array(key))
+        return json_dumps(key, JSON_ENCODE_ANY | JSON_COMPACT);
+    return sbx__json_repr(key);
+}
+
+static int parse_sequence(struct yparser *y, json_t *v, sbx_error **err)
+{
+    for (;;) {
+        yaml_event_t cev;
+        int rc = next_event(y, &cev, err);
+        if (rc < 0)
+            return rc;
+        if (cev.type == YAML_SEQUENCE_END_EVENT) {
+            yaml_event_delete(&cev);
+            return 0;
+        }
+        json_t *item = NULL;
+        rc = parse_node(y, &cev, &item, err);
+        yaml_event_delete(&cev);
+        if (rc < 0)
+            return rc;
+        if (json_array_append_new(v, item) < 0)
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+}
+
+static int parse_mapping(struct yparser *y, json_t *v, sbx_error **err)
+{
+    _cleanup_json_ json_t *merges = NULL;
+    for (;;) {
+        yaml_event_t kev;
+        int rc = next_event(y, &kev, err);
+        if (rc < 0)
+            return rc;
+        if (kev.type == YAML_MAPPING_END_EVENT) {
+            yaml_event_delete(&kev);
+            break;
+        }
+        yaml_mark_t kmark = kev.start_mark;
+        bool is_merge = kev.type == YAML_SCALAR_EVENT &&
+                        kev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+                        !strcmp((const char *)kev.data.scalar.value, "<<");
+        json_t *key = NULL;
+        rc = parse_node(y, &kev, &key, err);
+        yaml_event_delete(&kev);
+        if (rc < 0)
+            return rc;
+        _cleanup_free_ char *ktext = key_text(key);
+        json_decref(key);
+        if (!ktext)
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        yaml_event_t vev;
+        if ((rc = next_event(y, &vev, err)) < 0)
+            return rc;
+        json_t *val = NULL;
+        rc = parse_node(y, &vev, &val, err);
+        yaml_event_delete(&vev);
+        if (rc < 0)
+            return rc;
+        if (is_merge) {
+            if (!merges && !(merges = json_array())) {
+                json_decref(val);
+                return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+            }
+            json_array_append_new(merges, val);
+            continue;
+        }
+        /* OmegaConf refuses a key written twice (PyYAML alone would keep the last). */
+        if (json_object_get(v, ktext)) {
+            json_decref(val);
+            _cleanup_free_ char *r = sbx__repr(ktext);
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "invalid YAML at line %zu, column %zu: duplicate key %s",
+                                  kmark.line + 1, kmark.column + 1, r ? r : ktext);
+        }
+        if (json_object_set_new(v, ktext, val) < 0)
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    if (merges && apply_merges(v, merges) < 0)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "invalid YAML: '<<' must merge a mapping or a list of mappings");
+    return 0;
+}
+
 static int parse_node(struct yparser *y, yaml_event_t *ev, json_t **out, sbx_error **err)
 {
     int rc = 0;
     json_t *v = NULL;
+    ssize_t anchor = -1;
+    size_t nodes_before = y->nodes;
     if (++y->depth > YAML_MAX_DEPTH) {
         y->depth--;
-        return sbx__set_error(err, SBX_EINVAL, "invalid YAML: nesting deeper than %d levels",
-                              YAML_MAX_DEPTH);
+        return sbx__set_error(err, SBX_EINVAL,
+                              "invalid YAML at line %zu: nesting deeper than %d levels",
+                              ev->start_mark.line + 1, YAML_MAX_DEPTH);
+    }
+    if (ev->type != YAML_ALIAS_EVENT && (rc = add_nodes(y, 1, &ev->start_mark, err)) < 0) {
+        y->depth--;
+        return rc;
     }
     switch (ev->type) {
     case YAML_SCALAR_EVENT: {
         const char *text = (const char *)ev->data.scalar.value;
-        if (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && !ev->data.scalar.tag)
-            v = plain_scalar(text);
-        else if (ev->data.scalar.tag && !strcmp((char *)ev->data.scalar.tag, YAML_INT_TAG))
-            v = plain_scalar(text);
+        const char *tag = (const char *)ev->data.scalar.tag;
+        /* A plain scalar is typed; a quoted one is always a string. */
+        if (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && (!tag || !strcmp(tag, "!")))
+            v = tag ? json_stringn(text, ev->data.scalar.length) : plain_scalar(text);
+        else if (tag)
+            v = tagged_scalar(tag, text, ev->data.scalar.length);
         else
             v = json_stringn(text, ev->data.scalar.length);
         if (!v) {
+            _cleanup_free_ char *r = sbx__repr(text);
             rc = sbx__set_error(err, SBX_EINVAL,
-                                "invalid YAML at line %zu: value %s cannot be represented",
-                                ev->start_mark.line + 1, text);
+                                "invalid YAML at line %zu: value %s cannot be represented in "
+                                "JSON (infinities, NaN and text that is not UTF-8 are refused)",
+                                ev->start_mark.line + 1, r ? r : "?");
             break;
         }
-        rc = save_anchor(y, ev->data.scalar.anchor, v);
+        if ((anchor = start_anchor(y, ev->data.scalar.anchor, v)) == -2)
+            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
         break;
     }
     case YAML_ALIAS_EVENT: {
-        for (size_t i = y->n_anchors; i-- > 0;) {
-            if (!strcmp(y->anchors[i].name, (const char *)ev->data.alias.anchor)) {
-                v = json_incref(y->anchors[i].value);
-                break;
-            }
-        }
-        if (!v)
-            rc = sbx__set_error(err, SBX_EINVAL, "invalid YAML: unknown alias *%s",
-                                (const char *)ev->data.alias.anchor);
-        break;
-    }
-    case YAML_SEQUENCE_START_EVENT: {
-        v = json_array();
-        if (save_anchor(y, ev->data.sequence_start.anchor, v) < 0)
-            rc = SBX_ENOMEM;
-        for (;;) {
-            yaml_event_t cev;
-            if ((rc = next_event(y, &cev, err)) < 0)
-                break;
-            if (cev.type == YAML_SEQUENCE_END_EVENT) {
-                yaml_event_delete(&cev);
-                break;
-            }
-            json_t *item = NULL;
-            rc = parse_node(y, &cev, &item, err);
-            yaml_event_delete(&cev);
-            if (rc < 0)
-                break;
-            json_array_append_new(v, item);
+        const char *name = (const char *)ev->data.alias.anchor;
+        struct anchor *a = NULL;
+        for (size_t i = y->n_anchors; i-- > 0 && !a;)
+            if (!strcmp(y->anchors[i].name, name))
+                a = &y->anchors[i];
+        if (!a) {
+            rc = sbx__set_error(err, SBX_EINVAL, "invalid YAML at line %zu: unknown alias *%s",
+                                ev->start_mark.line + 1, name);
+        } else if (!a->complete) {
+            rc = sbx__set_error(err, SBX_EINVAL,
+                                "invalid YAML at line %zu: alias *%s is inside the node it "
+                                "names; recursive structures are not supported",
+                                ev->start_mark.line + 1, name);
+        } else if ((rc = add_nodes(y, a->weight, &ev->start_mark, err)) == 0) {
+            /* A private copy: interpolating one use must not touch the others. */
+            if (!(v = json_deep_copy(a->value)))
+                rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
         }
         break;
     }
-    case YAML_MAPPING_START_EVENT: {
-        v = json_object();
-        if (save_anchor(y, ev->data.mapping_start.anchor, v) < 0)
-            rc = SBX_ENOMEM;
-        json_t *merges = NULL;
-        for (;;) {
-            yaml_event_t kev;
-            if ((rc = next_event(y, &kev, err)) < 0)
-                break;
-            if (kev.type == YAML_MAPPING_END_EVENT) {
-                yaml_event_delete(&kev);
-                break;
-            }
-            json_t *key = NULL;
-            bool is_merge = kev.type == YAML_SCALAR_EVENT &&
-                            kev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
-                            !strcmp((const char *)kev.data.scalar.value, "<<");
-            rc = parse_node(y, &kev, &key, err);
-            yaml_event_delete(&kev);
-            if (rc < 0)
-                break;
-            yaml_event_t vev;
-            if ((rc = next_event(y, &vev, err)) < 0) {
-                json_decref(key);
-                break;
-            }
-            json_t *val = NULL;
-            rc = parse_node(y, &vev, &val, err);
-            yaml_event_delete(&vev);
-            if (rc < 0) {
-                json_decref(key);
-                break;
-            }
-            if (is_merge) {
-                if (!merges)
-                    merges = json_array();
-                json_array_append_new(merges, val);
-                json_decref(key);
-                continue;
-            }
-            /* JSON keys are strings; YAML's 1 or true keys become their text (as OmegaConf). */
-            char *ktext;
-            if (json_is_string(key))
-                ktext = strdup(json_string_value(key));
-            else if (json_is_null(key))
-                ktext = strdup("null");
-            else
-                ktext = json_dumps(key, JSON_ENCODE_ANY);
-            json_decref(key);
-            if (!ktext) {
-                json_decref(val);
-                rc = SBX_ENOMEM;
-                break;
-            }
-            json_object_set_new(v, ktext, val);
-            free(ktext);
-        }
-        if (rc == 0 && merges && merge_into(v, merges) < 0)
-            rc = sbx__set_error(err, SBX_EINVAL, "invalid YAML: '<<' must merge mappings");
-        json_decref(merges);
+    case YAML_SEQUENCE_START_EVENT:
+        if (!(v = json_array()))
+            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        else if ((anchor = start_anchor(y, ev->data.sequence_start.anchor, v)) == -2)
+            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        else
+            rc = parse_sequence(y, v, err);
         break;
-    }
+    case YAML_MAPPING_START_EVENT:
+        if (!(v = json_object()))
+            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        else if ((anchor = start_anchor(y, ev->data.mapping_start.anchor, v)) == -2)
+            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        else
+            rc = parse_mapping(y, v, err);
+        break;
     default:
-        rc = sbx__set_error(err, SBX_EINVAL, "invalid YAML: unexpected event");
+        rc = sbx__set_error(err, SBX_EINVAL, "invalid YAML at line %zu: unexpected event",
+                            ev->start_mark.line + 1);
         break;
     }
     y->depth--;
@@ -295,6 +474,7 @@ static int parse_node(struct yparser *y, yaml_event_t *ev, json_t **out, sbx_err
         json_decref(v);
         return rc;
     }
+    finish_anchor(y, anchor, nodes_before);
     *out = v;
     return 0;
 }
@@ -403,6 +583,13 @@ static int interpolate_string(const char *s, json_t **replacement, sbx_error **e
         if (!expr) {
             sbx__buf_free(&b);
             return SBX_ENOMEM;
+        }
+        if (strstr(expr, "${")) {
+            sbx__buf_free(&b);
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "unsupported nested interpolation in %s: sbx resolves only "
+                                  "${oc.env:VAR} and ${oc.env:VAR,default} with a literal default",
+                                  s);
         }
         if (strncmp(expr, "oc.env:", 7) != 0) {
             sbx__buf_free(&b);

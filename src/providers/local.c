@@ -51,11 +51,11 @@ struct local_state {
 
 struct local_box {
     char *id;
-    char *workspace;   /* absolute */
-    char *workdir_arg; /* spec.workdir as given: an exec cwd equal to it means the workspace */
-    bool owned_ws;     /* we allocated the workspace, so closing removes it */
-    char *scope;       /* a connected handle's scope ("owner", "operate", ...) or NULL */
-    sbx_kv env;        /* spec.env */
+    char *workspace;     /* absolute */
+    char *workdir_arg;   /* spec.workdir as given: an exec cwd equal to it means the workspace */
+    bool owned_ws;       /* we allocated the workspace, so closing removes it */
+    char *scope;         /* a connected handle's scope ("owner", "operate", ...) or NULL */
+    sbx_kv env;          /* spec.env */
     struct lexec *execs; /* running execs (loop thread only) */
 };
 
@@ -96,7 +96,8 @@ static int local_init(const char *config_json, void **state, sbx_error **err)
         return sbx__set_error(err, SBX_ETYPE, "Sandbox provider 'local' config must be a mapping");
     const char *key;
     json_t *v;
-    json_object_foreach(cfg, key, v) {
+    json_object_foreach(cfg, key, v)
+    {
         bool known = false;
         for (size_t i = 0; config_keys[i]; i++)
             known |= !strcmp(key, config_keys[i]);
@@ -124,7 +125,8 @@ static int local_init(const char *config_json, void **state, sbx_error **err)
     }
     v = json_object_get(cfg, "shell");
     if (v && !json_is_null(v) && (!json_is_string(v) || !*json_string_value(v))) {
-        rc = config_error(err, SBX_ETYPE, "shell must be a non-empty path string, like \"/bin/sh\"");
+        rc =
+            config_error(err, SBX_ETYPE, "shell must be a non-empty path string, like \"/bin/sh\"");
         goto fail;
     }
     st->shell = strdup(v && json_is_string(v) ? json_string_value(v) : "/bin/bash");
@@ -160,7 +162,8 @@ static int local_init(const char *config_json, void **state, sbx_error **err)
         }
         st->max_output = (size_t)json_integer_value(v);
     }
-    if (!st->shell || (json_is_string(json_object_get(cfg, "workspace_root")) && !st->workspace_root)) {
+    if (!st->shell ||
+        (json_is_string(json_object_get(cfg, "workspace_root")) && !st->workspace_root)) {
         rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
         goto fail;
     }
@@ -171,7 +174,10 @@ fail:
     return rc;
 }
 
-static void local_release(void *state) { state_free(state); }
+static void local_release(void *state)
+{
+    state_free(state);
+}
 
 /* --- boxes --------------------------------------------------------------- */
 
@@ -188,7 +194,10 @@ static void box_free(void *p)
     free(b);
 }
 
-static const char *local_box_id(const void *box) { return ((const struct local_box *)box)->id; }
+static const char *local_box_id(const void *box)
+{
+    return ((const struct local_box *)box)->id;
+}
 
 /* Where allocated workspaces live. */
 static char *root_dir(const struct local_state *st)
@@ -228,7 +237,7 @@ struct create_job {
 
 static void warn_ignored(const sbx_spec *spec)
 {
-    sbx_buf b = { 0 };
+    sbx_buf b = {0};
     double d;
     long long n;
     if (sbx_spec_image(spec))
@@ -370,7 +379,7 @@ struct lexec {
     enum ex_end end;
     char *command;
     char *cwd;
-    sbx_kv env; /* spec.env, then the call's env on top */
+    sbx_kv env;       /* spec.env, then the call's env on top */
     double timeout_s; /* < 0: none */
     size_t limit;
     char *stdin_data;
@@ -387,8 +396,10 @@ struct lexec {
     uv_write_t wreq;
     uv_timer_t timer;
     int handles; /* initialised handles whose close callback has not run */
-    char scratch[READ_CHUNK]; /* where bytes past the cap are read and dropped */
 };
+
+/* Where bytes past the cap are read and dropped: one per loop thread, never read back. */
+static __thread char scratch[READ_CHUNK];
 
 static void exec_free(struct lexec *e)
 {
@@ -449,7 +460,8 @@ static void pump(struct local_state *st);
 static char *stream_take(struct stream *s, size_t *len)
 {
     char *d = s->data;
-    if (!d || s->cap < s->len + 1) {
+    /* Room for the NUL; and give back the slack geometric growth left behind. */
+    if (!d || s->cap < s->len + 1 || s->cap - s->len > s->len / 8 + 4096) {
         d = realloc(s->data, s->len + 1);
         if (!d)
             return NULL;
@@ -464,8 +476,8 @@ static char *stream_take(struct stream *s, size_t *len)
 static sbx_exec_result *runtime_result(const char *error_type, char *msg)
 {
     sbx_exec_result *r = NULL;
-    if (!msg || sbx_exec_result_new_take(NULL, 0, msg, strlen(msg), LOCAL_RUNTIME_RC, error_type,
-                                         &r) < 0)
+    if (!msg ||
+        sbx_exec_result_new_take(NULL, 0, msg, strlen(msg), LOCAL_RUNTIME_RC, error_type, &r) < 0)
         return NULL;
     return r;
 }
@@ -581,7 +593,10 @@ static void kill_tree(struct lexec *e, enum ex_end why)
     check_done(e);
 }
 
-static void on_timeout(uv_timer_t *t) { kill_tree(t->data, END_TIMEOUT); }
+static void on_timeout(uv_timer_t *t)
+{
+    kill_tree(t->data, END_TIMEOUT);
+}
 
 static void on_cancel(sbx_op *op, void *data)
 {
@@ -620,7 +635,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     struct lexec *e = h->data;
     struct stream *s = stream_of(e, h);
     if (s->len >= e->limit) {
-        *buf = uv_buf_init(e->scratch, sizeof(e->scratch));
+        *buf = uv_buf_init(scratch, sizeof(scratch));
         return;
     }
     if (s->cap - s->len < READ_CHUNK) {
@@ -630,7 +645,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
             cap *= 2;
         char *d = realloc(s->data, cap);
         if (!d) {
-            *buf = uv_buf_init(e->scratch, sizeof(e->scratch));
+            *buf = uv_buf_init(scratch, sizeof(scratch));
             return;
         }
         s->data = d;
@@ -645,7 +660,7 @@ static void on_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf)
     struct lexec *e = h->data;
     struct stream *s = stream_of(e, (uv_handle_t *)h);
     if (n > 0) {
-        if (buf->base == e->scratch) {
+        if (buf->base == scratch) {
             e->truncated = true; /* past the cap (or out of memory): drained, dropped, flagged */
         } else {
             s->len += (size_t)n;
@@ -694,7 +709,8 @@ static char **build_env(const sbx_kv *over)
             goto oom;
     }
     for (size_t i = 0; i < over->len; i++)
-        if (!(envp[k++] = sbx__printf("%s=%s", over->keys[i], over->values[i] ? over->values[i] : "")))
+        if (!(envp[k++] =
+                  sbx__printf("%s=%s", over->keys[i], over->values[i] ? over->values[i] : "")))
             goto oom;
     return envp;
 oom:
@@ -730,15 +746,34 @@ static void start_exec(struct lexec *e)
         e->handles++;
     }
 
-    char **envp = build_env(&e->env);
-    char *args[] = { st->shell, (char *)"-c", e->command, NULL };
+    /*
+     * Plain pipes, not libuv's socketpairs: a pipe lets a reader collect many
+     * small writes in one read, which makes large outputs several times
+     * faster. Both ends are close-on-exec; the child gets its end by dup2,
+     * which clears the flag on the copy only.
+     */
+    int pfd[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
+    int prc = 0;
+    for (int i = 0; i < 3 && !prc; i++)
+        if ((i > 0 || e->has_stdin) && pipe2(pfd[i], O_CLOEXEC) < 0)
+            prc = uv_translate_sys_error(errno);
+    /* The parent keeps stdin's write end and the read ends of stdout and stderr. */
+    if (!prc && e->has_stdin && !(prc = uv_pipe_open(&e->in, pfd[0][1])))
+        pfd[0][1] = -1;
+    if (!prc && !(prc = uv_pipe_open(&e->out.pipe, pfd[1][0])))
+        pfd[1][0] = -1;
+    if (!prc && !(prc = uv_pipe_open(&e->err.pipe, pfd[2][0])))
+        pfd[2][0] = -1;
+
+    char **envp = prc ? NULL : build_env(&e->env);
+    char *args[] = {st->shell, (char *)"-c", e->command, NULL};
     uv_stdio_container_t io[3];
-    io[0].flags = e->has_stdin ? (uv_stdio_flags)(UV_CREATE_PIPE | UV_READABLE_PIPE) : UV_IGNORE;
-    io[0].data.stream = (uv_stream_t *)&e->in;
-    io[1].flags = (uv_stdio_flags)(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
-    io[1].data.stream = (uv_stream_t *)&e->out.pipe;
-    io[2].flags = (uv_stdio_flags)(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
-    io[2].data.stream = (uv_stream_t *)&e->err.pipe;
+    io[0].flags = e->has_stdin ? UV_INHERIT_FD : UV_IGNORE; /* ignored: /dev/null */
+    io[0].data.fd = pfd[0][0];
+    io[1].flags = UV_INHERIT_FD;
+    io[1].data.fd = pfd[1][1];
+    io[2].flags = UV_INHERIT_FD;
+    io[2].data.fd = pfd[2][1];
     uv_process_options_t o = {
         .exit_cb = on_proc_exit,
         .file = st->shell,
@@ -751,8 +786,13 @@ static void start_exec(struct lexec *e)
         .stdio = io,
     };
     e->proc.data = e;
-    int rc = envp ? uv_spawn(loop, &e->proc, &o) : UV_ENOMEM;
+    int rc = envp ? uv_spawn(loop, &e->proc, &o) : prc ? prc : UV_ENOMEM;
     free_env(envp);
+    /* The child has its copies now (or never will): our copies of its ends must go for EOF. */
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 2; k++)
+            if (pfd[i][k] >= 0)
+                close(pfd[i][k]);
     if (envp)
         e->handles++; /* uv_spawn initialises the process handle even when it fails */
     if (rc < 0) {
@@ -792,9 +832,20 @@ static void start_exec(struct lexec *e)
     uv_read_start((uv_stream_t *)&e->err.pipe, on_alloc, on_read);
     if (e->has_stdin) {
         e->wreq.data = e;
-        uv_buf_t b = uv_buf_init(e->stdin_data ? e->stdin_data : (char *)"",
-                                 (unsigned)e->stdin_len);
-        if (uv_write(&e->wreq, (uv_stream_t *)&e->in, &b, 1, on_stdin_written) < 0) {
+        /* uv_buf_t lengths are 32-bit: feed larger inputs in 1 GiB pieces (uv_write copies the
+         * array). */
+        const size_t piece = (size_t)1 << 30;
+        size_t nb = e->stdin_len ? (e->stdin_len + piece - 1) / piece : 1;
+        uv_buf_t *bufs = calloc(nb, sizeof(*bufs));
+        for (size_t i = 0; bufs && i < nb; i++) {
+            size_t off = i * piece, n = e->stdin_len - off < piece ? e->stdin_len - off : piece;
+            bufs[i] = uv_buf_init(e->stdin_data ? e->stdin_data + off : (char *)"", (unsigned)n);
+        }
+        int wrc =
+            bufs ? uv_write(&e->wreq, (uv_stream_t *)&e->in, bufs, (unsigned)nb, on_stdin_written)
+                 : UV_ENOMEM;
+        free(bufs);
+        if (wrc < 0) {
             e->in_open = false;
             close_handle(e, (uv_handle_t *)&e->in);
         }
@@ -881,16 +932,18 @@ static void local_exec(sbx_op *op, void *state, void *box, const char *command,
     }
     /* A stat of a local directory is cheap enough for the loop, and gives a clear error. */
     struct stat sst;
-    if (stat(e->cwd, &sst) < 0 || !S_ISDIR(sst.st_mode)) {
-        sbx_error *err = sbx_error_new(SBX_ENOENT,
+    int serr = stat(e->cwd, &sst) < 0 ? errno : 0;
+    if (serr || !S_ISDIR(sst.st_mode)) {
+        bool missing = !serr || serr == ENOENT || serr == ENOTDIR;
+        sbx_error *err = sbx_error_new(missing ? SBX_ENOENT : sbx__code_from_errno(serr),
                                        "local exec: working directory '%s' %s; create it or "
                                        "pass an existing cwd",
                                        e->cwd,
-                                       errno == ENOENT || errno == ENOTDIR || !S_ISDIR(sst.st_mode)
-                                           ? "does not exist"
-                                           : strerror(errno));
+                                       !serr     ? "is not a directory"
+                                       : missing ? "does not exist"
+                                                 : strerror(serr));
         exec_free(e);
-        sbx_op_complete(op, SBX_ENOENT, err, NULL);
+        sbx_op_complete(op, sbx_error_code(err), err, NULL);
         return;
     }
     sbx_op_on_cancel(op, on_cancel, e);
@@ -985,8 +1038,9 @@ static sbx_error *copy2(const char *what, const char *src, const char *src_label
         return sbx_error_new(SBX_ENOMEM, "out of memory");
     size_t tl = strlen(target);
     if (tl == 0 || target[tl - 1] == '/')
-        return sbx_error_new(SBX_EINVAL, "%s: destination '%s' names a directory that does not "
-                                         "exist; give a file path",
+        return sbx_error_new(SBX_EINVAL,
+                             "%s: destination '%s' names a directory that does not "
+                             "exist; give a file path",
                              what, dst);
     char *slash = strrchr(target, '/');
     if (slash && slash != target) {
@@ -996,9 +1050,8 @@ static sbx_error *copy2(const char *what, const char *src, const char *src_label
         *slash = '/';
         if (rc < 0) {
             *slash = 0;
-            sbx_error *err = sbx_error_new_errno(sbx__code_from_errno(e), e,
-                                                 "%s: cannot create the directory '%s'", what,
-                                                 target);
+            sbx_error *err = sbx_error_new_errno(
+                sbx__code_from_errno(e), e, "%s: cannot create the directory '%s'", what, target);
             *slash = '/';
             return err;
         }
@@ -1011,7 +1064,7 @@ static sbx_error *copy2(const char *what, const char *src, const char *src_label
         return sbx_error_new_errno(sbx__code_from_errno(errno), errno, "%s: cannot write '%s'",
                                    what, target);
     sbx_error *err = NULL;
-    struct timespec times[2] = { st.st_atim, st.st_mtim };
+    struct timespec times[2] = {st.st_atim, st.st_mtim};
     if (copy_fd(in, out, S_ISREG(st.st_mode) && st.st_size > 0) < 0)
         err = sbx_error_new_errno(sbx__code_from_errno(errno), errno,
                                   "%s: copying '%s' to '%s' failed", what, src, target);
@@ -1103,7 +1156,8 @@ static void status_work(sbx_op *op, void *data)
     struct stat st;
     bool up = stat(data, &st) == 0 && S_ISDIR(st.st_mode);
     free(data);
-    sbx_op_complete(op, SBX_OK, NULL, (void *)(intptr_t)(up ? SBX_STATUS_RUNNING : SBX_STATUS_STOPPED));
+    sbx_op_complete(op, SBX_OK, NULL,
+                    (void *)(intptr_t)(up ? SBX_STATUS_RUNNING : SBX_STATUS_STOPPED));
 }
 
 static void local_status(sbx_op *op, void *state, void *box)

@@ -21,6 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* This binary, for the connect test's second process (not /proc/self/exe: valgrind). */
+static char self_path[4096] = "/proc/self/exe";
+
 static char *cfgf(const char *extra)
 {
     static char buf[1024];
@@ -60,7 +63,10 @@ static sbx_exec_result *run(sbx_sandbox *sb, const char *cmd, const sbx_exec_opt
     return r;
 }
 
-static const char *out_of(const sbx_exec_result *r) { return sbx_exec_result_stdout(r, NULL); }
+static const char *out_of(const sbx_exec_result *r)
+{
+    return sbx_exec_result_stdout(r, NULL);
+}
 
 /* The workspace of a sandbox, as its commands see it. */
 static char *workspace_of(sbx_sandbox *sb)
@@ -180,11 +186,17 @@ static void test_first_run_flow(void)
     TAP_EQ_INT(sbx_exec_result_return_code(r), 3);
     sbx_exec_result_free(r);
 
+    /* a shell killed by a signal reads like Python's returncode: -SIGNUM */
+    r = run(sb, "kill -TERM $$", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), -SIGTERM);
+    TAP_NULL(sbx_exec_result_error_type(r));
+    sbx_exec_result_free(r);
+
     /* upload: parent dirs made, mode and mtime kept; download mirrors it. */
     char *src = path_in(tap_tmpdir(), "src.bin");
     TAP_EQ_INT(write_text(src, "payload\001\002"), 0);
     chmod(src, 0751);
-    struct timespec old[2] = { { 1000000000, 0 }, { 1000000000, 0 } };
+    struct timespec old[2] = {{1000000000, 0}, {1000000000, 0}};
     utimensat(AT_FDCWD, src, old, 0);
     TAP_OK(sbx_sandbox_upload(sb, src, "a/b/c.bin", &e_));
     char *up = path_in(wd, "a/b/c.bin");
@@ -292,7 +304,8 @@ static void test_user_rejected(void)
 /* --- timeouts, cancel, stop kill the whole tree -------------------------- */
 
 /* Writes the shell's pid (= its process group) and a backgrounded child's pid. */
-#define TREE_CMD "echo $$ > pgid.tmp; mv pgid.tmp pgid; sleep 100 & echo $! > pid.tmp; mv pid.tmp pid; wait"
+#define TREE_CMD                                                                                   \
+    "echo $$ > pgid.tmp; mv pgid.tmp pgid; sleep 100 & echo $! > pid.tmp; mv pid.tmp pid; wait"
 
 static void test_timeout_kills_tree(void)
 {
@@ -552,6 +565,12 @@ static void test_binary_output_and_stdin(void)
     TAP_EQ_STR(out_of(r), "ignored\n");
     sbx_exec_result_free(r);
 
+    /* an empty stdin is an immediate EOF */
+    sbx_exec_opts_set_stdin(o, "", 0);
+    r = run(sb, "cat; echo end", o);
+    TAP_EQ_STR(out_of(r), "end\n");
+    sbx_exec_result_free(r);
+
     /* a large stdin streams through */
     size_t big = (size_t)8 << 20;
     char *data = malloc(big);
@@ -675,19 +694,11 @@ static void test_serialize_connect_other_process(void)
     fflush(stdout);
     pid_t child = fork();
     if (child == 0) {
-        /* A real separate process: its own provider, connected by descriptor. */
-        sbx_provider *cp = NULL;
-        sbx_sandbox *csb = NULL;
-        sbx_exec_result *r = NULL;
-        if (sbx_provider_new(cfgf(NULL), &cp, NULL) != SBX_OK ||
-            sbx_sandbox_connect(cp, desc, &csb, NULL) != SBX_OK ||
-            sbx_sandbox_exec(csb, "echo $$ > from-child; pwd", NULL, &r, NULL) != SBX_OK)
-            _exit(2);
-        int ok = sbx_exec_result_return_code(r) == 0;
-        sbx_exec_result_free(r);
-        sbx_sandbox_free(csb); /* releases the handle only */
-        sbx_provider_free(cp);
-        _exit(ok ? 0 : 3);
+        /* A real separate process: this binary again, fresh, in its connect mode. */
+        setenv("SBX_TEST_LOCAL_CONNECT", desc, 1);
+        setenv("SBX_TEST_LOCAL_CONFIG", cfgf(NULL), 1);
+        execl(self_path, "test_local", (char *)NULL);
+        _exit(127);
     }
     int status = 0;
     TAP_EQ_INT(waitpid(child, &status, 0), child);
@@ -849,11 +860,55 @@ static void test_config_errors(void)
     sbx_provider_free(p);
 }
 
-TAP_MAIN(TAP(test_first_run_flow), TAP(test_env_precedence), TAP(test_user_rejected),
-         TAP(test_timeout_kills_tree), TAP_T(test_timeout_escaped_grandchild, 60),
-         TAP(test_cancel_kills_tree), TAP(test_stop_kills_running_exec),
-         TAP_T(test_100_concurrent_execs, 120), TAP_T(test_default_concurrency_queues, 120),
-         TAP_T(test_large_output_and_cap, 120), TAP(test_binary_output_and_stdin), TAP(test_cwd),
-         TAP_T(test_transfer, 120), TAP(test_serialize_connect_other_process),
-         TAP(test_caller_workdir_connect), TAP(test_status_and_endpoint),
-         TAP(test_config_errors))
+/*
+ * The other side of test_serialize_connect_other_process: a fresh process
+ * with its own provider connects by descriptor and runs a command.
+ */
+static int connect_child(const char *desc, const char *cfg)
+{
+    sbx_provider *p = NULL;
+    sbx_sandbox *sb = NULL;
+    sbx_exec_result *r = NULL;
+    sbx_error *e = NULL;
+    int rc = 2;
+    if (sbx_provider_new(cfg, &p, &e) == SBX_OK &&
+        sbx_sandbox_connect(p, desc, &sb, &e) == SBX_OK &&
+        sbx_sandbox_exec(sb, "echo $$ > from-child; pwd", NULL, &r, &e) == SBX_OK)
+        rc = sbx_exec_result_return_code(r) == 0 ? 0 : 3;
+    if (e)
+        fprintf(stderr, "connect child: %s\n", sbx_error_message(e));
+    sbx_error_free(e);
+    sbx_exec_result_free(r);
+    sbx_sandbox_free(sb); /* releases the handle only */
+    sbx_provider_free(p);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    const char *desc = getenv("SBX_TEST_LOCAL_CONNECT");
+    if (desc)
+        return connect_child(desc, getenv("SBX_TEST_LOCAL_CONFIG"));
+    if (argc > 0 && !realpath(argv[0], self_path))
+        snprintf(self_path, sizeof(self_path), "/proc/self/exe");
+    static const struct tap_test tests[] = {
+        TAP(test_first_run_flow),
+        TAP(test_env_precedence),
+        TAP(test_user_rejected),
+        TAP(test_timeout_kills_tree),
+        TAP_T(test_timeout_escaped_grandchild, 60),
+        TAP(test_cancel_kills_tree),
+        TAP(test_stop_kills_running_exec),
+        TAP_T(test_100_concurrent_execs, 120),
+        TAP_T(test_default_concurrency_queues, 120),
+        TAP_T(test_large_output_and_cap, 120),
+        TAP(test_binary_output_and_stdin),
+        TAP(test_cwd),
+        TAP_T(test_transfer, 120),
+        TAP(test_serialize_connect_other_process),
+        TAP(test_caller_workdir_connect),
+        TAP(test_status_and_endpoint),
+        TAP(test_config_errors),
+    };
+    return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
+}

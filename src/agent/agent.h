@@ -1,0 +1,139 @@
+/*
+ * sbx-agent: the in-box agent. One process, one epoll loop, libc only (it is
+ * linked statically and copied into boxes that may have no libc at all).
+ *
+ *   main.c   command line, the loop, signals, PID 1 duties, listening
+ *   conn.c   one protocol stream: frames in, an output queue out
+ *   exec.c   commands: fork, process groups, pipes, timeouts, exit status
+ *   files.c  uploads and downloads confined to the box root
+ *   users.c  user and group lookup in the box's /etc/passwd and /etc/group
+ */
+#ifndef SBX_AGENT_H
+#define SBX_AGENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "proto/proto.h"
+
+#define AGENT_VERSION "sbx-agent 0.1.0"
+/* Pause reading command output / files once this much waits to be sent on a stream. */
+#define AGENT_QUEUE_HIGH (8u << 20)
+#define AGENT_QUEUE_LOW (2u << 20)
+
+/* An fd in the epoll set; data.ptr of its event points here. */
+struct watch {
+    int fd;
+    uint32_t events; /* what is currently registered (0: none) */
+    void (*cb)(struct watch *w, uint32_t events);
+};
+
+void watch_init(struct watch *w, int fd, void (*cb)(struct watch *, uint32_t));
+/* Registers or changes the interest set (0 removes it from epoll). */
+void watch_set(struct watch *w, uint32_t events);
+/* Removes it from epoll and closes the fd. */
+void watch_close(struct watch *w);
+
+/* Frees `p` with `fn` after the current batch of events (events may still point at it). */
+void agent_defer_free(void *p, void (*fn)(void *));
+int64_t agent_now_ms(void);
+void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* --- connections --------------------------------------------------------- */
+
+enum chan_kind { CHAN_EXEC, CHAN_PUT, CHAN_GET };
+
+/* The head of every per-channel object, linked in its connection. */
+struct chan {
+    uint32_t id;
+    enum chan_kind kind;
+    struct chan *next;
+};
+
+struct obuf {
+    struct obuf *next;
+    uint8_t *data;
+    size_t len, off;
+};
+
+struct conn {
+    struct watch in, out; /* the same fd for a socket; stdin/stdout in --stdio mode */
+    bool same_fd;
+    struct conn *next;
+    sbx_proto_reader rd;
+    bool got_hello;
+    bool dead;
+    bool write_failed;  /* closed from conns_pump(), never inside a send */
+    bool exit_on_close; /* --stdio: the agent exits when this stream ends */
+    struct obuf *qhead, *qtail;
+    size_t queued;
+    bool throttled; /* queued passed AGENT_QUEUE_HIGH: output sources are paused */
+    struct chan *chans;
+};
+
+struct conn *conn_new(int fd_in, int fd_out);
+/* Queues a finished frame (takes b->data) and tries to write it at once. */
+void conn_send(struct conn *c, sbx_pbuf *b, uint8_t type, uint32_t channel);
+/* Sends a frame with a raw payload. */
+void conn_send_raw(struct conn *c, uint8_t type, uint32_t channel, const void *p, size_t n);
+/* Ends the stream: stops its commands and transfers, closes it. */
+void conn_close(struct conn *c, const char *why);
+void conn_chan_add(struct conn *c, struct chan *ch);
+void conn_chan_remove(struct conn *c, struct chan *ch);
+struct chan *conn_chan_find(struct conn *c, uint32_t id);
+/* Restarts paused output sources once the queue drained. */
+void conn_resume(struct conn *c);
+/* Called after each batch of events: moves pending downloads forward. */
+void conns_pump(void);
+
+/* --- execs --------------------------------------------------------------- */
+
+/* The start functions return -1 for a malformed payload (a protocol error). */
+int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f);
+void exec_stdin(struct conn *c, struct chan *ch, const sbx_frame *f);
+void exec_cancel(struct chan *ch);
+/* The stream closed: kill the group, forget the stream. */
+void exec_detach(struct chan *ch);
+void exec_resume(struct chan *ch);
+/* A reaped child: returns true when it was one of ours. */
+bool exec_reaped(pid_t pid, int status);
+/* Kills groups whose deadline passed; returns ms until the next deadline (-1: none). */
+int exec_check_timeouts(void);
+/* Kills every command's process group (SIGTERM path). */
+void exec_kill_all(void);
+
+/* --- files --------------------------------------------------------------- */
+
+/* Sets the root directory file operations resolve in. */
+int files_set_root(const char *root);
+/*
+ * Opens `path` resolved inside the root: ".." stops at the root and absolute
+ * symlinks are anchored at it (openat2 RESOLVE_IN_ROOT, or a manual walk).
+ */
+int root_open(const char *path, int flags, mode_t mode);
+int file_put_start(struct conn *c, uint32_t ch, const sbx_frame *f);
+void file_put_data(struct conn *c, struct chan *ch, const sbx_frame *f);
+int file_get_start(struct conn *c, uint32_t ch, const sbx_frame *f);
+/* Sends what it can of a download; false when the queue is full. */
+bool file_get_pump(struct conn *c, struct chan *ch);
+/* Drops a transfer (cancel or stream end). */
+void file_abort(struct conn *c, struct chan *ch);
+
+/* --- users --------------------------------------------------------------- */
+
+struct user_ids {
+    uid_t uid;
+    gid_t gid;
+    gid_t *groups;
+    size_t n_groups;
+    char *name; /* NULL when the user has no passwd entry */
+    char *home;
+};
+
+/* Resolves "name", "uid", "uid:gid", "name:group" in the root's /etc files. */
+int users_resolve(const char *spec, struct user_ids *out, char *msg, size_t msg_len);
+void users_free(struct user_ids *u);
+
+#endif /* SBX_AGENT_H */

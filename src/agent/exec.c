@@ -1,0 +1,607 @@
+/*
+ * Commands. Each runs in its own session and process group (setsid), so a
+ * timeout or cancel kills the whole group with one kill(-pgid). Output is
+ * read from pipes and forwarded as STDOUT/STDERR frames up to the command's
+ * cap (the rest is read and dropped, so the command never blocks on a full
+ * pipe). The channel ends with one EXIT frame once the process was reaped
+ * and its pipes are drained.
+ */
+#include "agent/agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+struct exec {
+    struct chan ch; /* first: a struct chan * from the connection is a struct exec * */
+    struct exec *next_all;
+    struct conn *conn; /* NULL once the stream closed */
+    pid_t pid;
+    bool exited;
+    int status;
+    struct watch out, err, in;
+    bool out_paused, err_paused;
+    struct obuf *inq;
+    bool in_eof;
+    uint64_t limit, n_out, n_err;
+    bool trunc_out, trunc_err;
+    int64_t deadline; /* monotonic ms, -1: none */
+    bool timed_out, cancelled;
+    bool finished; /* EXIT sent (or dropped), memory queued for release */
+    long long oom_before;
+};
+
+static struct exec *all_execs;
+
+#define EXEC_OF(w, member) ((struct exec *)((char *)(w)-offsetof(struct exec, member)))
+
+/* The box's oom_kill counter (cgroup v2 memory.events, v1 memory.oom_control); -1 if hidden. */
+static long long read_oom_kills(void)
+{
+    static const char *const files[] = {"/sys/fs/cgroup/memory.events",
+                                        "/sys/fs/cgroup/memory/memory.oom_control"};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        int fd = open(files[i], O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        char buf[1024];
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        buf[n] = 0;
+        for (char *line = buf; line && *line;) {
+            char *nl = strchr(line, '\n');
+            if (nl)
+                *nl = 0;
+            if (strncmp(line, "oom_kill ", 9) == 0)
+                return strtoll(line + 9, NULL, 10);
+            line = nl ? nl + 1 : NULL;
+        }
+    }
+    return -1;
+}
+
+static void send_exit(struct conn *c, uint32_t ch, uint8_t kind, int32_t code, uint32_t flags,
+                      const char *msg)
+{
+    sbx_pbuf b = {0};
+    sbx__pbuf_begin(&b);
+    sbx__msg_exit_encode(&b, kind, code, flags, msg);
+    conn_send(c, &b, SBX_MSG_EXIT, ch);
+}
+
+static void exec_free(void *p)
+{
+    struct exec *e = p;
+    while (e->inq) {
+        struct obuf *o = e->inq;
+        e->inq = o->next;
+        free(o->data);
+        free(o);
+    }
+    free(e);
+}
+
+static void unlink_all(struct exec *e)
+{
+    for (struct exec **pp = &all_execs; *pp; pp = &(*pp)->next_all) {
+        if (*pp == e) {
+            *pp = e->next_all;
+            return;
+        }
+    }
+}
+
+/* Sends EXIT once the process is reaped and both pipes are done. */
+static void maybe_finish(struct exec *e)
+{
+    if (e->finished || !e->exited || e->out.fd >= 0 || e->err.fd >= 0)
+        return;
+    e->finished = true;
+    watch_close(&e->in);
+    if (e->conn) {
+        uint32_t flags = (e->trunc_out ? SBX_EXITF_STDOUT_TRUNCATED : 0) |
+                         (e->trunc_err ? SBX_EXITF_STDERR_TRUNCATED : 0);
+        uint8_t kind;
+        int32_t code;
+        const char *msg = "";
+        char buf[128];
+        if (e->cancelled) {
+            kind = SBX_EXIT_SIGNAL;
+            code = SIGKILL;
+            flags |= SBX_EXITF_CANCELLED;
+            msg = "cancelled";
+        } else if (e->timed_out) {
+            kind = SBX_EXIT_TIMEOUT;
+            code = SIGKILL;
+            msg = "timed out: the process group was killed";
+        } else if (WIFSIGNALED(e->status)) {
+            kind = SBX_EXIT_SIGNAL;
+            code = WTERMSIG(e->status);
+            /* A SIGKILL while the cgroup's oom_kill count rose is the OOM killer's work. */
+            if (code == SIGKILL && e->oom_before >= 0) {
+                long long now = read_oom_kills();
+                if (now > e->oom_before) {
+                    flags |= SBX_EXITF_OOM;
+                    snprintf(buf, sizeof(buf), "killed by the out-of-memory killer (oom_kill %lld)",
+                             now);
+                    msg = buf;
+                }
+            }
+        } else {
+            kind = SBX_EXIT_CODE;
+            code = WEXITSTATUS(e->status);
+        }
+        send_exit(e->conn, e->ch.id, kind, code, flags, msg);
+        conn_chan_remove(e->conn, &e->ch);
+    }
+    unlink_all(e);
+    agent_defer_free(e, exec_free);
+}
+
+/* Reads one pipe: forwards up to the cap, drops the rest; EOF closes it. */
+static void pump_output(struct exec *e, struct watch *w, bool is_err)
+{
+    bool *paused = is_err ? &e->err_paused : &e->out_paused;
+    for (int round = 0; round < 8 && w->fd >= 0; round++) {
+        if (e->conn && e->conn->throttled) {
+            /* The host reads slower than the command writes: stop reading (backpressure). */
+            *paused = true;
+            watch_set(w, 0);
+            return;
+        }
+        static uint8_t buf[SBX_PROTO_CHUNK];
+        ssize_t n = read(w->fd, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN) {
+            /*
+             * After the command exited, an empty pipe is the end even if a
+             * background child still holds it open: do not wait on it.
+             */
+            if (!e->exited)
+                return;
+            n = 0;
+        }
+        if (n <= 0) {
+            watch_close(w);
+            maybe_finish(e);
+            return;
+        }
+        uint64_t *count = is_err ? &e->n_err : &e->n_out;
+        size_t keep = (size_t)n;
+        if (e->limit && *count + keep > e->limit) {
+            keep = (size_t)(e->limit - *count);
+            if (is_err)
+                e->trunc_err = true;
+            else
+                e->trunc_out = true;
+        }
+        *count += keep;
+        if (keep && e->conn)
+            conn_send_raw(e->conn, is_err ? SBX_MSG_STDERR : SBX_MSG_STDOUT, e->ch.id, buf, keep);
+    }
+}
+
+static void on_out(struct watch *w, uint32_t ev)
+{
+    (void)ev;
+    pump_output(EXEC_OF(w, out), w, false);
+}
+
+static void on_err(struct watch *w, uint32_t ev)
+{
+    (void)ev;
+    pump_output(EXEC_OF(w, err), w, true);
+}
+
+static void flush_stdin(struct exec *e)
+{
+    while (e->inq && e->in.fd >= 0) {
+        struct obuf *o = e->inq;
+        ssize_t n = write(e->in.fd, o->data + o->off, o->len - o->off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN) {
+            watch_set(&e->in, EPOLLOUT);
+            return;
+        }
+        if (n < 0) {
+            /* EPIPE: the command closed its stdin; the rest is dropped. */
+            watch_close(&e->in);
+            break;
+        }
+        o->off += (size_t)n;
+        if (o->off == o->len) {
+            e->inq = o->next;
+            free(o->data);
+            free(o);
+        }
+    }
+    if (!e->inq && e->in_eof)
+        watch_close(&e->in);
+    else if (e->in.fd >= 0 && !e->inq)
+        watch_set(&e->in, 0);
+}
+
+static void on_in(struct watch *w, uint32_t ev)
+{
+    (void)ev;
+    flush_stdin(EXEC_OF(w, in));
+}
+
+void exec_stdin(struct conn *c, struct chan *ch, const sbx_frame *f)
+{
+    (void)c;
+    struct exec *e = (struct exec *)ch;
+    if (f->len == 0) {
+        e->in_eof = true;
+    } else if (e->in.fd >= 0) {
+        struct obuf *o = malloc(sizeof(*o));
+        uint8_t *d = malloc(f->len);
+        if (!o || !d) {
+            free(o);
+            free(d);
+            return;
+        }
+        memcpy(d, f->payload, f->len);
+        *o = (struct obuf){NULL, d, f->len, 0};
+        struct obuf **pp = &e->inq;
+        while (*pp)
+            pp = &(*pp)->next;
+        *pp = o;
+    }
+    flush_stdin(e);
+}
+
+static void kill_group(struct exec *e)
+{
+    if (e->exited)
+        return;
+    kill(-e->pid, SIGKILL);
+    kill(e->pid, SIGKILL);
+}
+
+void exec_cancel(struct chan *ch)
+{
+    struct exec *e = (struct exec *)ch;
+    if (!e->exited)
+        e->cancelled = true;
+    kill_group(e);
+}
+
+void exec_detach(struct chan *ch)
+{
+    struct exec *e = (struct exec *)ch;
+    e->conn = NULL;
+    kill_group(e);
+}
+
+void exec_resume(struct chan *ch)
+{
+    struct exec *e = (struct exec *)ch;
+    if (e->out_paused && e->out.fd >= 0) {
+        e->out_paused = false;
+        watch_set(&e->out, EPOLLIN);
+        pump_output(e, &e->out, false);
+    }
+    if (e->err_paused && e->err.fd >= 0) {
+        e->err_paused = false;
+        watch_set(&e->err, EPOLLIN);
+        pump_output(e, &e->err, true);
+    }
+}
+
+bool exec_reaped(pid_t pid, int status)
+{
+    for (struct exec *e = all_execs; e; e = e->next_all) {
+        if (e->pid != pid || e->exited)
+            continue;
+        e->exited = true;
+        e->status = status;
+        /* Drain what the command left in its pipes, then finish. */
+        if (e->out.fd >= 0 && !e->out_paused)
+            pump_output(e, &e->out, false);
+        if (e->err.fd >= 0 && !e->err_paused)
+            pump_output(e, &e->err, true);
+        maybe_finish(e);
+        return true;
+    }
+    return false;
+}
+
+int exec_check_timeouts(void)
+{
+    int64_t now = agent_now_ms(), next = -1;
+    for (struct exec *e = all_execs; e; e = e->next_all) {
+        if (e->exited || e->deadline < 0 || e->timed_out || e->cancelled)
+            continue;
+        if (now >= e->deadline) {
+            e->timed_out = true;
+            kill_group(e);
+            continue;
+        }
+        if (next < 0 || e->deadline - now < next)
+            next = e->deadline - now;
+    }
+    return next < 0 ? -1 : (int)(next > 1 << 30 ? 1 << 30 : next);
+}
+
+void exec_kill_all(void)
+{
+    for (struct exec *e = all_execs; e; e = e->next_all)
+        kill_group(e);
+}
+
+/* --- spawning ------------------------------------------------------------ */
+
+/* Sets or replaces "K=V" in a NULL-terminated vector with room to grow. */
+static void env_put(char **env, size_t *n, char *kv)
+{
+    const char *eq = strchr(kv, '=');
+    size_t klen = eq ? (size_t)(eq - kv) : strlen(kv);
+    for (size_t i = 0; i < *n; i++) {
+        if (strncmp(env[i], kv, klen) == 0 && env[i][klen] == '=') {
+            env[i] = kv;
+            return;
+        }
+    }
+    env[(*n)++] = kv;
+    env[*n] = NULL;
+}
+
+enum stage { STAGE_CHDIR = 1, STAGE_USER, STAGE_EXEC };
+struct child_err {
+    int stage;
+    int err;
+};
+
+/* Runs in the child between fork and exec: only async-signal-safe calls. */
+static void child(int in_fd, int out_fd, int err_fd, int report, const sbx_msg_exec *m,
+                  const struct user_ids *u, char **envp)
+{
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigaction(SIGPIPE, &dfl, NULL);
+    setsid();
+    /* Move the pipe ends clear of 0..2 first so the dup2s below cannot clobber each other. */
+    in_fd = fcntl(in_fd, F_DUPFD_CLOEXEC, 10);
+    out_fd = fcntl(out_fd, F_DUPFD_CLOEXEC, 10);
+    err_fd = fcntl(err_fd, F_DUPFD_CLOEXEC, 10);
+    dup2(in_fd, 0);
+    dup2(out_fd, 1);
+    dup2(err_fd, 2);
+    struct child_err ce = {0, 0};
+    if (m->cwd && m->cwd[0] && chdir(m->cwd) < 0) {
+        ce = (struct child_err){STAGE_CHDIR, errno};
+        goto fail;
+    }
+    if (u) {
+        /* Groups, then gid, then uid: once uid changes we could no longer change the others. */
+        if (geteuid() == 0) {
+            if (setgroups(u->n_groups, u->groups) < 0 || setgid(u->gid) < 0 || setuid(u->uid) < 0) {
+                ce = (struct child_err){STAGE_USER, errno};
+                goto fail;
+            }
+        } else if (u->uid != geteuid()) {
+            ce = (struct child_err){STAGE_USER, EPERM};
+            goto fail;
+        }
+    }
+    if (m->flags & SBX_EXEC_SHELL) {
+        char *const sh[] = {(char *)"sh", (char *)"-c", m->argv[0], NULL};
+        execve("/bin/sh", sh, envp);
+    } else if (strchr(m->argv[0], '/')) {
+        execve(m->argv[0], m->argv, envp);
+    } else {
+        /* PATH search in the command's own environment, not the agent's. */
+        const char *path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+        for (char **e = envp; *e; e++)
+            if (strncmp(*e, "PATH=", 5) == 0)
+                path = *e + 5;
+        int saved = ENOENT;
+        for (const char *p = path;;) {
+            const char *colon = strchr(p, ':');
+            size_t dl = colon ? (size_t)(colon - p) : strlen(p);
+            char full[4096];
+            size_t al = strlen(m->argv[0]);
+            if (dl + al + 2 <= sizeof(full)) {
+                memcpy(full, dl ? p : ".", dl ? dl : 1);
+                size_t o = dl ? dl : 1;
+                full[o++] = '/';
+                memcpy(full + o, m->argv[0], al + 1);
+                execve(full, m->argv, envp);
+                if (errno != ENOENT && errno != ENOTDIR)
+                    saved = errno;
+            }
+            if (!colon)
+                break;
+            p = colon + 1;
+        }
+        errno = saved;
+    }
+    ce = (struct child_err){STAGE_EXEC, errno};
+fail : {
+    ssize_t n = write(report, &ce, sizeof(ce));
+    (void)n;
+    _exit(125);
+}
+}
+
+static int set_nonblock(int fd)
+{
+    return fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f)
+{
+    sbx_msg_exec *m = NULL;
+    if (sbx__msg_exec_decode(f, &m) < 0)
+        return -1;
+    char msg[512];
+    struct user_ids uids = {0};
+    bool have_user = m->user && m->user[0];
+    if (have_user && users_resolve(m->user, &uids, msg, sizeof(msg)) < 0) {
+        send_exit(c, ch, SBX_EXIT_FAILED, 0, 0, msg);
+        free(m);
+        return 0;
+    }
+
+    /* The command's environment: the agent's, the user's identity, then the request's. */
+    size_t n_env = 0, n_req = 0;
+    while (environ && environ[n_env])
+        n_env++;
+    while (m->env[n_req])
+        n_req++;
+    char **envp = calloc(n_env + n_req + 8, sizeof(char *));
+    char *idvars[3] = {NULL, NULL, NULL};
+    size_t n = 0;
+    int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1}, rep[2] = {-1, -1};
+    if (!envp)
+        goto oom;
+    envp[0] = NULL;
+    for (size_t i = 0; i < n_env; i++)
+        env_put(envp, &n, environ[i]);
+    if (have_user) {
+        const char *name = uids.name ? uids.name : m->user;
+        idvars[0] = malloc(strlen(uids.home) + 6);
+        idvars[1] = malloc(strlen(name) + 6);
+        idvars[2] = malloc(strlen(name) + 9);
+        if (!idvars[0] || !idvars[1] || !idvars[2])
+            goto oom;
+        snprintf(idvars[0], strlen(uids.home) + 6, "HOME=%s", uids.home);
+        snprintf(idvars[1], strlen(name) + 6, "USER=%s", name);
+        snprintf(idvars[2], strlen(name) + 9, "LOGNAME=%s", name);
+        for (int i = 0; i < 3; i++)
+            env_put(envp, &n, idvars[i]);
+    }
+    for (size_t i = 0; i < n_req; i++)
+        env_put(envp, &n, m->env[i]);
+    bool has_path = false;
+    for (size_t i = 0; i < n; i++)
+        has_path |= strncmp(envp[i], "PATH=", 5) == 0;
+    if (!has_path)
+        env_put(envp, &n,
+                (char *)"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+
+    if (pipe2(pin, O_CLOEXEC) < 0 || pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0 ||
+        pipe2(rep, O_CLOEXEC) < 0) {
+        snprintf(msg, sizeof(msg), "cannot create pipes: %s", strerror(errno));
+        goto failed;
+    }
+    long long oom_before = read_oom_kills();
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(msg, sizeof(msg), "cannot fork: %s", strerror(errno));
+        goto failed;
+    }
+    if (pid == 0)
+        child(pin[0], pout[1], perr[1], rep[1], m, have_user ? &uids : NULL, envp);
+    close(pin[0]);
+    close(pout[1]);
+    close(perr[1]);
+    close(rep[1]);
+    pin[0] = pout[1] = perr[1] = rep[1] = -1;
+
+    /* EOF on the report pipe means exec succeeded (it is close-on-exec). */
+    struct child_err ce = {0, 0};
+    ssize_t got;
+    do
+        got = read(rep[0], &ce, sizeof(ce));
+    while (got < 0 && errno == EINTR);
+    close(rep[0]);
+    rep[0] = -1;
+    if (got == (ssize_t)sizeof(ce)) {
+        int st;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+            ;
+        if (ce.stage == STAGE_EXEC && !(m->flags & SBX_EXEC_SHELL) &&
+            (ce.err == ENOENT || ce.err == EACCES || ce.err == ENOEXEC)) {
+            /* What a shell would say and return for a command it cannot run. */
+            char line[600];
+            int len = snprintf(line, sizeof(line), "sbx-agent: %s: %s\n", m->argv[0],
+                               ce.err == ENOENT ? "command not found" : strerror(ce.err));
+            conn_send_raw(c, SBX_MSG_STDERR, ch, line,
+                          len < (int)sizeof(line) ? (size_t)len : sizeof(line) - 1);
+            send_exit(c, ch, SBX_EXIT_CODE, ce.err == ENOENT ? 127 : 126, 0, "");
+            goto done;
+        }
+        if (ce.stage == STAGE_CHDIR)
+            snprintf(msg, sizeof(msg), "cannot change directory to '%s': %s", m->cwd,
+                     strerror(ce.err));
+        else if (ce.stage == STAGE_USER)
+            snprintf(msg, sizeof(msg), "cannot switch to user '%s': %s", m->user, strerror(ce.err));
+        else
+            snprintf(msg, sizeof(msg), "cannot run %s: %s",
+                     m->flags & SBX_EXEC_SHELL ? "/bin/sh" : m->argv[0], strerror(ce.err));
+        goto failed;
+    }
+
+    struct exec *e = calloc(1, sizeof(*e));
+    if (!e) {
+        kill(-pid, SIGKILL);
+        snprintf(msg, sizeof(msg), "out of memory");
+        goto failed;
+    }
+    e->ch.id = ch;
+    e->ch.kind = CHAN_EXEC;
+    e->conn = c;
+    e->pid = pid;
+    e->limit = m->output_limit;
+    e->deadline = m->timeout_ms >= 0 ? agent_now_ms() + m->timeout_ms : -1;
+    e->oom_before = oom_before;
+    set_nonblock(pout[0]);
+    set_nonblock(perr[0]);
+    set_nonblock(pin[1]);
+    watch_init(&e->out, pout[0], on_out);
+    watch_init(&e->err, perr[0], on_err);
+    watch_init(&e->in, pin[1], on_in);
+    pout[0] = perr[0] = pin[1] = -1;
+    watch_set(&e->out, EPOLLIN);
+    watch_set(&e->err, EPOLLIN);
+    if (!(m->flags & SBX_EXEC_STDIN))
+        watch_close(&e->in); /* the command sees EOF on stdin at once */
+    e->next_all = all_execs;
+    all_execs = e;
+    conn_chan_add(c, &e->ch);
+    if (c->throttled) {
+        e->out_paused = e->err_paused = true;
+        watch_set(&e->out, 0);
+        watch_set(&e->err, 0);
+    }
+    goto done;
+
+oom:
+    snprintf(msg, sizeof(msg), "out of memory");
+failed:
+    send_exit(c, ch, SBX_EXIT_FAILED, 0, 0, msg);
+done:
+    for (int i = 0; i < 2; i++) {
+        if (pin[i] >= 0)
+            close(pin[i]);
+        if (pout[i] >= 0)
+            close(pout[i]);
+        if (perr[i] >= 0)
+            close(perr[i]);
+        if (rep[i] >= 0)
+            close(rep[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        free(idvars[i]);
+    free(envp);
+    users_free(&uids);
+    free(m);
+    return 0;
+}

@@ -1,0 +1,471 @@
+/*
+ * Uploads and downloads, confined to the box root. Every path is resolved
+ * inside --root: ".." stops at the root and symlinks (absolute or relative)
+ * are followed as if the root were "/", so neither a path nor a link planted
+ * in the box can reach a file outside it. openat2(RESOLVE_IN_ROOT) does that
+ * in the kernel; without it, walk_open() resolves one component at a time
+ * with O_NOFOLLOW and splices link targets itself.
+ *
+ * An upload is written to a temp file next to the target and renamed over it
+ * at the end, so a reader never sees half a file and a symlink at the target
+ * is replaced, never followed.
+ */
+#include "agent/agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static int rootfd = -1;
+static bool no_openat2;
+
+int files_set_root(const char *root)
+{
+    rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    /* Tests force the fallback walk to check it behaves like the kernel's. */
+    const char *force = getenv("SBX_AGENT_NO_OPENAT2");
+    if (force && *force && strcmp(force, "0") != 0)
+        no_openat2 = true;
+    return rootfd < 0 ? -1 : 0;
+}
+
+#define MAX_DEPTH 256
+#define MAX_LINKS 40
+
+/* Resolves `path` under rootfd by hand: see the file comment. */
+static int walk_open(const char *path, int flags, mode_t mode)
+{
+    int stack[MAX_DEPTH];
+    int depth = 0, links = 0, fd = -1, err = 0;
+    stack[0] = fcntl(rootfd, F_DUPFD_CLOEXEC, 3);
+    if (stack[0] < 0)
+        return -1;
+    char *rest = strdup(path);
+    if (!rest) {
+        close(stack[0]);
+        errno = ENOMEM;
+        return -1;
+    }
+    char *p = rest;
+    for (;;) {
+        while (*p == '/')
+            p++;
+        if (!*p) {
+            fd = openat(stack[depth], ".", flags | O_CLOEXEC, mode);
+            err = errno;
+            break;
+        }
+        char *end = p;
+        while (*end && *end != '/')
+            end++;
+        char *after = end;
+        while (*after == '/')
+            after++;
+        bool last = *after == 0;
+        char comp[NAME_MAX + 1];
+        if ((size_t)(end - p) > NAME_MAX) {
+            err = ENAMETOOLONG;
+            break;
+        }
+        memcpy(comp, p, (size_t)(end - p));
+        comp[end - p] = 0;
+        p = after;
+        if (strcmp(comp, ".") == 0)
+            continue;
+        if (strcmp(comp, "..") == 0) {
+            /* ".." at the root stays at the root, as RESOLVE_IN_ROOT does. */
+            if (depth > 0)
+                close(stack[depth--]);
+            continue;
+        }
+        struct stat st;
+        int cfd = -1;
+        bool is_link;
+        if (last) {
+            is_link =
+                fstatat(stack[depth], comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+            if (!is_link) {
+                /* O_NOFOLLOW: a link swapped in since the fstatat fails, never followed. */
+                fd = openat(stack[depth], comp, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+                err = errno;
+                break;
+            }
+        } else {
+            cfd = openat(stack[depth], comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+            if (cfd < 0 || fstat(cfd, &st) < 0) {
+                err = errno;
+                if (cfd >= 0)
+                    close(cfd);
+                break;
+            }
+            is_link = S_ISLNK(st.st_mode);
+            if (!is_link) {
+                if (!S_ISDIR(st.st_mode)) {
+                    close(cfd);
+                    err = ENOTDIR;
+                    break;
+                }
+                if (depth + 1 >= MAX_DEPTH) {
+                    close(cfd);
+                    err = ENAMETOOLONG;
+                    break;
+                }
+                stack[++depth] = cfd;
+                continue;
+            }
+        }
+        /* A symlink: splice its target in front of what is left of the path. */
+        char target[PATH_MAX];
+        ssize_t tl = cfd >= 0 ? readlinkat(cfd, "", target, sizeof(target) - 1)
+                              : readlinkat(stack[depth], comp, target, sizeof(target) - 1);
+        if (cfd >= 0)
+            close(cfd);
+        if (tl < 0 || ++links > MAX_LINKS) {
+            err = tl < 0 ? errno : ELOOP;
+            break;
+        }
+        target[tl] = 0;
+        size_t rl = strlen(p);
+        char *nr = malloc((size_t)tl + rl + 2);
+        if (!nr) {
+            err = ENOMEM;
+            break;
+        }
+        memcpy(nr, target, (size_t)tl);
+        nr[tl] = '/';
+        memcpy(nr + tl + 1, p, rl + 1);
+        free(rest);
+        rest = p = nr;
+        if (target[0] == '/') {
+            while (depth > 0)
+                close(stack[depth--]);
+        }
+    }
+    while (depth >= 0)
+        close(stack[depth--]);
+    free(rest);
+    if (fd < 0)
+        errno = err ? err : EIO;
+    return fd;
+}
+
+int root_open(const char *path, int flags, mode_t mode)
+{
+    if (!no_openat2) {
+        struct open_how how = {
+            .flags = (uint64_t)(flags | O_CLOEXEC),
+            .mode = (flags & O_CREAT) ? mode : 0,
+            /* Magic links (/proc/PID/root, /proc/self/fd/N) would jump out of any root. */
+            .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+        };
+        int fd = (int)syscall(SYS_openat2, rootfd, path, &how, sizeof(how));
+        if (fd >= 0 || errno != ENOSYS)
+            return fd;
+        no_openat2 = true;
+    }
+    return walk_open(path, flags, mode);
+}
+
+static void send_status(struct conn *c, uint32_t ch, int errnum, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void send_status(struct conn *c, uint32_t ch, int errnum, const char *fmt, ...)
+{
+    char msg[PATH_MAX + 256];
+    msg[0] = 0;
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+    }
+    sbx_pbuf b = {0};
+    sbx__pbuf_begin(&b);
+    sbx__msg_status_encode(&b, errnum, msg);
+    conn_send(c, &b, SBX_MSG_STATUS, ch);
+}
+
+/* --- upload -------------------------------------------------------------- */
+
+struct put {
+    struct chan ch;
+    int dirfd, fd;
+    char tmp[64];
+    char *base; /* points into path */
+    char *path;
+    uint32_t mode;
+};
+
+static void put_free(struct put *p)
+{
+    if (p->fd >= 0) {
+        close(p->fd);
+        unlinkat(p->dirfd, p->tmp, 0);
+    }
+    if (p->dirfd >= 0)
+        close(p->dirfd);
+    free(p->path);
+    free(p);
+}
+
+/* Opens (creating as needed, like mkdir -p) directory `dir` inside the root. */
+static int open_dir_p(const char *dir)
+{
+    int fd = root_open(dir, O_PATH | O_DIRECTORY, 0);
+    if (fd >= 0 || errno != ENOENT)
+        return fd;
+    char *buf = strdup(dir);
+    if (!buf)
+        return -1;
+    size_t len = strlen(buf);
+    for (size_t i = 1; i <= len; i++) {
+        if (buf[i] != '/' && buf[i] != 0)
+            continue;
+        char saved = buf[i];
+        buf[i] = 0;
+        int t = root_open(buf, O_PATH | O_DIRECTORY, 0);
+        if (t >= 0) {
+            close(t);
+        } else if (errno == ENOENT) {
+            char *slash = strrchr(buf, '/');
+            int pfd;
+            const char *name;
+            if (slash) {
+                *slash = 0;
+                pfd = root_open(buf[0] ? buf : "/", O_PATH | O_DIRECTORY, 0);
+                *slash = '/';
+                name = slash + 1;
+            } else {
+                pfd = root_open("/", O_PATH | O_DIRECTORY, 0);
+                name = buf;
+            }
+            /* mkdirat never follows a link at `name`: a planted link makes it fail
+             * (EEXIST+ENOTDIR). */
+            int rc = pfd >= 0 ? mkdirat(pfd, name, 0755) : -1;
+            int e = errno;
+            if (pfd >= 0)
+                close(pfd);
+            if (rc < 0 && e != EEXIST) {
+                free(buf);
+                errno = e;
+                return -1;
+            }
+        } else {
+            free(buf);
+            return -1;
+        }
+        buf[i] = saved;
+    }
+    free(buf);
+    return root_open(dir, O_PATH | O_DIRECTORY, 0);
+}
+
+int file_put_start(struct conn *c, uint32_t ch, const sbx_frame *f)
+{
+    sbx_msg_file *m = NULL;
+    if (sbx__msg_file_decode(f, &m) < 0)
+        return -1;
+    struct put *p = calloc(1, sizeof(*p));
+    if (!p || !(p->path = strdup(m->path))) {
+        free(p);
+        send_status(c, ch, ENOMEM, "out of memory");
+        free(m);
+        return 0;
+    }
+    p->ch.id = ch;
+    p->ch.kind = CHAN_PUT;
+    p->dirfd = p->fd = -1;
+    p->mode = m->mode & 07777;
+    free(m);
+    char *slash = strrchr(p->path, '/');
+    const char *dir = "/";
+    if (slash) {
+        *slash = 0;
+        p->base = slash + 1;
+        if (p->path[0])
+            dir = p->path;
+    } else {
+        p->base = p->path;
+    }
+    if (!p->base[0] || strcmp(p->base, ".") == 0 || strcmp(p->base, "..") == 0) {
+        if (slash)
+            *slash = '/';
+        send_status(c, ch, EISDIR, "'%s' names a directory, not a file", p->path);
+        put_free(p);
+        return 0;
+    }
+    p->dirfd = open_dir_p(dir);
+    if (p->dirfd < 0) {
+        int e = errno;
+        send_status(c, ch, e, "cannot create directory '%s': %s", dir, strerror(e));
+        put_free(p);
+        return 0;
+    }
+    static unsigned counter;
+    for (int tries = 0; tries < 100; tries++) {
+        snprintf(p->tmp, sizeof(p->tmp), ".sbx-upload-%d-%u", (int)getpid(), counter++);
+        p->fd =
+            openat(p->dirfd, p->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (p->fd >= 0 || errno != EEXIST)
+            break;
+    }
+    if (p->fd < 0) {
+        int e = errno;
+        send_status(c, ch, e, "cannot create a file in '%s': %s", dir, strerror(e));
+        put_free(p);
+        return 0;
+    }
+    if (slash)
+        *slash = '/';
+    conn_chan_add(c, &p->ch);
+    return 0;
+}
+
+void file_put_data(struct conn *c, struct chan *ch, const sbx_frame *f)
+{
+    struct put *p = (struct put *)ch;
+    int e = 0;
+    const char *what = "write";
+    if (f->len > 0) {
+        const uint8_t *d = f->payload;
+        size_t left = f->len;
+        while (left) {
+            ssize_t n = write(p->fd, d, left);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                e = n < 0 ? errno : EIO;
+                break;
+            }
+            d += n;
+            left -= (size_t)n;
+        }
+        if (!e)
+            return;
+    } else {
+        /* EOF: set the mode (umask does not apply), then move it into place. */
+        if (fchmod(p->fd, p->mode) < 0) {
+            e = errno;
+            what = "chmod";
+        } else if (close(p->fd) < 0) {
+            e = errno;
+            p->fd = -1;
+            unlinkat(p->dirfd, p->tmp, 0);
+        } else {
+            p->fd = -1;
+            if (renameat(p->dirfd, p->tmp, p->dirfd, p->base) < 0) {
+                e = errno;
+                what = "rename";
+                unlinkat(p->dirfd, p->tmp, 0);
+            }
+        }
+    }
+    conn_chan_remove(c, ch);
+    if (e)
+        send_status(c, ch->id, e, "cannot %s '%s': %s", what, p->path, strerror(e));
+    else
+        send_status(c, ch->id, 0, NULL);
+    put_free(p);
+}
+
+/* --- download ------------------------------------------------------------ */
+
+struct get {
+    struct chan ch;
+    int fd;
+    char *path;
+};
+
+static void get_free(struct get *g)
+{
+    if (g->fd >= 0)
+        close(g->fd);
+    free(g->path);
+    free(g);
+}
+
+int file_get_start(struct conn *c, uint32_t ch, const sbx_frame *f)
+{
+    sbx_msg_file *m = NULL;
+    if (sbx__msg_file_decode(f, &m) < 0)
+        return -1;
+    /* O_NONBLOCK: opening a FIFO planted at the path must not hang the agent. */
+    int fd = root_open(m->path, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        int e = errno;
+        send_status(c, ch, e, "cannot open '%s': %s", m->path, strerror(e));
+        if (fd >= 0)
+            close(fd);
+        free(m);
+        return 0;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        int e = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+        send_status(c, ch, e, "cannot download '%s': %s", m->path,
+                    e == EISDIR ? "it is a directory" : "not a regular file");
+        close(fd);
+        free(m);
+        return 0;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    struct get *g = calloc(1, sizeof(*g));
+    if (!g || !(g->path = strdup(m->path))) {
+        free(g);
+        close(fd);
+        send_status(c, ch, ENOMEM, "out of memory");
+        free(m);
+        return 0;
+    }
+    free(m);
+    g->ch.id = ch;
+    g->ch.kind = CHAN_GET;
+    g->fd = fd;
+    sbx_pbuf b = {0};
+    sbx__pbuf_begin(&b);
+    sbx__msg_file_info_encode(&b, st.st_mode & 07777, (uint64_t)st.st_size);
+    conn_send(c, &b, SBX_MSG_FILE_INFO, ch);
+    conn_chan_add(c, &g->ch);
+    return 0;
+}
+
+bool file_get_pump(struct conn *c, struct chan *ch)
+{
+    struct get *g = (struct get *)ch;
+    static uint8_t buf[SBX_PROTO_CHUNK];
+    while (!c->throttled && !c->dead) {
+        ssize_t n = read(g->fd, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n > 0) {
+            conn_send_raw(c, SBX_MSG_DATA, ch->id, buf, (size_t)n);
+            continue;
+        }
+        conn_chan_remove(c, ch);
+        if (n < 0) {
+            int e = errno;
+            send_status(c, ch->id, e, "cannot read '%s': %s", g->path, strerror(e));
+        } else {
+            send_status(c, ch->id, 0, NULL);
+        }
+        get_free(g);
+        return true;
+    }
+    return false;
+}
+
+void file_abort(struct conn *c, struct chan *ch)
+{
+    (void)c;
+    if (ch->kind == CHAN_PUT)
+        put_free((struct put *)ch);
+    else if (ch->kind == CHAN_GET)
+        get_free((struct get *)ch);
+}

@@ -1,0 +1,454 @@
+/*
+ * sbx-agent: command line, the event loop, signals and PID 1 duties.
+ *
+ *   sbx-agent init --listen PATH [--ready-fd N] [--root DIR] [-- ENTRYPOINT...]
+ *   sbx-agent serve --stdio [--root DIR]
+ *
+ * As PID 1 of a box (init) it reaps every zombie, runs the optional
+ * entrypoint as a supervised service, and on SIGTERM kills every process and
+ * exits 0. docs/agent-protocol.md has the protocol it serves.
+ */
+#include "agent/agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int epfd = -1;
+static struct conn *conns;
+static pid_t service_pid = -1;
+static bool stopping;
+
+struct grave {
+    void *p;
+    void (*fn)(void *);
+    struct grave *next;
+};
+static struct grave *graves;
+
+void agent_log(const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    /* One write per line so lines from the agent and its service do not interleave. */
+    dprintf(STDERR_FILENO, "sbx-agent: %s\n", line);
+}
+
+int64_t agent_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void watch_init(struct watch *w, int fd, void (*cb)(struct watch *, uint32_t))
+{
+    w->fd = fd;
+    w->events = 0;
+    w->cb = cb;
+}
+
+void watch_set(struct watch *w, uint32_t events)
+{
+    if (w->fd < 0 || w->events == events)
+        return;
+    struct epoll_event ev = {.events = events, .data.ptr = w};
+    int op = !w->events ? EPOLL_CTL_ADD : events ? EPOLL_CTL_MOD : EPOLL_CTL_DEL;
+    if (epoll_ctl(epfd, op, w->fd, &ev) < 0 && errno != ENOENT)
+        agent_log("epoll_ctl(%d): %s", w->fd, strerror(errno));
+    w->events = events;
+}
+
+void watch_close(struct watch *w)
+{
+    if (w->fd < 0)
+        return;
+    watch_set(w, 0);
+    close(w->fd);
+    w->fd = -1;
+}
+
+void agent_defer_free(void *p, void (*fn)(void *))
+{
+    struct grave *g = malloc(sizeof(*g));
+    if (!g) {
+        /* Leaking beats a use-after-free from a pending event. */
+        return;
+    }
+    g->p = p;
+    g->fn = fn;
+    g->next = graves;
+    graves = g;
+}
+
+static void bury(void)
+{
+    while (graves) {
+        struct grave *g = graves;
+        graves = g->next;
+        g->fn(g->p);
+        free(g);
+    }
+}
+
+/* --- connections list ---------------------------------------------------- */
+
+static bool exit_when_idle;
+
+static void add_conn(struct conn *c)
+{
+    c->next = conns;
+    conns = c;
+}
+
+void conns_pump(void)
+{
+    for (struct conn **pp = &conns; *pp;) {
+        struct conn *c = *pp;
+        if (!c->dead && c->write_failed)
+            conn_close(c, "write failed");
+        if (c->dead) {
+            if (c->exit_on_close)
+                exit_when_idle = true;
+            *pp = c->next;
+            continue;
+        }
+        if (!c->throttled) {
+            for (struct chan *ch = c->chans; ch && !c->throttled && !c->dead;) {
+                struct chan *next = ch->next;
+                if (ch->kind == CHAN_GET)
+                    file_get_pump(c, ch);
+                ch = next;
+            }
+        }
+        pp = &c->next;
+    }
+}
+
+/* --- listening ----------------------------------------------------------- */
+
+static struct watch listen_w;
+
+static void on_accept(struct watch *w, uint32_t events)
+{
+    (void)events;
+    for (;;) {
+        int fd = accept4(w->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                agent_log("accept: %s", strerror(errno));
+            return;
+        }
+        struct conn *c = conn_new(fd, fd);
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        add_conn(c);
+    }
+}
+
+static int mkdir_parents(const char *path)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
+        return -1;
+    char *slash = strrchr(buf, '/');
+    if (!slash || slash == buf)
+        return 0;
+    *slash = 0;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(buf, 0755) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int listen_on(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        agent_log("socket path too long (max %zu bytes): %s", sizeof(sa.sun_path) - 1, path);
+        return -1;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    if (mkdir_parents(path) < 0) {
+        agent_log("cannot create the directory of %s: %s", path, strerror(errno));
+        return -1;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    unlink(path); /* a stale socket from an earlier agent */
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 1024) < 0) {
+        agent_log("cannot listen on %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* --- children ------------------------------------------------------------ */
+
+static void restore_child_signals(void)
+{
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    struct sigaction sa = {.sa_handler = SIG_DFL};
+    sigaction(SIGPIPE, &sa, NULL);
+}
+
+static pid_t start_service(char **argv)
+{
+    pid_t pid = fork();
+    if (pid < 0) {
+        agent_log("cannot start the entrypoint: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        restore_child_signals();
+        setsid();
+        execvp(argv[0], argv);
+        dprintf(STDERR_FILENO, "sbx-agent: cannot run entrypoint %s: %s\n", argv[0],
+                strerror(errno));
+        _exit(127);
+    }
+    return pid;
+}
+
+static void reap_all(void)
+{
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid <= 0)
+            return;
+        if (exec_reaped(pid, status))
+            continue;
+        if (pid == service_pid) {
+            if (WIFEXITED(status))
+                agent_log("entrypoint exited with status %d", WEXITSTATUS(status));
+            else if (WIFSIGNALED(status))
+                agent_log("entrypoint killed by signal %d", WTERMSIG(status));
+            service_pid = -1;
+        }
+        /* Anything else was an orphan reparented to us: reaping it is all we owe it. */
+    }
+}
+
+static void kill_everything(void)
+{
+    exec_kill_all();
+    if (service_pid > 0)
+        kill(-service_pid, SIGKILL), kill(service_pid, SIGKILL);
+    /*
+     * As PID 1 of a pid namespace, kill(-1) reaches every other process in the
+     * box (and init is exempt). Outside a namespace it would reach the whole
+     * machine, so only PID 1 does it.
+     */
+    if (getpid() == 1)
+        kill(-1, SIGKILL);
+}
+
+static struct watch signal_w;
+
+static void on_signal(struct watch *w, uint32_t events)
+{
+    (void)events;
+    struct signalfd_siginfo si;
+    while (read(w->fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if (si.ssi_signo == SIGCHLD)
+            continue; /* reaped below, once per batch */
+        if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT || si.ssi_signo == SIGHUP) {
+            stopping = true;
+        }
+    }
+    reap_all();
+}
+
+/* --- main ---------------------------------------------------------------- */
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: sbx-agent init --listen PATH [--ready-fd N] [--root DIR] [-- ENTRYPOINT...]\n"
+            "       sbx-agent serve --stdio [--root DIR]\n"
+            "       sbx-agent --version\n");
+}
+
+static void raise_fd_limit(void)
+{
+    /* Each running command holds a few descriptors: hundreds at once need more than 1024. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+static int parse_fd(const char *s)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < 0 || v > 1 << 20)
+        return -1;
+    return (int)v;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
+        printf("%s (protocol %d)\n", AGENT_VERSION, SBX_PROTO_VERSION);
+        return 0;
+    }
+    if (argc < 2 || (strcmp(argv[1], "init") != 0 && strcmp(argv[1], "serve") != 0)) {
+        usage();
+        return 2;
+    }
+    bool init = strcmp(argv[1], "init") == 0;
+    const char *listen_path = NULL, *root = "/";
+    int ready_fd = -1;
+    bool stdio = false;
+    char **entry = NULL;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            if (i + 1 < argc)
+                entry = argv + i + 1;
+            break;
+        } else if (strcmp(a, "--listen") == 0 && i + 1 < argc) {
+            listen_path = argv[++i];
+        } else if (strcmp(a, "--root") == 0 && i + 1 < argc) {
+            root = argv[++i];
+        } else if (strcmp(a, "--ready-fd") == 0 && i + 1 < argc) {
+            ready_fd = parse_fd(argv[++i]);
+            if (ready_fd < 0) {
+                fprintf(stderr, "sbx-agent: --ready-fd needs a descriptor number\n");
+                return 2;
+            }
+        } else if (strcmp(a, "--stdio") == 0) {
+            stdio = true;
+        } else {
+            fprintf(stderr, "sbx-agent: unknown argument %s\n", a);
+            usage();
+            return 2;
+        }
+    }
+    if (init && !listen_path) {
+        fprintf(stderr, "sbx-agent: init needs --listen PATH\n");
+        return 2;
+    }
+    if (!init && !stdio) {
+        fprintf(stderr, "sbx-agent: serve needs --stdio\n");
+        return 2;
+    }
+    if (files_set_root(root) < 0) {
+        fprintf(stderr, "sbx-agent: cannot open root %s: %s\n", root, strerror(errno));
+        return 1;
+    }
+    raise_fd_limit();
+
+    /*
+     * Signals arrive through a signalfd: blocked first so none is lost
+     * between here and the loop. SIGPIPE is ignored (a closed stream is an
+     * EPIPE we handle); children get both back to default before exec.
+     */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    struct sigaction ign = {.sa_handler = SIG_IGN};
+    sigaction(SIGPIPE, &ign, NULL);
+
+    /* Not PID 1 (tests, nested runs): still adopt our commands' orphans to reap them. */
+    if (init && getpid() != 1)
+        prctl(PR_SET_CHILD_SUBREAPER, 1);
+
+    epfd = epoll_create1(EPOLL_CLOEXEC);
+    int sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (epfd < 0 || sfd < 0) {
+        fprintf(stderr, "sbx-agent: epoll/signalfd: %s\n", strerror(errno));
+        return 1;
+    }
+    watch_init(&signal_w, sfd, on_signal);
+    watch_set(&signal_w, EPOLLIN);
+
+    if (init) {
+        int lfd = listen_on(listen_path);
+        if (lfd < 0)
+            return 1;
+        watch_init(&listen_w, lfd, on_accept);
+        watch_set(&listen_w, EPOLLIN);
+        if (entry)
+            service_pid = start_service(entry);
+    } else {
+        /* The host's pipe ends must not leak into commands. */
+        fcntl(0, F_SETFD, FD_CLOEXEC);
+        fcntl(1, F_SETFD, FD_CLOEXEC);
+        struct conn *c = conn_new(0, 1);
+        if (!c)
+            return 1;
+        c->exit_on_close = true;
+        add_conn(c);
+    }
+    if (ready_fd >= 0) {
+        ssize_t n = write(ready_fd, "R", 1);
+        (void)n;
+        close(ready_fd);
+    }
+
+    struct epoll_event evs[64];
+    while (!stopping && !exit_when_idle) {
+        int timeout = exec_check_timeouts();
+        int n = epoll_wait(epfd, evs, 64, timeout);
+        if (n < 0 && errno != EINTR) {
+            agent_log("epoll_wait: %s", strerror(errno));
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            struct watch *w = evs[i].data.ptr;
+            /* A watch closed earlier in this batch (its memory is kept until bury()). */
+            if (w->fd < 0)
+                continue;
+            w->cb(w, evs[i].events);
+        }
+        conns_pump();
+        bury();
+    }
+    for (struct conn *c = conns; c; c = c->next)
+        if (!c->dead)
+            conn_close(c, "the agent is stopping");
+    kill_everything();
+    reap_all();
+    bury();
+    if (listen_path)
+        unlink(listen_path);
+    return 0;
+}

@@ -1,0 +1,258 @@
+/*
+ * The CLI's records of the boxes `sbx create` made: one JSON file per box in
+ * <state dir>/boxes/<id>.json, enough for another sbx process to reconnect
+ * (the provider config and the sandbox descriptor), list and collect it.
+ */
+#include "cli/cli.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <time.h>
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int cli_boxes_dir(char **out, sbx_error **err)
+{
+    const char *env = getenv("SBX_STATE_DIR");
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    _cleanup_free_ char *base = NULL;
+    if (env && *env)
+        base = strdup(env);
+    else if (geteuid() == 0)
+        base = strdup("/run/sbx");
+    else if (xdg && *xdg)
+        base = sbx__printf("%s/sbx", xdg);
+    else
+        base = sbx__printf("/tmp/sbx-%u", (unsigned)geteuid());
+    char *dir = base ? sbx__printf("%s/boxes", base) : NULL;
+    if (!dir)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    /* 0700: records hold descriptors that grant control of the boxes. */
+    if (sbx__mkdir_p(dir, 0700) < 0) {
+        int rc = sbx__set_errno(err, SBX_EIO, errno,
+                                "cannot create the state directory %s (set SBX_STATE_DIR to a "
+                                "writable directory)",
+                                dir);
+        free(dir);
+        return rc;
+    }
+    *out = dir;
+    return SBX_OK;
+}
+
+/* An id becomes a file name: refuse anything that could leave the directory. */
+static bool safe_id(const char *id)
+{
+    return *id && *id != '.' && !strchr(id, '/') && strlen(id) < 200;
+}
+
+static char *record_path(const char *dir, const char *id)
+{
+    return sbx__printf("%s/%s.json", dir, id);
+}
+
+int cli_box_save(const char *id, const char *config_json, const char *descriptor_json,
+                 const sbx_kv *labels, const sbx_spec *spec, json_t **record_out, sbx_error **err)
+{
+    if (!safe_id(id))
+        return sbx__set_error(err, SBX_EINVAL, "the provider returned an unusable box id '%s'", id);
+    _cleanup_free_ char *dir = NULL;
+    int rc = cli_boxes_dir(&dir, err);
+    if (rc < 0)
+        return rc;
+    _cleanup_json_ json_t *config = json_loads(config_json, 0, NULL);
+    _cleanup_json_ json_t *desc = json_loads(descriptor_json, 0, NULL);
+    if (!config || !desc)
+        return sbx__set_error(err, SBX_EPROTO, "the provider config or descriptor is not JSON");
+    _cleanup_json_ json_t *lab = json_object();
+    for (size_t i = 0; i < labels->len; i++)
+        json_object_set_new(lab, labels->keys[i], json_string(labels->values[i]));
+    /* The spec's env: a connected handle does not know it, so exec passes it each time. */
+    _cleanup_json_ json_t *env = json_object();
+    for (size_t i = 0; i < spec->env.len; i++)
+        json_object_set_new(env, spec->env.keys[i], json_string(spec->env.values[i]));
+    const char *provider = json_object_iter_key(json_object_iter(config));
+    const char *image = sbx_spec_image(spec);
+    _cleanup_json_ json_t *rec =
+        json_pack("{s:s, s:s?, s:O, s:O, s:O, s:O, s:f, s:o, s:o}", "id", id, "provider", provider,
+                  "config", config, "descriptor", desc, "labels", lab, "env", env, "created",
+                  cli_now(), "ttl_s", spec->ttl_s >= 0 ? json_real(spec->ttl_s) : json_null(),
+                  "image", image ? json_string(image) : json_null());
+    _cleanup_free_ char *text = rec ? json_dumps(rec, JSON_INDENT(2)) : NULL;
+    _cleanup_free_ char *path = record_path(dir, id);
+    if (!text || !path)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (sbx__write_file_atomic(path, text, strlen(text), 0600) < 0)
+        return sbx__set_errno(err, SBX_EIO, errno, "cannot write %s", path);
+    if (record_out)
+        *record_out = json_incref(rec);
+    return SBX_OK;
+}
+
+static int load_path(const char *path, json_t **out)
+{
+    json_t *v = json_load_file(path, 0, NULL);
+    if (!json_is_object(v) || !json_is_string(json_object_get(v, "id"))) {
+        json_decref(v);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int by_created(const void *a, const void *b)
+{
+    double x = json_number_value(json_object_get(*(json_t *const *)a, "created"));
+    double y = json_number_value(json_object_get(*(json_t *const *)b, "created"));
+    return x < y ? -1 : x > y;
+}
+
+int cli_box_list(json_t **records, sbx_error **err)
+{
+    _cleanup_free_ char *dir = NULL;
+    int rc = cli_boxes_dir(&dir, err);
+    if (rc < 0)
+        return rc;
+    DIR *d = opendir(dir);
+    if (!d)
+        return sbx__set_errno(err, SBX_EIO, errno, "cannot read %s", dir);
+    json_t **items = NULL;
+    size_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        /* Only finished records: temp files of atomic writes end otherwise. */
+        if (de->d_name[0] == '.' || len < 6 || strcmp(de->d_name + len - 5, ".json") != 0)
+            continue;
+        _cleanup_free_ char *path = sbx__printf("%s/%s", dir, de->d_name);
+        json_t *v;
+        if (!path || load_path(path, &v) < 0)
+            continue;
+        json_t **grown = realloc(items, (n + 1) * sizeof(*items));
+        if (!grown) {
+            json_decref(v);
+            break;
+        }
+        items = grown;
+        items[n++] = v;
+    }
+    closedir(d);
+    if (n)
+        qsort(items, n, sizeof(*items), by_created);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, items[i]);
+    free(items);
+    *records = arr;
+    return SBX_OK;
+}
+
+int cli_box_load(const char *id, json_t **record, sbx_error **err)
+{
+    _cleanup_free_ char *dir = NULL;
+    int rc = cli_boxes_dir(&dir, err);
+    if (rc < 0)
+        return rc;
+    if (safe_id(id)) {
+        _cleanup_free_ char *path = record_path(dir, id);
+        if (path && load_path(path, record) == 0)
+            return SBX_OK;
+    }
+    /* A unique prefix of an id names that box, as with container ids. */
+    _cleanup_json_ json_t *all = NULL;
+    if ((rc = cli_box_list(&all, err)) < 0)
+        return rc;
+    json_t *found = NULL;
+    size_t i, matches = 0;
+    json_t *r;
+    json_array_foreach(all, i, r)
+    {
+        const char *rid = json_string_value(json_object_get(r, "id"));
+        if (*id && !strncmp(rid, id, strlen(id))) {
+            found = r;
+            matches++;
+        }
+    }
+    if (matches == 1) {
+        *record = json_incref(found);
+        return SBX_OK;
+    }
+    if (matches > 1)
+        return sbx__set_error(err, SBX_EINVAL, "'%s' matches %zu boxes; give more of the id", id,
+                              matches);
+    return sbx__set_error(err, SBX_ENOENT,
+                          "no such box: '%s' (see 'sbx ls'; boxes are recorded in %s)", id, dir);
+}
+
+int cli_box_remove(const char *id)
+{
+    _cleanup_free_ char *dir = NULL;
+    if (!safe_id(id) || cli_boxes_dir(&dir, NULL) < 0)
+        return -1;
+    _cleanup_free_ char *path = record_path(dir, id);
+    if (!path)
+        return -1;
+    return unlink(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+char *cli_box_config(const json_t *record)
+{
+    return sbx__json_dump(json_object_get(record, "config"));
+}
+
+char *cli_box_descriptor(const json_t *record)
+{
+    return sbx__json_dump(json_object_get(record, "descriptor"));
+}
+
+bool cli_box_matches(const json_t *record, const sbx_kv *filter)
+{
+    json_t *labels = json_object_get(record, "labels");
+    for (size_t i = 0; i < filter->len; i++) {
+        const char *v = json_string_value(json_object_get(labels, filter->keys[i]));
+        if (!v || strcmp(v, filter->values[i]) != 0)
+            return false;
+    }
+    return true;
+}
+
+bool cli_box_expired(const json_t *record, double now)
+{
+    json_t *ttl = json_object_get(record, "ttl_s");
+    if (!json_is_number(ttl))
+        return false;
+    return json_number_value(json_object_get(record, "created")) + json_number_value(ttl) <= now;
+}
+
+int cli_box_connect(const json_t *record, sbx_provider **p, sbx_sandbox **sb, sbx_error **err)
+{
+    _cleanup_free_ char *config = cli_box_config(record);
+    _cleanup_free_ char *desc = cli_box_descriptor(record);
+    if (!config || !desc)
+        return sbx__set_error(err, SBX_EINVAL, "box record %s is incomplete",
+                              json_string_value(json_object_get(record, "id")));
+    sbx_provider *prov = NULL;
+    int rc = sbx_provider_new(config, &prov, err);
+    if (rc < 0)
+        return rc;
+    sbx_sandbox *s = NULL;
+    sbx_future *f = NULL;
+    if ((rc = sbx_sandbox_connect_async(prov, desc, &f, err)) == SBX_OK) {
+        rc = cli_wait(f, err);
+        if (rc == SBX_OK)
+            rc = sbx_future_take_sandbox(f, &s, err);
+        sbx_future_free(f);
+    }
+    if (rc < 0) {
+        sbx_provider_free(prov);
+        return rc;
+    }
+    *p = prov;
+    *sb = s;
+    return SBX_OK;
+}

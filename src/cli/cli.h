@@ -1,0 +1,187 @@
+/*
+ * The sbx command-line tool: shared declarations of src/cli/.
+ *
+ * Exit codes (docs/cli.md lists them for users):
+ *   run/exec      the command's own status (0-255; a signal N gives 128+N)
+ *   0             success (other commands)
+ *   1             the operation failed for a reason other than those below
+ *                 (a copy whose source is missing, gc/stop partial failure)
+ *   2             usage or configuration error: bad option or argument,
+ *                 unknown provider, unreadable --config/--spec
+ *   3             no such box (no record for the ID)
+ *   124           the command timed out (--timeout)
+ *   125           sbx or the provider failed (create, connect, transfer, ...)
+ *   130, 143      interrupted by SIGINT / SIGTERM (after cleaning up)
+ * 126 and 127 are never used by sbx itself: they keep the shell's meaning
+ * (found but not executable / not found) for the command in the box.
+ */
+#ifndef SBX_CLI_H
+#define SBX_CLI_H
+
+#include "core/internal.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+/*
+ * The provider used when none is named. `linux` replaces it once that
+ * provider exists; SBX_PROVIDER in the environment overrides it.
+ */
+#define SBX_CLI_DEFAULT_PROVIDER "local"
+
+enum {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_FAIL = 1,
+    CLI_EXIT_USAGE = 2,
+    CLI_EXIT_NOBOX = 3,
+    CLI_EXIT_TIMEOUT = 124,
+    CLI_EXIT_SBX = 125,
+};
+
+/* --- main.c: errors and usage ---------------------------------------------- */
+
+/* "sbx: <message>\n" on stderr. */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints sbx_error's message (or "<what>: <default message>") and frees it. */
+void cli_sbx_error(sbx_error *e, const char *what);
+/* A usage error for `cmd`: message, then its usage line; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints the help text of `cmd` on stdout. */
+void cli_help(const char *cmd);
+/* Reports getopt's '?' or ':' result for `cmd`; returns CLI_EXIT_USAGE. */
+int cli_bad_option(const char *cmd, int c, char **argv);
+/* Exit code for an error from creating a provider (config errors are 2). */
+int cli_exit_for_provider_error(int code);
+
+/* --- options.c: spec and provider options -------------------------------- */
+
+struct cli_spec_opts {
+    const char *provider;
+    const char *config_file;
+    const char *block;
+    const char *spec_file;
+    const char *image;
+    const char *workdir;
+    const char *cpu, *memory, *disk, *ttl, *ready_timeout;
+    sbx_kv env;    /* -e K=V */
+    sbx_kv labels; /* --label K=V */
+    sbx_kv files;  /* --file REMOTE=LOCAL: remote -> local path */
+    int *ports;
+    size_t n_ports;
+    const char **port_args;
+};
+
+/* The long options every box-making command takes (run, create). */
+#define CLI_SPEC_LONGOPTS                                                                          \
+    { "provider", required_argument, NULL, 1001 }, { "config", required_argument, NULL, 1002 },   \
+        { "block", required_argument, NULL, 1003 }, { "spec", required_argument, NULL, 1004 },    \
+        { "image", required_argument, NULL, 1005 }, { "workdir", required_argument, NULL, 1006 }, \
+        { "env", required_argument, NULL, 'e' }, { "cpu", required_argument, NULL, 1007 },         \
+        { "memory", required_argument, NULL, 1008 }, { "disk", required_argument, NULL, 1009 },   \
+        { "ttl", required_argument, NULL, 1010 }, { "port", required_argument, NULL, 1011 },       \
+        { "label", required_argument, NULL, 1012 }, { "file", required_argument, NULL, 1013 },     \
+        { "ready-timeout", required_argument, NULL, 1014 }
+
+/*
+ * Handles one getopt result that belongs to the spec options. Returns 1 when
+ * it was one (0 when not, -1 on a bad value, after printing a usage error).
+ */
+int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *arg);
+void cli_spec_opts_free(struct cli_spec_opts *o);
+/*
+ * Builds the provider config (a single-key mapping as JSON) and the spec.
+ * Prints the error and returns an exit code (non-zero) on failure.
+ */
+int cli_spec_build(const char *cmd, struct cli_spec_opts *o, char **config_json,
+                   sbx_spec **spec);
+/* Only the provider config (for commands without a spec). */
+int cli_provider_config(const char *cmd, const char *provider, const char *config_file,
+                        const char *block, char **config_json, json_t **default_metadata);
+/* Splits "K=V"; returns -1 when there is no '='. `key` is malloc'd. */
+int cli_split_kv(const char *arg, char **key, const char **value);
+/* Parses a non-negative number of seconds. */
+int cli_parse_seconds(const char *s, double *out);
+
+/* argv joined with spaces, each word quoted with sbx_shell_quote. Caller frees. */
+char *cli_join_argv(char *const *argv, int argc);
+
+/* --- boxes.c: the CLI's records of boxes it created ---------------------- */
+
+/* $SBX_STATE_DIR, /run/sbx (root) or $XDG_RUNTIME_DIR/sbx; "/boxes" under it. */
+int cli_boxes_dir(char **out, sbx_error **err);
+/*
+ * Writes boxes/<id>.json: {id, provider, config, descriptor, labels, env,
+ * created, ttl_s, image} (env, ttl_s and image from `spec`). `config` and
+ * `descriptor` are JSON texts.
+ */
+int cli_box_save(const char *id, const char *config_json, const char *descriptor_json,
+                 const sbx_kv *labels, const sbx_spec *spec, json_t **record_out,
+                 sbx_error **err);
+/*
+ * Loads the record for `id` (exact, or a unique prefix). Returns SBX_ENOENT
+ * when there is none (message says so), SBX_EINVAL when ambiguous.
+ */
+int cli_box_load(const char *id, json_t **record, sbx_error **err);
+/* Every record, sorted by creation time. */
+int cli_box_list(json_t **records, sbx_error **err);
+int cli_box_remove(const char *id);
+/* The record's provider mapping / descriptor as JSON text. Caller frees. */
+char *cli_box_config(const json_t *record);
+char *cli_box_descriptor(const json_t *record);
+/* True when every label in `filter` matches the record's labels. */
+bool cli_box_matches(const json_t *record, const sbx_kv *filter);
+/* True when created + ttl_s is in the past. */
+bool cli_box_expired(const json_t *record, double now);
+double cli_now(void);
+
+/*
+ * Connects to the box a record names: a provider from its config and a
+ * borrowed handle from its descriptor. The caller frees both.
+ */
+int cli_box_connect(const json_t *record, sbx_provider **p, sbx_sandbox **sb, sbx_error **err);
+
+/* --- wait.c: interruptible waits ---------------------------------------- */
+
+/* Installs SIGINT/SIGTERM/SIGHUP handlers that only record the signal. */
+int cli_signals_install(void);
+/* The first signal received, or 0. */
+int cli_signal_received(void);
+/*
+ * Waits for `f`. When a signal arrives first, the operation is cancelled
+ * and waited for; the return is then the operation's code (often
+ * SBX_ECANCELED) and cli_signal_received() tells why.
+ */
+int cli_wait(sbx_future *f, sbx_error **err);
+
+/* --- output.c ----------------------------------------------------------- */
+
+/* Writes all bytes to fd (retrying short writes and EINTR). */
+int cli_write_all(int fd, const void *data, size_t len);
+/* Bytes as a JSON string, invalid UTF-8 replaced with U+FFFD. */
+json_t *cli_json_bytes(const char *data, size_t len);
+/* Prints a JSON value (indented) and a newline on stdout. */
+int cli_print_json(const json_t *v);
+/*
+ * Prints an exec result as the command's bytes (or JSON with `json`) and
+ * returns the exit code run/exec use: the command's status, 124 on
+ * timeout, 128+N for a signal.
+ */
+int cli_print_result(const char *id, const sbx_exec_result *r, double timeout_s, bool json);
+/* Reads all of stdin when it is not a terminal (*has = false otherwise). */
+int cli_read_stdin(sbx_buf *buf, bool *has);
+
+/* create.c: the handles `sbx create` leaves open on exit (globals: reachable for leak checkers). */
+
+/* --- commands ------------------------------------------------------------ */
+
+int cli_cmd_run(int argc, char **argv);
+int cli_cmd_create(int argc, char **argv);
+int cli_cmd_exec(int argc, char **argv);
+int cli_cmd_cp(int argc, char **argv);
+int cli_cmd_ls(int argc, char **argv);
+int cli_cmd_status(int argc, char **argv);
+int cli_cmd_stop(int argc, char **argv);
+int cli_cmd_gc(int argc, char **argv);
+int cli_cmd_providers(int argc, char **argv);
+
+#endif

@@ -1,0 +1,463 @@
+/*
+ * sbx cp: files and directories into and out of a recorded box.
+ *
+ * Files go through the provider's upload/download. A directory travels as
+ * one tar archive: made here with libarchive (modes kept) and unpacked in
+ * the box with its `tar -xpf`, or made in the box with `tar -cf` and
+ * unpacked here with libarchive, refusing entries that would land outside
+ * the destination. So a box needs `sh`, `mktemp` and `tar` for directories.
+ */
+#include "cli/cli.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <sys/stat.h>
+
+struct box_conn {
+    sbx_provider *p;
+    sbx_sandbox *sb;
+};
+
+/* "ID:PATH" with an ID free of '/': a box side. Fills id (malloc'd) and path. */
+static bool is_box_side(const char *arg, char **id, const char **path)
+{
+    const char *colon = strchr(arg, ':');
+    if (!colon || colon == arg || memchr(arg, '/', (size_t)(colon - arg)))
+        return false;
+    *id = strndup(arg, (size_t)(colon - arg));
+    *path = colon + 1;
+    return *id != NULL;
+}
+
+static char *strip_slashes(const char *s)
+{
+    char *c = strdup(s);
+    size_t n = c ? strlen(c) : 0;
+    while (n > 1 && c[n - 1] == '/')
+        c[--n] = 0;
+    return c;
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+/* Runs a shell command in the box; returns its result (or NULL after printing the error). */
+static sbx_exec_result *box_sh(struct box_conn *c, const char *command)
+{
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_future *f = NULL;
+    sbx_exec_result *r = NULL;
+    sbx_error *e = NULL;
+    int rc = o ? sbx_sandbox_exec_async(c->sb, command, o, &f, &e) : SBX_ENOMEM;
+    sbx_exec_opts_free(o);
+    if (rc == SBX_OK) {
+        rc = cli_wait(f, &e);
+        if (rc == SBX_OK)
+            rc = sbx_future_take_exec_result(f, &r, &e);
+        sbx_future_free(f);
+    }
+    if (rc < 0) {
+        cli_sbx_error(e, "exec");
+        return NULL;
+    }
+    return r;
+}
+
+/* A failed helper command in the box: print what it said. */
+static int box_failed(const char *what, sbx_exec_result *r)
+{
+    size_t len = 0;
+    const char *err = sbx_exec_result_stderr(r, &len);
+    while (len && (err[len - 1] == '\n' || err[len - 1] == ' '))
+        len--;
+    cli_error("%s failed in the box (exit %d): %.*s", what, sbx_exec_result_return_code(r),
+              (int)len, err ? err : "");
+    sbx_exec_result_free(r);
+    return CLI_EXIT_FAIL;
+}
+
+static int transfer(struct box_conn *c, bool up, const char *from, const char *to)
+{
+    sbx_future *f = NULL;
+    sbx_error *e = NULL;
+    int rc = up ? sbx_sandbox_upload_async(c->sb, from, to, &f, &e)
+                : sbx_sandbox_download_async(c->sb, from, to, &f, &e);
+    if (rc == SBX_OK) {
+        rc = cli_wait(f, &e);
+        sbx_future_free(f);
+    }
+    if (rc < 0) {
+        rc = rc == SBX_ENOENT ? CLI_EXIT_FAIL : CLI_EXIT_SBX;
+        cli_sbx_error(e, up ? "upload" : "download");
+        return rc;
+    }
+    return CLI_EXIT_OK;
+}
+
+/* A private local temp file (an fd and its path). */
+static int local_temp(char **path)
+{
+    const char *dir = getenv("TMPDIR");
+    char *p = sbx__printf("%s/sbx-cp-XXXXXX", dir && *dir ? dir : "/tmp");
+    if (!p)
+        return -1;
+    int fd = mkostemp(p, O_CLOEXEC);
+    if (fd < 0) {
+        free(p);
+        return -1;
+    }
+    *path = p;
+    return fd;
+}
+
+/* Writes the contents of directory `src` into a tar at fd (paths "./..."). */
+static int tar_dir(const char *src, int fd)
+{
+    struct archive *disk = archive_read_disk_new();
+    struct archive *w = archive_write_new();
+    struct archive_entry *entry = archive_entry_new();
+    int rc = -1;
+    if (!disk || !w || !entry)
+        goto out;
+    archive_read_disk_set_standard_lookup(disk);
+    archive_read_disk_set_symlink_physical(disk);
+    archive_write_set_format_pax_restricted(w);
+    if (archive_write_open_fd(w, fd) != ARCHIVE_OK || archive_read_disk_open(disk, src) != ARCHIVE_OK)
+        goto fail;
+    size_t src_len = strlen(src);
+    for (;;) {
+        archive_entry_clear(entry);
+        int r = archive_read_next_header2(disk, entry);
+        if (r == ARCHIVE_EOF)
+            break;
+        if (r != ARCHIVE_OK && r != ARCHIVE_WARN)
+            goto fail;
+        archive_read_disk_descend(disk);
+        /* Names relative to src, so the box extracts them under DST. */
+        const char *name = archive_entry_pathname(entry);
+        const char *rel = strlen(name) >= src_len ? name + src_len : "";
+        while (*rel == '/')
+            rel++;
+        _cleanup_free_ char *renamed = sbx__printf("./%s", rel);
+        if (!renamed)
+            goto out;
+        archive_entry_set_pathname(entry, *rel ? renamed : ".");
+        if (archive_write_header(w, entry) != ARCHIVE_OK)
+            goto fail_w;
+        if (archive_entry_filetype(entry) == AE_IFREG && archive_entry_size(entry) > 0) {
+            char buf[65536];
+            la_ssize_t n;
+            while ((n = archive_read_data(disk, buf, sizeof(buf))) > 0)
+                if (archive_write_data(w, buf, (size_t)n) < 0)
+                    goto fail_w;
+            if (n < 0)
+                goto fail;
+        }
+    }
+    if (archive_write_close(w) != ARCHIVE_OK)
+        goto fail_w;
+    rc = 0;
+    goto out;
+fail:
+    cli_error("archiving %s: %s", src, archive_error_string(disk));
+    goto out;
+fail_w:
+    cli_error("archiving %s: %s", src, archive_error_string(w));
+out:
+    archive_entry_free(entry);
+    archive_read_free(disk);
+    archive_write_free(w);
+    return rc;
+}
+
+/* "DST/name" for an archive member (NULL for one that would leave DST). */
+static char *member_path(const char *dst, const char *name)
+{
+    if (!name || name[0] == '/')
+        return NULL;
+    while (name[0] == '.' && name[1] == '/')
+        name += 2;
+    if (!*name || !strcmp(name, "."))
+        return strdup(dst);
+    return sbx__printf("%s/%s", dst, name);
+}
+
+/* Unpacks the tar at `archive_path` into the existing directory `dst` (a real path). */
+static int untar_into(const char *archive_path, const char *dst)
+{
+    struct archive *a = archive_read_new();
+    struct archive *w = archive_write_disk_new();
+    int rc = -1;
+    if (!a || !w)
+        goto out;
+    archive_read_support_format_tar(a);
+    /* The archive comes from the box: nothing in it may escape dst. */
+    archive_write_disk_set_options(w, ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
+                                          ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+                                          ARCHIVE_EXTRACT_SECURE_SYMLINKS);
+    archive_write_disk_set_standard_lookup(w);
+    if (archive_read_open_filename(a, archive_path, 65536) != ARCHIVE_OK) {
+        cli_error("reading the archive from the box: %s", archive_error_string(a));
+        goto out;
+    }
+    struct archive_entry *entry;
+    int r;
+    while ((r = archive_read_next_header(a, &entry)) == ARCHIVE_OK) {
+        _cleanup_free_ char *path = member_path(dst, archive_entry_pathname(entry));
+        if (!path) {
+            cli_error("refusing archive member '%s': absolute path", archive_entry_pathname(entry));
+            goto out;
+        }
+        archive_entry_set_pathname(entry, path);
+        const char *link = archive_entry_hardlink(entry);
+        if (link) {
+            _cleanup_free_ char *lp = member_path(dst, link);
+            if (!lp) {
+                cli_error("refusing archive member '%s': absolute hard link", link);
+                goto out;
+            }
+            archive_entry_set_hardlink(entry, lp);
+        }
+        if (archive_write_header(w, entry) != ARCHIVE_OK) {
+            cli_error("extracting %s: %s", path, archive_error_string(w));
+            goto out;
+        }
+        const void *buf;
+        size_t size;
+        la_int64_t off;
+        while ((r = archive_read_data_block(a, &buf, &size, &off)) == ARCHIVE_OK)
+            if (archive_write_data_block(w, buf, size, off) != ARCHIVE_OK) {
+                cli_error("extracting %s: %s", path, archive_error_string(w));
+                goto out;
+            }
+        if (r != ARCHIVE_EOF) {
+            cli_error("reading the archive from the box: %s", archive_error_string(a));
+            goto out;
+        }
+        if (archive_write_finish_entry(w) != ARCHIVE_OK) {
+            cli_error("extracting %s: %s", path, archive_error_string(w));
+            goto out;
+        }
+    }
+    if (r != ARCHIVE_EOF) {
+        cli_error("reading the archive from the box: %s", archive_error_string(a));
+        goto out;
+    }
+    rc = archive_write_close(w) == ARCHIVE_OK ? 0 : -1;
+    if (rc < 0)
+        cli_error("extracting into %s: %s", dst, archive_error_string(w));
+out:
+    archive_read_free(a);
+    archive_write_free(w);
+    return rc;
+}
+
+/* A temp path in the box, from its mktemp. */
+static char *box_temp(struct box_conn *c)
+{
+    sbx_exec_result *r = box_sh(c, "mktemp \"${TMPDIR:-/tmp}/sbx-cp.XXXXXX\"");
+    if (!r)
+        return NULL;
+    size_t len = 0;
+    const char *out = sbx_exec_result_stdout(r, &len);
+    while (len && (out[len - 1] == '\n' || out[len - 1] == '\r'))
+        len--;
+    if (sbx_exec_result_return_code(r) != 0 || !out || !len || out[0] != '/' ||
+        memchr(out, '\n', len)) {
+        box_failed("mktemp", r);
+        return NULL;
+    }
+    char *path = strndup(out, len);
+    sbx_exec_result_free(r);
+    return path;
+}
+
+static int upload_dir(struct box_conn *c, const char *src, const char *dst)
+{
+    _cleanup_free_ char *local = NULL;
+    _cleanup_close_ int fd = local_temp(&local);
+    if (fd < 0) {
+        cli_error("cannot make a temp file: %s", strerror(errno));
+        return CLI_EXIT_FAIL;
+    }
+    int rc = CLI_EXIT_FAIL;
+    _cleanup_free_ char *remote = NULL;
+    if (tar_dir(src, fd) == 0 && (remote = box_temp(c)))
+        rc = transfer(c, true, local, remote);
+    unlink(local);
+    if (!remote)
+        return rc;
+    _cleanup_free_ char *qd = sbx_shell_quote(dst);
+    _cleanup_free_ char *qt = sbx_shell_quote(remote);
+    _cleanup_free_ char *cmd =
+        rc == CLI_EXIT_OK
+            ? sbx__printf("mkdir -p -- %s && tar -xpf %s -C %s; rc=$?; rm -f -- %s; exit $rc", qd,
+                          qt, qd, qt)
+            : sbx__printf("rm -f -- %s", qt);
+    sbx_exec_result *r = cmd ? box_sh(c, cmd) : NULL;
+    if (!r)
+        return CLI_EXIT_SBX;
+    if (rc == CLI_EXIT_OK && sbx_exec_result_return_code(r) != 0)
+        return box_failed("unpacking the directory", r);
+    sbx_exec_result_free(r);
+    return rc;
+}
+
+static int download_dir(struct box_conn *c, const char *src, const char *dst)
+{
+    _cleanup_free_ char *remote = box_temp(c);
+    if (!remote)
+        return CLI_EXIT_SBX;
+    _cleanup_free_ char *qs = sbx_shell_quote(src);
+    _cleanup_free_ char *qt = sbx_shell_quote(remote);
+    _cleanup_free_ char *cmd = sbx__printf("tar -cf %s -C %s .", qt, qs);
+    sbx_exec_result *r = cmd ? box_sh(c, cmd) : NULL;
+    int rc = CLI_EXIT_SBX;
+    if (r && sbx_exec_result_return_code(r) != 0) {
+        rc = box_failed("archiving the directory", r);
+        r = NULL;
+    } else if (r) {
+        sbx_exec_result_free(r);
+        _cleanup_free_ char *local = NULL;
+        int fd = local_temp(&local);
+        if (fd < 0) {
+            cli_error("cannot make a temp file: %s", strerror(errno));
+            rc = CLI_EXIT_FAIL;
+        } else {
+            close(fd);
+            rc = transfer(c, false, remote, local);
+            char real[PATH_MAX];
+            if (rc == CLI_EXIT_OK) {
+                if (sbx__mkdir_p(dst, 0755) < 0 || !realpath(dst, real)) {
+                    cli_error("cannot create %s: %s", dst, strerror(errno));
+                    rc = CLI_EXIT_FAIL;
+                } else if (untar_into(local, real) < 0) {
+                    rc = CLI_EXIT_FAIL;
+                }
+            }
+            unlink(local);
+        }
+    }
+    _cleanup_free_ char *rm = sbx__printf("rm -f -- %s", qt);
+    sbx_exec_result_free(rm ? box_sh(c, rm) : NULL);
+    return rc;
+}
+
+/* "dir", "file", "missing", or NULL when the box cannot say (then: try as a file). */
+static const char *box_kind(struct box_conn *c, const char *path, int *fail)
+{
+    _cleanup_free_ char *q = sbx_shell_quote(path);
+    _cleanup_free_ char *cmd = sbx__printf(
+        "if [ -d %s ]; then echo dir; elif [ -e %s ]; then echo file; else echo missing; fi", q, q);
+    sbx_exec_result *r = cmd ? box_sh(c, cmd) : NULL;
+    *fail = !r;
+    if (!r)
+        return NULL;
+    const char *out = sbx_exec_result_stdout(r, NULL);
+    const char *kind = NULL;
+    if (out && !strcmp(out, "dir\n"))
+        kind = "dir";
+    else if (out && !strcmp(out, "file\n"))
+        kind = "file";
+    else if (out && !strcmp(out, "missing\n"))
+        kind = "missing";
+    sbx_exec_result_free(r);
+    return kind;
+}
+
+static int copy_in(struct box_conn *c, const char *src_arg, const char *dst_arg)
+{
+    _cleanup_free_ char *src = strip_slashes(src_arg);
+    struct stat st;
+    if (!src || stat(src, &st) < 0) {
+        cli_error("cannot copy %s: %s", src_arg, strerror(errno));
+        return CLI_EXIT_FAIL;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        _cleanup_free_ char *dst = strip_slashes(dst_arg);
+        return dst ? upload_dir(c, src, dst) : CLI_EXIT_SBX;
+    }
+    size_t n = strlen(dst_arg);
+    _cleanup_free_ char *dst = n && dst_arg[n - 1] == '/'
+                                   ? sbx__printf("%s%s", dst_arg, base_name(src))
+                                   : strdup(dst_arg);
+    return dst ? transfer(c, true, src, dst) : CLI_EXIT_SBX;
+}
+
+static int copy_out(struct box_conn *c, const char *src_arg, const char *dst_arg)
+{
+    _cleanup_free_ char *src = strip_slashes(src_arg);
+    int fail = 0;
+    const char *kind = src ? box_kind(c, src, &fail) : NULL;
+    if (fail)
+        return CLI_EXIT_SBX;
+    if (kind && !strcmp(kind, "missing")) {
+        cli_error("cannot copy %s: no such file or directory in the box", src_arg);
+        return CLI_EXIT_FAIL;
+    }
+    if (kind && !strcmp(kind, "dir")) {
+        _cleanup_free_ char *dst = strip_slashes(dst_arg);
+        return dst ? download_dir(c, src, dst) : CLI_EXIT_SBX;
+    }
+    struct stat st;
+    size_t n = strlen(dst_arg);
+    bool into = (n && dst_arg[n - 1] == '/') || (stat(dst_arg, &st) == 0 && S_ISDIR(st.st_mode));
+    _cleanup_free_ char *dst = into ? sbx__printf("%s%s%s", dst_arg,
+                                                  dst_arg[n - 1] == '/' ? "" : "/", base_name(src))
+                                    : strdup(dst_arg);
+    return dst ? transfer(c, false, src, dst) : CLI_EXIT_SBX;
+}
+
+int cli_cmd_cp(int argc, char **argv)
+{
+    static const struct option longopts[] = { { "help", no_argument, NULL, 'h' }, { 0 } };
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
+        if (c == 'h') {
+            cli_help("cp");
+            return CLI_EXIT_OK;
+        }
+        return cli_bad_option("cp", c, argv);
+    }
+    if (argc - optind != 2)
+        return cli_usage_error("cp", "expected SRC and DST, got %d argument%s", argc - optind,
+                               argc - optind == 1 ? "" : "s");
+    const char *src = argv[optind], *dst = argv[optind + 1];
+    _cleanup_free_ char *src_id = NULL, *dst_id = NULL;
+    const char *src_path = NULL, *dst_path = NULL;
+    bool src_box = is_box_side(src, &src_id, &src_path);
+    bool dst_box = is_box_side(dst, &dst_id, &dst_path);
+    if (src_box == dst_box)
+        return cli_usage_error("cp", "exactly one of SRC and DST must be ID:PATH");
+    if (!*(src_box ? src_path : dst_path))
+        return cli_usage_error("cp", "the box path after 'ID:' is empty");
+    sbx_error *e = NULL;
+    _cleanup_json_ json_t *rec = NULL;
+    if (cli_box_load(src_box ? src_id : dst_id, &rec, &e) < 0) {
+        int rc = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_USAGE;
+        cli_sbx_error(e, "loading the box record");
+        return rc;
+    }
+    cli_signals_install();
+    struct box_conn conn = { 0 };
+    if (cli_box_connect(rec, &conn.p, &conn.sb, &e) < 0) {
+        cli_sbx_error(e, "connecting to the box");
+        return cli_signal_received() ? 128 + cli_signal_received() : CLI_EXIT_SBX;
+    }
+    int rc = src_box ? copy_out(&conn, src_path, dst) : copy_in(&conn, src, dst_path);
+    sbx_sandbox_free(conn.sb);
+    sbx_provider_free(conn.p);
+    if (cli_signal_received()) {
+        cli_error("interrupted by SIG%s", sigabbrev_np(cli_signal_received()));
+        return 128 + cli_signal_received();
+    }
+    return rc;
+}

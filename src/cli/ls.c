@@ -1,0 +1,205 @@
+/* sbx ls and sbx status: the recorded boxes with their live status. */
+#include "cli/cli.h"
+
+#include <getopt.h>
+#include <time.h>
+
+/*
+ * The live status of a recorded box: a status name, or "unreachable" when
+ * its provider cannot be made or the box cannot be connected to or asked
+ * (`why` then says why; caller frees).
+ */
+static const char *live_status(const json_t *rec, char **why)
+{
+    sbx_provider *p = NULL;
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    sbx_status st = SBX_STATUS_UNKNOWN;
+    int rc = cli_box_connect(rec, &p, &sb, &e);
+    if (rc == SBX_OK) {
+        sbx_future *f = NULL;
+        if ((rc = sbx_sandbox_status_async(sb, &f, &e)) == SBX_OK) {
+            rc = cli_wait(f, &e);
+            if (rc == SBX_OK)
+                rc = sbx_future_take_status(f, &st, &e);
+            sbx_future_free(f);
+        }
+        sbx_sandbox_free(sb);
+        sbx_provider_free(p);
+    }
+    if (rc < 0) {
+        *why = strdup(e ? sbx_error_message(e) : sbx_strerror(rc));
+        sbx_error_free(e);
+        return "unreachable";
+    }
+    *why = NULL;
+    return sbx_status_name(st);
+}
+
+/* The record plus its status (and the reason when unreachable), for --json. */
+static json_t *with_status(const json_t *rec, const char *status, const char *why)
+{
+    json_t *o = json_deep_copy(rec);
+    json_object_set_new(o, "status", json_string(status));
+    if (why)
+        json_object_set_new(o, "error", json_string(why));
+    json_t *ttl = json_object_get(rec, "ttl_s");
+    json_object_set_new(o, "expires",
+                        json_is_number(ttl) ? json_real(json_number_value(json_object_get(
+                                                            rec, "created")) +
+                                                        json_number_value(ttl))
+                                            : json_null());
+    return o;
+}
+
+static void format_age(double seconds, char *buf, size_t n)
+{
+    long s = seconds < 0 ? 0 : (long)seconds;
+    if (s < 120)
+        snprintf(buf, n, "%lds", s);
+    else if (s < 7200)
+        snprintf(buf, n, "%ldm", s / 60);
+    else if (s < 172800)
+        snprintf(buf, n, "%ldh", s / 3600);
+    else
+        snprintf(buf, n, "%ldd", s / 86400);
+}
+
+static char *labels_text(const json_t *rec)
+{
+    sbx_buf b = { 0 };
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(rec, "labels"), k, v)
+    {
+        sbx__buf_printf(&b, "%s%s=%s", b.len ? "," : "", k, json_string_value(v));
+    }
+    return b.data ? b.data : strdup("");
+}
+
+int cli_cmd_ls(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "label", required_argument, NULL, 1012 },
+        { "json", no_argument, NULL, 2004 },
+        { "quiet", no_argument, NULL, 'q' },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    sbx_kv filter = { 0 };
+    bool json = false, quiet = false;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "+:hq", longopts, NULL)) != -1) {
+        _cleanup_free_ char *k = NULL;
+        const char *v;
+        switch (c) {
+        case 'h': cli_help("ls"); sbx__kv_free(&filter); return CLI_EXIT_OK;
+        case 'q': quiet = true; break;
+        case 2004: json = true; break;
+        case 1012:
+            if (cli_split_kv(optarg, &k, &v) < 0) {
+                sbx__kv_free(&filter);
+                return cli_usage_error("ls", "--label expects KEY=VALUE, got '%s'", optarg);
+            }
+            sbx__kv_set(&filter, k, v);
+            break;
+        default: sbx__kv_free(&filter); return cli_bad_option("ls", c, argv);
+        }
+    }
+    if (optind < argc) {
+        sbx__kv_free(&filter);
+        return cli_usage_error("ls", "unexpected argument '%s'", argv[optind]);
+    }
+    sbx_error *e = NULL;
+    _cleanup_json_ json_t *all = NULL;
+    if (cli_box_list(&all, &e) < 0) {
+        sbx__kv_free(&filter);
+        cli_sbx_error(e, "listing boxes");
+        return CLI_EXIT_SBX;
+    }
+    cli_signals_install();
+    _cleanup_json_ json_t *out = json_array();
+    size_t i;
+    json_t *rec;
+    double now = cli_now();
+    if (!json && !quiet)
+        printf("%-40s %-10s %-12s %-6s %-8s %s\n", "ID", "PROVIDER", "STATUS", "AGE", "TTL",
+               "LABELS");
+    json_array_foreach(all, i, rec)
+    {
+        if (!cli_box_matches(rec, &filter))
+            continue;
+        const char *id = json_string_value(json_object_get(rec, "id"));
+        if (quiet) {
+            printf("%s\n", id);
+            continue;
+        }
+        _cleanup_free_ char *why = NULL;
+        const char *status = live_status(rec, &why);
+        if (json) {
+            json_array_append_new(out, with_status(rec, status, why));
+            continue;
+        }
+        char age[32], ttl[32] = "-";
+        format_age(now - json_number_value(json_object_get(rec, "created")), age, sizeof(age));
+        json_t *t = json_object_get(rec, "ttl_s");
+        if (json_is_number(t))
+            sbx__fmt_g(json_number_value(t), ttl, sizeof(ttl));
+        _cleanup_free_ char *labels = labels_text(rec);
+        const char *prov = json_string_value(json_object_get(rec, "provider"));
+        printf("%-40s %-10s %-12s %-6s %-8s %s\n", id, prov ? prov : "?", status, age, ttl,
+               labels ? labels : "");
+    }
+    sbx__kv_free(&filter);
+    if (json && cli_print_json(out) < 0)
+        return CLI_EXIT_FAIL;
+    return CLI_EXIT_OK;
+}
+
+int cli_cmd_status(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "json", no_argument, NULL, 2004 },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    bool json = false;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
+        if (c == 'h') {
+            cli_help("status");
+            return CLI_EXIT_OK;
+        }
+        if (c != 2004)
+            return cli_bad_option("status", c, argv);
+        json = true;
+    }
+    if (optind >= argc)
+        return cli_usage_error("status", "no box ID given");
+    if (optind + 1 < argc)
+        return cli_usage_error("status", "expected one box ID, got %d", argc - optind);
+    sbx_error *e = NULL;
+    _cleanup_json_ json_t *rec = NULL;
+    if (cli_box_load(argv[optind], &rec, &e) < 0) {
+        int rc = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_USAGE;
+        cli_sbx_error(e, "loading the box record");
+        return rc;
+    }
+    cli_signals_install();
+    _cleanup_free_ char *why = NULL;
+    const char *status = live_status(rec, &why);
+    if (json) {
+        _cleanup_json_ json_t *o = with_status(rec, status, why);
+        cli_print_json(o);
+    } else {
+        printf("%s\n", status);
+    }
+    if (why) {
+        cli_error("box %s is unreachable: %s", json_string_value(json_object_get(rec, "id")),
+                  why);
+        return CLI_EXIT_SBX;
+    }
+    return CLI_EXIT_OK;
+}

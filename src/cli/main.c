@@ -1,0 +1,212 @@
+/* sbx: command dispatch, global options, help text and error printing. */
+#include "cli/cli.h"
+
+#include <getopt.h>
+#include <stdarg.h>
+
+#define SPEC_OPTIONS_HELP                                                                          \
+    "Provider:\n"                                                                                  \
+    "  --provider NAME        provider to use (default: $SBX_PROVIDER or " SBX_CLI_DEFAULT_PROVIDER \
+    ")\n"                                                                                          \
+    "  --config FILE          YAML/JSON file with provider blocks\n"                              \
+    "  --block NAME           top-level block of --config to use\n"                               \
+    "Box:\n"                                                                                       \
+    "  --spec FILE            a whole spec (YAML/JSON); options below override it\n"             \
+    "  --image IMAGE          image to run\n"                                                     \
+    "  --workdir DIR          working directory of commands\n"                                    \
+    "  -e, --env K=V          environment variable (repeatable)\n"                               \
+    "  --cpu N                CPUs (may be fractional)\n"                                         \
+    "  --memory MIB           memory limit in MiB\n"                                              \
+    "  --disk GIB             disk size in GiB\n"                                                 \
+    "  --ttl S                seconds the box may live\n"                                         \
+    "  --ready-timeout S      seconds the box may take to become ready\n"                         \
+    "  --port P               port to expose (repeatable)\n"                                      \
+    "  --label K=V            label, also stored as spec metadata (repeatable)\n"                 \
+    "  --file REMOTE=LOCAL    copy LOCAL into the box at REMOTE at start (repeatable)\n"
+
+struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *usage;
+    const char *summary;
+    const char *help;
+    const char *notes; /* after the options, or NULL */
+};
+
+static const struct command commands[] = {
+    { "run", cli_cmd_run, "sbx run [OPTIONS] [--] CMD...",
+      "create a box, run CMD, stop the box; exit with CMD's status",
+      SPEC_OPTIONS_HELP "Command:\n"
+                        "  --timeout S            seconds CMD may run (default 180; 0: none)\n"
+                        "  --user U               user to run CMD as (name or uid[:gid])\n"
+                        "  --no-stdin             do not pass stdin to CMD\n"
+                        "  --json                 print the result as JSON\n",
+      "CMD's words are quoted and joined into one shell command (use sh -c '...'\n"
+      "for pipes). stdin, when it is not a terminal, is read fully and given to CMD.\n"
+      "The box is stopped on exit, also on SIGINT/SIGTERM.\n" },
+    { "create", cli_cmd_create, "sbx create [OPTIONS]",
+      "create a box that outlives the command; print its id",
+      SPEC_OPTIONS_HELP "Output:\n"
+                        "  --json                 print the box's record as JSON\n",
+      "The box keeps running until 'sbx stop ID', 'sbx gc' after its TTL, or the\n"
+      "provider ends it.\n" },
+    { "exec", cli_cmd_exec, "sbx exec [--cwd D] [-e K=V] [--user U] [--timeout S] ID [--] CMD...",
+      "run CMD in a box made by `sbx create`; exit with CMD's status",
+      "  --cwd DIR              working directory (default: the box's workdir)\n"
+      "  -e, --env K=V          environment variable (repeatable)\n"
+      "  --user U               user to run CMD as (name or uid[:gid])\n"
+      "  --timeout S            seconds CMD may run (default 180; 0: none)\n"
+      "  --no-stdin             do not pass stdin to CMD\n"
+      "  --json                 print the result as JSON\n",
+      "Options may also come between ID and CMD. The box keeps running.\n" },
+    { "cp", cli_cmd_cp, "sbx cp SRC DST",
+      "copy a file or directory into or out of a box (one side is ID:PATH)", "",
+      "Exactly one of SRC and DST is ID:PATH. A directory is copied with its\n"
+      "contents and modes: DST becomes that directory (created when missing).\n"
+      "A DST ending in '/' (or an existing local directory) receives a file under\n"
+      "its own name. Directories need sh, mktemp and tar in the box.\n" },
+    { "ls", cli_cmd_ls, "sbx ls [--label K=V] [--json]",
+      "list the boxes made by `sbx create`, with their live status",
+      "  --label K=V            only boxes with this label (repeatable)\n"
+      "  -q, --quiet            print only ids\n"
+      "  --json                 print a JSON array\n", NULL },
+    { "status", cli_cmd_status, "sbx status [--json] ID", "print a box's live status",
+      "  --json                 print the record and status as JSON\n", NULL },
+    { "stop", cli_cmd_stop, "sbx stop [--force] ID...", "stop boxes and forget them",
+      "  --force                forget the box even when stopping it fails\n", NULL },
+    { "gc", cli_cmd_gc, "sbx gc [--dry-run] [--json]",
+      "stop and forget boxes whose TTL passed or that are no longer running",
+      "  --dry-run              only print what would be collected\n"
+      "  --json                 print a JSON array\n", NULL },
+    { "providers", cli_cmd_providers, "sbx providers [--json]", "list the available providers",
+      "  --json                 print a JSON array\n", NULL },
+};
+
+static const struct command *find_command(const char *name)
+{
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(commands); i++)
+        if (!strcmp(commands[i].name, name))
+            return &commands[i];
+    return NULL;
+}
+
+void cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("sbx: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+void cli_sbx_error(sbx_error *e, const char *what)
+{
+    if (e)
+        cli_error("%s", sbx_error_message(e));
+    else
+        cli_error("%s failed", what);
+    sbx_error_free(e);
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("sbx: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    const struct command *c = cmd ? find_command(cmd) : NULL;
+    if (c)
+        fprintf(stderr, "usage: %s\nRun 'sbx %s --help' for more.\n", c->usage, c->name);
+    else
+        fputs("usage: sbx COMMAND [OPTIONS]\nRun 'sbx --help' for more.\n", stderr);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_bad_option(const char *cmd, int c, char **argv)
+{
+    const char *arg = optind > 0 ? argv[optind - 1] : "?";
+    char shortopt[3] = { '-', (char)optopt, 0 };
+    /* optopt names a short option; a long one is the argv word itself. */
+    if (optopt && optopt < 256)
+        arg = shortopt;
+    if (c == ':')
+        return cli_usage_error(cmd, "option '%s' needs a value", arg);
+    return cli_usage_error(cmd, "unknown option '%s'", arg);
+}
+
+int cli_exit_for_provider_error(int code)
+{
+    /* A bad name or config is the caller's to fix; anything else is sbx's. */
+    switch (code) {
+    case SBX_EINVAL:
+    case SBX_ETYPE:
+    case SBX_ENOENT:
+        return CLI_EXIT_USAGE;
+    default:
+        return CLI_EXIT_SBX;
+    }
+}
+
+static void main_help(FILE *out)
+{
+    fputs("usage: sbx [--version] [--help] COMMAND [OPTIONS]\n\n"
+          "Create isolated sandboxes, run commands in them, move files, tear them down.\n\n"
+          "Commands:\n",
+          out);
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(commands); i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fputs("\nRun 'sbx COMMAND --help' for a command's options.\n"
+          "Exit codes: run/exec give the command's status; 2 usage error, 3 no such box,\n"
+          "124 timed out, 125 sbx or provider failure, 130/143 interrupted.\n",
+          out);
+}
+
+void cli_help(const char *cmd)
+{
+    const struct command *c = find_command(cmd);
+    if (!c) {
+        main_help(stdout);
+        return;
+    }
+    printf("usage: %s\n\n%s.\n\n%s", c->usage, c->summary, c->help);
+    printf("  -h, --help             show this help\n");
+    if (c->notes)
+        printf("\n%s", c->notes);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        main_help(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    const char *first = argv[1];
+    if (!strcmp(first, "--version") || !strcmp(first, "-V")) {
+        printf("sbx %s\n", sbx_version());
+        return CLI_EXIT_OK;
+    }
+    if (!strcmp(first, "--help") || !strcmp(first, "-h")) {
+        main_help(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (!strcmp(first, "help")) {
+        if (argc > 2 && !find_command(argv[2]))
+            return cli_usage_error(NULL, "unknown command '%s'", argv[2]);
+        cli_help(argc > 2 ? argv[2] : "");
+        return CLI_EXIT_OK;
+    }
+    const struct command *c = find_command(first);
+    if (!c) {
+        if (first[0] == '-')
+            return cli_usage_error(NULL, "unknown option '%s'", first);
+        return cli_usage_error(NULL, "unknown command '%s'", first);
+    }
+    /* Each command parses its own argv, with its name as argv[0]. */
+    int rc = c->fn(argc - 1, argv + 1);
+    if (fflush(stdout) != 0 && rc == CLI_EXIT_OK)
+        rc = CLI_EXIT_FAIL;
+    return rc;
+}

@@ -1,0 +1,311 @@
+/* The options that describe a box (provider, config, spec) and how they become an sbx_spec. */
+#include "cli/cli.h"
+
+#include <getopt.h>
+#include <math.h>
+
+int cli_split_kv(const char *arg, char **key, const char **value)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg)
+        return -1;
+    *key = strndup(arg, (size_t)(eq - arg));
+    *value = eq + 1;
+    return *key ? 0 : -1;
+}
+
+char *cli_join_argv(char *const *argv, int argc)
+{
+    sbx_buf b = { 0 };
+    for (int i = 0; i < argc; i++) {
+        _cleanup_free_ char *q = sbx_shell_quote(argv[i]);
+        if (!q || (i && sbx__buf_append(&b, " ", 1) < 0) || sbx__buf_append(&b, q, strlen(q)) < 0) {
+            sbx__buf_free(&b);
+            return NULL;
+        }
+    }
+    if (!b.data && sbx__buf_append(&b, "", 0) < 0)
+        return NULL;
+    return b.data;
+}
+
+int cli_parse_seconds(const char *s, double *out)
+{
+    double v;
+    if (sbx__parse_pyfloat(s, &v) < 0 || isnan(v) || v < 0)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int add_kv(const char *cmd, sbx_kv *kv, const char *opt, const char *arg)
+{
+    _cleanup_free_ char *k = NULL;
+    const char *v;
+    if (cli_split_kv(arg, &k, &v) < 0) {
+        cli_usage_error(cmd, "%s expects KEY=VALUE, got '%s'", opt, arg);
+        return -1;
+    }
+    return sbx__kv_set(kv, k, v) < 0 ? -1 : 1;
+}
+
+int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *arg)
+{
+    switch (c) {
+    case 1001: o->provider = arg; return 1;
+    case 1002: o->config_file = arg; return 1;
+    case 1003: o->block = arg; return 1;
+    case 1004: o->spec_file = arg; return 1;
+    case 1005: o->image = arg; return 1;
+    case 1006: o->workdir = arg; return 1;
+    case 'e': return add_kv(cmd, &o->env, "-e/--env", arg);
+    case 1007: o->cpu = arg; return 1;
+    case 1008: o->memory = arg; return 1;
+    case 1009: o->disk = arg; return 1;
+    case 1010: o->ttl = arg; return 1;
+    case 1011: {
+        long long port;
+        if (sbx__parse_pyint(arg, &port) < 0 || port < INT32_MIN || port > INT32_MAX) {
+            cli_usage_error(cmd, "--port expects a number, got '%s'", arg);
+            return -1;
+        }
+        int *n = realloc(o->ports, (o->n_ports + 1) * sizeof(*n));
+        if (!n)
+            return -1;
+        o->ports = n;
+        o->ports[o->n_ports++] = (int)port;
+        return 1;
+    }
+    case 1012: return add_kv(cmd, &o->labels, "--label", arg);
+    case 1013: return add_kv(cmd, &o->files, "--file", arg);
+    case 1014: o->ready_timeout = arg; return 1;
+    default: return 0;
+    }
+}
+
+void cli_spec_opts_free(struct cli_spec_opts *o)
+{
+    sbx__kv_free(&o->env);
+    sbx__kv_free(&o->labels);
+    sbx__kv_free(&o->files);
+    free(o->ports);
+}
+
+/* `{"name": {}}` for a provider name, after checking that it exists. */
+static int config_from_name(const char *cmd, const char *name, char **out)
+{
+    sbx_error *e = NULL;
+    if (sbx_provider_lookup(name, &e) < 0) {
+        cli_sbx_error(e, "provider lookup");
+        return CLI_EXIT_USAGE;
+    }
+    json_t *m = json_pack("{s:{}}", name);
+    *out = m ? sbx__json_dump(m) : NULL;
+    json_decref(m);
+    (void)cmd;
+    return *out ? CLI_EXIT_OK : CLI_EXIT_SBX;
+}
+
+/* The top-level keys of `doc` that look like provider blocks, comma-separated. */
+static char *block_names(json_t *doc, const char **only)
+{
+    sbx_buf b = { 0 };
+    const char *k;
+    json_t *v;
+    size_t n = 0;
+    json_object_foreach(doc, k, v)
+    {
+        if (!json_is_object(v))
+            continue;
+        size_t keys = json_object_size(v) - (json_object_get(v, "default_metadata") ? 1 : 0);
+        if (keys != 1)
+            continue;
+        sbx__buf_printf(&b, "%s%s", n++ ? ", " : "", k);
+        *only = k;
+    }
+    if (n != 1)
+        *only = NULL;
+    if (!b.data)
+        sbx__buf_printf(&b, "(none)");
+    return b.data;
+}
+
+int cli_provider_config(const char *cmd, const char *provider, const char *config_file,
+                        const char *block, char **config_json, json_t **default_metadata)
+{
+    sbx_error *e = NULL;
+    *default_metadata = NULL;
+    if (provider && config_file)
+        return cli_usage_error(cmd, "--provider and --config cannot be used together");
+    if (block && !config_file)
+        return cli_usage_error(cmd, "--block needs --config FILE");
+    if (provider && (strchr(provider, '{') || strchr(provider, ':'))) {
+        /* An inline mapping, as the reference's sandbox_provider accepts. */
+        if (sbx_resolve_provider_config(provider, NULL, config_json, &e) < 0) {
+            cli_sbx_error(e, "--provider");
+            return CLI_EXIT_USAGE;
+        }
+        return CLI_EXIT_OK;
+    }
+    if (provider)
+        return config_from_name(cmd, provider, config_json);
+    if (!config_file) {
+        const char *env = getenv("SBX_PROVIDER");
+        return config_from_name(cmd, env && *env ? env : SBX_CLI_DEFAULT_PROVIDER, config_json);
+    }
+    _cleanup_free_ char *doc = NULL;
+    if (sbx_config_load_file(config_file, &doc, &e) < 0) {
+        cli_sbx_error(e, "--config");
+        return CLI_EXIT_USAGE;
+    }
+    _cleanup_json_ json_t *v = json_loads(doc, JSON_DECODE_ANY, NULL);
+    if (!json_is_object(v)) {
+        cli_error("%s: a config file must hold a mapping", config_file);
+        return CLI_EXIT_USAGE;
+    }
+    if (!block) {
+        /* A file that is itself one provider mapping ({local: {...}}) is used as is. */
+        const char *k = NULL;
+        json_t *only;
+        if (json_object_size(v) == 1) {
+            void *it = json_object_iter(v);
+            k = json_object_iter_key(it);
+            only = json_object_iter_value(it);
+            if (sbx_provider_lookup(k, NULL) == SBX_OK && (json_is_object(only) || json_is_null(only))) {
+                *config_json = sbx__json_dump(v);
+                return CLI_EXIT_OK;
+            }
+        }
+        _cleanup_free_ char *names = block_names(v, &block);
+        if (!block) {
+            cli_error("%s holds no single provider mapping; choose a block with --block NAME "
+                      "(blocks: %s)",
+                      config_file, names ? names : "(none)");
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (sbx_resolve_provider_config(block, doc, config_json, &e) < 0) {
+        cli_sbx_error(e, "--block");
+        return CLI_EXIT_USAGE;
+    }
+    _cleanup_free_ char *meta = NULL;
+    if (sbx_resolve_provider_metadata(block, doc, &meta, &e) < 0) {
+        free(steal_pointer(config_json));
+        cli_sbx_error(e, "--block");
+        return CLI_EXIT_USAGE;
+    }
+    *default_metadata = json_loads(meta, 0, NULL);
+    return CLI_EXIT_OK;
+}
+
+static int bad_value(const char *cmd, const char *opt, const char *arg, const char *what)
+{
+    return cli_usage_error(cmd, "%s expects %s, got '%s'", opt, what, arg);
+}
+
+/* Applies the individual options on top of `spec`. */
+static int apply_options(const char *cmd, struct cli_spec_opts *o, sbx_spec *spec,
+                         json_t *default_metadata)
+{
+    double d;
+    long long n;
+    if (o->image)
+        sbx_spec_set_image(spec, o->image);
+    if (o->workdir)
+        sbx_spec_set_workdir(spec, o->workdir);
+    for (size_t i = 0; i < o->env.len; i++)
+        if (sbx_spec_set_env(spec, o->env.keys[i], o->env.values[i]) < 0)
+            return CLI_EXIT_SBX;
+    if (o->cpu) {
+        if (sbx__parse_pyfloat(o->cpu, &d) < 0 || !(d > 0))
+            return bad_value(cmd, "--cpu", o->cpu, "a positive number");
+        sbx_spec_set_cpu(spec, d);
+    }
+    if (o->memory) {
+        if (sbx__parse_pyint(o->memory, &n) < 0 || n <= 0)
+            return bad_value(cmd, "--memory", o->memory, "a positive number of MiB");
+        sbx_spec_set_memory_mib(spec, n);
+    }
+    if (o->disk) {
+        if (sbx__parse_pyint(o->disk, &n) < 0 || n <= 0)
+            return bad_value(cmd, "--disk", o->disk, "a positive number of GiB");
+        sbx_spec_set_disk_gib(spec, n);
+    }
+    if (o->ttl) {
+        if (cli_parse_seconds(o->ttl, &d) < 0 || d == 0)
+            return bad_value(cmd, "--ttl", o->ttl, "a positive number of seconds");
+        sbx_spec_set_ttl(spec, d);
+    }
+    if (o->ready_timeout) {
+        if (cli_parse_seconds(o->ready_timeout, &d) < 0 || d == 0)
+            return bad_value(cmd, "--ready-timeout", o->ready_timeout,
+                             "a positive number of seconds");
+        sbx_spec_set_ready_timeout(spec, d);
+    }
+    for (size_t i = 0; i < o->n_ports; i++) {
+        sbx_error *e = NULL;
+        if (sbx_spec_add_port(spec, o->ports[i], &e) < 0) {
+            cli_sbx_error(e, "--port");
+            return CLI_EXIT_USAGE;
+        }
+    }
+    /* Metadata: the block's default_metadata, then the spec file's, then labels. */
+    const char *k;
+    json_t *v;
+    json_object_foreach(default_metadata, k, v)
+    {
+        if (sbx__kv_get(&spec->metadata, k))
+            continue;
+        _cleanup_free_ char *text = json_is_string(v) ? strdup(json_string_value(v))
+                                                      : sbx__json_dump(v);
+        if (!text || sbx_spec_set_metadata(spec, k, text) < 0)
+            return CLI_EXIT_SBX;
+    }
+    for (size_t i = 0; i < o->labels.len; i++)
+        if (sbx_spec_set_metadata(spec, o->labels.keys[i], o->labels.values[i]) < 0)
+            return CLI_EXIT_SBX;
+    for (size_t i = 0; i < o->files.len; i++) {
+        _cleanup_free_ char *data = NULL;
+        size_t len = 0;
+        if (sbx__read_file(o->files.values[i], &data, &len) < 0) {
+            cli_error("--file %s=%s: cannot read %s: %s", o->files.keys[i], o->files.values[i],
+                      o->files.values[i], strerror(errno));
+            return CLI_EXIT_USAGE;
+        }
+        if (sbx_spec_add_file(spec, o->files.keys[i], data, len) < 0)
+            return CLI_EXIT_SBX;
+    }
+    return CLI_EXIT_OK;
+}
+
+int cli_spec_build(const char *cmd, struct cli_spec_opts *o, char **config_json, sbx_spec **spec)
+{
+    _cleanup_json_ json_t *meta = NULL;
+    _cleanup_free_ char *config = NULL;
+    int rc = cli_provider_config(cmd, o->provider, o->config_file, o->block, &config, &meta);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    sbx_spec *s = NULL;
+    if (o->spec_file) {
+        _cleanup_free_ char *text = NULL;
+        if (sbx__read_file(o->spec_file, &text, NULL) < 0) {
+            cli_error("--spec: cannot read %s: %s", o->spec_file, strerror(errno));
+            return CLI_EXIT_USAGE;
+        }
+        sbx_error *e = NULL;
+        if (sbx_spec_from_json(text, &s, &e) < 0) {
+            cli_error("--spec %s: %s", o->spec_file, e ? sbx_error_message(e) : "invalid spec");
+            sbx_error_free(e);
+            return CLI_EXIT_USAGE;
+        }
+    } else if (!(s = sbx_spec_new())) {
+        return CLI_EXIT_SBX;
+    }
+    if ((rc = apply_options(cmd, o, s, meta)) != CLI_EXIT_OK) {
+        sbx_spec_free(s);
+        return rc;
+    }
+    *config_json = steal_pointer(&config);
+    *spec = s;
+    return CLI_EXIT_OK;
+}

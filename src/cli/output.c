@@ -1,0 +1,152 @@
+/* What sbx prints: a command's exact bytes, or JSON with --json. */
+#include "cli/cli.h"
+
+#include <sys/stat.h>
+
+int cli_write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Length of the valid UTF-8 sequence at s (0 when invalid). */
+static size_t utf8_seq(const unsigned char *s, size_t left)
+{
+    unsigned char c = s[0];
+    size_t n;
+    unsigned min;
+    unsigned cp;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2, min = 0x80, cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3, min = 0x800, cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4, min = 0x10000, cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    if (left < n)
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+json_t *cli_json_bytes(const char *data, size_t len)
+{
+    if (!data)
+        return json_null();
+    /* As the reference decodes output: UTF-8 with errors="replace". */
+    sbx_buf b = { 0 };
+    const unsigned char *s = (const unsigned char *)data;
+    size_t i = 0;
+    while (i < len) {
+        size_t n = utf8_seq(s + i, len - i);
+        int rc = n ? sbx__buf_append(&b, s + i, n) : sbx__buf_append(&b, "\xef\xbf\xbd", 3);
+        if (rc < 0) {
+            sbx__buf_free(&b);
+            return NULL;
+        }
+        i += n ? n : 1;
+    }
+    json_t *v = json_stringn(b.data ? b.data : "", b.len);
+    sbx__buf_free(&b);
+    return v;
+}
+
+int cli_print_json(const json_t *v)
+{
+    _cleanup_free_ char *text = json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY);
+    if (!text)
+        return -1;
+    if (cli_write_all(1, text, strlen(text)) < 0 || cli_write_all(1, "\n", 1) < 0)
+        return -1;
+    return 0;
+}
+
+static int exit_code_for(const sbx_exec_result *r)
+{
+    const char *et = sbx_exec_result_error_type(r);
+    int rc = sbx_exec_result_return_code(r);
+    if (et && !strcmp(et, "timeout"))
+        return CLI_EXIT_TIMEOUT;
+    /* A command killed by signal N reports -N (the reference's convention): the shell's 128+N. */
+    if (rc < 0)
+        return rc >= -127 ? 128 - rc : CLI_EXIT_SBX;
+    return rc <= 255 ? rc : CLI_EXIT_SBX;
+}
+
+int cli_print_result(const char *id, const sbx_exec_result *r, double timeout_s, bool json)
+{
+    size_t out_len = 0, err_len = 0;
+    const char *out = sbx_exec_result_stdout(r, &out_len);
+    const char *errb = sbx_exec_result_stderr(r, &err_len);
+    const char *et = sbx_exec_result_error_type(r);
+    int code = exit_code_for(r);
+    if (json) {
+        _cleanup_json_ json_t *o = json_pack(
+            "{s:s?, s:i, s:o, s:o, s:s?, s:b, s:i}", "id", id, "return_code",
+            sbx_exec_result_return_code(r), "stdout", cli_json_bytes(out, out_len), "stderr",
+            cli_json_bytes(errb, err_len), "error_type", et, "truncated",
+            sbx_exec_result_truncated(r), "exit_code", code);
+        if (!o || cli_print_json(o) < 0)
+            return CLI_EXIT_SBX;
+        return code;
+    }
+    bool timed_out = code == CLI_EXIT_TIMEOUT;
+    /* On a timeout, stderr without stdout is the provider's message, said below instead. */
+    if (out && cli_write_all(1, out, out_len) < 0 && errno != EPIPE)
+        cli_error("writing stdout: %s", strerror(errno));
+    if (errb && (!timed_out || out))
+        cli_write_all(2, errb, err_len);
+    if (timed_out) {
+        char t[32];
+        sbx__fmt_g(timeout_s, t, sizeof(t));
+        cli_error("command timed out after %ss", t);
+    } else if (et) {
+        cli_error("command failed in the sandbox (error_type %s, return code %d)", et,
+                  sbx_exec_result_return_code(r));
+    }
+    if (sbx_exec_result_truncated(r))
+        cli_error("output was truncated at the provider's output limit");
+    return code;
+}
+
+int cli_read_stdin(sbx_buf *buf, bool *has)
+{
+    struct stat st;
+    *has = false;
+    if (isatty(0) || fstat(0, &st) < 0)
+        return 0;
+    char chunk[65536];
+    for (;;) {
+        ssize_t n = read(0, chunk, sizeof(chunk));
+        if (n < 0 && errno == EINTR && !cli_signal_received())
+            continue;
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            break;
+        if (sbx__buf_append(buf, chunk, (size_t)n) < 0)
+            return -1;
+    }
+    *has = true;
+    return 0;
+}

@@ -1,0 +1,306 @@
+/* sbx run: create a box, run one command in it, stop it; exit with the command's status. */
+#include "cli/cli.h"
+
+#include <getopt.h>
+
+/* The exec-time options run and exec share. */
+struct exec_args {
+    double timeout_s; /* < 0: the library default (180 s); 0 given: none */
+    bool has_timeout;
+    const char *user;
+    const char *cwd;
+    bool no_stdin;
+    bool json;
+};
+
+static sbx_exec_opts *make_exec_opts(const struct exec_args *a, const sbx_kv *env,
+                                     const sbx_buf *in, bool has_in)
+{
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    if (!o)
+        return NULL;
+    if (a->has_timeout)
+        sbx_exec_opts_set_timeout(o, a->timeout_s > 0 ? a->timeout_s : -1);
+    if (a->user)
+        sbx_exec_opts_set_user(o, a->user);
+    if (a->cwd)
+        sbx_exec_opts_set_cwd(o, a->cwd);
+    for (size_t i = 0; env && i < env->len; i++)
+        sbx_exec_opts_set_env(o, env->keys[i], env->values[i]);
+    if (has_in)
+        sbx_exec_opts_set_stdin(o, in->data ? in->data : "", in->len);
+    return o;
+}
+
+/* Reports an interruption and returns 128+N. */
+static int interrupted(const char *what)
+{
+    int sig = cli_signal_received();
+    cli_error("interrupted by SIG%s; %s", sigabbrev_np(sig) ? sigabbrev_np(sig) : "?", what);
+    return 128 + sig;
+}
+
+/*
+ * Runs `command` in `sb` (started or connected) and prints the result.
+ * Shared by run and exec. Returns the exit code, or -1 when interrupted.
+ */
+static int exec_and_print(sbx_sandbox *sb, const char *command, const struct exec_args *a,
+                          const sbx_kv *env, sbx_exec_result **result)
+{
+    sbx_buf in = { 0 };
+    bool has_in = false;
+    if (!a->no_stdin && cli_read_stdin(&in, &has_in) < 0) {
+        sbx__buf_free(&in);
+        if (cli_signal_received())
+            return -1;
+        cli_error("reading stdin: %s", strerror(errno));
+        return CLI_EXIT_SBX;
+    }
+    sbx_exec_opts *o = make_exec_opts(a, env, &in, has_in);
+    sbx__buf_free(&in);
+    if (!o)
+        return CLI_EXIT_SBX;
+    sbx_future *f = NULL;
+    sbx_error *e = NULL;
+    int rc = sbx_sandbox_exec_async(sb, command, o, &f, &e);
+    sbx_exec_opts_free(o);
+    if (rc == SBX_OK) {
+        rc = cli_wait(f, &e);
+        if (rc == SBX_OK)
+            rc = sbx_future_take_exec_result(f, result, &e);
+        sbx_future_free(f);
+    }
+    if (cli_signal_received()) {
+        sbx_error_free(e);
+        return -1;
+    }
+    if (rc < 0) {
+        cli_sbx_error(e, "exec");
+        return CLI_EXIT_SBX;
+    }
+    return CLI_EXIT_OK;
+}
+
+static int print_result(sbx_sandbox *sb, sbx_exec_result *r, const struct exec_args *a)
+{
+    int code = cli_print_result(sbx_sandbox_id(sb), r, a->has_timeout ? a->timeout_s : 180.0,
+                                a->json);
+    sbx_exec_result_free(r);
+    return code;
+}
+
+/* Parses an exec-time option (run and exec); 1 when it was one. */
+static int exec_opt(const char *cmd, struct exec_args *a, int c, const char *arg)
+{
+    switch (c) {
+    case 2001:
+        if (cli_parse_seconds(arg, &a->timeout_s) < 0) {
+            cli_usage_error(cmd, "--timeout expects a number of seconds, got '%s'", arg);
+            return -1;
+        }
+        a->has_timeout = true;
+        return 1;
+    case 2002: a->user = arg; return 1;
+    case 2003: a->no_stdin = true; return 1;
+    case 2004: a->json = true; return 1;
+    case 2005: a->cwd = arg; return 1;
+    default: return 0;
+    }
+}
+
+#define EXEC_LONGOPTS                                                                              \
+    { "timeout", required_argument, NULL, 2001 }, { "user", required_argument, NULL, 2002 },      \
+        { "no-stdin", no_argument, NULL, 2003 }, { "json", no_argument, NULL, 2004 },             \
+        { "help", no_argument, NULL, 'h' }
+
+int cli_cmd_run(int argc, char **argv)
+{
+    static const struct option longopts[] = { CLI_SPEC_LONGOPTS, EXEC_LONGOPTS, { 0 } };
+    struct cli_spec_opts so = { 0 };
+    struct exec_args a = { 0 };
+    int c, rc = CLI_EXIT_OK;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "+:he:", longopts, NULL)) != -1) {
+        if (c == 'h') {
+            cli_help("run");
+            cli_spec_opts_free(&so);
+            return CLI_EXIT_OK;
+        }
+        int r = cli_spec_opt("run", &so, c, optarg);
+        if (r == 0)
+            r = exec_opt("run", &a, c, optarg);
+        if (r == 0)
+            rc = cli_bad_option("run", c, argv);
+        if (r <= 0) {
+            cli_spec_opts_free(&so);
+            return r < 0 ? CLI_EXIT_USAGE : rc;
+        }
+    }
+    if (optind >= argc) {
+        cli_spec_opts_free(&so);
+        return cli_usage_error("run", "no command given");
+    }
+    _cleanup_free_ char *command = cli_join_argv(argv + optind, argc - optind);
+    _cleanup_free_ char *config = NULL;
+    sbx_spec *spec = NULL;
+    rc = cli_spec_build("run", &so, &config, &spec);
+    cli_spec_opts_free(&so);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    if (!command || cli_signals_install() < 0) {
+        sbx_spec_free(spec);
+        cli_error("cannot set up: %s", strerror(errno));
+        return CLI_EXIT_SBX;
+    }
+
+    sbx_error *e = NULL;
+    sbx_provider *p = NULL;
+    if (sbx_provider_new(config, &p, &e) < 0) {
+        sbx_spec_free(spec);
+        rc = cli_exit_for_provider_error(sbx_error_code(e));
+        cli_sbx_error(e, "creating the provider");
+        return rc;
+    }
+    sbx_sandbox *sb = NULL;
+    sbx_future *f = NULL;
+    rc = sbx_sandbox_new(p, spec, &sb, &e);
+    sbx_spec_free(spec);
+    if (rc == SBX_OK && (rc = sbx_sandbox_start_async(sb, NULL, &f, &e)) == SBX_OK) {
+        rc = cli_wait(f, &e);
+        sbx_future_free(f);
+    }
+    if (rc < 0 || cli_signal_received()) {
+        /* Freeing stops whatever the start left running. */
+        sbx_sandbox_free(sb);
+        sbx_provider_free(p);
+        if (cli_signal_received()) {
+            sbx_error_free(e);
+            return interrupted("no box was left running");
+        }
+        cli_sbx_error(e, "starting the box");
+        return CLI_EXIT_SBX;
+    }
+
+    sbx_exec_result *r = NULL;
+    rc = exec_and_print(sb, command, &a, NULL, &r);
+    /* Stop before printing: the box is gone whatever happens to our stdout. */
+    if (sbx_sandbox_stop(sb, &e) < 0) {
+        cli_error("stopping box %s failed: %s", sbx_sandbox_id(sb),
+                  e ? sbx_error_message(e) : "unknown error");
+        sbx_error_free(e);
+    }
+    if (rc < 0) {
+        sbx_sandbox_free(sb);
+        sbx_provider_free(p);
+        return interrupted("the box was stopped");
+    }
+    if (rc == CLI_EXIT_OK)
+        rc = print_result(sb, r, &a);
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+    return rc;
+}
+
+int cli_cmd_exec(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        EXEC_LONGOPTS, { "cwd", required_argument, NULL, 2005 }, { "env", required_argument, NULL, 'e' }, { 0 }
+    };
+    struct exec_args a = { 0 };
+    sbx_kv env = { 0 };
+    const char *id = NULL;
+    int c, rc = CLI_EXIT_OK;
+    opterr = 0;
+    /* Options may come before the ID and between it and the command. */
+    for (int phase = 0; phase < 2; phase++) {
+        while ((c = getopt_long(argc, argv, "+:he:", longopts, NULL)) != -1) {
+            int r;
+            if (c == 'h') {
+                cli_help("exec");
+                sbx__kv_free(&env);
+                return CLI_EXIT_OK;
+            }
+            if (c == 'e') {
+                _cleanup_free_ char *k = NULL;
+                const char *v;
+                if (cli_split_kv(optarg, &k, &v) < 0) {
+                    sbx__kv_free(&env);
+                    return cli_usage_error("exec", "-e/--env expects KEY=VALUE, got '%s'",
+                                           optarg);
+                }
+                sbx__kv_set(&env, k, v);
+                continue;
+            }
+            if ((r = exec_opt("exec", &a, c, optarg)) <= 0) {
+                sbx__kv_free(&env);
+                return r < 0 ? CLI_EXIT_USAGE : cli_bad_option("exec", c, argv);
+            }
+        }
+        if (phase == 1 || optind >= argc)
+            break;
+        /* getopt stopped at the ID (or after a "--" that came before it). */
+        bool after_dashes = optind > 1 && !strcmp(argv[optind - 1], "--");
+        id = argv[optind++];
+        if (after_dashes) {
+            if (optind < argc && !strcmp(argv[optind], "--"))
+                optind++;
+            break;
+        }
+    }
+    if (!id) {
+        sbx__kv_free(&env);
+        return cli_usage_error("exec", "no box ID given");
+    }
+    if (optind >= argc) {
+        sbx__kv_free(&env);
+        return cli_usage_error("exec", "no command given");
+    }
+    _cleanup_free_ char *command = cli_join_argv(argv + optind, argc - optind);
+    sbx_error *e = NULL;
+    _cleanup_json_ json_t *rec = NULL;
+    if (cli_box_load(id, &rec, &e) < 0) {
+        rc = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_USAGE;
+        cli_sbx_error(e, "loading the box record");
+        sbx__kv_free(&env);
+        return rc;
+    }
+    if (!command || cli_signals_install() < 0) {
+        sbx__kv_free(&env);
+        cli_error("cannot set up: %s", strerror(errno));
+        return CLI_EXIT_SBX;
+    }
+    sbx_provider *p = NULL;
+    sbx_sandbox *sb = NULL;
+    if (cli_box_connect(rec, &p, &sb, &e) < 0) {
+        sbx__kv_free(&env);
+        if (cli_signal_received()) {
+            sbx_error_free(e);
+            return interrupted("nothing was run");
+        }
+        cli_sbx_error(e, "connecting to the box");
+        return CLI_EXIT_SBX;
+    }
+    /* The box's own env (from create), then -e on top. */
+    sbx_kv all_env = { 0 };
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(rec, "env"), k, v)
+    {
+        if (json_is_string(v))
+            sbx__kv_set(&all_env, k, json_string_value(v));
+    }
+    for (size_t i = 0; i < env.len; i++)
+        sbx__kv_set(&all_env, env.keys[i], env.values[i]);
+    sbx__kv_free(&env);
+    sbx_exec_result *r = NULL;
+    rc = exec_and_print(sb, command, &a, &all_env, &r);
+    sbx__kv_free(&all_env);
+    if (rc < 0)
+        rc = interrupted("the command was cancelled; the box lives on");
+    else if (rc == CLI_EXIT_OK)
+        rc = print_result(sb, r, &a);
+    /* A connected handle only releases itself: the box lives on. */
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+    return rc;
+}

@@ -1,0 +1,1304 @@
+/*
+ * The host side of the agent protocol, on the sbx libuv loop.
+ *
+ * A connection owns one stream (uv_pipe_t over a unix socket or any duplex
+ * fd) and a table of open channels, one per op. Lifetimes are counted: the
+ * connection stays allocated while its owner, its handles or any channel
+ * hold it; a channel stays while it is open or has a write / file request in
+ * flight (the op itself may have completed long before).
+ *
+ * Flow control. Uploads read the local file one chunk at a time through the
+ * libuv thread pool and stop reading while a few MiB are waiting in the
+ * socket's write queue. Downloads write chunks through the thread pool and
+ * stop reading the socket while too much waits for the disk, which in turn
+ * makes the agent stop reading the box file. Nothing holds a whole file in
+ * memory, and no file I/O runs on the loop thread.
+ */
+#include "core/internal.h"
+#include "proto/client.h"
+#include "proto/proto.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <uv.h>
+
+#define UPLOAD_INFLIGHT (4u << 20)
+#define DISK_HIGH (16u << 20)
+#define DISK_LOW (4u << 20)
+#define BUCKETS 256
+
+enum conn_state { ST_CONNECTING, ST_HELLO, ST_READY, ST_DEAD };
+enum chan_kind { K_EXEC, K_PUT, K_GET, K_PING };
+
+struct hchan {
+    uint32_t id;
+    enum chan_kind kind;
+    struct hchan *next; /* bucket chain */
+    sbx_agent_conn *c;
+    sbx_op *op;
+    bool done; /* op completed and channel out of the table */
+    int refs;
+
+    /* exec */
+    sbx_buf out, err;
+    size_t limit;
+    bool truncated;
+    bool cancelled;
+    double timeout_s;
+    char *desc; /* the command, for messages */
+
+    /* files */
+    char *local, *remote;
+    uv_file fd;
+    int64_t offset;
+    size_t inflight; /* upload: bytes handed to the socket, not yet written */
+    bool read_pending, eof_sent;
+    char *tmp_path; /* download: the temp file until renamed */
+    uint32_t mode;
+    int writes_pending;
+    bool got_status;
+    int status_code; /* sbx code from the agent's STATUS (0 ok) */
+    char *status_msg;
+    int werr; /* a local write error (errno) */
+};
+
+struct sbx_agent_conn {
+    uv_loop_t *loop;
+    uv_pipe_t *pipe;
+    uv_timer_t *timer;
+    char *path;
+    uint64_t deadline; /* uv_now() ms for connect + hello */
+    unsigned retry_ms;
+    enum conn_state state;
+    sbx_agent_connect_cb cb;
+    void *cb_data;
+    bool owned; /* the owner holds it (after a successful connect) */
+    bool closing;
+    int refs;
+    sbx_proto_reader rd;
+    uint32_t next_id;
+    struct hchan *table[BUCKETS];
+    bool reading;
+    size_t disk_pending;
+    int max_payload;
+};
+
+static void conn_fail(sbx_agent_conn *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* --- lifetimes ----------------------------------------------------------- */
+
+static void conn_unref(sbx_agent_conn *c)
+{
+    if (--c->refs > 0)
+        return;
+    sbx__proto_reader_free(&c->rd);
+    free(c->path);
+    free(c);
+}
+
+static void chan_unref(struct hchan *ch)
+{
+    if (--ch->refs > 0)
+        return;
+    if (ch->fd >= 0) {
+        /* A plain close: every request on this fd has finished (we hold a ref per request). */
+        close(ch->fd);
+    }
+    if (ch->tmp_path)
+        unlink(ch->tmp_path);
+    sbx__buf_free(&ch->out);
+    sbx__buf_free(&ch->err);
+    free(ch->desc);
+    free(ch->local);
+    free(ch->remote);
+    free(ch->tmp_path);
+    free(ch->status_msg);
+    sbx_agent_conn *c = ch->c;
+    free(ch);
+    conn_unref(c);
+}
+
+static struct hchan *chan_new(sbx_agent_conn *c, sbx_op *op, enum chan_kind kind)
+{
+    struct hchan *ch = calloc(1, sizeof(*ch));
+    if (!ch)
+        return NULL;
+    /* Ids are never reused on a connection, so a late frame cannot hit a new op. */
+    ch->id = ++c->next_id;
+    if (c->next_id == UINT32_MAX)
+        c->next_id = 0;
+    ch->kind = kind;
+    ch->c = c;
+    ch->op = op;
+    ch->fd = -1;
+    ch->refs = 1;
+    c->refs++;
+    struct hchan **b = &c->table[ch->id % BUCKETS];
+    ch->next = *b;
+    *b = ch;
+    return ch;
+}
+
+static struct hchan *chan_find(sbx_agent_conn *c, uint32_t id)
+{
+    for (struct hchan *ch = c->table[id % BUCKETS]; ch; ch = ch->next)
+        if (ch->id == id)
+            return ch;
+    return NULL;
+}
+
+static void chan_unlink(struct hchan *ch)
+{
+    for (struct hchan **pp = &ch->c->table[ch->id % BUCKETS]; *pp; pp = &(*pp)->next) {
+        if (*pp == ch) {
+            *pp = ch->next;
+            ch->next = NULL;
+            return;
+        }
+    }
+}
+
+/* Completes the op (once), takes the channel out of the table and drops its ref. */
+static void chan_finish(struct hchan *ch, int code, sbx_error *err, void *value)
+{
+    if (ch->done) {
+        sbx_error_free(err);
+        return;
+    }
+    ch->done = true;
+    sbx_op_on_cancel(ch->op, NULL, NULL);
+    sbx_op_complete(ch->op, code, err, value);
+    ch->op = NULL;
+    chan_unlink(ch);
+    chan_unref(ch);
+}
+
+/* --- writing ------------------------------------------------------------- */
+
+struct wreq {
+    uv_write_t req;
+    uint8_t *buf;
+    struct hchan *ch; /* holds a ref when set */
+    size_t account;   /* bytes counted in ch->inflight */
+};
+
+static void upload_pump(struct hchan *ch);
+
+static void write_cb(uv_write_t *req, int status)
+{
+    struct wreq *w = req->data;
+    sbx_agent_conn *c = w->req.handle->data;
+    free(w->buf);
+    if (status < 0 && status != UV_ECANCELED && c)
+        conn_fail(c, SBX_EIO, "writing to the sandbox agent failed: %s", uv_strerror(status));
+    if (w->ch) {
+        w->ch->inflight -= w->account;
+        if (!w->ch->done)
+            upload_pump(w->ch);
+        chan_unref(w->ch);
+    }
+    free(w);
+}
+
+/* Sends a finished frame (takes `buf`). Returns 0, or -1 when the stream is gone. */
+static int send_frame(sbx_agent_conn *c, uint8_t *buf, size_t len, struct hchan *ch, size_t account)
+{
+    if (c->state == ST_DEAD || !c->pipe) {
+        free(buf);
+        return -1;
+    }
+    struct wreq *w = calloc(1, sizeof(*w));
+    if (!w) {
+        free(buf);
+        conn_fail(c, SBX_ENOMEM, "out of memory sending to the sandbox agent");
+        return -1;
+    }
+    w->buf = buf;
+    w->req.data = w;
+    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
+    if (ch) {
+        w->ch = ch;
+        w->account = account;
+        ch->refs++;
+        ch->inflight += account;
+    }
+    int rc = uv_write(&w->req, (uv_stream_t *)c->pipe, &b, 1, write_cb);
+    if (rc < 0) {
+        if (ch) {
+            ch->inflight -= account;
+            ch->refs--;
+        }
+        free(buf);
+        free(w);
+        conn_fail(c, SBX_EIO, "writing to the sandbox agent failed: %s", uv_strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+static int send_pbuf(sbx_agent_conn *c, sbx_pbuf *b, uint8_t type, uint32_t channel)
+{
+    if (sbx__pbuf_finish(b, type, channel) < 0) {
+        sbx__pbuf_free(b);
+        return -2;
+    }
+    uint8_t *data = b->data;
+    size_t len = b->len;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    return send_frame(c, data, len, NULL, 0);
+}
+
+static void send_empty(sbx_agent_conn *c, uint8_t type, uint32_t channel)
+{
+    uint8_t *h = malloc(SBX_PROTO_HEADER);
+    if (!h)
+        return;
+    sbx__proto_put_header(h, type, channel, 0);
+    send_frame(c, h, SBX_PROTO_HEADER, NULL, 0);
+}
+
+/* --- failures ------------------------------------------------------------ */
+
+static sbx_exec_result *lost_result(struct hchan *ch, const char *why)
+{
+    sbx_exec_result *r = NULL;
+    char *msg = sbx__printf("the sandbox agent went away while running %s: %s", ch->desc, why);
+    sbx_exec_result_new_take(NULL, 0, msg, msg ? strlen(msg) : 0, 125, "sandbox", &r);
+    return r;
+}
+
+/* Fails every open channel the way a lost stream does. */
+static void fail_all(sbx_agent_conn *c, int code, const char *why)
+{
+    for (int i = 0; i < BUCKETS; i++) {
+        while (c->table[i]) {
+            struct hchan *ch = c->table[i];
+            if (ch->kind == K_EXEC && !ch->cancelled) {
+                sbx_exec_result *r = lost_result(ch, why);
+                if (r)
+                    chan_finish(ch, SBX_OK, NULL, r);
+                else
+                    chan_finish(ch, SBX_ENOMEM, NULL, NULL);
+            } else if (ch->kind == K_EXEC) {
+                chan_finish(ch, SBX_ECANCELED, NULL, NULL);
+            } else {
+                const char *what = ch->kind == K_PUT   ? "uploading"
+                                   : ch->kind == K_GET ? "downloading"
+                                                       : "pinging";
+                const char *path = ch->kind == K_PUT   ? ch->remote
+                                   : ch->kind == K_GET ? ch->remote
+                                                       : "";
+                chan_finish(ch, code,
+                            sbx_error_new(code, "%s '%s': the sandbox agent went away: %s", what,
+                                          path, why),
+                            NULL);
+            }
+        }
+    }
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+    sbx_agent_conn *c = h->data;
+    free(h);
+    if (c)
+        conn_unref(c);
+}
+
+static void conn_fail(sbx_agent_conn *c, int code, const char *fmt, ...)
+{
+    if (c->state == ST_DEAD)
+        return;
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    enum conn_state was = c->state;
+    c->state = ST_DEAD;
+    c->refs++; /* callbacks below may drop the last other reference */
+    if (c->pipe) {
+        uv_close((uv_handle_t *)c->pipe, handle_closed);
+        c->pipe = NULL;
+    }
+    if (c->timer)
+        uv_timer_stop(c->timer);
+    fail_all(c, code, why);
+    if (was == ST_CONNECTING || was == ST_HELLO) {
+        /* The owner never got the connection: report and drop it here. */
+        sbx_error *e = sbx_error_new(code, "%s", why);
+        sbx_agent_connect_cb cb = c->cb;
+        c->cb = NULL;
+        if (c->timer) {
+            uv_close((uv_handle_t *)c->timer, handle_closed);
+            c->timer = NULL;
+        }
+        if (cb)
+            cb(NULL, code, e, c->cb_data);
+        else
+            sbx_error_free(e);
+        c->refs--; /* the owner's (we still hold our own, dropped below) */
+    }
+    conn_unref(c);
+}
+
+/* --- exec ---------------------------------------------------------------- */
+
+static void exec_done(struct hchan *ch, const sbx_msg_exit *m)
+{
+    if (ch->cancelled || (m->flags & SBX_EXITF_CANCELLED)) {
+        chan_finish(ch, SBX_ECANCELED, NULL, NULL);
+        return;
+    }
+    char *out = steal_pointer(&ch->out.data);
+    size_t out_len = ch->out.len;
+    char *err = steal_pointer(&ch->err.data);
+    size_t err_len = ch->err.len;
+    if (!out)
+        out = strdup("");
+    if (!err)
+        err = strdup("");
+    int rc = 0;
+    const char *type = NULL;
+    if (m->kind == SBX_EXIT_TIMEOUT) {
+        char t[32];
+        sbx__fmt_g(ch->timeout_s, t, sizeof(t));
+        free(out);
+        free(err);
+        out = NULL;
+        out_len = 0;
+        err = sbx__printf("command timed out after %ss: %s", t, ch->desc);
+        err_len = err ? strlen(err) : 0;
+        rc = 125;
+        type = "timeout";
+    } else if (m->kind == SBX_EXIT_FAILED) {
+        free(err);
+        err = sbx__printf("%s", m->message);
+        err_len = err ? strlen(err) : 0;
+        rc = 125;
+        type = "sandbox";
+    } else if (m->flags & SBX_EXITF_OOM) {
+        sbx_buf b = {err, err_len, err_len + 1};
+        if (err_len && err[err_len - 1] != '\n')
+            sbx__buf_append(&b, "\n", 1);
+        sbx__buf_printf(&b, "sbx: the command was %s; raise the box's memory limit",
+                        m->message[0] ? m->message : "killed by the out-of-memory killer");
+        err = b.data;
+        err_len = b.len;
+        rc = 125;
+        type = "oom";
+    } else if (m->kind == SBX_EXIT_SIGNAL) {
+        /* Python's convention for a child killed by a signal, as the reference reports it. */
+        rc = -m->code;
+    } else {
+        rc = m->code;
+    }
+    if (!err || (!out && m->kind != SBX_EXIT_TIMEOUT)) {
+        free(out);
+        free(err);
+        chan_finish(ch, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    sbx_exec_result *r = NULL;
+    if (sbx_exec_result_new_take(out, out_len, err, err_len, rc, type, &r) < 0) {
+        chan_finish(ch, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    if (m->kind != SBX_EXIT_TIMEOUT &&
+        (ch->truncated || (m->flags & (SBX_EXITF_STDOUT_TRUNCATED | SBX_EXITF_STDERR_TRUNCATED))))
+        sbx_exec_result_set_truncated(r, 1);
+    chan_finish(ch, SBX_OK, NULL, r);
+}
+
+static void exec_output(struct hchan *ch, sbx_buf *b, const sbx_frame *f)
+{
+    size_t keep = f->len;
+    /* The agent caps output too; this guards against one that does not. */
+    if (ch->limit && b->len + keep > ch->limit) {
+        keep = ch->limit > b->len ? ch->limit - b->len : 0;
+        ch->truncated = true;
+    }
+    if (keep && sbx__buf_append(b, f->payload, keep) < 0)
+        ch->truncated = true;
+}
+
+static void exec_cancel_cb(sbx_op *op, void *data)
+{
+    (void)op;
+    struct hchan *ch = data;
+    if (ch->done || ch->cancelled)
+        return;
+    ch->cancelled = true;
+    /* The EXIT that follows (after the agent killed the group) completes the op. */
+    send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
+}
+
+static char *describe(const char *command, const char *const *argv)
+{
+    if (!argv)
+        return sbx__repr(command ? command : "");
+    sbx_buf b = {0};
+    sbx__buf_append(&b, "[", 1);
+    for (size_t i = 0; argv[i]; i++) {
+        char *q = sbx__repr(argv[i]);
+        sbx__buf_printf(&b, "%s%s", i ? ", " : "", q ? q : "''");
+        free(q);
+    }
+    sbx__buf_append(&b, "]", 1);
+    return b.data;
+}
+
+static void complete_dead_exec(sbx_op *op, const char *desc)
+{
+    sbx_exec_result *r = NULL;
+    char *msg =
+        sbx__printf("the sandbox agent went away before running %s: the connection is closed",
+                    desc ? desc : "the command");
+    if (sbx_exec_result_new_take(NULL, 0, msg, msg ? strlen(msg) : 0, 125, "sandbox", &r) < 0)
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+    else
+        sbx_op_complete(op, SBX_OK, NULL, r);
+}
+
+void sbx__agent_exec(sbx_agent_conn *c, sbx_op *op, const char *command, const char *const *argv,
+                     const sbx_exec_opts *opts, const char *const *base_env)
+{
+    _cleanup_free_ char *desc = describe(command, argv);
+    if (c->state != ST_READY) {
+        complete_dead_exec(op, desc);
+        return;
+    }
+    /* The call's env as "K=V" strings, applied after base_env (so it wins). */
+    size_t n_env = sbx_exec_opts_env_count(opts);
+    char **env = calloc(n_env + 1, sizeof(char *));
+    if (!env) {
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    for (size_t i = 0; i < n_env; i++) {
+        const char *k, *v;
+        sbx_exec_opts_env_at(opts, i, &k, &v);
+        env[i] = sbx__printf("%s=%s", k, v ? v : "");
+    }
+    struct hchan *ch = chan_new(c, op, K_EXEC);
+    if (!ch) {
+        sbx_strv_free(env);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    ch->desc = steal_pointer(&desc);
+    ch->timeout_s = sbx_exec_opts_timeout(opts);
+    ch->limit = sbx_exec_opts_output_limit(opts);
+    if (!ch->limit)
+        ch->limit = SBX_DEFAULT_OUTPUT_LIMIT;
+    size_t stdin_len = 0;
+    const char *stdin_data = sbx_exec_opts_stdin(opts, &stdin_len);
+    uint32_t flags = (argv ? 0 : SBX_EXEC_SHELL) | (stdin_data ? SBX_EXEC_STDIN : 0);
+    int64_t timeout_ms = ch->timeout_s < 0 ? -1 : (int64_t)(ch->timeout_s * 1000.0 + 0.5);
+    const char *shell_argv[] = {command ? command : "", NULL};
+    sbx_pbuf b = {0};
+    sbx__pbuf_begin(&b);
+    sbx__msg_exec_encode(&b, flags, timeout_ms, ch->limit, sbx_exec_opts_cwd(opts),
+                         sbx_exec_opts_user(opts), argv ? argv : shell_argv, base_env,
+                         (const char *const *)env);
+    sbx_strv_free(env);
+    int rc = send_pbuf(c, &b, SBX_MSG_EXEC, ch->id);
+    if (rc == -2) {
+        chan_finish(ch, SBX_EINVAL,
+                    sbx_error_new(SBX_EINVAL,
+                                  "the command and its environment are too large for one request "
+                                  "(max %u bytes); pass large data through stdin or a file",
+                                  SBX_PROTO_MAX_PAYLOAD),
+                    NULL);
+        return;
+    }
+    if (rc < 0)
+        return; /* the stream died: conn_fail already completed the op */
+    for (size_t off = 0; stdin_data && off < stdin_len;) {
+        size_t n = stdin_len - off < SBX_PROTO_CHUNK ? stdin_len - off : SBX_PROTO_CHUNK;
+        uint8_t *f = malloc(SBX_PROTO_HEADER + n);
+        if (!f) {
+            chan_finish(ch, SBX_ENOMEM, NULL, NULL);
+            send_empty(c, SBX_MSG_CANCEL, ch->id);
+            return;
+        }
+        sbx__proto_put_header(f, SBX_MSG_STDIN, ch->id, (uint32_t)n);
+        memcpy(f + SBX_PROTO_HEADER, stdin_data + off, n);
+        if (send_frame(c, f, SBX_PROTO_HEADER + n, NULL, 0) < 0)
+            return;
+        off += n;
+    }
+    if (stdin_data)
+        send_empty(c, SBX_MSG_STDIN, ch->id);
+    if (!ch->done)
+        sbx_op_on_cancel(op, exec_cancel_cb, ch);
+}
+
+/* --- errors from the agent's STATUS -------------------------------------- */
+
+static int code_for_agent_errno(int e)
+{
+    switch (e) {
+    case ENOENT:
+    case ENOTDIR:
+        return SBX_ENOENT;
+    case EACCES:
+    case EPERM:
+    case EXDEV:
+    case ELOOP: /* RESOLVE_NO_MAGICLINKS, or a link chain too long to be honest */
+    case EROFS:
+        return SBX_EPERM;
+    case EISDIR:
+    case EINVAL:
+    case ENAMETOOLONG:
+        return SBX_EINVAL;
+    case ENOMEM:
+        return SBX_ENOMEM;
+    default:
+        return SBX_EIO;
+    }
+}
+
+static void file_cancel_cb(sbx_op *op, void *data)
+{
+    (void)op;
+    struct hchan *ch = data;
+    if (ch->done)
+        return;
+    send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
+    chan_finish(ch, SBX_ECANCELED, NULL, NULL);
+}
+
+/* --- upload -------------------------------------------------------------- */
+
+struct fsreq {
+    uv_fs_t req;
+    struct hchan *ch; /* holds a ref */
+    uint8_t *buf;
+    size_t len;
+};
+
+static struct fsreq *fsreq_new(struct hchan *ch)
+{
+    struct fsreq *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    r->ch = ch;
+    r->req.data = r;
+    ch->refs++;
+    return r;
+}
+
+static void fsreq_free(struct fsreq *r)
+{
+    uv_fs_req_cleanup(&r->req);
+    free(r->buf);
+    struct hchan *ch = r->ch;
+    free(r);
+    chan_unref(ch);
+}
+
+static void put_fail_errno(struct hchan *ch, int uverr, const char *what)
+{
+    int e = -uverr;
+    chan_finish(ch, sbx__code_from_errno(e),
+                sbx_error_new_errno(sbx__code_from_errno(e), e, "uploading '%s' to '%s': %s '%s'",
+                                    ch->local, ch->remote, what, ch->local),
+                NULL);
+}
+
+static void upload_read_cb(uv_fs_t *req)
+{
+    struct fsreq *r = req->data;
+    struct hchan *ch = r->ch;
+    ch->read_pending = false;
+    ssize_t n = req->result;
+    if (ch->done) {
+        fsreq_free(r);
+        return;
+    }
+    if (n < 0) {
+        put_fail_errno(ch, (int)n, "cannot read");
+        send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
+        fsreq_free(r);
+        return;
+    }
+    if (n == 0) {
+        /* EOF: an empty DATA frame; the agent answers with STATUS. */
+        ch->eof_sent = true;
+        send_empty(ch->c, SBX_MSG_DATA, ch->id);
+        fsreq_free(r);
+        return;
+    }
+    sbx__proto_put_header(r->buf, SBX_MSG_DATA, ch->id, (uint32_t)n);
+    uint8_t *buf = steal_pointer(&r->buf);
+    ch->offset += n;
+    send_frame(ch->c, buf, SBX_PROTO_HEADER + (size_t)n, ch, (size_t)n);
+    upload_pump(ch);
+    fsreq_free(r);
+}
+
+static void upload_pump(struct hchan *ch)
+{
+    if (ch->kind != K_PUT || ch->done || ch->read_pending || ch->eof_sent || ch->fd < 0 ||
+        ch->inflight >= UPLOAD_INFLIGHT || ch->c->state != ST_READY)
+        return;
+    struct fsreq *r = fsreq_new(ch);
+    if (r)
+        r->buf = malloc(SBX_PROTO_HEADER + SBX_PROTO_CHUNK);
+    if (!r || !r->buf) {
+        if (r)
+            fsreq_free(r);
+        chan_finish(ch, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    uv_buf_t b = uv_buf_init((char *)r->buf + SBX_PROTO_HEADER, SBX_PROTO_CHUNK);
+    ch->read_pending = true;
+    if (uv_fs_read(ch->c->loop, &r->req, ch->fd, &b, 1, ch->offset, upload_read_cb) < 0) {
+        ch->read_pending = false;
+        fsreq_free(r);
+        chan_finish(ch, SBX_EIO, NULL, NULL);
+    }
+}
+
+static void upload_stat_cb(uv_fs_t *req)
+{
+    struct fsreq *r = req->data;
+    struct hchan *ch = r->ch;
+    if (ch->done) {
+        fsreq_free(r);
+        return;
+    }
+    if (req->result < 0) {
+        put_fail_errno(ch, (int)req->result, "cannot stat");
+    } else if (!S_ISREG(req->statbuf.st_mode)) {
+        chan_finish(ch, SBX_EINVAL,
+                    sbx_error_new(SBX_EINVAL, "uploading '%s' to '%s': '%s' is not a regular file",
+                                  ch->local, ch->remote, ch->local),
+                    NULL);
+    } else {
+        sbx_pbuf b = {0};
+        sbx__pbuf_begin(&b);
+        sbx__msg_file_encode(&b, (uint32_t)(req->statbuf.st_mode & 07777), 0, ch->remote);
+        int rc = send_pbuf(ch->c, &b, SBX_MSG_FILE_PUT, ch->id);
+        if (rc == -2)
+            chan_finish(
+                ch, SBX_EINVAL,
+                sbx_error_new(SBX_EINVAL, "uploading to '%s': the path is too long", ch->remote),
+                NULL);
+        else if (rc == 0)
+            upload_pump(ch);
+    }
+    fsreq_free(r);
+}
+
+static void upload_open_cb(uv_fs_t *req)
+{
+    struct fsreq *r = req->data;
+    struct hchan *ch = r->ch;
+    if (req->result >= 0)
+        ch->fd = (uv_file)req->result; /* closed in chan_unref */
+    if (ch->done) {
+        fsreq_free(r);
+        return;
+    }
+    if (req->result < 0) {
+        put_fail_errno(ch, (int)req->result, "cannot open");
+        fsreq_free(r);
+        return;
+    }
+    uv_fs_req_cleanup(&r->req);
+    if (uv_fs_fstat(ch->c->loop, &r->req, ch->fd, upload_stat_cb) < 0) {
+        chan_finish(ch, SBX_EIO, NULL, NULL);
+        fsreq_free(r);
+    }
+}
+
+static bool start_file_op(sbx_agent_conn *c, sbx_op *op, const char *what, const char *path)
+{
+    if (c->state == ST_READY)
+        return true;
+    sbx_op_complete(op, SBX_EIO,
+                    sbx_error_new(SBX_EIO,
+                                  "%s '%s': the sandbox agent went away (the connection is closed)",
+                                  what, path),
+                    NULL);
+    return false;
+}
+
+void sbx__agent_upload(sbx_agent_conn *c, sbx_op *op, const char *local_path,
+                       const char *remote_path)
+{
+    if (!start_file_op(c, op, "uploading", remote_path))
+        return;
+    struct hchan *ch = chan_new(c, op, K_PUT);
+    if (!ch || !(ch->local = strdup(local_path)) || !(ch->remote = strdup(remote_path))) {
+        if (ch)
+            chan_finish(ch, SBX_ENOMEM, NULL, NULL);
+        else
+            sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    struct fsreq *r = fsreq_new(ch);
+    if (!r ||
+        uv_fs_open(c->loop, &r->req, local_path, O_RDONLY | O_CLOEXEC, 0, upload_open_cb) < 0) {
+        if (r)
+            fsreq_free(r);
+        chan_finish(ch, SBX_EIO, NULL, NULL);
+        return;
+    }
+    sbx_op_on_cancel(op, file_cancel_cb, ch);
+}
+
+/* --- download ------------------------------------------------------------ */
+
+static void set_reading(sbx_agent_conn *c, bool on);
+
+/* Once the agent said how it ended and every chunk is on disk: rename into place. */
+static void download_finish(struct hchan *ch)
+{
+    if (ch->done || !ch->got_status || ch->writes_pending > 0)
+        return;
+    if (ch->werr) {
+        chan_finish(ch, sbx__code_from_errno(ch->werr),
+                    sbx_error_new_errno(sbx__code_from_errno(ch->werr), ch->werr,
+                                        "downloading '%s' to '%s': cannot write '%s'", ch->remote,
+                                        ch->local, ch->tmp_path ? ch->tmp_path : ch->local),
+                    NULL);
+        return;
+    }
+    if (ch->status_code) {
+        chan_finish(ch, ch->status_code,
+                    sbx_error_new(ch->status_code, "downloading '%s' from the sandbox: %s",
+                                  ch->remote, ch->status_msg ? ch->status_msg : "failed"),
+                    NULL);
+        return;
+    }
+    /* Metadata calls on a file we just wrote: quick enough for the loop thread. */
+    int e = 0;
+    if (fchmod(ch->fd, ch->mode & 0777) < 0)
+        e = errno;
+    int fd = ch->fd;
+    ch->fd = -1;
+    if (close(fd) < 0 && !e)
+        e = errno;
+    if (!e && rename(ch->tmp_path, ch->local) < 0)
+        e = errno;
+    if (e) {
+        chan_finish(ch, sbx__code_from_errno(e),
+                    sbx_error_new_errno(sbx__code_from_errno(e), e,
+                                        "downloading '%s': cannot write '%s'", ch->remote,
+                                        ch->local),
+                    NULL);
+        return;
+    }
+    free(ch->tmp_path);
+    ch->tmp_path = NULL;
+    chan_finish(ch, SBX_OK, NULL, NULL);
+}
+
+static void download_write_cb(uv_fs_t *req)
+{
+    struct fsreq *r = req->data;
+    struct hchan *ch = r->ch;
+    sbx_agent_conn *c = ch->c;
+    ch->writes_pending--;
+    c->disk_pending -= r->len;
+    if (req->result < 0 && !ch->werr) {
+        ch->werr = (int)-req->result;
+        /* Stop the agent sending more; finish on our own error. */
+        if (!ch->done)
+            send_empty(c, SBX_MSG_CANCEL, ch->id);
+        ch->got_status = true;
+    }
+    if (c->disk_pending < DISK_LOW)
+        set_reading(c, true);
+    download_finish(ch);
+    fsreq_free(r);
+}
+
+static void download_info(struct hchan *ch, const sbx_frame *f)
+{
+    sbx_msg_file_info info;
+    if (sbx__msg_file_info_decode(f, &info) < 0 || ch->tmp_path) {
+        conn_fail(ch->c, SBX_EPROTO, "the sandbox agent sent a malformed FILE_INFO");
+        return;
+    }
+    ch->mode = info.mode;
+    /* Parent directories are created, as `docker cp` does for downloads. */
+    _cleanup_free_ char *dir_copy = strdup(ch->local);
+    _cleanup_free_ char *base_copy = strdup(ch->local);
+    if (!dir_copy || !base_copy) {
+        chan_finish(ch, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    const char *dir = dirname(dir_copy);
+    const char *base = basename(base_copy);
+    int e = 0;
+    if (sbx__mkdir_p(dir, 0755) < 0)
+        e = errno ? errno : EIO;
+    char *tmp = e ? NULL : sbx__printf("%s/.%s.sbx-XXXXXX", dir, base);
+    int fd = -1;
+    if (!e && !tmp)
+        e = ENOMEM;
+    if (!e) {
+        fd = mkostemp(tmp, O_CLOEXEC);
+        if (fd < 0)
+            e = errno;
+    }
+    if (e) {
+        free(tmp);
+        send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
+        chan_finish(ch, sbx__code_from_errno(e),
+                    sbx_error_new_errno(sbx__code_from_errno(e), e,
+                                        "downloading '%s': cannot create '%s'", ch->remote,
+                                        ch->local),
+                    NULL);
+        return;
+    }
+    ch->fd = fd;
+    ch->tmp_path = tmp;
+}
+
+static void download_data(struct hchan *ch, const sbx_frame *f)
+{
+    if (ch->fd < 0 || ch->werr) {
+        if (ch->fd < 0)
+            conn_fail(ch->c, SBX_EPROTO, "the sandbox agent sent DATA before FILE_INFO");
+        return;
+    }
+    if (f->len == 0)
+        return;
+    struct fsreq *r = fsreq_new(ch);
+    if (r)
+        r->buf = malloc(f->len);
+    if (!r || !r->buf) {
+        if (r)
+            fsreq_free(r);
+        ch->werr = ENOMEM;
+        ch->got_status = true;
+        send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
+        download_finish(ch);
+        return;
+    }
+    /* The payload lives in the read buffer: the write needs its own copy. */
+    memcpy(r->buf, f->payload, f->len);
+    r->len = f->len;
+    uv_buf_t b = uv_buf_init((char *)r->buf, f->len);
+    int64_t off = ch->offset;
+    ch->offset += f->len;
+    ch->writes_pending++;
+    ch->c->disk_pending += f->len;
+    if (uv_fs_write(ch->c->loop, &r->req, ch->fd, &b, 1, off, download_write_cb) < 0) {
+        ch->writes_pending--;
+        ch->c->disk_pending -= f->len;
+        ch->werr = EIO;
+        ch->got_status = true;
+        fsreq_free(r);
+        download_finish(ch);
+        return;
+    }
+    if (ch->c->disk_pending > DISK_HIGH)
+        set_reading(ch->c, false);
+}
+
+void sbx__agent_download(sbx_agent_conn *c, sbx_op *op, const char *remote_path,
+                         const char *local_path)
+{
+    if (!start_file_op(c, op, "downloading", remote_path))
+        return;
+    struct hchan *ch = chan_new(c, op, K_GET);
+    if (!ch || !(ch->local = strdup(local_path)) || !(ch->remote = strdup(remote_path))) {
+        if (ch)
+            chan_finish(ch, SBX_ENOMEM, NULL, NULL);
+        else
+            sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    sbx_pbuf b = {0};
+    sbx__pbuf_begin(&b);
+    sbx__msg_file_encode(&b, 0, 0, remote_path);
+    int rc = send_pbuf(c, &b, SBX_MSG_FILE_GET, ch->id);
+    if (rc == -2) {
+        chan_finish(
+            ch, SBX_EINVAL,
+            sbx_error_new(SBX_EINVAL, "downloading '%s': the path is too long", remote_path), NULL);
+        return;
+    }
+    if (rc == 0)
+        sbx_op_on_cancel(op, file_cancel_cb, ch);
+}
+
+/* --- ping ---------------------------------------------------------------- */
+
+void sbx__agent_ping(sbx_agent_conn *c, sbx_op *op)
+{
+    if (!start_file_op(c, op, "pinging", "agent"))
+        return;
+    struct hchan *ch = chan_new(c, op, K_PING);
+    if (!ch) {
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    sbx_pbuf b = {0};
+    sbx__pbuf_begin(&b);
+    sbx__msg_u64_encode(&b, ch->id);
+    if (send_pbuf(c, &b, SBX_MSG_PING, ch->id) == 0)
+        sbx_op_on_cancel(op, file_cancel_cb, ch);
+}
+
+/* --- reading ------------------------------------------------------------- */
+
+static void on_status(struct hchan *ch, const sbx_frame *f)
+{
+    sbx_msg_status *m = NULL;
+    if (sbx__msg_status_decode(f, &m) < 0) {
+        conn_fail(ch->c, SBX_EPROTO, "the sandbox agent sent a malformed STATUS");
+        return;
+    }
+    int code = m->errnum ? code_for_agent_errno(m->errnum) : 0;
+    if (ch->kind == K_PUT) {
+        if (code)
+            chan_finish(ch, code,
+                        sbx_error_new(code, "uploading '%s' to '%s' in the sandbox: %s", ch->local,
+                                      ch->remote, m->message),
+                        NULL);
+        else if (!ch->eof_sent)
+            conn_fail(ch->c, SBX_EPROTO, "the sandbox agent ended an upload before its end");
+        else
+            chan_finish(ch, SBX_OK, NULL, NULL);
+    } else if (ch->kind == K_GET) {
+        if (!ch->got_status) {
+            ch->got_status = true;
+            ch->status_code = code;
+            ch->status_msg = strdup(m->message);
+        }
+        download_finish(ch);
+    }
+    free(m);
+}
+
+static void dispatch(sbx_agent_conn *c, const sbx_frame *f)
+{
+    if (c->state == ST_HELLO) {
+        if (f->type == SBX_MSG_ERROR) {
+            sbx_msg_status *m = NULL;
+            if (sbx__msg_status_decode(f, &m) == 0) {
+                conn_fail(c, SBX_EPROTO, "the sandbox agent refused the connection: %s",
+                          m->message);
+                free(m);
+                return;
+            }
+        }
+        sbx_msg_hello *h = NULL;
+        if (f->type != SBX_MSG_HELLO || sbx__msg_hello_decode(f, &h) < 0) {
+            conn_fail(c, SBX_EPROTO,
+                      "the peer is not an sbx agent (no valid HELLO; got frame type 0x%02x)",
+                      f->type);
+            return;
+        }
+        sbx_msg_hello mine = {SBX_PROTO_MAGIC, SBX_PROTO_MIN_VERSION, SBX_PROTO_VERSION, 0, NULL};
+        int v = sbx__proto_negotiate(&mine, h);
+        if (v < 0) {
+            conn_fail(c, SBX_EPROTO,
+                      "the sandbox agent (%s) speaks protocol %u..%u, this library %d..%d; "
+                      "use an sbx-agent from the same sbx release",
+                      h->software, h->min_version, h->max_version, SBX_PROTO_MIN_VERSION,
+                      SBX_PROTO_VERSION);
+            free(h);
+            return;
+        }
+        free(h);
+        c->state = ST_READY;
+        uv_timer_stop(c->timer);
+        c->owned = true;
+        sbx_agent_connect_cb cb = c->cb;
+        c->cb = NULL;
+        cb(c, SBX_OK, NULL, c->cb_data);
+        return;
+    }
+    if (f->channel == 0) {
+        if (f->type == SBX_MSG_ERROR) {
+            sbx_msg_status *m = NULL;
+            if (sbx__msg_status_decode(f, &m) == 0) {
+                conn_fail(c, SBX_EPROTO, "the sandbox agent closed the stream: %s", m->message);
+                free(m);
+                return;
+            }
+        }
+        conn_fail(c, SBX_EPROTO, "unexpected frame type 0x%02x on channel 0 from the agent",
+                  f->type);
+        return;
+    }
+    struct hchan *ch = chan_find(c, f->channel);
+    if (!ch)
+        return; /* a late frame for an op that already completed (cancelled): dropped */
+    switch (f->type) {
+    case SBX_MSG_STDOUT:
+    case SBX_MSG_STDERR:
+        if (ch->kind != K_EXEC)
+            break;
+        exec_output(ch, f->type == SBX_MSG_STDOUT ? &ch->out : &ch->err, f);
+        return;
+    case SBX_MSG_EXIT: {
+        sbx_msg_exit *m = NULL;
+        if (ch->kind != K_EXEC || sbx__msg_exit_decode(f, &m) < 0)
+            break;
+        exec_done(ch, m);
+        free(m);
+        return;
+    }
+    case SBX_MSG_FILE_INFO:
+        if (ch->kind != K_GET)
+            break;
+        download_info(ch, f);
+        return;
+    case SBX_MSG_DATA:
+        if (ch->kind != K_GET)
+            break;
+        download_data(ch, f);
+        return;
+    case SBX_MSG_STATUS:
+        if (ch->kind != K_GET && ch->kind != K_PUT)
+            break;
+        on_status(ch, f);
+        return;
+    case SBX_MSG_PONG:
+        if (ch->kind != K_PING)
+            break;
+        chan_finish(ch, SBX_OK, NULL, NULL);
+        return;
+    default:
+        break;
+    }
+    conn_fail(c, SBX_EPROTO, "unexpected or malformed %s frame (type 0x%02x) from the agent",
+              sbx__proto_type_name(f->type) ? sbx__proto_type_name(f->type) : "unknown", f->type);
+}
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    sbx_agent_conn *c = h->data;
+    size_t avail = 0;
+    uint8_t *p = sbx__proto_reader_space(&c->rd, 256 * 1024, &avail);
+    *buf = uv_buf_init((char *)p, p ? (unsigned)avail : 0);
+}
+
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    sbx_agent_conn *c = s->data;
+    if (nread == UV_ENOBUFS) {
+        conn_fail(c, SBX_ENOMEM, "out of memory reading from the sandbox agent");
+        return;
+    }
+    if (nread < 0) {
+        conn_fail(c, SBX_EIO, "%s",
+                  nread == UV_EOF ? "the agent closed the connection (did the box stop?)"
+                                  : uv_strerror((int)nread));
+        return;
+    }
+    sbx__proto_reader_commit(&c->rd, (size_t)nread);
+    c->refs++; /* dispatch may fail the connection and drop other references */
+    sbx_frame f;
+    int rc = 0;
+    while (c->state != ST_DEAD && (rc = sbx__proto_reader_next(&c->rd, &f)) == 1)
+        dispatch(c, &f);
+    if (c->state != ST_DEAD && rc < 0)
+        conn_fail(c, SBX_EPROTO, "malformed frame from the sandbox agent (bad length)");
+    conn_unref(c);
+}
+
+static void set_reading(sbx_agent_conn *c, bool on)
+{
+    if (c->state == ST_DEAD || !c->pipe || c->reading == on)
+        return;
+    c->reading = on;
+    if (on)
+        uv_read_start((uv_stream_t *)c->pipe, alloc_cb, read_cb);
+    else
+        uv_read_stop((uv_stream_t *)c->pipe);
+}
+
+/* --- connecting ---------------------------------------------------------- */
+
+static void send_hello(sbx_agent_conn *c)
+{
+    sbx_pbuf b = {0};
+    sbx__pbuf_begin(&b);
+    sbx_msg_hello h = {SBX_PROTO_MAGIC, SBX_PROTO_MIN_VERSION, SBX_PROTO_VERSION,
+                       SBX_PROTO_MAX_PAYLOAD, (char *)"libsbx " SBX_VERSION_STRING};
+    sbx__msg_hello_encode(&b, &h);
+    send_pbuf(c, &b, SBX_MSG_HELLO, 0);
+}
+
+/* Wraps a connected fd in a uv_pipe_t and starts the hello. Takes fd. */
+static int attach(sbx_agent_conn *c, int fd)
+{
+    uv_pipe_t *p = calloc(1, sizeof(*p));
+    if (!p) {
+        close(fd);
+        return SBX_ENOMEM;
+    }
+    uv_pipe_init(c->loop, p, 0);
+    p->data = c;
+    c->refs++;
+    int rc = uv_pipe_open(p, fd);
+    if (rc < 0) {
+        close(fd);
+        uv_close((uv_handle_t *)p, handle_closed);
+        return SBX_EIO;
+    }
+    c->pipe = p;
+    c->state = ST_HELLO;
+    set_reading(c, true);
+    send_hello(c);
+    return SBX_OK;
+}
+
+static void on_timer(uv_timer_t *t);
+
+static void try_connect(sbx_agent_conn *c)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, c->path, strlen(c->path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        conn_fail(c, SBX_EIO, "cannot create a socket: %s", strerror(errno));
+        return;
+    }
+    /* A unix-socket connect completes at once: 0, or why not (no socket yet, backlog full). */
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+        int rc = attach(c, fd);
+        if (rc < 0) {
+            conn_fail(c, rc, "cannot watch the agent socket %s", c->path);
+            return;
+        }
+        uint64_t now = uv_now(c->loop);
+        uv_timer_start(c->timer, on_timer, c->deadline > now ? c->deadline - now : 0, 0);
+        return;
+    }
+    int e = errno;
+    close(fd);
+    bool transient = e == ENOENT || e == ECONNREFUSED || e == EAGAIN || e == EINTR;
+    if (!transient || uv_now(c->loop) >= c->deadline) {
+        conn_fail(c, transient ? SBX_ETIMEDOUT : SBX_EIO,
+                  "cannot connect to the sandbox agent at %s: %s%s", c->path, strerror(e),
+                  transient ? " (it did not start listening in time)" : "");
+        return;
+    }
+    /* Back off gently: boxes usually start in milliseconds. */
+    c->retry_ms = c->retry_ms ? (c->retry_ms * 2 > 50 ? 50 : c->retry_ms * 2) : 2;
+    uv_timer_start(c->timer, on_timer, c->retry_ms, 0);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+    sbx_agent_conn *c = t->data;
+    if (c->state == ST_CONNECTING)
+        try_connect(c);
+    else if (c->state == ST_HELLO)
+        conn_fail(c, SBX_ETIMEDOUT,
+                  "the sandbox agent did not answer the protocol hello in time; is it an "
+                  "sbx-agent of this release?");
+}
+
+static sbx_agent_conn *conn_alloc(void *loop, double timeout_s, sbx_agent_connect_cb cb, void *data)
+{
+    sbx_agent_conn *c = calloc(1, sizeof(*c));
+    uv_timer_t *t = calloc(1, sizeof(*t));
+    if (!c || !t) {
+        free(c);
+        free(t);
+        return NULL;
+    }
+    c->loop = loop;
+    c->cb = cb;
+    c->cb_data = data;
+    c->refs = 2; /* the owner's, and the timer handle's */
+    c->state = ST_CONNECTING;
+    sbx__proto_reader_init(&c->rd, SBX_PROTO_MAX_PAYLOAD);
+    uv_timer_init(loop, t);
+    t->data = c;
+    c->timer = t;
+    double ms = timeout_s < 0 ? 0 : timeout_s * 1000.0;
+    c->deadline = uv_now(loop) + (uint64_t)ms;
+    return c;
+}
+
+int sbx__agent_connect(void *loop, const char *socket_path, double timeout_s,
+                       sbx_agent_connect_cb cb, void *data)
+{
+    struct sockaddr_un sa;
+    if (!loop || !socket_path || !cb)
+        return SBX_EINVAL;
+    if (strlen(socket_path) >= sizeof(sa.sun_path))
+        return SBX_EINVAL;
+    sbx_agent_conn *c = conn_alloc(loop, timeout_s, cb, data);
+    if (!c || !(c->path = strdup(socket_path))) {
+        if (c) {
+            /* Not started yet: undo by hand. */
+            uv_close((uv_handle_t *)c->timer, handle_closed);
+            c->refs = 1;
+        }
+        return SBX_ENOMEM;
+    }
+    /* The first attempt runs from the loop so `cb` never runs inside this call. */
+    uv_timer_start(c->timer, on_timer, 0, 0);
+    return SBX_OK;
+}
+
+int sbx__agent_connect_fd(void *loop, int fd, double timeout_s, sbx_agent_connect_cb cb, void *data)
+{
+    if (!loop || fd < 0 || !cb) {
+        if (fd >= 0)
+            close(fd);
+        return SBX_EINVAL;
+    }
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    sbx_agent_conn *c = conn_alloc(loop, timeout_s, cb, data);
+    if (!c) {
+        close(fd);
+        return SBX_ENOMEM;
+    }
+    int rc = attach(c, fd);
+    if (rc < 0) {
+        c->cb = NULL;
+        c->state = ST_CONNECTING;
+        uv_close((uv_handle_t *)c->timer, handle_closed);
+        c->timer = NULL;
+        c->refs--; /* the owner's; the timer's goes in its close callback */
+        return rc;
+    }
+    uv_timer_start(c->timer, on_timer, (uint64_t)(timeout_s < 0 ? 0 : timeout_s * 1000.0), 0);
+    return SBX_OK;
+}
+
+int sbx__agent_alive(const sbx_agent_conn *c)
+{
+    return c && c->state == ST_READY;
+}
+
+void sbx__agent_close(sbx_agent_conn *c)
+{
+    if (!c || c->closing)
+        return;
+    c->closing = true;
+    c->refs++;
+    conn_fail(c, SBX_EIO, "the connection to the sandbox agent was closed");
+    if (c->timer) {
+        uv_close((uv_handle_t *)c->timer, handle_closed);
+        c->timer = NULL;
+    }
+    if (c->owned)
+        c->refs--; /* the owner's (we still hold our own, dropped below) */
+    conn_unref(c);
+}

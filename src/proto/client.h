@@ -1,0 +1,61 @@
+/*
+ * The host side of the agent protocol: one connection to an sbx-agent, on
+ * the sbx libuv loop, carrying any number of concurrent execs and file
+ * transfers. Box providers (linux, docker, ...) start the agent, connect,
+ * and map their exec/upload/download ops onto these calls.
+ *
+ * Every function runs on the loop thread. Ops complete through
+ * sbx_op_complete() (so the core's continuation runs later, never inside the
+ * call). docs/agent-protocol.md describes the wire format.
+ */
+#ifndef SBX_PROTO_CLIENT_H
+#define SBX_PROTO_CLIENT_H
+
+#include <sbx.h>
+#include <sbx/provider.h>
+
+typedef struct sbx_agent_conn sbx_agent_conn;
+
+/* conn is NULL on failure; `err` is owned by the callback. */
+typedef void (*sbx_agent_connect_cb)(sbx_agent_conn *conn, int code, sbx_error *err, void *data);
+
+/*
+ * Connects to the agent's unix socket at `socket_path` on `loop` (a
+ * uv_loop_t *, from sbx_op_loop(op)), retrying until it accepts or
+ * `timeout_s` passes, and does the hello. `cb` runs later on the loop, once.
+ * Returns SBX_OK, or a negative code (and `cb` is not called).
+ */
+int sbx__agent_connect(void *loop, const char *socket_path, double timeout_s,
+                       sbx_agent_connect_cb cb, void *data);
+/* The same over an already-connected duplex stream fd (takes ownership of fd). */
+int sbx__agent_connect_fd(void *loop, int fd, double timeout_s, sbx_agent_connect_cb cb,
+                          void *data);
+
+/*
+ * Runs `command` with /bin/sh -c (or `argv`, NULL-terminated, when non-NULL),
+ * completing `op` with an sbx_exec_result *. `base_env` ("K=V", NULL-ended,
+ * may be NULL) is applied under the opts env. A timeout gives rc 125,
+ * error_type "timeout", stdout NULL; an OOM kill rc 125, "oom"; a lost
+ * connection rc 125, "sandbox". Honours sbx_op_on_cancel (SBX_ECANCELED once
+ * the command's group is dead).
+ */
+void sbx__agent_exec(sbx_agent_conn *c, sbx_op *op, const char *command, const char *const *argv,
+                     const sbx_exec_opts *opts, const char *const *base_env);
+/*
+ * Streams a host file into the box (mode kept, parent dirs created, replaced
+ * atomically) / out of the box to a host path (atomic write, mode kept,
+ * parent dirs created). Complete `op` with NULL. Errors name the path:
+ * SBX_ENOENT for a missing file, SBX_EPERM for a path escaping the box.
+ */
+void sbx__agent_upload(sbx_agent_conn *c, sbx_op *op, const char *local_path,
+                       const char *remote_path);
+void sbx__agent_download(sbx_agent_conn *c, sbx_op *op, const char *remote_path,
+                         const char *local_path);
+/* A round trip to the agent; completes with NULL. */
+void sbx__agent_ping(sbx_agent_conn *c, sbx_op *op);
+/* 0 once the stream closed (agent gone, protocol error, or closed). */
+int sbx__agent_alive(const sbx_agent_conn *c);
+/* Closes the stream and frees the connection; pending ops complete with errors. */
+void sbx__agent_close(sbx_agent_conn *c);
+
+#endif /* SBX_PROTO_CLIENT_H */

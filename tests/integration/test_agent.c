@@ -1,0 +1,1041 @@
+/*
+ * sbx-agent driven through the host client (src/proto/client.c): the real
+ * agent binary runs as a child process (no namespaces needed), the client
+ * runs on a real sbx context loop, ops are real sbx_ops.
+ */
+#include "tap.h"
+#include "common.h"
+
+#include "core/internal.h"
+#include "proto/client.h"
+#include "proto/proto.h"
+
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include <uv.h>
+
+/* --- the agent process --------------------------------------------------- */
+
+static char agent_path[PATH_MAX];
+
+static const char *agent_bin(void)
+{
+    if (!agent_path[0]) {
+        /* build/tests/integration/test_agent -> build/sbx-agent (any build folder). */
+        char exe[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        TAP_TRUE(n > 0);
+        exe[n] = 0;
+        char *d = dirname(dirname(dirname(exe)));
+        snprintf(agent_path, sizeof(agent_path), "%s/sbx-agent", d);
+        if (access(agent_path, X_OK) != 0)
+            TAP_FAIL("no agent binary at %s (run make)", agent_path);
+    }
+    return agent_path;
+}
+
+struct agent {
+    pid_t pid;
+    char sock[100];
+    int stdio_fd; /* host end in --stdio mode */
+};
+
+static void setenv_child(const char *const *env)
+{
+    for (size_t i = 0; env && env[i]; i += 2)
+        setenv(env[i], env[i + 1], 1);
+}
+
+/* init --listen SOCK [--root ROOT] [-- entry...]; waits for --ready-fd. */
+static struct agent start_listen(const char *root, const char *const *env, char *const *entry)
+{
+    struct agent a = {.stdio_fd = -1};
+    snprintf(a.sock, sizeof(a.sock), "%s/run/sbx/agent.sock", tap_tmpdir());
+    int rp[2];
+    TAP_TRUE(pipe2(rp, O_CLOEXEC) == 0);
+    a.pid = fork();
+    TAP_TRUE(a.pid >= 0);
+    if (a.pid == 0) {
+        dup2(rp[1], 3);
+        setenv_child(env);
+        const char *argv[32] = {agent_bin(), "init", "--listen", a.sock, "--ready-fd", "3"};
+        int n = 6;
+        if (root) {
+            argv[n++] = "--root";
+            argv[n++] = root;
+        }
+        if (entry) {
+            argv[n++] = "--";
+            for (int i = 0; entry[i] && n < 30; i++)
+                argv[n++] = entry[i];
+        }
+        argv[n] = NULL;
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(rp[1]);
+    char b;
+    TAP_EQ_INT(read(rp[0], &b, 1), 1);
+    close(rp[0]);
+    return a;
+}
+
+static struct agent start_stdio(const char *root, const char *const *env)
+{
+    struct agent a = {.stdio_fd = -1};
+    int sv[2];
+    TAP_TRUE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    a.pid = fork();
+    TAP_TRUE(a.pid >= 0);
+    if (a.pid == 0) {
+        dup2(sv[1], 0);
+        dup2(sv[1], 1);
+        setenv_child(env);
+        const char *argv[] = {agent_bin(), "serve", "--stdio", root ? "--root" : NULL, root, NULL};
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(sv[1]);
+    a.stdio_fd = sv[0];
+    return a;
+}
+
+static int stop_agent(struct agent *a)
+{
+    kill(a->pid, SIGTERM);
+    int st = 0;
+    while (waitpid(a->pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return st;
+}
+
+/* --- the sbx side -------------------------------------------------------- */
+
+static sbx_provider *P;
+
+static void *loop_of(void)
+{
+    return sbx__context_uv(P->ctx);
+}
+
+static void setup(void)
+{
+    sbx_error *e = NULL;
+    if (sbx_provider_new("{\"fake\": {}}", &P, &e) != SBX_OK)
+        TAP_FAIL("provider: %s", sbx_error_message(e));
+}
+
+struct waiter {
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    bool done;
+    int code;
+    sbx_error *err;
+    void *value;
+    sbx_op *op;
+};
+
+static struct waiter *waiter_new(void)
+{
+    struct waiter *w = calloc(1, sizeof(*w));
+    pthread_mutex_init(&w->m, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    return w;
+}
+
+static void waiter_signal(struct waiter *w, int code, sbx_error *err, void *value)
+{
+    pthread_mutex_lock(&w->m);
+    w->code = code;
+    w->err = err;
+    w->value = value;
+    w->done = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->m);
+}
+
+static void op_done(int code, sbx_error *err, void *value, void *data)
+{
+    waiter_signal(data, code, err, value);
+}
+
+static void waiter_wait(struct waiter *w)
+{
+    pthread_mutex_lock(&w->m);
+    while (!w->done)
+        pthread_cond_wait(&w->cv, &w->m);
+    pthread_mutex_unlock(&w->m);
+}
+
+static void waiter_free(struct waiter *w)
+{
+    sbx_error_free(w->err);
+    free(w);
+}
+
+/* Runs fn(arg) on the loop thread and waits for it to have run. */
+static void on_loop(void (*fn)(void *), void *arg)
+{
+    TAP_EQ_INT(sbx__context_post(P->ctx, fn, arg), SBX_OK);
+    sbx__context_drain(P->ctx);
+}
+
+struct connect_call {
+    const char *path;
+    int fd;
+    struct waiter *w;
+};
+
+static void connect_cb(sbx_agent_conn *conn, int code, sbx_error *err, void *data)
+{
+    waiter_signal(data, code, err, conn);
+}
+
+static void do_connect(void *arg)
+{
+    struct connect_call *cc = arg;
+    int rc = cc->path ? sbx__agent_connect(loop_of(), cc->path, 10.0, connect_cb, cc->w)
+                      : sbx__agent_connect_fd(loop_of(), cc->fd, 10.0, connect_cb, cc->w);
+    if (rc < 0)
+        waiter_signal(cc->w, rc, NULL, NULL);
+}
+
+static sbx_agent_conn *connect_agent(struct agent *a)
+{
+    struct connect_call cc = {a->stdio_fd >= 0 ? NULL : a->sock, a->stdio_fd, waiter_new()};
+    a->stdio_fd = -1; /* owned by the connection now */
+    on_loop(do_connect, &cc);
+    waiter_wait(cc.w);
+    if (cc.w->code != SBX_OK)
+        TAP_FAIL("connect: %d %s", cc.w->code, cc.w->err ? sbx_error_message(cc.w->err) : "");
+    sbx_agent_conn *c = cc.w->value;
+    waiter_free(cc.w);
+    return c;
+}
+
+static void do_close(void *arg)
+{
+    sbx__agent_close(arg);
+}
+
+static void close_conn(sbx_agent_conn *c)
+{
+    on_loop(do_close, c);
+}
+
+struct alive_call {
+    sbx_agent_conn *c;
+    int alive;
+};
+
+static void do_alive(void *arg)
+{
+    struct alive_call *ac = arg;
+    ac->alive = sbx__agent_alive(ac->c);
+}
+
+static int conn_alive(sbx_agent_conn *c)
+{
+    struct alive_call ac = {c, -1};
+    on_loop(do_alive, &ac);
+    return ac.alive;
+}
+
+struct exec_call {
+    sbx_agent_conn *c;
+    const char *cmd;
+    const char *const *argv;
+    const sbx_exec_opts *opts;
+    const char *const *base_env;
+    struct waiter *w;
+};
+
+static void do_exec(void *arg)
+{
+    struct exec_call *ec = arg;
+    ec->w->op = sbx__op_new(P, op_done, ec->w);
+    sbx__agent_exec(ec->c, ec->w->op, ec->cmd, ec->argv, ec->opts, ec->base_env);
+}
+
+/* Starts an exec; the waiter completes with the result. */
+static struct waiter *exec_start_async(sbx_agent_conn *c, const char *cmd, const char *const *argv,
+                                       const sbx_exec_opts *opts, const char *const *base_env)
+{
+    struct exec_call *ec = calloc(1, sizeof(*ec));
+    *ec = (struct exec_call){c, cmd, argv, opts, base_env, waiter_new()};
+    struct waiter *w = ec->w;
+    TAP_EQ_INT(sbx__context_post(P->ctx, do_exec, ec), SBX_OK);
+    sbx__context_drain(P->ctx);
+    free(ec);
+    return w;
+}
+
+static sbx_exec_result *exec_wait(struct waiter *w)
+{
+    waiter_wait(w);
+    if (w->code != SBX_OK)
+        TAP_FAIL("exec failed: %d %s", w->code, w->err ? sbx_error_message(w->err) : "");
+    sbx_exec_result *r = w->value;
+    waiter_free(w);
+    return r;
+}
+
+static sbx_exec_result *run(sbx_agent_conn *c, const char *cmd, const sbx_exec_opts *opts)
+{
+    return exec_wait(exec_start_async(c, cmd, NULL, opts, NULL));
+}
+
+struct file_call {
+    sbx_agent_conn *c;
+    const char *a, *b;
+    int download;
+    struct waiter *w;
+};
+
+static void do_file(void *arg)
+{
+    struct file_call *fc = arg;
+    fc->w->op = sbx__op_new(P, op_done, fc->w);
+    if (fc->download)
+        sbx__agent_download(fc->c, fc->w->op, fc->a, fc->b);
+    else
+        sbx__agent_upload(fc->c, fc->w->op, fc->a, fc->b);
+}
+
+/* Returns the op's code; *msg (optional) gets a copy of the error message. */
+static int transfer(sbx_agent_conn *c, int download, const char *a, const char *b, char **msg)
+{
+    struct file_call fc = {c, a, b, download, waiter_new()};
+    on_loop(do_file, &fc);
+    waiter_wait(fc.w);
+    int code = fc.w->code;
+    if (msg)
+        *msg = fc.w->err ? strdup(sbx_error_message(fc.w->err)) : NULL;
+    waiter_free(fc.w);
+    return code;
+}
+
+static void do_cancel(void *arg)
+{
+    sbx__op_cancel(arg);
+}
+
+struct ping_call {
+    sbx_agent_conn *c;
+    struct waiter *w;
+};
+
+static void do_ping(void *arg)
+{
+    struct ping_call *pc = arg;
+    pc->w->op = sbx__op_new(P, op_done, pc->w);
+    sbx__agent_ping(pc->c, pc->w->op);
+}
+
+static void do_connect_short(void *arg)
+{
+    struct connect_call *cc = arg;
+    int rc = sbx__agent_connect(loop_of(), cc->path, 0.3, connect_cb, cc->w);
+    if (rc < 0)
+        waiter_signal(cc->w, rc, NULL, NULL);
+}
+
+static void teardown(sbx_agent_conn *c, struct agent *a)
+{
+    if (c)
+        close_conn(c);
+    if (a)
+        stop_agent(a);
+    if (a && a->stdio_fd >= 0)
+        close(a->stdio_fd);
+    sbx_provider_free(P);
+    P = NULL;
+}
+
+static const char *out_of(const sbx_exec_result *r)
+{
+    return sbx_exec_result_stdout(r, NULL);
+}
+static const char *err_of(const sbx_exec_result *r)
+{
+    return sbx_exec_result_stderr(r, NULL);
+}
+
+/* --- tests --------------------------------------------------------------- */
+
+static void test_exec_basics(void)
+{
+    setup();
+    struct agent a = start_stdio(NULL, NULL);
+    sbx_agent_conn *c = connect_agent(&a);
+
+    sbx_exec_result *r = run(c, "echo hello; echo oops >&2; exit 3", NULL);
+    TAP_EQ_STR(out_of(r), "hello\n");
+    TAP_EQ_STR(err_of(r), "oops\n");
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 3);
+    TAP_NULL(sbx_exec_result_error_type(r));
+    TAP_EQ_INT(sbx_exec_result_truncated(r), 0);
+    sbx_exec_result_free(r);
+
+    /* Empty streams are "", not None. */
+    r = run(c, "true", NULL);
+    TAP_EQ_STR(out_of(r), "");
+    TAP_EQ_STR(err_of(r), "");
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+    sbx_exec_result_free(r);
+
+    /* env: base env under the call's env; cwd; stdin. */
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_env(o, "A", "from-call");
+    sbx_exec_opts_set_cwd(o, "/tmp");
+    sbx_exec_opts_set_stdin(o, "line1\nline2\n", 12);
+    const char *base[] = {"A=from-base", "B=base", NULL};
+    r = exec_wait(exec_start_async(c, "echo $A $B; pwd; wc -l", NULL, o, base));
+    TAP_EQ_STR(out_of(r), "from-call base\n/tmp\n2\n");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+
+    /* argv mode, PATH search, and a command that does not exist. */
+    const char *argv[] = {"printf", "%s|", "a b", "c", NULL};
+    r = exec_wait(exec_start_async(c, NULL, argv, NULL, NULL));
+    TAP_EQ_STR(out_of(r), "a b|c|");
+    sbx_exec_result_free(r);
+    const char *nope[] = {"no-such-command-sbx", NULL};
+    r = exec_wait(exec_start_async(c, NULL, nope, NULL, NULL));
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 127);
+    TAP_CONTAINS(err_of(r), "no-such-command-sbx");
+    sbx_exec_result_free(r);
+
+    /* A missing cwd is a clear result, not a crash. */
+    o = sbx_exec_opts_new();
+    sbx_exec_opts_set_cwd(o, "/no/such/dir");
+    r = run(c, "pwd", o);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+    TAP_CONTAINS(err_of(r), "/no/such/dir");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+
+    /* Killed by a signal: the negative signal number, as the reference reports. */
+    r = run(c, "kill -TERM $$", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), -SIGTERM);
+    sbx_exec_result_free(r);
+
+    /* Large stdin through chunked frames. */
+    o = sbx_exec_opts_new();
+    size_t big = 3u << 20;
+    char *data = malloc(big);
+    memset(data, 'x', big);
+    sbx_exec_opts_set_stdin(o, data, big);
+    free(data);
+    r = run(c, "wc -c", o);
+    TAP_EQ_STR(out_of(r), "3145728\n");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+
+    TAP_EQ_INT(conn_alive(c), 1);
+    teardown(c, &a);
+}
+
+static void test_binary_output(void)
+{
+    setup();
+    struct agent a = start_stdio(NULL, NULL);
+    sbx_agent_conn *c = connect_agent(&a);
+    sbx_exec_result *r = run(c, "printf 'a\\000b\\377\\001c'", NULL);
+    size_t len = 0;
+    const char *out = sbx_exec_result_stdout(r, &len);
+    TAP_EQ_INT(len, 6);
+    TAP_TRUE(memcmp(out, "a\0b\377\001c", 6) == 0);
+    sbx_exec_result_free(r);
+    teardown(c, &a);
+}
+
+static bool pid_gone(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return true;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return true;
+    buf[n] = 0;
+    /* A zombie is dead too: it only waits for its parent (the agent) to reap it. */
+    char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && rp[2] == 'Z';
+}
+
+static void wait_gone(pid_t pid)
+{
+    /* Bounded by the test's alarm: a process that survives fails the test. */
+    while (!pid_gone(pid))
+        usleep(10000);
+}
+
+static void test_timeout_kills_group(void)
+{
+    setup();
+    struct agent a = start_listen(NULL, NULL, NULL);
+    sbx_agent_conn *c = connect_agent(&a);
+    char pidfile[PATH_MAX], cmd[PATH_MAX + 128];
+    snprintf(pidfile, sizeof(pidfile), "%s/bg.pid", tap_tmpdir());
+    snprintf(cmd, sizeof(cmd), "sleep 1000 & echo $! > %s; echo started; sleep 1000", pidfile);
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_timeout(o, 0.5);
+    sbx_exec_result *r = run(c, cmd, o);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
+    TAP_NULL(out_of(r));
+    TAP_CONTAINS(err_of(r), "timed out after 0.5s");
+    TAP_CONTAINS(err_of(r), "sleep 1000");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+    char *pid_text = read_text(pidfile);
+    TAP_TRUE(pid_text != NULL);
+    pid_t bg = (pid_t)strtol(pid_text, NULL, 10);
+    free(pid_text);
+    TAP_TRUE(bg > 0);
+    wait_gone(bg);
+    /* The connection is still fine. */
+    r = run(c, "echo still here", NULL);
+    TAP_EQ_STR(out_of(r), "still here\n");
+    sbx_exec_result_free(r);
+    teardown(c, &a);
+}
+
+static void test_cancel_kills_group(void)
+{
+    setup();
+    struct agent a = start_listen(NULL, NULL, NULL);
+    sbx_agent_conn *c = connect_agent(&a);
+    char pidfile[PATH_MAX], cmd[PATH_MAX + 64];
+    snprintf(pidfile, sizeof(pidfile), "%s/main.pid", tap_tmpdir());
+    snprintf(cmd, sizeof(cmd), "echo $$ > %s; exec sleep 1000", pidfile);
+    struct waiter *w = exec_start_async(c, cmd, NULL, NULL, NULL);
+    char *pid_text = NULL;
+    while (!(pid_text = read_text(pidfile)) || !strchr(pid_text, '\n')) {
+        free(pid_text);
+        usleep(5000);
+    }
+    pid_t pid = (pid_t)strtol(pid_text, NULL, 10);
+    free(pid_text);
+    on_loop(do_cancel, w->op);
+    waiter_wait(w);
+    TAP_EQ_INT(w->code, SBX_ECANCELED);
+    waiter_free(w);
+    wait_gone(pid);
+    teardown(c, &a);
+}
+
+#define N_CONCURRENT 300
+
+static void test_concurrent_execs(void)
+{
+    setup();
+    struct agent a = start_listen(NULL, NULL, NULL);
+    sbx_agent_conn *c = connect_agent(&a);
+    static struct waiter *ws[N_CONCURRENT];
+    static char cmds[N_CONCURRENT][64];
+    for (int i = 0; i < N_CONCURRENT; i++) {
+        /* Each sleeps a little so they really overlap. */
+        snprintf(cmds[i], sizeof(cmds[i]), "sleep 0.2; echo out-%d; echo err-%d >&2", i, i);
+        ws[i] = exec_start_async(c, cmds[i], NULL, NULL, NULL);
+    }
+    for (int i = 0; i < N_CONCURRENT; i++) {
+        sbx_exec_result *r = exec_wait(ws[i]);
+        char want[64];
+        snprintf(want, sizeof(want), "out-%d\n", i);
+        TAP_EQ_STR(out_of(r), want);
+        snprintf(want, sizeof(want), "err-%d\n", i);
+        TAP_EQ_STR(err_of(r), want);
+        TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+        sbx_exec_result_free(r);
+    }
+    teardown(c, &a);
+}
+
+static void test_output_cap(void)
+{
+    setup();
+    struct agent a = start_stdio(NULL, NULL);
+    sbx_agent_conn *c = connect_agent(&a);
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_output_limit(o, 1u << 20);
+    /* 100 MiB to stdout, 3 bytes to stderr: stdout is capped, stderr whole, rc real. */
+    sbx_exec_result *r = run(c, "head -c 104857600 /dev/zero; echo end >&2; exit 4", o);
+    size_t len = 0;
+    sbx_exec_result_stdout(r, &len);
+    TAP_EQ_INT(len, 1u << 20);
+    TAP_EQ_STR(err_of(r), "end\n");
+    TAP_EQ_INT(sbx_exec_result_truncated(r), 1);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 4);
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+    /* Below the cap: not truncated. */
+    r = run(c, "head -c 1000 /dev/zero", NULL);
+    sbx_exec_result_stdout(r, &len);
+    TAP_EQ_INT(len, 1000);
+    TAP_EQ_INT(sbx_exec_result_truncated(r), 0);
+    sbx_exec_result_free(r);
+    teardown(c, &a);
+}
+
+static void make_file(const char *path, size_t size, mode_t mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    TAP_TRUE(fd >= 0);
+    char *buf = malloc(1 << 20);
+    uint32_t x = 12345;
+    for (size_t off = 0; off < size;) {
+        size_t n = size - off < (1u << 20) ? size - off : (1u << 20);
+        for (size_t i = 0; i < n; i++) {
+            x = x * 1103515245u + 12345u;
+            buf[i] = (char)(x >> 16);
+        }
+        TAP_EQ_INT(write(fd, buf, n), (long long)n);
+        off += n;
+    }
+    free(buf);
+    TAP_EQ_INT(fchmod(fd, mode), 0);
+    close(fd);
+}
+
+static bool same_file(const char *a, const char *b)
+{
+    char out[64];
+    return run_cmd(out, sizeof(out), "cmp -s '%s' '%s'", a, b) == 0;
+}
+
+static mode_t mode_of(const char *path)
+{
+    struct stat st;
+    TAP_EQ_INT(stat(path, &st), 0);
+    return st.st_mode & 07777;
+}
+
+static void check_upload_download(const char *const *env)
+{
+    setup();
+    char root[1024], src[1024], in_box[PATH_MAX], back[PATH_MAX];
+    snprintf(root, sizeof(root), "%s/root", tap_tmpdir());
+    TAP_EQ_INT(mkdir(root, 0755), 0);
+    snprintf(src, sizeof(src), "%s/src.bin", tap_tmpdir());
+    make_file(src, 64u << 20, 0751);
+    struct agent a = start_listen(root, env, NULL);
+    sbx_agent_conn *c = connect_agent(&a);
+
+    char *msg = NULL;
+    TAP_EQ_INT(transfer(c, 0, src, "/deep/new/dir/file.bin", &msg), SBX_OK);
+    snprintf(in_box, sizeof(in_box), "%s/deep/new/dir/file.bin", root);
+    TAP_TRUE(same_file(src, in_box));
+    TAP_EQ_INT(mode_of(in_box), 0751);
+
+    /* Replacing an existing file keeps it whole (temp + rename). */
+    TAP_EQ_INT(transfer(c, 0, src, "/deep/new/dir/file.bin", NULL), SBX_OK);
+    TAP_TRUE(same_file(src, in_box));
+
+    snprintf(back, sizeof(back), "%s/host/a/b/back.bin", tap_tmpdir());
+    TAP_EQ_INT(transfer(c, 1, "/deep/new/dir/file.bin", back, &msg), SBX_OK);
+    TAP_TRUE(same_file(src, back));
+    TAP_EQ_INT(mode_of(back), 0751);
+
+    /* Several at once on the same connection. */
+    char dst[4][PATH_MAX];
+    struct file_call fcs[4];
+    for (int i = 0; i < 4; i++) {
+        snprintf(dst[i], sizeof(dst[i]), "%s/host/par-%d.bin", tap_tmpdir(), i);
+        fcs[i] = (struct file_call){c, "/deep/new/dir/file.bin", dst[i], 1, waiter_new()};
+        TAP_EQ_INT(sbx__context_post(P->ctx, do_file, &fcs[i]), SBX_OK);
+    }
+    for (int i = 0; i < 4; i++) {
+        waiter_wait(fcs[i].w);
+        TAP_EQ_INT(fcs[i].w->code, SBX_OK);
+        waiter_free(fcs[i].w);
+        TAP_TRUE(same_file(src, dst[i]));
+    }
+
+    /* Missing files, both sides: ENOENT naming the path. */
+    TAP_EQ_INT(transfer(c, 1, "/no/such/file", back, &msg), SBX_ENOENT);
+    TAP_CONTAINS(msg, "/no/such/file");
+    free(msg);
+    char missing[PATH_MAX];
+    snprintf(missing, sizeof(missing), "%s/not-here", tap_tmpdir());
+    TAP_EQ_INT(transfer(c, 0, missing, "/x", &msg), SBX_ENOENT);
+    TAP_CONTAINS(msg, "not-here");
+    free(msg);
+    /* A directory is not a file. */
+    TAP_EQ_INT(transfer(c, 1, "/deep", back, &msg), SBX_EINVAL);
+    free(msg);
+    /* No temp files left behind in the box or on the host. */
+    char out[4096];
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "find '%s' '%s/host' -name '.*sbx*'", root, tap_tmpdir()),
+               0);
+    TAP_EQ_STR(out, "");
+    teardown(c, &a);
+}
+
+static void test_upload_download(void)
+{
+    check_upload_download(NULL);
+}
+
+static const char *const no_openat2_env[] = {"SBX_AGENT_NO_OPENAT2", "1", NULL};
+
+static void test_upload_download_fallback_walk(void)
+{
+    check_upload_download(no_openat2_env);
+}
+
+static void check_escapes(const char *const *env)
+{
+    setup();
+    char root[1024], path[PATH_MAX], outside[1024], host[1024];
+    const char *t = tap_tmpdir();
+    snprintf(root, sizeof(root), "%s/root", t);
+    snprintf(path, sizeof(path), "%s/root/etc", t);
+    TAP_EQ_INT(sbx__mkdir_p(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/root/etc/passwd", t);
+    TAP_EQ_INT(write_text(path, "inside-the-box\n"), 0);
+    snprintf(outside, sizeof(outside), "%s/outside", t);
+    TAP_EQ_INT(mkdir(outside, 0755), 0);
+    snprintf(path, sizeof(path), "%s/secret", outside);
+    TAP_EQ_INT(write_text(path, "host secret\n"), 0);
+    /* Links planted in the box pointing out of it, absolute and relative. */
+    snprintf(path, sizeof(path), "%s/root/abs-link", t);
+    TAP_EQ_INT(symlink(outside, path), 0);
+    snprintf(path, sizeof(path), "%s/root/rel-link", t);
+    TAP_EQ_INT(symlink("../outside/secret", path), 0);
+    snprintf(path, sizeof(path), "%s/root/dir-link", t);
+    TAP_EQ_INT(symlink("../../../../../../..", path), 0);
+
+    struct agent a = start_listen(root, env, NULL);
+    sbx_agent_conn *c = connect_agent(&a);
+    snprintf(host, sizeof(host), "%s/got", t);
+
+    /* ".." stops at the box root: this is the box's own /etc/passwd. */
+    TAP_EQ_INT(transfer(c, 1, "../../etc/passwd", host, NULL), SBX_OK);
+    char *got = read_text(host);
+    TAP_EQ_STR(got, "inside-the-box\n");
+    free(got);
+    unlink(host);
+
+    const char *bad[] = {"/abs-link/secret", "/rel-link",
+                         "/dir-link/"
+                         "outside/secret",
+                         "/root/../../outside/secret", NULL};
+    char escaped[2048];
+    snprintf(escaped, sizeof(escaped), "/dir-link%s/secret", outside);
+    for (int i = 0; bad[i]; i++) {
+        char *msg = NULL;
+        int code = transfer(c, 1, bad[i], host, &msg);
+        if (code != SBX_ENOENT && code != SBX_EPERM)
+            TAP_FAIL("download of %s: code %d (%s)", bad[i], code, msg ? msg : "");
+        free(msg);
+        TAP_TRUE(access(host, F_OK) != 0);
+    }
+    int code = transfer(c, 1, escaped, host, NULL);
+    TAP_TRUE(code == SBX_ENOENT || code == SBX_EPERM);
+    TAP_TRUE(access(host, F_OK) != 0);
+
+    /* Uploads through the same links land inside the root, never in `outside`. */
+    char payload[2048];
+    snprintf(payload, sizeof(payload), "%s/payload", t);
+    TAP_EQ_INT(write_text(payload, "written\n"), 0);
+    /* The absolute link dangles inside the box: no directory to write into. */
+    TAP_EQ_INT(transfer(c, 0, payload, "/abs-link/planted", NULL), SBX_ENOENT);
+    TAP_EQ_INT(transfer(c, 0, payload, escaped, NULL), SBX_OK);
+    TAP_EQ_INT(transfer(c, 0, payload, "../../../outside/planted2", NULL), SBX_OK);
+    snprintf(path, sizeof(path), "%s/planted", outside);
+    TAP_TRUE(access(path, F_OK) != 0);
+    snprintf(path, sizeof(path), "%s/planted2", outside);
+    TAP_TRUE(access(path, F_OK) != 0);
+    snprintf(path, sizeof(path), "%s/secret", outside);
+    got = read_text(path);
+    TAP_EQ_STR(got, "host secret\n");
+    free(got);
+    /* They are in the box, under the root. */
+    snprintf(path, sizeof(path), "%s%s/secret", root, outside);
+    got = read_text(path);
+    TAP_EQ_STR(got, "written\n");
+    free(got);
+    snprintf(path, sizeof(path), "%s/outside/planted2", root);
+    TAP_TRUE(access(path, F_OK) == 0);
+    /* An upload onto a symlink replaces the link, it does not write through it. */
+    TAP_EQ_INT(transfer(c, 0, payload, "/rel-link", NULL), SBX_OK);
+    snprintf(path, sizeof(path), "%s/secret", outside);
+    got = read_text(path);
+    TAP_EQ_STR(got, "host secret\n");
+    free(got);
+    teardown(c, &a);
+}
+
+static void test_path_escapes(void)
+{
+    check_escapes(NULL);
+}
+static void test_path_escapes_fallback_walk(void)
+{
+    check_escapes(no_openat2_env);
+}
+
+static void test_agent_killed_mid_exec(void)
+{
+    setup();
+    struct agent a = start_listen(NULL, NULL, NULL);
+    sbx_agent_conn *c = connect_agent(&a);
+    char flag[PATH_MAX], cmd[PATH_MAX + 64];
+    snprintf(flag, sizeof(flag), "%s/running", tap_tmpdir());
+    snprintf(cmd, sizeof(cmd), "echo $$ > %s; exec sleep 1000", flag);
+    struct waiter *w = exec_start_async(c, cmd, NULL, NULL, NULL);
+    char *pid_text = NULL;
+    while (!(pid_text = read_text(flag)) || !strchr(pid_text, '\n')) {
+        free(pid_text);
+        usleep(5000);
+    }
+    pid_t sleeper = (pid_t)strtol(pid_text, NULL, 10);
+    free(pid_text);
+    kill(a.pid, SIGKILL);
+    sbx_exec_result *r = exec_wait(w);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+    TAP_CONTAINS(err_of(r), "went away");
+    sbx_exec_result_free(r);
+    TAP_EQ_INT(conn_alive(c), 0);
+    /* Later ops fail the same way, at once. */
+    r = run(c, "true", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+    sbx_exec_result_free(r);
+    /* The command outlived its agent (nobody killed its session): clean it up. */
+    kill(sleeper, SIGKILL);
+    teardown(c, &a);
+}
+
+static void raw_read_frame(int fd, sbx_frame *f, sbx_proto_reader *rd)
+{
+    for (;;) {
+        int rc = sbx__proto_reader_next(rd, f);
+        if (rc == 1)
+            return;
+        TAP_EQ_INT(rc, 0);
+        char buf[4096];
+        ssize_t n = read(fd, buf, sizeof(buf));
+        TAP_TRUE(n > 0);
+        TAP_EQ_INT(sbx__proto_reader_feed(rd, buf, (size_t)n), 0);
+    }
+}
+
+static void test_malformed_frame_closes_only_that_stream(void)
+{
+    setup();
+    struct agent a = start_listen(NULL, NULL, NULL);
+    sbx_agent_conn *c = connect_agent(&a);
+
+    const uint8_t *bad[] = {
+        /* A length far over the limit. */
+        (const uint8_t *)"\xff\xff\xff\xff\x10\x00\x00\x00\x01",
+        /* A length below the header. */
+        (const uint8_t *)"\x00\x00\x00\x02\x10\x00\x00\x00\x01",
+    };
+    for (size_t i = 0; i < 3; i++) {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", a.sock);
+        TAP_EQ_INT(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        sbx_proto_reader rd;
+        sbx__proto_reader_init(&rd, SBX_PROTO_MAX_PAYLOAD);
+        sbx_frame f;
+        raw_read_frame(fd, &f, &rd);
+        TAP_EQ_INT(f.type, SBX_MSG_HELLO);
+        if (i < 2) {
+            TAP_EQ_INT(write(fd, bad[i], 9), 9);
+        } else {
+            /* A valid hello, then an EXEC whose payload lies about its string lengths. */
+            sbx_pbuf b = {0};
+            sbx__pbuf_begin(&b);
+            sbx_msg_hello h = {SBX_PROTO_MAGIC, 1, 1, SBX_PROTO_MAX_PAYLOAD, (char *)"test"};
+            sbx__msg_hello_encode(&b, &h);
+            TAP_EQ_INT(sbx__pbuf_finish(&b, SBX_MSG_HELLO, 0), 0);
+            TAP_EQ_INT(write(fd, b.data, b.len), (long long)b.len);
+            sbx__pbuf_begin(&b);
+            sbx__pbuf_u32(&b, 0);
+            sbx__pbuf_u32(&b, 0xffffff00u);
+            TAP_EQ_INT(sbx__pbuf_finish(&b, SBX_MSG_EXEC, 7), 0);
+            TAP_EQ_INT(write(fd, b.data, b.len), (long long)b.len);
+            sbx__pbuf_free(&b);
+        }
+        /* The agent answers ERROR on channel 0 and closes the stream. */
+        raw_read_frame(fd, &f, &rd);
+        TAP_EQ_INT(f.type, SBX_MSG_ERROR);
+        char buf[64];
+        TAP_EQ_INT(read(fd, buf, sizeof(buf)), 0);
+        sbx__proto_reader_free(&rd);
+        close(fd);
+    }
+    /* The other connection and the agent carry on. */
+    sbx_exec_result *r = run(c, "echo alive", NULL);
+    TAP_EQ_STR(out_of(r), "alive\n");
+    sbx_exec_result_free(r);
+    TAP_EQ_INT(kill(a.pid, 0), 0);
+    teardown(c, &a);
+}
+
+static void test_user_switch(void)
+{
+    if (geteuid() != 0)
+        TAP_SKIP("switching users needs root");
+    setup();
+    char root[PATH_MAX], path[PATH_MAX];
+    const char *t = tap_tmpdir();
+    snprintf(root, sizeof(root), "%s/root", t);
+    snprintf(path, sizeof(path), "%s/root/etc", t);
+    TAP_EQ_INT(sbx__mkdir_p(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/root/etc/passwd", t);
+    TAP_EQ_INT(write_text(path, "root:x:0:0:root:/root:/bin/sh\n"
+                                "# a comment\n"
+                                "alice:x:4321:4322:Alice:/home/alice:/bin/sh\n"),
+               0);
+    snprintf(path, sizeof(path), "%s/root/etc/group", t);
+    TAP_EQ_INT(write_text(path, "root:x:0:\nalicegrp:x:4322:\nstaff:x:5000:bob,alice\n"
+                                "other:x:5001:bob\n"),
+               0);
+    struct agent a = start_listen(root, NULL, NULL);
+    sbx_agent_conn *c = connect_agent(&a);
+
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_user(o, "alice");
+    sbx_exec_opts_set_cwd(o, "/");
+    sbx_exec_result *r = run(c, "id -u; id -g; id -G; echo $HOME $USER $LOGNAME", o);
+    TAP_EQ_STR(out_of(r), "4321\n4322\n4322 5000\n/home/alice alice alice\n");
+    sbx_exec_result_free(r);
+
+    sbx_exec_opts_set_user(o, "4321:77");
+    r = run(c, "id -u; id -g", o);
+    TAP_EQ_STR(out_of(r), "4321\n77\n");
+    sbx_exec_result_free(r);
+
+    sbx_exec_opts_set_user(o, "alice:staff");
+    r = run(c, "id -u; id -g", o);
+    TAP_EQ_STR(out_of(r), "4321\n5000\n");
+    sbx_exec_result_free(r);
+
+    /* A numeric uid without an entry works (gid 0, as Docker). */
+    sbx_exec_opts_set_user(o, "6000");
+    r = run(c, "id -u; id -g", o);
+    TAP_EQ_STR(out_of(r), "6000\n0\n");
+    sbx_exec_result_free(r);
+
+    sbx_exec_opts_set_user(o, "mallory");
+    r = run(c, "id -u", o);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+    TAP_CONTAINS(err_of(r), "mallory");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+    teardown(c, &a);
+}
+
+static void test_ping_and_close_with_pending(void)
+{
+    setup();
+    struct agent a = start_stdio(NULL, NULL);
+    sbx_agent_conn *c = connect_agent(&a);
+    struct waiter *w = waiter_new();
+    struct ping_call pc = {c, w};
+    on_loop(do_ping, &pc);
+    waiter_wait(w);
+    TAP_EQ_INT(w->code, SBX_OK);
+    waiter_free(w);
+    /* Closing with an exec pending completes it (the agent kills it: its stream ended). */
+    struct waiter *ew = exec_start_async(c, "sleep 1000", NULL, NULL, NULL);
+    close_conn(c);
+    sbx_exec_result *r = exec_wait(ew);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+    sbx_exec_result_free(r);
+    /* --stdio: the agent exits once its only stream closed. */
+    int st = 0;
+    while (waitpid(a.pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    TAP_TRUE(WIFEXITED(st));
+    TAP_EQ_INT(WEXITSTATUS(st), 0);
+    sbx_provider_free(P);
+}
+
+static void test_connect_failures(void)
+{
+    setup();
+    /* Nothing listens: retried until the timeout, then a clear error. */
+    char sock[PATH_MAX];
+    snprintf(sock, sizeof(sock), "%s/none.sock", tap_tmpdir());
+    struct connect_call cc = {sock, -1, waiter_new()};
+    on_loop(do_connect_short, &cc);
+    waiter_wait(cc.w);
+    TAP_EQ_INT(cc.w->code, SBX_ETIMEDOUT);
+    TAP_NULL(cc.w->value);
+    TAP_CONTAINS(sbx_error_message(cc.w->err), "none.sock");
+    waiter_free(cc.w);
+
+    /* A peer that is not an agent (it answers garbage). */
+    int sv[2];
+    TAP_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    TAP_EQ_INT(write(sv[1], "HTTP/1.1 400 Bad Request\r\n\r\n", 28), 28);
+    struct connect_call cc2 = {NULL, sv[0], waiter_new()};
+    on_loop(do_connect, &cc2);
+    waiter_wait(cc2.w);
+    TAP_EQ_INT(cc2.w->code, SBX_EPROTO);
+    waiter_free(cc2.w);
+    close(sv[1]);
+    sbx_provider_free(P);
+}
+
+static void test_entrypoint_and_sigterm(void)
+{
+    setup();
+    char flag[PATH_MAX], script[PATH_MAX + 64];
+    snprintf(flag, sizeof(flag), "%s/service-ran", tap_tmpdir());
+    snprintf(script, sizeof(script), "echo $$ > %s; exec sleep 1000", flag);
+    char *const entry[] = {(char *)"sh", (char *)"-c", script, NULL};
+    struct agent a = start_listen(NULL, NULL, entry);
+    char *pid_text = NULL;
+    while (!(pid_text = read_text(flag)) || !strchr(pid_text, '\n')) {
+        free(pid_text);
+        usleep(5000);
+    }
+    pid_t service = (pid_t)strtol(pid_text, NULL, 10);
+    free(pid_text);
+    sbx_agent_conn *c = connect_agent(&a);
+    sbx_exec_result *r = run(c, "echo ok", NULL);
+    TAP_EQ_STR(out_of(r), "ok\n");
+    sbx_exec_result_free(r);
+    close_conn(c);
+    int st = stop_agent(&a);
+    TAP_TRUE(WIFEXITED(st));
+    TAP_EQ_INT(WEXITSTATUS(st), 0);
+    /* The socket is gone and nothing of the service is left. */
+    TAP_TRUE(access(a.sock, F_OK) != 0);
+    wait_gone(service);
+    sbx_provider_free(P);
+}
+
+TAP_MAIN(TAP(test_exec_basics), TAP(test_binary_output), TAP(test_timeout_kills_group),
+         TAP(test_cancel_kills_group), TAP_T(test_concurrent_execs, 120), TAP(test_output_cap),
+         TAP_T(test_upload_download, 120), TAP_T(test_upload_download_fallback_walk, 120),
+         TAP(test_path_escapes), TAP(test_path_escapes_fallback_walk),
+         TAP(test_agent_killed_mid_exec), TAP(test_malformed_frame_closes_only_that_stream),
+         TAP(test_user_switch), TAP(test_ping_and_close_with_pending), TAP(test_connect_failures),
+         TAP(test_entrypoint_and_sigterm))

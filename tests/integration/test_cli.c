@@ -1,0 +1,883 @@
+/*
+ * The sbx CLI as a user runs it: build/sbx as a real subprocess, with stdin,
+ * stdout and stderr kept apart and the exact exit status checked. The fake
+ * provider covers exit codes, output, usage errors, config and records; the
+ * local provider covers boxes shared by separate processes, cp, ttl and
+ * interruption. Every test has its own SBX_STATE_DIR and TMPDIR (so local
+ * workspaces land in the test's temp dir and can be checked for leaks).
+ */
+#include "tap.h"
+#include "common.h"
+
+#include <sbx.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+struct proc {
+    int code;
+    char *out, *err;
+    size_t out_len, err_len;
+};
+
+static char sbx_path[PATH_MAX];
+
+/* build/sbx next to this binary's build/tests/integration/. */
+static const char *sbx_bin(void)
+{
+    if (sbx_path[0])
+        return sbx_path;
+    char exe[PATH_MAX - 8];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        TAP_FAIL("readlink /proc/self/exe: %s", strerror(errno));
+    exe[n] = 0;
+    for (int i = 0; i < 3; i++) {
+        char *s = strrchr(exe, '/');
+        if (!s)
+            TAP_FAIL("unexpected test binary path %s", exe);
+        *s = 0;
+    }
+    snprintf(sbx_path, sizeof(sbx_path), "%s/sbx", exe);
+    if (access(sbx_path, X_OK) != 0)
+        TAP_FAIL("%s is not built (make tests builds it)", sbx_path);
+    return sbx_path;
+}
+
+/* A private state dir and TMPDIR for this test. */
+static void setup(void)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof(p), "%s/state", tap_tmpdir());
+    setenv("SBX_STATE_DIR", p, 1);
+    snprintf(p, sizeof(p), "%s/tmp", tap_tmpdir());
+    mkdir(p, 0700);
+    setenv("TMPDIR", p, 1);
+    unsetenv("SBX_PROVIDER");
+    sbx_bin();
+}
+
+static pid_t spawn(char *const *argv, int in_fd, int out_fd, int err_fd)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        TAP_FAIL("fork: %s", strerror(errno));
+    if (pid == 0) {
+        dup2(in_fd, 0);
+        dup2(out_fd, 1);
+        dup2(err_fd, 2);
+        execv(sbx_path, argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void append(char **buf, size_t *len, const char *data, size_t n)
+{
+    *buf = realloc(*buf, *len + n + 1);
+    memcpy(*buf + *len, data, n);
+    *len += n;
+    (*buf)[*len] = 0;
+}
+
+/*
+ * Runs sbx with `args` (NULL-terminated), feeding `in` (NULL: /dev/null) on
+ * stdin; collects stdout and stderr separately.
+ */
+static struct proc sbx_in(const char *in, size_t in_len, const char *const *args)
+{
+    char *argv[64];
+    int n = 0;
+    argv[n++] = (char *)"sbx";
+    for (; args[n - 1] && n < 63; n++)
+        argv[n] = (char *)args[n - 1];
+    argv[n] = NULL;
+    int pin[2], pout[2], perr[2];
+    if (pipe2(pin, O_CLOEXEC) < 0 || pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0)
+        TAP_FAIL("pipe: %s", strerror(errno));
+    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    pid_t pid = spawn(argv, in ? pin[0] : devnull, pout[1], perr[1]);
+    close(devnull);
+    close(pin[0]);
+    close(pout[1]);
+    close(perr[1]);
+    if (!in) {
+        close(pin[1]);
+        pin[1] = -1;
+    }
+    struct proc p = { 0 };
+    append(&p.out, &p.out_len, "", 0);
+    append(&p.err, &p.err_len, "", 0);
+    size_t written = 0;
+    int open_fds = 2;
+    while (open_fds > 0 || pin[1] >= 0) {
+        struct pollfd fds[3] = {
+            { .fd = pout[0], .events = POLLIN },
+            { .fd = perr[0], .events = POLLIN },
+            { .fd = pin[1], .events = POLLOUT },
+        };
+        if (poll(fds, 3, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            TAP_FAIL("poll: %s", strerror(errno));
+        }
+        char buf[65536];
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            ssize_t r = read(fds[i].fd, buf, sizeof(buf));
+            if (r > 0) {
+                if (i == 0)
+                    append(&p.out, &p.out_len, buf, (size_t)r);
+                else
+                    append(&p.err, &p.err_len, buf, (size_t)r);
+            } else if (r == 0 || errno != EINTR) {
+                close(fds[i].fd);
+                if (i == 0)
+                    pout[0] = -1;
+                else
+                    perr[0] = -1;
+                open_fds--;
+            }
+        }
+        if (pin[1] >= 0 && (fds[2].revents & (POLLOUT | POLLERR | POLLHUP))) {
+            ssize_t w = write(pin[1], in + written, in_len - written);
+            if (w > 0)
+                written += (size_t)w;
+            if (w < 0 || written == in_len) {
+                close(pin[1]);
+                pin[1] = -1;
+            }
+        }
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    p.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return p;
+}
+
+#define SBX(...) sbx_in(NULL, 0, (const char *const[]){ __VA_ARGS__, NULL })
+#define SBX_STDIN(data, len, ...) sbx_in(data, len, (const char *const[]){ __VA_ARGS__, NULL })
+
+static void proc_free(struct proc *p)
+{
+    free(p->out);
+    free(p->err);
+}
+
+/* Asserts the exit code and shows stderr when it differs. */
+#define EXPECT_CODE(p, want)                                                                       \
+    do {                                                                                           \
+        if ((p).code != (want))                                                                    \
+            TAP_FAIL("exit %d, expected %d; stdout: %s; stderr: %s", (p).code, (want), (p).out,   \
+                     (p).err);                                                                     \
+    } while (0)
+
+static json_t *parse_json(const char *text)
+{
+    json_error_t je;
+    json_t *v = json_loads(text, JSON_ALLOW_NUL, &je);
+    if (!v)
+        TAP_FAIL("not JSON (%s): %s", je.text, text);
+    return v;
+}
+
+static char *path_in_tmp(const char *name)
+{
+    static char buf[4][PATH_MAX];
+    static int i;
+    i = (i + 1) % 4;
+    snprintf(buf[i], sizeof(buf[i]), "%s/%s", tap_tmpdir(), name);
+    return buf[i];
+}
+
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? 0 : -1;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            n++;
+    closedir(d);
+    return n;
+}
+
+static int records(void) { return count_entries(path_in_tmp("state/boxes")); }
+/* Local workspaces live under TMPDIR; sbx cp's temp files too, briefly. */
+static int workspaces(void) { return count_entries(path_in_tmp("tmp")); }
+
+/* Creates a box and returns its id (static storage). */
+static const char *create_box(const char *const *args)
+{
+    static char id[256];
+    struct proc p = sbx_in(NULL, 0, args);
+    EXPECT_CODE(p, 0);
+    size_t n = strcspn(p.out, "\n");
+    TAP_TRUE(n > 0 && n < sizeof(id) && p.out[n] == '\n' && p.out[n + 1] == 0);
+    memcpy(id, p.out, n);
+    id[n] = 0;
+    proc_free(&p);
+    return id;
+}
+
+/* --- fake provider ------------------------------------------------------- */
+
+static void test_run_exit_codes(void)
+{
+    setup();
+    int codes[] = { 0, 1, 3, 42, 255 };
+    for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+        char n[8];
+        snprintf(n, sizeof(n), "%d", codes[i]);
+        struct proc p = SBX("run", "--provider", "fake", "--", "exit", n);
+        EXPECT_CODE(p, codes[i]);
+        TAP_EQ_STR(p.out, "");
+        TAP_EQ_STR(p.err, "");
+        proc_free(&p);
+    }
+    TAP_EQ_INT(records(), 0);
+}
+
+static void test_run_streams_separate(void)
+{
+    setup();
+    /* The fake's `cat` of a missing file: stderr only, status 1. */
+    struct proc p = SBX("run", "--provider", "fake", "--", "cat", "/nope");
+    EXPECT_CODE(p, 1);
+    TAP_EQ_STR(p.out, "");
+    TAP_EQ_STR(p.err, "cat: no such file\n");
+    proc_free(&p);
+}
+
+static void test_run_binary_output(void)
+{
+    setup();
+    char data[256];
+    for (int i = 0; i < 256; i++)
+        data[i] = (char)i;
+    const char *local = path_in_tmp("bin.dat");
+    FILE *f = fopen(local, "wb");
+    TAP_TRUE(f && fwrite(data, 1, sizeof(data), f) == sizeof(data));
+    fclose(f);
+    char file_arg[PATH_MAX + 16];
+    snprintf(file_arg, sizeof(file_arg), "/bin.dat=%s", local);
+    /* --file puts the bytes in the box at start; the fake's cat prints them back. */
+    struct proc p = SBX("run", "--provider", "fake", "--file", file_arg, "--", "cat", "/bin.dat");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_INT(p.out_len, sizeof(data));
+    TAP_TRUE(memcmp(p.out, data, sizeof(data)) == 0);
+    TAP_EQ_STR(p.err, "");
+    proc_free(&p);
+}
+
+static void test_run_quoting_and_stdin(void)
+{
+    setup();
+    static const char in[] = "line1\nzero\0byte";
+    struct proc p = SBX_STDIN(in, sizeof(in) - 1, "run", "--provider", "fake", "--timeout", "7",
+                              "--user", "1000", "--", "echo", "a b", "it's", "$HOME");
+    EXPECT_CODE(p, 0);
+    json_t *v = parse_json(p.out);
+    TAP_EQ_STR(json_string_value(json_object_get(v, "command")),
+               "echo 'a b' 'it'\"'\"'s' '$HOME'");
+    json_t *s = json_object_get(v, "stdin");
+    TAP_EQ_INT(json_string_length(s), sizeof(in) - 1);
+    TAP_TRUE(memcmp(json_string_value(s), in, sizeof(in) - 1) == 0);
+    TAP_EQ_INT((long long)json_number_value(json_object_get(v, "timeout")), 7);
+    TAP_EQ_STR(json_string_value(json_object_get(v, "user")), "1000");
+    json_decref(v);
+    proc_free(&p);
+
+    p = SBX_STDIN("x", 1, "run", "--provider", "fake", "--no-stdin", "--", "show");
+    EXPECT_CODE(p, 0);
+    v = parse_json(p.out);
+    TAP_TRUE(json_is_null(json_object_get(v, "stdin")));
+    json_decref(v);
+    proc_free(&p);
+}
+
+static void test_run_timeout(void)
+{
+    setup();
+    struct proc p = SBX("run", "--provider", "fake", "--timeout", "0.2", "--", "sleep", "30");
+    EXPECT_CODE(p, 124);
+    TAP_EQ_STR(p.out, "");
+    TAP_EQ_STR(p.err, "sbx: command timed out after 0.2s\n");
+    proc_free(&p);
+
+    p = SBX("run", "--provider", "fake", "--json", "--timeout", "0.2", "--", "sleep", "30");
+    EXPECT_CODE(p, 124);
+    json_t *v = parse_json(p.out);
+    TAP_EQ_INT(json_integer_value(json_object_get(v, "return_code")), 125);
+    TAP_EQ_STR(json_string_value(json_object_get(v, "error_type")), "timeout");
+    TAP_EQ_INT(json_integer_value(json_object_get(v, "exit_code")), 124);
+    TAP_TRUE(json_is_null(json_object_get(v, "stdout")));
+    json_decref(v);
+    proc_free(&p);
+}
+
+static void test_run_json_shape(void)
+{
+    setup();
+    struct proc p = SBX("run", "--provider", "fake", "--json", "--", "exit", "4");
+    EXPECT_CODE(p, 4);
+    json_t *v = parse_json(p.out);
+    TAP_TRUE(json_is_string(json_object_get(v, "id")));
+    TAP_EQ_INT(json_integer_value(json_object_get(v, "return_code")), 4);
+    TAP_EQ_STR(json_string_value(json_object_get(v, "stdout")), "");
+    TAP_EQ_STR(json_string_value(json_object_get(v, "stderr")), "");
+    TAP_TRUE(json_is_null(json_object_get(v, "error_type")));
+    TAP_TRUE(json_is_false(json_object_get(v, "truncated")));
+    json_decref(v);
+    proc_free(&p);
+}
+
+static void test_usage_errors(void)
+{
+    setup();
+    struct {
+        const char *args[10];
+        const char *msg;
+        const char *usage;
+    } cases[] = {
+        { { "run", "--provider", "fake" }, "sbx: no command given\n", "usage: sbx run " },
+        { { "run", "--bogus", "--", "true" }, "unknown option '--bogus'", "usage: sbx run " },
+        { { "run", "--timeout" }, "option '--timeout' needs a value", "usage: sbx run " },
+        { { "run", "--memory", "lots", "--", "true" }, "--memory expects", "usage: sbx run " },
+        { { "run", "-e", "NOEQUALS", "--", "true" }, "expects KEY=VALUE", "usage: sbx run " },
+        { { "run", "--timeout", "-1", "--", "true" }, "--timeout expects", "usage: sbx run " },
+        { { "run", "--port", "70000", "--provider", "fake", "--", "true" }, "port", NULL },
+        { { "exec" }, "sbx: no box ID given\n", "usage: sbx exec " },
+        { { "exec", "abc" }, "sbx: no command given\n", "usage: sbx exec " },
+        { { "cp", "a", "b" }, "exactly one of SRC and DST", "usage: sbx cp " },
+        { { "cp", "x:a", "y:b" }, "exactly one of SRC and DST", "usage: sbx cp " },
+        { { "status" }, "no box ID given", "usage: sbx status " },
+        { { "stop" }, "no box ID given", "usage: sbx stop " },
+        { { "create", "extra" }, "unexpected argument 'extra'", "usage: sbx create " },
+        { { "frobnicate" }, "unknown command 'frobnicate'", "usage: sbx COMMAND" },
+        { { "--frob" }, "unknown option '--frob'", "usage: sbx COMMAND" },
+        { { "run", "--block", "b", "--", "true" }, "--block needs --config", "usage: sbx run " },
+        { { "run", "--provider", "fake", "--config", "f", "--", "true" }, "cannot be used together",
+          "usage: sbx run " },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct proc p = sbx_in(NULL, 0, cases[i].args);
+        if (p.code != 2)
+            TAP_FAIL("case %zu (%s %s): exit %d: %s", i, cases[i].args[0],
+                     cases[i].args[1] ? cases[i].args[1] : "", p.code, p.err);
+        TAP_EQ_STR(p.out, "");
+        TAP_CONTAINS(p.err, cases[i].msg);
+        TAP_TRUE(!strncmp(p.err, "sbx: ", 5));
+        if (cases[i].usage)
+            TAP_CONTAINS(p.err, cases[i].usage);
+        proc_free(&p);
+    }
+    struct proc p = sbx_in(NULL, 0, (const char *const[]){ NULL });
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "usage: sbx");
+    proc_free(&p);
+}
+
+static void test_unknown_provider(void)
+{
+    setup();
+    struct proc p = SBX("run", "--provider", "nope", "--", "true");
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "sbx: Unknown sandbox provider 'nope'");
+    TAP_CONTAINS(p.err, "fake, fake_basic, local");
+    proc_free(&p);
+    /* The same through SBX_PROVIDER, the default's override. */
+    setenv("SBX_PROVIDER", "nope2", 1);
+    p = SBX("run", "--", "true");
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "'nope2'");
+    proc_free(&p);
+    setenv("SBX_PROVIDER", "fake", 1);
+    p = SBX("run", "--", "exit", "6");
+    EXPECT_CODE(p, 6);
+    proc_free(&p);
+}
+
+static void test_provider_failure_is_125(void)
+{
+    setup();
+    struct proc p =
+        SBX("run", "--provider", "{fake: {fail: {create: 'no capacity'}}}", "--", "true");
+    EXPECT_CODE(p, 125);
+    TAP_EQ_STR(p.err, "sbx: no capacity\n");
+    proc_free(&p);
+    p = SBX("run", "--provider", "{fake: {fail: {exec: 'exec broke'}}}", "--", "true");
+    EXPECT_CODE(p, 125);
+    TAP_EQ_STR(p.err, "sbx: exec broke\n");
+    proc_free(&p);
+    /* A provider config the provider rejects is a configuration error. */
+    p = SBX("run", "--provider", "{fake: {init_error: 'bad key'}}", "--", "true");
+    EXPECT_CODE(p, 2);
+    TAP_EQ_STR(p.err, "sbx: bad key\n");
+    proc_free(&p);
+    TAP_EQ_INT(records(), 0);
+}
+
+static void test_providers(void)
+{
+    setup();
+    struct proc p = SBX("providers");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "fake\nfake_basic\nlocal\n");
+    proc_free(&p);
+    p = SBX("providers", "--json");
+    EXPECT_CODE(p, 0);
+    json_t *v = parse_json(p.out);
+    TAP_EQ_INT(json_array_size(v), 3);
+    TAP_EQ_STR(json_string_value(json_array_get(v, 0)), "fake");
+    TAP_EQ_STR(json_string_value(json_array_get(v, 2)), "local");
+    json_decref(v);
+    proc_free(&p);
+}
+
+static void test_version_and_help(void)
+{
+    setup();
+    struct proc p = SBX("--version");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "sbx " SBX_VERSION_STRING "\n");
+    proc_free(&p);
+    const char *cmds[] = { "run", "create", "exec", "cp", "ls", "status", "stop", "gc", "providers" };
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        p = SBX(cmds[i], "--help");
+        EXPECT_CODE(p, 0);
+        char want[64];
+        snprintf(want, sizeof(want), "usage: sbx %s", cmds[i]);
+        TAP_CONTAINS(p.out, want);
+        TAP_EQ_STR(p.err, "");
+        proc_free(&p);
+    }
+    p = SBX("--help");
+    EXPECT_CODE(p, 0);
+    TAP_CONTAINS(p.out, "providers");
+    proc_free(&p);
+}
+
+static void test_config_file_blocks(void)
+{
+    setup();
+    const char *one = path_in_tmp("one.yaml");
+    TAP_EQ_INT(write_text(one, "sandbox_main:\n  fake:\n    marker: 42\n"), 0);
+    struct proc p = SBX("run", "--config", one, "--", "marker");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "42");
+    proc_free(&p);
+
+    const char *two = path_in_tmp("two.yaml");
+    TAP_EQ_INT(write_text(two, "a:\n  fake: {marker: 1}\nb:\n  fake:\n    marker: 2\n"
+                               "  default_metadata: {team: t}\n"),
+               0);
+    p = SBX("run", "--config", two, "--", "marker");
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "--block NAME (blocks: a, b)");
+    proc_free(&p);
+    p = SBX("run", "--config", two, "--block", "b", "--", "marker");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "2");
+    proc_free(&p);
+    p = SBX("run", "--config", two, "--block", "zzz", "--", "marker");
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "'zzz' is not defined");
+    proc_free(&p);
+
+    /* A file that is one provider mapping is used as it is. */
+    const char *bare = path_in_tmp("bare.json");
+    TAP_EQ_INT(write_text(bare, "{\"fake\": {\"marker\": \"m\"}}"), 0);
+    p = SBX("run", "--config", bare, "--", "marker");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "\"m\"");
+    proc_free(&p);
+
+    p = SBX("run", "--config", path_in_tmp("missing.yaml"), "--", "marker");
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "missing.yaml");
+    proc_free(&p);
+}
+
+static void test_spec_file(void)
+{
+    setup();
+    const char *spec = path_in_tmp("spec.yaml");
+    TAP_EQ_INT(write_text(spec, "image: python:3.12\nfiles:\n  /hello.txt: \"hi there\"\n"), 0);
+    struct proc p = SBX("run", "--provider", "fake", "--spec", spec, "--", "cat", "/hello.txt");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "hi there");
+    proc_free(&p);
+    TAP_EQ_INT(write_text(spec, "imag: typo\n"), 0);
+    p = SBX("run", "--provider", "fake", "--spec", spec, "--", "true");
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "sbx: --spec ");
+    proc_free(&p);
+}
+
+static void test_no_such_box(void)
+{
+    setup();
+    const char *cmds[][4] = { { "exec", "nope", "true" }, { "status", "nope", NULL },
+                              { "stop", "nope", NULL }, { "cp", "nope:/a", "/tmp/x" } };
+    for (size_t i = 0; i < 4; i++) {
+        struct proc p = sbx_in(NULL, 0, cmds[i]);
+        EXPECT_CODE(p, 3);
+        TAP_CONTAINS(p.err, "sbx: no such box: 'nope'");
+        proc_free(&p);
+    }
+}
+
+static void test_create_exec_ls_stop_fake(void)
+{
+    setup();
+    const char *id = create_box((const char *const[]){ "create", "--provider", "fake", "--label",
+                                                       "team=a", "--label", "run=7", NULL });
+    TAP_EQ_INT(records(), 1);
+    struct proc p = SBX("exec", id, "--", "exit", "9");
+    EXPECT_CODE(p, 9);
+    proc_free(&p);
+    /* Options after the ID, and a unique prefix of it. */
+    char prefix[16];
+    snprintf(prefix, sizeof(prefix), "%.8s", id);
+    p = SBX("exec", prefix, "--cwd", "/w", "-e", "K=V", "--", "show");
+    EXPECT_CODE(p, 0);
+    json_t *v = parse_json(p.out);
+    TAP_EQ_STR(json_string_value(json_object_get(v, "cwd")), "/w");
+    TAP_EQ_STR(json_string_value(json_object_get(json_object_get(v, "env"), "K")), "V");
+    json_decref(v);
+    proc_free(&p);
+
+    p = SBX("ls", "--json", "--label", "team=a");
+    EXPECT_CODE(p, 0);
+    v = parse_json(p.out);
+    TAP_EQ_INT(json_array_size(v), 1);
+    json_t *r = json_array_get(v, 0);
+    TAP_EQ_STR(json_string_value(json_object_get(r, "id")), id);
+    TAP_EQ_STR(json_string_value(json_object_get(r, "provider")), "fake");
+    TAP_EQ_STR(json_string_value(json_object_get(r, "status")), "running");
+    TAP_EQ_STR(json_string_value(json_object_get(json_object_get(r, "labels"), "run")), "7");
+    json_decref(v);
+    proc_free(&p);
+    p = SBX("ls", "--json", "--label", "team=b");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "[]\n");
+    proc_free(&p);
+
+    p = SBX("status", id);
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "running\n");
+    proc_free(&p);
+
+    p = SBX("stop", id);
+    EXPECT_CODE(p, 0);
+    TAP_TRUE(!strncmp(p.out, id, strlen(id)) && !strcmp(p.out + strlen(id), "\n"));
+    proc_free(&p);
+    TAP_EQ_INT(records(), 0);
+    p = SBX("ls", "-q");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "");
+    proc_free(&p);
+}
+
+static void test_gc_fake(void)
+{
+    setup();
+    /* One box that reports stopped, one its provider cannot reach, one alive. */
+    const char *a = create_box((const char *const[]){
+        "create", "--provider", "{fake: {status: stopped}}", NULL });
+    char stopped[256];
+    snprintf(stopped, sizeof(stopped), "%s", a);
+    a = create_box((const char *const[]){ "create", "--provider",
+                                          "{fake: {fail: {connect: 'gone'}}}", NULL });
+    char unreachable[256];
+    snprintf(unreachable, sizeof(unreachable), "%s", a);
+    a = create_box((const char *const[]){ "create", "--provider", "fake", NULL });
+    char alive[256];
+    snprintf(alive, sizeof(alive), "%s", a);
+    TAP_EQ_INT(records(), 3);
+
+    struct proc p = SBX("status", unreachable);
+    EXPECT_CODE(p, 125);
+    TAP_EQ_STR(p.out, "unreachable\n");
+    TAP_CONTAINS(p.err, "gone");
+    proc_free(&p);
+
+    p = SBX("gc", "--dry-run", "--json");
+    EXPECT_CODE(p, 0);
+    json_t *v = parse_json(p.out);
+    TAP_EQ_INT(json_array_size(v), 2);
+    json_decref(v);
+    proc_free(&p);
+    TAP_EQ_INT(records(), 3);
+
+    p = SBX("gc");
+    EXPECT_CODE(p, 0);
+    TAP_CONTAINS(p.out, stopped);
+    TAP_CONTAINS(p.out, unreachable);
+    TAP_TRUE(!strstr(p.out, alive));
+    proc_free(&p);
+    TAP_EQ_INT(records(), 1);
+    p = SBX("ls", "-q");
+    TAP_TRUE(!strncmp(p.out, alive, strlen(alive)) && !strcmp(p.out + strlen(alive), "\n"));
+    proc_free(&p);
+}
+
+/* --- local provider ------------------------------------------------------ */
+
+static void test_local_run_exact_output(void)
+{
+    setup();
+    struct proc p = SBX("run", "--", "sh", "-c", "printf 'out\\000\\377'; printf err >&2; exit 5");
+    EXPECT_CODE(p, 5);
+    TAP_EQ_INT(p.out_len, 5);
+    TAP_TRUE(memcmp(p.out, "out\0\377", 5) == 0);
+    TAP_EQ_STR(p.err, "err");
+    proc_free(&p);
+    p = SBX_STDIN("piped\n", 6, "run", "--", "tr", "a-z", "A-Z");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "PIPED\n");
+    proc_free(&p);
+    /* The shell's own codes for the command reach the caller unchanged. */
+    p = SBX("run", "--", "no-such-command-xyz");
+    EXPECT_CODE(p, 127);
+    proc_free(&p);
+    p = SBX("run", "--", "sh", "-c", "kill -TERM $$");
+    EXPECT_CODE(p, 128 + SIGTERM);
+    proc_free(&p);
+    TAP_EQ_INT(workspaces(), 0);
+    TAP_EQ_INT(records(), 0);
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+    TAP_EQ_INT(write_text(path, text), 0);
+    TAP_EQ_INT(chmod(path, mode), 0);
+}
+
+static mode_t mode_of(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) < 0)
+        TAP_FAIL("stat %s: %s", path, strerror(errno));
+    return st.st_mode & 07777;
+}
+
+static void test_local_create_exec_cp_stop(void)
+{
+    setup();
+    const char *made = create_box((const char *const[]){ "create", "--label", "job=cli", "--ttl",
+                                                         "600", "-e", "GREETING=hi", NULL });
+    char id[256];
+    snprintf(id, sizeof(id), "%s", made);
+    TAP_EQ_INT(workspaces(), 1);
+
+    /* State written by one process is seen by the next: the same box. */
+    struct proc p = SBX("exec", id, "--", "sh", "-c", "echo $GREETING > note.txt");
+    EXPECT_CODE(p, 0);
+    proc_free(&p);
+    p = SBX("exec", id, "--", "cat", "note.txt");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "hi\n");
+    proc_free(&p);
+
+    /* A file in and out. */
+    const char *f = path_in_tmp("in.txt");
+    write_file(f, "payload\n", 0640);
+    char dst[300];
+    snprintf(dst, sizeof(dst), "%s:copied.txt", id);
+    p = SBX("cp", f, dst);
+    EXPECT_CODE(p, 0);
+    proc_free(&p);
+    p = SBX("exec", id, "--", "cat", "copied.txt");
+    TAP_EQ_STR(p.out, "payload\n");
+    proc_free(&p);
+    snprintf(dst, sizeof(dst), "%s:note.txt", id);
+    p = SBX("cp", dst, path_in_tmp("back.txt"));
+    EXPECT_CODE(p, 0);
+    proc_free(&p);
+    char *back = read_text(path_in_tmp("back.txt"));
+    TAP_EQ_STR(back, "hi\n");
+    free(back);
+
+    /* A directory in, with modes, and back out. */
+    const char *tree = path_in_tmp("tree");
+    TAP_EQ_INT(mkdir(tree, 0755), 0);
+    char sub[PATH_MAX], file[PATH_MAX];
+    snprintf(sub, sizeof(sub), "%s/sub", tree);
+    TAP_EQ_INT(mkdir(sub, 0700), 0);
+    snprintf(file, sizeof(file), "%s/run.sh", tree);
+    write_file(file, "#!/bin/sh\necho ran\n", 0755);
+    snprintf(file, sizeof(file), "%s/sub/data", tree);
+    write_file(file, "data\n", 0600);
+    snprintf(dst, sizeof(dst), "%s:d/tree", id);
+    p = SBX("cp", tree, dst);
+    EXPECT_CODE(p, 0);
+    proc_free(&p);
+    p = SBX("exec", id, "--", "sh", "-c", "./d/tree/run.sh && cat d/tree/sub/data && stat -c %a d/tree/sub");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "ran\ndata\n700\n");
+    proc_free(&p);
+    p = SBX("cp", dst, path_in_tmp("out"));
+    EXPECT_CODE(p, 0);
+    proc_free(&p);
+    snprintf(file, sizeof(file), "%s/out/sub/data", tap_tmpdir());
+    char *data = read_text(file);
+    TAP_EQ_STR(data, "data\n");
+    free(data);
+    TAP_EQ_INT(mode_of(file), 0600);
+    snprintf(file, sizeof(file), "%s/out/run.sh", tap_tmpdir());
+    TAP_EQ_INT(mode_of(file), 0755);
+    snprintf(file, sizeof(file), "%s/out/sub", tap_tmpdir());
+    TAP_EQ_INT(mode_of(file), 0700);
+    /* A missing source in the box is an error that names it. */
+    snprintf(dst, sizeof(dst), "%s:no/such", id);
+    p = SBX("cp", dst, path_in_tmp("x"));
+    EXPECT_CODE(p, 1);
+    TAP_CONTAINS(p.err, "no/such");
+    proc_free(&p);
+
+    p = SBX("ls", "--json");
+    EXPECT_CODE(p, 0);
+    json_t *v = parse_json(p.out);
+    TAP_EQ_INT(json_array_size(v), 1);
+    json_t *r = json_array_get(v, 0);
+    TAP_EQ_STR(json_string_value(json_object_get(r, "status")), "running");
+    TAP_EQ_STR(json_string_value(json_object_get(json_object_get(r, "labels"), "job")), "cli");
+    TAP_EQ_INT((long long)json_number_value(json_object_get(r, "ttl_s")), 600);
+    json_decref(v);
+    proc_free(&p);
+
+    /* Only the workspace remains in TMPDIR: cp cleaned its temp archives. */
+    TAP_EQ_INT(workspaces(), 1);
+    p = SBX("stop", id);
+    EXPECT_CODE(p, 0);
+    proc_free(&p);
+    TAP_EQ_INT(records(), 0);
+    TAP_EQ_INT(workspaces(), 0);
+}
+
+static void test_local_gc_after_ttl(void)
+{
+    setup();
+    const char *made = create_box((const char *const[]){ "create", "--ttl", "0.5", NULL });
+    char id[256];
+    snprintf(id, sizeof(id), "%s", made);
+    TAP_EQ_INT(workspaces(), 1);
+    /* Wait out the TTL (the test's alarm bounds this). */
+    struct timespec ts = { 0, 100 * 1000 * 1000 };
+    for (;;) {
+        struct proc p = SBX("gc", "--dry-run");
+        bool due = strstr(p.out, "ttl expired") != NULL;
+        proc_free(&p);
+        if (due)
+            break;
+        nanosleep(&ts, NULL);
+    }
+    TAP_EQ_INT(records(), 1);
+    struct proc p = SBX("gc", "--json");
+    EXPECT_CODE(p, 0);
+    json_t *v = parse_json(p.out);
+    TAP_EQ_INT(json_array_size(v), 1);
+    TAP_EQ_STR(json_string_value(json_object_get(json_array_get(v, 0), "id")), id);
+    TAP_EQ_STR(json_string_value(json_object_get(json_array_get(v, 0), "reason")), "ttl expired");
+    TAP_TRUE(json_is_true(json_object_get(json_array_get(v, 0), "removed")));
+    json_decref(v);
+    proc_free(&p);
+    TAP_EQ_INT(records(), 0);
+    TAP_EQ_INT(workspaces(), 0);
+}
+
+/* The pid in `path` once a command has written it (bounded by the test's alarm). */
+static long wait_for_pid(const char *path)
+{
+    struct timespec ts = { 0, 20 * 1000 * 1000 };
+    for (;;) {
+        char *t = read_text(path);
+        long pid = t ? strtol(t, NULL, 10) : 0;
+        bool done = t && strchr(t, '\n');
+        free(t);
+        if (done && pid > 0)
+            return pid;
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* True while `pid` exists and is not a zombie. */
+static bool alive(long pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    char *s = read_text(path);
+    if (!s)
+        return false;
+    const char *paren = strrchr(s, ')');
+    bool zombie = paren && paren[1] == ' ' && paren[2] == 'Z';
+    free(s);
+    return !zombie;
+}
+
+static void interrupt_run(int sig)
+{
+    setup();
+    const char *pidfile = path_in_tmp("pid");
+    char script[PATH_MAX + 64];
+    snprintf(script, sizeof(script), "echo $$ > %s.tmp && mv %s.tmp %s; exec sleep 60", pidfile,
+             pidfile, pidfile);
+    char *argv[] = { (char *)"sbx", (char *)"run", (char *)"--", (char *)"sh", (char *)"-c", script,
+                     NULL };
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    int perr[2];
+    TAP_TRUE(pipe2(perr, O_CLOEXEC) == 0);
+    pid_t pid = spawn(argv, devnull, devnull, perr[1]);
+    close(perr[1]);
+    close(devnull);
+    long box_pid = wait_for_pid(pidfile);
+    TAP_TRUE(alive(box_pid));
+    TAP_EQ_INT(workspaces(), 1);
+    kill(pid, sig);
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    char err[1024] = "";
+    ssize_t n = read(perr[0], err, sizeof(err) - 1);
+    err[n > 0 ? n : 0] = 0;
+    close(perr[0]);
+    TAP_TRUE(WIFEXITED(st));
+    TAP_EQ_INT(WEXITSTATUS(st), 128 + sig);
+    TAP_CONTAINS(err, "interrupted by SIG");
+    TAP_TRUE(!alive(box_pid));
+    /* The command is dead, the workspace removed, nothing recorded. */
+    TAP_EQ_INT(workspaces(), 0);
+    TAP_EQ_INT(records(), 0);
+}
+
+static void test_local_sigint_run_leaves_nothing(void) { interrupt_run(SIGINT); }
+static void test_local_sigterm_run_leaves_nothing(void) { interrupt_run(SIGTERM); }
+
+TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_binary_output),
+         TAP(test_run_quoting_and_stdin), TAP(test_run_timeout), TAP(test_run_json_shape),
+         TAP(test_usage_errors), TAP(test_unknown_provider), TAP(test_provider_failure_is_125),
+         TAP(test_providers), TAP(test_version_and_help), TAP(test_config_file_blocks),
+         TAP(test_spec_file), TAP(test_no_such_box), TAP(test_create_exec_ls_stop_fake),
+         TAP(test_gc_fake), TAP(test_local_run_exact_output),
+         TAP_T(test_local_create_exec_cp_stop, 120), TAP(test_local_gc_after_ttl),
+         TAP(test_local_sigint_run_leaves_nothing), TAP(test_local_sigterm_run_leaves_nothing))
