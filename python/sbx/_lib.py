@@ -38,9 +38,10 @@ def _candidates() -> list[str]:
         out.append(env)
     here = Path(__file__).resolve()
     out.append(str(here.parents[2] / "build" / "libsbx.so"))  # a source checkout
-    # Installed as PREFIX/lib/pythonX.Y/*-packages/sbx: the library is PREFIX/lib/libsbx.so.0
-    # (found even before ldconfig has run, and under a DESTDIR).
-    out.append(str(here.parents[3] / "libsbx.so.0"))
+    # Installed (PREFIX/lib/pythonX.Y/*-packages/sbx, or any PYDIR under PREFIX):
+    # PREFIX/lib/libsbx.so.0, found even before ldconfig has run and under a DESTDIR.
+    for anc in here.parents[1:5]:
+        out.append(str(anc / "lib" / "libsbx.so.0"))
     found = ctypes.util.find_library("sbx")
     if found:
         out.append(found)
