@@ -2,11 +2,9 @@
 
 import asyncio
 import os
-import signal
 
 import pytest
 
-import sbx
 from sbx import AsyncSandbox, Sandbox, SandboxSpec, SandboxStatus
 from conftest import need_provider, run
 

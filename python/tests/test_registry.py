@@ -7,7 +7,6 @@ import textwrap
 
 import pytest
 
-import sbx
 from sbx import create_provider, get_provider_class, list_providers, register_provider
 from sbx.cprovider import CProvider
 from sbx import registry
