@@ -183,6 +183,17 @@ help:
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
 
+# --- sbx-shim ---
+# The linux provider's per-box supervisor. Linked --as-needed so it loads
+# only the few libraries it uses: it is exec'd once per box create.
+SHIM_SRC := $(sort $(wildcard src/shim/*.c))
+SHIM_OBJ := $(SHIM_SRC:%.c=$(B)/obj/%.o)
+$(B)/sbx-shim: $(SHIM_OBJ) $(B)/libsbx.a
+	$(CC) $(LDFLAGS_ALL) -Wl,--as-needed -o $@ $(SHIM_OBJ) $(B)/libsbx.a $(LIBS)
+all: $(B)/sbx-shim
+tests: $(B)/sbx-shim
+# --- end sbx-shim ---
+
 # --- sbx-agent ---
 # The in-box agent: src/agent plus the protocol codec (not the host client),
 # linked statically with libc only so it runs in any box. Under sanitizers it

@@ -244,6 +244,8 @@ typedef void (*sbx__op_done_fn)(int code, sbx_error *err, void *value, void *dat
 /* Makes an op whose completion calls done(...) on the loop thread. */
 SBX_INTERNAL sbx_op *sbx__op_new(sbx_provider *p, sbx__op_done_fn done, void *data);
 SBX_INTERNAL void sbx__op_cancel(sbx_op *op);
+/* The provider an op runs for: a provider wraps another op (sbx__op_new) around it. */
+SBX_INTERNAL sbx_provider *sbx__op_provider(const sbx_op *op);
 
 /* --- provider internals ------------------------------------------------- */
 

@@ -71,6 +71,7 @@ void sbx_op_complete(sbx_op *op, int code, sbx_error *err, void *value)
 }
 
 void *sbx_op_loop(sbx_op *op) { return sbx__context_uv(op->p->ctx); }
+sbx_provider *sbx__op_provider(const sbx_op *op) { return op->p; }
 const char *sbx_op_provider_name(const sbx_op *op) { return op->p->name; }
 int sbx_op_cancelled(const sbx_op *op) { return op->cancelled; }
 

@@ -3,6 +3,7 @@
 #include "providers/fake.h"
 
 SBX_INTERNAL extern const struct sbx_provider_ops sbx__local_provider;
+SBX_INTERNAL extern const struct sbx_provider_ops sbx__linux_provider;
 
 /*
  * The fake providers are built in so the CLI, the Python binding and sbxd
@@ -11,6 +12,7 @@ SBX_INTERNAL extern const struct sbx_provider_ops sbx__local_provider;
 static const struct sbx_provider_ops *const builtins[] = {
     &sbx__fake_provider,
     &sbx__fake_basic_provider,
+    &sbx__linux_provider,
     &sbx__local_provider,
     NULL,
 };

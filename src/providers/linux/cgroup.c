@@ -1,0 +1,341 @@
+/*
+ * cgroups for linux boxes: v2 where the unified hierarchy has controllers,
+ * v1 controllers otherwise (hybrid machines mount cgroup2 at
+ * /sys/fs/cgroup/unified with no controllers, and memory, pids, cpu as v1
+ * hierarchies under /sys/fs/cgroup/<controller>).
+ *
+ * Every box gets <root>/sbx/<id> in each hierarchy it uses. Groups are made
+ * by the shim before the box's init runs, the init is moved in before it
+ * execs anything, and the shim (or gc, when the shim died) removes them.
+ */
+#include "providers/linux/linux.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <time.h>
+
+#ifndef CGROUP2_SUPER_MAGIC
+#define CGROUP2_SUPER_MAGIC 0x63677270
+#endif
+
+#define CG_ROOT "/sys/fs/cgroup"
+
+static sbx_cg_mode detected;
+static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
+
+static bool exists(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+static void detect(void)
+{
+    struct statfs sf;
+    /* Pure v2: /sys/fs/cgroup itself is cgroup2 and lists controllers. */
+    if (statfs(CG_ROOT, &sf) == 0 && sf.f_type == CGROUP2_SUPER_MAGIC) {
+        char *c = NULL;
+        size_t n = 0;
+        if (sbx__read_file(CG_ROOT "/cgroup.controllers", &c, &n) == 0 &&
+            strstr(c, "memory") && strstr(c, "pids")) {
+            detected = SBX_CG_V2;
+            free(c);
+            return;
+        }
+        free(c);
+    }
+    if (exists(CG_ROOT "/memory/memory.limit_in_bytes") && exists(CG_ROOT "/pids/cgroup.procs")) {
+        detected = SBX_CG_V1;
+        return;
+    }
+    detected = SBX_CG_NONE;
+}
+
+sbx_cg_mode sbx__cg_mode(void)
+{
+    pthread_once(&detect_once, detect);
+    return detected;
+}
+
+static int write_str(const char *dir, const char *file, const char *val)
+{
+    _cleanup_free_ char *p = sbx__printf("%s/%s", dir, file);
+    if (!p)
+        return -ENOMEM;
+    _cleanup_close_ int fd = open(p, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    size_t len = strlen(val);
+    if (write(fd, val, len) != (ssize_t)len)
+        return -errno;
+    return 0;
+}
+
+/* The v1 directory of the cpu controller: "cpu" or the joined "cpu,cpuacct". */
+static const char *v1_cpu_dir(void)
+{
+    if (exists(CG_ROOT "/cpu/cpu.cfs_quota_us"))
+        return CG_ROOT "/cpu";
+    if (exists(CG_ROOT "/cpu,cpuacct/cpu.cfs_quota_us"))
+        return CG_ROOT "/cpu,cpuacct";
+    return NULL;
+}
+
+/* mkdir <parent>/sbx (shared, kept) and <parent>/sbx/<id> (the box's). */
+static char *make_group(const char *parent, const char *id, sbx_error **err)
+{
+    _cleanup_free_ char *base = sbx__printf("%s/sbx", parent);
+    char *dir = sbx__printf("%s/sbx/%s", parent, id);
+    if (!base || !dir) {
+        free(dir);
+        sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        return NULL;
+    }
+    if (mkdir(base, 0755) < 0 && errno != EEXIST) {
+        sbx__set_errno(err, SBX_ECREATE, errno,
+                       "cannot create cgroup %s (is the cgroup filesystem writable? run as root)",
+                       base);
+        free(dir);
+        return NULL;
+    }
+    if (mkdir(dir, 0755) < 0) {
+        sbx__set_errno(err, SBX_ECREATE, errno, "cannot create cgroup %s", dir);
+        free(dir);
+        return NULL;
+    }
+    return dir;
+}
+
+static int limit_fail(sbx_error **err, int e, const char *dir, const char *file, const char *val)
+{
+    return sbx__set_errno(err, SBX_ECREATE, -e, "cgroup refused %s=%s in %s", file, val, dir);
+}
+
+static int setup_v2(const char *id, const sbx_cg_limits *lim, json_t *paths, sbx_error **err)
+{
+    /*
+     * Controllers must be enabled in each ancestor's subtree_control before a
+     * child can use them. The root normally has them (systemd enables them);
+     * we enable them in our own sbx/ level. Errors on the root are ignored: a
+     * delegated root may refuse, and the write into sbx/ then tells the truth.
+     */
+    write_str(CG_ROOT, "cgroup.subtree_control", "+memory +pids +cpu");
+    _cleanup_free_ char *dir = make_group(CG_ROOT, id, err);
+    if (!dir)
+        return SBX_ECREATE;
+    json_array_append_new(paths, json_string(dir));
+    int e = write_str(CG_ROOT "/sbx", "cgroup.subtree_control", "+memory +pids +cpu");
+    if (e < 0 && (lim->memory_bytes > 0 || lim->pids > 0 || lim->cpu > 0))
+        return limit_fail(err, e, CG_ROOT "/sbx", "cgroup.subtree_control", "+memory +pids +cpu");
+    char v[64];
+    if (lim->memory_bytes > 0) {
+        snprintf(v, sizeof(v), "%lld", lim->memory_bytes);
+        if ((e = write_str(dir, "memory.max", v)) < 0)
+            return limit_fail(err, e, dir, "memory.max", v);
+        /* No swap: the limit is the box's memory, as Docker's --memory-swap=--memory. */
+        write_str(dir, "memory.swap.max", "0");
+        /* An OOM kills the offending process only, so the box (and its agent) live on. */
+        write_str(dir, "memory.oom.group", "0");
+    }
+    if (lim->pids > 0) {
+        snprintf(v, sizeof(v), "%lld", lim->pids);
+        if ((e = write_str(dir, "pids.max", v)) < 0)
+            return limit_fail(err, e, dir, "pids.max", v);
+    }
+    if (lim->cpu > 0) {
+        snprintf(v, sizeof(v), "%lld 100000", (long long)(lim->cpu * 100000 + 0.5));
+        if ((e = write_str(dir, "cpu.max", v)) < 0)
+            return limit_fail(err, e, dir, "cpu.max", v);
+    }
+    return SBX_OK;
+}
+
+static int setup_v1(const char *id, const sbx_cg_limits *lim, json_t *paths, sbx_error **err)
+{
+    char v[64];
+    int e;
+    /* memory and pids always (pids carries the default cap), cpu when limited. */
+    _cleanup_free_ char *mem = make_group(CG_ROOT "/memory", id, err);
+    if (!mem)
+        return SBX_ECREATE;
+    json_array_append_new(paths, json_string(mem));
+    if (lim->memory_bytes > 0) {
+        snprintf(v, sizeof(v), "%lld", lim->memory_bytes);
+        if ((e = write_str(mem, "memory.limit_in_bytes", v)) < 0)
+            return limit_fail(err, e, mem, "memory.limit_in_bytes", v);
+        /* memsw exists only with swap accounting; equal limits mean no swap. */
+        write_str(mem, "memory.memsw.limit_in_bytes", v);
+    }
+    /* Keep the OOM killer on: it kills the offender, the box lives on. */
+    write_str(mem, "memory.oom_control", "0");
+    _cleanup_free_ char *pids = make_group(CG_ROOT "/pids", id, err);
+    if (!pids)
+        return SBX_ECREATE;
+    json_array_append_new(paths, json_string(pids));
+    if (lim->pids > 0) {
+        snprintf(v, sizeof(v), "%lld", lim->pids);
+        if ((e = write_str(pids, "pids.max", v)) < 0)
+            return limit_fail(err, e, pids, "pids.max", v);
+    }
+    if (lim->cpu > 0) {
+        const char *cpu_root = v1_cpu_dir();
+        if (!cpu_root)
+            return sbx__set_error(err, SBX_ECREATE,
+                                  "a cpu limit needs the cpu cgroup controller, which is not mounted");
+        _cleanup_free_ char *cpu = make_group(cpu_root, id, err);
+        if (!cpu)
+            return SBX_ECREATE;
+        json_array_append_new(paths, json_string(cpu));
+        if ((e = write_str(cpu, "cpu.cfs_period_us", "100000")) < 0)
+            return limit_fail(err, e, cpu, "cpu.cfs_period_us", "100000");
+        snprintf(v, sizeof(v), "%lld", (long long)(lim->cpu * 100000 + 0.5));
+        if ((e = write_str(cpu, "cpu.cfs_quota_us", v)) < 0)
+            return limit_fail(err, e, cpu, "cpu.cfs_quota_us", v);
+    }
+    return SBX_OK;
+}
+
+int sbx__cg_create(const char *id, const sbx_cg_limits *lim, json_t **paths_out, sbx_error **err)
+{
+    json_t *paths = json_array();
+    if (!paths)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    int rc = SBX_OK;
+    switch (sbx__cg_mode()) {
+    case SBX_CG_V2:
+        rc = setup_v2(id, lim, paths, err);
+        break;
+    case SBX_CG_V1:
+        rc = setup_v1(id, lim, paths, err);
+        break;
+    case SBX_CG_NONE:
+        if (lim->memory_bytes > 0 || lim->cpu > 0)
+            rc = sbx__set_error(err, SBX_ECREATE,
+                                "resource limits need cgroups, and no writable cgroup "
+                                "filesystem is mounted at " CG_ROOT);
+        break;
+    }
+    if (rc < 0) {
+        sbx__cg_destroy(paths);
+        json_decref(paths);
+        return rc;
+    }
+    *paths_out = paths;
+    return SBX_OK;
+}
+
+int sbx__cg_attach(const json_t *paths, pid_t pid, sbx_error **err)
+{
+    char v[32];
+    snprintf(v, sizeof(v), "%d", (int)pid);
+    size_t i;
+    json_t *p;
+    json_array_foreach(paths, i, p)
+    {
+        int e = write_str(json_string_value(p), "cgroup.procs", v);
+        if (e < 0)
+            return sbx__set_errno(err, SBX_ECREATE, -e, "cannot move the box into cgroup %s",
+                                  json_string_value(p));
+    }
+    return SBX_OK;
+}
+
+/* Kills every process listed in a group (v1 has no cgroup.kill). */
+static void kill_procs(const char *dir)
+{
+    _cleanup_free_ char *p = sbx__printf("%s/cgroup.procs", dir);
+    char *data = NULL;
+    size_t n = 0;
+    if (!p || sbx__read_file(p, &data, &n) < 0)
+        return;
+    for (char *s = data; s && *s;) {
+        char *end;
+        long pid = strtol(s, &end, 10);
+        if (end == s)
+            break;
+        if (pid > 1)
+            kill((pid_t)pid, SIGKILL);
+        s = end;
+        while (*s == '\n')
+            s++;
+    }
+    free(data);
+}
+
+int sbx__cg_destroy(const json_t *paths)
+{
+    int rc = 0;
+    size_t i;
+    json_t *p;
+    json_array_foreach(paths, i, p)
+    {
+        const char *dir = json_string_value(p);
+        /* Only our own groups: never remove anything outside an sbx/ level. */
+        if (!dir || !strstr(dir, "/sbx/"))
+            continue;
+        /*
+         * rmdir fails with EBUSY while a task is still attached, which lasts a
+         * moment after the box's init has been reaped (its other processes are
+         * released asynchronously). Kill stragglers and retry for up to ~2 s.
+         */
+        for (int tries = 0;; tries++) {
+            if (rmdir(dir) == 0 || errno == ENOENT)
+                break;
+            if (errno != EBUSY || tries >= 400) {
+                rc = -errno;
+                break;
+            }
+            if (tries % 20 == 0)
+                kill_procs(dir);
+            struct timespec ts = { 0, 5 * 1000 * 1000 };
+            nanosleep(&ts, NULL);
+        }
+    }
+    return rc;
+}
+
+static long long field(const char *text, const char *key)
+{
+    size_t kl = strlen(key);
+    for (const char *s = text; s && *s;) {
+        if (!strncmp(s, key, kl) && s[kl] == ' ')
+            return strtoll(s + kl + 1, NULL, 10);
+        s = strchr(s, '\n');
+        if (s)
+            s++;
+    }
+    return -1;
+}
+
+long long sbx__cg_oom_kills(const json_t *paths)
+{
+    size_t i;
+    json_t *p;
+    json_array_foreach(paths, i, p)
+    {
+        const char *dir = json_string_value(p);
+        if (!dir)
+            continue;
+        const char *file = NULL;
+        if (strstr(dir, "/memory/"))
+            file = "memory.oom_control"; /* v1: "oom_kill N" since Linux 4.13 */
+        else if (sbx__cg_mode() == SBX_CG_V2)
+            file = "memory.events"; /* v2: "oom_kill N" */
+        if (!file)
+            continue;
+        _cleanup_free_ char *path = sbx__printf("%s/%s", dir, file);
+        char *data = NULL;
+        size_t n = 0;
+        if (!path || sbx__read_file(path, &data, &n) < 0)
+            return -1;
+        long long v = field(data, "oom_kill");
+        free(data);
+        return v;
+    }
+    return -1;
+}

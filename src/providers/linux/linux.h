@@ -1,0 +1,187 @@
+/*
+ * The linux provider's internal interfaces, shared by the provider (in
+ * libsbx) and by sbx-shim, the per-box supervisor (src/shim).
+ *
+ * On-disk layout under the state directory (sbx__linux_state_dir()):
+ *
+ *   boxes/<id>/record.json   the box record (written by the shim)
+ *   boxes/<id>/run/          bind-mounted at /run/sbx in the box; holds agent.sock
+ *   boxes/<id>/root/         an empty directory the box's root is built on
+ *                            (every mount happens in the box's mount namespace)
+ *   images/sha256-<hex>/     an unpacked image: rootfs/ and meta.json
+ *   images/names/<name>      the digest a name points to
+ *   images/sources/<key>     the digest of a tarball or OCI layout by path+size+mtime
+ *   images/none-v1/          the skeleton lower layer of the "none" image
+ */
+#ifndef SBX_LINUX_H
+#define SBX_LINUX_H
+
+#include "core/internal.h"
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SBX_LINUX_AGENT_SOCK "/run/sbx/agent.sock"
+#define SBX_LINUX_DEFAULT_PIDS 4096
+#define SBX_LINUX_DEFAULT_READY_TIMEOUT_S 30.0
+/* The skeleton of the "none" image changes with this version. */
+#define SBX_LINUX_NONE_IMAGE "none-v1"
+
+/* --- state directory and box records (state.c) -------------------------- */
+
+/*
+ * The state directory: `override` when non-NULL and non-empty, else
+ * $SBX_STATE_DIR/linux, else /run/sbx/linux for root and
+ * $XDG_RUNTIME_DIR/sbx/linux (or /tmp/sbx-<uid>/linux) for others. Malloc'd.
+ */
+SBX_INTERNAL char *sbx__linux_state_dir(const char *override);
+
+/* A parsed box record. */
+typedef struct {
+    char *id;
+    char *box_dir;
+    char *image;
+    char *state;    /* "creating", "running", "error" */
+    char *hostname;
+    char *socket;   /* the agent socket's host path */
+    double created; /* unix seconds */
+    double ttl_s;   /* < 0: none */
+    double expires; /* unix seconds; 0 when no TTL */
+    pid_t shim_pid;
+    unsigned long long shim_start; /* /proc/PID/stat starttime, to tell reuse */
+    json_t *metadata;              /* object, never NULL once read */
+    json_t *cgroups;               /* array of cgroup directory paths */
+} sbx_linux_record;
+
+SBX_INTERNAL int sbx__linux_record_read(const char *box_dir, sbx_linux_record *rec,
+                                        sbx_error **err);
+SBX_INTERNAL void sbx__linux_record_free(sbx_linux_record *rec);
+/* /proc/PID/stat field 22, or 0 when the process is gone. */
+SBX_INTERNAL unsigned long long sbx__linux_proc_start(pid_t pid);
+/* True when the record's shim is the process running under its pid. */
+SBX_INTERNAL bool sbx__linux_shim_alive(const sbx_linux_record *rec);
+
+/*
+ * Listing: one entry per box directory under the state directory. The entry
+ * says whether its shim is alive. Labels filter by metadata (all must match;
+ * NULL or empty: no filter).
+ */
+typedef struct {
+    sbx_linux_record rec;
+    bool shim_alive;
+    bool expired;
+} sbx_linux_box_info;
+
+SBX_INTERNAL int sbx__linux_list(const char *state_dir, const sbx_kv *labels,
+                                 sbx_linux_box_info **out, size_t *n_out, sbx_error **err);
+SBX_INTERNAL void sbx__linux_list_free(sbx_linux_box_info *boxes, size_t n);
+
+/*
+ * Garbage collection. Removes, for every box under the state directory:
+ * orphans (shim dead: leftover cgroups, directory) always; expired boxes
+ * (TTL passed but still running: its shim is told to stop, then waited for);
+ * and, when `labels` is non-empty, every box whose metadata matches them
+ * (stopped like expired ones). With `dry_run` nothing is touched. Each removed
+ * id is appended to `removed` (a NULL-terminated malloc'd vector, may be NULL).
+ */
+typedef struct {
+    const sbx_kv *labels; /* stop every matching box */
+    bool dry_run;
+    double stop_timeout_s; /* how long to wait for a shim to finish (default 10) */
+} sbx_linux_gc_opts;
+
+SBX_INTERNAL int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts,
+                               char ***removed, sbx_error **err);
+
+/*
+ * Stops one box by id: signals its shim and waits up to `timeout_s` for it
+ * to exit; removes the leftovers of a dead shim. SBX_ENOENT when there is no
+ * such box.
+ */
+SBX_INTERNAL int sbx__linux_stop_box(const char *state_dir, const char *id, double timeout_s,
+                                     sbx_error **err);
+/* Removes what a box with a dead shim left: cgroups, then its directory. */
+SBX_INTERNAL int sbx__linux_remove_leftovers(const char *box_dir, const sbx_linux_record *rec);
+
+/* --- cgroups (cgroup.c) ---------------------------------------------------- */
+
+typedef enum {
+    SBX_CG_NONE = 0, /* no usable cgroup filesystem: limits refused */
+    SBX_CG_V1,       /* per-controller hierarchies (possibly hybrid) */
+    SBX_CG_V2,       /* unified hierarchy with controllers */
+} sbx_cg_mode;
+
+typedef struct {
+    long long memory_bytes; /* <= 0: none */
+    long long pids;         /* <= 0: none */
+    double cpu;             /* <= 0: none */
+} sbx_cg_limits;
+
+/* What is mounted, detected once per process. */
+SBX_INTERNAL sbx_cg_mode sbx__cg_mode(void);
+/*
+ * Creates the box's groups under <root>/sbx/<id> and writes the limits.
+ * `paths` receives the created directories (JSON array of strings), so the
+ * record can name them for removal. On failure nothing stays created.
+ */
+SBX_INTERNAL int sbx__cg_create(const char *id, const sbx_cg_limits *lim, json_t **paths,
+                                sbx_error **err);
+/* Moves `pid` into every group in `paths`. */
+SBX_INTERNAL int sbx__cg_attach(const json_t *paths, pid_t pid, sbx_error **err);
+/* Kills what is left in the groups and removes them (retrying while busy). */
+SBX_INTERNAL int sbx__cg_destroy(const json_t *paths);
+/* The number of OOM kills in the box's memory group, or -1 when unknown. */
+SBX_INTERNAL long long sbx__cg_oom_kills(const json_t *paths);
+
+/* --- images (image.c) ------------------------------------------------------ */
+
+typedef void (*sbx_linux_progress_cb)(const char *stage, uint64_t done, uint64_t total,
+                                      void *data);
+
+/*
+ * Resolves a spec image to a cached read-only root directory:
+ *   NULL, "", "none"     -> the skeleton of the "none" image (*none_image = true)
+ *   an imported name     -> images/<digest>/rootfs
+ *   /abs/dir             -> used in place (not copied)
+ *   /abs/file.tar[.gz…]  -> unpacked once, cached by digest
+ *   oci:/abs/layout[:tag] or a directory holding oci-layout -> layers applied once
+ * Blocking (may unpack). `rootfs` is malloc'd.
+ */
+SBX_INTERNAL int sbx__linux_image_resolve(const char *state_dir, const char *image,
+                                          char **rootfs, bool *none_image, sbx_error **err);
+
+/*
+ * Imports `source` (tarball, directory, OCI layout) under `name`. `progress`
+ * (optional) is called with a stage name and bytes done/total. Blocking.
+ */
+SBX_INTERNAL int sbx__linux_image_import(const char *state_dir, const char *name,
+                                         const char *source, sbx_linux_progress_cb progress,
+                                         void *data, sbx_error **err);
+
+typedef struct {
+    char *name;   /* the imported name, or NULL for an unnamed cache entry */
+    char *digest; /* "sha256:<hex>" */
+    char *source; /* where it came from */
+    uint64_t size;
+    double created;
+} sbx_linux_image_info;
+
+SBX_INTERNAL int sbx__linux_image_list(const char *state_dir, sbx_linux_image_info **out,
+                                       size_t *n, sbx_error **err);
+SBX_INTERNAL void sbx__linux_image_list_free(sbx_linux_image_info *v, size_t n);
+/* Removes a name (and its cached tree when no other name points at it). */
+SBX_INTERNAL int sbx__linux_image_remove(const char *state_dir, const char *name,
+                                         sbx_error **err);
+
+/* SHA-256 (sha256.c). */
+typedef struct {
+    uint32_t h[8];
+    uint64_t len;
+    unsigned char buf[64];
+    size_t n;
+} sbx_sha256;
+SBX_INTERNAL void sbx__sha256_init(sbx_sha256 *s);
+SBX_INTERNAL void sbx__sha256_update(sbx_sha256 *s, const void *data, size_t len);
+SBX_INTERNAL void sbx__sha256_hex(sbx_sha256 *s, char out[65]);
+
+#endif /* SBX_LINUX_H */

@@ -1,0 +1,1139 @@
+/*
+ * The linux provider: boxes made of Linux namespaces, an overlayfs root over
+ * a cached image, cgroup limits, seccomp and reduced capabilities, each
+ * supervised by its own sbx-shim process, with sbx-agent as its PID 1.
+ *
+ * create: resolve the image (worker pool: it may unpack), spawn sbx-shim with
+ *         a control socket, send it the box description, wait for "ready",
+ *         connect to the agent's socket, say "ack". Any failure before the
+ *         ack makes the shim remove everything, and the op completes only
+ *         once it has (the control socket's EOF).
+ * exec, upload, download: the agent protocol over the box's unix socket.
+ * close:  SIGTERM to the shim through a pidfd; done when the shim has exited
+ *         (it removes cgroups and the box directory on its way out).
+ */
+#include "providers/linux/linux.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include <uv.h>
+
+#include "proto/client.h"
+
+struct linux_state {
+    char *state_dir;
+    char *shim;
+    char *agent;
+    long long pids;
+    bool net_host;
+    bool userns;
+    unsigned uid_base;
+    bool seccomp;
+    double stop_grace_s;
+    double stop_timeout_s;
+    int agent_dynamic; /* -1 unknown, 0 static, 1 needs an interpreter */
+};
+
+struct linux_box {
+    char *id;
+    char *box_dir;
+    char *socket;
+    json_t *cgroups;
+    char **base_env; /* "K=V", NULL-ended */
+    sbx_agent_conn *conn;
+    pid_t shim_pid;
+    unsigned long long shim_start;
+    struct linux_state *st;
+};
+
+static const char *box_id(const void *box) { return ((const struct linux_box *)box)->id; }
+
+static void box_free(void *box)
+{
+    struct linux_box *b = box;
+    if (!b)
+        return;
+    if (b->conn)
+        sbx__agent_close(b->conn);
+    free(b->id);
+    free(b->box_dir);
+    free(b->socket);
+    json_decref(b->cgroups);
+    sbx_strv_free(b->base_env);
+    free(b);
+}
+
+/* --- config --------------------------------------------------------------- */
+
+static bool executable(const char *p)
+{
+    return p && access(p, X_OK) == 0;
+}
+
+/*
+ * Finds a helper binary (sbx-shim, sbx-agent): $ENV, next to the program or
+ * library this code is in and up to two levels above (build/ from
+ * build/tests/integration/), the install's libexec, then PATH.
+ */
+static char *find_helper(const char *name, const char *env)
+{
+    const char *e = getenv(env);
+    if (e && *e)
+        return strdup(e);
+    char self[PATH_MAX];
+    Dl_info info;
+    const char *bases[2] = { NULL, NULL };
+    if (dladdr((void *)find_helper, &info) && info.dli_fname && strchr(info.dli_fname, '/'))
+        bases[0] = info.dli_fname;
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = 0;
+        bases[1] = self;
+    }
+    for (int b = 0; b < 2; b++) {
+        if (!bases[b])
+            continue;
+        char *dir = realpath(bases[b], NULL);
+        for (int up = 0; dir && up < 3; up++) {
+            char *slash = strrchr(dir, '/');
+            if (!slash)
+                break;
+            *slash = 0;
+            char *cand = sbx__printf("%s/%s", *dir ? dir : "", name);
+            if (executable(cand)) {
+                free(dir);
+                return cand;
+            }
+            free(cand);
+        }
+        free(dir);
+    }
+    static const char *const fixed[] = { "/usr/local/libexec/sbx", "/usr/libexec/sbx",
+                                         "/usr/local/lib/sbx", "/usr/lib/sbx" };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(fixed); i++) {
+        char *cand = sbx__printf("%s/%s", fixed[i], name);
+        if (executable(cand))
+            return cand;
+        free(cand);
+    }
+    const char *path = getenv("PATH");
+    _cleanup_free_ char *copy = path ? strdup(path) : NULL;
+    for (char *save = NULL, *d = copy ? strtok_r(copy, ":", &save) : NULL; d;
+         d = strtok_r(NULL, ":", &save)) {
+        char *cand = sbx__printf("%s/%s", d, name);
+        if (executable(cand))
+            return cand;
+        free(cand);
+    }
+    return NULL;
+}
+
+/* 1 when an ELF executable names an interpreter (is dynamically linked), 0 if not, -1 unknown. */
+static int elf_dynamic(const char *path)
+{
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+    Elf64_Ehdr eh;
+    if (fd < 0 || pread(fd, &eh, sizeof(eh), 0) != (ssize_t)sizeof(eh) ||
+        memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64)
+        return -1;
+    for (int i = 0; i < eh.e_phnum; i++) {
+        Elf64_Phdr ph;
+        if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + (Elf64_Off)i * eh.e_phentsize)) !=
+            (ssize_t)sizeof(ph))
+            return -1;
+        if (ph.p_type == PT_INTERP)
+            return 1;
+    }
+    return 0;
+}
+
+static void state_free(struct linux_state *st)
+{
+    if (!st)
+        return;
+    free(st->state_dir);
+    free(st->shim);
+    free(st->agent);
+    free(st);
+}
+
+static int cfg_error(sbx_error **err, const char *key, const char *want)
+{
+    return sbx__set_error(err, SBX_EINVAL, "linux provider: %s must be %s", key, want);
+}
+
+static int linux_init(const char *config_json, void **state, sbx_error **err)
+{
+    json_error_t je;
+    _cleanup_json_ json_t *cfg = json_loads(config_json ? config_json : "{}", 0, &je);
+    if (!json_is_object(cfg))
+        return sbx__set_error(err, SBX_EINVAL, "linux provider config must be a mapping");
+    struct linux_state *st = calloc(1, sizeof(*st));
+    if (!st)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    st->pids = SBX_LINUX_DEFAULT_PIDS;
+    st->seccomp = true;
+    st->uid_base = 100000;
+    st->stop_timeout_s = 10;
+    st->agent_dynamic = -1;
+    const char *key;
+    json_t *v;
+    int rc = SBX_OK;
+    json_object_foreach(cfg, key, v)
+    {
+        if (!strcmp(key, "state_dir") || !strcmp(key, "shim") || !strcmp(key, "agent")) {
+            if (!json_is_string(v)) {
+                rc = cfg_error(err, key, "a path");
+                break;
+            }
+            char **dst = !strcmp(key, "state_dir") ? &st->state_dir
+                         : !strcmp(key, "shim")    ? &st->shim
+                                                   : &st->agent;
+            *dst = strdup(json_string_value(v));
+        } else if (!strcmp(key, "pids_limit")) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0) {
+                rc = cfg_error(err, key, "a non-negative integer (0: no limit)");
+                break;
+            }
+            st->pids = json_integer_value(v);
+        } else if (!strcmp(key, "network")) {
+            const char *s = json_string_value(v);
+            if (!s || (strcmp(s, "none") && strcmp(s, "host"))) {
+                rc = cfg_error(err, key, "\"none\" or \"host\"");
+                break;
+            }
+            st->net_host = !strcmp(s, "host");
+        } else if (!strcmp(key, "userns") || !strcmp(key, "seccomp")) {
+            if (!json_is_boolean(v)) {
+                rc = cfg_error(err, key, "true or false");
+                break;
+            }
+            *(!strcmp(key, "userns") ? &st->userns : &st->seccomp) = json_is_true(v);
+        } else if (!strcmp(key, "uid_base")) {
+            if (!json_is_integer(v) || json_integer_value(v) < 1) {
+                rc = cfg_error(err, key, "a positive integer");
+                break;
+            }
+            st->uid_base = (unsigned)json_integer_value(v);
+        } else if (!strcmp(key, "stop_grace_s") || !strcmp(key, "stop_timeout_s")) {
+            if (!json_is_number(v) || json_number_value(v) < 0) {
+                rc = cfg_error(err, key, "a non-negative number of seconds");
+                break;
+            }
+            *(!strcmp(key, "stop_grace_s") ? &st->stop_grace_s : &st->stop_timeout_s) =
+                json_number_value(v);
+        } else {
+            rc = sbx__set_error(err, SBX_EINVAL,
+                                "linux provider: unknown option '%s' (known: state_dir, shim, "
+                                "agent, pids_limit, network, userns, uid_base, seccomp, "
+                                "stop_grace_s, stop_timeout_s)",
+                                key);
+            break;
+        }
+    }
+    if (rc == SBX_OK) {
+        char *sd = sbx__linux_state_dir(st->state_dir);
+        free(st->state_dir);
+        st->state_dir = sd;
+        if (!st->state_dir)
+            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    if (rc < 0) {
+        state_free(st);
+        return rc;
+    }
+    *state = st;
+    return SBX_OK;
+}
+
+static void linux_release(void *state) { state_free(state); }
+
+/* --- create --------------------------------------------------------------- */
+
+struct create {
+    sbx_op *op;
+    struct linux_state *st;
+    uv_work_t work;
+    uv_poll_t poll;
+    uv_timer_t timer;
+    int handles; /* open uv handles still to close */
+    bool poll_open;
+    /* inputs, copied from the spec on the loop thread */
+    char *image;
+    char *hostname;
+    bool net_host, userns;
+    long long pids;
+    double ready_timeout_s;
+    json_t *desc; /* the box description sent to the shim */
+    /* outputs of the worker step */
+    int code;
+    sbx_error *err;
+    /* the shim */
+    int ctl;
+    pid_t spawned;
+    bool ready, connecting, aborted, eof;
+    struct linux_box *box;
+};
+
+static double spec_num(int (*get)(const sbx_spec *, double *), const sbx_spec *s, double def)
+{
+    double v;
+    return get(s, &v) ? v : def;
+}
+
+static void create_free(struct create *c)
+{
+    free(c->image);
+    free(c->hostname);
+    json_decref(c->desc);
+    sbx_error_free(c->err);
+    box_free(c->box);
+    free(c);
+}
+
+static void maybe_free(struct create *c)
+{
+    /* An agent connect in flight still holds `c` as its callback data. */
+    if (c->handles == 0 && !c->connecting)
+        create_free(c);
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+    struct create *c = h->data;
+    c->handles--;
+    maybe_free(c);
+}
+
+/* Completes the op (once) and closes the create's handles. */
+static void create_finish(struct create *c, int code, sbx_error *err)
+{
+    sbx_op_on_cancel(c->op, NULL, NULL);
+    if (code == SBX_OK) {
+        sbx_op_complete(c->op, SBX_OK, NULL, c->box);
+        c->box = NULL;
+    } else {
+        if (err)
+            sbx_error_prefix(err, "creating linux sandbox");
+        sbx_op_complete(c->op, code, err, NULL);
+    }
+    c->op = NULL;
+    if (c->poll_open) {
+        uv_poll_stop(&c->poll);
+        uv_close((uv_handle_t *)&c->poll, handle_closed);
+        c->poll_open = false;
+    }
+    if (c->ctl >= 0) {
+        close(c->ctl);
+        c->ctl = -1;
+    }
+    uv_timer_stop(&c->timer);
+    uv_close((uv_handle_t *)&c->timer, handle_closed);
+}
+
+/*
+ * A failure after the shim started: tell it to abort (if it still listens)
+ * and finish once it closes the socket, i.e. once everything is removed.
+ */
+static void create_fail(struct create *c, int code, sbx_error *err)
+{
+    if (c->err)
+        sbx_error_free(err);
+    else {
+        c->err = err;
+        c->code = code;
+    }
+    if (c->ctl < 0 || c->eof) {
+        sbx_error *e = steal_pointer(&c->err);
+        create_finish(c, c->code, e);
+        return;
+    }
+    if (!c->aborted) {
+        c->aborted = true;
+        send(c->ctl, "abort", 5, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+}
+
+static void reap_spawned(struct create *c)
+{
+    /* The shim's first process exits right after forking the real one. */
+    if (c->spawned > 0) {
+        while (waitpid(c->spawned, NULL, 0) < 0 && errno == EINTR)
+            ;
+        c->spawned = 0;
+    }
+}
+
+static void on_agent(sbx_agent_conn *conn, int code, sbx_error *err, void *data)
+{
+    struct create *c = data;
+    c->connecting = false;
+    if (!c->op) { /* finished meanwhile (cancel, shim gone) */
+        if (conn)
+            sbx__agent_close(conn);
+        sbx_error_free(err);
+        maybe_free(c);
+        return;
+    }
+    if (code < 0 || !conn) {
+        sbx_error *e = err ? sbx_error_prefix(err, "the box's agent did not say hello")
+                           : sbx_error_new(SBX_EVERIFY, "the box's agent did not say hello");
+        create_fail(c, SBX_EVERIFY, e);
+        return;
+    }
+    sbx_error_free(err);
+    c->box->conn = conn;
+    /* The ack hands the box over; from here on the shim keeps it until a stop or the TTL. */
+    if (send(c->ctl, "ack", 3, MSG_NOSIGNAL) != 3) {
+        create_fail(c, SBX_EVERIFY,
+                    sbx_error_new(SBX_EVERIFY, "the box's shim went away during the handover"));
+        return;
+    }
+    create_finish(c, SBX_OK, NULL);
+}
+
+static int parse_shim_error(const char *msg, sbx_error **out)
+{
+    int code = SBX_ECREATE;
+    const char *text = msg;
+    char *end;
+    long v = strtol(msg, &end, 10);
+    if (end != msg && v < 0 && v > -100) {
+        code = (int)v;
+        text = *end == ' ' ? end + 1 : end;
+    }
+    *out = sbx_error_new(code, "%s", text);
+    return code;
+}
+
+static void on_ctl(uv_poll_t *p, int status, int events)
+{
+    (void)events;
+    struct create *c = p->data;
+    char buf[2048];
+    ssize_t n = status < 0 ? -1 : recv(c->ctl, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR) && status >= 0)
+        return;
+    reap_spawned(c);
+    if (n <= 0) {
+        /* EOF: the shim is done with us; after a failure, everything is removed. */
+        c->eof = true;
+        uv_poll_stop(p);
+        if (!c->err)
+            c->err = sbx_error_new(SBX_ECREATE, "sbx-shim exited before the box was ready "
+                                                "(see the system log; is it the right build?)"),
+            c->code = SBX_ECREATE;
+        sbx_error *e = steal_pointer(&c->err);
+        create_finish(c, c->code, e);
+        return;
+    }
+    buf[n] = 0;
+    if (!strncmp(buf, "error ", 6)) {
+        sbx_error *e = NULL;
+        int code = parse_shim_error(buf + 6, &e);
+        create_fail(c, code, e); /* waits for the EOF */
+        return;
+    }
+    if (!strcmp(buf, "ready") && !c->ready && !c->aborted) {
+        c->ready = true;
+        /* The record the shim wrote: its pid (for stop) and cgroups (for OOM accounting). */
+        sbx_linux_record rec;
+        if (sbx__linux_record_read(c->box->box_dir, &rec, NULL) == 0) {
+            c->box->cgroups = json_incref(rec.cgroups);
+            c->box->shim_pid = rec.shim_pid;
+            c->box->shim_start = rec.shim_start;
+            sbx__linux_record_free(&rec);
+        }
+        c->connecting = true;
+        int rc = sbx__agent_connect(sbx_op_loop(c->op), c->box->socket, c->ready_timeout_s,
+                                    on_agent, c);
+        if (rc < 0) {
+            c->connecting = false;
+            create_fail(c, SBX_EVERIFY,
+                        sbx_error_new(SBX_EVERIFY, "cannot connect to the box's agent at %s",
+                                      c->box->socket));
+        }
+    }
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+    struct create *c = t->data;
+    if (!c->aborted) {
+        char tb[32];
+        sbx__fmt_g(c->ready_timeout_s, tb, sizeof(tb));
+        create_fail(c, SBX_EVERIFY,
+                    sbx_error_new(SBX_EVERIFY,
+                                  "the box was not ready within %ss (ready_timeout_s); it was "
+                                  "torn down",
+                                  tb));
+        /* Give the shim a few seconds to clean up, then stop waiting for it. */
+        uv_timer_start(&c->timer, on_timeout, 5000, 0);
+        return;
+    }
+    /* The shim did not answer the abort: finish anyway; gc removes what is left. */
+    c->eof = true;
+    sbx_error *e = steal_pointer(&c->err);
+    create_finish(c, c->code ? c->code : SBX_EVERIFY, e);
+}
+
+static void on_cancel_create(sbx_op *op, void *data)
+{
+    (void)op;
+    struct create *c = data;
+    create_fail(c, SBX_ECANCELED, sbx_error_new(SBX_ECANCELED, "create cancelled"));
+}
+
+/* Worker thread: resolve (maybe unpack) the image. */
+static void create_work(uv_work_t *w)
+{
+    struct create *c = w->data;
+    _cleanup_free_ char *rootfs = NULL;
+    bool none = false;
+    c->code = sbx__linux_image_resolve(c->st->state_dir, c->image, &rootfs, &none, &c->err);
+    if (c->code < 0)
+        return;
+    json_object_set_new(c->desc, "lower", json_string(rootfs));
+    json_object_set_new(c->desc, "none_image", json_boolean(none));
+    _cleanup_free_ char *boxes = sbx__printf("%s/boxes", c->st->state_dir);
+    if (!boxes || sbx__mkdir_p(boxes, 0711) < 0)
+        c->code = sbx__set_errno(&c->err, SBX_ECREATE, errno,
+                                 "cannot create the state directory %s", c->st->state_dir);
+}
+
+static int spawn_shim(struct create *c, int child_end)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&attr);
+    /* fd 3 is the control socket; everything else the shim has is /dev/null. */
+    posix_spawn_file_actions_adddup2(&fa, child_end, 3);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    if (!getenv("SBX_SHIM_STDERR"))
+        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    /* A clean signal state: the application may block or ignore signals the shim needs. */
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    const char *box_dir = json_string_value(json_object_get(c->desc, "box_dir"));
+    char a0[] = "sbx-shim", a1[] = "--box-dir";
+    static char path_env[] = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+    char *const argv[] = { a0, a1, (char *)box_dir, NULL };
+    char *const envp[] = { path_env, NULL };
+    int rc = posix_spawn(&c->spawned, c->st->shim, &fa, &attr, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    return -rc;
+}
+
+static void create_work_done(uv_work_t *w, int status)
+{
+    struct create *c = w->data;
+    if (status == UV_ECANCELED || sbx_op_cancelled(c->op)) {
+        create_finish(c, SBX_ECANCELED, sbx_error_new(SBX_ECANCELED, "create cancelled"));
+        return;
+    }
+    if (c->code < 0) {
+        sbx_error *e = steal_pointer(&c->err);
+        create_finish(c, c->code, e);
+        return;
+    }
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+        create_finish(c, SBX_ECREATE,
+                      sbx_error_new_errno(SBX_ECREATE, errno, "socketpair for sbx-shim"));
+        return;
+    }
+    _cleanup_free_ char *text = json_dumps(c->desc, JSON_COMPACT);
+    int rc = text ? spawn_shim(c, sv[1]) : -ENOMEM;
+    close(sv[1]);
+    if (rc < 0) {
+        close(sv[0]);
+        create_finish(c, SBX_ECREATE,
+                      sbx_error_new_errno(SBX_ECREATE, -rc, "cannot run %s", c->st->shim));
+        return;
+    }
+    c->ctl = sv[0];
+    if (send(c->ctl, text, strlen(text), MSG_NOSIGNAL) < 0) {
+        c->eof = true;
+        reap_spawned(c);
+        close(c->ctl);
+        c->ctl = -1;
+        create_finish(c, SBX_ECREATE,
+                      sbx_error_new_errno(SBX_ECREATE, errno, "cannot talk to sbx-shim"));
+        return;
+    }
+    uv_poll_init(sbx_op_loop(c->op), &c->poll, c->ctl);
+    c->poll.data = c;
+    c->handles++;
+    c->poll_open = true;
+    uv_poll_start(&c->poll, UV_READABLE | UV_DISCONNECT, on_ctl);
+    /* The shim enforces ready_timeout_s; ours adds slack for the hello. */
+    uv_timer_start(&c->timer, on_timeout, (uint64_t)(c->ready_timeout_s * 1000) + 2000, 0);
+}
+
+static char **env_strv(const sbx_spec *spec)
+{
+    size_t n = sbx_spec_env_count(spec);
+    char **v = calloc(n + 1, sizeof(char *));
+    for (size_t i = 0; v && i < n; i++) {
+        const char *k, *val;
+        sbx_spec_env_at(spec, i, &k, &val);
+        v[i] = sbx__printf("%s=%s", k, val);
+        if (!v[i]) {
+            sbx_strv_free(v);
+            return NULL;
+        }
+    }
+    return v;
+}
+
+/* provider_options: hostname, network, userns, pids_limit. */
+static int read_options(const sbx_spec *spec, struct create *c, sbx_error **err)
+{
+    json_error_t je;
+    _cleanup_json_ json_t *o = json_loads(sbx_spec_provider_options(spec), 0, &je);
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v)
+    {
+        if (!strcmp(key, "hostname")) {
+            const char *h = json_string_value(v);
+            if (!h || !*h || strlen(h) > 64)
+                return sbx__set_error(err, SBX_EINVAL,
+                                      "provider_options.hostname must be a string of 1-64 chars");
+            free(c->hostname);
+            c->hostname = strdup(h);
+        } else if (!strcmp(key, "network")) {
+            const char *s = json_string_value(v);
+            if (!s || (strcmp(s, "none") && strcmp(s, "host")))
+                return sbx__set_error(err, SBX_EINVAL,
+                                      "provider_options.network must be \"none\" or \"host\"");
+            c->net_host = !strcmp(s, "host");
+        } else if (!strcmp(key, "userns")) {
+            if (!json_is_boolean(v))
+                return sbx__set_error(err, SBX_EINVAL, "provider_options.userns must be a bool");
+            c->userns = json_is_true(v);
+        } else if (!strcmp(key, "pids_limit")) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0)
+                return sbx__set_error(err, SBX_EINVAL,
+                                      "provider_options.pids_limit must be an integer >= 0");
+            c->pids = json_integer_value(v);
+        }
+        /* Other keys belong to other providers: ignored, as the reference does. */
+    }
+    return SBX_OK;
+}
+
+static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
+{
+    struct linux_state *st = state;
+    struct create *c = calloc(1, sizeof(*c));
+    sbx_error *e = NULL;
+    if (!c) {
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    c->op = op;
+    c->st = st;
+    c->ctl = -1;
+    c->net_host = st->net_host;
+    c->userns = st->userns;
+    c->pids = st->pids;
+    c->work.data = c;
+    long long gpu = 0;
+    if (sbx_spec_get_gpu(spec, &gpu) && gpu > 0) {
+        e = sbx_error_new(SBX_ECREATE, "the linux provider does not give boxes GPUs (gpu=%lld)",
+                          gpu);
+        goto fail;
+    }
+    if (!st->shim && !(st->shim = find_helper("sbx-shim", "SBX_SHIM"))) {
+        e = sbx_error_new(SBX_ECREATE, "cannot find the sbx-shim binary (set SBX_SHIM or the "
+                                       "provider's shim option, or install sbx)");
+        goto fail;
+    }
+    if (!st->agent && !(st->agent = find_helper("sbx-agent", "SBX_AGENT"))) {
+        e = sbx_error_new(SBX_ECREATE, "cannot find the sbx-agent binary (set SBX_AGENT or the "
+                                       "provider's agent option, or install sbx)");
+        goto fail;
+    }
+    if (st->agent_dynamic < 0)
+        st->agent_dynamic = elf_dynamic(st->agent);
+    const char *img = sbx_spec_image(spec);
+    if (st->agent_dynamic == 1 && img && *img && strcmp(img, "none") != 0) {
+        /* Only the "none" image carries the host's libraries the agent would need. */
+        e = sbx_error_new(SBX_ECREATE,
+                          "the agent %s is dynamically linked (a sanitizer build?); boxes from "
+                          "images need a static sbx-agent (set SBX_AGENT or the agent option)",
+                          st->agent);
+        goto fail;
+    }
+    char hex[13];
+    sbx__random_hex(hex, 6);
+    c->box = calloc(1, sizeof(*c->box));
+    c->image = sbx__strdup0(sbx_spec_image(spec));
+    if (!c->box || !(c->box->id = sbx__printf("sbx-%s", hex))) {
+        e = sbx_error_new(SBX_ENOMEM, "out of memory");
+        goto fail;
+    }
+    c->box->st = st;
+    c->hostname = strdup(c->box->id);
+    if (read_options(spec, c, &e) < 0)
+        goto fail;
+    if (c->userns && !getenv("SBX_LINUX_EXPERIMENTAL_USERNS")) {
+        /*
+         * The shim can map the box's root to an unprivileged range, but image
+         * files owned by host root are then unmapped in the box: its root can
+         * neither write into them nor enter 0700 directories. That needs
+         * idmapped lower layers (mount_setattr MOUNT_ATTR_IDMAP), not done yet.
+         */
+        e = sbx_error_new(SBX_ECREATE, "user namespaces are not supported by the linux "
+                                       "provider yet (they need idmapped image layers); leave "
+                                       "userns unset");
+        goto fail;
+    }
+    c->box->box_dir = sbx__printf("%s/boxes/%s", st->state_dir, c->box->id);
+    c->box->socket = sbx__printf("%s/run/agent.sock", c->box->box_dir);
+    c->box->base_env = env_strv(spec);
+    if (!c->box->box_dir || !c->box->socket || !c->box->base_env) {
+        e = sbx_error_new(SBX_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (strlen(c->box->socket) >= 108) {
+        e = sbx_error_new(SBX_ECREATE,
+                          "the state directory %s is too long for a unix socket path; use a "
+                          "shorter one (SBX_STATE_DIR)",
+                          st->state_dir);
+        goto fail;
+    }
+    c->ready_timeout_s = spec_num(sbx_spec_get_ready_timeout, spec,
+                                  SBX_LINUX_DEFAULT_READY_TIMEOUT_S);
+    double cpu = spec_num(sbx_spec_get_cpu, spec, -1);
+    long long mem = -1, disk = -1;
+    sbx_spec_get_memory_mib(spec, &mem);
+    sbx_spec_get_disk_gib(spec, &disk);
+    double ttl = spec_num(sbx_spec_get_ttl, spec, -1);
+    json_t *env = json_array();
+    for (char **p = c->box->base_env; env && *p; p++)
+        json_array_append_new(env, json_string(*p));
+    json_t *md = json_object();
+    for (size_t i = 0; md && i < sbx_spec_metadata_count(spec); i++) {
+        const char *k, *v;
+        sbx_spec_metadata_at(spec, i, &k, &v);
+        json_object_set_new(md, k, json_string(v));
+    }
+    json_t *ep = NULL;
+    const char *const *entry = sbx_spec_entrypoint(spec);
+    if (entry) {
+        ep = json_array();
+        for (size_t i = 0; ep && entry[i]; i++)
+            json_array_append_new(ep, json_string(entry[i]));
+    }
+    c->desc = json_pack(
+        "{s:s, s:s, s:s, s:s, s:s?, s:b, s:b, s:I, s:b, s:I, s:s?, s:s, s:f, s:f, s:f, s:I, s:I,"
+        " s:f, s:o, s:o, s:o?}",
+        "id", c->box->id, "state_dir", st->state_dir, "box_dir", c->box->box_dir, "hostname",
+        c->hostname, "image", c->image, "net_host", c->net_host, "userns", c->userns, "uid_base",
+        (json_int_t)st->uid_base, "seccomp", st->seccomp, "upper_size",
+        (json_int_t)(disk > 0 ? disk << 30 : 0), "workdir", sbx_spec_workdir(spec), "agent",
+        st->agent, "ttl_s", ttl, "ready_timeout_s", c->ready_timeout_s, "stop_grace_s",
+        st->stop_grace_s, "memory_bytes", (json_int_t)(mem > 0 ? mem << 20 : 0), "pids",
+        (json_int_t)c->pids, "cpu", cpu > 0 ? cpu : 0.0, "env", env, "metadata", md,
+        "entrypoint", ep);
+    if (!c->desc) {
+        e = sbx_error_new(SBX_ENOMEM, "out of memory");
+        goto fail;
+    }
+    /* SBX_SHIM_STDERR=trace: the shim prints the timing of each step of its work. */
+    const char *dbg = getenv("SBX_SHIM_STDERR");
+    if (dbg && !strcmp(dbg, "trace"))
+        json_object_set_new(c->desc, "trace", json_true());
+    /* The timer exists from here so create_finish can always close it. */
+    uv_timer_init(sbx_op_loop(op), &c->timer);
+    c->timer.data = c;
+    c->handles = 1; /* the timer; the poll adds itself */
+    sbx_op_on_cancel(op, on_cancel_create, c);
+    if (uv_queue_work(sbx_op_loop(op), &c->work, create_work, create_work_done) < 0)
+        create_finish(c, SBX_ECREATE, sbx_error_new(SBX_ECREATE, "cannot queue work"));
+    return;
+fail:
+    sbx_op_complete(op, sbx_error_code(e), sbx_error_prefix(e, "creating linux sandbox"), NULL);
+    create_free(c);
+}
+
+/* --- exec, files ---------------------------------------------------------- */
+
+static sbx_error *agent_gone(const struct linux_box *b)
+{
+    return sbx_error_new(SBX_EPROVIDER,
+                         "the agent of box %s is gone (the box's init died or was killed); its "
+                         "status is error: stop it and create a new one",
+                         b->id);
+}
+
+static bool conn_ok(const struct linux_box *b)
+{
+    return b->conn && sbx__agent_alive(b->conn);
+}
+
+struct exec_call {
+    sbx_op *op;
+    sbx_op *inner;
+    long long oom_before;
+    json_t *cgroups;
+};
+
+static void exec_cancel(sbx_op *op, void *data)
+{
+    (void)op;
+    struct exec_call *x = data;
+    if (x->inner)
+        sbx__op_cancel(x->inner);
+}
+
+/*
+ * The agent's result, with an OOM kill the agent could not see attributed:
+ * the box's memory cgroup counted a kill during this exec and the command
+ * died of SIGKILL. (With concurrent execs in one box the kill is given to
+ * whichever SIGKILLed command finishes; the counter cannot tell them apart.)
+ */
+static void exec_done(int code, sbx_error *err, void *value, void *data)
+{
+    struct exec_call *x = data;
+    sbx_op_on_cancel(x->op, NULL, NULL);
+    x->inner = NULL;
+    sbx_exec_result *r = value;
+    if (code == SBX_OK && r && !r->error_type && x->oom_before >= 0) {
+        long long after = sbx__cg_oom_kills(x->cgroups);
+        if (after > x->oom_before && (r->return_code == -9 || r->return_code == 137)) {
+            r->error_type = strdup("oom");
+        }
+    }
+    sbx_op_complete(x->op, code, err, value);
+    json_decref(x->cgroups);
+    free(x);
+}
+
+static void linux_exec(sbx_op *op, void *state, void *box, const char *command,
+                       const sbx_exec_opts *opts)
+{
+    (void)state;
+    struct linux_box *b = box;
+    if (!conn_ok(b)) {
+        sbx_op_complete(op, SBX_EPROVIDER, agent_gone(b), NULL);
+        return;
+    }
+    struct exec_call *x = calloc(1, sizeof(*x));
+    sbx_op *inner = x ? sbx__op_new(sbx__op_provider(op), exec_done, x) : NULL;
+    if (!inner) {
+        free(x);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    x->op = op;
+    x->inner = inner;
+    x->cgroups = json_incref(b->cgroups);
+    x->oom_before = b->cgroups ? sbx__cg_oom_kills(b->cgroups) : -1;
+    sbx_op_on_cancel(op, exec_cancel, x);
+    sbx__agent_exec(b->conn, inner, command, NULL, opts, (const char *const *)b->base_env);
+}
+
+static void linux_upload(sbx_op *op, void *state, void *box, const char *local_path,
+                         const char *remote_path)
+{
+    (void)state;
+    struct linux_box *b = box;
+    if (!conn_ok(b)) {
+        sbx_op_complete(op, SBX_EPROVIDER, agent_gone(b), NULL);
+        return;
+    }
+    sbx__agent_upload(b->conn, op, local_path, remote_path);
+}
+
+static void linux_download(sbx_op *op, void *state, void *box, const char *remote_path,
+                           const char *local_path)
+{
+    (void)state;
+    struct linux_box *b = box;
+    if (!conn_ok(b)) {
+        sbx_op_complete(op, SBX_EPROVIDER, agent_gone(b), NULL);
+        return;
+    }
+    sbx__agent_download(b->conn, op, remote_path, local_path);
+}
+
+/* --- status --------------------------------------------------------------- */
+
+static void linux_status(sbx_op *op, void *state, void *box)
+{
+    (void)state;
+    struct linux_box *b = box;
+    sbx_linux_record rec;
+    struct stat st;
+    sbx_status s;
+    if (stat(b->box_dir, &st) < 0) {
+        s = SBX_STATUS_STOPPED;
+    } else if (sbx__linux_record_read(b->box_dir, &rec, NULL) < 0) {
+        s = SBX_STATUS_UNKNOWN;
+    } else {
+        if (!sbx__linux_shim_alive(&rec))
+            s = SBX_STATUS_ERROR; /* the supervisor died: an orphan for gc */
+        else if (!strcmp(rec.state, "creating"))
+            /* Our handle holds a live connection: the ack is sent, the record lags a moment. */
+            s = conn_ok(b) ? SBX_STATUS_RUNNING : SBX_STATUS_STARTING;
+        else if (!strcmp(rec.state, "running"))
+            s = b->conn && !conn_ok(b) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
+        else
+            s = SBX_STATUS_ERROR;
+        sbx__linux_record_free(&rec);
+    }
+    sbx_op_complete(op, SBX_OK, NULL, (void *)(intptr_t)s);
+}
+
+/* --- close ---------------------------------------------------------------- */
+
+struct stop {
+    sbx_op *op;
+    struct linux_box *b;
+    uv_poll_t poll;
+    uv_timer_t timer;
+    int pidfd;
+    int handles;
+    int code;
+    sbx_error *err;
+};
+
+static void stop_closed(uv_handle_t *h)
+{
+    struct stop *s = h->data;
+    if (--s->handles > 0)
+        return;
+    close(s->pidfd);
+    /* A shim that died uncleanly leaves its cgroups and directory: remove them here. */
+    struct stat st;
+    if (stat(s->b->box_dir, &st) == 0) {
+        sbx_linux_record rec;
+        if (sbx__linux_record_read(s->b->box_dir, &rec, NULL) == 0) {
+            if (!sbx__linux_shim_alive(&rec))
+                sbx__linux_remove_leftovers(s->b->box_dir, &rec);
+            sbx__linux_record_free(&rec);
+        }
+    }
+    sbx_op_complete(s->op, s->code, s->err, NULL);
+    free(s);
+}
+
+static void stop_end(struct stop *s)
+{
+    uv_poll_stop(&s->poll);
+    uv_timer_stop(&s->timer);
+    uv_close((uv_handle_t *)&s->poll, stop_closed);
+    uv_close((uv_handle_t *)&s->timer, stop_closed);
+}
+
+static void stop_exited(uv_poll_t *p, int status, int events)
+{
+    (void)status;
+    (void)events;
+    stop_end(p->data);
+}
+
+static void stop_timeout(uv_timer_t *t)
+{
+    struct stop *s = t->data;
+    s->code = SBX_ETIMEDOUT;
+    s->err = sbx_error_new(SBX_ETIMEDOUT,
+                           "box %s: its shim did not finish within the stop timeout; `sbx gc` "
+                           "removes what is left",
+                           s->b->id);
+    stop_end(s);
+}
+
+static void linux_close(sbx_op *op, void *state, void *box, int owned)
+{
+    (void)owned; /* a stop through a connected handle ends the box too, as the reference's */
+    struct linux_state *st = state;
+    struct linux_box *b = box;
+    if (b->conn) {
+        sbx__agent_close(b->conn);
+        b->conn = NULL;
+    }
+    sbx_linux_record rec;
+    if (sbx__linux_record_read(b->box_dir, &rec, NULL) < 0) {
+        /* No record: gone already, or a shim that died before writing it. */
+        sbx_linux_record none = { .id = b->id };
+        sbx__linux_remove_leftovers(b->box_dir, &none);
+        sbx_op_complete(op, SBX_OK, NULL, NULL);
+        return;
+    }
+    int pfd = -1;
+    if (sbx__linux_shim_alive(&rec))
+        pfd = (int)syscall(SYS_pidfd_open, rec.shim_pid, 0);
+    /* The pidfd pins the process: check it is still our shim, then signal through it. */
+    if (pfd >= 0 && (sbx__linux_proc_start(rec.shim_pid) != rec.shim_start ||
+                     syscall(SYS_pidfd_send_signal, pfd, SIGTERM, NULL, 0) < 0)) {
+        close(pfd);
+        pfd = -1;
+    }
+    if (pfd < 0) {
+        if (!sbx__linux_shim_alive(&rec))
+            sbx__linux_remove_leftovers(b->box_dir, &rec);
+        sbx__linux_record_free(&rec);
+        sbx_op_complete(op, SBX_OK, NULL, NULL);
+        return;
+    }
+    sbx__linux_record_free(&rec);
+    struct stop *s = calloc(1, sizeof(*s));
+    if (!s) {
+        close(pfd);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    s->op = op;
+    s->b = b;
+    s->pidfd = pfd;
+    s->handles = 2;
+    uv_poll_init(sbx_op_loop(op), &s->poll, pfd);
+    uv_timer_init(sbx_op_loop(op), &s->timer);
+    s->poll.data = s->timer.data = s;
+    /* A pidfd polls readable once the process has exited. */
+    uv_poll_start(&s->poll, UV_READABLE, stop_exited);
+    uv_timer_start(&s->timer, stop_timeout, (uint64_t)(st->stop_timeout_s * 1000), 0);
+}
+
+/* --- serialize / connect ------------------------------------------------- */
+
+static void linux_serialize(sbx_op *op, void *state, void *box, const char *scope)
+{
+    (void)scope;
+    struct linux_state *st = state;
+    struct linux_box *b = box;
+    json_t *j = json_pack("{s:s, s:s}", "sandbox_id", b->id, "state_dir", st->state_dir);
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s)
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+    else
+        sbx_op_complete(op, SBX_OK, NULL, s);
+}
+
+struct conn_call {
+    sbx_op *op;
+    struct linux_box *b;
+};
+
+static void on_connect_agent(sbx_agent_conn *conn, int code, sbx_error *err, void *data)
+{
+    struct conn_call *k = data;
+    if (code < 0 || !conn) {
+        sbx_op_complete(k->op, SBX_EPROVIDER,
+                        err ? sbx_error_prefix(err, "connecting to box %s", k->b->id)
+                            : sbx_error_new(SBX_EPROVIDER, "cannot reach box %s", k->b->id),
+                        NULL);
+        box_free(k->b);
+    } else {
+        sbx_error_free(err);
+        k->b->conn = conn;
+        sbx_op_complete(k->op, SBX_OK, NULL, k->b);
+    }
+    free(k);
+}
+
+static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
+{
+    struct linux_state *st = state;
+    _cleanup_json_ json_t *d = json_loads(descriptor_json, 0, NULL);
+    const char *id = json_string_value(json_object_get(d, "sandbox_id"));
+    const char *sd = json_string_value(json_object_get(d, "state_dir"));
+    if (!id || !*id || strchr(id, '/') || id[0] == '.') {
+        sbx_op_complete(op, SBX_EINVAL,
+                        sbx_error_new(SBX_EINVAL, "a linux descriptor needs \"sandbox_id\""),
+                        NULL);
+        return;
+    }
+    struct linux_box *b = calloc(1, sizeof(*b));
+    struct conn_call *k = calloc(1, sizeof(*k));
+    if (!b || !k) {
+        free(b);
+        free(k);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    b->st = st;
+    b->id = strdup(id);
+    b->box_dir = sbx__printf("%s/boxes/%s", sd ? sd : st->state_dir, id);
+    sbx_linux_record rec;
+    sbx_error *e = NULL;
+    if (!b->id || !b->box_dir || sbx__linux_record_read(b->box_dir, &rec, &e) < 0) {
+        sbx_error_free(e);
+        sbx_op_complete(op, SBX_ENOENT,
+                        sbx_error_new(SBX_ENOENT, "no linux box %s in %s (stopped, or another "
+                                                  "state directory?)",
+                                      id, sd ? sd : st->state_dir),
+                        NULL);
+        box_free(b);
+        free(k);
+        return;
+    }
+    b->socket = sbx__strdup0(rec.socket);
+    b->cgroups = json_incref(rec.cgroups);
+    b->shim_pid = rec.shim_pid;
+    b->shim_start = rec.shim_start;
+    bool alive = sbx__linux_shim_alive(&rec) && rec.state && strcmp(rec.state, "error") != 0;
+    /* The spec's env, kept in the record, applies to a connected handle's execs too. */
+    _cleanup_free_ char *rp = sbx__printf("%s/record.json", b->box_dir);
+    _cleanup_json_ json_t *rj = rp ? json_load_file(rp, 0, NULL) : NULL;
+    json_t *env = json_object_get(rj, "env");
+    b->base_env = calloc(json_array_size(env) + 1, sizeof(char *));
+    for (size_t i = 0; b->base_env && i < json_array_size(env); i++)
+        b->base_env[i] = sbx__strdup0(json_string_value(json_array_get(env, i)));
+    sbx__linux_record_free(&rec);
+    if (!alive || !b->socket) {
+        sbx_op_complete(op, SBX_EPROVIDER,
+                        sbx_error_new(SBX_EPROVIDER, "box %s is not running", id), NULL);
+        box_free(b);
+        free(k);
+        return;
+    }
+    k->op = op;
+    k->b = b;
+    if (sbx__agent_connect(sbx_op_loop(op), b->socket, 10.0, on_connect_agent, k) < 0) {
+        sbx_op_complete(op, SBX_EPROVIDER,
+                        sbx_error_new(SBX_EPROVIDER, "cannot connect to box %s", id), NULL);
+        box_free(b);
+        free(k);
+    }
+}
+
+const struct sbx_provider_ops sbx__linux_provider = {
+    .abi_version = SBX_PROVIDER_ABI_VERSION,
+    .name = "linux",
+    .init = linux_init,
+    .release = linux_release,
+    .create = linux_create,
+    .exec = linux_exec,
+    .upload_file = linux_upload,
+    .download_file = linux_download,
+    .status = linux_status,
+    .close = linux_close,
+    .box_id = box_id,
+    .box_free = box_free,
+    .serialize = linux_serialize,
+    .connect = linux_connect,
+};

@@ -1,0 +1,467 @@
+/*
+ * The box's first process, from clone() to execve() of the agent.
+ *
+ * It starts in fresh mount, pid, uts, ipc (and net, and maybe user)
+ * namespaces, as PID 1 of its pid namespace, and builds the box's root:
+ *
+ *   <box>/root            tmpfs (size = disk_gib): the writable layer lives here
+ *     upper/ work/         overlay upper and work dirs
+ *     merged/              overlay(lower = image, upper) -> becomes /
+ *
+ * then /proc, /sys, a minimal /dev, /run/sbx (the host's <box>/run, where the
+ * agent's socket appears to the host), pivot_root, privilege drop, and
+ * execveat() of the agent binary through a descriptor opened on the host,
+ * so the agent never has to exist inside the image.
+ *
+ * Every mount is made in the box's own mount namespace: when the box's last
+ * process exits, the kernel drops them all, and nothing is left on the host
+ * to unmount. The comments say why each step sits where it does.
+ */
+#include "shim/shim.h"
+
+#include <fcntl.h>
+#include <linux/mount.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <grp.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+
+static int err_fd = -1;
+
+__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (n > 0 && err_fd >= 0) {
+        ssize_t w = write(err_fd, buf, strlen(buf));
+        (void)w;
+    }
+    _exit(127);
+}
+
+#define die_errno(fmt, ...) die(fmt ": %s", ##__VA_ARGS__, strerror(errno))
+
+static void mkdirs(const char *path, mode_t mode)
+{
+    if (sbx__mkdir_p(path, mode) < 0)
+        die_errno("cannot create %s", path);
+}
+
+static char *path2(const char *a, const char *b)
+{
+    char *p = sbx__printf("%s%s%s", a, b[0] == '/' ? "" : "/", b);
+    if (!p)
+        die("out of memory");
+    return p;
+}
+
+static void do_mount(const char *src, const char *dst, const char *type, unsigned long flags,
+                     const char *data)
+{
+    if (mount(src, dst, type, flags, data) < 0)
+        die_errno("mount %s on %s (%s)", src ? src : "none", dst, type ? type : "bind");
+}
+
+/*
+ * A read-only bind. mount(2) ignores MS_RDONLY on the bind itself, so it
+ * takes a remount; mount_setattr(AT_RECURSIVE) makes submounts read-only too
+ * where the kernel has it (5.12+), and the single-level remount is the
+ * fallback.
+ */
+static void bind_ro(const char *src, const char *dst, bool recursive)
+{
+    do_mount(src, dst, NULL, MS_BIND | (recursive ? MS_REC : 0), NULL);
+    struct mount_attr attr = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
+    if (syscall(SYS_mount_setattr, AT_FDCWD, dst, recursive ? AT_RECURSIVE : 0, &attr,
+                sizeof(attr)) == 0)
+        return;
+    do_mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL);
+}
+
+static bool is_dir(const char *p)
+{
+    struct stat st;
+    return lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static bool exists(const char *p)
+{
+    struct stat st;
+    return lstat(p, &st) == 0;
+}
+
+/* The "none" image: the host's system directories, read-only, over the skeleton. */
+static void bind_host_system(const char *root)
+{
+    static const char *const dirs[] = { "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+                                        "/libx32", "/etc/alternatives", "/etc/ssl",
+                                        "/etc/ld.so.conf.d" };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(dirs); i++) {
+        /* A merged-/usr host has /bin -> usr/bin: the skeleton carries the same link. */
+        if (!is_dir(dirs[i]))
+            continue;
+        _cleanup_free_ char *dst = path2(root, dirs[i]);
+        if (!is_dir(dst))
+            mkdirs(dst, 0755);
+        bind_ro(dirs[i], dst, true);
+    }
+}
+
+/*
+ * /proc for the box's pid namespace. It must be mounted by a process inside
+ * that namespace (we are its PID 1) and before pivot_root, while the host's
+ * /proc is still visible: with a user namespace the kernel only allows a new
+ * proc mount when a fully visible one exists in the mount namespace.
+ * Then the sensitive parts are masked or made read-only, as Docker does.
+ */
+static void mount_proc(const char *root)
+{
+    _cleanup_free_ char *proc = path2(root, "/proc");
+    mkdirs(proc, 0555);
+    do_mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+    static const char *const ro[] = { "sys", "sysrq-trigger", "irq", "bus", "fs" };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(ro); i++) {
+        _cleanup_free_ char *p = path2(proc, ro[i]);
+        if (exists(p))
+            bind_ro(p, p, true);
+    }
+    static const char *const masked_files[] = { "kcore", "keys", "timer_list", "sched_debug",
+                                                "latency_stats", "kallsyms", "kmsg" };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(masked_files); i++) {
+        _cleanup_free_ char *p = path2(proc, masked_files[i]);
+        if (exists(p))
+            do_mount("/dev/null", p, NULL, MS_BIND, NULL);
+    }
+    static const char *const masked_dirs[] = { "acpi", "scsi", "firmware" };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(masked_dirs); i++) {
+        _cleanup_free_ char *p = path2(proc, masked_dirs[i]);
+        if (is_dir(p))
+            do_mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0");
+    }
+}
+
+/*
+ * /sys, read-only. A fresh sysfs shows the box's own network devices; it
+ * needs to own the network namespace, so a box sharing the host's network
+ * inside a user namespace falls back to a read-only bind of the host's.
+ */
+static void mount_sys(const struct shim_cfg *c, const char *root)
+{
+    _cleanup_free_ char *sys = path2(root, "/sys");
+    mkdirs(sys, 0555);
+    if (mount("sysfs", sys, "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) {
+        if (!(c->userns && c->net_host))
+            die_errno("mount sysfs on %s", sys);
+        bind_ro("/sys", sys, true);
+    }
+    static const char *const masked[] = { "firmware", "devices/virtual/powercap" };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(masked); i++) {
+        _cleanup_free_ char *p = path2(sys, masked[i]);
+        if (is_dir(p))
+            do_mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0");
+    }
+}
+
+/*
+ * A minimal /dev: a small tmpfs holding binds of the host's harmless
+ * character devices (binds, not mknod, so this works in a user namespace
+ * too), a private devpts instance, /dev/shm, and the usual links.
+ */
+static void mount_dev(const char *root)
+{
+    _cleanup_free_ char *dev = path2(root, "/dev");
+    mkdirs(dev, 0755);
+    do_mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=65536k");
+    static const char *const nodes[] = { "null", "zero", "full", "random", "urandom", "tty" };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(nodes); i++) {
+        _cleanup_free_ char *src = path2("/dev", nodes[i]);
+        _cleanup_free_ char *dst = path2(dev, nodes[i]);
+        int fd = open(dst, O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
+        if (fd < 0)
+            die_errno("cannot create %s", dst);
+        close(fd);
+        do_mount(src, dst, NULL, MS_BIND, NULL);
+    }
+    _cleanup_free_ char *pts = path2(dev, "/pts");
+    _cleanup_free_ char *shm = path2(dev, "/shm");
+    mkdirs(pts, 0755);
+    mkdirs(shm, 01777);
+    /* newinstance: the box's ptys are its own, numbered from 0, invisible to the host. */
+    do_mount("devpts", pts, "devpts", MS_NOSUID | MS_NOEXEC,
+             "newinstance,ptmxmode=0666,mode=0620,gid=5");
+    do_mount("shm", shm, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k");
+    static const char *const links[][2] = { { "pts/ptmx", "ptmx" },
+                                            { "/proc/self/fd", "fd" },
+                                            { "/proc/self/fd/0", "stdin" },
+                                            { "/proc/self/fd/1", "stdout" },
+                                            { "/proc/self/fd/2", "stderr" } };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(links); i++) {
+        _cleanup_free_ char *dst = path2(dev, links[i][1]);
+        if (symlink(links[i][0], dst) < 0)
+            die_errno("symlink %s", dst);
+    }
+}
+
+/* Loopback up in the box's own network namespace: "none" means lo only. */
+static void loopback_up(void)
+{
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        die_errno("socket");
+    struct ifreq ifr = { 0 };
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+    if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+        die_errno("SIOCGIFFLAGS lo");
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+        die_errno("SIOCSIFFLAGS lo");
+    close(s);
+}
+
+static const char **env_vector(const struct shim_cfg *c)
+{
+    size_t n = json_array_size(c->env);
+    const char **v = calloc(n + 6, sizeof(char *));
+    if (!v)
+        die("out of memory");
+    size_t k = 0;
+    bool has_path = false, has_home = false;
+    for (size_t i = 0; i < n; i++) {
+        const char *s = json_string_value(json_array_get(c->env, i));
+        if (!s)
+            continue;
+        has_path |= !strncmp(s, "PATH=", 5);
+        has_home |= !strncmp(s, "HOME=", 5);
+        v[k++] = s;
+    }
+    if (!has_path)
+        v[k++] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    if (!has_home)
+        v[k++] = "HOME=/root";
+    v[k++] = sbx__printf("HOSTNAME=%s", c->hostname);
+    v[k++] = "container=sbx";
+    return v;
+}
+
+/* Blocks until the shim's go byte; EOF means the shim died or gave up. */
+static void wait_go(const struct child_fds *f)
+{
+    char go;
+    if (read(f->sync_r, &go, 1) != 1)
+        _exit(127);
+    close(f->sync_r);
+}
+
+void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
+{
+    err_fd = f->err_w;
+
+    /*
+     * 1. Die with the shim. (getppid() is 0 in a new pid namespace, so it
+     *    cannot tell whether the shim died before this prctl; the read of the
+     *    sync pipe below can: it sees EOF when the shim is gone.) The setting
+     *    survives the agent's execve because the agent is not setuid.
+     */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+        die_errno("PR_SET_PDEATHSIG");
+
+    /*
+     * The shim shields itself from the OOM killer (-1000) and we inherited
+     * that: raise it back to 0 (raising needs no privilege) so the killer can
+     * pick the box's processes, all of which descend from us.
+     */
+    int ofd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (ofd >= 0) {
+        ssize_t w = write(ofd, "0", 1);
+        (void)w;
+        close(ofd);
+    }
+
+    /*
+     * 2. Into the box's cgroups before anything else, so every allocation and
+     *    process from here on is charged and limited. On cgroup v1 we move
+     *    ourselves by writing "0" to each group's `tasks`: a single thread
+     *    moving itself skips the global threadgroup lock that a write of a pid
+     *    to cgroup.procs takes, and with it an RCU grace period (milliseconds
+     *    on a busy machine). Otherwise (v2 without clone3, or a user
+     *    namespace, where we hold no host privilege) the shim attached us and,
+     *    with a user namespace, wrote our uid/gid maps: wait for its go byte.
+     */
+    if (f->self_attach) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(f->self_attach, i, v)
+        {
+            _cleanup_free_ char *tasks = path2(json_string_value(v), "tasks");
+            int fd = open(tasks, O_WRONLY | O_CLOEXEC);
+            if (fd < 0 || write(fd, "0", 1) != 1)
+                die_errno("cannot join cgroup %s", json_string_value(v));
+            close(fd);
+        }
+    } else {
+        wait_go(f);
+    }
+    if (c->userns) {
+        /*
+         * The maps exist now, but our ids are still the overflow id (host
+         * root is not mapped): become the box's root, the mapped uid_base,
+         * so files we create have an owner the filesystems can store.
+         */
+        if (setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
+            die_errno("cannot become root in the box's user namespace");
+    }
+
+    if (sethostname(c->hostname, strlen(c->hostname)) < 0)
+        die_errno("sethostname");
+    if (!c->net_host)
+        loopback_up();
+
+    /*
+     * 4. Stop mount events from leaking back to the host: the copy of the
+     *    host's mount tree this namespace started with is made a slave (host
+     *    unmounts still reach us, so we never pin a host mount; nothing we
+     *    mount reaches the host).
+     */
+    do_mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL);
+
+    /*
+     * 5. The writable layer: a tmpfs on <box>/root, sized by disk_gib. Made
+     *    private, because pivot_root refuses a new root whose parent mount
+     *    propagates.
+     */
+    _cleanup_free_ char *base = path2(c->box_dir, "root");
+    char opts[128];
+    if (c->upper_size > 0)
+        snprintf(opts, sizeof(opts), "mode=0755,size=%lld", c->upper_size);
+    else
+        snprintf(opts, sizeof(opts), "mode=0755");
+    do_mount("sbx", base, "tmpfs", MS_NOSUID, opts);
+    do_mount(NULL, base, NULL, MS_PRIVATE, NULL);
+    _cleanup_free_ char *upper = path2(base, "upper");
+    _cleanup_free_ char *work = path2(base, "work");
+    _cleanup_free_ char *root = path2(base, "merged");
+    mkdirs(upper, 0755);
+    mkdirs(work, 0700);
+    mkdirs(root, 0755);
+
+    /*
+     * 6. The root: overlay of the cached read-only image under the tmpfs
+     *    upper. nodev: even a device node that slipped into an image opens
+     *    nothing. userxattr lets an unprivileged (user-namespace) mounter keep
+     *    whiteouts in user.* xattrs.
+     */
+    _cleanup_free_ char *ovl = sbx__printf("lowerdir=%s,upperdir=%s,workdir=%s%s", c->lower,
+                                           upper, work, c->userns ? ",userxattr" : "");
+    if (!ovl)
+        die("out of memory");
+    if (mount("overlay", root, "overlay", MS_NODEV, ovl) < 0) {
+        if (errno == ENODEV)
+            die("overlayfs is not available in this kernel (modprobe overlay)");
+        die_errno("mount overlay on %s (lower %s)", root, c->lower);
+    }
+
+    shim_trace("child: overlay mounted");
+    /* 7. What lives on top of the root. */
+    if (c->none_image)
+        bind_host_system(root);
+    shim_trace("child: host system bound");
+    mount_proc(root);
+    shim_trace("child: proc");
+    mount_sys(c, root);
+    shim_trace("child: sys");
+    mount_dev(root);
+    shim_trace("child: dev");
+    _cleanup_free_ char *run_host = path2(c->box_dir, "run");
+    _cleanup_free_ char *run_box = path2(root, "/run/sbx");
+    mkdirs(run_box, 0755);
+    /* The agent's socket directory, shared with the host so the host can connect. */
+    do_mount(run_host, run_box, NULL, MS_BIND | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+    if (c->workdir && *c->workdir) {
+        _cleanup_free_ char *wd = path2(root, c->workdir);
+        mkdirs(wd, 0755);
+    }
+    _cleanup_free_ char *tmp = path2(root, "/tmp");
+    if (!exists(tmp)) {
+        mkdirs(tmp, 01777);
+        chmod(tmp, 01777);
+    }
+
+    shim_trace("child: mounts done");
+    /*
+     * 8. pivot_root(".", ".") stacks the old root on top of the new one at
+     *    "/", and the lazy unmount then detaches the whole host tree (and the
+     *    tmpfs, which the overlay keeps alive by reference). No put_old
+     *    directory is needed inside the image.
+     */
+    if (chdir(root) < 0)
+        die_errno("chdir %s", root);
+    if (syscall(SYS_pivot_root, ".", ".") < 0)
+        die_errno("pivot_root");
+    if (umount2(".", MNT_DETACH) < 0)
+        die_errno("umount the host's root");
+    if (chdir("/") < 0)
+        die_errno("chdir /");
+    if (c->workdir && *c->workdir && chdir(c->workdir) < 0)
+        die_errno("chdir %s", c->workdir);
+
+    shim_trace("child: pivoted");
+    /*
+     * 9. A cgroup namespace rooted at the box's own group (we are in it since
+     *    step 2), so /proc/self/cgroup shows "/" and not the host's tree.
+     */
+    if (unshare(CLONE_NEWCGROUP) < 0)
+        die_errno("unshare(CLONE_NEWCGROUP)");
+
+    /* 10. The agent reads its readiness descriptor as fd 3. */
+    if (f->ready_w != 3) {
+        if (dup2(f->ready_w, 3) < 0)
+            die_errno("dup2");
+    } else if (fcntl(3, F_SETFD, 0) < 0) {
+        die_errno("fcntl");
+    }
+
+    /* 11. Capabilities, no_new_privs, seccomp: last, so the setup above could use them. */
+    char msg[512];
+    if (shim_drop_privileges(c, msg, sizeof(msg)) < 0)
+        die("%s", msg);
+
+    shim_trace("child: privileges dropped");
+    size_t n_ep = c->entrypoint ? json_array_size(c->entrypoint) : 0;
+    const char **argv = calloc(8 + n_ep + 1, sizeof(char *));
+    if (!argv)
+        die("out of memory");
+    size_t k = 0;
+    argv[k++] = "sbx-agent";
+    argv[k++] = "init";
+    argv[k++] = "--listen";
+    argv[k++] = SBX_LINUX_AGENT_SOCK;
+    argv[k++] = "--ready-fd";
+    argv[k++] = "3";
+    if (n_ep) {
+        argv[k++] = "--";
+        for (size_t i = 0; i < n_ep; i++)
+            argv[k++] = json_string_value(json_array_get(c->entrypoint, i));
+    }
+    argv[k] = NULL;
+    const char **envp = env_vector(c);
+
+    /*
+     * 12. execveat on the descriptor opened on the host: the agent binary
+     *     need not exist in the image. It is static, so no interpreter or
+     *     library has to be found inside the box.
+     */
+    syscall(SYS_execveat, f->agent_fd, "", argv, envp, AT_EMPTY_PATH);
+    die_errno("cannot execute the agent %s", c->agent);
+}

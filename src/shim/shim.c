@@ -1,0 +1,591 @@
+/*
+ * sbx-shim: the per-box supervisor of the linux provider (like conmon).
+ *
+ *   sbx-shim --box-dir DIR      (fd 3: a SOCK_SEQPACKET control socket)
+ *
+ * The provider starts it with a control socket on fd 3 and sends the box's
+ * description as one JSON message. The shim detaches (fork, setsid: the box
+ * must outlive its creator), creates the box's directory, record and cgroups,
+ * clones the box's first process into new namespaces (box.c), and waits for
+ * the agent inside to report ready on --ready-fd. Then it tells the provider
+ * "ready" and waits for "ack": a creator that dies or gives up before acking
+ * (EOF, "abort") gets the box torn down, so a create is all or nothing.
+ *
+ * After the ack the shim supervises: SIGTERM (a stop) or the TTL ends the
+ * box; if the agent (the box's PID 1) dies on its own, the box's processes
+ * die with it, the shim removes the cgroups and marks the record "error",
+ * then waits for a stop or the TTL to remove the directory.
+ *
+ * Control messages, shim -> provider: "ready" | "error <sbx code> <message>".
+ * Provider -> shim: "ack" | "abort". The shim closes the socket once its
+ * work for the provider is over: after a failure, only when everything is
+ * removed, so the provider can report an error that leaves nothing behind.
+ */
+#include "shim/shim.h"
+
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <linux/sched.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/inotify.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <math.h>
+#include <time.h>
+
+#define CTL_FD 3
+
+struct shim {
+    struct shim_cfg cfg;
+    int ctl;     /* control socket, -1 once closed */
+    int sfd;     /* signalfd */
+    int ino;     /* inotify on the box directory, -1 without */
+    int err_r;   /* the child's setup errors, -1 at EOF */
+    int ready_r; /* the agent's readiness, -1 once read */
+    pid_t init;  /* the box's PID 1 (host pid), 0 once reaped */
+    int init_status;
+    bool ready, acked, failed;
+    json_t *cgroups;
+    double created, expires; /* unix seconds; expires 0: no TTL */
+    double ready_deadline;   /* monotonic seconds */
+    char errbuf[1024];
+    size_t errlen;
+};
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Timestamps of the create's steps, to stderr, when the description asks ("trace"). */
+bool shim_tracing;
+void shim_trace(const char *what)
+{
+    if (shim_tracing)
+        fprintf(stderr, "sbx-shim %d: %.3f ms %s\n", (int)getpid(),
+                fmod(mono(), 1000.0) * 1000.0, what);
+}
+
+static double unix_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+__attribute__((noreturn)) static void teardown(struct shim *s, int code);
+
+static void ctl_send(struct shim *s, const char *msg)
+{
+    if (s->ctl < 0)
+        return;
+    if (send(s->ctl, msg, strlen(msg), MSG_NOSIGNAL) < 0) {
+        close(s->ctl);
+        s->ctl = -1;
+        /* The creator is gone before taking the box: nobody will ever ack it. */
+        if (!s->acked && !s->failed)
+            teardown(s, 1);
+    }
+}
+
+static const char *jget(json_t *o, const char *k)
+{
+    return json_string_value(json_object_get(o, k));
+}
+
+static double jnum(json_t *o, const char *k, double def)
+{
+    json_t *v = json_object_get(o, k);
+    return json_is_number(v) ? json_number_value(v) : def;
+}
+
+static int parse_cfg(json_t *j, struct shim_cfg *c, char *msg, size_t len)
+{
+    memset(c, 0, sizeof(*c));
+    c->json = j;
+    c->id = jget(j, "id");
+    c->state_dir = jget(j, "state_dir");
+    c->box_dir = jget(j, "box_dir");
+    c->hostname = jget(j, "hostname");
+    c->image = jget(j, "image");
+    c->lower = jget(j, "lower");
+    c->workdir = jget(j, "workdir");
+    c->agent = jget(j, "agent");
+    c->none_image = json_is_true(json_object_get(j, "none_image"));
+    c->net_host = json_is_true(json_object_get(j, "net_host"));
+    c->userns = json_is_true(json_object_get(j, "userns"));
+    c->uid_base = (unsigned)jnum(j, "uid_base", 0);
+    c->seccomp = !json_is_false(json_object_get(j, "seccomp"));
+    c->upper_size = (long long)jnum(j, "upper_size", 0);
+    c->ttl_s = jnum(j, "ttl_s", -1);
+    c->ready_timeout_s = jnum(j, "ready_timeout_s", SBX_LINUX_DEFAULT_READY_TIMEOUT_S);
+    c->stop_grace_s = jnum(j, "stop_grace_s", 0);
+    c->limits.memory_bytes = (long long)jnum(j, "memory_bytes", 0);
+    c->limits.pids = (long long)jnum(j, "pids", 0);
+    c->limits.cpu = jnum(j, "cpu", 0);
+    c->env = json_object_get(j, "env");
+    c->entrypoint = json_object_get(j, "entrypoint");
+    c->metadata = json_object_get(j, "metadata");
+    if (!json_is_array(c->entrypoint))
+        c->entrypoint = NULL;
+    if (!c->id || !c->box_dir || !c->hostname || !c->lower || !c->agent || !c->state_dir) {
+        snprintf(msg, len, "the box description lacks id, box_dir, hostname, lower or agent");
+        return -1;
+    }
+    return 0;
+}
+
+static int write_record(struct shim *s, const char *state)
+{
+    const struct shim_cfg *c = &s->cfg;
+    _cleanup_json_ json_t *r = json_object();
+    _cleanup_free_ char *sock = sbx__printf("%s/run/agent.sock", c->box_dir);
+    if (!r || !sock)
+        return -1;
+    json_object_set_new(r, "id", json_string(c->id));
+    json_object_set_new(r, "state", json_string(state));
+    json_object_set_new(r, "created", json_real(s->created));
+    json_object_set_new(r, "ttl_s", c->ttl_s >= 0 ? json_real(c->ttl_s) : json_null());
+    json_object_set_new(r, "expires_at", json_real(s->expires));
+    json_object_set_new(r, "image", c->image ? json_string(c->image) : json_null());
+    json_object_set_new(r, "hostname", json_string(c->hostname));
+    json_object_set_new(r, "metadata", c->metadata ? json_incref(c->metadata) : json_object());
+    json_object_set_new(r, "env", c->env ? json_incref(c->env) : json_array());
+    json_object_set_new(r, "workdir", c->workdir ? json_string(c->workdir) : json_null());
+    json_object_set_new(r, "shim_pid", json_integer(getpid()));
+    json_object_set_new(r, "shim_start", json_integer((json_int_t)sbx__linux_proc_start(getpid())));
+    json_object_set_new(r, "init_pid", json_integer(s->init));
+    json_object_set_new(r, "agent_socket", json_string(sock));
+    json_object_set_new(r, "net", json_string(c->net_host ? "host" : "none"));
+    json_object_set_new(r, "cgroups", s->cgroups ? json_incref(s->cgroups) : json_array());
+    _cleanup_free_ char *text = json_dumps(r, JSON_COMPACT);
+    _cleanup_free_ char *path = sbx__printf("%s/record.json", c->box_dir);
+    if (!text || !path)
+        return -1;
+    return sbx__write_file_atomic(path, text, strlen(text), 0644);
+}
+
+/* Kills the box (its PID 1 takes the whole pid namespace with it) and reaps it. */
+static void kill_box(struct shim *s)
+{
+    if (s->init <= 0)
+        return;
+    if (s->cfg.stop_grace_s > 0 && s->ready) {
+        /* The agent forwards SIGTERM to the entrypoint; give it the grace period. */
+        kill(s->init, SIGTERM);
+        double end = mono() + s->cfg.stop_grace_s;
+        while (mono() < end) {
+            if (waitpid(s->init, &s->init_status, WNOHANG) == s->init) {
+                s->init = 0;
+                return;
+            }
+            struct timespec ts = { 0, 10 * 1000 * 1000 };
+            nanosleep(&ts, NULL);
+        }
+    }
+    kill(s->init, SIGKILL);
+    while (waitpid(s->init, &s->init_status, 0) < 0 && errno == EINTR)
+        ;
+    s->init = 0;
+}
+
+/* Removes everything the box had on the host, closes the control socket, exits. */
+__attribute__((noreturn)) static void teardown(struct shim *s, int code)
+{
+    shim_trace("teardown");
+    kill_box(s);
+    shim_trace("box reaped");
+    if (s->cgroups)
+        sbx__cg_destroy(s->cgroups);
+    shim_trace("cgroups removed");
+    sbx__rm_rf(s->cfg.box_dir);
+    shim_trace("directory removed");
+    if (s->ctl >= 0)
+        close(s->ctl); /* the provider waits for this EOF: everything is gone */
+    _exit(code);
+}
+
+__attribute__((noreturn, format(printf, 3, 4))) static void fail(struct shim *s, int code,
+                                                                 const char *fmt, ...)
+{
+    char msg[1200];
+    int n = snprintf(msg, sizeof(msg), "error %d ", code);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
+    va_end(ap);
+    s->failed = true;
+    ctl_send(s, msg);
+    teardown(s, 1);
+}
+
+static int pipe_cloexec(int p[2]) { return pipe2(p, O_CLOEXEC); }
+
+static void write_id_map(struct shim *s, const char *file, const char *map)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/%s", (int)s->init, file);
+    _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, map, strlen(map)) != (ssize_t)strlen(map))
+        fail(s, SBX_ECREATE, "cannot write %s for the box's user namespace: %s", file,
+             strerror(errno));
+}
+
+/* Everything up to the agent's exec; fills s->init and the pipes. */
+static void start_box(struct shim *s)
+{
+    const struct shim_cfg *c = &s->cfg;
+    sbx_error *e = NULL;
+
+    shim_trace("start_box");
+    /* Cgroups before the clone: the child must not run a step outside them. */
+    if (sbx__cg_create(c->id, &c->limits, &s->cgroups, &e) < 0) {
+        char msg[1024];
+        snprintf(msg, sizeof(msg), "%s", sbx_error_message(e));
+        sbx_error_free(e);
+        fail(s, SBX_ECREATE, "%s", msg);
+    }
+    shim_trace("cgroups made");
+    int agent_fd = open(c->agent, O_PATH | O_CLOEXEC);
+    if (agent_fd < 0)
+        fail(s, SBX_ECREATE, "cannot open the agent binary %s: %s (build it with make)",
+             c->agent, strerror(errno));
+    int sync[2], errp[2], ready[2];
+    if (pipe_cloexec(sync) < 0 || pipe_cloexec(errp) < 0 || pipe_cloexec(ready) < 0)
+        fail(s, SBX_ECREATE, "pipe: %s", strerror(errno));
+
+    /*
+     * One clone for every namespace: the child is PID 1 of the new pid
+     * namespace and can mount its /proc. The cgroup namespace comes later,
+     * from inside, once the child sits in its own groups (box.c step 3).
+     * With CLONE_NEWUSER the child has no privilege on the host at all; its
+     * mounts are owned by the new user namespace.
+     */
+    unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | SIGCHLD;
+    if (!c->net_host)
+        flags |= CLONE_NEWNET;
+    if (c->userns)
+        flags |= CLONE_NEWUSER;
+    /*
+     * On cgroup v2, clone3(CLONE_INTO_CGROUP) starts the child inside the
+     * box's group: no attach afterwards, and no wait for the RCU grace period
+     * a write to cgroup.procs costs. v1 (and kernels before 5.7) attach below.
+     */
+    pid_t pid = -1;
+    bool attached = false;
+    if (sbx__cg_mode() == SBX_CG_V2 && s->cgroups && json_array_size(s->cgroups) == 1) {
+        int cgfd = open(json_string_value(json_array_get(s->cgroups, 0)),
+                        O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (cgfd >= 0) {
+            struct clone_args ca = { .flags = (flags & ~0xffUL) | CLONE_INTO_CGROUP,
+                                     .exit_signal = SIGCHLD,
+                                     .cgroup = (uint64_t)cgfd };
+            pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
+            attached = pid >= 0;
+            if (pid != 0)
+                close(cgfd);
+        }
+    }
+    if (pid < 0)
+        pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
+    if (pid < 0)
+        fail(s, SBX_ECREATE, "cannot create the box's namespaces (clone): %s%s", strerror(errno),
+             errno == EPERM ? " (run as root, or enable user namespaces)" : "");
+    if (pid == 0) {
+        /* The child: keep only what it needs. */
+        close(sync[1]);
+        close(errp[0]);
+        close(ready[0]);
+        /* v1 without a user namespace: the child joins its groups itself (box.c step 2). */
+        bool self = !attached && !c->userns && sbx__cg_mode() == SBX_CG_V1 && s->cgroups;
+        struct child_fds f = { sync[0], errp[1], ready[1], agent_fd,
+                               self ? s->cgroups : NULL };
+        shim_box_child(c, &f);
+    }
+    s->init = pid;
+    shim_trace("cloned");
+    close(sync[0]);
+    close(errp[1]);
+    close(ready[1]);
+    close(agent_fd);
+    s->err_r = errp[0];
+    s->ready_r = ready[0];
+
+    /*
+     * Into the cgroups first, then the uid maps (a user namespace's child
+     * can do nothing privileged before), then the go byte that releases it.
+     */
+    bool self_attached = !attached && !c->userns && sbx__cg_mode() == SBX_CG_V1;
+    if (s->cgroups && !attached && !self_attached && sbx__cg_attach(s->cgroups, pid, &e) < 0) {
+        char msg[1024];
+        snprintf(msg, sizeof(msg), "%s", sbx_error_message(e));
+        sbx_error_free(e);
+        fail(s, SBX_ECREATE, "%s", msg);
+    }
+    if (c->userns) {
+        char map[64];
+        snprintf(map, sizeof(map), "0 %u 65536\n", c->uid_base);
+        /* setgroups must be denied before an unprivileged gid_map; as root we keep it. */
+        write_id_map(s, "uid_map", map);
+        write_id_map(s, "gid_map", map);
+    }
+    shim_trace("attached");
+    if (!self_attached && write(sync[1], "g", 1) != 1)
+        fail(s, SBX_ECREATE, "the box's first process died before it started");
+    close(sync[1]);
+    if (write_record(s, "creating") < 0)
+        fail(s, SBX_ECREATE, "cannot write the box record: %s", strerror(errno));
+}
+
+static void on_init_exit(struct shim *s)
+{
+    int st = s->init_status;
+    s->init = 0;
+    if (!s->ready) {
+        if (s->errlen)
+            fail(s, SBX_ECREATE, "%.*s", (int)s->errlen, s->errbuf);
+        if (WIFEXITED(st))
+            fail(s, SBX_ECREATE, "the agent exited with status %d before it was ready",
+                 WEXITSTATUS(st));
+        fail(s, SBX_ECREATE, "the agent was killed by signal %d before it was ready",
+             WTERMSIG(st));
+    }
+    if (!s->acked)
+        fail(s, SBX_EVERIFY, "the agent died before the box was handed over");
+    /*
+     * The agent died under a running box. Its pid namespace died with it;
+     * free the cgroups now, keep the directory with an "error" record so the
+     * owner sees status error, until a stop or the TTL.
+     */
+    if (s->cgroups)
+        sbx__cg_destroy(s->cgroups);
+    json_decref(s->cgroups);
+    s->cgroups = json_array();
+    write_record(s, "error");
+}
+
+static void handle_signals(struct shim *s)
+{
+    struct signalfd_siginfo si;
+    while (read(s->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if (si.ssi_signo == SIGCHLD) {
+            if (s->init > 0 && waitpid(s->init, &s->init_status, WNOHANG) == s->init)
+                on_init_exit(s);
+            continue;
+        }
+        /* SIGTERM, SIGINT, SIGHUP: a stop. */
+        teardown(s, 0);
+    }
+}
+
+static void supervise(struct shim *s)
+{
+    for (;;) {
+        struct pollfd p[5];
+        int n = 0;
+        p[n++] = (struct pollfd){ .fd = s->sfd, .events = POLLIN };
+        int i_ctl = -1, i_err = -1, i_ready = -1, i_ino = -1;
+        if (s->ino >= 0) {
+            i_ino = n;
+            p[n++] = (struct pollfd){ .fd = s->ino, .events = POLLIN };
+        }
+        if (s->ctl >= 0) {
+            i_ctl = n;
+            p[n++] = (struct pollfd){ .fd = s->ctl, .events = POLLIN };
+        }
+        if (s->err_r >= 0) {
+            i_err = n;
+            p[n++] = (struct pollfd){ .fd = s->err_r, .events = POLLIN };
+        } else if (s->ready_r >= 0) {
+            /* Readiness only matters once the setup has exec'd the agent. */
+            i_ready = n;
+            p[n++] = (struct pollfd){ .fd = s->ready_r, .events = POLLIN };
+        }
+        double timeout = -1, now = mono();
+        if (!s->ready)
+            timeout = s->ready_deadline - now;
+        if (s->expires > 0) {
+            double t = s->expires - unix_now();
+            if (timeout < 0 || t < timeout)
+                timeout = t;
+        }
+        int ms = timeout < 0 ? -1 : (int)(timeout * 1000) + 1;
+        if (timeout < 0 && (s->expires > 0 || !s->ready))
+            ms = 0;
+        int r = poll(p, (nfds_t)n, ms);
+        if (r < 0 && errno != EINTR)
+            fail(s, SBX_EPROVIDER, "poll: %s", strerror(errno));
+        if (r <= 0) {
+            if (!s->ready && mono() >= s->ready_deadline)
+                fail(s, SBX_EVERIFY,
+                     "the box's agent did not become ready within %gs (ready_timeout_s)",
+                     s->cfg.ready_timeout_s);
+            if (s->expires > 0 && unix_now() >= s->expires)
+                teardown(s, 0); /* TTL */
+            continue;
+        }
+        if (p[0].revents)
+            handle_signals(s);
+        if (i_ino >= 0 && p[i_ino].revents) {
+            /*
+             * Someone removed or moved the box directory (rm -rf of the state
+             * directory): nobody can reach or stop this box any more, so end it
+             * rather than run on forever.
+             */
+            char ev[4096];
+            if (read(s->ino, ev, sizeof(ev)) > 0)
+                teardown(s, 1);
+        }
+        if (i_err >= 0 && p[i_err].revents) {
+            ssize_t k = read(s->err_r, s->errbuf + s->errlen, sizeof(s->errbuf) - 1 - s->errlen);
+            if (k > 0) {
+                s->errlen += (size_t)k;
+            } else {
+                /* EOF: the setup exec'd the agent (CLOEXEC), or it died reporting why. */
+                close(s->err_r);
+                s->err_r = -1;
+                shim_trace("agent exec'd");
+                if (s->errlen)
+                    fail(s, SBX_ECREATE, "%.*s", (int)s->errlen, s->errbuf);
+            }
+        }
+        if (i_ready >= 0 && p[i_ready].revents) {
+            char b[64];
+            ssize_t k = read(s->ready_r, b, sizeof(b));
+            close(s->ready_r);
+            s->ready_r = -1;
+            if (k <= 0)
+                fail(s, SBX_EVERIFY, "the agent closed its ready descriptor without being ready");
+            s->ready = true;
+            shim_trace("agent ready");
+            ctl_send(s, "ready");
+        }
+        if (i_ctl >= 0 && s->ctl >= 0 && p[i_ctl].revents) {
+            char b[64];
+            ssize_t k = recv(s->ctl, b, sizeof(b) - 1, 0);
+            if (k > 0) {
+                b[k] = 0;
+                if (!strcmp(b, "ack") && s->ready) {
+                    s->acked = true;
+                    shim_trace("acked");
+                    close(s->ctl);
+                    s->ctl = -1;
+                    /* "running" means handed over: the box now outlives its creator. */
+                    write_record(s, "running");
+                } else {
+                    teardown(s, 1); /* "abort" */
+                }
+            } else if (!s->acked) {
+                /* The creator died or gave up before taking the box: remove it. */
+                teardown(s, 1);
+            }
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = { { "box-dir", required_argument, NULL, 'b' },
+                                              { NULL, 0, NULL, 0 } };
+    int o;
+    while ((o = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        if (o != 'b') {
+            fprintf(stderr, "usage: sbx-shim --box-dir DIR (started by libsbx, fd 3 = control)\n");
+            return 2;
+        }
+    }
+    struct stat st;
+    if (fstat(CTL_FD, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+        fprintf(stderr, "sbx-shim: fd 3 must be the control socket; sbx-shim is started by libsbx\n");
+        return 2;
+    }
+    fcntl(CTL_FD, F_SETFD, FD_CLOEXEC);
+    /* Whatever else the creator let us inherit is not ours to keep open for the box's life. */
+    syscall(SYS_close_range, CTL_FD + 1, ~0U, 0);
+
+    static char buf[1 << 20];
+    ssize_t n = recv(CTL_FD, buf, sizeof(buf) - 1, 0);
+    if (n <= 0)
+        return 2;
+    buf[n] = 0;
+
+    /*
+     * Detach: the parent exits at once (the provider reaps it), the child
+     * runs on in a session of its own, reparented to init or the nearest
+     * subreaper. The box then survives its creator, and the creator never
+     * has a zombie to collect when the box ends.
+     */
+    pid_t pid = fork();
+    if (pid < 0) {
+        send(CTL_FD, "error -4 fork failed", 20, MSG_NOSIGNAL);
+        return 1;
+    }
+    if (pid > 0)
+        _exit(0);
+    setsid();
+
+    struct shim s = { .ctl = CTL_FD, .err_r = -1, .ready_r = -1, .ino = -1 };
+    json_error_t je;
+    json_t *j = json_loads(buf, 0, &je);
+    char msg[256];
+    if (!json_is_object(j) || parse_cfg(j, &s.cfg, msg, sizeof(msg)) < 0) {
+        if (json_is_object(j))
+            fail(&s, SBX_EINVAL, "%s", msg);
+        fail(&s, SBX_EINVAL, "bad box description: %s", je.text);
+    }
+    shim_tracing = json_is_true(json_object_get(j, "trace"));
+    shim_trace("description read");
+    s.created = unix_now();
+    s.expires = s.cfg.ttl_s >= 0 ? s.created + s.cfg.ttl_s : 0;
+    s.ready_deadline = mono() + s.cfg.ready_timeout_s;
+
+    /* Signals arrive through a signalfd; SIGPIPE never kills the shim. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    struct sigaction sa = { .sa_handler = SIG_IGN };
+    sigaction(SIGPIPE, &sa, NULL);
+    s.sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (s.sfd < 0)
+        fail(&s, SBX_ECREATE, "signalfd: %s", strerror(errno));
+
+    /* The box directory is ours; it exists before anything that needs cleaning. */
+    _cleanup_free_ char *run = sbx__printf("%s/run", s.cfg.box_dir);
+    _cleanup_free_ char *root = sbx__printf("%s/root", s.cfg.box_dir);
+    if (!run || !root || mkdir(s.cfg.box_dir, 0711) < 0) {
+        int e = errno;
+        s.cfg.box_dir = "/nonexistent"; /* not ours to remove */
+        fail(&s, SBX_ECREATE, "cannot create the box directory: %s", strerror(e));
+    }
+    if (mkdir(run, 0755) < 0 || mkdir(root, 0700) < 0)
+        fail(&s, SBX_ECREATE, "cannot create %s: %s", run, strerror(errno));
+
+    s.ino = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (s.ino >= 0 && inotify_add_watch(s.ino, s.cfg.box_dir, IN_DELETE_SELF | IN_MOVE_SELF) < 0) {
+        close(s.ino);
+        s.ino = -1;
+    }
+
+    /* The supervisor is never the OOM killer's choice: it cleans up after the box. */
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t w = write(fd, "-1000", 5);
+        (void)w;
+        close(fd);
+    }
+    start_box(&s);
+    supervise(&s);
+    return 0;
+}

@@ -1,0 +1,736 @@
+/*
+ * The linux provider against real boxes (root, namespaces, overlayfs,
+ * cgroups). Each test uses a private SBX_STATE_DIR and ends with a census:
+ * nothing of sbx may be left on the host.
+ */
+#include "tap.h"
+#include "common.h"
+#include "linux_census.h"
+
+#include "core/internal.h"
+#include "providers/linux/linux.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+
+static char state_root[512]; /* SBX_STATE_DIR */
+static char state_dir[600];  /* its linux/ */
+
+static bool have_file(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+static long atoi_ok(const char *s) { return s ? strtol(s, NULL, 10) : -1; }
+
+/* A helper binary built next to this test's build tree (build/tests/integration/..). */
+static bool built(const char *name, const char *env)
+{
+    if (getenv(env))
+        return true;
+    char self[1024], path[1200];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        return false;
+    self[n] = 0;
+    for (int up = 0; up < 3; up++) {
+        char *sl = strrchr(self, '/');
+        if (!sl)
+            return false;
+        *sl = 0;
+    }
+    snprintf(path, sizeof(path), "%s/%s", self, name);
+    return have_file(path);
+}
+
+/* Skips unless this machine can run linux boxes; points sbx at a private state dir. */
+static void need_boxes(void)
+{
+    if (geteuid() != 0)
+        TAP_SKIP("linux boxes need root");
+    if (!built("sbx-shim", "SBX_SHIM"))
+        TAP_SKIP("sbx-shim is not built (make)");
+    if (!built("sbx-agent", "SBX_AGENT"))
+        TAP_SKIP("sbx-agent is not built (make)");
+    /*
+     * A sanitizer build links its sbx-agent dynamically, which cannot run in
+     * a busybox image: use the static one of the plain build when there is one
+     * (the agent is not what these tests sanitize).
+     */
+    char *agent = getenv("SBX_AGENT") ? NULL : realpath("build/sbx-agent", NULL);
+    if (agent)
+        setenv("SBX_AGENT", agent, 1);
+    free(agent);
+    snprintf(state_root, sizeof(state_root), "%s/st", tap_tmpdir());
+    snprintf(state_dir, sizeof(state_dir), "%s/linux", state_root);
+    setenv("SBX_STATE_DIR", state_root, 1);
+    /* The child's fd census must not count the loop's descriptors. */
+    tap_allow_fd_changes();
+}
+
+static sbx_provider *provider(const char *cfg)
+{
+    sbx_provider *p = NULL;
+    sbx_error *e = NULL;
+    char text[1024];
+    snprintf(text, sizeof(text), "{\"linux\": %s}", cfg ? cfg : "{}");
+    if (sbx_provider_new(text, &p, &e) != SBX_OK)
+        TAP_FAIL("provider: %s", sbx_error_message(e));
+    return p;
+}
+
+static sbx_sandbox *start(sbx_provider *p, sbx_spec *spec)
+{
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_new(p, spec, &sb, NULL), SBX_OK);
+    if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
+        TAP_FAIL("start: %s", sbx_error_message(e));
+    return sb;
+}
+
+/* Runs a command; returns its result (caller frees). */
+static sbx_exec_result *run(sbx_sandbox *sb, const char *cmd)
+{
+    sbx_exec_result *r = NULL;
+    sbx_error *e = NULL;
+    if (sbx_sandbox_exec(sb, cmd, NULL, &r, &e) != SBX_OK)
+        TAP_FAIL("exec %s: %s", cmd, sbx_error_message(e));
+    return r;
+}
+
+/* Runs a command that must succeed; returns its stdout (static buffer). */
+static const char *out_of(sbx_sandbox *sb, const char *cmd)
+{
+    static char buf[65536];
+    sbx_exec_result *r = run(sb, cmd);
+    const char *o = sbx_exec_result_stdout(r, NULL);
+    const char *er = sbx_exec_result_stderr(r, NULL);
+    if (sbx_exec_result_return_code(r) != 0)
+        TAP_FAIL("%s exited %d: %s", cmd, sbx_exec_result_return_code(r), er ? er : "");
+    snprintf(buf, sizeof(buf), "%s", o ? o : "");
+    sbx_exec_result_free(r);
+    return buf;
+}
+
+static int rc_of(sbx_sandbox *sb, const char *cmd)
+{
+    sbx_exec_result *r = run(sb, cmd);
+    int rc = sbx_exec_result_return_code(r);
+    sbx_exec_result_free(r);
+    return rc;
+}
+
+static void stop_free(sbx_sandbox *sb)
+{
+    sbx_error *e = NULL;
+    if (sbx_sandbox_stop(sb, &e) != SBX_OK)
+        TAP_FAIL("stop: %s", sbx_error_message(e));
+    sbx_sandbox_free(sb);
+}
+
+/* A tiny root filesystem from busybox-static, as a directory and a tarball. */
+static void busybox_rootfs(char *dir, size_t dn, char *tar, size_t tn)
+{
+    if (!have_file("/bin/busybox"))
+        TAP_SKIP("busybox-static is not installed");
+    snprintf(dir, dn, "%s/bb", tap_tmpdir());
+    snprintf(tar, tn, "%s/bb.tar", tap_tmpdir());
+    char out[4096];
+    int rc = run_cmd(out, sizeof(out),
+                     "set -e; mkdir -p %s/bin %s/etc %s/tmp; cp /bin/busybox %s/bin/; cd %s/bin; "
+                     "for a in $(./busybox --list); do [ $a = busybox ] || ln -s busybox $a; done; "
+                     "echo 'root:x:0:0:root:/root:/bin/sh' > ../etc/passwd; "
+                     "echo 'root:x:0:' > ../etc/group; echo bb-image > ../etc/marker; "
+                     "tar -C %s -cf %s .",
+                     dir, dir, dir, dir, dir, dir, tar);
+    if (rc != 0)
+        TAP_FAIL("building the busybox rootfs: %s", out);
+}
+
+static sbx_spec *spec_none(void)
+{
+    sbx_spec *s = sbx_spec_new();
+    sbx_spec_set_workdir(s, "/work");
+    return s;
+}
+
+/* --- tests ---------------------------------------------------------------- */
+
+static void test_pid1_is_agent_and_namespaces(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_spec_set_env(s, "GREETING", "hello");
+    sbx_sandbox *sb = start(p, s);
+    TAP_CONTAINS(out_of(sb, "tr '\\0' ' ' < /proc/1/cmdline"), "sbx-agent");
+    TAP_CONTAINS(out_of(sb, "hostname"), sbx_sandbox_id(sb));
+    TAP_CONTAINS(out_of(sb, "pwd"), "/work");
+    TAP_CONTAINS(out_of(sb, "echo $GREETING"), "hello");
+    /* Host processes are invisible: only the agent and this command's few. */
+    const char *n = out_of(sb, "ls /proc | grep -c '^[0-9]'");
+    TAP_TRUE(atoi_ok(n) < 10);
+    /* The host's network is invisible: loopback only. */
+    const char *dev = out_of(sb, "cat /proc/net/dev");
+    TAP_CONTAINS(dev, "lo:");
+    TAP_TRUE(strstr(dev, "eth") == NULL && strstr(dev, "ens") == NULL);
+    /* Host files outside the image are invisible. */
+    char secret[512];
+    snprintf(secret, sizeof(secret), "%s/host-secret", tap_tmpdir());
+    write_text(secret, "x");
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "test -e %s", secret);
+    TAP_EQ_INT(rc_of(sb, cmd), 1);
+    TAP_EQ_INT(rc_of(sb, "test -e /etc/shadow"), 1);
+    /* The host's /usr is there, read-only. */
+    TAP_EQ_INT(rc_of(sb, "test -x /usr/bin/env"), 0);
+    TAP_NE_INT(rc_of(sb, "touch /usr/bin/sbx-should-fail 2>/dev/null"), 0);
+    /* Writes elsewhere work and stay in the box. */
+    TAP_EQ_INT(rc_of(sb, "echo data > /tmp/f && echo x > /root/r && cat /tmp/f"), 0);
+    TAP_TRUE(!have_file("/tmp/f") || rc_of(sb, "true") == 0);
+    sbx_status st;
+    TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
+    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+static void test_writes_isolated_between_boxes(void)
+{
+    need_boxes();
+    char dir[512], tar[512];
+    busybox_rootfs(dir, sizeof(dir), tar, sizeof(tar));
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = sbx_spec_new();
+    sbx_spec_set_image(s, tar);
+    sbx_sandbox *a = start(p, s);
+    sbx_sandbox *b = start(p, s);
+    TAP_CONTAINS(out_of(a, "cat /etc/marker"), "bb-image");
+    TAP_EQ_INT(rc_of(a, "echo mine > /etc/marker && echo new > /bin/added"), 0);
+    TAP_CONTAINS(out_of(a, "cat /etc/marker"), "mine");
+    TAP_CONTAINS(out_of(b, "cat /etc/marker"), "bb-image");
+    TAP_EQ_INT(rc_of(b, "test -e /bin/added"), 1);
+    /* One cached tree for both, and the host's copy is untouched. */
+    char out[4096];
+    run_cmd(out, sizeof(out), "ls -d %s/images/sha256-* | wc -l", state_dir);
+    TAP_EQ_INT(atoi_ok(out), 1);
+    char marker[600];
+    snprintf(marker, sizeof(marker), "%s/etc/marker", dir);
+    char *m = read_text(marker);
+    TAP_CONTAINS(m, "bb-image");
+    free(m);
+    stop_free(a);
+    stop_free(b);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+static void test_memory_bomb_is_oom_and_box_lives(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_spec_set_memory_mib(s, 64);
+    sbx_sandbox *sb = start(p, s);
+    /* tail keeps the last line, and /dev/zero has no newline: it grows until killed. */
+    sbx_exec_result *r = run(sb, "exec tail -n 1 /dev/zero");
+    if (!sbx_exec_result_error_type(r))
+        TAP_FAIL("no oom: rc %d, stderr %s", sbx_exec_result_return_code(r),
+                 sbx_exec_result_stderr(r, NULL));
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "oom");
+    sbx_exec_result_free(r);
+    TAP_CONTAINS(out_of(sb, "echo alive"), "alive");
+    sbx_status st;
+    TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
+    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+static void test_fork_bomb_stopped_by_pids(void)
+{
+    need_boxes();
+    sbx_provider *p = provider("{\"pids_limit\": 40}");
+    sbx_spec *s = spec_none();
+    sbx_sandbox *sb = start(p, s);
+    sbx_exec_result *r =
+        run(sb, "i=0; while [ $i -lt 100 ]; do sleep 3 & i=$((i+1)); done; wait; echo finished");
+    const char *er = sbx_exec_result_stderr(r, NULL);
+    TAP_TRUE(er && (strstr(er, "fork") || strstr(er, "Resource temporarily unavailable")));
+    sbx_exec_result_free(r);
+    TAP_CONTAINS(out_of(sb, "echo alive"), "alive");
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+static void test_disk_gib_enospc(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_spec_set_disk_gib(s, 1);
+    sbx_sandbox *sb = start(p, s);
+    sbx_exec_result *r = run(sb, "dd if=/dev/zero of=/tmp/big bs=1M count=1200");
+    TAP_NE_INT(sbx_exec_result_return_code(r), 0);
+    TAP_CONTAINS(sbx_exec_result_stderr(r, NULL), "No space left on device");
+    sbx_exec_result_free(r);
+    TAP_EQ_INT(rc_of(sb, "rm /tmp/big && echo small > /tmp/small"), 0);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+static void test_escapes_fail(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_sandbox *sb = start(p, s);
+    TAP_NE_INT(rc_of(sb, "mount -t tmpfs x /mnt"), 0);
+    TAP_NE_INT(rc_of(sb, "unshare -m true"), 0);
+    TAP_NE_INT(rc_of(sb, "unshare -U true"), 0);
+    TAP_NE_INT(rc_of(sb, "echo evil > /proc/sys/kernel/hostname"), 0);
+    TAP_NE_INT(rc_of(sb, "mknod /tmp/disk b 254 0"), 0);
+    TAP_NE_INT(rc_of(sb, "test -r /proc/kcore && head -c1 /proc/kcore | grep -q ."), 0);
+    TAP_NE_INT(rc_of(sb, "echo 1 > /sys/kernel/mm/ksm/run"), 0);
+    /* A host process cannot be reached: its pid does not exist in the box. */
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "kill -0 %d", (int)getpid());
+    TAP_NE_INT(rc_of(sb, cmd), 0);
+    if (have_file("/usr/bin/python3")) {
+        /* ptrace of a process outside the box, by a pid the box cannot see. */
+        snprintf(cmd, sizeof(cmd),
+                 "/usr/bin/python3 -c 'import ctypes,sys; l=ctypes.CDLL(None,use_errno=True); "
+                 "sys.exit(0 if l.ptrace(16,%d,0,0)==0 else 1)'",
+                 (int)getpid());
+        TAP_NE_INT(rc_of(sb, cmd), 0);
+        /* setns / bpf / keyctl refused by seccomp. */
+        TAP_NE_INT(rc_of(sb, "/usr/bin/python3 -c 'import ctypes,sys; l=ctypes.CDLL(None); "
+                             "sys.exit(0 if l.syscall(250,0,0,0,0)>=0 else 1)'"),
+                   0);
+    }
+    TAP_CONTAINS(out_of(sb, "grep NoNewPrivs /proc/self/status"), "1");
+    TAP_CONTAINS(out_of(sb, "grep Seccomp: /proc/self/status"), "2");
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+static void test_cgroup_limits_written(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_spec_set_memory_mib(s, 128);
+    sbx_spec_set_cpu(s, 0.5);
+    sbx_sandbox *sb = start(p, s);
+    char bd[900];
+    snprintf(bd, sizeof(bd), "%s/boxes/%s", state_dir, sbx_sandbox_id(sb));
+    sbx_linux_record rec;
+    TAP_OK(sbx__linux_record_read(bd, &rec, &e_));
+    size_t i;
+    json_t *v;
+    int seen = 0;
+    json_array_foreach(rec.cgroups, i, v)
+    {
+        char path[1024];
+        const char *dir = json_string_value(v);
+        const char *file = NULL, *want = NULL;
+        if (strstr(dir, "/memory/"))
+            file = "memory.limit_in_bytes", want = "134217728";
+        else if (strstr(dir, "/pids/"))
+            file = "pids.max", want = "4096";
+        else if (strstr(dir, "/cpu"))
+            file = "cpu.cfs_quota_us", want = "50000";
+        else if (sbx__cg_mode() == SBX_CG_V2)
+            file = "memory.max", want = "134217728";
+        if (!file)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, file);
+        char *t = NULL;
+        sbx__read_file(path, &t, NULL); /* sysfs: no usable st_size */
+        TAP_CONTAINS(t, want);
+        free(t);
+        seen++;
+    }
+    TAP_TRUE(seen >= 2);
+    sbx__linux_record_free(&rec);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+static void test_agent_killed_gives_error(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_sandbox *sb = start(p, s);
+    char bd[900];
+    snprintf(bd, sizeof(bd), "%s/boxes/%s/record.json", state_dir, sbx_sandbox_id(sb));
+    json_t *j = json_load_file(bd, 0, NULL);
+    pid_t init = (pid_t)json_integer_value(json_object_get(j, "init_pid"));
+    json_decref(j);
+    TAP_TRUE(init > 1);
+    TAP_EQ_INT(kill(init, SIGKILL), 0);
+    sbx_status st = SBX_STATUS_RUNNING;
+    while (st == SBX_STATUS_RUNNING) { /* the alarm bounds this */
+        TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
+        if (st == SBX_STATUS_RUNNING)
+            usleep(10000);
+    }
+    TAP_EQ_INT(st, SBX_STATUS_ERROR);
+    sbx_exec_result *r = NULL;
+    sbx_error *e = NULL;
+    int rc = sbx_sandbox_exec(sb, "true", NULL, &r, &e);
+    TAP_NE_INT(rc, SBX_OK);
+    TAP_CONTAINS(sbx_error_message(e), "agent");
+    sbx_error_free(e);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/* True once `name` exists in some box directory under <state>/boxes. */
+static bool some_box_has(const char *name)
+{
+    char boxes[700];
+    snprintf(boxes, sizeof(boxes), "%s/boxes", state_dir);
+    DIR *d = opendir(boxes);
+    struct dirent *de;
+    bool found = false;
+    while (d && (de = readdir(d)) && !found) {
+        char p[1200];
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(p, sizeof(p), "%s/%s%s%s", boxes, de->d_name, *name ? "/" : "", name);
+        found = have_file(p);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+static void test_creator_killed_mid_create_leaves_nothing(void)
+{
+    need_boxes();
+    /*
+     * Kill the creating process at three moments of its create: at once,
+     * once the shim made the box directory, once the agent's socket exists
+     * (just before the handover). A shim that never got its "ack" removes
+     * the box itself; nothing may be left, even before any gc.
+     */
+    static const char *const moments[] = { NULL, "", "run/agent.sock" };
+    for (int round = 0; round < 3; round++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            sbx_provider *p = provider(NULL);
+            sbx_spec *s = spec_none();
+            sbx_spec_set_metadata(s, "run_id", "killed");
+            sbx_sandbox *sb = NULL;
+            sbx_sandbox_new(p, s, &sb, NULL);
+            sbx_sandbox_start(sb, NULL, NULL);
+            _exit(0); /* finished before the kill: the box outlives us, by design */
+        }
+        if (moments[round])
+            for (int i = 0; i < 20000 && !some_box_has(moments[round]); i++)
+                usleep(100);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        /*
+         * Either the shim removes the box, or the kill came after the
+         * handover (its record says "running"): then the box is legitimately
+         * alive, and gc by run id is how a crashed run collects it.
+         */
+        bool handed_over = false;
+        char why[512];
+        for (int t = 0; t < 1000 && census_find(state_dir, why, sizeof(why)) && !handed_over; t++) {
+            sbx_linux_box_info *boxes = NULL;
+            size_t n = 0;
+            sbx__linux_list(state_dir, NULL, &boxes, &n, NULL);
+            for (size_t i = 0; i < n; i++)
+                handed_over |= boxes[i].rec.state && !strcmp(boxes[i].rec.state, "running");
+            sbx__linux_list_free(boxes, n);
+            usleep(10000);
+        }
+        if (handed_over) {
+            sbx_kv labels = { 0 };
+            sbx__kv_set(&labels, "run_id", "killed");
+            sbx_linux_gc_opts o = { .labels = &labels };
+            char **removed = NULL;
+            TAP_OK(sbx__linux_gc(state_dir, &o, &removed, &e_));
+            TAP_TRUE(removed != NULL);
+            sbx_strv_free(removed);
+            sbx__kv_free(&labels);
+        }
+        census_check(state_dir);
+    }
+    /* And gc finds nothing to do. */
+    char **removed = NULL;
+    TAP_OK(sbx__linux_gc(state_dir, NULL, &removed, &e_));
+    TAP_NULL(removed);
+}
+
+static void test_ttl_enforced_without_creator(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_spec_set_ttl(s, 1);
+    sbx_sandbox *sb = start(p, s);
+    char bd[900];
+    snprintf(bd, sizeof(bd), "%s/boxes/%s", state_dir, sbx_sandbox_id(sb));
+    /* The shim ends the box at its TTL; nobody asks it to. */
+    while (have_file(bd)) /* bounded by the test's alarm */
+        usleep(50 * 1000);
+    sbx_status st;
+    TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
+    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+static void test_serialize_connect_list_gc(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_spec_set_metadata(s, "run_id", "r42");
+    sbx_spec_set_env(s, "FROM_SPEC", "yes");
+    sbx_sandbox *sb = start(p, s);
+    char *desc = NULL;
+    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
+    TAP_CONTAINS(desc, sbx_sandbox_id(sb));
+    /* Another process connects, runs a command, and leaves the box running. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        sbx_provider *p2 = provider(NULL);
+        sbx_sandbox *c = NULL;
+        sbx_error *e = NULL;
+        if (sbx_sandbox_connect(p2, desc, &c, &e) != SBX_OK) {
+            fprintf(stderr, "connect: %s\n", sbx_error_message(e));
+            _exit(2);
+        }
+        sbx_exec_result *r = NULL;
+        if (sbx_sandbox_exec(c, "echo $FROM_SPEC > /tmp/from-child", NULL, &r, NULL) != SBX_OK)
+            _exit(3);
+        sbx_exec_result_free(r);
+        sbx_sandbox_free(c); /* borrowed: the box lives on */
+        sbx_provider_free(p2);
+        _exit(0);
+    }
+    int wst;
+    waitpid(pid, &wst, 0);
+    TAP_EQ_INT(WEXITSTATUS(wst), 0);
+    TAP_CONTAINS(out_of(sb, "cat /tmp/from-child"), "yes");
+    /* Listing by label. */
+    sbx_kv labels = { 0 };
+    sbx__kv_set(&labels, "run_id", "r42");
+    sbx_linux_box_info *boxes = NULL;
+    size_t n = 0;
+    TAP_OK(sbx__linux_list(state_dir, &labels, &boxes, &n, &e_));
+    TAP_EQ_INT(n, 1);
+    TAP_EQ_STR(boxes[0].rec.id, sbx_sandbox_id(sb));
+    TAP_TRUE(boxes[0].shim_alive);
+    sbx__linux_list_free(boxes, n);
+    /* gc without labels leaves a healthy box alone; with its run's label it stops it. */
+    char **removed = NULL;
+    TAP_OK(sbx__linux_gc(state_dir, NULL, &removed, &e_));
+    TAP_NULL(removed);
+    sbx_linux_gc_opts o = { .labels = &labels };
+    TAP_OK(sbx__linux_gc(state_dir, &o, &removed, &e_));
+    TAP_TRUE(removed && removed[0] && !strcmp(removed[0], sbx_sandbox_id(sb)));
+    sbx_strv_free(removed);
+    sbx_status st;
+    TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
+    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    sbx__kv_free(&labels);
+    free(desc);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+static void progress_cb(const char *stage, uint64_t done, uint64_t total, void *data)
+{
+    (void)stage;
+    (void)total;
+    *(uint64_t *)data = done;
+}
+
+static void test_image_import_list_remove(void)
+{
+    need_boxes();
+    char dir[512], tar[512];
+    busybox_rootfs(dir, sizeof(dir), tar, sizeof(tar));
+    uint64_t seen = 0;
+    TAP_OK(sbx__linux_image_import(state_dir, "bb", tar, progress_cb, &seen, &e_));
+    TAP_TRUE(seen > 0);
+    sbx_linux_image_info *v = NULL;
+    size_t n = 0;
+    TAP_OK(sbx__linux_image_list(state_dir, &v, &n, &e_));
+    TAP_EQ_INT(n, 1);
+    TAP_EQ_STR(v[0].name, "bb");
+    TAP_TRUE(!strncmp(v[0].digest, "sha256:", 7));
+    TAP_TRUE(v[0].size > 1000000);
+    sbx__linux_image_list_free(v, n);
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = sbx_spec_new();
+    sbx_spec_set_image(s, "bb");
+    sbx_sandbox *sb = start(p, s);
+    TAP_CONTAINS(out_of(sb, "cat /etc/marker"), "bb-image");
+    stop_free(sb);
+    TAP_OK(sbx__linux_image_remove(state_dir, "bb", &e_));
+    /* A name that is gone is a create error that says what to do. */
+    sbx_sandbox *sb2 = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb2, NULL), SBX_OK);
+    TAP_EQ_INT(sbx_sandbox_start(sb2, NULL, &e), SBX_ECREATE);
+    TAP_CONTAINS(sbx_error_message(e), "sbx image import");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb2);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+static void test_ready_timeout_is_everify_and_torn_down(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_spec_set_ready_timeout(s, 0.0001);
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
+    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_EVERIFY);
+    TAP_CONTAINS(sbx_error_message(e), "ready");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+static void test_many_boxes_at_once(void)
+{
+    need_boxes();
+    const char *env = getenv("SBX_LINUX_MANY");
+    int n = env ? (int)strtol(env, NULL, 10) : 200;
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_sandbox **sbs = calloc((size_t)n, sizeof(*sbs));
+    sbx_future **fs = calloc((size_t)n, sizeof(*fs));
+    for (int i = 0; i < n; i++) {
+        TAP_EQ_INT(sbx_sandbox_new(p, s, &sbs[i], NULL), SBX_OK);
+        TAP_OK(sbx_sandbox_start_async(sbs[i], NULL, &fs[i], &e_));
+    }
+    for (int i = 0; i < n; i++) {
+        sbx_error *e = NULL;
+        if (sbx_future_wait(fs[i], -1, &e) != SBX_OK)
+            TAP_FAIL("box %d: %s", i, sbx_error_message(e));
+        sbx_future_free(fs[i]);
+    }
+    for (int i = 0; i < n; i++)
+        TAP_CONTAINS(out_of(sbs[i], "hostname"), sbx_sandbox_id(sbs[i]));
+    for (int i = 0; i < n; i++)
+        TAP_OK(sbx_sandbox_stop_async(sbs[i], &fs[i], &e_));
+    for (int i = 0; i < n; i++) {
+        TAP_EQ_INT(sbx_future_wait(fs[i], -1, NULL), SBX_OK);
+        sbx_future_free(fs[i]);
+        sbx_sandbox_free(sbs[i]);
+    }
+    free(sbs);
+    free(fs);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+
+static void test_oci_layout_with_whiteouts(void)
+{
+    need_boxes();
+    char dir[512], tar[512];
+    busybox_rootfs(dir, sizeof(dir), tar, sizeof(tar));
+    const char *t = tap_tmpdir();
+    char out[8192];
+    /* Two layers: the busybox tree, then one deleting /etc/marker and adding /etc/new. */
+    int rc = run_cmd(
+        out, sizeof(out),
+        "set -e; L=%s/oci; mkdir -p $L/blobs/sha256 %s/l2/etc; touch %s/l2/etc/.wh.marker; "
+        "echo new > %s/l2/etc/new; tar -C %s/l2 -cf %s/l2.tar .; layers=; "
+        "for f in %s %s/l2.tar; do d=$(sha256sum $f | cut -d' ' -f1); cp $f $L/blobs/sha256/$d; "
+        "s=$(stat -c %%s $f); layers=\"$layers${layers:+,}{\\\"mediaType\\\":"
+        "\\\"application/vnd.oci.image.layer.v1.tar\\\",\\\"digest\\\":\\\"sha256:$d\\\","
+        "\\\"size\\\":$s}\"; done; "
+        "printf '{\"schemaVersion\":2,\"layers\":[%%s]}' \"$layers\" > %s/m.json; "
+        "m=$(sha256sum %s/m.json | cut -d' ' -f1); cp %s/m.json $L/blobs/sha256/$m; "
+        "printf '{\"schemaVersion\":2,\"manifests\":[{\"digest\":\"sha256:%%s\",\"annotations\":"
+        "{\"org.opencontainers.image.ref.name\":\"v1\"}}]}' $m > $L/index.json; "
+        "echo '{\"imageLayoutVersion\":\"1.0.0\"}' > $L/oci-layout",
+        t, t, t, t, t, t, tar, t, t, t, t);
+    if (rc != 0)
+        TAP_FAIL("building the OCI layout: %s", out);
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = sbx_spec_new();
+    char image[700];
+    snprintf(image, sizeof(image), "oci:%s/oci:v1", t);
+    sbx_spec_set_image(s, image);
+    sbx_sandbox *sb = start(p, s);
+    TAP_EQ_INT(rc_of(sb, "test -e /etc/marker"), 1);
+    TAP_CONTAINS(out_of(sb, "cat /etc/new"), "new");
+    TAP_EQ_INT(rc_of(sb, "test -x /bin/sh"), 0);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+static void test_user_namespace_option_refused_clearly(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_spec_set_provider_options(s, "{\"userns\": true}", NULL);
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
+    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ECREATE);
+    TAP_CONTAINS(sbx_error_message(e), "user namespaces are not supported");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+TAP_MAIN(TAP(test_pid1_is_agent_and_namespaces), TAP(test_writes_isolated_between_boxes),
+         TAP(test_memory_bomb_is_oom_and_box_lives), TAP(test_fork_bomb_stopped_by_pids),
+         TAP(test_disk_gib_enospc), TAP(test_escapes_fail), TAP(test_cgroup_limits_written),
+         TAP(test_agent_killed_gives_error), TAP(test_creator_killed_mid_create_leaves_nothing),
+         TAP(test_ttl_enforced_without_creator), TAP(test_serialize_connect_list_gc),
+         TAP(test_image_import_list_remove), TAP(test_ready_timeout_is_everify_and_torn_down),
+         TAP(test_oci_layout_with_whiteouts), TAP(test_user_namespace_option_refused_clearly),
+         TAP_T(test_many_boxes_at_once, 300))
