@@ -10,7 +10,9 @@ INCLUDEDIR ?= $(PREFIX)/include
 BINDIR ?= $(PREFIX)/bin
 LIBEXECDIR ?= $(PREFIX)/libexec/sbx
 PYTHON ?= /usr/bin/python3
-PYDIR ?= $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("purelib", vars={"base": "$(PREFIX)"}))' 2>/dev/null)
+# PREFIX/lib/pythonX.Y/{dist,site}-packages: Debian's python searches dist-packages
+# (its sysconfig scheme would add a second /local under /usr/local).
+PYDIR ?= $(shell $(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; d = "dist" if any(p.endswith("dist-packages") for p in sys.path) else "site"; print("$(PREFIX)/lib/python%s/%s-packages" % (v, d))' 2>/dev/null)
 
 B ?= build
 CC ?= cc
@@ -155,7 +157,9 @@ install: all
 	if [ -x $(B)/sbx ]; then install -m 755 $(B)/sbx $(DESTDIR)$(BINDIR)/sbx; fi
 	if [ -d python/sbx ] && [ -n "$(PYDIR)" ]; then \
 	  install -d $(DESTDIR)$(PYDIR)/sbx; \
-	  install -m 644 python/sbx/*.py $(DESTDIR)$(PYDIR)/sbx/; fi
+	  install -m 644 python/sbx/*.py $(DESTDIR)$(PYDIR)/sbx/; \
+	  install -d $(DESTDIR)$(PYDIR)/sbx-0.1.0.dist-info; \
+	  install -m 644 python/sbx-0.1.0.dist-info/* $(DESTDIR)$(PYDIR)/sbx-0.1.0.dist-info/; fi
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

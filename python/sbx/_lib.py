@@ -1,0 +1,425 @@
+"""Loading libsbx with ctypes, its prototypes, error mapping, and awaiting
+its futures from asyncio without threads of our own.
+
+The library is found in this order: $SBX_LIB; ../../build/libsbx.so next to
+this package (a source checkout); PREFIX/lib/libsbx.so.0 next to an installed
+package; then the dynamic linker's libsbx.so.0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import ctypes
+import ctypes.util
+import logging
+import os
+from ctypes import POINTER, byref, c_char_p, c_double, c_int, c_size_t, c_void_p
+from pathlib import Path
+from typing import Any, Callable
+
+from .base import (
+    SandboxCreateError,
+    SandboxCreateVerificationError,
+    SandboxEndpoint,
+    SandboxError,
+    SandboxExecResult,
+    SandboxPtyError,
+    SandboxStatus,
+)
+
+LOGGER = logging.getLogger("sbx")
+
+
+def _candidates() -> list[str]:
+    out = []
+    env = os.environ.get("SBX_LIB")
+    if env:
+        out.append(env)
+    here = Path(__file__).resolve()
+    out.append(str(here.parents[2] / "build" / "libsbx.so"))  # a source checkout
+    # Installed (PREFIX/lib/pythonX.Y/*-packages/sbx, or any PYDIR under PREFIX):
+    # PREFIX/lib/libsbx.so.0, found even before ldconfig has run and under a DESTDIR.
+    for anc in here.parents[1:5]:
+        out.append(str(anc / "lib" / "libsbx.so.0"))
+    found = ctypes.util.find_library("sbx")
+    if found:
+        out.append(found)
+    out.append("libsbx.so.0")
+    return out
+
+
+def _load() -> ctypes.CDLL:
+    errors = []
+    for path in _candidates():
+        if "/" in path and not os.path.exists(path):
+            errors.append(f"{path}: not found")
+            continue
+        try:
+            return ctypes.CDLL(path)
+        except OSError as exc:
+            errors.append(str(exc))
+    raise ImportError(
+        "cannot load libsbx: " + "; ".join(errors) + ". Build it with `make`, set SBX_LIB to its "
+        "path, or install it with `make install`."
+    )
+
+
+lib = _load()
+
+_P = c_void_p
+_PP = POINTER(c_void_p)
+_ERR = POINTER(c_void_p)
+
+
+def _proto(name: str, restype: Any, *argtypes: Any) -> None:
+    fn = getattr(lib, name)
+    fn.restype = restype
+    fn.argtypes = list(argtypes)
+
+
+for _name, _res, _args in [
+    ("sbx_version", c_char_p, ()),
+    ("sbx_error_code", c_int, (_P,)),
+    ("sbx_error_message", c_char_p, (_P,)),
+    ("sbx_error_free", None, (_P,)),
+    ("sbx_err_name", c_char_p, (c_int,)),
+    ("sbx_strerror", c_char_p, (c_int,)),
+    ("sbx_free", None, (_P,)),
+    ("sbx_strv_free", None, (_P,)),
+    ("sbx_status_name", c_char_p, (c_int,)),
+    ("sbx_spec_from_json", c_int, (c_char_p, _PP, _ERR)),
+    ("sbx_spec_free", None, (_P,)),
+    ("sbx_exec_opts_new", _P, ()),
+    ("sbx_exec_opts_free", None, (_P,)),
+    ("sbx_exec_opts_set_cwd", c_int, (_P, c_char_p)),
+    ("sbx_exec_opts_set_env", c_int, (_P, c_char_p, c_char_p)),
+    ("sbx_exec_opts_set_timeout", c_int, (_P, c_double)),
+    ("sbx_exec_opts_set_user", c_int, (_P, c_char_p)),
+    ("sbx_exec_opts_set_stdin", c_int, (_P, c_char_p, c_size_t)),
+    ("sbx_exec_result_stdout", _P, (_P, POINTER(c_size_t))),
+    ("sbx_exec_result_stderr", _P, (_P, POINTER(c_size_t))),
+    ("sbx_exec_result_return_code", c_int, (_P,)),
+    ("sbx_exec_result_error_type", c_char_p, (_P,)),
+    ("sbx_exec_result_free", None, (_P,)),
+    ("sbx_endpoint_url", c_char_p, (_P,)),
+    ("sbx_endpoint_header_count", c_size_t, (_P,)),
+    ("sbx_endpoint_header", c_int, (_P, c_size_t, POINTER(c_char_p), POINTER(c_char_p))),
+    ("sbx_endpoint_free", None, (_P,)),
+    ("sbx_future_wait", c_int, (_P, c_double, _ERR)),
+    ("sbx_future_fd", c_int, (_P,)),
+    ("sbx_future_done", c_int, (_P,)),
+    ("sbx_future_cancel", None, (_P,)),
+    ("sbx_future_code", c_int, (_P, _ERR)),
+    ("sbx_future_take_exec_result", c_int, (_P, _PP, _ERR)),
+    ("sbx_future_take_status", c_int, (_P, POINTER(c_int), _ERR)),
+    ("sbx_future_take_endpoint", c_int, (_P, _PP, _ERR)),
+    ("sbx_future_take_string", c_int, (_P, _PP, _ERR)),
+    ("sbx_future_take_sandbox", c_int, (_P, _PP, _ERR)),
+    ("sbx_future_free", None, (_P,)),
+    ("sbx_provider_new", c_int, (c_char_p, _PP, _ERR)),
+    ("sbx_provider_free", None, (_P,)),
+    ("sbx_provider_name", c_char_p, (_P,)),
+    ("sbx_provider_supports", c_int, (_P, c_char_p)),
+    ("sbx_list_providers", c_int, (_PP, _ERR)),
+    ("sbx_provider_lookup", c_int, (c_char_p, _ERR)),
+    ("sbx_sandbox_new", c_int, (_P, _P, _PP, _ERR)),
+    ("sbx_sandbox_start_async", c_int, (_P, _P, _PP, _ERR)),
+    ("sbx_sandbox_exec_async", c_int, (_P, c_char_p, _P, _PP, _ERR)),
+    ("sbx_sandbox_upload_async", c_int, (_P, c_char_p, c_char_p, _PP, _ERR)),
+    ("sbx_sandbox_download_async", c_int, (_P, c_char_p, c_char_p, _PP, _ERR)),
+    ("sbx_sandbox_status_async", c_int, (_P, _PP, _ERR)),
+    ("sbx_sandbox_endpoint_async", c_int, (_P, c_int, _PP, _ERR)),
+    ("sbx_sandbox_serialize_async", c_int, (_P, c_char_p, _PP, _ERR)),
+    ("sbx_sandbox_connect_async", c_int, (_P, c_char_p, _PP, _ERR)),
+    ("sbx_sandbox_stop_async", c_int, (_P, _PP, _ERR)),
+    ("sbx_sandbox_id", c_char_p, (_P,)),
+    ("sbx_sandbox_free", None, (_P,)),
+]:
+    _proto(_name, _res, *_args)
+
+
+# --- logging: libsbx's log lines go to the "sbx" logger -----------------------
+
+_LEVELS = {10: logging.DEBUG, 20: logging.INFO, 30: logging.WARNING, 40: logging.ERROR}
+_LOG_CB_TYPE = ctypes.CFUNCTYPE(None, c_int, c_char_p, c_void_p)
+
+
+def _on_log(level: int, message: bytes, data: Any) -> None:
+    try:
+        LOGGER.log(_LEVELS.get(level, logging.WARNING), "%s", message.decode("utf-8", "replace"))
+    except Exception:  # a log line must never break the loop thread
+        pass
+
+
+_log_cb = _LOG_CB_TYPE(_on_log)  # kept alive for as long as the library may call it
+lib.sbx_set_log_cb.restype = None
+lib.sbx_set_log_cb.argtypes = [_LOG_CB_TYPE, c_void_p, c_int]
+lib.sbx_set_log_cb(_log_cb, None, 20)
+
+
+@atexit.register
+def _unhook_log() -> None:
+    # The interpreter is going away: libsbx threads must not call into it.
+    lib.sbx_set_log_cb(_LOG_CB_TYPE(), None, 40)
+
+
+def version() -> str:
+    return lib.sbx_version().decode()
+
+
+# --- errors -----------------------------------------------------------------
+
+# sbx code name -> Python exception class (reference-api.md "Error mapping").
+_EXCEPTIONS: dict[str, type[BaseException]] = {
+    "EINVAL": ValueError,
+    "ETYPE": TypeError,
+    "ESTATE": RuntimeError,
+    "ECREATE": SandboxCreateError,
+    "EVERIFY": SandboxCreateVerificationError,
+    "ENOTSUP": NotImplementedError,
+    "ETIMEDOUT": TimeoutError,
+    "EPTY": SandboxPtyError,
+    "ENOENT": FileNotFoundError,
+    "EPERM": PermissionError,
+    "ENOMEM": MemoryError,
+}
+
+
+def exception_for(code: int, message: str) -> BaseException:
+    """The Python exception for an sbx code; `sbx_code` names the code."""
+    name = lib.sbx_err_name(code).decode()
+    cls = _EXCEPTIONS.get(name, SandboxError)
+    exc = cls(message)
+    try:
+        exc.sbx_code = name  # type: ignore[attr-defined]
+    except AttributeError:
+        pass
+    return exc
+
+
+def take_error(code: int, err: c_void_p) -> BaseException:
+    """Turns a filled sbx_error out-parameter into an exception (and frees it)."""
+    if err.value:
+        message = lib.sbx_error_message(err).decode("utf-8", "replace")
+        code = lib.sbx_error_code(err) or code
+        lib.sbx_error_free(err)
+        err.value = None
+    else:
+        message = lib.sbx_strerror(code).decode()
+    return exception_for(code, message)
+
+
+def check(rc: int, err: c_void_p) -> None:
+    if rc < 0:
+        raise take_error(rc, err)
+
+
+def call(fn: Callable[..., int], *args: Any) -> None:
+    """Calls an sbx function whose last parameter is `sbx_error **`."""
+    err = c_void_p()
+    check(fn(*args, byref(err)), err)
+
+
+def cstr(s: str | os.PathLike[str] | None) -> bytes | None:
+    if s is None:
+        return None
+    return os.fsencode(s) if isinstance(s, os.PathLike) else str(s).encode("utf-8", "surrogateescape")
+
+
+# --- values -----------------------------------------------------------------
+
+
+def _bytes_at(ptr: int | None, n: int) -> str | None:
+    if not ptr:
+        return None
+    return ctypes.string_at(ptr, n).decode("utf-8", "replace")
+
+
+def exec_result_from(r: c_void_p) -> SandboxExecResult:
+    """Converts (and frees) an sbx_exec_result."""
+    try:
+        n = c_size_t()
+        out = _bytes_at(lib.sbx_exec_result_stdout(r, byref(n)), n.value)
+        err = _bytes_at(lib.sbx_exec_result_stderr(r, byref(n)), n.value)
+        et = lib.sbx_exec_result_error_type(r)
+        return SandboxExecResult(
+            stdout=out,
+            stderr=err,
+            return_code=lib.sbx_exec_result_return_code(r),
+            error_type=et.decode() if et is not None else None,
+        )
+    finally:
+        lib.sbx_exec_result_free(r)
+
+
+def endpoint_from(e: c_void_p) -> SandboxEndpoint:
+    """Converts (and frees) an sbx_endpoint."""
+    try:
+        headers = {}
+        k, v = c_char_p(), c_char_p()
+        for i in range(lib.sbx_endpoint_header_count(e)):
+            if lib.sbx_endpoint_header(e, i, byref(k), byref(v)) == 0:
+                headers[k.value.decode()] = v.value.decode()
+        return SandboxEndpoint(lib.sbx_endpoint_url(e).decode(), headers)
+    finally:
+        lib.sbx_endpoint_free(e)
+
+
+def take_string(ptr: c_void_p) -> str:
+    try:
+        return ctypes.string_at(ptr).decode("utf-8", "replace")
+    finally:
+        lib.sbx_free(ptr)
+
+
+def list_c_providers() -> list[str]:
+    names = c_void_p()
+    call(lib.sbx_list_providers, byref(names))
+    try:
+        arr = ctypes.cast(names, POINTER(c_char_p))
+        out = []
+        i = 0
+        while arr[i] is not None:
+            out.append(arr[i].decode())
+            i += 1
+        return out
+    finally:
+        lib.sbx_strv_free(names)
+
+
+def c_provider_exists(name: str) -> bool:
+    err = c_void_p()
+    rc = lib.sbx_provider_lookup(name.encode(), byref(err))
+    if err.value:
+        lib.sbx_error_free(err)
+    return rc == 0
+
+
+def status_from(code: int) -> SandboxStatus:
+    return SandboxStatus(lib.sbx_status_name(code).decode())
+
+
+# --- futures ----------------------------------------------------------------
+
+# What to take out of a completed future, by result kind.
+def _take_none(f: c_void_p) -> None:
+    call(lib.sbx_future_code, f)
+
+
+def _take_exec(f: c_void_p) -> SandboxExecResult:
+    r = c_void_p()
+    call(lib.sbx_future_take_exec_result, f, byref(r))
+    return exec_result_from(r)
+
+
+def _take_status(f: c_void_p) -> SandboxStatus:
+    s = c_int()
+    call(lib.sbx_future_take_status, f, byref(s))
+    return status_from(s.value)
+
+
+def _take_endpoint(f: c_void_p) -> SandboxEndpoint:
+    e = c_void_p()
+    call(lib.sbx_future_take_endpoint, f, byref(e))
+    return endpoint_from(e)
+
+
+def _take_string(f: c_void_p) -> str:
+    s = c_void_p()
+    call(lib.sbx_future_take_string, f, byref(s))
+    return take_string(s)
+
+
+def _take_sandbox(f: c_void_p) -> c_void_p:
+    sb = c_void_p()
+    call(lib.sbx_future_take_sandbox, f, byref(sb))
+    return sb
+
+
+TAKE_NONE = _take_none
+TAKE_EXEC = _take_exec
+TAKE_STATUS = _take_status
+TAKE_ENDPOINT = _take_endpoint
+TAKE_STRING = _take_string
+TAKE_SANDBOX = _take_sandbox
+
+
+def submit(start: Callable[..., int], *args: Any) -> c_void_p:
+    """Calls an `_async` sbx function; returns its future (raises on refusal)."""
+    f = c_void_p()
+    err = c_void_p()
+    check(start(*args, byref(f), byref(err)), err)
+    return f
+
+
+async def await_future(f: c_void_p, take: Callable[[c_void_p], Any]) -> Any:
+    """Awaits an sbx future on the running asyncio loop, then takes its result
+    and frees it. The future's descriptor is watched with loop.add_reader, so
+    no thread is involved. If the awaiting task is cancelled, the operation is
+    cancelled too and awaited to its end (what it started is gone) before
+    CancelledError propagates."""
+    try:
+        if not lib.sbx_future_done(f):
+            if asyncio._get_running_loop() is None:
+                # Driven by the blocking facade (sbx.api._DirectRunner), not asyncio.
+                await BlockingWait(f)
+            else:
+                await _wait_fd(f)
+        return take(f)
+    finally:
+        lib.sbx_future_free(f)
+
+
+class BlockingWait:
+    """Yielded to a coroutine driver that blocks on the future itself
+    (sbx_future_wait, GIL released), so the blocking Sandbox runs the same
+    AsyncSandbox code without an event loop or a thread."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: c_void_p) -> None:
+        self.future = future
+
+    def __await__(self) -> Any:
+        yield self
+
+    def wait(self, timeout_s: float | None) -> bool:
+        """Waits up to timeout_s (None: no limit); True once complete."""
+        err = c_void_p()
+        lib.sbx_future_wait(self.future, -1.0 if timeout_s is None else max(0.0, timeout_s), byref(err))
+        if err.value:
+            lib.sbx_error_free(err)
+        return bool(lib.sbx_future_done(self.future))
+
+    def cancel(self) -> None:
+        lib.sbx_future_cancel(self.future)
+
+
+async def _wait_fd(f: c_void_p) -> None:
+    loop = asyncio.get_running_loop()
+    fd = lib.sbx_future_fd(f)
+    if fd < 0:
+        raise MemoryError("cannot make an event descriptor for an sbx future")
+    waiter: list[asyncio.Future[None]] = [loop.create_future()]
+
+    def ready() -> None:
+        loop.remove_reader(fd)
+        if not waiter[0].done():
+            waiter[0].set_result(None)
+
+    loop.add_reader(fd, ready)
+    try:
+        await waiter[0]
+    except asyncio.CancelledError:
+        lib.sbx_future_cancel(f)
+        while not lib.sbx_future_done(f):
+            waiter[0] = loop.create_future()
+            loop.add_reader(fd, ready)
+            try:
+                await waiter[0]
+            except asyncio.CancelledError:
+                pass  # already cancelling: keep waiting for the operation to end
+        raise
+    finally:
+        loop.remove_reader(fd)

@@ -1,0 +1,689 @@
+"""The public facades: AsyncSandbox (reference-api.md C-G), its PTY
+namespace, and the blocking Sandbox with its private loop (H).
+
+AsyncSandbox drives any provider object through the provider protocol:
+pure-Python providers registered with register_provider(), and C providers
+(sbx.cprovider.CProvider), whose every call is one libsbx async operation
+awaited on the running loop through the future's file descriptor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .base import (
+    SandboxEndpoint,
+    SandboxExecResult,
+    SandboxHandle,
+    SandboxPtyError,
+    SandboxPtySession,
+    SandboxPtySpec,
+    SandboxSpec,
+    SandboxStatus,
+    provider_display_name,
+)
+from . import _lib
+from .cprovider import CProvider
+from .registry import create_provider, get_provider_class
+
+T = TypeVar("T")
+
+SYNC_OPERATION_TIMEOUT_S = 3600.0
+SYNC_LOOP_CLOSE_TIMEOUT_S = 5.0
+DEFAULT_EXEC_TIMEOUT_S = 180
+# The providers' "no process exit status" sentinel.
+PTY_RUNTIME_RETURN_CODE = 125
+
+
+def _has_connect(provider: Any) -> bool:
+    return hasattr(provider, "serialize_handle") and hasattr(provider, "connect")
+
+
+def _no_connect(provider: Any) -> RuntimeError:
+    return RuntimeError(f"provider {provider_display_name(provider)!r} does not support serialize()/connect()")
+
+
+# --- PTY --------------------------------------------------------------------
+
+
+def _pty_timeout(command: str, timeout_s: Any, *, discard: bool) -> SandboxExecResult:
+    suffix = "; the command is still running and the session should be discarded" if discard else ""
+    return SandboxExecResult(
+        stdout=None,
+        stderr=f"PTY command timed out after {timeout_s}s: {command!r}{suffix}",
+        return_code=PTY_RUNTIME_RETURN_CODE,
+        error_type="timeout",
+    )
+
+
+async def _session_command(session: SandboxPtySession, command: str) -> SandboxExecResult:
+    """Runs `command` in a live session and reads up to a one-off marker line.
+
+    The marker is printed from two separate literals, so the terminal's echo
+    of the line we write never contains it; the brace group runs the command
+    in the session's shell with stdin at EOF (the session's stdin never ends).
+    """
+    token = "NGPTY" + uuid.uuid4().hex[:12]
+    script = f"{{ {command}\n}} </dev/null\nprintf '%s%s:%s\\n' '{token[:5]}' '{token[5:]}' \"$?\"\n"
+    await session.write(script.encode())
+    needle = (token + ":").encode()
+    seen = bytearray()
+    while needle not in seen:
+        chunk = await session.read()
+        if not chunk:
+            raise SandboxPtyError("PTY session ended before the command finished")
+        seen += chunk
+    before, _, after = bytes(seen).partition(needle)
+    while b"\n" not in after:  # the status may arrive in a later chunk
+        chunk = await session.read()
+        if not chunk:
+            break
+        after += chunk
+    status = after.split(b"\n", 1)[0].strip()
+    err = bytearray()
+    try:
+        while True:
+            chunk = await session.read_stderr(timeout_s=0.05)
+            if not chunk:
+                break
+            err += chunk
+    except (TimeoutError, asyncio.TimeoutError):
+        pass
+    ok = status.isdigit()
+    return SandboxExecResult(
+        stdout=before.decode("utf-8", "replace"),
+        stderr=err.decode("utf-8", "replace") or None,
+        return_code=int(status) if ok else PTY_RUNTIME_RETURN_CODE,
+        error_type=None if ok else "pty",
+    )
+
+
+async def _within(timeout_s: Any, awaitable: Awaitable[T]) -> T:
+    return await asyncio.wait_for(awaitable, timeout=timeout_s)
+
+
+class SandboxPty:
+    """`sandbox.pty`: interactive sessions and one-shot commands in a terminal.
+    Async only. No C provider offers PTYs yet, so with a C provider every
+    call raises the reference's NotImplementedError."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sandbox = sandbox
+        self._default: SandboxPtySession | None = None  # oldest live command-less session
+        self._lock = asyncio.Lock()  # one command at a time per sandbox's sessions
+
+    def _provider(self) -> Any:
+        return self._sandbox._provider
+
+    async def create(
+        self,
+        command: str | None = None,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        rows: int = 24,
+        cols: int = 80,
+        user: str | int | None = None,
+        pty: bool = True,
+    ) -> SandboxPtySession:
+        provider = self._provider()
+        if not hasattr(provider, "create_pty"):
+            raise NotImplementedError(
+                f"Sandbox provider {provider_display_name(provider)!r} does not support PTY sessions; "
+                "use exec() instead"
+            )
+        sb = self._sandbox
+        handle = sb._require_handle()
+        spec = SandboxPtySpec(
+            command=command,
+            cwd=cwd if cwd is not None else sb._workdir(),
+            env=env,
+            rows=rows,
+            cols=cols,
+            user=user,
+            pty=pty,
+        )
+        session = await provider.create_pty(handle, spec)
+        if command is None and (self._default is None or self._default.closed):
+            self._default = session
+        return session
+
+    async def attach(self, session_id: str, *, takeover: bool = True, since: int | None = None) -> SandboxPtySession:
+        provider = self._provider()
+        if not hasattr(provider, "attach_pty"):
+            raise NotImplementedError(
+                f"Sandbox provider {provider_display_name(provider)!r} does not support re-attaching PTY sessions"
+            )
+        return await provider.attach_pty(self._sandbox._require_handle(), session_id, takeover=takeover, since=since)
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        session: SandboxPtySession | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_s: int | float | None = DEFAULT_EXEC_TIMEOUT_S,
+        user: str | int | None = None,
+        rows: int = 24,
+        cols: int = 80,
+        pty: bool = True,
+    ) -> SandboxExecResult:
+        provider = self._provider()
+        if not hasattr(provider, "create_pty"):
+            raise NotImplementedError(
+                f"Sandbox provider {provider_display_name(provider)!r} does not support PTY sessions; "
+                "use exec() instead"
+            )
+        implicit = False
+        plain = cwd is None and env is None and user is None and pty and (rows, cols) == (24, 80)
+        if session is None and plain:
+            if self._default is not None and self._default.closed:
+                self._default = None
+            session = self._default
+            implicit = session is not None
+        if session is not None:
+            if cwd is not None or env is not None or user is not None:
+                raise ValueError(
+                    "cwd/env/user apply only when pty.exec opens its own session; "
+                    "for an existing session they are fixed at pty.create() time"
+                )
+            return await self._in_session(session, command, timeout_s, implicit)
+        return await self._one_shot(command, cwd, env, timeout_s, user, rows, cols, pty)
+
+    async def _in_session(
+        self, session: SandboxPtySession, command: str, timeout_s: Any, implicit: bool
+    ) -> SandboxExecResult:
+        async def locked() -> SandboxExecResult:
+            async with self._lock:
+                return await _session_command(session, command)
+
+        try:
+            # The timeout covers the wait for the lock as well as the command.
+            return await _within(timeout_s, locked())
+        except (TimeoutError, asyncio.TimeoutError):
+            if implicit:
+                # The session's stream now carries the stray command's output:
+                # retire it so no later implicit exec inherits it.
+                try:
+                    await session.close()
+                except Exception:
+                    pass
+                if self._default is session:
+                    self._default = None
+            return _pty_timeout(command, timeout_s, discard=True)
+
+    async def _one_shot(
+        self, command: str, cwd: Any, env: Any, timeout_s: Any, user: Any, rows: int, cols: int, pty: bool
+    ) -> SandboxExecResult:
+        session = await self.create(command, cwd=cwd, env=env, rows=rows, cols=cols, user=user, pty=pty)
+
+        async def drain(read: Callable[[], Awaitable[bytes]]) -> bytes:
+            out = bytearray()
+            while True:
+                chunk = await read()
+                if not chunk:
+                    return bytes(out)
+                out += chunk
+
+        try:
+            out, err, rc = await _within(
+                timeout_s, asyncio.gather(drain(session.read), drain(session.read_stderr), session.wait_exit())
+            )
+        except (TimeoutError, asyncio.TimeoutError):
+            return _pty_timeout(command, timeout_s, discard=False)
+        finally:
+            await session.close()
+        return SandboxExecResult(
+            stdout=out.decode("utf-8", "replace"),
+            stderr=None if pty else err.decode("utf-8", "replace"),
+            return_code=rc,
+        )
+
+
+# --- AsyncSandbox -----------------------------------------------------------
+
+
+class AsyncSandbox:
+    """One sandbox on a provider. Constructing it creates nothing; start() does."""
+
+    def __init__(self, provider: Mapping[str, Any] | Any, spec: SandboxSpec | None = None) -> None:
+        self._provider = create_provider(provider) if isinstance(provider, Mapping) else provider
+        self._spec = spec
+        self._handle: SandboxHandle | None = None
+        self._stopped = True
+        self._closed = False
+        self.pty = SandboxPty(self)
+
+    @property
+    def sandbox_id(self) -> str | None:
+        """The provider's id for the box, or None before start."""
+        return self._handle.sandbox_id if self._handle is not None else None
+
+    @property
+    def handle(self) -> SandboxHandle | None:
+        return self._handle
+
+    def _workdir(self) -> str | None:
+        return self._spec.workdir if self._spec is not None else None
+
+    def _require_handle(self) -> SandboxHandle:
+        if self._handle is None or self._stopped:
+            raise RuntimeError("Sandbox has not been started")
+        return self._handle
+
+    async def start(self, spec: SandboxSpec | None = None) -> AsyncSandbox:
+        if self._closed:
+            raise RuntimeError("Sandbox has been stopped")
+        if self._handle is not None and not self._stopped:
+            raise RuntimeError("Sandbox is already started")
+        wanted = spec if spec is not None else self._spec
+        if wanted is None:
+            raise ValueError("Sandbox.start() requires a SandboxSpec")
+        handle = await self._provider.create(wanted)
+        try:
+            if self._closed:
+                # stop() ran while create was in flight: the reference leaks
+                # this box; sbx ends it.
+                raise RuntimeError("Sandbox has been stopped")
+            if wanted.files:
+                await self._upload_startup_files(handle, wanted.files)
+        except BaseException:
+            # Also on cancellation, so a cancelled start leaves no box behind.
+            try:
+                await self._provider.close(handle)
+            finally:
+                self._closed = True
+                await self._provider.aclose()
+            raise
+        self._spec = wanted
+        self._handle = handle
+        self._stopped = False
+        return self
+
+    async def _upload_startup_files(self, handle: SandboxHandle, files: Mapping[str, str]) -> None:
+        with tempfile.TemporaryDirectory(prefix="nemo-gym-sandbox-upload-") as tmp:
+            for index, (target, contents) in enumerate(files.items()):
+                source = Path(tmp) / f"file-{index}"
+                source.write_text(contents, encoding="utf-8")
+                await self._provider.upload_file(handle, source, target)
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_s: int | float | None = DEFAULT_EXEC_TIMEOUT_S,
+        user: str | int | None = None,
+    ) -> SandboxExecResult:
+        handle = self._require_handle()
+        return await self._provider.exec(
+            handle,
+            command,
+            cwd=cwd if cwd is not None else self._workdir(),
+            env=env,
+            timeout_s=timeout_s,
+            user=user,
+        )
+
+    async def upload(self, local_path: Path | str, remote_path: str) -> None:
+        await self._provider.upload_file(self._require_handle(), Path(local_path), remote_path)
+
+    async def download(self, remote_path: str, local_path: Path | str) -> None:
+        await self._provider.download_file(self._require_handle(), remote_path, Path(local_path))
+
+    async def status(self) -> SandboxStatus:
+        if self._handle is None:
+            return SandboxStatus.UNKNOWN
+        if self._stopped:
+            return SandboxStatus.STOPPED
+        return await self._provider.status(self._handle)
+
+    async def endpoint(self, port: int) -> SandboxEndpoint:
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ValueError(f"Sandbox endpoint port must be an integer between 1 and 65535, got {port!r}")
+        declared = list(self._spec.ports) if self._spec is not None else []
+        if port not in declared:
+            raise ValueError(
+                f"Sandbox port {port} was not declared in SandboxSpec.ports; declared ports: {declared!r}"
+            )
+        if not hasattr(self._provider, "endpoint"):
+            raise NotImplementedError(
+                f"Sandbox provider {provider_display_name(self._provider)!r} does not support service endpoints"
+            )
+        result = await self._provider.endpoint(self._require_handle(), port)
+        if not isinstance(result, SandboxEndpoint):
+            raise TypeError(f"Sandbox provider endpoint() must return SandboxEndpoint, got {type(result).__name__}")
+        return result
+
+    async def stop(self) -> None:
+        if self._closed:
+            return
+        try:
+            if self._handle is not None and not self._stopped:
+                self._stopped = True
+                await self._provider.close(self._handle)
+        finally:
+            self._closed = True
+            await self._provider.aclose()
+
+    async def serialize(self, *, scope: str | None = None) -> dict[str, Any]:
+        """A descriptor another process passes to AsyncSandbox.connect()."""
+        if not _has_connect(self._provider):
+            raise _no_connect(self._provider)
+        descriptor = await self._provider.serialize_handle(self._require_handle(), scope=scope)
+        if isinstance(descriptor, dict) and descriptor.get("workdir") is None and self._spec is not None:
+            descriptor = {**descriptor, "workdir": self._spec.workdir}
+        return descriptor
+
+    @classmethod
+    async def connect(cls, descriptor: Mapping[str, Any] | Any, *, provider: Any) -> AsyncSandbox:
+        """A started sandbox for the box `descriptor` names; stop() ends it."""
+        if not _has_connect(provider):
+            raise _no_connect(provider)
+        if not isinstance(descriptor, Mapping) and hasattr(descriptor, "to_dict"):
+            descriptor = descriptor.to_dict()
+        handle = await provider.connect(descriptor)
+        workdir = descriptor.get("workdir") if isinstance(descriptor, Mapping) else None
+        sandbox = cls(provider, SandboxSpec(workdir=workdir))
+        sandbox._handle = handle
+        sandbox._stopped = False
+        return sandbox
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        await self.stop()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "started" if not self._stopped else "new"
+        return f"<AsyncSandbox {provider_display_name(self._provider)!r} {self.sandbox_id} {state}>"
+
+
+# --- the blocking facade ----------------------------------------------------
+
+
+class _AsyncLoopRunner:
+    """A private event loop on a daemon thread that runs sandbox coroutines
+    for blocking callers."""
+
+    def __init__(
+        self,
+        *,
+        wait_timeout_s: float = SYNC_OPERATION_TIMEOUT_S,
+        close_timeout_s: float = SYNC_LOOP_CLOSE_TIMEOUT_S,
+    ) -> None:
+        self._wait_timeout_s = wait_timeout_s
+        self._close_timeout_s = close_timeout_s
+        self._loop = asyncio.new_event_loop()
+        self._closed = False
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self._loop)
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="nemo-gym-sandbox-sync-loop", daemon=True)
+        self._thread.start()
+        ready.wait()
+
+    def _ensure_can_block(self, operation: str) -> None:
+        if self._closed or self._loop.is_closed():
+            raise RuntimeError("Sandbox sync loop is closed")
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        raise RuntimeError(f"Sandbox.{operation}() is blocking; use AsyncSandbox in async code instead.")
+
+    def _wait(self, operation: str, future: Future[T]) -> T:
+        try:
+            return future.result(timeout=self._wait_timeout_s)
+        except FutureTimeoutError as exc:
+            future.cancel()
+            raise TimeoutError(
+                f"Sandbox.{operation}() timed out waiting for the sync loop after {self._wait_timeout_s:g}s"
+            ) from exc
+
+    def call(self, operation: str, func: Callable[[], T]) -> T:
+        """Runs a plain function on the loop thread (it keeps running on timeout)."""
+        self._ensure_can_block(operation)
+        future: Future[T] = Future()
+
+        def invoke() -> None:
+            try:
+                value = func()
+            except BaseException as exc:
+                if not future.cancelled():
+                    future.set_exception(exc)
+            else:
+                if not future.cancelled():
+                    future.set_result(value)
+
+        self._loop.call_soon_threadsafe(invoke)
+        return self._wait(operation, future)
+
+    def run(self, operation: str, factory: Callable[[], Awaitable[T]]) -> T:
+        """Runs a coroutine on the loop; a timeout really cancels it."""
+        self._ensure_can_block(operation)
+        return self._wait(operation, asyncio.run_coroutine_threadsafe(factory(), self._loop))
+
+    async def _drain_and_stop(self) -> None:
+        try:
+            me = asyncio.current_task()
+            pending = [t for t in asyncio.all_tasks(self._loop) if t is not me]
+            if pending:
+                await asyncio.wait(pending, timeout=self._close_timeout_s)
+        finally:
+            self._loop.stop()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._loop.is_closed():
+            return
+        # Operations cancelled by a wait timeout may still be ending (a C
+        # operation is awaited until what it started is gone): let them
+        # finish, within the close timeout, before the loop stops.
+        self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._drain_and_stop()))
+        self._thread.join(timeout=self._close_timeout_s)
+        if self._thread.is_alive():
+            return  # still busy: leave the loop to the daemon thread
+        self._loop.close()
+
+
+class _DirectRunner:
+    """The loop runner's contract (same checks, timeouts and messages) for C
+    providers, without a loop or a thread: the AsyncSandbox coroutine runs in
+    the calling thread, and each libsbx future it awaits is waited on with
+    sbx_future_wait (the GIL is released meanwhile). Many threads may use one
+    Sandbox at once; their operations run in parallel in libsbx."""
+
+    def __init__(
+        self,
+        *,
+        wait_timeout_s: float = SYNC_OPERATION_TIMEOUT_S,
+        close_timeout_s: float = SYNC_LOOP_CLOSE_TIMEOUT_S,
+    ) -> None:
+        self._wait_timeout_s = wait_timeout_s
+        self._close_timeout_s = close_timeout_s
+        self._closed = False
+
+    def _ensure_can_block(self, operation: str) -> None:
+        if self._closed:
+            raise RuntimeError("Sandbox sync loop is closed")
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        raise RuntimeError(f"Sandbox.{operation}() is blocking; use AsyncSandbox in async code instead.")
+
+    def call(self, operation: str, func: Callable[[], T]) -> T:
+        self._ensure_can_block(operation)
+        return func()
+
+    def run(self, operation: str, factory: Callable[[], Awaitable[T]]) -> T:
+        self._ensure_can_block(operation)
+        coro = factory()
+        deadline = time.monotonic() + self._wait_timeout_s
+        timed_out = False
+        interrupt: BaseException | None = None  # e.g. KeyboardInterrupt while waiting
+        send: Any = None
+        throw: BaseException | None = None
+        while True:
+            try:
+                step = coro.throw(throw) if throw is not None else coro.send(send)
+            except StopIteration as stop:
+                if interrupt is not None:
+                    raise interrupt
+                if timed_out:
+                    raise self._timeout(operation) from None
+                return stop.value
+            except BaseException as exc:
+                if interrupt is not None:
+                    raise interrupt from exc
+                if timed_out:
+                    raise self._timeout(operation) from exc
+                raise
+            send, throw = None, None
+            if not isinstance(step, _lib.BlockingWait):
+                coro.close()
+                raise RuntimeError(f"Sandbox.{operation}() awaited something only an event loop can run")
+            if timed_out or interrupt is not None:
+                step.wait(None)  # cleanup after a timeout or an interrupt runs to its end
+                continue
+            try:
+                done = self._wait(step, deadline)
+            except BaseException as exc:  # a signal handler raised (Ctrl-C)
+                interrupt = exc
+                done = False
+            if not done:
+                # Cancel the operation, wait until what it started is gone,
+                # then let the coroutine's own cleanup run.
+                step.cancel()
+                step.wait(None)
+                timed_out = interrupt is None
+                throw = asyncio.CancelledError()
+
+    @staticmethod
+    def _wait(step: _lib.BlockingWait, deadline: float) -> bool:
+        # Short slices, so Python runs signal handlers (Ctrl-C) while waiting.
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if step.wait(min(left, 0.25)):
+                return True
+
+    def _timeout(self, operation: str) -> TimeoutError:
+        return TimeoutError(
+            f"Sandbox.{operation}() timed out waiting for the sync loop after {self._wait_timeout_s:g}s"
+        )
+
+    def close(self) -> None:
+        self._closed = True
+
+
+def _runs_on_c(provider: Any) -> bool:
+    """Whether `provider` (an object or a config mapping) is a C provider."""
+    if isinstance(provider, CProvider):
+        return True
+    if not isinstance(provider, Mapping) or len(provider) != 1:
+        return False
+    name = next(iter(provider))
+    if not isinstance(name, str) or not name:
+        return False
+    try:
+        cls = get_provider_class(name)
+    except Exception:  # the loop path raises it again, from the reference's place
+        return False
+    return isinstance(cls, type) and issubclass(cls, CProvider)
+
+
+class Sandbox:
+    """The blocking facade over AsyncSandbox, for code without an event loop.
+    pty, serialize and connect are async only, as in the reference.
+
+    Python providers run on a private event loop thread, as in the reference.
+    C providers need none: their operations block in libsbx directly."""
+
+    def __init__(self, provider: Mapping[str, Any] | Any, spec: SandboxSpec | None = None) -> None:
+        self._runner = _DirectRunner() if _runs_on_c(provider) else _AsyncLoopRunner()
+        try:
+            # Providers may bind loop-scoped resources: build them on the loop.
+            self._async_sandbox = self._runner.call("__init__", lambda: AsyncSandbox(provider, spec))
+        except BaseException:
+            self._runner.close()
+            raise
+        self._closed = False
+
+    @property
+    def sandbox_id(self) -> str | None:
+        return self._async_sandbox.sandbox_id
+
+    def start(self, spec: SandboxSpec | None = None) -> Sandbox:
+        self._runner.run("start", lambda: self._async_sandbox.start(spec))
+        return self
+
+    def exec(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_s: int | float | None = DEFAULT_EXEC_TIMEOUT_S,
+        user: str | int | None = None,
+    ) -> SandboxExecResult:
+        return self._runner.run(
+            "exec", lambda: self._async_sandbox.exec(command, cwd=cwd, env=env, timeout_s=timeout_s, user=user)
+        )
+
+    def upload(self, local_path: Path | str, remote_path: str) -> None:
+        self._runner.run("upload", lambda: self._async_sandbox.upload(local_path, remote_path))
+
+    def download(self, remote_path: str, local_path: Path | str) -> None:
+        self._runner.run("download", lambda: self._async_sandbox.download(remote_path, local_path))
+
+    def status(self) -> SandboxStatus:
+        if self._closed:
+            return SandboxStatus.STOPPED
+        return self._runner.run("status", self._async_sandbox.status)
+
+    def endpoint(self, port: int) -> SandboxEndpoint:
+        return self._runner.run("endpoint", lambda: self._async_sandbox.endpoint(port))
+
+    def stop(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._runner.run("stop", self._async_sandbox.stop)
+        finally:
+            self._runner.close()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.stop()
+
+    def __del__(self) -> None:
+        if getattr(self, "_closed", True):
+            return
+        try:
+            self.stop()
+        except Exception:
+            pass

@@ -1,0 +1,273 @@
+"""Value types, exceptions and provider protocols of the sandbox API.
+
+These mirror nemo_gym.sandbox's provider-facing module (reference-api.md A, B):
+same field order, defaults, validation and messages, so code written for the
+reference sees the same objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit
+
+
+class SandboxStatus(str, Enum):
+    """Provider-neutral sandbox lifecycle status."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    PAUSED = "paused"
+    STOPPED = "stopped"
+    ERROR = "error"
+    UNKNOWN = "unknown"
+
+
+_ENDPOINT_URL_ERROR = "Sandbox endpoint must be a non-empty absolute URL"
+
+
+@dataclass(frozen=True)
+class SandboxEndpoint:
+    """A caller-reachable URL for a service port inside a sandbox, plus any
+    headers the route needs."""
+
+    endpoint: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.endpoint, str) or not self.endpoint.strip():
+            raise ValueError(_ENDPOINT_URL_ERROR)
+        url = self.endpoint.strip()
+        parts = urlsplit(url)
+        if not parts.scheme or not parts.netloc:
+            raise ValueError(_ENDPOINT_URL_ERROR)
+        if not isinstance(self.headers, Mapping):
+            raise TypeError("Sandbox endpoint headers must be a mapping")
+        object.__setattr__(self, "endpoint", url)
+        object.__setattr__(self, "headers", {str(k): str(v) for k, v in self.headers.items()})
+
+
+_RESOURCE_KEYS = ("cpu", "disk_gib", "gpu", "gpu_type", "memory_mib")
+
+
+@dataclass(frozen=True)
+class SandboxResources:
+    """Provider-neutral resource request. The constructor does not convert;
+    from_mapping() does."""
+
+    cpu: float | None = None
+    memory_mib: int | None = None
+    disk_gib: int | None = None
+    gpu: int | None = None
+    gpu_type: str | None = None
+
+    @classmethod
+    def from_mapping(cls, resources: Mapping[str, Any] | None) -> SandboxResources:
+        if resources is None:
+            return cls()
+        unknown = set(resources) - set(_RESOURCE_KEYS)
+        if unknown:
+            raise ValueError(
+                f"Unknown sandbox resource keys: {', '.join(sorted(unknown))}. "
+                f"Expected keys: {', '.join(_RESOURCE_KEYS)}"
+            )
+
+        def conv(key: str, kind: type) -> Any:
+            value = resources.get(key)
+            return None if value is None else kind(value)
+
+        return cls(
+            cpu=conv("cpu", float),
+            memory_mib=conv("memory_mib", int),
+            disk_gib=conv("disk_gib", int),
+            gpu=conv("gpu", int),
+            gpu_type=conv("gpu_type", str),
+        )
+
+
+def _normalize_ports(ports: Any) -> tuple[int, ...]:
+    if not isinstance(ports, (list, tuple)):
+        raise TypeError("Sandbox ports must be a list or tuple of TCP port numbers")
+    seen: list[int] = []
+    for raw in ports:
+        # bool is an int subclass; the reference refuses it before parsing.
+        if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+            raise ValueError(f"Invalid sandbox TCP port: {raw!r}")
+        try:
+            port = int(raw)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"Invalid sandbox TCP port: {raw!r}") from exc
+        if port < 1 or port > 65535:
+            raise ValueError(f"Sandbox TCP port must be between 1 and 65535, got {port}")
+        if port in seen:
+            raise ValueError(f"Duplicate sandbox TCP port: {port}")
+        seen.append(port)
+    return tuple(seen)
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Sandbox creation request. `ports` stays last: old callers pass the
+    first ten fields by position."""
+
+    image: str | None = None
+    ttl_s: int | float | None = None
+    ready_timeout_s: int | float | None = None
+    workdir: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+    resources: SandboxResources | Mapping[str, Any] | None = field(default_factory=SandboxResources)
+    entrypoint: list[str] | None = None
+    provider_options: dict[str, Any] = field(default_factory=dict)
+    ports: tuple[int, ...] | list[int] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.resources, SandboxResources):
+            object.__setattr__(self, "resources", SandboxResources.from_mapping(self.resources))
+        object.__setattr__(self, "ports", _normalize_ports(self.ports))
+
+
+@dataclass
+class SandboxHandle:
+    """Provider-neutral handle to a created sandbox; `raw` is the provider's."""
+
+    sandbox_id: str
+    provider_name: str
+    raw: Any
+
+
+@dataclass(frozen=True)
+class SandboxExecResult:
+    """Result of one command. A non-zero exit is in return_code; runtime
+    failures without an exit status set error_type ("timeout", "sandbox")."""
+
+    stdout: str | None
+    stderr: str | None
+    return_code: int
+    error_type: str | None = None
+
+
+ExecResult = SandboxExecResult
+
+
+@dataclass(frozen=True)
+class SandboxPtySpec:
+    """Interactive PTY session request (pty=False selects pipe mode)."""
+
+    command: str | None = None
+    cwd: str | None = None
+    env: dict[str, str] | None = None
+    rows: int = 24
+    cols: int = 80
+    user: str | int | None = None
+    pty: bool = True
+
+
+class SandboxPtyError(RuntimeError):
+    """Raised when a PTY session fails outside normal process exit."""
+
+
+class SandboxCreateError(RuntimeError):
+    """Raised when a provider cannot create a sandbox."""
+
+
+class SandboxCreateVerificationError(SandboxCreateError):
+    """Raised when a newly created sandbox fails its readiness checks."""
+
+
+class SandboxError(RuntimeError):
+    """An sbx failure with no closer Python exception (I/O, provider, protocol,
+    authentication). `sbx_code` holds the sbx code name, e.g. "EIO"."""
+
+    sbx_code: str = "EPROVIDER"
+
+
+# --- provider protocols ------------------------------------------------------
+
+
+class SandboxProvider(Protocol):
+    """What AsyncSandbox needs from a provider object."""
+
+    name: str
+
+    async def create(self, spec: SandboxSpec) -> SandboxHandle: ...
+
+    async def exec(
+        self,
+        handle: SandboxHandle,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_s: int | float | None = None,
+        user: str | int | None = None,
+    ) -> SandboxExecResult: ...
+
+    async def upload_file(self, handle: SandboxHandle, source_path: Path, target_path: str) -> None: ...
+
+    async def download_file(self, handle: SandboxHandle, source_path: str, target_path: Path) -> None: ...
+
+    async def status(self, handle: SandboxHandle) -> SandboxStatus: ...
+
+    async def close(self, handle: SandboxHandle) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class SupportsSandboxEndpoint(Protocol):
+    async def endpoint(self, handle: SandboxHandle, port: int) -> SandboxEndpoint: ...
+
+
+@runtime_checkable
+class ConnectableProvider(Protocol):
+    async def serialize_handle(self, handle: SandboxHandle, *, scope: str | None = None) -> dict[str, Any]: ...
+
+    async def connect(self, descriptor: Mapping[str, Any]) -> SandboxHandle: ...
+
+
+@runtime_checkable
+class SandboxPtySession(Protocol):
+    """One live terminal session (see reference-api.md G)."""
+
+    session_id: str
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def read(self, *, timeout_s: float | None = None) -> bytes: ...
+
+    async def read_stderr(self, *, timeout_s: float | None = None) -> bytes: ...
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    async def write(self, data: bytes) -> None: ...
+
+    async def resize(self, rows: int, cols: int) -> None: ...
+
+    async def send_signal(self, signal: str) -> None: ...
+
+    async def wait_exit(self, *, timeout_s: float | None = None) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class SupportsSandboxPty(Protocol):
+    async def create_pty(self, handle: SandboxHandle, spec: SandboxPtySpec) -> SandboxPtySession: ...
+
+
+@runtime_checkable
+class SupportsSandboxPtyAttach(Protocol):
+    async def attach_pty(
+        self, handle: SandboxHandle, session_id: str, *, takeover: bool = True, since: int | None = None
+    ) -> SandboxPtySession: ...
+
+
+def provider_display_name(provider: Any) -> str:
+    """The name error messages use: provider.name, else the type's name."""
+    return getattr(provider, "name", type(provider).__name__)

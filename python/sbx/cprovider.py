@@ -1,0 +1,239 @@
+"""C providers (built into libsbx, registered in C, or loaded as plugins)
+behind the Python provider protocol: create/exec/upload_file/download_file/
+status/close/aclose, plus endpoint and serialize_handle/connect when the C
+provider has them. AsyncSandbox drives these exactly as it drives a pure
+Python provider; every call is one sbx `_async` operation whose future is
+awaited on the running asyncio loop.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+import weakref
+from collections.abc import Mapping
+from ctypes import byref, c_void_p
+from pathlib import Path
+from typing import Any
+
+from . import _lib
+from ._lib import lib
+from .base import SandboxEndpoint, SandboxExecResult, SandboxHandle, SandboxSpec, SandboxStatus
+
+# Every C sandbox object still alive, so interpreter exit stops their boxes.
+_live: weakref.WeakSet[_CSandbox] = weakref.WeakSet()
+_live_lock = threading.Lock()
+
+
+class _CSandbox:
+    """Owns one sbx_sandbox. Freeing it stops a box it started and did not
+    stop (the C library's no-leak rule); a connected one is only released."""
+
+    __slots__ = ("ptr", "__weakref__")
+
+    def __init__(self, ptr: c_void_p) -> None:
+        self.ptr = ptr
+        with _live_lock:
+            _live.add(self)
+
+    def free(self) -> None:
+        ptr, self.ptr = self.ptr, None
+        if ptr and lib is not None:
+            lib.sbx_sandbox_free(ptr)
+
+    def __del__(self) -> None:
+        self.free()
+
+    def __repr__(self) -> str:
+        sid = lib.sbx_sandbox_id(self.ptr) if self.ptr else None
+        return f"<sbx sandbox {sid.decode() if sid else None}>"
+
+
+@atexit.register
+def _stop_all_at_exit() -> None:
+    with _live_lock:
+        boxes = list(_live)
+    for box in boxes:
+        box.free()
+
+
+def spec_to_json(spec: SandboxSpec, *, files: bool = True) -> str:
+    """The JSON mapping sbx_spec_from_json() parses (validation already done
+    by SandboxSpec; the C side re-checks types)."""
+    r = spec.resources
+    doc: dict[str, Any] = {
+        "image": spec.image,
+        "ttl_s": spec.ttl_s,
+        "ready_timeout_s": spec.ready_timeout_s,
+        "workdir": spec.workdir,
+        "env": dict(spec.env or {}),
+        "metadata": dict(spec.metadata or {}),
+        "resources": {
+            "cpu": r.cpu,
+            "memory_mib": r.memory_mib,
+            "disk_gib": r.disk_gib,
+            "gpu": r.gpu,
+            "gpu_type": r.gpu_type,
+        },
+        "entrypoint": list(spec.entrypoint) if spec.entrypoint is not None else None,
+        "provider_options": dict(spec.provider_options or {}),
+        "ports": list(spec.ports),
+    }
+    if files:
+        doc["files"] = dict(spec.files or {})
+    # Options may hold paths or other plain objects: send their str().
+    return json.dumps(doc, default=str)
+
+
+def spec_to_c(spec: SandboxSpec, *, files: bool = True) -> c_void_p:
+    if not isinstance(spec, SandboxSpec):
+        raise TypeError(f"expected a SandboxSpec, got {type(spec).__name__}")
+    out = c_void_p()
+    _lib.call(lib.sbx_spec_from_json, spec_to_json(spec, files=files).encode(), byref(out))
+    return out
+
+
+def exec_opts(cwd: Any, env: Mapping[str, Any] | None, timeout_s: Any, user: Any) -> c_void_p:
+    o = c_void_p(lib.sbx_exec_opts_new())
+    if not o:
+        raise MemoryError("out of memory")
+    if cwd is not None:
+        lib.sbx_exec_opts_set_cwd(o, _lib.cstr(cwd))
+    for k, v in (env or {}).items():
+        lib.sbx_exec_opts_set_env(o, _lib.cstr(k), _lib.cstr(v))
+    # The protocol's None means no limit (AsyncSandbox passes its 180 s default).
+    lib.sbx_exec_opts_set_timeout(o, -1.0 if timeout_s is None else float(timeout_s))
+    if user is not None:
+        lib.sbx_exec_opts_set_user(o, _lib.cstr(user))
+    return o
+
+
+def _box(handle: SandboxHandle) -> c_void_p:
+    raw = getattr(handle, "raw", None)
+    if not isinstance(raw, _CSandbox):
+        raise TypeError("sandbox handle was not made by an sbx C provider")
+    if not raw.ptr:
+        raise RuntimeError("Sandbox has not been started")
+    return raw.ptr
+
+
+class CProvider:
+    """A provider implemented in C. Subclasses fix `sbx_name` (the C registry
+    name); `CProvider.named(name)` makes one. Constructor keyword arguments
+    are the provider's config mapping."""
+
+    sbx_name: str = ""
+    display_name: str | None = None  # the `name` messages use; the C name if None
+
+    def __init__(self, **config: Any) -> None:
+        self._ptr = c_void_p()
+        text = json.dumps({self.sbx_name: config}, default=str)
+        _lib.call(lib.sbx_provider_new, text.encode(), byref(self._ptr))
+        self.name = self.display_name or lib.sbx_provider_name(self._ptr).decode()
+        # Optional capabilities exist as attributes only when the C provider
+        # has them: the reference detects capabilities from the object's shape.
+        if lib.sbx_provider_supports(self._ptr, b"endpoint"):
+            self.endpoint = self._endpoint
+        if lib.sbx_provider_supports(self._ptr, b"connect"):
+            self.serialize_handle = self._serialize_handle
+            self.connect = self._connect
+
+    _classes: dict[str, type[CProvider]] = {}
+
+    @classmethod
+    def named(cls, name: str) -> type[CProvider]:
+        """The (cached) CProvider subclass for C provider `name`."""
+        sub = cls._classes.get(name)
+        if sub is None:
+            title = "".join(p.capitalize() for p in name.replace("-", "_").split("_")) or "Unnamed"
+            sub = type(f"{title}Provider", (cls,), {"sbx_name": name, "__module__": __name__})
+            cls._classes[name] = sub
+        return sub
+
+    def __del__(self) -> None:
+        ptr = getattr(self, "_ptr", None)
+        if ptr and lib is not None:
+            lib.sbx_provider_free(ptr)
+            self._ptr = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    def _handle(self, ptr: c_void_p) -> SandboxHandle:
+        box = _CSandbox(ptr)
+        sid = lib.sbx_sandbox_id(ptr)
+        return SandboxHandle(sandbox_id=sid.decode() if sid else "", provider_name=self.name, raw=box)
+
+    async def create(self, spec: SandboxSpec) -> SandboxHandle:
+        # Startup files are the caller's (AsyncSandbox uploads them after create).
+        cspec = spec_to_c(spec, files=False)
+        sb = c_void_p()
+        try:
+            _lib.call(lib.sbx_sandbox_new, self._ptr, cspec, byref(sb))
+        finally:
+            lib.sbx_spec_free(cspec)
+        handle = self._handle(sb)
+        await _lib.await_future(_lib.submit(lib.sbx_sandbox_start_async, sb, None), _lib.TAKE_NONE)
+        sid = lib.sbx_sandbox_id(sb)
+        handle.sandbox_id = sid.decode() if sid else ""
+        return handle
+
+    async def exec(
+        self,
+        handle: SandboxHandle,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_s: int | float | None = None,
+        user: str | int | None = None,
+    ) -> SandboxExecResult:
+        box = _box(handle)
+        opts = exec_opts(cwd, env, timeout_s, user)
+        try:
+            f = _lib.submit(lib.sbx_sandbox_exec_async, box, _lib.cstr(command), opts)
+        finally:
+            lib.sbx_exec_opts_free(opts)
+        return await _lib.await_future(f, _lib.TAKE_EXEC)
+
+    async def upload_file(self, handle: SandboxHandle, source_path: Path | str, target_path: str) -> None:
+        f = _lib.submit(
+            lib.sbx_sandbox_upload_async, _box(handle), os.fsencode(source_path), _lib.cstr(target_path)
+        )
+        await _lib.await_future(f, _lib.TAKE_NONE)
+
+    async def download_file(self, handle: SandboxHandle, source_path: str, target_path: Path | str) -> None:
+        f = _lib.submit(
+            lib.sbx_sandbox_download_async, _box(handle), _lib.cstr(source_path), os.fsencode(target_path)
+        )
+        await _lib.await_future(f, _lib.TAKE_NONE)
+
+    async def status(self, handle: SandboxHandle) -> SandboxStatus:
+        return await _lib.await_future(_lib.submit(lib.sbx_sandbox_status_async, _box(handle)), _lib.TAKE_STATUS)
+
+    async def close(self, handle: SandboxHandle) -> None:
+        raw = handle.raw
+        await _lib.await_future(_lib.submit(lib.sbx_sandbox_stop_async, _box(handle)), _lib.TAKE_NONE)
+        if isinstance(raw, _CSandbox):
+            raw.free()
+
+    async def aclose(self) -> None:
+        # The C provider is shared by the sandboxes made from this object and
+        # released when the last of them and this object are gone; closing it
+        # here would break other sandboxes using the same provider object.
+        return None
+
+    async def _endpoint(self, handle: SandboxHandle, port: int) -> SandboxEndpoint:
+        f = _lib.submit(lib.sbx_sandbox_endpoint_async, _box(handle), int(port))
+        return await _lib.await_future(f, _lib.TAKE_ENDPOINT)
+
+    async def _serialize_handle(self, handle: SandboxHandle, *, scope: str | None = None) -> dict[str, Any]:
+        f = _lib.submit(lib.sbx_sandbox_serialize_async, _box(handle), _lib.cstr(scope))
+        return json.loads(await _lib.await_future(f, _lib.TAKE_STRING))
+
+    async def _connect(self, descriptor: Mapping[str, Any]) -> SandboxHandle:
+        text = json.dumps(dict(descriptor), default=str)
+        f = _lib.submit(lib.sbx_sandbox_connect_async, self._ptr, text.encode())
+        return self._handle(await _lib.await_future(f, _lib.TAKE_SANDBOX))
