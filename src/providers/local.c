@@ -57,6 +57,8 @@ struct local_box {
     char *scope;         /* a connected handle's scope ("owner", "operate", ...) or NULL */
     sbx_kv env;          /* spec.env */
     struct lexec *execs; /* running execs (loop thread only) */
+    sbx_op *closing;     /* a close waiting for its killed execs to be reaped */
+    bool closing_remove; /* ...and then removing the workspace */
 };
 
 /* --- config -------------------------------------------------------------- */
@@ -441,6 +443,8 @@ static void queue_remove(struct local_state *st, struct lexec *e)
     e->qnext = NULL;
 }
 
+static void close_continue(struct local_box *b);
+
 static void box_unlink(struct lexec *e)
 {
     if (!e->box)
@@ -452,6 +456,8 @@ static void box_unlink(struct lexec *e)
     if (e->bnext)
         e->bnext->bprev = e->bprev;
     e->bprev = e->bnext = NULL;
+    if (!e->box->execs && e->box->closing)
+        close_continue(e->box);
 }
 
 static void pump(struct local_state *st);
@@ -1220,8 +1226,18 @@ static void local_close(sbx_op *op, void *state, void *box, int owned)
      * only with the owner's scope (or none), as stop() on a connected
      * reference sandbox ends the box.
      */
-    bool remove = b->owned_ws && (owned || !b->scope || !strcmp(b->scope, "owner"));
-    if (!remove) {
+    b->closing = op;
+    b->closing_remove = b->owned_ws && (owned || !b->scope || !strcmp(b->scope, "owner"));
+    /* Stop returns once the killed commands are reaped: nothing of the box outlives it. */
+    if (!b->execs)
+        close_continue(b);
+}
+
+static void close_continue(struct local_box *b)
+{
+    sbx_op *op = b->closing;
+    b->closing = NULL;
+    if (!b->closing_remove) {
         sbx_op_complete(op, SBX_OK, NULL, NULL);
         return;
     }
