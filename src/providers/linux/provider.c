@@ -387,8 +387,8 @@ static void on_agent(sbx_agent_conn *conn, int code, sbx_error *err, void *data)
         return;
     }
     if (code < 0 || !conn) {
-        sbx_error *e = err ? sbx_error_prefix(err, "the box's agent did not say hello")
-                           : sbx_error_new(SBX_EVERIFY, "the box's agent did not say hello");
+        sbx_error *e = err ? sbx_error_prefix(err, "the box was not ready (ready_timeout_s): its agent did not say hello")
+                           : sbx_error_new(SBX_EVERIFY, "the box was not ready (ready_timeout_s): its agent did not say hello");
         create_fail(c, SBX_EVERIFY, e);
         return;
     }
