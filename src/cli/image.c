@@ -12,7 +12,7 @@
 
 static void human_bytes(uint64_t n, char *buf, size_t len)
 {
-    static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = (double)n;
     size_t u = 0;
     while (v >= 1024 && u + 1 < SBX_ARRAY_SIZE(units)) {
@@ -55,8 +55,8 @@ static void on_progress(const char *stage, uint64_t done, uint64_t total, void *
     human_bytes(done, d, sizeof(d));
     human_bytes(total, t, sizeof(t));
     if (pct >= 0)
-        fprintf(stderr, "%simporting %s: %s %3d%% (%s of %s)%s", p->tty ? "\r" : "", p->name,
-                stage, pct, d, t, p->tty ? "\033[K" : "\n");
+        fprintf(stderr, "%simporting %s: %s %3d%% (%s of %s)%s", p->tty ? "\r" : "", p->name, stage,
+                pct, d, t, p->tty ? "\033[K" : "\n");
     else
         fprintf(stderr, "%simporting %s: %s %s%s", p->tty ? "\r" : "", p->name, stage, d,
                 p->tty ? "\033[K" : "\n");
@@ -69,8 +69,8 @@ static void on_progress(const char *stage, uint64_t done, uint64_t total, void *
 static json_t *image_json(const sbx_linux_image_info *v)
 {
     return json_pack("{s:s, s:s, s:I, s:f, s:s?}", "name", v->name ? v->name : "", "digest",
-                     v->digest ? v->digest : "", "size", (json_int_t)v->size, "created",
-                     v->created, "source", v->source);
+                     v->digest ? v->digest : "", "size", (json_int_t)v->size, "created", v->created,
+                     "source", v->source);
 }
 
 static json_t *find_image(const char *sd, const char *name)
@@ -90,11 +90,11 @@ static json_t *find_image(const char *sd, const char *name)
 static int cmd_import(int argc, char **argv, const char *sd)
 {
     static const struct option longopts[] = {
-        { "progress", no_argument, NULL, 'p' },
-        { "no-progress", no_argument, NULL, 'P' },
-        { "json", no_argument, NULL, 2004 },
-        { "help", no_argument, NULL, 'h' },
-        { 0 },
+        {"progress", no_argument, NULL, 'p'},
+        {"no-progress", no_argument, NULL, 'P'},
+        {"json", no_argument, NULL, 2004},
+        {"help", no_argument, NULL, 'h'},
+        {0},
     };
     bool json = false;
     int show = -1; /* -1: when stderr is a terminal */
@@ -103,19 +103,33 @@ static int cmd_import(int argc, char **argv, const char *sd)
     optind = 1;
     while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'h': cli_help("image"); return CLI_EXIT_OK;
-        case 'p': show = 1; break;
-        case 'P': show = 0; break;
-        case 2004: json = true; break;
-        default: return cli_bad_option("image", c, argv);
+        case 'h':
+            cli_help("image");
+            return CLI_EXIT_OK;
+        case 'p':
+            show = 1;
+            break;
+        case 'P':
+            show = 0;
+            break;
+        case 2004:
+            json = true;
+            break;
+        default:
+            return cli_bad_option("image", c, argv);
         }
     }
     if (argc - optind != 2)
         return cli_usage_error("image", "image import expects NAME SOURCE, got %d argument%s",
                                argc - optind, argc - optind == 1 ? "" : "s");
     const char *name = argv[optind], *source = argv[optind + 1];
+    /* A missing source is the operation's failure (1), told before any work. */
+    if (strncmp(source, "oci:", 4) != 0 && access(source, F_OK) < 0) {
+        cli_error("importing %s: cannot read %s: %s", name, source, strerror(errno));
+        return CLI_EXIT_FAIL;
+    }
     bool tty = isatty(2);
-    struct progress pr = { .name = name, .tty = tty };
+    struct progress pr = {.name = name, .tty = tty};
     bool want = show == 1 || (show == -1 && tty);
     sbx_error *e = NULL;
     int rc = sbx__linux_image_import(sd, name, source, want ? on_progress : NULL, &pr, &e);
@@ -123,8 +137,9 @@ static int cmd_import(int argc, char **argv, const char *sd)
         fputc('\n', stderr);
     if (rc < 0) {
         /* A bad name is the caller's mistake; a missing source, the operation's. */
-        int code = rc == SBX_EINVAL ? CLI_EXIT_USAGE : rc == SBX_ENOENT ? CLI_EXIT_FAIL
-                                                                          : CLI_EXIT_SBX;
+        int code = rc == SBX_EINVAL   ? CLI_EXIT_USAGE
+                   : rc == SBX_ENOENT ? CLI_EXIT_FAIL
+                                      : CLI_EXIT_SBX;
         cli_error("importing %s from %s: %s", name, source,
                   e ? sbx_error_message(e) : sbx_strerror(rc));
         sbx_error_free(e);
@@ -152,10 +167,10 @@ static int by_name(const void *a, const void *b)
 static int cmd_ls(int argc, char **argv, const char *sd)
 {
     static const struct option longopts[] = {
-        { "json", no_argument, NULL, 2004 },
-        { "quiet", no_argument, NULL, 'q' },
-        { "help", no_argument, NULL, 'h' },
-        { 0 },
+        {"json", no_argument, NULL, 2004},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {0},
     };
     bool json = false, quiet = false;
     int c;
@@ -163,10 +178,17 @@ static int cmd_ls(int argc, char **argv, const char *sd)
     optind = 1;
     while ((c = getopt_long(argc, argv, "+:hq", longopts, NULL)) != -1) {
         switch (c) {
-        case 'h': cli_help("image"); return CLI_EXIT_OK;
-        case 'q': quiet = true; break;
-        case 2004: json = true; break;
-        default: return cli_bad_option("image", c, argv);
+        case 'h':
+            cli_help("image");
+            return CLI_EXIT_OK;
+        case 'q':
+            quiet = true;
+            break;
+        case 2004:
+            json = true;
+            break;
+        default:
+            return cli_bad_option("image", c, argv);
         }
     }
     if (optind < argc)
@@ -220,7 +242,7 @@ static char *boxes_using(const char *sd, const char *name)
     size_t n = 0;
     if (sbx__linux_list(sd, NULL, &boxes, &n, NULL) < 0)
         return NULL;
-    sbx_buf b = { 0 };
+    sbx_buf b = {0};
     for (size_t i = 0; i < n; i++)
         if (boxes[i].rec.image && !strcmp(boxes[i].rec.image, name))
             sbx__buf_printf(&b, "%s%s", b.len ? ", " : "", boxes[i].rec.id);
@@ -231,9 +253,9 @@ static char *boxes_using(const char *sd, const char *name)
 static int cmd_rm(int argc, char **argv, const char *sd)
 {
     static const struct option longopts[] = {
-        { "force", no_argument, NULL, 'f' },
-        { "help", no_argument, NULL, 'h' },
-        { 0 },
+        {"force", no_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},
+        {0},
     };
     bool force = false;
     int c;
@@ -241,9 +263,14 @@ static int cmd_rm(int argc, char **argv, const char *sd)
     optind = 1;
     while ((c = getopt_long(argc, argv, "+:hf", longopts, NULL)) != -1) {
         switch (c) {
-        case 'h': cli_help("image"); return CLI_EXIT_OK;
-        case 'f': force = true; break;
-        default: return cli_bad_option("image", c, argv);
+        case 'h':
+            cli_help("image");
+            return CLI_EXIT_OK;
+        case 'f':
+            force = true;
+            break;
+        default:
+            return cli_bad_option("image", c, argv);
         }
     }
     if (optind >= argc)

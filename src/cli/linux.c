@@ -20,8 +20,8 @@ bool cli_is_linux(const json_t *record)
 
 char *cli_linux_state_dir(const json_t *record)
 {
-    const char *sd = json_string_value(
-        json_object_get(json_object_get(record, "descriptor"), "state_dir"));
+    const char *sd =
+        json_string_value(json_object_get(json_object_get(record, "descriptor"), "state_dir"));
     if (sd && *sd)
         return strdup(sd);
     json_t *cfg = json_object_get(json_object_get(record, "config"), "linux");
@@ -75,12 +75,18 @@ int cli_linux_records(const json_t *skip, json_t **records, sbx_error **err)
         const sbx_linux_record *r = &boxes[i].rec;
         if (skip && listed(skip, r->id))
             continue;
-        json_t *rec = json_pack(
-            "{s:s, s:s, s:{s:{}}, s:{s:s, s:s}, s:o, s:{}, s:f, s:o, s:o, s:b}", "id", r->id,
-            "provider", "linux", "config", "linux", "descriptor", "sandbox_id", r->id,
-            "state_dir", sd, "labels", labels_of(r->metadata), "env", "created", r->created,
-            "ttl_s", r->ttl_s >= 0 ? json_real(r->ttl_s) : json_null(), "image",
-            r->image ? json_string(r->image) : json_null(), "recorded", 0);
+        json_t *rec =
+            json_pack("{s:s, s:s, s:{s:{}}, s:{s:s, s:s}, s:o, s:{}, s:f, s:o, s:o, s:b}", "id",
+                      r->id, "provider", "linux", "config", "linux", "descriptor", "sandbox_id",
+                      r->id, "state_dir", sd, "labels", labels_of(r->metadata), "env", "created",
+                      r->created, "ttl_s", r->ttl_s >= 0 ? json_real(r->ttl_s) : json_null(),
+                      "image", r->image ? json_string(r->image) : json_null(), "recorded", 0);
+        /* The box's workdir: a connected handle's default cwd, as for its creator. */
+        _cleanup_free_ char *rp = sbx__printf("%s/record.json", r->box_dir);
+        _cleanup_json_ json_t *full = rp ? json_load_file(rp, 0, NULL) : NULL;
+        json_t *wd = json_object_get(full, "workdir");
+        if (rec && json_is_string(wd))
+            json_object_set(json_object_get(rec, "descriptor"), "workdir", wd);
         if (rec)
             json_array_append_new(out, rec);
     }
