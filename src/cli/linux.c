@@ -75,11 +75,16 @@ int cli_linux_records(const json_t *skip, json_t **records, sbx_error **err)
         const sbx_linux_record *r = &boxes[i].rec;
         if (skip && listed(skip, r->id))
             continue;
+        /* A box whose shim has not written its record yet: its directory's age. */
+        double created = r->created;
+        struct stat st;
+        if (created <= 0 && stat(r->box_dir, &st) == 0)
+            created = (double)st.st_mtime;
         json_t *rec =
             json_pack("{s:s, s:s, s:{s:{}}, s:{s:s, s:s}, s:o, s:{}, s:f, s:o, s:o, s:b}", "id",
                       r->id, "provider", "linux", "config", "linux", "descriptor", "sandbox_id",
                       r->id, "state_dir", sd, "labels", labels_of(r->metadata), "env", "created",
-                      r->created, "ttl_s", r->ttl_s >= 0 ? json_real(r->ttl_s) : json_null(),
+                      created, "ttl_s", r->ttl_s >= 0 ? json_real(r->ttl_s) : json_null(),
                       "image", r->image ? json_string(r->image) : json_null(), "recorded", 0);
         /* The box's workdir: a connected handle's default cwd, as for its creator. */
         _cleanup_free_ char *rp = sbx__printf("%s/record.json", r->box_dir);
