@@ -4,6 +4,7 @@
  * (the provider config and the sandbox descriptor), list and collect it.
  */
 #include "cli/cli.h"
+#include "providers/linux/linux.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -152,6 +153,38 @@ int cli_box_list(json_t **records, sbx_error **err)
     return SBX_OK;
 }
 
+int cli_box_list_all(json_t **records, sbx_error **err)
+{
+    json_t *all = NULL;
+    int rc = cli_box_list(&all, err);
+    if (rc < 0)
+        return rc;
+    /* Records made by `sbx create` win: they hold the env and the provider config. */
+    json_t *lin = NULL;
+    if ((rc = cli_linux_records(all, &lin, err)) < 0) {
+        json_decref(all);
+        return rc;
+    }
+    json_array_extend(all, lin);
+    json_decref(lin);
+    size_t n = json_array_size(all);
+    json_t **items = calloc(n ? n : 1, sizeof(*items));
+    if (!items) {
+        json_decref(all);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        items[i] = json_incref(json_array_get(all, i));
+    json_decref(all);
+    qsort(items, n, sizeof(*items), by_created);
+    all = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(all, items[i]);
+    free(items);
+    *records = all;
+    return SBX_OK;
+}
+
 int cli_box_load(const char *id, json_t **record, sbx_error **err)
 {
     _cleanup_free_ char *dir = NULL;
@@ -163,9 +196,12 @@ int cli_box_load(const char *id, json_t **record, sbx_error **err)
         if (path && load_path(path, record) == 0)
             return SBX_OK;
     }
-    /* A unique prefix of an id names that box, as with container ids. */
+    /*
+     * Then every box sbx can see (linux boxes made by any process included):
+     * the exact id, or a unique prefix of one, as with container ids.
+     */
     _cleanup_json_ json_t *all = NULL;
-    if ((rc = cli_box_list(&all, err)) < 0)
+    if ((rc = cli_box_list_all(&all, err)) < 0)
         return rc;
     json_t *found = NULL;
     size_t i, matches = 0;
@@ -173,6 +209,10 @@ int cli_box_load(const char *id, json_t **record, sbx_error **err)
     json_array_foreach(all, i, r)
     {
         const char *rid = json_string_value(json_object_get(r, "id"));
+        if (!strcmp(rid, id)) {
+            *record = json_incref(r);
+            return SBX_OK;
+        }
         if (*id && !strncmp(rid, id, strlen(id))) {
             found = r;
             matches++;
@@ -185,8 +225,10 @@ int cli_box_load(const char *id, json_t **record, sbx_error **err)
     if (matches > 1)
         return sbx__set_error(err, SBX_EINVAL, "'%s' matches %zu boxes; give more of the id", id,
                               matches);
+    _cleanup_free_ char *lin = sbx__linux_state_dir(NULL);
     return sbx__set_error(err, SBX_ENOENT,
-                          "no such box: '%s' (see 'sbx ls'; boxes are recorded in %s)", id, dir);
+                          "no such box: '%s' (see 'sbx ls'; boxes are recorded in %s and %s/boxes)",
+                          id, dir, lin ? lin : "?");
 }
 
 int cli_box_remove(const char *id)

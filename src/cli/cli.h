@@ -24,10 +24,10 @@
 #include <stdio.h>
 
 /*
- * The provider used when none is named. `linux` replaces it once that
- * provider exists; SBX_PROVIDER in the environment overrides it.
+ * The provider used when none is named (the contract's embedded default);
+ * SBX_PROVIDER in the environment overrides it.
  */
-#define SBX_CLI_DEFAULT_PROVIDER "local"
+#define SBX_CLI_DEFAULT_PROVIDER "linux"
 
 enum {
     CLI_EXIT_OK = 0,
@@ -139,6 +139,30 @@ double cli_now(void);
  * borrowed handle from its descriptor. The caller frees both.
  */
 int cli_box_connect(const json_t *record, sbx_provider **p, sbx_sandbox **sb, sbx_error **err);
+/* The CLI's records plus the linux boxes that have none (cli_linux_records), by creation time. */
+int cli_box_list_all(json_t **records, sbx_error **err);
+
+/* --- linux.c: boxes in the linux provider's state directory --------------- */
+
+/*
+ * The linux state directory a record's box lives in: its descriptor's
+ * state_dir, else its config's, else the default. Caller frees.
+ */
+char *cli_linux_state_dir(const json_t *record);
+/* True when the record's provider is linux. */
+bool cli_is_linux(const json_t *record);
+/*
+ * A record, shaped like the CLI's, for every box in the default linux state
+ * directory: {id, provider: "linux", config: {linux: {}}, descriptor:
+ * {sandbox_id, state_dir}, labels (the box's metadata), env: {}, created,
+ * ttl_s, image, recorded: false}. Those whose id is in `skip` (an array of
+ * records, may be NULL) are left out.
+ */
+int cli_linux_records(const json_t *skip, json_t **records, sbx_error **err);
+/* The live status of a linux box from its record on disk (no connection needed). */
+const char *cli_linux_status(const json_t *record);
+/* Stops a linux box by id through its shim; SBX_ENOENT when it is gone already. */
+int cli_linux_stop(const json_t *record, sbx_error **err);
 
 /* --- wait.c: interruptible waits ---------------------------------------- */
 
@@ -183,5 +207,6 @@ int cli_cmd_status(int argc, char **argv);
 int cli_cmd_stop(int argc, char **argv);
 int cli_cmd_gc(int argc, char **argv);
 int cli_cmd_providers(int argc, char **argv);
+int cli_cmd_image(int argc, char **argv);
 
 #endif

@@ -452,7 +452,22 @@ int cli_cmd_cp(int argc, char **argv)
         cli_sbx_error(e, "connecting to the box");
         return cli_signal_received() ? 128 + cli_signal_received() : CLI_EXIT_SBX;
     }
-    int rc = src_box ? copy_out(&conn, src_path, dst) : copy_in(&conn, src, dst_path);
+    /*
+     * A relative box path is under the box's workdir, whatever the provider
+     * does with relative transfer paths (the linux agent takes them from /).
+     */
+    const char *wd = sbx_sandbox_workdir(conn.sb);
+    const char *bp = src_box ? src_path : dst_path;
+    _cleanup_free_ char *joined = NULL;
+    if (bp[0] != '/' && wd && wd[0] == '/') {
+        if (!(joined = sbx__printf("%s/%s", wd, bp))) {
+            sbx_sandbox_free(conn.sb);
+            sbx_provider_free(conn.p);
+            return CLI_EXIT_SBX;
+        }
+        bp = joined;
+    }
+    int rc = src_box ? copy_out(&conn, bp, dst) : copy_in(&conn, src, bp);
     sbx_sandbox_free(conn.sb);
     sbx_provider_free(conn.p);
     if (cli_signal_received()) {

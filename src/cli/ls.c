@@ -1,4 +1,7 @@
-/* sbx ls and sbx status: the recorded boxes with their live status. */
+/*
+ * sbx ls and sbx status: the recorded boxes, and the linux boxes of the
+ * provider's state directory, with their live status.
+ */
 #include "cli/cli.h"
 
 #include <getopt.h>
@@ -11,6 +14,10 @@
  */
 static const char *live_status(const json_t *rec, char **why)
 {
+    *why = NULL;
+    /* A linux box's state is on disk: no connection, and a box whose agent died says "error". */
+    if (cli_is_linux(rec))
+        return cli_linux_status(rec);
     sbx_provider *p = NULL;
     sbx_sandbox *sb = NULL;
     sbx_error *e = NULL;
@@ -41,6 +48,9 @@ static json_t *with_status(const json_t *rec, const char *status, const char *wh
 {
     json_t *o = json_deep_copy(rec);
     json_object_set_new(o, "status", json_string(status));
+    /* false for a linux box found in the provider's state directory without a CLI record. */
+    if (!json_object_get(o, "recorded"))
+        json_object_set_new(o, "recorded", json_true());
     if (why)
         json_object_set_new(o, "error", json_string(why));
     json_t *ttl = json_object_get(rec, "ttl_s");
@@ -113,7 +123,7 @@ int cli_cmd_ls(int argc, char **argv)
     }
     sbx_error *e = NULL;
     _cleanup_json_ json_t *all = NULL;
-    if (cli_box_list(&all, &e) < 0) {
+    if (cli_box_list_all(&all, &e) < 0) {
         sbx__kv_free(&filter);
         cli_sbx_error(e, "listing boxes");
         return CLI_EXIT_SBX;

@@ -12,7 +12,9 @@
     "  --block NAME           top-level block of --config to use\n"                               \
     "Box:\n"                                                                                       \
     "  --spec FILE            a whole spec (YAML/JSON); options below override it\n"             \
-    "  --image IMAGE          image to run\n"                                                     \
+    "  --image IMAGE          image: a name from 'sbx image import', or (linux) a\n"            \
+    "                         directory, tarball or OCI layout path; none: the host's\n"      \
+    "                         system directories, read-only\n"                                                     \
     "  --workdir DIR          working directory of commands\n"                                    \
     "  -e, --env K=V          environment variable (repeatable)\n"                               \
     "  --cpu N                CPUs (may be fractional)\n"                                         \
@@ -51,7 +53,7 @@ static const struct command commands[] = {
       "The box keeps running until 'sbx stop ID', 'sbx gc' after its TTL, or the\n"
       "provider ends it.\n" },
     { "exec", cli_cmd_exec, "sbx exec [--cwd D] [-e K=V] [--user U] [--timeout S] ID [--] CMD...",
-      "run CMD in a box made by `sbx create`; exit with CMD's status",
+      "run CMD in a box (see `sbx ls`); exit with CMD's status",
       "  --cwd DIR              working directory (default: the box's workdir)\n"
       "  -e, --env K=V          environment variable (repeatable)\n"
       "  --user U               user to run CMD as (name or uid[:gid])\n"
@@ -66,18 +68,38 @@ static const struct command commands[] = {
       "A DST ending in '/' (or an existing local directory) receives a file under\n"
       "its own name. Directories need sh, mktemp and tar in the box.\n" },
     { "ls", cli_cmd_ls, "sbx ls [--label K=V] [--json]",
-      "list the boxes made by `sbx create`, with their live status",
+      "list the boxes made by `sbx create` and all linux boxes, with their live status",
       "  --label K=V            only boxes with this label (repeatable)\n"
       "  -q, --quiet            print only ids\n"
-      "  --json                 print a JSON array\n", NULL },
+      "  --json                 print a JSON array\n",
+      "Linux boxes are found in the linux provider's state directory, whoever made\n"
+      "them; their labels are their spec metadata.\n" },
     { "status", cli_cmd_status, "sbx status [--json] ID", "print a box's live status",
       "  --json                 print the record and status as JSON\n", NULL },
     { "stop", cli_cmd_stop, "sbx stop [--force] ID...", "stop boxes and forget them",
       "  --force                forget the box even when stopping it fails\n", NULL },
-    { "gc", cli_cmd_gc, "sbx gc [--dry-run] [--json]",
+    { "gc", cli_cmd_gc, "sbx gc [--dry-run] [--label K=V] [--run-id R] [--json]",
       "stop and forget boxes whose TTL passed or that are no longer running",
       "  --dry-run              only print what would be collected\n"
-      "  --json                 print a JSON array\n", NULL },
+      "  --label K=V            also stop every box with this label (repeatable)\n"
+      "  --run-id R             the same as --label run_id=R\n"
+      "  --json                 print a JSON array\n",
+      "Also removes what dead linux boxes left (orphans: shim gone) in the linux\n"
+      "provider's state directory, and linux boxes whose TTL passed.\n" },
+    { "image", cli_cmd_image, "sbx image import|ls|rm ...",
+      "manage the linux provider's images",
+      "  sbx image import [--progress] [--json] NAME SOURCE\n"
+      "                         unpack SOURCE (a tarball, compressed or not, such as\n"
+      "                         docker export or mmdebstrap make; a directory; an OCI\n"
+      "                         layout, or oci:DIR[:TAG]) and name it NAME; progress\n"
+      "                         goes to stderr on a terminal or with --progress\n"
+      "  sbx image ls [-q] [--json]\n"
+      "                         imported images: name, digest, size, created, source\n"
+      "  sbx image rm [--force] NAME...\n"
+      "                         forget NAME (and its tree when no other name uses it);\n"
+      "                         refused while a box runs it, unless --force\n",
+      "Images live in the linux state directory ($SBX_STATE_DIR/linux, or\n"
+      "/run/sbx/linux as root). `--image NAME` on run/create uses them.\n" },
     { "providers", cli_cmd_providers, "sbx providers [--json]", "list the available providers",
       "  --json                 print a JSON array\n", NULL },
 };

@@ -3,11 +3,14 @@
  * stdout and stderr kept apart and the exact exit status checked. The fake
  * provider covers exit codes, output, usage errors, config and records; the
  * local provider covers boxes shared by separate processes, cp, ttl and
- * interruption. Every test has its own SBX_STATE_DIR and TMPDIR (so local
+ * interruption; the linux provider (the default) the same, plus images,
+ * boxes made by other processes, and gc of expired and orphaned boxes, with
+ * a census after each test (nothing may be left on the host). Every test has its own SBX_STATE_DIR and TMPDIR (so local
  * workspaces land in the test's temp dir and can be checked for leaks).
  */
 #include "tap.h"
 #include "common.h"
+#include "linux_census.h"
 
 #include <sbx.h>
 
@@ -461,7 +464,8 @@ static void test_version_and_help(void)
     EXPECT_CODE(p, 0);
     TAP_EQ_STR(p.out, "sbx " SBX_VERSION_STRING "\n");
     proc_free(&p);
-    const char *cmds[] = { "run", "create", "exec", "cp", "ls", "status", "stop", "gc", "providers" };
+    const char *cmds[] = { "run",  "create", "exec", "cp",        "ls",
+                           "status", "stop", "gc",   "providers", "image" };
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         p = SBX(cmds[i], "--help");
         EXPECT_CODE(p, 0);
@@ -647,21 +651,21 @@ static void test_gc_fake(void)
 static void test_local_run_exact_output(void)
 {
     setup();
-    struct proc p = SBX("run", "--", "sh", "-c", "printf 'out\\000\\377'; printf err >&2; exit 5");
+    struct proc p = SBX("run", "--provider", "local", "--", "sh", "-c", "printf 'out\\000\\377'; printf err >&2; exit 5");
     EXPECT_CODE(p, 5);
     TAP_EQ_INT(p.out_len, 5);
     TAP_TRUE(memcmp(p.out, "out\0\377", 5) == 0);
     TAP_EQ_STR(p.err, "err");
     proc_free(&p);
-    p = SBX_STDIN("piped\n", 6, "run", "--", "tr", "a-z", "A-Z");
+    p = SBX_STDIN("piped\n", 6, "run", "--provider", "local", "--", "tr", "a-z", "A-Z");
     EXPECT_CODE(p, 0);
     TAP_EQ_STR(p.out, "PIPED\n");
     proc_free(&p);
     /* The shell's own codes for the command reach the caller unchanged. */
-    p = SBX("run", "--", "no-such-command-xyz");
+    p = SBX("run", "--provider", "local", "--", "no-such-command-xyz");
     EXPECT_CODE(p, 127);
     proc_free(&p);
-    p = SBX("run", "--", "sh", "-c", "kill -TERM $$");
+    p = SBX("run", "--provider", "local", "--", "sh", "-c", "kill -TERM $$");
     EXPECT_CODE(p, 128 + SIGTERM);
     proc_free(&p);
     TAP_EQ_INT(workspaces(), 0);
@@ -685,7 +689,7 @@ static mode_t mode_of(const char *path)
 static void test_local_create_exec_cp_stop(void)
 {
     setup();
-    const char *made = create_box((const char *const[]){ "create", "--label", "job=cli", "--ttl",
+    const char *made = create_box((const char *const[]){ "create", "--provider", "local", "--label", "job=cli", "--ttl",
                                                          "600", "-e", "GREETING=hi", NULL });
     char id[256];
     snprintf(id, sizeof(id), "%s", made);
@@ -779,7 +783,8 @@ static void test_local_create_exec_cp_stop(void)
 static void test_local_gc_after_ttl(void)
 {
     setup();
-    const char *made = create_box((const char *const[]){ "create", "--ttl", "0.5", NULL });
+    const char *made = create_box(
+        (const char *const[]){ "create", "--provider", "local", "--ttl", "0.5", NULL });
     char id[256];
     snprintf(id, sizeof(id), "%s", made);
     TAP_EQ_INT(workspaces(), 1);
@@ -843,7 +848,8 @@ static void interrupt_run(int sig)
     char script[PATH_MAX + 64];
     snprintf(script, sizeof(script), "echo $$ > %s.tmp && mv %s.tmp %s; exec sleep 60", pidfile,
              pidfile, pidfile);
-    char *argv[] = { (char *)"sbx", (char *)"run", (char *)"--", (char *)"sh", (char *)"-c", script,
+    char *argv[] = { (char *)"sbx",    (char *)"run", (char *)"--provider", (char *)"local",
+                     (char *)"--",     (char *)"sh",  (char *)"-c",         script,
                      NULL };
     int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
     int perr[2];
@@ -874,6 +880,524 @@ static void interrupt_run(int sig)
 static void test_local_sigint_run_leaves_nothing(void) { interrupt_run(SIGINT); }
 static void test_local_sigterm_run_leaves_nothing(void) { interrupt_run(SIGTERM); }
 
+/* --- linux provider (the default) ----------------------------------------- */
+
+/* The linux provider's state directory under the test's SBX_STATE_DIR. */
+static const char *linux_state(void) { return path_in_tmp("state/linux"); }
+
+/* Skips unless this machine can run linux boxes (as test_linux does). */
+static void need_linux(void)
+{
+    if (geteuid() != 0)
+        TAP_SKIP("linux boxes need root");
+    setup();
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%.*s/sbx-shim", (int)(strrchr(sbx_path, '/') - sbx_path),
+             sbx_path);
+    if (access(path, X_OK) != 0)
+        TAP_SKIP("sbx-shim is not built (make)");
+    /*
+     * A sanitizer build links its sbx-agent dynamically, which cannot run in
+     * a busybox image: use the static one of the plain build when there is one.
+     */
+    char *agent = getenv("SBX_AGENT") ? NULL : realpath("build/sbx-agent", NULL);
+    if (agent)
+        setenv("SBX_AGENT", agent, 1);
+    free(agent);
+}
+
+/* The busybox rootfs tarball of scripts/make-test-rootfs.sh (static storage). */
+static const char *busybox_tar(void)
+{
+    if (access("/bin/busybox", X_OK) != 0)
+        TAP_SKIP("busybox-static is not installed");
+    const char *tar = path_in_tmp("bb.tar");
+    char out[4096];
+    if (run_cmd(out, sizeof(out), "scripts/make-test-rootfs.sh %s", tar) != 0)
+        TAP_FAIL("scripts/make-test-rootfs.sh: %s", out);
+    return tar;
+}
+
+/* The id printed by `sbx create` (copied to `id`). */
+static void create_into(char *id, size_t n, const char *const *args)
+{
+    snprintf(id, n, "%s", create_box(args));
+}
+
+/* The one element of a `ls --json` array whose id is `id` (borrowed), or NULL. */
+static json_t *ls_entry(json_t *arr, const char *id)
+{
+    size_t i;
+    json_t *r;
+    json_array_foreach(arr, i, r)
+    {
+        if (!strcmp(json_string_value(json_object_get(r, "id")), id))
+            return r;
+    }
+    return NULL;
+}
+
+static void test_default_provider_is_linux(void)
+{
+    need_linux();
+    /* A fresh state directory: no image imported, nothing cached. */
+    struct proc p = SBX("run", "--", "python3", "-c", "print(1)");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "1\n");
+    TAP_EQ_STR(p.err, "");
+    proc_free(&p);
+    /* It is a linux box: the agent is PID 1. */
+    p = SBX("run", "--json", "--", "cat", "/proc/1/cmdline");
+    EXPECT_CODE(p, 0);
+    json_t *v = parse_json(p.out);
+    TAP_CONTAINS(json_string_value(json_object_get(v, "stdout")), "sbx-agent");
+    TAP_TRUE(!strncmp(json_string_value(json_object_get(v, "id")), "sbx-", 4));
+    json_decref(v);
+    proc_free(&p);
+    p = SBX("run", "--help");
+    EXPECT_CODE(p, 0);
+    TAP_CONTAINS(p.out, "(default: $SBX_PROVIDER or linux)");
+    proc_free(&p);
+    /* SBX_PROVIDER still overrides the default. */
+    setenv("SBX_PROVIDER", "fake", 1);
+    p = SBX("run", "--", "exit", "6");
+    EXPECT_CODE(p, 6);
+    proc_free(&p);
+    unsetenv("SBX_PROVIDER");
+    TAP_EQ_INT(records(), 0);
+    census_check(linux_state());
+}
+
+static void test_linux_run_exit_codes_and_streams(void)
+{
+    need_linux();
+    struct proc p = SBX("run", "--", "sh", "-c", "printf 'out\\000\\377'; printf err >&2; exit 5");
+    EXPECT_CODE(p, 5);
+    TAP_EQ_INT(p.out_len, 5);
+    TAP_TRUE(memcmp(p.out, "out\0\377", 5) == 0);
+    TAP_EQ_STR(p.err, "err");
+    proc_free(&p);
+    p = SBX_STDIN("piped\n", 6, "run", "--", "tr", "a-z", "A-Z");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "PIPED\n");
+    proc_free(&p);
+    p = SBX("run", "--", "no-such-command-xyz");
+    EXPECT_CODE(p, 127);
+    proc_free(&p);
+    p = SBX("run", "--", "sh", "-c", "kill -TERM $$");
+    EXPECT_CODE(p, 128 + SIGTERM);
+    proc_free(&p);
+    p = SBX("run", "--timeout", "0.3", "--", "sleep", "30");
+    EXPECT_CODE(p, 124);
+    proc_free(&p);
+    TAP_EQ_INT(records(), 0);
+    census_check(linux_state());
+}
+
+static void test_linux_image_import_ls_run_rm(void)
+{
+    need_linux();
+    const char *tar = busybox_tar();
+    /* --progress writes percentage lines to stderr even when it is not a terminal. */
+    struct proc p = SBX("image", "import", "--progress", "--json", "bb", tar);
+    EXPECT_CODE(p, 0);
+    TAP_CONTAINS(p.err, "importing bb: unpack");
+    TAP_CONTAINS(p.err, "100%");
+    json_t *v = parse_json(p.out);
+    TAP_EQ_STR(json_string_value(json_object_get(v, "name")), "bb");
+    TAP_TRUE(!strncmp(json_string_value(json_object_get(v, "digest")), "sha256:", 7));
+    TAP_TRUE(json_integer_value(json_object_get(v, "size")) > 100000);
+    char digest[128];
+    snprintf(digest, sizeof(digest), "%s", json_string_value(json_object_get(v, "digest")));
+    json_decref(v);
+    proc_free(&p);
+    /* Without a terminal and without --progress: quiet. */
+    p = SBX("image", "import", "bb2", tar);
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.err, "");
+    TAP_CONTAINS(p.out, digest);
+    proc_free(&p);
+
+    p = SBX("image", "ls", "--json");
+    EXPECT_CODE(p, 0);
+    v = parse_json(p.out);
+    TAP_EQ_INT(json_array_size(v), 2);
+    json_t *first = json_array_get(v, 0);
+    TAP_EQ_STR(json_string_value(json_object_get(first, "name")), "bb");
+    TAP_EQ_STR(json_string_value(json_object_get(first, "digest")), digest);
+    TAP_TRUE(json_number_value(json_object_get(first, "created")) > 0);
+    TAP_CONTAINS(json_string_value(json_object_get(first, "source")), "bb.tar");
+    json_decref(v);
+    proc_free(&p);
+    p = SBX("image", "ls");
+    EXPECT_CODE(p, 0);
+    TAP_CONTAINS(p.out, "NAME");
+    TAP_CONTAINS(p.out, "\nbb ");
+    TAP_CONTAINS(p.out, "\nbb2 ");
+    proc_free(&p);
+
+    p = SBX("run", "--image", "bb", "--", "cat", "/etc/hostname");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "sbx-test\n");
+    proc_free(&p);
+
+    /* A box running the image keeps it from being removed, unless forced. */
+    char id[256];
+    create_into(id, sizeof(id), (const char *const[]){ "create", "--image", "bb", NULL });
+    p = SBX("image", "rm", "bb");
+    EXPECT_CODE(p, 1);
+    TAP_CONTAINS(p.err, id);
+    TAP_CONTAINS(p.err, "--force");
+    proc_free(&p);
+    p = SBX("stop", id);
+    EXPECT_CODE(p, 0);
+    proc_free(&p);
+    p = SBX("image", "rm", "bb", "bb2");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "bb\nbb2\n");
+    proc_free(&p);
+    p = SBX("image", "ls", "-q");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "");
+    proc_free(&p);
+    char cmd[PATH_MAX];
+    snprintf(cmd, sizeof(cmd), "%s/images", linux_state());
+    /* The unpacked tree went with its last name (only the none skeleton and indexes stay). */
+    char out[4096];
+    run_cmd(out, sizeof(out), "ls %s | grep -c sha256- || true", cmd);
+    TAP_EQ_STR(out, "0\n");
+
+    /* A name that is gone is an error that says what to do. */
+    p = SBX("run", "--image", "bb", "--", "true");
+    EXPECT_CODE(p, 125);
+    TAP_CONTAINS(p.err, "sbx image import");
+    proc_free(&p);
+    p = SBX("image", "rm", "bb");
+    EXPECT_CODE(p, 1);
+    TAP_CONTAINS(p.err, "no image named bb");
+    proc_free(&p);
+    p = SBX("image", "import", "x", path_in_tmp("missing.tar"));
+    EXPECT_CODE(p, 1);
+    TAP_CONTAINS(p.err, "missing.tar");
+    proc_free(&p);
+    p = SBX("image", "import", "a/b", tar);
+    EXPECT_CODE(p, 2);
+    proc_free(&p);
+    p = SBX("image", "import", "onlyname");
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "usage: sbx image");
+    proc_free(&p);
+    p = SBX("image", "frob");
+    EXPECT_CODE(p, 2);
+    proc_free(&p);
+    census_check(linux_state());
+}
+
+static void test_linux_create_exec_cp_ls_stop(void)
+{
+    need_linux();
+    char id[256];
+    create_into(id, sizeof(id),
+                (const char *const[]){ "create", "--label", "job=cli", "--label", "run_id=r1",
+                                       "--ttl", "600", "-e", "GREETING=hi", "--workdir", "/work",
+                                       NULL });
+    TAP_EQ_INT(records(), 1);
+    /* Each sbx is its own process: what one wrote, the next sees. */
+    struct proc p = SBX("exec", id, "--", "sh", "-c", "echo $GREETING > note.txt");
+    EXPECT_CODE(p, 0);
+    proc_free(&p);
+    p = SBX("exec", id, "--", "sh", "-c", "cat /work/note.txt; exit 3");
+    EXPECT_CODE(p, 3);
+    TAP_EQ_STR(p.out, "hi\n");
+    proc_free(&p);
+
+    /* A file in and out. */
+    const char *f = path_in_tmp("in.txt");
+    write_file(f, "payload\n", 0640);
+    char dst[300];
+    snprintf(dst, sizeof(dst), "%s:copied.txt", id);
+    p = SBX("cp", f, dst);
+    EXPECT_CODE(p, 0);
+    proc_free(&p);
+    p = SBX("exec", id, "--", "cat", "copied.txt");
+    TAP_EQ_STR(p.out, "payload\n");
+    proc_free(&p);
+    snprintf(dst, sizeof(dst), "%s:note.txt", id);
+    p = SBX("cp", dst, path_in_tmp("back.txt"));
+    EXPECT_CODE(p, 0);
+    proc_free(&p);
+    char *back = read_text(path_in_tmp("back.txt"));
+    TAP_EQ_STR(back, "hi\n");
+    free(back);
+    /* A directory in and out (the host's sh and tar serve the none image). */
+    const char *tree = path_in_tmp("tree");
+    TAP_EQ_INT(mkdir(tree, 0755), 0);
+    char file[PATH_MAX];
+    snprintf(file, sizeof(file), "%s/run.sh", tree);
+    write_file(file, "#!/bin/sh\necho ran\n", 0755);
+    snprintf(dst, sizeof(dst), "%s:d/tree", id);
+    p = SBX("cp", tree, dst);
+    EXPECT_CODE(p, 0);
+    proc_free(&p);
+    p = SBX("exec", id, "--", "./d/tree/run.sh");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "ran\n");
+    proc_free(&p);
+    p = SBX("cp", dst, path_in_tmp("out"));
+    EXPECT_CODE(p, 0);
+    proc_free(&p);
+    snprintf(file, sizeof(file), "%s/out/run.sh", tap_tmpdir());
+    TAP_EQ_INT(mode_of(file), 0755);
+
+    p = SBX("ls", "--json", "--label", "job=cli");
+    EXPECT_CODE(p, 0);
+    json_t *v = parse_json(p.out);
+    TAP_EQ_INT(json_array_size(v), 1);
+    json_t *r = json_array_get(v, 0);
+    TAP_EQ_STR(json_string_value(json_object_get(r, "id")), id);
+    TAP_EQ_STR(json_string_value(json_object_get(r, "provider")), "linux");
+    TAP_EQ_STR(json_string_value(json_object_get(r, "status")), "running");
+    TAP_TRUE(json_is_true(json_object_get(r, "recorded")));
+    TAP_EQ_STR(json_string_value(json_object_get(json_object_get(r, "labels"), "run_id")), "r1");
+    json_decref(v);
+    proc_free(&p);
+    p = SBX("ls", "--json", "--label", "job=other");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "[]\n");
+    proc_free(&p);
+    /* Listed once, though both the CLI and the provider know it. */
+    p = SBX("ls", "-q");
+    EXPECT_CODE(p, 0);
+    char want[300];
+    snprintf(want, sizeof(want), "%s\n", id);
+    TAP_EQ_STR(p.out, want);
+    proc_free(&p);
+    p = SBX("status", id);
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "running\n");
+    proc_free(&p);
+
+    p = SBX("stop", id);
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, want);
+    proc_free(&p);
+    TAP_EQ_INT(records(), 0);
+    p = SBX("status", id);
+    EXPECT_CODE(p, 3);
+    proc_free(&p);
+    census_check(linux_state());
+}
+
+/* Starts a linux box through the library in this process and lets it go (its id in `id`). */
+static void library_box(char *id, size_t n, const char *label_key, const char *label_value)
+{
+    sbx_provider *prov = NULL;
+    sbx_error *e = NULL;
+    if (sbx_provider_new("{\"linux\":{}}", &prov, &e) != SBX_OK)
+        TAP_FAIL("provider: %s", sbx_error_message(e));
+    sbx_spec *spec = sbx_spec_new();
+    sbx_spec_set_metadata(spec, label_key, label_value);
+    sbx_spec_set_env(spec, "FROM", "library");
+    sbx_sandbox *sb = NULL;
+    TAP_EQ_INT(sbx_sandbox_new(prov, spec, &sb, NULL), SBX_OK);
+    if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
+        TAP_FAIL("start: %s", sbx_error_message(e));
+    snprintf(id, n, "%s", sbx_sandbox_id(sb));
+    /* Detached: the box outlives the handle and this provider. */
+    sbx_sandbox_detach(sb);
+    sbx_spec_free(spec);
+    sbx_provider_free(prov);
+}
+
+static void test_linux_library_box_seen_by_cli(void)
+{
+    need_linux();
+    char id[256];
+    library_box(id, sizeof(id), "team", "lib");
+    TAP_EQ_INT(records(), 0);
+    struct proc p = SBX("ls", "--json", "--label", "team=lib");
+    EXPECT_CODE(p, 0);
+    json_t *v = parse_json(p.out);
+    json_t *r = ls_entry(v, id);
+    if (!r)
+        TAP_FAIL("%s not in ls: %s", id, p.out);
+    TAP_EQ_INT(json_array_size(v), 1);
+    TAP_EQ_STR(json_string_value(json_object_get(r, "provider")), "linux");
+    TAP_EQ_STR(json_string_value(json_object_get(r, "status")), "running");
+    TAP_TRUE(json_is_false(json_object_get(r, "recorded")));
+    json_decref(v);
+    proc_free(&p);
+    p = SBX("ls");
+    EXPECT_CODE(p, 0);
+    TAP_CONTAINS(p.out, id);
+    TAP_CONTAINS(p.out, "team=lib");
+    proc_free(&p);
+
+    /* exec by id (the box's spec env applies), and by a unique prefix. */
+    p = SBX("exec", id, "--", "sh", "-c", "echo $FROM > f.txt; cat f.txt");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "library\n");
+    proc_free(&p);
+    char prefix[32];
+    snprintf(prefix, sizeof(prefix), "%.10s", id);
+    p = SBX("exec", prefix, "--", "sh", "-c", "exit 4");
+    EXPECT_CODE(p, 4);
+    proc_free(&p);
+    char src[300];
+    snprintf(src, sizeof(src), "%s:f.txt", id);
+    p = SBX("cp", src, path_in_tmp("f.txt"));
+    EXPECT_CODE(p, 0);
+    proc_free(&p);
+    char *t = read_text(path_in_tmp("f.txt"));
+    TAP_EQ_STR(t, "library\n");
+    free(t);
+    p = SBX("status", "--json", id);
+    EXPECT_CODE(p, 0);
+    v = parse_json(p.out);
+    TAP_EQ_STR(json_string_value(json_object_get(v, "status")), "running");
+    json_decref(v);
+    proc_free(&p);
+
+    p = SBX("stop", id);
+    EXPECT_CODE(p, 0);
+    proc_free(&p);
+    p = SBX("ls", "-q");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "");
+    proc_free(&p);
+    census_check(linux_state());
+}
+
+/* The shim pid in a linux box's record. */
+static long shim_pid_of(const char *id)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/boxes/%s/record.json", linux_state(), id);
+    json_t *rec = json_load_file(path, 0, NULL);
+    long pid = (long)json_integer_value(json_object_get(rec, "shim_pid"));
+    json_decref(rec);
+    if (pid <= 0)
+        TAP_FAIL("no shim pid in %s", path);
+    return pid;
+}
+
+static void test_linux_gc_expired_orphan_and_label(void)
+{
+    need_linux();
+    /* 1. A box whose TTL passes: its shim ends it, gc forgets the record. */
+    char expired[256];
+    create_into(expired, sizeof(expired), (const char *const[]){ "create", "--ttl", "1", NULL });
+    struct timespec ts = { 0, 100 * 1000 * 1000 };
+    for (;;) {
+        struct proc p = SBX("gc", "--dry-run");
+        bool due = strstr(p.out, "ttl expired") != NULL;
+        proc_free(&p);
+        if (due)
+            break;
+        nanosleep(&ts, NULL);
+    }
+    TAP_EQ_INT(records(), 1);
+
+    /* 2. An orphan: a box whose shim was killed (no CLI record: made through the library). */
+    char orphan[256];
+    library_box(orphan, sizeof(orphan), "kind", "orphan");
+    long shim = shim_pid_of(orphan);
+    TAP_EQ_INT(kill((pid_t)shim, SIGKILL), 0);
+    while (alive(shim))
+        nanosleep(&ts, NULL);
+    struct proc p = SBX("status", orphan);
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "error\n");
+    proc_free(&p);
+
+    /* 3. Two healthy boxes with run ids: gc leaves them, --run-id takes one. */
+    char keep[256], crashed[256];
+    library_box(keep, sizeof(keep), "run_id", "keep");
+    library_box(crashed, sizeof(crashed), "run_id", "crashed");
+
+    p = SBX("gc", "--dry-run", "--json");
+    EXPECT_CODE(p, 0);
+    json_t *v = parse_json(p.out);
+    TAP_EQ_INT(json_array_size(v), 2);
+    json_t *e = ls_entry(v, expired);
+    TAP_TRUE(e != NULL);
+    TAP_EQ_STR(json_string_value(json_object_get(e, "reason")), "ttl expired");
+    TAP_TRUE(json_is_false(json_object_get(e, "removed")));
+    e = ls_entry(v, orphan);
+    TAP_TRUE(e != NULL);
+    TAP_EQ_STR(json_string_value(json_object_get(e, "reason")), "orphaned");
+    json_decref(v);
+    proc_free(&p);
+    /* A dry run touched nothing. */
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/boxes/%s", linux_state(), orphan);
+    TAP_TRUE(access(dir, F_OK) == 0);
+
+    p = SBX("gc");
+    EXPECT_CODE(p, 0);
+    TAP_CONTAINS(p.out, expired);
+    TAP_CONTAINS(p.out, orphan);
+    TAP_TRUE(!strstr(p.out, keep) && !strstr(p.out, crashed));
+    proc_free(&p);
+    TAP_EQ_INT(records(), 0);
+    TAP_TRUE(access(dir, F_OK) != 0);
+
+    p = SBX("gc", "--run-id", "crashed", "--json");
+    EXPECT_CODE(p, 0);
+    v = parse_json(p.out);
+    TAP_EQ_INT(json_array_size(v), 1);
+    TAP_EQ_STR(json_string_value(json_object_get(json_array_get(v, 0), "id")), crashed);
+    TAP_EQ_STR(json_string_value(json_object_get(json_array_get(v, 0), "reason")), "label");
+    TAP_TRUE(json_is_true(json_object_get(json_array_get(v, 0), "removed")));
+    json_decref(v);
+    proc_free(&p);
+    p = SBX("ls", "-q");
+    char want[300];
+    snprintf(want, sizeof(want), "%s\n", keep);
+    TAP_EQ_STR(p.out, want);
+    proc_free(&p);
+    p = SBX("gc", "--label", "run_id=keep");
+    EXPECT_CODE(p, 0);
+    TAP_CONTAINS(p.out, keep);
+    proc_free(&p);
+    census_check(linux_state());
+}
+
+static void test_linux_sigint_run_leaves_nothing(void)
+{
+    need_linux();
+    /* The box's /run/sbx is its directory's run/ on the host: the command says it started there. */
+    char *argv[] = { (char *)"sbx", (char *)"run", (char *)"--", (char *)"sh", (char *)"-c",
+                     (char *)"touch /run/sbx/started; exec sleep 60", NULL };
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    int perr[2];
+    TAP_TRUE(pipe2(perr, O_CLOEXEC) == 0);
+    pid_t pid = spawn(argv, devnull, devnull, perr[1]);
+    close(perr[1]);
+    close(devnull);
+    char out[4096];
+    struct timespec ts = { 0, 20 * 1000 * 1000 };
+    for (;;) {
+        run_cmd(out, sizeof(out), "ls %s/boxes/*/run/started 2>/dev/null | wc -l", linux_state());
+        if (strtol(out, NULL, 10) > 0)
+            break;
+        nanosleep(&ts, NULL);
+    }
+    kill(pid, SIGINT);
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    char err[1024] = "";
+    ssize_t n = read(perr[0], err, sizeof(err) - 1);
+    err[n > 0 ? n : 0] = 0;
+    close(perr[0]);
+    TAP_TRUE(WIFEXITED(st));
+    TAP_EQ_INT(WEXITSTATUS(st), 128 + SIGINT);
+    TAP_CONTAINS(err, "interrupted by SIGINT");
+    TAP_EQ_INT(records(), 0);
+    census_check(linux_state());
+}
+
 TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_binary_output),
          TAP(test_run_quoting_and_stdin), TAP(test_run_timeout), TAP(test_run_json_shape),
          TAP(test_usage_errors), TAP(test_unknown_provider), TAP(test_provider_failure_is_125),
@@ -881,4 +1405,8 @@ TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_
          TAP(test_spec_file), TAP(test_no_such_box), TAP(test_create_exec_ls_stop_fake),
          TAP(test_gc_fake), TAP(test_local_run_exact_output),
          TAP_T(test_local_create_exec_cp_stop, 120), TAP(test_local_gc_after_ttl),
-         TAP(test_local_sigint_run_leaves_nothing), TAP(test_local_sigterm_run_leaves_nothing))
+         TAP(test_local_sigint_run_leaves_nothing), TAP(test_local_sigterm_run_leaves_nothing),
+         TAP(test_default_provider_is_linux), TAP(test_linux_run_exit_codes_and_streams),
+         TAP_T(test_linux_image_import_ls_run_rm, 120), TAP_T(test_linux_create_exec_cp_ls_stop, 120),
+         TAP(test_linux_library_box_seen_by_cli), TAP_T(test_linux_gc_expired_orphan_and_label, 120),
+         TAP(test_linux_sigint_run_leaves_nothing))
