@@ -47,11 +47,7 @@ void tap_allow_fd_changes(void) { allow_fd_changes = true; }
 
 const char *tap_tmpdir(void)
 {
-    if (!tmpdir_path[0]) {
-        snprintf(tmpdir_path, sizeof(tmpdir_path), "/tmp/sbx-test-XXXXXX");
-        if (!mkdtemp(tmpdir_path))
-            tap_fail_at(__FILE__, __LINE__, "mkdtemp: %s", strerror(errno));
-    }
+    /* Made by the parent before the fork, so it is removed however the test ends. */
     return tmpdir_path;
 }
 
@@ -106,11 +102,6 @@ static void run_child(const struct tap_test *t, int pipe_w)
     if (__lsan_do_recoverable_leak_check())
         tap_fail_at(__FILE__, __LINE__, "LeakSanitizer found leaks (report above)");
 #endif
-    if (tmpdir_path[0]) {
-        char cmd[300];
-        snprintf(cmd, sizeof(cmd), "%s", tmpdir_path);
-        rm_rf(cmd);
-    }
     fflush(stdout);
     _exit(0);
 }
@@ -134,6 +125,9 @@ int tap_main(int argc, char **argv, const struct tap_test *tests, size_t n)
         int p[2];
         if (pipe2(p, O_CLOEXEC) < 0)
             return 2;
+        snprintf(tmpdir_path, sizeof(tmpdir_path), "/tmp/sbx-test-XXXXXX");
+        if (!mkdtemp(tmpdir_path))
+            return 2;
         fflush(stdout);
         pid_t pid = fork();
         if (pid == 0) {
@@ -150,8 +144,9 @@ int tap_main(int argc, char **argv, const struct tap_test *tests, size_t n)
         if (r > 0)
             why[r] = 0;
         close(p[0]);
-        /* Kill whatever the test left in its process group. */
+        /* Kill whatever the test left in its process group, then remove its files. */
         kill(-pid, SIGKILL);
+        rm_rf(tmpdir_path);
         if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
             printf("ok %d - %s\n", num, t->name);
             passed++;
