@@ -14,7 +14,7 @@ PYDIR ?= $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("purel
 
 B ?= build
 CC ?= cc
-PKGS := libuv jansson yaml-0.1 libcurl libarchive libseccomp libcap
+PKGS := libuv jansson yaml-0.1 libcurl libarchive libseccomp libcap nettle
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

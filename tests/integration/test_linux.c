@@ -593,6 +593,10 @@ static void test_image_import_list_remove(void)
     TAP_EQ_INT(n, 1);
     TAP_EQ_STR(v[0].name, "bb");
     TAP_TRUE(!strncmp(v[0].digest, "sha256:", 7));
+    /* The digest is the tarball's sha256, as sha256sum(1) computes it. */
+    char sum[128];
+    TAP_EQ_INT(run_cmd(sum, sizeof(sum), "sha256sum %s | cut -d' ' -f1 | tr -d '\\n'", tar), 0);
+    TAP_EQ_STR(v[0].digest + 7, sum);
     TAP_TRUE(v[0].size > 1000000);
     sbx__linux_image_list_free(v, n);
     sbx_provider *p = provider(NULL);
