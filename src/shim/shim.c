@@ -254,6 +254,13 @@ static void start_box(struct shim *s)
         fail(s, SBX_ECREATE, "%s", msg);
     }
     shim_trace("cgroups made");
+    /*
+     * The seccomp program, ready before the clone so the box only has to
+     * load it. Without one (no memory, say) the box compiles its own.
+     */
+    static struct sock_fprog filter;
+    if (c->seccomp && !filter.filter && shim_seccomp_filter(c, &filter) < 0)
+        filter.filter = NULL;
     int agent_fd = open(c->agent, O_PATH | O_CLOEXEC);
     if (agent_fd < 0)
         fail(s, SBX_ECREATE, "cannot open the agent binary %s: %s (build it with make)",
@@ -307,7 +314,7 @@ static void start_box(struct shim *s)
         /* v1 without a user namespace: the child joins its groups itself (box.c step 2). */
         bool self = !attached && !c->userns && sbx__cg_mode() == SBX_CG_V1 && s->cgroups;
         struct child_fds f = { sync[0], errp[1], ready[1], agent_fd,
-                               self ? s->cgroups : NULL };
+                               self ? s->cgroups : NULL, filter.filter ? &filter : NULL };
         shim_box_child(c, &f);
     }
     s->init = pid;
@@ -561,6 +568,7 @@ int main(int argc, char **argv)
     if (s.sfd < 0)
         fail(&s, SBX_ECREATE, "signalfd: %s", strerror(errno));
 
+    shim_trace("signals");
     /* The box directory is ours; it exists before anything that needs cleaning. */
     _cleanup_free_ char *run = sbx__printf("%s/run", s.cfg.box_dir);
     _cleanup_free_ char *root = sbx__printf("%s/root", s.cfg.box_dir);
@@ -572,12 +580,14 @@ int main(int argc, char **argv)
     if (mkdir(run, 0755) < 0 || mkdir(root, 0700) < 0)
         fail(&s, SBX_ECREATE, "cannot create %s: %s", run, strerror(errno));
 
+    shim_trace("dirs made");
     s.ino = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
     if (s.ino >= 0 && inotify_add_watch(s.ino, s.cfg.box_dir, IN_DELETE_SELF | IN_MOVE_SELF) < 0) {
         close(s.ino);
         s.ino = -1;
     }
 
+    shim_trace("inotify");
     /* The supervisor is never the OOM killer's choice: it cleans up after the box. */
     int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (fd >= 0) {
@@ -585,6 +595,7 @@ int main(int argc, char **argv)
         (void)w;
         close(fd);
     }
+    shim_trace("oom adj");
     start_box(&s);
     supervise(&s);
     return 0;
