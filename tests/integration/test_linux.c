@@ -12,6 +12,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <nettle/sha2.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -730,9 +733,102 @@ static void test_user_namespace_option_refused_clearly(void)
     census_check(state_dir);
 }
 
+/* The one compiled seccomp program in the state directory's cache, or "" when none. */
+static void seccomp_cache_file(char *out, size_t n)
+{
+    char dir[700];
+    snprintf(dir, sizeof(dir), "%s/seccomp", state_dir);
+    out[0] = 0;
+    int count = 0;
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l > 4 && !strcmp(de->d_name + l - 4, ".bpf")) {
+            snprintf(out, n, "%s/%s", dir, de->d_name);
+            count++;
+        }
+    }
+    if (d)
+        closedir(d);
+    TAP_TRUE(count <= 1);
+}
+
+/* Replaces the cached program with `len` bytes of `prog` and their sha256 (or a bad one). */
+static void write_cache(const char *path, const void *prog, size_t len, bool good_digest, mode_t mode)
+{
+    uint8_t buf[4096];
+    memcpy(buf, prog, len);
+    struct sha256_ctx h;
+    sha256_init(&h);
+    sha256_update(&h, len, buf);
+    sha256_digest(&h, SHA256_DIGEST_SIZE, buf + len);
+    if (!good_digest)
+        buf[len] ^= 1;
+    unlink(path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    TAP_TRUE(fd >= 0);
+    TAP_EQ_INT(write(fd, buf, len + SHA256_DIGEST_SIZE), (long)(len + SHA256_DIGEST_SIZE));
+    fchmod(fd, mode);
+    close(fd);
+}
+
+/*
+ * A box under the real filter: a new user namespace needs no capability, so
+ * only seccomp refuses it.
+ */
+static void box_is_filtered(sbx_provider *p, sbx_spec *s)
+{
+    sbx_sandbox *sb = start(p, s);
+    TAP_CONTAINS(out_of(sb, "grep Seccomp: /proc/self/status"), "2");
+    TAP_NE_INT(rc_of(sb, "unshare -U true"), 0);
+    stop_free(sb);
+}
+
+static void test_seccomp_filter_cached_and_checked(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    char path[1024];
+    struct stat a, b;
+    /* The first box compiles the program and caches it, private to root. */
+    box_is_filtered(p, s);
+    seccomp_cache_file(path, sizeof(path));
+    TAP_TRUE(path[0] != 0);
+    TAP_EQ_INT(stat(path, &a), 0);
+    TAP_EQ_INT(a.st_mode & 0777, 0600);
+    TAP_EQ_INT((a.st_size - SHA256_DIGEST_SIZE) % (long)sizeof(struct sock_filter), 0);
+    /* The next box loads it as it is. */
+    box_is_filtered(p, s);
+    TAP_EQ_INT(stat(path, &b), 0);
+    TAP_EQ_INT(b.st_ino, a.st_ino);
+    TAP_EQ_INT(b.st_mtim.tv_nsec, a.st_mtim.tv_nsec);
+    /* An "allow everything" program is never taken from a file that fails its digest... */
+    struct sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    write_cache(path, &allow, sizeof(allow), false, 0600);
+    box_is_filtered(p, s);
+    TAP_EQ_INT(stat(path, &b), 0);
+    TAP_EQ_INT(b.st_size, a.st_size);
+    /* ...nor from one that others could have written. */
+    write_cache(path, &allow, sizeof(allow), true, 0666);
+    box_is_filtered(p, s);
+    TAP_EQ_INT(stat(path, &b), 0);
+    TAP_EQ_INT(b.st_size, a.st_size);
+    TAP_EQ_INT(b.st_mode & 0777, 0600);
+    /* A program the kernel refuses (it never returns): the box compiles its own. */
+    struct sock_filter bad = BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0);
+    write_cache(path, &bad, sizeof(bad), true, 0600);
+    box_is_filtered(p, s);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 TAP_MAIN(TAP(test_pid1_is_agent_and_namespaces), TAP(test_writes_isolated_between_boxes),
          TAP(test_memory_bomb_is_oom_and_box_lives), TAP(test_fork_bomb_stopped_by_pids),
-         TAP(test_disk_gib_enospc), TAP(test_escapes_fail), TAP(test_cgroup_limits_written),
+         TAP(test_disk_gib_enospc), TAP(test_escapes_fail),
+         TAP(test_seccomp_filter_cached_and_checked), TAP(test_cgroup_limits_written),
          TAP(test_agent_killed_gives_error), TAP(test_creator_killed_mid_create_leaves_nothing),
          TAP(test_ttl_enforced_without_creator), TAP(test_serialize_connect_list_gc),
          TAP(test_image_import_list_remove), TAP(test_ready_timeout_is_everify_and_torn_down),
