@@ -825,10 +825,45 @@ static void test_seccomp_filter_cached_and_checked(void)
     census_check(state_dir);
 }
 
+/*
+ * The agent (the box's PID 1) is not dumpable: a command in the box, root
+ * there but without CAP_SYS_PTRACE, can neither attach to it nor open its
+ * memory, while the same command may still do both to its own processes.
+ */
+static void test_agent_cannot_be_ptraced_from_the_box(void)
+{
+    need_boxes();
+    if (!have_file("/usr/bin/python3"))
+        TAP_SKIP("python3 is needed to call ptrace in the box");
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_sandbox *sb = start(p, s);
+    TAP_CONTAINS(out_of(sb, "tr '\\0' ' ' < /proc/1/cmdline"), "sbx-agent");
+    TAP_NE_INT(rc_of(sb, "exec 3</proc/1/mem"), 0);
+    TAP_NE_INT(rc_of(sb, "cat /proc/1/environ"), 0);
+    TAP_NE_INT(rc_of(sb, "readlink /proc/1/exe"), 0);
+    TAP_EQ_INT(rc_of(sb, "exec 3</proc/self/mem"), 0);
+    /* PTRACE_ATTACH (16) to PID 1 fails; to a child of the command it works. */
+    static const char py[] =
+        "/usr/bin/python3 -c 'import ctypes,os,sys,time\n"
+        "l=ctypes.CDLL(None,use_errno=True)\n"
+        "agent=l.ptrace(16,1,0,0)\n"
+        "pid=os.fork()\n"
+        "if pid==0:\n time.sleep(30); os._exit(0)\n"
+        "own=l.ptrace(16,pid,0,0)\n"
+        "os.kill(pid,9); os.waitpid(pid,0)\n"
+        "print(\"agent\",agent,\"own\",own)'";
+    TAP_CONTAINS(out_of(sb, py), "agent -1 own 0");
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 TAP_MAIN(TAP(test_pid1_is_agent_and_namespaces), TAP(test_writes_isolated_between_boxes),
          TAP(test_memory_bomb_is_oom_and_box_lives), TAP(test_fork_bomb_stopped_by_pids),
          TAP(test_disk_gib_enospc), TAP(test_escapes_fail),
-         TAP(test_seccomp_filter_cached_and_checked), TAP(test_cgroup_limits_written),
+         TAP(test_seccomp_filter_cached_and_checked), TAP(test_agent_cannot_be_ptraced_from_the_box), TAP(test_cgroup_limits_written),
          TAP(test_agent_killed_gives_error), TAP(test_creator_killed_mid_create_leaves_nothing),
          TAP(test_ttl_enforced_without_creator), TAP(test_serialize_connect_list_gc),
          TAP(test_image_import_list_remove), TAP(test_ready_timeout_is_everify_and_torn_down),
