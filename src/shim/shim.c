@@ -568,7 +568,6 @@ int main(int argc, char **argv)
     if (s.sfd < 0)
         fail(&s, SBX_ECREATE, "signalfd: %s", strerror(errno));
 
-    shim_trace("signals");
     /* The box directory is ours; it exists before anything that needs cleaning. */
     _cleanup_free_ char *run = sbx__printf("%s/run", s.cfg.box_dir);
     _cleanup_free_ char *root = sbx__printf("%s/root", s.cfg.box_dir);
@@ -580,14 +579,12 @@ int main(int argc, char **argv)
     if (mkdir(run, 0755) < 0 || mkdir(root, 0700) < 0)
         fail(&s, SBX_ECREATE, "cannot create %s: %s", run, strerror(errno));
 
-    shim_trace("dirs made");
     s.ino = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
     if (s.ino >= 0 && inotify_add_watch(s.ino, s.cfg.box_dir, IN_DELETE_SELF | IN_MOVE_SELF) < 0) {
         close(s.ino);
         s.ino = -1;
     }
 
-    shim_trace("inotify");
     /* The supervisor is never the OOM killer's choice: it cleans up after the box. */
     int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (fd >= 0) {
@@ -595,7 +592,6 @@ int main(int argc, char **argv)
         (void)w;
         close(fd);
     }
-    shim_trace("oom adj");
     start_box(&s);
     supervise(&s);
     return 0;

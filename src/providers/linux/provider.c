@@ -13,10 +13,6 @@
  *         (it removes cgroups and the box directory on its way out).
  */
 #include "providers/linux/linux.h"
-#include <math.h>
-#include <time.h>
-static void ptrace_(const char *w){ if(!getenv("SBX_SHIM_STDERR")) return; struct timespec ts; clock_gettime(CLOCK_MONOTONIC,&ts); fprintf(stderr,"sbx-shim 0: %.3f ms P %s\n", fmod(ts.tv_sec+ts.tv_nsec/1e9,1000.0)*1000.0, w);}
-
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -391,13 +387,12 @@ static void on_agent(sbx_agent_conn *conn, int code, sbx_error *err, void *data)
         return;
     }
     if (code < 0 || !conn) {
-        sbx_error *e = err ? sbx_error_prefix(err, "the box's agent did not say hello")
-                           : sbx_error_new(SBX_EVERIFY, "the box's agent did not say hello");
+        sbx_error *e = err ? sbx_error_prefix(err, "the box was not ready (ready_timeout_s): its agent did not say hello")
+                           : sbx_error_new(SBX_EVERIFY, "the box was not ready (ready_timeout_s): its agent did not say hello");
         create_fail(c, SBX_EVERIFY, e);
         return;
     }
     sbx_error_free(err);
-    ptrace_("hello");
     c->box->conn = conn;
     /* The ack hands the box over; from here on the shim keeps it until a stop or the TTL. */
     if (send(c->ctl, "ack", 3, MSG_NOSIGNAL) != 3) {
@@ -452,7 +447,6 @@ static void on_ctl(uv_poll_t *p, int status, int events)
     }
     if (!strcmp(buf, "ready") && !c->ready && !c->aborted) {
         c->ready = true;
-        ptrace_("got ready");
         /* The record the shim wrote: its pid (for stop) and cgroups (for OOM accounting). */
         sbx_linux_record rec;
         if (sbx__linux_record_read(c->box->box_dir, &rec, NULL) == 0) {
@@ -560,7 +554,6 @@ static void create_work_done(uv_work_t *w, int status)
         create_finish(c, c->code, e);
         return;
     }
-    ptrace_("work done");
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
         create_finish(c, SBX_ECREATE,
@@ -576,7 +569,6 @@ static void create_work_done(uv_work_t *w, int status)
                       sbx_error_new_errno(SBX_ECREATE, -rc, "cannot run %s", c->st->shim));
         return;
     }
-    ptrace_("spawned");
     c->ctl = sv[0];
     if (send(c->ctl, text, strlen(text), MSG_NOSIGNAL) < 0) {
         c->eof = true;
@@ -651,7 +643,6 @@ static int read_options(const sbx_spec *spec, struct create *c, sbx_error **err)
 
 static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
 {
-    ptrace_("description read");
     struct linux_state *st = state;
     struct create *c = calloc(1, sizeof(*c));
     sbx_error *e = NULL;
