@@ -860,10 +860,39 @@ static void test_agent_cannot_be_ptraced_from_the_box(void)
     census_check(state_dir);
 }
 
+/*
+ * A box whose directory disappears (rm -rf of the state directory) can no
+ * longer be reached or stopped: its shim notices and ends it, leaving nothing.
+ */
+static void test_box_ends_when_its_directory_is_removed(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_sandbox *sb = start(p, s);
+    char box_dir[1024];
+    snprintf(box_dir, sizeof(box_dir), "%s/boxes/%s", state_dir, sbx_sandbox_id(sb));
+    sbx_linux_record rec;
+    TAP_OK(sbx__linux_record_read(box_dir, &rec, &e_));
+    pid_t shim = rec.shim_pid;
+    sbx__linux_record_free(&rec);
+    TAP_TRUE(shim > 0 && kill(shim, 0) == 0);
+    TAP_EQ_INT(sbx__rm_rf(box_dir), 0);
+    /* The shim is not our child: wait for its pid to go (it looks every 2 s). */
+    for (int i = 0; i < 300 && kill(shim, 0) == 0; i++)
+        usleep(50 * 1000);
+    TAP_NE_INT(kill(shim, 0), 0);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 TAP_MAIN(TAP(test_pid1_is_agent_and_namespaces), TAP(test_writes_isolated_between_boxes),
          TAP(test_memory_bomb_is_oom_and_box_lives), TAP(test_fork_bomb_stopped_by_pids),
          TAP(test_disk_gib_enospc), TAP(test_escapes_fail),
-         TAP(test_seccomp_filter_cached_and_checked), TAP(test_agent_cannot_be_ptraced_from_the_box), TAP(test_cgroup_limits_written),
+         TAP(test_seccomp_filter_cached_and_checked), TAP(test_agent_cannot_be_ptraced_from_the_box),
+         TAP(test_box_ends_when_its_directory_is_removed), TAP(test_cgroup_limits_written),
          TAP(test_agent_killed_gives_error), TAP(test_creator_killed_mid_create_leaves_nothing),
          TAP(test_ttl_enforced_without_creator), TAP(test_serialize_connect_list_gc),
          TAP(test_image_import_list_remove), TAP(test_ready_timeout_is_everify_and_torn_down),
