@@ -1,26 +1,48 @@
 /*
- * The linux provider against its floors, in one run on one machine:
+ * The linux provider against its baselines, all measured in this one run on
+ * this one machine (the figures in docs/benchmarks.md come from it):
  *
- *   create->ready   sbx_sandbox_start() of a "none"-image box (cached), until
- *                   the agent said hello
- *   TTI             start + the first exec ("true") returning
- *   exec            one "true" in a warm box, through the agent
- *   stop            sbx_sandbox_stop() until everything is removed
- *   fork+exec       posix_spawn + wait of /bin/true on the host (the floor)
- *   bwrap           bwrap --unshare-all --ro-bind / / --proc /proc --dev /dev true
+ *   fork+exec   posix_spawn + wait of `/bin/sh -c true` on the host: the floor
+ *               (a box's exec runs its command line through the shell too)
+ *   bwrap       bwrap --unshare-all (namespaces, no supervisor, no agent)
+ *   docker      `docker run` / `docker exec` / `docker cp` against a Docker
+ *               engine, when one answers (DOCKER_HOST, else the private
+ *               dockerd of scripts/test-dockerd.sh; SBX_BENCH_DOCKER=1 starts
+ *               it, and the bench stops what it started)
  *
- * Prints p50/p90/p99 and the ratios to the floors. Needs root.
- *   build/bench/bench_linux [N]      (default N = 200)
+ * Rows: create->ready, a one-shot box (create + exec true + stop), the exec
+ * round trip, 50 concurrent execs on one box, 20 concurrent creates and
+ * stops, a 256 MiB upload and download, and the memory of an idle box.
+ * Ratios are linux / baseline: below 1 the linux provider is faster (or
+ * smaller). Nothing here passes or fails on a number.
+ *
+ *   build/bench/bench_linux [N]          (N iterations per latency row, default 100)
+ *   build/bench/bench_linux --many K     K boxes alive at once (default 1000)
+ *
+ * Needs root.
  */
 #include "core/internal.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 
 extern char **environ;
+
+#define MIB (1024.0 * 1024.0)
+#define IMG "sbx-bench/busybox"
+
+static char state_root[64]; /* SBX_STATE_DIR, a temp dir */
+static sbx_provider *P;
+static sbx_spec *SPEC;
 
 static double now_ms(void)
 {
@@ -35,131 +57,748 @@ static int cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-struct stats {
-    double p50, p90, p99;
-};
-
-static struct stats summarize(double *v, int n)
+/* The p-th percentile (0..100) of v[0..n), nearest rank; sorts v. NAN when n is 0. */
+static double pct(double *v, int n, double p)
 {
+    if (n <= 0)
+        return NAN;
     qsort(v, (size_t)n, sizeof(double), cmp);
-    struct stats s = { v[n / 2], v[(n * 9) / 10], v[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1] };
-    return s;
+    int i = (int)(p / 100.0 * n + 0.5) - 1;
+    return v[i < 0 ? 0 : i >= n ? n - 1 : i];
 }
 
-static void print(const char *name, struct stats s)
+__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...)
 {
-    printf("%-22s p50 %8.3f ms   p90 %8.3f ms   p99 %8.3f ms\n", name, s.p50, s.p90, s.p99);
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "bench_linux: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
 }
 
-static double spawn_wait(const char *const argv[])
+/* --- processes ------------------------------------------------------------ */
+
+/* Starts argv with stdin/stdout/stderr on /dev/null (stdout to `out_fd` when >= 0). */
+static pid_t spawn(const char *const argv[], int out_fd)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (out_fd >= 0)
+        posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+    else
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid = -1;
+    /* posix_spawn's argv is char *const[] for history's sake; it does not write to it. */
+    if (posix_spawnp(&pid, argv[0], &fa, NULL, (char *const *)(uintptr_t)argv, environ) != 0)
+        pid = -1;
+    posix_spawn_file_actions_destroy(&fa);
+    return pid;
+}
+
+static int wait_pid(pid_t pid)
+{
+    int st = -1;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Runs argv to its end; returns the wall time in ms, or -1 when it failed. */
+static double run_ms(const char *const argv[])
 {
     double t0 = now_ms();
-    pid_t pid;
-    /* posix_spawn's argv is char *const[] for history's sake; it does not write to it. */
-    if (posix_spawn(&pid, argv[0], NULL, NULL, (char *const *)(uintptr_t)argv, environ) != 0)
+    pid_t pid = spawn(argv, -1);
+    if (pid < 0 || wait_pid(pid) != 0)
         return -1;
-    int st;
-    waitpid(pid, &st, 0);
     return now_ms() - t0;
+}
+
+/* Runs argv; its stdout (trimmed) into out. Returns the exit status. */
+static int capture(const char *const argv[], char *out, size_t n)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -1;
+    pid_t pid = spawn(argv, p[1]);
+    close(p[1]);
+    size_t k = 0;
+    ssize_t r;
+    while ((r = read(p[0], out + k, n - 1 - k)) > 0 && k + (size_t)r < n - 1)
+        k += (size_t)r;
+    if (r > 0)
+        k += (size_t)r;
+    close(p[0]);
+    out[k] = 0;
+    while (k && (out[k - 1] == '\n' || out[k - 1] == ' '))
+        out[--k] = 0;
+    return pid < 0 ? -1 : wait_pid(pid);
+}
+
+/* Starts k copies of argv at once; the wall time until all ended (ms), -1 on a failure. */
+static double run_concurrent(const char *const argv[], int k)
+{
+    pid_t *pids = calloc((size_t)k, sizeof(pid_t));
+    double t0 = now_ms();
+    for (int i = 0; i < k; i++)
+        pids[i] = spawn(argv, -1);
+    bool ok = true;
+    for (int i = 0; i < k; i++)
+        ok &= pids[i] > 0 && wait_pid(pids[i]) == 0;
+    free(pids);
+    return ok ? now_ms() - t0 : -1;
+}
+
+/* --- memory of a process tree ----------------------------------------------- */
+
+static long long status_kb(pid_t pid, const char *file, const char *key)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+    FILE *f = fopen(path, "re");
+    long long v = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (!strncmp(line, key, strlen(key))) {
+            v = strtoll(line + strlen(key), NULL, 10);
+            break;
+        }
+    if (f)
+        fclose(f);
+    return v;
+}
+
+static pid_t ppid_of(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *rp = strrchr(buf, ')');
+    int pp = -1;
+    if (rp && sscanf(rp + 2, "%*c %d", &pp) != 1)
+        pp = -1;
+    return pp;
+}
+
+/* RSS and PSS (bytes) of pid and all its descendants. */
+static void tree_mem(pid_t root, double *rss, double *pss)
+{
+    *rss = *pss = 0;
+    pid_t tree[256];
+    int n = 0;
+    tree[n++] = root;
+    /* Breadth first: a process's children appear in /proc whatever their pid order. */
+    for (int i = 0; i < n; i++) {
+        DIR *d = opendir("/proc");
+        struct dirent *de;
+        while (d && (de = readdir(d)) && n < 256) {
+            pid_t pid = (pid_t)strtol(de->d_name, NULL, 10);
+            if (pid > 0 && ppid_of(pid) == tree[i])
+                tree[n++] = pid;
+        }
+        if (d)
+            closedir(d);
+    }
+    for (int i = 0; i < n; i++) {
+        long long r = status_kb(tree[i], "status", "VmRSS:");
+        long long p = status_kb(tree[i], "smaps_rollup", "Pss:");
+        *rss += r > 0 ? r * 1024.0 : 0;
+        *pss += p > 0 ? p * 1024.0 : 0;
+    }
+}
+
+/* The memory the cgroup of `pid` is charged (memory.current, or v1 usage_in_bytes); NAN if none. */
+static double cgroup_mem(pid_t pid)
+{
+    char path[64], line[1024];
+    snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+    FILE *f = fopen(path, "re");
+    double v = NAN;
+    while (f && fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        char file[1200];
+        *c2 = 0;
+        if (!strcmp(c1 + 1, "memory") || (line[0] == '0' && c1[1] == 0 && !isfinite(v))) {
+            if (!strcmp(c1 + 1, "memory"))
+                snprintf(file, sizeof(file), "/sys/fs/cgroup/memory%s/memory.usage_in_bytes",
+                         c2 + 1);
+            else
+                snprintf(file, sizeof(file), "/sys/fs/cgroup%s/memory.current", c2 + 1);
+            char *data = NULL;
+            size_t len;
+            if (sbx__read_file(file, &data, &len) == 0) {
+                v = strtod(data, NULL);
+                free(data);
+            }
+        }
+    }
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* --- the linux provider --------------------------------------------------- */
+
+static sbx_sandbox *box_start(void)
+{
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    sbx_sandbox_new(P, SPEC, &sb, NULL);
+    if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
+        die("start: %s", sbx_error_message(e));
+    return sb;
+}
+
+static void box_exec(sbx_sandbox *sb, const char *cmd)
+{
+    sbx_exec_result *r = NULL;
+    sbx_error *e = NULL;
+    if (sbx_sandbox_exec(sb, cmd, NULL, &r, &e) != SBX_OK)
+        die("exec: %s", sbx_error_message(e));
+    int rc = sbx_exec_result_return_code(r);
+    sbx_exec_result_free(r);
+    if (rc != 0)
+        die("exec %s: exit %d", cmd, rc);
+}
+
+/* The shim's and the agent's host pids, from the box record. */
+static void box_pids(sbx_sandbox *sb, pid_t *shim, pid_t *init)
+{
+    _cleanup_free_ char *path =
+        sbx__printf("%s/linux/boxes/%s/record.json", state_root, sbx_sandbox_id(sb));
+    json_t *j = path ? json_load_file(path, 0, NULL) : NULL;
+    *shim = (pid_t)json_integer_value(json_object_get(j, "shim_pid"));
+    *init = (pid_t)json_integer_value(json_object_get(j, "init_pid"));
+    json_decref(j);
+}
+
+/* Completion times of async operations, stamped on the loop thread. */
+struct stamp {
+    double t0, *end;
+};
+
+static void stamp_cb(sbx_future *f, void *data)
+{
+    (void)f;
+    struct stamp *s = data;
+    *s->end = now_ms() - s->t0;
+}
+
+/* Waits for every future; dies on an error. Frees them. */
+static void wait_all(sbx_future **fs, int n, const char *what)
+{
+    for (int i = 0; i < n; i++) {
+        sbx_error *e = NULL;
+        if (sbx_future_wait(fs[i], -1, &e) != SBX_OK)
+            die("%s %d: %s", what, i, sbx_error_message(e));
+        sbx_future_free(fs[i]);
+    }
+}
+
+/* --- docker --------------------------------------------------------------- */
+
+static bool docker_ok, docker_started;
+
+static bool docker_answers(void)
+{
+    const char *argv[] = { "docker", "info", NULL };
+    return run_ms(argv) >= 0;
+}
+
+/* Finds an engine (or starts the private one when SBX_BENCH_DOCKER=1) and imports the image. */
+static void docker_setup(void)
+{
+    if (!getenv("DOCKER_HOST"))
+        setenv("DOCKER_HOST", "unix:///run/sbx-test/docker.sock", 1);
+    const char *which[] = { "sh", "-c", "command -v docker", NULL };
+    if (run_ms(which) < 0)
+        return;
+    docker_ok = docker_answers();
+    const char *want = getenv("SBX_BENCH_DOCKER");
+    if (!docker_ok && want && !strcmp(want, "1")) {
+        const char *start[] = { "scripts/test-dockerd.sh", "start", NULL };
+        docker_ok = run_ms(start) >= 0 && docker_answers();
+        docker_started = docker_ok;
+    }
+    if (!docker_ok)
+        return;
+    const char *has[] = { "docker", "image", "inspect", IMG, NULL };
+    if (run_ms(has) >= 0)
+        return;
+    const char *imp[] = { "sh", "-c",
+                          "set -e; t=$(mktemp); scripts/make-test-rootfs.sh $t; "
+                          "docker import $t " IMG "; rm -f $t",
+                          NULL };
+    if (run_ms(imp) < 0) {
+        fprintf(stderr, "bench_linux: cannot import the busybox image into docker; no docker rows\n");
+        docker_ok = false;
+    }
+}
+
+static void docker_rm(const char *id)
+{
+    const char *argv[] = { "docker", "rm", "-f", id, NULL };
+    run_ms(argv);
+}
+
+/* docker run -d: returns when the container runs; its id in `id`. -1 on failure. */
+static double docker_run_d(char *id, size_t n)
+{
+    const char *argv[] = { "docker", "run", "-d", "--network", "none", IMG, "sleep", "3600", NULL };
+    double t0 = now_ms();
+    if (capture(argv, id, n) != 0)
+        return -1;
+    return now_ms() - t0;
+}
+
+/* --- output ----------------------------------------------------------------- */
+
+/* Columns: linux, fork+exec, bwrap, docker; NAN prints "-". */
+static void row(const char *what, double lx, double fe, double bw, double dk)
+{
+    double v[4] = { lx, fe, bw, dk };
+    printf("%-34s", what);
+    for (int i = 0; i < 4; i++)
+        isfinite(v[i]) ? printf(" %10.2f", v[i]) : printf(" %10s", "-");
+    printf("   |");
+    for (int i = 1; i < 4; i++)
+        isfinite(v[i]) && isfinite(lx) && v[i] > 0 ? printf(" %9.2fx", lx / v[i])
+                                                   : printf(" %10s", "-");
+    printf("\n");
+}
+
+static void header(const char *title)
+{
+    printf("\n%-34s %10s %10s %10s %10s   | %10s %10s %10s\n", title, "linux", "fork+exec",
+           "bwrap", "docker", "/fork+exec", "/bwrap", "/docker");
+}
+
+/* --- the main comparison -------------------------------------------------------- */
+
+static const char *BWRAP_TRUE[] = { "bwrap", "--unshare-all", "--ro-bind", "/", "/", "--proc",
+                                    "/proc", "--dev", "/dev", "/bin/true", NULL };
+static const char *BWRAP_SLEEP[] = { "bwrap", "--unshare-all", "--ro-bind", "/", "/", "--proc",
+                                     "/proc", "--dev", "/dev", "sleep", "3600", NULL };
+/* The floor runs what a box's exec runs: the shell, for a command line. */
+static const char *TRUE_[] = { "/bin/sh", "-c", "true", NULL };
+
+static void bench_all(int n)
+{
+    struct stat st;
+    bool have_bwrap = stat("/usr/bin/bwrap", &st) == 0;
+    docker_setup();
+    int nd = n < 20 ? n : 20; /* docker runs cost ~0.1-1 s each */
+    double *a = calloc((size_t)n, sizeof(double)), *b = calloc((size_t)n, sizeof(double));
+    double *c = calloc((size_t)n, sizeof(double)), *d = calloc((size_t)n, sizeof(double));
+    double *e = calloc((size_t)n, sizeof(double)), *f = calloc((size_t)n, sizeof(double));
+
+    /* Warm-up: the none image's skeleton, the seccomp cache, the page cache. */
+    for (int i = 0; i < 3; i++)
+        sbx_sandbox_free(box_start());
+
+    /* 1. create->ready, and a one-shot box (create, exec true, stop). */
+    for (int i = 0; i < n; i++) {
+        sbx_sandbox *sb = NULL;
+        sbx_sandbox_new(P, SPEC, &sb, NULL);
+        double t0 = now_ms();
+        sbx_error *err = NULL;
+        if (sbx_sandbox_start(sb, NULL, &err) != SBX_OK)
+            die("start: %s", sbx_error_message(err));
+        a[i] = now_ms() - t0;
+        box_exec(sb, "true");
+        sbx_sandbox_stop(sb, NULL);
+        b[i] = now_ms() - t0;
+        sbx_sandbox_free(sb);
+        c[i] = run_ms(TRUE_);
+        d[i] = have_bwrap ? run_ms(BWRAP_TRUE) : NAN;
+    }
+    int ndr = 0;
+    for (int i = 0; docker_ok && i < nd; i++) {
+        char id[128];
+        e[i] = docker_run_d(id, sizeof(id));
+        if (e[i] >= 0)
+            docker_rm(id), ndr++;
+        const char *argv[] = { "docker", "run", "--rm", "--network", "none", IMG, "true", NULL };
+        f[i] = run_ms(argv);
+    }
+    header("create->ready (ms)");
+    double fe50 = pct(c, n, 50), fe90 = pct(c, n, 90), fe99 = pct(c, n, 99);
+    double bw50 = have_bwrap ? pct(d, n, 50) : NAN, bw90 = have_bwrap ? pct(d, n, 90) : NAN,
+           bw99 = have_bwrap ? pct(d, n, 99) : NAN;
+    row("  p50", pct(a, n, 50), fe50, bw50, pct(e, ndr, 50));
+    row("  p90", pct(a, n, 90), fe90, bw90, pct(e, ndr, 90));
+    row("  p99", pct(a, n, 99), fe99, bw99, pct(e, ndr, 99));
+    header("one-shot: create+exec+stop (ms)");
+    row("  p50", pct(b, n, 50), fe50, bw50, docker_ok ? pct(f, nd, 50) : NAN);
+    row("  p99", pct(b, n, 99), fe99, bw99, docker_ok ? pct(f, nd, 99) : NAN);
+
+    /* 2. exec round trip in a warm box. */
+    sbx_sandbox *warm = box_start();
+    char ctr[128] = "";
+    if (docker_ok && docker_run_d(ctr, sizeof(ctr)) < 0)
+        ctr[0] = 0;
+    for (int i = 0; i < n; i++) {
+        double t0 = now_ms();
+        box_exec(warm, "true");
+        a[i] = now_ms() - t0;
+        c[i] = run_ms(TRUE_);
+    }
+    int nde = 0;
+    for (int i = 0; ctr[0] && i < (n < 50 ? n : 50); i++) {
+        const char *argv[] = { "docker", "exec", ctr, "true", NULL };
+        e[nde++] = run_ms(argv);
+    }
+    header("exec true round trip (ms)");
+    row("  p50", pct(a, n, 50), pct(c, n, 50), NAN, pct(e, nde, 50));
+    row("  p99", pct(a, n, 99), pct(c, n, 99), NAN, pct(e, nde, 99));
+
+    /* 3. 50 concurrent execs on one box: wall time for all, and each one's latency. */
+    enum { K = 50, ROUNDS = 3 };
+    double lat[K * ROUNDS], wall[ROUNDS], fwall[ROUNDS], dwall[ROUNDS];
+    int ndw = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        sbx_future *fs[K];
+        struct stamp sp[K];
+        double t0 = now_ms();
+        for (int i = 0; i < K; i++) {
+            sp[i] = (struct stamp){ t0, &lat[r * K + i] };
+            if (sbx_sandbox_exec_async(warm, "true", NULL, &fs[i], NULL) != SBX_OK)
+                die("exec_async");
+            sbx_future_then(fs[i], stamp_cb, &sp[i]);
+        }
+        wait_all(fs, K, "concurrent exec");
+        wall[r] = now_ms() - t0;
+        fwall[r] = run_concurrent(TRUE_, K);
+        if (ctr[0]) {
+            const char *argv[] = { "docker", "exec", ctr, "true", NULL };
+            double w = run_concurrent(argv, K);
+            if (w >= 0)
+                dwall[ndw++] = w;
+        }
+    }
+    header("50 concurrent execs, one box (ms)");
+    row("  all done, p50 of 3 rounds", pct(wall, ROUNDS, 50), pct(fwall, ROUNDS, 50), NAN,
+        pct(dwall, ndw, 50));
+    row("  each exec p50", pct(lat, K * ROUNDS, 50), NAN, NAN, NAN);
+    row("  each exec p99", pct(lat, K * ROUNDS, 99), NAN, NAN, NAN);
+
+    /* 4. upload / download 256 MiB. */
+    const size_t big = 256u << 20;
+    _cleanup_free_ char *src = sbx__printf("%s/big.in", state_root);
+    _cleanup_free_ char *dst = sbx__printf("%s/big.out", state_root);
+    _cleanup_free_ char *cpd = sbx__printf("%s/big.cp", state_root);
+    {
+        int fd = open(src, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        unsigned char *buf = malloc(1 << 20);
+        sbx__random_hex((char *)buf, 512);
+        for (size_t i = 1024; i < (1u << 20); i++) /* cheap, not constant: no sparse shortcut */
+            buf[i] = (unsigned char)(buf[i - 1024] * 31 + i);
+        for (size_t off = 0; off < big; off += 1 << 20)
+            if (write(fd, buf, 1 << 20) != 1 << 20)
+                die("writing %s", src);
+        free(buf);
+        close(fd);
+    }
+    double up, down, cp, dup = NAN, ddown = NAN;
+    sbx_error *err = NULL;
+    double t0 = now_ms();
+    if (sbx_sandbox_upload(warm, src, "/tmp/big", &err) != SBX_OK)
+        die("upload: %s", sbx_error_message(err));
+    up = now_ms() - t0;
+    t0 = now_ms();
+    if (sbx_sandbox_download(warm, "/tmp/big", dst, &err) != SBX_OK)
+        die("download: %s", sbx_error_message(err));
+    down = now_ms() - t0;
+    if (stat(dst, &st) != 0 || (size_t)st.st_size != big)
+        die("download: wrong size");
+    box_exec(warm, "rm /tmp/big");
+    const char *cpv[] = { "cp", src, cpd, NULL };
+    cp = run_ms(cpv);
+    if (ctr[0]) {
+        char to[256];
+        snprintf(to, sizeof(to), "%s:/tmp/big", ctr);
+        const char *in[] = { "docker", "cp", src, to, NULL };
+        const char *out[] = { "docker", "cp", to, cpd, NULL };
+        unlink(cpd);
+        dup = run_ms(in);
+        ddown = run_ms(out);
+    }
+    unlink(src);
+    unlink(dst);
+    unlink(cpd);
+    header("256 MiB transfer (ms)");
+    row("  upload (host cp / docker cp in)", up, cp, NAN, dup);
+    row("  download (host cp / docker cp out)", down, cp, NAN, ddown);
+    printf("  (linux: upload %.0f MiB/s, download %.0f MiB/s)\n", 256 / (up / 1e3),
+           256 / (down / 1e3));
+
+    /* 5. 20 concurrent creates, then 20 concurrent stops; the boxes' idle memory meanwhile. */
+    enum { C = 20 };
+    sbx_sandbox *sbs[C];
+    sbx_future *fs[C];
+    t0 = now_ms();
+    for (int i = 0; i < C; i++) {
+        sbx_sandbox_new(P, SPEC, &sbs[i], NULL);
+        if (sbx_sandbox_start_async(sbs[i], NULL, &fs[i], NULL) != SBX_OK)
+            die("start_async");
+    }
+    wait_all(fs, C, "concurrent create");
+    double cwall = now_ms() - t0;
+    usleep(200 * 1000); /* idle */
+    double rss = 0, pss = 0, cg = 0;
+    for (int i = 0; i < C; i++) {
+        pid_t shim, init;
+        double r, p;
+        box_pids(sbs[i], &shim, &init);
+        tree_mem(shim, &r, &p);
+        rss += r;
+        pss += p;
+        cg += cgroup_mem(init);
+    }
+    t0 = now_ms();
+    for (int i = 0; i < C; i++)
+        if (sbx_sandbox_stop_async(sbs[i], &fs[i], NULL) != SBX_OK)
+            die("stop_async");
+    wait_all(fs, C, "concurrent stop");
+    double swall = now_ms() - t0;
+    for (int i = 0; i < C; i++)
+        sbx_sandbox_free(sbs[i]);
+
+    /* The baselines: 20 bwrap at once; 20 docker run -d at once, then 20 docker rm -f. */
+    double bcw = have_bwrap ? run_concurrent(BWRAP_TRUE, C) : NAN;
+    double fcw = run_concurrent(TRUE_, C);
+    double dcw = NAN, dsw = NAN, drss = NAN, dpss = NAN, dcg = NAN;
+    double brss = NAN, bpss = NAN, frss = NAN, fpss = NAN;
+    if (docker_ok) {
+        const char *runv[] = { "sh", "-c",
+                               "for i in $(seq 20); do docker run -d --network none --label "
+                               "sbx-bench=1 " IMG " sleep 3600 & done; wait",
+                               NULL };
+        dcw = run_ms(runv);
+        usleep(200 * 1000);
+        char ids[8192];
+        const char *ps[] = { "docker", "ps", "-q", "--filter", "label=sbx-bench=1", NULL };
+        capture(ps, ids, sizeof(ids));
+        int k = 0;
+        drss = dpss = dcg = 0;
+        for (char *id = ids, *nl; *id; id = nl ? nl + 1 : id + strlen(id)) {
+            if ((nl = strchr(id, '\n')))
+                *nl = 0;
+            char pidbuf[32];
+            const char *insp[] = { "docker", "inspect", "-f", "{{.State.Pid}}", id, NULL };
+            if (capture(insp, pidbuf, sizeof(pidbuf)) != 0)
+                continue;
+            pid_t cpid = (pid_t)strtol(pidbuf, NULL, 10);
+            double r, p;
+            /* The container's supervisor is its containerd-shim, the init's parent. */
+            tree_mem(ppid_of(cpid), &r, &p);
+            drss += r;
+            dpss += p;
+            dcg += cgroup_mem(cpid);
+            k++;
+        }
+        drss /= k ? k : 1;
+        dpss /= k ? k : 1;
+        dcg = k ? dcg / k : NAN;
+        const char *rmv[] = { "sh", "-c",
+                              "for c in $(docker ps -aq --filter label=sbx-bench=1); do docker rm "
+                              "-f $c & done; wait",
+                              NULL };
+        dsw = run_ms(rmv);
+    }
+    /* An idle bwrap box (bwrap + sleep) and a bare idle process (sleep). */
+    if (have_bwrap) {
+        pid_t pid = spawn(BWRAP_SLEEP, -1);
+        usleep(200 * 1000);
+        tree_mem(pid, &brss, &bpss);
+        kill(pid, SIGKILL);
+        wait_pid(pid);
+    }
+    const char *sleepv[] = { "sleep", "3600", NULL };
+    pid_t pid = spawn(sleepv, -1);
+    usleep(100 * 1000);
+    tree_mem(pid, &frss, &fpss);
+    kill(pid, SIGKILL);
+    wait_pid(pid);
+
+    header("20 concurrent boxes (ms)");
+    row("  20 creates, all ready", cwall, fcw, bcw, dcw);
+    row("  20 stops, all removed", swall, NAN, NAN, dsw);
+    header("idle box memory (MiB per box)");
+    row("  RSS (linux: shim+agent)", rss / C / MIB, frss / MIB, brss / MIB, drss / MIB);
+    row("  PSS (shared pages split)", pss / C / MIB, fpss / MIB, bpss / MIB, dpss / MIB);
+    row("  cgroup memory charged", cg / C / MIB, NAN, NAN, dcg / MIB);
+
+    if (ctr[0])
+        docker_rm(ctr);
+    sbx_sandbox_free(warm);
+    free(a);
+    free(b);
+    free(c);
+    free(d);
+    free(e);
+    free(f);
+}
+
+/* --- many boxes at once ----------------------------------------------------- */
+
+static double mem_available(void)
+{
+    char line[256];
+    FILE *f = fopen("/proc/meminfo", "re");
+    double v = NAN;
+    while (f && fgets(line, sizeof(line), f))
+        if (!strncmp(line, "MemAvailable:", 13))
+            v = strtod(line + 13, NULL) * 1024.0;
+    if (f)
+        fclose(f);
+    return v;
+}
+
+static void bench_many(int n)
+{
+    printf("%d linux boxes alive at once (none image, net none)\n", n);
+    /* Each box holds one descriptor here (its agent connection): take the hard limit. */
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    printf("  fd limit of this process: %llu (hard %llu)\n", (unsigned long long)rl.rlim_cur,
+           (unsigned long long)rl.rlim_max);
+    sbx_sandbox **sbs = calloc((size_t)n, sizeof(*sbs));
+    sbx_future **fs = calloc((size_t)n, sizeof(*fs));
+    double avail0 = mem_available();
+    double t0 = now_ms();
+    int made = 0;
+    /* In waves of 50: the creates of one wave overlap; a failure stops the ramp. */
+    const char *fail = NULL;
+    _cleanup_free_ char *why = NULL;
+    for (int base = 0; base < n && !fail; base += 50) {
+        int end = base + 50 < n ? base + 50 : n;
+        for (int i = base; i < end; i++) {
+            sbx_sandbox_new(P, SPEC, &sbs[i], NULL);
+            if (sbx_sandbox_start_async(sbs[i], NULL, &fs[i], NULL) != SBX_OK)
+                die("start_async");
+        }
+        for (int i = base; i < end; i++) {
+            sbx_error *e = NULL;
+            if (sbx_future_wait(fs[i], -1, &e) != SBX_OK && !fail) {
+                why = sbx__printf("box %d: %s", i, sbx_error_message(e));
+                fail = why;
+            }
+            sbx_error_free(e);
+            sbx_future_free(fs[i]);
+            if (!fail)
+                made = i + 1;
+        }
+    }
+    double create = now_ms() - t0;
+    printf("  created %d in %.1f s (%.1f boxes/s)%s%s\n", made, create / 1e3,
+           made / (create / 1e3), fail ? "; stopped at: " : "", fail ? fail : "");
+    usleep(500 * 1000);
+    double avail1 = mem_available();
+    double rss = 0, pss = 0, cg = 0;
+    int counted = 0;
+    for (int i = 0; i < made; i += made / 20 > 0 ? made / 20 : 1) {
+        pid_t shim, init;
+        double r, p;
+        box_pids(sbs[i], &shim, &init);
+        tree_mem(shim, &r, &p);
+        rss += r;
+        pss += p;
+        cg += cgroup_mem(init);
+        counted++;
+    }
+    printf("  host memory used: %.0f MiB (%.2f MiB per box, MemAvailable before/after)\n",
+           (avail0 - avail1) / MIB, made ? (avail0 - avail1) / MIB / made : 0);
+    if (counted)
+        printf("  per box (sample of %d): RSS %.2f MiB, PSS %.2f MiB, cgroup %.2f MiB\n", counted,
+               rss / counted / MIB, pss / counted / MIB, cg / counted / MIB);
+    t0 = now_ms();
+    int answered = 0;
+    for (int base = 0; base < made; base += 100) {
+        int end = base + 100 < made ? base + 100 : made;
+        for (int i = base; i < end; i++)
+            if (sbx_sandbox_exec_async(sbs[i], "true", NULL, &fs[i], NULL) != SBX_OK)
+                fs[i] = NULL;
+        for (int i = base; i < end; i++) {
+            sbx_exec_result *r = NULL;
+            if (fs[i] && sbx_future_wait(fs[i], -1, NULL) == SBX_OK &&
+                sbx_future_take_exec_result(fs[i], &r, NULL) == SBX_OK &&
+                sbx_exec_result_return_code(r) == 0)
+                answered++;
+            sbx_exec_result_free(r);
+            sbx_future_free(fs[i]);
+        }
+    }
+    printf("  %d of %d answered an exec of true, in %.1f s\n", answered, made,
+           (now_ms() - t0) / 1e3);
+    t0 = now_ms();
+    for (int i = 0; i < made; i++)
+        if (sbx_sandbox_stop_async(sbs[i], &fs[i], NULL) != SBX_OK)
+            fs[i] = NULL;
+    int stopped = 0;
+    for (int i = 0; i < made; i++) {
+        if (fs[i] && sbx_future_wait(fs[i], -1, NULL) == SBX_OK)
+            stopped++;
+        sbx_future_free(fs[i]);
+        sbx_sandbox_free(sbs[i]);
+    }
+    for (int i = made; i < n; i++)
+        sbx_sandbox_free(sbs[i]);
+    printf("  stopped %d in %.1f s\n", stopped, (now_ms() - t0) / 1e3);
+    free(sbs);
+    free(fs);
 }
 
 int main(int argc, char **argv)
 {
-    int n = argc > 1 ? (int)strtol(argv[1], NULL, 10) : 200;
+    int n = 100, many = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--many"))
+            many = i + 1 < argc ? (int)strtol(argv[++i], NULL, 10) : 1000;
+        else
+            n = (int)strtol(argv[i], NULL, 10);
+    }
     if (n < 10)
         n = 10;
     if (geteuid() != 0) {
         fprintf(stderr, "bench_linux: needs root (namespaces, cgroups)\n");
         return 77;
     }
-    char tmpl[] = "/tmp/sbx-bench-XXXXXX";
-    if (!mkdtemp(tmpl))
+    snprintf(state_root, sizeof(state_root), "/tmp/sbx-bench-XXXXXX");
+    if (!mkdtemp(state_root))
         return 1;
-    setenv("SBX_STATE_DIR", tmpl, 1);
-    double *create = calloc((size_t)n, sizeof(double)), *tti = calloc((size_t)n, sizeof(double));
-    double *exec = calloc((size_t)n, sizeof(double)), *stop = calloc((size_t)n, sizeof(double));
-    double *fork_ = calloc((size_t)n, sizeof(double)), *bw = calloc((size_t)n, sizeof(double));
-    sbx_provider *p = NULL;
+    setenv("SBX_STATE_DIR", state_root, 1);
     sbx_error *e = NULL;
-    if (sbx_provider_new("{\"linux\": {}}", &p, &e) != SBX_OK) {
-        fprintf(stderr, "provider: %s\n", sbx_error_message(e));
-        return 1;
+    if (sbx_provider_new("{\"linux\": {}}", &P, &e) != SBX_OK)
+        die("provider: %s", sbx_error_message(e));
+    SPEC = sbx_spec_new();
+    if (many > 0) {
+        bench_many(many);
+    } else {
+        printf("linux provider against its baselines: %d iterations per latency row, none image "
+               "(cached), net none\nratios are linux / baseline (below 1: linux is faster or "
+               "smaller)\n",
+               n);
+        bench_all(n);
     }
-    sbx_spec *spec = sbx_spec_new();
-    /* Warm-up: builds the none image's skeleton once, loads the binaries. */
-    for (int i = 0; i < 3; i++) {
-        sbx_sandbox *sb = NULL;
-        sbx_sandbox_new(p, spec, &sb, NULL);
-        if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK) {
-            fprintf(stderr, "start: %s\n", sbx_error_message(e));
-            return 1;
-        }
-        sbx_sandbox_free(sb);
+    sbx_spec_free(SPEC);
+    sbx_provider_free(P);
+    sbx__rm_rf(state_root);
+    if (docker_started) {
+        const char *stop[] = { "scripts/test-dockerd.sh", "stop", NULL };
+        run_ms(stop);
     }
-    for (int i = 0; i < n; i++) {
-        sbx_sandbox *sb = NULL;
-        sbx_exec_result *r = NULL;
-        sbx_sandbox_new(p, spec, &sb, NULL);
-        double t0 = now_ms();
-        if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK) {
-            fprintf(stderr, "start: %s\n", sbx_error_message(e));
-            return 1;
-        }
-        double t1 = now_ms();
-        sbx_sandbox_exec(sb, "true", NULL, &r, NULL);
-        double t2 = now_ms();
-        sbx_exec_result_free(r);
-        create[i] = t1 - t0;
-        tti[i] = t2 - t0;
-        double t3 = now_ms();
-        sbx_sandbox_stop(sb, NULL);
-        stop[i] = now_ms() - t3;
-        sbx_sandbox_free(sb);
-    }
-    sbx_sandbox *warm = NULL;
-    sbx_sandbox_new(p, spec, &warm, NULL);
-    sbx_sandbox_start(warm, NULL, NULL);
-    for (int i = 0; i < n; i++) {
-        sbx_exec_result *r = NULL;
-        double t0 = now_ms();
-        sbx_sandbox_exec(warm, "true", NULL, &r, NULL);
-        exec[i] = now_ms() - t0;
-        sbx_exec_result_free(r);
-    }
-    sbx_sandbox_free(warm);
-    const char *t_argv[] = { "/bin/true", NULL };
-    for (int i = 0; i < n; i++)
-        fork_[i] = spawn_wait(t_argv);
-    struct stat st;
-    bool have_bwrap = stat("/usr/bin/bwrap", &st) == 0;
-    const char *b_argv[] = { "/usr/bin/bwrap", "--unshare-all", "--ro-bind", "/", "/", "--proc",
-                       "/proc", "--dev", "/dev", "/bin/true", NULL };
-    for (int i = 0; have_bwrap && i < n; i++)
-        bw[i] = spawn_wait(b_argv);
-
-    printf("linux provider, %d iterations, none image (cached), net none\n", n);
-    struct stats sc = summarize(create, n), st_ = summarize(tti, n), se = summarize(exec, n);
-    struct stats ss = summarize(stop, n), sf = summarize(fork_, n);
-    print("create->ready", sc);
-    print("create+first exec", st_);
-    print("exec (warm box)", se);
-    print("stop (all removed)", ss);
-    print("fork+exec /bin/true", sf);
-    struct stats sb = { 0, 0, 0 };
-    if (have_bwrap) {
-        sb = summarize(bw, n);
-        print("bwrap --unshare-all", sb);
-    }
-    printf("ratios (p50): create/fork+exec %.1fx, create/bwrap %.2fx, exec/fork+exec %.2fx\n",
-           sc.p50 / sf.p50, have_bwrap ? sc.p50 / sb.p50 : 0.0, se.p50 / sf.p50);
-    sbx_spec_free(spec);
-    sbx_provider_free(p);
-    sbx__rm_rf(tmpl);
-    free(create);
-    free(tti);
-    free(exec);
-    free(stop);
-    free(fork_);
-    free(bw);
     return 0;
 }

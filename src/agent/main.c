@@ -330,6 +330,12 @@ int main(int argc, char **argv)
         return 2;
     }
     bool init = strcmp(argv[1], "init") == 0;
+    /*
+     * Not dumpable: the commands we run (same uid, but without
+     * CAP_SYS_PTRACE) can then neither ptrace us nor open our /proc/PID/mem,
+     * environ or fds. Our children are dumpable again from their execve on.
+     */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     const char *listen_path = NULL, *root = "/";
     int ready_fd = -1;
     bool stdio = false;

@@ -1172,7 +1172,11 @@ static void try_connect(sbx_agent_conn *c)
     memcpy(sa.sun_path, c->path, strlen(c->path) + 1);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
-        conn_fail(c, SBX_EIO, "cannot create a socket: %s", strerror(errno));
+        /* The limit many-box users meet first: each connected box holds one descriptor. */
+        conn_fail(c, SBX_EIO, "cannot create a socket: %s%s", strerror(errno),
+                  errno == EMFILE ? " (every box this process holds keeps one descriptor open; "
+                                    "raise the limit, e.g. ulimit -n 65536)"
+                                  : "");
         return;
     }
     /* A unix-socket connect completes at once: 0, or why not (no socket yet, backlog full). */

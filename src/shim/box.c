@@ -434,7 +434,7 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
 
     /* 11. Capabilities, no_new_privs, seccomp: last, so the setup above could use them. */
     char msg[512];
-    if (shim_drop_privileges(c, msg, sizeof(msg)) < 0)
+    if (shim_drop_privileges(c, f->filter, msg, sizeof(msg)) < 0)
         die("%s", msg);
 
     shim_trace("child: privileges dropped");

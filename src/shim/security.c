@@ -3,15 +3,29 @@
  * agent: the capability bounding set and the process's sets shrink to
  * Docker's default list (minus CAP_MKNOD), no_new_privs is set, and a seccomp
  * filter refuses what Docker's default profile refuses.
+ *
+ * The filter is compiled by libseccomp once, not once per box: the BPF
+ * program is kept in <state>/seccomp/<key>.bpf, where the key hashes the
+ * rule set, the architecture, the libseccomp version and the kernel's
+ * seccomp API level, so any change to one of them compiles a new file. The
+ * file ends with the program's own SHA-256: a torn or altered file is
+ * recompiled, never loaded.
  */
 #include "shim/shim.h"
 
+#include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <nettle/sha2.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/capability.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 
 /*
  * Docker's default capabilities, without CAP_MKNOD: a box has no business
@@ -58,6 +72,16 @@ static const char *const denied[] = {
     (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |    \
      CLONE_NEWCGROUP)
 
+/* The clone/unshare flags that would make a new namespace. */
+static const unsigned long ns_flags[] = { CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER,
+                                          CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP };
+
+/*
+ * Bump when build_filter() changes in a way the tables above do not show
+ * (an action, an argument comparison): the cache key must change with it.
+ */
+#define RULES_VERSION 1
+
 static int build_filter(scmp_filter_ctx ctx)
 {
     int rc;
@@ -73,15 +97,12 @@ static int build_filter(scmp_filter_ctx ctx)
      * compares one masked value per rule). unshare without them (CLONE_FS,
      * CLONE_FILES) stays allowed.
      */
-    static const unsigned long flags[] = { CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,
-                                           CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
-                                           CLONE_NEWCGROUP };
-    for (size_t i = 0; i < SBX_ARRAY_SIZE(flags); i++) {
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(ns_flags); i++) {
         if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(unshare), 1,
-                                   SCMP_A0(SCMP_CMP_MASKED_EQ, flags[i], flags[i]))) < 0)
+                                   SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]))) < 0)
             return rc;
         if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
-                                   SCMP_A0(SCMP_CMP_MASKED_EQ, flags[i], flags[i]))) < 0)
+                                   SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]))) < 0)
             return rc;
     }
     /*
@@ -93,7 +114,147 @@ static int build_filter(scmp_filter_ctx ctx)
     return 0;
 }
 
-int shim_drop_privileges(const struct shim_cfg *c, char *msg, size_t msg_len)
+/* --- the compiled filter, cached -------------------------------------------- */
+
+static void to_hex(const uint8_t *d, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+/* The cache key: everything the compiled program depends on. */
+static void filter_key(char hex[2 * SHA256_DIGEST_SIZE + 1])
+{
+    struct sha256_ctx h;
+    sha256_init(&h);
+    const struct scmp_version *v = seccomp_version();
+    char head[160];
+    snprintf(head, sizeof(head), "sbx-seccomp %d|arch %u|libseccomp %u.%u.%u|api %u|",
+             RULES_VERSION, seccomp_arch_native(), v ? v->major : 0, v ? v->minor : 0,
+             v ? v->micro : 0, seccomp_api_get());
+    sha256_update(&h, strlen(head), (const uint8_t *)head);
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(denied); i++)
+        sha256_update(&h, strlen(denied[i]) + 1, (const uint8_t *)denied[i]);
+    sha256_update(&h, sizeof(ns_flags), (const uint8_t *)ns_flags);
+    uint8_t d[SHA256_DIGEST_SIZE];
+    sha256_digest(&h, sizeof(d), d);
+    to_hex(d, sizeof(d), hex);
+}
+
+/* Compiles the rules with libseccomp into a malloc'd BPF program. */
+static int compile_filter(struct sock_fprog *out)
+{
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (!ctx)
+        return -ENOMEM;
+    int rc = build_filter(ctx);
+    /* seccomp_export_bpf writes to a descriptor: a memfd keeps it off the disk. */
+    int fd = rc < 0 ? -1 : memfd_create("sbx-seccomp", MFD_CLOEXEC);
+    if (rc == 0 && fd < 0)
+        rc = -errno;
+    if (rc == 0)
+        rc = seccomp_export_bpf(ctx, fd);
+    seccomp_release(ctx);
+    struct stat st;
+    if (rc == 0 && fstat(fd, &st) < 0)
+        rc = -errno;
+    if (rc == 0 && (st.st_size <= 0 || st.st_size % sizeof(struct sock_filter) ||
+                    st.st_size / sizeof(struct sock_filter) > BPF_MAXINSNS))
+        rc = -EINVAL;
+    struct sock_filter *prog = rc == 0 ? malloc((size_t)st.st_size) : NULL;
+    if (rc == 0 && !prog)
+        rc = -ENOMEM;
+    if (rc == 0 && pread(fd, prog, (size_t)st.st_size, 0) != st.st_size)
+        rc = -EIO;
+    if (fd >= 0)
+        close(fd);
+    if (rc < 0) {
+        free(prog);
+        return rc;
+    }
+    out->filter = prog;
+    out->len = (unsigned short)(st.st_size / sizeof(struct sock_filter));
+    return 0;
+}
+
+/*
+ * Reads a cached program: a regular file of ours that nobody else can
+ * write, holding whole instructions followed by their SHA-256.
+ */
+static int read_cached(const char *path, struct sock_fprog *out)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    size_t insn = sizeof(struct sock_filter);
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+        (st.st_mode & 022) || st.st_size <= SHA256_DIGEST_SIZE ||
+        (st.st_size - SHA256_DIGEST_SIZE) % insn ||
+        (size_t)(st.st_size - SHA256_DIGEST_SIZE) / insn > BPF_MAXINSNS) {
+        close(fd);
+        return -EINVAL;
+    }
+    size_t len = (size_t)st.st_size - SHA256_DIGEST_SIZE;
+    uint8_t *buf = malloc((size_t)st.st_size);
+    ssize_t n = buf ? pread(fd, buf, (size_t)st.st_size, 0) : -1;
+    close(fd);
+    uint8_t d[SHA256_DIGEST_SIZE];
+    struct sha256_ctx h;
+    sha256_init(&h);
+    if (n == st.st_size) {
+        sha256_update(&h, len, buf);
+        sha256_digest(&h, sizeof(d), d);
+    }
+    if (n != st.st_size || memcmp(d, buf + len, sizeof(d)) != 0) {
+        free(buf);
+        return -EINVAL;
+    }
+    out->filter = (struct sock_filter *)(void *)buf;
+    out->len = (unsigned short)(len / insn);
+    return 0;
+}
+
+static int write_cached(const char *path, const struct sock_fprog *p)
+{
+    size_t len = p->len * sizeof(struct sock_filter);
+    uint8_t *buf = malloc(len + SHA256_DIGEST_SIZE);
+    if (!buf)
+        return -ENOMEM;
+    memcpy(buf, p->filter, len);
+    struct sha256_ctx h;
+    sha256_init(&h);
+    sha256_update(&h, len, buf);
+    sha256_digest(&h, SHA256_DIGEST_SIZE, buf + len);
+    int rc = sbx__write_file_atomic(path, buf, len + SHA256_DIGEST_SIZE, 0600) < 0 ? -errno : 0;
+    free(buf);
+    return rc;
+}
+
+int shim_seccomp_filter(const struct shim_cfg *c, struct sock_fprog *out)
+{
+    char key[2 * SHA256_DIGEST_SIZE + 1];
+    filter_key(key);
+    _cleanup_free_ char *dir = sbx__printf("%s/seccomp", c->state_dir);
+    _cleanup_free_ char *path = sbx__printf("%s/seccomp/%s.bpf", c->state_dir, key);
+    if (!dir || !path)
+        return -ENOMEM;
+    if (read_cached(path, out) == 0) {
+        shim_trace("seccomp filter read from the cache");
+        return 0;
+    }
+    int rc = compile_filter(out);
+    if (rc < 0)
+        return rc;
+    /* A cache that cannot be written costs the next box a compile, nothing more. */
+    if (sbx__mkdir_p(dir, 0700) == 0)
+        write_cached(path, out);
+    shim_trace("seccomp filter compiled and cached");
+    return 0;
+}
+
+int shim_drop_privileges(const struct shim_cfg *c, const struct sock_fprog *filter, char *msg,
+                         size_t msg_len)
 {
     /*
      * Order: (1) shrink the bounding set while we still hold CAP_SETPCAP;
@@ -135,6 +296,19 @@ int shim_drop_privileges(const struct shim_cfg *c, char *msg, size_t msg_len)
     }
     if (!c->seccomp)
         return 0;
+    /*
+     * The shim's precompiled program when it has one. Should the kernel
+     * refuse it (EINVAL: not a valid program), compile here: the box never
+     * starts without its filter.
+     */
+    if (filter && filter->filter) {
+        if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, filter) == 0)
+            return 0;
+        if (errno != EINVAL) {
+            snprintf(msg, msg_len, "cannot load the seccomp filter: %s", strerror(errno));
+            return -errno;
+        }
+    }
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
     if (!ctx) {
         snprintf(msg, msg_len, "seccomp_init failed");

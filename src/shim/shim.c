@@ -30,7 +30,6 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
-#include <sys/inotify.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -40,12 +39,16 @@
 #include <time.h>
 
 #define CTL_FD 3
+/* How often the shim checks that its box directory is still there (seconds). */
+#define DIR_CHECK_S 2.0
 
 struct shim {
     struct shim_cfg cfg;
     int ctl;     /* control socket, -1 once closed */
     int sfd;     /* signalfd */
-    int ino;     /* inotify on the box directory, -1 without */
+    dev_t dir_dev; /* the box directory, to notice its removal */
+    ino_t dir_ino;
+    double next_dir_check; /* monotonic seconds */
     int err_r;   /* the child's setup errors, -1 at EOF */
     int ready_r; /* the agent's readiness, -1 once read */
     pid_t init;  /* the box's PID 1 (host pid), 0 once reaped */
@@ -254,6 +257,13 @@ static void start_box(struct shim *s)
         fail(s, SBX_ECREATE, "%s", msg);
     }
     shim_trace("cgroups made");
+    /*
+     * The seccomp program, ready before the clone so the box only has to
+     * load it. Without one (no memory, say) the box compiles its own.
+     */
+    static struct sock_fprog filter;
+    if (c->seccomp && !filter.filter && shim_seccomp_filter(c, &filter) < 0)
+        filter.filter = NULL;
     int agent_fd = open(c->agent, O_PATH | O_CLOEXEC);
     if (agent_fd < 0)
         fail(s, SBX_ECREATE, "cannot open the agent binary %s: %s (build it with make)",
@@ -307,7 +317,7 @@ static void start_box(struct shim *s)
         /* v1 without a user namespace: the child joins its groups itself (box.c step 2). */
         bool self = !attached && !c->userns && sbx__cg_mode() == SBX_CG_V1 && s->cgroups;
         struct child_fds f = { sync[0], errp[1], ready[1], agent_fd,
-                               self ? s->cgroups : NULL };
+                               self ? s->cgroups : NULL, filter.filter ? &filter : NULL };
         shim_box_child(c, &f);
     }
     s->init = pid;
@@ -392,11 +402,7 @@ static void supervise(struct shim *s)
         struct pollfd p[5];
         int n = 0;
         p[n++] = (struct pollfd){ .fd = s->sfd, .events = POLLIN };
-        int i_ctl = -1, i_err = -1, i_ready = -1, i_ino = -1;
-        if (s->ino >= 0) {
-            i_ino = n;
-            p[n++] = (struct pollfd){ .fd = s->ino, .events = POLLIN };
-        }
+        int i_ctl = -1, i_err = -1, i_ready = -1;
         if (s->ctl >= 0) {
             i_ctl = n;
             p[n++] = (struct pollfd){ .fd = s->ctl, .events = POLLIN };
@@ -420,9 +426,26 @@ static void supervise(struct shim *s)
         int ms = timeout < 0 ? -1 : (int)(timeout * 1000) + 1;
         if (timeout < 0 && (s->expires > 0 || !s->ready))
             ms = 0;
+        int dir_ms = (int)((s->next_dir_check - now) * 1000) + 1;
+        if (ms < 0 || dir_ms < ms)
+            ms = dir_ms < 0 ? 0 : dir_ms;
         int r = poll(p, (nfds_t)n, ms);
         if (r < 0 && errno != EINTR)
             fail(s, SBX_EPROVIDER, "poll: %s", strerror(errno));
+        if (mono() >= s->next_dir_check) {
+            /*
+             * Someone removed or moved the box directory (rm -rf of the state
+             * directory): nobody can reach or stop this box any more, so end
+             * it rather than run on forever. A look every few seconds, not an
+             * inotify instance per box: root has only 128 of those
+             * (fs.inotify.max_user_instances) for every program on the host.
+             */
+            struct stat dst;
+            if (stat(s->cfg.box_dir, &dst) < 0 ? errno == ENOENT || errno == ENOTDIR
+                                               : dst.st_ino != s->dir_ino || dst.st_dev != s->dir_dev)
+                teardown(s, 1);
+            s->next_dir_check = mono() + DIR_CHECK_S;
+        }
         if (r <= 0) {
             if (!s->ready && mono() >= s->ready_deadline)
                 fail(s, SBX_EVERIFY,
@@ -434,16 +457,6 @@ static void supervise(struct shim *s)
         }
         if (p[0].revents)
             handle_signals(s);
-        if (i_ino >= 0 && p[i_ino].revents) {
-            /*
-             * Someone removed or moved the box directory (rm -rf of the state
-             * directory): nobody can reach or stop this box any more, so end it
-             * rather than run on forever.
-             */
-            char ev[4096];
-            if (read(s->ino, ev, sizeof(ev)) > 0)
-                teardown(s, 1);
-        }
         if (i_err >= 0 && p[i_err].revents) {
             ssize_t k = read(s->err_r, s->errbuf + s->errlen, sizeof(s->errbuf) - 1 - s->errlen);
             if (k > 0) {
@@ -532,7 +545,7 @@ int main(int argc, char **argv)
         _exit(0);
     setsid();
 
-    struct shim s = { .ctl = CTL_FD, .err_r = -1, .ready_r = -1, .ino = -1 };
+    struct shim s = { .ctl = CTL_FD, .err_r = -1, .ready_r = -1 };
     json_error_t je;
     json_t *j = json_loads(buf, 0, &je);
     char msg[256];
@@ -572,11 +585,12 @@ int main(int argc, char **argv)
     if (mkdir(run, 0755) < 0 || mkdir(root, 0700) < 0)
         fail(&s, SBX_ECREATE, "cannot create %s: %s", run, strerror(errno));
 
-    s.ino = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-    if (s.ino >= 0 && inotify_add_watch(s.ino, s.cfg.box_dir, IN_DELETE_SELF | IN_MOVE_SELF) < 0) {
-        close(s.ino);
-        s.ino = -1;
-    }
+    struct stat dst;
+    if (stat(s.cfg.box_dir, &dst) < 0)
+        fail(&s, SBX_ECREATE, "cannot stat %s: %s", s.cfg.box_dir, strerror(errno));
+    s.dir_dev = dst.st_dev;
+    s.dir_ino = dst.st_ino;
+    s.next_dir_check = mono() + DIR_CHECK_S;
 
     /* The supervisor is never the OOM killer's choice: it cleans up after the box. */
     int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);

@@ -4,6 +4,7 @@
 
 #include "providers/linux/linux.h"
 
+#include <linux/filter.h>
 #include <sys/types.h>
 
 /* The box description the provider sends over the control socket (JSON). */
@@ -39,6 +40,7 @@ struct child_fds {
     int ready_w;  /* passed to the agent as --ready-fd 3 */
     int agent_fd; /* O_PATH of the agent binary, executed with execveat */
     const json_t *self_attach; /* v1 group dirs the child joins itself, or NULL */
+    const struct sock_fprog *filter; /* the compiled seccomp filter, or NULL */
 };
 
 /* Runs in the cloned child: builds the box and execs the agent. Never returns. */
@@ -48,7 +50,17 @@ __attribute__((noreturn)) void shim_box_child(const struct shim_cfg *c, const st
 extern bool shim_tracing;
 void shim_trace(const char *what);
 
-/* Capabilities, no_new_privs and seccomp (security.c). Returns -errno and a message. */
-int shim_drop_privileges(const struct shim_cfg *c, char *msg, size_t msg_len);
+/*
+ * Capabilities, no_new_privs and seccomp (security.c). `filter` is the
+ * program from shim_seccomp_filter(), or NULL to compile it here. Returns
+ * -errno and a message.
+ */
+int shim_drop_privileges(const struct shim_cfg *c, const struct sock_fprog *filter, char *msg,
+                         size_t msg_len);
+/*
+ * The default seccomp filter as BPF, from the cache under the state directory
+ * or compiled (and cached) now. `out->filter` is malloc'd. Returns -errno.
+ */
+int shim_seccomp_filter(const struct shim_cfg *c, struct sock_fprog *out);
 
 #endif

@@ -12,6 +12,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <nettle/sha2.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -593,6 +596,10 @@ static void test_image_import_list_remove(void)
     TAP_EQ_INT(n, 1);
     TAP_EQ_STR(v[0].name, "bb");
     TAP_TRUE(!strncmp(v[0].digest, "sha256:", 7));
+    /* The digest is the tarball's sha256, as sha256sum(1) computes it. */
+    char sum[128];
+    TAP_EQ_INT(run_cmd(sum, sizeof(sum), "sha256sum %s | cut -d' ' -f1 | tr -d '\\n'", tar), 0);
+    TAP_EQ_STR(v[0].digest + 7, sum);
     TAP_TRUE(v[0].size > 1000000);
     sbx__linux_image_list_free(v, n);
     sbx_provider *p = provider(NULL);
@@ -726,9 +733,166 @@ static void test_user_namespace_option_refused_clearly(void)
     census_check(state_dir);
 }
 
+/* The one compiled seccomp program in the state directory's cache, or "" when none. */
+static void seccomp_cache_file(char *out, size_t n)
+{
+    char dir[700];
+    snprintf(dir, sizeof(dir), "%s/seccomp", state_dir);
+    out[0] = 0;
+    int count = 0;
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l > 4 && !strcmp(de->d_name + l - 4, ".bpf")) {
+            snprintf(out, n, "%s/%s", dir, de->d_name);
+            count++;
+        }
+    }
+    if (d)
+        closedir(d);
+    TAP_TRUE(count <= 1);
+}
+
+/* Replaces the cached program with `len` bytes of `prog` and their sha256 (or a bad one). */
+static void write_cache(const char *path, const void *prog, size_t len, bool good_digest, mode_t mode)
+{
+    uint8_t buf[4096];
+    memcpy(buf, prog, len);
+    struct sha256_ctx h;
+    sha256_init(&h);
+    sha256_update(&h, len, buf);
+    sha256_digest(&h, SHA256_DIGEST_SIZE, buf + len);
+    if (!good_digest)
+        buf[len] ^= 1;
+    unlink(path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    TAP_TRUE(fd >= 0);
+    TAP_EQ_INT(write(fd, buf, len + SHA256_DIGEST_SIZE), (long)(len + SHA256_DIGEST_SIZE));
+    fchmod(fd, mode);
+    close(fd);
+}
+
+/*
+ * A box under the real filter: a new user namespace needs no capability, so
+ * only seccomp refuses it.
+ */
+static void box_is_filtered(sbx_provider *p, sbx_spec *s)
+{
+    sbx_sandbox *sb = start(p, s);
+    TAP_CONTAINS(out_of(sb, "grep Seccomp: /proc/self/status"), "2");
+    TAP_NE_INT(rc_of(sb, "unshare -U true"), 0);
+    stop_free(sb);
+}
+
+static void test_seccomp_filter_cached_and_checked(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    char path[1024];
+    struct stat a, b;
+    /* The first box compiles the program and caches it, private to root. */
+    box_is_filtered(p, s);
+    seccomp_cache_file(path, sizeof(path));
+    TAP_TRUE(path[0] != 0);
+    TAP_EQ_INT(stat(path, &a), 0);
+    TAP_EQ_INT(a.st_mode & 0777, 0600);
+    TAP_EQ_INT((a.st_size - SHA256_DIGEST_SIZE) % (long)sizeof(struct sock_filter), 0);
+    /* The next box loads it as it is. */
+    box_is_filtered(p, s);
+    TAP_EQ_INT(stat(path, &b), 0);
+    TAP_EQ_INT(b.st_ino, a.st_ino);
+    TAP_EQ_INT(b.st_mtim.tv_nsec, a.st_mtim.tv_nsec);
+    /* An "allow everything" program is never taken from a file that fails its digest... */
+    struct sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    write_cache(path, &allow, sizeof(allow), false, 0600);
+    box_is_filtered(p, s);
+    TAP_EQ_INT(stat(path, &b), 0);
+    TAP_EQ_INT(b.st_size, a.st_size);
+    /* ...nor from one that others could have written. */
+    write_cache(path, &allow, sizeof(allow), true, 0666);
+    box_is_filtered(p, s);
+    TAP_EQ_INT(stat(path, &b), 0);
+    TAP_EQ_INT(b.st_size, a.st_size);
+    TAP_EQ_INT(b.st_mode & 0777, 0600);
+    /* A program the kernel refuses (it never returns): the box compiles its own. */
+    struct sock_filter bad = BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0);
+    write_cache(path, &bad, sizeof(bad), true, 0600);
+    box_is_filtered(p, s);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/*
+ * The agent (the box's PID 1) is not dumpable: a command in the box, root
+ * there but without CAP_SYS_PTRACE, can neither attach to it nor open its
+ * memory, while the same command may still do both to its own processes.
+ */
+static void test_agent_cannot_be_ptraced_from_the_box(void)
+{
+    need_boxes();
+    if (!have_file("/usr/bin/python3"))
+        TAP_SKIP("python3 is needed to call ptrace in the box");
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_sandbox *sb = start(p, s);
+    TAP_CONTAINS(out_of(sb, "tr '\\0' ' ' < /proc/1/cmdline"), "sbx-agent");
+    TAP_NE_INT(rc_of(sb, "exec 3</proc/1/mem"), 0);
+    TAP_NE_INT(rc_of(sb, "cat /proc/1/environ"), 0);
+    TAP_NE_INT(rc_of(sb, "readlink /proc/1/exe"), 0);
+    TAP_EQ_INT(rc_of(sb, "exec 3</proc/self/mem"), 0);
+    /* PTRACE_ATTACH (16) to PID 1 fails; to a child of the command it works. */
+    static const char py[] =
+        "/usr/bin/python3 -c 'import ctypes,os,sys,time\n"
+        "l=ctypes.CDLL(None,use_errno=True)\n"
+        "agent=l.ptrace(16,1,0,0)\n"
+        "pid=os.fork()\n"
+        "if pid==0:\n time.sleep(30); os._exit(0)\n"
+        "own=l.ptrace(16,pid,0,0)\n"
+        "os.kill(pid,9); os.waitpid(pid,0)\n"
+        "print(\"agent\",agent,\"own\",own)'";
+    TAP_CONTAINS(out_of(sb, py), "agent -1 own 0");
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/*
+ * A box whose directory disappears (rm -rf of the state directory) can no
+ * longer be reached or stopped: its shim notices and ends it, leaving nothing.
+ */
+static void test_box_ends_when_its_directory_is_removed(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_sandbox *sb = start(p, s);
+    char box_dir[1024];
+    snprintf(box_dir, sizeof(box_dir), "%s/boxes/%s", state_dir, sbx_sandbox_id(sb));
+    sbx_linux_record rec;
+    TAP_OK(sbx__linux_record_read(box_dir, &rec, &e_));
+    pid_t shim = rec.shim_pid;
+    sbx__linux_record_free(&rec);
+    TAP_TRUE(shim > 0 && kill(shim, 0) == 0);
+    TAP_EQ_INT(sbx__rm_rf(box_dir), 0);
+    /* The shim is not our child: wait for its pid to go (it looks every 2 s). */
+    for (int i = 0; i < 300 && kill(shim, 0) == 0; i++)
+        usleep(50 * 1000);
+    TAP_NE_INT(kill(shim, 0), 0);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 TAP_MAIN(TAP(test_pid1_is_agent_and_namespaces), TAP(test_writes_isolated_between_boxes),
          TAP(test_memory_bomb_is_oom_and_box_lives), TAP(test_fork_bomb_stopped_by_pids),
-         TAP(test_disk_gib_enospc), TAP(test_escapes_fail), TAP(test_cgroup_limits_written),
+         TAP(test_disk_gib_enospc), TAP(test_escapes_fail),
+         TAP(test_seccomp_filter_cached_and_checked), TAP(test_agent_cannot_be_ptraced_from_the_box),
+         TAP(test_box_ends_when_its_directory_is_removed), TAP(test_cgroup_limits_written),
          TAP(test_agent_killed_gives_error), TAP(test_creator_killed_mid_create_leaves_nothing),
          TAP(test_ttl_enforced_without_creator), TAP(test_serialize_connect_list_gc),
          TAP(test_image_import_list_remove), TAP(test_ready_timeout_is_everify_and_torn_down),

@@ -21,9 +21,19 @@
 #include <archive_entry.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <nettle/sha2.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <time.h>
+
+/* Finishes `s` (nettle resets it for reuse) and writes the digest as 64 hex digits. */
+static void sha256_hex(struct sha256_ctx *s, char out[65])
+{
+    uint8_t d[SHA256_DIGEST_SIZE];
+    sha256_digest(s, sizeof(d), d);
+    for (size_t i = 0; i < sizeof(d); i++)
+        snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
 
 static int mkdir_for(const char *state_dir, const char *sub, char **out, sbx_error **err)
 {
@@ -170,7 +180,7 @@ static int none_image(const char *state_dir, char **out, sbx_error **err)
 
 struct reader {
     int fd;
-    sbx_sha256 sha;
+    struct sha256_ctx sha;
     unsigned char buf[1 << 16];
     uint64_t done, total;
     sbx_linux_progress_cb progress;
@@ -190,7 +200,7 @@ static la_ssize_t read_cb(struct archive *a, void *data, const void **buf)
         archive_set_error(a, errno, "read: %s", strerror(errno));
         return -1;
     }
-    sbx__sha256_update(&r->sha, r->buf, (size_t)n);
+    sha256_update(&r->sha, (size_t)n, r->buf);
     r->done += (uint64_t)n;
     if (r->progress)
         r->progress(r->stage, r->done, r->total, r->pdata);
@@ -388,15 +398,15 @@ static int install_tree(const char *images, const char *tmp, const char *hex, co
 
 static char *source_key(const char *path, const struct stat *st)
 {
-    sbx_sha256 s;
-    sbx__sha256_init(&s);
+    struct sha256_ctx s;
+    sha256_init(&s);
     char buf[256];
     snprintf(buf, sizeof(buf), "|%lld|%lld.%09ld|%llu", (long long)st->st_size,
              (long long)st->st_mtim.tv_sec, st->st_mtim.tv_nsec, (unsigned long long)st->st_ino);
-    sbx__sha256_update(&s, path, strlen(path));
-    sbx__sha256_update(&s, buf, strlen(buf));
+    sha256_update(&s, strlen(path), (const uint8_t *)path);
+    sha256_update(&s, strlen(buf), (const uint8_t *)buf);
     char hex[65];
-    sbx__sha256_hex(&s, hex);
+    sha256_hex(&s, hex);
     return strdup(hex);
 }
 
@@ -418,7 +428,7 @@ static int import_tarball(const char *images, const char *path, sbx_linux_progre
     r->progress = progress;
     r->pdata = pdata;
     r->stage = "unpack";
-    sbx__sha256_init(&r->sha);
+    sha256_init(&r->sha);
     char rnd[17];
     sbx__random_hex(rnd, 8);
     _cleanup_free_ char *tmp = sbx__printf("%s/tmp-%s", images, rnd);
@@ -431,7 +441,7 @@ static int import_tarball(const char *images, const char *path, sbx_linux_progre
     close(r->fd);
     if (rc == SBX_OK) {
         char hex[65];
-        sbx__sha256_hex(&r->sha, hex);
+        sha256_hex(&r->sha, hex);
         rc = install_tree(images, tmp, hex, path, digest_dir, err);
     }
     free(r);
@@ -540,12 +550,12 @@ static int import_oci(const char *images, const char *layout, const char *tag,
         r->progress = progress;
         r->pdata = pdata;
         r->stage = "layer";
-        sbx__sha256_init(&r->sha);
+        sha256_init(&r->sha);
         rc = unpack(r, rootfs, true, err);
         base = r->done;
         close(r->fd);
         char lhex[65];
-        sbx__sha256_hex(&r->sha, lhex);
+        sha256_hex(&r->sha, lhex);
         free(r);
         if (rc == SBX_OK && strcmp(lhex, d + 7) != 0)
             rc = sbx__set_error(err, SBX_ECREATE, "layer %s does not match its digest", d);

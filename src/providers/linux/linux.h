@@ -173,15 +173,4 @@ SBX_INTERNAL void sbx__linux_image_list_free(sbx_linux_image_info *v, size_t n);
 SBX_INTERNAL int sbx__linux_image_remove(const char *state_dir, const char *name,
                                          sbx_error **err);
 
-/* SHA-256 (sha256.c). */
-typedef struct {
-    uint32_t h[8];
-    uint64_t len;
-    unsigned char buf[64];
-    size_t n;
-} sbx_sha256;
-SBX_INTERNAL void sbx__sha256_init(sbx_sha256 *s);
-SBX_INTERNAL void sbx__sha256_update(sbx_sha256 *s, const void *data, size_t len);
-SBX_INTERNAL void sbx__sha256_hex(sbx_sha256 *s, char out[65]);
-
 #endif /* SBX_LINUX_H */
