@@ -397,7 +397,15 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
      *    private, because pivot_root refuses a new root whose parent mount
      *    propagates.
      */
-    _cleanup_free_ char *base = path2(c->box_dir, "root");
+    /*
+     * Relative to our cwd, the box directory (the shim chdir'ed there before
+     * the clone, and the clone carried the cwd into our copy of the mount
+     * tree): box root in a user namespace may not search the state
+     * directory's parents, which are often 0700.
+     */
+    _cleanup_free_ char *base = strdup("root");
+    if (!base)
+        die("out of memory");
     char opts[128];
     if (c->upper_size > 0)
         snprintf(opts, sizeof(opts), "mode=0755,size=%lld", c->upper_size);
@@ -455,7 +463,9 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     shim_trace("child: sys");
     mount_dev(root);
     shim_trace("child: dev");
-    _cleanup_free_ char *run_host = path2(c->box_dir, "run");
+    _cleanup_free_ char *run_host = strdup("run"); /* <box_dir>/run: see the tmpfs above */
+    if (!run_host)
+        die("out of memory");
     _cleanup_free_ char *run_box = path2(root, "/run/sbx");
     mkdirs(run_box, 0755);
     /* The agent's socket directory, shared with the host so the host can connect. */

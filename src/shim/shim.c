@@ -415,6 +415,12 @@ static void start_box(struct shim *s)
      * box's group: no attach afterwards, and no wait for the RCU grace period
      * a write to cgroup.procs costs. v1 (and kernels before 5.7) attach below.
      */
+    /*
+     * The child builds the box relative to its cwd, the box directory: in a
+     * user namespace it may not search the state directory's parents.
+     */
+    if (chdir(c->box_dir) < 0)
+        fail(s, SBX_ECREATE, "cannot enter %s: %s", c->box_dir, strerror(errno));
     pid_t pid = -1;
     bool attached = false;
     if (sbx__cg_mode() == SBX_CG_V2 && s->cgroups && json_array_size(s->cgroups) == 1) {
@@ -448,6 +454,9 @@ static void start_box(struct shim *s)
     }
     s->init = pid;
     shim_trace("cloned");
+    /* The shim itself must not keep the box directory busy as its cwd. */
+    if (chdir("/") < 0)
+        fail(s, SBX_ECREATE, "chdir /: %s", strerror(errno));
     close(sync[0]);
     close(errp[1]);
     close(ready[1]);
