@@ -899,8 +899,11 @@ static void linux_status(sbx_op *op, void *state, void *box)
         if (!sbx__linux_shim_alive(&rec))
             s = SBX_STATUS_ERROR; /* the supervisor died: an orphan for gc */
         else if (!strcmp(rec.state, "creating"))
-            /* Our handle holds a live connection: the ack is sent, the record lags a moment. */
-            s = conn_ok(b) ? SBX_STATUS_RUNNING : SBX_STATUS_STARTING;
+            /*
+             * A handle with a connection has sent the ack; the record lags a
+             * moment. Its connection dead means the agent died: error.
+             */
+            s = conn_ok(b) ? SBX_STATUS_RUNNING : b->conn ? SBX_STATUS_ERROR : SBX_STATUS_STARTING;
         else if (!strcmp(rec.state, "running"))
             s = b->conn && !conn_ok(b) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
         else
