@@ -10,7 +10,8 @@
  *   bwrap           bwrap --unshare-all --ro-bind / / --proc /proc --dev /dev true
  *
  * Prints p50/p90/p99 and the ratios to the floors. Needs root.
- *   build/bench/bench_linux [N]      (default N = 200)
+ *   build/bench/bench_linux [N] [--userns]   (default N = 200; --userns: boxes in
+ *                                            user namespaces with idmapped layers)
  */
 #include "core/internal.h"
 
@@ -65,7 +66,14 @@ static double spawn_wait(const char *const argv[])
 
 int main(int argc, char **argv)
 {
-    int n = argc > 1 ? (int)strtol(argv[1], NULL, 10) : 200;
+    int n = 200;
+    bool userns = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--userns"))
+            userns = true;
+        else
+            n = (int)strtol(argv[i], NULL, 10);
+    }
     if (n < 10)
         n = 10;
     if (geteuid() != 0) {
@@ -81,7 +89,8 @@ int main(int argc, char **argv)
     double *fork_ = calloc((size_t)n, sizeof(double)), *bw = calloc((size_t)n, sizeof(double));
     sbx_provider *p = NULL;
     sbx_error *e = NULL;
-    if (sbx_provider_new("{\"linux\": {}}", &p, &e) != SBX_OK) {
+    if (sbx_provider_new(userns ? "{\"linux\": {\"userns\": true}}" : "{\"linux\": {}}", &p,
+                         &e) != SBX_OK) {
         fprintf(stderr, "provider: %s\n", sbx_error_message(e));
         return 1;
     }
@@ -137,7 +146,8 @@ int main(int argc, char **argv)
     for (int i = 0; have_bwrap && i < n; i++)
         bw[i] = spawn_wait(b_argv);
 
-    printf("linux provider, %d iterations, none image (cached), net none\n", n);
+    printf("linux provider, %d iterations, none image (cached), net none%s\n", n,
+           userns ? ", userns" : "");
     struct stats sc = summarize(create, n), st_ = summarize(tti, n), se = summarize(exec, n);
     struct stats ss = summarize(stop, n), sf = summarize(fork_, n);
     print("create->ready", sc);

@@ -446,8 +446,8 @@ static void start_box(struct shim *s)
         close(sync[1]);
         close(errp[0]);
         close(ready[0]);
-        /* v1 without a user namespace: the child joins its groups itself (box.c step 2). */
-        bool self = !attached && !c->userns && sbx__cg_mode() == SBX_CG_V1 && s->cgroups;
+        /* v1: the child joins its groups itself (box.c step 2). */
+        bool self = !attached && sbx__cg_mode() == SBX_CG_V1 && s->cgroups;
         struct child_fds f = { sync[0], errp[1], ready[1], agent_fd,
                                self ? s->cgroups : NULL };
         shim_box_child(c, &f);
@@ -465,10 +465,11 @@ static void start_box(struct shim *s)
     s->ready_r = ready[0];
 
     /*
-     * Into the cgroups first, then the uid maps (a user namespace's child
-     * can do nothing privileged before), then the go byte that releases it.
+     * Into the cgroups first (unless the child joins them itself), then the
+     * uid maps and idmapped mounts (a user namespace's child can do nothing
+     * privileged before), then the go message that releases it.
      */
-    bool self_attached = !attached && !c->userns && sbx__cg_mode() == SBX_CG_V1;
+    bool self_attached = !attached && sbx__cg_mode() == SBX_CG_V1;
     if (s->cgroups && !attached && !self_attached && sbx__cg_attach(s->cgroups, pid, &e) < 0) {
         char msg[1024];
         snprintf(msg, sizeof(msg), "%s", sbx_error_message(e));
