@@ -903,6 +903,34 @@ static void test_userns_ranges_run_out_and_config_checked(void)
     census_check(state_dir);
 }
 
+static void test_userns_network_host_and_ttl(void)
+{
+    need_boxes();
+    sbx_provider *p = provider("{\"userns\": true, \"network\": \"host\"}");
+    sbx_spec *s = spec_none();
+    sbx_spec_set_ttl(s, 1);
+    sbx_sandbox *sb = start(p, s);
+    pid_t init = 0;
+    long long uid = userns_uid_of(sb, &init);
+    TAP_EQ_INT(host_uid_of(init), uid);
+    /* The host's interfaces are visible (network: host), /sys is the host's, read-only. */
+    TAP_EQ_INT(rc_of(sb, "test -e /sys/class/net/lo && grep -q lo: /proc/net/dev"), 0);
+    TAP_NE_INT(rc_of(sb, "echo 1 > /sys/kernel/mm/ksm/run"), 0);
+    TAP_EQ_STR(out_of(sb, "id -u"), "0\n");
+    /* The shim ends the box at its TTL; nothing is left. */
+    char bd[900];
+    snprintf(bd, sizeof(bd), "%s/boxes/%s", state_dir, sbx_sandbox_id(sb));
+    while (have_file(bd)) /* bounded by the test's alarm */
+        usleep(50 * 1000);
+    sbx_status st;
+    TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
+    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 /*
  * An image on a filesystem without idmapped mounts (ramfs) cannot be used by
  * a userns box: a clear SBX_ECREATE, and nothing left. The ramfs lives in a
@@ -951,6 +979,6 @@ TAP_MAIN(TAP(test_pid1_is_agent_and_namespaces), TAP(test_writes_isolated_betwee
          TAP(test_image_import_list_remove), TAP(test_ready_timeout_is_everify_and_torn_down),
          TAP(test_oci_layout_with_whiteouts), TAP(test_userns_root_maps_to_unprivileged_range),
          TAP(test_userns_image_limits_and_escapes),
-         TAP(test_userns_ranges_run_out_and_config_checked),
+         TAP(test_userns_ranges_run_out_and_config_checked), TAP(test_userns_network_host_and_ttl),
          TAP(test_userns_unsupported_filesystem_refused),
          TAP_T(test_many_boxes_at_once, 300))
