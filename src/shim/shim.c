@@ -252,7 +252,8 @@ static void write_id_map(struct shim *s, const char *file, const char *map)
  * for the shim's whole life: a crashed shim's lock goes with it, and every
  * file of the range lived in the box's tmpfs or in its directory, both gone
  * by then, so a slot is free for reuse as soon as it can be locked.
- * The search starts at a random slot so concurrent creates rarely collide.
+ * The search starts at a slot hashed from our pid, so concurrent creates
+ * rarely try the same slots.
  */
 static void reserve_uid_range(struct shim *s)
 {
