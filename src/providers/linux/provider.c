@@ -38,7 +38,8 @@ struct linux_state {
     long long pids;
     bool net_host;
     bool userns;
-    unsigned uid_base;
+    unsigned userns_base;  /* host uid of slot 0's box root */
+    unsigned userns_slots; /* how many 65536-id ranges boxes may take */
     bool seccomp;
     double stop_grace_s;
     double stop_timeout_s;
@@ -184,7 +185,13 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     st->pids = SBX_LINUX_DEFAULT_PIDS;
     st->seccomp = true;
-    st->uid_base = 100000;
+    /*
+     * Above the subordinate ranges useradd hands out (SUB_UID_MAX defaults to
+     * 600100000), and base + slots * 65536 stays below 2^31 for tools that
+     * keep uids in signed ints.
+     */
+    st->userns_base = SBX_LINUX_USERNS_BASE;
+    st->userns_slots = SBX_LINUX_USERNS_SLOTS;
     st->stop_timeout_s = 10;
     st->agent_dynamic = -1;
     const char *key;
@@ -220,12 +227,15 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                 break;
             }
             *(!strcmp(key, "userns") ? &st->userns : &st->seccomp) = json_is_true(v);
-        } else if (!strcmp(key, "uid_base")) {
-            if (!json_is_integer(v) || json_integer_value(v) < 1) {
+        } else if (!strcmp(key, "userns_base") || !strcmp(key, "userns_slots")) {
+            /* Each box takes one 65536-id range; all must fit in 32-bit uids. */
+            if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+                json_integer_value(v) > 0xFFFF0000LL) {
                 rc = cfg_error(err, key, "a positive integer");
                 break;
             }
-            st->uid_base = (unsigned)json_integer_value(v);
+            *(!strcmp(key, "userns_base") ? &st->userns_base : &st->userns_slots) =
+                (unsigned)json_integer_value(v);
         } else if (!strcmp(key, "stop_grace_s") || !strcmp(key, "stop_timeout_s")) {
             if (!json_is_number(v) || json_number_value(v) < 0) {
                 rc = cfg_error(err, key, "a non-negative number of seconds");
@@ -236,12 +246,18 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
         } else {
             rc = sbx__set_error(err, SBX_EINVAL,
                                 "linux provider: unknown option '%s' (known: state_dir, shim, "
-                                "agent, pids_limit, network, userns, uid_base, seccomp, "
+                                "agent, pids_limit, network, userns, userns_base, userns_slots, "
+                                "seccomp, "
                                 "stop_grace_s, stop_timeout_s)",
                                 key);
             break;
         }
     }
+    if (rc == SBX_OK && (unsigned long long)st->userns_base +
+                                (unsigned long long)st->userns_slots * 65536ull > 0xFFFFFFFFull)
+        rc = sbx__set_error(err, SBX_EINVAL,
+                            "linux provider: userns_base + userns_slots * 65536 must stay below "
+                            "2^32 (every box takes a range of 65536 uids)");
     if (rc == SBX_OK) {
         char *sd = sbx__linux_state_dir(st->state_dir);
         free(st->state_dir);
@@ -696,18 +712,6 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->hostname = strdup(c->box->id);
     if (read_options(spec, c, &e) < 0)
         goto fail;
-    if (c->userns && !getenv("SBX_LINUX_EXPERIMENTAL_USERNS")) {
-        /*
-         * The shim can map the box's root to an unprivileged range, but image
-         * files owned by host root are then unmapped in the box: its root can
-         * neither write into them nor enter 0700 directories. That needs
-         * idmapped lower layers (mount_setattr MOUNT_ATTR_IDMAP), not done yet.
-         */
-        e = sbx_error_new(SBX_ECREATE, "user namespaces are not supported by the linux "
-                                       "provider yet (they need idmapped image layers); leave "
-                                       "userns unset");
-        goto fail;
-    }
     c->box->box_dir = sbx__printf("%s/boxes/%s", st->state_dir, c->box->id);
     c->box->socket = sbx__printf("%s/run/agent.sock", c->box->box_dir);
     c->box->base_env = env_strv(spec);
@@ -746,11 +750,11 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
             json_array_append_new(ep, json_string(entry[i]));
     }
     c->desc = json_pack(
-        "{s:s, s:s, s:s, s:s, s:s?, s:b, s:b, s:I, s:b, s:I, s:s?, s:s, s:f, s:f, s:f, s:I, s:I,"
-        " s:f, s:o, s:o, s:o?}",
+        "{s:s, s:s, s:s, s:s, s:s?, s:b, s:b, s:I, s:I, s:b, s:I, s:s?, s:s, s:f, s:f, s:f, s:I,"
+        " s:I, s:f, s:o, s:o, s:o?}",
         "id", c->box->id, "state_dir", st->state_dir, "box_dir", c->box->box_dir, "hostname",
-        c->hostname, "image", c->image, "net_host", c->net_host, "userns", c->userns, "uid_base",
-        (json_int_t)st->uid_base, "seccomp", st->seccomp, "upper_size",
+        c->hostname, "image", c->image, "net_host", c->net_host, "userns", c->userns, "userns_base",
+        (json_int_t)st->userns_base, "userns_slots", (json_int_t)st->userns_slots, "seccomp", st->seccomp, "upper_size",
         (json_int_t)(disk > 0 ? disk << 30 : 0), "workdir", sbx_spec_workdir(spec), "agent",
         st->agent, "ttl_s", ttl, "ready_timeout_s", c->ready_timeout_s, "stop_grace_s",
         st->stop_grace_s, "memory_bytes", (json_int_t)(mem > 0 ? mem << 20 : 0), "pids",
@@ -895,8 +899,11 @@ static void linux_status(sbx_op *op, void *state, void *box)
         if (!sbx__linux_shim_alive(&rec))
             s = SBX_STATUS_ERROR; /* the supervisor died: an orphan for gc */
         else if (!strcmp(rec.state, "creating"))
-            /* Our handle holds a live connection: the ack is sent, the record lags a moment. */
-            s = conn_ok(b) ? SBX_STATUS_RUNNING : SBX_STATUS_STARTING;
+            /*
+             * A handle with a connection has sent the ack; the record lags a
+             * moment. Its connection dead means the agent died: error.
+             */
+            s = conn_ok(b) ? SBX_STATUS_RUNNING : b->conn ? SBX_STATUS_ERROR : SBX_STATUS_STARTING;
         else if (!strcmp(rec.state, "running"))
             s = b->conn && !conn_ok(b) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
         else
