@@ -448,6 +448,26 @@ static void simple_run(void *data)
         call_finish(c, SBX_ECANCELED, sbx_error_new(SBX_ECANCELED, "operation cancelled"), NULL);
         return;
     }
+    /*
+     * A stop that raced this call got to the loop first: the provider already
+     * closed the box (its state lives on until the last call lets go), so
+     * do not hand it a closed box. The stop sets the state before it queues
+     * the close, so a call that still sees SB_STARTED here reaches the
+     * provider before the close does.
+     */
+    pthread_mutex_lock(&c->sb->lock);
+    bool closed = c->sb->state == SB_CLOSED;
+    pthread_mutex_unlock(&c->sb->lock);
+    if (closed && c->kind == CALL_STATUS) {
+        call_finish(c, SBX_OK, NULL, (void *)(intptr_t)SBX_STATUS_STOPPED);
+        return;
+    }
+    if (closed) {
+        /* The message the same call gets when it comes after the stop (need_started). */
+        call_finish(c, SBX_ESTATE, sbx_error_new(SBX_ESTATE, "Sandbox has not been started"),
+                    NULL);
+        return;
+    }
     sbx_op *op = call_step(c, simple_done);
     if (!op) {
         call_oom(c);
@@ -891,6 +911,23 @@ const char *sbx_sandbox_workdir(const sbx_sandbox *sb)
 }
 int sbx_sandbox_owned(const sbx_sandbox *sb) { return sb ? sb->owned : 0; }
 
+/*
+ * Drops the caller's reference. As in sbx_provider_free, the loop may still
+ * hold the last ones (a stop's completion, an op's provider reference):
+ * drain it, so that when the provider was freed first it is released (and
+ * its context's thread joined) before this returns. Not on a loop thread:
+ * waiting there could deadlock two loops draining each other.
+ */
+static void sandbox_release(sbx_sandbox *sb)
+{
+    sbx_context *ctx = sb->p->ctx;
+    sbx__context_ref(ctx);
+    sandbox_unref(sb);
+    if (!sbx__on_any_loop())
+        sbx__context_drain(ctx);
+    sbx__context_unref(ctx);
+}
+
 void sbx_sandbox_free(sbx_sandbox *sb)
 {
     if (!sb)
@@ -912,7 +949,7 @@ void sbx_sandbox_free(sbx_sandbox *sb)
             sbx_future_free(f);
         }
     }
-    sandbox_unref(sb);
+    sandbox_release(sb);
 }
 
 void sbx_sandbox_detach(sbx_sandbox *sb)
@@ -922,7 +959,7 @@ void sbx_sandbox_detach(sbx_sandbox *sb)
     pthread_mutex_lock(&sb->lock);
     sb->owned = false;
     pthread_mutex_unlock(&sb->lock);
-    sandbox_unref(sb);
+    sandbox_release(sb);
 }
 
 /* --- the blocking facade ------------------------------------------------- */
