@@ -32,6 +32,7 @@ struct sbx_sandbox {
     bool owned;
     atomic_int refs;
     sbx_future *start_future; /* while starting: cancelled by a concurrent stop */
+    bool box_closed;          /* the provider's close was called (loop thread only) */
     struct pending_stop *pending_stops;
 };
 
@@ -449,15 +450,12 @@ static void simple_run(void *data)
         return;
     }
     /*
-     * A stop that raced this call got to the loop first: the provider already
-     * closed the box (its state lives on until the last call lets go), so
-     * do not hand it a closed box. The stop sets the state before it queues
-     * the close, so a call that still sees SB_STARTED here reaches the
-     * provider before the close does.
+     * A stop that raced this call reached the loop first and the provider
+     * closed the box (its state lives on until the last call lets go): do
+     * not hand the provider a closed box. A call accepted before the stop
+     * was queued before its close, so it still runs on the box.
      */
-    pthread_mutex_lock(&c->sb->lock);
-    bool closed = c->sb->state == SB_CLOSED;
-    pthread_mutex_unlock(&c->sb->lock);
+    bool closed = c->sb->box_closed;
     if (closed && c->kind == CALL_STATUS) {
         call_finish(c, SBX_OK, NULL, (void *)(intptr_t)SBX_STATUS_STOPPED);
         return;
@@ -782,6 +780,7 @@ static void close_box(sbx_sandbox *sb, sbx_future **futures, size_t n)
     sandbox_ref(sb);
     s->futures = futures;
     s->n = n;
+    sb->box_closed = true;
     sb->p->ops->close(op, sb->p->state, sb->box, sb->owned);
 }
 
