@@ -94,9 +94,15 @@ static int count_entries(const char *path)
     return n;
 }
 
-static int thread_count(void) { return count_entries("/proc/self/task"); }
+static int thread_count(void)
+{
+    return count_entries("/proc/self/task");
+}
 /* Minus the directory's own descriptor. */
-static int fd_count(void) { return count_entries("/proc/self/fd") - 1; }
+static int fd_count(void)
+{
+    return count_entries("/proc/self/fd") - 1;
+}
 
 /*
  * A joined thread can stay listed in /proc/self/task for a moment after
@@ -170,7 +176,10 @@ struct countdown {
     long left;
 };
 
-#define COUNTDOWN_INIT(n) { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, (n) }
+#define COUNTDOWN_INIT(n)                                                                          \
+    {                                                                                              \
+        PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, (n)                                   \
+    }
 
 static void countdown_hit(struct countdown *c)
 {
@@ -261,7 +270,7 @@ static void test_thousand_sandboxes_from_threads(void)
     struct box_worker w[BOX_THREADS];
     unsigned seed = seed_for("thousand");
     for (int i = 0; i < BOX_THREADS; i++) {
-        w[i] = (struct box_worker){ p, seed + (unsigned)i };
+        w[i] = (struct box_worker){p, seed + (unsigned)i};
         TAP_EQ_INT(pthread_create(&t[i], NULL, box_worker_main, &w[i]), 0);
     }
     for (int i = 0; i < BOX_THREADS; i++)
@@ -315,7 +324,7 @@ struct storm_worker {
     unsigned seed;
 };
 
-static const char *const storm_cmds[] = { "sleep 100", "sleep 0.001", "exit 3", "echo x" };
+static const char *const storm_cmds[] = {"sleep 100", "sleep 0.001", "exit 3", "echo x"};
 
 static void *storm_main(void *arg)
 {
@@ -388,7 +397,7 @@ static void test_cancel_storm(void)
     struct storm_worker w[STORM_THREADS];
     unsigned seed = seed_for("storm");
     for (int i = 0; i < STORM_THREADS; i++) {
-        w[i] = (struct storm_worker){ sbs, NSB, items[i], seed + (unsigned)i };
+        w[i] = (struct storm_worker){sbs, NSB, items[i], seed + (unsigned)i};
         TAP_EQ_INT(pthread_create(&t[i], NULL, storm_main, &w[i]), 0);
     }
     for (int i = 0; i < STORM_THREADS; i++)
@@ -468,7 +477,8 @@ static void test_stop_races_inflight_calls(void)
         struct racer r[R];
         pthread_t t[R];
         for (int i = 0; i < R; i++) {
-            r[i] = (struct racer){ .sb = sb, .local_file = path, .seed = seed + (unsigned)(round * R + i) };
+            r[i] = (struct racer){
+                .sb = sb, .local_file = path, .seed = seed + (unsigned)(round * R + i)};
             TAP_EQ_INT(pthread_create(&t[i], NULL, racer_main, &r[i]), 0);
         }
         for (unsigned k = rand_r(&seed) % 200; k; k--)
@@ -637,7 +647,7 @@ static void test_callbacks_free_and_chain(void)
     enum { CHAINS = 8, STEPS = 200 };
     struct chain c[CHAINS];
     for (int i = 0; i < CHAINS; i++) {
-        c[i] = (struct chain){ .sb = started(p), .left = STEPS, .done = COUNTDOWN_INIT(1) };
+        c[i] = (struct chain){.sb = started(p), .left = STEPS, .done = COUNTDOWN_INIT(1)};
         sbx_future *f = exec_async(c[i].sb, "exit 0");
         TAP_EQ_INT(sbx_future_then(f, chain_cb, &c[i]), SBX_OK);
     }
@@ -680,7 +690,7 @@ static void test_provider_free_with_live_sandboxes(void)
         struct exec_loop l[N];
         for (int i = 0; i < N; i++) {
             sbs[i] = started(p);
-            l[i] = (struct exec_loop){ sbs[i], 20 };
+            l[i] = (struct exec_loop){sbs[i], 20};
             TAP_EQ_INT(pthread_create(&t[i], NULL, exec_loop_main, &l[i]), 0);
         }
         sbx_provider_free(p); /* while the threads run execs on its sandboxes */
@@ -744,7 +754,7 @@ static void test_explicit_contexts(void)
         TAP_EQ_INT(thread_count(), threads0 + C);
         struct cross x[C];
         for (int i = 0; i < C; i++) {
-            x[i] = (struct cross){ .other = sb[(i + 1) % C], .done = COUNTDOWN_INIT(1), .code = 1 };
+            x[i] = (struct cross){.other = sb[(i + 1) % C], .done = COUNTDOWN_INIT(1), .code = 1};
             sbx_future *f = exec_async(sb[i], "sleep 0.001");
             TAP_EQ_INT(sbx_future_then(f, cross_cb, &x[i]), SBX_OK);
         }
@@ -954,7 +964,7 @@ static void test_future_fd_epoll(void)
         int fd = sbx_future_fd(f[i]);
         TAP_TRUE(fd >= 0);
         TAP_EQ_INT(sbx_future_fd(f[i]), fd); /* one fd per future */
-        struct epoll_event ev = { .events = EPOLLIN, .data.u32 = (uint32_t)i };
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
         TAP_EQ_INT(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev), 0);
     }
     int left = N, checks = 0;
@@ -986,7 +996,7 @@ static void test_future_fd_epoll(void)
                 continue;
             checks++;
             bool done = sbx_future_done(f[i]);
-            struct pollfd pfd = { sbx_future_fd(f[i]), POLLIN, 0 };
+            struct pollfd pfd = {sbx_future_fd(f[i]), POLLIN, 0};
             TAP_TRUE(poll(&pfd, 1, 0) >= 0);
             if (done)
                 TAP_TRUE(pfd.revents & POLLIN);
@@ -1091,8 +1101,7 @@ static void test_local_cancel_and_free_inflight(void)
 TAP_MAIN(TAP_T(test_thousand_sandboxes_from_threads, 240), TAP_T(test_cancel_storm, 240),
          TAP_T(test_stop_races_inflight_calls, 240),
          TAP_T(test_free_sandbox_with_inflight_calls, 120),
-         TAP_T(test_future_freed_before_completion, 120),
-         TAP_T(test_callbacks_free_and_chain, 120),
+         TAP_T(test_future_freed_before_completion, 120), TAP_T(test_callbacks_free_and_chain, 120),
          TAP_T(test_provider_free_with_live_sandboxes, 120), TAP_T(test_explicit_contexts, 120),
          TAP_T(test_default_context_churn, 240), TAP_T(test_fork_while_running, 120),
          TAP_T(test_future_fd_epoll, 120), TAP_T(test_local_cancel_and_free_inflight, 120))

@@ -41,7 +41,10 @@ struct seen {
     int wait_rc; /* sbx_future_wait on the (done) future from inside the callback */
 };
 
-#define SEEN_INIT { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 1 }
+#define SEEN_INIT                                                                                  \
+    {                                                                                              \
+        PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 1                               \
+    }
 
 static void seen_cb(sbx_future *f, void *data)
 {
@@ -205,7 +208,7 @@ static void test_fd_readable_exactly_when_done(void)
     int fd = sbx_future_fd(f);
     TAP_TRUE(fd >= 0);
     TAP_EQ_INT(sbx_future_fd(f), fd);
-    struct pollfd pfd = { fd, POLLIN, 0 };
+    struct pollfd pfd = {fd, POLLIN, 0};
     TAP_EQ_INT(poll(&pfd, 1, 0), 0);
     sbx_future_cancel(f);
     TAP_EQ_INT(poll(&pfd, 1, -1), 1);
@@ -213,7 +216,7 @@ static void test_fd_readable_exactly_when_done(void)
     /* Made after completion: readable at once. */
     TAP_EQ_INT(sbx_sandbox_exec_async(sb, "exit 0", NULL, &g, NULL), SBX_OK);
     TAP_EQ_INT(sbx_future_wait(g, -1, NULL), SBX_OK);
-    struct pollfd pg = { sbx_future_fd(g), POLLIN, 0 };
+    struct pollfd pg = {sbx_future_fd(g), POLLIN, 0};
     TAP_EQ_INT(poll(&pg, 1, 0), 1);
     sbx_future_free(f); /* closes the descriptors: the harness checks */
     sbx_future_free(g);
