@@ -20,6 +20,7 @@
 
 #include "core/internal.h"
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -53,7 +54,39 @@ int cli_bad_option(const char *cmd, int c, char **argv);
 /* Exit code for an error from creating a provider (config errors are 2). */
 int cli_exit_for_provider_error(int code);
 
-/* --- options.c: spec and provider options -------------------------------- */
+/* --- options.c: the options commands share; spec and provider options ---- */
+
+/* getopt values of the long options several commands take. */
+enum {
+    CLI_OPT_LABEL = 1012,  /* --label K=V */
+    CLI_OPT_RUN_ID = 1015, /* --run-id R */
+    CLI_OPT_JSON = 2004,   /* --json */
+};
+
+/*
+ * The options of the commands that make no box (ls, status, stop, gc, cp,
+ * providers, image). Each command's longopts say which of them it takes.
+ */
+struct cli_opts {
+    bool json;     /* --json */
+    bool quiet;    /* -q, --quiet */
+    bool force;    /* -f, --force */
+    bool dry_run;  /* -n, --dry-run */
+    int progress;  /* --progress: 1, --no-progress: 0, neither: -1 */
+    sbx_kv labels; /* --label K=V, and --run-id R as run_id=R */
+};
+
+/*
+ * Parses the options of `cmd` (getopt_long with `shortopts` and `longopts`)
+ * into `o`, which it initializes. -h/--help prints the command's help; an
+ * unknown option, a missing value or a bad --label is a usage error. Returns
+ * true when the command goes on (optind at its first operand); false when it
+ * ends, with `*exit_code` set and `o` freed.
+ */
+bool cli_parse_opts(const char *cmd, int argc, char **argv, const char *shortopts,
+                    const struct option *longopts, struct cli_opts *o, int *exit_code);
+void cli_opts_free(struct cli_opts *o);
+#define _cleanup_cli_opts_ __attribute__((cleanup(cli_opts_free)))
 
 struct cli_spec_opts {
     const char *provider;
@@ -79,7 +112,8 @@ struct cli_spec_opts {
         { "env", required_argument, NULL, 'e' }, { "cpu", required_argument, NULL, 1007 },         \
         { "memory", required_argument, NULL, 1008 }, { "disk", required_argument, NULL, 1009 },   \
         { "ttl", required_argument, NULL, 1010 }, { "port", required_argument, NULL, 1011 },       \
-        { "label", required_argument, NULL, 1012 }, { "file", required_argument, NULL, 1013 },     \
+        { "label", required_argument, NULL, CLI_OPT_LABEL },                                       \
+        { "file", required_argument, NULL, 1013 },                                                 \
         { "ready-timeout", required_argument, NULL, 1014 }
 
 /*

@@ -13,7 +13,7 @@ int cli_cmd_create(int argc, char **argv)
 {
     static const struct option longopts[] = {
         CLI_SPEC_LONGOPTS,
-        { "json", no_argument, NULL, 2004 },
+        { "json", no_argument, NULL, CLI_OPT_JSON },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -28,7 +28,7 @@ int cli_cmd_create(int argc, char **argv)
             cli_spec_opts_free(&so);
             return CLI_EXIT_OK;
         }
-        if (c == 2004)
+        if (c == CLI_OPT_JSON)
             json = true;
         else if ((r = cli_spec_opt("create", &so, c, optarg)) == 0)
             rc = cli_bad_option("create", c, argv);

@@ -1,7 +1,10 @@
-/* The options that describe a box (provider, config, spec) and how they become an sbx_spec. */
+/*
+ * Command-line options: those most commands share (--json, --label, ...),
+ * and those that describe a box (provider, config, spec) and how they
+ * become an sbx_spec.
+ */
 #include "cli/cli.h"
 
-#include <getopt.h>
 #include <math.h>
 
 int cli_split_kv(const char *arg, char **key, const char **value)
@@ -49,6 +52,43 @@ static int add_kv(const char *cmd, sbx_kv *kv, const char *opt, const char *arg)
     return sbx__kv_set(kv, k, v) < 0 ? -1 : 1;
 }
 
+bool cli_parse_opts(const char *cmd, int argc, char **argv, const char *shortopts,
+                    const struct option *longopts, struct cli_opts *o, int *exit_code)
+{
+    *o = (struct cli_opts){ .progress = -1 };
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h': cli_help(cmd); *exit_code = CLI_EXIT_OK; goto end;
+        case 'q': o->quiet = true; break;
+        case 'f': o->force = true; break;
+        case 'n': o->dry_run = true; break;
+        case 'p': o->progress = 1; break;
+        case 'P': o->progress = 0; break;
+        case CLI_OPT_JSON: o->json = true; break;
+        case CLI_OPT_LABEL:
+            if (add_kv(cmd, &o->labels, "--label", optarg) < 0) {
+                *exit_code = CLI_EXIT_USAGE;
+                goto end;
+            }
+            break;
+        /* The run id a box was labelled with: the same as --label run_id=R. */
+        case CLI_OPT_RUN_ID: sbx__kv_set(&o->labels, "run_id", optarg); break;
+        default: *exit_code = cli_bad_option(cmd, c, argv); goto end;
+        }
+    }
+    return true;
+end:
+    cli_opts_free(o);
+    return false;
+}
+
+void cli_opts_free(struct cli_opts *o)
+{
+    sbx__kv_free(&o->labels);
+}
+
 int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *arg)
 {
     switch (c) {
@@ -76,7 +116,7 @@ int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *ar
         o->ports[o->n_ports++] = (int)port;
         return 1;
     }
-    case 1012: return add_kv(cmd, &o->labels, "--label", arg);
+    case CLI_OPT_LABEL: return add_kv(cmd, &o->labels, "--label", arg);
     case 1013: return add_kv(cmd, &o->files, "--file", arg);
     case 1014: o->ready_timeout = arg; return 1;
     default: return 0;

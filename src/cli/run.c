@@ -102,7 +102,7 @@ static int exec_opt(const char *cmd, struct exec_args *a, int c, const char *arg
         return 1;
     case 2002: a->user = arg; return 1;
     case 2003: a->no_stdin = true; return 1;
-    case 2004: a->json = true; return 1;
+    case CLI_OPT_JSON: a->json = true; return 1;
     case 2005: a->cwd = arg; return 1;
     default: return 0;
     }
@@ -110,7 +110,7 @@ static int exec_opt(const char *cmd, struct exec_args *a, int c, const char *arg
 
 #define EXEC_LONGOPTS                                                                              \
     { "timeout", required_argument, NULL, 2001 }, { "user", required_argument, NULL, 2002 },      \
-        { "no-stdin", no_argument, NULL, 2003 }, { "json", no_argument, NULL, 2004 },             \
+        { "no-stdin", no_argument, NULL, 2003 }, { "json", no_argument, NULL, CLI_OPT_JSON },     \
         { "help", no_argument, NULL, 'h' }
 
 int cli_cmd_run(int argc, char **argv)
