@@ -156,6 +156,14 @@ int cli_box_save(const char *id, const char *config_json, const char *descriptor
  * when there is none (message says so), SBX_EINVAL when ambiguous.
  */
 int cli_box_load(const char *id, json_t **record, sbx_error **err);
+/*
+ * cli_box_load for a command: when there is no record, prints why and
+ * returns the exit code (CLI_EXIT_NOBOX when there is none, CLI_EXIT_USAGE
+ * when the id is ambiguous or the records unreadable); else CLI_EXIT_OK.
+ */
+int cli_box_find(const char *id, json_t **record);
+/* The record's id. */
+const char *cli_box_id(const json_t *record);
 /* Every record, sorted by creation time. */
 int cli_box_list(json_t **records, sbx_error **err);
 int cli_box_remove(const char *id);

@@ -433,14 +433,11 @@ int cli_cmd_cp(int argc, char **argv)
         return cli_usage_error("cp", "exactly one of SRC and DST must be ID:PATH");
     if (!*(src_box ? src_path : dst_path))
         return cli_usage_error("cp", "the box path after 'ID:' is empty");
-    sbx_error *e = NULL;
     _cleanup_json_ json_t *rec = NULL;
-    if (cli_box_load(src_box ? src_id : dst_id, &rec, &e) < 0) {
-        rc = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_USAGE;
-        cli_sbx_error(e, "loading the box record");
+    if ((rc = cli_box_find(src_box ? src_id : dst_id, &rec)) != CLI_EXIT_OK)
         return rc;
-    }
     cli_signals_install();
+    sbx_error *e = NULL;
     struct box_conn conn = { 0 };
     if (cli_box_connect(rec, &conn.p, &conn.sb, &e) < 0) {
         cli_sbx_error(e, "connecting to the box");

@@ -119,7 +119,7 @@ int cli_cmd_ls(int argc, char **argv)
     {
         if (!cli_box_matches(rec, &o.labels))
             continue;
-        const char *id = json_string_value(json_object_get(rec, "id"));
+        const char *id = cli_box_id(rec);
         if (o.quiet) {
             printf("%s\n", id);
             continue;
@@ -160,13 +160,9 @@ int cli_cmd_status(int argc, char **argv)
         return cli_usage_error("status", "no box ID given");
     if (optind + 1 < argc)
         return cli_usage_error("status", "expected one box ID, got %d", argc - optind);
-    sbx_error *e = NULL;
     _cleanup_json_ json_t *rec = NULL;
-    if (cli_box_load(argv[optind], &rec, &e) < 0) {
-        rc = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_USAGE;
-        cli_sbx_error(e, "loading the box record");
+    if ((rc = cli_box_find(argv[optind], &rec)) != CLI_EXIT_OK)
         return rc;
-    }
     cli_signals_install();
     _cleanup_free_ char *why = NULL;
     const char *status = live_status(rec, &why);
@@ -177,8 +173,7 @@ int cli_cmd_status(int argc, char **argv)
         printf("%s\n", status);
     }
     if (why) {
-        cli_error("box %s is unreachable: %s", json_string_value(json_object_get(rec, "id")),
-                  why);
+        cli_error("box %s is unreachable: %s", cli_box_id(rec), why);
         return CLI_EXIT_SBX;
     }
     return CLI_EXIT_OK;

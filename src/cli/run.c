@@ -256,11 +256,8 @@ int cli_cmd_exec(int argc, char **argv)
         return cli_usage_error("exec", "no command given");
     }
     _cleanup_free_ char *command = cli_join_argv(argv + optind, argc - optind);
-    sbx_error *e = NULL;
     _cleanup_json_ json_t *rec = NULL;
-    if (cli_box_load(id, &rec, &e) < 0) {
-        rc = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_USAGE;
-        cli_sbx_error(e, "loading the box record");
+    if ((rc = cli_box_find(id, &rec)) != CLI_EXIT_OK) {
         sbx__kv_free(&env);
         return rc;
     }
@@ -269,6 +266,7 @@ int cli_cmd_exec(int argc, char **argv)
         cli_error("cannot set up: %s", strerror(errno));
         return CLI_EXIT_SBX;
     }
+    sbx_error *e = NULL;
     sbx_provider *p = NULL;
     sbx_sandbox *sb = NULL;
     if (cli_box_connect(rec, &p, &sb, &e) < 0) {

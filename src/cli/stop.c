@@ -10,7 +10,7 @@
  */
 static int stop_box(const json_t *rec, bool force, sbx_error **err)
 {
-    const char *id = json_string_value(json_object_get(rec, "id"));
+    const char *id = cli_box_id(rec);
     sbx_provider *p = NULL;
     sbx_sandbox *sb = NULL;
     /* A linux box is stopped through its shim: that works when its agent is gone too. */
@@ -54,15 +54,15 @@ int cli_cmd_stop(int argc, char **argv)
     cli_signals_install();
     rc = CLI_EXIT_OK;
     for (int i = optind; i < argc; i++) {
-        sbx_error *e = NULL;
         _cleanup_json_ json_t *rec = NULL;
-        if (cli_box_load(argv[i], &rec, &e) < 0) {
+        int found = cli_box_find(argv[i], &rec);
+        if (found != CLI_EXIT_OK) {
             if (rc == CLI_EXIT_OK)
-                rc = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_USAGE;
-            cli_sbx_error(e, "loading the box record");
+                rc = found;
             continue;
         }
-        const char *id = json_string_value(json_object_get(rec, "id"));
+        sbx_error *e = NULL;
+        const char *id = cli_box_id(rec);
         if (stop_box(rec, o.force, &e) < 0) {
             cli_error("stopping box %s failed: %s (retry, or forget it with 'sbx stop --force')",
                       id, e ? sbx_error_message(e) : "unknown error");
@@ -205,7 +205,7 @@ int cli_cmd_gc(int argc, char **argv)
             reason = "label";
         if (!reason)
             continue;
-        const char *id = json_string_value(json_object_get(rec, "id"));
+        const char *id = cli_box_id(rec);
         json_object_set_new(done, id, json_true());
         bool removed = false;
         if (!o.dry_run) {
