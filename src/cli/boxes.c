@@ -312,3 +312,14 @@ int cli_box_connect(const json_t *record, sbx_provider **p, sbx_sandbox **sb, sb
     *sb = s;
     return SBX_OK;
 }
+
+int cli_box_start(sbx_provider *p, const sbx_spec *spec, sbx_sandbox **sb, sbx_error **err)
+{
+    sbx_future *f = NULL;
+    int rc = sbx_sandbox_new(p, spec, sb, err);
+    if (rc == SBX_OK && (rc = sbx_sandbox_start_async(*sb, NULL, &f, err)) == SBX_OK) {
+        rc = cli_wait(f, err);
+        sbx_future_free(f);
+    }
+    return rc;
+}

@@ -51,8 +51,11 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 void cli_help(const char *cmd);
 /* Reports getopt's '?' or ':' result for `cmd`; returns CLI_EXIT_USAGE. */
 int cli_bad_option(const char *cmd, int c, char **argv);
-/* Exit code for an error from creating a provider (config errors are 2). */
-int cli_exit_for_provider_error(int code);
+/*
+ * sbx_provider_new for a command: on failure prints why and returns the exit
+ * code (CLI_EXIT_USAGE for a bad name or config, else CLI_EXIT_SBX).
+ */
+int cli_provider_new(const char *config_json, sbx_provider **p);
 
 /* --- options.c: the options commands share; spec and provider options ---- */
 
@@ -122,6 +125,7 @@ struct cli_spec_opts {
  */
 int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *arg);
 void cli_spec_opts_free(struct cli_spec_opts *o);
+#define _cleanup_spec_opts_ __attribute__((cleanup(cli_spec_opts_free)))
 /*
  * Builds the provider config (a single-key mapping as JSON) and the spec.
  * Prints the error and returns an exit code (non-zero) on failure.
@@ -181,6 +185,12 @@ double cli_now(void);
  * borrowed handle from its descriptor. The caller frees both.
  */
 int cli_box_connect(const json_t *record, sbx_provider **p, sbx_sandbox **sb, sbx_error **err);
+/*
+ * Makes a box of `spec` with `p` and starts it, waiting interruptibly. `*sb`
+ * is set whenever the box was made, also when its start failed or was
+ * interrupted: freeing it stops whatever the start left running.
+ */
+int cli_box_start(sbx_provider *p, const sbx_spec *spec, sbx_sandbox **sb, sbx_error **err);
 /* The CLI's records plus the linux boxes that have none (cli_linux_records), by creation time. */
 int cli_box_list_all(json_t **records, sbx_error **err);
 
@@ -218,6 +228,11 @@ int cli_signal_received(void);
  * SBX_ECANCELED) and cli_signal_received() tells why.
  */
 int cli_wait(sbx_future *f, sbx_error **err);
+/*
+ * Reports that a signal interrupted the command ("interrupted by SIGINT;
+ * <what>", `what` may be NULL) and returns the exit code 128+N.
+ */
+int cli_interrupted(const char *what);
 
 /* --- output.c ----------------------------------------------------------- */
 

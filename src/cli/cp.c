@@ -461,9 +461,5 @@ int cli_cmd_cp(int argc, char **argv)
     rc = src_box ? copy_out(&conn, bp, dst) : copy_in(&conn, src, bp);
     sbx_sandbox_free(conn.sb);
     sbx_provider_free(conn.p);
-    if (cli_signal_received()) {
-        cli_error("interrupted by SIG%s", sigabbrev_np(cli_signal_received()));
-        return 128 + cli_signal_received();
-    }
-    return rc;
+    return cli_signal_received() ? cli_interrupted(NULL) : rc;
 }
