@@ -135,8 +135,11 @@ int cli_spec_build(const char *cmd, struct cli_spec_opts *o, char **config_json,
 /* Only the provider config (for commands without a spec). */
 int cli_provider_config(const char *cmd, const char *provider, const char *config_file,
                         const char *block, char **config_json, json_t **default_metadata);
-/* Splits "K=V"; returns -1 when there is no '='. `key` is malloc'd. */
-int cli_split_kv(const char *arg, char **key, const char **value);
+/*
+ * Adds option `opt`'s "K=V" argument to `kv`. Returns 1, or -1 after a usage
+ * error for `cmd` when there is no '=' (or no key).
+ */
+int cli_add_kv(const char *cmd, sbx_kv *kv, const char *opt, const char *arg);
 /* Parses a non-negative number of seconds. */
 int cli_parse_seconds(const char *s, double *out);
 

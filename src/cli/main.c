@@ -112,13 +112,18 @@ static const struct command *find_command(const char *name)
     return NULL;
 }
 
+static void verror(const char *fmt, va_list ap)
+{
+    fputs("sbx: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 void cli_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("sbx: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    verror(fmt, ap);
     va_end(ap);
 }
 
@@ -135,9 +140,7 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("sbx: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    verror(fmt, ap);
     va_end(ap);
     const struct command *c = cmd ? find_command(cmd) : NULL;
     if (c)

@@ -7,7 +7,8 @@
 
 #include <math.h>
 
-int cli_split_kv(const char *arg, char **key, const char **value)
+/* Splits "K=V"; returns -1 when there is no '='. `key` is malloc'd. */
+static int split_kv(const char *arg, char **key, const char **value)
 {
     const char *eq = strchr(arg, '=');
     if (!eq || eq == arg)
@@ -41,11 +42,11 @@ int cli_parse_seconds(const char *s, double *out)
     return 0;
 }
 
-static int add_kv(const char *cmd, sbx_kv *kv, const char *opt, const char *arg)
+int cli_add_kv(const char *cmd, sbx_kv *kv, const char *opt, const char *arg)
 {
     _cleanup_free_ char *k = NULL;
     const char *v;
-    if (cli_split_kv(arg, &k, &v) < 0) {
+    if (split_kv(arg, &k, &v) < 0) {
         cli_usage_error(cmd, "%s expects KEY=VALUE, got '%s'", opt, arg);
         return -1;
     }
@@ -68,7 +69,7 @@ bool cli_parse_opts(const char *cmd, int argc, char **argv, const char *shortopt
         case 'P': o->progress = 0; break;
         case CLI_OPT_JSON: o->json = true; break;
         case CLI_OPT_LABEL:
-            if (add_kv(cmd, &o->labels, "--label", optarg) < 0) {
+            if (cli_add_kv(cmd, &o->labels, "--label", optarg) < 0) {
                 *exit_code = CLI_EXIT_USAGE;
                 goto end;
             }
@@ -98,7 +99,7 @@ int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *ar
     case 1004: o->spec_file = arg; return 1;
     case 1005: o->image = arg; return 1;
     case 1006: o->workdir = arg; return 1;
-    case 'e': return add_kv(cmd, &o->env, "-e/--env", arg);
+    case 'e': return cli_add_kv(cmd, &o->env, "-e/--env", arg);
     case 1007: o->cpu = arg; return 1;
     case 1008: o->memory = arg; return 1;
     case 1009: o->disk = arg; return 1;
@@ -116,8 +117,8 @@ int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *ar
         o->ports[o->n_ports++] = (int)port;
         return 1;
     }
-    case CLI_OPT_LABEL: return add_kv(cmd, &o->labels, "--label", arg);
-    case 1013: return add_kv(cmd, &o->files, "--file", arg);
+    case CLI_OPT_LABEL: return cli_add_kv(cmd, &o->labels, "--label", arg);
+    case 1013: return cli_add_kv(cmd, &o->files, "--file", arg);
     case 1014: o->ready_timeout = arg; return 1;
     default: return 0;
     }

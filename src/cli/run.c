@@ -200,14 +200,10 @@ int cli_cmd_exec(int argc, char **argv)
                 return CLI_EXIT_OK;
             }
             if (c == 'e') {
-                _cleanup_free_ char *k = NULL;
-                const char *v;
-                if (cli_split_kv(optarg, &k, &v) < 0) {
+                if (cli_add_kv("exec", &env, "-e/--env", optarg) < 0) {
                     sbx__kv_free(&env);
-                    return cli_usage_error("exec", "-e/--env expects KEY=VALUE, got '%s'",
-                                           optarg);
+                    return CLI_EXIT_USAGE;
                 }
-                sbx__kv_set(&env, k, v);
                 continue;
             }
             if ((r = exec_opt("exec", &a, c, optarg)) <= 0) {
