@@ -293,9 +293,7 @@ static void fail_all(sbx_agent_conn *c, int code, const char *why)
                 const char *what = ch->kind == K_PUT   ? "uploading"
                                    : ch->kind == K_GET ? "downloading"
                                                        : "pinging";
-                const char *path = ch->kind == K_PUT   ? ch->remote
-                                   : ch->kind == K_GET ? ch->remote
-                                                       : "";
+                const char *path = ch->remote ? ch->remote : ""; /* none for a ping */
                 chan_finish(ch, code,
                             sbx_error_new(code, "%s '%s': the sandbox agent went away: %s", what,
                                           path, why),
