@@ -449,21 +449,17 @@ static int parse_node(struct yparser *y, yaml_event_t *ev, json_t **out, sbx_err
         break;
     }
     case YAML_SEQUENCE_START_EVENT:
-        if (!(v = json_array()))
-            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
-        else if ((anchor = start_anchor(y, ev->data.sequence_start.anchor, v)) == -2)
-            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
-        else
-            rc = parse_sequence(y, v, err);
-        break;
-    case YAML_MAPPING_START_EVENT:
-        if (!(v = json_object()))
-            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
-        else if ((anchor = start_anchor(y, ev->data.mapping_start.anchor, v)) == -2)
+    case YAML_MAPPING_START_EVENT: {
+        bool seq = ev->type == YAML_SEQUENCE_START_EVENT;
+        const yaml_char_t *name =
+            seq ? ev->data.sequence_start.anchor : ev->data.mapping_start.anchor;
+        if (!(v = seq ? json_array() : json_object()) ||
+            (anchor = start_anchor(y, name, v)) == -2)
             rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
         else
-            rc = parse_mapping(y, v, err);
+            rc = seq ? parse_sequence(y, v, err) : parse_mapping(y, v, err);
         break;
+    }
     default:
         rc = sbx__set_error(err, SBX_EINVAL, "invalid YAML at line %zu: unexpected event",
                             ev->start_mark.line + 1);
