@@ -66,10 +66,19 @@ enum {
     CLI_OPT_JSON = 2004,   /* --json */
 };
 
-/*
- * The options of the commands that make no box (ls, status, stop, gc, cp,
- * providers, image). Each command's longopts say which of them it takes.
- */
+/* Which of the shared options a command takes (-h/--help: every command). */
+enum {
+    CLI_TAKES_JSON = 1 << 0,     /* --json */
+    CLI_TAKES_QUIET = 1 << 1,    /* -q, --quiet */
+    CLI_TAKES_FORCE = 1 << 2,    /* -f, --force */
+    CLI_TAKES_DRY_RUN = 1 << 3,  /* -n, --dry-run */
+    CLI_TAKES_LABEL = 1 << 4,    /* --label K=V */
+    CLI_TAKES_RUN_ID = 1 << 5,   /* --run-id R */
+    CLI_TAKES_PROGRESS = 1 << 6, /* --progress, --no-progress */
+    CLI_NO_OPERANDS = 1 << 7,    /* an argument after the options is a usage error */
+};
+
+/* The options of the commands that make no box (ls, status, stop, gc, cp, providers, image). */
 struct cli_opts {
     bool json;     /* --json */
     bool quiet;    /* -q, --quiet */
@@ -80,14 +89,15 @@ struct cli_opts {
 };
 
 /*
- * Parses the options of `cmd` (getopt_long with `shortopts` and `longopts`)
- * into `o`, which it initializes. -h/--help prints the command's help; an
- * unknown option, a missing value or a bad --label is a usage error. Returns
- * true when the command goes on (optind at its first operand); false when it
- * ends, with `*exit_code` set and `o` freed.
+ * Parses the options of `cmd`, those that `takes` (CLI_TAKES_*) names, into
+ * `o`, which it initializes. -h/--help prints the command's help; an unknown
+ * option, a missing value, a bad --label or (with CLI_NO_OPERANDS) an
+ * argument is a usage error. Returns true when the command goes on (optind
+ * at its first operand); false when it ends, with `*exit_code` set and `o`
+ * freed.
  */
-bool cli_parse_opts(const char *cmd, int argc, char **argv, const char *shortopts,
-                    const struct option *longopts, struct cli_opts *o, int *exit_code);
+bool cli_parse_opts(const char *cmd, int argc, char **argv, unsigned takes, struct cli_opts *o,
+                    int *exit_code);
 void cli_opts_free(struct cli_opts *o);
 #define _cleanup_cli_opts_ __attribute__((cleanup(cli_opts_free)))
 

@@ -416,10 +416,9 @@ static int copy_out(struct box_conn *c, const char *src_arg, const char *dst_arg
 
 int cli_cmd_cp(int argc, char **argv)
 {
-    static const struct option longopts[] = { { "help", no_argument, NULL, 'h' }, { 0 } };
     _cleanup_cli_opts_ struct cli_opts o = { 0 };
     int rc;
-    if (!cli_parse_opts("cp", argc, argv, "+:h", longopts, &o, &rc))
+    if (!cli_parse_opts("cp", argc, argv, 0, &o, &rc))
         return rc;
     if (argc - optind != 2)
         return cli_usage_error("cp", "expected SRC and DST, got %d argument%s", argc - optind,

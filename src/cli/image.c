@@ -88,16 +88,9 @@ static json_t *find_image(const char *sd, const char *name)
 
 static int cmd_import(int argc, char **argv, const char *sd)
 {
-    static const struct option longopts[] = {
-        {"progress", no_argument, NULL, 'p'},
-        {"no-progress", no_argument, NULL, 'P'},
-        {"json", no_argument, NULL, CLI_OPT_JSON},
-        {"help", no_argument, NULL, 'h'},
-        {0},
-    };
     _cleanup_cli_opts_ struct cli_opts o = {0};
     int rc;
-    if (!cli_parse_opts("image", argc, argv, "+:h", longopts, &o, &rc))
+    if (!cli_parse_opts("image", argc, argv, CLI_TAKES_PROGRESS | CLI_TAKES_JSON, &o, &rc))
         return rc;
     if (argc - optind != 2)
         return cli_usage_error("image", "image import expects NAME SOURCE, got %d argument%s",
@@ -147,18 +140,11 @@ static int by_name(const void *a, const void *b)
 
 static int cmd_ls(int argc, char **argv, const char *sd)
 {
-    static const struct option longopts[] = {
-        {"json", no_argument, NULL, CLI_OPT_JSON},
-        {"quiet", no_argument, NULL, 'q'},
-        {"help", no_argument, NULL, 'h'},
-        {0},
-    };
     _cleanup_cli_opts_ struct cli_opts o = {0};
     int rc;
-    if (!cli_parse_opts("image", argc, argv, "+:hq", longopts, &o, &rc))
+    unsigned takes = CLI_TAKES_JSON | CLI_TAKES_QUIET | CLI_NO_OPERANDS;
+    if (!cli_parse_opts("image", argc, argv, takes, &o, &rc))
         return rc;
-    if (optind < argc)
-        return cli_usage_error("image", "unexpected argument '%s'", argv[optind]);
     sbx_linux_image_info *v = NULL;
     size_t n = 0;
     sbx_error *e = NULL;
@@ -218,14 +204,9 @@ static char *boxes_using(const char *sd, const char *name)
 
 static int cmd_rm(int argc, char **argv, const char *sd)
 {
-    static const struct option longopts[] = {
-        {"force", no_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},
-        {0},
-    };
     _cleanup_cli_opts_ struct cli_opts o = {0};
     int rc;
-    if (!cli_parse_opts("image", argc, argv, "+:hf", longopts, &o, &rc))
+    if (!cli_parse_opts("image", argc, argv, CLI_TAKES_FORCE, &o, &rc))
         return rc;
     if (optind >= argc)
         return cli_usage_error("image", "image rm expects NAME...");

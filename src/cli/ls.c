@@ -88,19 +88,11 @@ static char *labels_text(const json_t *rec)
 
 int cli_cmd_ls(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        { "label", required_argument, NULL, CLI_OPT_LABEL },
-        { "json", no_argument, NULL, CLI_OPT_JSON },
-        { "quiet", no_argument, NULL, 'q' },
-        { "help", no_argument, NULL, 'h' },
-        { 0 },
-    };
     _cleanup_cli_opts_ struct cli_opts o = { 0 };
     int rc;
-    if (!cli_parse_opts("ls", argc, argv, "+:hq", longopts, &o, &rc))
+    unsigned takes = CLI_TAKES_LABEL | CLI_TAKES_JSON | CLI_TAKES_QUIET | CLI_NO_OPERANDS;
+    if (!cli_parse_opts("ls", argc, argv, takes, &o, &rc))
         return rc;
-    if (optind < argc)
-        return cli_usage_error("ls", "unexpected argument '%s'", argv[optind]);
     sbx_error *e = NULL;
     _cleanup_json_ json_t *all = NULL;
     if (cli_box_list_all(&all, &e) < 0) {
@@ -147,14 +139,9 @@ int cli_cmd_ls(int argc, char **argv)
 
 int cli_cmd_status(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        { "json", no_argument, NULL, CLI_OPT_JSON },
-        { "help", no_argument, NULL, 'h' },
-        { 0 },
-    };
     _cleanup_cli_opts_ struct cli_opts o = { 0 };
     int rc;
-    if (!cli_parse_opts("status", argc, argv, "+:h", longopts, &o, &rc))
+    if (!cli_parse_opts("status", argc, argv, CLI_TAKES_JSON, &o, &rc))
         return rc;
     if (optind >= argc)
         return cli_usage_error("status", "no box ID given");

@@ -53,9 +53,38 @@ int cli_add_kv(const char *cmd, sbx_kv *kv, const char *opt, const char *arg)
     return sbx__kv_set(kv, k, v) < 0 ? -1 : 1;
 }
 
-bool cli_parse_opts(const char *cmd, int argc, char **argv, const char *shortopts,
-                    const struct option *longopts, struct cli_opts *o, int *exit_code)
+bool cli_parse_opts(const char *cmd, int argc, char **argv, unsigned takes, struct cli_opts *o,
+                    int *exit_code)
 {
+    static const struct {
+        unsigned takes; /* 0: every command */
+        char letter;    /* the short form, or 0 */
+        struct option opt;
+    } table[] = {
+        { CLI_TAKES_JSON, 0, { "json", no_argument, NULL, CLI_OPT_JSON } },
+        { CLI_TAKES_QUIET, 'q', { "quiet", no_argument, NULL, 'q' } },
+        { CLI_TAKES_FORCE, 'f', { "force", no_argument, NULL, 'f' } },
+        { CLI_TAKES_DRY_RUN, 'n', { "dry-run", no_argument, NULL, 'n' } },
+        { CLI_TAKES_LABEL, 0, { "label", required_argument, NULL, CLI_OPT_LABEL } },
+        { CLI_TAKES_RUN_ID, 0, { "run-id", required_argument, NULL, CLI_OPT_RUN_ID } },
+        { CLI_TAKES_PROGRESS, 0, { "progress", no_argument, NULL, 'p' } },
+        { CLI_TAKES_PROGRESS, 0, { "no-progress", no_argument, NULL, 'P' } },
+        { 0, 'h', { "help", no_argument, NULL, 'h' } },
+    };
+    struct option longopts[SBX_ARRAY_SIZE(table) + 1];
+    /* '+': stop at the first operand; ':': report a missing value as such. */
+    char shortopts[SBX_ARRAY_SIZE(table) + 3] = "+:";
+    size_t n = 0, ns = 2;
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(table); i++) {
+        if (table[i].takes && !(takes & table[i].takes))
+            continue;
+        longopts[n++] = table[i].opt;
+        if (table[i].letter)
+            shortopts[ns++] = table[i].letter;
+    }
+    longopts[n] = (struct option){ 0 };
+    shortopts[ns] = 0;
+
     *o = (struct cli_opts){ .progress = -1 };
     int c;
     opterr = 0;
@@ -78,6 +107,10 @@ bool cli_parse_opts(const char *cmd, int argc, char **argv, const char *shortopt
         case CLI_OPT_RUN_ID: sbx__kv_set(&o->labels, "run_id", optarg); break;
         default: *exit_code = cli_bad_option(cmd, c, argv); goto end;
         }
+    }
+    if ((takes & CLI_NO_OPERANDS) && optind < argc) {
+        *exit_code = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+        goto end;
     }
     return true;
 end:

@@ -3,17 +3,10 @@
 
 int cli_cmd_providers(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        { "json", no_argument, NULL, CLI_OPT_JSON },
-        { "help", no_argument, NULL, 'h' },
-        { 0 },
-    };
     _cleanup_cli_opts_ struct cli_opts o = { 0 };
     int rc;
-    if (!cli_parse_opts("providers", argc, argv, "+:h", longopts, &o, &rc))
+    if (!cli_parse_opts("providers", argc, argv, CLI_TAKES_JSON | CLI_NO_OPERANDS, &o, &rc))
         return rc;
-    if (optind < argc)
-        return cli_usage_error("providers", "unexpected argument '%s'", argv[optind]);
     char **names = NULL;
     sbx_error *e = NULL;
     if (sbx_list_providers(&names, &e) < 0) {

@@ -40,14 +40,9 @@ static int stop_box(const json_t *rec, bool force, sbx_error **err)
 
 int cli_cmd_stop(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        { "force", no_argument, NULL, 'f' },
-        { "help", no_argument, NULL, 'h' },
-        { 0 },
-    };
     _cleanup_cli_opts_ struct cli_opts o = { 0 };
     int rc;
-    if (!cli_parse_opts("stop", argc, argv, "+:hf", longopts, &o, &rc))
+    if (!cli_parse_opts("stop", argc, argv, CLI_TAKES_FORCE, &o, &rc))
         return rc;
     if (optind >= argc)
         return cli_usage_error("stop", "no box ID given");
@@ -167,20 +162,12 @@ static int gc_linux(const struct cli_opts *opts, const json_t *done, json_t *out
 
 int cli_cmd_gc(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        { "dry-run", no_argument, NULL, 'n' },
-        { "json", no_argument, NULL, CLI_OPT_JSON },
-        { "label", required_argument, NULL, CLI_OPT_LABEL },
-        { "run-id", required_argument, NULL, CLI_OPT_RUN_ID },
-        { "help", no_argument, NULL, 'h' },
-        { 0 },
-    };
     _cleanup_cli_opts_ struct cli_opts o = { 0 };
     int rc;
-    if (!cli_parse_opts("gc", argc, argv, "+:hn", longopts, &o, &rc))
+    unsigned takes = CLI_TAKES_DRY_RUN | CLI_TAKES_JSON | CLI_TAKES_LABEL | CLI_TAKES_RUN_ID |
+                     CLI_NO_OPERANDS;
+    if (!cli_parse_opts("gc", argc, argv, takes, &o, &rc))
         return rc;
-    if (optind < argc)
-        return cli_usage_error("gc", "unexpected argument '%s'", argv[optind]);
     sbx_error *e = NULL;
     _cleanup_json_ json_t *all = NULL;
     if (cli_box_list(&all, &e) < 0) {
