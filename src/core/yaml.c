@@ -649,36 +649,37 @@ static int interpolate_string(const char *s, json_t **replacement, sbx_error **e
     return 0;
 }
 
+/*
+ * Interpolates one member of a mapping or list: a string gets its
+ * replacement in `*r` (NULL when unchanged), anything else is walked.
+ */
+static int interpolate_member(json_t *x, json_t **r, sbx_error **err)
+{
+    *r = NULL;
+    if (json_is_string(x))
+        return interpolate_string(json_string_value(x), r, err);
+    return sbx__interpolate(x, err) < 0 ? SBX_EINVAL : 0;
+}
+
 int sbx__interpolate(json_t *v, sbx_error **err)
 {
+    json_t *r;
+    int rc;
     if (json_is_object(v)) {
         const char *k;
         json_t *x;
         json_object_foreach(v, k, x) {
-            if (json_is_string(x)) {
-                json_t *r = NULL;
-                int rc = interpolate_string(json_string_value(x), &r, err);
-                if (rc < 0)
-                    return rc;
-                if (r)
-                    json_object_set_new(v, k, r);
-            } else if (sbx__interpolate(x, err) < 0) {
-                return SBX_EINVAL;
-            }
+            if ((rc = interpolate_member(x, &r, err)) < 0)
+                return rc;
+            if (r)
+                json_object_set_new(v, k, r);
         }
     } else if (json_is_array(v)) {
         for (size_t i = 0; i < json_array_size(v); i++) {
-            json_t *x = json_array_get(v, i);
-            if (json_is_string(x)) {
-                json_t *r = NULL;
-                int rc = interpolate_string(json_string_value(x), &r, err);
-                if (rc < 0)
-                    return rc;
-                if (r)
-                    json_array_set_new(v, i, r);
-            } else if (sbx__interpolate(x, err) < 0) {
-                return SBX_EINVAL;
-            }
+            if ((rc = interpolate_member(json_array_get(v, i), &r, err)) < 0)
+                return rc;
+            if (r)
+                json_array_set_new(v, i, r);
         }
     }
     return 0;
