@@ -58,18 +58,18 @@ bool cli_parse_opts(const char *cmd, int argc, char **argv, unsigned takes, stru
 {
     static const struct {
         unsigned takes; /* 0: every command */
-        char letter;    /* the short form, or 0 */
+        bool short_too; /* also -<val> */
         struct option opt;
     } table[] = {
-        { CLI_TAKES_JSON, 0, { "json", no_argument, NULL, CLI_OPT_JSON } },
-        { CLI_TAKES_QUIET, 'q', { "quiet", no_argument, NULL, 'q' } },
-        { CLI_TAKES_FORCE, 'f', { "force", no_argument, NULL, 'f' } },
-        { CLI_TAKES_DRY_RUN, 'n', { "dry-run", no_argument, NULL, 'n' } },
-        { CLI_TAKES_LABEL, 0, { "label", required_argument, NULL, CLI_OPT_LABEL } },
-        { CLI_TAKES_RUN_ID, 0, { "run-id", required_argument, NULL, CLI_OPT_RUN_ID } },
-        { CLI_TAKES_PROGRESS, 0, { "progress", no_argument, NULL, 'p' } },
-        { CLI_TAKES_PROGRESS, 0, { "no-progress", no_argument, NULL, 'P' } },
-        { 0, 'h', { "help", no_argument, NULL, 'h' } },
+        { CLI_TAKES_JSON, false, { "json", no_argument, NULL, CLI_OPT_JSON } },
+        { CLI_TAKES_QUIET, true, { "quiet", no_argument, NULL, 'q' } },
+        { CLI_TAKES_FORCE, true, { "force", no_argument, NULL, 'f' } },
+        { CLI_TAKES_DRY_RUN, true, { "dry-run", no_argument, NULL, 'n' } },
+        { CLI_TAKES_LABEL, false, { "label", required_argument, NULL, CLI_OPT_LABEL } },
+        { CLI_TAKES_RUN_ID, false, { "run-id", required_argument, NULL, CLI_OPT_RUN_ID } },
+        { CLI_TAKES_PROGRESS, false, { "progress", no_argument, NULL, 'p' } },
+        { CLI_TAKES_PROGRESS, false, { "no-progress", no_argument, NULL, 'P' } },
+        { 0, true, { "help", no_argument, NULL, 'h' } },
     };
     struct option longopts[SBX_ARRAY_SIZE(table) + 1];
     /* '+': stop at the first operand; ':': report a missing value as such. */
@@ -79,8 +79,8 @@ bool cli_parse_opts(const char *cmd, int argc, char **argv, unsigned takes, stru
         if (table[i].takes && !(takes & table[i].takes))
             continue;
         longopts[n++] = table[i].opt;
-        if (table[i].letter)
-            shortopts[ns++] = table[i].letter;
+        if (table[i].short_too)
+            shortopts[ns++] = (char)table[i].opt.val;
     }
     longopts[n] = (struct option){ 0 };
     shortopts[ns] = 0;
