@@ -35,9 +35,14 @@ static sbx_context *default_ctx;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 /* A forked child has no loop thread: forget the parent's contexts (they leak by design). */
+/* The parent's context as a forked child inherited it: kept reachable, never used. */
+static sbx_context *abandoned_ctx;
+
 static void atfork_child(void)
 {
     pthread_mutex_init(&default_lock, NULL);
+    if (default_ctx)
+        abandoned_ctx = default_ctx;
     default_ctx = NULL;
     current_ctx = NULL;
 }

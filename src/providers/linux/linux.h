@@ -62,6 +62,8 @@ SBX_INTERNAL int sbx__linux_record_read(const char *box_dir, sbx_linux_record *r
 SBX_INTERNAL void sbx__linux_record_free(sbx_linux_record *rec);
 /* /proc/PID/stat field 22, or 0 when the process is gone. */
 SBX_INTERNAL unsigned long long sbx__linux_proc_start(pid_t pid);
+/* pidfd_open(), or -1/ENOSYS without pidfds (SBX_LINUX_NO_PIDFD=1 simulates that). */
+SBX_INTERNAL int sbx__linux_pidfd_open(pid_t pid);
 /* True when the record's shim is the process running under its pid. */
 SBX_INTERNAL bool sbx__linux_shim_alive(const sbx_linux_record *rec);
 

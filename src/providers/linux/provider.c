@@ -918,9 +918,15 @@ static void linux_status(sbx_op *op, void *state, void *box)
 struct stop {
     sbx_op *op;
     struct linux_box *b;
-    uv_poll_t poll;
+    /* Exit is seen through a pidfd (poll), or without pidfds by checking /proc (check). */
+    union {
+        uv_poll_t poll;
+        uv_timer_t check;
+    } w;
     uv_timer_t timer;
-    int pidfd;
+    int pidfd; /* -1 without pidfd support */
+    pid_t pid;
+    unsigned long long start;
     int handles;
     int code;
     sbx_error *err;
@@ -931,7 +937,8 @@ static void stop_closed(uv_handle_t *h)
     struct stop *s = h->data;
     if (--s->handles > 0)
         return;
-    close(s->pidfd);
+    if (s->pidfd >= 0)
+        close(s->pidfd);
     /* A shim that died uncleanly leaves its cgroups and directory: remove them here. */
     struct stat st;
     if (stat(s->b->box_dir, &st) == 0) {
@@ -948,10 +955,20 @@ static void stop_closed(uv_handle_t *h)
 
 static void stop_end(struct stop *s)
 {
-    uv_poll_stop(&s->poll);
+    if (s->pidfd >= 0)
+        uv_poll_stop(&s->w.poll);
+    else
+        uv_timer_stop(&s->w.check);
     uv_timer_stop(&s->timer);
-    uv_close((uv_handle_t *)&s->poll, stop_closed);
+    uv_close((uv_handle_t *)&s->w, stop_closed);
     uv_close((uv_handle_t *)&s->timer, stop_closed);
+}
+
+static void stop_check(uv_timer_t *t)
+{
+    struct stop *s = t->data;
+    if (sbx__linux_proc_start(s->pid) != s->start)
+        stop_end(s);
 }
 
 static void stop_exited(uv_poll_t *p, int status, int events)
@@ -990,37 +1007,57 @@ static void linux_close(sbx_op *op, void *state, void *box, int owned)
         return;
     }
     int pfd = -1;
-    if (sbx__linux_shim_alive(&rec))
-        pfd = (int)syscall(SYS_pidfd_open, rec.shim_pid, 0);
-    /* The pidfd pins the process: check it is still our shim, then signal through it. */
-    if (pfd >= 0 && (sbx__linux_proc_start(rec.shim_pid) != rec.shim_start ||
-                     syscall(SYS_pidfd_send_signal, pfd, SIGTERM, NULL, 0) < 0)) {
-        close(pfd);
-        pfd = -1;
+    bool signalled = false;
+    if (sbx__linux_shim_alive(&rec)) {
+        pfd = sbx__linux_pidfd_open(rec.shim_pid);
+        /* The pidfd pins the process: check it is still our shim, then signal through it. */
+        if (pfd >= 0) {
+            signalled = sbx__linux_proc_start(rec.shim_pid) == rec.shim_start &&
+                        syscall(SYS_pidfd_send_signal, pfd, SIGTERM, NULL, 0) == 0;
+            if (!signalled) {
+                close(pfd);
+                pfd = -1;
+            }
+        } else if (errno == ENOSYS) {
+            /* No pidfds (Linux < 5.3, valgrind): start-time check, kill(), poll /proc. */
+            signalled = sbx__linux_proc_start(rec.shim_pid) == rec.shim_start &&
+                        kill(rec.shim_pid, SIGTERM) == 0;
+        }
     }
-    if (pfd < 0) {
+    if (!signalled) {
         if (!sbx__linux_shim_alive(&rec))
             sbx__linux_remove_leftovers(b->box_dir, &rec);
         sbx__linux_record_free(&rec);
         sbx_op_complete(op, SBX_OK, NULL, NULL);
         return;
     }
-    sbx__linux_record_free(&rec);
     struct stop *s = calloc(1, sizeof(*s));
     if (!s) {
-        close(pfd);
+        if (pfd >= 0)
+            close(pfd);
+        sbx__linux_record_free(&rec);
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return;
     }
     s->op = op;
     s->b = b;
     s->pidfd = pfd;
+    s->pid = rec.shim_pid;
+    s->start = rec.shim_start;
+    sbx__linux_record_free(&rec);
     s->handles = 2;
-    uv_poll_init(sbx_op_loop(op), &s->poll, pfd);
     uv_timer_init(sbx_op_loop(op), &s->timer);
-    s->poll.data = s->timer.data = s;
-    /* A pidfd polls readable once the process has exited. */
-    uv_poll_start(&s->poll, UV_READABLE, stop_exited);
+    s->timer.data = s;
+    if (pfd >= 0) {
+        uv_poll_init(sbx_op_loop(op), &s->w.poll, pfd);
+        s->w.poll.data = s;
+        /* A pidfd polls readable once the process has exited. */
+        uv_poll_start(&s->w.poll, UV_READABLE, stop_exited);
+    } else {
+        uv_timer_init(sbx_op_loop(op), &s->w.check);
+        s->w.check.data = s;
+        uv_timer_start(&s->w.check, stop_check, 5, 5);
+    }
     uv_timer_start(&s->timer, stop_timeout, (uint64_t)(st->stop_timeout_s * 1000), 0);
 }
 
