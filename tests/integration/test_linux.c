@@ -970,7 +970,7 @@ static void test_userns_unsupported_filesystem_refused(void)
     need_boxes();
     char dir[512], tar[512];
     busybox_rootfs(dir, sizeof(dir), tar, sizeof(tar));
-    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+    if (unshare(CLONE_NEWNS) < 0 || mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) < 0)
         TAP_FAIL("private mount namespace: %s", strerror(errno));
     char ram[600], out[4096];
     snprintf(ram, sizeof(ram), "%s/ram", tap_tmpdir());
