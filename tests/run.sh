@@ -26,7 +26,7 @@ run_one() { # name, command...
     "$@" >"$out" 2>&1
   fi
   local rc=$?
-  grep -vE '^ok [0-9]+ ' "$out" | sed 's/^/   /' | grep -v '^   1\.\.' || true
+  grep -vE '^ok [0-9]+ |^--[0-9]+-- ' "$out" | sed 's/^/   /' | grep -v '^   1\.\.' || true
   count "$name" "$out"
   # A binary that crashed outside a test, or printed no plan, fails as a whole.
   if [ $rc -ne 0 ] && ! grep -qE '^not ok ' "$out"; then
