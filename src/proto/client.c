@@ -81,6 +81,7 @@ struct sbx_agent_conn {
     bool owned; /* the owner holds it (after a successful connect) */
     bool one_attempt; /* sbx__agent_reconnect: a refused connect fails at once */
     size_t n_open;    /* channels whose op has not completed */
+    int local_errno;  /* connect failed on our side (no descriptor left): kept in the error */
     bool closing;
     int refs;
     sbx_proto_reader rd;
@@ -338,7 +339,8 @@ static void conn_fail(sbx_agent_conn *c, int code, const char *fmt, ...)
     fail_all(c, code, why);
     if (was == ST_CONNECTING || was == ST_HELLO) {
         /* The owner never got the connection: report and drop it here. */
-        sbx_error *e = sbx_error_new(code, "%s", why);
+        sbx_error *e = c->local_errno ? sbx_error_new_errno(code, c->local_errno, "%s", why)
+                                      : sbx_error_new(code, "%s", why);
         sbx_agent_connect_cb cb = c->cb;
         c->cb = NULL;
         if (c->timer) {
@@ -1176,8 +1178,9 @@ static void try_connect(sbx_agent_conn *c)
     memcpy(sa.sun_path, c->path, strlen(c->path) + 1);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
-        /* The limit many-box users meet first: each connected box holds one descriptor. */
-        conn_fail(c, SBX_EIO, "cannot create a socket: %s%s", strerror(errno),
+        /* The limit many-box users meet first: each open connection holds one descriptor. */
+        c->local_errno = errno; /* a failure here says nothing about the agent */
+        conn_fail(c, SBX_EIO, "cannot create a socket%s",
                   errno == EMFILE ? " (each open agent connection holds one descriptor; raise "
                                     "the limit, e.g. ulimit -n 65536, or keep fewer open)"
                                   : "");

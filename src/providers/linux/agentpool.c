@@ -152,6 +152,12 @@ void sbx__linux_agent_drop(linux_agent_slot *s)
         sbx__agent_close(conn);
 }
 
+void sbx__linux_agent_release(linux_agent_slot *s)
+{
+    if (s->pool)
+        trim(s->pool, NULL);
+}
+
 bool sbx__linux_agent_gone(const linux_agent_slot *s)
 {
     return s->lost || (s->conn && !sbx__agent_alive(s->conn));
@@ -181,10 +187,11 @@ static void on_reconnected(sbx_agent_conn *conn, int code, sbx_error *err, void 
             code = SBX_EPROVIDER;
         }
         /*
-         * Nobody listening (or no hello in time): the agent is gone. A local
-         * failure (out of descriptors or memory) says nothing about the box.
+         * Nobody listening, the stream closed, no hello in time: the agent is
+         * gone. A local failure (no descriptor or memory left: the client
+         * keeps the errno then) says nothing about the box.
          */
-        if (code != SBX_EIO && code != SBX_ENOMEM)
+        if (code != SBX_ENOMEM && !(err && sbx_error_errno(err)))
             s->lost = true;
     }
     const char *msg = err ? sbx_error_message(err) : "the box is being stopped";
@@ -237,6 +244,6 @@ void sbx__linux_agent_use(linux_agent_slot *s, void *loop, linux_agent_fn fn, vo
     /* The hello bound is generous: a live agent answers in well under a millisecond. */
     int rc = sbx__agent_reconnect(loop, s->socket, 10.0, on_reconnected, s);
     if (rc < 0)
-        on_reconnected(NULL, rc == SBX_ENOMEM ? SBX_ENOMEM : SBX_EIO,
-                       sbx_error_new(rc, "cannot reconnect to the agent at %s", s->socket), s);
+        on_reconnected(NULL, rc, sbx_error_new(rc, "cannot reconnect to the agent at %s", s->socket),
+                       s);
 }

@@ -65,6 +65,9 @@ typedef void (*linux_agent_fn)(sbx_agent_conn *conn, int code, const char *msg, 
 SBX_INTERNAL void sbx__linux_agent_use(linux_agent_slot *s, void *loop, linux_agent_fn fn,
                                        void *arg);
 
+/* An op on the slot's connection ended: closes idle connections over the cap. */
+SBX_INTERNAL void sbx__linux_agent_release(linux_agent_slot *s);
+
 /* Connections open (or opening) now; for tests and benchmarks. */
 SBX_INTERNAL int sbx__linux_agent_pool_count(linux_agent_pool *p);
 

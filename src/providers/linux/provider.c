@@ -802,95 +802,86 @@ static sbx_error *agent_gone(const struct linux_box *b)
                          b->id);
 }
 
-struct exec_call {
-    sbx_op *op;
-    sbx_op *inner;
-    long long oom_before;
-    json_t *cgroups;
-};
-
-static void exec_cancel(sbx_op *op, void *data)
-{
-    (void)op;
-    struct exec_call *x = data;
-    if (x->inner)
-        sbx__op_cancel(x->inner);
-}
-
 /*
- * The agent's result, with an OOM kill the agent could not see attributed:
- * the box's memory cgroup counted a kill during this exec and the command
- * died of SIGKILL. (With concurrent execs in one box the kill is given to
- * whichever SIGKILLed command finishes; the counter cannot tell them apart.)
- */
-static void exec_done(int code, sbx_error *err, void *value, void *data)
-{
-    struct exec_call *x = data;
-    sbx_op_on_cancel(x->op, NULL, NULL);
-    x->inner = NULL;
-    sbx_exec_result *r = value;
-    if (code == SBX_OK && r && !r->error_type && x->oom_before >= 0) {
-        long long after = sbx__cg_oom_kills(x->cgroups);
-        if (after > x->oom_before && (r->return_code == -9 || r->return_code == 137)) {
-            r->error_type = strdup("oom");
-        }
-    }
-    sbx_op_complete(x->op, code, err, value);
-    json_decref(x->cgroups);
-    free(x);
-}
-
-/*
- * An op waiting for the box's agent connection (the pool may first have to
- * reconnect). The strings and opts belong to the core's call, which keeps
- * them until the op completes.
+ * An exec, upload or download: it first gets the box's agent connection from
+ * the pool (which may reconnect), then runs as an inner op on it, so that its
+ * end can hand the connection back (the pool trims to its cap then). The
+ * strings and opts belong to the core's call, which keeps them until the op
+ * completes.
  */
 enum agent_op { AOP_EXEC, AOP_UPLOAD, AOP_DOWNLOAD };
 struct agent_call {
     enum agent_op kind;
     sbx_op *op;
+    sbx_op *inner;
     struct linux_box *b;
     const char *a, *b2;
     const sbx_exec_opts *opts;
+    long long oom_before;
+    json_t *cgroups;
 };
 
-static void run_exec(struct agent_call *k, sbx_agent_conn *conn)
+static void agent_call_cancel(sbx_op *op, void *data)
 {
-    struct linux_box *b = k->b;
-    struct exec_call *x = calloc(1, sizeof(*x));
-    sbx_op *inner = x ? sbx__op_new(sbx__op_provider(k->op), exec_done, x) : NULL;
-    if (!inner) {
-        free(x);
-        sbx_op_complete(k->op, SBX_ENOMEM, NULL, NULL);
-        return;
+    (void)op;
+    struct agent_call *k = data;
+    if (k->inner)
+        sbx__op_cancel(k->inner);
+}
+
+/*
+ * The agent's answer. For an exec, an OOM kill the agent could not see is
+ * attributed: the box's memory cgroup counted a kill during this exec and the
+ * command died of SIGKILL. (With concurrent execs in one box the kill is given
+ * to whichever SIGKILLed command finishes; the counter cannot tell them apart.)
+ */
+static void agent_call_done(int code, sbx_error *err, void *value, void *data)
+{
+    struct agent_call *k = data;
+    sbx_op_on_cancel(k->op, NULL, NULL);
+    k->inner = NULL;
+    sbx_exec_result *r = k->kind == AOP_EXEC ? value : NULL;
+    if (code == SBX_OK && r && !r->error_type && k->oom_before >= 0) {
+        long long after = sbx__cg_oom_kills(k->cgroups);
+        if (after > k->oom_before && (r->return_code == -9 || r->return_code == 137)) {
+            r->error_type = strdup("oom");
+        }
     }
-    x->op = k->op;
-    x->inner = inner;
-    x->cgroups = json_incref(b->cgroups);
-    x->oom_before = b->cgroups ? sbx__cg_oom_kills(b->cgroups) : -1;
-    sbx_op_on_cancel(k->op, exec_cancel, x);
-    sbx__agent_exec(conn, inner, k->a, NULL, k->opts, (const char *const *)b->base_env);
+    /* Before the completion: the box may be freed once its last op is done. */
+    sbx__linux_agent_release(&k->b->agent);
+    sbx_op_complete(k->op, code, err, value);
+    json_decref(k->cgroups);
+    free(k);
 }
 
 static void with_agent(sbx_agent_conn *conn, int code, const char *msg, void *arg)
 {
     struct agent_call *k = arg;
-    if (!conn) {
-        if (k->b->agent.closed || sbx__linux_agent_gone(&k->b->agent))
+    sbx_op *inner = conn ? sbx__op_new(sbx__op_provider(k->op), agent_call_done, k) : NULL;
+    if (!inner) {
+        if (!conn && (k->b->agent.closed || sbx__linux_agent_gone(&k->b->agent)))
             sbx_op_complete(k->op, SBX_EPROVIDER, agent_gone(k->b), NULL);
-        else
+        else if (!conn)
             sbx_op_complete(k->op, code,
                             sbx_error_new(code, "box %s: cannot reconnect to its agent: %s",
                                           k->b->id, msg),
                             NULL);
-    } else if (k->kind == AOP_EXEC) {
-        run_exec(k, conn);
-    } else if (k->kind == AOP_UPLOAD) {
-        sbx__agent_upload(conn, k->op, k->a, k->b2);
-    } else {
-        sbx__agent_download(conn, k->op, k->a, k->b2);
+        else
+            sbx_op_complete(k->op, SBX_ENOMEM, NULL, NULL);
+        free(k);
+        return;
     }
-    free(k);
+    k->inner = inner;
+    sbx_op_on_cancel(k->op, agent_call_cancel, k);
+    if (k->kind == AOP_EXEC) {
+        k->cgroups = json_incref(k->b->cgroups);
+        k->oom_before = k->b->cgroups ? sbx__cg_oom_kills(k->b->cgroups) : -1;
+        sbx__agent_exec(conn, inner, k->a, NULL, k->opts, (const char *const *)k->b->base_env);
+    } else if (k->kind == AOP_UPLOAD) {
+        sbx__agent_upload(conn, inner, k->a, k->b2);
+    } else {
+        sbx__agent_download(conn, inner, k->a, k->b2);
+    }
 }
 
 static void agent_call(sbx_op *op, struct linux_box *b, enum agent_op kind, const char *a,
@@ -901,7 +892,8 @@ static void agent_call(sbx_op *op, struct linux_box *b, enum agent_op kind, cons
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return;
     }
-    *k = (struct agent_call){kind, op, b, a, b2, opts};
+    *k = (struct agent_call){.kind = kind, .op = op, .b = b, .a = a, .b2 = b2, .opts = opts,
+                             .oom_before = -1};
     sbx__linux_agent_use(&b->agent, sbx_op_loop(op), with_agent, k);
 }
 
