@@ -244,6 +244,6 @@ void sbx__linux_agent_use(linux_agent_slot *s, void *loop, linux_agent_fn fn, vo
     /* The hello bound is generous: a live agent answers in well under a millisecond. */
     int rc = sbx__agent_reconnect(loop, s->socket, 10.0, on_reconnected, s);
     if (rc < 0)
-        on_reconnected(NULL, rc, sbx_error_new(rc, "cannot reconnect to the agent at %s", s->socket),
-                       s);
+        on_reconnected(NULL, rc,
+                       sbx_error_new(rc, "cannot reconnect to the agent at %s", s->socket), s);
 }

@@ -34,7 +34,7 @@ typedef struct linux_agent_slot {
     bool lost;            /* a reconnect found nobody listening: the agent is gone */
     bool closed;          /* the box is being stopped: no more reconnects */
     bool reconnecting;
-    struct linux_agent_wait *waiters; /* ops waiting for the reconnect, in order */
+    struct linux_agent_wait *waiters;     /* ops waiting for the reconnect, in order */
     struct linux_agent_slot *prev, *next; /* in the pool's list while conn is set */
 } linux_agent_slot;
 
