@@ -64,8 +64,9 @@ $(B)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
+# Sanitized builds skip --no-undefined: clang leaves the sanitizer runtime to the executable.
 $(B)/libsbx.so: $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libsbx.so.0 -Wl,--no-undefined $(LDFLAGS_ALL) -o $@ $^ $(LIBS)
+	$(CC) -shared -Wl,-soname,libsbx.so.0 $(if $(SAN),,-Wl,--no-undefined) $(LDFLAGS_ALL) -o $@ $^ $(LIBS)
 	ln -sf libsbx.so $(B)/libsbx.so.0
 
 # The internal static library: tests, the CLI and sbxd reach sbx__ internals through it.

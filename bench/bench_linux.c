@@ -18,6 +18,7 @@
  *
  *   build/bench/bench_linux [N]          (N iterations per latency row, default 100)
  *   build/bench/bench_linux --many K     K boxes alive at once (default 1000)
+ *   build/bench/bench_linux --userns ... boxes in user namespaces (idmapped layers)
  *
  * Needs root.
  */
@@ -778,9 +779,12 @@ static void bench_many(int n)
 int main(int argc, char **argv)
 {
     int n = 100, many = 0;
+    bool userns = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--many"))
             many = i + 1 < argc ? (int)strtol(argv[++i], NULL, 10) : 1000;
+        else if (!strcmp(argv[i], "--userns"))
+            userns = true;
         else
             n = (int)strtol(argv[i], NULL, 10);
     }
@@ -795,16 +799,17 @@ int main(int argc, char **argv)
         return 1;
     setenv("SBX_STATE_DIR", state_root, 1);
     sbx_error *e = NULL;
-    if (sbx_provider_new("{\"linux\": {}}", &P, &e) != SBX_OK)
+    if (sbx_provider_new(userns ? "{\"linux\": {\"userns\": true}}" : "{\"linux\": {}}", &P,
+                         &e) != SBX_OK)
         die("provider: %s", sbx_error_message(e));
     SPEC = sbx_spec_new();
     if (many > 0) {
         bench_many(many);
     } else {
         printf("linux provider against its baselines: %d iterations per latency row, none image "
-               "(cached), net none\nratios are linux / baseline (below 1: linux is faster or "
+               "(cached), net none%s\nratios are linux / baseline (below 1: linux is faster or "
                "smaller)\n",
-               n);
+               n, userns ? ", user namespaces" : "");
         bench_all(n);
     }
     sbx_spec_free(SPEC);

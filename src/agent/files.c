@@ -166,10 +166,21 @@ int root_open(const char *path, int flags, mode_t mode)
             /* Magic links (/proc/PID/root, /proc/self/fd/N) would jump out of any root. */
             .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
         };
-        int fd = (int)syscall(SYS_openat2, rootfd, path, &how, sizeof(how));
-        if (fd >= 0 || errno != ENOSYS)
-            return fd;
-        no_openat2 = true;
+        /*
+         * RESOLVE_IN_ROOT answers EAGAIN when a rename or mount anywhere on the
+         * system raced with the lookup (the kernel cannot prove it stayed
+         * inside the root). Retry; past a bound, the careful manual walk gives
+         * the same confinement without that check.
+         */
+        for (int tries = 0; tries < 32; tries++) {
+            int fd = (int)syscall(SYS_openat2, rootfd, path, &how, sizeof(how));
+            if (fd >= 0 || (errno != ENOSYS && errno != EAGAIN))
+                return fd;
+            if (errno == ENOSYS) {
+                no_openat2 = true;
+                break;
+            }
+        }
     }
     return walk_open(path, flags, mode);
 }

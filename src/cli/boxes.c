@@ -208,7 +208,7 @@ int cli_box_load(const char *id, json_t **record, sbx_error **err)
     json_t *r;
     json_array_foreach(all, i, r)
     {
-        const char *rid = json_string_value(json_object_get(r, "id"));
+        const char *rid = cli_box_id(r);
         if (!strcmp(rid, id)) {
             *record = json_incref(r);
             return SBX_OK;
@@ -229,6 +229,21 @@ int cli_box_load(const char *id, json_t **record, sbx_error **err)
     return sbx__set_error(err, SBX_ENOENT,
                           "no such box: '%s' (see 'sbx ls'; boxes are recorded in %s and %s/boxes)",
                           id, dir, lin ? lin : "?");
+}
+
+int cli_box_find(const char *id, json_t **record)
+{
+    sbx_error *e = NULL;
+    if (cli_box_load(id, record, &e) == SBX_OK)
+        return CLI_EXIT_OK;
+    int rc = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_USAGE;
+    cli_sbx_error(e, "loading the box record");
+    return rc;
+}
+
+const char *cli_box_id(const json_t *record)
+{
+    return json_string_value(json_object_get(record, "id"));
 }
 
 int cli_box_remove(const char *id)
@@ -276,8 +291,7 @@ int cli_box_connect(const json_t *record, sbx_provider **p, sbx_sandbox **sb, sb
     _cleanup_free_ char *config = cli_box_config(record);
     _cleanup_free_ char *desc = cli_box_descriptor(record);
     if (!config || !desc)
-        return sbx__set_error(err, SBX_EINVAL, "box record %s is incomplete",
-                              json_string_value(json_object_get(record, "id")));
+        return sbx__set_error(err, SBX_EINVAL, "box record %s is incomplete", cli_box_id(record));
     sbx_provider *prov = NULL;
     int rc = sbx_provider_new(config, &prov, err);
     if (rc < 0)
@@ -297,4 +311,15 @@ int cli_box_connect(const json_t *record, sbx_provider **p, sbx_sandbox **sb, sb
     *p = prov;
     *sb = s;
     return SBX_OK;
+}
+
+int cli_box_start(sbx_provider *p, const sbx_spec *spec, sbx_sandbox **sb, sbx_error **err)
+{
+    sbx_future *f = NULL;
+    int rc = sbx_sandbox_new(p, spec, sb, err);
+    if (rc == SBX_OK && (rc = sbx_sandbox_start_async(*sb, NULL, &f, err)) == SBX_OK) {
+        rc = cli_wait(f, err);
+        sbx_future_free(f);
+    }
+    return rc;
 }

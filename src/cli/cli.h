@@ -20,6 +20,7 @@
 
 #include "core/internal.h"
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -50,10 +51,55 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 void cli_help(const char *cmd);
 /* Reports getopt's '?' or ':' result for `cmd`; returns CLI_EXIT_USAGE. */
 int cli_bad_option(const char *cmd, int c, char **argv);
-/* Exit code for an error from creating a provider (config errors are 2). */
-int cli_exit_for_provider_error(int code);
+/*
+ * sbx_provider_new for a command: on failure prints why and returns the exit
+ * code (CLI_EXIT_USAGE for a bad name or config, else CLI_EXIT_SBX).
+ */
+int cli_provider_new(const char *config_json, sbx_provider **p);
 
-/* --- options.c: spec and provider options -------------------------------- */
+/* --- options.c: the options commands share; spec and provider options ---- */
+
+/* getopt values of the long options several commands take. */
+enum {
+    CLI_OPT_LABEL = 1012,  /* --label K=V */
+    CLI_OPT_RUN_ID = 1015, /* --run-id R */
+    CLI_OPT_JSON = 2004,   /* --json */
+};
+
+/* Which of the shared options a command takes (-h/--help: every command). */
+enum {
+    CLI_TAKES_JSON = 1 << 0,     /* --json */
+    CLI_TAKES_QUIET = 1 << 1,    /* -q, --quiet */
+    CLI_TAKES_FORCE = 1 << 2,    /* -f, --force */
+    CLI_TAKES_DRY_RUN = 1 << 3,  /* -n, --dry-run */
+    CLI_TAKES_LABEL = 1 << 4,    /* --label K=V */
+    CLI_TAKES_RUN_ID = 1 << 5,   /* --run-id R */
+    CLI_TAKES_PROGRESS = 1 << 6, /* --progress, --no-progress */
+    CLI_NO_OPERANDS = 1 << 7,    /* an argument after the options is a usage error */
+};
+
+/* The options of the commands that make no box (ls, status, stop, gc, cp, providers, image). */
+struct cli_opts {
+    bool json;     /* --json */
+    bool quiet;    /* -q, --quiet */
+    bool force;    /* -f, --force */
+    bool dry_run;  /* -n, --dry-run */
+    int progress;  /* --progress: 1, --no-progress: 0, neither: -1 */
+    sbx_kv labels; /* --label K=V, and --run-id R as run_id=R */
+};
+
+/*
+ * Parses the options of `cmd`, those that `takes` (CLI_TAKES_*) names, into
+ * `o`, which it initializes. -h/--help prints the command's help; an unknown
+ * option, a missing value, a bad --label or (with CLI_NO_OPERANDS) an
+ * argument is a usage error. Returns true when the command goes on (optind
+ * at its first operand); false when it ends, with `*exit_code` set and `o`
+ * freed.
+ */
+bool cli_parse_opts(const char *cmd, int argc, char **argv, unsigned takes, struct cli_opts *o,
+                    int *exit_code);
+void cli_opts_free(struct cli_opts *o);
+#define _cleanup_cli_opts_ __attribute__((cleanup(cli_opts_free)))
 
 struct cli_spec_opts {
     const char *provider;
@@ -79,7 +125,8 @@ struct cli_spec_opts {
         { "env", required_argument, NULL, 'e' }, { "cpu", required_argument, NULL, 1007 },         \
         { "memory", required_argument, NULL, 1008 }, { "disk", required_argument, NULL, 1009 },   \
         { "ttl", required_argument, NULL, 1010 }, { "port", required_argument, NULL, 1011 },       \
-        { "label", required_argument, NULL, 1012 }, { "file", required_argument, NULL, 1013 },     \
+        { "label", required_argument, NULL, CLI_OPT_LABEL },                                       \
+        { "file", required_argument, NULL, 1013 },                                                 \
         { "ready-timeout", required_argument, NULL, 1014 }
 
 /*
@@ -88,6 +135,7 @@ struct cli_spec_opts {
  */
 int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *arg);
 void cli_spec_opts_free(struct cli_spec_opts *o);
+#define _cleanup_spec_opts_ __attribute__((cleanup(cli_spec_opts_free)))
 /*
  * Builds the provider config (a single-key mapping as JSON) and the spec.
  * Prints the error and returns an exit code (non-zero) on failure.
@@ -97,8 +145,11 @@ int cli_spec_build(const char *cmd, struct cli_spec_opts *o, char **config_json,
 /* Only the provider config (for commands without a spec). */
 int cli_provider_config(const char *cmd, const char *provider, const char *config_file,
                         const char *block, char **config_json, json_t **default_metadata);
-/* Splits "K=V"; returns -1 when there is no '='. `key` is malloc'd. */
-int cli_split_kv(const char *arg, char **key, const char **value);
+/*
+ * Adds option `opt`'s "K=V" argument to `kv`. Returns 1, or -1 after a usage
+ * error for `cmd` when there is no '=' (or no key).
+ */
+int cli_add_kv(const char *cmd, sbx_kv *kv, const char *opt, const char *arg);
 /* Parses a non-negative number of seconds. */
 int cli_parse_seconds(const char *s, double *out);
 
@@ -122,6 +173,14 @@ int cli_box_save(const char *id, const char *config_json, const char *descriptor
  * when there is none (message says so), SBX_EINVAL when ambiguous.
  */
 int cli_box_load(const char *id, json_t **record, sbx_error **err);
+/*
+ * cli_box_load for a command: when there is no record, prints why and
+ * returns the exit code (CLI_EXIT_NOBOX when there is none, CLI_EXIT_USAGE
+ * when the id is ambiguous or the records unreadable); else CLI_EXIT_OK.
+ */
+int cli_box_find(const char *id, json_t **record);
+/* The record's id. */
+const char *cli_box_id(const json_t *record);
 /* Every record, sorted by creation time. */
 int cli_box_list(json_t **records, sbx_error **err);
 int cli_box_remove(const char *id);
@@ -139,6 +198,12 @@ double cli_now(void);
  * borrowed handle from its descriptor. The caller frees both.
  */
 int cli_box_connect(const json_t *record, sbx_provider **p, sbx_sandbox **sb, sbx_error **err);
+/*
+ * Makes a box of `spec` with `p` and starts it, waiting interruptibly. `*sb`
+ * is set whenever the box was made, also when its start failed or was
+ * interrupted: freeing it stops whatever the start left running.
+ */
+int cli_box_start(sbx_provider *p, const sbx_spec *spec, sbx_sandbox **sb, sbx_error **err);
 /* The CLI's records plus the linux boxes that have none (cli_linux_records), by creation time. */
 int cli_box_list_all(json_t **records, sbx_error **err);
 
@@ -176,6 +241,11 @@ int cli_signal_received(void);
  * SBX_ECANCELED) and cli_signal_received() tells why.
  */
 int cli_wait(sbx_future *f, sbx_error **err);
+/*
+ * Reports that a signal interrupted the command ("interrupted by SIGINT;
+ * <what>", `what` may be NULL) and returns the exit code 128+N.
+ */
+int cli_interrupted(const char *what);
 
 /* --- output.c ----------------------------------------------------------- */
 

@@ -12,7 +12,6 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
 #include <sys/stat.h>
@@ -417,16 +416,10 @@ static int copy_out(struct box_conn *c, const char *src_arg, const char *dst_arg
 
 int cli_cmd_cp(int argc, char **argv)
 {
-    static const struct option longopts[] = { { "help", no_argument, NULL, 'h' }, { 0 } };
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
-        if (c == 'h') {
-            cli_help("cp");
-            return CLI_EXIT_OK;
-        }
-        return cli_bad_option("cp", c, argv);
-    }
+    _cleanup_cli_opts_ struct cli_opts o = { 0 };
+    int rc;
+    if (!cli_parse_opts("cp", argc, argv, 0, &o, &rc))
+        return rc;
     if (argc - optind != 2)
         return cli_usage_error("cp", "expected SRC and DST, got %d argument%s", argc - optind,
                                argc - optind == 1 ? "" : "s");
@@ -439,14 +432,11 @@ int cli_cmd_cp(int argc, char **argv)
         return cli_usage_error("cp", "exactly one of SRC and DST must be ID:PATH");
     if (!*(src_box ? src_path : dst_path))
         return cli_usage_error("cp", "the box path after 'ID:' is empty");
-    sbx_error *e = NULL;
     _cleanup_json_ json_t *rec = NULL;
-    if (cli_box_load(src_box ? src_id : dst_id, &rec, &e) < 0) {
-        int rc = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_USAGE;
-        cli_sbx_error(e, "loading the box record");
+    if ((rc = cli_box_find(src_box ? src_id : dst_id, &rec)) != CLI_EXIT_OK)
         return rc;
-    }
     cli_signals_install();
+    sbx_error *e = NULL;
     struct box_conn conn = { 0 };
     if (cli_box_connect(rec, &conn.p, &conn.sb, &e) < 0) {
         cli_sbx_error(e, "connecting to the box");
@@ -467,12 +457,8 @@ int cli_cmd_cp(int argc, char **argv)
         }
         bp = joined;
     }
-    int rc = src_box ? copy_out(&conn, bp, dst) : copy_in(&conn, src, bp);
+    rc = src_box ? copy_out(&conn, bp, dst) : copy_in(&conn, src, bp);
     sbx_sandbox_free(conn.sb);
     sbx_provider_free(conn.p);
-    if (cli_signal_received()) {
-        cli_error("interrupted by SIG%s", sigabbrev_np(cli_signal_received()));
-        return 128 + cli_signal_received();
-    }
-    return rc;
+    return cli_signal_received() ? cli_interrupted(NULL) : rc;
 }

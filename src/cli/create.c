@@ -13,11 +13,11 @@ int cli_cmd_create(int argc, char **argv)
 {
     static const struct option longopts[] = {
         CLI_SPEC_LONGOPTS,
-        { "json", no_argument, NULL, 2004 },
+        { "json", no_argument, NULL, CLI_OPT_JSON },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    struct cli_spec_opts so = { 0 };
+    _cleanup_spec_opts_ struct cli_spec_opts so = { 0 };
     bool json = false;
     int c, rc;
     opterr = 0;
@@ -25,53 +25,38 @@ int cli_cmd_create(int argc, char **argv)
         int r = 1;
         if (c == 'h') {
             cli_help("create");
-            cli_spec_opts_free(&so);
             return CLI_EXIT_OK;
         }
-        if (c == 2004)
+        if (c == CLI_OPT_JSON)
             json = true;
         else if ((r = cli_spec_opt("create", &so, c, optarg)) == 0)
-            rc = cli_bad_option("create", c, argv);
-        if (r <= 0) {
-            cli_spec_opts_free(&so);
+            return cli_bad_option("create", c, argv);
+        if (r < 0)
             return CLI_EXIT_USAGE;
-        }
     }
-    if (optind < argc) {
-        cli_spec_opts_free(&so);
+    if (optind < argc)
         return cli_usage_error("create", "unexpected argument '%s'", argv[optind]);
-    }
     _cleanup_free_ char *config = NULL;
     sbx_spec *spec = NULL;
     rc = cli_spec_build("create", &so, &config, &spec);
-    if (rc != CLI_EXIT_OK) {
-        cli_spec_opts_free(&so);
+    if (rc != CLI_EXIT_OK)
         return rc;
-    }
     if (cli_signals_install() < 0) {
-        cli_spec_opts_free(&so);
         sbx_spec_free(spec);
         cli_error("cannot set up: %s", strerror(errno));
         return CLI_EXIT_SBX;
     }
 
-    sbx_error *e = NULL;
     sbx_provider *p = NULL;
-    if (sbx_provider_new(config, &p, &e) < 0) {
-        cli_spec_opts_free(&so);
+    if ((rc = cli_provider_new(config, &p)) != CLI_EXIT_OK) {
         sbx_spec_free(spec);
-        rc = cli_exit_for_provider_error(sbx_error_code(e));
-        cli_sbx_error(e, "creating the provider");
         return rc;
     }
+    sbx_error *e = NULL;
     sbx_sandbox *sb = NULL;
     sbx_future *f = NULL;
     _cleanup_free_ char *desc = NULL;
-    rc = sbx_sandbox_new(p, spec, &sb, &e);
-    if (rc == SBX_OK && (rc = sbx_sandbox_start_async(sb, NULL, &f, &e)) == SBX_OK) {
-        rc = cli_wait(f, &e);
-        sbx_future_free(f);
-    }
+    rc = cli_box_start(p, spec, &sb, &e);
     if (rc == SBX_OK && !cli_signal_received() &&
         (rc = sbx_sandbox_serialize_async(sb, CREATE_SCOPE, &f, &e)) == SBX_OK) {
         rc = cli_wait(f, &e);
@@ -82,7 +67,6 @@ int cli_cmd_create(int argc, char **argv)
     _cleanup_json_ json_t *rec = NULL;
     if (rc == SBX_OK && !cli_signal_received())
         rc = cli_box_save(sbx_sandbox_id(sb), config, desc, &so.labels, spec, &rec, &e);
-    cli_spec_opts_free(&so);
     sbx_spec_free(spec);
     if (rc < 0 || cli_signal_received()) {
         /* Not recorded: nobody could find the box again, so stop it (free does). */
@@ -91,8 +75,7 @@ int cli_cmd_create(int argc, char **argv)
         sbx_provider_free(p);
         if (sig) {
             sbx_error_free(e);
-            cli_error("interrupted by SIG%s; no box was left running", sigabbrev_np(sig));
-            return 128 + sig;
+            return cli_interrupted("no box was left running");
         }
         cli_sbx_error(e, "creating the box");
         return CLI_EXIT_SBX;

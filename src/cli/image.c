@@ -6,7 +6,6 @@
 #include "cli/cli.h"
 #include "providers/linux/linux.h"
 
-#include <getopt.h>
 #include <inttypes.h>
 #include <time.h>
 
@@ -89,36 +88,10 @@ static json_t *find_image(const char *sd, const char *name)
 
 static int cmd_import(int argc, char **argv, const char *sd)
 {
-    static const struct option longopts[] = {
-        {"progress", no_argument, NULL, 'p'},
-        {"no-progress", no_argument, NULL, 'P'},
-        {"json", no_argument, NULL, 2004},
-        {"help", no_argument, NULL, 'h'},
-        {0},
-    };
-    bool json = false;
-    int show = -1; /* -1: when stderr is a terminal */
-    int c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'h':
-            cli_help("image");
-            return CLI_EXIT_OK;
-        case 'p':
-            show = 1;
-            break;
-        case 'P':
-            show = 0;
-            break;
-        case 2004:
-            json = true;
-            break;
-        default:
-            return cli_bad_option("image", c, argv);
-        }
-    }
+    _cleanup_cli_opts_ struct cli_opts o = {0};
+    int rc;
+    if (!cli_parse_opts("image", argc, argv, CLI_TAKES_PROGRESS | CLI_TAKES_JSON, &o, &rc))
+        return rc;
     if (argc - optind != 2)
         return cli_usage_error("image", "image import expects NAME SOURCE, got %d argument%s",
                                argc - optind, argc - optind == 1 ? "" : "s");
@@ -130,9 +103,10 @@ static int cmd_import(int argc, char **argv, const char *sd)
     }
     bool tty = isatty(2);
     struct progress pr = {.name = name, .tty = tty};
-    bool want = show == 1 || (show == -1 && tty);
+    /* Progress by default when stderr is a terminal. */
+    bool want = o.progress == 1 || (o.progress == -1 && tty);
     sbx_error *e = NULL;
-    int rc = sbx__linux_image_import(sd, name, source, want ? on_progress : NULL, &pr, &e);
+    rc = sbx__linux_image_import(sd, name, source, want ? on_progress : NULL, &pr, &e);
     if (pr.printed && tty)
         fputc('\n', stderr);
     if (rc < 0) {
@@ -146,7 +120,7 @@ static int cmd_import(int argc, char **argv, const char *sd)
         return code;
     }
     _cleanup_json_ json_t *img = find_image(sd, name);
-    if (json) {
+    if (o.json) {
         if (!img || cli_print_json(img) < 0)
             return CLI_EXIT_FAIL;
     } else {
@@ -166,33 +140,11 @@ static int by_name(const void *a, const void *b)
 
 static int cmd_ls(int argc, char **argv, const char *sd)
 {
-    static const struct option longopts[] = {
-        {"json", no_argument, NULL, 2004},
-        {"quiet", no_argument, NULL, 'q'},
-        {"help", no_argument, NULL, 'h'},
-        {0},
-    };
-    bool json = false, quiet = false;
-    int c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "+:hq", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'h':
-            cli_help("image");
-            return CLI_EXIT_OK;
-        case 'q':
-            quiet = true;
-            break;
-        case 2004:
-            json = true;
-            break;
-        default:
-            return cli_bad_option("image", c, argv);
-        }
-    }
-    if (optind < argc)
-        return cli_usage_error("image", "unexpected argument '%s'", argv[optind]);
+    _cleanup_cli_opts_ struct cli_opts o = {0};
+    int rc;
+    unsigned takes = CLI_TAKES_JSON | CLI_TAKES_QUIET | CLI_NO_OPERANDS;
+    if (!cli_parse_opts("image", argc, argv, takes, &o, &rc))
+        return rc;
     sbx_linux_image_info *v = NULL;
     size_t n = 0;
     sbx_error *e = NULL;
@@ -203,14 +155,14 @@ static int cmd_ls(int argc, char **argv, const char *sd)
     if (n)
         qsort(v, n, sizeof(*v), by_name);
     _cleanup_json_ json_t *arr = json_array();
-    if (!json && !quiet)
+    if (!o.json && !o.quiet)
         printf("%-24s %-19s %-10s %-20s %s\n", "NAME", "DIGEST", "SIZE", "CREATED", "SOURCE");
     for (size_t i = 0; i < n; i++) {
-        if (json) {
+        if (o.json) {
             json_array_append_new(arr, image_json(&v[i]));
             continue;
         }
-        if (quiet) {
+        if (o.quiet) {
             printf("%s\n", v[i].name);
             continue;
         }
@@ -228,7 +180,7 @@ static int cmd_ls(int argc, char **argv, const char *sd)
                v[i].source ? v[i].source : "");
     }
     sbx__linux_image_list_free(v, n);
-    if (json && cli_print_json(arr) < 0)
+    if (o.json && cli_print_json(arr) < 0)
         return CLI_EXIT_FAIL;
     return CLI_EXIT_OK;
 }
@@ -252,30 +204,13 @@ static char *boxes_using(const char *sd, const char *name)
 
 static int cmd_rm(int argc, char **argv, const char *sd)
 {
-    static const struct option longopts[] = {
-        {"force", no_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},
-        {0},
-    };
-    bool force = false;
-    int c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "+:hf", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'h':
-            cli_help("image");
-            return CLI_EXIT_OK;
-        case 'f':
-            force = true;
-            break;
-        default:
-            return cli_bad_option("image", c, argv);
-        }
-    }
+    _cleanup_cli_opts_ struct cli_opts o = {0};
+    int rc;
+    if (!cli_parse_opts("image", argc, argv, CLI_TAKES_FORCE, &o, &rc))
+        return rc;
     if (optind >= argc)
         return cli_usage_error("image", "image rm expects NAME...");
-    int rc = CLI_EXIT_OK;
+    rc = CLI_EXIT_OK;
     for (int i = optind; i < argc; i++) {
         const char *name = argv[i];
         /*
@@ -283,7 +218,7 @@ static int cmd_rm(int argc, char **argv, const char *sd)
          * removed under a running box may break it: refuse unless forced.
          */
         _cleanup_free_ char *users = boxes_using(sd, name);
-        if (users && !force) {
+        if (users && !o.force) {
             cli_error("image %s is used by box %s; stop them first, or remove it anyway with "
                       "'sbx image rm --force'",
                       name, users);
@@ -318,6 +253,7 @@ int cli_cmd_image(int argc, char **argv)
     if (!sd)
         return CLI_EXIT_SBX;
     /* Each subcommand parses its own argv, with its name as argv[0]. */
+    optind = 1;
     if (!strcmp(sub, "import"))
         return cmd_import(argc - 1, argv + 1, sd);
     if (!strcmp(sub, "ls") || !strcmp(sub, "list"))

@@ -53,7 +53,7 @@ static bool listed(const json_t *records, const char *id)
     json_t *r;
     json_array_foreach((json_t *)records, i, r)
     {
-        const char *rid = json_string_value(json_object_get(r, "id"));
+        const char *rid = cli_box_id(r);
         if (rid && !strcmp(rid, id))
             return true;
     }
@@ -105,7 +105,7 @@ int cli_linux_records(const json_t *skip, json_t **records, sbx_error **err)
 const char *cli_linux_status(const json_t *record)
 {
     _cleanup_free_ char *sd = cli_linux_state_dir(record);
-    const char *id = json_string_value(json_object_get(record, "id"));
+    const char *id = cli_box_id(record);
     _cleanup_free_ char *dir = sd && id ? sbx__printf("%s/boxes/%s", sd, id) : NULL;
     struct stat st;
     if (!dir || stat(dir, &st) < 0)
@@ -128,7 +128,7 @@ const char *cli_linux_status(const json_t *record)
 int cli_linux_stop(const json_t *record, sbx_error **err)
 {
     _cleanup_free_ char *sd = cli_linux_state_dir(record);
-    const char *id = json_string_value(json_object_get(record, "id"));
+    const char *id = cli_box_id(record);
     if (!sd || !id)
         return sbx__set_error(err, SBX_EINVAL, "box record is incomplete");
     /* The provider config's stop timeout, as a stop through the provider would use. */

@@ -4,7 +4,6 @@
  */
 #include "cli/cli.h"
 
-#include <getopt.h>
 #include <time.h>
 
 /*
@@ -89,42 +88,14 @@ static char *labels_text(const json_t *rec)
 
 int cli_cmd_ls(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        { "label", required_argument, NULL, 1012 },
-        { "json", no_argument, NULL, 2004 },
-        { "quiet", no_argument, NULL, 'q' },
-        { "help", no_argument, NULL, 'h' },
-        { 0 },
-    };
-    sbx_kv filter = { 0 };
-    bool json = false, quiet = false;
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "+:hq", longopts, NULL)) != -1) {
-        _cleanup_free_ char *k = NULL;
-        const char *v;
-        switch (c) {
-        case 'h': cli_help("ls"); sbx__kv_free(&filter); return CLI_EXIT_OK;
-        case 'q': quiet = true; break;
-        case 2004: json = true; break;
-        case 1012:
-            if (cli_split_kv(optarg, &k, &v) < 0) {
-                sbx__kv_free(&filter);
-                return cli_usage_error("ls", "--label expects KEY=VALUE, got '%s'", optarg);
-            }
-            sbx__kv_set(&filter, k, v);
-            break;
-        default: sbx__kv_free(&filter); return cli_bad_option("ls", c, argv);
-        }
-    }
-    if (optind < argc) {
-        sbx__kv_free(&filter);
-        return cli_usage_error("ls", "unexpected argument '%s'", argv[optind]);
-    }
+    _cleanup_cli_opts_ struct cli_opts o = { 0 };
+    int rc;
+    unsigned takes = CLI_TAKES_LABEL | CLI_TAKES_JSON | CLI_TAKES_QUIET | CLI_NO_OPERANDS;
+    if (!cli_parse_opts("ls", argc, argv, takes, &o, &rc))
+        return rc;
     sbx_error *e = NULL;
     _cleanup_json_ json_t *all = NULL;
     if (cli_box_list_all(&all, &e) < 0) {
-        sbx__kv_free(&filter);
         cli_sbx_error(e, "listing boxes");
         return CLI_EXIT_SBX;
     }
@@ -133,21 +104,21 @@ int cli_cmd_ls(int argc, char **argv)
     size_t i;
     json_t *rec;
     double now = cli_now();
-    if (!json && !quiet)
+    if (!o.json && !o.quiet)
         printf("%-40s %-10s %-12s %-6s %-8s %s\n", "ID", "PROVIDER", "STATUS", "AGE", "TTL",
                "LABELS");
     json_array_foreach(all, i, rec)
     {
-        if (!cli_box_matches(rec, &filter))
+        if (!cli_box_matches(rec, &o.labels))
             continue;
-        const char *id = json_string_value(json_object_get(rec, "id"));
-        if (quiet) {
+        const char *id = cli_box_id(rec);
+        if (o.quiet) {
             printf("%s\n", id);
             continue;
         }
         _cleanup_free_ char *why = NULL;
         const char *status = live_status(rec, &why);
-        if (json) {
+        if (o.json) {
             json_array_append_new(out, with_status(rec, status, why));
             continue;
         }
@@ -161,54 +132,35 @@ int cli_cmd_ls(int argc, char **argv)
         printf("%-40s %-10s %-12s %-6s %-8s %s\n", id, prov ? prov : "?", status, age, ttl,
                labels ? labels : "");
     }
-    sbx__kv_free(&filter);
-    if (json && cli_print_json(out) < 0)
+    if (o.json && cli_print_json(out) < 0)
         return CLI_EXIT_FAIL;
     return CLI_EXIT_OK;
 }
 
 int cli_cmd_status(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        { "json", no_argument, NULL, 2004 },
-        { "help", no_argument, NULL, 'h' },
-        { 0 },
-    };
-    bool json = false;
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
-        if (c == 'h') {
-            cli_help("status");
-            return CLI_EXIT_OK;
-        }
-        if (c != 2004)
-            return cli_bad_option("status", c, argv);
-        json = true;
-    }
+    _cleanup_cli_opts_ struct cli_opts o = { 0 };
+    int rc;
+    if (!cli_parse_opts("status", argc, argv, CLI_TAKES_JSON, &o, &rc))
+        return rc;
     if (optind >= argc)
         return cli_usage_error("status", "no box ID given");
     if (optind + 1 < argc)
         return cli_usage_error("status", "expected one box ID, got %d", argc - optind);
-    sbx_error *e = NULL;
     _cleanup_json_ json_t *rec = NULL;
-    if (cli_box_load(argv[optind], &rec, &e) < 0) {
-        int rc = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_USAGE;
-        cli_sbx_error(e, "loading the box record");
+    if ((rc = cli_box_find(argv[optind], &rec)) != CLI_EXIT_OK)
         return rc;
-    }
     cli_signals_install();
     _cleanup_free_ char *why = NULL;
     const char *status = live_status(rec, &why);
-    if (json) {
-        _cleanup_json_ json_t *o = with_status(rec, status, why);
-        cli_print_json(o);
+    if (o.json) {
+        _cleanup_json_ json_t *v = with_status(rec, status, why);
+        cli_print_json(v);
     } else {
         printf("%s\n", status);
     }
     if (why) {
-        cli_error("box %s is unreachable: %s", json_string_value(json_object_get(rec, "id")),
-                  why);
+        cli_error("box %s is unreachable: %s", cli_box_id(rec), why);
         return CLI_EXIT_SBX;
     }
     return CLI_EXIT_OK;

@@ -112,13 +112,18 @@ static const struct command *find_command(const char *name)
     return NULL;
 }
 
+static void verror(const char *fmt, va_list ap)
+{
+    fputs("sbx: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 void cli_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("sbx: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    verror(fmt, ap);
     va_end(ap);
 }
 
@@ -135,9 +140,7 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("sbx: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    verror(fmt, ap);
     va_end(ap);
     const struct command *c = cmd ? find_command(cmd) : NULL;
     if (c)
@@ -159,17 +162,17 @@ int cli_bad_option(const char *cmd, int c, char **argv)
     return cli_usage_error(cmd, "unknown option '%s'", arg);
 }
 
-int cli_exit_for_provider_error(int code)
+int cli_provider_new(const char *config_json, sbx_provider **p)
 {
+    sbx_error *e = NULL;
+    if (sbx_provider_new(config_json, p, &e) == SBX_OK)
+        return CLI_EXIT_OK;
     /* A bad name or config is the caller's to fix; anything else is sbx's. */
-    switch (code) {
-    case SBX_EINVAL:
-    case SBX_ETYPE:
-    case SBX_ENOENT:
-        return CLI_EXIT_USAGE;
-    default:
-        return CLI_EXIT_SBX;
-    }
+    int code = sbx_error_code(e);
+    int rc = code == SBX_EINVAL || code == SBX_ETYPE || code == SBX_ENOENT ? CLI_EXIT_USAGE
+                                                                            : CLI_EXIT_SBX;
+    cli_sbx_error(e, "creating the provider");
+    return rc;
 }
 
 static void main_help(FILE *out)

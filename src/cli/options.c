@@ -1,10 +1,14 @@
-/* The options that describe a box (provider, config, spec) and how they become an sbx_spec. */
+/*
+ * Command-line options: those most commands share (--json, --label, ...),
+ * and those that describe a box (provider, config, spec) and how they
+ * become an sbx_spec.
+ */
 #include "cli/cli.h"
 
-#include <getopt.h>
 #include <math.h>
 
-int cli_split_kv(const char *arg, char **key, const char **value)
+/* Splits "K=V"; returns -1 when there is no '='. `key` is malloc'd. */
+static int split_kv(const char *arg, char **key, const char **value)
 {
     const char *eq = strchr(arg, '=');
     if (!eq || eq == arg)
@@ -38,15 +42,85 @@ int cli_parse_seconds(const char *s, double *out)
     return 0;
 }
 
-static int add_kv(const char *cmd, sbx_kv *kv, const char *opt, const char *arg)
+int cli_add_kv(const char *cmd, sbx_kv *kv, const char *opt, const char *arg)
 {
     _cleanup_free_ char *k = NULL;
     const char *v;
-    if (cli_split_kv(arg, &k, &v) < 0) {
+    if (split_kv(arg, &k, &v) < 0) {
         cli_usage_error(cmd, "%s expects KEY=VALUE, got '%s'", opt, arg);
         return -1;
     }
     return sbx__kv_set(kv, k, v) < 0 ? -1 : 1;
+}
+
+bool cli_parse_opts(const char *cmd, int argc, char **argv, unsigned takes, struct cli_opts *o,
+                    int *exit_code)
+{
+    static const struct {
+        unsigned takes; /* 0: every command */
+        bool short_too; /* also -<val> */
+        struct option opt;
+    } table[] = {
+        { CLI_TAKES_JSON, false, { "json", no_argument, NULL, CLI_OPT_JSON } },
+        { CLI_TAKES_QUIET, true, { "quiet", no_argument, NULL, 'q' } },
+        { CLI_TAKES_FORCE, true, { "force", no_argument, NULL, 'f' } },
+        { CLI_TAKES_DRY_RUN, true, { "dry-run", no_argument, NULL, 'n' } },
+        { CLI_TAKES_LABEL, false, { "label", required_argument, NULL, CLI_OPT_LABEL } },
+        { CLI_TAKES_RUN_ID, false, { "run-id", required_argument, NULL, CLI_OPT_RUN_ID } },
+        { CLI_TAKES_PROGRESS, false, { "progress", no_argument, NULL, 'p' } },
+        { CLI_TAKES_PROGRESS, false, { "no-progress", no_argument, NULL, 'P' } },
+        { 0, true, { "help", no_argument, NULL, 'h' } },
+    };
+    struct option longopts[SBX_ARRAY_SIZE(table) + 1];
+    /* '+': stop at the first operand; ':': report a missing value as such. */
+    char shortopts[SBX_ARRAY_SIZE(table) + 3] = "+:";
+    size_t n = 0, ns = 2;
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(table); i++) {
+        if (table[i].takes && !(takes & table[i].takes))
+            continue;
+        longopts[n++] = table[i].opt;
+        if (table[i].short_too)
+            shortopts[ns++] = (char)table[i].opt.val;
+    }
+    longopts[n] = (struct option){ 0 };
+    shortopts[ns] = 0;
+
+    *o = (struct cli_opts){ .progress = -1 };
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h': cli_help(cmd); *exit_code = CLI_EXIT_OK; goto end;
+        case 'q': o->quiet = true; break;
+        case 'f': o->force = true; break;
+        case 'n': o->dry_run = true; break;
+        case 'p': o->progress = 1; break;
+        case 'P': o->progress = 0; break;
+        case CLI_OPT_JSON: o->json = true; break;
+        case CLI_OPT_LABEL:
+            if (cli_add_kv(cmd, &o->labels, "--label", optarg) < 0) {
+                *exit_code = CLI_EXIT_USAGE;
+                goto end;
+            }
+            break;
+        /* The run id a box was labelled with: the same as --label run_id=R. */
+        case CLI_OPT_RUN_ID: sbx__kv_set(&o->labels, "run_id", optarg); break;
+        default: *exit_code = cli_bad_option(cmd, c, argv); goto end;
+        }
+    }
+    if ((takes & CLI_NO_OPERANDS) && optind < argc) {
+        *exit_code = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+        goto end;
+    }
+    return true;
+end:
+    cli_opts_free(o);
+    return false;
+}
+
+void cli_opts_free(struct cli_opts *o)
+{
+    sbx__kv_free(&o->labels);
 }
 
 int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *arg)
@@ -58,7 +132,7 @@ int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *ar
     case 1004: o->spec_file = arg; return 1;
     case 1005: o->image = arg; return 1;
     case 1006: o->workdir = arg; return 1;
-    case 'e': return add_kv(cmd, &o->env, "-e/--env", arg);
+    case 'e': return cli_add_kv(cmd, &o->env, "-e/--env", arg);
     case 1007: o->cpu = arg; return 1;
     case 1008: o->memory = arg; return 1;
     case 1009: o->disk = arg; return 1;
@@ -76,8 +150,8 @@ int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *ar
         o->ports[o->n_ports++] = (int)port;
         return 1;
     }
-    case 1012: return add_kv(cmd, &o->labels, "--label", arg);
-    case 1013: return add_kv(cmd, &o->files, "--file", arg);
+    case CLI_OPT_LABEL: return cli_add_kv(cmd, &o->labels, "--label", arg);
+    case 1013: return cli_add_kv(cmd, &o->files, "--file", arg);
     case 1014: o->ready_timeout = arg; return 1;
     default: return 0;
     }

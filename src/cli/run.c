@@ -32,14 +32,6 @@ static sbx_exec_opts *make_exec_opts(const struct exec_args *a, const sbx_kv *en
     return o;
 }
 
-/* Reports an interruption and returns 128+N. */
-static int interrupted(const char *what)
-{
-    int sig = cli_signal_received();
-    cli_error("interrupted by SIG%s; %s", sigabbrev_np(sig) ? sigabbrev_np(sig) : "?", what);
-    return 128 + sig;
-}
-
 /*
  * Runs `command` in `sb` (started or connected) and prints the result.
  * Shared by run and exec. Returns the exit code, or -1 when interrupted.
@@ -102,7 +94,7 @@ static int exec_opt(const char *cmd, struct exec_args *a, int c, const char *arg
         return 1;
     case 2002: a->user = arg; return 1;
     case 2003: a->no_stdin = true; return 1;
-    case 2004: a->json = true; return 1;
+    case CLI_OPT_JSON: a->json = true; return 1;
     case 2005: a->cwd = arg; return 1;
     default: return 0;
     }
@@ -110,41 +102,35 @@ static int exec_opt(const char *cmd, struct exec_args *a, int c, const char *arg
 
 #define EXEC_LONGOPTS                                                                              \
     { "timeout", required_argument, NULL, 2001 }, { "user", required_argument, NULL, 2002 },      \
-        { "no-stdin", no_argument, NULL, 2003 }, { "json", no_argument, NULL, 2004 },             \
+        { "no-stdin", no_argument, NULL, 2003 }, { "json", no_argument, NULL, CLI_OPT_JSON },     \
         { "help", no_argument, NULL, 'h' }
 
 int cli_cmd_run(int argc, char **argv)
 {
     static const struct option longopts[] = { CLI_SPEC_LONGOPTS, EXEC_LONGOPTS, { 0 } };
-    struct cli_spec_opts so = { 0 };
+    _cleanup_spec_opts_ struct cli_spec_opts so = { 0 };
     struct exec_args a = { 0 };
     int c, rc = CLI_EXIT_OK;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "+:he:", longopts, NULL)) != -1) {
         if (c == 'h') {
             cli_help("run");
-            cli_spec_opts_free(&so);
             return CLI_EXIT_OK;
         }
         int r = cli_spec_opt("run", &so, c, optarg);
         if (r == 0)
             r = exec_opt("run", &a, c, optarg);
         if (r == 0)
-            rc = cli_bad_option("run", c, argv);
-        if (r <= 0) {
-            cli_spec_opts_free(&so);
-            return r < 0 ? CLI_EXIT_USAGE : rc;
-        }
+            return cli_bad_option("run", c, argv);
+        if (r < 0)
+            return CLI_EXIT_USAGE;
     }
-    if (optind >= argc) {
-        cli_spec_opts_free(&so);
+    if (optind >= argc)
         return cli_usage_error("run", "no command given");
-    }
     _cleanup_free_ char *command = cli_join_argv(argv + optind, argc - optind);
     _cleanup_free_ char *config = NULL;
     sbx_spec *spec = NULL;
     rc = cli_spec_build("run", &so, &config, &spec);
-    cli_spec_opts_free(&so);
     if (rc != CLI_EXIT_OK)
         return rc;
     if (!command || cli_signals_install() < 0) {
@@ -153,29 +139,22 @@ int cli_cmd_run(int argc, char **argv)
         return CLI_EXIT_SBX;
     }
 
-    sbx_error *e = NULL;
     sbx_provider *p = NULL;
-    if (sbx_provider_new(config, &p, &e) < 0) {
+    if ((rc = cli_provider_new(config, &p)) != CLI_EXIT_OK) {
         sbx_spec_free(spec);
-        rc = cli_exit_for_provider_error(sbx_error_code(e));
-        cli_sbx_error(e, "creating the provider");
         return rc;
     }
+    sbx_error *e = NULL;
     sbx_sandbox *sb = NULL;
-    sbx_future *f = NULL;
-    rc = sbx_sandbox_new(p, spec, &sb, &e);
+    rc = cli_box_start(p, spec, &sb, &e);
     sbx_spec_free(spec);
-    if (rc == SBX_OK && (rc = sbx_sandbox_start_async(sb, NULL, &f, &e)) == SBX_OK) {
-        rc = cli_wait(f, &e);
-        sbx_future_free(f);
-    }
     if (rc < 0 || cli_signal_received()) {
         /* Freeing stops whatever the start left running. */
         sbx_sandbox_free(sb);
         sbx_provider_free(p);
         if (cli_signal_received()) {
             sbx_error_free(e);
-            return interrupted("no box was left running");
+            return cli_interrupted("no box was left running");
         }
         cli_sbx_error(e, "starting the box");
         return CLI_EXIT_SBX;
@@ -192,7 +171,7 @@ int cli_cmd_run(int argc, char **argv)
     if (rc < 0) {
         sbx_sandbox_free(sb);
         sbx_provider_free(p);
-        return interrupted("the box was stopped");
+        return cli_interrupted("the box was stopped");
     }
     if (rc == CLI_EXIT_OK)
         rc = print_result(sb, r, &a);
@@ -221,14 +200,10 @@ int cli_cmd_exec(int argc, char **argv)
                 return CLI_EXIT_OK;
             }
             if (c == 'e') {
-                _cleanup_free_ char *k = NULL;
-                const char *v;
-                if (cli_split_kv(optarg, &k, &v) < 0) {
+                if (cli_add_kv("exec", &env, "-e/--env", optarg) < 0) {
                     sbx__kv_free(&env);
-                    return cli_usage_error("exec", "-e/--env expects KEY=VALUE, got '%s'",
-                                           optarg);
+                    return CLI_EXIT_USAGE;
                 }
-                sbx__kv_set(&env, k, v);
                 continue;
             }
             if ((r = exec_opt("exec", &a, c, optarg)) <= 0) {
@@ -256,11 +231,8 @@ int cli_cmd_exec(int argc, char **argv)
         return cli_usage_error("exec", "no command given");
     }
     _cleanup_free_ char *command = cli_join_argv(argv + optind, argc - optind);
-    sbx_error *e = NULL;
     _cleanup_json_ json_t *rec = NULL;
-    if (cli_box_load(id, &rec, &e) < 0) {
-        rc = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_USAGE;
-        cli_sbx_error(e, "loading the box record");
+    if ((rc = cli_box_find(id, &rec)) != CLI_EXIT_OK) {
         sbx__kv_free(&env);
         return rc;
     }
@@ -269,13 +241,14 @@ int cli_cmd_exec(int argc, char **argv)
         cli_error("cannot set up: %s", strerror(errno));
         return CLI_EXIT_SBX;
     }
+    sbx_error *e = NULL;
     sbx_provider *p = NULL;
     sbx_sandbox *sb = NULL;
     if (cli_box_connect(rec, &p, &sb, &e) < 0) {
         sbx__kv_free(&env);
         if (cli_signal_received()) {
             sbx_error_free(e);
-            return interrupted("nothing was run");
+            return cli_interrupted("nothing was run");
         }
         cli_sbx_error(e, "connecting to the box");
         return CLI_EXIT_SBX;
@@ -296,7 +269,7 @@ int cli_cmd_exec(int argc, char **argv)
     rc = exec_and_print(sb, command, &a, &all_env, &r);
     sbx__kv_free(&all_env);
     if (rc < 0)
-        rc = interrupted("the command was cancelled; the box lives on");
+        rc = cli_interrupted("the command was cancelled; the box lives on");
     else if (rc == CLI_EXIT_OK)
         rc = print_result(sb, r, &a);
     /* A connected handle only releases itself: the box lives on. */

@@ -2,8 +2,6 @@
 #include "cli/cli.h"
 #include "providers/linux/linux.h"
 
-#include <getopt.h>
-
 /*
  * Stops the box a record names through a connected handle (its descriptor
  * has the owner's scope, so stop ends the box), then removes the record.
@@ -12,7 +10,7 @@
  */
 static int stop_box(const json_t *rec, bool force, sbx_error **err)
 {
-    const char *id = json_string_value(json_object_get(rec, "id"));
+    const char *id = cli_box_id(rec);
     sbx_provider *p = NULL;
     sbx_sandbox *sb = NULL;
     /* A linux box is stopped through its shim: that works when its agent is gone too. */
@@ -42,38 +40,25 @@ static int stop_box(const json_t *rec, bool force, sbx_error **err)
 
 int cli_cmd_stop(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        { "force", no_argument, NULL, 'f' },
-        { "help", no_argument, NULL, 'h' },
-        { 0 },
-    };
-    bool force = false;
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "+:hf", longopts, NULL)) != -1) {
-        if (c == 'h') {
-            cli_help("stop");
-            return CLI_EXIT_OK;
-        }
-        if (c != 'f')
-            return cli_bad_option("stop", c, argv);
-        force = true;
-    }
+    _cleanup_cli_opts_ struct cli_opts o = { 0 };
+    int rc;
+    if (!cli_parse_opts("stop", argc, argv, CLI_TAKES_FORCE, &o, &rc))
+        return rc;
     if (optind >= argc)
         return cli_usage_error("stop", "no box ID given");
     cli_signals_install();
-    int rc = CLI_EXIT_OK;
+    rc = CLI_EXIT_OK;
     for (int i = optind; i < argc; i++) {
-        sbx_error *e = NULL;
         _cleanup_json_ json_t *rec = NULL;
-        if (cli_box_load(argv[i], &rec, &e) < 0) {
+        int found = cli_box_find(argv[i], &rec);
+        if (found != CLI_EXIT_OK) {
             if (rc == CLI_EXIT_OK)
-                rc = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_USAGE;
-            cli_sbx_error(e, "loading the box record");
+                rc = found;
             continue;
         }
-        const char *id = json_string_value(json_object_get(rec, "id"));
-        if (stop_box(rec, force, &e) < 0) {
+        sbx_error *e = NULL;
+        const char *id = cli_box_id(rec);
+        if (stop_box(rec, o.force, &e) < 0) {
             cli_error("stopping box %s failed: %s (retry, or forget it with 'sbx stop --force')",
                       id, e ? sbx_error_message(e) : "unknown error");
             sbx_error_free(e);
@@ -140,14 +125,15 @@ static const char *linux_reason(const sbx_linux_box_info *boxes, size_t n, const
  * (orphans, expired boxes, and with labels every matching box). Ids already
  * handled through CLI records (in `done`) are not reported twice.
  */
-static int gc_linux(const sbx_kv *labels, bool dry, bool json, const json_t *done, json_t *out)
+static int gc_linux(const struct cli_opts *opts, const json_t *done, json_t *out)
 {
     sbx_error *e = NULL;
     _cleanup_free_ char *sd = sbx__linux_state_dir(NULL);
     sbx_linux_box_info *boxes = NULL;
     size_t n = 0;
     char **removed = NULL;
-    sbx_linux_gc_opts o = { .labels = labels->len ? labels : NULL, .dry_run = dry };
+    sbx_linux_gc_opts o = { .labels = opts->labels.len ? &opts->labels : NULL,
+                            .dry_run = opts->dry_run };
     if (!sd || sbx__linux_list(sd, NULL, &boxes, &n, &e) < 0 ||
         sbx__linux_gc(sd, &o, &removed, &e) < 0) {
         cli_error("collecting linux boxes in %s: %s", sd ? sd : "?",
@@ -161,13 +147,13 @@ static int gc_linux(const sbx_kv *labels, bool dry, bool json, const json_t *don
             continue;
         const char *reason = linux_reason(boxes, n, *id);
         /* The CLI may hold a record of it under another state directory name: drop it. */
-        if (!dry)
+        if (!opts->dry_run)
             cli_box_remove(*id);
-        if (json)
+        if (opts->json)
             json_array_append_new(out, json_pack("{s:s, s:s, s:b}", "id", *id, "reason", reason,
-                                                 "removed", !dry));
+                                                 "removed", !opts->dry_run));
         else
-            printf("%s\t%s%s\n", *id, reason, dry ? " (dry run)" : "");
+            printf("%s\t%s%s\n", *id, reason, opts->dry_run ? " (dry run)" : "");
     }
     sbx_strv_free(removed);
     sbx__linux_list_free(boxes, n);
@@ -176,52 +162,22 @@ static int gc_linux(const sbx_kv *labels, bool dry, bool json, const json_t *don
 
 int cli_cmd_gc(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        { "dry-run", no_argument, NULL, 'n' },
-        { "json", no_argument, NULL, 2004 },
-        { "label", required_argument, NULL, 1012 },
-        { "run-id", required_argument, NULL, 1015 },
-        { "help", no_argument, NULL, 'h' },
-        { 0 },
-    };
-    bool dry = false, json = false;
-    sbx_kv labels = { 0 };
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "+:hn", longopts, NULL)) != -1) {
-        _cleanup_free_ char *k = NULL;
-        const char *v;
-        switch (c) {
-        case 'h': cli_help("gc"); sbx__kv_free(&labels); return CLI_EXIT_OK;
-        case 'n': dry = true; break;
-        case 2004: json = true; break;
-        case 1012:
-            if (cli_split_kv(optarg, &k, &v) < 0) {
-                sbx__kv_free(&labels);
-                return cli_usage_error("gc", "--label expects KEY=VALUE, got '%s'", optarg);
-            }
-            sbx__kv_set(&labels, k, v);
-            break;
-        /* The run id a box was labelled with: the same as --label run_id=R. */
-        case 1015: sbx__kv_set(&labels, "run_id", optarg); break;
-        default: sbx__kv_free(&labels); return cli_bad_option("gc", c, argv);
-        }
-    }
-    if (optind < argc) {
-        sbx__kv_free(&labels);
-        return cli_usage_error("gc", "unexpected argument '%s'", argv[optind]);
-    }
+    _cleanup_cli_opts_ struct cli_opts o = { 0 };
+    int rc;
+    unsigned takes = CLI_TAKES_DRY_RUN | CLI_TAKES_JSON | CLI_TAKES_LABEL | CLI_TAKES_RUN_ID |
+                     CLI_NO_OPERANDS;
+    if (!cli_parse_opts("gc", argc, argv, takes, &o, &rc))
+        return rc;
     sbx_error *e = NULL;
     _cleanup_json_ json_t *all = NULL;
     if (cli_box_list(&all, &e) < 0) {
-        sbx__kv_free(&labels);
         cli_sbx_error(e, "listing boxes");
         return CLI_EXIT_SBX;
     }
     cli_signals_install();
     _cleanup_json_ json_t *out = json_array();
     _cleanup_json_ json_t *done = json_object();
-    int rc = CLI_EXIT_OK;
+    rc = CLI_EXIT_OK;
     double now = cli_now();
     size_t i;
     json_t *rec;
@@ -232,14 +188,14 @@ int cli_cmd_gc(int argc, char **argv)
         bool reachable;
         const char *reason = gc_reason(rec, now, &reachable);
         /* With labels, every matching box goes (a crashed run's boxes, for one). */
-        if (!reason && labels.len && cli_box_matches(rec, &labels))
+        if (!reason && o.labels.len && cli_box_matches(rec, &o.labels))
             reason = "label";
         if (!reason)
             continue;
-        const char *id = json_string_value(json_object_get(rec, "id"));
+        const char *id = cli_box_id(rec);
         json_object_set_new(done, id, json_true());
         bool removed = false;
-        if (!dry) {
+        if (!o.dry_run) {
             /* A box that no longer answers cannot be stopped: forget it all the same. */
             bool alive = reachable && (!strcmp(reason, "ttl expired") || !strcmp(reason, "label"));
             if (stop_box(rec, !alive, &e) < 0) {
@@ -252,16 +208,15 @@ int cli_cmd_gc(int argc, char **argv)
             sbx_error_free(e);
             e = NULL;
         }
-        if (json)
+        if (o.json)
             json_array_append_new(out, json_pack("{s:s, s:s, s:b}", "id", id, "reason", reason,
                                                  "removed", removed));
         else
-            printf("%s\t%s%s\n", id, reason, dry ? " (dry run)" : removed ? "" : " (kept)");
+            printf("%s\t%s%s\n", id, reason, o.dry_run ? " (dry run)" : removed ? "" : " (kept)");
     }
-    if (!cli_signal_received() && gc_linux(&labels, dry, json, done, out) != CLI_EXIT_OK)
+    if (!cli_signal_received() && gc_linux(&o, done, out) != CLI_EXIT_OK)
         rc = CLI_EXIT_FAIL;
-    sbx__kv_free(&labels);
-    if (json && cli_print_json(out) < 0)
+    if (o.json && cli_print_json(out) < 0)
         return CLI_EXIT_FAIL;
     return rc;
 }

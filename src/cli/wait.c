@@ -53,6 +53,14 @@ int cli_signals_install(void)
 
 int cli_signal_received(void) { return got_signal; }
 
+int cli_interrupted(const char *what)
+{
+    int sig = cli_signal_received();
+    const char *name = sigabbrev_np(sig);
+    cli_error("interrupted by SIG%s%s%s", name ? name : "?", what ? "; " : "", what ? what : "");
+    return 128 + sig;
+}
+
 int cli_wait(sbx_future *f, sbx_error **err)
 {
     if (sig_pipe[0] >= 0 && !got_signal) {

@@ -159,6 +159,26 @@ static int not_a_name_reference(const char *type, sbx_error **err)
                           type);
 }
 
+/*
+ * Hands out a found block (a copy the caller may change) and the name of
+ * where it came from, after resolving ${oc.env:...} in it. Takes both; either
+ * may be NULL after a failed allocation.
+ */
+static int found_block(json_t *block, char *source, json_t **block_out, char **source_out,
+                       sbx_error **err)
+{
+    int rc = block && source ? sbx__interpolate(block, err)
+                             : sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (rc < 0) {
+        json_decref(block);
+        free(source);
+        return rc;
+    }
+    *block_out = block;
+    *source_out = source;
+    return SBX_OK;
+}
+
 static int lookup_named(const char *name, const char *document, json_t **block_out,
                         char **source_out, sbx_error **err)
 {
@@ -188,22 +208,8 @@ static int lookup_named(const char *name, const char *document, json_t **block_o
             "your config_paths. Available sandbox configs: %s",
             r ? r : name, name, cands ? cands : "(none)");
     }
-    json_t *copy = json_deep_copy(block);
-    char *source = sbx__printf("reference %s", r ? r : name);
-    if (!copy || !source) {
-        json_decref(copy);
-        free(source);
-        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    }
-    int rc = sbx__interpolate(copy, err);
-    if (rc < 0) {
-        json_decref(copy);
-        free(source);
-        return rc;
-    }
-    *block_out = copy;
-    *source_out = source;
-    return SBX_OK;
+    return found_block(json_deep_copy(block), sbx__printf("reference %s", r ? r : name),
+                       block_out, source_out, err);
 }
 
 /* Finds the block `ref` designates; `*source_out` names it for messages. */
@@ -240,38 +246,39 @@ static int resolve_block(const char *ref, const char *document, json_t **block_o
         json_decref(v);
         return rc;
     }
-    int rc = sbx__interpolate(v, err);
-    char *source = strdup(INLINE_SOURCE);
-    if (rc < 0 || !source) {
-        json_decref(v);
-        free(source);
-        return rc < 0 ? rc : sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    }
-    *block_out = v;
-    *source_out = source;
-    return SBX_OK;
+    return found_block(v, strdup(INLINE_SOURCE), block_out, source_out, err);
 }
 
-static int not_a_mapping(const char *source, const json_t *block, sbx_error **err)
+/*
+ * What both resolvers do first: check `json_out` (named in `fn`'s message),
+ * find the block `ref` designates and require a mapping. `*block` and
+ * `*source` may be set on failure too: the caller frees them.
+ */
+static int resolve_mapping(const char *fn, const char *ref, const char *document,
+                           char **json_out, json_t **block, char **source, sbx_error **err)
 {
-    _cleanup_free_ char *r = sbx__json_repr(block);
-    return sbx__set_error(err, SBX_EINVAL,
-                          "Sandbox provider config from %s must be a mapping, got: %s", source,
-                          r ? r : "?");
+    if (!json_out)
+        return sbx__set_error(err, SBX_EINVAL, "%s: json_out is NULL", fn);
+    int rc = resolve_block(ref, document, block, source, err);
+    if (rc < 0)
+        return rc;
+    if (!json_is_object(*block)) {
+        _cleanup_free_ char *r = sbx__json_repr(*block);
+        return sbx__set_error(err, SBX_EINVAL,
+                              "Sandbox provider config from %s must be a mapping, got: %s",
+                              *source, r ? r : "?");
+    }
+    return SBX_OK;
 }
 
 int sbx_resolve_provider_config(const char *ref, const char *document, char **json_out,
                                 sbx_error **err)
 {
-    if (!json_out)
-        return sbx__set_error(err, SBX_EINVAL, "sbx_resolve_provider_config: json_out is NULL");
     _cleanup_json_ json_t *block = NULL;
     _cleanup_free_ char *source = NULL;
-    int rc = resolve_block(ref, document, &block, &source, err);
+    int rc = resolve_mapping(__func__, ref, document, json_out, &block, &source, err);
     if (rc < 0)
         return rc;
-    if (!json_is_object(block))
-        return not_a_mapping(source, block, err);
     _cleanup_json_ json_t *keys = provider_keys(block);
     if (json_array_size(keys) != 1) {
         _cleanup_free_ char *r = sbx__json_repr(keys);
@@ -313,15 +320,11 @@ static bool truthy(const json_t *v)
 int sbx_resolve_provider_metadata(const char *ref, const char *document, char **json_out,
                                   sbx_error **err)
 {
-    if (!json_out)
-        return sbx__set_error(err, SBX_EINVAL, "sbx_resolve_provider_metadata: json_out is NULL");
     _cleanup_json_ json_t *block = NULL;
     _cleanup_free_ char *source = NULL;
-    int rc = resolve_block(ref, document, &block, &source, err);
+    int rc = resolve_mapping(__func__, ref, document, json_out, &block, &source, err);
     if (rc < 0)
         return rc;
-    if (!json_is_object(block))
-        return not_a_mapping(source, block, err);
     /* The reference does not count provider keys here: `block.get(...) or {}`. */
     json_t *md = json_object_get(block, DEFAULT_METADATA_KEY);
     if (!md || !truthy(md)) {

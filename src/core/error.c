@@ -221,6 +221,18 @@ static sbx_log_cb log_cb;
 static void *log_data;
 static int log_min = SBX_LOG_INFO;
 
+/*
+ * Fork safety: a loop thread may hold log_lock when another thread forks,
+ * and the child (which has no such thread) would then deadlock on its first
+ * log line. Hold the lock across fork() so both sides start with it free.
+ */
+static void log_lock_take(void) { pthread_mutex_lock(&log_lock); }
+static void log_lock_give(void) { pthread_mutex_unlock(&log_lock); }
+__attribute__((constructor)) static void log_atfork(void)
+{
+    pthread_atfork(log_lock_take, log_lock_give, log_lock_give);
+}
+
 void sbx_set_log_cb(sbx_log_cb cb, void *data, sbx_log_level min_level)
 {
     pthread_mutex_lock(&log_lock);

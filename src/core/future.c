@@ -313,6 +313,8 @@ int sbx_future_code(const sbx_future *f, sbx_error **err)
 
 static int take(sbx_future *f, enum sbx__value_kind kind, void **out, sbx_error **err)
 {
+    /* A status is a plain value: it can be read again, so it is never "taken". */
+    bool keep = kind == SBX_VALUE_STATUS;
     if (!f)
         return sbx__set_error(err, SBX_EINVAL, "future is NULL");
     pthread_mutex_lock(&f->lock);
@@ -328,7 +330,7 @@ static int take(sbx_future *f, enum sbx__value_kind kind, void **out, sbx_error 
         rc = sbx__set_error(err, SBX_ESTATE, "the result was already taken from this future");
     } else {
         *out = f->value;
-        f->taken = true;
+        f->taken = !keep;
         rc = SBX_OK;
     }
     pthread_mutex_unlock(&f->lock);
@@ -344,10 +346,8 @@ int sbx_future_take_status(sbx_future *f, sbx_status *out, sbx_error **err)
 {
     void *v = NULL;
     int rc = take(f, SBX_VALUE_STATUS, &v, err);
-    if (rc == SBX_OK) {
+    if (rc == SBX_OK)
         *out = (sbx_status)(intptr_t)v;
-        f->taken = false; /* a status can be read again */
-    }
     return rc;
 }
 

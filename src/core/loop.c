@@ -35,9 +35,14 @@ static sbx_context *default_ctx;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 /* A forked child has no loop thread: forget the parent's contexts (they leak by design). */
+/* The parent's context as a forked child inherited it: kept reachable, never used. */
+static sbx_context *abandoned_ctx;
+
 static void atfork_child(void)
 {
     pthread_mutex_init(&default_lock, NULL);
+    if (default_ctx)
+        abandoned_ctx = default_ctx;
     default_ctx = NULL;
     current_ctx = NULL;
 }
@@ -149,8 +154,13 @@ static void context_destroy(sbx_context *ctx)
     bool self = pthread_equal(pthread_self(), ctx->thread);
     if (self)
         ctx->detached = true;
-    pthread_mutex_unlock(&ctx->lock);
+    /*
+     * Under the lock, as in sbx__context_post: the loop reads `stopping` under
+     * it and then closes the handle and the loop's descriptors, so a send
+     * after the unlock could write to a closed (or reused) descriptor.
+     */
     uv_async_send(&ctx->wake);
+    pthread_mutex_unlock(&ctx->lock);
     if (self) {
         /* Freed by the loop thread itself when it returns from uv_run. */
         pthread_detach(ctx->thread);
@@ -220,8 +230,13 @@ int sbx__context_post(sbx_context *ctx, sbx__task_fn fn, void *data)
     else
         ctx->head = t;
     ctx->tail = t;
-    pthread_mutex_unlock(&ctx->lock);
+    /*
+     * Wake the loop before unlocking: once the lock is released the loop may
+     * run the task, which can drop the last reference and free the context,
+     * so touching ctx->wake after the unlock would be a use after free.
+     */
     uv_async_send(&ctx->wake);
+    pthread_mutex_unlock(&ctx->lock);
     return SBX_OK;
 }
 

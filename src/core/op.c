@@ -15,7 +15,7 @@ struct sbx_op {
     sbx__op_done_fn done;
     void *data;
     atomic_bool completed;
-    bool cancelled;
+    atomic_bool cancelled; /* set on the loop, read by providers from worker threads too */
     sbx_op_cancel_cb cancel_cb;
     void *cancel_data;
     int code;
@@ -33,6 +33,7 @@ sbx_op *sbx__op_new(sbx_provider *p, sbx__op_done_fn done, void *data)
     op->done = done;
     op->data = data;
     atomic_init(&op->completed, false);
+    atomic_init(&op->cancelled, false);
     return op;
 }
 
@@ -73,7 +74,7 @@ void sbx_op_complete(sbx_op *op, int code, sbx_error *err, void *value)
 void *sbx_op_loop(sbx_op *op) { return sbx__context_uv(op->p->ctx); }
 sbx_provider *sbx__op_provider(const sbx_op *op) { return op->p; }
 const char *sbx_op_provider_name(const sbx_op *op) { return op->p->name; }
-int sbx_op_cancelled(const sbx_op *op) { return op->cancelled; }
+int sbx_op_cancelled(const sbx_op *op) { return atomic_load(&op->cancelled); }
 
 void sbx_op_on_cancel(sbx_op *op, sbx_op_cancel_cb cb, void *data)
 {
@@ -83,9 +84,9 @@ void sbx_op_on_cancel(sbx_op *op, sbx_op_cancel_cb cb, void *data)
 
 void sbx__op_cancel(sbx_op *op)
 {
-    if (op->cancelled || atomic_load(&op->completed))
+    if (atomic_load(&op->cancelled) || atomic_load(&op->completed))
         return;
-    op->cancelled = true;
+    atomic_store(&op->cancelled, true);
     if (op->cancel_cb)
         op->cancel_cb(op, op->cancel_data);
 }

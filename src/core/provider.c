@@ -93,7 +93,8 @@ void sbx_provider_free(sbx_provider *p)
     sbx_context *ctx = p->ctx;
     sbx__context_ref(ctx);
     sbx__provider_unref(p);
-    if (!sbx__context_on_loop(ctx))
+    /* Not on any loop thread: two loops draining each other would deadlock. */
+    if (!sbx__on_any_loop())
         sbx__context_drain(ctx);
     sbx__context_unref(ctx);
 }

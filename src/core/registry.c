@@ -17,6 +17,14 @@ struct plugin_entry {
 };
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Held across fork() so a child forked while another thread looks up a provider can too. */
+static void reg_lock_take(void) { pthread_mutex_lock(&reg_lock); }
+static void reg_lock_give(void) { pthread_mutex_unlock(&reg_lock); }
+__attribute__((constructor)) static void reg_atfork(void)
+{
+    pthread_atfork(reg_lock_take, reg_lock_give, reg_lock_give);
+}
 static const struct sbx_provider_ops **registered;
 static size_t n_registered;
 

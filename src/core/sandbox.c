@@ -32,6 +32,7 @@ struct sbx_sandbox {
     bool owned;
     atomic_int refs;
     sbx_future *start_future; /* while starting: cancelled by a concurrent stop */
+    bool box_closed;          /* the provider's close was called (loop thread only) */
     struct pending_stop *pending_stops;
 };
 
@@ -448,6 +449,23 @@ static void simple_run(void *data)
         call_finish(c, SBX_ECANCELED, sbx_error_new(SBX_ECANCELED, "operation cancelled"), NULL);
         return;
     }
+    /*
+     * A stop that raced this call reached the loop first and the provider
+     * closed the box (its state lives on until the last call lets go): do
+     * not hand the provider a closed box. A call accepted before the stop
+     * was queued before its close, so it still runs on the box.
+     */
+    bool closed = c->sb->box_closed;
+    if (closed && c->kind == CALL_STATUS) {
+        call_finish(c, SBX_OK, NULL, (void *)(intptr_t)SBX_STATUS_STOPPED);
+        return;
+    }
+    if (closed) {
+        /* The message the same call gets when it comes after the stop (need_started). */
+        call_finish(c, SBX_ESTATE, sbx_error_new(SBX_ESTATE, "Sandbox has not been started"),
+                    NULL);
+        return;
+    }
     sbx_op *op = call_step(c, simple_done);
     if (!op) {
         call_oom(c);
@@ -762,6 +780,7 @@ static void close_box(sbx_sandbox *sb, sbx_future **futures, size_t n)
     sandbox_ref(sb);
     s->futures = futures;
     s->n = n;
+    sb->box_closed = true;
     sb->p->ops->close(op, sb->p->state, sb->box, sb->owned);
 }
 
@@ -891,6 +910,23 @@ const char *sbx_sandbox_workdir(const sbx_sandbox *sb)
 }
 int sbx_sandbox_owned(const sbx_sandbox *sb) { return sb ? sb->owned : 0; }
 
+/*
+ * Drops the caller's reference. As in sbx_provider_free, the loop may still
+ * hold the last ones (a stop's completion, an op's provider reference):
+ * drain it, so that when the provider was freed first it is released (and
+ * its context's thread joined) before this returns. Not on a loop thread:
+ * waiting there could deadlock two loops draining each other.
+ */
+static void sandbox_release(sbx_sandbox *sb)
+{
+    sbx_context *ctx = sb->p->ctx;
+    sbx__context_ref(ctx);
+    sandbox_unref(sb);
+    if (!sbx__on_any_loop())
+        sbx__context_drain(ctx);
+    sbx__context_unref(ctx);
+}
+
 void sbx_sandbox_free(sbx_sandbox *sb)
 {
     if (!sb)
@@ -912,7 +948,7 @@ void sbx_sandbox_free(sbx_sandbox *sb)
             sbx_future_free(f);
         }
     }
-    sandbox_unref(sb);
+    sandbox_release(sb);
 }
 
 void sbx_sandbox_detach(sbx_sandbox *sb)
@@ -922,7 +958,7 @@ void sbx_sandbox_detach(sbx_sandbox *sb)
     pthread_mutex_lock(&sb->lock);
     sb->owned = false;
     pthread_mutex_unlock(&sb->lock);
-    sandbox_unref(sb);
+    sandbox_release(sb);
 }
 
 /* --- the blocking facade ------------------------------------------------- */

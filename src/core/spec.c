@@ -54,6 +54,21 @@ static int set_str(char **slot, const char *v)
     return SBX_OK;
 }
 
+/* Number fields: a negative value unsets the field (-1, the reference's None). */
+static int set_real(double *slot, double v)
+{
+    if (isnan(v))
+        return SBX_EINVAL;
+    *slot = v < 0 ? -1 : v;
+    return SBX_OK;
+}
+
+static int set_count(long long *slot, long long v)
+{
+    *slot = v < 0 ? -1 : v;
+    return SBX_OK;
+}
+
 int sbx_spec_set_image(sbx_spec *s, const char *image)
 {
     return s ? set_str(&s->image, image) : SBX_EINVAL;
@@ -66,18 +81,12 @@ int sbx_spec_set_workdir(sbx_spec *s, const char *dir)
 
 int sbx_spec_set_ttl(sbx_spec *s, double seconds)
 {
-    if (!s || isnan(seconds))
-        return SBX_EINVAL;
-    s->ttl_s = seconds < 0 ? -1 : seconds;
-    return SBX_OK;
+    return s ? set_real(&s->ttl_s, seconds) : SBX_EINVAL;
 }
 
 int sbx_spec_set_ready_timeout(sbx_spec *s, double seconds)
 {
-    if (!s || isnan(seconds))
-        return SBX_EINVAL;
-    s->ready_timeout_s = seconds < 0 ? -1 : seconds;
-    return SBX_OK;
+    return s ? set_real(&s->ready_timeout_s, seconds) : SBX_EINVAL;
 }
 
 int sbx_spec_set_env(sbx_spec *s, const char *key, const char *value)
@@ -128,34 +137,22 @@ int sbx_spec_set_metadata(sbx_spec *s, const char *key, const char *value)
 
 int sbx_spec_set_cpu(sbx_spec *s, double cpu)
 {
-    if (!s || isnan(cpu))
-        return SBX_EINVAL;
-    s->cpu = cpu < 0 ? -1 : cpu;
-    return SBX_OK;
+    return s ? set_real(&s->cpu, cpu) : SBX_EINVAL;
 }
 
 int sbx_spec_set_memory_mib(sbx_spec *s, long long mib)
 {
-    if (!s)
-        return SBX_EINVAL;
-    s->memory_mib = mib < 0 ? -1 : mib;
-    return SBX_OK;
+    return s ? set_count(&s->memory_mib, mib) : SBX_EINVAL;
 }
 
 int sbx_spec_set_disk_gib(sbx_spec *s, long long gib)
 {
-    if (!s)
-        return SBX_EINVAL;
-    s->disk_gib = gib < 0 ? -1 : gib;
-    return SBX_OK;
+    return s ? set_count(&s->disk_gib, gib) : SBX_EINVAL;
 }
 
 int sbx_spec_set_gpu(sbx_spec *s, long long count)
 {
-    if (!s)
-        return SBX_EINVAL;
-    s->gpu = count < 0 ? -1 : count;
-    return SBX_OK;
+    return s ? set_count(&s->gpu, count) : SBX_EINVAL;
 }
 
 int sbx_spec_set_gpu_type(sbx_spec *s, const char *type)

@@ -449,21 +449,17 @@ static int parse_node(struct yparser *y, yaml_event_t *ev, json_t **out, sbx_err
         break;
     }
     case YAML_SEQUENCE_START_EVENT:
-        if (!(v = json_array()))
-            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
-        else if ((anchor = start_anchor(y, ev->data.sequence_start.anchor, v)) == -2)
-            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
-        else
-            rc = parse_sequence(y, v, err);
-        break;
-    case YAML_MAPPING_START_EVENT:
-        if (!(v = json_object()))
-            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
-        else if ((anchor = start_anchor(y, ev->data.mapping_start.anchor, v)) == -2)
+    case YAML_MAPPING_START_EVENT: {
+        bool seq = ev->type == YAML_SEQUENCE_START_EVENT;
+        const yaml_char_t *name =
+            seq ? ev->data.sequence_start.anchor : ev->data.mapping_start.anchor;
+        if (!(v = seq ? json_array() : json_object()) ||
+            (anchor = start_anchor(y, name, v)) == -2)
             rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
         else
-            rc = parse_mapping(y, v, err);
+            rc = seq ? parse_sequence(y, v, err) : parse_mapping(y, v, err);
         break;
+    }
     default:
         rc = sbx__set_error(err, SBX_EINVAL, "invalid YAML at line %zu: unexpected event",
                             ev->start_mark.line + 1);
@@ -653,36 +649,37 @@ static int interpolate_string(const char *s, json_t **replacement, sbx_error **e
     return 0;
 }
 
+/*
+ * Interpolates one member of a mapping or list: a string gets its
+ * replacement in `*r` (NULL when unchanged), anything else is walked.
+ */
+static int interpolate_member(json_t *x, json_t **r, sbx_error **err)
+{
+    *r = NULL;
+    if (json_is_string(x))
+        return interpolate_string(json_string_value(x), r, err);
+    return sbx__interpolate(x, err) < 0 ? SBX_EINVAL : 0;
+}
+
 int sbx__interpolate(json_t *v, sbx_error **err)
 {
+    json_t *r;
+    int rc;
     if (json_is_object(v)) {
         const char *k;
         json_t *x;
         json_object_foreach(v, k, x) {
-            if (json_is_string(x)) {
-                json_t *r = NULL;
-                int rc = interpolate_string(json_string_value(x), &r, err);
-                if (rc < 0)
-                    return rc;
-                if (r)
-                    json_object_set_new(v, k, r);
-            } else if (sbx__interpolate(x, err) < 0) {
-                return SBX_EINVAL;
-            }
+            if ((rc = interpolate_member(x, &r, err)) < 0)
+                return rc;
+            if (r)
+                json_object_set_new(v, k, r);
         }
     } else if (json_is_array(v)) {
         for (size_t i = 0; i < json_array_size(v); i++) {
-            json_t *x = json_array_get(v, i);
-            if (json_is_string(x)) {
-                json_t *r = NULL;
-                int rc = interpolate_string(json_string_value(x), &r, err);
-                if (rc < 0)
-                    return rc;
-                if (r)
-                    json_array_set_new(v, i, r);
-            } else if (sbx__interpolate(x, err) < 0) {
-                return SBX_EINVAL;
-            }
+            if ((rc = interpolate_member(json_array_get(v, i), &r, err)) < 0)
+                return rc;
+            if (r)
+                json_array_set_new(v, i, r);
         }
     }
     return 0;

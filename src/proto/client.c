@@ -298,9 +298,7 @@ static void fail_all(sbx_agent_conn *c, int code, const char *why)
                 const char *what = ch->kind == K_PUT   ? "uploading"
                                    : ch->kind == K_GET ? "downloading"
                                                        : "pinging";
-                const char *path = ch->kind == K_PUT   ? ch->remote
-                                   : ch->kind == K_GET ? ch->remote
-                                                       : "";
+                const char *path = ch->remote ? ch->remote : ""; /* none for a ping */
                 chan_finish(ch, code,
                             sbx_error_new(code, "%s '%s': the sandbox agent went away: %s", what,
                                           path, why),
@@ -612,13 +610,57 @@ static void fsreq_free(struct fsreq *r)
     chan_unref(ch);
 }
 
+/* A request with a buffer of `size` bytes; NULL (nothing held) when out of memory. */
+static struct fsreq *fsreq_new_buf(struct hchan *ch, size_t size)
+{
+    struct fsreq *r = fsreq_new(ch);
+    if (r && !(r->buf = malloc(size))) {
+        fsreq_free(r);
+        r = NULL;
+    }
+    return r;
+}
+
+/* Finishes a file channel on the local errno `e`, with its code and a message. */
+static void chan_fail_errno(struct hchan *ch, int e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void chan_fail_errno(struct hchan *ch, int e, const char *fmt, ...)
+{
+    char *msg = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&msg, fmt, ap) < 0)
+        msg = NULL;
+    va_end(ap);
+    int code = sbx__code_from_errno(e);
+    chan_finish(ch, code, msg ? sbx_error_new_errno(code, e, "%s", msg) : NULL, NULL);
+    free(msg);
+}
+
 static void put_fail_errno(struct hchan *ch, int uverr, const char *what)
 {
-    int e = -uverr;
-    chan_finish(ch, sbx__code_from_errno(e),
-                sbx_error_new_errno(sbx__code_from_errno(e), e, "uploading '%s' to '%s': %s '%s'",
-                                    ch->local, ch->remote, what, ch->local),
-                NULL);
+    chan_fail_errno(ch, -uverr, "uploading '%s' to '%s': %s '%s'", ch->local, ch->remote, what,
+                    ch->local);
+}
+
+/*
+ * Sends the FILE_PUT (upload, with the file's `mode`) or FILE_GET (download)
+ * that opens the channel's transfer. Returns 0 when sent; -1 when the stream
+ * died (conn_fail completed the op) or the path does not fit a frame.
+ */
+static int send_file_request(struct hchan *ch, uint32_t mode)
+{
+    bool put = ch->kind == K_PUT;
+    sbx_pbuf b = {0};
+    sbx__pbuf_begin(&b);
+    sbx__msg_file_encode(&b, mode, 0, ch->remote);
+    int rc = send_pbuf(ch->c, &b, put ? SBX_MSG_FILE_PUT : SBX_MSG_FILE_GET, ch->id);
+    if (rc == -2)
+        chan_finish(ch, SBX_EINVAL,
+                    sbx_error_new(SBX_EINVAL, "%s '%s': the path is too long",
+                                  put ? "uploading to" : "downloading", ch->remote),
+                    NULL);
+    return rc < 0 ? -1 : 0;
 }
 
 static void upload_read_cb(uv_fs_t *req)
@@ -657,12 +699,8 @@ static void upload_pump(struct hchan *ch)
     if (ch->kind != K_PUT || ch->done || ch->read_pending || ch->eof_sent || ch->fd < 0 ||
         ch->inflight >= UPLOAD_INFLIGHT || ch->c->state != ST_READY)
         return;
-    struct fsreq *r = fsreq_new(ch);
-    if (r)
-        r->buf = malloc(SBX_PROTO_HEADER + SBX_PROTO_CHUNK);
-    if (!r || !r->buf) {
-        if (r)
-            fsreq_free(r);
+    struct fsreq *r = fsreq_new_buf(ch, SBX_PROTO_HEADER + SBX_PROTO_CHUNK);
+    if (!r) {
         chan_finish(ch, SBX_ENOMEM, NULL, NULL);
         return;
     }
@@ -690,18 +728,8 @@ static void upload_stat_cb(uv_fs_t *req)
                     sbx_error_new(SBX_EINVAL, "uploading '%s' to '%s': '%s' is not a regular file",
                                   ch->local, ch->remote, ch->local),
                     NULL);
-    } else {
-        sbx_pbuf b = {0};
-        sbx__pbuf_begin(&b);
-        sbx__msg_file_encode(&b, (uint32_t)(req->statbuf.st_mode & 07777), 0, ch->remote);
-        int rc = send_pbuf(ch->c, &b, SBX_MSG_FILE_PUT, ch->id);
-        if (rc == -2)
-            chan_finish(
-                ch, SBX_EINVAL,
-                sbx_error_new(SBX_EINVAL, "uploading to '%s': the path is too long", ch->remote),
-                NULL);
-        else if (rc == 0)
-            upload_pump(ch);
+    } else if (send_file_request(ch, (uint32_t)(req->statbuf.st_mode & 07777)) == 0) {
+        upload_pump(ch);
     }
     fsreq_free(r);
 }
@@ -740,19 +768,30 @@ static bool start_file_op(sbx_agent_conn *c, sbx_op *op, const char *what, const
     return false;
 }
 
+/* The channel of an upload (K_PUT) or download (K_GET); NULL once `op` is completed. */
+static struct hchan *file_chan_new(sbx_agent_conn *c, sbx_op *op, enum chan_kind kind,
+                                   const char *local_path, const char *remote_path)
+{
+    if (!start_file_op(c, op, kind == K_PUT ? "uploading" : "downloading", remote_path))
+        return NULL;
+    struct hchan *ch = chan_new(c, op, kind);
+    if (!ch) {
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return NULL;
+    }
+    if (!(ch->local = strdup(local_path)) || !(ch->remote = strdup(remote_path))) {
+        chan_finish(ch, SBX_ENOMEM, NULL, NULL);
+        return NULL;
+    }
+    return ch;
+}
+
 void sbx__agent_upload(sbx_agent_conn *c, sbx_op *op, const char *local_path,
                        const char *remote_path)
 {
-    if (!start_file_op(c, op, "uploading", remote_path))
+    struct hchan *ch = file_chan_new(c, op, K_PUT, local_path, remote_path);
+    if (!ch)
         return;
-    struct hchan *ch = chan_new(c, op, K_PUT);
-    if (!ch || !(ch->local = strdup(local_path)) || !(ch->remote = strdup(remote_path))) {
-        if (ch)
-            chan_finish(ch, SBX_ENOMEM, NULL, NULL);
-        else
-            sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
-        return;
-    }
     struct fsreq *r = fsreq_new(ch);
     if (!r ||
         uv_fs_open(c->loop, &r->req, local_path, O_RDONLY | O_CLOEXEC, 0, upload_open_cb) < 0) {
@@ -774,11 +813,8 @@ static void download_finish(struct hchan *ch)
     if (ch->done || !ch->got_status || ch->writes_pending > 0)
         return;
     if (ch->werr) {
-        chan_finish(ch, sbx__code_from_errno(ch->werr),
-                    sbx_error_new_errno(sbx__code_from_errno(ch->werr), ch->werr,
-                                        "downloading '%s' to '%s': cannot write '%s'", ch->remote,
-                                        ch->local, ch->tmp_path ? ch->tmp_path : ch->local),
-                    NULL);
+        chan_fail_errno(ch, ch->werr, "downloading '%s' to '%s': cannot write '%s'", ch->remote,
+                        ch->local, ch->tmp_path ? ch->tmp_path : ch->local);
         return;
     }
     if (ch->status_code) {
@@ -799,11 +835,7 @@ static void download_finish(struct hchan *ch)
     if (!e && rename(ch->tmp_path, ch->local) < 0)
         e = errno;
     if (e) {
-        chan_finish(ch, sbx__code_from_errno(e),
-                    sbx_error_new_errno(sbx__code_from_errno(e), e,
-                                        "downloading '%s': cannot write '%s'", ch->remote,
-                                        ch->local),
-                    NULL);
+        chan_fail_errno(ch, e, "downloading '%s': cannot write '%s'", ch->remote, ch->local);
         return;
     }
     free(ch->tmp_path);
@@ -863,11 +895,7 @@ static void download_info(struct hchan *ch, const sbx_frame *f)
     if (e) {
         free(tmp);
         send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
-        chan_finish(ch, sbx__code_from_errno(e),
-                    sbx_error_new_errno(sbx__code_from_errno(e), e,
-                                        "downloading '%s': cannot create '%s'", ch->remote,
-                                        ch->local),
-                    NULL);
+        chan_fail_errno(ch, e, "downloading '%s': cannot create '%s'", ch->remote, ch->local);
         return;
     }
     ch->fd = fd;
@@ -883,12 +911,8 @@ static void download_data(struct hchan *ch, const sbx_frame *f)
     }
     if (f->len == 0)
         return;
-    struct fsreq *r = fsreq_new(ch);
-    if (r)
-        r->buf = malloc(f->len);
-    if (!r || !r->buf) {
-        if (r)
-            fsreq_free(r);
+    struct fsreq *r = fsreq_new_buf(ch, f->len);
+    if (!r) {
         ch->werr = ENOMEM;
         ch->got_status = true;
         send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
@@ -919,27 +943,8 @@ static void download_data(struct hchan *ch, const sbx_frame *f)
 void sbx__agent_download(sbx_agent_conn *c, sbx_op *op, const char *remote_path,
                          const char *local_path)
 {
-    if (!start_file_op(c, op, "downloading", remote_path))
-        return;
-    struct hchan *ch = chan_new(c, op, K_GET);
-    if (!ch || !(ch->local = strdup(local_path)) || !(ch->remote = strdup(remote_path))) {
-        if (ch)
-            chan_finish(ch, SBX_ENOMEM, NULL, NULL);
-        else
-            sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
-        return;
-    }
-    sbx_pbuf b = {0};
-    sbx__pbuf_begin(&b);
-    sbx__msg_file_encode(&b, 0, 0, remote_path);
-    int rc = send_pbuf(c, &b, SBX_MSG_FILE_GET, ch->id);
-    if (rc == -2) {
-        chan_finish(
-            ch, SBX_EINVAL,
-            sbx_error_new(SBX_EINVAL, "downloading '%s': the path is too long", remote_path), NULL);
-        return;
-    }
-    if (rc == 0)
+    struct hchan *ch = file_chan_new(c, op, K_GET, local_path, remote_path);
+    if (ch && send_file_request(ch, 0) == 0)
         sbx_op_on_cancel(op, file_cancel_cb, ch);
 }
 

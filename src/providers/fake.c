@@ -41,6 +41,14 @@ struct fake_box {
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static sbx_buf call_log;
 
+/* The loop thread logs every call: hold the lock across fork() so a child can log too. */
+static void log_lock_take(void) { pthread_mutex_lock(&log_lock); }
+static void log_lock_give(void) { pthread_mutex_unlock(&log_lock); }
+__attribute__((constructor)) static void log_atfork(void)
+{
+    pthread_atfork(log_lock_take, log_lock_give, log_lock_give);
+}
+
 void sbx__fake_log_reset(void)
 {
     pthread_mutex_lock(&log_lock);

@@ -102,20 +102,39 @@ static bool exists(const char *p)
     return lstat(p, &st) == 0;
 }
 
-/* The "none" image: the host's system directories, read-only, over the skeleton. */
-static void bind_host_system(const char *root)
+const char *const shim_host_system_dirs[] = { "/usr", "/bin", "/sbin", "/lib", "/lib32",
+                                               "/lib64", "/libx32", "/etc/alternatives",
+                                               "/etc/ssl", "/etc/ld.so.conf.d" };
+const size_t shim_n_host_system_dirs = SBX_ARRAY_SIZE(shim_host_system_dirs);
+
+/* Attaches a detached mount (from open_tree/fsmount) at `dst`. */
+static void attach_detached(int fd, const char *dst)
 {
-    static const char *const dirs[] = { "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
-                                        "/libx32", "/etc/alternatives", "/etc/ssl",
-                                        "/etc/ld.so.conf.d" };
-    for (size_t i = 0; i < SBX_ARRAY_SIZE(dirs); i++) {
+    if (syscall(SYS_move_mount, fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        die_errno("cannot attach an idmapped mount on %s (move_mount)", dst);
+    close(fd);
+}
+
+/*
+ * The "none" image: the host's system directories, read-only, over the
+ * skeleton. With a user namespace they are the idmapped copies the shim made
+ * (read-only, nosuid, nodev already): host root's files then show as the
+ * box's root instead of the overflow id.
+ */
+static void bind_host_system(const char *root, const struct shim_idmapped *idm)
+{
+    for (size_t i = 0; i < shim_n_host_system_dirs; i++) {
+        const char *dir = shim_host_system_dirs[i];
         /* A merged-/usr host has /bin -> usr/bin: the skeleton carries the same link. */
-        if (!is_dir(dirs[i]))
+        if (idm ? idm->sys[i] < 0 : !is_dir(dir))
             continue;
-        _cleanup_free_ char *dst = path2(root, dirs[i]);
+        _cleanup_free_ char *dst = path2(root, dir);
         if (!is_dir(dst))
             mkdirs(dst, 0755);
-        bind_ro(dirs[i], dst, true);
+        if (idm)
+            attach_detached(idm->sys[i], dst);
+        else
+            bind_ro(dir, dst, true);
     }
 }
 
@@ -255,18 +274,55 @@ static const char **env_vector(const struct shim_cfg *c)
     return v;
 }
 
-/* Blocks until the shim's go byte; EOF means the shim died or gave up. */
-static void wait_go(const struct child_fds *f)
+/*
+ * Blocks until the shim's go message; EOF means the shim died or gave up.
+ * In userns mode it carries the idmapped mounts: "g" then one NUL-ended
+ * name per descriptor ("lower" or a shim_host_system_dirs entry).
+ */
+static void wait_go(const struct child_fds *f, struct shim_idmapped *idm)
 {
-    char go;
-    if (read(f->sync_r, &go, 1) != 1)
+    char data[1024];
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int) * 32)];
+    } u;
+    struct iovec iov = { data, sizeof(data) - 1 };
+    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                        .msg_controllen = sizeof(u.buf) };
+    ssize_t n = recvmsg(f->sync_r, &m, MSG_CMSG_CLOEXEC);
+    if (n < 1 || data[0] != 'g')
         _exit(127);
     close(f->sync_r);
+    if (m.msg_flags & (MSG_CTRUNC | MSG_TRUNC))
+        die("the shim's go message was truncated");
+    data[n] = 0;
+    idm->lower = -1;
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(idm->sys); i++)
+        idm->sys[i] = -1;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    if (!cm || cm->cmsg_type != SCM_RIGHTS)
+        return;
+    size_t nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    int fds[32];
+    memcpy(fds, CMSG_DATA(cm), nfds * sizeof(int));
+    const char *name = data + 1;
+    for (size_t k = 0; k < nfds; k++, name += strlen(name) + 1) {
+        if (name >= data + n)
+            die("the shim's go message names fewer mounts than it carries");
+        if (!strcmp(name, "lower")) {
+            idm->lower = fds[k];
+            continue;
+        }
+        for (size_t i = 0; i < shim_n_host_system_dirs; i++)
+            if (!strcmp(name, shim_host_system_dirs[i]))
+                idm->sys[i] = fds[k];
+    }
 }
 
 void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
 {
     err_fd = f->err_w;
+    struct shim_idmapped idm = { .lower = -1 };
 
     /*
      * 1. Die with the shim. (getppid() is 0 in a new pid namespace, so it
@@ -295,9 +351,10 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
      *    ourselves by writing "0" to each group's `tasks`: a single thread
      *    moving itself skips the global threadgroup lock that a write of a pid
      *    to cgroup.procs takes, and with it an RCU grace period (milliseconds
-     *    on a busy machine). Otherwise (v2 without clone3, or a user
-     *    namespace, where we hold no host privilege) the shim attached us and,
-     *    with a user namespace, wrote our uid/gid maps: wait for its go byte.
+     *    on a busy machine, ~20 ms measured here). This works in a new user
+     *    namespace too: until step 3 our kernel uid is still host root's, which
+     *    is all v1 checks (owner of `tasks`, euid root), no capability needed.
+     *    Otherwise (v2 without clone3) the shim attached us.
      */
     if (f->self_attach) {
         size_t i;
@@ -310,9 +367,13 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
                 die_errno("cannot join cgroup %s", json_string_value(v));
             close(fd);
         }
-    } else {
-        wait_go(f);
     }
+    /*
+     * 3. Wait for the shim's go: it attached us (when we did not), and with a
+     *    user namespace wrote our uid/gid maps and sends the idmapped mounts.
+     */
+    if (!f->self_attach || c->userns)
+        wait_go(f, &idm);
     if (c->userns) {
         /*
          * The maps exist now, but our ids are still the overflow id (host
@@ -341,7 +402,15 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
      *    private, because pivot_root refuses a new root whose parent mount
      *    propagates.
      */
-    _cleanup_free_ char *base = path2(c->box_dir, "root");
+    /*
+     * Relative to our cwd, the box directory (the shim chdir'ed there before
+     * the clone, and the clone carried the cwd into our copy of the mount
+     * tree): box root in a user namespace may not search the state
+     * directory's parents, which are often 0700.
+     */
+    _cleanup_free_ char *base = strdup("root");
+    if (!base)
+        die("out of memory");
     char opts[128];
     if (c->upper_size > 0)
         snprintf(opts, sizeof(opts), "mode=0755,size=%lld", c->upper_size);
@@ -355,6 +424,22 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     mkdirs(upper, 0755);
     mkdirs(work, 0700);
     mkdirs(root, 0755);
+    /*
+     * With a user namespace the lower layer is the shim's idmapped copy of
+     * the image (host uid 0 shows as the box's root, and files the box
+     * creates in the upper layer belong to its mapped range on the host).
+     * It is attached inside the tmpfs, so it goes away with it after
+     * pivot_root; overlay keeps its own reference.
+     */
+    const char *lower = c->lower;
+    _cleanup_free_ char *idm_lower = path2(base, "lower");
+    if (c->userns) {
+        if (idm.lower < 0)
+            die("the shim sent no idmapped image for the box's user namespace");
+        mkdirs(idm_lower, 0755);
+        attach_detached(idm.lower, idm_lower);
+        lower = idm_lower;
+    }
 
     /*
      * 6. The root: overlay of the cached read-only image under the tmpfs
@@ -362,7 +447,7 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
      *    nothing. userxattr lets an unprivileged (user-namespace) mounter keep
      *    whiteouts in user.* xattrs.
      */
-    _cleanup_free_ char *ovl = sbx__printf("lowerdir=%s,upperdir=%s,workdir=%s%s", c->lower,
+    _cleanup_free_ char *ovl = sbx__printf("lowerdir=%s,upperdir=%s,workdir=%s%s", lower,
                                            upper, work, c->userns ? ",userxattr" : "");
     if (!ovl)
         die("out of memory");
@@ -375,7 +460,7 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     shim_trace("child: overlay mounted");
     /* 7. What lives on top of the root. */
     if (c->none_image)
-        bind_host_system(root);
+        bind_host_system(root, c->userns ? &idm : NULL);
     shim_trace("child: host system bound");
     mount_proc(root);
     shim_trace("child: proc");
@@ -383,7 +468,9 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     shim_trace("child: sys");
     mount_dev(root);
     shim_trace("child: dev");
-    _cleanup_free_ char *run_host = path2(c->box_dir, "run");
+    _cleanup_free_ char *run_host = strdup("run"); /* <box_dir>/run: see the tmpfs above */
+    if (!run_host)
+        die("out of memory");
     _cleanup_free_ char *run_box = path2(root, "/run/sbx");
     mkdirs(run_box, 0755);
     /* The agent's socket directory, shared with the host so the host can connect. */

@@ -30,6 +30,9 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <linux/mount.h>
+#include <sys/file.h>
+#include <sys/statfs.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -44,6 +47,7 @@
 
 struct shim {
     struct shim_cfg cfg;
+    int slot_fd; /* userns: the locked slot file that reserves our uid range, or -1 */
     int ctl;     /* control socket, -1 once closed */
     int sfd;     /* signalfd */
     dev_t dir_dev; /* the box directory, to notice its removal */
@@ -125,7 +129,8 @@ static int parse_cfg(json_t *j, struct shim_cfg *c, char *msg, size_t len)
     c->none_image = json_is_true(json_object_get(j, "none_image"));
     c->net_host = json_is_true(json_object_get(j, "net_host"));
     c->userns = json_is_true(json_object_get(j, "userns"));
-    c->uid_base = (unsigned)jnum(j, "uid_base", 0);
+    c->userns_base = (unsigned)jnum(j, "userns_base", 0);
+    c->userns_slots = (unsigned)jnum(j, "userns_slots", 0);
     c->seccomp = !json_is_false(json_object_get(j, "seccomp"));
     c->upper_size = (long long)jnum(j, "upper_size", 0);
     c->ttl_s = jnum(j, "ttl_s", -1);
@@ -168,6 +173,8 @@ static int write_record(struct shim *s, const char *state)
     json_object_set_new(r, "init_pid", json_integer(s->init));
     json_object_set_new(r, "agent_socket", json_string(sock));
     json_object_set_new(r, "net", json_string(c->net_host ? "host" : "none"));
+    /* The host uid (and gid) box root maps to; null: no user namespace. */
+    json_object_set_new(r, "userns_uid", c->userns ? json_integer(c->uid_base) : json_null());
     json_object_set_new(r, "cgroups", s->cgroups ? json_incref(s->cgroups) : json_array());
     _cleanup_free_ char *text = json_dumps(r, JSON_COMPACT);
     _cleanup_free_ char *path = sbx__printf("%s/record.json", c->box_dir);
@@ -242,6 +249,126 @@ static void write_id_map(struct shim *s, const char *file, const char *map)
              strerror(errno));
 }
 
+/*
+ * userns: reserves a uid range for this box. Slot k is host uids (and gids)
+ * userns_base + k*65536 .. +65535, held by an flock on <state>/userns/<k>
+ * for the shim's whole life: a crashed shim's lock goes with it, and every
+ * file of the range lived in the box's tmpfs or in its directory, both gone
+ * by then, so a slot is free for reuse as soon as it can be locked.
+ * The search starts at a slot hashed from our pid, so concurrent creates
+ * rarely try the same slots.
+ */
+static void reserve_uid_range(struct shim *s)
+{
+    struct shim_cfg *c = &s->cfg;
+    _cleanup_free_ char *dir = sbx__printf("%s/userns", c->state_dir);
+    if (!dir || sbx__mkdir_p(dir, 0700) < 0)
+        fail(s, SBX_ECREATE, "cannot create %s/userns: %s", c->state_dir, strerror(errno));
+    unsigned n = c->userns_slots;
+    if (n == 0 || (unsigned long long)c->userns_base +
+                          (unsigned long long)n * SHIM_USERNS_SIZE > 0xFFFFFFFFull)
+        fail(s, SBX_EINVAL, "userns_base %u with %u slots of %u ids exceeds the uid space",
+             c->userns_base, n, SHIM_USERNS_SIZE);
+    unsigned start = (unsigned)getpid() * 2654435761u % n;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned k = (start + i) % n;
+        char name[32];
+        snprintf(name, sizeof(name), "/%u", k);
+        _cleanup_free_ char *path = sbx__printf("%s%s", dir, name);
+        int fd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
+        if (fd < 0)
+            fail(s, SBX_ECREATE, "cannot open the uid slot %s: %s", path ? path : name,
+                 strerror(errno));
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            s->slot_fd = fd;
+            c->uid_base = c->userns_base + k * SHIM_USERNS_SIZE;
+            return;
+        }
+        close(fd);
+    }
+    fail(s, SBX_ECREATE,
+         "all %u user-namespace uid ranges are in use by running boxes (raise userns_slots)", n);
+}
+
+/*
+ * A detached copy of `path` (recursive), idmapped through the box's user
+ * namespace: host uid u shows as u - uid_base inside, so host root's files
+ * belong to the box's root. The child cannot make it: creating an idmapped
+ * mount needs CAP_SYS_ADMIN over the filesystem's own namespace (the host's).
+ */
+static int idmapped_tree(struct shim *s, int userns_fd, const char *path, bool ro)
+{
+    int fd = (int)syscall(SYS_open_tree, AT_FDCWD, path,
+                          OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (fd < 0)
+        fail(s, SBX_ECREATE, "cannot clone the mount of %s for the box's user namespace "
+                             "(open_tree): %s", path, strerror(errno));
+    struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                           (ro ? MOUNT_ATTR_RDONLY : 0),
+                               .userns_fd = (uint64_t)userns_fd };
+    if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0) {
+        int e = errno;
+        struct statfs sf;
+        char fstype[32] = "unknown";
+        if (fstatfs(fd, &sf) == 0)
+            snprintf(fstype, sizeof(fstype), "0x%lx", (unsigned long)sf.f_type);
+        close(fd);
+        fail(s, SBX_ECREATE,
+             "cannot make an idmapped mount of %s for the box's user namespace: %s (its "
+             "filesystem, magic %s, or one mounted under it, may not support idmapped mounts; "
+             "put the image on ext4, xfs, btrfs or tmpfs, or leave userns unset)",
+             path, strerror(e), fstype);
+    }
+    return fd;
+}
+
+/*
+ * userns: the go message. Makes the idmapped trees the child attaches (the
+ * image, and for the none image the host system directories) and sends
+ * them with "g" over the sync socket; they close here once sent.
+ */
+static void send_idmapped(struct shim *s, int sock)
+{
+    const struct shim_cfg *c = &s->cfg;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)s->init);
+    _cleanup_close_ int ns = open(path, O_RDONLY | O_CLOEXEC);
+    if (ns < 0)
+        fail(s, SBX_ECREATE, "cannot open %s: %s", path, strerror(errno));
+    int fds[1 + 16];
+    char names[1024] = "g";
+    size_t len = 1, nfds = 0;
+    fds[nfds++] = idmapped_tree(s, ns, c->lower, true);
+    len += (size_t)snprintf(names + len, sizeof(names) - len, "lower") + 1;
+    for (size_t i = 0; c->none_image && i < shim_n_host_system_dirs && nfds < 17; i++) {
+        struct stat st;
+        /* Real directories only: a merged-/usr host's /bin is a link the skeleton has too. */
+        if (lstat(shim_host_system_dirs[i], &st) < 0 || !S_ISDIR(st.st_mode))
+            continue;
+        fds[nfds++] = idmapped_tree(s, ns, shim_host_system_dirs[i], true);
+        len += (size_t)snprintf(names + len, sizeof(names) - len, "%s",
+                                shim_host_system_dirs[i]) + 1;
+    }
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(fds))];
+    } u;
+    memset(&u, 0, sizeof(u));
+    struct iovec iov = { names, len };
+    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                        .msg_controllen = CMSG_SPACE(nfds * sizeof(int)) };
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+    memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
+    ssize_t w = sendmsg(sock, &m, MSG_NOSIGNAL);
+    for (size_t i = 0; i < nfds; i++)
+        close(fds[i]);
+    if (w < 0)
+        fail(s, SBX_ECREATE, "the box's first process died before it started");
+}
+
 /* Everything up to the agent's exec; fills s->init and the pipes. */
 static void start_box(struct shim *s)
 {
@@ -249,6 +376,14 @@ static void start_box(struct shim *s)
     sbx_error *e = NULL;
 
     shim_trace("start_box");
+    if (c->userns) {
+        reserve_uid_range(s);
+        /* Box root creates the agent's socket here: the directory must be its own. */
+        _cleanup_free_ char *run = sbx__printf("%s/run", c->box_dir);
+        if (!run || chown(run, c->uid_base, c->uid_base) < 0)
+            fail(s, SBX_ECREATE, "cannot give %s/run to the box's uid range: %s", c->box_dir,
+                 strerror(errno));
+    }
     /* Cgroups before the clone: the child must not run a step outside them. */
     if (sbx__cg_create(c->id, &c->limits, &s->cgroups, &e) < 0) {
         char msg[1024];
@@ -268,8 +403,10 @@ static void start_box(struct shim *s)
     if (agent_fd < 0)
         fail(s, SBX_ECREATE, "cannot open the agent binary %s: %s (build it with make)",
              c->agent, strerror(errno));
+    /* sync is a socket: in userns mode the go message carries the idmapped mounts. */
     int sync[2], errp[2], ready[2];
-    if (pipe_cloexec(sync) < 0 || pipe_cloexec(errp) < 0 || pipe_cloexec(ready) < 0)
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync) < 0 ||
+        pipe_cloexec(errp) < 0 || pipe_cloexec(ready) < 0)
         fail(s, SBX_ECREATE, "pipe: %s", strerror(errno));
 
     /*
@@ -289,6 +426,12 @@ static void start_box(struct shim *s)
      * box's group: no attach afterwards, and no wait for the RCU grace period
      * a write to cgroup.procs costs. v1 (and kernels before 5.7) attach below.
      */
+    /*
+     * The child builds the box relative to its cwd, the box directory: in a
+     * user namespace it may not search the state directory's parents.
+     */
+    if (chdir(c->box_dir) < 0)
+        fail(s, SBX_ECREATE, "cannot enter %s: %s", c->box_dir, strerror(errno));
     pid_t pid = -1;
     bool attached = false;
     if (sbx__cg_mode() == SBX_CG_V2 && s->cgroups && json_array_size(s->cgroups) == 1) {
@@ -314,14 +457,17 @@ static void start_box(struct shim *s)
         close(sync[1]);
         close(errp[0]);
         close(ready[0]);
-        /* v1 without a user namespace: the child joins its groups itself (box.c step 2). */
-        bool self = !attached && !c->userns && sbx__cg_mode() == SBX_CG_V1 && s->cgroups;
+        /* v1: the child joins its groups itself (box.c step 2). */
+        bool self = !attached && sbx__cg_mode() == SBX_CG_V1 && s->cgroups;
         struct child_fds f = { sync[0], errp[1], ready[1], agent_fd,
                                self ? s->cgroups : NULL, filter.filter ? &filter : NULL };
         shim_box_child(c, &f);
     }
     s->init = pid;
     shim_trace("cloned");
+    /* The shim itself must not keep the box directory busy as its cwd. */
+    if (chdir("/") < 0)
+        fail(s, SBX_ECREATE, "chdir /: %s", strerror(errno));
     close(sync[0]);
     close(errp[1]);
     close(ready[1]);
@@ -330,26 +476,30 @@ static void start_box(struct shim *s)
     s->ready_r = ready[0];
 
     /*
-     * Into the cgroups first, then the uid maps (a user namespace's child
-     * can do nothing privileged before), then the go byte that releases it.
+     * Into the cgroups first (unless the child joins them itself), then the
+     * uid maps and idmapped mounts (a user namespace's child can do nothing
+     * privileged before), then the go message that releases it.
      */
-    bool self_attached = !attached && !c->userns && sbx__cg_mode() == SBX_CG_V1;
+    bool self_attached = !attached && sbx__cg_mode() == SBX_CG_V1;
     if (s->cgroups && !attached && !self_attached && sbx__cg_attach(s->cgroups, pid, &e) < 0) {
         char msg[1024];
         snprintf(msg, sizeof(msg), "%s", sbx_error_message(e));
         sbx_error_free(e);
         fail(s, SBX_ECREATE, "%s", msg);
     }
+    shim_trace("attached");
     if (c->userns) {
         char map[64];
-        snprintf(map, sizeof(map), "0 %u 65536\n", c->uid_base);
+        snprintf(map, sizeof(map), "0 %u %u\n", c->uid_base, SHIM_USERNS_SIZE);
         /* setgroups must be denied before an unprivileged gid_map; as root we keep it. */
         write_id_map(s, "uid_map", map);
         write_id_map(s, "gid_map", map);
-    }
-    shim_trace("attached");
-    if (!self_attached && write(sync[1], "g", 1) != 1)
+        shim_trace("uid maps written");
+        send_idmapped(s, sync[1]);
+        shim_trace("idmapped mounts sent");
+    } else if (!self_attached && write(sync[1], "g", 1) != 1) {
         fail(s, SBX_ECREATE, "the box's first process died before it started");
+    }
     close(sync[1]);
     if (write_record(s, "creating") < 0)
         fail(s, SBX_ECREATE, "cannot write the box record: %s", strerror(errno));
@@ -545,7 +695,7 @@ int main(int argc, char **argv)
         _exit(0);
     setsid();
 
-    struct shim s = { .ctl = CTL_FD, .err_r = -1, .ready_r = -1 };
+    struct shim s = { .ctl = CTL_FD, .err_r = -1, .ready_r = -1, .slot_fd = -1 };
     json_error_t je;
     json_t *j = json_loads(buf, 0, &je);
     char msg[256];

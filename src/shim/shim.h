@@ -19,7 +19,9 @@ struct shim_cfg {
     bool none_image;      /* lower is the skeleton: bind the host's system dirs */
     bool net_host;        /* share the host's network namespace */
     bool userns;          /* map root in the box to an unprivileged host range */
-    unsigned uid_base;    /* host uid that box root maps to (userns) */
+    unsigned userns_base;  /* first host uid of the first slot (userns) */
+    unsigned userns_slots; /* how many 65536-id ranges follow it */
+    unsigned uid_base;     /* host uid box root maps to: the slot the shim locked */
     bool seccomp;         /* the default filter (on unless disabled) */
     long long upper_size; /* bytes; 0 = tmpfs default */
     const char *workdir;
@@ -33,9 +35,27 @@ struct shim_cfg {
     json_t *metadata;   /* object */
 };
 
+/* The size of every box's uid and gid range in userns mode. */
+#define SHIM_USERNS_SIZE 65536u
+
+/*
+ * The host directories the "none" image binds read-only into the box. In
+ * userns mode the shim makes idmapped copies of them (box.c cannot: it has no
+ * host privilege) and hands them to the box's child with the go message.
+ */
+extern const char *const shim_host_system_dirs[];
+extern const size_t shim_n_host_system_dirs;
+
+/* Detached idmapped mounts the shim gives the child (userns mode); -1 when absent. */
+struct shim_idmapped {
+    int lower;    /* the image's read-only root tree */
+    int sys[16];  /* shim_host_system_dirs[i], for the none image */
+};
+
 /* Fds the box's child process works with (see shim.c for who owns each). */
 struct child_fds {
-    int sync_r;   /* the shim writes one byte once the child is in its cgroups */
+    int sync_r;   /* socket: the shim sends "g" once the child is in its cgroups (and, with
+                     a user namespace, its maps are written and its idmapped mounts made) */
     int err_w;    /* the child writes why it failed; closes on exec (CLOEXEC) */
     int ready_w;  /* passed to the agent as --ready-fd 3 */
     int agent_fd; /* O_PATH of the agent binary, executed with execveat */

@@ -241,6 +241,81 @@ static const char *create_box(const char *const *args)
     return id;
 }
 
+/* The id printed by `sbx create` (copied to `id`). */
+static void create_into(char *id, size_t n, const char *const *args)
+{
+    snprintf(id, n, "%s", create_box(args));
+}
+
+/* Runs sbx and asserts its exit code only; a failure names the caller's line. */
+static void expect_exit_at(const char *file, int line, int want, const char *const *args)
+{
+    struct proc p = sbx_in(NULL, 0, args);
+    if (p.code != want)
+        tap_fail_at(file, line, "sbx %s %s: exit %d, expected %d; stdout: %s; stderr: %s",
+                    args[0] ? args[0] : "", args[0] && args[1] ? args[1] : "", p.code, want,
+                    p.out, p.err);
+    proc_free(&p);
+}
+
+#define SBX_EXPECT(want, ...)                                                                      \
+    expect_exit_at(__FILE__, __LINE__, want, (const char *const[]){ __VA_ARGS__, NULL })
+
+/* "ID:PATH", the box side of sbx cp (rotating static storage, as path_in_tmp). */
+static char *box_path(const char *id, const char *path)
+{
+    static char buf[4][PATH_MAX];
+    static int i;
+    i = (i + 1) % 4;
+    snprintf(buf[i], sizeof(buf[i]), "%s:%s", id, path);
+    return buf[i];
+}
+
+/* Polls `sbx gc --dry-run` until it reports an expired TTL (bounded by the test's alarm). */
+static void wait_for_ttl_expiry(void)
+{
+    struct timespec ts = { 0, 100 * 1000 * 1000 };
+    for (;;) {
+        struct proc p = SBX("gc", "--dry-run");
+        bool due = strstr(p.out, "ttl expired") != NULL;
+        proc_free(&p);
+        if (due)
+            return;
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Starts sbx with `argv` (stdin and stdout /dev/null); its stderr is read from `*err_fd`. */
+static pid_t spawn_watched(char *const *argv, int *err_fd)
+{
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    int perr[2];
+    TAP_TRUE(pipe2(perr, O_CLOEXEC) == 0);
+    pid_t pid = spawn(argv, devnull, devnull, perr[1]);
+    close(perr[1]);
+    close(devnull);
+    *err_fd = perr[0];
+    return pid;
+}
+
+/* Sends `sig` to an sbx of spawn_watched and asserts it exits 128+sig saying so. */
+static void interrupt_and_check(pid_t pid, int err_fd, int sig)
+{
+    kill(pid, sig);
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    char err[1024] = "";
+    ssize_t n = read(err_fd, err, sizeof(err) - 1);
+    err[n > 0 ? n : 0] = 0;
+    close(err_fd);
+    TAP_TRUE(WIFEXITED(st));
+    TAP_EQ_INT(WEXITSTATUS(st), 128 + sig);
+    char want[64];
+    snprintf(want, sizeof(want), "interrupted by SIG%s", sigabbrev_np(sig));
+    TAP_CONTAINS(err, want);
+}
+
 /* --- fake provider ------------------------------------------------------- */
 
 static void test_run_exit_codes(void)
@@ -414,9 +489,7 @@ static void test_unknown_provider(void)
     TAP_CONTAINS(p.err, "'nope2'");
     proc_free(&p);
     setenv("SBX_PROVIDER", "fake", 1);
-    p = SBX("run", "--", "exit", "6");
-    EXPECT_CODE(p, 6);
-    proc_free(&p);
+    SBX_EXPECT(6, "run", "--", "exit", "6");
 }
 
 static void test_provider_failure_is_125(void)
@@ -557,13 +630,11 @@ static void test_create_exec_ls_stop_fake(void)
     const char *id = create_box((const char *const[]){ "create", "--provider", "fake", "--label",
                                                        "team=a", "--label", "run=7", NULL });
     TAP_EQ_INT(records(), 1);
-    struct proc p = SBX("exec", id, "--", "exit", "9");
-    EXPECT_CODE(p, 9);
-    proc_free(&p);
+    SBX_EXPECT(9, "exec", id, "--", "exit", "9");
     /* Options after the ID, and a unique prefix of it. */
     char prefix[16];
     snprintf(prefix, sizeof(prefix), "%.8s", id);
-    p = SBX("exec", prefix, "--cwd", "/w", "-e", "K=V", "--", "show");
+    struct proc p = SBX("exec", prefix, "--cwd", "/w", "-e", "K=V", "--", "show");
     EXPECT_CODE(p, 0);
     json_t *v = parse_json(p.out);
     TAP_EQ_STR(json_string_value(json_object_get(v, "cwd")), "/w");
@@ -607,17 +678,13 @@ static void test_gc_fake(void)
 {
     setup();
     /* One box that reports stopped, one its provider cannot reach, one alive. */
-    const char *a = create_box((const char *const[]){
-        "create", "--provider", "{fake: {status: stopped}}", NULL });
-    char stopped[256];
-    snprintf(stopped, sizeof(stopped), "%s", a);
-    a = create_box((const char *const[]){ "create", "--provider",
-                                          "{fake: {fail: {connect: 'gone'}}}", NULL });
-    char unreachable[256];
-    snprintf(unreachable, sizeof(unreachable), "%s", a);
-    a = create_box((const char *const[]){ "create", "--provider", "fake", NULL });
-    char alive[256];
-    snprintf(alive, sizeof(alive), "%s", a);
+    char stopped[256], unreachable[256], alive[256];
+    create_into(stopped, sizeof(stopped),
+                (const char *const[]){ "create", "--provider", "{fake: {status: stopped}}", NULL });
+    create_into(unreachable, sizeof(unreachable),
+                (const char *const[]){ "create", "--provider",
+                                       "{fake: {fail: {connect: 'gone'}}}", NULL });
+    create_into(alive, sizeof(alive), (const char *const[]){ "create", "--provider", "fake", NULL });
     TAP_EQ_INT(records(), 3);
 
     struct proc p = SBX("status", unreachable);
@@ -662,12 +729,8 @@ static void test_local_run_exact_output(void)
     TAP_EQ_STR(p.out, "PIPED\n");
     proc_free(&p);
     /* The shell's own codes for the command reach the caller unchanged. */
-    p = SBX("run", "--provider", "local", "--", "no-such-command-xyz");
-    EXPECT_CODE(p, 127);
-    proc_free(&p);
-    p = SBX("run", "--provider", "local", "--", "sh", "-c", "kill -TERM $$");
-    EXPECT_CODE(p, 128 + SIGTERM);
-    proc_free(&p);
+    SBX_EXPECT(127, "run", "--provider", "local", "--", "no-such-command-xyz");
+    SBX_EXPECT(128 + SIGTERM, "run", "--provider", "local", "--", "sh", "-c", "kill -TERM $$");
     TAP_EQ_INT(workspaces(), 0);
     TAP_EQ_INT(records(), 0);
 }
@@ -686,42 +749,41 @@ static mode_t mode_of(const char *path)
     return st.st_mode & 07777;
 }
 
+/*
+ * A file into box `id` and read there, and the box's note.txt (which holds
+ * "hi\n") back out.
+ */
+static void check_file_in_out(const char *id)
+{
+    const char *f = path_in_tmp("in.txt");
+    write_file(f, "payload\n", 0640);
+    SBX_EXPECT(0, "cp", f, box_path(id, "copied.txt"));
+    struct proc p = SBX("exec", id, "--", "cat", "copied.txt");
+    TAP_EQ_STR(p.out, "payload\n");
+    proc_free(&p);
+    SBX_EXPECT(0, "cp", box_path(id, "note.txt"), path_in_tmp("back.txt"));
+    char *back = read_text(path_in_tmp("back.txt"));
+    TAP_EQ_STR(back, "hi\n");
+    free(back);
+}
+
 static void test_local_create_exec_cp_stop(void)
 {
     setup();
-    const char *made = create_box((const char *const[]){ "create", "--provider", "local", "--label", "job=cli", "--ttl",
-                                                         "600", "-e", "GREETING=hi", NULL });
     char id[256];
-    snprintf(id, sizeof(id), "%s", made);
+    create_into(id, sizeof(id),
+                (const char *const[]){ "create", "--provider", "local", "--label", "job=cli",
+                                       "--ttl", "600", "-e", "GREETING=hi", NULL });
     TAP_EQ_INT(workspaces(), 1);
 
     /* State written by one process is seen by the next: the same box. */
-    struct proc p = SBX("exec", id, "--", "sh", "-c", "echo $GREETING > note.txt");
-    EXPECT_CODE(p, 0);
-    proc_free(&p);
-    p = SBX("exec", id, "--", "cat", "note.txt");
+    SBX_EXPECT(0, "exec", id, "--", "sh", "-c", "echo $GREETING > note.txt");
+    struct proc p = SBX("exec", id, "--", "cat", "note.txt");
     EXPECT_CODE(p, 0);
     TAP_EQ_STR(p.out, "hi\n");
     proc_free(&p);
 
-    /* A file in and out. */
-    const char *f = path_in_tmp("in.txt");
-    write_file(f, "payload\n", 0640);
-    char dst[300];
-    snprintf(dst, sizeof(dst), "%s:copied.txt", id);
-    p = SBX("cp", f, dst);
-    EXPECT_CODE(p, 0);
-    proc_free(&p);
-    p = SBX("exec", id, "--", "cat", "copied.txt");
-    TAP_EQ_STR(p.out, "payload\n");
-    proc_free(&p);
-    snprintf(dst, sizeof(dst), "%s:note.txt", id);
-    p = SBX("cp", dst, path_in_tmp("back.txt"));
-    EXPECT_CODE(p, 0);
-    proc_free(&p);
-    char *back = read_text(path_in_tmp("back.txt"));
-    TAP_EQ_STR(back, "hi\n");
-    free(back);
+    check_file_in_out(id);
 
     /* A directory in, with modes, and back out. */
     const char *tree = path_in_tmp("tree");
@@ -733,17 +795,13 @@ static void test_local_create_exec_cp_stop(void)
     write_file(file, "#!/bin/sh\necho ran\n", 0755);
     snprintf(file, sizeof(file), "%s/sub/data", tree);
     write_file(file, "data\n", 0600);
-    snprintf(dst, sizeof(dst), "%s:d/tree", id);
-    p = SBX("cp", tree, dst);
-    EXPECT_CODE(p, 0);
-    proc_free(&p);
+    const char *dst = box_path(id, "d/tree");
+    SBX_EXPECT(0, "cp", tree, dst);
     p = SBX("exec", id, "--", "sh", "-c", "./d/tree/run.sh && cat d/tree/sub/data && stat -c %a d/tree/sub");
     EXPECT_CODE(p, 0);
     TAP_EQ_STR(p.out, "ran\ndata\n700\n");
     proc_free(&p);
-    p = SBX("cp", dst, path_in_tmp("out"));
-    EXPECT_CODE(p, 0);
-    proc_free(&p);
+    SBX_EXPECT(0, "cp", dst, path_in_tmp("out"));
     snprintf(file, sizeof(file), "%s/out/sub/data", tap_tmpdir());
     char *data = read_text(file);
     TAP_EQ_STR(data, "data\n");
@@ -754,8 +812,7 @@ static void test_local_create_exec_cp_stop(void)
     snprintf(file, sizeof(file), "%s/out/sub", tap_tmpdir());
     TAP_EQ_INT(mode_of(file), 0700);
     /* A missing source in the box is an error that names it. */
-    snprintf(dst, sizeof(dst), "%s:no/such", id);
-    p = SBX("cp", dst, path_in_tmp("x"));
+    p = SBX("cp", box_path(id, "no/such"), path_in_tmp("x"));
     EXPECT_CODE(p, 1);
     TAP_CONTAINS(p.err, "no/such");
     proc_free(&p);
@@ -773,9 +830,7 @@ static void test_local_create_exec_cp_stop(void)
 
     /* Only the workspace remains in TMPDIR: cp cleaned its temp archives. */
     TAP_EQ_INT(workspaces(), 1);
-    p = SBX("stop", id);
-    EXPECT_CODE(p, 0);
-    proc_free(&p);
+    SBX_EXPECT(0, "stop", id);
     TAP_EQ_INT(records(), 0);
     TAP_EQ_INT(workspaces(), 0);
 }
@@ -783,21 +838,11 @@ static void test_local_create_exec_cp_stop(void)
 static void test_local_gc_after_ttl(void)
 {
     setup();
-    const char *made = create_box(
-        (const char *const[]){ "create", "--provider", "local", "--ttl", "0.5", NULL });
     char id[256];
-    snprintf(id, sizeof(id), "%s", made);
+    create_into(id, sizeof(id),
+                (const char *const[]){ "create", "--provider", "local", "--ttl", "0.5", NULL });
     TAP_EQ_INT(workspaces(), 1);
-    /* Wait out the TTL (the test's alarm bounds this). */
-    struct timespec ts = { 0, 100 * 1000 * 1000 };
-    for (;;) {
-        struct proc p = SBX("gc", "--dry-run");
-        bool due = strstr(p.out, "ttl expired") != NULL;
-        proc_free(&p);
-        if (due)
-            break;
-        nanosleep(&ts, NULL);
-    }
+    wait_for_ttl_expiry();
     TAP_EQ_INT(records(), 1);
     struct proc p = SBX("gc", "--json");
     EXPECT_CODE(p, 0);
@@ -851,26 +896,12 @@ static void interrupt_run(int sig)
     char *argv[] = { (char *)"sbx",    (char *)"run", (char *)"--provider", (char *)"local",
                      (char *)"--",     (char *)"sh",  (char *)"-c",         script,
                      NULL };
-    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-    int perr[2];
-    TAP_TRUE(pipe2(perr, O_CLOEXEC) == 0);
-    pid_t pid = spawn(argv, devnull, devnull, perr[1]);
-    close(perr[1]);
-    close(devnull);
+    int err_fd;
+    pid_t pid = spawn_watched(argv, &err_fd);
     long box_pid = wait_for_pid(pidfile);
     TAP_TRUE(alive(box_pid));
     TAP_EQ_INT(workspaces(), 1);
-    kill(pid, sig);
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    char err[1024] = "";
-    ssize_t n = read(perr[0], err, sizeof(err) - 1);
-    err[n > 0 ? n : 0] = 0;
-    close(perr[0]);
-    TAP_TRUE(WIFEXITED(st));
-    TAP_EQ_INT(WEXITSTATUS(st), 128 + sig);
-    TAP_CONTAINS(err, "interrupted by SIG");
+    interrupt_and_check(pid, err_fd, sig);
     TAP_TRUE(!alive(box_pid));
     /* The command is dead, the workspace removed, nothing recorded. */
     TAP_EQ_INT(workspaces(), 0);
@@ -918,12 +949,6 @@ static const char *busybox_tar(void)
     return tar;
 }
 
-/* The id printed by `sbx create` (copied to `id`). */
-static void create_into(char *id, size_t n, const char *const *args)
-{
-    snprintf(id, n, "%s", create_box(args));
-}
-
 /* The one element of a `ls --json` array whose id is `id` (borrowed), or NULL. */
 static json_t *ls_entry(json_t *arr, const char *id)
 {
@@ -960,9 +985,7 @@ static void test_default_provider_is_linux(void)
     proc_free(&p);
     /* SBX_PROVIDER still overrides the default. */
     setenv("SBX_PROVIDER", "fake", 1);
-    p = SBX("run", "--", "exit", "6");
-    EXPECT_CODE(p, 6);
-    proc_free(&p);
+    SBX_EXPECT(6, "run", "--", "exit", "6");
     unsetenv("SBX_PROVIDER");
     TAP_EQ_INT(records(), 0);
     census_check(linux_state());
@@ -981,15 +1004,9 @@ static void test_linux_run_exit_codes_and_streams(void)
     EXPECT_CODE(p, 0);
     TAP_EQ_STR(p.out, "PIPED\n");
     proc_free(&p);
-    p = SBX("run", "--", "no-such-command-xyz");
-    EXPECT_CODE(p, 127);
-    proc_free(&p);
-    p = SBX("run", "--", "sh", "-c", "kill -TERM $$");
-    EXPECT_CODE(p, 128 + SIGTERM);
-    proc_free(&p);
-    p = SBX("run", "--timeout", "0.3", "--", "sleep", "30");
-    EXPECT_CODE(p, 124);
-    proc_free(&p);
+    SBX_EXPECT(127, "run", "--", "no-such-command-xyz");
+    SBX_EXPECT(128 + SIGTERM, "run", "--", "sh", "-c", "kill -TERM $$");
+    SBX_EXPECT(124, "run", "--timeout", "0.3", "--", "sleep", "30");
     TAP_EQ_INT(records(), 0);
     census_check(linux_state());
 }
@@ -1049,9 +1066,7 @@ static void test_linux_image_import_ls_run_rm(void)
     TAP_CONTAINS(p.err, id);
     TAP_CONTAINS(p.err, "--force");
     proc_free(&p);
-    p = SBX("stop", id);
-    EXPECT_CODE(p, 0);
-    proc_free(&p);
+    SBX_EXPECT(0, "stop", id);
     p = SBX("image", "rm", "bb", "bb2");
     EXPECT_CODE(p, 0);
     TAP_EQ_STR(p.out, "bb\nbb2\n");
@@ -1080,16 +1095,12 @@ static void test_linux_image_import_ls_run_rm(void)
     EXPECT_CODE(p, 1);
     TAP_CONTAINS(p.err, "missing.tar");
     proc_free(&p);
-    p = SBX("image", "import", "a/b", tar);
-    EXPECT_CODE(p, 2);
-    proc_free(&p);
+    SBX_EXPECT(2, "image", "import", "a/b", tar);
     p = SBX("image", "import", "onlyname");
     EXPECT_CODE(p, 2);
     TAP_CONTAINS(p.err, "usage: sbx image");
     proc_free(&p);
-    p = SBX("image", "frob");
-    EXPECT_CODE(p, 2);
-    proc_free(&p);
+    SBX_EXPECT(2, "image", "frob");
     census_check(linux_state());
 }
 
@@ -1103,49 +1114,26 @@ static void test_linux_create_exec_cp_ls_stop(void)
                                        NULL });
     TAP_EQ_INT(records(), 1);
     /* Each sbx is its own process: what one wrote, the next sees. */
-    struct proc p = SBX("exec", id, "--", "sh", "-c", "echo $GREETING > note.txt");
-    EXPECT_CODE(p, 0);
-    proc_free(&p);
-    p = SBX("exec", id, "--", "sh", "-c", "cat /work/note.txt; exit 3");
+    SBX_EXPECT(0, "exec", id, "--", "sh", "-c", "echo $GREETING > note.txt");
+    struct proc p = SBX("exec", id, "--", "sh", "-c", "cat /work/note.txt; exit 3");
     EXPECT_CODE(p, 3);
     TAP_EQ_STR(p.out, "hi\n");
     proc_free(&p);
 
-    /* A file in and out. */
-    const char *f = path_in_tmp("in.txt");
-    write_file(f, "payload\n", 0640);
-    char dst[300];
-    snprintf(dst, sizeof(dst), "%s:copied.txt", id);
-    p = SBX("cp", f, dst);
-    EXPECT_CODE(p, 0);
-    proc_free(&p);
-    p = SBX("exec", id, "--", "cat", "copied.txt");
-    TAP_EQ_STR(p.out, "payload\n");
-    proc_free(&p);
-    snprintf(dst, sizeof(dst), "%s:note.txt", id);
-    p = SBX("cp", dst, path_in_tmp("back.txt"));
-    EXPECT_CODE(p, 0);
-    proc_free(&p);
-    char *back = read_text(path_in_tmp("back.txt"));
-    TAP_EQ_STR(back, "hi\n");
-    free(back);
+    check_file_in_out(id);
     /* A directory in and out (the host's sh and tar serve the none image). */
     const char *tree = path_in_tmp("tree");
     TAP_EQ_INT(mkdir(tree, 0755), 0);
     char file[PATH_MAX];
     snprintf(file, sizeof(file), "%s/run.sh", tree);
     write_file(file, "#!/bin/sh\necho ran\n", 0755);
-    snprintf(dst, sizeof(dst), "%s:d/tree", id);
-    p = SBX("cp", tree, dst);
-    EXPECT_CODE(p, 0);
-    proc_free(&p);
+    const char *dst = box_path(id, "d/tree");
+    SBX_EXPECT(0, "cp", tree, dst);
     p = SBX("exec", id, "--", "./d/tree/run.sh");
     EXPECT_CODE(p, 0);
     TAP_EQ_STR(p.out, "ran\n");
     proc_free(&p);
-    p = SBX("cp", dst, path_in_tmp("out"));
-    EXPECT_CODE(p, 0);
-    proc_free(&p);
+    SBX_EXPECT(0, "cp", dst, path_in_tmp("out"));
     snprintf(file, sizeof(file), "%s/out/run.sh", tap_tmpdir());
     TAP_EQ_INT(mode_of(file), 0755);
 
@@ -1182,9 +1170,7 @@ static void test_linux_create_exec_cp_ls_stop(void)
     TAP_EQ_STR(p.out, want);
     proc_free(&p);
     TAP_EQ_INT(records(), 0);
-    p = SBX("status", id);
-    EXPECT_CODE(p, 3);
-    proc_free(&p);
+    SBX_EXPECT(3, "status", id);
     census_check(linux_state());
 }
 
@@ -1240,14 +1226,8 @@ static void test_linux_library_box_seen_by_cli(void)
     proc_free(&p);
     char prefix[32];
     snprintf(prefix, sizeof(prefix), "%.10s", id);
-    p = SBX("exec", prefix, "--", "sh", "-c", "exit 4");
-    EXPECT_CODE(p, 4);
-    proc_free(&p);
-    char src[300];
-    snprintf(src, sizeof(src), "%s:f.txt", id);
-    p = SBX("cp", src, path_in_tmp("f.txt"));
-    EXPECT_CODE(p, 0);
-    proc_free(&p);
+    SBX_EXPECT(4, "exec", prefix, "--", "sh", "-c", "exit 4");
+    SBX_EXPECT(0, "cp", box_path(id, "f.txt"), path_in_tmp("f.txt"));
     char *t = read_text(path_in_tmp("f.txt"));
     TAP_EQ_STR(t, "library\n");
     free(t);
@@ -1258,9 +1238,7 @@ static void test_linux_library_box_seen_by_cli(void)
     json_decref(v);
     proc_free(&p);
 
-    p = SBX("stop", id);
-    EXPECT_CODE(p, 0);
-    proc_free(&p);
+    SBX_EXPECT(0, "stop", id);
     p = SBX("ls", "-q");
     EXPECT_CODE(p, 0);
     TAP_EQ_STR(p.out, "");
@@ -1287,15 +1265,7 @@ static void test_linux_gc_expired_orphan_and_label(void)
     /* 1. A box whose TTL passes: its shim ends it, gc forgets the record. */
     char expired[256];
     create_into(expired, sizeof(expired), (const char *const[]){ "create", "--ttl", "1", NULL });
-    struct timespec ts = { 0, 100 * 1000 * 1000 };
-    for (;;) {
-        struct proc p = SBX("gc", "--dry-run");
-        bool due = strstr(p.out, "ttl expired") != NULL;
-        proc_free(&p);
-        if (due)
-            break;
-        nanosleep(&ts, NULL);
-    }
+    wait_for_ttl_expiry();
     TAP_EQ_INT(records(), 1);
 
     /* 2. An orphan: a box whose shim was killed (no CLI record: made through the library). */
@@ -1303,6 +1273,7 @@ static void test_linux_gc_expired_orphan_and_label(void)
     library_box(orphan, sizeof(orphan), "kind", "orphan");
     long shim = shim_pid_of(orphan);
     TAP_EQ_INT(kill((pid_t)shim, SIGKILL), 0);
+    struct timespec ts = { 0, 100 * 1000 * 1000 };
     while (alive(shim))
         nanosleep(&ts, NULL);
     struct proc p = SBX("status", orphan);
@@ -1369,12 +1340,8 @@ static void test_linux_sigint_run_leaves_nothing(void)
     /* The box's /run/sbx is its directory's run/ on the host: the command says it started there. */
     char *argv[] = { (char *)"sbx", (char *)"run", (char *)"--", (char *)"sh", (char *)"-c",
                      (char *)"touch /run/sbx/started; exec sleep 60", NULL };
-    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-    int perr[2];
-    TAP_TRUE(pipe2(perr, O_CLOEXEC) == 0);
-    pid_t pid = spawn(argv, devnull, devnull, perr[1]);
-    close(perr[1]);
-    close(devnull);
+    int err_fd;
+    pid_t pid = spawn_watched(argv, &err_fd);
     char out[4096];
     struct timespec ts = { 0, 20 * 1000 * 1000 };
     for (;;) {
@@ -1383,17 +1350,7 @@ static void test_linux_sigint_run_leaves_nothing(void)
             break;
         nanosleep(&ts, NULL);
     }
-    kill(pid, SIGINT);
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    char err[1024] = "";
-    ssize_t n = read(perr[0], err, sizeof(err) - 1);
-    err[n > 0 ? n : 0] = 0;
-    close(perr[0]);
-    TAP_TRUE(WIFEXITED(st));
-    TAP_EQ_INT(WEXITSTATUS(st), 128 + SIGINT);
-    TAP_CONTAINS(err, "interrupted by SIGINT");
+    interrupt_and_check(pid, err_fd, SIGINT);
     TAP_EQ_INT(records(), 0);
     census_check(linux_state());
 }

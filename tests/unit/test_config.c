@@ -41,6 +41,20 @@ static char *metadata(const char *ref, const char *doc)
     return out;
 }
 
+static void expect_resolved(const char *ref, const char *doc, const char *want)
+{
+    char *got = resolve(ref, doc);
+    TAP_EQ_STR(got, want);
+    free(got);
+}
+
+static void expect_metadata(const char *ref, const char *doc, const char *want)
+{
+    char *got = metadata(ref, doc);
+    TAP_EQ_STR(got, want);
+    free(got);
+}
+
 static const char DOC[] = "sandbox_main:\n"
                           "  docker:\n"
                           "    image_pull: always\n"
@@ -63,17 +77,11 @@ static const char DOC[] = "sandbox_main:\n"
 
 static void test_named_reference(void)
 {
-    char *got = resolve("sandbox_main", DOC);
     /* default_metadata is not part of the provider config (TS:578). */
-    TAP_EQ_STR(got, "{\"docker\":{\"image_pull\":\"always\",\"cpus\":2}}");
-    free(got);
+    expect_resolved("sandbox_main", DOC, "{\"docker\":{\"image_pull\":\"always\",\"cpus\":2}}");
     /* A quoted name is still a name; so is a JSON document as the merged config. */
-    got = resolve("'zeta'", "{\"zeta\": {\"fake\": {\"x\": [1]}}}");
-    TAP_EQ_STR(got, "{\"fake\":{\"x\":[1]}}");
-    free(got);
-    got = resolve("  zeta  ", DOC);
-    TAP_EQ_STR(got, "{\"fake\":{}}");
-    free(got);
+    expect_resolved("'zeta'", "{\"zeta\": {\"fake\": {\"x\": [1]}}}", "{\"fake\":{\"x\":[1]}}");
+    expect_resolved("  zeta  ", DOC, "{\"fake\":{}}");
 }
 
 static void test_inline_reference(void)
@@ -86,14 +94,10 @@ static void test_inline_reference(void)
     };
     for (size_t i = 0; i < SBX_ARRAY_SIZE(forms); i++) {
         /* An inline mapping needs no merged config. */
-        char *got = resolve(forms[i], NULL);
-        TAP_EQ_STR(got, "{\"fake\":{\"a\":1}}");
-        free(got);
+        expect_resolved(forms[i], NULL, "{\"fake\":{\"a\":1}}");
     }
     /* A null provider config stays null: create_provider treats it as {}. */
-    char *got = resolve("{\"fake\": null}", NULL);
-    TAP_EQ_STR(got, "{\"fake\":null}");
-    free(got);
+    expect_resolved("{\"fake\": null}", NULL, "{\"fake\":null}");
 }
 
 static void test_resolved_config_creates_provider(void)
@@ -245,27 +249,18 @@ static void test_block_needs_exactly_one_provider_key(void)
 
 static void test_default_metadata(void)
 {
-    char *got = metadata("sandbox_main", DOC);
-    TAP_EQ_STR(got, "{\"sandbox-api\":\"docker\"}");
-    free(got);
+    expect_metadata("sandbox_main", DOC, "{\"sandbox-api\":\"docker\"}");
     /* Missing gives {}. */
-    got = metadata("zeta", DOC);
-    TAP_EQ_STR(got, "{}");
-    free(got);
+    expect_metadata("zeta", DOC, "{}");
     /* The provider-key count is not checked here. */
-    got = metadata("{a: {}, b: {}, default_metadata: {team: x, n: 1}}", NULL);
-    TAP_EQ_STR(got, "{\"team\":\"x\",\"n\":1}");
-    free(got);
-    got = metadata("only_metadata", DOC);
-    TAP_EQ_STR(got, "{\"k\":\"v\"}");
-    free(got);
+    expect_metadata("{a: {}, b: {}, default_metadata: {team: x, n: 1}}", NULL,
+                    "{\"team\":\"x\",\"n\":1}");
+    expect_metadata("only_metadata", DOC, "{\"k\":\"v\"}");
     /* Falsy values (None, 0, '', [], False) give {} as `x or {}` does. */
     static const char *const falsy[] = { "null", "0", "''", "[]", "false", "{}", "0.0" };
     for (size_t i = 0; i < SBX_ARRAY_SIZE(falsy); i++) {
         char *ref = sbx__printf("{fake: {}, default_metadata: %s}", falsy[i]);
-        got = metadata(ref, NULL);
-        TAP_EQ_STR(got, "{}");
-        free(got);
+        expect_metadata(ref, NULL, "{}");
         free(ref);
     }
 }
@@ -305,18 +300,13 @@ static void test_env_interpolation(void)
                       "    owner: ${oc.env:SBX_TEST_HOST}\n"
                       "unrelated:\n"
                       "  x: ${oc.env:SBX_TEST_SURELY_UNSET}\n";
-    char *got = resolve("sandbox", doc);
     /* oc.env yields strings; a default of null yields None; \${ stays literal. */
-    TAP_EQ_STR(got, "{\"docker\":{\"host\":\"h1\",\"port\":\"8080\",\"url\":\"http://h1:99/x\","
+    expect_resolved("sandbox", doc,
+                    "{\"docker\":{\"host\":\"h1\",\"port\":\"8080\",\"url\":\"http://h1:99/x\","
                     "\"gone\":null,\"literal\":\"${oc.env:SBX_TEST_HOST}\"}}");
-    free(got);
-    got = metadata("sandbox", doc);
-    TAP_EQ_STR(got, "{\"owner\":\"h1\"}");
-    free(got);
+    expect_metadata("sandbox", doc, "{\"owner\":\"h1\"}");
     /* Inline mappings are interpolated too. */
-    got = resolve("{fake: {h: '${oc.env:SBX_TEST_HOST}'}}", NULL);
-    TAP_EQ_STR(got, "{\"fake\":{\"h\":\"h1\"}}");
-    free(got);
+    expect_resolved("{fake: {h: '${oc.env:SBX_TEST_HOST}'}}", NULL, "{\"fake\":{\"h\":\"h1\"}}");
 }
 
 static void test_env_interpolation_errors(void)

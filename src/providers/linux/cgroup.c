@@ -86,7 +86,10 @@ static const char *v1_cpu_dir(void)
     return NULL;
 }
 
-/* mkdir <parent>/sbx (shared, kept) and <parent>/sbx/<id> (the box's). */
+/*
+ * mkdir <parent>/sbx (shared by the boxes, removed with the last one) and
+ * <parent>/sbx/<id> (the box's).
+ */
 static char *make_group(const char *parent, const char *id, sbx_error **err)
 {
     _cleanup_free_ char *base = sbx__printf("%s/sbx", parent);
@@ -96,19 +99,24 @@ static char *make_group(const char *parent, const char *id, sbx_error **err)
         sbx__set_error(err, SBX_ENOMEM, "out of memory");
         return NULL;
     }
-    if (mkdir(base, 0755) < 0 && errno != EEXIST) {
-        sbx__set_errno(err, SBX_ECREATE, errno,
-                       "cannot create cgroup %s (is the cgroup filesystem writable? run as root)",
-                       base);
-        free(dir);
-        return NULL;
+    /* The last box of another process may remove sbx/ between our two mkdirs: retry. */
+    for (int tries = 0;; tries++) {
+        if (mkdir(base, 0755) < 0 && errno != EEXIST) {
+            sbx__set_errno(err, SBX_ECREATE, errno,
+                           "cannot create cgroup %s (is the cgroup filesystem writable? run as "
+                           "root)",
+                           base);
+            free(dir);
+            return NULL;
+        }
+        if (mkdir(dir, 0755) == 0)
+            return dir;
+        if (errno != ENOENT || tries >= 16) {
+            sbx__set_errno(err, SBX_ECREATE, errno, "cannot create cgroup %s", dir);
+            free(dir);
+            return NULL;
+        }
     }
-    if (mkdir(dir, 0755) < 0) {
-        sbx__set_errno(err, SBX_ECREATE, errno, "cannot create cgroup %s", dir);
-        free(dir);
-        return NULL;
-    }
-    return dir;
 }
 
 static int limit_fail(sbx_error **err, int e, const char *dir, const char *file, const char *val)
@@ -284,8 +292,17 @@ int sbx__cg_destroy(const json_t *paths)
          * released asynchronously). Kill stragglers and retry for up to ~2 s.
          */
         for (int tries = 0;; tries++) {
-            if (rmdir(dir) == 0 || errno == ENOENT)
+            if (rmdir(dir) == 0 || errno == ENOENT) {
+                /* The shared sbx/ level goes with the last box (EBUSY while others live). */
+                _cleanup_free_ char *parent = strdup(dir);
+                char *slash = parent ? strrchr(parent, '/') : NULL;
+                if (slash) {
+                    *slash = 0;
+                    if (strlen(parent) >= 4 && !strcmp(parent + strlen(parent) - 4, "/sbx"))
+                        rmdir(parent);
+                }
                 break;
+            }
             if (errno != EBUSY || tries >= 400) {
                 rc = -errno;
                 break;

@@ -12,6 +12,7 @@
  *   images/names/<name>      the digest a name points to
  *   images/sources/<key>     the digest of a tarball or OCI layout by path+size+mtime
  *   images/none-v1/          the skeleton lower layer of the "none" image
+ *   userns/<slot>            flock'ed by a userns box's shim: reserves its uid range
  */
 #ifndef SBX_LINUX_H
 #define SBX_LINUX_H
@@ -24,6 +25,9 @@
 #define SBX_LINUX_AGENT_SOCK "/run/sbx/agent.sock"
 #define SBX_LINUX_DEFAULT_PIDS 4096
 #define SBX_LINUX_DEFAULT_READY_TIMEOUT_S 30.0
+/* userns: box k's root is host uid BASE + slot * 65536 (see docs/providers/linux.md). */
+#define SBX_LINUX_USERNS_BASE 1000000000u
+#define SBX_LINUX_USERNS_SLOTS 16384u
 /* The skeleton of the "none" image changes with this version. */
 #define SBX_LINUX_NONE_IMAGE "none-v1"
 
@@ -58,6 +62,8 @@ SBX_INTERNAL int sbx__linux_record_read(const char *box_dir, sbx_linux_record *r
 SBX_INTERNAL void sbx__linux_record_free(sbx_linux_record *rec);
 /* /proc/PID/stat field 22, or 0 when the process is gone. */
 SBX_INTERNAL unsigned long long sbx__linux_proc_start(pid_t pid);
+/* pidfd_open(), or -1/ENOSYS without pidfds (SBX_LINUX_NO_PIDFD=1 simulates that). */
+SBX_INTERNAL int sbx__linux_pidfd_open(pid_t pid);
 /* True when the record's shim is the process running under its pid. */
 SBX_INTERNAL bool sbx__linux_shim_alive(const sbx_linux_record *rec);
 

@@ -41,7 +41,8 @@ struct linux_state {
     long long pids;
     bool net_host;
     bool userns;
-    unsigned uid_base;
+    unsigned userns_base;  /* host uid of slot 0's box root */
+    unsigned userns_slots; /* how many 65536-id ranges boxes may take */
     bool seccomp;
     double stop_grace_s;
     double stop_timeout_s;
@@ -189,7 +190,13 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     st->pids = SBX_LINUX_DEFAULT_PIDS;
     st->seccomp = true;
-    st->uid_base = 100000;
+    /*
+     * Above the subordinate ranges useradd hands out (SUB_UID_MAX defaults to
+     * 600100000), and base + slots * 65536 stays below 2^31 for tools that
+     * keep uids in signed ints.
+     */
+    st->userns_base = SBX_LINUX_USERNS_BASE;
+    st->userns_slots = SBX_LINUX_USERNS_SLOTS;
     st->stop_timeout_s = 10;
     st->agent_dynamic = -1;
     st->max_conns = SBX_LINUX_DEFAULT_MAX_AGENT_CONNECTIONS;
@@ -226,12 +233,15 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                 break;
             }
             *(!strcmp(key, "userns") ? &st->userns : &st->seccomp) = json_is_true(v);
-        } else if (!strcmp(key, "uid_base")) {
-            if (!json_is_integer(v) || json_integer_value(v) < 1) {
+        } else if (!strcmp(key, "userns_base") || !strcmp(key, "userns_slots")) {
+            /* Each box takes one 65536-id range; all must fit in 32-bit uids. */
+            if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+                json_integer_value(v) > 0xFFFF0000LL) {
                 rc = cfg_error(err, key, "a positive integer");
                 break;
             }
-            st->uid_base = (unsigned)json_integer_value(v);
+            *(!strcmp(key, "userns_base") ? &st->userns_base : &st->userns_slots) =
+                (unsigned)json_integer_value(v);
         } else if (!strcmp(key, "max_agent_connections")) {
             if (!json_is_integer(v) || json_integer_value(v) < 1 ||
                 json_integer_value(v) > 1 << 20) {
@@ -249,12 +259,17 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
         } else {
             rc = sbx__set_error(err, SBX_EINVAL,
                                 "linux provider: unknown option '%s' (known: state_dir, shim, "
-                                "agent, pids_limit, network, userns, uid_base, seccomp, "
-                                "stop_grace_s, stop_timeout_s, max_agent_connections)",
+                                "agent, pids_limit, network, userns, userns_base, userns_slots, "
+                                "seccomp, stop_grace_s, stop_timeout_s, max_agent_connections)",
                                 key);
             break;
         }
     }
+    if (rc == SBX_OK && (unsigned long long)st->userns_base +
+                                (unsigned long long)st->userns_slots * 65536ull > 0xFFFFFFFFull)
+        rc = sbx__set_error(err, SBX_EINVAL,
+                            "linux provider: userns_base + userns_slots * 65536 must stay below "
+                            "2^32 (every box takes a range of 65536 uids)");
     if (rc == SBX_OK) {
         char *sd = sbx__linux_state_dir(st->state_dir);
         free(st->state_dir);
@@ -710,18 +725,6 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->hostname = strdup(c->box->id);
     if (read_options(spec, c, &e) < 0)
         goto fail;
-    if (c->userns && !getenv("SBX_LINUX_EXPERIMENTAL_USERNS")) {
-        /*
-         * The shim can map the box's root to an unprivileged range, but image
-         * files owned by host root are then unmapped in the box: its root can
-         * neither write into them nor enter 0700 directories. That needs
-         * idmapped lower layers (mount_setattr MOUNT_ATTR_IDMAP), not done yet.
-         */
-        e = sbx_error_new(SBX_ECREATE, "user namespaces are not supported by the linux "
-                                       "provider yet (they need idmapped image layers); leave "
-                                       "userns unset");
-        goto fail;
-    }
     c->box->box_dir = sbx__printf("%s/boxes/%s", st->state_dir, c->box->id);
     c->box->socket = sbx__printf("%s/run/agent.sock", c->box->box_dir);
     c->box->base_env = env_strv(spec);
@@ -761,11 +764,11 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
             json_array_append_new(ep, json_string(entry[i]));
     }
     c->desc = json_pack(
-        "{s:s, s:s, s:s, s:s, s:s?, s:b, s:b, s:I, s:b, s:I, s:s?, s:s, s:f, s:f, s:f, s:I, s:I,"
-        " s:f, s:o, s:o, s:o?}",
+        "{s:s, s:s, s:s, s:s, s:s?, s:b, s:b, s:I, s:I, s:b, s:I, s:s?, s:s, s:f, s:f, s:f, s:I,"
+        " s:I, s:f, s:o, s:o, s:o?}",
         "id", c->box->id, "state_dir", st->state_dir, "box_dir", c->box->box_dir, "hostname",
-        c->hostname, "image", c->image, "net_host", c->net_host, "userns", c->userns, "uid_base",
-        (json_int_t)st->uid_base, "seccomp", st->seccomp, "upper_size",
+        c->hostname, "image", c->image, "net_host", c->net_host, "userns", c->userns, "userns_base",
+        (json_int_t)st->userns_base, "userns_slots", (json_int_t)st->userns_slots, "seccomp", st->seccomp, "upper_size",
         (json_int_t)(disk > 0 ? disk << 30 : 0), "workdir", sbx_spec_workdir(spec), "agent",
         st->agent, "ttl_s", ttl, "ready_timeout_s", c->ready_timeout_s, "stop_grace_s",
         st->stop_grace_s, "memory_bytes", (json_int_t)(mem > 0 ? mem << 20 : 0), "pids",
@@ -935,8 +938,11 @@ static void linux_status(sbx_op *op, void *state, void *box)
         if (!sbx__linux_shim_alive(&rec))
             s = SBX_STATUS_ERROR; /* the supervisor died: an orphan for gc */
         else if (!strcmp(rec.state, "creating"))
-            /* Our handle got the agent's hello: the ack is sent, the record lags a moment. */
-            s = sbx__linux_agent_gone(&b->agent) ? SBX_STATUS_STARTING : SBX_STATUS_RUNNING;
+            /*
+             * Our handle got the agent's hello and sent the ack; the record
+             * lags a moment. The agent known to be gone since: error.
+             */
+            s = sbx__linux_agent_gone(&b->agent) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
         else if (!strcmp(rec.state, "running"))
             /* A closed (pooled) connection is no sign of trouble; a dead one is. */
             s = sbx__linux_agent_gone(&b->agent) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
@@ -952,9 +958,15 @@ static void linux_status(sbx_op *op, void *state, void *box)
 struct stop {
     sbx_op *op;
     struct linux_box *b;
-    uv_poll_t poll;
+    /* Exit is seen through a pidfd (poll), or without pidfds by checking /proc (check). */
+    union {
+        uv_poll_t poll;
+        uv_timer_t check;
+    } w;
     uv_timer_t timer;
-    int pidfd;
+    int pidfd; /* -1 without pidfd support */
+    pid_t pid;
+    unsigned long long start;
     int handles;
     int code;
     sbx_error *err;
@@ -965,7 +977,8 @@ static void stop_closed(uv_handle_t *h)
     struct stop *s = h->data;
     if (--s->handles > 0)
         return;
-    close(s->pidfd);
+    if (s->pidfd >= 0)
+        close(s->pidfd);
     /* A shim that died uncleanly leaves its cgroups and directory: remove them here. */
     struct stat st;
     if (stat(s->b->box_dir, &st) == 0) {
@@ -982,10 +995,20 @@ static void stop_closed(uv_handle_t *h)
 
 static void stop_end(struct stop *s)
 {
-    uv_poll_stop(&s->poll);
+    if (s->pidfd >= 0)
+        uv_poll_stop(&s->w.poll);
+    else
+        uv_timer_stop(&s->w.check);
     uv_timer_stop(&s->timer);
-    uv_close((uv_handle_t *)&s->poll, stop_closed);
+    uv_close((uv_handle_t *)&s->w, stop_closed);
     uv_close((uv_handle_t *)&s->timer, stop_closed);
+}
+
+static void stop_check(uv_timer_t *t)
+{
+    struct stop *s = t->data;
+    if (sbx__linux_proc_start(s->pid) != s->start)
+        stop_end(s);
 }
 
 static void stop_exited(uv_poll_t *p, int status, int events)
@@ -1021,37 +1044,57 @@ static void linux_close(sbx_op *op, void *state, void *box, int owned)
         return;
     }
     int pfd = -1;
-    if (sbx__linux_shim_alive(&rec))
-        pfd = (int)syscall(SYS_pidfd_open, rec.shim_pid, 0);
-    /* The pidfd pins the process: check it is still our shim, then signal through it. */
-    if (pfd >= 0 && (sbx__linux_proc_start(rec.shim_pid) != rec.shim_start ||
-                     syscall(SYS_pidfd_send_signal, pfd, SIGTERM, NULL, 0) < 0)) {
-        close(pfd);
-        pfd = -1;
+    bool signalled = false;
+    if (sbx__linux_shim_alive(&rec)) {
+        pfd = sbx__linux_pidfd_open(rec.shim_pid);
+        /* The pidfd pins the process: check it is still our shim, then signal through it. */
+        if (pfd >= 0) {
+            signalled = sbx__linux_proc_start(rec.shim_pid) == rec.shim_start &&
+                        syscall(SYS_pidfd_send_signal, pfd, SIGTERM, NULL, 0) == 0;
+            if (!signalled) {
+                close(pfd);
+                pfd = -1;
+            }
+        } else if (errno == ENOSYS) {
+            /* No pidfds (Linux < 5.3, valgrind): start-time check, kill(), poll /proc. */
+            signalled = sbx__linux_proc_start(rec.shim_pid) == rec.shim_start &&
+                        kill(rec.shim_pid, SIGTERM) == 0;
+        }
     }
-    if (pfd < 0) {
+    if (!signalled) {
         if (!sbx__linux_shim_alive(&rec))
             sbx__linux_remove_leftovers(b->box_dir, &rec);
         sbx__linux_record_free(&rec);
         sbx_op_complete(op, SBX_OK, NULL, NULL);
         return;
     }
-    sbx__linux_record_free(&rec);
     struct stop *s = calloc(1, sizeof(*s));
     if (!s) {
-        close(pfd);
+        if (pfd >= 0)
+            close(pfd);
+        sbx__linux_record_free(&rec);
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return;
     }
     s->op = op;
     s->b = b;
     s->pidfd = pfd;
+    s->pid = rec.shim_pid;
+    s->start = rec.shim_start;
+    sbx__linux_record_free(&rec);
     s->handles = 2;
-    uv_poll_init(sbx_op_loop(op), &s->poll, pfd);
     uv_timer_init(sbx_op_loop(op), &s->timer);
-    s->poll.data = s->timer.data = s;
-    /* A pidfd polls readable once the process has exited. */
-    uv_poll_start(&s->poll, UV_READABLE, stop_exited);
+    s->timer.data = s;
+    if (pfd >= 0) {
+        uv_poll_init(sbx_op_loop(op), &s->w.poll, pfd);
+        s->w.poll.data = s;
+        /* A pidfd polls readable once the process has exited. */
+        uv_poll_start(&s->w.poll, UV_READABLE, stop_exited);
+    } else {
+        uv_timer_init(sbx_op_loop(op), &s->w.check);
+        s->w.check.data = s;
+        uv_timer_start(&s->w.check, stop_check, 5, 5);
+    }
     uv_timer_start(&s->timer, stop_timeout, (uint64_t)(st->stop_timeout_s * 1000), 0);
 }
 
