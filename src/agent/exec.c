@@ -5,6 +5,13 @@
  * cap (the rest is read and dropped, so the command never blocks on a full
  * pipe). The channel ends with one EXIT frame once the process was reaped
  * and its pipes are drained.
+ *
+ * Starting a command never waits for it: after fork() the agent goes back to
+ * its loop at once, and the child's report pipe (close-on-exec) is one more
+ * event. EOF with no data there means execve succeeded; a struct child_err
+ * means setup or execve failed, and the EXIT frame then carries that error
+ * instead of the child's _exit(125). So N concurrent execs cost N forks in
+ * the agent (~0.1 ms each), not N complete execs one after the other.
  */
 #include "agent/agent.h"
 
@@ -21,6 +28,12 @@
 
 extern char **environ;
 
+enum stage { STAGE_CHDIR = 1, STAGE_USER, STAGE_EXEC };
+struct child_err {
+    int stage;
+    int err;
+};
+
 struct exec {
     struct chan ch; /* first: a struct chan * from the connection is a struct exec * */
     struct exec *next_all;
@@ -29,6 +42,11 @@ struct exec {
     bool exited;
     int status;
     struct watch out, err, in;
+    struct watch rep; /* the child's report pipe: open until execve or its failure */
+    struct child_err ce;
+    size_t ce_got;       /* bytes of ce read so far; sizeof(ce): setup or execve failed */
+    char *argv0, *cwd, *user; /* for the failure messages */
+    bool shell;
     bool out_paused, err_paused;
     struct obuf *inq;
     bool in_eof;
@@ -89,6 +107,9 @@ static void exec_free(void *p)
         free(o->data);
         free(o);
     }
+    free(e->argv0);
+    free(e->cwd);
+    free(e->user);
     free(e);
 }
 
@@ -103,13 +124,42 @@ static void unlink_all(struct exec *e)
 }
 
 /* Sends EXIT once the process is reaped and both pipes are done. */
+/* The EXIT for a command that never ran: what setup or execve said. */
+static void send_start_failure(struct exec *e)
+{
+    const struct child_err *ce = &e->ce;
+    char msg[600];
+    if (ce->stage == STAGE_EXEC && !e->shell &&
+        (ce->err == ENOENT || ce->err == EACCES || ce->err == ENOEXEC)) {
+        /* What a shell would say and return for a command it cannot run. */
+        int len = snprintf(msg, sizeof(msg), "sbx-agent: %s: %s\n", e->argv0,
+                           ce->err == ENOENT ? "command not found" : strerror(ce->err));
+        conn_send_raw(e->conn, SBX_MSG_STDERR, e->ch.id, msg,
+                      len < (int)sizeof(msg) ? (size_t)len : sizeof(msg) - 1);
+        send_exit(e->conn, e->ch.id, SBX_EXIT_CODE, ce->err == ENOENT ? 127 : 126, 0, "");
+        return;
+    }
+    if (ce->stage == STAGE_CHDIR)
+        snprintf(msg, sizeof(msg), "cannot change directory to '%s': %s", e->cwd,
+                 strerror(ce->err));
+    else if (ce->stage == STAGE_USER)
+        snprintf(msg, sizeof(msg), "cannot switch to user '%s': %s", e->user, strerror(ce->err));
+    else
+        snprintf(msg, sizeof(msg), "cannot run %s: %s", e->shell ? "/bin/sh" : e->argv0,
+                 strerror(ce->err));
+    send_exit(e->conn, e->ch.id, SBX_EXIT_FAILED, 0, 0, msg);
+}
+
 static void maybe_finish(struct exec *e)
 {
-    if (e->finished || !e->exited || e->out.fd >= 0 || e->err.fd >= 0)
+    if (e->finished || !e->exited || e->out.fd >= 0 || e->err.fd >= 0 || e->rep.fd >= 0)
         return;
     e->finished = true;
     watch_close(&e->in);
-    if (e->conn) {
+    if (e->conn && e->ce_got == sizeof(e->ce)) {
+        send_start_failure(e);
+        conn_chan_remove(e->conn, &e->ch);
+    } else if (e->conn) {
         uint32_t flags = (e->trunc_out ? SBX_EXITF_STDOUT_TRUNCATED : 0) |
                          (e->trunc_err ? SBX_EXITF_STDERR_TRUNCATED : 0);
         uint8_t kind;
@@ -203,6 +253,29 @@ static void on_err(struct watch *w, uint32_t ev)
 {
     (void)ev;
     pump_output(EXEC_OF(w, err), w, true);
+}
+
+/* Reads the child's report: a struct child_err, or EOF alone once execve succeeded. */
+static void read_report(struct exec *e)
+{
+    while (e->rep.fd >= 0) {
+        ssize_t n = read(e->rep.fd, (char *)&e->ce + e->ce_got, sizeof(e->ce) - e->ce_got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n <= 0 || (e->ce_got += (size_t)n) == sizeof(e->ce)) {
+            watch_close(&e->rep);
+            maybe_finish(e);
+            return;
+        }
+    }
+}
+
+static void on_rep(struct watch *w, uint32_t ev)
+{
+    (void)ev;
+    read_report(EXEC_OF(w, rep));
 }
 
 static void flush_stdin(struct exec *e)
@@ -309,6 +382,8 @@ bool exec_reaped(pid_t pid, int status)
             continue;
         e->exited = true;
         e->status = status;
+        /* The child is gone, so its report is complete (or EOF): read it now. */
+        read_report(e);
         /* Drain what the command left in its pipes, then finish. */
         if (e->out.fd >= 0 && !e->out_paused)
             pump_output(e, &e->out, false);
@@ -359,12 +434,6 @@ static void env_put(char **env, size_t *n, char *kv)
     env[(*n)++] = kv;
     env[*n] = NULL;
 }
-
-enum stage { STAGE_CHDIR = 1, STAGE_USER, STAGE_EXEC };
-struct child_err {
-    int stage;
-    int err;
-};
 
 /* Runs in the child between fork and exec: only async-signal-safe calls. */
 static void child(int in_fd, int out_fd, int err_fd, int report, const sbx_msg_exec *m,
@@ -515,46 +584,21 @@ int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f)
     close(rep[1]);
     pin[0] = pout[1] = perr[1] = rep[1] = -1;
 
-    /* EOF on the report pipe means exec succeeded (it is close-on-exec). */
-    struct child_err ce = {0, 0};
-    ssize_t got;
-    do
-        got = read(rep[0], &ce, sizeof(ce));
-    while (got < 0 && errno == EINTR);
-    close(rep[0]);
-    rep[0] = -1;
-    if (got == (ssize_t)sizeof(ce)) {
-        int st;
-        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-            ;
-        if (ce.stage == STAGE_EXEC && !(m->flags & SBX_EXEC_SHELL) &&
-            (ce.err == ENOENT || ce.err == EACCES || ce.err == ENOEXEC)) {
-            /* What a shell would say and return for a command it cannot run. */
-            char line[600];
-            int len = snprintf(line, sizeof(line), "sbx-agent: %s: %s\n", m->argv[0],
-                               ce.err == ENOENT ? "command not found" : strerror(ce.err));
-            conn_send_raw(c, SBX_MSG_STDERR, ch, line,
-                          len < (int)sizeof(line) ? (size_t)len : sizeof(line) - 1);
-            send_exit(c, ch, SBX_EXIT_CODE, ce.err == ENOENT ? 127 : 126, 0, "");
-            goto done;
-        }
-        if (ce.stage == STAGE_CHDIR)
-            snprintf(msg, sizeof(msg), "cannot change directory to '%s': %s", m->cwd,
-                     strerror(ce.err));
-        else if (ce.stage == STAGE_USER)
-            snprintf(msg, sizeof(msg), "cannot switch to user '%s': %s", m->user, strerror(ce.err));
-        else
-            snprintf(msg, sizeof(msg), "cannot run %s: %s",
-                     m->flags & SBX_EXEC_SHELL ? "/bin/sh" : m->argv[0], strerror(ce.err));
-        goto failed;
-    }
-
     struct exec *e = calloc(1, sizeof(*e));
-    if (!e) {
-        kill(-pid, SIGKILL);
+    if (e) {
+        e->argv0 = strdup(m->argv[0]);
+        e->cwd = strdup(m->cwd ? m->cwd : "");
+        e->user = strdup(m->user ? m->user : "");
+    }
+    if (!e || !e->argv0 || !e->cwd || !e->user) {
+        /* The child is reaped by reap_all() like any orphan. */
+        kill(pid, SIGKILL);
+        if (e)
+            exec_free(e);
         snprintf(msg, sizeof(msg), "out of memory");
         goto failed;
     }
+    e->shell = m->flags & SBX_EXEC_SHELL;
     e->ch.id = ch;
     e->ch.kind = CHAN_EXEC;
     e->conn = c;
@@ -568,7 +612,10 @@ int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f)
     watch_init(&e->out, pout[0], on_out);
     watch_init(&e->err, perr[0], on_err);
     watch_init(&e->in, pin[1], on_in);
-    pout[0] = perr[0] = pin[1] = -1;
+    set_nonblock(rep[0]);
+    watch_init(&e->rep, rep[0], on_rep);
+    pout[0] = perr[0] = pin[1] = rep[0] = -1;
+    watch_set(&e->rep, EPOLLIN);
     watch_set(&e->out, EPOLLIN);
     watch_set(&e->err, EPOLLIN);
     if (!(m->flags & SBX_EXEC_STDIN))

@@ -79,6 +79,9 @@ struct sbx_agent_conn {
     sbx_agent_connect_cb cb;
     void *cb_data;
     bool owned; /* the owner holds it (after a successful connect) */
+    bool one_attempt; /* sbx__agent_reconnect: a refused connect fails at once */
+    size_t n_open;    /* channels whose op has not completed */
+    int local_errno;  /* connect failed on our side (no descriptor left): kept in the error */
     bool closing;
     int refs;
     sbx_proto_reader rd;
@@ -143,6 +146,7 @@ static struct hchan *chan_new(sbx_agent_conn *c, sbx_op *op, enum chan_kind kind
     struct hchan **b = &c->table[ch->id % BUCKETS];
     ch->next = *b;
     *b = ch;
+    c->n_open++;
     return ch;
 }
 
@@ -160,6 +164,7 @@ static void chan_unlink(struct hchan *ch)
         if (*pp == ch) {
             *pp = ch->next;
             ch->next = NULL;
+            ch->c->n_open--;
             return;
         }
     }
@@ -332,7 +337,8 @@ static void conn_fail(sbx_agent_conn *c, int code, const char *fmt, ...)
     fail_all(c, code, why);
     if (was == ST_CONNECTING || was == ST_HELLO) {
         /* The owner never got the connection: report and drop it here. */
-        sbx_error *e = sbx_error_new(code, "%s", why);
+        sbx_error *e = c->local_errno ? sbx_error_new_errno(code, c->local_errno, "%s", why)
+                                      : sbx_error_new(code, "%s", why);
         sbx_agent_connect_cb cb = c->cb;
         c->cb = NULL;
         if (c->timer) {
@@ -1177,10 +1183,11 @@ static void try_connect(sbx_agent_conn *c)
     memcpy(sa.sun_path, c->path, strlen(c->path) + 1);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
-        /* The limit many-box users meet first: each connected box holds one descriptor. */
-        conn_fail(c, SBX_EIO, "cannot create a socket: %s%s", strerror(errno),
-                  errno == EMFILE ? " (every box this process holds keeps one descriptor open; "
-                                    "raise the limit, e.g. ulimit -n 65536)"
+        /* The limit many-box users meet first: each open connection holds one descriptor. */
+        c->local_errno = errno; /* a failure here says nothing about the agent */
+        conn_fail(c, SBX_EIO, "cannot create a socket%s",
+                  errno == EMFILE ? " (each open agent connection holds one descriptor; raise "
+                                    "the limit, e.g. ulimit -n 65536, or keep fewer open)"
                                   : "");
         return;
     }
@@ -1198,10 +1205,14 @@ static void try_connect(sbx_agent_conn *c)
     int e = errno;
     close(fd);
     bool transient = e == ENOENT || e == ECONNREFUSED || e == EAGAIN || e == EINTR;
-    if (!transient || uv_now(c->loop) >= c->deadline) {
-        conn_fail(c, transient ? SBX_ETIMEDOUT : SBX_EIO,
+    /* One attempt: nobody listening means the agent is gone (a full backlog is retried). */
+    bool gone = c->one_attempt && (e == ENOENT || e == ECONNREFUSED);
+    if (!transient || gone || uv_now(c->loop) >= c->deadline) {
+        conn_fail(c, gone ? SBX_EPROVIDER : transient ? SBX_ETIMEDOUT : SBX_EIO,
                   "cannot connect to the sandbox agent at %s: %s%s", c->path, strerror(e),
-                  transient ? " (it did not start listening in time)" : "");
+                  gone        ? " (nobody is listening: the agent is gone)"
+                  : transient ? " (it did not start listening in time)"
+                              : "");
         return;
     }
     /* Back off gently: boxes usually start in milliseconds. */
@@ -1243,8 +1254,8 @@ static sbx_agent_conn *conn_alloc(void *loop, double timeout_s, sbx_agent_connec
     return c;
 }
 
-int sbx__agent_connect(void *loop, const char *socket_path, double timeout_s,
-                       sbx_agent_connect_cb cb, void *data)
+static int connect_path(void *loop, const char *socket_path, double timeout_s, bool one_attempt,
+                        sbx_agent_connect_cb cb, void *data)
 {
     struct sockaddr_un sa;
     if (!loop || !socket_path || !cb)
@@ -1260,9 +1271,22 @@ int sbx__agent_connect(void *loop, const char *socket_path, double timeout_s,
         }
         return SBX_ENOMEM;
     }
+    c->one_attempt = one_attempt;
     /* The first attempt runs from the loop so `cb` never runs inside this call. */
     uv_timer_start(c->timer, on_timer, 0, 0);
     return SBX_OK;
+}
+
+int sbx__agent_connect(void *loop, const char *socket_path, double timeout_s,
+                       sbx_agent_connect_cb cb, void *data)
+{
+    return connect_path(loop, socket_path, timeout_s, false, cb, data);
+}
+
+int sbx__agent_reconnect(void *loop, const char *socket_path, double timeout_s,
+                         sbx_agent_connect_cb cb, void *data)
+{
+    return connect_path(loop, socket_path, timeout_s, true, cb, data);
 }
 
 int sbx__agent_connect_fd(void *loop, int fd, double timeout_s, sbx_agent_connect_cb cb, void *data)
@@ -1294,6 +1318,11 @@ int sbx__agent_connect_fd(void *loop, int fd, double timeout_s, sbx_agent_connec
 int sbx__agent_alive(const sbx_agent_conn *c)
 {
     return c && c->state == ST_READY;
+}
+
+int sbx__agent_idle(const sbx_agent_conn *c)
+{
+    return c && c->n_open == 0;
 }
 
 void sbx__agent_close(sbx_agent_conn *c)

@@ -27,6 +27,13 @@ typedef void (*sbx_agent_connect_cb)(sbx_agent_conn *conn, int code, sbx_error *
  */
 int sbx__agent_connect(void *loop, const char *socket_path, double timeout_s,
                        sbx_agent_connect_cb cb, void *data);
+/*
+ * The same with exactly one connect attempt: a socket nobody listens on (the
+ * agent died) fails at once instead of being retried until `timeout_s`,
+ * which then bounds only the hello. For reconnecting to a box that was up.
+ */
+int sbx__agent_reconnect(void *loop, const char *socket_path, double timeout_s,
+                         sbx_agent_connect_cb cb, void *data);
 /* The same over an already-connected duplex stream fd (takes ownership of fd). */
 int sbx__agent_connect_fd(void *loop, int fd, double timeout_s, sbx_agent_connect_cb cb,
                           void *data);
@@ -55,6 +62,8 @@ void sbx__agent_download(sbx_agent_conn *c, sbx_op *op, const char *remote_path,
 void sbx__agent_ping(sbx_agent_conn *c, sbx_op *op);
 /* 0 once the stream closed (agent gone, protocol error, or closed). */
 int sbx__agent_alive(const sbx_agent_conn *c);
+/* 1 when no op is in flight on it (closing it then fails nothing). */
+int sbx__agent_idle(const sbx_agent_conn *c);
 /* Closes the stream and frees the connection; pending ops complete with errors. */
 void sbx__agent_close(sbx_agent_conn *c);
 

@@ -568,6 +568,54 @@ static void test_concurrent_execs(void)
     teardown(c, &a);
 }
 
+/*
+ * Starts overlap now (the agent does not wait for one command's execve
+ * before reading the next request): failures found in the child (a missing
+ * cwd, a command not found) still come back on their own channel, with
+ * successes interleaved between them.
+ */
+static void test_concurrent_starts_with_failures(void)
+{
+    setup();
+    struct agent a = start_listen(NULL, NULL, NULL);
+    sbx_agent_conn *c = connect_agent(&a);
+    enum { N = 60 };
+    static struct waiter *ws[N];
+    static char cmds[N][64];
+    static const char *const nope[] = {"no-such-command-sbx", NULL};
+    sbx_exec_opts *bad_cwd = sbx_exec_opts_new();
+    sbx_exec_opts_set_cwd(bad_cwd, "/no/such/dir");
+    for (int i = 0; i < N; i++) {
+        snprintf(cmds[i], sizeof(cmds[i]), "echo out-%d; exit %d", i, i % 7);
+        if (i % 3 == 1)
+            ws[i] = exec_start_async(c, NULL, nope, NULL, NULL);
+        else if (i % 3 == 2)
+            ws[i] = exec_start_async(c, cmds[i], NULL, bad_cwd, NULL);
+        else
+            ws[i] = exec_start_async(c, cmds[i], NULL, NULL, NULL);
+    }
+    for (int i = 0; i < N; i++) {
+        sbx_exec_result *r = exec_wait(ws[i]);
+        if (i % 3 == 1) {
+            TAP_EQ_INT(sbx_exec_result_return_code(r), 127);
+            TAP_CONTAINS(err_of(r), "no-such-command-sbx: command not found");
+        } else if (i % 3 == 2) {
+            TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+            TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+            TAP_CONTAINS(err_of(r), "/no/such/dir");
+        } else {
+            char want[64];
+            snprintf(want, sizeof(want), "out-%d\n", i);
+            TAP_EQ_STR(out_of(r), want);
+            TAP_EQ_INT(sbx_exec_result_return_code(r), i % 7);
+        }
+        sbx_exec_result_free(r);
+    }
+    sbx_exec_opts_free(bad_cwd);
+    TAP_EQ_INT(conn_alive(c), 1);
+    teardown(c, &a);
+}
+
 static void test_output_cap(void)
 {
     setup();
@@ -1033,7 +1081,7 @@ static void test_entrypoint_and_sigterm(void)
 }
 
 TAP_MAIN(TAP(test_exec_basics), TAP(test_binary_output), TAP(test_timeout_kills_group),
-         TAP(test_cancel_kills_group), TAP_T(test_concurrent_execs, 120), TAP(test_output_cap),
+         TAP(test_cancel_kills_group), TAP_T(test_concurrent_execs, 120), TAP(test_concurrent_starts_with_failures), TAP(test_output_cap),
          TAP_T(test_upload_download, 120), TAP_T(test_upload_download_fallback_walk, 120),
          TAP(test_path_escapes), TAP(test_path_escapes_fallback_walk),
          TAP(test_agent_killed_mid_exec), TAP(test_malformed_frame_closes_only_that_stream),

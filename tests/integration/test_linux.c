@@ -700,6 +700,166 @@ static void test_many_boxes_at_once(void)
 }
 
 
+/* The descriptors open in this process now (the directory's own excluded). */
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        n += de->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n - 1;
+}
+
+/* Runs `hostname` in every box at once and checks each answered with its own id. */
+static void hostname_all_at_once(sbx_sandbox **sbs, int n)
+{
+    sbx_future *fs[64];
+    for (int i = 0; i < n; i++)
+        TAP_OK(sbx_sandbox_exec_async(sbs[i], "hostname", NULL, &fs[i], &e_));
+    for (int i = 0; i < n; i++) {
+        sbx_exec_result *r = NULL;
+        sbx_error *e = NULL;
+        if (sbx_future_wait(fs[i], -1, &e) != SBX_OK ||
+            sbx_future_take_exec_result(fs[i], &r, &e) != SBX_OK)
+            TAP_FAIL("box %d: %s", i, sbx_error_message(e));
+        TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+        TAP_CONTAINS(sbx_exec_result_stdout(r, NULL), sbx_sandbox_id(sbs[i]));
+        sbx_exec_result_free(r);
+        sbx_future_free(fs[i]);
+    }
+}
+
+/*
+ * 20 boxes through a pool of 4 agent connections: every op finds its box
+ * (reconnecting as needed), the process never keeps more than 4 connections
+ * once its ops are done, and a box whose agent died while its connection
+ * was closed is still reported as gone.
+ */
+static void test_agent_connections_pooled(void)
+{
+    need_boxes();
+    enum { N = 20, CAP = 4 };
+    sbx_provider *p = provider("{\"max_agent_connections\": 4}");
+    sbx_spec *s = spec_none();
+    /* One box first, so the loop thread and its descriptors exist before the baseline. */
+    sbx_sandbox *sbs[N];
+    sbs[0] = start(p, s);
+    int base = open_fds() - 1; /* box 0's connection */
+    sbx_future *fs[N];
+    for (int i = 1; i < N; i++) {
+        TAP_EQ_INT(sbx_sandbox_new(p, s, &sbs[i], NULL), SBX_OK);
+        TAP_OK(sbx_sandbox_start_async(sbs[i], NULL, &fs[i], &e_));
+    }
+    for (int i = 1; i < N; i++) {
+        sbx_error *e = NULL;
+        if (sbx_future_wait(fs[i], -1, &e) != SBX_OK)
+            TAP_FAIL("box %d: %s", i, sbx_error_message(e));
+        sbx_future_free(fs[i]);
+    }
+    TAP_TRUE(open_fds() <= base + CAP);
+    for (int round = 0; round < 3; round++) {
+        /* Interleaved: each exec needs a box whose connection the pool closed. */
+        for (int i = 0; i < N; i++) {
+            char cmd[64];
+            snprintf(cmd, sizeof(cmd), "echo %d-%d; hostname", round, i);
+            char want[64];
+            snprintf(want, sizeof(want), "%d-%d\n%s", round, i, sbx_sandbox_id(sbs[i]));
+            TAP_CONTAINS(out_of(sbs[i], cmd), want);
+            TAP_TRUE(open_fds() <= base + CAP);
+        }
+        /* All at once: busy connections stay open, the idle ones are closed after. */
+        hostname_all_at_once(sbs, N);
+        TAP_TRUE(open_fds() <= base + CAP);
+    }
+    /* Files go through the pool too. */
+    char src[600], back[600];
+    snprintf(src, sizeof(src), "%s/in.txt", tap_tmpdir());
+    snprintf(back, sizeof(back), "%s/back.txt", tap_tmpdir());
+    FILE *f = fopen(src, "we");
+    fputs("pooled\n", f);
+    fclose(f);
+    for (int i = 0; i < N; i++)
+        TAP_OK(sbx_sandbox_upload(sbs[i], src, "/tmp/in.txt", &e_));
+    for (int i = 0; i < N; i++) {
+        TAP_OK(sbx_sandbox_download(sbs[(i + 7) % N], "/tmp/in.txt", back, &e_));
+        TAP_CONTAINS(out_of(sbs[i], "cat /tmp/in.txt"), "pooled");
+    }
+    TAP_TRUE(open_fds() <= base + CAP);
+
+    /* Box 0's connection was closed long ago: kill its agent, then use it. */
+    char rp[900];
+    snprintf(rp, sizeof(rp), "%s/boxes/%s/record.json", state_dir, sbx_sandbox_id(sbs[0]));
+    json_t *j = json_load_file(rp, 0, NULL);
+    pid_t init = (pid_t)json_integer_value(json_object_get(j, "init_pid"));
+    json_decref(j);
+    TAP_TRUE(init > 1);
+    TAP_EQ_INT(kill(init, SIGKILL), 0);
+    sbx_status st = SBX_STATUS_RUNNING;
+    while (st == SBX_STATUS_RUNNING) { /* the shim marks the record; the alarm bounds this */
+        TAP_EQ_INT(sbx_sandbox_status(sbs[0], &st, NULL), SBX_OK);
+        if (st == SBX_STATUS_RUNNING)
+            usleep(10000);
+    }
+    TAP_EQ_INT(st, SBX_STATUS_ERROR);
+    for (int k = 0; k < 2; k++) {
+        sbx_exec_result *r = NULL;
+        sbx_error *e = NULL;
+        TAP_NE_INT(sbx_sandbox_exec(sbs[0], "true", NULL, &r, &e), SBX_OK);
+        TAP_CONTAINS(sbx_error_message(e), "agent");
+        sbx_error_free(e);
+    }
+    /* The others are unaffected. */
+    hostname_all_at_once(sbs + 1, N - 1);
+    TAP_TRUE(open_fds() <= base + CAP);
+    for (int i = 0; i < N; i++)
+        stop_free(sbs[i]);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/* A box killed while its connection sits closed in the pool: one reconnect, then the error. */
+static void test_pooled_agent_killed_gives_error(void)
+{
+    need_boxes();
+    sbx_provider *p = provider("{\"max_agent_connections\": 1}");
+    sbx_spec *s = spec_none();
+    sbx_sandbox *a = start(p, s), *b = start(p, s); /* b's connection evicts a's */
+    TAP_CONTAINS(out_of(b, "hostname"), sbx_sandbox_id(b));
+    char rp[900];
+    snprintf(rp, sizeof(rp), "%s/boxes/%s/record.json", state_dir, sbx_sandbox_id(a));
+    json_t *j = json_load_file(rp, 0, NULL);
+    pid_t init = (pid_t)json_integer_value(json_object_get(j, "init_pid"));
+    json_decref(j);
+    TAP_TRUE(init > 1);
+    TAP_EQ_INT(kill(init, SIGKILL), 0);
+    /* Without waiting for the shim: the exec's own reconnect finds the agent gone. */
+    sbx_exec_result *r = NULL;
+    sbx_error *e = NULL;
+    int rc = sbx_sandbox_exec(a, "true", NULL, &r, &e);
+    if (rc == SBX_OK) {
+        /* The reconnect won the race with the kill: the exec then lost its agent. */
+        TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+        TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+        sbx_exec_result_free(r);
+    } else {
+        TAP_CONTAINS(sbx_error_message(e), "agent");
+        sbx_error_free(e);
+    }
+    sbx_status st = SBX_STATUS_RUNNING;
+    TAP_EQ_INT(sbx_sandbox_status(a, &st, NULL), SBX_OK);
+    TAP_EQ_INT(st, SBX_STATUS_ERROR);
+    TAP_CONTAINS(out_of(b, "hostname"), sbx_sandbox_id(b));
+    stop_free(a);
+    stop_free(b);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 static void test_oci_layout_with_whiteouts(void)
 {
     need_boxes();
@@ -1167,4 +1327,5 @@ TAP_MAIN(TAP(test_stop_without_pidfd), TAP(test_pid1_is_agent_and_namespaces), T
          TAP(test_userns_image_limits_and_escapes),
          TAP(test_userns_ranges_run_out_and_config_checked), TAP(test_userns_network_host_and_ttl),
          TAP(test_userns_unsupported_filesystem_refused),
-         TAP_T(test_many_boxes_at_once, 300))
+         TAP_T(test_many_boxes_at_once, 300), TAP(test_agent_connections_pooled),
+         TAP(test_pooled_agent_killed_gives_error))

@@ -8,11 +8,14 @@
  *         connect to the agent's socket, say "ack". Any failure before the
  *         ack makes the shim remove everything, and the op completes only
  *         once it has (the control socket's EOF).
- * exec, upload, download: the agent protocol over the box's unix socket.
+ * exec, upload, download: the agent protocol over the box's unix socket,
+ *         through a bounded pool of connections (agentpool.c): a box whose
+ *         connection was closed to stay under the cap reconnects on its next op.
  * close:  SIGTERM to the shim through a pidfd; done when the shim has exited
  *         (it removes cgroups and the box directory on its way out).
  */
 #include "providers/linux/linux.h"
+#include "providers/linux/agentpool.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -44,6 +47,8 @@ struct linux_state {
     double stop_grace_s;
     double stop_timeout_s;
     int agent_dynamic; /* -1 unknown, 0 static, 1 needs an interpreter */
+    long long max_conns;     /* max_agent_connections */
+    linux_agent_pool *pool; /* the agent connections of this provider's boxes */
 };
 
 struct linux_box {
@@ -52,7 +57,7 @@ struct linux_box {
     char *socket;
     json_t *cgroups;
     char **base_env; /* "K=V", NULL-ended */
-    sbx_agent_conn *conn;
+    linux_agent_slot agent; /* its connection, in st->pool */
     pid_t shim_pid;
     unsigned long long shim_start;
     struct linux_state *st;
@@ -65,8 +70,7 @@ static void box_free(void *box)
     struct linux_box *b = box;
     if (!b)
         return;
-    if (b->conn)
-        sbx__agent_close(b->conn);
+    sbx__linux_agent_drop(&b->agent);
     free(b->id);
     free(b->box_dir);
     free(b->socket);
@@ -166,6 +170,7 @@ static void state_free(struct linux_state *st)
     free(st->state_dir);
     free(st->shim);
     free(st->agent);
+    sbx__linux_agent_pool_free(st->pool);
     free(st);
 }
 
@@ -194,6 +199,7 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
     st->userns_slots = SBX_LINUX_USERNS_SLOTS;
     st->stop_timeout_s = 10;
     st->agent_dynamic = -1;
+    st->max_conns = SBX_LINUX_DEFAULT_MAX_AGENT_CONNECTIONS;
     const char *key;
     json_t *v;
     int rc = SBX_OK;
@@ -236,6 +242,13 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             }
             *(!strcmp(key, "userns_base") ? &st->userns_base : &st->userns_slots) =
                 (unsigned)json_integer_value(v);
+        } else if (!strcmp(key, "max_agent_connections")) {
+            if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+                json_integer_value(v) > 1 << 20) {
+                rc = cfg_error(err, key, "a positive integer (agent connections kept open)");
+                break;
+            }
+            st->max_conns = json_integer_value(v);
         } else if (!strcmp(key, "stop_grace_s") || !strcmp(key, "stop_timeout_s")) {
             if (!json_is_number(v) || json_number_value(v) < 0) {
                 rc = cfg_error(err, key, "a non-negative number of seconds");
@@ -247,8 +260,7 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             rc = sbx__set_error(err, SBX_EINVAL,
                                 "linux provider: unknown option '%s' (known: state_dir, shim, "
                                 "agent, pids_limit, network, userns, userns_base, userns_slots, "
-                                "seccomp, "
-                                "stop_grace_s, stop_timeout_s)",
+                                "seccomp, stop_grace_s, stop_timeout_s, max_agent_connections)",
                                 key);
             break;
         }
@@ -262,7 +274,8 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
         char *sd = sbx__linux_state_dir(st->state_dir);
         free(st->state_dir);
         st->state_dir = sd;
-        if (!st->state_dir)
+        st->pool = sbx__linux_agent_pool_new((int)st->max_conns);
+        if (!st->state_dir || !st->pool)
             rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
     if (rc < 0) {
@@ -409,7 +422,7 @@ static void on_agent(sbx_agent_conn *conn, int code, sbx_error *err, void *data)
         return;
     }
     sbx_error_free(err);
-    c->box->conn = conn;
+    sbx__linux_agent_put(&c->box->agent, conn);
     /* The ack hands the box over; from here on the shim keeps it until a stop or the TTL. */
     if (send(c->ctl, "ack", 3, MSG_NOSIGNAL) != 3) {
         create_fail(c, SBX_EVERIFY,
@@ -715,6 +728,7 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->box->box_dir = sbx__printf("%s/boxes/%s", st->state_dir, c->box->id);
     c->box->socket = sbx__printf("%s/run/agent.sock", c->box->box_dir);
     c->box->base_env = env_strv(spec);
+    sbx__linux_agent_init(&c->box->agent, st->pool, c->box->socket);
     if (!c->box->box_dir || !c->box->socket || !c->box->base_env) {
         e = sbx_error_new(SBX_ENOMEM, "out of memory");
         goto fail;
@@ -791,95 +805,120 @@ static sbx_error *agent_gone(const struct linux_box *b)
                          b->id);
 }
 
-static bool conn_ok(const struct linux_box *b)
-{
-    return b->conn && sbx__agent_alive(b->conn);
-}
-
-struct exec_call {
+/*
+ * An exec, upload or download: it first gets the box's agent connection from
+ * the pool (which may reconnect), then runs as an inner op on it, so that its
+ * end can hand the connection back (the pool trims to its cap then). The
+ * strings and opts belong to the core's call, which keeps them until the op
+ * completes.
+ */
+enum agent_op { AOP_EXEC, AOP_UPLOAD, AOP_DOWNLOAD };
+struct agent_call {
+    enum agent_op kind;
     sbx_op *op;
     sbx_op *inner;
+    struct linux_box *b;
+    const char *a, *b2;
+    const sbx_exec_opts *opts;
     long long oom_before;
     json_t *cgroups;
 };
 
-static void exec_cancel(sbx_op *op, void *data)
+static void agent_call_cancel(sbx_op *op, void *data)
 {
     (void)op;
-    struct exec_call *x = data;
-    if (x->inner)
-        sbx__op_cancel(x->inner);
+    struct agent_call *k = data;
+    if (k->inner)
+        sbx__op_cancel(k->inner);
 }
 
 /*
- * The agent's result, with an OOM kill the agent could not see attributed:
- * the box's memory cgroup counted a kill during this exec and the command
- * died of SIGKILL. (With concurrent execs in one box the kill is given to
- * whichever SIGKILLed command finishes; the counter cannot tell them apart.)
+ * The agent's answer. For an exec, an OOM kill the agent could not see is
+ * attributed: the box's memory cgroup counted a kill during this exec and the
+ * command died of SIGKILL. (With concurrent execs in one box the kill is given
+ * to whichever SIGKILLed command finishes; the counter cannot tell them apart.)
  */
-static void exec_done(int code, sbx_error *err, void *value, void *data)
+static void agent_call_done(int code, sbx_error *err, void *value, void *data)
 {
-    struct exec_call *x = data;
-    sbx_op_on_cancel(x->op, NULL, NULL);
-    x->inner = NULL;
-    sbx_exec_result *r = value;
-    if (code == SBX_OK && r && !r->error_type && x->oom_before >= 0) {
-        long long after = sbx__cg_oom_kills(x->cgroups);
-        if (after > x->oom_before && (r->return_code == -9 || r->return_code == 137)) {
+    struct agent_call *k = data;
+    sbx_op_on_cancel(k->op, NULL, NULL);
+    k->inner = NULL;
+    sbx_exec_result *r = k->kind == AOP_EXEC ? value : NULL;
+    if (code == SBX_OK && r && !r->error_type && k->oom_before >= 0) {
+        long long after = sbx__cg_oom_kills(k->cgroups);
+        if (after > k->oom_before && (r->return_code == -9 || r->return_code == 137)) {
             r->error_type = strdup("oom");
         }
     }
-    sbx_op_complete(x->op, code, err, value);
-    json_decref(x->cgroups);
-    free(x);
+    /* Before the completion: the box may be freed once its last op is done. */
+    sbx__linux_agent_release(&k->b->agent);
+    sbx_op_complete(k->op, code, err, value);
+    json_decref(k->cgroups);
+    free(k);
+}
+
+static void with_agent(sbx_agent_conn *conn, int code, const char *msg, void *arg)
+{
+    struct agent_call *k = arg;
+    sbx_op *inner = conn ? sbx__op_new(sbx__op_provider(k->op), agent_call_done, k) : NULL;
+    if (!inner) {
+        if (!conn && (k->b->agent.closed || sbx__linux_agent_gone(&k->b->agent)))
+            sbx_op_complete(k->op, SBX_EPROVIDER, agent_gone(k->b), NULL);
+        else if (!conn)
+            sbx_op_complete(k->op, code,
+                            sbx_error_new(code, "box %s: cannot reconnect to its agent: %s",
+                                          k->b->id, msg),
+                            NULL);
+        else
+            sbx_op_complete(k->op, SBX_ENOMEM, NULL, NULL);
+        free(k);
+        return;
+    }
+    k->inner = inner;
+    sbx_op_on_cancel(k->op, agent_call_cancel, k);
+    if (k->kind == AOP_EXEC) {
+        k->cgroups = json_incref(k->b->cgroups);
+        k->oom_before = k->b->cgroups ? sbx__cg_oom_kills(k->b->cgroups) : -1;
+        sbx__agent_exec(conn, inner, k->a, NULL, k->opts, (const char *const *)k->b->base_env);
+    } else if (k->kind == AOP_UPLOAD) {
+        sbx__agent_upload(conn, inner, k->a, k->b2);
+    } else {
+        sbx__agent_download(conn, inner, k->a, k->b2);
+    }
+}
+
+static void agent_call(sbx_op *op, struct linux_box *b, enum agent_op kind, const char *a,
+                       const char *b2, const sbx_exec_opts *opts)
+{
+    struct agent_call *k = calloc(1, sizeof(*k));
+    if (!k) {
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    *k = (struct agent_call){.kind = kind, .op = op, .b = b, .a = a, .b2 = b2, .opts = opts,
+                             .oom_before = -1};
+    sbx__linux_agent_use(&b->agent, sbx_op_loop(op), with_agent, k);
 }
 
 static void linux_exec(sbx_op *op, void *state, void *box, const char *command,
                        const sbx_exec_opts *opts)
 {
     (void)state;
-    struct linux_box *b = box;
-    if (!conn_ok(b)) {
-        sbx_op_complete(op, SBX_EPROVIDER, agent_gone(b), NULL);
-        return;
-    }
-    struct exec_call *x = calloc(1, sizeof(*x));
-    sbx_op *inner = x ? sbx__op_new(sbx__op_provider(op), exec_done, x) : NULL;
-    if (!inner) {
-        free(x);
-        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
-        return;
-    }
-    x->op = op;
-    x->inner = inner;
-    x->cgroups = json_incref(b->cgroups);
-    x->oom_before = b->cgroups ? sbx__cg_oom_kills(b->cgroups) : -1;
-    sbx_op_on_cancel(op, exec_cancel, x);
-    sbx__agent_exec(b->conn, inner, command, NULL, opts, (const char *const *)b->base_env);
+    agent_call(op, box, AOP_EXEC, command, NULL, opts);
 }
 
 static void linux_upload(sbx_op *op, void *state, void *box, const char *local_path,
                          const char *remote_path)
 {
     (void)state;
-    struct linux_box *b = box;
-    if (!conn_ok(b)) {
-        sbx_op_complete(op, SBX_EPROVIDER, agent_gone(b), NULL);
-        return;
-    }
-    sbx__agent_upload(b->conn, op, local_path, remote_path);
+    agent_call(op, box, AOP_UPLOAD, local_path, remote_path, NULL);
 }
 
 static void linux_download(sbx_op *op, void *state, void *box, const char *remote_path,
                            const char *local_path)
 {
     (void)state;
-    struct linux_box *b = box;
-    if (!conn_ok(b)) {
-        sbx_op_complete(op, SBX_EPROVIDER, agent_gone(b), NULL);
-        return;
-    }
-    sbx__agent_download(b->conn, op, remote_path, local_path);
+    agent_call(op, box, AOP_DOWNLOAD, remote_path, local_path, NULL);
 }
 
 /* --- status --------------------------------------------------------------- */
@@ -900,12 +939,13 @@ static void linux_status(sbx_op *op, void *state, void *box)
             s = SBX_STATUS_ERROR; /* the supervisor died: an orphan for gc */
         else if (!strcmp(rec.state, "creating"))
             /*
-             * A handle with a connection has sent the ack; the record lags a
-             * moment. Its connection dead means the agent died: error.
+             * Our handle got the agent's hello and sent the ack; the record
+             * lags a moment. The agent known to be gone since: error.
              */
-            s = conn_ok(b) ? SBX_STATUS_RUNNING : b->conn ? SBX_STATUS_ERROR : SBX_STATUS_STARTING;
+            s = sbx__linux_agent_gone(&b->agent) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
         else if (!strcmp(rec.state, "running"))
-            s = b->conn && !conn_ok(b) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
+            /* A closed (pooled) connection is no sign of trouble; a dead one is. */
+            s = sbx__linux_agent_gone(&b->agent) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
         else
             s = SBX_STATUS_ERROR;
         sbx__linux_record_free(&rec);
@@ -994,10 +1034,7 @@ static void linux_close(sbx_op *op, void *state, void *box, int owned)
     (void)owned; /* a stop through a connected handle ends the box too, as the reference's */
     struct linux_state *st = state;
     struct linux_box *b = box;
-    if (b->conn) {
-        sbx__agent_close(b->conn);
-        b->conn = NULL;
-    }
+    sbx__linux_agent_drop(&b->agent);
     sbx_linux_record rec;
     if (sbx__linux_record_read(b->box_dir, &rec, NULL) < 0) {
         /* No record: gone already, or a shim that died before writing it. */
@@ -1093,7 +1130,7 @@ static void on_connect_agent(sbx_agent_conn *conn, int code, sbx_error *err, voi
         box_free(k->b);
     } else {
         sbx_error_free(err);
-        k->b->conn = conn;
+        sbx__linux_agent_put(&k->b->agent, conn);
         sbx_op_complete(k->op, SBX_OK, NULL, k->b);
     }
     free(k);
@@ -1136,6 +1173,7 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
         return;
     }
     b->socket = sbx__strdup0(rec.socket);
+    sbx__linux_agent_init(&b->agent, st->pool, b->socket);
     b->cgroups = json_incref(rec.cgroups);
     b->shim_pid = rec.shim_pid;
     b->shim_start = rec.shim_start;
