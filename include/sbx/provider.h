@@ -59,6 +59,7 @@ struct sbx_provider_ops {
     /* Ends the box. `owned` is 0 for a connected (borrowed) handle. */
     void (*close)(sbx_op *op, void *state, void *box, int owned);
     const char *(*box_id)(const void *box);
+    /* Frees the box state (never ends the box). Runs on the loop thread. */
     void (*box_free)(void *box);
 
     /* Optional. endpoint completes with an sbx_endpoint *. */

@@ -68,17 +68,46 @@ struct call {
 
 static void sandbox_ref(sbx_sandbox *sb) { atomic_fetch_add(&sb->refs, 1); }
 
+struct box_free_task {
+    sbx_provider *p;
+    void *box;
+};
+
+static void box_free_run(void *data)
+{
+    struct box_free_task *t = data;
+    t->p->ops->box_free(t->box);
+    sbx__provider_unref(t->p);
+    free(t);
+}
+
 static void sandbox_unref(sbx_sandbox *sb)
 {
     if (!sb || atomic_fetch_sub(&sb->refs, 1) != 1)
         return;
-    if (sb->box)
-        sb->p->ops->box_free(sb->box);
+    sbx_provider *p = sb->p;
+    void *box = sb->box;
     sbx_spec_free(sb->spec);
     free(sb->id);
     pthread_mutex_destroy(&sb->lock);
-    sbx__provider_unref(sb->p);
     free(sb);
+    /*
+     * Providers own loop handles (agent connections, timers) in their box
+     * state, and libuv handles may only be closed on the loop thread: box_free
+     * runs there, like every other provider call.
+     */
+    if (box && !sbx__context_on_loop(p->ctx)) {
+        struct box_free_task *t = malloc(sizeof(*t));
+        if (t) {
+            *t = (struct box_free_task){ p, box };
+            if (sbx__context_post(p->ctx, box_free_run, t) == SBX_OK)
+                return;
+            free(t);
+        }
+    }
+    if (box)
+        p->ops->box_free(box);
+    sbx__provider_unref(p);
 }
 
 static sbx_sandbox *sandbox_alloc(sbx_provider *p)
