@@ -312,6 +312,7 @@ struct create {
     int ctl;
     pid_t spawned;
     bool ready, connecting, aborted, eof;
+    bool working; /* create_work queued or running: `c` must outlive it */
     struct linux_box *box;
 };
 
@@ -521,6 +522,11 @@ static void on_cancel_create(sbx_op *op, void *data)
 {
     (void)op;
     struct create *c = data;
+    /* The worker still uses `c`: create_work_done sees the cancel and finishes. */
+    if (c->working) {
+        uv_cancel((uv_req_t *)&c->work);
+        return;
+    }
     create_fail(c, SBX_ECANCELED, sbx_error_new(SBX_ECANCELED, "create cancelled"));
 }
 
@@ -574,6 +580,7 @@ static int spawn_shim(struct create *c, int child_end)
 static void create_work_done(uv_work_t *w, int status)
 {
     struct create *c = w->data;
+    c->working = false;
     if (status == UV_ECANCELED || sbx_op_cancelled(c->op)) {
         create_finish(c, SBX_ECANCELED, sbx_error_new(SBX_ECANCELED, "create cancelled"));
         return;
@@ -787,8 +794,11 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->timer.data = c;
     c->handles = 1; /* the timer; the poll adds itself */
     sbx_op_on_cancel(op, on_cancel_create, c);
-    if (uv_queue_work(sbx_op_loop(op), &c->work, create_work, create_work_done) < 0)
+    c->working = true;
+    if (uv_queue_work(sbx_op_loop(op), &c->work, create_work, create_work_done) < 0) {
+        c->working = false;
         create_finish(c, SBX_ECREATE, sbx_error_new(SBX_ECREATE, "cannot queue work"));
+    }
     return;
 fail:
     sbx_op_complete(op, sbx_error_code(e), sbx_error_prefix(e, "creating linux sandbox"), NULL);
