@@ -57,6 +57,7 @@ struct linux_box {
     char *socket;
     json_t *cgroups;
     char **base_env; /* "K=V", NULL-ended */
+    char *workdir;   /* spec.workdir or NULL: relative upload/download paths resolve against it */
     linux_agent_slot agent; /* its connection, in st->pool */
     pid_t shim_pid;
     unsigned long long shim_start;
@@ -76,6 +77,7 @@ static void box_free(void *box)
     free(b->socket);
     json_decref(b->cgroups);
     sbx_strv_free(b->base_env);
+    free(b->workdir);
     free(b);
 }
 
@@ -735,6 +737,7 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->box->box_dir = sbx__printf("%s/boxes/%s", st->state_dir, c->box->id);
     c->box->socket = sbx__printf("%s/run/agent.sock", c->box->box_dir);
     c->box->base_env = env_strv(spec);
+    c->box->workdir = sbx__strdup0(sbx_spec_workdir(spec));
     sbx__linux_agent_init(&c->box->agent, st->pool, c->box->socket);
     if (!c->box->box_dir || !c->box->socket || !c->box->base_env) {
         e = sbx_error_new(SBX_ENOMEM, "out of memory");
@@ -832,6 +835,7 @@ struct agent_call {
     const sbx_exec_opts *opts;
     long long oom_before;
     json_t *cgroups;
+    char *remote; /* a relative remote path joined to the workdir, when one was made */
 };
 
 static void agent_call_cancel(sbx_op *op, void *data)
@@ -864,6 +868,7 @@ static void agent_call_done(int code, sbx_error *err, void *value, void *data)
     sbx__linux_agent_release(&k->b->agent);
     sbx_op_complete(k->op, code, err, value);
     json_decref(k->cgroups);
+    free(k->remote);
     free(k);
 }
 
@@ -881,6 +886,7 @@ static void with_agent(sbx_agent_conn *conn, int code, const char *msg, void *ar
                             NULL);
         else
             sbx_op_complete(k->op, SBX_ENOMEM, NULL, NULL);
+        free(k->remote);
         free(k);
         return;
     }
@@ -907,6 +913,20 @@ static void agent_call(sbx_op *op, struct linux_box *b, enum agent_op kind, cons
     }
     *k = (struct agent_call){.kind = kind, .op = op, .b = b, .a = a, .b2 = b2, .opts = opts,
                              .oom_before = -1};
+    /*
+     * A relative box path is relative to the workdir, as for local and the
+     * CLI (the agent itself resolves it against the box's root).
+     */
+    const char **remote = kind == AOP_UPLOAD ? &k->b2 : kind == AOP_DOWNLOAD ? &k->a : NULL;
+    if (remote && *remote && (*remote)[0] != '/' && b->workdir && b->workdir[0] == '/') {
+        k->remote = sbx__printf("%s/%s", b->workdir, *remote);
+        if (!k->remote) {
+            free(k);
+            sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+            return;
+        }
+        *remote = k->remote;
+    }
     sbx__linux_agent_use(&b->agent, sbx_op_loop(op), with_agent, k);
 }
 
@@ -1195,6 +1215,7 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
     b->base_env = calloc(json_array_size(env) + 1, sizeof(char *));
     for (size_t i = 0; b->base_env && i < json_array_size(env); i++)
         b->base_env[i] = sbx__strdup0(json_string_value(json_array_get(env, i)));
+    b->workdir = sbx__strdup0(json_string_value(json_object_get(rj, "workdir")));
     sbx__linux_record_free(&rec);
     if (!alive || !b->socket) {
         sbx_op_complete(op, SBX_EPROVIDER,
