@@ -1,0 +1,70 @@
+# Sourced by tests/acceptance/test_*.sh: a TAP harness for end-to-end checks
+# through the sbx CLI and the Python binding, with a private state directory
+# and a leak census at the end.
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+B=${B:-build}
+case "$B" in /*) ;; *) B="$ROOT/$B" ;; esac
+SBX="$B/sbx"
+PY=${PYTHON:-/usr/bin/python3}
+T=$(mktemp -d /tmp/sbx-acc.XXXXXX)
+export SBX_STATE_DIR="$T/state" TMPDIR="$T/tmp"
+mkdir -p "$TMPDIR" "$T/host"
+n=0 failed=0
+
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+skip_all() {
+  rm -rf "$T"
+  if [ "${SBX_MUST_WORK:-}" = 1 ]; then echo "not ok 1 - skipped under SBX_MUST_WORK=1: $1"; echo "1..1"; exit 1; fi
+  echo "1..0 # SKIP $1"; exit 0
+}
+
+# run NAME EXPECTED_RC CMD...: runs CMD, output in $OUT / $ERR, checks its exit code.
+run() {
+  local name=$1 want=$2; shift 2
+  "$@" >"$T/out" 2>"$T/err" </dev/null
+  RC=$?
+  OUT=$(cat "$T/out"); ERR=$(cat "$T/err")
+  if [ "$RC" = "$want" ]; then ok "$name"; else not_ok "$name" "exit $RC, wanted $want" "stderr: ${ERR:0:400}"; fi
+}
+# check NAME CONDITION...: a test on its own.
+check() { local name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name" "failed: $*"; fi; }
+has() { case "$1" in *"$2"*) return 0 ;; *) return 1 ;; esac; }
+
+# Everything a box can leave behind on the host, for boxes of this state dir.
+leaks() {
+  local l=""
+  [ -n "$(ls -A "$SBX_STATE_DIR/linux/boxes" 2>/dev/null)" ] && l="$l box-dirs:$(ls "$SBX_STATE_DIR/linux/boxes" | tr '\n' ' ')"
+  [ -n "$(ls -A "$SBX_STATE_DIR/boxes" 2>/dev/null)" ] && l="$l records:$(ls "$SBX_STATE_DIR/boxes" | tr '\n' ' ')"
+  local p; for p in /proc/[0-9]*; do
+    local c; c=$( { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) || continue
+    case "$c" in *sbx-shim*"$T"*|*sbx-agent*"$T"*) l="$l process:${p#/proc/}:$c" ;; esac
+  done
+  grep -q "$T" /proc/self/mountinfo && l="$l mount:$(grep "$T" /proc/self/mountinfo | head -1)"
+  # Box cgroups are named by box id only, and other processes' boxes on this
+  # host may be starting (an empty group for a moment): census() retries, so
+  # only a group that stays empty is reported.
+  local g; for g in /sys/fs/cgroup/sbx/sbx-* /sys/fs/cgroup/*/sbx/sbx-*; do
+    [ -d "$g" ] || continue
+    [ -n "$(cat "$g/cgroup.procs" 2>/dev/null)" ] || l="$l empty-cgroup:$g"
+  done
+  [ -n "$(ls -A "$TMPDIR" 2>/dev/null)" ] && l="$l tmp:$(ls "$TMPDIR" | tr '\n' ' ')"
+  echo "$l"
+}
+# census NAME: no leak (the kernel frees a cgroup a moment after its last task: look a few times).
+census() {
+  local l i
+  for i in $(seq 1 50); do l=$(leaks); [ -z "$l" ] && break; sleep 0.1; done
+  if [ -z "$l" ]; then ok "census: nothing left ($1)"; else not_ok "census: nothing left ($1)" "$l"; fi
+}
+finish() {
+  census "end"
+  # Whatever a failed test left: stop it so the next run starts clean.
+  local id; for id in $(ls "$SBX_STATE_DIR/boxes" 2>/dev/null | sed 's/\.json$//'); do "$SBX" stop --force "$id" >/dev/null 2>&1; done
+  "$SBX" gc >/dev/null 2>&1
+  echo "1..$n"
+  rm -rf "$T"
+  [ "$failed" -eq 0 ]
+}
+need_root() { [ "$(id -u)" = 0 ] || skip_all "the linux provider needs root"; [ -x "$SBX" ] || skip_all "$SBX not built"; }

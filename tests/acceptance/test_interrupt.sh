@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Ctrl-C (SIGINT) and SIGTERM at various moments of `sbx run` and `sbx create`:
+# sbx exits 128+N and no box is left. The delays only spread the signal over
+# the phases (before the handlers, image work, shim start, the command);
+# nothing is asserted about how long anything takes.
+. "$(dirname "$0")/lib.sh"
+need_root
+set -m # background jobs get SIGINT (without job control bash makes them ignore it)
+
+for d in 0 0.002 0.005 0.01 0.02 0.05 0.1 0.3; do
+  "$SBX" run -- sleep 60 >"$T/out" 2>"$T/err" </dev/null & p=$!
+  sleep $d; kill -INT $p; wait $p; rc=$?
+  check "run, SIGINT after ${d}s: exit 130 (got $rc)" [ $rc = 130 ]
+  if [ -s "$T/err" ] && ! grep -qs "interrupted by SIGINT" "$T/err"; then not_ok "run SIGINT message" "$(cat "$T/err")"; fi
+done
+census "after interrupted runs"
+
+for d in 0.02 0.3; do
+  "$SBX" run -- sleep 60 >"$T/out" 2>"$T/err" </dev/null & p=$!
+  sleep $d; kill -TERM $p; wait $p; rc=$?
+  check "run, SIGTERM after ${d}s: exit 143 (got $rc)" [ $rc = 143 ]
+done
+census "after SIGTERMed runs"
+
+for d in 0 0.002 0.005 0.01 0.02 0.05; do
+  "$SBX" create >"$T/out" 2>"$T/err" </dev/null & p=$!
+  sleep $d; kill -INT $p 2>/dev/null; wait $p; rc=$?
+  id=$(cat "$T/out")
+  if [ $rc = 0 ]; then
+    # It finished first: the box is recorded, and stop removes it.
+    check "create done before SIGINT (${d}s) recorded its box" [ -f "$SBX_STATE_DIR/boxes/$id.json" ]
+    "$SBX" stop "$id" >/dev/null
+  else
+    check "create, SIGINT after ${d}s: exit 130 (got $rc), no id printed" [ $rc = 130 -a -z "$id" ]
+  fi
+done
+census "after interrupted creates"
+
+# exec interrupted: the command is killed, the box keeps running.
+id=$("$SBX" create </dev/null)
+"$SBX" exec "$id" -- sh -c 'echo $$ > /tmp/pid; sleep 60' </dev/null >/dev/null 2>&1 & p=$!
+for i in $(seq 1 100); do "$SBX" exec "$id" -- test -s /tmp/pid </dev/null && break; sleep 0.1; done
+kill -INT $p; wait $p; rc=$?
+check "exec, SIGINT: exit 130 (got $rc)" [ $rc = 130 ]
+run "the box still runs after an interrupted exec" 0 "$SBX" exec "$id" -- sh -c 'kill -0 $(cat /tmp/pid) 2>/dev/null && echo alive || echo gone'
+check "the interrupted command is gone" [ "$OUT" = gone ]
+"$SBX" stop "$id" >/dev/null
+
+finish
