@@ -41,7 +41,7 @@ for t in "$B"/tests/unit/test_* "$B"/tests/integration/test_*; do
   run_one "$(basename "$t")" "$t"
 done
 
-for t in tests/unit/test_*.sh tests/integration/test_*.sh; do
+for t in tests/unit/test_*.sh tests/integration/test_*.sh tests/acceptance/test_*.sh; do
   [ -x "$t" ] || continue
   run_one "$(basename "$t")" env B="$B" "$t"
 done
