@@ -116,6 +116,13 @@ int cli_print_result(const char *id, const sbx_exec_result *r, double timeout_s,
         cli_error("writing stdout: %s", strerror(errno));
     if (errb && (!timed_out || out))
         cli_write_all(2, errb, err_len);
+    /*
+     * sbx's own message below is a line of its own even when the command's
+     * stderr did not end one (the agent's "cannot change directory ..." does not).
+     */
+    bool says = timed_out || et || sbx_exec_result_truncated(r);
+    if (says && errb && (!timed_out || out) && err_len > 0 && errb[err_len - 1] != '\n')
+        cli_write_all(2, "\n", 1);
     if (timed_out) {
         char t[32];
         sbx__fmt_g(timeout_s, t, sizeof(t));
