@@ -12,6 +12,7 @@ check "message says to import it" has "$ERR" "sbx image import nosuch"
 head -c 10000 /dev/urandom >garbage.tar
 run "image path that is garbage" 125 "$SBX" run --image "$T/host/garbage.tar" -- true
 check "message says it is not a tar archive" has "$ERR" "not a tar archive"
+check "message names the image" has "$ERR" "garbage.tar:"
 run "image import of garbage" 125 "$SBX" image import g "$T/host/garbage.tar"
 check "import message names the source" has "$ERR" "garbage.tar"
 run "image import of a missing file" 1 "$SBX" image import m "$T/host/missing.tar"

@@ -697,7 +697,11 @@ int sbx__linux_image_resolve(const char *state_dir, const char *image, char **ro
                               "image %s is not imported (run `sbx image import %s SOURCE`) and is "
                               "not an absolute path to a directory, tarball or OCI layout",
                               image, image);
-    return resolve_source(state_dir, image, NULL, NULL, rootfs, NULL, err);
+    int rc = resolve_source(state_dir, image, NULL, NULL, rootfs, NULL, err);
+    /* Say which image could not be used ("not a tar archive" alone does not). */
+    if (rc < 0 && err && *err && !strstr(sbx_error_message(*err), image))
+        sbx_error_prefix(*err, "image %s", image);
+    return rc;
 }
 
 int sbx__linux_image_import(const char *state_dir, const char *name, const char *source,
