@@ -439,8 +439,9 @@ int cli_cmd_cp(int argc, char **argv)
     sbx_error *e = NULL;
     struct box_conn conn = { 0 };
     if (cli_box_connect(rec, &conn.p, &conn.sb, &e) < 0) {
+        int code = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_SBX;
         cli_sbx_error(e, "connecting to the box");
-        return cli_signal_received() ? 128 + cli_signal_received() : CLI_EXIT_SBX;
+        return cli_signal_received() ? 128 + cli_signal_received() : code;
     }
     /*
      * A relative box path is under the box's workdir, whatever the provider

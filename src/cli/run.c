@@ -250,8 +250,10 @@ int cli_cmd_exec(int argc, char **argv)
             sbx_error_free(e);
             return cli_interrupted("nothing was run");
         }
+        /* Recorded but gone (stopped, TTL passed): "no such box", as without a record. */
+        int code = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_SBX;
         cli_sbx_error(e, "connecting to the box");
-        return CLI_EXIT_SBX;
+        return code;
     }
     /* The box's own env (from create), then -e on top. */
     sbx_kv all_env = { 0 };

@@ -95,6 +95,16 @@ check "two racing stops: each says stopped or no such box" [ "$r1$r2" = 00 -o "$
 run "exec into a stopped box" 3 "$SBX" exec "$id" -- true
 run "stop of an unknown id" 3 "$SBX" stop sbx-deadbeef0000
 check "message says no such box" has "$ERR" "no such box"
+# A recorded box whose TTL passed: the shim ended it; exec and cp say "no such box".
+run "create --ttl 1" 0 "$SBX" create --ttl 1
+id=$OUT
+for i in $(seq 1 300); do [ "$("$SBX" status "$id" 2>/dev/null)" = stopped ] && break; sleep 0.1; done
+run "status after the TTL: stopped" 0 "$SBX" status "$id"
+check "status says stopped" [ "$OUT" = stopped ]
+run "exec into a box whose TTL passed" 3 "$SBX" exec "$id" -- true
+run "cp into a box whose TTL passed" 3 "$SBX" cp host.txt "$id":/x
+run "gc forgets it" 0 "$SBX" gc
+check "gc says ttl expired" has "$OUT" "ttl expired"
 census "after box misuse"
 
 # --- an unwritable state directory
