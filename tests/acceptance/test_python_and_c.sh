@@ -49,6 +49,23 @@ with Sandbox({"linux": {}}, SandboxSpec(resources=SandboxResources(memory_mib=1)
     r = s.exec("python3 -c \"print(1)\"")
     print(r.return_code, r.error_type)'
 check "exit 3 and the OOM kill reported" [ "$(echo $OUT)" = "3 hi 137 oom" ]
+run "AsyncSandbox cycles leave no descriptor open" 0 "$PY" -c '
+import asyncio, os
+from sbx import AsyncSandbox, SandboxSpec
+async def cycle():
+    async with AsyncSandbox({"linux": {}}, SandboxSpec(workdir="/w", files={"a.txt": "x"})) as box:
+        await box.start()
+        r = await box.exec("cat a.txt")
+        assert r.stdout == "x", r
+async def main():
+    await cycle()  # the first one loads the library and starts its loop
+    before = sorted(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        await cycle()
+    after = sorted(os.listdir("/proc/self/fd"))
+    print("same" if before == after else "leaked %s -> %s" % (before, after))
+asyncio.run(main())'
+check "descriptors before and after are the same" [ "$OUT" = same ]
 census "after the blocking sandbox"
 
 if cc "$ROOT/examples/first_run.c" -I"$ROOT/include" "$B/libsbx.so" -Wl,-rpath,"$B" -o first_run 2>"$T/err"; then
