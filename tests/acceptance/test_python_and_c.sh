@@ -5,6 +5,13 @@
 . "$(dirname "$0")/lib.sh"
 need_root
 export SBX_LIB="$B/libsbx.so" PYTHONPATH="$ROOT/python"
+# A sanitizer build of libsbx loads into python only with its runtime preloaded (as tests/run.sh does).
+preload=""
+for rt in asan ubsan; do
+  ldd "$B/libsbx.so" 2>/dev/null | grep -q "lib$rt" && preload="$preload $("${CC:-cc}" -print-file-name=lib$rt.so)"
+done
+preload=${preload# }
+py() { LD_PRELOAD="$preload" ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}" "$PY" "$@"; }
 cd "$T/host"
 
 example() { # provider
@@ -23,14 +30,14 @@ asyncio.run(main())
 PYEOF
 }
 example local >ex_local.py
-run "docs/python.md example (local)" 0 "$PY" ex_local.py
+run "docs/python.md example (local)" 0 py ex_local.py
 check "prints 0 hi" [ "$OUT" = "0 hi" ]
 example linux >ex_linux.py
-run "docs/python.md example on linux (relative startup file in the workdir)" 0 "$PY" ex_linux.py
+run "docs/python.md example on linux (relative startup file in the workdir)" 0 py ex_linux.py
 check "prints 0 hi on linux" [ "$OUT" = "0 hi" ]
 census "after the python examples"
 
-run "blocking Sandbox, unknown image: SandboxCreateError naming the fix" 0 "$PY" -c '
+run "blocking Sandbox, unknown image: SandboxCreateError naming the fix" 0 py -c '
 from sbx import Sandbox, SandboxSpec, SandboxCreateError
 s = Sandbox({"linux": {}}, SandboxSpec(image="nosuch"))
 try:
@@ -40,7 +47,7 @@ except SandboxCreateError as e:
     print("SandboxCreateError", e)
 s.stop()'
 check "error says to import the image" has "$OUT" "SandboxCreateError creating linux sandbox: image nosuch is not imported"
-run "blocking Sandbox, exec status and OOM" 0 "$PY" -c '
+run "blocking Sandbox, exec status and OOM" 0 py -c '
 from sbx import Sandbox, SandboxSpec, SandboxResources
 with Sandbox({"linux": {}}, SandboxSpec(resources=SandboxResources(memory_mib=1))) as s:
     s.start()
@@ -49,7 +56,7 @@ with Sandbox({"linux": {}}, SandboxSpec(resources=SandboxResources(memory_mib=1)
     r = s.exec("python3 -c \"print(1)\"")
     print(r.return_code, r.error_type)'
 check "exit 3 and the OOM kill reported" [ "$(echo $OUT)" = "3 hi 137 oom" ]
-run "AsyncSandbox cycles leave no descriptor open" 0 "$PY" -c '
+run "AsyncSandbox cycles leave no descriptor open" 0 py -c '
 import asyncio, os
 from sbx import AsyncSandbox, SandboxSpec
 async def cycle():
@@ -70,7 +77,7 @@ census "after the blocking sandbox"
 
 if cc "$ROOT/examples/first_run.c" -I"$ROOT/include" "$B/libsbx.so" -Wl,-rpath,"$B" -o first_run 2>"$T/err"; then
   ok "examples/first_run.c compiles"
-  run "first_run on linux" 0 ./first_run linux
+  run "first_run on linux" 0 env LD_PRELOAD="$preload" ./first_run linux
   check "prints hello from a sandbox" has "$OUT" "return code 0, stdout: hello from a sandbox"
 else
   not_ok "examples/first_run.c compiles" "$(cat "$T/err")"
