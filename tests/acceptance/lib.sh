@@ -7,6 +7,11 @@ B=${B:-build}
 case "$B" in /*) ;; *) B="$ROOT/$B" ;; esac
 SBX="$B/sbx"
 PY=${PYTHON:-/usr/bin/python3}
+# A sanitizer build's agent is dynamically linked and cannot run in image
+# boxes: use the plain build's static one, as tests/integration/test_linux.c does.
+if [ -z "${SBX_AGENT:-}" ] && [ -x "$ROOT/build/sbx-agent" ] && ! file -L "$B/sbx-agent" 2>/dev/null | grep -q static; then
+  export SBX_AGENT="$ROOT/build/sbx-agent"
+fi
 T=$(mktemp -d /tmp/sbx-acc.XXXXXX)
 export SBX_STATE_DIR="$T/state" TMPDIR="$T/tmp"
 mkdir -p "$TMPDIR" "$T/host"
