@@ -55,6 +55,8 @@ check "message gives the line" has "$ERR" "line 1"
 run "spec: missing file" 2 "$SBX" run --spec nosuch.yaml -- true
 run "--memory -5 is a usage error" 2 "$SBX" run --memory -5 -- true
 run "--cpu 0 is a usage error" 2 "$SBX" run --cpu 0 -- true
+run "--cpu beyond the machine's CPUs: create fails" 125 "$SBX" run --cpu 1e9 -- true
+check "message gives the allowed range" has "$ERR" "from 0.01 to $(getconf _NPROCESSORS_ONLN).00"
 run "--disk 0 is a usage error" 2 "$SBX" run --disk 0 -- true
 run "--ttl 0 is a usage error" 2 "$SBX" run --ttl 0 -- true
 check "--ttl message says positive" has "$ERR" "positive"

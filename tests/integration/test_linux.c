@@ -404,6 +404,39 @@ static void test_cgroup_limits_written(void)
     census_check(state_dir);
 }
 
+/* A cpu quota beyond the machine's CPUs (or below 0.01) is refused before any work. */
+static void test_cpu_out_of_range_refused(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    const double bad[] = { 1e9, (double)n + 0.5, 0.001 };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
+        sbx_spec *s = spec_none();
+        TAP_EQ_INT(sbx_spec_set_cpu(s, bad[i]), SBX_OK);
+        sbx_sandbox *sb = NULL;
+        sbx_error *e = NULL;
+        TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
+        TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ECREATE);
+        char want[64];
+        snprintf(want, sizeof(want), "from 0.01 to %ld.00", n);
+        TAP_CONTAINS(sbx_error_message(e), want);
+        TAP_CONTAINS(sbx_error_message(e), "resources.cpu");
+        sbx_error_free(e);
+        sbx_sandbox_free(sb);
+        sbx_spec_free(s);
+    }
+    /* Exactly all the CPUs is allowed. */
+    sbx_spec *s = spec_none();
+    sbx_spec_set_cpu(s, (double)n);
+    sbx_sandbox *sb = start(p, s);
+    TAP_EQ_INT(rc_of(sb, "true"), 0);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 static void test_agent_killed_gives_error(void)
 {
     need_boxes();
@@ -1327,7 +1360,7 @@ TAP_MAIN(TAP(test_stop_without_pidfd), TAP(test_pid1_is_agent_and_namespaces), T
          TAP(test_memory_bomb_is_oom_and_box_lives), TAP(test_fork_bomb_stopped_by_pids),
          TAP(test_disk_gib_enospc), TAP(test_escapes_fail),
          TAP(test_seccomp_filter_cached_and_checked), TAP(test_agent_cannot_be_ptraced_from_the_box),
-         TAP(test_box_ends_when_its_directory_is_removed), TAP(test_cgroup_limits_written),
+         TAP(test_box_ends_when_its_directory_is_removed), TAP(test_cgroup_limits_written), TAP(test_cpu_out_of_range_refused),
          TAP(test_agent_killed_gives_error), TAP(test_creator_killed_mid_create_leaves_nothing),
          TAP(test_ttl_enforced_without_creator), TAP(test_serialize_connect_list_gc),
          TAP(test_image_import_list_remove), TAP(test_ready_timeout_is_everify_and_torn_down),

@@ -701,6 +701,21 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
                           gpu);
         goto fail;
     }
+    /*
+     * A quota above the machine's CPUs cannot be enforced (cgroup v2 accepts
+     * it silently, v1 refuses it late): say the allowed range up front, as
+     * `docker run --cpus` does.
+     */
+    double cpu_req;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (sbx_spec_get_cpu(spec, &cpu_req) &&
+        (!(cpu_req >= 0.01) || (ncpu > 0 && cpu_req > (double)ncpu))) {
+        e = sbx_error_new(SBX_ECREATE,
+                          "resources.cpu %g is out of range: the range of CPUs is from 0.01 to "
+                          "%ld.00, as there are only %ld CPUs available",
+                          cpu_req, ncpu > 0 ? ncpu : 1, ncpu > 0 ? ncpu : 1);
+        goto fail;
+    }
     if (!st->shim && !(st->shim = find_helper("sbx-shim", "SBX_SHIM"))) {
         e = sbx_error_new(SBX_ECREATE, "cannot find the sbx-shim binary (set SBX_SHIM or the "
                                        "provider's shim option, or install sbx)");
