@@ -110,10 +110,14 @@ static int cmd_import(int argc, char **argv, const char *sd)
     if (pr.printed && tty)
         fputc('\n', stderr);
     if (rc < 0) {
-        /* A bad name is the caller's mistake; a missing source, the operation's. */
-        int code = rc == SBX_EINVAL   ? CLI_EXIT_USAGE
-                   : rc == SBX_ENOENT ? CLI_EXIT_FAIL
-                                      : CLI_EXIT_SBX;
+        /*
+         * A bad name is a usage error; a missing or unusable source (not an
+         * archive, `..` entries) is the operation's failure, as for cp; only
+         * sbx's own trouble (disk full, state directory) is 125.
+         */
+        int code = !sbx__linux_image_name_ok(name)             ? CLI_EXIT_USAGE
+                   : rc == SBX_EINVAL || rc == SBX_ENOENT ? CLI_EXIT_FAIL
+                                                          : CLI_EXIT_SBX;
         cli_error("importing %s from %s: %s", name, source,
                   e ? sbx_error_message(e) : sbx_strerror(rc));
         sbx_error_free(e);

@@ -1095,6 +1095,19 @@ static void test_linux_image_import_ls_run_rm(void)
     EXPECT_CODE(p, 1);
     TAP_CONTAINS(p.err, "missing.tar");
     proc_free(&p);
+    /* A source that is not an archive is the import's failure (1), not sbx's (125)... */
+    char garbage[1024];
+    snprintf(garbage, sizeof(garbage), "%s", path_in_tmp("garbage.tar"));
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "head -c 4096 /dev/urandom > %s", garbage), 0);
+    p = SBX("image", "import", "g", garbage);
+    EXPECT_CODE(p, 1);
+    TAP_CONTAINS(p.err, "not a tar archive");
+    proc_free(&p);
+    /* ...while a create from it is a failed create, as any. */
+    p = SBX("run", "--image", garbage, "--", "true");
+    EXPECT_CODE(p, 125);
+    TAP_CONTAINS(p.err, "not a tar archive");
+    proc_free(&p);
     SBX_EXPECT(2, "image", "import", "a/b", tar);
     p = SBX("image", "import", "onlyname");
     EXPECT_CODE(p, 2);

@@ -674,6 +674,21 @@ static void test_image_import_list_remove(void)
     TAP_CONTAINS(sbx_error_message(e), "sbx image import");
     sbx_error_free(e);
     sbx_sandbox_free(sb2);
+    /* A source that is no archive: SBX_EINVAL to import it, SBX_ECREATE to create from it. */
+    char garbage[600];
+    snprintf(garbage, sizeof(garbage), "%s/garbage.tar", tap_tmpdir());
+    TAP_EQ_INT(sbx__write_file_atomic(garbage, "not a tarball, not at all", 25, 0644), 0);
+    e = NULL;
+    TAP_EQ_INT(sbx__linux_image_import(state_dir, "g", garbage, NULL, NULL, &e), SBX_EINVAL);
+    TAP_CONTAINS(sbx_error_message(e), "not a tar archive");
+    sbx_error_free(e);
+    sbx_spec_set_image(s, garbage);
+    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb2, NULL), SBX_OK);
+    e = NULL;
+    TAP_EQ_INT(sbx_sandbox_start(sb2, NULL, &e), SBX_ECREATE);
+    TAP_CONTAINS(sbx_error_message(e), "not a tar archive");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb2);
     sbx_spec_free(s);
     sbx_provider_free(p);
     census_check(state_dir);

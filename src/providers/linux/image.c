@@ -233,6 +233,14 @@ static void whiteout(const char *root, const char *dir, const char *name)
 }
 
 /*
+ * The source itself cannot be used (not an archive, a corrupt one, `..`
+ * entries, a broken OCI layout): the input is at fault, not sbx. An import
+ * reports it as such; sbx__linux_image_resolve turns it into SBX_ECREATE, as
+ * every failed create is.
+ */
+#define BAD_SOURCE SBX_EINVAL
+
+/*
  * Unpacks one tar stream (any compression libarchive knows) into `root`.
  * With `oci`, ".wh." entries are applied as whiteouts instead of written.
  * Paths are confined to `root` (no "..", no absolute paths, no writing
@@ -263,7 +271,7 @@ static int unpack(struct reader *r, const char *root, bool oci, sbx_error **err)
      */
     int rc = SBX_OK;
     if (archive_read_open(a, r, NULL, read_cb, NULL) != ARCHIVE_OK) {
-        rc = sbx__set_error(err, SBX_ECREATE, "not a tar archive: %s", archive_error_string(a));
+        rc = sbx__set_error(err, BAD_SOURCE, "not a tar archive: %s", archive_error_string(a));
         goto out;
     }
     struct archive_entry *e;
@@ -272,7 +280,7 @@ static int unpack(struct reader *r, const char *root, bool oci, sbx_error **err)
         if (s == ARCHIVE_EOF)
             break;
         if (s < ARCHIVE_WARN) {
-            rc = sbx__set_error(err, SBX_ECREATE, "reading the image archive: %s",
+            rc = sbx__set_error(err, BAD_SOURCE, "reading the image archive: %s",
                                 archive_error_string(a));
             goto out;
         }
@@ -323,13 +331,15 @@ static int unpack(struct reader *r, const char *root, bool oci, sbx_error **err)
                 if (archive_write_data_block(w, buf, len, off) < ARCHIVE_WARN)
                     break;
             if (k < ARCHIVE_WARN) {
-                rc = sbx__set_error(err, SBX_ECREATE, "reading the image archive: %s",
+                rc = sbx__set_error(err, BAD_SOURCE, "reading the image archive: %s",
                                     archive_error_string(a));
                 goto out;
             }
         }
         if (s < ARCHIVE_WARN) {
-            rc = sbx__set_error(err, SBX_ECREATE, "unpacking %s: %s", name,
+            /* A refused entry (`..`, through a symlink) has no errno; ENOSPC, EACCES do. */
+            int en = archive_errno(w);
+            rc = sbx__set_error(err, en > 0 ? SBX_ECREATE : BAD_SOURCE, "unpacking %s: %s", name,
                                 archive_error_string(w));
             goto out;
         }
@@ -470,7 +480,7 @@ static int import_oci(const char *images, const char *layout, const char *tag,
     _cleanup_json_ json_t *index = ip ? json_load_file(ip, 0, NULL) : NULL;
     json_t *mans = json_object_get(index, "manifests");
     if (!json_is_array(mans) || !json_array_size(mans))
-        return sbx__set_error(err, SBX_ECREATE, "%s is not an OCI image layout (no index.json "
+        return sbx__set_error(err, BAD_SOURCE, "%s is not an OCI image layout (no index.json "
                               "manifests)", layout);
     json_t *pick = NULL;
     size_t i;
@@ -485,7 +495,7 @@ static int import_oci(const char *images, const char *layout, const char *tag,
         }
     }
     if (!pick)
-        return sbx__set_error(err, SBX_ECREATE, "no manifest tagged %s in %s", tag, layout);
+        return sbx__set_error(err, BAD_SOURCE, "no manifest tagged %s in %s", tag, layout);
     char hex[65] = "";
     _cleanup_json_ json_t *manifest =
         load_blob(layout, json_string_value(json_object_get(pick, "digest")), hex);
@@ -509,7 +519,7 @@ static int import_oci(const char *images, const char *layout, const char *tag,
     }
     json_t *layers = json_object_get(manifest, "layers");
     if (!json_is_array(layers))
-        return sbx__set_error(err, SBX_ECREATE, "the OCI manifest in %s has no layers", layout);
+        return sbx__set_error(err, BAD_SOURCE, "the OCI manifest in %s has no layers", layout);
     _cleanup_free_ char *done = sbx__printf("%s/sha256-%s", images, hex);
     if (done && is_dir(done)) {
         *digest_dir = steal_pointer(&done);
@@ -529,7 +539,7 @@ static int import_oci(const char *images, const char *layout, const char *tag,
     {
         const char *d = json_string_value(json_object_get(m, "digest"));
         if (!d || strncmp(d, "sha256:", 7) || strchr(d + 7, '/')) {
-            rc = sbx__set_error(err, SBX_ECREATE, "bad layer digest in %s", layout);
+            rc = sbx__set_error(err, BAD_SOURCE, "bad layer digest in %s", layout);
             break;
         }
         _cleanup_free_ char *bp = sbx__printf("%s/blobs/sha256/%s", layout, d + 7);
@@ -541,7 +551,7 @@ static int import_oci(const char *images, const char *layout, const char *tag,
         }
         r->fd = open(bp, O_RDONLY | O_CLOEXEC);
         if (r->fd < 0) {
-            rc = sbx__set_errno(err, SBX_ECREATE, errno, "cannot open layer %s", bp);
+            rc = sbx__set_errno(err, errno == ENOENT ? BAD_SOURCE : SBX_ECREATE, errno, "cannot open layer %s", bp);
             free(r);
             break;
         }
@@ -558,7 +568,7 @@ static int import_oci(const char *images, const char *layout, const char *tag,
         sha256_hex(&r->sha, lhex);
         free(r);
         if (rc == SBX_OK && strcmp(lhex, d + 7) != 0)
-            rc = sbx__set_error(err, SBX_ECREATE, "layer %s does not match its digest", d);
+            rc = sbx__set_error(err, BAD_SOURCE, "layer %s does not match its digest", d);
         if (rc < 0)
             break;
     }
@@ -698,16 +708,29 @@ int sbx__linux_image_resolve(const char *state_dir, const char *image, char **ro
                               "not an absolute path to a directory, tarball or OCI layout",
                               image, image);
     int rc = resolve_source(state_dir, image, NULL, NULL, rootfs, NULL, err);
+    if (rc == BAD_SOURCE) {
+        rc = SBX_ECREATE;
+        if (err && *err) {
+            sbx_error *c = sbx_error_new(rc, "%s", sbx_error_message(*err));
+            sbx_error_free(*err);
+            *err = c;
+        }
+    }
     /* Say which image could not be used ("not a tar archive" alone does not). */
     if (rc < 0 && err && *err && !strstr(sbx_error_message(*err), image))
         sbx_error_prefix(*err, "image %s", image);
     return rc;
 }
 
+bool sbx__linux_image_name_ok(const char *name)
+{
+    return valid_name(name) && strcmp(name, "none") != 0;
+}
+
 int sbx__linux_image_import(const char *state_dir, const char *name, const char *source,
                             sbx_linux_progress_cb progress, void *data, sbx_error **err)
 {
-    if (!valid_name(name) || !strcmp(name, "none"))
+    if (!sbx__linux_image_name_ok(name))
         return sbx__set_error(err, SBX_EINVAL,
                               "invalid image name %s: use letters, digits, '-', '_', ':', '.' and "
                               "no '/'",

@@ -156,9 +156,14 @@ typedef void (*sbx_linux_progress_cb)(const char *stage, uint64_t done, uint64_t
 SBX_INTERNAL int sbx__linux_image_resolve(const char *state_dir, const char *image,
                                           char **rootfs, bool *none_image, sbx_error **err);
 
+/* Whether `name` can be given to an import (no '/', not "none", ...). */
+SBX_INTERNAL bool sbx__linux_image_name_ok(const char *name);
+
 /*
  * Imports `source` (tarball, directory, OCI layout) under `name`. `progress`
  * (optional) is called with a stage name and bytes done/total. Blocking.
+ * SBX_EINVAL: a bad name, or a source that cannot be used (not an archive,
+ * `..` entries, a broken OCI layout); SBX_ENOENT: no such source.
  */
 SBX_INTERNAL int sbx__linux_image_import(const char *state_dir, const char *name,
                                          const char *source, sbx_linux_progress_cb progress,
