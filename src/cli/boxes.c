@@ -241,6 +241,21 @@ int cli_box_find(const char *id, json_t **record)
     return rc;
 }
 
+bool cli_parse_box_ids(const char *cmd, int argc, char **argv, unsigned takes, bool one_id,
+                       struct cli_opts *o, int *exit_code)
+{
+    if (!cli_parse_opts(cmd, argc, argv, takes, o, exit_code))
+        return false;
+    if (optind >= argc)
+        *exit_code = cli_usage_error(cmd, "no box ID given");
+    else if (one_id && optind + 1 < argc)
+        *exit_code = cli_usage_error(cmd, "expected one box ID, got %d", argc - optind);
+    else
+        return true;
+    cli_opts_free(o);
+    return false;
+}
+
 const char *cli_box_id(const json_t *record)
 {
     return json_string_value(json_object_get(record, "id"));

@@ -179,6 +179,13 @@ int cli_box_load(const char *id, json_t **record, sbx_error **err);
  * when the id is ambiguous or the records unreadable); else CLI_EXIT_OK.
  */
 int cli_box_find(const char *id, json_t **record);
+/*
+ * cli_parse_opts for a command whose operands are box IDs (status, stop):
+ * at least one, exactly one with `one_id`; otherwise a usage error. Same
+ * contract as cli_parse_opts (optind at the first ID).
+ */
+bool cli_parse_box_ids(const char *cmd, int argc, char **argv, unsigned takes, bool one_id,
+                       struct cli_opts *o, int *exit_code);
 /* The record's id. */
 const char *cli_box_id(const json_t *record);
 /* Every record, sorted by creation time. */

@@ -141,12 +141,8 @@ int cli_cmd_status(int argc, char **argv)
 {
     _cleanup_cli_opts_ struct cli_opts o = { 0 };
     int rc;
-    if (!cli_parse_opts("status", argc, argv, CLI_TAKES_JSON, &o, &rc))
+    if (!cli_parse_box_ids("status", argc, argv, CLI_TAKES_JSON, true, &o, &rc))
         return rc;
-    if (optind >= argc)
-        return cli_usage_error("status", "no box ID given");
-    if (optind + 1 < argc)
-        return cli_usage_error("status", "expected one box ID, got %d", argc - optind);
     _cleanup_json_ json_t *rec = NULL;
     if ((rc = cli_box_find(argv[optind], &rec)) != CLI_EXIT_OK)
         return rc;

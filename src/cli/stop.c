@@ -42,10 +42,8 @@ int cli_cmd_stop(int argc, char **argv)
 {
     _cleanup_cli_opts_ struct cli_opts o = { 0 };
     int rc;
-    if (!cli_parse_opts("stop", argc, argv, CLI_TAKES_FORCE, &o, &rc))
+    if (!cli_parse_box_ids("stop", argc, argv, CLI_TAKES_FORCE, false, &o, &rc))
         return rc;
-    if (optind >= argc)
-        return cli_usage_error("stop", "no box ID given");
     cli_signals_install();
     rc = CLI_EXIT_OK;
     for (int i = optind; i < argc; i++) {
