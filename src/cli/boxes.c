@@ -256,6 +256,15 @@ bool cli_parse_box_ids(const char *cmd, int argc, char **argv, unsigned takes, b
     return false;
 }
 
+int cli_box_records(bool all, json_t **records)
+{
+    sbx_error *e = NULL;
+    if ((all ? cli_box_list_all(records, &e) : cli_box_list(records, &e)) == SBX_OK)
+        return CLI_EXIT_OK;
+    cli_sbx_error(e, "listing boxes");
+    return CLI_EXIT_SBX;
+}
+
 const char *cli_box_id(const json_t *record)
 {
     return json_string_value(json_object_get(record, "id"));

@@ -213,6 +213,11 @@ int cli_box_connect(const json_t *record, sbx_provider **p, sbx_sandbox **sb, sb
 int cli_box_start(sbx_provider *p, const sbx_spec *spec, sbx_sandbox **sb, sbx_error **err);
 /* The CLI's records plus the linux boxes that have none (cli_linux_records), by creation time. */
 int cli_box_list_all(json_t **records, sbx_error **err);
+/*
+ * For a command: cli_box_list_all (`all`) or cli_box_list; when that fails,
+ * prints why and returns CLI_EXIT_SBX; else CLI_EXIT_OK.
+ */
+int cli_box_records(bool all, json_t **records);
 
 /* --- linux.c: boxes in the linux provider's state directory --------------- */
 

@@ -93,12 +93,9 @@ int cli_cmd_ls(int argc, char **argv)
     unsigned takes = CLI_TAKES_LABEL | CLI_TAKES_JSON | CLI_TAKES_QUIET | CLI_NO_OPERANDS;
     if (!cli_parse_opts("ls", argc, argv, takes, &o, &rc))
         return rc;
-    sbx_error *e = NULL;
     _cleanup_json_ json_t *all = NULL;
-    if (cli_box_list_all(&all, &e) < 0) {
-        cli_sbx_error(e, "listing boxes");
-        return CLI_EXIT_SBX;
-    }
+    if ((rc = cli_box_records(true, &all)) != CLI_EXIT_OK)
+        return rc;
     cli_signals_install();
     _cleanup_json_ json_t *out = json_array();
     size_t i;

@@ -166,12 +166,10 @@ int cli_cmd_gc(int argc, char **argv)
                      CLI_NO_OPERANDS;
     if (!cli_parse_opts("gc", argc, argv, takes, &o, &rc))
         return rc;
-    sbx_error *e = NULL;
     _cleanup_json_ json_t *all = NULL;
-    if (cli_box_list(&all, &e) < 0) {
-        cli_sbx_error(e, "listing boxes");
-        return CLI_EXIT_SBX;
-    }
+    if ((rc = cli_box_records(false, &all)) != CLI_EXIT_OK)
+        return rc;
+    sbx_error *e = NULL;
     cli_signals_install();
     _cleanup_json_ json_t *out = json_array();
     _cleanup_json_ json_t *done = json_object();
