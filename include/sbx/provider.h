@@ -27,9 +27,6 @@ extern "C" {
 
 typedef struct sbx_op sbx_op;
 
-/* Frees a provider's box state. */
-typedef void (*sbx_box_free_fn)(void *box);
-
 struct sbx_provider_ops {
     int abi_version; /* SBX_PROVIDER_ABI_VERSION */
     const char *name;

@@ -248,12 +248,6 @@ int sbx_future_wait(sbx_future *f, double timeout_s, sbx_error **err)
     return rc;
 }
 
-int sbx__future_wait_sync(sbx_future *f, const char *what, sbx_error **err)
-{
-    (void)what;
-    return sbx_future_wait(f, -1, err);
-}
-
 int sbx_future_fd(sbx_future *f)
 {
     if (!f)

@@ -235,8 +235,6 @@ SBX_INTERNAL void sbx__future_complete(sbx_future *f, int code, sbx_error *err, 
 /* The future's operation-specific cancel hook, run on the loop thread. */
 SBX_INTERNAL void sbx__future_set_cancel(sbx_future *f, void (*cb)(void *data), void *data);
 SBX_INTERNAL bool sbx__future_cancelled(const sbx_future *f);
-/* Waits on a future in a sync facade: refuses the loop thread with `what`. */
-SBX_INTERNAL int sbx__future_wait_sync(sbx_future *f, const char *what, sbx_error **err);
 
 /* --- ops (provider calls) ----------------------------------------------- */
 

@@ -45,7 +45,6 @@ enum call_kind {
     CALL_ENDPOINT,
     CALL_SERIALIZE,
     CALL_CONNECT,
-    CALL_STOP,
 };
 
 /* One async operation on a sandbox, possibly several provider steps long. */
