@@ -71,6 +71,10 @@ int cli_cmd_create(int argc, char **argv)
     if (rc < 0 || cli_signal_received()) {
         /* Not recorded: nobody could find the box again, so stop it (free does). */
         int sig = cli_signal_received();
+        /* A signal that came after the record was written: take the record
+         * back with the box, or `sbx ls` would list a box that is gone. */
+        if (rec)
+            cli_box_remove(sbx_sandbox_id(sb));
         sbx_sandbox_free(sb);
         sbx_provider_free(p);
         if (sig) {
