@@ -6,7 +6,8 @@ pkgs=(build-essential pkg-config clang libclang-rt-14-dev valgrind
       libuv1-dev libcurl4-openssl-dev libjansson-dev libyaml-dev libarchive-dev
       libseccomp-dev libcap-dev nettle-dev
       python3 python3-pytest
-      busybox-static bubblewrap docker.io iproute2 procps util-linux e2fsprogs)
+      busybox-static bubblewrap docker.io iproute2 procps util-linux e2fsprogs
+      qemu-system-x86)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

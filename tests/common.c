@@ -106,20 +106,50 @@ static void run_child(const struct tap_test *t, int pipe_w)
     _exit(0);
 }
 
+/*
+ * The filter (argv[1] or $TAP_FILTER) is a comma-separated list of name
+ * substrings: a test runs when it contains one of the plain ones (or there
+ * are none) and none of those that start with '-'. "linux,-userns": every
+ * linux test but the userns ones.
+ */
+static bool selected(const char *name, const char *filter)
+{
+    if (!filter || !*filter)
+        return true;
+    bool any_include = false, included = false;
+    for (const char *s = filter; *s;) {
+        size_t len = strcspn(s, ",");
+        bool exclude = *s == '-';
+        const char *pat = s + exclude;
+        size_t plen = len - exclude;
+        bool hit = false;
+        for (const char *h = name; plen && *h && !hit; h++)
+            hit = strncmp(h, pat, plen) == 0;
+        if (exclude && hit)
+            return false;
+        if (!exclude && plen) {
+            any_include = true;
+            included = included || hit;
+        }
+        s += len + (s[len] == ',');
+    }
+    return !any_include || included;
+}
+
 int tap_main(int argc, char **argv, const struct tap_test *tests, size_t n)
 {
     const char *filter = argc > 1 ? argv[1] : getenv("TAP_FILTER");
     bool must_work = getenv("SBX_MUST_WORK") && strcmp(getenv("SBX_MUST_WORK"), "0") != 0;
     size_t planned = 0;
     for (size_t i = 0; i < n; i++)
-        if (!filter || strstr(tests[i].name, filter))
+        if (selected(tests[i].name, filter))
             planned++;
     printf("1..%zu\n", planned);
     fflush(stdout);
     int passed = 0, failed = 0, skipped = 0, num = 0;
     for (size_t i = 0; i < n; i++) {
         const struct tap_test *t = &tests[i];
-        if (filter && !strstr(t->name, filter))
+        if (!selected(t->name, filter))
             continue;
         num++;
         int p[2];

@@ -6,6 +6,9 @@
  *   static void test_x(void) { TAP_EQ_INT(1 + 1, 2); }
  *   TAP_MAIN(TAP(test_x), TAP_T(test_slow, 120))
  *
+ * `test_x [FILTER]` (or TAP_FILTER=...) runs a selection: comma-separated name
+ * substrings, those starting with '-' excluded ("linux,-userns").
+ *
  * A test that cannot run here calls TAP_SKIP("why"). With SBX_MUST_WORK=1
  * (CI sets it), a skip is a failure: a broken environment cannot pass.
  */

@@ -316,7 +316,7 @@ static int idmapped_tree(struct shim *s, int userns_fd, const char *path, bool r
         fail(s, SBX_ECREATE,
              "cannot make an idmapped mount of %s for the box's user namespace: %s (its "
              "filesystem, magic %s, or one mounted under it, may not support idmapped mounts; "
-             "put the image on ext4, xfs, btrfs or tmpfs, or leave userns unset)",
+             "put the image on ext4, xfs or btrfs (tmpfs from Linux 6.3), or leave userns unset)",
              path, strerror(e), fstype);
     }
     return fd;

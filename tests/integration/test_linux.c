@@ -371,32 +371,41 @@ static void test_cgroup_limits_written(void)
     snprintf(bd, sizeof(bd), "%s/boxes/%s", state_dir, sbx_sandbox_id(sb));
     sbx_linux_record rec;
     TAP_OK(sbx__linux_record_read(bd, &rec, &e_));
-    size_t i;
+    /* What each hierarchy's group must hold: v1 one group per controller, v2 one for all. */
+    static const struct {
+        const char *dir_part, *file, *want;
+    } v1[] = {
+        { "/memory/", "memory.limit_in_bytes", "134217728" },
+        { "/pids/", "pids.max", "4096" },
+        { "/cpu", "cpu.cfs_quota_us", "50000" },
+    }, v2[] = {
+        { "/sbx/", "memory.max", "134217728" },
+        { "/sbx/", "memory.swap.max", "0" },
+        { "/sbx/", "pids.max", "4096" },
+        { "/sbx/", "cpu.max", "50000 100000" },
+    };
+    bool is_v2 = sbx__cg_mode() == SBX_CG_V2;
+    size_t nwant = is_v2 ? sizeof(v2) / sizeof(v2[0]) : sizeof(v1) / sizeof(v1[0]);
+    TAP_EQ_INT(json_array_size(rec.cgroups), is_v2 ? 1 : 3);
+    size_t i, seen = 0;
     json_t *v;
-    int seen = 0;
     json_array_foreach(rec.cgroups, i, v)
     {
-        char path[1024];
         const char *dir = json_string_value(v);
-        const char *file = NULL, *want = NULL;
-        if (strstr(dir, "/memory/"))
-            file = "memory.limit_in_bytes", want = "134217728";
-        else if (strstr(dir, "/pids/"))
-            file = "pids.max", want = "4096";
-        else if (strstr(dir, "/cpu"))
-            file = "cpu.cfs_quota_us", want = "50000";
-        else if (sbx__cg_mode() == SBX_CG_V2)
-            file = "memory.max", want = "134217728";
-        if (!file)
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, file);
-        char *t = NULL;
-        sbx__read_file(path, &t, NULL); /* sysfs: no usable st_size */
-        TAP_CONTAINS(t, want);
-        free(t);
-        seen++;
+        for (size_t k = 0; k < nwant; k++) {
+            const char *part = is_v2 ? v2[k].dir_part : v1[k].dir_part;
+            if (!strstr(dir, part))
+                continue;
+            char path[1024];
+            snprintf(path, sizeof(path), "%s/%s", dir, is_v2 ? v2[k].file : v1[k].file);
+            char *t = NULL;
+            sbx__read_file(path, &t, NULL); /* sysfs: no usable st_size */
+            TAP_CONTAINS(t, is_v2 ? v2[k].want : v1[k].want);
+            free(t);
+            seen++;
+        }
     }
-    TAP_TRUE(seen >= 2);
+    TAP_EQ_INT(seen, nwant);
     sbx__linux_record_free(&rec);
     stop_free(sb);
     sbx_spec_free(s);
