@@ -194,6 +194,52 @@ static void mount_sys(const struct shim_cfg *c, const char *root)
 }
 
 /*
+ * The box's own cgroups at /sys/fs/cgroup, read-only, as Docker shows them:
+ * programs that size themselves from their limits (memory.max, cpu.max:
+ * JVMs, Go, Node, build tools) read them there. Mounted after the cgroup
+ * namespace is made, so each hierarchy's root is the box's own group and
+ * nothing of the host's tree shows. Best effort: a box without the view
+ * works, it only cannot read its limits, so a refusal is traced, not fatal.
+ */
+static void mount_cgroup_view(const struct child_fds *f)
+{
+    const unsigned long ro = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
+    if (sbx__cg_mode() == SBX_CG_V2) {
+        if (mount("cgroup2", "/sys/fs/cgroup", "cgroup2", ro, NULL) < 0)
+            shim_trace("child: no cgroup2 view");
+        return;
+    }
+    /* v1: a tmpfs holding one mount per hierarchy the box has a group in. */
+    if (!f->self_attach || !json_array_size(f->self_attach) ||
+        mount("tmpfs", "/sys/fs/cgroup", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "mode=0755,size=16k") < 0)
+        return;
+    size_t i;
+    json_t *v;
+    json_array_foreach(f->self_attach, i, v)
+    {
+        /* "/sys/fs/cgroup/<hierarchy>/sbx/<id>": the hierarchy's name lists its controllers. */
+        const char *dir = json_string_value(v), *pre = "/sys/fs/cgroup/";
+        const char *end = dir ? strstr(dir, "/sbx/") : NULL;
+        if (!end || strncmp(dir, pre, strlen(pre)) != 0)
+            continue;
+        char name[64], at[128];
+        snprintf(name, sizeof(name), "%.*s", (int)(end - dir - strlen(pre)), dir + strlen(pre));
+        snprintf(at, sizeof(at), "/sys/fs/cgroup/%s", name);
+        if (mkdir(at, 0555) < 0)
+            continue;
+        /* A "cpu" that is a link to the joined "cpu,cpuacct" hierarchy mounts by its full set. */
+        if (mount("cgroup", at, "cgroup", ro, name) < 0 &&
+            (strcmp(name, "cpu") != 0 || mount("cgroup", at, "cgroup", ro, "cpu,cpuacct") < 0)) {
+            shim_trace("child: a cgroup v1 view is missing");
+            rmdir(at);
+        }
+    }
+    if (mount(NULL, "/sys/fs/cgroup", NULL, MS_REMOUNT | ro, "mode=0755,size=16k") < 0)
+        shim_trace("child: the cgroup view's tmpfs stays writable");
+}
+
+/*
  * A minimal /dev: a small tmpfs holding binds of the host's harmless
  * character devices (binds, not mknod, so this works in a user namespace
  * too), a private devpts instance, /dev/shm, and the usual links.
@@ -506,10 +552,12 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     shim_trace("child: pivoted");
     /*
      * 9. A cgroup namespace rooted at the box's own group (we are in it since
-     *    step 2), so /proc/self/cgroup shows "/" and not the host's tree.
+     *    step 2), so /proc/self/cgroup shows "/" and not the host's tree;
+     *    then, inside it, the read-only view of that group at /sys/fs/cgroup.
      */
     if (unshare(CLONE_NEWCGROUP) < 0)
         die_errno("unshare(CLONE_NEWCGROUP)");
+    mount_cgroup_view(f);
 
     /* 10. The agent reads its readiness descriptor as fd 3. */
     if (f->ready_w != 3) {

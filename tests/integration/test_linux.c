@@ -413,6 +413,48 @@ static void test_cgroup_limits_written(void)
     census_check(state_dir);
 }
 
+/*
+ * A box reads its own limits at /sys/fs/cgroup (as in Docker), cannot change
+ * them, and sees nothing of the host's groups or of other boxes'.
+ */
+static void test_box_sees_its_own_cgroup_limits(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_spec_set_memory_mib(s, 128);
+    sbx_spec_set_cpu(s, 0.5);
+    sbx_sandbox *sb = start(p, s), *other = start(p, s);
+    bool v2 = sbx__cg_mode() == SBX_CG_V2;
+    const char *mem = v2 ? "/sys/fs/cgroup/memory.max" : "/sys/fs/cgroup/memory/memory.limit_in_bytes";
+    const char *pids = v2 ? "/sys/fs/cgroup/pids.max" : "/sys/fs/cgroup/pids/pids.max";
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "cat %s", mem);
+    TAP_EQ_STR(out_of(sb, cmd), "134217728\n");
+    snprintf(cmd, sizeof(cmd), "cat %s", pids);
+    TAP_EQ_STR(out_of(sb, cmd), "4096\n");
+    TAP_CONTAINS(out_of(sb, v2 ? "cat /sys/fs/cgroup/cpu.max" : "cat /sys/fs/cgroup/cpu*/cpu.cfs_quota_us"),
+                 "50000");
+    /* Its own processes are listed, as the box numbers them. */
+    TAP_EQ_INT(rc_of(sb, v2 ? "grep -qx 1 /sys/fs/cgroup/cgroup.procs"
+                            : "grep -qx 1 /sys/fs/cgroup/pids/cgroup.procs"),
+               0);
+    /* Read-only: raising a limit fails. */
+    snprintf(cmd, sizeof(cmd), "echo max > %s", pids);
+    TAP_NE_INT(rc_of(sb, cmd), 0);
+    snprintf(cmd, sizeof(cmd), "cat %s", pids);
+    TAP_EQ_STR(out_of(sb, cmd), "4096\n");
+    /* No sbx/ level, no other box: the view's root is the box's own group. */
+    snprintf(cmd, sizeof(cmd), "ls -R /sys/fs/cgroup | grep -c -e sbx -e %s || true",
+             sbx_sandbox_id(other));
+    TAP_EQ_STR(out_of(sb, cmd), "0\n");
+    stop_free(other);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 /* A cpu quota beyond the machine's CPUs (or below 0.01) is refused before any work. */
 static void test_cpu_out_of_range_refused(void)
 {
@@ -1384,7 +1426,8 @@ TAP_MAIN(TAP(test_stop_without_pidfd), TAP(test_pid1_is_agent_and_namespaces), T
          TAP(test_memory_bomb_is_oom_and_box_lives), TAP(test_fork_bomb_stopped_by_pids),
          TAP(test_disk_gib_enospc), TAP(test_escapes_fail),
          TAP(test_seccomp_filter_cached_and_checked), TAP(test_agent_cannot_be_ptraced_from_the_box),
-         TAP(test_box_ends_when_its_directory_is_removed), TAP(test_cgroup_limits_written), TAP(test_cpu_out_of_range_refused),
+         TAP(test_box_ends_when_its_directory_is_removed), TAP(test_cgroup_limits_written), TAP(test_box_sees_its_own_cgroup_limits),
+         TAP(test_cpu_out_of_range_refused),
          TAP(test_agent_killed_gives_error), TAP(test_creator_killed_mid_create_leaves_nothing),
          TAP(test_ttl_enforced_without_creator), TAP(test_serialize_connect_list_gc),
          TAP(test_image_import_list_remove), TAP(test_ready_timeout_is_everify_and_torn_down),
