@@ -106,8 +106,9 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 : >"$run/output"
+pwd -P >"$run/cwd"
 {
-  echo "cd $(printf '%q' "$PWD")"
+  echo "cd $(printf '%q' "$(pwd -P)")"
   for v in ${SBX_VM_ENV:-}; do
     [ -n "${!v+x}" ] && echo "export $v=$(printf '%q' "${!v}")"
   done
@@ -122,10 +123,20 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/r
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
+# The caller's directory may be under a folder the tmpfs mounts below hide
+# (a checkout in /tmp): hold it on /dev meanwhile and put it back in place.
+cwd=$(cat /mnt/cwd)
+mkdir /dev/.sbx-cwd && mount --bind "$cwd" /dev/.sbx-cwd
 mount -t tmpfs -o mode=1777 tmp /tmp
 mount -t tmpfs -o mode=0755 run /run
 mount -t tmpfs -o mode=1777 vartmp /var/tmp
 mount -t tmpfs -o mode=0700 roothome /root
+if [ ! -d "$cwd" ] || [ -z "$(ls -A "$cwd" 2>/dev/null)" ]; then
+  mkdir -p "$cwd" && mount --move /dev/.sbx-cwd "$cwd"
+else
+  umount /dev/.sbx-cwd
+fi
+rmdir /dev/.sbx-cwd 2>/dev/null
 mkdir -p /dev/pts /dev/shm /run/out
 mount --move /mnt /run/out
 mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
