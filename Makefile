@@ -209,7 +209,8 @@ tests: $(B)/sbx-shim
 # linked statically with libc only so it runs in any box. Under sanitizers it
 # is linked dynamically (ASan does not support -static).
 AGENT_PROTO_SRC := $(filter-out src/proto/client.c,$(sort $(wildcard src/proto/*.c)))
-AGENT_OBJ := $(patsubst %.c,$(B)/agent-obj/%.o,$(AGENT_SRC) $(AGENT_PROTO_SRC))
+# src/core/inroot.c (paths confined to the box root) is libc-only and shared with the shim.
+AGENT_OBJ := $(patsubst %.c,$(B)/agent-obj/%.o,$(AGENT_SRC) $(AGENT_PROTO_SRC) src/core/inroot.c)
 AGENT_CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -Isrc -MMD -MP $(CFLAGS)
 AGENT_LDFLAGS := $(if $(SAN),$(SAN),-static) $(LDFLAGS)
 

@@ -14,5 +14,6 @@ chmod 1777 "$tmp/tmp" "$tmp/var/tmp"
 printf 'root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$tmp/etc/passwd"
 printf 'root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n' >"$tmp/etc/group"
 chown 1000:1000 "$tmp/home/user"
-echo sbx-test >"$tmp/etc/hostname"
+# A marker that tells this image from the host (the box writes its own /etc/hostname).
+echo sbx-test >"$tmp/etc/image-name"
 tar -C "$tmp" --numeric-owner -cf "$out" .

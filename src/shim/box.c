@@ -18,6 +18,7 @@
  * to unmount. The comments say why each step sits where it does.
  */
 #include "shim/shim.h"
+#include "core/inroot.h"
 
 #include <fcntl.h>
 #include <linux/mount.h>
@@ -139,6 +140,79 @@ static void bind_host_system(const char *root, const struct shim_idmapped *idm)
 }
 
 /*
+ * `name` in `dirfd` as a real directory, for sbx to mount on or create in: a
+ * symlink or file the image put there is removed first (from the box's
+ * writable layer only; the image is untouched). Until pivot_root this process
+ * sees the host's root, so following an image's absolute link (/run -> /etc)
+ * would land on the host. Returns an O_PATH fd of the directory.
+ */
+static int real_dir(int dirfd, const char *name, mode_t mode)
+{
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode) &&
+        unlinkat(dirfd, name, 0) < 0)
+        die_errno("cannot replace /%s of the image by a directory", name);
+    if (mkdirat(dirfd, name, mode) < 0 && errno != EEXIST)
+        die_errno("cannot create /%s in the box", name);
+    int fd = openat(dirfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        die_errno("cannot open /%s in the box", name);
+    return fd;
+}
+
+/* Writes a small file `name` in `dirfd`, replacing (never following) what is there. */
+static void put_file(int dirfd, const char *name, const char *text)
+{
+    if (unlinkat(dirfd, name, 0) < 0 && errno != ENOENT)
+        die_errno("cannot replace %s in the box", name);
+    int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0)
+        die_errno("cannot create %s in the box", name);
+    size_t len = strlen(text);
+    if (write(fd, text, len) != (ssize_t)len)
+        die_errno("cannot write %s in the box", name);
+    close(fd);
+}
+
+/*
+ * The box's /etc/hostname and /etc/hosts, as Docker writes them: its own
+ * name resolves (to loopback), so programs that look themselves up
+ * (gethostbyname(gethostname()), Java's getLocalHost, Python's getfqdn)
+ * work without a network. Sharing the host's network, the box keeps the
+ * host's hosts entries and name servers and adds its own name.
+ */
+static void write_etc(int rootfd, const struct shim_cfg *c)
+{
+    int etc = sbx__inroot_mkdir_p(rootfd, "/etc", 0755);
+    if (etc < 0)
+        die_errno("cannot create /etc in the box");
+    _cleanup_free_ char *hostname = sbx__printf("%s\n", c->hostname);
+    char *host_hosts = NULL, *resolv = NULL;
+    if (c->net_host) {
+        sbx__read_file("/etc/hosts", &host_hosts, NULL);
+        sbx__read_file("/etc/resolv.conf", &resolv, NULL);
+    }
+    _cleanup_free_ char *hosts =
+        host_hosts
+            ? sbx__printf("%s%s127.0.1.1\t%s\n", host_hosts,
+                          *host_hosts && host_hosts[strlen(host_hosts) - 1] != '\n' ? "\n" : "",
+                          c->hostname)
+            : sbx__printf("127.0.0.1\tlocalhost\n"
+                          "::1\tlocalhost ip6-localhost ip6-loopback\n"
+                          "127.0.1.1\t%s\n",
+                          c->hostname);
+    if (!hostname || !hosts)
+        die("out of memory");
+    put_file(etc, "hostname", hostname);
+    put_file(etc, "hosts", hosts);
+    if (resolv)
+        put_file(etc, "resolv.conf", resolv);
+    free(host_hosts);
+    free(resolv);
+    close(etc);
+}
+
+/*
  * /proc for the box's pid namespace. It must be mounted by a process inside
  * that namespace (we are its PID 1) and before pivot_root, while the host's
  * /proc is still visible: with a user namespace the kernel only allows a new
@@ -148,7 +222,6 @@ static void bind_host_system(const char *root, const struct shim_idmapped *idm)
 static void mount_proc(const char *root)
 {
     _cleanup_free_ char *proc = path2(root, "/proc");
-    mkdirs(proc, 0555);
     do_mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
     static const char *const ro[] = { "sys", "sysrq-trigger", "irq", "bus", "fs" };
     for (size_t i = 0; i < SBX_ARRAY_SIZE(ro); i++) {
@@ -179,7 +252,6 @@ static void mount_proc(const char *root)
 static void mount_sys(const struct shim_cfg *c, const char *root)
 {
     _cleanup_free_ char *sys = path2(root, "/sys");
-    mkdirs(sys, 0555);
     if (mount("sysfs", sys, "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) {
         if (!(c->userns && c->net_host))
             die_errno("mount sysfs on %s", sys);
@@ -247,7 +319,6 @@ static void mount_cgroup_view(const struct child_fds *f)
 static void mount_dev(const char *root)
 {
     _cleanup_free_ char *dev = path2(root, "/dev");
-    mkdirs(dev, 0755);
     do_mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=65536k");
     static const char *const nodes[] = { "null", "zero", "full", "random", "urandom", "tty" };
     for (size_t i = 0; i < SBX_ARRAY_SIZE(nodes); i++) {
@@ -504,6 +575,28 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     }
 
     shim_trace("child: overlay mounted");
+    /*
+     * 6b. Nothing below may follow the image's symlinks out of the box: the
+     *     points sbx mounts on are made real directories, and the workdir
+     *     and /etc are resolved inside the root (src/core/inroot.c).
+     */
+    _cleanup_close_ int rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rootfd < 0)
+        die_errno("cannot open %s", root);
+    static const char *const points[] = {"proc", "sys", "dev"};
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(points); i++)
+        close(real_dir(rootfd, points[i], 0555));
+    int runfd = real_dir(rootfd, "run", 0755);
+    close(real_dir(runfd, "sbx", 0755));
+    close(runfd);
+    if (c->workdir && *c->workdir) {
+        int wd = sbx__inroot_mkdir_p(rootfd, c->workdir, 0755);
+        if (wd < 0)
+            die_errno("cannot create the workdir %s in the box", c->workdir);
+        close(wd);
+    }
+    write_etc(rootfd, c);
+
     /* 7. What lives on top of the root. */
     if (c->none_image)
         bind_host_system(root, c->userns ? &idm : NULL);
@@ -518,13 +611,8 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     if (!run_host)
         die("out of memory");
     _cleanup_free_ char *run_box = path2(root, "/run/sbx");
-    mkdirs(run_box, 0755);
     /* The agent's socket directory, shared with the host so the host can connect. */
     do_mount(run_host, run_box, NULL, MS_BIND | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
-    if (c->workdir && *c->workdir) {
-        _cleanup_free_ char *wd = path2(root, c->workdir);
-        mkdirs(wd, 0755);
-    }
     _cleanup_free_ char *tmp = path2(root, "/tmp");
     if (!exists(tmp)) {
         mkdirs(tmp, 01777);

@@ -50,8 +50,8 @@ check "the startup file ran" [ "$OUT" = hi ]
 
 "$ROOT/scripts/make-test-rootfs.sh" bb.tar
 run "image import" 0 "$SBX" image import --no-progress bb bb.tar
-run "run --image bb" 0 "$SBX" run --image bb -- cat /etc/hostname
-check "hostname file from the image" [ "$OUT" = sbx-test ]
+run "run --image bb" 0 "$SBX" run --image bb -- cat /etc/image-name
+check "marker file from the image" [ "$OUT" = sbx-test ]
 run "image ls" 0 "$SBX" image ls
 check "image ls lists bb" has "$OUT" bb
 run "image rm" 0 "$SBX" image rm bb

@@ -1053,7 +1053,7 @@ static void test_linux_image_import_ls_run_rm(void)
     TAP_CONTAINS(p.out, "\nbb2 ");
     proc_free(&p);
 
-    p = SBX("run", "--image", "bb", "--", "cat", "/etc/hostname");
+    p = SBX("run", "--image", "bb", "--", "cat", "/etc/image-name");
     EXPECT_CODE(p, 0);
     TAP_EQ_STR(p.out, "sbx-test\n");
     proc_free(&p);

@@ -22,7 +22,6 @@
 #include <sys/wait.h>
 #include <time.h>
 
-
 static char state_root[512]; /* SBX_STATE_DIR */
 static char state_dir[600];  /* its linux/ */
 
@@ -354,6 +353,93 @@ static void test_escapes_fail(void)
     TAP_CONTAINS(out_of(sb, "grep NoNewPrivs /proc/self/status"), "1");
     TAP_CONTAINS(out_of(sb, "grep Seccomp: /proc/self/status"), "2");
     stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/*
+ * An image whose mount points, workdir and /etc files are symlinks to host
+ * paths: the box is built inside its own tree, nothing is created, mounted or
+ * written on the host through them (the shim sees the host's root until
+ * pivot_root, so following them there would).
+ */
+static void test_image_symlinks_cannot_reach_the_host(void)
+{
+    need_boxes();
+    char dir[600], tar[600], host[700], out[4096];
+    busybox_rootfs(dir, sizeof(dir), tar, sizeof(tar));
+    snprintf(host, sizeof(host), "%s/host", tap_tmpdir());
+    TAP_EQ_INT(
+        run_cmd(out, sizeof(out),
+                "set -e; H=%s; mkdir -p $H/run $H/proc $H/sys $H/dev $H/work; "
+                "echo host-hosts > $H/hosts; echo host-name > $H/hostname; cd %s; "
+                "for d in run proc sys dev; do rm -rf $d; ln -s $H/$d $d; done; "
+                "ln -s $H/work work; ln -sf $H/hosts etc/hosts; ln -sf $H/hostname etc/hostname; "
+                "mkdir data; ln -s /data work2",
+                host, dir),
+        0);
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = sbx_spec_new();
+    sbx_spec_set_image(s, dir);
+    sbx_spec_set_workdir(s, "/work2/deep");
+    sbx_sandbox *sb = start(p, s);
+    /* The box works: its own /proc, /run/sbx, /etc files, and the workdir through its own link. */
+    TAP_CONTAINS(out_of(sb, "pwd"), "/data/deep");
+    TAP_EQ_STR(out_of(sb, "test -d /proc/1 && test -d /run/sbx && echo ok"), "ok\n");
+    char want[128];
+    snprintf(want, sizeof(want), "%s\n", sbx_sandbox_id(sb));
+    TAP_EQ_STR(out_of(sb, "cat /etc/hostname"), want);
+    TAP_CONTAINS(out_of(sb, "cat /etc/hosts"), sbx_sandbox_id(sb));
+    /* And the host saw nothing: no entry in the link targets, files unchanged, nothing mounted. */
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "cd %s && find . -mindepth 2 | head -5", host), 0);
+    TAP_EQ_STR(out, "");
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "cat %s/hosts %s/hostname", host, host), 0);
+    TAP_EQ_STR(out, "host-hosts\nhost-name\n");
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "grep -c %s /proc/self/mountinfo || true", host), 0);
+    TAP_EQ_STR(out, "0\n");
+    stop_free(sb);
+    /* A workdir through a link to a host path that exists is made in the box, not on the host. */
+    sbx_spec_set_workdir(s, "/work/x");
+    sbx_sandbox *sb2 = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb2, NULL), SBX_OK);
+    TAP_EQ_INT(sbx_sandbox_start(sb2, NULL, &e), SBX_ECREATE);
+    TAP_CONTAINS(sbx_error_message(e), "cannot create the workdir /work/x in the box");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb2);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "test -e %s/work/x && echo leaked || true", host), 0);
+    TAP_EQ_STR(out, "");
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/* A box resolves its own name and localhost with no network (as in Docker). */
+static void test_box_resolves_its_own_name(void)
+{
+    need_boxes();
+    if (!have_file("/usr/bin/getent"))
+        TAP_SKIP("getent (libc-bin) is not installed");
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_sandbox *sb = start(p, s);
+    TAP_EQ_STR(out_of(sb, "getent hosts \"$(hostname)\" | cut -f1 -d' '"), "127.0.1.1\n");
+    TAP_CONTAINS(out_of(sb, "getent ahosts localhost"), "127.0.0.1");
+    char want[128];
+    snprintf(want, sizeof(want), "%s\n", sbx_sandbox_id(sb));
+    TAP_EQ_STR(out_of(sb, "cat /etc/hostname"), want);
+    stop_free(sb);
+    /* Sharing the host's network: the host's entries stay, the box's name is added. */
+    sbx_provider *ph = provider("{\"network\": \"host\"}");
+    sbx_sandbox *sh = start(ph, s);
+    long box_lines = strtol(out_of(sh, "grep -c . /etc/hosts"), NULL, 10);
+    char out[256];
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "grep -c . /etc/hosts"), 0);
+    TAP_EQ_INT(box_lines, strtol(out, NULL, 10) + 1);
+    TAP_EQ_STR(out_of(sh, "getent hosts \"$(hostname)\" | cut -f1 -d' '"), "127.0.1.1\n");
+    stop_free(sh);
+    sbx_provider_free(ph);
     sbx_spec_free(s);
     sbx_provider_free(p);
     census_check(state_dir);
@@ -797,7 +883,6 @@ static void test_many_boxes_at_once(void)
     sbx_provider_free(p);
     census_check(state_dir);
 }
-
 
 /* The descriptors open in this process now (the directory's own excluded). */
 static int open_fds(void)
@@ -1422,12 +1507,14 @@ static void test_box_ends_when_its_directory_is_removed(void)
     census_check(state_dir);
 }
 
-TAP_MAIN(TAP(test_stop_without_pidfd), TAP(test_pid1_is_agent_and_namespaces), TAP(test_writes_isolated_between_boxes),
-         TAP(test_memory_bomb_is_oom_and_box_lives), TAP(test_fork_bomb_stopped_by_pids),
-         TAP(test_disk_gib_enospc), TAP(test_escapes_fail),
-         TAP(test_seccomp_filter_cached_and_checked), TAP(test_agent_cannot_be_ptraced_from_the_box),
-         TAP(test_box_ends_when_its_directory_is_removed), TAP(test_cgroup_limits_written), TAP(test_box_sees_its_own_cgroup_limits),
-         TAP(test_cpu_out_of_range_refused),
+TAP_MAIN(TAP(test_stop_without_pidfd), TAP(test_pid1_is_agent_and_namespaces),
+         TAP(test_writes_isolated_between_boxes), TAP(test_memory_bomb_is_oom_and_box_lives),
+         TAP(test_fork_bomb_stopped_by_pids), TAP(test_disk_gib_enospc), TAP(test_escapes_fail),
+         TAP(test_seccomp_filter_cached_and_checked),
+         TAP(test_agent_cannot_be_ptraced_from_the_box),
+         TAP(test_box_ends_when_its_directory_is_removed), TAP(test_cgroup_limits_written),
+         TAP(test_box_sees_its_own_cgroup_limits), TAP(test_image_symlinks_cannot_reach_the_host),
+         TAP(test_box_resolves_its_own_name), TAP(test_cpu_out_of_range_refused),
          TAP(test_agent_killed_gives_error), TAP(test_creator_killed_mid_create_leaves_nothing),
          TAP(test_ttl_enforced_without_creator), TAP(test_serialize_connect_list_gc),
          TAP(test_image_import_list_remove), TAP(test_ready_timeout_is_everify_and_torn_down),
