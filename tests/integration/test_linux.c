@@ -430,6 +430,29 @@ static void test_box_resolves_its_own_name(void)
     snprintf(want, sizeof(want), "%s\n", sbx_sandbox_id(sb));
     TAP_EQ_STR(out_of(sb, "cat /etc/hostname"), want);
     stop_free(sb);
+    /* A name of the caller's own is the box's hostname and resolves the same way. */
+    sbx_spec *named = spec_none();
+    TAP_OK(sbx_spec_set_provider_options(named, "{\"hostname\": \"web-1.test\"}", &e_));
+    sbx_sandbox *nb = start(p, named);
+    TAP_EQ_STR(out_of(nb, "hostname; cat /etc/hostname"), "web-1.test\nweb-1.test\n");
+    TAP_EQ_STR(out_of(nb, "getent hosts web-1.test | cut -f1 -d' '"), "127.0.1.1\n");
+    stop_free(nb);
+    /* One that would forge /etc/hosts entries is refused before any work. */
+    static const char *const bad[] = { "{\"hostname\": \"a\\n127.0.0.1 evil\"}",
+                                       "{\"hostname\": \"a b\"}", "{\"hostname\": \"-x\"}" };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
+        sbx_spec *bs = spec_none();
+        TAP_OK(sbx_spec_set_provider_options(bs, bad[i], &e_));
+        sbx_sandbox *b = NULL;
+        sbx_error *e = NULL;
+        TAP_EQ_INT(sbx_sandbox_new(p, bs, &b, NULL), SBX_OK);
+        TAP_EQ_INT(sbx_sandbox_start(b, NULL, &e), SBX_EINVAL);
+        TAP_CONTAINS(sbx_error_message(e), "provider_options.hostname must be");
+        sbx_error_free(e);
+        sbx_sandbox_free(b);
+        sbx_spec_free(bs);
+    }
+    sbx_spec_free(named);
     /* Sharing the host's network: the host's entries stay, the box's name is added. */
     sbx_provider *ph = provider("{\"network\": \"host\"}");
     sbx_sandbox *sh = start(ph, s);

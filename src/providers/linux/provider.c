@@ -653,9 +653,18 @@ static int read_options(const sbx_spec *spec, struct create *c, sbx_error **err)
     {
         if (!strcmp(key, "hostname")) {
             const char *h = json_string_value(v);
-            if (!h || !*h || strlen(h) > 64)
+            /*
+             * RFC 1123 names, as Docker accepts: the name also goes into the
+             * box's /etc/hosts and /etc/hostname, where a space or a newline
+             * would forge entries.
+             */
+            if (!h || !*h || strlen(h) > 64 || h[0] == '-' || h[0] == '.' ||
+                strspn(h, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") !=
+                    strlen(h))
                 return sbx__set_error(err, SBX_EINVAL,
-                                      "provider_options.hostname must be a string of 1-64 chars");
+                                      "provider_options.hostname must be 1-64 letters, digits, "
+                                      "'-' and '.', not starting with '-' or '.' (got %s%s%s)",
+                                      h ? "'" : "", h ? h : "a non-string", h ? "'" : "");
             free(c->hostname);
             c->hostname = strdup(h);
         } else if (!strcmp(key, "network")) {
