@@ -152,6 +152,25 @@ void sbx__linux_agent_drop(linux_agent_slot *s)
         sbx__agent_close(conn);
 }
 
+void sbx__linux_agent_lost(linux_agent_slot *s)
+{
+    linux_agent_pool *p = s->pool;
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    s->lost = true;
+    sbx_agent_conn *conn = s->conn;
+    if (conn) {
+        unlink_slot(p, s);
+        s->conn = NULL;
+        p->count--;
+    }
+    pthread_mutex_unlock(&p->lock);
+    /* Ops in flight on it end as for a lost stream (an exec: rc 125, "sandbox"). */
+    if (conn)
+        sbx__agent_close(conn);
+}
+
 void sbx__linux_agent_release(linux_agent_slot *s)
 {
     if (s->pool)

@@ -53,6 +53,12 @@ SBX_INTERNAL void sbx__linux_agent_drop(linux_agent_slot *s);
  * a reconnect nobody answered. An evicted connection is not a sign of trouble.
  */
 SBX_INTERNAL bool sbx__linux_agent_gone(const linux_agent_slot *s);
+/*
+ * The box's agent is known to be gone by other means (its record says so):
+ * closes the slot's connection, which may not have seen the end of its stream
+ * yet, and makes later uses fail as for a connection that died.
+ */
+SBX_INTERNAL void sbx__linux_agent_lost(linux_agent_slot *s);
 
 /*
  * Calls fn(conn, code, msg, arg) with a live connection to the box's agent:

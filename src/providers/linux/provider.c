@@ -1004,6 +1004,12 @@ static void linux_status(sbx_op *op, void *state, void *box)
             s = SBX_STATUS_ERROR;
         sbx__linux_record_free(&rec);
     }
+    /*
+     * The record can tell of the agent's end before our connection reads it:
+     * from here on exec and transfers say "gone" too, as status does.
+     */
+    if (s == SBX_STATUS_ERROR)
+        sbx__linux_agent_lost(&b->agent);
     sbx_op_complete(op, SBX_OK, NULL, (void *)(intptr_t)s);
 }
 
