@@ -178,7 +178,12 @@ int sbx__inroot_open(int rootfd, const char *path, int flags, mode_t mode)
     return walk_open(rootfd, path, flags, mode);
 }
 
-int sbx__inroot_mkdir_p(int rootfd, const char *dir, mode_t mode)
+/*
+ * A missing component that is a symlink (to a path not there yet) is
+ * followed, as `mkdir -p` does: its target is created in its place, itself
+ * resolved inside the root. `links` bounds the chain as the kernel's 40.
+ */
+static int mkdir_p(int rootfd, const char *dir, mode_t mode, int links)
 {
     int fd = sbx__inroot_open(rootfd, dir, O_PATH | O_DIRECTORY, 0);
     if (fd >= 0 || errno != ENOENT)
@@ -195,36 +200,67 @@ int sbx__inroot_mkdir_p(int rootfd, const char *dir, mode_t mode)
         int t = sbx__inroot_open(rootfd, buf, O_PATH | O_DIRECTORY, 0);
         if (t >= 0) {
             close(t);
-        } else if (errno == ENOENT) {
-            char *slash = strrchr(buf, '/');
-            int pfd;
-            const char *name;
-            if (slash) {
-                *slash = 0;
-                pfd = sbx__inroot_open(rootfd, buf[0] ? buf : "/", O_PATH | O_DIRECTORY, 0);
-                *slash = '/';
-                name = slash + 1;
-            } else {
-                pfd = sbx__inroot_open(rootfd, "/", O_PATH | O_DIRECTORY, 0);
-                name = buf;
-            }
-            /* mkdirat never follows a link at `name`: a planted link makes it fail
-             * (EEXIST+ENOTDIR). */
-            int rc = pfd >= 0 ? mkdirat(pfd, name, mode) : -1;
-            int e = errno;
-            if (pfd >= 0)
-                close(pfd);
-            if (rc < 0 && e != EEXIST) {
-                free(buf);
-                errno = e;
-                return -1;
-            }
-        } else {
+            buf[i] = saved;
+            continue;
+        }
+        if (errno != ENOENT) {
             free(buf);
             return -1;
         }
+        char *slash = strrchr(buf, '/');
+        const char *name = slash ? slash + 1 : buf;
+        if (slash)
+            *slash = 0;
+        int pfd = sbx__inroot_open(rootfd, slash && buf[0] ? buf : "/", O_PATH | O_DIRECTORY, 0);
+        /* mkdirat never follows a link at `name`: a link there gives EEXIST. */
+        int rc = pfd >= 0 ? mkdirat(pfd, name, mode) : -1;
+        int e = errno;
+        char target[PATH_MAX];
+        ssize_t tl = -1;
+        if (rc < 0 && e == EEXIST)
+            tl = readlinkat(pfd, name, target, sizeof(target) - 1);
+        if (pfd >= 0)
+            close(pfd);
+        if (rc < 0 && e != EEXIST) {
+            free(buf);
+            errno = e;
+            return -1;
+        }
+        if (tl >= 0) {
+            /* A link to nothing yet: create its target, then the rest under it. */
+            target[tl] = 0;
+            const char *rest = saved ? dir + i : "";
+            char *next = NULL;
+            if (++links > MAX_LINKS)
+                e = ELOOP;
+            else if (target[0] == '/')
+                next = malloc(strlen(target) + strlen(rest) + 1);
+            else
+                next = malloc(strlen(buf) + strlen(target) + strlen(rest) + 3);
+            if (next && target[0] == '/')
+                strcat(strcpy(next, target), rest);
+            else if (next)
+                strcat(strcat(strcat(strcpy(next, slash && buf[0] ? buf : ""), "/"), target), rest);
+            free(buf);
+            if (!next) {
+                errno = links > MAX_LINKS ? e : ENOMEM;
+                return -1;
+            }
+            fd = mkdir_p(rootfd, next, mode, links);
+            e = errno;
+            free(next);
+            errno = e;
+            return fd;
+        }
+        if (slash)
+            *slash = '/';
         buf[i] = saved;
     }
     free(buf);
     return sbx__inroot_open(rootfd, dir, O_PATH | O_DIRECTORY, 0);
+}
+
+int sbx__inroot_mkdir_p(int rootfd, const char *dir, mode_t mode)
+{
+    return mkdir_p(rootfd, dir, mode, 0);
 }

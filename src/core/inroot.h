@@ -13,7 +13,7 @@ int sbx__inroot_open(int rootfd, const char *path, int flags, mode_t mode);
 /*
  * Creates directory `dir` inside `rootfd` as mkdir -p would (missing
  * components get `mode`), resolving every component inside the root; a
- * link planted at a missing name makes it fail, never followed out.
+ * link to a missing path gets its target created, inside the root too.
  * Returns an O_PATH fd of the directory, or -1 with errno.
  */
 int sbx__inroot_mkdir_p(int rootfd, const char *dir, mode_t mode);

@@ -591,11 +591,6 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     close(runfd);
     if (c->workdir && *c->workdir) {
         int wd = sbx__inroot_mkdir_p(rootfd, c->workdir, 0755);
-        if (wd < 0 && errno == ENOENT)
-            die("cannot create the workdir %s in the box: a symlink on its way points to a "
-                "path the image does not have (create the target in the image, or pick "
-                "another workdir)",
-                c->workdir);
         if (wd < 0)
             die_errno("cannot create the workdir %s in the box", c->workdir);
         close(wd);
