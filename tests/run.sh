@@ -21,7 +21,7 @@ run_one() { # name, command...
   local out; out=$(mktemp)
   echo "== $name"
   if [ -n "${SBX_VALGRIND:-}" ]; then
-    valgrind --quiet --error-exitcode=99 --suppressions=tests/valgrind.supp --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite --trace-children=no "$@" >"$out" 2>&1
+    SBX_TEST_TIMEOUT_SCALE=4 valgrind --quiet --error-exitcode=99 --suppressions=tests/valgrind.supp --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite --trace-children=no "$@" >"$out" 2>&1
   else
     "$@" >"$out" 2>&1
   fi
