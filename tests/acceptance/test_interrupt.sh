@@ -7,9 +7,15 @@
 need_root
 set -m # background jobs get SIGINT (without job control bash makes them ignore it)
 
+# Waits until background job $1 has exec'd sbx. Before that it is still a copy
+# of bash, whose own SIGINT handler would swallow the signal (sbx would then
+# run its `sleep 60` to the end and exit 0): not the window under test.
+SBX_EXE=$(readlink -f "$SBX")
+started() { while [ "$(readlink "/proc/$1/exe" 2>/dev/null)" != "$SBX_EXE" ] && kill -0 "$1" 2>/dev/null; do :; done; }
+
 for d in 0 0.002 0.005 0.01 0.02 0.05 0.1 0.3; do
   "$SBX" run -- sleep 60 >"$T/out" 2>"$T/err" </dev/null & p=$!
-  sleep $d; kill -INT $p; wait $p; rc=$?
+  started $p; sleep $d; kill -INT $p; wait $p; rc=$?
   check "run, SIGINT after ${d}s: exit 130 (got $rc)" [ $rc = 130 ]
   if [ -s "$T/err" ] && ! grep -qs "interrupted by SIGINT" "$T/err"; then not_ok "run SIGINT message" "$(cat "$T/err")"; fi
 done
@@ -17,14 +23,14 @@ census "after interrupted runs"
 
 for d in 0.02 0.3; do
   "$SBX" run -- sleep 60 >"$T/out" 2>"$T/err" </dev/null & p=$!
-  sleep $d; kill -TERM $p; wait $p; rc=$?
+  started $p; sleep $d; kill -TERM $p; wait $p; rc=$?
   check "run, SIGTERM after ${d}s: exit 143 (got $rc)" [ $rc = 143 ]
 done
 census "after SIGTERMed runs"
 
 for d in 0 0.002 0.005 0.01 0.02 0.05; do
   "$SBX" create >"$T/out" 2>"$T/err" </dev/null & p=$!
-  sleep $d; kill -INT $p 2>/dev/null; wait $p; rc=$?
+  started $p; sleep $d; kill -INT $p 2>/dev/null; wait $p; rc=$?
   id=$(cat "$T/out")
   if [ $rc = 0 ]; then
     # It finished first: the box is recorded, and stop removes it.

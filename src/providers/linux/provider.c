@@ -354,12 +354,18 @@ static void create_finish(struct create *c, int code, sbx_error *err)
     sbx_op_on_cancel(c->op, NULL, NULL);
     if (code == SBX_OK) {
         sbx_op_complete(c->op, SBX_OK, NULL, c->box);
-        c->box = NULL;
     } else {
         if (err)
             sbx_error_prefix(err, "creating linux sandbox");
+        /*
+         * The box leaves the provider's pool before the op completes: its
+         * completion may drop the last reference to the provider (the caller
+         * frees it), and the pool goes with it.
+         */
+        box_free(c->box);
         sbx_op_complete(c->op, code, err, NULL);
     }
+    c->box = NULL;
     c->op = NULL;
     if (c->poll_open) {
         uv_poll_stop(&c->poll);
@@ -828,8 +834,9 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     }
     return;
 fail:
-    sbx_op_complete(op, sbx_error_code(e), sbx_error_prefix(e, "creating linux sandbox"), NULL);
+    /* Freed first, for the same reason as in create_finish. */
     create_free(c);
+    sbx_op_complete(op, sbx_error_code(e), sbx_error_prefix(e, "creating linux sandbox"), NULL);
 }
 
 /* --- exec, files ---------------------------------------------------------- */
@@ -1183,11 +1190,11 @@ static void on_connect_agent(sbx_agent_conn *conn, int code, sbx_error *err, voi
 {
     struct conn_call *k = data;
     if (code < 0 || !conn) {
-        sbx_op_complete(k->op, SBX_EPROVIDER,
-                        err ? sbx_error_prefix(err, "connecting to box %s", k->b->id)
-                            : sbx_error_new(SBX_EPROVIDER, "cannot reach box %s", k->b->id),
-                        NULL);
+        sbx_error *e = err ? sbx_error_prefix(err, "connecting to box %s", k->b->id)
+                           : sbx_error_new(SBX_EPROVIDER, "cannot reach box %s", k->b->id);
+        /* Before the completion, which may free the provider and its pool. */
         box_free(k->b);
+        sbx_op_complete(k->op, SBX_EPROVIDER, e, NULL);
     } else {
         sbx_error_free(err);
         sbx__linux_agent_put(&k->b->agent, conn);
@@ -1223,13 +1230,12 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
     sbx_error *e = NULL;
     if (!b->id || !b->box_dir || sbx__linux_record_read(b->box_dir, &rec, &e) < 0) {
         sbx_error_free(e);
-        sbx_op_complete(op, SBX_ENOENT,
-                        sbx_error_new(SBX_ENOENT, "no linux box %s in %s (stopped, or another "
-                                                  "state directory?)",
-                                      id, sd ? sd : st->state_dir),
-                        NULL);
+        e = sbx_error_new(SBX_ENOENT, "no linux box %s in %s (stopped, or another state "
+                                      "directory?)",
+                          id, sd ? sd : st->state_dir);
         box_free(b);
         free(k);
+        sbx_op_complete(op, SBX_ENOENT, e, NULL);
         return;
     }
     b->socket = sbx__strdup0(rec.socket);
@@ -1248,19 +1254,19 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
     b->workdir = sbx__strdup0(json_string_value(json_object_get(rj, "workdir")));
     sbx__linux_record_free(&rec);
     if (!alive || !b->socket) {
-        sbx_op_complete(op, SBX_EPROVIDER,
-                        sbx_error_new(SBX_EPROVIDER, "box %s is not running", id), NULL);
         box_free(b);
         free(k);
+        sbx_op_complete(op, SBX_EPROVIDER,
+                        sbx_error_new(SBX_EPROVIDER, "box %s is not running", id), NULL);
         return;
     }
     k->op = op;
     k->b = b;
     if (sbx__agent_connect(sbx_op_loop(op), b->socket, 10.0, on_connect_agent, k) < 0) {
-        sbx_op_complete(op, SBX_EPROVIDER,
-                        sbx_error_new(SBX_EPROVIDER, "cannot connect to box %s", id), NULL);
         box_free(b);
         free(k);
+        sbx_op_complete(op, SBX_EPROVIDER,
+                        sbx_error_new(SBX_EPROVIDER, "cannot connect to box %s", id), NULL);
     }
 }
 
