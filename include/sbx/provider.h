@@ -73,6 +73,13 @@ struct sbx_provider_ops {
  * Finishes `op`: code SBX_OK with `value` (ownership passes to the core), or a
  * negative code with `err` (ownership passes; NULL makes a default message).
  * Exactly once per op; any thread.
+ *
+ * The completion may be the caller's last use of the provider, which can then
+ * be released at any moment: after it, touch the provider's state (shared
+ * pools, lists) only in the same loop-thread callback that completed (the
+ * result is delivered after that callback returns), never from a worker
+ * thread or a later callback such as a handle's close. Memory private to the
+ * op may be freed whenever.
  */
 SBX_EXPORT void sbx_op_complete(sbx_op *op, int code, sbx_error *err, void *value);
 /* The loop (a uv_loop_t *) the op runs on, for providers doing async I/O. */
