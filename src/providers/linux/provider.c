@@ -1007,16 +1007,16 @@ static void linux_status(sbx_op *op, void *state, void *box)
         else if (!strcmp(rec.state, "running"))
             /* A closed (pooled) connection is no sign of trouble; a dead one is. */
             s = sbx__linux_agent_gone(&b->agent) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
-        else
+        else {
             s = SBX_STATUS_ERROR;
+            /*
+             * The shim recorded the agent's end, which our connection may not
+             * have read yet: from here on exec and transfers say "gone" too.
+             */
+            sbx__linux_agent_lost(&b->agent);
+        }
         sbx__linux_record_free(&rec);
     }
-    /*
-     * The record can tell of the agent's end before our connection reads it:
-     * from here on exec and transfers say "gone" too, as status does.
-     */
-    if (s == SBX_STATUS_ERROR)
-        sbx__linux_agent_lost(&b->agent);
     sbx_op_complete(op, SBX_OK, NULL, (void *)(intptr_t)s);
 }
 
