@@ -17,6 +17,7 @@
 #include <limits.h>
 #include <linux/openat2.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -180,8 +181,9 @@ int sbx__inroot_open(int rootfd, const char *path, int flags, mode_t mode)
 
 /*
  * A missing component that is a symlink (to a path not there yet) is
- * followed, as `mkdir -p` does: its target is created in its place, itself
- * resolved inside the root. `links` bounds the chain as the kernel's 40.
+ * followed, as Docker does for a WORKDIR (GNU `mkdir -p` refuses): its
+ * target is created in its place, itself resolved inside the root. `links`
+ * bounds the chain as the kernel's 40.
  */
 static int mkdir_p(int rootfd, const char *dir, mode_t mode, int links)
 {
@@ -231,21 +233,12 @@ static int mkdir_p(int rootfd, const char *dir, mode_t mode, int links)
             target[tl] = 0;
             const char *rest = saved ? dir + i : "";
             char *next = NULL;
-            if (++links > MAX_LINKS)
-                e = ELOOP;
-            else if (target[0] == '/')
-                next = malloc(strlen(target) + strlen(rest) + 1);
-            else
-                next = malloc(strlen(buf) + strlen(target) + strlen(rest) + 3);
-            if (next && target[0] == '/')
-                strcat(strcpy(next, target), rest);
-            else if (next)
-                strcat(strcat(strcat(strcpy(next, slash && buf[0] ? buf : ""), "/"), target), rest);
+            int n = ++links > MAX_LINKS ? (errno = ELOOP, -1)
+                    : target[0] == '/'  ? asprintf(&next, "%s%s", target, rest)
+                                        : asprintf(&next, "%s/%s%s", slash ? buf : "", target, rest);
             free(buf);
-            if (!next) {
-                errno = links > MAX_LINKS ? e : ENOMEM;
+            if (n < 0)
                 return -1;
-            }
             fd = mkdir_p(rootfd, next, mode, links);
             e = errno;
             free(next);

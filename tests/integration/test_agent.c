@@ -805,7 +805,7 @@ static void check_escapes(const char *const *env)
     TAP_EQ_INT(write_text(payload, "written\n"), 0);
     /*
      * The absolute link dangles inside the box: its target is made there, as
-     * `mkdir -p` would (checked below), never followed to the host's.
+     * Docker does for a WORKDIR (checked below), never followed to the host's.
      */
     TAP_EQ_INT(transfer(c, 0, payload, "/abs-link/planted", NULL), SBX_OK);
     TAP_EQ_INT(transfer(c, 0, payload, escaped, NULL), SBX_OK);

@@ -403,7 +403,7 @@ static void test_image_symlinks_cannot_reach_the_host(void)
     /*
      * A workdir through a link to a path the image lacks (here a host path
      * that exists on the host) gets the link's target made, in the box, as
-     * `mkdir -p` and Docker do; the host's directory stays empty.
+     * Docker does; the host's directory stays empty.
      */
     sbx_spec_set_workdir(s, "/work/x");
     sbx_sandbox *sb2 = start(p, s);
