@@ -129,7 +129,7 @@ check-asan:
 # ThreadSanitizer (clang): races between the loop thread and callers.
 check-tsan:
 	$(MAKE) CC=clang B=build/tsan OPT="-O1 -g" SAN="-fsanitize=thread" tests
-	B=build/tsan SBX_SKIP_PYTHON=1 tests/run.sh
+	B=build/tsan SBX_SKIP_PYTHON=1 SBX_SKIP_SCRIPTS=1 tests/run.sh
 
 # Every C test binary under memcheck (definite leaks and memory errors fail;
 # the Python step is skipped: CPython is not valgrind-clean by itself).

@@ -25,18 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/*
- * TSan stops a child that starts threads after a multi-threaded fork; the
- * fork test does exactly that on purpose (the library must allow it).
- */
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define SBX_TSAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define SBX_TSAN 1
-#endif
+/* TSan's options and suppressions, for every test binary: tests/common.c. */
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
 #define SBX_ASAN 1
@@ -44,38 +33,6 @@
 #endif
 #if defined(__SANITIZE_ADDRESS__)
 #define SBX_ASAN 1
-#endif
-#ifdef SBX_TSAN
-const char *__tsan_default_options(void);
-__attribute__((visibility("default"))) const char *__tsan_default_options(void)
-{
-    return "die_after_fork=0";
-}
-/*
- * Debian's libuv is not instrumented and closes descriptors with a raw
- * syscall(SYS_close), which TSan does not see. When a worker thread then
- * gets the same number from opendir() (the local provider removing a
- * workspace), TSan pairs the loop's old epoll_ctl on the pipe with the
- * worker's closedir and reports a race on "file descriptor N" that is not
- * one: libuv removed the pipe from epoll before closing it.
- */
-const char *__tsan_default_suppressions(void);
-__attribute__((visibility("default"))) const char *__tsan_default_suppressions(void)
-{
-    return "race:rm_rf_at\n";
-}
-/*
- * Matching a race against that suppression starts TSan's symbolizer, a
- * child process talking to us over two pipes. Start it before the harness
- * takes its descriptor snapshot so its pipes are not counted as a leak.
- */
-#include <sanitizer/common_interface_defs.h>
-void tap_prime(void);
-void tap_prime(void)
-{
-    char buf[256];
-    __sanitizer_symbolize_pc(__builtin_return_address(0), "%F", buf, sizeof(buf));
-}
 #endif
 
 /* --- helpers ------------------------------------------------------------- */
