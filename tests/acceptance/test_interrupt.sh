@@ -14,9 +14,12 @@ SBX_EXE=$(readlink -f "$SBX")
 started() { while [ "$(readlink "/proc/$1/exe" 2>/dev/null)" != "$SBX_EXE" ] && kill -0 "$1" 2>/dev/null; do :; done; }
 
 for d in 0 0.002 0.005 0.01 0.02 0.05 0.1 0.3; do
+  t0=$SECONDS
   "$SBX" run -- sleep 60 >"$T/out" 2>"$T/err" </dev/null & p=$!
-  started $p; sleep $d; kill -INT $p; wait $p; rc=$?
-  check "run, SIGINT after ${d}s: exit 130 (got $rc)" [ $rc = 130 ]
+  started $p; sleep $d; st=$(grep -E '^Sig(Blk|Ign|Cgt)' /proc/$p/status 2>/dev/null | tr '\n\t' '  ')
+  kill -INT $p; wait $p; rc=$?
+  if [ $rc = 130 ]; then ok "run, SIGINT after ${d}s: exit 130"
+  else not_ok "run, SIGINT after ${d}s: exit 130 (got $rc)" "after $((SECONDS - t0)) s; signal state before the kill: $st" "stdout: $(head -c 300 "$T/out")" "stderr: $(head -c 300 "$T/err")"; fi
   if [ -s "$T/err" ] && ! grep -qs "interrupted by SIGINT" "$T/err"; then not_ok "run SIGINT message" "$(cat "$T/err")"; fi
 done
 census "after interrupted runs"
