@@ -58,25 +58,28 @@ static bool outside_empty(void)
     return run_cmd(out, sizeof(out), "%s", cmd) == 0 && out[0] == 0;
 }
 
+/* mkdir -p `dir` in the root must succeed (its fd is closed). */
+static void made(const char *dir)
+{
+    int fd = sbx__inroot_mkdir_p(rootfd, dir, 0755);
+    if (fd < 0)
+        TAP_FAIL("mkdir -p %s in the root: %s", dir, strerror(errno));
+    close(fd);
+}
+
 static void check_mkdir_p(bool walk)
 {
     setup(walk);
     /* Plain: every missing level made. */
-    int fd = sbx__inroot_mkdir_p(rootfd, "/a/b/c", 0755);
-    TAP_TRUE(fd >= 0);
-    close(fd);
+    made("/a/b/c");
     TAP_TRUE(is_dir_at(root, "a/b/c"));
     /* ".." stops at the root. */
-    fd = sbx__inroot_mkdir_p(rootfd, "/../../up/x", 0755);
-    TAP_TRUE(fd >= 0);
-    close(fd);
+    made("/../../up/x");
     TAP_TRUE(is_dir_at(root, "up/x"));
 
     /* A dangling absolute link to a host path: its target is made in the root. */
     link_in_root("abs", outside);
-    fd = sbx__inroot_mkdir_p(rootfd, "/abs/deep", 0755);
-    TAP_TRUE(fd >= 0);
-    close(fd);
+    made("/abs/deep");
     char in_root[PATH_MAX * 2];
     snprintf(in_root, sizeof(in_root), "%s%s", root, outside);
     TAP_TRUE(is_dir_at(in_root, "deep"));
@@ -87,19 +90,13 @@ static void check_mkdir_p(bool walk)
     link_in_root("last", "made/here");
     link_in_root("c1", "c2");
     link_in_root("c2", "/c3");
-    fd = sbx__inroot_mkdir_p(rootfd, "rel/x", 0755);
-    TAP_TRUE(fd >= 0);
-    close(fd);
+    made("rel/x");
     /* r1/../r2: r1 is made on the way (".." needs it), then r2 beside it. */
     TAP_TRUE(is_dir_at(root, "r1"));
     TAP_TRUE(is_dir_at(root, "r2/x"));
-    fd = sbx__inroot_mkdir_p(rootfd, "/last", 0755);
-    TAP_TRUE(fd >= 0);
-    close(fd);
+    made("/last");
     TAP_TRUE(is_dir_at(root, "made/here"));
-    fd = sbx__inroot_mkdir_p(rootfd, "/c1/y", 0755);
-    TAP_TRUE(fd >= 0);
-    close(fd);
+    made("/c1/y");
     TAP_TRUE(is_dir_at(root, "c3/y"));
 
     /* A link loop is ELOOP, a link to a file ENOTDIR; nothing outside either way. */
@@ -138,10 +135,8 @@ static void check_open(bool walk)
     TAP_EQ_INT(sbx__inroot_open(rootfd, "rel", O_RDONLY, 0), -1);
     TAP_EQ_INT(errno, ENOENT);
     /* Creating through them makes the file in the root, never on the host. */
-    int fd = sbx__inroot_mkdir_p(rootfd, "/outside", 0755);
-    TAP_TRUE(fd >= 0);
-    close(fd);
-    fd = sbx__inroot_open(rootfd, "rel", O_WRONLY | O_CREAT, 0644);
+    made("/outside");
+    int fd = sbx__inroot_open(rootfd, "rel", O_WRONLY | O_CREAT, 0644);
     TAP_TRUE(fd >= 0);
     close(fd);
     char in_root[PATH_MAX + 32];

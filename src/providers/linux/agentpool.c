@@ -134,13 +134,21 @@ void sbx__linux_agent_put(linux_agent_slot *s, sbx_agent_conn *conn)
     trim(p, s);
 }
 
-void sbx__linux_agent_drop(linux_agent_slot *s)
+/*
+ * Takes the slot's connection out of the pool and closes it, marking the slot
+ * closed (the box is being stopped) or lost (its agent is gone). Ops in
+ * flight on it end as for a lost stream (an exec: rc 125, "sandbox").
+ */
+static void detach(linux_agent_slot *s, bool closed)
 {
     linux_agent_pool *p = s->pool;
     if (!p)
         return; /* never initialised (a box that failed early) */
     pthread_mutex_lock(&p->lock);
-    s->closed = true;
+    if (closed)
+        s->closed = true;
+    else
+        s->lost = true;
     sbx_agent_conn *conn = s->conn;
     if (conn) {
         unlink_slot(p, s);
@@ -152,24 +160,9 @@ void sbx__linux_agent_drop(linux_agent_slot *s)
         sbx__agent_close(conn);
 }
 
-void sbx__linux_agent_lost(linux_agent_slot *s)
-{
-    linux_agent_pool *p = s->pool;
-    if (!p)
-        return;
-    pthread_mutex_lock(&p->lock);
-    s->lost = true;
-    sbx_agent_conn *conn = s->conn;
-    if (conn) {
-        unlink_slot(p, s);
-        s->conn = NULL;
-        p->count--;
-    }
-    pthread_mutex_unlock(&p->lock);
-    /* Ops in flight on it end as for a lost stream (an exec: rc 125, "sandbox"). */
-    if (conn)
-        sbx__agent_close(conn);
-}
+void sbx__linux_agent_drop(linux_agent_slot *s) { detach(s, true); }
+
+void sbx__linux_agent_lost(linux_agent_slot *s) { detach(s, false); }
 
 void sbx__linux_agent_release(linux_agent_slot *s)
 {
