@@ -4,9 +4,11 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -119,16 +121,53 @@ static void prime_sanitizer(void) {}
 /* Weak: a test file may define tap_prime() to warm up process-wide state. */
 __attribute__((weak)) void tap_prime(void);
 
+/* SBX_TEST_TIMEOUT_SCALE stretches every alarm (valgrind, an emulated guest). */
+static unsigned timeout_scale(void)
+{
+    const char *scale = getenv("SBX_TEST_TIMEOUT_SCALE");
+    return scale && atoi(scale) > 0 ? (unsigned)atoi(scale) : 1;
+}
+
+/*
+ * A test that outlives its alarm says where every thread was before it dies,
+ * so a hang in CI can be read from the log: gdb attaches and prints all
+ * backtraces (fork, exec and waitpid are async-signal-safe); without gdb, the
+ * main thread's raw frames.
+ */
+static char alarm_pid[16];
+static void on_alarm(int sig)
+{
+    static const char msg[] = "# the test's alarm rang; where it was:\n";
+    (void)!write(1, msg, sizeof(msg) - 1);
+    pid_t g = fork();
+    if (g == 0) {
+        dup2(1, 2);
+        execlp("timeout", "timeout", "60", "gdb", "-q", "-nx", "-batch", "-p", alarm_pid, "-ex",
+               "thread apply all bt", (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    if (g < 0 || waitpid(g, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        void *frames[32];
+        int n = backtrace(frames, 32);
+        backtrace_symbols_fd(frames, n, 1);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 static void run_child(const struct tap_test *t, int pipe_w)
 {
     skip_pipe = pipe_w;
+    void *prime[1];
+    backtrace(prime, 1); /* loads libgcc now, not in the handler */
+    snprintf(alarm_pid, sizeof(alarm_pid), "%d", (int)getpid());
+    signal(SIGALRM, on_alarm);
     /*
      * The alarm only catches a hang. Under valgrind every step of the test
      * process is ~20x slower, so tests/run.sh stretches it there.
      */
-    const char *scale = getenv("SBX_TEST_TIMEOUT_SCALE");
-    unsigned k = scale && atoi(scale) > 0 ? (unsigned)atoi(scale) : 1;
-    alarm(t->timeout_s * k);
+    alarm(t->timeout_s * timeout_scale());
     prime_sanitizer();
     if (tap_prime)
         tap_prime();
@@ -213,6 +252,8 @@ int tap_main(int argc, char **argv, const struct tap_test *tests, size_t n)
         if (!mkdtemp(tmpdir_path))
             return 2;
         fflush(stdout);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         pid_t pid = fork();
         if (pid == 0) {
             close(p[0]);
@@ -228,6 +269,11 @@ int tap_main(int argc, char **argv, const struct tap_test *tests, size_t n)
         if (r > 0)
             why[r] = 0;
         close(p[0]);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        /* A test that used much of its alarm says so: the log shows a margin shrinking before it is gone. */
+        if (took > t->timeout_s * timeout_scale() / 4.0)
+            printf("# %s took %.1f s of its %u s alarm\n", t->name, took, t->timeout_s * timeout_scale());
         /* Kill whatever the test left in its process group, then remove its files. */
         kill(-pid, SIGKILL);
         rm_rf(tmpdir_path);
@@ -268,10 +314,34 @@ void sbx_prime_library(void)
     if (primed)
         return;
     primed = true;
+    int threads = tap_thread_count();
     sbx_context *ctx = NULL;
     if (sbx_context_new(&ctx, NULL) == 0)
         sbx_context_free(ctx);
+    /*
+     * The context's loop thread is joined, but the kernel can list it in
+     * /proc/self/task for a moment after pthread_join returns. Wait for it to
+     * go, so a test's thread baseline does not count it (seen in CI: a
+     * baseline of 2 that later, correctly, came down to 1). Bounded: this is
+     * a moment, never a hang.
+     */
+    for (int i = 0; i < 5000 && tap_thread_count() > threads; i++)
+        usleep(1000);
     sbx_prime_hook();
+}
+
+int tap_thread_count(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
 }
 
 __attribute__((weak)) void sbx_prime_hook(void) {}

@@ -8,6 +8,8 @@
 void sbx_prime_library(void);
 /* A test binary may define this (strong) to warm up more process-wide state. */
 void sbx_prime_hook(void);
+/* Threads this process has now, as /proc/self/task lists them. */
+int tap_thread_count(void);
 int rm_rf(const char *path);
 char *read_text(const char *path);
 int write_text(const char *path, const char *text);

@@ -141,6 +141,10 @@ static void stop_free(sbx_sandbox *sb)
 }
 
 /* A tiny root filesystem from busybox-static, as a directory and a tarball. */
+/*
+ * A busybox image: the applet links are made here, not by one `ln` per
+ * applet, which costs ~400 processes (20 s in the emulated cgroup2 guest).
+ */
 static void busybox_rootfs(char *dir, size_t dn, char *tar, size_t tn)
 {
     if (!have_file("/bin/busybox"))
@@ -149,14 +153,29 @@ static void busybox_rootfs(char *dir, size_t dn, char *tar, size_t tn)
     snprintf(tar, tn, "%s/bb.tar", tap_tmpdir());
     char out[4096];
     int rc = run_cmd(out, sizeof(out),
-                     "set -e; mkdir -p %s/bin %s/etc %s/tmp; cp /bin/busybox %s/bin/; cd %s/bin; "
-                     "for a in $(./busybox --list); do [ $a = busybox ] || ln -s busybox $a; done; "
-                     "echo 'root:x:0:0:root:/root:/bin/sh' > ../etc/passwd; "
-                     "echo 'root:x:0:' > ../etc/group; echo bb-image > ../etc/marker; "
-                     "tar -C %s -cf %s .",
-                     dir, dir, dir, dir, dir, dir, tar);
+                     "set -e; mkdir -p %s/bin %s/etc %s/tmp; cp /bin/busybox %s/bin/; "
+                     "echo 'root:x:0:0:root:/root:/bin/sh' > %s/etc/passwd; "
+                     "echo 'root:x:0:' > %s/etc/group; echo bb-image > %s/etc/marker",
+                     dir, dir, dir, dir, dir, dir, dir);
     if (rc != 0)
         TAP_FAIL("building the busybox rootfs: %s", out);
+    FILE *list = popen("/bin/busybox --list", "r");
+    if (!list)
+        TAP_FAIL("busybox --list: %s", strerror(errno));
+    char name[256], link[700];
+    int n = 0;
+    while (fscanf(list, "%255s", name) == 1) {
+        if (!strcmp(name, "busybox"))
+            continue;
+        snprintf(link, sizeof(link), "%s/bin/%s", dir, name);
+        if (symlink("busybox", link) < 0)
+            TAP_FAIL("symlink %s: %s", link, strerror(errno));
+        n++;
+    }
+    TAP_EQ_INT(pclose(list), 0);
+    TAP_TRUE(n > 100);
+    if (run_cmd(out, sizeof(out), "tar -C %s -cf %s .", dir, tar) != 0)
+        TAP_FAIL("packing the busybox rootfs: %s", out);
 }
 
 static sbx_spec *spec_none(void)
