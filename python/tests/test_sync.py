@@ -219,6 +219,9 @@ def test_direct_runner_ctrl_c_cancels_the_operation():
     import signal
 
     s = Sandbox({"fake": {}}, SandboxSpec()).start()
+    # Python leaves SIGINT ignored when it started so (a background job of a
+    # script): install Ctrl-C's usual handler for this test, whatever we inherited.
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
     try:
@@ -226,5 +229,6 @@ def test_direct_runner_ctrl_c_cancels_the_operation():
             s.exec("sleep 100", timeout_s=None)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, old)
     assert s.exec("exit 5").return_code == 5
     s.stop()

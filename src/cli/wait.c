@@ -7,6 +7,12 @@
  * Handlers (not a blocked mask or SIG_IGN) are used on purpose: both of
  * those are inherited by the processes providers spawn, while a handler is
  * reset to the default at exec.
+ *
+ * A signal that was ignored when sbx started stays ignored (the GNU coding
+ * standards' rule): `nohup sbx run ...` must outlive a hangup, and a script's
+ * background job must not be stopped by the Ctrl-C meant for the script
+ * (bash makes such jobs ignore SIGINT). Overriding that ignore would also
+ * open a window, between exec and the handler, where the signal is dropped.
  */
 #include "cli/cli.h"
 
@@ -43,9 +49,15 @@ int cli_signals_install(void)
     /* No SA_RESTART: a blocking read of stdin returns EINTR and can stop. */
     sa.sa_flags = 0;
     int sigs[] = { SIGINT, SIGTERM, SIGHUP };
-    for (size_t i = 0; i < SBX_ARRAY_SIZE(sigs); i++)
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(sigs); i++) {
+        struct sigaction was;
+        if (sigaction(sigs[i], NULL, &was) < 0)
+            return -1;
+        if (was.sa_handler == SIG_IGN)
+            continue;
         if (sigaction(sigs[i], &sa, NULL) < 0)
             return -1;
+    }
     sa.sa_handler = on_sigpipe;
     sa.sa_flags = SA_RESTART;
     return sigaction(SIGPIPE, &sa, NULL);

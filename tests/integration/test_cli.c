@@ -83,6 +83,14 @@ static pid_t spawn(char *const *argv, int in_fd, int out_fd, int err_fd)
         dup2(in_fd, 0);
         dup2(out_fd, 1);
         dup2(err_fd, 2);
+        /*
+         * sbx keeps a signal that was ignored when it started (docs/cli.md);
+         * start it as from a terminal, whatever this test inherited (a
+         * background job of a script ignores SIGINT).
+         */
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
         execv(sbx_path, argv);
         _exit(127);
     }
