@@ -330,9 +330,11 @@ void sbx_prime_library(void)
     sbx_prime_hook();
 }
 
-int tap_thread_count(void)
+int tap_thread_count(void) { return count_dir_entries("/proc/self/task"); }
+
+int count_dir_entries(const char *path)
 {
-    DIR *d = opendir("/proc/self/task");
+    DIR *d = opendir(path);
     if (!d)
         return -1;
     int n = 0;

@@ -10,6 +10,8 @@ void sbx_prime_library(void);
 void sbx_prime_hook(void);
 /* Threads this process has now, as /proc/self/task lists them. */
 int tap_thread_count(void);
+/* Entries of directory `path` other than . and ..; -1 if it cannot be read. */
+int count_dir_entries(const char *path);
 int rm_rf(const char *path);
 char *read_text(const char *path);
 int write_text(const char *path, const char *text);

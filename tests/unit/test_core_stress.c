@@ -39,15 +39,9 @@
 
 static int count_entries(const char *path)
 {
-    DIR *d = opendir(path);
-    if (!d)
-        TAP_FAIL("opendir %s", path);
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (de->d_name[0] != '.')
-            n++;
-    closedir(d);
+    int n = count_dir_entries(path);
+    if (n < 0)
+        TAP_FAIL("opendir %s: %s", path, strerror(errno));
     return n;
 }
 
