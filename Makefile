@@ -10,6 +10,7 @@ INCLUDEDIR ?= $(PREFIX)/include
 BINDIR ?= $(PREFIX)/bin
 LIBEXECDIR ?= $(PREFIX)/libexec/sbx
 PYTHON ?= /usr/bin/python3
+VERSION := 0.1.0
 # PREFIX/lib/pythonX.Y/{dist,site}-packages: Debian's python searches dist-packages
 # (its sysconfig scheme would add a second /local under /usr/local).
 PYDIR ?= $(shell $(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; d = "dist" if any(p.endswith("dist-packages") for p in sys.path) else "site"; print("$(PREFIX)/lib/python%s/%s-packages" % (v, d))' 2>/dev/null)
@@ -53,7 +54,7 @@ PLUGIN_SRC := $(sort $(wildcard tests/plugins/*.c))
 PLUGIN_SO := $(PLUGIN_SRC:tests/plugins/%.c=$(B)/tests/plugins/%.so)
 AGENT_SRC := $(sort $(wildcard src/agent/*.c))
 
-.PHONY: check-tsan check demo all lib cli tests fuzz-replay examples test check-asan check-valgrind bench install \
+.PHONY: check-tsan check demo all lib cli tests fuzz-replay examples test check-asan check-valgrind bench install uninstall deb print-pydir \
         format help clean deps fuzz
 all: lib $(if $(CLI_SRC),cli) examples $(B)/sbx.pc
 
@@ -106,7 +107,7 @@ fuzz-replay: $(FUZZ_REPLAY)
 $(B)/sbx.pc: sbx.pc.in
 	@mkdir -p $(@D)
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
-	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|0.1.0|g' $< > $@
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
 
 # The README's two commands.
 demo: deps
@@ -150,21 +151,63 @@ fuzz:
 	  build/fuzz/bin/$$n -max_total_time=$(FUZZ_TIME) fuzz/corpus/$$n || exit 1; \
 	done
 
+# Everything a user needs, under PREFIX (DESTDIR for staging): the library, its
+# headers and pkg-config file, the CLI, the linux provider's sbx-shim and
+# sbx-agent (PREFIX/libexec/sbx, where libsbx looks for them), the man page,
+# bash and zsh completions, and the Python package where python3 looks.
+MANDIR ?= $(PREFIX)/share/man
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
+$(B)/obj/src/providers/linux/provider.o: CFLAGS_ALL += -DSBX_LIBEXECDIR='"$(LIBEXECDIR)"'
+
 install: all
-	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/sbx $(DESTDIR)$(BINDIR)
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/sbx $(DESTDIR)$(BINDIR) \
+	    $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
 	install -m 644 include/sbx.h $(DESTDIR)$(INCLUDEDIR)/sbx.h
 	install -m 644 include/sbx/provider.h $(DESTDIR)$(INCLUDEDIR)/sbx/provider.h
 	install -m 755 $(B)/libsbx.so $(DESTDIR)$(LIBDIR)/libsbx.so.0
 	ln -sf libsbx.so.0 $(DESTDIR)$(LIBDIR)/libsbx.so
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
-	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|0.1.0|g' sbx.pc.in \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' sbx.pc.in \
 	    > $(DESTDIR)$(LIBDIR)/pkgconfig/sbx.pc
-	if [ -x $(B)/sbx ]; then install -m 755 $(B)/sbx $(DESTDIR)$(BINDIR)/sbx; fi
-	if [ -d python/sbx ] && [ -n "$(PYDIR)" ]; then \
-	  install -d $(DESTDIR)$(PYDIR)/sbx; \
-	  install -m 644 python/sbx/*.py $(DESTDIR)$(PYDIR)/sbx/; \
-	  install -d $(DESTDIR)$(PYDIR)/sbx-0.1.0.dist-info; \
-	  install -m 644 python/sbx-0.1.0.dist-info/* $(DESTDIR)$(PYDIR)/sbx-0.1.0.dist-info/; fi
+	install -m 755 $(B)/sbx $(DESTDIR)$(BINDIR)/sbx
+	install -m 755 $(B)/sbx-shim $(B)/sbx-agent $(DESTDIR)$(LIBEXECDIR)/
+	install -m 644 docs/man/sbx.1 $(DESTDIR)$(MANDIR)/man1/sbx.1
+	install -m 644 contrib/completion/sbx.bash $(DESTDIR)$(BASHCOMPDIR)/sbx
+	install -m 644 contrib/completion/_sbx $(DESTDIR)$(ZSHCOMPDIR)/_sbx
+	install -d $(DESTDIR)$(PYDIR)/sbx $(DESTDIR)$(PYDIR)/sbx-$(VERSION).dist-info
+	install -m 644 python/sbx/*.py $(DESTDIR)$(PYDIR)/sbx/
+	install -m 644 python/sbx-$(VERSION).dist-info/* $(DESTDIR)$(PYDIR)/sbx-$(VERSION).dist-info/
+
+print-pydir:
+	@echo $(PYDIR)
+
+# Removes exactly what install put there (the same PREFIX and DESTDIR).
+uninstall:
+	rm -f $(DESTDIR)$(INCLUDEDIR)/sbx.h $(DESTDIR)$(INCLUDEDIR)/sbx/provider.h \
+	    $(DESTDIR)$(LIBDIR)/libsbx.so.0 $(DESTDIR)$(LIBDIR)/libsbx.so \
+	    $(DESTDIR)$(LIBDIR)/pkgconfig/sbx.pc $(DESTDIR)$(BINDIR)/sbx \
+	    $(DESTDIR)$(LIBEXECDIR)/sbx-shim $(DESTDIR)$(LIBEXECDIR)/sbx-agent \
+	    $(DESTDIR)$(MANDIR)/man1/sbx.1 $(DESTDIR)$(BASHCOMPDIR)/sbx $(DESTDIR)$(ZSHCOMPDIR)/_sbx
+	rm -rf $(DESTDIR)$(PYDIR)/sbx $(DESTDIR)$(PYDIR)/sbx-$(VERSION).dist-info
+	-rmdir $(DESTDIR)$(INCLUDEDIR)/sbx $(DESTDIR)$(LIBEXECDIR) 2>/dev/null
+
+# A Debian package of the same install with PREFIX=/usr: `apt install ./sbx_*.deb`.
+DEB_ARCH := $(shell dpkg --print-architecture 2>/dev/null)
+DEB := $(B)/sbx_$(VERSION)_$(DEB_ARCH).deb
+deb: $(DEB)
+$(DEB): all $(wildcard packaging/*)
+	rm -rf $(B)/deb-root
+	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(B)/deb-root) PREFIX=/usr \
+	    PYDIR=/usr/lib/python3/dist-packages
+	install -d $(B)/deb-root/DEBIAN
+	install -m 644 packaging/debian-triggers $(B)/deb-root/DEBIAN/triggers
+	sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@ARCH@|$(DEB_ARCH)|g' \
+	    -e "s|@SIZE@|$$(du -sk $(B)/deb-root | cut -f1)|g" \
+	    -e "s|@DEPENDS@|$$(packaging/deb-depends.sh $(B)/libsbx.so $(B)/sbx $(B)/sbx-shim)|g" \
+	    packaging/debian-control.in \
+	    > $(B)/deb-root/DEBIAN/control
+	dpkg-deb --root-owner-group --build $(B)/deb-root $@
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
@@ -182,7 +225,8 @@ help:
 	@echo "make check      deps, test, check-asan, check-valgrind (what CI runs)"
 	@echo "make bench      benchmarks (ratios against baselines run alongside)"
 	@echo "make fuzz       run each libFuzzer target for FUZZ_TIME seconds (clang)"
-	@echo "make install PREFIX=... DESTDIR=..."
+	@echo "make install PREFIX=... DESTDIR=...   (make uninstall with the same)"
+	@echo "make deb        a Debian package: apt install ./build/sbx_*.deb"
 
 # Keep objects of chained rules (tests, fuzz, bench): make would delete them as intermediates.
 .SECONDARY:

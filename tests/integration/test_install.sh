@@ -1,44 +1,138 @@
 #!/usr/bin/env bash
-# `make install` into a private prefix, then build programs against it the way
-# users do: pkg-config --cflags --libs sbx. TAP output.
+# `make install` into a scratch prefix, then use it the way users do, with the
+# build tree out of reach (a tmpfs over the checkout, in a mount namespace of
+# the test's own): the installed CLI runs a linux box (so sbx-shim and
+# sbx-agent were installed where libsbx finds them), a program built with
+# `pkg-config --cflags --libs sbx` runs one, and the installed Python package
+# runs one. Then `make uninstall` leaves nothing, and `make deb` builds a
+# package that dpkg accepts and that works unpacked. TAP output.
 set -u
 cd "$(dirname "$0")/../.."
 B=${B:-build}
+PY=${PYTHON:-/usr/bin/python3}
+top=$PWD
 tmp=$(mktemp -d /tmp/sbx-install-XXXXXX)
+prefix=$tmp/prefix
 trap 'rm -rf "$tmp"' EXIT
-echo "1..4"
-if make -s B="$B" install PREFIX="$tmp/prefix" PYDIR="$tmp/prefix/py" >"$tmp/log" 2>&1; then
-  echo "ok 1 - make install PREFIX=..."
-else
-  echo "not ok 1 - make install PREFIX=..."; sed 's/^/# /' "$tmp/log"
-fi
-export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
-flags=$(pkg-config --cflags --libs sbx 2>&1)
-# A sanitizer build installs an instrumented library: programs must link the runtime too.
-if nm -D "$B/libsbx.so" 2>/dev/null | grep -q __asan_init; then flags="$flags -fsanitize=address,undefined"; fi
-if nm -D "$B/libsbx.so" 2>/dev/null | grep -q __tsan_init; then flags="$flags -fsanitize=thread"; fi
-if cc -std=c11 -Wall -Werror tests/c_api_conformance.c $flags -Wl,-rpath,"$tmp/prefix/lib" \
-     -o "$tmp/conf" 2>"$tmp/err" && out=$("$tmp/conf") && [ "$out" = "running invalid argument" ]; then
-  echo "ok 2 - the fixed C-API prototypes compile and link with pkg-config --cflags --libs sbx"
-else
-  echo "not ok 2 - C-API conformance program"; head -20 "$tmp/err" | sed "s/^/# /"
-fi
-if cc -std=c11 -Wall -Werror examples/first_run.c $flags -Wl,-rpath,"$tmp/prefix/lib" \
-     -o "$tmp/first_run" 2>"$tmp/err"; then
-  echo "ok 3 - examples/first_run.c builds against the installed library"
-else
-  echo "not ok 3 - examples/first_run.c"; head -20 "$tmp/err" | sed "s/^/# /"
-fi
-# The Python package, as installed, finds the installed library by itself.
-preload=""
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+nok() { n=$((n + 1)); echo "not ok $n - $1"; shift; [ $# -gt 0 ] && printf '%s\n' "$@" | head -30 | sed 's/^/# /'; }
+check() { # description, command...
+  local d=$1; shift
+  if out=$("$@" 2>&1); then ok "$d"; else nok "$d" "$out"; fi
+}
+echo "1..13"
+
+# A sanitizer build installs instrumented binaries: programs must link the runtime
+# too, and Python must preload it.
+san="" preload=""
+if nm -D "$B/libsbx.so" 2>/dev/null | grep -q __asan_init; then san="-fsanitize=address,undefined"; fi
+if nm -D "$B/libsbx.so" 2>/dev/null | grep -q __tsan_init; then san="-fsanitize=thread"; fi
 for rt in asan ubsan; do
   if ldd "$B/libsbx.so" 2>/dev/null | grep -q "lib$rt"; then preload="$preload $(cc -print-file-name=lib$rt.so)"; fi
 done
-if out=$(cd "$tmp" && env -u SBX_LIB LD_PRELOAD="${preload# }" ASAN_OPTIONS=detect_leaks=0 \
-         PYTHONPATH="$tmp/prefix/py" "${PYTHON:-/usr/bin/python3}" -c \
-         'import sbx, sbx._lib as l; print(l.lib._name.startswith("'"$tmp"'"), "fake" in sbx.list_providers())' 2>&1) &&
-   [ "$out" = "True True" ]; then
-  echo "ok 4 - the installed Python package imports and loads the installed libsbx"
+preload=${preload# }
+
+if make -s B="$B" install PREFIX="$prefix" >"$tmp/log" 2>&1; then
+  ok "make install PREFIX=..."
 else
-  echo "not ok 4 - installed Python package"; echo "$out" | head -20 | sed "s/^/# /"
+  nok "make install PREFIX=..." "$(cat "$tmp/log")"
 fi
+pydir=$(make -s B="$B" PREFIX="$prefix" print-pydir)
+missing=""
+for f in bin/sbx lib/libsbx.so.0 lib/libsbx.so lib/pkgconfig/sbx.pc include/sbx.h include/sbx/provider.h \
+         libexec/sbx/sbx-shim libexec/sbx/sbx-agent share/man/man1/sbx.1 \
+         share/bash-completion/completions/sbx share/zsh/site-functions/_sbx; do
+  [ -e "$prefix/$f" ] || missing="$missing $f"
+done
+[ -f "$pydir/sbx/__init__.py" ] || missing="$missing $pydir/sbx"
+if [ -z "$missing" ]; then ok "everything is installed: library, headers, pc, CLI, shim, agent, man, completions, Python"
+else nok "installed files" "missing:$missing"; fi
+
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+flags="$(pkg-config --cflags --libs sbx 2>&1) $san"
+if cc -std=c11 -Wall -Werror tests/c_api_conformance.c $flags -Wl,-rpath,"$prefix/lib" \
+     -o "$tmp/conf" 2>"$tmp/err" && out=$("$tmp/conf") && [ "$out" = "running invalid argument" ]; then
+  ok "the fixed C-API prototypes compile and link with pkg-config --cflags --libs sbx"
+else
+  nok "C-API conformance program" "$(cat "$tmp/err")"
+fi
+if cc -std=c11 -Wall -Werror examples/first_run.c $flags -Wl,-rpath,"$prefix/lib" \
+     -o "$tmp/first_run" 2>"$tmp/err"; then
+  ok "examples/first_run.c builds against the installed library"
+else
+  nok "examples/first_run.c" "$(cat "$tmp/err")"
+fi
+
+# Everything below runs with the checkout hidden: nothing may come from the build tree.
+hidden() { # command... run in a private mount namespace with a tmpfs over the checkout
+  unshare --mount --propagation private -- sh -c 'mount -t tmpfs -o size=1m sbx-hide "$1" && shift && exec "$@"' \
+    sh "$top" env -u SBX_LIB -u SBX_SHIM -u SBX_AGENT PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    SBX_STATE_DIR="$tmp/state" LD_PRELOAD="$preload" ASAN_OPTIONS=detect_leaks=0 "$@"
+}
+if [ "$(id -u)" != 0 ]; then
+  for i in 1 2 3 4; do
+    if [ -n "${SBX_MUST_WORK:-}" ]; then nok "installed linux boxes need root"; else ok "installed linux boxes # SKIP not root"; fi
+  done
+else
+  check "the build tree is out of reach in the test's namespace" \
+    hidden sh -c "! test -e '$top/Makefile'"
+  out=$(cd "$tmp" && hidden "$prefix/bin/sbx" run -- sh -c 'echo "in a box as $(id -u)"' 2>&1)
+  if [ "$out" = "in a box as 0" ]; then ok "the installed sbx runs a linux box"
+  else nok "the installed sbx runs a linux box" "$out"; fi
+  out=$(cd "$tmp" && hidden "$tmp/first_run" linux 2>&1)
+  if echo "$out" | grep -q 'hello from a sandbox'; then ok "the installed example runs a linux box"
+  else nok "the installed example runs a linux box" "$out"; fi
+  out=$(cd "$tmp" && hidden env PYTHONPATH="$pydir" "$PY" -c '
+import sys, sbx, sbx._lib as l
+assert l.lib._name.startswith(sys.argv[1]), l.lib._name
+async def main():
+    async with sbx.AsyncSandbox({"linux": {}}, sbx.SandboxSpec()) as box:
+        await box.start()
+        r = await box.exec("echo py in $(hostname)")
+        print(r.stdout.strip().split()[0], r.return_code)
+import asyncio; asyncio.run(main())' "$prefix" 2>&1)
+  if [ "$out" = "py 0" ]; then ok "the installed Python package runs a linux box with the installed libsbx"
+  else nok "the installed Python package runs a linux box" "$out"; fi
+fi
+
+# Where a real install puts the Python package, python3 and a venv that sees the
+# system's packages look.
+sysdir=$(make -s B="$B" PREFIX=/usr/local print-pydir 2>/dev/null)
+"$PY" -m venv --system-site-packages --without-pip "$tmp/venv" >/dev/null 2>&1
+if "$PY" -c 'import sys; sys.exit(sys.argv[1] not in sys.path)' "$sysdir" &&
+   "$tmp/venv/bin/python" -c 'import sys; sys.exit(sys.argv[1] not in sys.path)' "$sysdir"; then
+  ok "PREFIX=/usr/local puts the Python package where python3 and a --system-site-packages venv look ($sysdir)"
+else
+  nok "Python package location for PREFIX=/usr/local" "$sysdir is not on the path of $PY or its venv"
+fi
+
+make -s B="$B" uninstall PREFIX="$prefix" >"$tmp/log" 2>&1
+left=$(find "$prefix" -type f -o -type l 2>/dev/null)
+if [ -z "$left" ]; then ok "make uninstall removes every installed file"
+else nok "make uninstall left files" "$left"; fi
+
+# The Debian package.
+if ! command -v dpkg-deb >/dev/null; then
+  for i in 1 2 3; do
+    if [ -n "${SBX_MUST_WORK:-}" ]; then nok "make deb needs dpkg-deb"; else ok "deb # SKIP no dpkg-deb"; fi
+  done
+else
+  rm -f "$B"/sbx_*.deb
+  if make -s B="$B" deb >"$tmp/log" 2>&1 && deb=$(ls "$B"/sbx_*.deb) && [ -f "$deb" ]; then
+    ok "make deb builds $(basename "$deb")"
+  else
+    nok "make deb" "$(cat "$tmp/log")"; deb=/nonexistent
+  fi
+  if out=$(dpkg --dry-run -i "$deb" 2>&1); then ok "dpkg accepts the package (dependencies met, dry run)"
+  else nok "dpkg --dry-run -i" "$out"; fi
+  dpkg-deb -x "$deb" "$tmp/debroot" 2>/dev/null
+  if [ "$(id -u)" = 0 ]; then
+    out=$(cd "$tmp" && hidden env LD_LIBRARY_PATH="$tmp/debroot/usr/lib" \
+          "$tmp/debroot/usr/bin/sbx" run -- echo from-the-deb 2>&1)
+    if [ "$out" = "from-the-deb" ]; then ok "the packaged sbx, unpacked anywhere, runs a linux box"
+    else nok "the packaged sbx runs a linux box" "$out"; fi
+  elif [ -n "${SBX_MUST_WORK:-}" ]; then nok "the packaged sbx needs root"
+  else ok "the packaged sbx # SKIP not root"; fi
+fi
+rm -rf "$tmp/state"

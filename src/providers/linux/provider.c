@@ -88,10 +88,15 @@ static bool executable(const char *p)
     return p && access(p, X_OK) == 0;
 }
 
+#ifndef SBX_LIBEXECDIR
+#define SBX_LIBEXECDIR "/usr/local/libexec/sbx"
+#endif
+
 /*
  * Finds a helper binary (sbx-shim, sbx-agent): $ENV, next to the program or
  * library this code is in and up to two levels above (build/ from
- * build/tests/integration/), the install's libexec, then PATH.
+ * build/tests/integration/), ../libexec/sbx from either, the configured
+ * libexec directory, then PATH.
  */
 static char *find_helper(const char *name, const char *env)
 {
@@ -126,8 +131,25 @@ static char *find_helper(const char *name, const char *env)
         }
         free(dir);
     }
-    static const char *const fixed[] = { "/usr/local/libexec/sbx", "/usr/libexec/sbx",
-                                         "/usr/local/lib/sbx", "/usr/lib/sbx" };
+    /* An install keeps them in PREFIX/libexec/sbx, next to PREFIX/lib and PREFIX/bin:
+     * found relative to the library or program first, so a moved or DESTDIR'd
+     * install works too, then where this build was configured to install. */
+    for (int b = 0; b < 2; b++) {
+        char *dir = bases[b] ? realpath(bases[b], NULL) : NULL;
+        char *slash = dir ? strrchr(dir, '/') : NULL;
+        if (slash) {
+            *slash = 0;
+            char *cand = sbx__printf("%s/../libexec/sbx/%s", dir, name);
+            if (executable(cand)) {
+                free(dir);
+                return cand;
+            }
+            free(cand);
+        }
+        free(dir);
+    }
+    static const char *const fixed[] = { SBX_LIBEXECDIR, "/usr/local/libexec/sbx",
+                                         "/usr/libexec/sbx" };
     for (size_t i = 0; i < SBX_ARRAY_SIZE(fixed); i++) {
         char *cand = sbx__printf("%s/%s", fixed[i], name);
         if (executable(cand))
