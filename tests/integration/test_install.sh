@@ -21,7 +21,7 @@ check() { # description, command...
   local d=$1; shift
   if out=$("$@" 2>&1); then ok "$d"; else nok "$d" "$out"; fi
 }
-echo "1..13"
+echo "1..15"
 
 # A sanitizer build installs instrumented binaries: programs must link the runtime
 # too, and Python must preload it.
@@ -48,6 +48,16 @@ done
 [ -f "$pydir/sbx/__init__.py" ] || missing="$missing $pydir/sbx"
 if [ -z "$missing" ]; then ok "everything is installed: library, headers, pc, CLI, shim, agent, man, completions, Python"
 else nok "installed files" "missing:$missing"; fi
+
+out=$(bash -c 'source "$1"; COMP_WORDS=(sbx ru); COMP_CWORD=1; _sbx; echo "${COMPREPLY[*]}";
+               COMP_WORDS=(sbx image r); COMP_CWORD=2; _sbx; echo "${COMPREPLY[*]}"' sh \
+      "$prefix/share/bash-completion/completions/sbx" 2>&1)
+if [ "$out" = "$(printf 'run\nrm')" ]; then ok "the bash completion completes commands and subcommands"
+else nok "bash completion" "$out"; fi
+if man -l "$prefix/share/man/man1/sbx.1" 2>/dev/null | grep -q 'sbx - create isolated sandboxes' ||
+   { ! command -v man >/dev/null && grep -q '^.TH SBX 1' "$prefix/share/man/man1/sbx.1"; }; then
+  ok "the man page renders"
+else nok "the man page renders"; fi
 
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 flags="$(pkg-config --cflags --libs sbx 2>&1) $san"
