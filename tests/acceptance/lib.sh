@@ -6,6 +6,13 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 B=${B:-build}
 case "$B" in /*) ;; *) B="$ROOT/$B" ;; esac
 SBX="$B/sbx"
+# The valgrind pass checks the CLI itself: every "$SBX" runs under memcheck
+# (a script that needs the real process, e.g. to signal it by its exe, sets
+# SBX_NO_VALGRIND_CLI=1 before sourcing this file).
+if [ -n "${SBX_VALGRIND:-}" ] && [ -z "${SBX_NO_VALGRIND_CLI:-}" ]; then
+  export SBX_REAL="$SBX"
+  SBX="$ROOT/tests/valgrind-sbx.sh"
+fi
 PY=${PYTHON:-/usr/bin/python3}
 # A sanitizer build's agent is dynamically linked and cannot run in image
 # boxes: use the plain build's static one, as tests/integration/test_linux.c does.
