@@ -299,8 +299,57 @@ SBX_EXPORT int sbx_provider_new_in(sbx_context *ctx, const char *config, sbx_pro
 /* The reference's aclose(). The provider lives on until its sandboxes are freed. */
 SBX_EXPORT void sbx_provider_free(sbx_provider *p);
 SBX_EXPORT const char *sbx_provider_name(const sbx_provider *p);
-/* Capability names ("endpoint", "connect", "pty", ...) the provider supports. */
+/*
+ * 1 when the provider supports a capability, by name: "endpoint", "connect"
+ * (or "serialize"), "pty", "list", "stop", "gc", "images", "pause",
+ * "snapshot", "network", "port-forward", "shared-storage", "exec-stream".
+ * 0 otherwise, and for unknown names.
+ */
 SBX_EXPORT int sbx_provider_supports(const sbx_provider *p, const char *capability);
+
+/* ------------------------------------------------------------------------ */
+/* Boxes by id: list, stop, collect; images                                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The boxes the provider knows, whoever created them and whether or not a
+ * handle is open (E2B's and Modal's Sandbox.list): a JSON array text, one
+ * object a box: {"id", "status", "created", "expires_at", "labels", "image",
+ * "provider": {...}}. `filter_json` is NULL or {"labels": {K: V}} (every
+ * label must match the box's metadata). The caller frees *json_out.
+ * SBX_ENOTSUP when the provider cannot list. Blocks; not on the loop thread.
+ */
+SBX_EXPORT int sbx_provider_list(sbx_provider *p, const char *filter_json, char **json_out,
+                                 sbx_error **err);
+SBX_EXPORT int sbx_provider_list_async(sbx_provider *p, const char *filter_json,
+                                       sbx_future **out, sbx_error **err);
+/* Ends box `id` of this provider and forgets it. SBX_ENOENT: no such box. */
+SBX_EXPORT int sbx_provider_stop_box(sbx_provider *p, const char *id, sbx_error **err);
+SBX_EXPORT int sbx_provider_stop_box_async(sbx_provider *p, const char *id, sbx_future **out,
+                                           sbx_error **err);
+/*
+ * Collects expired and dead boxes, and with {"labels": {..}} every box whose
+ * metadata matches (how a crashed run's boxes are cleaned up by run id);
+ * {"dry_run": true} only reports. *removed_json_out (may be NULL) gets a JSON
+ * array text of the ids.
+ */
+SBX_EXPORT int sbx_provider_gc(sbx_provider *p, const char *opts_json, char **removed_json_out,
+                               sbx_error **err);
+SBX_EXPORT int sbx_provider_gc_async(sbx_provider *p, const char *opts_json, sbx_future **out,
+                                     sbx_error **err);
+/* The provider's images: a JSON array text ({"name", "digest", "size", "created", "source"}). */
+SBX_EXPORT int sbx_provider_image_list(sbx_provider *p, char **json_out, sbx_error **err);
+/*
+ * Makes image `name` from a local `source` (a tarball, directory or OCI
+ * layout for linux); `opts_json` may be NULL. *json_out (may be NULL) gets
+ * the image's JSON object text.
+ */
+SBX_EXPORT int sbx_provider_image_import(sbx_provider *p, const char *name, const char *source,
+                                         const char *opts_json, char **json_out,
+                                         sbx_error **err);
+/* Forgets image `name`; `force`: even while boxes use it. */
+SBX_EXPORT int sbx_provider_image_remove(sbx_provider *p, const char *name, int force,
+                                         sbx_error **err);
 
 /* Sorted names of every provider (registered, built in, plugins). */
 SBX_EXPORT int sbx_list_providers(char ***names_out, sbx_error **err);

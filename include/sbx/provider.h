@@ -23,12 +23,43 @@
 extern "C" {
 #endif
 
-#define SBX_PROVIDER_ABI_VERSION 1
+/*
+ * ABI 2 appends to ABI 1's table (struct_size, capabilities and the
+ * provider-wide operations below connect); a table of ABI 1, or of ABI 2
+ * from an older header (a smaller struct_size), still loads: the fields it
+ * does not have read as NULL/0. New operations are only ever appended.
+ */
+#define SBX_PROVIDER_ABI_VERSION 2
 
 typedef struct sbx_op sbx_op;
 
+/* The first fields of every table: `static const struct sbx_provider_ops t = {
+ * SBX_PROVIDER_OPS_HEADER, .name = "mine", ... };` */
+#define SBX_PROVIDER_OPS_HEADER                                                                    \
+    .abi_version = SBX_PROVIDER_ABI_VERSION, .struct_size = sizeof(struct sbx_provider_ops)
+
+/*
+ * Capabilities a provider declares in `capabilities` (ABI 2). The core
+ * derives the ones it can see from the table (a function present) and adds
+ * these for what a table cannot show (a provider whose create makes real
+ * networks, say); sbx_provider_supports() answers from both.
+ */
+#define SBX_CAP_ENDPOINT (1ull << 0)       /* endpoint() */
+#define SBX_CAP_CONNECT (1ull << 1)        /* serialize() + connect() */
+#define SBX_CAP_PTY (1ull << 2)            /* terminals */
+#define SBX_CAP_LIST (1ull << 3)           /* list() */
+#define SBX_CAP_STOP_ID (1ull << 4)        /* stop_id() */
+#define SBX_CAP_GC (1ull << 5)             /* gc() */
+#define SBX_CAP_IMAGES (1ull << 6)         /* image_list() / image_remove() / image_import() */
+#define SBX_CAP_PAUSE (1ull << 7)          /* pause / resume */
+#define SBX_CAP_SNAPSHOT (1ull << 8)       /* snapshots */
+#define SBX_CAP_NETWORK (1ull << 9)        /* networks between boxes */
+#define SBX_CAP_PORT_FORWARD (1ull << 10)  /* forwarding a box port to the host */
+#define SBX_CAP_SHARED_STORAGE (1ull << 11) /* volumes shared between boxes */
+#define SBX_CAP_EXEC_STREAM (1ull << 12)   /* output delivered as it arrives */
+
 struct sbx_provider_ops {
-    int abi_version; /* SBX_PROVIDER_ABI_VERSION */
+    int abi_version; /* SBX_PROVIDER_ABI_VERSION (SBX_PROVIDER_OPS_HEADER sets it) */
     const char *name;
 
     /*
@@ -65,6 +96,48 @@ struct sbx_provider_ops {
     void (*serialize)(sbx_op *op, void *state, void *box, const char *scope);
     /* connect completes with a box, borrowed unless the descriptor says owner. */
     void (*connect)(sbx_op *op, void *state, const char *descriptor_json);
+
+    /* --- ABI 2 ------------------------------------------------------------ */
+
+    /* sizeof(struct sbx_provider_ops) as the provider was built: set it so. */
+    size_t struct_size;
+    /* SBX_CAP_* flags (see above); 0 lets the core derive them from the table. */
+    unsigned long long capabilities;
+
+    /*
+     * Provider-wide operations: boxes by id, whoever made them and whether or
+     * not a handle is open (what `sbx ls`, `sbx stop ID` and `sbx gc` use).
+     * The provider's config names where its boxes are (a state directory, an
+     * account, a daemon); it answers for those.
+     *
+     * list: `filter_json` is NULL or {"labels": {K: V, ...}} (all must match
+     * the box's metadata). Completes with a malloc'd JSON array text, one
+     * object a box: {"id", "status" (sbx_status_name), "created" and
+     * "expires_at" (unix seconds or null), "labels" {..}, "image" (or null),
+     * and any provider-specific keys under "provider": {..}}.
+     */
+    void (*list)(sbx_op *op, void *state, const char *filter_json);
+    /* Ends box `id` and forgets it. SBX_ENOENT when the provider has no such box. */
+    void (*stop_id)(sbx_op *op, void *state, const char *id);
+    /*
+     * Collects boxes: always the expired (TTL passed) and the dead (nothing
+     * runs them any more, leftovers included); with "labels" also every box
+     * whose metadata matches. `opts_json`: {"labels": {..}, "dry_run": bool}.
+     * Completes with a malloc'd JSON array text of the ids removed (or that
+     * would be, with dry_run).
+     */
+    void (*gc)(sbx_op *op, void *state, const char *opts_json);
+    /*
+     * Images, where the provider keeps them. image_list completes with a
+     * malloc'd JSON array text ({"name", "digest", "size", "created",
+     * "source"}); image_import(name, source, opts_json) makes an image from a
+     * local source and completes with the image's JSON object text;
+     * image_remove forgets one (`force`: even while boxes use it).
+     */
+    void (*image_list)(sbx_op *op, void *state);
+    void (*image_import)(sbx_op *op, void *state, const char *name, const char *source,
+                         const char *opts_json);
+    void (*image_remove)(sbx_op *op, void *state, const char *name, int force);
 };
 
 /* --- Operations ---------------------------------------------------------- */

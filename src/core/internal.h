@@ -256,6 +256,8 @@ struct sbx_provider {
 };
 
 SBX_INTERNAL void sbx__provider_ref(sbx_provider *p);
+/* The SBX_CAP_* flags the provider has: declared, and derived from its table (boxes.c). */
+SBX_INTERNAL unsigned long long sbx__provider_caps(const sbx_provider *p);
 SBX_INTERNAL void sbx__provider_unref(sbx_provider *p);
 /* Looks `name` up: registered, then built-in, then plugins. */
 SBX_INTERNAL int sbx__registry_find(const char *name, const struct sbx_provider_ops **out,

@@ -101,14 +101,3 @@ void sbx_provider_free(sbx_provider *p)
 
 const char *sbx_provider_name(const sbx_provider *p) { return p ? p->name : NULL; }
 
-int sbx_provider_supports(const sbx_provider *p, const char *cap)
-{
-    if (!p || !cap)
-        return 0;
-    const struct sbx_provider_ops *o = p->ops;
-    if (!strcmp(cap, "endpoint"))
-        return o->endpoint != NULL;
-    if (!strcmp(cap, "connect") || !strcmp(cap, "serialize"))
-        return o->connect != NULL && o->serialize != NULL;
-    return 0;
-}

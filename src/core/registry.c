@@ -6,6 +6,7 @@
 #include "internal.h"
 
 #include <dirent.h>
+#include <stddef.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -94,16 +95,30 @@ static const struct sbx_provider_ops *find_registered(const char *name)
     return NULL;
 }
 
+/* The bytes of a table of ABI 1: everything before struct_size. */
+#define ABI1_SIZE offsetof(struct sbx_provider_ops, struct_size)
+/* The smallest table of ABI 2: up to and including capabilities. */
+#define ABI2_MIN_SIZE (offsetof(struct sbx_provider_ops, capabilities) + sizeof(unsigned long long))
+
 static int check_ops(const struct sbx_provider_ops *ops, const char *origin, sbx_error **err)
 {
     if (!ops || !ops->name || !*ops->name)
         return sbx__set_error(err, SBX_EINVAL, "Provider name must be non-empty");
-    if (ops->abi_version != SBX_PROVIDER_ABI_VERSION)
+    /* Older tables load (the core reads only what they have); a newer ABI cannot be read. */
+    if (ops->abi_version < 1 || ops->abi_version > SBX_PROVIDER_ABI_VERSION)
         return sbx__set_error(err, SBX_EINVAL,
                               "provider '%s'%s%s was built for provider ABI %d; this libsbx "
-                              "speaks ABI %d: rebuild it against this version of sbx/provider.h",
+                              "speaks ABI 1 to %d: rebuild it against this version of "
+                              "sbx/provider.h, or update sbx",
                               ops->name, origin ? " from " : "", origin ? origin : "",
                               ops->abi_version, SBX_PROVIDER_ABI_VERSION);
+    if (ops->abi_version >= 2 && ops->struct_size < ABI2_MIN_SIZE)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "provider '%s'%s%s says ABI %d but its struct_size is %zu: set "
+                              ".struct_size = sizeof(struct sbx_provider_ops) (or use "
+                              "SBX_PROVIDER_OPS_HEADER)",
+                              ops->name, origin ? " from " : "", origin ? origin : "",
+                              ops->abi_version, ops->struct_size);
     const char *missing = !ops->create          ? "create"
                           : !ops->exec          ? "exec"
                           : !ops->upload_file   ? "upload_file"
@@ -307,6 +322,40 @@ int sbx__unknown_provider(const char *name, sbx_error **err)
     return rc;
 }
 
+/*
+ * A table the core can read in full. One of this ABI and size is used as is;
+ * an older or smaller one (ABI 1, or ABI 2 from an older header) is copied
+ * once into a zeroed table of today's size, so every field it lacks reads
+ * as NULL/0 and the core never reads past the end of the provider's. The
+ * copies live as long as the process, as plugin tables do. Caller holds
+ * reg_lock.
+ */
+struct widened {
+    const struct sbx_provider_ops *src;
+    struct sbx_provider_ops copy;
+    struct widened *next;
+};
+static struct widened *widened_tables;
+
+static const struct sbx_provider_ops *full_table(const struct sbx_provider_ops *ops)
+{
+    size_t have = ops->abi_version >= 2 ? ops->struct_size : ABI1_SIZE;
+    if (have >= sizeof(*ops))
+        return ops;
+    for (struct widened *w = widened_tables; w; w = w->next)
+        if (w->src == ops)
+            return &w->copy;
+    struct widened *w = calloc(1, sizeof(*w));
+    if (!w)
+        return NULL;
+    memcpy(&w->copy, ops, have);
+    w->copy.struct_size = have; /* what the provider has, for sbx_provider_supports */
+    w->src = ops;
+    w->next = widened_tables;
+    widened_tables = w;
+    return &w->copy;
+}
+
 int sbx__registry_find(const char *name, const struct sbx_provider_ops **out, sbx_error **err)
 {
     pthread_mutex_lock(&reg_lock);
@@ -321,6 +370,8 @@ int sbx__registry_find(const char *name, const struct sbx_provider_ops **out, sb
         else if (!(ops = find_plugin(name)))
             rc = sbx__unknown_provider(name, err);
     }
+    if (rc == SBX_OK && !(ops = full_table(ops)))
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
     pthread_mutex_unlock(&reg_lock);
     flush_warnings();
     if (rc == SBX_OK)

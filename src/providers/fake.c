@@ -435,7 +435,7 @@ static void fake_connect(sbx_op *op, void *state, const char *descriptor)
 }
 
 const struct sbx_provider_ops sbx__fake_provider = {
-    .abi_version = SBX_PROVIDER_ABI_VERSION,
+    SBX_PROVIDER_OPS_HEADER,
     .name = "fake",
     .init = fake_init,
     .release = fake_release,
@@ -453,7 +453,7 @@ const struct sbx_provider_ops sbx__fake_provider = {
 };
 
 const struct sbx_provider_ops sbx__fake_basic_provider = {
-    .abi_version = SBX_PROVIDER_ABI_VERSION,
+    SBX_PROVIDER_OPS_HEADER,
     .name = "fake_basic",
     .init = fake_init,
     .release = fake_release,

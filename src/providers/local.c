@@ -1376,7 +1376,7 @@ static void local_connect(sbx_op *op, void *state, const char *descriptor_json)
 }
 
 SBX_INTERNAL const struct sbx_provider_ops sbx__local_provider = {
-    .abi_version = SBX_PROVIDER_ABI_VERSION,
+    SBX_PROVIDER_OPS_HEADER,
     .name = "local",
     .init = local_init,
     .release = local_release,

@@ -98,8 +98,49 @@ static void plug_close(sbx_op *op, void *state, void *box, int owned)
 static const char *plug_box_id(const void *box) { return ((const struct plug_box *)box)->id; }
 static void plug_box_free(void *box) { free(box); }
 
+#ifdef PLUGIN_ABI1_TABLE
+/*
+ * The table exactly as ABI 1's header declared it (sbx 0.1's provider.h),
+ * for a plugin built before ABI 2: the core must read no byte past it.
+ */
+struct plug_ops_v1 {
+    int abi_version;
+    const char *name;
+    int (*init)(const char *, void **, sbx_error **);
+    void (*release)(void *);
+    void (*create)(sbx_op *, void *, const sbx_spec *);
+    void (*exec)(sbx_op *, void *, void *, const char *, const sbx_exec_opts *);
+    void (*upload_file)(sbx_op *, void *, void *, const char *, const char *);
+    void (*download_file)(sbx_op *, void *, void *, const char *, const char *);
+    void (*status)(sbx_op *, void *, void *);
+    void (*close)(sbx_op *, void *, void *, int);
+    const char *(*box_id)(const void *);
+    void (*box_free)(void *);
+    void (*endpoint)(sbx_op *, void *, void *, int);
+    void (*serialize)(sbx_op *, void *, void *, const char *);
+    void (*connect)(sbx_op *, void *, const char *);
+};
+static const struct plug_ops_v1 plug_ops_v1 = {
+    .abi_version = 1,
+    .name = PLUGIN_NAME,
+    .init = plug_init,
+    .release = plug_release,
+    .create = plug_create,
+    .exec = plug_exec,
+    .upload_file = plug_upload,
+    .download_file = plug_download,
+    .status = plug_status,
+    .close = plug_close,
+    .box_id = plug_box_id,
+    .box_free = plug_box_free,
+};
+SBX_EXPORT const struct sbx_provider_ops *const sbx_plugin_providers[] = {
+    (const struct sbx_provider_ops *)&plug_ops_v1, NULL
+};
+#else
 static const struct sbx_provider_ops plug_ops = {
     .abi_version = PLUGIN_ABI,
+    .struct_size = sizeof(struct sbx_provider_ops),
     .name = PLUGIN_NAME,
     .init = plug_init,
     .release = plug_release,
@@ -114,3 +155,4 @@ static const struct sbx_provider_ops plug_ops = {
 };
 
 SBX_EXPORT const struct sbx_provider_ops *const sbx_plugin_providers[] = { &plug_ops, NULL };
+#endif

@@ -12,6 +12,7 @@
 #include "providers/fake.h"
 
 #include <libgen.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -424,7 +425,118 @@ static void test_plugin_bad_files_warn_and_are_skipped(void)
     free(good);
 }
 
-TAP_MAIN(TAP(test_builtins_listed_sorted), TAP(test_register_lookup_override),
+/* --- ABI 2: older tables, provider-wide operations ------------------------ */
+
+static void test_abi1_plugin_still_loads(void)
+{
+    char *one = plugin("plug_abi1");
+    use_plugin_path(one);
+    TAP_TRUE(listed("abi_one"));
+    sbx_provider *p = NULL;
+    TAP_OK(sbx_provider_new("{\"abi_one\": {}}", &p, &e_));
+    char *out = run_in(p, "echo hi");
+    TAP_EQ_STR(out, "abi1 ran echo hi with {}");
+    free(out);
+    /* Nothing past ABI 1's table is read: no ABI-2 operation, no capability. */
+    TAP_EQ_INT(sbx_provider_supports(p, "list"), 0);
+    TAP_EQ_INT(sbx_provider_supports(p, "gc"), 0);
+    char *json = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_provider_list(p, NULL, &json, ERR(e)), SBX_ENOTSUP);
+    TAP_EQ_STR(sbx_error_message(e), "Sandbox provider 'abi_one' does not support list()");
+    TAP_EQ_INT(sbx_provider_stop_box(p, "x", ERR(e)), SBX_ENOTSUP);
+    sbx_error_free(e);
+    sbx_provider_free(p);
+    free(one);
+}
+
+static const char *list_answer;
+static void answer_list(sbx_op *op, void *state, const char *filter)
+{
+    (void)state;
+    /* Echo the filter back inside a valid answer, or give the configured (bad) answer. */
+    char *v = list_answer ? strdup(list_answer)
+                          : sbx__printf("[{\"id\": \"b1\", \"filter\": %s}]", filter ? filter : "null");
+    sbx_op_complete(op, SBX_OK, NULL, v);
+}
+static void answer_stop(sbx_op *op, void *state, const char *id)
+{
+    (void)state;
+    if (strcmp(id, "b1"))
+        sbx_op_complete(op, SBX_ENOENT, sbx_error_new(SBX_ENOENT, "no box %s", id), NULL);
+    else
+        sbx_op_complete(op, SBX_OK, NULL, NULL);
+}
+
+static void test_abi2_short_table_reads_only_its_size(void)
+{
+    unsetenv("SBX_PLUGIN_PATH");
+    /* A table from an older ABI-2 header: its struct_size ends before `list`. */
+    static struct sbx_provider_ops short_ops;
+    short_ops = ops_named("short2");
+    short_ops.struct_size = offsetof(struct sbx_provider_ops, list);
+    short_ops.list = answer_list; /* beyond its size: must not be seen */
+    TAP_OK(sbx_register_provider(&short_ops, 0, &e_));
+    sbx_provider *p = NULL;
+    TAP_OK(sbx_provider_new("{\"short2\": {}}", &p, &e_));
+    TAP_EQ_INT(sbx_provider_supports(p, "list"), 0);
+    sbx_provider_free(p);
+    /* ABI 2 without a struct_size is refused, saying how to fix it. */
+    static struct sbx_provider_ops no_size;
+    no_size = ops_named("nosize");
+    no_size.struct_size = 0;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_register_provider(&no_size, 0, ERR(e)), SBX_EINVAL);
+    TAP_CONTAINS(sbx_error_message(e), ".struct_size = sizeof(struct sbx_provider_ops)");
+    sbx_error_free(e);
+}
+
+static void test_provider_list_and_stop_checked(void)
+{
+    unsetenv("SBX_PLUGIN_PATH");
+    static struct sbx_provider_ops lister;
+    lister = ops_named("lister");
+    lister.list = answer_list;
+    lister.stop_id = answer_stop;
+    TAP_OK(sbx_register_provider(&lister, 0, &e_));
+    sbx_provider *p = NULL;
+    TAP_OK(sbx_provider_new("{\"lister\": {}}", &p, &e_));
+    TAP_EQ_INT(sbx_provider_supports(p, "list"), 1);
+    TAP_EQ_INT(sbx_provider_supports(p, "stop"), 1);
+    TAP_EQ_INT(sbx_provider_supports(p, "gc"), 0);
+    char *json = NULL;
+    TAP_OK(sbx_provider_list(p, "{\"labels\": {\"run_id\": \"r1\"}}", &json, &e_));
+    TAP_CONTAINS(json, "\"run_id\": \"r1\"");
+    free(json);
+    json = NULL;
+    sbx_error *e = NULL;
+    /* Filters are checked before the provider sees them. */
+    TAP_EQ_INT(sbx_provider_list(p, "[1]", &json, ERR(e)), SBX_EINVAL);
+    TAP_CONTAINS(sbx_error_message(e), "the list filter must be a JSON object");
+    TAP_EQ_INT(sbx_provider_list(p, "{\"labels\": {\"k\": 1}}", &json, ERR(e)), SBX_EINVAL);
+    TAP_CONTAINS(sbx_error_message(e), "must map names to strings");
+    /* A provider's answer is checked before it reaches the caller. */
+    const char *bad[] = { "not json", "{}", "[1]", "[{\"id\": 3}]" };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
+        list_answer = bad[i];
+        TAP_EQ_INT(sbx_provider_list(p, NULL, &json, ERR(e)), SBX_EPROVIDER);
+        TAP_CONTAINS(sbx_error_message(e), "list() did not return a JSON array");
+        TAP_TRUE(json == NULL);
+    }
+    list_answer = NULL;
+    /* stop by id: the provider's answer, and ids that are not ids. */
+    TAP_OK(sbx_provider_stop_box(p, "b1", &e_));
+    TAP_EQ_INT(sbx_provider_stop_box(p, "b2", ERR(e)), SBX_ENOENT);
+    TAP_EQ_INT(sbx_provider_stop_box(p, "../b1", ERR(e)), SBX_EINVAL);
+    TAP_EQ_INT(sbx_provider_stop_box(p, "", ERR(e)), SBX_EINVAL);
+    /* gc is not in this table. */
+    TAP_EQ_INT(sbx_provider_gc(p, NULL, &json, ERR(e)), SBX_ENOTSUP);
+    sbx_error_free(e);
+    sbx_provider_free(p);
+}
+
+TAP_MAIN(TAP(test_abi1_plugin_still_loads), TAP(test_abi2_short_table_reads_only_its_size),
+         TAP(test_provider_list_and_stop_checked), TAP(test_builtins_listed_sorted), TAP(test_register_lookup_override),
          TAP(test_register_shadows_builtin_only_with_override), TAP(test_register_empty_name),
          TAP(test_register_incomplete_ops), TAP(test_unknown_provider_lists_sorted),
          TAP(test_provider_config_errors), TAP(test_provider_null_config_is_empty_mapping),

@@ -1293,7 +1293,7 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
 }
 
 const struct sbx_provider_ops sbx__linux_provider = {
-    .abi_version = SBX_PROVIDER_ABI_VERSION,
+    SBX_PROVIDER_OPS_HEADER,
     .name = "linux",
     .init = linux_init,
     .release = linux_release,
