@@ -223,7 +223,12 @@ static int listen_on(const char *path)
     if (fd < 0)
         return -1;
     unlink(path); /* a stale socket from an earlier agent */
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 1024) < 0) {
+    /*
+     * 0600 whatever the umask, set between bind() and listen(): until
+     * listen() nobody can connect, so no connection sees a wider mode.
+     */
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, 0600) < 0 ||
+        listen(fd, 1024) < 0) {
         agent_log("cannot listen on %s: %s", path, strerror(errno));
         close(fd);
         return -1;

@@ -231,12 +231,12 @@ static long long file_bytes(const char *out, const char *name)
 
 /* --- item 2: nothing a box writes gives privilege on the host ---------------- */
 
-static void test_box_writes_never_privileged_on_host(void)
+static void box_writes_never_privileged(const char *cfg)
 {
     need_boxes();
     /* umask 000 in the creator: the worst case for every mode sbx leaves to it. */
     mode_t old = umask(0);
-    sbx_provider *p = provider(NULL);
+    sbx_provider *p = provider(cfg);
     sbx_spec *s = sbx_spec_new();
     sbx_sandbox *sb = start(p, s);
     umask(old);
@@ -296,6 +296,14 @@ static void test_box_writes_never_privileged_on_host(void)
     sbx_spec_free(s);
     sbx_provider_free(p);
     census_check(state_dir);
+}
+
+static void test_box_writes_never_privileged_on_host(void) { box_writes_never_privileged(NULL); }
+
+/* The same with a user namespace: box root is then an unprivileged host uid. */
+static void test_userns_box_writes_never_privileged_on_host(void)
+{
+    box_writes_never_privileged("{\"userns\": true}");
 }
 
 /* --- item 6: one disk limit for every place a box can write ------------------ */
@@ -475,18 +483,23 @@ static void test_agent_refuses_other_users(void)
     char c;
     TAP_EQ_INT(read(rp[0], &c, 1), 1);
     close(rp[0]);
+    /* Its own socket is 0600 though its umask is 000 (asserted once the agent is gone). */
+    struct stat st;
+    int mode = stat(sock, &st) == 0 ? (int)(st.st_mode & 07777) : -1;
+    /* Made reachable by anyone, to try the agent's own check. */
     chmod(sock, 0777);
-    char out[4096];
-    run_cmd(out, sizeof(out), "SBX_SEC_BOX_PROBE=agent:%s %s", sock, self_path);
-    TAP_EQ_STR(out, "answered\n");
-    run_cmd(out, sizeof(out),
+    char as_root[4096], as_other[4096];
+    run_cmd(as_root, sizeof(as_root), "SBX_SEC_BOX_PROBE=agent:%s %s", sock, self_path);
+    run_cmd(as_other, sizeof(as_other),
             "SBX_SEC_BOX_PROBE=agent:%s setpriv --reuid 65534 --regid 65534 --clear-groups %s",
             sock, self_path);
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
     rm_rf(dir);
-    TAP_TRUE(strstr(out, "answered") == NULL);
-    TAP_CONTAINS(out, "closed");
+    TAP_EQ_INT(mode, 0600);
+    TAP_EQ_STR(as_root, "answered\n");
+    TAP_TRUE(strstr(as_other, "answered") == NULL);
+    TAP_CONTAINS(as_other, "closed");
 }
 
 /* --- seccomp: socket families ------------------------------------------------ */
@@ -622,6 +635,7 @@ int main(int argc, char **argv)
         snprintf(self_path, sizeof(self_path), "/proc/self/exe");
     static const struct tap_test tests[] = {
         TAP(test_box_writes_never_privileged_on_host),
+        TAP(test_userns_box_writes_never_privileged_on_host),
         TAP(test_disk_limit_bounds_every_writable_place),
         TAP(test_socket_swap_cannot_redirect_to_another_box),
         TAP(test_unprivileged_box_process_cannot_use_agent),
