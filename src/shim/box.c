@@ -646,14 +646,16 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     /*
      * 8. The root: overlay of the cached read-only image under the tmpfs
      *    upper. nodev: even a device node that slipped into an image opens
-     *    nothing. userxattr lets an unprivileged (user-namespace) mounter keep
-     *    whiteouts in user.* xattrs.
+     *    nothing. nosuid: no_new_privs already makes setuid files useless to
+     *    the box, and this keeps them so for a host process that reaches
+     *    them through /proc/<pid>/root. userxattr lets an unprivileged
+     *    (user-namespace) mounter keep whiteouts in user.* xattrs.
      */
     _cleanup_free_ char *ovl = sbx__printf("lowerdir=%s,upperdir=%s,workdir=%s%s", lower,
                                            upper, work, c->userns ? ",userxattr" : "");
     if (!ovl)
         die("out of memory");
-    if (mount("overlay", root, "overlay", MS_NODEV, ovl) < 0) {
+    if (mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV, ovl) < 0) {
         if (errno == ENODEV)
             die("overlayfs is not available in this kernel (modprobe overlay)");
         die_errno("mount overlay on %s (lower %s)", root, c->lower);
