@@ -487,9 +487,13 @@ static void on_agent(sbx_agent_conn *conn, int code, sbx_error *err, void *data)
         return;
     }
     if (code < 0 || !conn) {
-        sbx_error *e = err ? sbx_error_prefix(err, "the box was not ready (ready_timeout_s): its agent did not say hello")
-                           : sbx_error_new(SBX_EVERIFY, "the box was not ready (ready_timeout_s): its agent did not say hello");
-        create_fail(c, SBX_EVERIFY, e);
+        /* A listener that is not the box's init (SBX_EPERM) is not a slow agent: say which. */
+        const char *why = code == SBX_EPERM ? "the box's agent socket"
+                                            : "the box was not ready (ready_timeout_s): its "
+                                              "agent did not say hello";
+        sbx_error *e = err ? sbx_error_prefix(err, "%s", why)
+                           : sbx_error_new(SBX_EVERIFY, "%s", why);
+        create_fail(c, code == SBX_EPERM ? SBX_EPERM : SBX_EVERIFY, e);
         return;
     }
     sbx_error_free(err);
