@@ -468,8 +468,11 @@ static void test_agent_refuses_other_users(void)
     char dir[] = "/tmp/sbx-sec-box-XXXXXX";
     TAP_TRUE(mkdtemp(dir) != NULL);
     chmod(dir, 0755);
-    char sock[128];
+    char sock[128], probe[128], out[4096];
     snprintf(sock, sizeof(sock), "%s/agent.sock", dir);
+    /* The probe where the other user can run it (the build tree may be closed to it). */
+    snprintf(probe, sizeof(probe), "%s/probe", dir);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "cp %s %s && chmod 0755 %s", self_path, probe, probe), 0);
     int rp[2];
     TAP_EQ_INT(pipe2(rp, O_CLOEXEC), 0);
     pid_t pid = fork();
@@ -489,10 +492,10 @@ static void test_agent_refuses_other_users(void)
     /* Made reachable by anyone, to try the agent's own check. */
     chmod(sock, 0777);
     char as_root[4096], as_other[4096];
-    run_cmd(as_root, sizeof(as_root), "SBX_SEC_BOX_PROBE=agent:%s %s", sock, self_path);
+    run_cmd(as_root, sizeof(as_root), "SBX_SEC_BOX_PROBE=agent:%s %s", sock, probe);
     run_cmd(as_other, sizeof(as_other),
             "SBX_SEC_BOX_PROBE=agent:%s setpriv --reuid 65534 --regid 65534 --clear-groups %s",
-            sock, self_path);
+            sock, probe);
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
     rm_rf(dir);
