@@ -350,7 +350,7 @@ static void usage(void)
 }
 
 /* The soft descriptor limit we started with: commands and the entrypoint get it back. */
-static struct rlimit start_nofile = { RLIM_INFINITY, RLIM_INFINITY };
+static struct rlimit start_nofile = {RLIM_INFINITY, RLIM_INFINITY};
 
 void agent_restore_limits(void)
 {

@@ -40,17 +40,17 @@ static char self_path[4096] = "/proc/self/exe";
  */
 static int probe_agent(const char *path)
 {
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
         printf("connect: %s\n", strerror(errno));
         return 0;
     }
-    sbx_pbuf b = { 0 };
+    sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
-    sbx_msg_hello h = { SBX_PROTO_MAGIC, SBX_PROTO_MIN_VERSION, SBX_PROTO_VERSION,
-                        SBX_PROTO_MAX_PAYLOAD, (char *)"probe" };
+    sbx_msg_hello h = {SBX_PROTO_MAGIC, SBX_PROTO_MIN_VERSION, SBX_PROTO_VERSION,
+                       SBX_PROTO_MAX_PAYLOAD, (char *)"probe"};
     sbx__msg_hello_encode(&b, &h);
     sbx__pbuf_finish(&b, SBX_MSG_HELLO, 0);
     ssize_t w = send(fd, b.data, b.len, MSG_NOSIGNAL);
@@ -71,7 +71,7 @@ static int probe_agent(const char *path)
  */
 static int probe_sockets(const char *list)
 {
-    static const int types[] = { SOCK_STREAM, SOCK_DGRAM, SOCK_SEQPACKET, SOCK_RAW };
+    static const int types[] = {SOCK_STREAM, SOCK_DGRAM, SOCK_SEQPACKET, SOCK_RAW};
     char *copy = strdup(list), *save = NULL;
     for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         int fam = (int)strtol(t, NULL, 10), other = 0;
@@ -285,8 +285,7 @@ static void box_writes_never_privileged(const char *cfg)
             continue;
         writable++;
         if (!strstr(opts, "nodev") || !strstr(opts, "nosuid"))
-            TAP_FAIL("%s (%s) is writable in the box without nosuid,nodev: %s", mnt, fstype,
-                     line);
+            TAP_FAIL("%s (%s) is writable in the box without nosuid,nodev: %s", mnt, fstype, line);
         if (strcmp(mnt, "/") != 0 && !strstr(opts, "noexec"))
             TAP_FAIL("%s (%s) is writable in the box without noexec: %s", mnt, fstype, line);
     }
@@ -298,7 +297,10 @@ static void box_writes_never_privileged(const char *cfg)
     census_check(state_dir);
 }
 
-static void test_box_writes_never_privileged_on_host(void) { box_writes_never_privileged(NULL); }
+static void test_box_writes_never_privileged_on_host(void)
+{
+    box_writes_never_privileged(NULL);
+}
 
 /* The same with a user namespace: box root is then an unprivileged host uid. */
 static void test_userns_box_writes_never_privileged_on_host(void)
@@ -324,14 +326,15 @@ static void test_disk_limit_bounds_every_writable_place(void)
      * included: only the first place can fill up to the limit, the others
      * find it full.
      */
-    const char *o = run_as(sb, NULL,
-                           "for d in /run/sbx /dev/shm /dev /tmp /root; do "
-                           "  [ -d $d ] && dd if=/dev/zero of=$d/fill bs=1M count=1100 2>/dev/null; "
-                           "  printf '%s=%s\\n' $d $(stat -c %s $d/fill 2>/dev/null || echo 0); "
-                           "done",
-                           NULL);
+    const char *o =
+        run_as(sb, NULL,
+               "for d in /run/sbx /dev/shm /dev /tmp /root; do "
+               "  [ -d $d ] && dd if=/dev/zero of=$d/fill bs=1M count=1100 2>/dev/null; "
+               "  printf '%s=%s\\n' $d $(stat -c %s $d/fill 2>/dev/null || echo 0); "
+               "done",
+               NULL);
     long long total = 0;
-    static const char *const places[] = { "/run/sbx=", "/dev/shm=", "/dev=", "/tmp=", "/root=" };
+    static const char *const places[] = {"/run/sbx=", "/dev/shm=", "/dev=", "/tmp=", "/root="};
     for (size_t i = 0; i < SBX_ARRAY_SIZE(places); i++)
         total += file_bytes(o, places[i]);
     diag("written in the box: %lld bytes (%s)", total, o);
@@ -341,7 +344,8 @@ static void test_disk_limit_bounds_every_writable_place(void)
     TAP_EQ_INT(run_cmd(out, sizeof(out), "du -sk %s | cut -f1", dir), 0);
     TAP_TRUE(strtol(out, NULL, 10) < 1024);
     TAP_EQ_INT(statvfs(state_dir, &after), 0);
-    long long drop = ((long long)before.f_bavail - (long long)after.f_bavail) * (long long)before.f_frsize;
+    long long drop =
+        ((long long)before.f_bavail - (long long)after.f_bavail) * (long long)before.f_frsize;
     diag("host free space dropped by %lld bytes", drop);
     TAP_TRUE(drop < 1LL << 30);
     stop_free(sb);
@@ -432,8 +436,9 @@ static void test_unprivileged_box_process_cannot_use_agent(void)
     upload_probe(sb);
     TAP_EQ_STR(run_as(sb, NULL, "id -u", NULL), "0\n");
     int rc;
-    const char *o = run_as(sb, "65534", "id -u; SBX_SEC_BOX_PROBE=agent:/run/sbx/agent.sock "
-                                        "/tmp/probe",
+    const char *o = run_as(sb, "65534",
+                           "id -u; SBX_SEC_BOX_PROBE=agent:/run/sbx/agent.sock "
+                           "/tmp/probe",
                            &rc);
     diag("as 65534 in the box: %s", o);
     TAP_CONTAINS(o, "65534\n");
@@ -514,12 +519,13 @@ static void test_socket_families_refused(void)
     sbx_spec *s = sbx_spec_new();
     sbx_sandbox *sb = start(p, s);
     upload_probe(sb);
-    /* Allowed: unix, inet, inet6, netlink. Refused: vsock, key, bluetooth, alg, xdp, tipc, rds, can. */
+    /* Allowed: unix, inet, inet6, netlink. Refused: vsock, key, bluetooth, alg, xdp, tipc, rds,
+     * can. */
     const char *o = out_of(sb, "SBX_SEC_BOX_PROBE=sockets:1,2,10,16,40,15,31,38,44,30,21,29 "
                                "/tmp/probe");
     diag("in the box: %s", o);
-    static const int ok[] = { 1, 2, 10, 16 };
-    static const int refused[] = { 40, 15, 31, 38, 44, 30, 21, 29 };
+    static const int ok[] = {1, 2, 10, 16};
+    static const int refused[] = {40, 15, 31, 38, 44, 30, 21, 29};
     char want[64];
     for (size_t i = 0; i < SBX_ARRAY_SIZE(ok); i++) {
         snprintf(want, sizeof(want), "%d ok\n", ok[i]);
@@ -542,8 +548,8 @@ static void test_nofile_default_and_configured(void)
     need_boxes();
     struct rlimit rl;
     TAP_EQ_INT(getrlimit(RLIMIT_NOFILE, &rl), 0);
-    unsigned long long hard = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 4096 ? 4096
-                                                                                 : rl.rlim_max;
+    unsigned long long hard =
+        rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 4096 ? 4096 : rl.rlim_max;
     unsigned long long soft = hard < 1024 ? hard : 1024;
     sbx_provider *p = provider(NULL);
     sbx_spec *s = sbx_spec_new();
@@ -612,8 +618,8 @@ static void test_none_image_hides_host_secrets(void)
     if (have_file("/etc/ssl/private"))
         TAP_EQ_STR(out_of(sb, "ls -A /etc/ssl/private 2>/dev/null | wc -l"), "0\n");
     /* The kernel's page tables and the rest of Docker's masked paths read as nothing. */
-    static const char *const masked[] = { "kpageflags", "kpagecount", "kpagecgroup", "kcore",
-                                          "keys", "timer_list", "sched_debug" };
+    static const char *const masked[] = {"kpageflags", "kpagecount", "kpagecgroup", "kcore",
+                                         "keys",       "timer_list", "sched_debug"};
     for (size_t i = 0; i < SBX_ARRAY_SIZE(masked); i++) {
         char cmd[128];
         snprintf(cmd, sizeof(cmd), "head -c 64 /proc/%s 2>/dev/null | wc -c", masked[i]);
