@@ -371,7 +371,7 @@ static sbx_sandbox *connect_fresh(sbx_provider **pp, sbx_sandbox *sb, sbx_error 
 static void test_socket_swap_cannot_redirect_to_another_box(void)
 {
     need_boxes();
-    sbx_provider *p = provider(NULL);
+    sbx_provider *p = provider("{\"max_agent_connections\": 1}");
     sbx_spec *sa = sbx_spec_new(), *sbs = sbx_spec_new();
     sbx_spec_set_env(sa, "SECRET", "secret-of-a");
     sbx_spec_set_env(sbs, "SECRET", "secret-of-b");
@@ -411,7 +411,18 @@ static void test_socket_swap_cannot_redirect_to_another_box(void)
     }
     TAP_CONTAINS(sbx_error_message(e), "not the box's agent");
     sbx_error_free(e);
+    e = NULL;
     sbx_provider_free(p2);
+    /*
+     * 3. The same through the pool: A's connection was evicted (a pool of
+     *    one, B used last), so A's next exec reconnects, and is refused.
+     */
+    run_as(b, NULL, "true", NULL);
+    sbx_exec_result *r = NULL;
+    if (sbx_sandbox_exec(a, "echo $SECRET", NULL, &r, &e) == SBX_OK)
+        TAP_FAIL("A's reconnect ran in another box: %s", sbx_exec_result_stdout(r, NULL));
+    TAP_CONTAINS(sbx_error_message(e), "not the box's agent");
+    sbx_error_free(e);
     TAP_EQ_INT(unlink(asock), 0);
     TAP_EQ_INT(rename(moved, asock), 0);
     /* B saw nothing of it. */

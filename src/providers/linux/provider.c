@@ -1002,7 +1002,14 @@ static void with_agent(sbx_agent_conn *conn, int code, const char *msg, void *ar
     struct agent_call *k = arg;
     sbx_op *inner = conn ? sbx__op_new(sbx__op_provider(k->op), agent_call_done, k) : NULL;
     if (!inner) {
-        if (!conn && (k->b->agent.closed || sbx__linux_agent_gone(&k->b->agent)))
+        /*
+         * Something else than the box's agent listens on its socket: never
+         * talked to, and said as such (the slot is lost: nothing reaches the
+         * box safely any more, so its status is error too).
+         */
+        if (!conn && code == SBX_EPERM && !k->b->agent.closed)
+            sbx_op_complete(k->op, code, sbx_error_new(code, "box %s: %s", k->b->id, msg), NULL);
+        else if (!conn && (k->b->agent.closed || sbx__linux_agent_gone(&k->b->agent)))
             sbx_op_complete(k->op, SBX_EPROVIDER, agent_gone(k->b), NULL);
         else if (!conn)
             sbx_op_complete(k->op, code,
