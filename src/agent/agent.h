@@ -40,6 +40,8 @@ void watch_close(struct watch *w);
 void agent_defer_free(void *p, void (*fn)(void *));
 int64_t agent_now_ms(void);
 void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* In a child before exec: the descriptor limit the agent started with (async-signal-safe). */
+void agent_restore_limits(void);
 
 /* --- connections --------------------------------------------------------- */
 

@@ -444,6 +444,7 @@ static void child(int in_fd, int out_fd, int err_fd, int report, const sbx_msg_e
     sigprocmask(SIG_SETMASK, &none, NULL);
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     sigaction(SIGPIPE, &dfl, NULL);
+    agent_restore_limits();
     setsid();
     /* Move the pipe ends clear of 0..2 first so the dup2s below cannot clobber each other. */
     in_fd = fcntl(in_fd, F_DUPFD_CLOEXEC, 10);

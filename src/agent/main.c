@@ -1,7 +1,7 @@
 /*
  * sbx-agent: command line, the event loop, signals and PID 1 duties.
  *
- *   sbx-agent init --listen PATH [--ready-fd N] [--root DIR] [-- ENTRYPOINT...]
+ *   sbx-agent init (--listen PATH | --listen-fd N) [--ready-fd N] [--root DIR] [-- ENTRYPOINT...]
  *   sbx-agent serve --stdio [--root DIR]
  *
  * As PID 1 of a box (init) it reaps every zombie, runs the optional
@@ -147,6 +147,22 @@ void conns_pump(void)
 
 static struct watch listen_w;
 
+/*
+ * Who may talk to us: a process outside our pid namespace (the host: the
+ * kernel gives its pid as 0 here), or one with our own uid (root, in a box).
+ * Any other process of the box would run commands with our ids through us.
+ * The socket is out of the box's sight and 0600 anyway (src/shim/box.c):
+ * this holds should either ever change, and for an agent run by hand.
+ */
+static bool peer_allowed(int fd)
+{
+    struct ucred cr;
+    socklen_t len = sizeof(cr);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+        return false;
+    return cr.pid == 0 || cr.uid == geteuid();
+}
+
 static void on_accept(struct watch *w, uint32_t events)
 {
     (void)events;
@@ -156,6 +172,11 @@ static void on_accept(struct watch *w, uint32_t events)
             if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
                 agent_log("accept: %s", strerror(errno));
             return;
+        }
+        if (!peer_allowed(fd)) {
+            agent_log("refused a connection from a process of another user");
+            close(fd);
+            continue;
         }
         struct conn *c = conn_new(fd, fd);
         if (!c) {
@@ -202,9 +223,36 @@ static int listen_on(const char *path)
     if (fd < 0)
         return -1;
     unlink(path); /* a stale socket from an earlier agent */
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 1024) < 0) {
+    /*
+     * 0600 whatever the umask, set between bind() and listen(): until
+     * listen() nobody can connect, so no connection sees a wider mode.
+     */
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, 0600) < 0 ||
+        listen(fd, 1024) < 0) {
         agent_log("cannot listen on %s: %s", path, strerror(errno));
         close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/*
+ * A listening socket made for us (by the box's first process, which made it
+ * 0600 and out of the box's sight): checked to be one, then non-blocking and
+ * close-on-exec like ours.
+ */
+static int adopt_listener(int fd)
+{
+    int type = 0, acc = 0;
+    socklen_t len = sizeof(type), alen = sizeof(acc);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_STREAM ||
+        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &alen) < 0 || !acc) {
+        agent_log("--listen-fd %d is not a listening stream socket", fd);
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+        agent_log("--listen-fd %d: %s", fd, strerror(errno));
         return -1;
     }
     return fd;
@@ -230,6 +278,7 @@ static pid_t start_service(char **argv)
     }
     if (pid == 0) {
         restore_child_signals();
+        agent_restore_limits();
         setsid();
         execvp(argv[0], argv);
         dprintf(STDERR_FILENO, "sbx-agent: cannot run entrypoint %s: %s\n", argv[0],
@@ -294,18 +343,37 @@ static void on_signal(struct watch *w, uint32_t events)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: sbx-agent init --listen PATH [--ready-fd N] [--root DIR] [-- ENTRYPOINT...]\n"
+            "usage: sbx-agent init (--listen PATH | --listen-fd N) [--ready-fd N] [--root DIR]\n"
+            "                      [-- ENTRYPOINT...]\n"
             "       sbx-agent serve --stdio [--root DIR]\n"
             "       sbx-agent --version\n");
 }
 
+/* The soft descriptor limit we started with: commands and the entrypoint get it back. */
+static struct rlimit start_nofile = {RLIM_INFINITY, RLIM_INFINITY};
+
+void agent_restore_limits(void)
+{
+    if (start_nofile.rlim_cur != RLIM_INFINITY || start_nofile.rlim_max != RLIM_INFINITY)
+        setrlimit(RLIMIT_NOFILE, &start_nofile);
+}
+
 static void raise_fd_limit(void)
 {
-    /* Each running command holds a few descriptors: hundreds at once need more than 1024. */
+    /*
+     * Each running command holds a few descriptors: hundreds at once need
+     * more than 1024. Only for us: the soft limit is what the box was given
+     * (sbx's default 1024, as programs expect select() to cope), so each
+     * command gets it back (agent_restore_limits) and may raise it itself,
+     * up to the same hard limit.
+     */
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        start_nofile = rl;
+        if (rl.rlim_cur < rl.rlim_max) {
+            rl.rlim_cur = rl.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &rl);
+        }
     }
 }
 
@@ -337,7 +405,7 @@ int main(int argc, char **argv)
      */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     const char *listen_path = NULL, *root = "/";
-    int ready_fd = -1;
+    int ready_fd = -1, listen_fd = -1;
     bool stdio = false;
     char **entry = NULL;
     for (int i = 2; i < argc; i++) {
@@ -348,6 +416,12 @@ int main(int argc, char **argv)
             break;
         } else if (strcmp(a, "--listen") == 0 && i + 1 < argc) {
             listen_path = argv[++i];
+        } else if (strcmp(a, "--listen-fd") == 0 && i + 1 < argc) {
+            listen_fd = parse_fd(argv[++i]);
+            if (listen_fd < 0) {
+                fprintf(stderr, "sbx-agent: --listen-fd needs a descriptor number\n");
+                return 2;
+            }
         } else if (strcmp(a, "--root") == 0 && i + 1 < argc) {
             root = argv[++i];
         } else if (strcmp(a, "--ready-fd") == 0 && i + 1 < argc) {
@@ -364,8 +438,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (init && !listen_path) {
-        fprintf(stderr, "sbx-agent: init needs --listen PATH\n");
+    if (init && (listen_path != NULL) == (listen_fd >= 0)) {
+        fprintf(stderr, "sbx-agent: init needs one of --listen PATH and --listen-fd N\n");
         return 2;
     }
     if (!init && !stdio) {
@@ -407,7 +481,7 @@ int main(int argc, char **argv)
     watch_set(&signal_w, EPOLLIN);
 
     if (init) {
-        int lfd = listen_on(listen_path);
+        int lfd = listen_fd >= 0 ? adopt_listener(listen_fd) : listen_on(listen_path);
         if (lfd < 0)
             return 1;
         watch_init(&listen_w, lfd, on_accept);

@@ -80,6 +80,7 @@ struct sbx_agent_conn {
     void *cb_data;
     bool owned; /* the owner holds it (after a successful connect) */
     bool one_attempt; /* sbx__agent_reconnect: a refused connect fails at once */
+    pid_t peer_pid;   /* > 0: the only process allowed to be listening (SO_PEERCRED) */
     size_t n_open;    /* channels whose op has not completed */
     int local_errno;  /* connect failed on our side (no descriptor left): kept in the error */
     bool closing;
@@ -1193,6 +1194,24 @@ static void try_connect(sbx_agent_conn *c)
     }
     /* A unix-socket connect completes at once: 0, or why not (no socket yet, backlog full). */
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+        /*
+         * Before a byte is sent: the listener must be the process the caller
+         * named (the box's agent), whatever the path led to. The kernel
+         * records who called listen(), so no process can pass for another.
+         */
+        struct ucred cr;
+        socklen_t crlen = sizeof(cr);
+        if (c->peer_pid > 0 &&
+            (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) < 0 || cr.pid != c->peer_pid)) {
+            pid_t got = crlen == sizeof(cr) ? cr.pid : 0;
+            close(fd);
+            conn_fail(c, SBX_EPERM,
+                      "refusing the agent socket %s: the process listening on it is pid %d, not "
+                      "the box's agent (pid %d); the socket was replaced, or the box restarted "
+                      "under the same name",
+                      c->path, (int)got, (int)c->peer_pid);
+            return;
+        }
         int rc = attach(c, fd);
         if (rc < 0) {
             conn_fail(c, rc, "cannot watch the agent socket %s", c->path);
@@ -1254,8 +1273,8 @@ static sbx_agent_conn *conn_alloc(void *loop, double timeout_s, sbx_agent_connec
     return c;
 }
 
-static int connect_path(void *loop, const char *socket_path, double timeout_s, bool one_attempt,
-                        sbx_agent_connect_cb cb, void *data)
+static int connect_path(void *loop, const char *socket_path, pid_t peer_pid, double timeout_s,
+                        bool one_attempt, sbx_agent_connect_cb cb, void *data)
 {
     struct sockaddr_un sa;
     if (!loop || !socket_path || !cb)
@@ -1272,6 +1291,7 @@ static int connect_path(void *loop, const char *socket_path, double timeout_s, b
         return SBX_ENOMEM;
     }
     c->one_attempt = one_attempt;
+    c->peer_pid = peer_pid;
     /* The first attempt runs from the loop so `cb` never runs inside this call. */
     uv_timer_start(c->timer, on_timer, 0, 0);
     return SBX_OK;
@@ -1280,13 +1300,21 @@ static int connect_path(void *loop, const char *socket_path, double timeout_s, b
 int sbx__agent_connect(void *loop, const char *socket_path, double timeout_s,
                        sbx_agent_connect_cb cb, void *data)
 {
-    return connect_path(loop, socket_path, timeout_s, false, cb, data);
+    return connect_path(loop, socket_path, 0, timeout_s, false, cb, data);
 }
 
 int sbx__agent_reconnect(void *loop, const char *socket_path, double timeout_s,
                          sbx_agent_connect_cb cb, void *data)
 {
-    return connect_path(loop, socket_path, timeout_s, true, cb, data);
+    return connect_path(loop, socket_path, 0, timeout_s, true, cb, data);
+}
+
+int sbx__agent_connect_peer(void *loop, const char *socket_path, pid_t peer_pid, bool one_attempt,
+                            double timeout_s, sbx_agent_connect_cb cb, void *data)
+{
+    if (peer_pid <= 0)
+        return SBX_EINVAL;
+    return connect_path(loop, socket_path, peer_pid, timeout_s, one_attempt, cb, data);
 }
 
 int sbx__agent_connect_fd(void *loop, int fd, double timeout_s, sbx_agent_connect_cb cb, void *data)

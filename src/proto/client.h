@@ -13,6 +13,8 @@
 
 #include <sbx.h>
 #include <sbx/provider.h>
+#include <stdbool.h>
+#include <sys/types.h>
 
 typedef struct sbx_agent_conn sbx_agent_conn;
 
@@ -34,6 +36,15 @@ int sbx__agent_connect(void *loop, const char *socket_path, double timeout_s,
  */
 int sbx__agent_reconnect(void *loop, const char *socket_path, double timeout_s,
                          sbx_agent_connect_cb cb, void *data);
+/*
+ * sbx__agent_connect (or, with `one_attempt`, sbx__agent_reconnect) that
+ * accepts only `peer_pid` (> 0) as the process listening on the socket
+ * (SO_PEERCRED), checked before anything is sent: a path that leads to
+ * another process fails with SBX_EPERM. For a socket whose path is not
+ * trusted to lead to the right agent.
+ */
+int sbx__agent_connect_peer(void *loop, const char *socket_path, pid_t peer_pid, bool one_attempt,
+                            double timeout_s, sbx_agent_connect_cb cb, void *data);
 /* The same over an already-connected duplex stream fd (takes ownership of fd). */
 int sbx__agent_connect_fd(void *loop, int fd, double timeout_s, sbx_agent_connect_cb cb,
                           void *data);

@@ -4,12 +4,16 @@
  * It starts in fresh mount, pid, uts, ipc (and net, and maybe user)
  * namespaces, as PID 1 of its pid namespace, and builds the box's root:
  *
- *   <box>/root            tmpfs (size = disk_gib): the writable layer lives here
+ *   <box>/run/agent.sock  the agent's listening socket, made here on the host's
+ *                         side (0600) and handed to the agent as a descriptor:
+ *                         the box never sees the directory it lives in
+ *   <box>/root            tmpfs (size = disk_gib, nosuid, nodev): every byte the
+ *                         box can write lives here, so one limit bounds them all
  *     upper/ work/         overlay upper and work dirs
+ *     dev/ shm/            the box's /dev and /dev/shm (bound, noexec)
  *     merged/              overlay(lower = image, upper) -> becomes /
  *
- * then /proc, /sys, a minimal /dev, /run/sbx (the host's <box>/run, where the
- * agent's socket appears to the host), pivot_root, privilege drop, and
+ * then /proc, /sys, a minimal /dev, pivot_root, privilege drop, and
  * execveat() of the agent binary through a descriptor opened on the host,
  * so the agent never has to exist inside the image.
  *
@@ -33,8 +37,10 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/un.h>
 
 static int err_fd = -1;
 
@@ -137,6 +143,15 @@ static void bind_host_system(const char *root, const struct shim_idmapped *idm)
         else
             bind_ro(dir, dst, true);
     }
+    /*
+     * The host's private keys are no business of a box (and its root, being
+     * host root without a user namespace, could list them): /etc/ssl/private
+     * is hidden under an empty read-only tmpfs, as Docker masks paths.
+     */
+    _cleanup_free_ char *keys = path2(root, "/etc/ssl/private");
+    if (is_dir(keys))
+        do_mount("tmpfs", keys, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                 "size=0,mode=0700");
 }
 
 /*
@@ -229,14 +244,22 @@ static void mount_proc(const char *root)
         if (exists(p))
             bind_ro(p, p, true);
     }
-    static const char *const masked_files[] = { "kcore", "keys", "timer_list", "sched_debug",
-                                                "latency_stats", "kallsyms", "kmsg" };
+    /*
+     * Docker's masked paths, plus the page-frame tables (kpageflags, kpagecount,
+     * kpagecgroup): they describe every physical page of the host, a side
+     * channel for whoever can read them (root in a box without a user
+     * namespace is host root to their 0400 mode).
+     */
+    static const char *const masked_files[] = { "kcore",         "keys",        "timer_list",
+                                                "timer_stats",   "sched_debug", "latency_stats",
+                                                "kallsyms",      "kmsg",        "kpageflags",
+                                                "kpagecount",    "kpagecgroup" };
     for (size_t i = 0; i < SBX_ARRAY_SIZE(masked_files); i++) {
         _cleanup_free_ char *p = path2(proc, masked_files[i]);
         if (exists(p))
             do_mount("/dev/null", p, NULL, MS_BIND, NULL);
     }
-    static const char *const masked_dirs[] = { "acpi", "scsi", "firmware" };
+    static const char *const masked_dirs[] = { "acpi", "scsi", "firmware", "asound" };
     for (size_t i = 0; i < SBX_ARRAY_SIZE(masked_dirs); i++) {
         _cleanup_free_ char *p = path2(proc, masked_dirs[i]);
         if (is_dir(p))
@@ -311,15 +334,37 @@ static void mount_cgroup_view(const struct child_fds *f)
         shim_trace("child: the cgroup view's tmpfs stays writable");
 }
 
+/* A bind that adds noexec: a second pass, since mount(2) ignores flags on the bind itself. */
+static void bind_noexec(const char *src, const char *dst)
+{
+    do_mount(src, dst, NULL, MS_BIND, NULL);
+    do_mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+}
+
+/* A directory of the box's tmpfs (the cwd), with exactly `mode` whatever the umask. */
+static void tmpfs_dir(const char *name, mode_t mode)
+{
+    if ((mkdir(name, mode) < 0 && errno != EEXIST) || chmod(name, mode) < 0)
+        die_errno("cannot create %s in the box's tmpfs", name);
+}
+
 /*
- * A minimal /dev: a small tmpfs holding binds of the host's harmless
- * character devices (binds, not mknod, so this works in a user namespace
- * too), a private devpts instance, /dev/shm, and the usual links.
+ * A minimal /dev. The directory itself and /dev/shm are directories of the
+ * box's tmpfs (the cwd), bound into place: what the box writes there counts
+ * against the one disk limit of its writable layer, where a tmpfs of their
+ * own would each add its size on top. A bind keeps its source mount's
+ * flags, so both are nosuid,nodev like the tmpfs, and a remount adds
+ * noexec. The device nodes are binds of the host's harmless character
+ * devices (binds, not mknod, so this works in a user namespace too; each is
+ * a mount of its own, which nodev on /dev does not reach), with a private
+ * devpts instance and the usual links.
  */
 static void mount_dev(const char *root)
 {
     _cleanup_free_ char *dev = path2(root, "/dev");
-    do_mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=65536k");
+    tmpfs_dir("dev", 0755);
+    tmpfs_dir("shm", 01777);
+    bind_noexec("dev", dev);
     static const char *const nodes[] = { "null", "zero", "full", "random", "urandom", "tty" };
     for (size_t i = 0; i < SBX_ARRAY_SIZE(nodes); i++) {
         _cleanup_free_ char *src = path2("/dev", nodes[i]);
@@ -333,11 +378,11 @@ static void mount_dev(const char *root)
     _cleanup_free_ char *pts = path2(dev, "/pts");
     _cleanup_free_ char *shm = path2(dev, "/shm");
     mkdirs(pts, 0755);
-    mkdirs(shm, 01777);
+    mkdirs(shm, 0755);
     /* newinstance: the box's ptys are its own, numbered from 0, invisible to the host. */
     do_mount("devpts", pts, "devpts", MS_NOSUID | MS_NOEXEC,
              "newinstance,ptmxmode=0666,mode=0620,gid=5");
-    do_mount("shm", shm, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k");
+    bind_noexec("shm", shm);
     static const char *const links[][2] = { { "pts/ptmx", "ptmx" },
                                             { "/proc/self/fd", "fd" },
                                             { "/proc/self/fd/0", "stdin" },
@@ -348,6 +393,35 @@ static void mount_dev(const char *root)
         if (symlink(links[i][0], dst) < 0)
             die_errno("symlink %s", dst);
     }
+}
+
+/*
+ * The agent's listening socket, <box>/run/agent.sock on the host (relative
+ * to our cwd, the box directory), made here and handed to the agent as a
+ * descriptor. Made by the box's first process, so the credentials the
+ * kernel gives the socket's clients (SO_PEERCRED) name it: the host's
+ * client checks that its peer is the pid the shim recorded as the box's
+ * init, and a socket swapped for another box's fails that check. Made
+ * while this process still has the shim's ids (with a user namespace,
+ * before it becomes the box's root), so the socket and its directory are
+ * host root's: nothing of that directory is mounted in the box, so no
+ * process in the box can replace the socket or even reach it. Mode 0600 is
+ * set explicitly after bind(), whatever the umask, and before listen(), so
+ * no connection is ever accepted while the mode is wider.
+ */
+static int agent_socket(const struct shim_cfg *c)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "run/agent.sock");
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        die_errno("cannot create the agent's socket");
+    mode_t old = umask(077);
+    int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    umask(old);
+    if (rc < 0 || chmod(sa.sun_path, 0600) < 0 || listen(fd, 1024) < 0)
+        die_errno("cannot make the agent's socket %s/%s", c->box_dir, sa.sun_path);
+    return fd;
 }
 
 /* Loopback up in the box's own network namespace: "none" means lo only. */
@@ -469,7 +543,7 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
      *    moving itself skips the global threadgroup lock that a write of a pid
      *    to cgroup.procs takes, and with it an RCU grace period (milliseconds
      *    on a busy machine, ~20 ms measured here). This works in a new user
-     *    namespace too: until step 3 our kernel uid is still host root's, which
+     *    namespace too: until step 7 our kernel uid is still host root's, which
      *    is all v1 checks (owner of `tasks`, euid root), no capability needed.
      *    Otherwise (v2 without clone3) the shim attached us.
      */
@@ -491,11 +565,46 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
      */
     if (!f->self_attach || c->userns)
         wait_go(f, &idm);
+
+    /* 4. The agent's socket, while we still have the shim's ids (see agent_socket). */
+    int listen_fd = agent_socket(c);
+
+    /*
+     * 5. Stop mount events from leaking back to the host: the copy of the
+     *    host's mount tree this namespace started with is made a slave (host
+     *    unmounts still reach us, so we never pin a host mount; nothing we
+     *    mount reaches the host).
+     */
+    do_mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL);
+
+    /*
+     * 6. The writable layer: a tmpfs on <box>/root (relative to our cwd, the
+     *    box directory, where the shim chdir'ed before the clone), sized by
+     *    disk_gib. It holds everything the box can write (overlay upper,
+     *    /dev, /dev/shm), so the one size bounds them all. nosuid,nodev: no
+     *    file the box writes gives privilege or opens a device, and the binds
+     *    made from it inherit both. Made private, because pivot_root refuses
+     *    a new root whose parent mount propagates. Then we work from inside
+     *    it: the box directory is 0700 host root's, which box root in a user
+     *    namespace could not search once it is box root (step 7), and the
+     *    overlay's options name relative paths that say nothing of the host.
+     *    uid=0,gid=0 are read in our user namespace: box root owns the tmpfs.
+     */
+    char opts[128];
+    if (c->upper_size > 0)
+        snprintf(opts, sizeof(opts), "mode=0755,uid=0,gid=0,size=%lld", c->upper_size);
+    else
+        snprintf(opts, sizeof(opts), "mode=0755,uid=0,gid=0");
+    do_mount("sbx", "root", "tmpfs", MS_NOSUID | MS_NODEV, opts);
+    do_mount(NULL, "root", NULL, MS_PRIVATE, NULL);
+    if (chdir("root") < 0)
+        die_errno("cannot enter the box's tmpfs");
+
     if (c->userns) {
         /*
-         * The maps exist now, but our ids are still the overflow id (host
-         * root is not mapped): become the box's root, the mapped uid_base,
-         * so files we create have an owner the filesystems can store.
+         * 7. The maps exist now, but our ids are still the overflow id (host
+         *    root is not mapped): become the box's root, the mapped uid_base,
+         *    so files we create have an owner the filesystems can store.
          */
         if (setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
             die_errno("cannot become root in the box's user namespace");
@@ -506,38 +615,7 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     if (!c->net_host)
         loopback_up();
 
-    /*
-     * 4. Stop mount events from leaking back to the host: the copy of the
-     *    host's mount tree this namespace started with is made a slave (host
-     *    unmounts still reach us, so we never pin a host mount; nothing we
-     *    mount reaches the host).
-     */
-    do_mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL);
-
-    /*
-     * 5. The writable layer: a tmpfs on <box>/root, sized by disk_gib. Made
-     *    private, because pivot_root refuses a new root whose parent mount
-     *    propagates.
-     */
-    /*
-     * Relative to our cwd, the box directory (the shim chdir'ed there before
-     * the clone, and the clone carried the cwd into our copy of the mount
-     * tree): box root in a user namespace may not search the state
-     * directory's parents, which are often 0700.
-     */
-    _cleanup_free_ char *base = strdup("root");
-    if (!base)
-        die("out of memory");
-    char opts[128];
-    if (c->upper_size > 0)
-        snprintf(opts, sizeof(opts), "mode=0755,size=%lld", c->upper_size);
-    else
-        snprintf(opts, sizeof(opts), "mode=0755");
-    do_mount("sbx", base, "tmpfs", MS_NOSUID, opts);
-    do_mount(NULL, base, NULL, MS_PRIVATE, NULL);
-    _cleanup_free_ char *upper = path2(base, "upper");
-    _cleanup_free_ char *work = path2(base, "work");
-    _cleanup_free_ char *root = path2(base, "merged");
+    const char *upper = "upper", *work = "work", *root = "merged";
     mkdirs(upper, 0755);
     mkdirs(work, 0700);
     mkdirs(root, 0755);
@@ -546,29 +624,38 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
      * the image (host uid 0 shows as the box's root, and files the box
      * creates in the upper layer belong to its mapped range on the host).
      * It is attached inside the tmpfs, so it goes away with it after
-     * pivot_root; overlay keeps its own reference.
+     * pivot_root; overlay keeps its own reference. Without one, the image's
+     * directory is named through a descriptor: the box's mountinfo then
+     * shows /proc/self/fd/N, not where the host keeps its images.
      */
-    const char *lower = c->lower;
-    _cleanup_free_ char *idm_lower = path2(base, "lower");
+    char lower[64];
+    _cleanup_close_ int lower_fd = -1;
     if (c->userns) {
         if (idm.lower < 0)
             die("the shim sent no idmapped image for the box's user namespace");
-        mkdirs(idm_lower, 0755);
-        attach_detached(idm.lower, idm_lower);
-        lower = idm_lower;
+        mkdirs("lower", 0755);
+        attach_detached(idm.lower, "lower");
+        snprintf(lower, sizeof(lower), "lower");
+    } else {
+        lower_fd = open(c->lower, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (lower_fd < 0)
+            die_errno("cannot open the image %s", c->lower);
+        snprintf(lower, sizeof(lower), "/proc/self/fd/%d", lower_fd);
     }
 
     /*
-     * 6. The root: overlay of the cached read-only image under the tmpfs
+     * 8. The root: overlay of the cached read-only image under the tmpfs
      *    upper. nodev: even a device node that slipped into an image opens
-     *    nothing. userxattr lets an unprivileged (user-namespace) mounter keep
-     *    whiteouts in user.* xattrs.
+     *    nothing. nosuid: no_new_privs already makes setuid files useless to
+     *    the box, and this keeps them so for a host process that reaches
+     *    them through /proc/<pid>/root. userxattr lets an unprivileged
+     *    (user-namespace) mounter keep whiteouts in user.* xattrs.
      */
     _cleanup_free_ char *ovl = sbx__printf("lowerdir=%s,upperdir=%s,workdir=%s%s", lower,
                                            upper, work, c->userns ? ",userxattr" : "");
     if (!ovl)
         die("out of memory");
-    if (mount("overlay", root, "overlay", MS_NODEV, ovl) < 0) {
+    if (mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV, ovl) < 0) {
         if (errno == ENODEV)
             die("overlayfs is not available in this kernel (modprobe overlay)");
         die_errno("mount overlay on %s (lower %s)", root, c->lower);
@@ -576,7 +663,7 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
 
     shim_trace("child: overlay mounted");
     /*
-     * 6b. Nothing below may follow the image's symlinks out of the box: the
+     * 8b. Nothing below may follow the image's symlinks out of the box: the
      *     points sbx mounts on are made real directories, and the workdir
      *     and /etc are resolved inside the root (src/core/inroot.c).
      */
@@ -586,9 +673,6 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     static const char *const points[] = {"proc", "sys", "dev"};
     for (size_t i = 0; i < SBX_ARRAY_SIZE(points); i++)
         close(real_dir(rootfd, points[i], 0555));
-    int runfd = real_dir(rootfd, "run", 0755);
-    close(real_dir(runfd, "sbx", 0755));
-    close(runfd);
     if (c->workdir && *c->workdir) {
         int wd = sbx__inroot_mkdir_p(rootfd, c->workdir, 0755);
         if (wd < 0)
@@ -597,7 +681,7 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     }
     write_etc(rootfd, c);
 
-    /* 7. What lives on top of the root. */
+    /* 9. What lives on top of the root. */
     if (c->none_image)
         bind_host_system(root, c->userns ? &idm : NULL);
     shim_trace("child: host system bound");
@@ -607,12 +691,6 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     shim_trace("child: sys");
     mount_dev(root);
     shim_trace("child: dev");
-    _cleanup_free_ char *run_host = strdup("run"); /* <box_dir>/run: see the tmpfs above */
-    if (!run_host)
-        die("out of memory");
-    _cleanup_free_ char *run_box = path2(root, "/run/sbx");
-    /* The agent's socket directory, shared with the host so the host can connect. */
-    do_mount(run_host, run_box, NULL, MS_BIND | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
     _cleanup_free_ char *tmp = path2(root, "/tmp");
     if (!exists(tmp)) {
         mkdirs(tmp, 01777);
@@ -621,10 +699,10 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
 
     shim_trace("child: mounts done");
     /*
-     * 8. pivot_root(".", ".") stacks the old root on top of the new one at
-     *    "/", and the lazy unmount then detaches the whole host tree (and the
-     *    tmpfs, which the overlay keeps alive by reference). No put_old
-     *    directory is needed inside the image.
+     * 10. pivot_root(".", ".") stacks the old root on top of the new one at
+     *     "/", and the lazy unmount then detaches the whole host tree (and the
+     *     tmpfs, which the overlay and the /dev binds keep alive by
+     *     reference). No put_old directory is needed inside the image.
      */
     if (chdir(root) < 0)
         die_errno("chdir %s", root);
@@ -639,23 +717,39 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
 
     shim_trace("child: pivoted");
     /*
-     * 9. A cgroup namespace rooted at the box's own group (we are in it since
-     *    step 2), so /proc/self/cgroup shows "/" and not the host's tree;
-     *    then, inside it, the read-only view of that group at /sys/fs/cgroup.
+     * 11. A cgroup namespace rooted at the box's own group (we are in it since
+     *     step 2), so /proc/self/cgroup shows "/" and not the host's tree;
+     *     then, inside it, the read-only view of that group at /sys/fs/cgroup.
      */
     if (unshare(CLONE_NEWCGROUP) < 0)
         die_errno("unshare(CLONE_NEWCGROUP)");
     mount_cgroup_view(f);
 
-    /* 10. The agent reads its readiness descriptor as fd 3. */
-    if (f->ready_w != 3) {
-        if (dup2(f->ready_w, 3) < 0)
-            die_errno("dup2");
-    } else if (fcntl(3, F_SETFD, 0) < 0) {
+    /*
+     * 12. The agent keeps its readiness descriptor and its listening socket
+     *     across the exec (their numbers go on its command line); every
+     *     other descriptor we hold is close-on-exec.
+     */
+    if (fcntl(f->ready_w, F_SETFD, 0) < 0 || fcntl(listen_fd, F_SETFD, 0) < 0)
         die_errno("fcntl");
+
+    /*
+     * 13. The box's descriptor limit. The provider checked it against its own
+     *     hard limit, which the shim and we inherited; checked again here,
+     *     because until step 14 we could still raise it (CAP_SYS_RESOURCE),
+     *     and a box must never get more than its creator had.
+     */
+    if (c->nofile_hard > 0) {
+        struct rlimit cur, rl = { (rlim_t)c->nofile_soft, (rlim_t)c->nofile_hard };
+        if (getrlimit(RLIMIT_NOFILE, &cur) == 0 && rl.rlim_max > cur.rlim_max)
+            die("the box's nofile hard limit %lld is above sbx-shim's own (%llu)",
+                c->nofile_hard, (unsigned long long)cur.rlim_max);
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            die_errno("cannot set the box's nofile limit to %lld:%lld", c->nofile_soft,
+                      c->nofile_hard);
     }
 
-    /* 11. Capabilities, no_new_privs, seccomp: last, so the setup above could use them. */
+    /* 14. Capabilities, no_new_privs, seccomp: last, so the setup above could use them. */
     char msg[512];
     if (shim_drop_privileges(c, f->filter, msg, sizeof(msg)) < 0)
         die("%s", msg);
@@ -665,13 +759,16 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     const char **argv = calloc(8 + n_ep + 1, sizeof(char *));
     if (!argv)
         die("out of memory");
+    char listen_arg[16], ready_arg[16];
+    snprintf(listen_arg, sizeof(listen_arg), "%d", listen_fd);
+    snprintf(ready_arg, sizeof(ready_arg), "%d", f->ready_w);
     size_t k = 0;
     argv[k++] = "sbx-agent";
     argv[k++] = "init";
-    argv[k++] = "--listen";
-    argv[k++] = SBX_LINUX_AGENT_SOCK;
+    argv[k++] = "--listen-fd";
+    argv[k++] = listen_arg;
     argv[k++] = "--ready-fd";
-    argv[k++] = "3";
+    argv[k++] = ready_arg;
     if (n_ep) {
         argv[k++] = "--";
         for (size_t i = 0; i < n_ep; i++)
@@ -681,7 +778,7 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     const char **envp = env_vector(c);
 
     /*
-     * 12. execveat on the descriptor opened on the host: the agent binary
+     * 15. execveat on the descriptor opened on the host: the agent binary
      *     need not exist in the image. It is static, so no interpreter or
      *     library has to be found inside the box.
      */

@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/capability.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 
@@ -68,6 +69,19 @@ static const char *const denied[] = {
     "io_uring_setup", "io_uring_enter", "io_uring_register",
 };
 
+/*
+ * The socket address families a box may use: local, IPv4, IPv6, netlink
+ * (ip, ss, getaddrinfo's interface queries) and packet (ping, DHCP tools;
+ * it needs CAP_NET_RAW, which boxes keep as in Docker, and sees only the
+ * box's own interfaces). Every other family is refused with EAFNOSUPPORT,
+ * what a kernel built without it answers, so programs fall back as they
+ * would there. Docker refuses only AF_VSOCK, which reaches the hypervisor
+ * whatever the box's network; sbx refuses it and the rarely used families
+ * too (AF_KEY, AF_ALG, bluetooth, TIPC, RDS, CAN, XDP, ...), where most of
+ * the kernel's socket vulnerabilities have been.
+ */
+static const int socket_families[] = { AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_PACKET };
+
 #define NS_FLAGS                                                                                   \
     (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |    \
      CLONE_NEWCGROUP)
@@ -80,7 +94,7 @@ static const unsigned long ns_flags[] = { CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWI
  * Bump when build_filter() changes in a way the tables above do not show
  * (an action, an argument comparison): the cache key must change with it.
  */
-#define RULES_VERSION 1
+#define RULES_VERSION 2
 
 static int build_filter(scmp_filter_ctx ctx)
 {
@@ -103,6 +117,34 @@ static int build_filter(scmp_filter_ctx ctx)
             return rc;
         if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
                                    SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]))) < 0)
+            return rc;
+    }
+    /*
+     * socket() and socketpair() of any family but the allowed ones. A rule
+     * matches one comparison, so the refused values are listed: each one
+     * below the highest allowed family, and everything above it. The
+     * comparison is on the whole 64-bit register: a value the kernel would
+     * truncate to an allowed family is refused, never the other way round.
+     */
+    int top = 0;
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(socket_families); i++)
+        top = socket_families[i] > top ? socket_families[i] : top;
+    static const char *const socket_calls[] = { "socket", "socketpair" };
+    for (size_t k = 0; k < SBX_ARRAY_SIZE(socket_calls); k++) {
+        int nr = seccomp_syscall_resolve_name(socket_calls[k]);
+        if (nr == __NR_SCMP_ERROR)
+            continue;
+        for (int fam = 0; fam < top; fam++) {
+            bool allowed = false;
+            for (size_t i = 0; i < SBX_ARRAY_SIZE(socket_families); i++)
+                allowed |= socket_families[i] == fam;
+            if (!allowed &&
+                (rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), nr, 1,
+                                       SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)fam))) < 0)
+                return rc;
+        }
+        if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), nr, 1,
+                                   SCMP_A0(SCMP_CMP_GT, (scmp_datum_t)top))) < 0)
             return rc;
     }
     /*
@@ -136,6 +178,7 @@ static void filter_key(char hex[2 * SHA256_DIGEST_SIZE + 1])
     for (size_t i = 0; i < SBX_ARRAY_SIZE(denied); i++)
         sha256_update(&h, strlen(denied[i]) + 1, (const uint8_t *)denied[i]);
     sha256_update(&h, sizeof(ns_flags), (const uint8_t *)ns_flags);
+    sha256_update(&h, sizeof(socket_families), (const uint8_t *)socket_families);
     uint8_t d[SHA256_DIGEST_SIZE];
     sha256_digest(&h, sizeof(d), d);
     to_hex(d, sizeof(d), hex);

@@ -133,6 +133,8 @@ static int parse_cfg(json_t *j, struct shim_cfg *c, char *msg, size_t len)
     c->userns_slots = (unsigned)jnum(j, "userns_slots", 0);
     c->seccomp = !json_is_false(json_object_get(j, "seccomp"));
     c->upper_size = (long long)jnum(j, "upper_size", 0);
+    c->nofile_soft = (long long)jnum(j, "nofile_soft", 0);
+    c->nofile_hard = (long long)jnum(j, "nofile_hard", 0);
     c->ttl_s = jnum(j, "ttl_s", -1);
     c->ready_timeout_s = jnum(j, "ready_timeout_s", SBX_LINUX_DEFAULT_READY_TIMEOUT_S);
     c->stop_grace_s = jnum(j, "stop_grace_s", 0);
@@ -376,14 +378,8 @@ static void start_box(struct shim *s)
     sbx_error *e = NULL;
 
     shim_trace("start_box");
-    if (c->userns) {
+    if (c->userns)
         reserve_uid_range(s);
-        /* Box root creates the agent's socket here: the directory must be its own. */
-        _cleanup_free_ char *run = sbx__printf("%s/run", c->box_dir);
-        if (!run || chown(run, c->uid_base, c->uid_base) < 0)
-            fail(s, SBX_ECREATE, "cannot give %s/run to the box's uid range: %s", c->box_dir,
-                 strerror(errno));
-    }
     /* Cgroups before the clone: the child must not run a step outside them. */
     if (sbx__cg_create(c->id, &c->limits, &s->cgroups, &e) < 0) {
         char msg[1024];
@@ -724,15 +720,22 @@ int main(int argc, char **argv)
     if (s.sfd < 0)
         fail(&s, SBX_ECREATE, "signalfd: %s", strerror(errno));
 
-    /* The box directory is ours; it exists before anything that needs cleaning. */
+    /*
+     * The box directory is ours; it exists before anything that needs
+     * cleaning. It and run/ (the agent's socket) are host root's and 0700,
+     * whatever the umask: no other host user may reach the socket, and the
+     * box reaches neither (its first process makes the socket and its tmpfs
+     * before it becomes the box's root, box.c steps 4-6).
+     */
     _cleanup_free_ char *run = sbx__printf("%s/run", s.cfg.box_dir);
     _cleanup_free_ char *root = sbx__printf("%s/root", s.cfg.box_dir);
-    if (!run || !root || mkdir(s.cfg.box_dir, 0711) < 0) {
+    if (!run || !root || mkdir(s.cfg.box_dir, 0700) < 0) {
         int e = errno;
         s.cfg.box_dir = "/nonexistent"; /* not ours to remove */
         fail(&s, SBX_ECREATE, "cannot create the box directory: %s", strerror(e));
     }
-    if (mkdir(run, 0755) < 0 || mkdir(root, 0700) < 0)
+    if (chmod(s.cfg.box_dir, 0700) < 0 || mkdir(run, 0700) < 0 || chmod(run, 0700) < 0 ||
+        mkdir(root, 0700) < 0)
         fail(&s, SBX_ECREATE, "cannot create %s: %s", run, strerror(errno));
 
     struct stat dst;

@@ -24,6 +24,8 @@ struct shim_cfg {
     unsigned uid_base;     /* host uid box root maps to: the slot the shim locked */
     bool seccomp;         /* the default filter (on unless disabled) */
     long long upper_size; /* bytes; 0 = tmpfs default */
+    long long nofile_soft; /* the box's RLIMIT_NOFILE; hard 0: left as inherited */
+    long long nofile_hard;
     const char *workdir;
     const char *agent;    /* host path of the static sbx-agent */
     double ttl_s;         /* < 0: none */

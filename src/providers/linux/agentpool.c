@@ -253,8 +253,11 @@ void sbx__linux_agent_use(linux_agent_slot *s, void *loop, linux_agent_fn fn, vo
     pthread_mutex_unlock(&p->lock);
     /* Make room first, so the count never passes the cap by more than the busy boxes. */
     trim(p, s);
-    /* The hello bound is generous: a live agent answers in well under a millisecond. */
-    int rc = sbx__agent_reconnect(loop, s->socket, 10.0, on_reconnected, s);
+    /*
+     * The hello bound is generous: a live agent answers in well under a
+     * millisecond. Only the box's own agent is accepted at the other end.
+     */
+    int rc = sbx__agent_connect_peer(loop, s->socket, s->peer_pid, true, 10.0, on_reconnected, s);
     if (rc < 0)
         on_reconnected(NULL, rc,
                        sbx_error_new(rc, "cannot reconnect to the agent at %s", s->socket), s);

@@ -17,6 +17,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include "core/internal.h"
 #include "proto/client.h"
@@ -30,6 +31,7 @@ struct linux_agent_wait;
 typedef struct linux_agent_slot {
     linux_agent_pool *pool;
     const char *socket;   /* the agent's socket path (the box's string) */
+    pid_t peer_pid;       /* the agent's pid, the only listener accepted (set before use) */
     sbx_agent_conn *conn; /* NULL: never connected, evicted, or dropped */
     bool lost;            /* a reconnect found nobody listening: the agent is gone */
     bool closed;          /* the box is being stopped: no more reconnects */

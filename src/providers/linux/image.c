@@ -9,7 +9,7 @@
  *   images/sources/<key>           the digest of a path, keyed by
  *                                  sha256(path, size, mtime, inode), so a
  *                                  box from the same tarball never rehashes it
- *   images/none-v1/                the "none" image's skeleton
+ *   images/none-v2/                the "none" image's skeleton
  *
  * Every tree is built in a temporary directory and renamed into place, so a
  * crash mid-import leaves only a *.tmp-* directory that the next import of
@@ -91,7 +91,9 @@ static void copy_file(const char *src, const char *dst)
  * The skeleton the "none" image's boxes overlay: mount points for the host's
  * system directories (bound read-only in the box), the host's merged-/usr
  * links mirrored, a few /etc files copied (not the whole /etc: no shadow, no
- * keys), and private /tmp, /root, /home, /var/tmp.
+ * keys), and private /tmp, /root, /home, /var/tmp. Its users and groups are
+ * its own (root, nobody), not the host's: a box has no business knowing the
+ * host's accounts, and a name it resolves must not be a host user's.
  */
 static int build_skeleton(const char *dir, sbx_error **err)
 {
@@ -105,7 +107,7 @@ static int build_skeleton(const char *dir, sbx_error **err)
         { "var/cache", "0755" }, { "var/lib", "0755" },
     };
     static const char *const etc_files[] = {
-        "passwd", "group", "hosts", "resolv.conf", "nsswitch.conf", "host.conf", "ld.so.cache",
+        "hosts", "resolv.conf", "nsswitch.conf", "host.conf", "ld.so.cache",
         "ld.so.conf", "localtime", "timezone", "os-release", "debian_version", "shells",
         "profile", "bash.bashrc", "environment", "protocols", "services", "inputrc",
         "mime.types", "login.defs",
@@ -139,6 +141,19 @@ static int build_skeleton(const char *dir, sbx_error **err)
         _cleanup_free_ char *dst = sbx__printf("%s/etc/%s", dir, etc_files[i]);
         if (src && dst)
             copy_file(src, dst);
+    }
+    /* tty: the group of the box's ptys (devpts gid=5, as on Debian and Fedora). */
+    static const char *const accounts[][2] = {
+        { "passwd", "root:x:0:0:root:/root:/bin/sh\n"
+                    "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n" },
+        { "group", "root:x:0:\ntty:x:5:\nnogroup:x:65534:\n" },
+    };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(accounts); i++) {
+        _cleanup_free_ char *dst = sbx__printf("%s/etc/%s", dir, accounts[i][0]);
+        if (!dst)
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        if (sbx__write_file_atomic(dst, accounts[i][1], strlen(accounts[i][1]), 0644) < 0)
+            return sbx__set_errno(err, SBX_ECREATE, errno, "cannot write %s", dst);
     }
     return SBX_OK;
 }

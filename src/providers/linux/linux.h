@@ -5,13 +5,14 @@
  * On-disk layout under the state directory (sbx__linux_state_dir()):
  *
  *   boxes/<id>/record.json   the box record (written by the shim)
- *   boxes/<id>/run/          bind-mounted at /run/sbx in the box; holds agent.sock
+ *   boxes/<id>/run/          agent.sock, the agent's listening socket (0600; not
+ *                            visible in the box)
  *   boxes/<id>/root/         an empty directory the box's root is built on
  *                            (every mount happens in the box's mount namespace)
  *   images/sha256-<hex>/     an unpacked image: rootfs/ and meta.json
  *   images/names/<name>      the digest a name points to
  *   images/sources/<key>     the digest of a tarball or OCI layout by path+size+mtime
- *   images/none-v1/          the skeleton lower layer of the "none" image
+ *   images/none-v2/          the skeleton lower layer of the "none" image
  *   userns/<slot>            flock'ed by a userns box's shim: reserves its uid range
  */
 #ifndef SBX_LINUX_H
@@ -22,14 +23,16 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define SBX_LINUX_AGENT_SOCK "/run/sbx/agent.sock"
 #define SBX_LINUX_DEFAULT_PIDS 4096
+/* A box's RLIMIT_NOFILE unless configured (nofile), capped by the creator's hard limit. */
+#define SBX_LINUX_DEFAULT_NOFILE_SOFT 1024
+#define SBX_LINUX_DEFAULT_NOFILE_HARD 4096
 #define SBX_LINUX_DEFAULT_READY_TIMEOUT_S 30.0
 /* userns: box k's root is host uid BASE + slot * 65536 (see docs/providers/linux.md). */
 #define SBX_LINUX_USERNS_BASE 1000000000u
 #define SBX_LINUX_USERNS_SLOTS 16384u
 /* The skeleton of the "none" image changes with this version. */
-#define SBX_LINUX_NONE_IMAGE "none-v1"
+#define SBX_LINUX_NONE_IMAGE "none-v2"
 
 /* --- state directory and box records (state.c) -------------------------- */
 
@@ -53,6 +56,7 @@ typedef struct {
     double expires; /* unix seconds; 0 when no TTL */
     pid_t shim_pid;
     unsigned long long shim_start; /* /proc/PID/stat starttime, to tell reuse */
+    pid_t init_pid;                /* the box's PID 1 (its agent) as the host sees it */
     json_t *metadata;              /* object, never NULL once read */
     json_t *cgroups;               /* array of cgroup directory paths */
 } sbx_linux_record;

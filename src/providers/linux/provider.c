@@ -24,6 +24,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -46,6 +47,7 @@ struct linux_state {
     bool seccomp;
     double stop_grace_s;
     double stop_timeout_s;
+    long long nofile_soft, nofile_hard; /* nofile; hard 0: the default */
     int agent_dynamic; /* -1 unknown, 0 static, 1 needs an interpreter */
     long long max_conns;     /* max_agent_connections */
     linux_agent_pool *pool; /* the agent connections of this provider's boxes */
@@ -203,6 +205,59 @@ static int cfg_error(sbx_error **err, const char *key, const char *want)
     return sbx__set_error(err, SBX_EINVAL, "linux provider: %s must be %s", key, want);
 }
 
+/*
+ * nofile: N (soft and hard) or [soft, hard], as `docker run --ulimit
+ * nofile=soft:hard`. Returns false when `v` is neither.
+ */
+static bool parse_nofile(const json_t *v, long long *soft, long long *hard)
+{
+    const json_t *a = json_is_array(v) && json_array_size(v) == 2 ? json_array_get(v, 0) : v;
+    const json_t *b = json_is_array(v) && json_array_size(v) == 2 ? json_array_get(v, 1) : v;
+    if (!json_is_integer(a) || !json_is_integer(b))
+        return false;
+    long long s = json_integer_value(a), h = json_integer_value(b);
+    if (s < 1 || h < s)
+        return false;
+    *soft = s;
+    *hard = h;
+    return true;
+}
+
+#define NOFILE_WANT "a positive integer or [soft, hard] with soft <= hard"
+
+/*
+ * The box's RLIMIT_NOFILE: the configured one, or sbx's default (soft 1024,
+ * hard 4096: see docs/providers/linux.md), never above the hard limit of
+ * this process. The shim and the box inherit our limits, and without
+ * CAP_SYS_RESOURCE nobody could raise them; with it (root), sbx still must
+ * not hand a box more than its creator has, so a configured hard limit
+ * above ours is an error, not a silent cut.
+ */
+static int box_nofile(long long want_soft, long long want_hard, long long *soft, long long *hard,
+                      sbx_error **err)
+{
+    struct rlimit rl;
+    unsigned long long max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY
+                                 ? (unsigned long long)rl.rlim_max
+                                 : ~0ULL;
+    if (want_hard <= 0) {
+        *hard = (unsigned long long)SBX_LINUX_DEFAULT_NOFILE_HARD < max
+                    ? SBX_LINUX_DEFAULT_NOFILE_HARD
+                    : (long long)max;
+        *soft = SBX_LINUX_DEFAULT_NOFILE_SOFT < *hard ? SBX_LINUX_DEFAULT_NOFILE_SOFT : *hard;
+        return SBX_OK;
+    }
+    if ((unsigned long long)want_hard > max)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "nofile: the hard limit %lld is above this process's own hard "
+                              "limit (%llu), and sbx never raises it; ask for at most %llu, or "
+                              "raise the creator's limit (ulimit -Hn)",
+                              want_hard, max, max);
+    *soft = want_soft;
+    *hard = want_hard;
+    return SBX_OK;
+}
+
 static int linux_init(const char *config_json, void **state, sbx_error **err)
 {
     json_error_t je;
@@ -266,6 +321,11 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             }
             *(!strcmp(key, "userns_base") ? &st->userns_base : &st->userns_slots) =
                 (unsigned)json_integer_value(v);
+        } else if (!strcmp(key, "nofile")) {
+            if (!parse_nofile(v, &st->nofile_soft, &st->nofile_hard)) {
+                rc = cfg_error(err, key, NOFILE_WANT);
+                break;
+            }
         } else if (!strcmp(key, "max_agent_connections")) {
             if (!json_is_integer(v) || json_integer_value(v) < 1 ||
                 json_integer_value(v) > 1 << 20) {
@@ -284,7 +344,8 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             rc = sbx__set_error(err, SBX_EINVAL,
                                 "linux provider: unknown option '%s' (known: state_dir, shim, "
                                 "agent, pids_limit, network, userns, userns_base, userns_slots, "
-                                "seccomp, stop_grace_s, stop_timeout_s, max_agent_connections)",
+                                "seccomp, stop_grace_s, stop_timeout_s, max_agent_connections, "
+                                "nofile)",
                                 key);
             break;
         }
@@ -327,6 +388,7 @@ struct create {
     char *hostname;
     bool net_host, userns;
     long long pids;
+    long long nofile_soft, nofile_hard; /* as asked for; hard 0: the default */
     double ready_timeout_s;
     json_t *desc; /* the box description sent to the shim */
     /* outputs of the worker step */
@@ -447,9 +509,13 @@ static void on_agent(sbx_agent_conn *conn, int code, sbx_error *err, void *data)
         return;
     }
     if (code < 0 || !conn) {
-        sbx_error *e = err ? sbx_error_prefix(err, "the box was not ready (ready_timeout_s): its agent did not say hello")
-                           : sbx_error_new(SBX_EVERIFY, "the box was not ready (ready_timeout_s): its agent did not say hello");
-        create_fail(c, SBX_EVERIFY, e);
+        /* A listener that is not the box's init (SBX_EPERM) is not a slow agent: say which. */
+        const char *why = code == SBX_EPERM ? "the box's agent socket"
+                                            : "the box was not ready (ready_timeout_s): its "
+                                              "agent did not say hello";
+        sbx_error *e = err ? sbx_error_prefix(err, "%s", why)
+                           : sbx_error_new(SBX_EVERIFY, "%s", why);
+        create_fail(c, code == SBX_EPERM ? SBX_EPERM : SBX_EVERIFY, e);
         return;
     }
     sbx_error_free(err);
@@ -507,17 +573,31 @@ static void on_ctl(uv_poll_t *p, int status, int events)
     }
     if (!strcmp(buf, "ready") && !c->ready && !c->aborted) {
         c->ready = true;
-        /* The record the shim wrote: its pid (for stop) and cgroups (for OOM accounting). */
+        /*
+         * The record the shim wrote: its pid (for stop), cgroups (for OOM
+         * accounting), and the box's init, the only process we accept at the
+         * other end of the agent's socket.
+         */
         sbx_linux_record rec;
-        if (sbx__linux_record_read(c->box->box_dir, &rec, NULL) == 0) {
-            c->box->cgroups = json_incref(rec.cgroups);
-            c->box->shim_pid = rec.shim_pid;
-            c->box->shim_start = rec.shim_start;
-            sbx__linux_record_free(&rec);
+        sbx_error *re = NULL;
+        int rr = sbx__linux_record_read(c->box->box_dir, &rec, &re);
+        if (rr < 0 || rec.init_pid <= 0) {
+            if (rr == 0)
+                sbx__linux_record_free(&rec);
+            create_fail(c, SBX_ECREATE,
+                        re ? sbx_error_prefix(re, "the box's shim said ready")
+                           : sbx_error_new(SBX_ECREATE, "the box's record names no init pid"));
+            return;
         }
+        c->box->cgroups = json_incref(rec.cgroups);
+        c->box->shim_pid = rec.shim_pid;
+        c->box->shim_start = rec.shim_start;
+        c->box->agent.peer_pid = rec.init_pid;
+        sbx__linux_record_free(&rec);
         c->connecting = true;
-        int rc = sbx__agent_connect(sbx_op_loop(c->op), c->box->socket, c->ready_timeout_s,
-                                    on_agent, c);
+        int rc = sbx__agent_connect_peer(sbx_op_loop(c->op), c->box->socket,
+                                         c->box->agent.peer_pid, false, c->ready_timeout_s,
+                                         on_agent, c);
         if (rc < 0) {
             c->connecting = false;
             create_fail(c, SBX_EVERIFY,
@@ -670,7 +750,7 @@ static char **env_strv(const sbx_spec *spec)
     return v;
 }
 
-/* provider_options: hostname, network, userns, pids_limit. */
+/* provider_options: hostname, network, userns, pids_limit, nofile. */
 static int read_options(const sbx_spec *spec, struct create *c, sbx_error **err)
 {
     json_error_t je;
@@ -710,6 +790,9 @@ static int read_options(const sbx_spec *spec, struct create *c, sbx_error **err)
                 return sbx__set_error(err, SBX_EINVAL,
                                       "provider_options.pids_limit must be an integer >= 0");
             c->pids = json_integer_value(v);
+        } else if (!strcmp(key, "nofile")) {
+            if (!parse_nofile(v, &c->nofile_soft, &c->nofile_hard))
+                return sbx__set_error(err, SBX_EINVAL, "provider_options.nofile must be " NOFILE_WANT);
         }
         /* Other keys belong to other providers: ignored, as the reference does. */
     }
@@ -731,6 +814,8 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->net_host = st->net_host;
     c->userns = st->userns;
     c->pids = st->pids;
+    c->nofile_soft = st->nofile_soft;
+    c->nofile_hard = st->nofile_hard;
     c->work.data = c;
     long long gpu = 0;
     if (sbx_spec_get_gpu(spec, &gpu) && gpu > 0) {
@@ -786,6 +871,9 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->hostname = strdup(c->box->id);
     if (read_options(spec, c, &e) < 0)
         goto fail;
+    long long nofile_soft = 0, nofile_hard = 0;
+    if (box_nofile(c->nofile_soft, c->nofile_hard, &nofile_soft, &nofile_hard, &e) < 0)
+        goto fail;
     c->box->box_dir = sbx__printf("%s/boxes/%s", st->state_dir, c->box->id);
     c->box->socket = sbx__printf("%s/run/agent.sock", c->box->box_dir);
     c->box->base_env = env_strv(spec);
@@ -836,6 +924,12 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
         st->stop_grace_s, "memory_bytes", (json_int_t)(mem > 0 ? mem << 20 : 0), "pids",
         (json_int_t)c->pids, "cpu", cpu > 0 ? cpu : 0.0, "env", env, "metadata", md,
         "entrypoint", ep);
+    if (c->desc &&
+        (json_object_set_new(c->desc, "nofile_soft", json_integer(nofile_soft)) < 0 ||
+         json_object_set_new(c->desc, "nofile_hard", json_integer(nofile_hard)) < 0)) {
+        json_decref(c->desc);
+        c->desc = NULL;
+    }
     if (!c->desc) {
         e = sbx_error_new(SBX_ENOMEM, "out of memory");
         goto fail;
@@ -930,7 +1024,14 @@ static void with_agent(sbx_agent_conn *conn, int code, const char *msg, void *ar
     struct agent_call *k = arg;
     sbx_op *inner = conn ? sbx__op_new(sbx__op_provider(k->op), agent_call_done, k) : NULL;
     if (!inner) {
-        if (!conn && (k->b->agent.closed || sbx__linux_agent_gone(&k->b->agent)))
+        /*
+         * Something else than the box's agent listens on its socket: never
+         * talked to, and said as such (the slot is lost: nothing reaches the
+         * box safely any more, so its status is error too).
+         */
+        if (!conn && code == SBX_EPERM && !k->b->agent.closed)
+            sbx_op_complete(k->op, code, sbx_error_new(code, "box %s: %s", k->b->id, msg), NULL);
+        else if (!conn && (k->b->agent.closed || sbx__linux_agent_gone(&k->b->agent)))
             sbx_op_complete(k->op, SBX_EPROVIDER, agent_gone(k->b), NULL);
         else if (!conn)
             sbx_op_complete(k->op, code,
@@ -1260,8 +1361,13 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
         sbx_op_complete(op, SBX_ENOENT, e, NULL);
         return;
     }
-    b->socket = sbx__strdup0(rec.socket);
+    /*
+     * The socket where the shim makes it, not wherever the record says, and
+     * only the box's own init accepted behind it.
+     */
+    b->socket = sbx__printf("%s/run/agent.sock", b->box_dir);
     sbx__linux_agent_init(&b->agent, st->pool, b->socket);
+    b->agent.peer_pid = rec.init_pid;
     b->cgroups = json_incref(rec.cgroups);
     b->shim_pid = rec.shim_pid;
     b->shim_start = rec.shim_start;
@@ -1275,7 +1381,7 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
         b->base_env[i] = sbx__strdup0(json_string_value(json_array_get(env, i)));
     b->workdir = sbx__strdup0(json_string_value(json_object_get(rj, "workdir")));
     sbx__linux_record_free(&rec);
-    if (!alive || !b->socket) {
+    if (!alive || !b->socket || b->agent.peer_pid <= 0) {
         box_free(b);
         free(k);
         sbx_op_complete(op, SBX_EPROVIDER,
@@ -1284,7 +1390,8 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
     }
     k->op = op;
     k->b = b;
-    if (sbx__agent_connect(sbx_op_loop(op), b->socket, 10.0, on_connect_agent, k) < 0) {
+    if (sbx__agent_connect_peer(sbx_op_loop(op), b->socket, b->agent.peer_pid, false, 10.0,
+                                on_connect_agent, k) < 0) {
         box_free(b);
         free(k);
         sbx_op_complete(op, SBX_EPROVIDER,

@@ -71,6 +71,7 @@ int sbx__linux_record_read(const char *box_dir, sbx_linux_record *rec, sbx_error
     rec->expires = json_number_value(json_object_get(j, "expires_at"));
     rec->shim_pid = (pid_t)json_integer_value(json_object_get(j, "shim_pid"));
     rec->shim_start = (unsigned long long)json_integer_value(json_object_get(j, "shim_start"));
+    rec->init_pid = (pid_t)json_integer_value(json_object_get(j, "init_pid"));
     json_t *md = json_object_get(j, "metadata");
     rec->metadata = json_is_object(md) ? json_incref(md) : json_object();
     json_t *cg = json_object_get(j, "cgroups");
