@@ -1221,6 +1221,10 @@ int sbx__linux_image_resolve(const char *state_dir, const char *image,
                              sbx_error **err)
 {
     *none = false;
+    /* Every box's image comes through here: the store's privacy is checked each time. */
+    int rc = check_store(state_dir, err);
+    if (rc < 0)
+        return rc;
     if (!image || !*image || !strcmp(image, "none")) {
         *none = true;
         return none_image(state_dir, rootfs, err);
@@ -1244,7 +1248,7 @@ int sbx__linux_image_resolve(const char *state_dir, const char *image,
                               "image %s is not imported (run `sbx image import %s SOURCE`) and is "
                               "not an absolute path to a directory, tarball or OCI layout",
                               image, image);
-    int rc = resolve_source(state_dir, image, opts, rootfs, NULL, err);
+    rc = resolve_source(state_dir, image, opts, rootfs, NULL, err);
     if (rc == BAD_SOURCE) {
         rc = SBX_ECREATE;
         if (err && *err) {
