@@ -333,6 +333,7 @@ static void test_whiteouts_through_links_stay_in_the_image(void)
         { "evil2", 'l', hd2, 0777 },
         { wh1, 'f', "image victim\n", 0644 },
         { wh2, 'f', "image a\n", 0644 },
+        { "keep/old", 'f', "old\n", 0644 },
     };
     make_tar(l1, layer1, SBX_ARRAY_SIZE(layer1));
     const struct ent layer2[] = {
@@ -340,6 +341,9 @@ static void test_whiteouts_through_links_stay_in_the_image(void)
         { "evil2/.wh..wh..opq", 'f', NULL, 0644 },
         { "evil/.wh..", 'f', NULL, 0644 }, /* a whiteout of ".." is ignored */
         { "evil/planted", 'f', "planted\n", 04755 },
+        /* A layer's whiteouts hide the lower layers only, not its own entries. */
+        { "keep/new", 'f', "new\n", 0644 },
+        { "keep/.wh..wh..opq", 'f', NULL, 0644 },
     };
     make_tar(l2, layer2, SBX_ARRAY_SIZE(layer2));
     char layout[1024];
@@ -368,6 +372,10 @@ static void test_whiteouts_through_links_stay_in_the_image(void)
     char *txt = read_text(p);
     TAP_EQ_STR(txt ? txt : "(missing)", "planted\n");
     free(txt);
+    snprintf(p, sizeof(p), "%s/keep/old", rf);
+    TAP_TRUE(access(p, F_OK) < 0);
+    snprintf(p, sizeof(p), "%s/keep/new", rf);
+    TAP_EQ_INT(access(p, F_OK), 0);
     free(rf);
     store_clean(NULL);
 }

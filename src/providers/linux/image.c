@@ -317,12 +317,23 @@ struct unpacker {
     char *pdir;
     int pfd;
     bool stale; /* something was removed: the cached parent may be gone */
-    /* Directory times, set once the layer is written (adding entries changes them). */
+    /*
+     * Directory modes and times, set once the layer is written: adding
+     * entries changes the times, and a read-only mode would stop a non-root
+     * import from adding them.
+     */
     struct dir_time {
         char *path;
+        mode_t mode;
         struct timespec ts[2];
     } *times;
     size_t ntimes, cap;
+    /*
+     * The paths this layer wrote (a set). Whiteouts hide the lower layers
+     * only (OCI image spec: a layer's own entries are not hidden by its
+     * whiteouts, whatever their order in the tar).
+     */
+    json_t *made;
 };
 
 static void drop_parent(struct unpacker *u)
@@ -456,12 +467,12 @@ static void entry_times(struct archive_entry *e, struct timespec ts[2])
  * box may rely on, and times, on an open file or directory. chown first:
  * it clears setuid bits and file capabilities.
  */
-static void set_meta(int fd, struct archive_entry *e, bool times)
+static void set_meta(int fd, struct archive_entry *e, bool mode_and_times)
 {
     if (fchown(fd, archive_entry_uid(e), archive_entry_gid(e)) < 0) {
         /* Not root (a test's private store): files stay the importer's. */
     }
-    if (fchmod(fd, archive_entry_mode(e) & 07777) < 0) {
+    if (mode_and_times && fchmod(fd, archive_entry_mode(e) & 07777) < 0) {
         /* Only on a read-only or odd filesystem; the tree is still usable. */
     }
     const char *name;
@@ -477,7 +488,7 @@ static void set_meta(int fd, struct archive_entry *e, bool times)
         if (!strncmp(name, "user.", 5) || !strcmp(name, "security.capability"))
             (void)fsetxattr(fd, name, val, size, 0);
     }
-    if (times) {
+    if (mode_and_times) {
         struct timespec ts[2];
         entry_times(e, ts);
         (void)futimens(fd, ts);
@@ -528,6 +539,15 @@ static int write_data(struct unpacker *u, struct archive *a, struct archive_entr
     return SBX_OK;
 }
 
+/* Whether this layer wrote `dir`/`name` itself (then its whiteouts spare it). */
+static bool made_here(struct unpacker *u, const char *dir, const char *name)
+{
+    if (!u->made || !json_object_size(u->made))
+        return false;
+    _cleanup_free_ char *p = sbx__printf("%s%s%s", dir, *dir ? "/" : "", name);
+    return p && json_object_get(u->made, p) != NULL;
+}
+
 /* Applies an OCI whiteout: `name` (or, for ".wh..opq", everything) under `dir` goes. */
 static int whiteout(struct unpacker *u, const char *dir, const char *name, sbx_error **err)
 {
@@ -549,7 +569,8 @@ static int whiteout(struct unpacker *u, const char *dir, const char *name, sbx_e
         int rc = SBX_OK;
         struct dirent *de;
         while ((de = readdir(dh))) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+                made_here(u, dir, de->d_name))
                 continue;
             if (sbx__rm_rf_at(dirfd(dh), de->d_name) < 0) {
                 rc = sbx__set_errno(err, SBX_ECREATE, errno, "whiteout of %s/%s", dir,
@@ -560,6 +581,8 @@ static int whiteout(struct unpacker *u, const char *dir, const char *name, sbx_e
         closedir(dh);
         return rc;
     }
+    if (made_here(u, dir, name))
+        return SBX_OK;
     _cleanup_close_ int fd = open_in(u, dir, O_PATH | O_DIRECTORY);
     if (fd < 0)
         return errno == ENOENT || errno == ENOTDIR
@@ -648,6 +671,7 @@ static int put_entry(struct unpacker *u, struct archive *a, struct archive_entry
             u->cap = nc;
         }
         u->times[u->ntimes].path = steal_pointer(&shown);
+        u->times[u->ntimes].mode = archive_entry_mode(e) & 07777;
         entry_times(e, u->times[u->ntimes].ts);
         u->ntimes++;
         return SBX_OK;
@@ -699,12 +723,18 @@ static int put_entry(struct unpacker *u, struct archive *a, struct archive_entry
     }
 }
 
-/* Sets the directories' times, now that their entries are written. */
-static void apply_dir_times(struct unpacker *u)
+/*
+ * Sets the directories' modes and times, now that their entries are
+ * written. Each is opened inside the root again, never through a link at
+ * its name: a later entry may have replaced the directory by a link to
+ * anywhere (libarchive's deferred chmod once followed such a link).
+ */
+static void apply_dir_meta(struct unpacker *u)
 {
     for (size_t i = 0; i < u->ntimes; i++) {
         int fd = open_in(u, u->times[i].path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
         if (fd >= 0) {
+            (void)fchmod(fd, u->times[i].mode);
             (void)futimens(fd, u->times[i].ts);
             close(fd);
         }
@@ -719,7 +749,7 @@ static void apply_dir_times(struct unpacker *u)
 static int unpack(struct reader *r, int rootfd, bool oci, sbx_error **err)
 {
     struct import_ctl *c = r->ctl;
-    struct unpacker u = { .rootfd = rootfd, .pfd = -1, .ctl = c };
+    struct unpacker u = { .rootfd = rootfd, .pfd = -1, .ctl = c, .made = oci ? json_object() : NULL };
     u.root_depth = depth_of(rootfd, 0);
     struct archive *a = archive_read_new();
     if (!a)
@@ -786,11 +816,13 @@ static int unpack(struct reader *r, int rootfd, bool oci, sbx_error **err)
                 continue;
             }
         }
+        if (oci && u.made)
+            json_object_set_new(u.made, path, json_null());
         rc = put_entry(&u, a, e, path, err);
         if (rc < 0)
             goto out;
     }
-    apply_dir_times(&u);
+    apply_dir_meta(&u);
     /* Drain what follows the archive so the digest covers the whole file. */
     while (read_cb(a, r, &(const void *){ NULL }) > 0)
         ;
@@ -801,6 +833,7 @@ out:
     for (size_t i = 0; i < u.ntimes; i++)
         free(u.times[i].path);
     free(u.times);
+    json_decref(u.made);
     archive_read_free(a);
     return rc;
 }
