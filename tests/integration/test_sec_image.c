@@ -448,6 +448,45 @@ static void test_links_and_hard_links_resolve_inside_the_root(void)
     store_clean(NULL);
 }
 
+/*
+ * A layout whose manifest blob is not what its digest names: the digest
+ * names the cached tree, so accepting it would plant this tree under
+ * another image's digest for every later import of that image.
+ */
+static void test_oci_manifest_must_match_its_digest(void)
+{
+    setup();
+    const char *t = tap_tmpdir();
+    char l1[1024], l2[1024], a[1024], b[1024], out[8192];
+    snprintf(l1, sizeof(l1), "%s/l1.tar", t);
+    snprintf(l2, sizeof(l2), "%s/l2.tar", t);
+    snprintf(a, sizeof(a), "%s/a", t);
+    snprintf(b, sizeof(b), "%s/b", t);
+    const struct ent good[] = { { "etc/marker", 'f', "genuine\n", 0644 } };
+    const struct ent evil[] = { { "etc/marker", 'f', "planted\n", 0644 } };
+    make_tar(l1, good, 1);
+    make_tar(l2, evil, 1);
+    const char *const la[] = { l1 }, *const lb[] = { l2 };
+    make_oci(a, la, 1);
+    make_oci(b, lb, 1);
+    /* a's manifest digest, b's manifest bytes (and b's layer, so it would unpack). */
+    char ha[65];
+    snprintf(out, sizeof(out), "%s.manifest", a);
+    sha256_file(out, ha);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "cp %s.manifest %s/blobs/sha256/%s && cp %s/blobs/sha256/* "
+                                         "%s/blobs/sha256/",
+                       b, a, ha, b, a),
+               0);
+    sbx_error *e = NULL;
+    TAP_EQ_INT(import("forged", a, 0, &e), SBX_EINVAL);
+    TAP_CONTAINS(sbx_error_message(e), "does not match its digest");
+    sbx_error_free(e);
+    char p[4096];
+    snprintf(p, sizeof(p), "%s/images/sha256-%s", state_dir, ha);
+    TAP_TRUE(access(p, F_OK) < 0);
+    store_clean("forged");
+}
+
 /* --- 3. the store: private, no device nodes, setuid kept ------------------ */
 
 /* Creates the attacker's account; -1 when useradd is missing. */
@@ -941,6 +980,7 @@ static void test_deep_and_long_paths_refused(void)
 
 TAP_MAIN(TAP(test_whiteouts_through_links_stay_in_the_image),
          TAP(test_links_and_hard_links_resolve_inside_the_root),
+         TAP(test_oci_manifest_must_match_its_digest),
          TAP(test_store_private_no_devices_setuid_unreachable),
          TAP(test_non_regular_sources_refused),
          TAP_T(test_import_interruptible_and_gc_removes_abandoned, 120),

@@ -398,6 +398,13 @@ static int parent_fd(struct unpacker *u, const char *parent)
     return fd;
 }
 
+/* Whose fault a failed file operation is: a name the kernel refuses is the archive's. */
+static int code_for(int e)
+{
+    return e == ENAMETOOLONG || e == ELOOP || e == ENOTDIR || e == EEXIST ? BAD_SOURCE
+                                                                          : SBX_ECREATE;
+}
+
 /* Removes whatever is at `name` under `pfd` (a tree too), never following a link. */
 static int remove_at(struct unpacker *u, int pfd, const char *name)
 {
@@ -639,9 +646,8 @@ static int put_entry(struct unpacker *u, struct archive *a, struct archive_entry
                                     "%s lies more than %d directories deep (links followed) or "
                                     "its path is longer than %d bytes",
                                     shown, MAX_IMAGE_DEPTH, PATH_MAX - 1)
-                   : sbx__set_errno(err, errno == ENOTDIR || errno == ELOOP ? BAD_SOURCE
-                                                                          : SBX_ECREATE,
-                                    errno, "cannot make the directory of %s in the image", shown);
+                   : sbx__set_errno(err, code_for(errno), errno,
+                                    "cannot make the directory of %s in the image", shown);
     const char *hl = archive_entry_hardlink(e);
     if (hl)
         return put_hardlink(u, pfd, base, shown, hl, err);
@@ -656,7 +662,7 @@ static int put_entry(struct unpacker *u, struct archive *a, struct archive_entry
     switch (type) {
     case AE_IFDIR: {
         if (!(exists && S_ISDIR(st.st_mode)) && mkdirat(pfd, base, 0700) < 0)
-            return sbx__set_errno(err, SBX_ECREATE, errno, "mkdir %s in the image", shown);
+            return sbx__set_errno(err, code_for(errno), errno, "mkdir %s in the image", shown);
         _cleanup_close_ int fd =
             openat(pfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
@@ -681,7 +687,7 @@ static int put_entry(struct unpacker *u, struct archive *a, struct archive_entry
         _cleanup_close_ int fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
                                                        O_CLOEXEC, 0600);
         if (fd < 0)
-            return sbx__set_errno(err, SBX_ECREATE, errno, "creating %s in the image", shown);
+            return sbx__set_errno(err, code_for(errno), errno, "creating %s in the image", shown);
         int rc = write_data(u, a, e, fd, shown, err);
         if (rc < 0)
             return rc;
@@ -694,8 +700,7 @@ static int put_entry(struct unpacker *u, struct archive *a, struct archive_entry
             return sbx__set_error(err, BAD_SOURCE, "symlink %s has no target", shown);
         /* Any target is fine: the box and this unpacker resolve it inside the root. */
         if (symlinkat(target, pfd, base) < 0)
-            return sbx__set_errno(err, errno == ENAMETOOLONG ? BAD_SOURCE : SBX_ECREATE, errno,
-                                  "symlink %s in the image", shown);
+            return sbx__set_errno(err, code_for(errno), errno, "symlink %s in the image", shown);
         (void)fchownat(pfd, base, archive_entry_uid(e), archive_entry_gid(e),
                        AT_SYMLINK_NOFOLLOW);
         struct timespec ts[2];
@@ -706,7 +711,7 @@ static int put_entry(struct unpacker *u, struct archive *a, struct archive_entry
     case AE_IFIFO: {
         /* A fifo carries no privilege: kept, as some programs expect theirs. */
         if (mkfifoat(pfd, base, 0600) < 0)
-            return sbx__set_errno(err, SBX_ECREATE, errno, "mkfifo %s in the image", shown);
+            return sbx__set_errno(err, code_for(errno), errno, "mkfifo %s in the image", shown);
         _cleanup_close_ int fd = openat(pfd, base, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
         if (fd >= 0)
             set_meta(fd, e, true);
@@ -1001,31 +1006,59 @@ static int import_tarball(const char *images, const char *path, struct import_ct
 
 /* --- OCI image layouts ---------------------------------------------------- */
 
-/* A JSON file of a layout: a regular file of at most 4 MiB (not a fifo, not /dev/zero). */
-static json_t *load_json(const char *path)
+/*
+ * A JSON file of a layout: a regular file of at most 4 MiB (not a fifo, not
+ * /dev/zero). With `want_hex`, its bytes must hash to it: a manifest's
+ * digest names the cached tree, so a blob that lies about its digest would
+ * plant its tree under another image's name. `*mismatch` says so.
+ */
+static json_t *load_json(const char *path, const char *want_hex, bool *mismatch)
 {
     _cleanup_close_ int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (4 << 20))
         return NULL;
-    return json_loadfd(fd, 0, NULL);
+    _cleanup_free_ char *buf = malloc((size_t)st.st_size + 1);
+    size_t n = 0;
+    while (buf && n < (size_t)st.st_size) {
+        ssize_t k = read(fd, buf + n, (size_t)st.st_size - n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        n += (size_t)k;
+    }
+    if (!buf || n != (size_t)st.st_size)
+        return NULL;
+    if (want_hex) {
+        struct sha256_ctx sha;
+        char hex[65];
+        sha256_init(&sha);
+        sha256_update(&sha, n, (const uint8_t *)buf);
+        sha256_hex(&sha, hex);
+        if (strcmp(hex, want_hex) != 0) {
+            *mismatch = true;
+            return NULL;
+        }
+    }
+    return json_loadb(buf, n, 0, NULL);
 }
 
-static json_t *load_blob(const char *layout, const char *digest, char *hex_out)
+static json_t *load_blob(const char *layout, const char *digest, char *hex_out, bool *mismatch)
 {
     if (!digest || strncmp(digest, "sha256:", 7) || strchr(digest + 7, '/'))
         return NULL;
     if (hex_out)
         snprintf(hex_out, 65, "%s", digest + 7);
     _cleanup_free_ char *p = sbx__printf("%s/blobs/sha256/%s", layout, digest + 7);
-    return p ? load_json(p) : NULL;
+    return p ? load_json(p, digest + 7, mismatch) : NULL;
 }
 
 static int import_oci(const char *images, const char *layout, const char *tag,
                       struct import_ctl *ctl, char **digest_dir, sbx_error **err)
 {
     _cleanup_free_ char *ip = sbx__printf("%s/index.json", layout);
-    _cleanup_json_ json_t *index = ip ? load_json(ip) : NULL;
+    _cleanup_json_ json_t *index = ip ? load_json(ip, NULL, NULL) : NULL;
     json_t *mans = json_object_get(index, "manifests");
     if (!json_is_array(mans) || !json_array_size(mans))
         return sbx__set_error(err, BAD_SOURCE, "%s is not an OCI image layout (no index.json "
@@ -1045,8 +1078,9 @@ static int import_oci(const char *images, const char *layout, const char *tag,
     if (!pick)
         return sbx__set_error(err, BAD_SOURCE, "no manifest tagged %s in %s", tag, layout);
     char hex[65] = "";
+    bool mismatch = false;
     _cleanup_json_ json_t *manifest =
-        load_blob(layout, json_string_value(json_object_get(pick, "digest")), hex);
+        load_blob(layout, json_string_value(json_object_get(pick, "digest")), hex, &mismatch);
     /* An index of manifests (multi-platform): take the first linux/amd64 one. */
     if (manifest && json_is_array(json_object_get(manifest, "manifests"))) {
         json_t *sub = NULL;
@@ -1060,11 +1094,16 @@ static int import_oci(const char *images, const char *layout, const char *tag,
             }
         }
         json_t *next = sub ? load_blob(layout, json_string_value(json_object_get(sub, "digest")),
-                                       hex)
+                                       hex, &mismatch)
                            : NULL;
         json_decref(manifest);
         manifest = next;
     }
+    if (mismatch)
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the manifest sha256:%s in %s does not match its digest (a corrupt "
+                              "or tampered layout)",
+                              hex, layout);
     json_t *layers = json_object_get(manifest, "layers");
     if (!json_is_array(layers))
         return sbx__set_error(err, BAD_SOURCE, "the OCI manifest in %s has no layers", layout);
