@@ -913,7 +913,6 @@ static void test_bomb_capped_and_nothing_left(void)
     TAP_CONTAINS(sbx_error_message(e), "more than 1048576 bytes");
     sbx_error_free(e);
     e = NULL;
-    e = NULL;
     sbx_sandbox_free(sb);
     sbx_spec_free(s);
     sbx_provider_free(pv);
@@ -928,7 +927,7 @@ static void test_bomb_capped_and_nothing_left(void)
      * The default cap on a small filesystem (a private 64 MiB tmpfs): half
      * its free space, so the bomb stops with room left, not at ENOSPC.
      */
-    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+    if (unshare(CLONE_NEWNS) < 0 || mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) < 0)
         TAP_SKIP("no private mount namespace for a small tmpfs");
     char small[512];
     snprintf(small, sizeof(small), "%s/small", t);

@@ -640,12 +640,13 @@ static int put_entry(struct unpacker *u, struct archive *a, struct archive_entry
     const char *parent, *base;
     split_path(path, &parent, &base);
     int pfd = parent_fd(u, parent);
+    /* ENAMETOOLONG: inroot.c's walk (no openat2) stops at the same depth. */
     if (pfd < 0)
-        return errno == E2BIG
+        return errno == E2BIG || errno == ENAMETOOLONG
                    ? sbx__set_error(err, BAD_SOURCE,
-                                    "%s lies more than %d directories deep (links followed) or "
-                                    "its path is longer than %d bytes",
-                                    shown, MAX_IMAGE_DEPTH, PATH_MAX - 1)
+                                    "%s lies more than %d directories deep (links followed), or "
+                                    "its path or a name in it is too long",
+                                    shown, MAX_IMAGE_DEPTH)
                    : sbx__set_errno(err, code_for(errno), errno,
                                     "cannot make the directory of %s in the image", shown);
     const char *hl = archive_entry_hardlink(e);
@@ -809,6 +810,14 @@ static int unpack(struct reader *r, int rootfd, bool oci, sbx_error **err)
         }
         if (cl > 0)
             continue; /* the root itself: the store's directory stays as it is */
+        size_t depth = 0;
+        for (const char *q = path; *q; q++)
+            depth += *q == '/';
+        if (depth >= MAX_IMAGE_DEPTH) {
+            rc = sbx__set_error(err, BAD_SOURCE, "%.200s... lies more than %d directories deep",
+                                path, MAX_IMAGE_DEPTH);
+            goto out;
+        }
         if (oci) {
             const char *slash = strrchr(path, '/');
             const char *base = slash ? slash + 1 : path;
