@@ -369,6 +369,74 @@ static int open_in(struct unpacker *u, const char *path, int flags)
 }
 
 /*
+ * Makes the missing directories of `dir` one at a time, inside the root,
+ * each checked for depth before it is made (so no tree deeper than the
+ * bound ever exists, and removing it never runs out of descriptors). A
+ * missing component that is a link to nothing yet gets its target made in
+ * its place, as Docker and containerd do, itself resolved inside the root
+ * (core/inroot.c's mkdir_p does the same without the depth check). Returns
+ * an O_PATH descriptor of `dir`, or -1 with errno (E2BIG: too deep).
+ */
+static int make_dirs(struct unpacker *u, const char *dir, int links)
+{
+    _cleanup_free_ char *buf = strdup(dir);
+    if (!buf)
+        return -1;
+    int prev = open_in(u, "", O_PATH | O_DIRECTORY);
+    size_t len = strlen(buf);
+    for (size_t i = 0; prev >= 0 && i <= len; i++) {
+        if (buf[i] != '/' && buf[i] != 0)
+            continue;
+        if (i == 0 || buf[i - 1] == '/')
+            continue;
+        char saved = buf[i];
+        buf[i] = 0;
+        int fd = open_in(u, buf, O_PATH | O_DIRECTORY);
+        if (fd < 0 && errno == ENOENT) {
+            char *slash = strrchr(buf, '/');
+            const char *name = slash ? slash + 1 : buf;
+            int d = depth_of(prev, u->root_depth);
+            if (d < 0 || d + 1 >= MAX_IMAGE_DEPTH) {
+                close(prev);
+                errno = E2BIG;
+                return -1;
+            }
+            if (mkdirat(prev, name, 0755) == 0) {
+                fd = openat(prev, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            } else if (errno == EEXIST) {
+                /* A link to a path not there yet: make its target, then the rest under it. */
+                char target[PATH_MAX];
+                ssize_t tl = readlinkat(prev, name, target, sizeof(target) - 1);
+                close(prev);
+                if (tl < 0 || ++links > 40) {
+                    errno = tl < 0 ? errno : ELOOP;
+                    return -1;
+                }
+                target[tl] = 0;
+                if (slash)
+                    *slash = 0;
+                _cleanup_free_ char *next =
+                    target[0] == '/' ? sbx__printf("%s%s%s", target, saved ? "/" : "",
+                                                   saved ? buf + i + 1 : "")
+                                     : sbx__printf("%s/%s%s%s", slash ? buf : "", target,
+                                                   saved ? "/" : "", saved ? buf + i + 1 : "");
+                if (!next) {
+                    errno = ENOMEM;
+                    return -1;
+                }
+                return make_dirs(u, next, links);
+            }
+        }
+        int e = errno;
+        close(prev);
+        prev = fd;
+        errno = e;
+        buf[i] = saved;
+    }
+    return prev;
+}
+
+/*
  * The directory that receives `parent`'s entries (made when missing, inside
  * the root too). -1 with errno; E2BIG when it lies too deep.
  */
@@ -379,7 +447,7 @@ static int parent_fd(struct unpacker *u, const char *parent)
     drop_parent(u);
     int fd = open_in(u, parent, O_PATH | O_DIRECTORY);
     if (fd < 0 && errno == ENOENT)
-        fd = sbx__inroot_mkdir_p(u->rootfd, parent, 0755);
+        fd = make_dirs(u, parent, 0);
     if (fd < 0)
         return -1;
     int d = depth_of(fd, u->root_depth);
