@@ -584,6 +584,7 @@ static void test_store_private_no_devices_setuid_unreachable(void)
     free(data);
     const struct ent more[] = {
         { "dev/mem0", 'c', NULL, 0666 },
+        { "dev/mem1", 'h', "dev/mem0", 0666 }, /* a hard link to it is skipped with it */
         { "fifo", 'p', NULL, 0600 },
     };
     for (size_t i = 0; i < SBX_ARRAY_SIZE(more); i++)
@@ -602,6 +603,8 @@ static void test_store_private_no_devices_setuid_unreachable(void)
     TAP_EQ_INT(st.st_uid, 0);
     /* No device node; the fifo and the setuid program (for the box) are kept. */
     char node[4096], prog[4096];
+    snprintf(node, sizeof(node), "%s/dev/mem1", rf);
+    TAP_TRUE(lstat(node, &st) < 0 && errno == ENOENT);
     snprintf(node, sizeof(node), "%s/dev/mem0", rf);
     TAP_TRUE(lstat(node, &st) < 0 && errno == ENOENT);
     snprintf(p, sizeof(p), "%s/fifo", rf);

@@ -334,6 +334,8 @@ struct unpacker {
      * whiteouts, whatever their order in the tar).
      */
     json_t *made;
+    /* Device nodes not created: a hard link to one is skipped too, not an error. */
+    json_t *skipped;
 };
 
 static void drop_parent(struct unpacker *u)
@@ -679,6 +681,8 @@ static int put_hardlink(struct unpacker *u, int pfd, const char *base, const cha
     if (c != 0)
         return sbx__set_error(err, BAD_SOURCE, "hard link %s points at %s, outside the image",
                               path, target);
+    if (u->skipped && json_object_get(u->skipped, t))
+        return SBX_OK;
     const char *tparent, *tbase;
     split_path(t, &tparent, &tbase);
     _cleanup_close_ int tfd = open_in(u, tparent, O_PATH | O_DIRECTORY);
@@ -793,6 +797,10 @@ static int put_entry(struct unpacker *u, struct archive *a, struct archive_entry
          * the host's devices for whoever reaches the tree. Sockets cannot be
          * restored from an archive anyway.
          */
+        if (!u->skipped)
+            u->skipped = json_object();
+        if (u->skipped)
+            json_object_set_new(u->skipped, shown, json_null());
         return SBX_OK;
     }
 }
@@ -916,6 +924,7 @@ out:
         free(u.times[i].path);
     free(u.times);
     json_decref(u.made);
+    json_decref(u.skipped);
     archive_read_free(a);
     return rc;
 }
