@@ -53,7 +53,8 @@ static int check_store(const char *state_dir, sbx_error **err)
     _cleanup_free_ char *p = sbx__printf("%s/images", state_dir);
     if (!p)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    if (sbx__mkdir_p(p, 0700) < 0)
+    /* The state directory's own mode is state.c's business; images/ is made 0700 here. */
+    if ((sbx__mkdir_p(state_dir, 0755) < 0 || mkdir(p, 0700) < 0) && errno != EEXIST)
         return sbx__set_errno(err, SBX_ECREATE, errno, "cannot create the image store %s", p);
     _cleanup_close_ int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
