@@ -110,7 +110,8 @@ bool cli_parse_opts(const char *cmd, int argc, char **argv, unsigned takes, stru
             /* A byte count, with an optional binary suffix (16G = 16 GiB). */
             char *end = NULL;
             errno = 0;
-            unsigned long long v = optarg[0] >= '0' && optarg[0] <= '9' ? strtoull(optarg, &end, 10) : 0;
+            unsigned long long v =
+                optarg[0] >= '0' && optarg[0] <= '9' ? strtoull(optarg, &end, 10) : 0;
             int shift = !end ? -1 : !*end ? 0 : !strcmp(end, "K") ? 10 : !strcmp(end, "M") ? 20
                         : !strcmp(end, "G") ? 30 : !strcmp(end, "T") ? 40 : -1;
             if (!v || errno || shift < 0 || v > (~0ull >> shift)) {

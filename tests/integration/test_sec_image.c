@@ -80,8 +80,8 @@ static const char *sbx_bin(void)
 
 struct ent {
     const char *path;
-    char type;        /* f file, d dir, l symlink, h hard link, c char dev, p fifo */
-    const char *arg;  /* file data, link target */
+    char type;       /* f file, d dir, l symlink, h hard link, c char dev, p fifo */
+    const char *arg; /* file data, link target */
     mode_t mode;
 };
 
@@ -100,7 +100,9 @@ static void add_entry(struct archive *a, const struct ent *x)
         len = x->arg ? strlen(x->arg) : 0;
         archive_entry_set_size(e, (la_int64_t)len);
         break;
-    case 'd': archive_entry_set_filetype(e, AE_IFDIR); break;
+    case 'd':
+        archive_entry_set_filetype(e, AE_IFDIR);
+        break;
     case 'l':
         archive_entry_set_filetype(e, AE_IFLNK);
         archive_entry_set_symlink(e, x->arg);
@@ -113,7 +115,9 @@ static void add_entry(struct archive *a, const struct ent *x)
         archive_entry_set_filetype(e, AE_IFCHR);
         archive_entry_set_rdev(e, makedev(1, 3));
         break;
-    case 'p': archive_entry_set_filetype(e, AE_IFIFO); break;
+    case 'p':
+        archive_entry_set_filetype(e, AE_IFIFO);
+        break;
     }
     archive_entry_set_perm(e, perm);
     if (archive_write_header(a, e) != ARCHIVE_OK)
@@ -193,7 +197,7 @@ static void put_blob(const char *layout, const char *src, char hex[65])
 /* An OCI layout at `layout` of the given layer tarballs, in order. */
 static void make_oci(const char *layout, const char *const *layers, size_t n)
 {
-    sbx_buf m = { 0 };
+    sbx_buf m = {0};
     sbx__buf_printf(&m, "{\"schemaVersion\":2,\"layers\":[");
     for (size_t i = 0; i < n; i++) {
         char hex[65];
@@ -211,7 +215,8 @@ static void make_oci(const char *layout, const char *const *layers, size_t n)
     TAP_EQ_INT(write_text(mp, m.data), 0);
     sbx__buf_free(&m);
     put_blob(layout, mp, hex);
-    char *idx = sbx__printf("{\"schemaVersion\":2,\"manifests\":[{\"digest\":\"sha256:%s\"}]}", hex);
+    char *idx =
+        sbx__printf("{\"schemaVersion\":2,\"manifests\":[{\"digest\":\"sha256:%s\"}]}", hex);
     snprintf(ip, sizeof(ip), "%s/index.json", layout);
     TAP_EQ_INT(write_text(ip, idx), 0);
     free(idx);
@@ -300,7 +305,7 @@ static char *rootfs_of(const char *name)
 
 static int import(const char *name, const char *source, uint64_t max_bytes, sbx_error **e)
 {
-    sbx_linux_image_opts io = { .max_bytes = max_bytes };
+    sbx_linux_image_opts io = {.max_bytes = max_bytes};
     return sbx__linux_image_import(state_dir, name, source, &io, e);
 }
 
@@ -338,26 +343,26 @@ static void test_whiteouts_through_links_stay_in_the_image(void)
     snprintf(wh1, sizeof(wh1), "%s/victim", hd + 1);
     snprintf(wh2, sizeof(wh2), "%s/a", hd2 + 1);
     const struct ent layer1[] = {
-        { "evil", 'l', hd, 0777 },
-        { "evil2", 'l', hd2, 0777 },
-        { wh1, 'f', "image victim\n", 0644 },
-        { wh2, 'f', "image a\n", 0644 },
-        { "keep/old", 'f', "old\n", 0644 },
+        {"evil", 'l', hd, 0777},
+        {"evil2", 'l', hd2, 0777},
+        {wh1, 'f', "image victim\n", 0644},
+        {wh2, 'f', "image a\n", 0644},
+        {"keep/old", 'f', "old\n", 0644},
     };
     make_tar(l1, layer1, SBX_ARRAY_SIZE(layer1));
     const struct ent layer2[] = {
-        { "evil/.wh.victim", 'f', NULL, 0644 },
-        { "evil2/.wh..wh..opq", 'f', NULL, 0644 },
-        { "evil/.wh..", 'f', NULL, 0644 }, /* a whiteout of ".." is ignored */
-        { "evil/planted", 'f', "planted\n", 04755 },
+        {"evil/.wh.victim", 'f', NULL, 0644},
+        {"evil2/.wh..wh..opq", 'f', NULL, 0644},
+        {"evil/.wh..", 'f', NULL, 0644}, /* a whiteout of ".." is ignored */
+        {"evil/planted", 'f', "planted\n", 04755},
         /* A layer's whiteouts hide the lower layers only, not its own entries. */
-        { "keep/new", 'f', "new\n", 0644 },
-        { "keep/.wh..wh..opq", 'f', NULL, 0644 },
+        {"keep/new", 'f', "new\n", 0644},
+        {"keep/.wh..wh..opq", 'f', NULL, 0644},
     };
     make_tar(l2, layer2, SBX_ARRAY_SIZE(layer2));
     char layout[1024];
     snprintf(layout, sizeof(layout), "%s/oci", t);
-    const char *const layers[] = { l1, l2 };
+    const char *const layers[] = {l1, l2};
     make_oci(layout, layers, 2);
 
     sbx_error *e = NULL;
@@ -411,12 +416,12 @@ static void test_links_and_hard_links_resolve_inside_the_root(void)
 
     /* Through links: the writes land in the image's own <hd>. */
     const struct ent through[] = {
-        { "lnk", 'l', hd, 0777 },
-        { "lnk/planted", 'f', "planted\n", 0644 },
-        { "lnk/sub/deeper", 'f', "deeper\n", 0644 },
-        { "d", 'd', NULL, 0777 },
-        { "d", 'l', hd, 0777 }, /* replaces the directory; its mode/times must not follow */
-        { "lnk", 'd', NULL, 0777 }, /* and back: a link replaced by a directory */
+        {"lnk", 'l', hd, 0777},
+        {"lnk/planted", 'f', "planted\n", 0644},
+        {"lnk/sub/deeper", 'f', "deeper\n", 0644},
+        {"d", 'd', NULL, 0777},
+        {"d", 'l', hd, 0777},     /* replaces the directory; its mode/times must not follow */
+        {"lnk", 'd', NULL, 0777}, /* and back: a link replaced by a directory */
     };
     make_tar(tar, through, SBX_ARRAY_SIZE(through));
     sbx_error *e = NULL;
@@ -437,11 +442,11 @@ static void test_links_and_hard_links_resolve_inside_the_root(void)
     char abs_victim[4096], dotdot[4096];
     snprintf(abs_victim, sizeof(abs_victim), "%s/victim", hd);
     snprintf(dotdot, sizeof(dotdot), "../../../../../../../..%s/victim", hd);
-    const char *targets[] = { "lnk/victim", abs_victim, dotdot };
+    const char *targets[] = {"lnk/victim", abs_victim, dotdot};
     for (size_t i = 0; i < SBX_ARRAY_SIZE(targets); i++) {
         const struct ent hl[] = {
-            { "lnk", 'l', hd, 0777 },
-            { "hl", 'h', targets[i], 0644 },
+            {"lnk", 'l', hd, 0777},
+            {"hl", 'h', targets[i], 0644},
         };
         make_tar(tar, hl, SBX_ARRAY_SIZE(hl));
         e = NULL;
@@ -471,19 +476,20 @@ static void test_oci_manifest_must_match_its_digest(void)
     snprintf(l2, sizeof(l2), "%s/l2.tar", t);
     snprintf(a, sizeof(a), "%s/a", t);
     snprintf(b, sizeof(b), "%s/b", t);
-    const struct ent good[] = { { "etc/marker", 'f', "genuine\n", 0644 } };
-    const struct ent evil[] = { { "etc/marker", 'f', "planted\n", 0644 } };
+    const struct ent good[] = {{"etc/marker", 'f', "genuine\n", 0644}};
+    const struct ent evil[] = {{"etc/marker", 'f', "planted\n", 0644}};
     make_tar(l1, good, 1);
     make_tar(l2, evil, 1);
-    const char *const la[] = { l1 }, *const lb[] = { l2 };
+    const char *const la[] = {l1}, *const lb[] = {l2};
     make_oci(a, la, 1);
     make_oci(b, lb, 1);
     /* a's manifest digest, b's manifest bytes (and b's layer, so it would unpack). */
     char ha[65];
     snprintf(out, sizeof(out), "%s.manifest", a);
     sha256_file(out, ha);
-    TAP_EQ_INT(run_cmd(out, sizeof(out), "cp %s.manifest %s/blobs/sha256/%s && cp %s/blobs/sha256/* "
-                                         "%s/blobs/sha256/",
+    TAP_EQ_INT(run_cmd(out, sizeof(out),
+                       "cp %s.manifest %s/blobs/sha256/%s && cp %s/blobs/sha256/* "
+                       "%s/blobs/sha256/",
                        b, a, ha, b, a),
                0);
     sbx_error *e = NULL;
@@ -583,9 +589,9 @@ static void test_store_private_no_devices_setuid_unreachable(void)
     archive_entry_free(e);
     free(data);
     const struct ent more[] = {
-        { "dev/mem0", 'c', NULL, 0666 },
-        { "dev/mem1", 'h', "dev/mem0", 0666 }, /* a hard link to it is skipped with it */
-        { "fifo", 'p', NULL, 0600 },
+        {"dev/mem0", 'c', NULL, 0666},
+        {"dev/mem1", 'h', "dev/mem0", 0666}, /* a hard link to it is skipped with it */
+        {"fifo", 'p', NULL, 0600},
     };
     for (size_t i = 0; i < SBX_ARRAY_SIZE(more); i++)
         add_entry(a, &more[i]);
@@ -668,9 +674,9 @@ static void test_non_regular_sources_refused(void)
     char layout[1024], l1[1024], blob[4096], hex[65], out[512];
     snprintf(layout, sizeof(layout), "%s/oci", t);
     snprintf(l1, sizeof(l1), "%s/l1.tar", t);
-    const struct ent one[] = { { "a", 'f', "a\n", 0644 } };
+    const struct ent one[] = {{"a", 'f', "a\n", 0644}};
     make_tar(l1, one, 1);
-    const char *const layers[] = { l1 };
+    const char *const layers[] = {l1};
     make_oci(layout, layers, 1);
     sha256_file(l1, hex);
     snprintf(blob, sizeof(blob), "%s/blobs/sha256/%s", layout, hex);
@@ -709,7 +715,7 @@ static pid_t spawn_import(const char *name, const char *src, const char *max, in
     pid_t pid = fork();
     if (pid == 0) {
         /* Default dispositions: the test harness may have changed them. */
-        struct sigaction dfl = { .sa_handler = SIG_DFL };
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
         sigaction(SIGINT, &dfl, NULL);
         sigaction(SIGTERM, &dfl, NULL);
         sigset_t none;
@@ -767,7 +773,7 @@ static void test_import_interruptible_and_gc_removes_abandoned(void)
     snprintf(bomb, sizeof(bomb), "%s/bomb.tar.zst", tap_tmpdir());
     /* 1 GiB of zeros; --max-bytes 512M: the import cannot finish before the signal. */
     make_bomb(bomb, 1ll << 30);
-    const int sigs[] = { SIGTERM, SIGINT };
+    const int sigs[] = {SIGTERM, SIGINT};
     for (size_t i = 0; i < SBX_ARRAY_SIZE(sigs); i++) {
         int fd;
         char err[8192] = "";
@@ -959,7 +965,7 @@ static void test_deep_and_long_paths_refused(void)
     for (int i = 0; i < 300; i++)
         memcpy(deep + 2 * i, "a/", 2);
     memcpy(deep + 600, "f", 2);
-    const struct ent d1[] = { { deep, 'f', "x\n", 0644 } };
+    const struct ent d1[] = {{deep, 'f', "x\n", 0644}};
     make_tar(tar, d1, 1);
     sbx_error *e = NULL;
     TAP_EQ_INT(import("deep", tar, 0, &e), SBX_EINVAL);
@@ -976,9 +982,9 @@ static void test_deep_and_long_paths_refused(void)
     snprintf(target, sizeof(target), "/%s", lvl);
     snprintf(p2, sizeof(p2), "L/%s/f", lvl);
     const struct ent d2[] = {
-        { lvl, 'd', NULL, 0755 },
-        { "L", 'l', target, 0777 },
-        { p2, 'f', "x\n", 0644 },
+        {lvl, 'd', NULL, 0755},
+        {"L", 'l', target, 0777},
+        {p2, 'f', "x\n", 0644},
     };
     make_tar(tar, d2, SBX_ARRAY_SIZE(d2));
     e = NULL;
@@ -998,8 +1004,8 @@ static void test_deep_and_long_paths_refused(void)
         memcpy(far + 1 + 2 * i, "c/", 2);
     memcpy(far + 3001, "end", 4);
     const struct ent d3[] = {
-        { "x", 'l', far, 0777 },
-        { "x/f", 'f', "x\n", 0644 },
+        {"x", 'l', far, 0777},
+        {"x/f", 'f', "x\n", 0644},
     };
     make_tar(tar, d3, SBX_ARRAY_SIZE(d3));
     e = NULL;

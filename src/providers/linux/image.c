@@ -356,7 +356,8 @@ static int depth_of(int fd, int root_depth)
     snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
     ssize_t n = readlink(link, path, sizeof(path));
     if (n < 0)
-        return errno == ENAMETOOLONG ? -1 : 0; /* no /proc: the entry and inroot bounds still hold */
+        /* Without /proc the name's own bound (256 components) still holds. */
+        return errno == ENAMETOOLONG ? -1 : 0;
     if ((size_t)n >= sizeof(path))
         return -1;
     int d = 0;
@@ -587,9 +588,8 @@ static int write_data(struct unpacker *u, struct archive *a, struct archive_entr
         /* Data actually written is what fills the disk: sparse holes are not counted. */
         if (len > c->max_bytes - c->bytes)
             return sbx__set_error(
-                err, BAD_SOURCE,
-                "the image unpacks to more than %llu bytes (at %s); %s", (unsigned long long)c->max_bytes,
-                path,
+                err, BAD_SOURCE, "the image unpacks to more than %llu bytes (at %s); %s",
+                (unsigned long long)c->max_bytes, path,
                 c->max_is_default
                     ? "the default cap is the smaller of 16 GiB and half the free space of the "
                       "state directory's filesystem: set the linux provider's max_image_bytes "
@@ -757,7 +757,7 @@ static int put_entry(struct unpacker *u, struct archive *a, struct archive_entry
         return SBX_OK;
     }
     case AE_IFREG: {
-        /* O_EXCL|O_NOFOLLOW: a new inode, never a write through a link or into a hard-linked file. */
+        /* O_EXCL|O_NOFOLLOW: a new inode, never a write through a link or into a hard link. */
         _cleanup_close_ int fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
                                                        O_CLOEXEC, 0600);
         if (fd < 0)
@@ -832,7 +832,9 @@ static void apply_dir_meta(struct unpacker *u)
 static int unpack(struct reader *r, int rootfd, bool oci, sbx_error **err)
 {
     struct import_ctl *c = r->ctl;
-    struct unpacker u = { .rootfd = rootfd, .pfd = -1, .ctl = c, .made = oci ? json_object() : NULL };
+    struct unpacker u = {
+        .rootfd = rootfd, .pfd = -1, .ctl = c, .made = oci ? json_object() : NULL
+    };
     u.root_depth = depth_of(rootfd, 0);
     struct archive *a = archive_read_new();
     if (!a)

@@ -27,7 +27,8 @@ int sbx__linux_image_gc(const char *state_dir, bool dry_run)
     int n = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
-        const char *t = !strncmp(de->d_name, "tmp-", 4) ? de->d_name + 4 : strstr(de->d_name, ".tmp-");
+        const char *t =
+            !strncmp(de->d_name, "tmp-", 4) ? de->d_name + 4 : strstr(de->d_name, ".tmp-");
         if (!t)
             continue;
         if (*t == '.')
