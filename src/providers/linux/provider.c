@@ -23,11 +23,11 @@
 #include <limits.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <stdatomic.h>
 #include <sys/wait.h>
 #include <time.h>
 
