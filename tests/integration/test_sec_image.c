@@ -953,6 +953,78 @@ static void test_bomb_capped_and_nothing_left(void)
     umount2(small, MNT_DETACH);
 }
 
+/*
+ * The unpacked tree is a working image: a box runs from it, sees the
+ * setuid bit kept (in the box no_new_privs makes it grant nothing), the
+ * file written through `lnk -> /etc` in its own /etc, and no device node
+ * from the layer (its /dev is sbx's).
+ */
+static void test_box_runs_from_a_hostile_image(void)
+{
+    setup();
+    if (access("/bin/busybox", X_OK) != 0)
+        TAP_SKIP("busybox-static is not installed");
+    const char *t = tap_tmpdir();
+    char tar[1024];
+    snprintf(tar, sizeof(tar), "%s/bb.tar", t);
+    char *bb = NULL;
+    size_t bl = 0;
+    TAP_EQ_INT(sbx__read_file("/bin/busybox", &bb, &bl), 0);
+    struct archive *a = archive_write_new();
+    archive_write_set_format_pax_restricted(a);
+    TAP_EQ_INT(archive_write_open_filename(a, tar), ARCHIVE_OK);
+    const char *progs[] = { "bin/busybox", "bin/suid" };
+    for (size_t i = 0; i < 2; i++) {
+        struct archive_entry *e = archive_entry_new();
+        archive_entry_set_pathname(e, progs[i]);
+        archive_entry_set_filetype(e, AE_IFREG);
+        archive_entry_set_perm(e, i ? 04755 : 0755);
+        archive_entry_set_size(e, (la_int64_t)bl);
+        TAP_EQ_INT(archive_write_header(a, e), ARCHIVE_OK);
+        TAP_EQ_INT(archive_write_data(a, bb, bl), (la_ssize_t)bl);
+        archive_entry_free(e);
+    }
+    free(bb);
+    const struct ent rest[] = {
+        { "bin/sh", 'l', "busybox", 0777 },
+        { "etc/passwd", 'f', "root:x:0:0:root:/root:/bin/sh\n", 0644 },
+        { "lnk", 'l', "/etc", 0777 },
+        { "lnk/planted", 'f', "planted\n", 0644 },
+        { "dev/evil", 'c', NULL, 0666 },
+    };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(rest); i++)
+        add_entry(a, &rest[i]);
+    archive_write_free(a);
+
+    sbx_provider *p = NULL;
+    sbx_error *e = NULL;
+    TAP_OK(sbx_provider_new("{\"linux\": {}}", &p, &e));
+    sbx_spec *s = sbx_spec_new();
+    sbx_spec_set_image(s, tar);
+    sbx_sandbox *sb = NULL;
+    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
+    if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
+        TAP_FAIL("start: %s", sbx_error_message(e));
+    sbx_exec_result *r = NULL;
+    TAP_OK(sbx_sandbox_exec(sb,
+                            "/bin/busybox stat -c %a /bin/suid; /bin/busybox cat /etc/planted; "
+                            "/bin/busybox test -e /dev/evil && echo evil || echo no-evil",
+                            NULL, &r, &e));
+    const char *out = sbx_exec_result_stdout(r, NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+    TAP_EQ_STR(out ? out : "", "4755\nplanted\nno-evil\n");
+    sbx_exec_result_free(r);
+    TAP_OK(sbx_sandbox_stop(sb, &e));
+    sbx_sandbox_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    /* The box left nothing (its directory goes with its shim). */
+    char boxes[4096];
+    snprintf(boxes, sizeof(boxes), "%s/boxes", state_dir);
+    TAP_TRUE(count_dir_entries(boxes) <= 0);
+    store_clean(NULL);
+}
+
 static void test_deep_and_long_paths_refused(void)
 {
     setup();
@@ -1017,7 +1089,7 @@ static void test_deep_and_long_paths_refused(void)
 
 TAP_MAIN(TAP(test_whiteouts_through_links_stay_in_the_image),
          TAP(test_links_and_hard_links_resolve_inside_the_root),
-         TAP(test_oci_manifest_must_match_its_digest),
+         TAP(test_oci_manifest_must_match_its_digest), TAP(test_box_runs_from_a_hostile_image),
          TAP(test_store_private_no_devices_setuid_unreachable),
          TAP(test_non_regular_sources_refused),
          TAP_T(test_import_interruptible_and_gc_removes_abandoned, 120),
