@@ -64,6 +64,7 @@ enum {
     CLI_OPT_LABEL = 1012,  /* --label K=V */
     CLI_OPT_RUN_ID = 1015, /* --run-id R */
     CLI_OPT_JSON = 2004,   /* --json */
+    CLI_OPT_MAX_BYTES = 2005, /* --max-bytes N (image import) */
 };
 
 /* Which of the shared options a command takes (-h/--help: every command). */
@@ -76,6 +77,7 @@ enum {
     CLI_TAKES_RUN_ID = 1 << 5,   /* --run-id R */
     CLI_TAKES_PROGRESS = 1 << 6, /* --progress, --no-progress */
     CLI_NO_OPERANDS = 1 << 7,    /* an argument after the options is a usage error */
+    CLI_TAKES_MAX_BYTES = 1 << 8, /* --max-bytes N[K|M|G|T] */
 };
 
 /* The options of the commands that make no box (ls, status, stop, gc, cp, providers, image). */
@@ -86,6 +88,7 @@ struct cli_opts {
     bool dry_run;  /* -n, --dry-run */
     int progress;  /* --progress: 1, --no-progress: 0, neither: -1 */
     sbx_kv labels; /* --label K=V, and --run-id R as run_id=R */
+    unsigned long long max_bytes; /* --max-bytes; 0: not given */
 };
 
 /*

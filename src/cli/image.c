@@ -28,6 +28,7 @@ static void human_bytes(uint64_t n, char *buf, size_t len)
 
 struct progress {
     const char *name;
+    bool show;        /* print progress (else the callback only polls for a signal) */
     bool tty;         /* redraw one line with \r; otherwise a line per step */
     long long bucket; /* the step last printed */
     bool printed;
@@ -41,7 +42,7 @@ struct progress {
 static void on_progress(const char *stage, uint64_t done, uint64_t total, void *data)
 {
     struct progress *p = data;
-    if (!strcmp(stage, "done"))
+    if (!p->show || !strcmp(stage, "done"))
         return;
     int pct = total ? (int)(done * 100 / total) : -1;
     if (pct > 100)
@@ -86,11 +87,18 @@ static json_t *find_image(const char *sd, const char *name)
     return found;
 }
 
+static bool import_cancelled(void *data)
+{
+    (void)data;
+    return cli_signal_received() != 0;
+}
+
 static int cmd_import(int argc, char **argv, const char *sd)
 {
     _cleanup_cli_opts_ struct cli_opts o = {0};
     int rc;
-    if (!cli_parse_opts("image", argc, argv, CLI_TAKES_PROGRESS | CLI_TAKES_JSON, &o, &rc))
+    if (!cli_parse_opts("image", argc, argv,
+                        CLI_TAKES_PROGRESS | CLI_TAKES_JSON | CLI_TAKES_MAX_BYTES, &o, &rc))
         return rc;
     if (argc - optind != 2)
         return cli_usage_error("image", "image import expects NAME SOURCE, got %d argument%s",
@@ -101,14 +109,25 @@ static int cmd_import(int argc, char **argv, const char *sd)
         cli_error("importing %s: cannot read %s: %s", name, source, strerror(errno));
         return CLI_EXIT_FAIL;
     }
+    /* An import of any size answers SIGINT/SIGTERM/SIGHUP: it stops and leaves nothing. */
+    if (cli_signals_install() < 0) {
+        cli_error("cannot set up: %s", strerror(errno));
+        return CLI_EXIT_SBX;
+    }
     bool tty = isatty(2);
-    struct progress pr = {.name = name, .tty = tty};
     /* Progress by default when stderr is a terminal. */
-    bool want = o.progress == 1 || (o.progress == -1 && tty);
+    struct progress pr = {.name = name, .tty = tty,
+                          .show = o.progress == 1 || (o.progress == -1 && tty)};
+    sbx_linux_image_opts io = {.progress = on_progress, .data = &pr,
+                               .cancelled = import_cancelled, .max_bytes = o.max_bytes};
     sbx_error *e = NULL;
-    rc = sbx__linux_image_import(sd, name, source, want ? on_progress : NULL, &pr, &e);
+    rc = sbx__linux_image_import(sd, name, source, &io, &e);
     if (pr.printed && tty)
         fputc('\n', stderr);
+    if (rc == SBX_ECANCELED || (rc < 0 && cli_signal_received())) {
+        sbx_error_free(e);
+        return cli_interrupted("nothing was imported");
+    }
     if (rc < 0) {
         /*
          * A bad name is a usage error; a missing or unusable source (not an

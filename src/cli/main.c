@@ -85,14 +85,17 @@ static const struct command commands[] = {
       "  --run-id R             the same as --label run_id=R\n"
       "  --json                 print a JSON array\n",
       "Also removes what dead linux boxes left (orphans: shim gone) in the linux\n"
-      "provider's state directory, and linux boxes whose TTL passed.\n" },
+      "provider's state directory, linux boxes whose TTL passed, and the temporary\n"
+      "trees of image imports whose process is gone.\n" },
     { "image", cli_cmd_image, "sbx image import|ls|rm ...",
       "manage the linux provider's images",
-      "  sbx image import [--progress] [--json] NAME SOURCE\n"
+      "  sbx image import [--progress] [--json] [--max-bytes N] NAME SOURCE\n"
       "                         unpack SOURCE (a tarball, compressed or not, such as\n"
       "                         docker export or mmdebstrap make; a directory; an OCI\n"
       "                         layout, or oci:DIR[:TAG]) and name it NAME; progress\n"
-      "                         goes to stderr on a terminal or with --progress\n"
+      "                         goes to stderr on a terminal or with --progress;\n"
+      "                         --max-bytes caps the unpacked data (K, M, G, T;\n"
+      "                         default: 16G or half the free space, the smaller)\n"
       "  sbx image ls [-q] [--json]\n"
       "                         imported images: name, digest, size, created, source\n"
       "  sbx image rm [--force] NAME...\n"

@@ -69,6 +69,7 @@ bool cli_parse_opts(const char *cmd, int argc, char **argv, unsigned takes, stru
         { CLI_TAKES_RUN_ID, false, { "run-id", required_argument, NULL, CLI_OPT_RUN_ID } },
         { CLI_TAKES_PROGRESS, false, { "progress", no_argument, NULL, 'p' } },
         { CLI_TAKES_PROGRESS, false, { "no-progress", no_argument, NULL, 'P' } },
+        { CLI_TAKES_MAX_BYTES, false, { "max-bytes", required_argument, NULL, CLI_OPT_MAX_BYTES } },
         { 0, true, { "help", no_argument, NULL, 'h' } },
     };
     struct option longopts[SBX_ARRAY_SIZE(table) + 1];
@@ -105,6 +106,22 @@ bool cli_parse_opts(const char *cmd, int argc, char **argv, unsigned takes, stru
             break;
         /* The run id a box was labelled with: the same as --label run_id=R. */
         case CLI_OPT_RUN_ID: sbx__kv_set(&o->labels, "run_id", optarg); break;
+        case CLI_OPT_MAX_BYTES: {
+            /* A byte count, with an optional binary suffix (16G = 16 GiB). */
+            char *end = NULL;
+            errno = 0;
+            unsigned long long v =
+                optarg[0] >= '0' && optarg[0] <= '9' ? strtoull(optarg, &end, 10) : 0;
+            int shift = !end ? -1 : !*end ? 0 : !strcmp(end, "K") ? 10 : !strcmp(end, "M") ? 20
+                        : !strcmp(end, "G") ? 30 : !strcmp(end, "T") ? 40 : -1;
+            if (!v || errno || shift < 0 || v > (~0ull >> shift)) {
+                *exit_code = cli_usage_error(cmd, "--max-bytes wants a positive byte count "
+                                                  "(suffixes K, M, G, T), got '%s'", optarg);
+                goto end;
+            }
+            o->max_bytes = v << shift;
+            break;
+        }
         default: *exit_code = cli_bad_option(cmd, c, argv); goto end;
         }
     }

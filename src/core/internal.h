@@ -117,6 +117,8 @@ SBX_INTERNAL int sbx__kv_copy(sbx_kv *dst, const sbx_kv *src);
 SBX_INTERNAL int sbx__mkdir_p(const char *path, mode_t mode);
 /* rm -rf that never crosses into another mount. */
 SBX_INTERNAL int sbx__rm_rf(const char *path);
+/* The same for `name` under `dirfd`, never following a link (not even at `name`). */
+SBX_INTERNAL int sbx__rm_rf_at(int dirfd, const char *name);
 SBX_INTERNAL int sbx__read_file(const char *path, char **data, size_t *len);
 /* Writes atomically (temp file + rename). */
 SBX_INTERNAL int sbx__write_file_atomic(const char *path, const void *data, size_t len,

@@ -336,6 +336,14 @@ static int rm_rf_at(int parent, const char *name, dev_t dev)
     return rc;
 }
 
+int sbx__rm_rf_at(int dirfd, const char *name)
+{
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return errno == ENOENT ? 0 : -1;
+    return rm_rf_at(dirfd, name, st.st_dev);
+}
+
 int sbx__rm_rf(const char *path)
 {
     struct stat st;

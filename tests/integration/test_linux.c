@@ -835,7 +835,8 @@ static void test_image_import_list_remove(void)
     char dir[512], tar[512];
     busybox_rootfs(dir, sizeof(dir), tar, sizeof(tar));
     uint64_t seen = 0;
-    TAP_OK(sbx__linux_image_import(state_dir, "bb", tar, progress_cb, &seen, &e_));
+    sbx_linux_image_opts io = { .progress = progress_cb, .data = &seen };
+    TAP_OK(sbx__linux_image_import(state_dir, "bb", tar, &io, &e_));
     TAP_TRUE(seen > 0);
     sbx_linux_image_info *v = NULL;
     size_t n = 0;
@@ -869,7 +870,7 @@ static void test_image_import_list_remove(void)
     snprintf(garbage, sizeof(garbage), "%s/garbage.tar", tap_tmpdir());
     TAP_EQ_INT(sbx__write_file_atomic(garbage, "not a tarball, not at all", 25, 0644), 0);
     e = NULL;
-    TAP_EQ_INT(sbx__linux_image_import(state_dir, "g", garbage, NULL, NULL, &e), SBX_EINVAL);
+    TAP_EQ_INT(sbx__linux_image_import(state_dir, "g", garbage, NULL, &e), SBX_EINVAL);
     TAP_CONTAINS(sbx_error_message(e), "not a tar archive");
     sbx_error_free(e);
     sbx_spec_set_image(s, garbage);

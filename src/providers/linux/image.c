@@ -17,6 +17,8 @@
  */
 #include "providers/linux/linux.h"
 
+#include "core/inroot.h"
+
 #include <archive.h>
 #include <archive_entry.h>
 #include <dirent.h>
@@ -24,6 +26,8 @@
 #include <nettle/sha2.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
 #include <time.h>
 
 /* Finishes `s` (nettle resets it for reuse) and writes the digest as 64 hex digits. */
@@ -35,12 +39,48 @@ static void sha256_hex(struct sha256_ctx *s, char out[65])
         snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
+/*
+ * The store's root, images/, is reachable by its owner only (0700, owned by
+ * whoever runs sbx: root for the linux provider). Its trees keep what their
+ * programs need in a box — setuid files, file capabilities, root-owned
+ * files — and nobody else on the host may reach them: a setuid-root file
+ * there would be a way to root for any local user. A store made by an older
+ * sbx (0755) is tightened here; one owned by someone else, or a link, is
+ * refused.
+ */
+static int check_store(const char *state_dir, sbx_error **err)
+{
+    _cleanup_free_ char *p = sbx__printf("%s/images", state_dir);
+    if (!p)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    /* The state directory's own mode is state.c's business; images/ is made 0700 here. */
+    if ((sbx__mkdir_p(state_dir, 0755) < 0 || mkdir(p, 0700) < 0) && errno != EEXIST)
+        return sbx__set_errno(err, SBX_ECREATE, errno, "cannot create the image store %s", p);
+    _cleanup_close_ int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0)
+        return sbx__set_errno(err, SBX_ECREATE, errno,
+                              "the image store %s is not a directory (a link?): remove it", p);
+    if (st.st_uid != geteuid())
+        return sbx__set_error(err, SBX_ECREATE,
+                              "the image store %s belongs to uid %u, not to this user (%u): "
+                              "remove it or use another state_dir",
+                              p, (unsigned)st.st_uid, (unsigned)geteuid());
+    if ((st.st_mode & 077) && fchmod(fd, 0700) < 0)
+        return sbx__set_errno(err, SBX_ECREATE, errno, "cannot make the image store %s private",
+                              p);
+    return SBX_OK;
+}
+
 static int mkdir_for(const char *state_dir, const char *sub, char **out, sbx_error **err)
 {
+    int rc = check_store(state_dir, err);
+    if (rc < 0)
+        return rc;
     char *p = sbx__printf("%s/images/%s", state_dir, sub);
     if (!p)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    if (sbx__mkdir_p(p, 0755) < 0) {
+    if (sbx__mkdir_p(p, 0700) < 0) {
         int e = errno;
         free(p);
         return sbx__set_errno(err, SBX_ECREATE, e, "cannot create the image cache under %s",
@@ -83,6 +123,19 @@ static void copy_file(const char *src, const char *dst)
         (void)w;
     }
     free(data);
+}
+
+/*
+ * A temporary tree's name carries its owner (pid and start time), so that
+ * sbx__linux_image_gc can tell an import in progress from one whose process
+ * died: "<prefix>tmp-<pid>-<start>-<random>".
+ */
+static char *tmp_path(const char *prefix)
+{
+    char hex[17];
+    sbx__random_hex(hex, 8);
+    return sbx__printf("%stmp-%d-%llu-%s", prefix, (int)getpid(),
+                       sbx__linux_proc_start(getpid()), hex);
 }
 
 /* --- the "none" image ---------------------------------------------------- */
@@ -171,9 +224,8 @@ static int none_image(const char *state_dir, char **out, sbx_error **err)
         *out = dir;
         return SBX_OK;
     }
-    char hex[17];
-    sbx__random_hex(hex, 8);
-    _cleanup_free_ char *tmp = sbx__printf("%s.tmp-%s", dir, hex);
+    _cleanup_free_ char *pre = sbx__printf("%s.", dir);
+    _cleanup_free_ char *tmp = pre ? tmp_path(pre) : NULL;
     if (!tmp || mkdir(tmp, 0755) < 0) {
         free(dir);
         return sbx__set_errno(err, SBX_ECREATE, errno, "cannot create the none image");
@@ -193,20 +245,50 @@ static int none_image(const char *state_dir, char **out, sbx_error **err)
 
 /* --- unpacking ------------------------------------------------------------ */
 
+/*
+ * Bounds of one import, all layers together. The byte cap is the
+ * configurable one (sbx_linux_image_opts.max_bytes, the provider's
+ * max_image_bytes); entries and nesting have fixed bounds far above real
+ * images (a Debian tree has ~20k entries and ~15 levels; the largest CUDA
+ * images ~300k entries) that stop inode bombs and trees too deep for the
+ * removal code (one descriptor per level) and core/inroot.c's walk (256).
+ */
+#define MAX_IMAGE_ENTRIES 4000000
+#define MAX_IMAGE_DEPTH 256
+#define DEFAULT_MAX_IMAGE_BYTES (16ull << 30)
+
+struct import_ctl {
+    const sbx_linux_image_opts *opts;
+    uint64_t max_bytes; /* unpacked file data allowed */
+    bool max_is_default;
+    uint64_t bytes;     /* file data written so far, across layers */
+    uint64_t entries;
+};
+
+static bool cancelled(const struct import_ctl *c)
+{
+    return c->opts && c->opts->cancelled && c->opts->cancelled(c->opts->data);
+}
+
 struct reader {
     int fd;
     struct sha256_ctx sha;
     unsigned char buf[1 << 16];
     uint64_t done, total;
-    sbx_linux_progress_cb progress;
-    void *pdata;
+    struct import_ctl *ctl;
     const char *stage;
+    bool stopped; /* a cancel seen by read_cb */
 };
 
 static la_ssize_t read_cb(struct archive *a, void *data, const void **buf)
 {
-    (void)a;
     struct reader *r = data;
+    /* Checked per 64 KiB read: an import of any size answers a cancel promptly. */
+    if (cancelled(r->ctl)) {
+        r->stopped = true;
+        archive_set_error(a, ECANCELED, "cancelled");
+        return -1;
+    }
     ssize_t n;
     do
         n = read(r->fd, r->buf, sizeof(r->buf));
@@ -217,76 +299,569 @@ static la_ssize_t read_cb(struct archive *a, void *data, const void **buf)
     }
     sha256_update(&r->sha, (size_t)n, r->buf);
     r->done += (uint64_t)n;
-    if (r->progress)
-        r->progress(r->stage, r->done, r->total, r->pdata);
+    const sbx_linux_image_opts *o = r->ctl->opts;
+    if (o && o->progress)
+        o->progress(r->stage, r->done, r->total, o->data);
     *buf = r->buf;
     return n;
 }
 
-/* Removes `path` under `root` for an OCI whiteout; refuses to leave the root. */
-static void whiteout(const char *root, const char *dir, const char *name)
-{
-    if (!strcmp(name, ".wh..opq")) {
-        /* Opaque directory: the lower layers' contents of `dir` vanish. */
-        _cleanup_free_ char *d = sbx__printf("%s/%s", root, dir);
-        DIR *dh = d ? opendir(d) : NULL;
-        struct dirent *de;
-        while (dh && (de = readdir(dh))) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-                continue;
-            _cleanup_free_ char *p = sbx__printf("%s/%s", d, de->d_name);
-            if (p)
-                sbx__rm_rf(p);
-        }
-        if (dh)
-            closedir(dh);
-        return;
-    }
-    _cleanup_free_ char *p = sbx__printf("%s/%s%s%s", root, dir, *dir ? "/" : "", name);
-    if (p)
-        sbx__rm_rf(p);
-}
-
 /*
  * The source itself cannot be used (not an archive, a corrupt one, `..`
- * entries, a broken OCI layout): the input is at fault, not sbx. An import
- * reports it as such; sbx__linux_image_resolve turns it into SBX_ECREATE, as
- * every failed create is.
+ * entries, a broken OCI layout, too big): the input is at fault, not sbx. An
+ * import reports it as such; sbx__linux_image_resolve turns it into
+ * SBX_ECREATE, as every failed create is.
  */
 #define BAD_SOURCE SBX_EINVAL
 
 /*
- * Unpacks one tar stream (any compression libarchive knows) into `root`.
- * With `oci`, ".wh." entries are applied as whiteouts instead of written.
- * Paths are confined to `root` (no "..", no absolute paths, no writing
- * through symlinks).
+ * The writer of one layer. Nothing is written by a path from the host's
+ * "/": every entry's parent directory is opened inside the image root by
+ * the kernel (sbx__inroot_open: openat2 RESOLVE_IN_ROOT, or core/inroot.c's
+ * walk), so a link planted by this or an earlier layer (`evil -> /etc`) is
+ * followed *inside* the tree, as the box will see it; the entry itself is
+ * then made with *at() calls that never follow a link at its name. The
+ * same holds for whiteouts, hard link targets, modes, owners and times.
+ * (libarchive's archive_write_disk takes whole paths, and its SECURE flags
+ * neither cover whiteouts nor resolve links inside a root.)
  */
-static int unpack(struct reader *r, const char *root, bool oci, sbx_error **err)
+struct unpacker {
+    int rootfd;
+    int root_depth; /* '/' in the root's own path */
+    struct import_ctl *ctl;
+    /* The parent last opened: archives list a directory's entries together. */
+    char *pdir;
+    int pfd;
+    bool stale; /* something was removed: the cached parent may be gone */
+    /*
+     * Directory modes and times, set once the layer is written: adding
+     * entries changes the times, and a read-only mode would stop a non-root
+     * import from adding them.
+     */
+    struct dir_time {
+        char *path;
+        mode_t mode;
+        struct timespec ts[2];
+    } *times;
+    size_t ntimes, cap;
+    /*
+     * The paths this layer wrote (a set). Whiteouts hide the lower layers
+     * only (OCI image spec: a layer's own entries are not hidden by its
+     * whiteouts, whatever their order in the tar).
+     */
+    json_t *made;
+    /* Device nodes not created: a hard link to one is skipped too, not an error. */
+    json_t *skipped;
+};
+
+static void drop_parent(struct unpacker *u)
 {
-    struct archive *a = archive_read_new();
-    struct archive *w = archive_write_disk_new();
-    if (!a || !w) {
-        archive_read_free(a);
-        archive_write_free(w);
-        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (u->pfd >= 0)
+        close(u->pfd);
+    u->pfd = -1;
+    free(u->pdir);
+    u->pdir = NULL;
+    u->stale = false;
+}
+
+/* How many directories deep `fd` is under the root; -1 when too deep to name. */
+static int depth_of(int fd, int root_depth)
+{
+    char link[64], path[PATH_MAX];
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof(path));
+    if (n < 0)
+        /* Without /proc the name's own bound (256 components) still holds. */
+        return errno == ENAMETOOLONG ? -1 : 0;
+    if ((size_t)n >= sizeof(path))
+        return -1;
+    int d = 0;
+    for (ssize_t i = 0; i < n; i++)
+        d += path[i] == '/';
+    return d - root_depth;
+}
+
+/* `path` ("" for the root) opened inside the root with `flags`. */
+static int open_in(struct unpacker *u, const char *path, int flags)
+{
+    return sbx__inroot_open(u->rootfd, *path ? path : ".", flags, 0);
+}
+
+/*
+ * Makes the missing directories of `dir` one at a time, inside the root,
+ * each checked for depth before it is made (so no tree deeper than the
+ * bound ever exists, and removing it never runs out of descriptors). A
+ * missing component that is a link to nothing yet gets its target made in
+ * its place, as Docker and containerd do, itself resolved inside the root
+ * (core/inroot.c's mkdir_p does the same without the depth check). Returns
+ * an O_PATH descriptor of `dir`, or -1 with errno (E2BIG: too deep).
+ */
+static int make_dirs(struct unpacker *u, const char *dir, int links)
+{
+    _cleanup_free_ char *buf = strdup(dir);
+    if (!buf)
+        return -1;
+    int prev = open_in(u, "", O_PATH | O_DIRECTORY);
+    size_t len = strlen(buf);
+    for (size_t i = 0; prev >= 0 && i <= len; i++) {
+        if (buf[i] != '/' && buf[i] != 0)
+            continue;
+        if (i == 0 || buf[i - 1] == '/')
+            continue;
+        char saved = buf[i];
+        buf[i] = 0;
+        int fd = open_in(u, buf, O_PATH | O_DIRECTORY);
+        if (fd < 0 && errno == ENOENT) {
+            char *slash = strrchr(buf, '/');
+            const char *name = slash ? slash + 1 : buf;
+            int d = depth_of(prev, u->root_depth);
+            if (d < 0 || d + 1 >= MAX_IMAGE_DEPTH) {
+                close(prev);
+                errno = E2BIG;
+                return -1;
+            }
+            if (mkdirat(prev, name, 0755) == 0) {
+                fd = openat(prev, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            } else if (errno == EEXIST) {
+                /* A link to a path not there yet: make its target, then the rest under it. */
+                char target[PATH_MAX];
+                ssize_t tl = readlinkat(prev, name, target, sizeof(target) - 1);
+                close(prev);
+                if (tl < 0 || ++links > 40) {
+                    errno = tl < 0 ? errno : ELOOP;
+                    return -1;
+                }
+                target[tl] = 0;
+                if (slash)
+                    *slash = 0;
+                _cleanup_free_ char *next =
+                    target[0] == '/' ? sbx__printf("%s%s%s", target, saved ? "/" : "",
+                                                   saved ? buf + i + 1 : "")
+                                     : sbx__printf("%s/%s%s%s", slash ? buf : "", target,
+                                                   saved ? "/" : "", saved ? buf + i + 1 : "");
+                if (!next) {
+                    errno = ENOMEM;
+                    return -1;
+                }
+                return make_dirs(u, next, links);
+            }
+        }
+        int e = errno;
+        close(prev);
+        prev = fd;
+        errno = e;
+        buf[i] = saved;
     }
+    return prev;
+}
+
+/*
+ * The directory that receives `parent`'s entries (made when missing, inside
+ * the root too). -1 with errno; E2BIG when it lies too deep.
+ */
+static int parent_fd(struct unpacker *u, const char *parent)
+{
+    if (u->pfd >= 0 && !u->stale && !strcmp(u->pdir, parent))
+        return u->pfd;
+    drop_parent(u);
+    int fd = open_in(u, parent, O_PATH | O_DIRECTORY);
+    if (fd < 0 && errno == ENOENT)
+        fd = make_dirs(u, parent, 0);
+    if (fd < 0)
+        return -1;
+    int d = depth_of(fd, u->root_depth);
+    if (d < 0 || d >= MAX_IMAGE_DEPTH) {
+        close(fd);
+        errno = E2BIG;
+        return -1;
+    }
+    u->pdir = strdup(parent);
+    if (!u->pdir) {
+        close(fd);
+        errno = ENOMEM;
+        return -1;
+    }
+    u->pfd = fd;
+    return fd;
+}
+
+/* Whose fault a failed file operation is: a name the kernel refuses is the archive's. */
+static int code_for(int e)
+{
+    return e == ENAMETOOLONG || e == ELOOP || e == ENOTDIR || e == EEXIST ? BAD_SOURCE
+                                                                          : SBX_ECREATE;
+}
+
+/* Removes whatever is at `name` under `pfd` (a tree too), never following a link. */
+static int remove_at(struct unpacker *u, int pfd, const char *name)
+{
+    u->stale = true;
+    return sbx__rm_rf_at(pfd, name);
+}
+
+/*
+ * "./a//b/." -> "a/b" in place. 1: the root itself; -1: a ".." component
+ * (refused: RESOLVE_IN_ROOT would keep it inside, but an archive that
+ * climbs is malformed); 0: a path.
+ */
+static int clean_path(char *p)
+{
+    char *w = p;
+    const char *r = p;
+    while (*r) {
+        while (*r == '/')
+            r++;
+        const char *end = r;
+        while (*end && *end != '/')
+            end++;
+        size_t len = (size_t)(end - r);
+        if (len == 2 && r[0] == '.' && r[1] == '.')
+            return -1;
+        if (len && !(len == 1 && r[0] == '.')) {
+            if (w != p)
+                *w++ = '/';
+            memmove(w, r, len);
+            w += len;
+        }
+        r = end;
+    }
+    *w = 0;
+    return *p ? 0 : 1;
+}
+
+/* Splits a clean path at its last '/': `*base` points into it; the parent is "" for the root. */
+static void split_path(char *p, const char **parent, const char **base)
+{
+    char *slash = strrchr(p, '/');
+    if (slash) {
+        *slash = 0;
+        *parent = p;
+        *base = slash + 1;
+    } else {
+        *parent = "";
+        *base = p;
+    }
+}
+
+static void entry_times(struct archive_entry *e, struct timespec ts[2])
+{
+    ts[1].tv_sec = archive_entry_mtime_is_set(e) ? archive_entry_mtime(e) : 0;
+    ts[1].tv_nsec = archive_entry_mtime_is_set(e) ? archive_entry_mtime_nsec(e) : UTIME_OMIT;
+    if (archive_entry_atime_is_set(e)) {
+        ts[0].tv_sec = archive_entry_atime(e);
+        ts[0].tv_nsec = archive_entry_atime_nsec(e);
+    } else {
+        ts[0] = ts[1];
+    }
+}
+
+/*
+ * Owner, mode (setuid and all: the image's programs must work in the box as
+ * in Docker; the store is root's alone, see the file comment), the xattrs a
+ * box may rely on, and times, on an open file or directory. chown first:
+ * it clears setuid bits and file capabilities.
+ */
+static void set_meta(int fd, struct archive_entry *e, bool mode_and_times)
+{
+    if (fchown(fd, archive_entry_uid(e), archive_entry_gid(e)) < 0) {
+        /* Not root (a test's private store): files stay the importer's. */
+    }
+    if (mode_and_times && fchmod(fd, archive_entry_mode(e) & 07777) < 0) {
+        /* Only on a read-only or odd filesystem; the tree is still usable. */
+    }
+    const char *name;
+    const void *val;
+    size_t size;
+    archive_entry_xattr_reset(e);
+    while (archive_entry_xattr_next(e, &name, &val, &size) == ARCHIVE_OK) {
+        /*
+         * user.* and file capabilities only: trusted.* (overlayfs' own
+         * trusted.overlay.* among them) and the other security.* names would
+         * let a layer steer the box's overlay or LSMs.
+         */
+        if (!strncmp(name, "user.", 5) || !strcmp(name, "security.capability"))
+            (void)fsetxattr(fd, name, val, size, 0);
+    }
+    if (mode_and_times) {
+        struct timespec ts[2];
+        entry_times(e, ts);
+        (void)futimens(fd, ts);
+    }
+}
+
+static int write_data(struct unpacker *u, struct archive *a, struct archive_entry *e, int fd,
+                      const char *path, sbx_error **err)
+{
+    const void *buf;
+    size_t len;
+    la_int64_t off;
+    int k;
+    struct import_ctl *c = u->ctl;
+    while ((k = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK) {
+        if (cancelled(c))
+            return sbx__set_error(err, SBX_ECANCELED, "image import cancelled");
+        /* Data actually written is what fills the disk: sparse holes are not counted. */
+        if (len > c->max_bytes - c->bytes)
+            return sbx__set_error(
+                err, BAD_SOURCE, "the image unpacks to more than %llu bytes (at %s); %s",
+                (unsigned long long)c->max_bytes, path,
+                c->max_is_default
+                    ? "the default cap is the smaller of 16 GiB and half the free space of the "
+                      "state directory's filesystem: set the linux provider's max_image_bytes "
+                      "(or `sbx image import --max-bytes`) to allow more"
+                    : "raise max_image_bytes (or `sbx image import --max-bytes`) to allow more");
+        c->bytes += len;
+        const char *p = buf;
+        while (len) {
+            ssize_t n = pwrite(fd, p, len, off);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0)
+                return sbx__set_errno(err, SBX_ECREATE, errno, "writing %s of the image", path);
+            p += n;
+            len -= (size_t)n;
+            off += n;
+        }
+    }
+    if (k != ARCHIVE_EOF)
+        return sbx__set_error(err, BAD_SOURCE, "reading the image archive at %s: %s", path,
+                              archive_error_string(a));
+    /* A sparse file's trailing hole. */
+    if (archive_entry_size_is_set(e) && ftruncate(fd, archive_entry_size(e)) < 0)
+        return sbx__set_errno(err, SBX_ECREATE, errno, "writing %s of the image", path);
+    return SBX_OK;
+}
+
+/* Whether this layer wrote `dir`/`name` itself (then its whiteouts spare it). */
+static bool made_here(struct unpacker *u, const char *dir, const char *name)
+{
+    if (!u->made || !json_object_size(u->made))
+        return false;
+    _cleanup_free_ char *p = sbx__printf("%s%s%s", dir, *dir ? "/" : "", name);
+    return p && json_object_get(u->made, p) != NULL;
+}
+
+/* Applies an OCI whiteout: `name` (or, for ".wh..opq", everything) under `dir` goes. */
+static int whiteout(struct unpacker *u, const char *dir, const char *name, sbx_error **err)
+{
+    if (!*name || !strcmp(name, ".") || !strcmp(name, ".."))
+        return SBX_OK;
+    u->stale = true;
+    if (!strcmp(name, ".wh..opq")) {
+        /* Opaque directory: the lower layers' contents of `dir` vanish. */
+        int fd = open_in(u, dir, O_RDONLY | O_DIRECTORY);
+        if (fd < 0)
+            return errno == ENOENT || errno == ENOTDIR
+                       ? SBX_OK
+                       : sbx__set_errno(err, SBX_ECREATE, errno, "whiteout in %s", dir);
+        DIR *dh = fdopendir(fd);
+        if (!dh) {
+            close(fd);
+            return sbx__set_errno(err, SBX_ENOMEM, errno, "whiteout in %s", dir);
+        }
+        int rc = SBX_OK;
+        struct dirent *de;
+        while ((de = readdir(dh))) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+                made_here(u, dir, de->d_name))
+                continue;
+            if (sbx__rm_rf_at(dirfd(dh), de->d_name) < 0) {
+                rc = sbx__set_errno(err, SBX_ECREATE, errno, "whiteout of %s/%s", dir,
+                                    de->d_name);
+                break;
+            }
+        }
+        closedir(dh);
+        return rc;
+    }
+    if (made_here(u, dir, name))
+        return SBX_OK;
+    _cleanup_close_ int fd = open_in(u, dir, O_PATH | O_DIRECTORY);
+    if (fd < 0)
+        return errno == ENOENT || errno == ENOTDIR
+                   ? SBX_OK
+                   : sbx__set_errno(err, SBX_ECREATE, errno, "whiteout in %s", dir);
+    if (sbx__rm_rf_at(fd, name) < 0)
+        return sbx__set_errno(err, SBX_ECREATE, errno, "whiteout of %s/%s", dir, name);
+    return SBX_OK;
+}
+
+/* A hard link: both ends resolved inside the root; a link at the target is linked, not followed. */
+static int put_hardlink(struct unpacker *u, int pfd, const char *base, const char *path,
+                        const char *target, sbx_error **err)
+{
+    _cleanup_free_ char *t = strdup(target);
+    if (!t)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    int c = clean_path(t);
+    if (c != 0)
+        return sbx__set_error(err, BAD_SOURCE, "hard link %s points at %s, outside the image",
+                              path, target);
+    if (u->skipped && json_object_get(u->skipped, t))
+        return SBX_OK;
+    const char *tparent, *tbase;
+    split_path(t, &tparent, &tbase);
+    _cleanup_close_ int tfd = open_in(u, tparent, O_PATH | O_DIRECTORY);
+    struct stat ts, ds;
+    if (tfd < 0 || fstatat(tfd, tbase, &ts, AT_SYMLINK_NOFOLLOW) < 0)
+        return sbx__set_error(err, BAD_SOURCE, "hard link %s: its target %s is not in the image",
+                              path, target);
+    if (fstatat(pfd, base, &ds, AT_SYMLINK_NOFOLLOW) == 0) {
+        if (ds.st_dev == ts.st_dev && ds.st_ino == ts.st_ino)
+            return SBX_OK;
+        if (remove_at(u, pfd, base) < 0)
+            return sbx__set_errno(err, SBX_ECREATE, errno, "replacing %s in the image", path);
+    }
+    if (linkat(tfd, tbase, pfd, base, 0) < 0)
+        return sbx__set_errno(err, errno == EPERM ? BAD_SOURCE : SBX_ECREATE, errno,
+                              "hard link %s -> %s", path, target);
+    return SBX_OK;
+}
+
+/* Writes one entry (not a whiteout) at `path` (clean, not the root). */
+static int put_entry(struct unpacker *u, struct archive *a, struct archive_entry *e, char *path,
+                     sbx_error **err)
+{
+    _cleanup_free_ char *shown = strdup(path);
+    if (!shown)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    const char *parent, *base;
+    split_path(path, &parent, &base);
+    int pfd = parent_fd(u, parent);
+    /* ENAMETOOLONG: inroot.c's walk (no openat2) stops at the same depth. */
+    if (pfd < 0)
+        return errno == E2BIG || errno == ENAMETOOLONG
+                   ? sbx__set_error(err, BAD_SOURCE,
+                                    "%s lies more than %d directories deep (links followed), or "
+                                    "its path or a name in it is too long",
+                                    shown, MAX_IMAGE_DEPTH)
+                   : sbx__set_errno(err, code_for(errno), errno,
+                                    "cannot make the directory of %s in the image", shown);
+    const char *hl = archive_entry_hardlink(e);
+    if (hl)
+        return put_hardlink(u, pfd, base, shown, hl, err);
+    mode_t type = archive_entry_filetype(e);
+    struct stat st;
+    bool exists = fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0;
+    /* Whatever is there goes, except a directory a directory entry updates. */
+    if (exists && !(type == AE_IFDIR && S_ISDIR(st.st_mode))) {
+        if (remove_at(u, pfd, base) < 0)
+            return sbx__set_errno(err, SBX_ECREATE, errno, "replacing %s in the image", shown);
+    }
+    switch (type) {
+    case AE_IFDIR: {
+        if (!(exists && S_ISDIR(st.st_mode)) && mkdirat(pfd, base, 0700) < 0)
+            return sbx__set_errno(err, code_for(errno), errno, "mkdir %s in the image", shown);
+        _cleanup_close_ int fd =
+            openat(pfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            return sbx__set_errno(err, SBX_ECREATE, errno, "opening %s in the image", shown);
+        set_meta(fd, e, false);
+        if (u->ntimes == u->cap) {
+            size_t nc = u->cap ? u->cap * 2 : 256;
+            struct dir_time *nt = realloc(u->times, nc * sizeof(*nt));
+            if (!nt)
+                return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+            u->times = nt;
+            u->cap = nc;
+        }
+        u->times[u->ntimes].path = steal_pointer(&shown);
+        u->times[u->ntimes].mode = archive_entry_mode(e) & 07777;
+        entry_times(e, u->times[u->ntimes].ts);
+        u->ntimes++;
+        return SBX_OK;
+    }
+    case AE_IFREG: {
+        /* O_EXCL|O_NOFOLLOW: a new inode, never a write through a link or into a hard link. */
+        _cleanup_close_ int fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+                                                       O_CLOEXEC, 0600);
+        if (fd < 0)
+            return sbx__set_errno(err, code_for(errno), errno, "creating %s in the image", shown);
+        int rc = write_data(u, a, e, fd, shown, err);
+        if (rc < 0)
+            return rc;
+        set_meta(fd, e, true);
+        return SBX_OK;
+    }
+    case AE_IFLNK: {
+        const char *target = archive_entry_symlink(e);
+        if (!target || !*target)
+            return sbx__set_error(err, BAD_SOURCE, "symlink %s has no target", shown);
+        /* Any target is fine: the box and this unpacker resolve it inside the root. */
+        if (symlinkat(target, pfd, base) < 0)
+            return sbx__set_errno(err, code_for(errno), errno, "symlink %s in the image", shown);
+        (void)fchownat(pfd, base, archive_entry_uid(e), archive_entry_gid(e),
+                       AT_SYMLINK_NOFOLLOW);
+        struct timespec ts[2];
+        entry_times(e, ts);
+        (void)utimensat(pfd, base, ts, AT_SYMLINK_NOFOLLOW);
+        return SBX_OK;
+    }
+    case AE_IFIFO: {
+        /* A fifo carries no privilege: kept, as some programs expect theirs. */
+        if (mkfifoat(pfd, base, 0600) < 0)
+            return sbx__set_errno(err, code_for(errno), errno, "mkfifo %s in the image", shown);
+        _cleanup_close_ int fd = openat(pfd, base, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0)
+            set_meta(fd, e, true);
+        return SBX_OK;
+    }
+    default:
+        /*
+         * Device nodes are not created: a box's /dev is sbx's own, and a node
+         * in the image (`c 1,3 0666`, a disk's `b 8,0`) would be a door to
+         * the host's devices for whoever reaches the tree. Sockets cannot be
+         * restored from an archive anyway.
+         */
+        if (!u->skipped)
+            u->skipped = json_object();
+        if (u->skipped)
+            json_object_set_new(u->skipped, shown, json_null());
+        return SBX_OK;
+    }
+}
+
+/*
+ * Sets the directories' modes and times, now that their entries are
+ * written. Each is opened inside the root again, never through a link at
+ * its name: a later entry may have replaced the directory by a link to
+ * anywhere (libarchive's deferred chmod once followed such a link).
+ */
+static void apply_dir_meta(struct unpacker *u)
+{
+    for (size_t i = 0; i < u->ntimes; i++) {
+        int fd = open_in(u, u->times[i].path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+        if (fd >= 0) {
+            (void)fchmod(fd, u->times[i].mode);
+            (void)futimens(fd, u->times[i].ts);
+            close(fd);
+        }
+    }
+}
+
+/*
+ * Unpacks one tar stream (any compression libarchive knows) into the tree
+ * at `rootfd`. With `oci`, ".wh." entries are applied as whiteouts instead
+ * of written.
+ */
+static int unpack(struct reader *r, int rootfd, bool oci, sbx_error **err)
+{
+    struct import_ctl *c = r->ctl;
+    struct unpacker u = {
+        .rootfd = rootfd, .pfd = -1, .ctl = c, .made = oci ? json_object() : NULL
+    };
+    u.root_depth = depth_of(rootfd, 0);
+    struct archive *a = archive_read_new();
+    if (!a)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     archive_read_support_filter_all(a);
     archive_read_support_format_tar(a);
     archive_read_support_format_gnutar(a);
-    archive_write_disk_set_options(
-        w, ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_OWNER |
-               ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-               ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_UNLINK);
-    /*
-     * Names are rewritten to "<root>/<name>" below (libarchive has no
-     * extract-under-a-directory mode, and chdir is process-wide), so
-     * absolute paths are expected; leading slashes of the archive's own names
-     * are stripped first, ".." is refused, and no symlink on the way is
-     * followed (`root` itself is a realpath without symlinks).
-     */
     int rc = SBX_OK;
     if (archive_read_open(a, r, NULL, read_cb, NULL) != ARCHIVE_OK) {
-        rc = sbx__set_error(err, BAD_SOURCE, "not a tar archive: %s", archive_error_string(a));
+        rc = r->stopped ? sbx__set_error(err, SBX_ECANCELED, "image import cancelled")
+                        : sbx__set_error(err, BAD_SOURCE, "not a tar archive: %s",
+                                         archive_error_string(a));
         goto out;
     }
     struct archive_entry *e;
@@ -294,78 +869,81 @@ static int unpack(struct reader *r, const char *root, bool oci, sbx_error **err)
         int s = archive_read_next_header(a, &e);
         if (s == ARCHIVE_EOF)
             break;
+        if (r->stopped || cancelled(c)) {
+            rc = sbx__set_error(err, SBX_ECANCELED, "image import cancelled");
+            goto out;
+        }
         if (s < ARCHIVE_WARN) {
             rc = sbx__set_error(err, BAD_SOURCE, "reading the image archive: %s",
                                 archive_error_string(a));
             goto out;
         }
-        const char *orig = archive_entry_pathname(e);
-        _cleanup_free_ char *name_copy = orig ? strdup(orig) : NULL;
-        const char *name = name_copy;
-        while (name && name[0] == '.' && name[1] == '/')
-            name += 2;
-        while (name && name[0] == '/')
-            name++;
-        if (!name || !*name || !strcmp(name, "."))
-            continue;
-        if (oci) {
-            const char *base = strrchr(name, '/');
-            base = base ? base + 1 : name;
-            if (!strncmp(base, ".wh.", 4)) {
-                _cleanup_free_ char *dir = strndup(name, (size_t)(base - name));
-                if (dir && *dir && dir[strlen(dir) - 1] == '/')
-                    dir[strlen(dir) - 1] = 0;
-                if (dir && !strstr(dir, ".."))
-                    whiteout(root, dir, base + 4);
-                continue;
-            }
+        if (++c->entries > MAX_IMAGE_ENTRIES) {
+            rc = sbx__set_error(err, BAD_SOURCE, "the image has more than %d entries",
+                                MAX_IMAGE_ENTRIES);
+            goto out;
         }
-        _cleanup_free_ char *dst = sbx__printf("%s/%s", root, name);
-        if (!dst) {
+        const char *orig = archive_entry_pathname(e);
+        if (!orig)
+            continue;
+        if (strlen(orig) >= PATH_MAX) {
+            rc = sbx__set_error(err, BAD_SOURCE, "an entry's path is longer than %d bytes",
+                                PATH_MAX - 1);
+            goto out;
+        }
+        _cleanup_free_ char *path = strdup(orig);
+        if (!path) {
             rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
             goto out;
         }
-        archive_entry_set_pathname(e, dst);
-        const char *hl = archive_entry_hardlink(e);
-        _cleanup_free_ char *hdst = NULL;
-        if (hl) {
-            while (hl[0] == '.' && hl[1] == '/')
-                hl += 2;
-            while (hl[0] == '/')
-                hl++;
-            hdst = sbx__printf("%s/%s", root, hl);
-            archive_entry_set_hardlink(e, hdst);
-        }
-        s = archive_write_header(w, e);
-        if (s >= ARCHIVE_WARN && archive_entry_size(e) > 0) {
-            const void *buf;
-            size_t len;
-            la_int64_t off;
-            int k;
-            while ((k = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK)
-                if (archive_write_data_block(w, buf, len, off) < ARCHIVE_WARN)
-                    break;
-            if (k < ARCHIVE_WARN) {
-                rc = sbx__set_error(err, BAD_SOURCE, "reading the image archive: %s",
-                                    archive_error_string(a));
-                goto out;
-            }
-        }
-        if (s < ARCHIVE_WARN) {
-            /* A refused entry (`..`, through a symlink) has no errno; ENOSPC, EACCES do. */
-            int en = archive_errno(w);
-            rc = sbx__set_error(err, en > 0 ? SBX_ECREATE : BAD_SOURCE, "unpacking %s: %s", name,
-                                archive_error_string(w));
+        int cl = clean_path(path);
+        if (cl < 0) {
+            rc = sbx__set_error(err, BAD_SOURCE, "unpacking %s: a path with '..' leaves the image",
+                                orig);
             goto out;
         }
-        archive_write_finish_entry(w);
+        if (cl > 0)
+            continue; /* the root itself: the store's directory stays as it is */
+        size_t depth = 0;
+        for (const char *q = path; *q; q++)
+            depth += *q == '/';
+        if (depth >= MAX_IMAGE_DEPTH) {
+            rc = sbx__set_error(err, BAD_SOURCE, "%.200s... lies more than %d directories deep",
+                                path, MAX_IMAGE_DEPTH);
+            goto out;
+        }
+        if (oci) {
+            const char *slash = strrchr(path, '/');
+            const char *base = slash ? slash + 1 : path;
+            if (!strncmp(base, ".wh.", 4)) {
+                _cleanup_free_ char *dir = strndup(path, slash ? (size_t)(slash - path) : 0);
+                rc = dir ? whiteout(&u, dir, base + 4, err)
+                         : sbx__set_error(err, SBX_ENOMEM, "out of memory");
+                if (rc < 0)
+                    goto out;
+                continue;
+            }
+        }
+        if (oci && u.made)
+            json_object_set_new(u.made, path, json_null());
+        rc = put_entry(&u, a, e, path, err);
+        if (rc < 0)
+            goto out;
     }
+    apply_dir_meta(&u);
     /* Drain what follows the archive so the digest covers the whole file. */
     while (read_cb(a, r, &(const void *){ NULL }) > 0)
         ;
+    if (r->stopped)
+        rc = sbx__set_error(err, SBX_ECANCELED, "image import cancelled");
 out:
+    drop_parent(&u);
+    for (size_t i = 0; i < u.ntimes; i++)
+        free(u.times[i].path);
+    free(u.times);
+    json_decref(u.made);
+    json_decref(u.skipped);
     archive_read_free(a);
-    archive_write_free(w);
     return rc;
 }
 
@@ -435,34 +1013,89 @@ static char *source_key(const char *path, const struct stat *st)
     return strdup(hex);
 }
 
-/* Unpacks a tarball into the cache; `*digest_dir` is images/sha256-<hex>. */
-static int import_tarball(const char *images, const char *path, sbx_linux_progress_cb progress,
-                          void *pdata, char **digest_dir, sbx_error **err)
+/* What a file that cannot be an image source is, for the error. */
+static const char *kind_of(mode_t m)
 {
-    struct reader *r = calloc(1, sizeof(*r));
-    if (!r)
-        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    r->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (r->fd < 0) {
-        free(r);
-        return sbx__set_errno(err, SBX_ECREATE, errno, "cannot open image %s", path);
-    }
+    return S_ISCHR(m)    ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISFIFO(m) ? "a fifo"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a regular file";
+}
+
+/*
+ * Opens a file of a source for reading: a regular file only. /dev/zero, a
+ * fifo or a terminal would be read (and hashed) forever; O_NONBLOCK keeps
+ * the open itself from waiting on a fifo swapped in after a stat.
+ */
+static int open_regular(const char *path, sbx_error **err)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return sbx__set_errno(err, errno == ENOENT ? BAD_SOURCE : SBX_ECREATE, errno,
+                              "cannot open %s", path);
     struct stat st;
-    fstat(r->fd, &st);
-    r->total = (uint64_t)st.st_size;
-    r->progress = progress;
-    r->pdata = pdata;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return sbx__set_error(err, BAD_SOURCE,
+                              "%s is %s: an image source is a regular file (a tarball) or a "
+                              "directory (a root tree or an OCI layout)",
+                              path, kind_of(st.st_mode));
+    }
+    fcntl(fd, F_SETFL, 0);
+    return fd;
+}
+
+/*
+ * A new temporary tree images/tmp-<owner>-<random>/rootfs: `*tmp` is its
+ * top, `*rootfd` an O_PATH descriptor of the rootfs it unpacks into.
+ */
+static int make_tmp(const char *images, char **tmp, int *rootfd, sbx_error **err)
+{
+    _cleanup_free_ char *pre = sbx__printf("%s/", images);
+    _cleanup_free_ char *t = pre ? tmp_path(pre) : NULL;
+    _cleanup_free_ char *rootfs = t ? sbx__printf("%s/rootfs", t) : NULL;
+    if (!rootfs)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (mkdir(t, 0700) < 0 || mkdir(rootfs, 0755) < 0) {
+        int e = errno;
+        sbx__rm_rf(t);
+        return sbx__set_errno(err, SBX_ECREATE, e, "cannot create a directory in %s", images);
+    }
+    *rootfd = open(rootfs, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (*rootfd < 0) {
+        int e = errno;
+        sbx__rm_rf(t);
+        return sbx__set_errno(err, SBX_ECREATE, e, "cannot open %s", rootfs);
+    }
+    *tmp = steal_pointer(&t);
+    return SBX_OK;
+}
+
+/* Unpacks a tarball into the cache; `*digest_dir` is images/sha256-<hex>. */
+static int import_tarball(const char *images, const char *path, struct import_ctl *ctl,
+                          char **digest_dir, sbx_error **err)
+{
+    int fd = open_regular(path, err);
+    if (fd < 0)
+        return fd;
+    struct reader *r = calloc(1, sizeof(*r));
+    if (!r) {
+        close(fd);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    r->fd = fd;
+    struct stat st;
+    if (fstat(r->fd, &st) == 0)
+        r->total = (uint64_t)st.st_size;
+    r->ctl = ctl;
     r->stage = "unpack";
     sha256_init(&r->sha);
-    char rnd[17];
-    sbx__random_hex(rnd, 8);
-    _cleanup_free_ char *tmp = sbx__printf("%s/tmp-%s", images, rnd);
-    _cleanup_free_ char *rootfs = sbx__printf("%s/tmp-%s/rootfs", images, rnd);
-    int rc = SBX_OK;
-    if (!tmp || !rootfs || sbx__mkdir_p(rootfs, 0755) < 0)
-        rc = sbx__set_errno(err, SBX_ECREATE, errno, "cannot create a directory in %s", images);
+    _cleanup_free_ char *tmp = NULL;
+    _cleanup_close_ int rootfd = -1;
+    int rc = make_tmp(images, &tmp, &rootfd, err);
     if (rc == SBX_OK)
-        rc = unpack(r, rootfs, false, err);
+        rc = unpack(r, rootfd, false, err);
     close(r->fd);
     if (rc == SBX_OK) {
         char hex[65];
@@ -477,22 +1110,59 @@ static int import_tarball(const char *images, const char *path, sbx_linux_progre
 
 /* --- OCI image layouts ---------------------------------------------------- */
 
-static json_t *load_blob(const char *layout, const char *digest, char *hex_out)
+/*
+ * A JSON file of a layout: a regular file of at most 4 MiB (not a fifo, not
+ * /dev/zero). With `want_hex`, its bytes must hash to it: a manifest's
+ * digest names the cached tree, so a blob that lies about its digest would
+ * plant its tree under another image's name. `*mismatch` says so.
+ */
+static json_t *load_json(const char *path, const char *want_hex, bool *mismatch)
+{
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (4 << 20))
+        return NULL;
+    _cleanup_free_ char *buf = malloc((size_t)st.st_size + 1);
+    size_t n = 0;
+    while (buf && n < (size_t)st.st_size) {
+        ssize_t k = read(fd, buf + n, (size_t)st.st_size - n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        n += (size_t)k;
+    }
+    if (!buf || n != (size_t)st.st_size)
+        return NULL;
+    if (want_hex) {
+        struct sha256_ctx sha;
+        char hex[65];
+        sha256_init(&sha);
+        sha256_update(&sha, n, (const uint8_t *)buf);
+        sha256_hex(&sha, hex);
+        if (strcmp(hex, want_hex) != 0) {
+            *mismatch = true;
+            return NULL;
+        }
+    }
+    return json_loadb(buf, n, 0, NULL);
+}
+
+static json_t *load_blob(const char *layout, const char *digest, char *hex_out, bool *mismatch)
 {
     if (!digest || strncmp(digest, "sha256:", 7) || strchr(digest + 7, '/'))
         return NULL;
     if (hex_out)
         snprintf(hex_out, 65, "%s", digest + 7);
     _cleanup_free_ char *p = sbx__printf("%s/blobs/sha256/%s", layout, digest + 7);
-    return p ? json_load_file(p, 0, NULL) : NULL;
+    return p ? load_json(p, digest + 7, mismatch) : NULL;
 }
 
 static int import_oci(const char *images, const char *layout, const char *tag,
-                      sbx_linux_progress_cb progress, void *pdata, char **digest_dir,
-                      sbx_error **err)
+                      struct import_ctl *ctl, char **digest_dir, sbx_error **err)
 {
     _cleanup_free_ char *ip = sbx__printf("%s/index.json", layout);
-    _cleanup_json_ json_t *index = ip ? json_load_file(ip, 0, NULL) : NULL;
+    _cleanup_json_ json_t *index = ip ? load_json(ip, NULL, NULL) : NULL;
     json_t *mans = json_object_get(index, "manifests");
     if (!json_is_array(mans) || !json_array_size(mans))
         return sbx__set_error(err, BAD_SOURCE, "%s is not an OCI image layout (no index.json "
@@ -512,8 +1182,9 @@ static int import_oci(const char *images, const char *layout, const char *tag,
     if (!pick)
         return sbx__set_error(err, BAD_SOURCE, "no manifest tagged %s in %s", tag, layout);
     char hex[65] = "";
+    bool mismatch = false;
     _cleanup_json_ json_t *manifest =
-        load_blob(layout, json_string_value(json_object_get(pick, "digest")), hex);
+        load_blob(layout, json_string_value(json_object_get(pick, "digest")), hex, &mismatch);
     /* An index of manifests (multi-platform): take the first linux/amd64 one. */
     if (manifest && json_is_array(json_object_get(manifest, "manifests"))) {
         json_t *sub = NULL;
@@ -527,11 +1198,16 @@ static int import_oci(const char *images, const char *layout, const char *tag,
             }
         }
         json_t *next = sub ? load_blob(layout, json_string_value(json_object_get(sub, "digest")),
-                                       hex)
+                                       hex, &mismatch)
                            : NULL;
         json_decref(manifest);
         manifest = next;
     }
+    if (mismatch)
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the manifest sha256:%s in %s does not match its digest (a corrupt "
+                              "or tampered layout)",
+                              hex, layout);
     json_t *layers = json_object_get(manifest, "layers");
     if (!json_is_array(layers))
         return sbx__set_error(err, BAD_SOURCE, "the OCI manifest in %s has no layers", layout);
@@ -540,13 +1216,11 @@ static int import_oci(const char *images, const char *layout, const char *tag,
         *digest_dir = steal_pointer(&done);
         return SBX_OK;
     }
-    char rnd[17];
-    sbx__random_hex(rnd, 8);
-    _cleanup_free_ char *tmp = sbx__printf("%s/tmp-%s", images, rnd);
-    _cleanup_free_ char *rootfs = sbx__printf("%s/tmp-%s/rootfs", images, rnd);
-    if (!tmp || !rootfs || sbx__mkdir_p(rootfs, 0755) < 0)
-        return sbx__set_errno(err, SBX_ECREATE, errno, "cannot create a directory in %s", images);
-    int rc = SBX_OK;
+    _cleanup_free_ char *tmp = NULL;
+    _cleanup_close_ int rootfd = -1;
+    int rc = make_tmp(images, &tmp, &rootfd, err);
+    if (rc < 0)
+        return rc;
     uint64_t total = 0;
     json_array_foreach(layers, i, m) total += (uint64_t)json_integer_value(json_object_get(m, "size"));
     uint64_t base = 0;
@@ -564,19 +1238,18 @@ static int import_oci(const char *images, const char *layout, const char *tag,
             rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
             break;
         }
-        r->fd = open(bp, O_RDONLY | O_CLOEXEC);
+        r->fd = open_regular(bp, err);
         if (r->fd < 0) {
-            rc = sbx__set_errno(err, errno == ENOENT ? BAD_SOURCE : SBX_ECREATE, errno, "cannot open layer %s", bp);
+            rc = r->fd;
             free(r);
             break;
         }
         r->total = total;
         r->done = base;
-        r->progress = progress;
-        r->pdata = pdata;
+        r->ctl = ctl;
         r->stage = "layer";
         sha256_init(&r->sha);
-        rc = unpack(r, rootfs, true, err);
+        rc = unpack(r, rootfd, true, err);
         base = r->done;
         close(r->fd);
         char lhex[65];
@@ -618,8 +1291,8 @@ static bool is_oci_layout(const char *dir)
  * overlay's lower layer, `*digest` (optional) "sha256:<hex>" or "dir:<path>".
  */
 static int resolve_source(const char *state_dir, const char *source,
-                          sbx_linux_progress_cb progress, void *pdata, char **rootfs,
-                          char **digest, sbx_error **err)
+                          const sbx_linux_image_opts *opts, char **rootfs, char **digest,
+                          sbx_error **err)
 {
     _cleanup_free_ char *images = NULL;
     _cleanup_free_ char *sources = NULL;
@@ -652,6 +1325,11 @@ static int resolve_source(const char *state_dir, const char *source,
                               "image %s not found (give an imported name, a directory, a tarball "
                               "or an OCI layout; see `sbx image ls`)",
                               source);
+    if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+        return sbx__set_error(err, BAD_SOURCE,
+                              "image %s is %s: an image source is a regular file (a tarball) or "
+                              "a directory (a root tree or an OCI layout)",
+                              source, kind_of(st.st_mode));
     if (S_ISDIR(st.st_mode) && !oci && !is_oci_layout(path)) {
         /* A directory is used in place, read-only: not copied, not hashed. */
         *rootfs = realpath(path, NULL);
@@ -680,11 +1358,30 @@ static int resolve_source(const char *state_dir, const char *source,
         }
     }
     free(known);
+    /* Before making a temporary of our own: what crashed or killed imports left. */
+    sbx__linux_image_gc(state_dir, false);
+    struct import_ctl ctl = { .opts = opts, .max_bytes = opts ? opts->max_bytes : 0 };
+    if (!ctl.max_bytes) {
+        /*
+         * The default cap: 16 GiB (above the largest common images, CUDA and
+         * ML ones included), and never more than half the free space where
+         * the store is, so a bomb stops while the host (whose /run, the
+         * default store, is RAM) still has room.
+         */
+        ctl.max_is_default = true;
+        ctl.max_bytes = DEFAULT_MAX_IMAGE_BYTES;
+        struct statvfs vfs;
+        if (statvfs(images, &vfs) == 0) {
+            uint64_t half = (uint64_t)vfs.f_bavail * vfs.f_frsize / 2;
+            if (half < ctl.max_bytes)
+                ctl.max_bytes = half;
+        }
+    }
     _cleanup_free_ char *ddir = NULL;
     if (oci)
-        rc = import_oci(images, real ? real : path, tag, progress, pdata, &ddir, err);
+        rc = import_oci(images, real ? real : path, tag, &ctl, &ddir, err);
     else
-        rc = import_tarball(images, real ? real : path, progress, pdata, &ddir, err);
+        rc = import_tarball(images, real ? real : path, &ctl, &ddir, err);
     if (rc < 0)
         return rc;
     const char *base = strrchr(ddir, '/') + 1; /* "sha256-<hex>" */
@@ -695,10 +1392,15 @@ static int resolve_source(const char *state_dir, const char *source,
     return *rootfs ? SBX_OK : sbx__set_error(err, SBX_ENOMEM, "out of memory");
 }
 
-int sbx__linux_image_resolve(const char *state_dir, const char *image, char **rootfs,
-                             bool *none, sbx_error **err)
+int sbx__linux_image_resolve(const char *state_dir, const char *image,
+                             const sbx_linux_image_opts *opts, char **rootfs, bool *none,
+                             sbx_error **err)
 {
     *none = false;
+    /* Every box's image comes through here: the store's privacy is checked each time. */
+    int rc = check_store(state_dir, err);
+    if (rc < 0)
+        return rc;
     if (!image || !*image || !strcmp(image, "none")) {
         *none = true;
         return none_image(state_dir, rootfs, err);
@@ -722,7 +1424,7 @@ int sbx__linux_image_resolve(const char *state_dir, const char *image, char **ro
                               "image %s is not imported (run `sbx image import %s SOURCE`) and is "
                               "not an absolute path to a directory, tarball or OCI layout",
                               image, image);
-    int rc = resolve_source(state_dir, image, NULL, NULL, rootfs, NULL, err);
+    rc = resolve_source(state_dir, image, opts, rootfs, NULL, err);
     if (rc == BAD_SOURCE) {
         rc = SBX_ECREATE;
         if (err && *err) {
@@ -743,7 +1445,7 @@ bool sbx__linux_image_name_ok(const char *name)
 }
 
 int sbx__linux_image_import(const char *state_dir, const char *name, const char *source,
-                            sbx_linux_progress_cb progress, void *data, sbx_error **err)
+                            const sbx_linux_image_opts *opts, sbx_error **err)
 {
     if (!sbx__linux_image_name_ok(name))
         return sbx__set_error(err, SBX_EINVAL,
@@ -765,7 +1467,7 @@ int sbx__linux_image_import(const char *state_dir, const char *name, const char 
         return rc;
     _cleanup_free_ char *rootfs = NULL;
     _cleanup_free_ char *digest = NULL;
-    rc = resolve_source(state_dir, source, progress, data, &rootfs, &digest, err);
+    rc = resolve_source(state_dir, source, opts, &rootfs, &digest, err);
     if (rc < 0)
         return rc;
     json_t *j = json_pack("{s:s, s:s, s:s, s:f}", "digest", digest ? digest : "", "rootfs",
@@ -775,8 +1477,8 @@ int sbx__linux_image_import(const char *state_dir, const char *name, const char 
     json_decref(j);
     if (w < 0)
         return sbx__set_errno(err, SBX_EIO, errno, "cannot record image name %s", name);
-    if (progress)
-        progress("done", 1, 1, data);
+    if (opts && opts->progress)
+        opts->progress("done", 1, 1, opts->data);
     return SBX_OK;
 }
 

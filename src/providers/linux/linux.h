@@ -148,6 +148,25 @@ SBX_INTERNAL long long sbx__cg_oom_kills(const json_t *paths);
 typedef void (*sbx_linux_progress_cb)(const char *stage, uint64_t done, uint64_t total,
                                       void *data);
 
+/* How an import (or a create that unpacks) runs; every field is optional. */
+typedef struct {
+    sbx_linux_progress_cb progress; /* bytes of the source read so far */
+    void *data;                     /* for progress and cancelled */
+    /*
+     * Polled while unpacking (each 64 KiB read, each entry): true stops the
+     * import with SBX_ECANCELED, leaving nothing behind. Called on the
+     * importing thread.
+     */
+    bool (*cancelled)(void *data);
+    /*
+     * Bytes of file data an import may write (all layers together); past
+     * it the import fails (SBX_EINVAL) and leaves nothing. 0: the default,
+     * the smaller of 16 GiB and half the free space of the store's
+     * filesystem.
+     */
+    uint64_t max_bytes;
+} sbx_linux_image_opts;
+
 /*
  * Resolves a spec image to a cached read-only root directory:
  *   NULL, "", "none"     -> the skeleton of the "none" image (*none_image = true)
@@ -158,7 +177,8 @@ typedef void (*sbx_linux_progress_cb)(const char *stage, uint64_t done, uint64_t
  * Blocking (may unpack). `rootfs` is malloc'd.
  */
 SBX_INTERNAL int sbx__linux_image_resolve(const char *state_dir, const char *image,
-                                          char **rootfs, bool *none_image, sbx_error **err);
+                                          const sbx_linux_image_opts *opts, char **rootfs,
+                                          bool *none_image, sbx_error **err);
 
 /* Whether `name` can be given to an import (no '/', not "none", ...). */
 SBX_INTERNAL bool sbx__linux_image_name_ok(const char *name);
@@ -166,12 +186,13 @@ SBX_INTERNAL bool sbx__linux_image_name_ok(const char *name);
 /*
  * Imports `source` (tarball, directory, OCI layout) under `name`. `progress`
  * (optional) is called with a stage name and bytes done/total. Blocking.
- * SBX_EINVAL: a bad name, or a source that cannot be used (not an archive,
- * `..` entries, a broken OCI layout); SBX_ENOENT: no such source.
+ * SBX_EINVAL: a bad name, or a source that cannot be used (not a regular
+ * file or directory, not an archive, `..` entries, a broken OCI layout,
+ * past opts->max_bytes); SBX_ENOENT: no such source; SBX_ECANCELED.
  */
 SBX_INTERNAL int sbx__linux_image_import(const char *state_dir, const char *name,
-                                         const char *source, sbx_linux_progress_cb progress,
-                                         void *data, sbx_error **err);
+                                         const char *source, const sbx_linux_image_opts *opts,
+                                         sbx_error **err);
 
 typedef struct {
     char *name;   /* the imported name, or NULL for an unnamed cache entry */
@@ -184,6 +205,11 @@ typedef struct {
 SBX_INTERNAL int sbx__linux_image_list(const char *state_dir, sbx_linux_image_info **out,
                                        size_t *n, sbx_error **err);
 SBX_INTERNAL void sbx__linux_image_list_free(sbx_linux_image_info *v, size_t n);
+/*
+ * Removes the temporary trees of imports whose process is gone; returns how
+ * many (with `dry_run`, how many it would). Run by every import and by gc.
+ */
+SBX_INTERNAL int sbx__linux_image_gc(const char *state_dir, bool dry_run);
 /* Removes a name (and its cached tree when no other name points at it). */
 SBX_INTERNAL int sbx__linux_image_remove(const char *state_dir, const char *name,
                                          sbx_error **err);

@@ -23,6 +23,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -50,6 +51,7 @@ struct linux_state {
     long long nofile_soft, nofile_hard; /* nofile; hard 0: the default */
     int agent_dynamic; /* -1 unknown, 0 static, 1 needs an interpreter */
     long long max_conns;     /* max_agent_connections */
+    unsigned long long max_image_bytes; /* 0: image.c's default */
     linux_agent_pool *pool; /* the agent connections of this provider's boxes */
 };
 
@@ -333,6 +335,12 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                 break;
             }
             st->max_conns = json_integer_value(v);
+        } else if (!strcmp(key, "max_image_bytes")) {
+            if (!json_is_integer(v) || json_integer_value(v) < 1) {
+                rc = cfg_error(err, key, "a positive integer (bytes an image may unpack to)");
+                break;
+            }
+            st->max_image_bytes = (unsigned long long)json_integer_value(v);
         } else if (!strcmp(key, "stop_grace_s") || !strcmp(key, "stop_timeout_s")) {
             if (!json_is_number(v) || json_number_value(v) < 0) {
                 rc = cfg_error(err, key, "a non-negative number of seconds");
@@ -345,7 +353,7 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                                 "linux provider: unknown option '%s' (known: state_dir, shim, "
                                 "agent, pids_limit, network, userns, userns_base, userns_slots, "
                                 "seccomp, stop_grace_s, stop_timeout_s, max_agent_connections, "
-                                "nofile)",
+                                "nofile, max_image_bytes)",
                                 key);
             break;
         }
@@ -399,6 +407,7 @@ struct create {
     pid_t spawned;
     bool ready, connecting, aborted, eof;
     bool working; /* create_work queued or running: `c` must outlive it */
+    atomic_bool stop_work; /* a cancel: the worker's unpacking stops */
     struct linux_box *box;
 };
 
@@ -634,10 +643,16 @@ static void on_cancel_create(sbx_op *op, void *data)
     struct create *c = data;
     /* The worker still uses `c`: create_work_done sees the cancel and finishes. */
     if (c->working) {
+        atomic_store(&c->stop_work, true);
         uv_cancel((uv_req_t *)&c->work);
         return;
     }
     create_fail(c, SBX_ECANCELED, sbx_error_new(SBX_ECANCELED, "create cancelled"));
+}
+
+static bool create_cancelled(void *data)
+{
+    return atomic_load(&((struct create *)data)->stop_work);
 }
 
 /* Worker thread: resolve (maybe unpack) the image. */
@@ -646,7 +661,10 @@ static void create_work(uv_work_t *w)
     struct create *c = w->data;
     _cleanup_free_ char *rootfs = NULL;
     bool none = false;
-    c->code = sbx__linux_image_resolve(c->st->state_dir, c->image, &rootfs, &none, &c->err);
+    /* A cancelled create stops an unpack in progress (a big or endless source). */
+    sbx_linux_image_opts io = { .data = c, .cancelled = create_cancelled,
+                                .max_bytes = c->st->max_image_bytes };
+    c->code = sbx__linux_image_resolve(c->st->state_dir, c->image, &io, &rootfs, &none, &c->err);
     if (c->code < 0)
         return;
     json_object_set_new(c->desc, "lower", json_string(rootfs));

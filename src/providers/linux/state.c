@@ -371,6 +371,7 @@ int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts, char ***
             push_id(&ids, &nid, r->id);
     }
     sbx__linux_list_free(boxes, n);
+    sbx__linux_image_gc(state_dir, o.dry_run); /* imports whose process died */
     if (removed)
         *removed = ids;
     return SBX_OK;

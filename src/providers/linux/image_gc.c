@@ -1,0 +1,55 @@
+/*
+ * The image store's garbage: temporary trees of imports whose process died.
+ * Apart from image.c (which links libarchive) because state.c's gc calls it
+ * and the static sbx-shim links state.c.
+ */
+#include "providers/linux/linux.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/*
+ * Removes the temporaries of imports whose process is gone (killed, or a
+ * machine that crashed): images/tmp-<pid>-<start>-*, and the none image's
+ * none-v1.tmp-*. One whose owner still runs (same pid, same start time) is
+ * an import in progress and stays. A name without an owner (an older sbx)
+ * goes once it is an hour old.
+ */
+int sbx__linux_image_gc(const char *state_dir, bool dry_run)
+{
+    _cleanup_free_ char *images = sbx__printf("%s/images", state_dir);
+    DIR *d = images ? opendir(images) : NULL;
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *t =
+            !strncmp(de->d_name, "tmp-", 4) ? de->d_name + 4 : strstr(de->d_name, ".tmp-");
+        if (!t)
+            continue;
+        if (*t == '.')
+            t += 5;
+        int pid = 0;
+        unsigned long long start = 0;
+        int used = 0;
+        bool abandoned;
+        if (sscanf(t, "%d-%llu-%*x%n", &pid, &start, &used) >= 2 && used > 0 && pid > 0) {
+            abandoned = sbx__linux_proc_start(pid) != start;
+        } else {
+            struct stat st;
+            abandoned = fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                        time(NULL) - st.st_mtime > 3600;
+        }
+        if (!abandoned)
+            continue;
+        if (!dry_run)
+            sbx__rm_rf_at(dirfd(d), de->d_name);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
