@@ -1582,6 +1582,114 @@ static int connect_child(const char *desc)
     return rc;
 }
 
+/* The ids in a JSON array text of boxes (objects with "id") or of ids, space-separated. */
+static char *ids_of(const char *json)
+{
+    json_t *a = json_loads(json, 0, NULL);
+    sbx_buf b = { 0 };
+    size_t i;
+    json_t *v;
+    json_array_foreach(a, i, v)
+    {
+        const char *id = json_is_string(v) ? json_string_value(v)
+                                           : json_string_value(json_object_get(v, "id"));
+        sbx__buf_printf(&b, "%s%s", b.len ? " " : "", id ? id : "?");
+    }
+    json_decref(a);
+    return b.data ? b.data : strdup("");
+}
+
+/* The box registry through the public API (provider ABI 2), on real boxes. */
+static void test_provider_list_stop_gc_images(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    TAP_EQ_INT(sbx_provider_supports(p, "list"), 1);
+    TAP_EQ_INT(sbx_provider_supports(p, "gc"), 1);
+    TAP_EQ_INT(sbx_provider_supports(p, "images"), 1);
+    sbx_spec *s = spec_none();
+    sbx_spec_set_metadata(s, "run_id", "run-a");
+    sbx_sandbox *a = start(p, s);
+    sbx_spec_set_metadata(s, "run_id", "run-b");
+    sbx_sandbox *b = start(p, s);
+    char ida[128], idb[128];
+    snprintf(ida, sizeof(ida), "%s", sbx_sandbox_id(a));
+    snprintf(idb, sizeof(idb), "%s", sbx_sandbox_id(b));
+    sbx_error *e = NULL;
+    char *json = NULL;
+    /* Every box, then by label; a box's object says what a user would check. */
+    TAP_OK(sbx_provider_list(p, NULL, &json, &e));
+    char *ids = ids_of(json);
+    TAP_TRUE(strstr(ids, ida) && strstr(ids, idb));
+    free(ids);
+    free(json);
+    TAP_OK(sbx_provider_list(p, "{\"labels\": {\"run_id\": \"run-a\"}}", &json, &e));
+    json_t *arr = json_loads(json, 0, NULL);
+    TAP_EQ_INT(json_array_size(arr), 1);
+    json_t *box = json_array_get(arr, 0);
+    TAP_EQ_STR(json_string_value(json_object_get(box, "id")), ida);
+    TAP_EQ_STR(json_string_value(json_object_get(box, "status")), "running");
+    TAP_EQ_STR(json_string_value(json_object_get(json_object_get(box, "labels"), "run_id")),
+               "run-a");
+    TAP_TRUE(json_number_value(json_object_get(box, "created")) > 1e9);
+    json_decref(arr);
+    free(json);
+    /* Stop by id, from the provider alone (no handle): the box is gone, its handle sees it. */
+    TAP_OK(sbx_provider_stop_box(p, idb, &e));
+    sbx_status st;
+    TAP_OK(sbx_sandbox_status(b, &st, &e));
+    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    TAP_EQ_INT(sbx_provider_stop_box(p, idb, &e), SBX_ENOENT);
+    sbx_error_free(e);
+    e = NULL;
+    /* gc by label (how a crashed run's boxes are collected); dry run first. */
+    TAP_OK(sbx_provider_gc(p, "{\"labels\": {\"run_id\": \"run-a\"}, \"dry_run\": true}", &json, &e));
+    ids = ids_of(json);
+    TAP_EQ_STR(ids, ida);
+    free(ids);
+    free(json);
+    TAP_OK(sbx_sandbox_status(a, &st, &e));
+    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    TAP_OK(sbx_provider_gc(p, "{\"labels\": {\"run_id\": \"run-a\"}}", &json, &e));
+    ids = ids_of(json);
+    TAP_EQ_STR(ids, ida);
+    free(ids);
+    free(json);
+    TAP_OK(sbx_sandbox_status(a, &st, &e));
+    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    TAP_OK(sbx_provider_list(p, NULL, &json, &e));
+    TAP_EQ_STR(json, "[]");
+    free(json);
+    sbx_sandbox_free(a);
+    sbx_sandbox_free(b);
+    /* Images: import, list, refuse to remove while used, remove. */
+    char dir[600], tar[700];
+    busybox_rootfs(dir, sizeof(dir), tar, sizeof(tar));
+    TAP_OK(sbx_provider_image_import(p, "reg-bb", tar, NULL, &json, &e));
+    TAP_CONTAINS(json, "\"name\":\"reg-bb\"");
+    TAP_CONTAINS(json, "\"digest\":\"sha256:");
+    free(json);
+    TAP_OK(sbx_provider_image_list(p, &json, &e));
+    TAP_CONTAINS(json, "reg-bb");
+    free(json);
+    sbx_spec *si = sbx_spec_new();
+    sbx_spec_set_image(si, "reg-bb");
+    sbx_sandbox *c = start(p, si);
+    TAP_EQ_INT(sbx_provider_image_remove(p, "reg-bb", 0, &e), SBX_ESTATE);
+    TAP_CONTAINS(sbx_error_message(e), "used by running box");
+    sbx_error_free(e);
+    e = NULL;
+    stop_free(c);
+    TAP_OK(sbx_provider_image_remove(p, "reg-bb", 0, &e));
+    TAP_OK(sbx_provider_image_list(p, &json, &e));
+    TAP_TRUE(!strstr(json, "reg-bb"));
+    free(json);
+    sbx_spec_free(si);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 int main(int argc, char **argv)
 {
     const char *desc = getenv("SBX_TEST_LINUX_CONNECT");
@@ -1606,7 +1714,7 @@ int main(int argc, char **argv)
         TAP(test_userns_ranges_run_out_and_config_checked), TAP(test_userns_network_host_and_ttl),
         TAP(test_userns_unsupported_filesystem_refused),
         TAP_T(test_many_boxes_at_once, 300), TAP(test_agent_connections_pooled),
-        TAP(test_pooled_agent_killed_gives_error),
+        TAP(test_pooled_agent_killed_gives_error), TAP(test_provider_list_stop_gc_images),
     };
     return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
 }

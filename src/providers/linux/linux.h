@@ -214,4 +214,21 @@ SBX_INTERNAL int sbx__linux_image_gc(const char *state_dir, bool dry_run);
 SBX_INTERNAL int sbx__linux_image_remove(const char *state_dir, const char *name,
                                          sbx_error **err);
 
+/* --- the box registry's operations (listing.c; provider ABI 2) ------------- */
+
+/* "running", "starting" or "error" for a listed box (sbx_status_name's words). */
+SBX_INTERNAL const char *sbx__linux_box_status(const sbx_linux_box_info *b);
+/* Each runs on the worker pool and completes `op` as provider.h says. */
+SBX_INTERNAL void sbx__linux_op_list(sbx_op *op, const char *state_dir, const char *filter_json);
+SBX_INTERNAL void sbx__linux_op_stop_id(sbx_op *op, const char *state_dir, const char *id,
+                                        double timeout_s);
+SBX_INTERNAL void sbx__linux_op_gc(sbx_op *op, const char *state_dir, const char *opts_json,
+                                   double timeout_s);
+SBX_INTERNAL void sbx__linux_op_image_list(sbx_op *op, const char *state_dir);
+SBX_INTERNAL void sbx__linux_op_image_import(sbx_op *op, const char *state_dir, const char *name,
+                                             const char *source, const char *opts_json,
+                                             unsigned long long max_image_bytes);
+SBX_INTERNAL void sbx__linux_op_image_remove(sbx_op *op, const char *state_dir,
+                                             const char *name, int force);
+
 #endif /* SBX_LINUX_H */

@@ -1417,6 +1417,42 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
     }
 }
 
+/* --- the box registry (ABI 2): boxes of this provider's state directory ---- */
+
+static void linux_list(sbx_op *op, void *state, const char *filter_json)
+{
+    sbx__linux_op_list(op, ((struct linux_state *)state)->state_dir, filter_json);
+}
+
+static void linux_stop_id(sbx_op *op, void *state, const char *id)
+{
+    struct linux_state *st = state;
+    sbx__linux_op_stop_id(op, st->state_dir, id, st->stop_timeout_s);
+}
+
+static void linux_gc(sbx_op *op, void *state, const char *opts_json)
+{
+    struct linux_state *st = state;
+    sbx__linux_op_gc(op, st->state_dir, opts_json, st->stop_timeout_s);
+}
+
+static void linux_image_list(sbx_op *op, void *state)
+{
+    sbx__linux_op_image_list(op, ((struct linux_state *)state)->state_dir);
+}
+
+static void linux_image_import(sbx_op *op, void *state, const char *name, const char *source,
+                               const char *opts_json)
+{
+    struct linux_state *st = state;
+    sbx__linux_op_image_import(op, st->state_dir, name, source, opts_json, st->max_image_bytes);
+}
+
+static void linux_image_remove(sbx_op *op, void *state, const char *name, int force)
+{
+    sbx__linux_op_image_remove(op, ((struct linux_state *)state)->state_dir, name, force);
+}
+
 const struct sbx_provider_ops sbx__linux_provider = {
     SBX_PROVIDER_OPS_HEADER,
     .name = "linux",
@@ -1432,4 +1468,10 @@ const struct sbx_provider_ops sbx__linux_provider = {
     .box_free = box_free,
     .serialize = linux_serialize,
     .connect = linux_connect,
+    .list = linux_list,
+    .stop_id = linux_stop_id,
+    .gc = linux_gc,
+    .image_list = linux_image_list,
+    .image_import = linux_image_import,
+    .image_remove = linux_image_remove,
 };
