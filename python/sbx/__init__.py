@@ -10,6 +10,14 @@ Attribution helpers live in the module `sbx.attribution`, as in the reference.
 
 from ._lib import version
 from .api import AsyncSandbox, Sandbox, SandboxPty
+from .boxes import (
+    acleanup_sandboxes,
+    alist_sandboxes,
+    astop_sandbox,
+    cleanup_sandboxes,
+    list_sandboxes,
+    stop_sandbox,
+)
 from .base import (
     ConnectableProvider,
     ExecResult,
@@ -38,6 +46,12 @@ from .utils import rewrite_image
 __version__ = version()
 
 __all__ = [
+    "acleanup_sandboxes",
+    "alist_sandboxes",
+    "astop_sandbox",
+    "cleanup_sandboxes",
+    "list_sandboxes",
+    "stop_sandbox",
     "AsyncSandbox",
     "CProvider",
     "ConnectableProvider",

@@ -54,3 +54,39 @@ def test_linux_sync_facade():
         s.start()
         assert s.exec("echo sync").stdout == "sync\n"
     assert s.status() == SandboxStatus.STOPPED
+
+
+def test_list_stop_and_cleanup_boxes_by_label(tmp_path):
+    """sbx.list_sandboxes / stop_sandbox / cleanup_sandboxes see every box of the
+    provider's state directory, with or without a handle, filtered by label."""
+    import sbx
+
+    cfg = {"linux": {"state_dir": str(tmp_path / "state")}}
+
+    async def go():
+        a = AsyncSandbox(cfg, SandboxSpec(metadata={"run_id": "py-a", "job": "x"}))
+        b = AsyncSandbox(cfg, SandboxSpec(metadata={"run_id": "py-b"}))
+        await a.start()
+        await b.start()
+        try:
+            mine = await sbx.alist_sandboxes(cfg, labels={"run_id": "py-a"})
+            assert [m["id"] for m in mine] == [a.sandbox_id]
+            assert mine[0]["status"] == "running" and mine[0]["labels"]["job"] == "x"
+            assert {m["id"] for m in sbx.list_sandboxes(cfg)} == {a.sandbox_id, b.sandbox_id}
+            # A crashed run's boxes, collected by its run id (dry run first).
+            assert sbx.cleanup_sandboxes(cfg, run_id="py-a", dry_run=True) == [a.sandbox_id]
+            assert await a.status() == SandboxStatus.RUNNING
+            assert await sbx.acleanup_sandboxes(cfg, run_id="py-a") == [a.sandbox_id]
+            assert await a.status() == SandboxStatus.STOPPED
+            sbx.stop_sandbox(cfg, b.sandbox_id)
+            assert await b.status() == SandboxStatus.STOPPED
+            assert sbx.list_sandboxes(cfg) == []
+            with pytest.raises(Exception, match="no box|not found|No such"):
+                sbx.stop_sandbox(cfg, b.sandbox_id)
+            with pytest.raises(TypeError, match="must be a string"):
+                sbx.list_sandboxes(cfg, labels={"n": 1})
+        finally:
+            await a.stop()
+            await b.stop()
+
+    run(go())
