@@ -33,12 +33,18 @@ int cli_boxes_dir(char **out, sbx_error **err)
     char *dir = base ? sbx__printf("%s/boxes", base) : NULL;
     if (!dir)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    /* 0700: records hold descriptors that grant control of the boxes. */
-    if (sbx__mkdir_p(dir, 0700) < 0) {
-        int rc = sbx__set_errno(err, SBX_EIO, errno,
-                                "cannot create the state directory %s (set SBX_STATE_DIR to a "
-                                "writable directory)",
-                                dir);
+    /*
+     * 0700, and checked: records hold descriptors that grant control of the
+     * boxes and the env of every exec. A directory another user made (say
+     * /tmp/sbx-<uid> before us) or can write is refused, with what to do.
+     */
+    int rc = base && base[0] != '/'
+                 ? sbx__set_error(err, SBX_EINVAL,
+                                  "SBX_STATE_DIR '%s' must be an absolute path", base)
+                 : sbx__private_dir(base, true, NULL, err);
+    if (rc == SBX_OK)
+        rc = sbx__private_dir(dir, true, NULL, err);
+    if (rc < 0) {
         free(dir);
         return rc;
     }
@@ -95,9 +101,12 @@ int cli_box_save(const char *id, const char *config_json, const char *descriptor
     return SBX_OK;
 }
 
+/* A record is read only if it is the caller's own, not a link, not writable by others. */
 static int load_path(const char *path, json_t **out)
 {
-    json_t *v = json_load_file(path, 0, NULL);
+    json_t *v = NULL;
+    if (sbx__load_private_json(path, SBX_RECORD_MAX, &v, NULL) < 0)
+        return -1;
     if (!json_is_object(v) || !json_is_string(json_object_get(v, "id"))) {
         json_decref(v);
         return -1;
@@ -236,7 +245,11 @@ int cli_box_find(const char *id, json_t **record)
     sbx_error *e = NULL;
     if (cli_box_load(id, record, &e) == SBX_OK)
         return CLI_EXIT_OK;
-    int rc = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_USAGE;
+    int code = sbx_error_code(e);
+    /* An ambiguous prefix is the user's to fix; a state directory refused is sbx's failure. */
+    int rc = code == SBX_ENOENT  ? CLI_EXIT_NOBOX
+             : code == SBX_EINVAL ? CLI_EXIT_USAGE
+                                  : CLI_EXIT_SBX;
     cli_sbx_error(e, "loading the box record");
     return rc;
 }

@@ -240,6 +240,12 @@ int cli_linux_records(const json_t *skip, json_t **records, sbx_error **err);
 const char *cli_linux_status(const json_t *record);
 /* Stops a linux box by id through its shim; SBX_ENOENT when it is gone already. */
 int cli_linux_stop(const json_t *record, sbx_error **err);
+/*
+ * For a linux provider `config`, sets provider_options.die_with_creator in
+ * `spec`: the box ends if this process dies before it lets the box go
+ * (sbx_sandbox_detach). Other providers' specs are left alone.
+ */
+int cli_linux_die_with_creator(const char *config, sbx_spec *spec, sbx_error **err);
 
 /* --- wait.c: interruptible waits ---------------------------------------- */
 
