@@ -102,7 +102,11 @@ SBX_INTERNAL void sbx__linux_list_free(sbx_linux_box_info *boxes, size_t n);
 
 /*
  * Garbage collection. Removes, for every box under the state directory:
- * orphans (shim dead: leftover cgroups, directory) always; expired boxes
+ * orphans (shim dead: leftover cgroups, directory) always, and boxes with no
+ * believable record past a grace period (their shim, found by its command
+ * line, is stopped); shims of this state directory whose box directory is
+ * gone; (root) cgroups sbx/<id> that no live shim on the host supervises,
+ * with the processes in them; expired boxes
  * (TTL passed but still running: its shim is told to stop, then waited for);
  * and, when `labels` is non-empty, every box whose metadata matches them
  * (stopped like expired ones). With `dry_run` nothing is touched. Each removed
@@ -112,6 +116,7 @@ typedef struct {
     const sbx_kv *labels; /* stop every matching box */
     bool dry_run;
     double stop_timeout_s; /* how long to wait for a shim to finish (default 10) */
+    double grace_s;        /* a box with no record is abandoned after this (0: 30 s) */
 } sbx_linux_gc_opts;
 
 SBX_INTERNAL int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts,

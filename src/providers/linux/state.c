@@ -634,6 +634,9 @@ int sbx__linux_stop_box(const char *state_dir, const char *id, double timeout_s,
 
 static int push_id(char ***v, size_t *n, const char *id)
 {
+    for (size_t i = 0; i < *n; i++)
+        if (!strcmp((*v)[i], id))
+            return 0; /* once per box */
     char **nv = realloc(*v, (*n + 2) * sizeof(char *));
     if (!nv)
         return -1;
@@ -655,6 +658,8 @@ int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts, char ***
         o = *opts;
     if (o.stop_timeout_s <= 0)
         o.stop_timeout_s = 10;
+    if (o.grace_s <= 0)
+        o.grace_s = GC_GRACE_S;
     sbx_linux_box_info *boxes = NULL;
     size_t n = 0;
     int rc = sbx__linux_list(state_dir, NULL, &boxes, &n, err);
@@ -679,8 +684,8 @@ int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts, char ***
         const shim_proc *sp = r->shim_pid <= 0 ? shim_of_dir(shims, ns, r->box_dir) : NULL;
         if (orphan && r->shim_pid <= 0) {
             struct stat st;
-            bool young = lstat(r->box_dir, &st) == 0 && now - (double)st.st_mtime < GC_GRACE_S;
-            if (sp && proc_age(sp->start) < GC_GRACE_S)
+            bool young = lstat(r->box_dir, &st) == 0 && now - (double)st.st_mtime < o.grace_s;
+            if (sp && proc_age(sp->start) < o.grace_s)
                 young = true;
             if (young)
                 orphan = false;
@@ -698,8 +703,7 @@ int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts, char ***
             if (!sbx__linux_shim_alive(r))
                 sbx__linux_remove_leftovers(r->box_dir, r);
         }
-        if (removed)
-            push_id(&ids, &nid, r->id);
+        push_id(&ids, &nid, r->id);
     }
     /*
      * Shims of this state directory whose box directory is gone: they end
@@ -718,13 +722,17 @@ int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts, char ***
         if (lstat(shims[i].box_dir, &st) == 0 || errno != ENOENT)
             continue;
         const char *id = strrchr(shims[i].box_dir, '/') + 1;
+        bool handled = false;
+        for (size_t j = 0; j < nid; j++)
+            handled |= !strcmp(ids[j], id);
+        if (handled)
+            continue; /* stopped above: its directory went with it */
         if (!o.dry_run) {
             sbx_linux_record r2 = { .id = (char *)id, .box_dir = shims[i].box_dir,
                                     .shim_pid = shims[i].pid, .shim_start = shims[i].start };
             stop_shim(&r2, o.stop_timeout_s, NULL);
         }
-        if (removed)
-            push_id(&ids, &nid, id);
+        push_id(&ids, &nid, id);
     }
     /* Only root makes (and can remove) cgroups. */
     const char *const *roots = sbx__cg_roots();
@@ -741,16 +749,12 @@ int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts, char ***
             /* A group made this instant by a shim not yet listed: left for the next gc. */
             if (!g || stat(g, &st) < 0 || now - (double)st.st_mtime < 2)
                 continue;
-            bool listed = false;
-            for (size_t j = 0; removed && j < nid; j++)
-                listed |= !strcmp(ids[j], de->d_name);
             if (!o.dry_run) {
                 _cleanup_json_ json_t *one = json_pack("[s]", g);
                 if (one)
                     sbx__cg_destroy(one);
             }
-            if (removed && !listed)
-                push_id(&ids, &nid, de->d_name);
+            push_id(&ids, &nid, de->d_name);
         }
         if (d)
             closedir(d);
