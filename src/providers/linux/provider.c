@@ -234,13 +234,6 @@ static long long id_in_range(const char *file, unsigned long long lo, unsigned l
 static int check_userns_range(unsigned base, unsigned slots, sbx_error **err)
 {
     unsigned long long lo = base, hi = (unsigned long long)base + (unsigned long long)slots * 65536;
-    if (lo < 65536)
-        return sbx__set_error(err, SBX_EINVAL,
-                              "linux provider: userns_base %u would map box root onto a host "
-                              "user's uid: it must be at least 65536 (the default, %u, is above "
-                              "the ranges useradd hands out); the range is userns_base .. "
-                              "userns_base + userns_slots * 65536",
-                              base, SBX_LINUX_USERNS_BASE);
     static const char *const files[] = { "/etc/passwd", "/etc/group" };
     for (size_t i = 0; i < SBX_ARRAY_SIZE(files); i++) {
         char name[80];
@@ -255,6 +248,13 @@ static int check_userns_range(unsigned base, unsigned slots, sbx_error **err)
                                   i ? "gid" : "uid", id, files[i], i ? "group" : "user",
                                   SBX_LINUX_USERNS_BASE);
     }
+    if (lo < 65536)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "linux provider: userns_base %u would map box root onto a host "
+                              "user's uid: it must be at least 65536 (the default, %u, is above "
+                              "the ranges useradd hands out); the range is userns_base .. "
+                              "userns_base + userns_slots * 65536",
+                              base, SBX_LINUX_USERNS_BASE);
     return SBX_OK;
 }
 
