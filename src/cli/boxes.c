@@ -7,6 +7,7 @@
 #include "providers/linux/linux.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -281,6 +282,34 @@ int cli_box_records(bool all, json_t **records)
 const char *cli_box_id(const json_t *record)
 {
     return json_string_value(json_object_get(record, "id"));
+}
+
+int cli_box_sweep_temps(void)
+{
+    _cleanup_free_ char *dir = NULL;
+    if (cli_boxes_dir(&dir, NULL) < 0)
+        return 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        /* <id>.json.tmp.<pid>[.<random>]: sbx__write_file_atomic's, before its rename. */
+        const char *t = strstr(de->d_name, ".json.tmp.");
+        if (!t || de->d_name[0] == '.')
+            continue;
+        char *end;
+        long pid = strtol(t + 10, &end, 10);
+        if (end == t + 10 || pid <= 0 || (*end && *end != '.'))
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* its writer may still be at it */
+        if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+            n++;
+    }
+    closedir(d);
+    return n;
 }
 
 int cli_box_remove(const char *id)

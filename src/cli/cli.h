@@ -191,6 +191,11 @@ const char *cli_box_id(const json_t *record);
 /* Every record, sorted by creation time. */
 int cli_box_list(json_t **records, sbx_error **err);
 int cli_box_remove(const char *id);
+/*
+ * Removes the temp files of record writes whose writer is dead (an `sbx
+ * create` killed while it saved its record). Returns how many went.
+ */
+int cli_box_sweep_temps(void);
 /* The record's provider mapping / descriptor as JSON text. Caller frees. */
 char *cli_box_config(const json_t *record);
 char *cli_box_descriptor(const json_t *record);
