@@ -144,6 +144,12 @@ SBX_INTERNAL int sbx__read_private_file(int dirfd, const char *name, const char 
 /* The same for an absolute path, parsed as a JSON object. */
 SBX_INTERNAL int sbx__load_private_json(const char *path, size_t max, json_t **out,
                                         sbx_error **err);
+/*
+ * The canonical form of an absolute path whose tail may not exist yet
+ * (realpath of the longest existing prefix, the rest appended; `.`/`..` in
+ * the rest: NULL, EINVAL). Malloc'd.
+ */
+SBX_INTERNAL char *sbx__canonical_path(const char *path);
 /* The size a record may have. */
 #define SBX_RECORD_MAX (1u << 20)
 /* Hex of `n` random bytes. */

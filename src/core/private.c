@@ -49,7 +49,7 @@ static void uid_text(uid_t uid, char *buf, size_t n)
  * missing part is refused (it would be resolved against a directory that
  * does not exist).
  */
-static char *canonical(const char *path)
+char *sbx__canonical_path(const char *path)
 {
     _cleanup_free_ char *copy = strdup(path);
     if (!copy)
@@ -95,7 +95,7 @@ int sbx__private_dir(const char *path, bool create, char **canonical_out, sbx_er
                               "the state directory '%s' must be an absolute path (a relative one "
                               "would build a tree in whatever directory sbx runs from)",
                               path ? path : "(null)");
-    _cleanup_free_ char *canon = canonical(path);
+    _cleanup_free_ char *canon = sbx__canonical_path(path);
     if (!canon)
         return sbx__set_errno(err, errno == EINVAL ? SBX_EINVAL : SBX_EIO, errno,
                               "cannot resolve the state directory %s", path);
@@ -138,15 +138,20 @@ int sbx__private_dir(const char *path, bool create, char **canonical_out, sbx_er
                                   "(a link or a file someone put there?); remove it or set "
                                   "SBX_STATE_DIR to a directory of yours",
                                   here ? here : name, canon);
-        if (st.st_uid != me && (last || st.st_uid != 0))
+        if (st.st_uid != me && last)
             return sbx__set_error(err, SBX_EPERM,
-                                  "the state directory %s%s%s belongs to %s, not to you (%s)%s: "
+                                  "the state directory %s belongs to %s, not to you (%s): "
                                   "another user may have made it to plant box records; sbx "
                                   "will not use it. Remove it (as its owner or root), or set "
                                   "SBX_STATE_DIR (or XDG_RUNTIME_DIR) to a directory of yours",
-                                  last ? "" : "component ", here ? here : name,
-                                  last ? "" : " (of the state directory)", who, mine,
-                                  last ? "" : " or root");
+                                  canon, who, mine);
+        if (st.st_uid != me && st.st_uid != 0)
+            return sbx__set_error(err, SBX_EPERM,
+                                  "%s, a parent of the state directory %s, belongs to %s, "
+                                  "neither you (%s) nor root: its owner could swap what is "
+                                  "inside; sbx will not use it. Set SBX_STATE_DIR (or "
+                                  "XDG_RUNTIME_DIR) to a directory of yours",
+                                  here ? here : name, canon, who, mine);
         if ((st.st_mode & 022) && (last || !(st.st_mode & S_ISVTX)))
             return sbx__set_error(err, SBX_EPERM,
                                   "%s is writable by %s (mode %04o, owner %s): anyone who can "

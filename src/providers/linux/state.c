@@ -15,7 +15,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 
-char *sbx__linux_state_dir(const char *override)
+static char *state_dir_spelled(const char *override)
 {
     if (override && *override)
         return strdup(override);
@@ -28,6 +28,21 @@ char *sbx__linux_state_dir(const char *override)
     if (xdg && *xdg)
         return sbx__printf("%s/sbx/linux", xdg);
     return sbx__printf("/tmp/sbx-%u/linux", (unsigned)geteuid());
+}
+
+char *sbx__linux_state_dir(const char *override)
+{
+    /*
+     * Canonical (links resolved, no "//"): descriptors carry it, connect
+     * requires it canonical, and shims are matched by the box directory
+     * on their command line.
+     */
+    char *p = state_dir_spelled(override);
+    char *c = p && p[0] == '/' ? sbx__canonical_path(p) : NULL;
+    if (!c)
+        return p; /* relative or unresolvable: refused where it is used, with the reason */
+    free(p);
+    return c;
 }
 
 void sbx__linux_record_free(sbx_linux_record *r)
@@ -290,38 +305,41 @@ void sbx__linux_list_free(sbx_linux_box_info *boxes, size_t n)
     free(boxes);
 }
 
+/* sbx__private_dir without creating; a directory that does not exist is no error. */
+static int private_or_absent(const char *path, bool *absent, sbx_error **err)
+{
+    sbx_error *e = NULL;
+    *absent = false;
+    if (sbx__private_dir(path, false, NULL, &e) == SBX_OK)
+        return SBX_OK;
+    int code = sbx_error_code(e);
+    if (code == SBX_ENOENT) {
+        *absent = true;
+        sbx_error_free(e);
+        return SBX_OK;
+    }
+    if (err)
+        *err = e;
+    else
+        sbx_error_free(e);
+    return code;
+}
+
 int sbx__linux_list(const char *state_dir, const sbx_kv *labels, sbx_linux_box_info **out,
                     size_t *n_out, sbx_error **err)
 {
     *out = NULL;
     *n_out = 0;
     /* A state directory someone else made or can write is refused, not listed. */
-    sbx_error *e = NULL;
-    if (sbx__private_dir(state_dir, false, NULL, &e) < 0) {
-        if (sbx_error_code(e) == SBX_ENOENT) {
-            sbx_error_free(e);
-            return SBX_OK;
-        }
-        int code = sbx_error_code(e);
-        if (err)
-            *err = e;
-        else
-            sbx_error_free(e);
-        return code;
-    }
     _cleanup_free_ char *dir = sbx__printf("%s/boxes", state_dir);
-    if (dir && sbx__private_dir(dir, false, NULL, &e) < 0) {
-        if (sbx_error_code(e) == SBX_ENOENT) {
-            sbx_error_free(e);
-            return SBX_OK;
-        }
-        int code = sbx_error_code(e);
-        if (err)
-            *err = e;
-        else
-            sbx_error_free(e);
-        return code;
-    }
+    if (!dir)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    bool absent = false;
+    int rc = private_or_absent(state_dir, &absent, err);
+    if (rc == SBX_OK && !absent)
+        rc = private_or_absent(dir, &absent, err);
+    if (rc < 0 || absent)
+        return rc;
     DIR *d = dir ? opendir(dir) : NULL;
     if (!d) {
         if (errno == ENOENT)
@@ -579,20 +597,17 @@ int sbx__linux_stop_box(const char *state_dir, const char *id, double timeout_s,
         return sbx__set_error(err, SBX_EINVAL, "invalid box id '%s' (letters, digits, '-', '_' "
                                                "and '.', not starting with '.' or '-')",
                               id ? id : "(null)");
-    int rc = sbx__private_dir(state_dir, false, NULL, err);
+    _cleanup_free_ char *boxes = sbx__printf("%s/boxes", state_dir);
+    bool absent = false;
+    int rc = boxes ? private_or_absent(state_dir, &absent, err) : SBX_ENOMEM;
+    if (rc == SBX_OK && !absent)
+        rc = private_or_absent(boxes, &absent, err);
     if (rc < 0)
-        return rc == SBX_ENOENT ? sbx__set_error(err, SBX_ENOENT, "no box %s in %s", id,
-                                                 state_dir)
-                                : rc;
+        return rc;
     _cleanup_free_ char *bd = sbx__printf("%s/boxes/%s", state_dir, id);
     struct stat st;
-    if (!bd || lstat(bd, &st) < 0) {
-        if (err && *err) {
-            sbx_error_free(*err);
-            *err = NULL;
-        }
+    if (absent || !bd || lstat(bd, &st) < 0)
         return sbx__set_error(err, SBX_ENOENT, "no box %s in %s", id, state_dir);
-    }
     sbx_linux_record rec;
     sbx_error *re = NULL;
     if (sbx__linux_record_read(bd, &rec, &re) < 0) {
