@@ -150,6 +150,8 @@ int cli_provider_config(const char *cmd, const char *provider, const char *confi
  * error for `cmd` when there is no '=' (or no key).
  */
 int cli_add_kv(const char *cmd, sbx_kv *kv, const char *opt, const char *arg);
+/* -e: KEY=VALUE, or KEY alone for the value of $KEY (nothing when unset). Same returns. */
+int cli_add_env(const char *cmd, sbx_kv *kv, const char *arg);
 /* Parses a non-negative number of seconds. */
 int cli_parse_seconds(const char *s, double *out);
 

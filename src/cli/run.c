@@ -203,7 +203,7 @@ int cli_cmd_exec(int argc, char **argv)
                 return CLI_EXIT_OK;
             }
             if (c == 'e') {
-                if (cli_add_kv("exec", &env, "-e/--env", optarg) < 0) {
+                if (cli_add_env("exec", &env, optarg) < 0) {
                     sbx__kv_free(&env);
                     return CLI_EXIT_USAGE;
                 }

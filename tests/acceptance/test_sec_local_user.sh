@@ -95,7 +95,8 @@ rm -rf $ASTATE
 # only sbx's own modes keep the attacker out.
 chmod 755 "$T"
 SECRET="s3cr3t-$RANDOM$RANDOM$RANDOM"
-run "root: create a box with a secret in its env" 0 "$SBX" create -e "API_KEY=$SECRET"
+# -e API_KEY takes the value from sbx's environment: not even sbx's own command line holds it.
+run "root: create a box with a secret in its env" 0 env API_KEY="$SECRET" "$SBX" create -e API_KEY
 ID=$OUT
 BOXDIR=$SBX_STATE_DIR/linux/boxes/$ID
 check "the record is 0600" [ "$(stat -c %a "$BOXDIR/record.json")" = 600 ]
@@ -109,7 +110,7 @@ check "the attacker cannot read the record (rc $RC)" [ $RC != 0 ]
 check "... nor get the secret from it" lacks "$SECRET" "$T/atk-rec"
 as $ATK sh -c "cat $SBX_STATE_DIR/boxes/$ID.json" >"$T/atk-rec" 2>/dev/null
 check "nor from the CLI's record" lacks "$SECRET" "$T/atk-rec"
-run "root: the box still sees its env" 0 "$SBX" exec "$ID" -- sh -c 'test -n "$API_KEY"'
+run "root: the box sees its env" 0 "$SBX" exec "$ID" -- sh -c "test \"\${#API_KEY}\" = ${#SECRET}"
 run "root: stop it" 0 "$SBX" stop "$ID"
 chmod 700 "$T"
 census "after the secrets checks"
