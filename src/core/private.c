@@ -75,7 +75,8 @@ char *sbx__canonical_path(const char *path)
                 errno = EINVAL;
                 return NULL;
             }
-            char *out = !strcmp(real, "/") && *rest ? strdup(rest) : sbx__printf("%s%s", real, rest);
+            char *out =
+                !strcmp(real, "/") && *rest ? strdup(rest) : sbx__printf("%s%s", real, rest);
             free(real);
             return out;
         }
@@ -158,8 +159,7 @@ int sbx__private_dir(const char *path, bool create, char **canonical_out, sbx_er
                                   "write there can plant box records; sbx will not use it. Run "
                                   "`chmod go-w %s` (sbx makes its directories 0700), or set "
                                   "SBX_STATE_DIR to a directory of yours",
-                                  here ? here : name,
-                                  (st.st_mode & 002) ? "others" : "its group",
+                                  here ? here : name, (st.st_mode & 002) ? "others" : "its group",
                                   (unsigned)(st.st_mode & 07777), who, here ? here : name);
         int fd = openat(cur, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
@@ -180,8 +180,8 @@ int sbx__private_dir(const char *path, bool create, char **canonical_out, sbx_er
     return SBX_OK;
 }
 
-int sbx__read_private_file(int dirfd, const char *name, const char *shown, size_t max,
-                           char **data, size_t *len, sbx_error **err)
+int sbx__read_private_file(int dirfd, const char *name, const char *shown, size_t max, char **data,
+                           size_t *len, sbx_error **err)
 {
     _cleanup_close_ int fd =
         openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
@@ -227,8 +227,7 @@ int sbx__read_private_file(int dirfd, const char *name, const char *shown, size_
         n += (size_t)k;
         if (n > max) {
             free(buf);
-            return sbx__set_error(err, SBX_EINVAL, "%s grew past %zu bytes while read", shown,
-                                  max);
+            return sbx__set_error(err, SBX_EINVAL, "%s grew past %zu bytes while read", shown, max);
         }
     }
     buf[n] = 0;
@@ -248,8 +247,8 @@ int sbx__load_private_json(const char *path, size_t max, json_t **out, sbx_error
     *slash = 0;
     _cleanup_close_ int dfd = open(*dir ? dir : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
-        return sbx__set_errno(err, errno == ENOENT ? SBX_ENOENT : SBX_EIO, errno,
-                              "cannot open %s", *dir ? dir : "/");
+        return sbx__set_errno(err, errno == ENOENT ? SBX_ENOENT : SBX_EIO, errno, "cannot open %s",
+                              *dir ? dir : "/");
     _cleanup_free_ char *text = NULL;
     size_t n = 0;
     int rc = sbx__read_private_file(dfd, base, path, max, &text, &n, err);

@@ -260,9 +260,9 @@ static void test_forged_records_signal_nothing(void)
     }
     TAP_OK(sbx__linux_stop_box(state_dir, "sbx-forged3", 5, &e_));
     /* gc by label and by expiry, with no grace for records it does not believe. */
-    sbx_kv labels = { 0 };
+    sbx_kv labels = {0};
     sbx__kv_set(&labels, "run_id", "forged");
-    sbx_linux_gc_opts o = { .labels = &labels, .grace_s = 0.001 };
+    sbx_linux_gc_opts o = {.labels = &labels, .grace_s = 0.001};
     char **removed = NULL;
     TAP_OK(sbx__linux_gc(state_dir, &o, &removed, &e_));
     sbx_strv_free(removed);
@@ -332,7 +332,7 @@ static void test_records_read_only_when_private(void)
     TAP_CONTAINS(sbx_error_message(e), "more than a record may be");
     sbx_error_free(e);
     /* gc removes what it cannot believe (past the grace period). */
-    sbx_linux_gc_opts o = { .grace_s = 0.001 };
+    sbx_linux_gc_opts o = {.grace_s = 0.001};
     TAP_OK(sbx__linux_gc(state_dir, &o, NULL, &e_));
     census_check(state_dir);
 }
@@ -350,9 +350,9 @@ static void test_descriptor_state_dir_checked(void)
         int code;
         const char *says;
     } cases[] = {
-        { "{\"sandbox_id\": \"sbx-1\", \"state_dir\": \"relative/dir\"}", SBX_EINVAL, "absolute" },
-        { "{\"sandbox_id\": \"sbx-1\", \"state_dir\": \"/tmp/./x/../\"}", SBX_EINVAL, "" },
-        { "{\"sandbox_id\": \"../../etc\", \"state_dir\": \"/tmp\"}", SBX_EINVAL, "sandbox_id" },
+        {"{\"sandbox_id\": \"sbx-1\", \"state_dir\": \"relative/dir\"}", SBX_EINVAL, "absolute"},
+        {"{\"sandbox_id\": \"sbx-1\", \"state_dir\": \"/tmp/./x/../\"}", SBX_EINVAL, ""},
+        {"{\"sandbox_id\": \"../../etc\", \"state_dir\": \"/tmp\"}", SBX_EINVAL, "sandbox_id"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         sbx_sandbox *sb = NULL;
@@ -424,7 +424,7 @@ static void test_records_private_and_no_secret_on_cmdlines(void)
     snprintf(path, sizeof(path), "%s/boxes/%s/record.json", state_dir, id);
     TAP_EQ_INT(lstat(path, &st), 0);
     TAP_EQ_INT(st.st_mode & 07777, 0600);
-    const char *dirs[] = { state_root, state_dir, NULL };
+    const char *dirs[] = {state_root, state_dir, NULL};
     char boxes[700];
     snprintf(boxes, sizeof(boxes), "%s/boxes", state_dir);
     dirs[2] = boxes;
@@ -503,9 +503,9 @@ static void test_config_values_checked(void)
     TAP_TRUE(access("relative", F_OK) != 0);
     /* A userns range holding real users maps box root onto them. */
     char *user = passwd_user_in(1000, 1000 + 65536);
-    TAP_EQ_INT(sbx_provider_new("{\"linux\": {\"userns_base\": 1000, \"userns_slots\": 1}}", &bad,
-                                &e),
-               SBX_EINVAL);
+    TAP_EQ_INT(
+        sbx_provider_new("{\"linux\": {\"userns_base\": 1000, \"userns_slots\": 1}}", &bad, &e),
+        SBX_EINVAL);
     TAP_CONTAINS(sbx_error_message(e), "userns");
     if (user) {
         char quoted[300];
@@ -565,7 +565,7 @@ static void test_gc_finds_boxes_without_records(void)
         TAP_TRUE(access(json_string_value(json_array_get(cg2, i)), F_OK) == 0);
     /* The cgroup sweep leaves groups younger than 2 s to their shims. */
     sleep(3);
-    sbx_linux_gc_opts o = { .grace_s = 0.001 };
+    sbx_linux_gc_opts o = {.grace_s = 0.001};
     char **removed = NULL;
     TAP_OK(sbx__linux_gc(state_dir, &o, &removed, &e_));
     bool saw1 = false, saw2 = false;
