@@ -1340,17 +1340,26 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
      * write, or a record planted there would be believed (pids to signal,
      * cgroups to empty, an env for every exec).
      */
-    if (sd) {
+    {
+        /* Without one in the descriptor, the provider's own is checked the same way. */
+        const char *dir = sd ? sd : st->state_dir;
         sbx_error *se = NULL;
         _cleanup_free_ char *canon = NULL;
-        if (sd[0] != '/')
+        if (dir[0] != '/')
             se = sbx_error_new(SBX_EINVAL,
-                               "the descriptor's state_dir '%s' must be an absolute path", sd);
-        else if (sbx__private_dir(sd, false, &canon, &se) == SBX_OK && strcmp(canon, sd) != 0)
+                               "the descriptor's state_dir '%s' must be an absolute path", dir);
+        else if (sbx__private_dir(dir, false, &canon, &se) == SBX_OK && sd &&
+                 strcmp(canon, sd) != 0)
             se = sbx_error_new(SBX_EINVAL,
                                "the descriptor's state_dir '%s' is not canonical (it is %s); "
                                "use the descriptor sbx_sandbox_serialize gave",
                                sd, canon);
+        if (se && sbx_error_code(se) == SBX_ENOENT) {
+            sbx_error_free(se);
+            se = sbx_error_new(SBX_ENOENT, "no linux box %s in %s (stopped, or another state "
+                                           "directory?)",
+                               id, dir);
+        }
         if (se) {
             int code = sbx_error_code(se);
             sbx_op_complete(op, code, sbx_error_prefix(se, "connecting to linux box %s", id),
