@@ -7,6 +7,7 @@
 #include "providers/linux/linux.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -33,12 +34,18 @@ int cli_boxes_dir(char **out, sbx_error **err)
     char *dir = base ? sbx__printf("%s/boxes", base) : NULL;
     if (!dir)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    /* 0700: records hold descriptors that grant control of the boxes. */
-    if (sbx__mkdir_p(dir, 0700) < 0) {
-        int rc = sbx__set_errno(err, SBX_EIO, errno,
-                                "cannot create the state directory %s (set SBX_STATE_DIR to a "
-                                "writable directory)",
-                                dir);
+    /*
+     * 0700, and checked: records hold descriptors that grant control of the
+     * boxes and the env of every exec. A directory another user made (say
+     * /tmp/sbx-<uid> before us) or can write is refused, with what to do.
+     */
+    int rc = base && base[0] != '/'
+                 ? sbx__set_error(err, SBX_EINVAL,
+                                  "SBX_STATE_DIR '%s' must be an absolute path", base)
+                 : sbx__private_dir(base, true, NULL, err);
+    if (rc == SBX_OK)
+        rc = sbx__private_dir(dir, true, NULL, err);
+    if (rc < 0) {
         free(dir);
         return rc;
     }
@@ -95,9 +102,12 @@ int cli_box_save(const char *id, const char *config_json, const char *descriptor
     return SBX_OK;
 }
 
+/* A record is read only if it is the caller's own, not a link, not writable by others. */
 static int load_path(const char *path, json_t **out)
 {
-    json_t *v = json_load_file(path, 0, NULL);
+    json_t *v = NULL;
+    if (sbx__load_private_json(path, SBX_RECORD_MAX, &v, NULL) < 0)
+        return -1;
     if (!json_is_object(v) || !json_is_string(json_object_get(v, "id"))) {
         json_decref(v);
         return -1;
@@ -236,7 +246,11 @@ int cli_box_find(const char *id, json_t **record)
     sbx_error *e = NULL;
     if (cli_box_load(id, record, &e) == SBX_OK)
         return CLI_EXIT_OK;
-    int rc = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_USAGE;
+    int code = sbx_error_code(e);
+    /* An ambiguous prefix is the user's to fix; a state directory refused is sbx's failure. */
+    int rc = code == SBX_ENOENT  ? CLI_EXIT_NOBOX
+             : code == SBX_EINVAL ? CLI_EXIT_USAGE
+                                  : CLI_EXIT_SBX;
     cli_sbx_error(e, "loading the box record");
     return rc;
 }
@@ -268,6 +282,34 @@ int cli_box_records(bool all, json_t **records)
 const char *cli_box_id(const json_t *record)
 {
     return json_string_value(json_object_get(record, "id"));
+}
+
+int cli_box_sweep_temps(void)
+{
+    _cleanup_free_ char *dir = NULL;
+    if (cli_boxes_dir(&dir, NULL) < 0)
+        return 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        /* <id>.json.tmp.<pid>[.<random>]: sbx__write_file_atomic's, before its rename. */
+        const char *t = strstr(de->d_name, ".json.tmp.");
+        if (!t || de->d_name[0] == '.')
+            continue;
+        char *end;
+        long pid = strtol(t + 10, &end, 10);
+        if (end == t + 10 || pid <= 0 || (*end && *end != '.'))
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* its writer may still be at it */
+        if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+            n++;
+    }
+    closedir(d);
+    return n;
 }
 
 int cli_box_remove(const char *id)

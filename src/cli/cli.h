@@ -153,6 +153,8 @@ int cli_provider_config(const char *cmd, const char *provider, const char *confi
  * error for `cmd` when there is no '=' (or no key).
  */
 int cli_add_kv(const char *cmd, sbx_kv *kv, const char *opt, const char *arg);
+/* -e: KEY=VALUE, or KEY alone for the value of $KEY (nothing when unset). Same returns. */
+int cli_add_env(const char *cmd, sbx_kv *kv, const char *arg);
 /* Parses a non-negative number of seconds. */
 int cli_parse_seconds(const char *s, double *out);
 
@@ -194,6 +196,11 @@ const char *cli_box_id(const json_t *record);
 /* Every record, sorted by creation time. */
 int cli_box_list(json_t **records, sbx_error **err);
 int cli_box_remove(const char *id);
+/*
+ * Removes the temp files of record writes whose writer is dead (an `sbx
+ * create` killed while it saved its record). Returns how many went.
+ */
+int cli_box_sweep_temps(void);
 /* The record's provider mapping / descriptor as JSON text. Caller frees. */
 char *cli_box_config(const json_t *record);
 char *cli_box_descriptor(const json_t *record);
@@ -243,6 +250,12 @@ int cli_linux_records(const json_t *skip, json_t **records, sbx_error **err);
 const char *cli_linux_status(const json_t *record);
 /* Stops a linux box by id through its shim; SBX_ENOENT when it is gone already. */
 int cli_linux_stop(const json_t *record, sbx_error **err);
+/*
+ * For a linux provider `config`, sets provider_options.die_with_creator in
+ * `spec`: the box ends if this process dies before it lets the box go
+ * (sbx_sandbox_detach). Other providers' specs are left alone.
+ */
+int cli_linux_die_with_creator(const char *config, sbx_spec *spec, sbx_error **err);
 
 /* --- wait.c: interruptible waits ---------------------------------------- */
 

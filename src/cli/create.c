@@ -56,7 +56,14 @@ int cli_cmd_create(int argc, char **argv)
     sbx_sandbox *sb = NULL;
     sbx_future *f = NULL;
     _cleanup_free_ char *desc = NULL;
-    rc = cli_box_start(p, spec, &sb, &e);
+    /*
+     * Until its record is written, the box dies with this process, even by
+     * SIGKILL: a box nobody has the id of must not run on. The detach below
+     * lets it go.
+     */
+    rc = cli_linux_die_with_creator(config, spec, &e);
+    if (rc == SBX_OK)
+        rc = cli_box_start(p, spec, &sb, &e);
     if (rc == SBX_OK && !cli_signal_received() &&
         (rc = sbx_sandbox_serialize_async(sb, CREATE_SCOPE, &f, &e)) == SBX_OK) {
         rc = cli_wait(f, &e);

@@ -87,11 +87,9 @@ int cli_linux_records(const json_t *skip, json_t **records, sbx_error **err)
                       created, "ttl_s", r->ttl_s >= 0 ? json_real(r->ttl_s) : json_null(),
                       "image", r->image ? json_string(r->image) : json_null(), "recorded", 0);
         /* The box's workdir: a connected handle's default cwd, as for its creator. */
-        _cleanup_free_ char *rp = sbx__printf("%s/record.json", r->box_dir);
-        _cleanup_json_ json_t *full = rp ? json_load_file(rp, 0, NULL) : NULL;
-        json_t *wd = json_object_get(full, "workdir");
-        if (rec && json_is_string(wd))
-            json_object_set(json_object_get(rec, "descriptor"), "workdir", wd);
+        if (rec && r->workdir)
+            json_object_set_new(json_object_get(rec, "descriptor"), "workdir",
+                                json_string(r->workdir));
         if (rec)
             json_array_append_new(out, rec);
     }
@@ -136,4 +134,19 @@ int cli_linux_stop(const json_t *record, sbx_error **err)
                                 "stop_timeout_s");
     double timeout = json_is_number(t) && json_number_value(t) > 0 ? json_number_value(t) : 10;
     return sbx__linux_stop_box(sd, id, timeout, err);
+}
+
+int cli_linux_die_with_creator(const char *config, sbx_spec *spec, sbx_error **err)
+{
+    _cleanup_json_ json_t *cfg = json_loads(config ? config : "{}", 0, NULL);
+    if (!json_object_get(cfg, "linux"))
+        return SBX_OK;
+    _cleanup_json_ json_t *po = json_loads(sbx_spec_provider_options(spec), 0, NULL);
+    if (!json_is_object(po))
+        return SBX_OK;
+    json_object_set_new(po, "die_with_creator", json_true());
+    _cleanup_free_ char *text = sbx__json_dump(po);
+    if (!text)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    return sbx_spec_set_provider_options(spec, text, err);
 }

@@ -16,7 +16,7 @@
     "                         directory, tarball or OCI layout path; none: the host's\n"      \
     "                         system directories, read-only\n"                                                     \
     "  --workdir DIR          working directory of commands\n"                                    \
-    "  -e, --env K=V          environment variable (repeatable)\n"                               \
+    "  -e, --env K=V|K        environment variable; K alone: $K's value (repeatable)\n"          \
     "  --cpu N                CPUs (may be fractional)\n"                                         \
     "  --memory MIB           memory limit in MiB\n"                                              \
     "  --disk GIB             disk size in GiB\n"                                                 \
@@ -55,7 +55,7 @@ static const struct command commands[] = {
     { "exec", cli_cmd_exec, "sbx exec [--cwd D] [-e K=V] [--user U] [--timeout S] ID [--] CMD...",
       "run CMD in a box (see `sbx ls`); exit with CMD's status",
       "  --cwd DIR              working directory (default: the box's workdir)\n"
-      "  -e, --env K=V          environment variable (repeatable)\n"
+      "  -e, --env K=V|K        environment variable; K alone: $K's value (repeatable)\n"
       "  --user U               user to run CMD as (name or uid[:gid])\n"
       "  --timeout S            seconds CMD may run (default 180; 0: none)\n"
       "  --no-stdin             do not pass stdin to CMD\n"

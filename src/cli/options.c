@@ -42,6 +42,27 @@ int cli_parse_seconds(const char *s, double *out)
     return 0;
 }
 
+int cli_add_env(const char *cmd, sbx_kv *kv, const char *arg)
+{
+    /*
+     * -e KEY takes the value from sbx's own environment, as `docker run -e
+     * KEY` does: a secret need not be on sbx's command line, which every
+     * local user can read in ps. An unset KEY adds nothing (docker's rule).
+     */
+    if (*arg && !strchr(arg, '=')) {
+        if (strspn(arg, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
+                strlen(arg) ||
+            (*arg >= '0' && *arg <= '9')) {
+            cli_usage_error(cmd, "-e/--env expects KEY=VALUE or a variable name KEY, got '%s'",
+                            arg);
+            return -1;
+        }
+        const char *v = getenv(arg);
+        return !v ? 1 : sbx__kv_set(kv, arg, v) < 0 ? -1 : 1;
+    }
+    return cli_add_kv(cmd, kv, "-e/--env", arg);
+}
+
 int cli_add_kv(const char *cmd, sbx_kv *kv, const char *opt, const char *arg)
 {
     _cleanup_free_ char *k = NULL;
@@ -149,7 +170,7 @@ int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *ar
     case 1004: o->spec_file = arg; return 1;
     case 1005: o->image = arg; return 1;
     case 1006: o->workdir = arg; return 1;
-    case 'e': return cli_add_kv(cmd, &o->env, "-e/--env", arg);
+    case 'e': return cli_add_env(cmd, &o->env, arg);
     case 1007: o->cpu = arg; return 1;
     case 1008: o->memory = arg; return 1;
     case 1009: o->disk = arg; return 1;

@@ -146,7 +146,10 @@ int cli_cmd_run(int argc, char **argv)
     }
     sbx_error *e = NULL;
     sbx_sandbox *sb = NULL;
-    rc = cli_box_start(p, spec, &sb, &e);
+    /* The box dies with this process, even by SIGKILL (the shim sees its socket close). */
+    rc = cli_linux_die_with_creator(config, spec, &e);
+    if (rc == SBX_OK)
+        rc = cli_box_start(p, spec, &sb, &e);
     sbx_spec_free(spec);
     if (rc < 0 || cli_signal_received()) {
         /* Freeing stops whatever the start left running. */
@@ -200,7 +203,7 @@ int cli_cmd_exec(int argc, char **argv)
                 return CLI_EXIT_OK;
             }
             if (c == 'e') {
-                if (cli_add_kv("exec", &env, "-e/--env", optarg) < 0) {
+                if (cli_add_env("exec", &env, optarg) < 0) {
                     sbx__kv_free(&env);
                     return CLI_EXIT_USAGE;
                 }

@@ -212,6 +212,9 @@ int cli_cmd_gc(int argc, char **argv)
     }
     if (!cli_signal_received() && gc_linux(&o, done, out) != CLI_EXIT_OK)
         rc = CLI_EXIT_FAIL;
+    /* Half-written records of creates that were killed. */
+    if (!o.dry_run && !cli_signal_received())
+        cli_box_sweep_temps();
     if (o.json && cli_print_json(out) < 0)
         return CLI_EXIT_FAIL;
     return rc;

@@ -120,9 +120,40 @@ SBX_INTERNAL int sbx__rm_rf(const char *path);
 /* The same for `name` under `dirfd`, never following a link (not even at `name`). */
 SBX_INTERNAL int sbx__rm_rf_at(int dirfd, const char *name);
 SBX_INTERNAL int sbx__read_file(const char *path, char **data, size_t *len);
-/* Writes atomically (temp file + rename). */
+/*
+ * Writes atomically: a fresh temp file (O_EXCL, never through a link) with
+ * exactly `mode` (fchmod: the umask does not apply), then rename.
+ */
 SBX_INTERNAL int sbx__write_file_atomic(const char *path, const void *data, size_t len,
                                         mode_t mode);
+/*
+ * Private state (private.c). sbx__private_dir checks (and with `create`
+ * makes, 0700) a state directory: absolute; every component a directory, not
+ * a link, owned by root or the caller and writable by nobody else (sticky
+ * ancestors such as /tmp excepted); the directory itself the caller's.
+ * SBX_EPERM with a message naming the path, its owner and mode, and what to
+ * do. `canonical` (optional) receives the resolved path.
+ */
+SBX_INTERNAL int sbx__private_dir(const char *path, bool create, char **canonical,
+                                  sbx_error **err);
+/*
+ * Reads `name` under `dirfd` (shown as `shown` in messages) without following
+ * a link: a regular file of the caller's, not group/other-writable, at most
+ * `max` bytes. `*data` is NUL-terminated, malloc'd.
+ */
+SBX_INTERNAL int sbx__read_private_file(int dirfd, const char *name, const char *shown,
+                                        size_t max, char **data, size_t *len, sbx_error **err);
+/* The same for an absolute path, parsed as a JSON object. */
+SBX_INTERNAL int sbx__load_private_json(const char *path, size_t max, json_t **out,
+                                        sbx_error **err);
+/*
+ * The canonical form of an absolute path whose tail may not exist yet
+ * (realpath of the longest existing prefix, the rest appended; `.`/`..` in
+ * the rest: NULL, EINVAL). Malloc'd.
+ */
+SBX_INTERNAL char *sbx__canonical_path(const char *path);
+/* The size a record may have. */
+#define SBX_RECORD_MAX (1u << 20)
 /* Hex of `n` random bytes. */
 SBX_INTERNAL void sbx__random_hex(char *out, size_t n_bytes);
 

@@ -389,14 +389,28 @@ int sbx__read_file(const char *path, char **data, size_t *len)
 
 int sbx__write_file_atomic(const char *path, const void *data, size_t len, mode_t mode)
 {
-    _cleanup_free_ char *tmp = sbx__printf("%s.tmp.%d", path, (int)getpid());
+    /*
+     * A fresh name, created exclusively and never through a link: a file or
+     * link someone put at a guessable temp name is not written through. The
+     * mode is set explicitly, whatever the umask (records are 0600).
+     */
+    char hex[17];
+    sbx__random_hex(hex, 8);
+    _cleanup_free_ char *tmp = sbx__printf("%s.tmp.%d.%s", path, (int)getpid(), hex);
     if (!tmp) {
         errno = ENOMEM;
         return -1;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode & 0777);
     if (fd < 0)
         return -1;
+    if (fchmod(fd, mode & 07777) < 0) {
+        int saved = errno;
+        close(fd);
+        unlink(tmp);
+        errno = saved;
+        return -1;
+    }
     const char *p = data;
     while (len) {
         ssize_t n = write(fd, p, len);

@@ -132,6 +132,7 @@ static int parse_cfg(json_t *j, struct shim_cfg *c, char *msg, size_t len)
     c->userns_base = (unsigned)jnum(j, "userns_base", 0);
     c->userns_slots = (unsigned)jnum(j, "userns_slots", 0);
     c->seccomp = !json_is_false(json_object_get(j, "seccomp"));
+    c->die_with_creator = json_is_true(json_object_get(j, "die_with_creator"));
     c->upper_size = (long long)jnum(j, "upper_size", 0);
     c->nofile_soft = (long long)jnum(j, "nofile_soft", 0);
     c->nofile_hard = (long long)jnum(j, "nofile_hard", 0);
@@ -182,7 +183,12 @@ static int write_record(struct shim *s, const char *state)
     _cleanup_free_ char *path = sbx__printf("%s/record.json", c->box_dir);
     if (!text || !path)
         return -1;
-    return sbx__write_file_atomic(path, text, strlen(text), 0644);
+    /*
+     * 0600: the record holds the box's env (API keys, tokens). Only the
+     * box's owner reads it; written through a fresh O_EXCL temp file and a
+     * rename, so a reader never sees half a record.
+     */
+    return sbx__write_file_atomic(path, text, strlen(text), 0600);
 }
 
 /* Kills the box (its PID 1 takes the whole pid namespace with it) and reaps it. */
@@ -632,19 +638,29 @@ static void supervise(struct shim *s)
             ssize_t k = recv(s->ctl, b, sizeof(b) - 1, 0);
             if (k > 0) {
                 b[k] = 0;
-                if (!strcmp(b, "ack") && s->ready) {
+                if (!strcmp(b, "ack") && s->ready && !s->acked) {
                     s->acked = true;
                     shim_trace("acked");
-                    close(s->ctl);
-                    s->ctl = -1;
+                    /* die_with_creator: the socket stays open; its EOF ends the box. */
+                    if (!s->cfg.die_with_creator) {
+                        close(s->ctl);
+                        s->ctl = -1;
+                    }
                     /* "running" means handed over: the box now outlives its creator. */
                     write_record(s, "running");
+                } else if (!strcmp(b, "detach") && s->acked) {
+                    /* The creator lets the box outlive it (sbx create, its record written). */
+                    close(s->ctl);
+                    s->ctl = -1;
                 } else {
                     teardown(s, 1); /* "abort" */
                 }
             } else if (!s->acked) {
                 /* The creator died or gave up before taking the box: remove it. */
                 teardown(s, 1);
+            } else {
+                /* die_with_creator: the creator is gone without detaching (killed, say). */
+                teardown(s, 0);
             }
         }
     }

@@ -35,6 +35,13 @@ struct shim_cfg {
     json_t *env;        /* array of "K=V" */
     json_t *entrypoint; /* array or NULL */
     json_t *metadata;   /* object */
+    /*
+     * The box ends when its creator's control socket closes, even after the
+     * handover, unless the creator said "detach" first (sbx run, sbx create
+     * until its record is written): a creator killed with SIGKILL takes its
+     * box along instead of leaving it running with nobody knowing its id.
+     */
+    bool die_with_creator;
 };
 
 /* The size of every box's uid and gid range in userns mode. */

@@ -448,7 +448,7 @@ static void test_usage_errors(void)
         { { "run", "--bogus", "--", "true" }, "unknown option '--bogus'", "usage: sbx run " },
         { { "run", "--timeout" }, "option '--timeout' needs a value", "usage: sbx run " },
         { { "run", "--memory", "lots", "--", "true" }, "--memory expects", "usage: sbx run " },
-        { { "run", "-e", "NOEQUALS", "--", "true" }, "expects KEY=VALUE", "usage: sbx run " },
+        { { "run", "-e", "NO-EQUALS", "--", "true" }, "expects KEY=VALUE", "usage: sbx run " },
         { { "run", "--timeout", "-1", "--", "true" }, "--timeout expects", "usage: sbx run " },
         { { "run", "--port", "70000", "--provider", "fake", "--", "true" }, "port", NULL },
         { { "exec" }, "sbx: no box ID given\n", "usage: sbx exec " },

@@ -275,6 +275,28 @@ static void kill_procs(const char *dir)
     free(data);
 }
 
+const char *const *sbx__cg_roots(void)
+{
+    static const char *const roots[] = { CG_ROOT,         CG_ROOT "/memory",
+                                         CG_ROOT "/pids", CG_ROOT "/cpu",
+                                         CG_ROOT "/cpu,cpuacct", NULL };
+    return roots;
+}
+
+bool sbx__cg_path_ok(const char *path, const char *id)
+{
+    if (!path || !sbx__linux_id_ok(id))
+        return false;
+    /* Compared as strings against the mounts: canonical by construction, no `..`, no link. */
+    for (const char *const *r = sbx__cg_roots(); *r; r++) {
+        size_t rl = strlen(*r);
+        if (!strncmp(path, *r, rl) && !strncmp(path + rl, "/sbx/", 5) &&
+            !strcmp(path + rl + 5, id))
+            return true;
+    }
+    return false;
+}
+
 int sbx__cg_destroy(const json_t *paths)
 {
     int rc = 0;
@@ -283,8 +305,13 @@ int sbx__cg_destroy(const json_t *paths)
     json_array_foreach(paths, i, p)
     {
         const char *dir = json_string_value(p);
-        /* Only our own groups: never remove anything outside an sbx/ level. */
-        if (!dir || !strstr(dir, "/sbx/"))
+        const char *last = dir ? strrchr(dir, '/') : NULL;
+        /*
+         * Only a box's own group, <mount>/sbx/<id>: a path merely holding
+         * "/sbx/" (a record's, say) could name any group on the host, and its
+         * processes would be killed.
+         */
+        if (!last || !sbx__cg_path_ok(dir, last + 1))
             continue;
         /*
          * rmdir fails with EBUSY while a task is still attached, which lasts a

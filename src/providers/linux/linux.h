@@ -50,7 +50,9 @@ typedef struct {
     char *image;
     char *state;    /* "creating", "running", "error" */
     char *hostname;
-    char *socket;   /* the agent socket's host path */
+    char *socket;   /* the agent socket's host path (<box_dir>/run/agent.sock, never read) */
+    char *workdir;  /* the spec's workdir, or NULL */
+    json_t *env;    /* the spec's env, an array of "K=V"; never NULL once read */
     double created; /* unix seconds */
     double ttl_s;   /* < 0: none */
     double expires; /* unix seconds; 0 when no TTL */
@@ -61,8 +63,24 @@ typedef struct {
     json_t *cgroups;               /* array of cgroup directory paths */
 } sbx_linux_record;
 
+/*
+ * Reads <box_dir>/record.json, which is input like any other: the directory
+ * and the record must be the caller's and writable by nobody else (no links
+ * followed, at most SBX_RECORD_MAX bytes), the id must be the directory's
+ * name and every cgroup the box's own (sbx__cg_path_ok). SBX_ENOENT: no
+ * record; SBX_EPERM / SBX_EINVAL: one that is not to be believed.
+ */
 SBX_INTERNAL int sbx__linux_record_read(const char *box_dir, sbx_linux_record *rec,
                                         sbx_error **err);
+/* A box id that can be a path component and a cgroup name: [A-Za-z0-9._-], no leading '.'/'-'. */
+SBX_INTERNAL bool sbx__linux_id_ok(const char *id);
+/*
+ * Whether the record's shim is alive and really that box's shim: its start
+ * time, owner (the caller), executable (sbx-shim) and command line
+ * (--box-dir naming this box's directory) checked while a pidfd pins it.
+ * Returns 1 with *pidfd set (-1 without pidfd support), or 0.
+ */
+SBX_INTERNAL int sbx__linux_shim_pidfd(const sbx_linux_record *rec, int *pidfd);
 SBX_INTERNAL void sbx__linux_record_free(sbx_linux_record *rec);
 /* /proc/PID/stat field 22, or 0 when the process is gone. */
 SBX_INTERNAL unsigned long long sbx__linux_proc_start(pid_t pid);
@@ -88,7 +106,11 @@ SBX_INTERNAL void sbx__linux_list_free(sbx_linux_box_info *boxes, size_t n);
 
 /*
  * Garbage collection. Removes, for every box under the state directory:
- * orphans (shim dead: leftover cgroups, directory) always; expired boxes
+ * orphans (shim dead: leftover cgroups, directory) always, and boxes with no
+ * believable record past a grace period (their shim, found by its command
+ * line, is stopped); shims of this state directory whose box directory is
+ * gone; (root) cgroups sbx/<id> that no live shim on the host supervises,
+ * with the processes in them; expired boxes
  * (TTL passed but still running: its shim is told to stop, then waited for);
  * and, when `labels` is non-empty, every box whose metadata matches them
  * (stopped like expired ones). With `dry_run` nothing is touched. Each removed
@@ -98,6 +120,7 @@ typedef struct {
     const sbx_kv *labels; /* stop every matching box */
     bool dry_run;
     double stop_timeout_s; /* how long to wait for a shim to finish (default 10) */
+    double grace_s;        /* a box with no record is abandoned after this (0: 30 s) */
 } sbx_linux_gc_opts;
 
 SBX_INTERNAL int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts,
@@ -138,7 +161,17 @@ SBX_INTERNAL int sbx__cg_create(const char *id, const sbx_cg_limits *lim, json_t
                                 sbx_error **err);
 /* Moves `pid` into every group in `paths`. */
 SBX_INTERNAL int sbx__cg_attach(const json_t *paths, pid_t pid, sbx_error **err);
-/* Kills what is left in the groups and removes them (retrying while busy). */
+/*
+ * The cgroup mounts boxes get groups under (NULL-ended), and whether `path`
+ * is exactly <one of them>/sbx/<id>: a path from a record must be that box's
+ * own group, nothing above, beside or through `..`.
+ */
+SBX_INTERNAL const char *const *sbx__cg_roots(void);
+SBX_INTERNAL bool sbx__cg_path_ok(const char *path, const char *id);
+/*
+ * Kills what is left in the groups and removes them (retrying while busy).
+ * Paths that are not <cgroup mount>/sbx/<valid id> are skipped.
+ */
 SBX_INTERNAL int sbx__cg_destroy(const json_t *paths);
 /* The number of OOM kills in the box's memory group, or -1 when unknown. */
 SBX_INTERNAL long long sbx__cg_oom_kills(const json_t *paths);

@@ -65,6 +65,12 @@ struct linux_box {
     linux_agent_slot agent; /* its connection, in st->pool */
     pid_t shim_pid;
     unsigned long long shim_start;
+    /*
+     * die_with_creator: the shim's control socket, kept open after the
+     * handover. Its close without a "detach" (this process killed) ends the
+     * box; box_free says "detach" first. -1 otherwise.
+     */
+    int ctl;
     struct linux_state *st;
 };
 
@@ -76,6 +82,14 @@ static void box_free(void *box)
     if (!b)
         return;
     sbx__linux_agent_drop(&b->agent);
+    if (b->ctl >= 0) {
+        /*
+         * Freed, not killed: a handle freed after its stop, or detached (the
+         * box outlives the handle, as sbx_sandbox_detach promises).
+         */
+        send(b->ctl, "detach", 6, MSG_NOSIGNAL | MSG_DONTWAIT);
+        close(b->ctl);
+    }
     free(b->id);
     free(b->box_dir);
     free(b->socket);
@@ -260,6 +274,69 @@ static int box_nofile(long long want_soft, long long want_hard, long long *soft,
     return SBX_OK;
 }
 
+/*
+ * First uid (and gid) of /etc/passwd (or /etc/group) inside [lo, hi), or -1,
+ * and its name in `name`. Read from the files, as the useradd family writes
+ * them (a directory service's users are not seen).
+ */
+static long long id_in_range(const char *file, unsigned long long lo, unsigned long long hi,
+                             char *name, size_t n)
+{
+    FILE *f = fopen(file, "re");
+    char line[4096];
+    long long found = -1;
+    while (f && found < 0 && fgets(line, sizeof(line), f)) {
+        char *c1 = strchr(line, ':');
+        char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        char *end;
+        unsigned long long id = strtoull(c2 + 1, &end, 10);
+        if (end == c2 + 1 || *end != ':' || id < lo || id >= hi)
+            continue;
+        *c1 = 0;
+        snprintf(name, n, "%.64s", line);
+        found = (long long)id;
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/*
+ * userns boxes map their root onto host uids base .. base + slots * 65536:
+ * a range that holds a real user or group would make box root that user
+ * on the host (files it writes, signals it may send). The range must start
+ * above the ids of regular accounts (65536) and contain none from
+ * /etc/passwd or /etc/group.
+ */
+static int check_userns_range(unsigned base, unsigned slots, sbx_error **err)
+{
+    unsigned long long lo = base, hi = (unsigned long long)base + (unsigned long long)slots * 65536;
+    static const char *const files[] = { "/etc/passwd", "/etc/group" };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(files); i++) {
+        char name[80];
+        long long id = id_in_range(files[i], lo, hi, name, sizeof(name));
+        if (id >= 0)
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "linux provider: the userns range %llu..%llu (userns_base %u, "
+                                  "userns_slots %u) holds %s '%s' (%s %lld) from %s: box root "
+                                  "would be that %s on the host. Choose a range no user or group "
+                                  "falls in (the default starts at %u)",
+                                  lo, hi - 1, base, slots, i ? "the group" : "the user", name,
+                                  i ? "gid" : "uid", id, files[i], i ? "group" : "user",
+                                  SBX_LINUX_USERNS_BASE);
+    }
+    if (lo < 65536)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "linux provider: userns_base %u would map box root onto a host "
+                              "user's uid: it must be at least 65536 (the default, %u, is above "
+                              "the ranges useradd hands out); the range is userns_base .. "
+                              "userns_base + userns_slots * 65536",
+                              base, SBX_LINUX_USERNS_BASE);
+    return SBX_OK;
+}
+
 static int linux_init(const char *config_json, void **state, sbx_error **err)
 {
     json_error_t je;
@@ -294,6 +371,13 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             char **dst = !strcmp(key, "state_dir") ? &st->state_dir
                          : !strcmp(key, "shim")    ? &st->shim
                                                    : &st->agent;
+            /* A relative path would be resolved against whatever directory the program runs in. */
+            if (json_string_value(v)[0] != '/') {
+                rc = sbx__set_error(err, SBX_EINVAL,
+                                    "linux provider: %s must be an absolute path (got '%s')", key,
+                                    json_string_value(v));
+                break;
+            }
             *dst = strdup(json_string_value(v));
         } else if (!strcmp(key, "pids_limit")) {
             if (!json_is_integer(v) || json_integer_value(v) < 0) {
@@ -363,6 +447,8 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
         rc = sbx__set_error(err, SBX_EINVAL,
                             "linux provider: userns_base + userns_slots * 65536 must stay below "
                             "2^32 (every box takes a range of 65536 uids)");
+    if (rc == SBX_OK)
+        rc = check_userns_range(st->userns_base, st->userns_slots, err);
     if (rc == SBX_OK) {
         char *sd = sbx__linux_state_dir(st->state_dir);
         free(st->state_dir);
@@ -370,6 +456,11 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
         st->pool = sbx__linux_agent_pool_new((int)st->max_conns);
         if (!st->state_dir || !st->pool)
             rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        else if (st->state_dir[0] != '/')
+            rc = sbx__set_error(err, SBX_EINVAL,
+                                "linux provider: the state directory '%s' (from SBX_STATE_DIR) "
+                                "must be an absolute path",
+                                st->state_dir);
     }
     if (rc < 0) {
         state_free(st);
@@ -395,6 +486,7 @@ struct create {
     char *image;
     char *hostname;
     bool net_host, userns;
+    bool die_with_creator; /* provider_options.die_with_creator */
     long long pids;
     long long nofile_soft, nofile_hard; /* as asked for; hard 0: the default */
     double ready_timeout_s;
@@ -535,6 +627,11 @@ static void on_agent(sbx_agent_conn *conn, int code, sbx_error *err, void *data)
                     sbx_error_new(SBX_EVERIFY, "the box's shim went away during the handover"));
         return;
     }
+    /* die_with_creator: the box keeps the socket; create_finish must not close it. */
+    if (c->die_with_creator) {
+        c->box->ctl = c->ctl;
+        c->ctl = -1;
+    }
     create_finish(c, SBX_OK, NULL);
 }
 
@@ -659,6 +756,19 @@ static bool create_cancelled(void *data)
 static void create_work(uv_work_t *w)
 {
     struct create *c = w->data;
+    /*
+     * The state directory and boxes/ are made 0700 and checked (ours, nobody
+     * else can write them) before anything (an image, a box record) goes
+     * there.
+     */
+    _cleanup_free_ char *boxes = sbx__printf("%s/boxes", c->st->state_dir);
+    if (!boxes) {
+        c->code = sbx__set_error(&c->err, SBX_ENOMEM, "out of memory");
+        return;
+    }
+    if ((c->code = sbx__private_dir(c->st->state_dir, true, NULL, &c->err)) < 0 ||
+        (c->code = sbx__private_dir(boxes, true, NULL, &c->err)) < 0)
+        return;
     _cleanup_free_ char *rootfs = NULL;
     bool none = false;
     /* A cancelled create stops an unpack in progress (a big or endless source). */
@@ -669,10 +779,6 @@ static void create_work(uv_work_t *w)
         return;
     json_object_set_new(c->desc, "lower", json_string(rootfs));
     json_object_set_new(c->desc, "none_image", json_boolean(none));
-    _cleanup_free_ char *boxes = sbx__printf("%s/boxes", c->st->state_dir);
-    if (!boxes || sbx__mkdir_p(boxes, 0711) < 0)
-        c->code = sbx__set_errno(&c->err, SBX_ECREATE, errno,
-                                 "cannot create the state directory %s", c->st->state_dir);
 }
 
 static int spawn_shim(struct create *c, int child_end)
@@ -768,7 +874,7 @@ static char **env_strv(const sbx_spec *spec)
     return v;
 }
 
-/* provider_options: hostname, network, userns, pids_limit, nofile. */
+/* provider_options: hostname, network, userns, pids_limit, nofile, die_with_creator. */
 static int read_options(const sbx_spec *spec, struct create *c, sbx_error **err)
 {
     json_error_t je;
@@ -803,6 +909,11 @@ static int read_options(const sbx_spec *spec, struct create *c, sbx_error **err)
             if (!json_is_boolean(v))
                 return sbx__set_error(err, SBX_EINVAL, "provider_options.userns must be a bool");
             c->userns = json_is_true(v);
+        } else if (!strcmp(key, "die_with_creator")) {
+            if (!json_is_boolean(v))
+                return sbx__set_error(err, SBX_EINVAL,
+                                      "provider_options.die_with_creator must be a bool");
+            c->die_with_creator = json_is_true(v);
         } else if (!strcmp(key, "pids_limit")) {
             if (!json_is_integer(v) || json_integer_value(v) < 0)
                 return sbx__set_error(err, SBX_EINVAL,
@@ -880,6 +991,8 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     char hex[13];
     sbx__random_hex(hex, 6);
     c->box = calloc(1, sizeof(*c->box));
+    if (c->box)
+        c->box->ctl = -1;
     c->image = sbx__strdup0(sbx_spec_image(spec));
     if (!c->box || !(c->box->id = sbx__printf("sbx-%s", hex))) {
         e = sbx_error_new(SBX_ENOMEM, "out of memory");
@@ -952,6 +1065,8 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
         e = sbx_error_new(SBX_ENOMEM, "out of memory");
         goto fail;
     }
+    if (c->die_with_creator)
+        json_object_set_new(c->desc, "die_with_creator", json_true());
     /* SBX_SHIM_STDERR=trace: the shim prints the timing of each step of its work. */
     const char *dbg = getenv("SBX_SHIM_STDERR");
     if (dbg && !strcmp(dbg, "trace"))
@@ -1253,17 +1368,19 @@ static void linux_close(sbx_op *op, void *state, void *box, int owned)
     }
     int pfd = -1;
     bool signalled = false;
-    if (sbx__linux_shim_alive(&rec)) {
-        pfd = sbx__linux_pidfd_open(rec.shim_pid);
-        /* The pidfd pins the process: check it is still our shim, then signal through it. */
+    /*
+     * The pidfd pins the process the record names, checked to be this box's
+     * shim (owner, executable, command line, start time): the signal goes
+     * through it, so it reaches that process and no other.
+     */
+    if (sbx__linux_shim_pidfd(&rec, &pfd)) {
         if (pfd >= 0) {
-            signalled = sbx__linux_proc_start(rec.shim_pid) == rec.shim_start &&
-                        syscall(SYS_pidfd_send_signal, pfd, SIGTERM, NULL, 0) == 0;
+            signalled = syscall(SYS_pidfd_send_signal, pfd, SIGTERM, NULL, 0) == 0;
             if (!signalled) {
                 close(pfd);
                 pfd = -1;
             }
-        } else if (errno == ENOSYS) {
+        } else {
             /* No pidfds (Linux < 5.3, valgrind): start-time check, kill(), poll /proc. */
             signalled = sbx__linux_proc_start(rec.shim_pid) == rec.shim_start &&
                         kill(rec.shim_pid, SIGTERM) == 0;
@@ -1350,11 +1467,46 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
     _cleanup_json_ json_t *d = json_loads(descriptor_json, 0, NULL);
     const char *id = json_string_value(json_object_get(d, "sandbox_id"));
     const char *sd = json_string_value(json_object_get(d, "state_dir"));
-    if (!id || !*id || strchr(id, '/') || id[0] == '.') {
+    if (!id || !sbx__linux_id_ok(id)) {
         sbx_op_complete(op, SBX_EINVAL,
-                        sbx_error_new(SBX_EINVAL, "a linux descriptor needs \"sandbox_id\""),
+                        sbx_error_new(SBX_EINVAL, "a linux descriptor needs a \"sandbox_id\" "
+                                                  "(letters, digits, '-', '_', '.'; got %s%s%s)",
+                                      id ? "'" : "", id ? id : "none", id ? "'" : ""),
                         NULL);
         return;
+    }
+    /*
+     * A descriptor is input: its state directory must be an absolute,
+     * canonical path to a directory of the caller's that nobody else can
+     * write, or a record planted there would be believed (pids to signal,
+     * cgroups to empty, an env for every exec).
+     */
+    {
+        /* Without one in the descriptor, the provider's own is checked the same way. */
+        const char *dir = sd ? sd : st->state_dir;
+        sbx_error *se = NULL;
+        _cleanup_free_ char *canon = NULL;
+        if (dir[0] != '/')
+            se = sbx_error_new(SBX_EINVAL,
+                               "the descriptor's state_dir '%s' must be an absolute path", dir);
+        else if (sbx__private_dir(dir, false, &canon, &se) == SBX_OK && sd &&
+                 strcmp(canon, sd) != 0)
+            se = sbx_error_new(SBX_EINVAL,
+                               "the descriptor's state_dir '%s' is not canonical (it is %s); "
+                               "use the descriptor sbx_sandbox_serialize gave",
+                               sd, canon);
+        if (se && sbx_error_code(se) == SBX_ENOENT) {
+            sbx_error_free(se);
+            se = sbx_error_new(SBX_ENOENT, "no linux box %s in %s (stopped, or another state "
+                                           "directory?)",
+                               id, dir);
+        }
+        if (se) {
+            int code = sbx_error_code(se);
+            sbx_op_complete(op, code, sbx_error_prefix(se, "connecting to linux box %s", id),
+                            NULL);
+            return;
+        }
     }
     struct linux_box *b = calloc(1, sizeof(*b));
     struct conn_call *k = calloc(1, sizeof(*k));
@@ -1365,18 +1517,25 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
         return;
     }
     b->st = st;
+    b->ctl = -1;
     b->id = strdup(id);
     b->box_dir = sbx__printf("%s/boxes/%s", sd ? sd : st->state_dir, id);
     sbx_linux_record rec;
     sbx_error *e = NULL;
     if (!b->id || !b->box_dir || sbx__linux_record_read(b->box_dir, &rec, &e) < 0) {
-        sbx_error_free(e);
-        e = sbx_error_new(SBX_ENOENT, "no linux box %s in %s (stopped, or another state "
-                                      "directory?)",
-                          id, sd ? sd : st->state_dir);
+        int code = e ? sbx_error_code(e) : SBX_ENOMEM;
+        if (code == SBX_ENOENT) {
+            sbx_error_free(e);
+            e = sbx_error_new(SBX_ENOENT, "no linux box %s in %s (stopped, or another state "
+                                          "directory?)",
+                              id, sd ? sd : st->state_dir);
+        } else if (e) {
+            /* A record that is there but not to be believed: say why. */
+            sbx_error_prefix(e, "connecting to linux box %s", id);
+        }
         box_free(b);
         free(k);
-        sbx_op_complete(op, SBX_ENOENT, e, NULL);
+        sbx_op_complete(op, code, e, NULL);
         return;
     }
     /*
@@ -1390,14 +1549,15 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
     b->shim_pid = rec.shim_pid;
     b->shim_start = rec.shim_start;
     bool alive = sbx__linux_shim_alive(&rec) && rec.state && strcmp(rec.state, "error") != 0;
-    /* The spec's env, kept in the record, applies to a connected handle's execs too. */
-    _cleanup_free_ char *rp = sbx__printf("%s/record.json", b->box_dir);
-    _cleanup_json_ json_t *rj = rp ? json_load_file(rp, 0, NULL) : NULL;
-    json_t *env = json_object_get(rj, "env");
+    /* The spec's env, kept in the (checked) record, applies to a connected handle's execs too. */
+    json_t *env = rec.env;
     b->base_env = calloc(json_array_size(env) + 1, sizeof(char *));
-    for (size_t i = 0; b->base_env && i < json_array_size(env); i++)
-        b->base_env[i] = sbx__strdup0(json_string_value(json_array_get(env, i)));
-    b->workdir = sbx__strdup0(json_string_value(json_object_get(rj, "workdir")));
+    for (size_t i = 0, j = 0; b->base_env && i < json_array_size(env); i++) {
+        const char *kv = json_string_value(json_array_get(env, i));
+        if (kv && strchr(kv, '='))
+            b->base_env[j++] = strdup(kv);
+    }
+    b->workdir = sbx__strdup0(rec.workdir);
     sbx__linux_record_free(&rec);
     if (!alive || !b->socket || b->agent.peer_pid <= 0) {
         box_free(b);

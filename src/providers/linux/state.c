@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,7 +15,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 
-char *sbx__linux_state_dir(const char *override)
+static char *state_dir_spelled(const char *override)
 {
     if (override && *override)
         return strdup(override);
@@ -29,6 +30,21 @@ char *sbx__linux_state_dir(const char *override)
     return sbx__printf("/tmp/sbx-%u/linux", (unsigned)geteuid());
 }
 
+char *sbx__linux_state_dir(const char *override)
+{
+    /*
+     * Canonical (links resolved, no "//"): descriptors carry it, connect
+     * requires it canonical, and shims are matched by the box directory
+     * on their command line.
+     */
+    char *p = state_dir_spelled(override);
+    char *c = p && p[0] == '/' ? sbx__canonical_path(p) : NULL;
+    if (!c)
+        return p; /* relative or unresolvable: refused where it is used, with the reason */
+    free(p);
+    return c;
+}
+
 void sbx__linux_record_free(sbx_linux_record *r)
 {
     if (!r)
@@ -39,6 +55,8 @@ void sbx__linux_record_free(sbx_linux_record *r)
     free(r->state);
     free(r->hostname);
     free(r->socket);
+    free(r->workdir);
+    json_decref(r->env);
     json_decref(r->metadata);
     json_decref(r->cgroups);
     memset(r, 0, sizeof(*r));
@@ -50,35 +68,102 @@ static char *jstr(json_t *o, const char *k)
     return s ? strdup(s) : NULL;
 }
 
+bool sbx__linux_id_ok(const char *id)
+{
+    /* Ids become path components and cgroup names: "sbx-" and hex, or a name alike. */
+    if (!id || !*id || id[0] == '.' || id[0] == '-' || strlen(id) > 64)
+        return false;
+    return strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") ==
+           strlen(id);
+}
+
+/*
+ * The box directory and the record in it are checked before a byte is
+ * believed: the directory (not a link) and the record (a regular file,
+ * opened without following a link) belong to the caller and nobody else
+ * can write them, the record is at most SBX_RECORD_MAX bytes, its id is the
+ * directory's name, and every cgroup it names is that box's own group under
+ * a cgroup mount. The agent socket's path is not read from it at all.
+ */
 int sbx__linux_record_read(const char *box_dir, sbx_linux_record *rec, sbx_error **err)
 {
     _cleanup_free_ char *path = sbx__printf("%s/record.json", box_dir);
+    const char *slash = strrchr(box_dir, '/');
+    const char *name = slash ? slash + 1 : box_dir;
+    if (!path)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (!sbx__linux_id_ok(name))
+        return sbx__set_error(err, SBX_EINVAL, "%s is not a box directory (bad box id)", box_dir);
+    _cleanup_close_ int dfd = open(box_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return sbx__set_errno(err, SBX_ENOENT, errno, "no box directory at %s%s", box_dir,
+                              errno == ELOOP || errno == ENOTDIR ? " (a link: refused)" : "");
+    struct stat st;
+    if (fstat(dfd, &st) < 0)
+        return sbx__set_errno(err, SBX_EIO, errno, "cannot stat %s", box_dir);
+    if (st.st_uid != geteuid() || (st.st_mode & 022))
+        return sbx__set_error(err, SBX_EPERM,
+                              "the box directory %s belongs to uid %u with mode %04o: sbx uses "
+                              "only directories of its caller (uid %u) that nobody else can "
+                              "write; remove it",
+                              box_dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
+                              (unsigned)geteuid());
+    _cleanup_free_ char *text = NULL;
+    size_t n = 0;
+    int rc = sbx__read_private_file(dfd, "record.json", path, SBX_RECORD_MAX, &text, &n, err);
+    if (rc < 0)
+        return rc;
     json_error_t je;
-    _cleanup_json_ json_t *j = path ? json_load_file(path, 0, &je) : NULL;
+    _cleanup_json_ json_t *j = json_loadb(text, n, 0, &je);
     if (!json_is_object(j))
-        return sbx__set_error(err, SBX_ENOENT, "no readable box record at %s: %s",
-                              path ? path : box_dir, j ? "not an object" : je.text);
+        return sbx__set_error(err, SBX_ENOENT, "no readable box record at %s: %s", path,
+                              j ? "not an object" : je.text);
     memset(rec, 0, sizeof(*rec));
     rec->id = jstr(j, "id");
     rec->box_dir = strdup(box_dir);
     rec->image = jstr(j, "image");
     rec->state = jstr(j, "state");
     rec->hostname = jstr(j, "hostname");
-    rec->socket = jstr(j, "agent_socket");
+    rec->socket = sbx__printf("%s/run/agent.sock", box_dir);
+    rec->workdir = jstr(j, "workdir");
     rec->created = json_number_value(json_object_get(j, "created"));
     json_t *ttl = json_object_get(j, "ttl_s");
     rec->ttl_s = json_is_number(ttl) ? json_number_value(ttl) : -1;
     rec->expires = json_number_value(json_object_get(j, "expires_at"));
-    rec->shim_pid = (pid_t)json_integer_value(json_object_get(j, "shim_pid"));
+    json_int_t pid = json_integer_value(json_object_get(j, "shim_pid"));
+    rec->shim_pid = pid > 0 && pid <= INT_MAX ? (pid_t)pid : 0;
     rec->shim_start = (unsigned long long)json_integer_value(json_object_get(j, "shim_start"));
     rec->init_pid = (pid_t)json_integer_value(json_object_get(j, "init_pid"));
     json_t *md = json_object_get(j, "metadata");
     rec->metadata = json_is_object(md) ? json_incref(md) : json_object();
+    json_t *env = json_object_get(j, "env");
+    rec->env = json_is_array(env) ? json_incref(env) : json_array();
     json_t *cg = json_object_get(j, "cgroups");
     rec->cgroups = json_is_array(cg) ? json_incref(cg) : json_array();
-    if (!rec->id || !rec->box_dir || !rec->metadata || !rec->cgroups) {
+    if (!rec->id || !rec->box_dir || !rec->metadata || !rec->cgroups || !rec->env ||
+        !rec->socket) {
         sbx__linux_record_free(rec);
         return sbx__set_error(err, SBX_EIO, "box record %s is incomplete", path);
+    }
+    if (strcmp(rec->id, name) != 0) {
+        sbx__set_error(err, SBX_EINVAL, "box record %s names box '%s', not '%s': refused", path,
+                       rec->id, name);
+        sbx__linux_record_free(rec);
+        return SBX_EINVAL;
+    }
+    size_t i;
+    json_t *p;
+    json_array_foreach(rec->cgroups, i, p)
+    {
+        if (!sbx__cg_path_ok(json_string_value(p), rec->id)) {
+            sbx__set_error(err, SBX_EINVAL,
+                           "box record %s names the cgroup '%s', which is not box %s's own group "
+                           "(<cgroup mount>/sbx/%s): refused",
+                           path, json_string_value(p) ? json_string_value(p) : "(not a string)",
+                           rec->id, rec->id);
+            sbx__linux_record_free(rec);
+            return SBX_EINVAL;
+        }
     }
     return SBX_OK;
 }
@@ -112,12 +197,87 @@ unsigned long long sbx__linux_proc_start(pid_t pid)
     return start;
 }
 
+/*
+ * Whether `pid` is an sbx-shim of the caller's supervising `box_dir` (and,
+ * when `start` is not 0, the one started then): its owner, its executable's
+ * name and its command line `sbx-shim --box-dir DIR` with DIR that very
+ * directory. A record could name any process; only a shim is ever signalled.
+ */
+static bool is_shim_of(pid_t pid, unsigned long long start, const char *box_dir)
+{
+    if (pid <= 0)
+        return false;
+    if (start && sbx__linux_proc_start(pid) != start)
+        return false;
+    char p[64];
+    struct stat st;
+    snprintf(p, sizeof(p), "/proc/%d", (int)pid);
+    if (stat(p, &st) < 0 || st.st_uid != geteuid())
+        return false;
+    char exe[PATH_MAX];
+    snprintf(p, sizeof(p), "/proc/%d/exe", (int)pid);
+    ssize_t n = readlink(p, exe, sizeof(exe) - 1);
+    if (n <= 0)
+        return false;
+    exe[n] = 0;
+    const char *base = strrchr(exe, '/');
+    base = base ? base + 1 : exe;
+    if (strncmp(base, "sbx-shim", 8) != 0)
+        return false;
+    snprintf(p, sizeof(p), "/proc/%d/cmdline", (int)pid);
+    _cleanup_free_ char *cmd = NULL;
+    size_t len = 0;
+    if (sbx__read_file(p, &cmd, &len) < 0 || len == 0)
+        return false;
+    /* argv: sbx-shim, --box-dir, DIR */
+    const char *a1 = memchr(cmd, 0, len);
+    if (!a1 || (size_t)(++a1 - cmd) >= len || strcmp(a1, "--box-dir") != 0)
+        return false;
+    const char *a2 = a1 + strlen(a1) + 1;
+    if ((size_t)(a2 - cmd) >= len)
+        return false;
+    if (!strcmp(a2, box_dir))
+        return true;
+    /* The same directory spelled otherwise (a link in the state directory's path). */
+    struct stat x, y;
+    return stat(a2, &x) == 0 && stat(box_dir, &y) == 0 && x.st_dev == y.st_dev &&
+           x.st_ino == y.st_ino;
+}
+
+int sbx__linux_shim_pidfd(const sbx_linux_record *rec, int *pidfd)
+{
+    *pidfd = -1;
+    if (!rec->box_dir || rec->shim_pid <= 0 || rec->shim_start == 0)
+        return 0;
+    int pfd = sbx__linux_pidfd_open(rec->shim_pid);
+    if (pfd < 0 && errno != ENOSYS)
+        return 0; /* gone */
+    if (!is_shim_of(rec->shim_pid, rec->shim_start, rec->box_dir)) {
+        if (pfd >= 0)
+            close(pfd);
+        return 0;
+    }
+    /*
+     * The checks read /proc/PID; the pidfd was opened before them. If the
+     * process it pins is still alive now, the pid was never reused in
+     * between, so what was checked is what the pidfd signals.
+     */
+    if (pfd >= 0 && syscall(SYS_pidfd_send_signal, pfd, 0, NULL, 0) < 0) {
+        close(pfd);
+        return 0;
+    }
+    *pidfd = pfd;
+    return 1;
+}
+
 bool sbx__linux_shim_alive(const sbx_linux_record *rec)
 {
-    if (rec->shim_pid <= 0)
+    int pfd;
+    if (!sbx__linux_shim_pidfd(rec, &pfd))
         return false;
-    unsigned long long s = sbx__linux_proc_start(rec->shim_pid);
-    return s != 0 && s == rec->shim_start;
+    if (pfd >= 0)
+        close(pfd);
+    return true;
 }
 
 static bool labels_match(const json_t *md, const sbx_kv *labels)
@@ -146,13 +306,42 @@ void sbx__linux_list_free(sbx_linux_box_info *boxes, size_t n)
     free(boxes);
 }
 
+/* sbx__private_dir without creating; a directory that does not exist is no error. */
+static int private_or_absent(const char *path, bool *absent, sbx_error **err)
+{
+    sbx_error *e = NULL;
+    *absent = false;
+    if (sbx__private_dir(path, false, NULL, &e) == SBX_OK)
+        return SBX_OK;
+    int code = sbx_error_code(e);
+    if (code == SBX_ENOENT) {
+        *absent = true;
+        sbx_error_free(e);
+        return SBX_OK;
+    }
+    if (err)
+        *err = e;
+    else
+        sbx_error_free(e);
+    return code;
+}
+
 int sbx__linux_list(const char *state_dir, const sbx_kv *labels, sbx_linux_box_info **out,
                     size_t *n_out, sbx_error **err)
 {
-    _cleanup_free_ char *dir = sbx__printf("%s/boxes", state_dir);
-    DIR *d = dir ? opendir(dir) : NULL;
     *out = NULL;
     *n_out = 0;
+    /* A state directory someone else made or can write is refused, not listed. */
+    _cleanup_free_ char *dir = sbx__printf("%s/boxes", state_dir);
+    if (!dir)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    bool absent = false;
+    int rc = private_or_absent(state_dir, &absent, err);
+    if (rc == SBX_OK && !absent)
+        rc = private_or_absent(dir, &absent, err);
+    if (rc < 0 || absent)
+        return rc;
+    DIR *d = dir ? opendir(dir) : NULL;
     if (!d) {
         if (errno == ENOENT)
             return SBX_OK;
@@ -163,14 +352,18 @@ int sbx__linux_list(const char *state_dir, const sbx_kv *labels, sbx_linux_box_i
     double now = now_unix();
     struct dirent *de;
     while ((de = readdir(d))) {
-        if (de->d_name[0] == '.')
+        if (de->d_name[0] == '.' || !sbx__linux_id_ok(de->d_name))
             continue;
         _cleanup_free_ char *bd = sbx__printf("%s/%s", dir, de->d_name);
         sbx_linux_record rec;
         if (!bd)
             continue;
         if (sbx__linux_record_read(bd, &rec, NULL) < 0) {
-            /* A shim that died before writing its record: list it as an orphan. */
+            /*
+             * A shim that died before writing its record, or a record that
+             * is not to be believed: listed as an orphan with no pid and no
+             * cgroups to trust (gc finds its shim and groups by their names).
+             */
             memset(&rec, 0, sizeof(rec));
             rec.id = strdup(de->d_name);
             rec.box_dir = strdup(bd);
@@ -178,6 +371,7 @@ int sbx__linux_list(const char *state_dir, const sbx_kv *labels, sbx_linux_box_i
             rec.ttl_s = -1;
             rec.metadata = json_object();
             rec.cgroups = json_array();
+            rec.env = json_array();
         }
         if (!labels_match(rec.metadata, labels)) {
             sbx__linux_record_free(&rec);
@@ -200,17 +394,12 @@ int sbx__linux_list(const char *state_dir, const sbx_kv *labels, sbx_linux_box_i
     return SBX_OK;
 }
 
-/*
- * The cgroup paths a box may have, whether or not its record got written:
- * the shim names them by id, so gc finds them even after a crash mid-create.
- */
+/* The cgroup paths a box may have, whether or not its record got written. */
 static json_t *guess_cgroups(const char *id)
 {
     json_t *a = json_array();
-    static const char *const roots[] = { "/sys/fs/cgroup", "/sys/fs/cgroup/memory",
-                                         "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpu",
-                                         "/sys/fs/cgroup/cpu,cpuacct" };
-    for (size_t i = 0; a && i < SBX_ARRAY_SIZE(roots); i++) {
+    const char *const *roots = sbx__cg_roots();
+    for (size_t i = 0; a && roots[i]; i++) {
         char *p = sbx__printf("%s/sbx/%s", roots[i], id);
         struct stat st;
         if (p && stat(p, &st) == 0 && S_ISDIR(st.st_mode))
@@ -222,9 +411,21 @@ static json_t *guess_cgroups(const char *id)
 
 int sbx__linux_remove_leftovers(const char *box_dir, const sbx_linux_record *rec)
 {
-    if (rec && rec->cgroups)
-        sbx__cg_destroy(rec->cgroups);
-    if (rec && rec->id) {
+    /* Only a box's own groups: sbx__cg_destroy refuses any other path too. */
+    if (rec && rec->cgroups && rec->id) {
+        json_t *own = json_array();
+        size_t i;
+        json_t *p;
+        json_array_foreach(rec->cgroups, i, p)
+        {
+            if (own && sbx__cg_path_ok(json_string_value(p), rec->id))
+                json_array_append(own, p);
+        }
+        if (own)
+            sbx__cg_destroy(own);
+        json_decref(own);
+    }
+    if (rec && rec->id && sbx__linux_id_ok(rec->id)) {
         json_t *g = guess_cgroups(rec->id);
         if (g)
             sbx__cg_destroy(g);
@@ -252,19 +453,19 @@ int sbx__linux_pidfd_open(pid_t pid)
     return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
-/* Sends SIGTERM to a live shim and waits for it to exit. */
+/*
+ * Sends SIGTERM to a live shim and waits for it to exit. The shim is
+ * identified (sbx__linux_shim_pidfd: owner, executable, command line naming
+ * this box's directory, start time) through a pidfd that then carries the
+ * signal: a record naming another process gets nothing signalled.
+ */
 static int stop_shim(const sbx_linux_record *rec, double timeout_s, sbx_error **err)
 {
-    _cleanup_close_ int pfd = sbx__linux_pidfd_open(rec->shim_pid);
-    if (pfd < 0 && errno != ENOSYS)
-        return SBX_OK; /* gone already */
-    /*
-     * Re-check identity (with a pidfd pinning the process: no signal to a
-     * reused pid). Without pidfds (Linux < 5.3, valgrind) the start time
-     * check and kill() leave a small pid-reuse window; that is the best there is.
-     */
-    if (sbx__linux_proc_start(rec->shim_pid) != rec->shim_start)
-        return SBX_OK;
+    int pfd_raw = -1;
+    if (!sbx__linux_shim_pidfd(rec, &pfd_raw))
+        return SBX_OK; /* gone already, or not a shim of this box: nothing to signal */
+    _cleanup_close_ int pfd = pfd_raw;
+    /* Without pidfds (Linux < 5.3, valgrind) kill() leaves a small pid-reuse window. */
     int sent = pfd >= 0 ? (int)syscall(SYS_pidfd_send_signal, pfd, SIGTERM, NULL, 0)
                         : kill(rec->shim_pid, SIGTERM);
     if (sent < 0 && errno != ESRCH)
@@ -294,24 +495,154 @@ static int stop_shim(const sbx_linux_record *rec, double timeout_s, sbx_error **
     }
 }
 
+/* --- what exists: shims and cgroups, whatever the records say ------------- */
+
+typedef struct {
+    pid_t pid;
+    unsigned long long start;
+    char *box_dir;
+    bool verified; /* ours, by owner and executable: may be signalled */
+} shim_proc;
+
+static void shim_procs_free(shim_proc *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i].box_dir);
+    free(v);
+}
+
+/*
+ * Every process that calls itself sbx-shim, from /proc: its pid, start time
+ * and the box directory on its command line, and whether it is verifiably
+ * the caller's shim (only those are ever signalled; the others still keep
+ * their cgroups from being collected).
+ */
+static shim_proc *find_shims(size_t *n_out)
+{
+    *n_out = 0;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return NULL;
+    shim_proc *v = NULL;
+    size_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end || pid <= 1)
+            continue;
+        char p[64];
+        snprintf(p, sizeof(p), "/proc/%ld/cmdline", pid);
+        char *cmd = NULL;
+        size_t len = 0;
+        if (sbx__read_file(p, &cmd, &len) < 0)
+            continue;
+        /* argv: .../sbx-shim --box-dir DIR */
+        const char *a0 = strrchr(cmd, '/');
+        a0 = a0 ? a0 + 1 : cmd;
+        const char *a1 = memchr(cmd, 0, len);
+        const char *a2 = a1 && (size_t)(a1 + 1 - cmd) < len ? a1 + 1 + strlen(a1 + 1) + 1 : NULL;
+        unsigned long long start = sbx__linux_proc_start((pid_t)pid);
+        if (!strncmp(a0, "sbx-shim", 8) && a2 && (size_t)(a2 - cmd) < len &&
+            !strcmp(a1 + 1, "--box-dir") && start) {
+            shim_proc *nv = realloc(v, (n + 1) * sizeof(*v));
+            if (nv) {
+                v = nv;
+                v[n] = (shim_proc){ (pid_t)pid, start, strdup(a2),
+                                    is_shim_of((pid_t)pid, start, a2) };
+                n++;
+            }
+        }
+        free(cmd);
+    }
+    closedir(d);
+    *n_out = n;
+    return v;
+}
+
+/* The (verified) shim whose box directory is `box_dir`, or NULL. */
+static const shim_proc *shim_of_dir(const shim_proc *v, size_t n, const char *box_dir)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i].verified && v[i].box_dir && !strcmp(v[i].box_dir, box_dir))
+            return &v[i];
+    return NULL;
+}
+
+/* Whether some shim (of any state directory) supervises a box named `id`. */
+static bool shim_of_id(const shim_proc *v, size_t n, const char *id)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *slash = v[i].box_dir ? strrchr(v[i].box_dir, '/') : NULL;
+        if (slash && !strcmp(slash + 1, id))
+            return true;
+    }
+    return false;
+}
+
+/* Seconds since a process started (from its start time in clock ticks since boot). */
+static double proc_age(unsigned long long start)
+{
+    char *up = NULL;
+    double uptime = 0;
+    if (sbx__read_file("/proc/uptime", &up, NULL) == 0)
+        uptime = strtod(up, NULL);
+    free(up);
+    long hz = sysconf(_SC_CLK_TCK);
+    return uptime - (double)start / (double)(hz > 0 ? hz : 100);
+}
+
 int sbx__linux_stop_box(const char *state_dir, const char *id, double timeout_s, sbx_error **err)
 {
-    if (!id || !*id || strchr(id, '/') || id[0] == '.')
-        return sbx__set_error(err, SBX_EINVAL, "invalid box id %s", id ? id : "(null)");
+    if (!sbx__linux_id_ok(id))
+        return sbx__set_error(err, SBX_EINVAL, "invalid box id '%s' (letters, digits, '-', '_' "
+                                               "and '.', not starting with '.' or '-')",
+                              id ? id : "(null)");
+    _cleanup_free_ char *boxes = sbx__printf("%s/boxes", state_dir);
+    bool absent = false;
+    int rc = boxes ? private_or_absent(state_dir, &absent, err) : SBX_ENOMEM;
+    if (rc == SBX_OK && !absent)
+        rc = private_or_absent(boxes, &absent, err);
+    if (rc < 0)
+        return rc;
     _cleanup_free_ char *bd = sbx__printf("%s/boxes/%s", state_dir, id);
     struct stat st;
-    if (!bd || stat(bd, &st) < 0)
+    if (absent || !bd || lstat(bd, &st) < 0)
         return sbx__set_error(err, SBX_ENOENT, "no box %s in %s", id, state_dir);
     sbx_linux_record rec;
-    if (sbx__linux_record_read(bd, &rec, NULL) < 0) {
+    sbx_error *re = NULL;
+    if (sbx__linux_record_read(bd, &rec, &re) < 0) {
+        int code = sbx_error_code(re);
+        /* A record that is there but not to be believed: say so, touch nothing. */
+        if (code == SBX_EPERM || code == SBX_EINVAL) {
+            if (err)
+                *err = re;
+            else
+                sbx_error_free(re);
+            return code;
+        }
+        sbx_error_free(re);
         memset(&rec, 0, sizeof(rec));
         rec.id = strdup(id);
+        rec.box_dir = strdup(bd);
     }
-    int rc = SBX_OK;
-    if (rec.shim_pid > 0 && sbx__linux_shim_alive(&rec))
+    rc = SBX_OK;
+    if (rec.shim_pid > 0 && sbx__linux_shim_alive(&rec)) {
         rc = stop_shim(&rec, timeout_s, err);
+    } else if (!rec.shim_pid) {
+        /* No record: its shim, if one runs, is found by its command line. */
+        size_t ns = 0;
+        shim_proc *v = find_shims(&ns);
+        const shim_proc *sp = shim_of_dir(v, ns, bd);
+        if (sp) {
+            sbx_linux_record r2 = { .id = rec.id, .box_dir = bd, .shim_pid = sp->pid,
+                                    .shim_start = sp->start };
+            rc = stop_shim(&r2, timeout_s, err);
+        }
+        shim_procs_free(v, ns);
+    }
     /* The shim removes everything on its way out; this catches a shim that died. */
-    if (rc == SBX_OK && stat(bd, &st) == 0 && !sbx__linux_shim_alive(&rec))
+    if (rc == SBX_OK && lstat(bd, &st) == 0 && !sbx__linux_shim_alive(&rec))
         sbx__linux_remove_leftovers(bd, &rec);
     sbx__linux_record_free(&rec);
     return rc;
@@ -319,6 +650,9 @@ int sbx__linux_stop_box(const char *state_dir, const char *id, double timeout_s,
 
 static int push_id(char ***v, size_t *n, const char *id)
 {
+    for (size_t i = 0; i < *n; i++)
+        if (!strcmp((*v)[i], id))
+            return 0; /* once per box */
     char **nv = realloc(*v, (*n + 2) * sizeof(char *));
     if (!nv)
         return -1;
@@ -329,6 +663,9 @@ static int push_id(char ***v, size_t *n, const char *id)
     return 0;
 }
 
+/* How long a box directory or shim may go without a record before gc calls it abandoned. */
+#define GC_GRACE_S 30.0
+
 int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts, char ***removed,
                   sbx_error **err)
 {
@@ -337,6 +674,8 @@ int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts, char ***
         o = *opts;
     if (o.stop_timeout_s <= 0)
         o.stop_timeout_s = 10;
+    if (o.grace_s <= 0)
+        o.grace_s = GC_GRACE_S;
     sbx_linux_box_info *boxes = NULL;
     size_t n = 0;
     int rc = sbx__linux_list(state_dir, NULL, &boxes, &n, err);
@@ -345,34 +684,103 @@ int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts, char ***
     char **ids = NULL;
     size_t nid = 0;
     double now = now_unix();
+    size_t ns = 0;
+    shim_proc *shims = find_shims(&ns);
     for (size_t i = 0; i < n; i++) {
         sbx_linux_record *r = &boxes[i].rec;
         bool by_label = o.labels && o.labels->len && labels_match(r->metadata, o.labels);
         bool orphan = !boxes[i].shim_alive;
         /*
-         * A directory with no record and no live shim may be a box whose shim
-         * is starting right now: give it a grace period before calling it an
-         * orphan (a shim writes its record within milliseconds).
+         * No (believable) record: a box whose shim is starting right now, or
+         * one whose record never came or was lost. Its shim is found by its
+         * command line; past a grace period (a shim writes its record within
+         * milliseconds) the box is abandoned either way: its shim is stopped
+         * and what it left is removed.
          */
+        const shim_proc *sp = r->shim_pid <= 0 ? shim_of_dir(shims, ns, r->box_dir) : NULL;
         if (orphan && r->shim_pid <= 0) {
             struct stat st;
-            if (stat(r->box_dir, &st) == 0 && now - (double)st.st_mtime < 30)
+            bool young = lstat(r->box_dir, &st) == 0 && now - (double)st.st_mtime < o.grace_s;
+            if (sp && proc_age(sp->start) < o.grace_s)
+                young = true;
+            if (young)
                 orphan = false;
         }
         if (!orphan && !boxes[i].expired && !by_label)
             continue;
         if (!o.dry_run) {
-            if (boxes[i].shim_alive)
+            if (boxes[i].shim_alive) {
                 stop_shim(r, o.stop_timeout_s, NULL);
+            } else if (sp) {
+                sbx_linux_record r2 = { .id = r->id, .box_dir = r->box_dir,
+                                        .shim_pid = sp->pid, .shim_start = sp->start };
+                stop_shim(&r2, o.stop_timeout_s, NULL);
+            }
             if (!sbx__linux_shim_alive(r))
                 sbx__linux_remove_leftovers(r->box_dir, r);
         }
-        if (removed)
-            push_id(&ids, &nid, r->id);
+        push_id(&ids, &nid, r->id);
     }
+    /*
+     * Shims of this state directory whose box directory is gone: they end
+     * themselves within seconds (they watch the directory), this only hurries
+     * them. Then cgroups named for a box that no shim anywhere supervises
+     * (its shim was killed): the box's processes in them are killed and the
+     * groups removed. A group whose shim runs, whatever state directory it
+     * belongs to, is left alone.
+     */
+    _cleanup_free_ char *prefix = sbx__printf("%s/boxes/", state_dir);
+    for (size_t i = 0; prefix && i < ns; i++) {
+        if (!shims[i].verified || !shims[i].box_dir ||
+            strncmp(shims[i].box_dir, prefix, strlen(prefix)) != 0)
+            continue;
+        struct stat st;
+        if (lstat(shims[i].box_dir, &st) == 0 || errno != ENOENT)
+            continue;
+        const char *id = strrchr(shims[i].box_dir, '/') + 1;
+        bool handled = false;
+        for (size_t j = 0; j < nid; j++)
+            handled |= !strcmp(ids[j], id);
+        if (handled)
+            continue; /* stopped above: its directory went with it */
+        if (!o.dry_run) {
+            sbx_linux_record r2 = { .id = (char *)id, .box_dir = shims[i].box_dir,
+                                    .shim_pid = shims[i].pid, .shim_start = shims[i].start };
+            stop_shim(&r2, o.stop_timeout_s, NULL);
+        }
+        push_id(&ids, &nid, id);
+    }
+    /* Only root makes (and can remove) cgroups. */
+    const char *const *roots = sbx__cg_roots();
+    for (size_t k = 0; geteuid() == 0 && roots[k]; k++) {
+        _cleanup_free_ char *sbxdir = sbx__printf("%s/sbx", roots[k]);
+        DIR *d = sbxdir ? opendir(sbxdir) : NULL;
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+            if (de->d_type != DT_DIR || !sbx__linux_id_ok(de->d_name) ||
+                shim_of_id(shims, ns, de->d_name))
+                continue;
+            _cleanup_free_ char *g = sbx__printf("%s/%s", sbxdir, de->d_name);
+            struct stat st;
+            /* A group made this instant by a shim not yet listed: left for the next gc. */
+            if (!g || stat(g, &st) < 0 || now - (double)st.st_mtime < 2)
+                continue;
+            if (!o.dry_run) {
+                _cleanup_json_ json_t *one = json_pack("[s]", g);
+                if (one)
+                    sbx__cg_destroy(one);
+            }
+            push_id(&ids, &nid, de->d_name);
+        }
+        if (d)
+            closedir(d);
+    }
+    shim_procs_free(shims, ns);
     sbx__linux_list_free(boxes, n);
     sbx__linux_image_gc(state_dir, o.dry_run); /* imports whose process died */
     if (removed)
         *removed = ids;
+    else
+        sbx_strv_free(ids);
     return SBX_OK;
 }
