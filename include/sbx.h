@@ -262,6 +262,15 @@ SBX_EXPORT int sbx_future_done(const sbx_future *f);
  */
 SBX_EXPORT int sbx_future_then(sbx_future *f, sbx_future_cb cb, void *data);
 /*
+ * Progress of a long operation (an image import: bytes of the source read),
+ * as its provider reports it: `cb(stage, done, total, data)` runs on the
+ * loop thread, at most every 50 ms or so, never after the future completed.
+ * `total` is 0 when unknown. One callback per future; SBX_ESTATE for a second.
+ */
+typedef void (*sbx_progress_cb)(const char *stage, unsigned long long done,
+                                unsigned long long total, void *data);
+SBX_EXPORT int sbx_future_on_progress(sbx_future *f, sbx_progress_cb cb, void *data);
+/*
  * Asks the operation to stop: what it started is killed and it completes
  * with SBX_ECANCELED (or its own result if it finished first).
  */
@@ -314,8 +323,9 @@ SBX_EXPORT int sbx_provider_supports(const sbx_provider *p, const char *capabili
 /*
  * The boxes the provider knows, whoever created them and whether or not a
  * handle is open (E2B's and Modal's Sandbox.list): a JSON array text, one
+ * ob * handle is open (E2B's and Modal's Sandbox.list): a JSON array text, one
  * object a box: {"id", "status", "created", "expires_at", "labels", "image",
- * "provider": {...}}. `filter_json` is NULL or {"labels": {K: V}} (every
+ * "descriptor" (what sbx_sandbox_connect takes, or null), "provider": {...}}. `filter_json` is NULL or {"labels": {K: V}} (every
  * label must match the box's metadata). The caller frees *json_out.
  * SBX_ENOTSUP when the provider cannot list. Blocks; not on the loop thread.
  */
@@ -347,6 +357,10 @@ SBX_EXPORT int sbx_provider_image_list(sbx_provider *p, char **json_out, sbx_err
 SBX_EXPORT int sbx_provider_image_import(sbx_provider *p, const char *name, const char *source,
                                          const char *opts_json, char **json_out,
                                          sbx_error **err);
+/* The same as a future (cancellable; progress with sbx_future_on_progress). */
+SBX_EXPORT int sbx_provider_image_import_async(sbx_provider *p, const char *name,
+                                               const char *source, const char *opts_json,
+                                               sbx_future **out, sbx_error **err);
 /* Forgets image `name`; `force`: even while boxes use it. */
 SBX_EXPORT int sbx_provider_image_remove(sbx_provider *p, const char *name, int force,
                                          sbx_error **err);

@@ -114,7 +114,8 @@ struct sbx_provider_ops {
      * the box's metadata). Completes with a malloc'd JSON array text, one
      * object a box: {"id", "status" (sbx_status_name), "created" and
      * "expires_at" (unix seconds or null), "labels" {..}, "image" (or null),
-     * and any provider-specific keys under "provider": {..}}.
+     * "descriptor" (what connect() takes, or null), and any
+     * provider-specific keys under "provider": {..}}.
      */
     void (*list)(sbx_op *op, void *state, const char *filter_json);
     /* Ends box `id` and forgets it. SBX_ENOENT when the provider has no such box. */
@@ -155,6 +156,13 @@ struct sbx_provider_ops {
  * op may be freed whenever.
  */
 SBX_EXPORT void sbx_op_complete(sbx_op *op, int code, sbx_error *err, void *value);
+/*
+ * Reports progress of a long op (bytes done of `total`, 0 when unknown) to
+ * whoever waits on it (sbx_future_on_progress). Any thread; cheap to call
+ * often: reports closer than ~50 ms apart are dropped, except the last.
+ */
+SBX_EXPORT void sbx_op_progress(sbx_op *op, const char *stage, unsigned long long done,
+                                unsigned long long total);
 /* The loop (a uv_loop_t *) the op runs on, for providers doing async I/O. */
 SBX_EXPORT void *sbx_op_loop(sbx_op *op);
 /* The provider's name, for messages. */

@@ -4,7 +4,6 @@
  * (the provider config and the sandbox descriptor), list and collect it.
  */
 #include "cli/cli.h"
-#include "providers/linux/linux.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -171,7 +170,7 @@ int cli_box_list_all(json_t **records, sbx_error **err)
         return rc;
     /* Records made by `sbx create` win: they hold the env and the provider config. */
     json_t *lin = NULL;
-    if ((rc = cli_linux_records(all, &lin, err)) < 0) {
+    if ((rc = cli_listed_records(all, &lin, err)) < 0) {
         json_decref(all);
         return rc;
     }
@@ -235,10 +234,10 @@ int cli_box_load(const char *id, json_t **record, sbx_error **err)
     if (matches > 1)
         return sbx__set_error(err, SBX_EINVAL, "'%s' matches %zu boxes; give more of the id", id,
                               matches);
-    _cleanup_free_ char *lin = sbx__linux_state_dir(NULL);
     return sbx__set_error(err, SBX_ENOENT,
-                          "no such box: '%s' (see 'sbx ls'; boxes are recorded in %s and %s/boxes)",
-                          id, dir, lin ? lin : "?");
+                          "no such box: '%s' (see 'sbx ls'; 'sbx create' records boxes in %s, "
+                          "and the default provider lists its own)",
+                          id, dir);
 }
 
 int cli_box_find(const char *id, json_t **record)

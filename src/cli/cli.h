@@ -229,33 +229,37 @@ int cli_box_list_all(json_t **records, sbx_error **err);
  */
 int cli_box_records(bool all, json_t **records);
 
-/* --- linux.c: boxes in the linux provider's state directory --------------- */
+/* --- listed.c: boxes as their providers list them (provider ABI 2) ------- */
 
+/* The provider mapping used when nothing names one ({$SBX_PROVIDER or linux: {}}). Caller frees. */
+char *cli_default_config(void);
 /*
- * The linux state directory a record's box lives in: its descriptor's
- * state_dir, else its config's, else the default. Caller frees.
+ * A record, shaped like the CLI's, for every box the default provider lists
+ * (for linux: every box of its state directory): {id, provider, config,
+ * descriptor (what connect takes), labels (the box's metadata), env: {},
+ * created, ttl_s, image, recorded: false}. Those whose id is in `skip` (an
+ * array of records, may be NULL) are left out. None when it cannot list.
  */
-char *cli_linux_state_dir(const json_t *record);
-/* True when the record's provider is linux. */
-bool cli_is_linux(const json_t *record);
+int cli_listed_records(const json_t *skip, json_t **records, sbx_error **err);
 /*
- * A record, shaped like the CLI's, for every box in the default linux state
- * directory: {id, provider: "linux", config: {linux: {}}, descriptor:
- * {sandbox_id, state_dir}, labels (the box's metadata), env: {}, created,
- * ttl_s, image, recorded: false}. Those whose id is in `skip` (an array of
- * records, may be NULL) are left out.
+ * The live status of a record's box from its provider's list ("stopped" when
+ * not listed), or NULL when that provider cannot list (connect to ask).
  */
-int cli_linux_records(const json_t *skip, json_t **records, sbx_error **err);
-/* The live status of a linux box from its record on disk (no connection needed). */
-const char *cli_linux_status(const json_t *record);
-/* Stops a linux box by id through its shim; SBX_ENOENT when it is gone already. */
-int cli_linux_stop(const json_t *record, sbx_error **err);
+const char *cli_listed_status(const json_t *record);
+/* Stops a box by id through its provider's stop_id; SBX_ENOTSUP when it has none. */
+int cli_listed_stop(const json_t *record, sbx_error **err);
 /*
- * For a linux provider `config`, sets provider_options.die_with_creator in
- * `spec`: the box ends if this process dies before it lets the box go
- * (sbx_sandbox_detach). Other providers' specs are left alone.
+ * The default provider's gc (labels, dry run from `opts`), ids in `done`
+ * (an object) already handled; prints (or appends to `out` with --json)
+ * each collected box with its reason.
  */
-int cli_linux_die_with_creator(const char *config, sbx_spec *spec, sbx_error **err);
+int cli_listed_gc(const struct cli_opts *opts, const json_t *done, json_t *out);
+/*
+ * Sets provider_options.die_with_creator in `spec`: the box ends if this
+ * process dies before it lets the box go (sbx_sandbox_detach). Providers
+ * that do not know the option ignore it.
+ */
+int cli_die_with_creator(sbx_spec *spec, sbx_error **err);
 
 /* --- wait.c: interruptible waits ---------------------------------------- */
 

@@ -61,7 +61,7 @@ int cli_cmd_create(int argc, char **argv)
      * SIGKILL: a box nobody has the id of must not run on. The detach below
      * lets it go.
      */
-    rc = cli_linux_die_with_creator(config, spec, &e);
+    rc = cli_die_with_creator(spec, &e);
     if (rc == SBX_OK)
         rc = cli_box_start(p, spec, &sb, &e);
     if (rc == SBX_OK && !cli_signal_received() &&

@@ -1,10 +1,10 @@
 /*
- * sbx image import/ls/rm: the linux provider's image store (its state
- * directory's images/). An imported NAME is what `--image NAME` of run and
- * create resolves to.
+ * sbx image import/ls/rm: the images of the default provider (for linux,
+ * its state directory's store), through the provider's image operations
+ * (sbx_provider_image_*). An imported NAME is what `--image NAME` of run
+ * and create resolves to.
  */
 #include "cli/cli.h"
-#include "providers/linux/linux.h"
 
 #include <inttypes.h>
 #include <time.h>
@@ -39,7 +39,8 @@ struct progress {
  * line is redrawn at each percent; otherwise (--progress into a file or pipe)
  * a line is written each 10%, so logs stay short.
  */
-static void on_progress(const char *stage, uint64_t done, uint64_t total, void *data)
+static void on_progress(const char *stage, unsigned long long done, unsigned long long total,
+                        void *data)
 {
     struct progress *p = data;
     if (!p->show || !strcmp(stage, "done"))
@@ -65,35 +66,7 @@ static void on_progress(const char *stage, uint64_t done, uint64_t total, void *
     p->printed = true;
 }
 
-/* The store's entry for `name` as JSON (or NULL when there is none). */
-static json_t *image_json(const sbx_linux_image_info *v)
-{
-    return json_pack("{s:s, s:s, s:I, s:f, s:s?}", "name", v->name ? v->name : "", "digest",
-                     v->digest ? v->digest : "", "size", (json_int_t)v->size, "created", v->created,
-                     "source", v->source);
-}
-
-static json_t *find_image(const char *sd, const char *name)
-{
-    sbx_linux_image_info *v = NULL;
-    size_t n = 0;
-    json_t *found = NULL;
-    if (sbx__linux_image_list(sd, &v, &n, NULL) < 0)
-        return NULL;
-    for (size_t i = 0; i < n && !found; i++)
-        if (v[i].name && !strcmp(v[i].name, name))
-            found = image_json(&v[i]);
-    sbx__linux_image_list_free(v, n);
-    return found;
-}
-
-static bool import_cancelled(void *data)
-{
-    (void)data;
-    return cli_signal_received() != 0;
-}
-
-static int cmd_import(int argc, char **argv, const char *sd)
+static int cmd_import(int argc, char **argv, sbx_provider *p)
 {
     _cleanup_cli_opts_ struct cli_opts o = {0};
     int rc;
@@ -118,10 +91,22 @@ static int cmd_import(int argc, char **argv, const char *sd)
     /* Progress by default when stderr is a terminal. */
     struct progress pr = {.name = name, .tty = tty,
                           .show = o.progress == 1 || (o.progress == -1 && tty)};
-    sbx_linux_image_opts io = {.progress = on_progress, .data = &pr,
-                               .cancelled = import_cancelled, .max_bytes = o.max_bytes};
+    _cleanup_json_ json_t *opts = o.max_bytes ? json_pack("{s:I}", "max_bytes",
+                                                          (json_int_t)o.max_bytes)
+                                              : json_object();
+    _cleanup_free_ char *opts_text = opts ? sbx__json_dump(opts) : NULL;
     sbx_error *e = NULL;
-    rc = sbx__linux_image_import(sd, name, source, &io, &e);
+    sbx_future *f = NULL;
+    char *text = NULL;
+    rc = opts_text ? sbx_provider_image_import_async(p, name, source, opts_text, &f, &e)
+                   : SBX_ENOMEM;
+    if (rc == SBX_OK) {
+        sbx_future_on_progress(f, on_progress, &pr);
+        rc = cli_wait(f, &e);
+        if (rc == SBX_OK)
+            rc = sbx_future_take_string(f, &text, &e);
+        sbx_future_free(f);
+    }
     if (pr.printed && tty)
         fputc('\n', stderr);
     if (rc == SBX_ECANCELED || (rc < 0 && cli_signal_received())) {
@@ -130,19 +115,18 @@ static int cmd_import(int argc, char **argv, const char *sd)
     }
     if (rc < 0) {
         /*
-         * A bad name is a usage error; a missing or unusable source (not an
-         * archive, `..` entries) is the operation's failure, as for cp; only
-         * sbx's own trouble (disk full, state directory) is 125.
+         * A missing or unusable source (not an archive, `..` entries) or a
+         * name the provider refuses is the operation's failure, as for cp;
+         * only sbx's own trouble (disk full, state directory) is 125.
          */
-        int code = !sbx__linux_image_name_ok(name)             ? CLI_EXIT_USAGE
-                   : rc == SBX_EINVAL || rc == SBX_ENOENT ? CLI_EXIT_FAIL
-                                                          : CLI_EXIT_SBX;
+        int code = rc == SBX_EINVAL || rc == SBX_ENOENT ? CLI_EXIT_FAIL : CLI_EXIT_SBX;
         cli_error("importing %s from %s: %s", name, source,
                   e ? sbx_error_message(e) : sbx_strerror(rc));
         sbx_error_free(e);
         return code;
     }
-    _cleanup_json_ json_t *img = find_image(sd, name);
+    _cleanup_json_ json_t *img = json_loads(text, 0, NULL);
+    free(text);
     if (o.json) {
         if (!img || cli_print_json(img) < 0)
             return CLI_EXIT_FAIL;
@@ -157,52 +141,61 @@ static int cmd_import(int argc, char **argv, const char *sd)
 
 static int by_name(const void *a, const void *b)
 {
-    const sbx_linux_image_info *x = a, *y = b;
-    return strcmp(x->name ? x->name : "", y->name ? y->name : "");
+    const char *x = json_string_value(json_object_get(*(json_t *const *)a, "name"));
+    const char *y = json_string_value(json_object_get(*(json_t *const *)b, "name"));
+    return strcmp(x ? x : "", y ? y : "");
 }
 
-static int cmd_ls(int argc, char **argv, const char *sd)
+static int cmd_ls(int argc, char **argv, sbx_provider *p)
 {
     _cleanup_cli_opts_ struct cli_opts o = {0};
     int rc;
     unsigned takes = CLI_TAKES_JSON | CLI_TAKES_QUIET | CLI_NO_OPERANDS;
     if (!cli_parse_opts("image", argc, argv, takes, &o, &rc))
         return rc;
-    sbx_linux_image_info *v = NULL;
-    size_t n = 0;
+    char *text = NULL;
     sbx_error *e = NULL;
-    if (sbx__linux_image_list(sd, &v, &n, &e) < 0) {
+    if (sbx_provider_image_list(p, &text, &e) < 0) {
         cli_sbx_error(e, "listing images");
         return CLI_EXIT_SBX;
     }
-    if (n)
-        qsort(v, n, sizeof(*v), by_name);
+    _cleanup_json_ json_t *v = json_loads(text, 0, NULL);
+    free(text);
+    size_t n = json_array_size(v);
+    json_t **items = calloc(n ? n : 1, sizeof(*items));
+    if (!items)
+        return CLI_EXIT_SBX;
+    for (size_t i = 0; i < n; i++)
+        items[i] = json_array_get(v, i);
+    qsort(items, n, sizeof(*items), by_name);
     _cleanup_json_ json_t *arr = json_array();
     if (!o.json && !o.quiet)
         printf("%-24s %-19s %-10s %-20s %s\n", "NAME", "DIGEST", "SIZE", "CREATED", "SOURCE");
     for (size_t i = 0; i < n; i++) {
+        json_t *img = items[i];
+        const char *name = json_string_value(json_object_get(img, "name"));
         if (o.json) {
-            json_array_append_new(arr, image_json(&v[i]));
+            json_array_append(arr, img);
             continue;
         }
         if (o.quiet) {
-            printf("%s\n", v[i].name);
+            printf("%s\n", name);
             continue;
         }
         char size[32], created[32] = "-";
-        human_bytes(v[i].size, size, sizeof(size));
-        time_t t = (time_t)v[i].created;
+        human_bytes((uint64_t)json_integer_value(json_object_get(img, "size")), size, sizeof(size));
+        time_t t = (time_t)json_number_value(json_object_get(img, "created"));
         struct tm tm;
         if (t > 0 && localtime_r(&t, &tm))
             strftime(created, sizeof(created), "%Y-%m-%d %H:%M:%S", &tm);
         /* Short digests, as container tools print them. */
-        const char *d = v[i].digest ? v[i].digest : "";
+        const char *d = json_string_value(json_object_get(img, "digest"));
         char shortd[20];
-        snprintf(shortd, sizeof(shortd), "%.19s", d);
-        printf("%-24s %-19s %-10s %-20s %s\n", v[i].name, shortd, size, created,
-               v[i].source ? v[i].source : "");
+        snprintf(shortd, sizeof(shortd), "%.19s", d ? d : "");
+        const char *src = json_string_value(json_object_get(img, "source"));
+        printf("%-24s %-19s %-10s %-20s %s\n", name, shortd, size, created, src ? src : "");
     }
-    sbx__linux_image_list_free(v, n);
+    free(items);
     if (o.json && cli_print_json(arr) < 0)
         return CLI_EXIT_FAIL;
     return CLI_EXIT_OK;
@@ -210,22 +203,7 @@ static int cmd_ls(int argc, char **argv, const char *sd)
 
 /* --- rm ------------------------------------------------------------------- */
 
-/* The ids of the boxes in the state directory that run `name`, comma-separated (NULL: none). */
-static char *boxes_using(const char *sd, const char *name)
-{
-    sbx_linux_box_info *boxes = NULL;
-    size_t n = 0;
-    if (sbx__linux_list(sd, NULL, &boxes, &n, NULL) < 0)
-        return NULL;
-    sbx_buf b = {0};
-    for (size_t i = 0; i < n; i++)
-        if (boxes[i].rec.image && !strcmp(boxes[i].rec.image, name))
-            sbx__buf_printf(&b, "%s%s", b.len ? ", " : "", boxes[i].rec.id);
-    sbx__linux_list_free(boxes, n);
-    return b.data;
-}
-
-static int cmd_rm(int argc, char **argv, const char *sd)
+static int cmd_rm(int argc, char **argv, sbx_provider *p)
 {
     _cleanup_cli_opts_ struct cli_opts o = {0};
     int rc;
@@ -236,23 +214,18 @@ static int cmd_rm(int argc, char **argv, const char *sd)
     rc = CLI_EXIT_OK;
     for (int i = optind; i < argc; i++) {
         const char *name = argv[i];
+        sbx_error *e = NULL;
         /*
          * The boxes' overlays keep the files they have open, but a tree
-         * removed under a running box may break it: refuse unless forced.
+         * removed under a running box may break it: the provider refuses
+         * (SBX_ESTATE) unless forced.
          */
-        _cleanup_free_ char *users = boxes_using(sd, name);
-        if (users && !o.force) {
-            cli_error("image %s is used by box %s; stop them first, or remove it anyway with "
-                      "'sbx image rm --force'",
-                      name, users);
-            rc = CLI_EXIT_FAIL;
-            continue;
-        }
-        sbx_error *e = NULL;
-        int r = sbx__linux_image_remove(sd, name, &e);
+        int r = sbx_provider_image_remove(p, name, o.force, &e);
         if (r < 0) {
             cli_error("%s%s", e ? sbx_error_message(e) : sbx_strerror(r),
-                      r == SBX_ENOENT ? " (see 'sbx image ls')" : "");
+                      r == SBX_ENOENT   ? " (see 'sbx image ls')"
+                      : r == SBX_ESTATE ? " (sbx image rm --force removes it anyway)"
+                                        : "");
             sbx_error_free(e);
             if (rc == CLI_EXIT_OK)
                 rc = r == SBX_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
@@ -272,16 +245,27 @@ int cli_cmd_image(int argc, char **argv)
         cli_help("image");
         return CLI_EXIT_OK;
     }
-    _cleanup_free_ char *sd = sbx__linux_state_dir(NULL);
-    if (!sd)
+    bool known = !strcmp(sub, "import") || !strcmp(sub, "ls") || !strcmp(sub, "list") ||
+                 !strcmp(sub, "rm") || !strcmp(sub, "remove");
+    if (!known)
+        return cli_usage_error("image", "unknown image command '%s' (import, ls or rm)", sub);
+    _cleanup_free_ char *config = cli_default_config();
+    sbx_provider *p = NULL;
+    sbx_error *e = NULL;
+    if (!config || sbx_provider_new(config, &p, &e) < 0) {
+        cli_sbx_error(e, "image");
         return CLI_EXIT_SBX;
+    }
+    if (!sbx_provider_supports(p, "images")) {
+        cli_error("provider %s has no images of its own to manage", sbx_provider_name(p));
+        sbx_provider_free(p);
+        return CLI_EXIT_USAGE;
+    }
     /* Each subcommand parses its own argv, with its name as argv[0]. */
     optind = 1;
-    if (!strcmp(sub, "import"))
-        return cmd_import(argc - 1, argv + 1, sd);
-    if (!strcmp(sub, "ls") || !strcmp(sub, "list"))
-        return cmd_ls(argc - 1, argv + 1, sd);
-    if (!strcmp(sub, "rm") || !strcmp(sub, "remove"))
-        return cmd_rm(argc - 1, argv + 1, sd);
-    return cli_usage_error("image", "unknown image command '%s' (import, ls or rm)", sub);
+    int rc = !strcmp(sub, "import") ? cmd_import(argc - 1, argv + 1, p)
+             : !strcmp(sub, "ls") || !strcmp(sub, "list") ? cmd_ls(argc - 1, argv + 1, p)
+                                                           : cmd_rm(argc - 1, argv + 1, p);
+    sbx_provider_free(p);
+    return rc;
 }

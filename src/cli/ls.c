@@ -1,6 +1,7 @@
 /*
- * sbx ls and sbx status: the recorded boxes, and the linux boxes of the
- * provider's state directory, with their live status.
+ * sbx ls and sbx status: the recorded boxes, and the boxes the default
+ * provider lists (every linux box of its state directory), with their live
+ * status.
  */
 #include "cli/cli.h"
 
@@ -14,9 +15,10 @@
 static const char *live_status(const json_t *rec, char **why)
 {
     *why = NULL;
-    /* A linux box's state is on disk: no connection, and a box whose agent died says "error". */
-    if (cli_is_linux(rec))
-        return cli_linux_status(rec);
+    /* A provider that lists its boxes knows their state: no connection (a dead agent says "error"). */
+    const char *listed = cli_listed_status(rec);
+    if (listed)
+        return listed;
     sbx_provider *p = NULL;
     sbx_sandbox *sb = NULL;
     sbx_error *e = NULL;
@@ -47,7 +49,7 @@ static json_t *with_status(const json_t *rec, const char *status, const char *wh
 {
     json_t *o = json_deep_copy(rec);
     json_object_set_new(o, "status", json_string(status));
-    /* false for a linux box found in the provider's state directory without a CLI record. */
+    /* false for a box its provider listed that the CLI has no record of. */
     if (!json_object_get(o, "recorded"))
         json_object_set_new(o, "recorded", json_true());
     if (why)

@@ -68,12 +68,12 @@ static const struct command commands[] = {
       "A DST ending in '/' (or an existing local directory) receives a file under\n"
       "its own name. Directories need sh, mktemp and tar in the box.\n" },
     { "ls", cli_cmd_ls, "sbx ls [--label K=V] [--json]",
-      "list the boxes made by `sbx create` and all linux boxes, with their live status",
+      "list the boxes made by `sbx create` and all the provider's boxes, with their status",
       "  --label K=V            only boxes with this label (repeatable)\n"
       "  -q, --quiet            print only ids\n"
       "  --json                 print a JSON array\n",
-      "Linux boxes are found in the linux provider's state directory, whoever made\n"
-      "them; their labels are their spec metadata.\n" },
+      "The default provider ($SBX_PROVIDER, or linux) lists its boxes, whoever made\n"
+      "them (for linux: its state directory's); their labels are their metadata.\n" },
     { "status", cli_cmd_status, "sbx status [--json] ID", "print a box's live status",
       "  --json                 print the record and status as JSON\n", NULL },
     { "stop", cli_cmd_stop, "sbx stop [--force] ID...", "stop boxes and forget them",
@@ -84,11 +84,11 @@ static const struct command commands[] = {
       "  --label K=V            also stop every box with this label (repeatable)\n"
       "  --run-id R             the same as --label run_id=R\n"
       "  --json                 print a JSON array\n",
-      "Also removes what dead linux boxes left (orphans: shim gone) in the linux\n"
-      "provider's state directory, linux boxes whose TTL passed, and the temporary\n"
-      "trees of image imports whose process is gone.\n" },
+      "Also runs the default provider's own collector ($SBX_PROVIDER, or linux): for\n"
+      "linux, what dead boxes left (orphans: shim gone), boxes whose TTL passed, and\n"
+      "the temporary trees of image imports whose process is gone.\n" },
     { "image", cli_cmd_image, "sbx image import|ls|rm ...",
-      "manage the linux provider's images",
+      "manage the default provider's images ($SBX_PROVIDER, or linux)",
       "  sbx image import [--progress] [--json] [--max-bytes N] NAME SOURCE\n"
       "                         unpack SOURCE (a tarball, compressed or not, such as\n"
       "                         docker export or mmdebstrap make; a directory; an OCI\n"

@@ -147,7 +147,7 @@ int cli_cmd_run(int argc, char **argv)
     sbx_error *e = NULL;
     sbx_sandbox *sb = NULL;
     /* The box dies with this process, even by SIGKILL (the shim sees its socket close). */
-    rc = cli_linux_die_with_creator(config, spec, &e);
+    rc = cli_die_with_creator(spec, &e);
     if (rc == SBX_OK)
         rc = cli_box_start(p, spec, &sb, &e);
     sbx_spec_free(spec);

@@ -1,6 +1,5 @@
-/* sbx stop and sbx gc: end boxes (recorded ones, and linux boxes) and forget them. */
+/* sbx stop and sbx gc: end boxes (recorded ones, and listed ones) and forget them. */
 #include "cli/cli.h"
-#include "providers/linux/linux.h"
 
 /*
  * Stops the box a record names through a connected handle (its descriptor
@@ -13,8 +12,13 @@ static int stop_box(const json_t *rec, bool force, sbx_error **err)
     const char *id = cli_box_id(rec);
     sbx_provider *p = NULL;
     sbx_sandbox *sb = NULL;
-    /* A linux box is stopped through its shim: that works when its agent is gone too. */
-    int rc = cli_is_linux(rec) ? cli_linux_stop(rec, err) : cli_box_connect(rec, &p, &sb, err);
+    /*
+     * By id through the provider when it can (for linux: through the box's
+     * shim, which works when its agent is gone too), else through a handle.
+     */
+    int rc = cli_listed_stop(rec, err);
+    if (rc == SBX_ENOTSUP)
+        rc = cli_box_connect(rec, &p, &sb, err);
     if (rc == SBX_OK && sb) {
         sbx_future *f = NULL;
         if ((rc = sbx_sandbox_stop_async(sb, &f, err)) == SBX_OK) {
@@ -75,8 +79,8 @@ int cli_cmd_stop(int argc, char **argv)
  */
 static const char *gc_reason(const json_t *rec, double now, bool *reachable)
 {
-    if (cli_is_linux(rec)) {
-        const char *st = cli_linux_status(rec);
+    const char *st = cli_listed_status(rec);
+    if (st) {
         *reachable = strcmp(st, "stopped") != 0;
         if (cli_box_expired(rec, now))
             return "ttl expired";
@@ -85,10 +89,10 @@ static const char *gc_reason(const json_t *rec, double now, bool *reachable)
     sbx_provider *p = NULL;
     sbx_sandbox *sb = NULL;
     sbx_error *e = NULL;
-    sbx_status st = SBX_STATUS_UNKNOWN;
+    sbx_status status = SBX_STATUS_UNKNOWN;
     int rc = cli_box_connect(rec, &p, &sb, &e);
     if (rc == SBX_OK) {
-        rc = sbx_sandbox_status(sb, &st, &e);
+        rc = sbx_sandbox_status(sb, &status, &e);
         sbx_sandbox_free(sb);
         sbx_provider_free(p);
     }
@@ -98,64 +102,11 @@ static const char *gc_reason(const json_t *rec, double now, bool *reachable)
         return "ttl expired";
     if (rc < 0)
         return "unreachable";
-    if (st == SBX_STATUS_STOPPED)
+    if (status == SBX_STATUS_STOPPED)
         return "stopped";
-    if (st == SBX_STATUS_ERROR)
+    if (status == SBX_STATUS_ERROR)
         return "error";
     return NULL;
-}
-
-/* Why linux gc removed a box, from what the listing said before. */
-static const char *linux_reason(const sbx_linux_box_info *boxes, size_t n, const char *id)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (strcmp(boxes[i].rec.id, id) != 0)
-            continue;
-        if (!boxes[i].shim_alive)
-            return "orphaned";
-        return boxes[i].expired ? "ttl expired" : "label";
-    }
-    return "orphaned";
-}
-
-/*
- * The linux half of gc: sbx__linux_gc over the default state directory
- * (orphans, expired boxes, and with labels every matching box). Ids already
- * handled through CLI records (in `done`) are not reported twice.
- */
-static int gc_linux(const struct cli_opts *opts, const json_t *done, json_t *out)
-{
-    sbx_error *e = NULL;
-    _cleanup_free_ char *sd = sbx__linux_state_dir(NULL);
-    sbx_linux_box_info *boxes = NULL;
-    size_t n = 0;
-    char **removed = NULL;
-    sbx_linux_gc_opts o = { .labels = opts->labels.len ? &opts->labels : NULL,
-                            .dry_run = opts->dry_run };
-    if (!sd || sbx__linux_list(sd, NULL, &boxes, &n, &e) < 0 ||
-        sbx__linux_gc(sd, &o, &removed, &e) < 0) {
-        cli_error("collecting linux boxes in %s: %s", sd ? sd : "?",
-                  e ? sbx_error_message(e) : "out of memory");
-        sbx_error_free(e);
-        sbx__linux_list_free(boxes, n);
-        return CLI_EXIT_FAIL;
-    }
-    for (char **id = removed; id && *id; id++) {
-        if (json_object_get(done, *id))
-            continue;
-        const char *reason = linux_reason(boxes, n, *id);
-        /* The CLI may hold a record of it under another state directory name: drop it. */
-        if (!opts->dry_run)
-            cli_box_remove(*id);
-        if (opts->json)
-            json_array_append_new(out, json_pack("{s:s, s:s, s:b}", "id", *id, "reason", reason,
-                                                 "removed", !opts->dry_run));
-        else
-            printf("%s\t%s%s\n", *id, reason, opts->dry_run ? " (dry run)" : "");
-    }
-    sbx_strv_free(removed);
-    sbx__linux_list_free(boxes, n);
-    return CLI_EXIT_OK;
 }
 
 int cli_cmd_gc(int argc, char **argv)
@@ -210,7 +161,7 @@ int cli_cmd_gc(int argc, char **argv)
         else
             printf("%s\t%s%s\n", id, reason, o.dry_run ? " (dry run)" : removed ? "" : " (kept)");
     }
-    if (!cli_signal_received() && gc_linux(&o, done, out) != CLI_EXIT_OK)
+    if (!cli_signal_received() && cli_listed_gc(&o, done, out) != CLI_EXIT_OK)
         rc = CLI_EXIT_FAIL;
     /* Half-written records of creates that were killed. */
     if (!o.dry_run && !cli_signal_received())

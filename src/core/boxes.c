@@ -122,6 +122,7 @@ static void pcall_run(void *data)
         return;
     }
     sbx__future_set_cancel(c->f, pcall_cancel, c);
+    sbx__op_set_progress_future(c->op, c->f);
     const struct sbx_provider_ops *o = c->p->ops;
     void *st = c->p->state;
     switch (c->kind) {
@@ -337,6 +338,17 @@ int sbx_provider_image_import(sbx_provider *p, const char *name, const char *sou
     return rc < 0 ? rc
                   : pcall_sync("sbx_provider_image_import", p, PC_IMAGE_IMPORT, name, source,
                                opts_json, 0, json_out, err);
+}
+
+int sbx_provider_image_import_async(sbx_provider *p, const char *name, const char *source,
+                                    const char *opts_json, sbx_future **out, sbx_error **err)
+{
+    if (!name || !*name || !source || !*source)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "sbx_provider_image_import: a name and a source are required");
+    int rc = check_object_arg("the import options", opts_json, err);
+    return rc < 0 ? rc
+                  : pcall_submit(p, PC_IMAGE_IMPORT, name, source, opts_json, 0, out, err);
 }
 
 int sbx_provider_image_remove(sbx_provider *p, const char *name, int force, sbx_error **err)

@@ -29,6 +29,8 @@ struct sbx_future {
     void *cb_data;
     void (*cancel_cb)(void *data);
     void *cancel_data;
+    sbx_progress_cb progress_cb;
+    void *progress_data;
 };
 
 sbx_future *sbx__future_new(sbx_context *ctx, enum sbx__value_kind kind)
@@ -289,6 +291,31 @@ int sbx_future_then(sbx_future *f, sbx_future_cb cb, void *data)
     f->cb_data = data;
     pthread_mutex_unlock(&f->lock);
     return SBX_OK;
+}
+
+int sbx_future_on_progress(sbx_future *f, sbx_progress_cb cb, void *data)
+{
+    if (!f || !cb)
+        return SBX_EINVAL;
+    pthread_mutex_lock(&f->lock);
+    int rc = f->progress_cb ? SBX_ESTATE : SBX_OK;
+    if (rc == SBX_OK) {
+        f->progress_data = data;
+        f->progress_cb = cb;
+    }
+    pthread_mutex_unlock(&f->lock);
+    return rc;
+}
+
+void sbx__future_progress(sbx_future *f, const char *stage, unsigned long long done,
+                          unsigned long long total)
+{
+    pthread_mutex_lock(&f->lock);
+    sbx_progress_cb cb = f->done ? NULL : f->progress_cb;
+    void *data = f->progress_data;
+    pthread_mutex_unlock(&f->lock);
+    if (cb)
+        cb(stage, done, total, data);
 }
 
 int sbx_future_code(const sbx_future *f, sbx_error **err)

@@ -268,6 +268,9 @@ SBX_INTERNAL void sbx__future_complete(sbx_future *f, int code, sbx_error *err, 
 /* The future's operation-specific cancel hook, run on the loop thread. */
 SBX_INTERNAL void sbx__future_set_cancel(sbx_future *f, void (*cb)(void *data), void *data);
 SBX_INTERNAL bool sbx__future_cancelled(const sbx_future *f);
+/* Calls the future's progress callback (loop thread), unless it completed. */
+SBX_INTERNAL void sbx__future_progress(sbx_future *f, const char *stage, unsigned long long done,
+                                       unsigned long long total);
 
 /* --- ops (provider calls) ----------------------------------------------- */
 
@@ -275,6 +278,8 @@ typedef void (*sbx__op_done_fn)(int code, sbx_error *err, void *value, void *dat
 /* Makes an op whose completion calls done(...) on the loop thread. */
 SBX_INTERNAL sbx_op *sbx__op_new(sbx_provider *p, sbx__op_done_fn done, void *data);
 SBX_INTERNAL void sbx__op_cancel(sbx_op *op);
+/* The future sbx_op_progress reports to (a reference is held until the op ends). */
+SBX_INTERNAL void sbx__op_set_progress_future(sbx_op *op, sbx_future *f);
 /* The provider an op runs for: a provider wraps another op (sbx__op_new) around it. */
 SBX_INTERNAL sbx_provider *sbx__op_provider(const sbx_op *op);
 

@@ -7,6 +7,8 @@
 #include "internal.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
+#include <time.h>
 
 #include <uv.h>
 
@@ -21,6 +23,8 @@ struct sbx_op {
     int code;
     sbx_error *err;
     void *value;
+    sbx_future *progress; /* where sbx_op_progress reports; referenced */
+    _Atomic unsigned long long progress_last_ms;
 };
 
 sbx_op *sbx__op_new(sbx_provider *p, sbx__op_done_fn done, void *data)
@@ -44,6 +48,8 @@ static void deliver(void *arg)
     if (op->err)
         sbx__error_set_provider(op->err, p->name);
     op->done(op->code, op->err, op->value, op->data);
+    if (op->progress)
+        sbx_future_free(op->progress);
     free(op);
     sbx__provider_unref(p);
 }
@@ -68,6 +74,53 @@ void sbx_op_complete(sbx_op *op, int code, sbx_error *err, void *value)
     if (sbx__context_post(op->p->ctx, deliver, op) < 0) {
         /* Out of memory for a queue node: deliver here rather than lose the result. */
         deliver(op);
+    }
+}
+
+void sbx__op_set_progress_future(sbx_op *op, sbx_future *f)
+{
+    sbx__future_ref(f);
+    op->progress = f;
+}
+
+struct progress_report {
+    sbx_future *f;
+    unsigned long long done, total;
+    char stage[64];
+};
+
+static void progress_deliver(void *arg)
+{
+    struct progress_report *r = arg;
+    sbx__future_progress(r->f, r->stage, r->done, r->total);
+    sbx_future_free(r->f);
+    free(r);
+}
+
+void sbx_op_progress(sbx_op *op, const char *stage, unsigned long long done,
+                     unsigned long long total)
+{
+    if (!op || !op->progress || atomic_load(&op->completed))
+        return;
+    /* At most one report per ~50 ms (the last one, done == total, always goes). */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    unsigned long long now = (unsigned long long)ts.tv_sec * 1000 + (unsigned long long)ts.tv_nsec / 1000000;
+    unsigned long long last = atomic_load(&op->progress_last_ms);
+    if (!(total && done >= total) && last && now - last < 50)
+        return;
+    atomic_store(&op->progress_last_ms, now ? now : 1);
+    struct progress_report *r = calloc(1, sizeof(*r));
+    if (!r)
+        return;
+    snprintf(r->stage, sizeof(r->stage), "%s", stage ? stage : "");
+    r->done = done;
+    r->total = total;
+    r->f = op->progress;
+    sbx__future_ref(r->f);
+    if (sbx__context_post(op->p->ctx, progress_deliver, r) < 0) {
+        sbx_future_free(r->f);
+        free(r);
     }
 }
 

@@ -70,7 +70,10 @@ const char *sbx__linux_box_status(const sbx_linux_box_info *b)
 static json_t *box_json(const char *state_dir, const sbx_linux_box_info *b)
 {
     const sbx_linux_record *r = &b->rec;
-    return json_pack("{s:s, s:s, s:o, s:o, s:O, s:o, s:{s:s, s:s, s:b, s:b, s:o, s:o}}", "id",
+    /* What connect() takes to reach it: serialize()'s descriptor. */
+    json_t *desc = json_pack("{s:s, s:s, s:o}", "sandbox_id", r->id, "state_dir", state_dir,
+                             "workdir", r->workdir ? json_string(r->workdir) : json_null());
+    json_t *o = json_pack("{s:s, s:s, s:o, s:o, s:O, s:o, s:{s:s, s:s, s:b, s:b, s:o, s:o}}", "id",
                      r->id, "status", sbx__linux_box_status(b), "created",
                      r->created > 0 ? json_real(r->created) : json_null(), "expires_at",
                      r->expires > 0 ? json_real(r->expires) : json_null(), "labels", r->metadata,
@@ -79,6 +82,11 @@ static json_t *box_json(const char *state_dir, const sbx_linux_box_info *b)
                      "expired", b->expired, "hostname",
                      r->hostname ? json_string(r->hostname) : json_null(), "state",
                      r->state ? json_string(r->state) : json_null());
+    if (!o || !desc || json_object_set_new(o, "descriptor", desc) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 static void list_work(sbx_op *op, void *data)
@@ -173,6 +181,11 @@ static void image_list_work(sbx_op *op, void *data)
 
 static bool import_cancelled(void *data) { return sbx_op_cancelled(data) != 0; }
 
+static void import_progress(const char *stage, uint64_t done, uint64_t total, void *data)
+{
+    sbx_op_progress(data, stage, done, total);
+}
+
 static void image_import_work(sbx_op *op, void *data)
 {
     struct listing_call *c = data;
@@ -183,6 +196,7 @@ static void image_import_work(sbx_op *op, void *data)
                          ? (unsigned long long)json_integer_value(mb)
                          : c->max_image_bytes,
         .cancelled = import_cancelled,
+        .progress = import_progress,
         .data = op,
     };
     int rc = sbx__linux_image_import(c->state_dir, c->a, c->b, &io, &e);
