@@ -343,6 +343,12 @@ static int key_text(const json_t *key, const yaml_mark_t *mark, char **out, sbx_
                               "keys must be text, numbers, booleans or null",
                               mark->line + 1, mark->column + 1,
                               json_is_object(key) ? "mapping" : "list");
+    /* A JSON key is a C string here: "a\0b" would quietly become "a". */
+    if (json_is_string(key) && strlen(json_string_value(key)) != json_string_length(key))
+        return sbx__set_error(err, SBX_EINVAL,
+                              "invalid YAML at line %zu, column %zu: a mapping key holding a NUL "
+                              "byte; keys are names and cannot hold one",
+                              mark->line + 1, mark->column + 1);
     char *text = json_is_string(key) ? strdup(json_string_value(key)) : sbx__json_repr(key);
     if (!text)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
