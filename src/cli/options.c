@@ -37,7 +37,7 @@ int cli_parse_seconds(const char *s, double *out)
 {
     double v;
     /* "inf" parses as a float but is no number of seconds: it overflowed into "out of memory". */
-    if (sbx__parse_pyfloat(s, &v) < 0 || !isfinite(v) || v < 0)
+    if (sbx__parse_pyfloat(s, &v) < 0 || !isfinite(v) || v < 0 || v > SBX_MAX_SECONDS)
         return -1;
     *out = v;
     return 0;
@@ -303,12 +303,12 @@ static int apply_options(const char *cmd, struct cli_spec_opts *o, sbx_spec *spe
         sbx_spec_set_cpu(spec, d);
     }
     if (o->memory) {
-        if (sbx__parse_pyint(o->memory, &n) < 0 || n <= 0)
+        if (sbx__parse_pyint(o->memory, &n) < 0 || n <= 0 || n > SBX_MAX_MEMORY_MIB)
             return bad_value(cmd, "--memory", o->memory, "a positive number of MiB");
         sbx_spec_set_memory_mib(spec, n);
     }
     if (o->disk) {
-        if (sbx__parse_pyint(o->disk, &n) < 0 || n <= 0)
+        if (sbx__parse_pyint(o->disk, &n) < 0 || n <= 0 || n > SBX_MAX_DISK_GIB)
             return bad_value(cmd, "--disk", o->disk, "a positive number of GiB");
         sbx_spec_set_disk_gib(spec, n);
     }

@@ -126,6 +126,17 @@ SBX_INTERNAL int sbx__kv_copy(sbx_kv *dst, const sbx_kv *src);
  * whose strings passes MAX_ARG_STRLEN (128 KiB). An env that large would make
  * every command fail at execve; it is refused when it is set instead.
  */
+/*
+ * The largest number of seconds a timeout, ttl_s or ready_timeout_s may be
+ * (about 31 years): past it, converting to milliseconds or adding to a clock
+ * overflows. Larger values are refused, not clamped: they are mistakes.
+ */
+#define SBX_MAX_SECONDS 1e9
+/* Resource sizes whose byte count must fit in 63 bits: 1 EiB each. */
+#define SBX_MAX_MEMORY_MIB (1LL << 40)
+#define SBX_MAX_DISK_GIB (1LL << 30)
+#define SBX_MAX_GPU (1LL << 20)
+
 #define SBX_ENV_MAX_BYTES (2u << 20)
 #define SBX_ENV_ENTRY_MAX_BYTES (128u << 10)
 /* 0 when setting key=value in `env` keeps it within those bounds, else SBX_EINVAL. */

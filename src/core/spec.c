@@ -59,17 +59,17 @@ static int set_str(char **slot, const char *v)
  * negative value, NaN or an infinity is a mistake, not "no limit": it is
  * refused rather than dropped.
  */
-static int set_real(double *slot, double v)
+static int set_real(double *slot, double v, double max)
 {
-    if (v != -1 && !(isfinite(v) && v >= 0))
+    if (v != -1 && !(isfinite(v) && v >= 0 && v <= max))
         return SBX_EINVAL;
     *slot = v;
     return SBX_OK;
 }
 
-static int set_count(long long *slot, long long v)
+static int set_count(long long *slot, long long v, long long max)
 {
-    if (v < -1)
+    if (v < -1 || v > max)
         return SBX_EINVAL;
     *slot = v;
     return SBX_OK;
@@ -93,12 +93,12 @@ int sbx_spec_set_workdir(sbx_spec *s, const char *dir)
 
 int sbx_spec_set_ttl(sbx_spec *s, double seconds)
 {
-    return s ? set_real(&s->ttl_s, seconds) : SBX_EINVAL;
+    return s ? set_real(&s->ttl_s, seconds, SBX_MAX_SECONDS) : SBX_EINVAL;
 }
 
 int sbx_spec_set_ready_timeout(sbx_spec *s, double seconds)
 {
-    return s ? set_real(&s->ready_timeout_s, seconds) : SBX_EINVAL;
+    return s ? set_real(&s->ready_timeout_s, seconds, SBX_MAX_SECONDS) : SBX_EINVAL;
 }
 
 int sbx_spec_set_env(sbx_spec *s, const char *key, const char *value)
@@ -149,22 +149,22 @@ int sbx_spec_set_metadata(sbx_spec *s, const char *key, const char *value)
 
 int sbx_spec_set_cpu(sbx_spec *s, double cpu)
 {
-    return s ? set_real(&s->cpu, cpu) : SBX_EINVAL;
+    return s ? set_real(&s->cpu, cpu, HUGE_VAL) : SBX_EINVAL;
 }
 
 int sbx_spec_set_memory_mib(sbx_spec *s, long long mib)
 {
-    return s ? set_count(&s->memory_mib, mib) : SBX_EINVAL;
+    return s ? set_count(&s->memory_mib, mib, SBX_MAX_MEMORY_MIB) : SBX_EINVAL;
 }
 
 int sbx_spec_set_disk_gib(sbx_spec *s, long long gib)
 {
-    return s ? set_count(&s->disk_gib, gib) : SBX_EINVAL;
+    return s ? set_count(&s->disk_gib, gib, SBX_MAX_DISK_GIB) : SBX_EINVAL;
 }
 
 int sbx_spec_set_gpu(sbx_spec *s, long long count)
 {
-    return s ? set_count(&s->gpu, count) : SBX_EINVAL;
+    return s ? set_count(&s->gpu, count, SBX_MAX_GPU) : SBX_EINVAL;
 }
 
 int sbx_spec_set_gpu_type(sbx_spec *s, const char *type)
@@ -276,12 +276,19 @@ int sbx_spec_set_provider_options(sbx_spec *s, const char *json, sbx_error **err
  */
 static int not_negative_int(const char *key, long long v, sbx_error **err)
 {
-    if (v >= 0)
-        return SBX_OK;
-    return sbx__set_error(err, SBX_EINVAL,
-                          "resources.%s must be 0 or more, got %lld; leave it out (or null) for "
-                          "no limit",
-                          key, v);
+    if (v < 0)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "resources.%s must be 0 or more, got %lld; leave it out (or null) "
+                              "for no limit",
+                              key, v);
+    /* Sizes become byte counts (memory_mib << 20): past these they overflow. */
+    long long max = !strcmp(key, "memory_mib") ? SBX_MAX_MEMORY_MIB
+                    : !strcmp(key, "disk_gib") ? SBX_MAX_DISK_GIB
+                                               : SBX_MAX_GPU;
+    if (v > max)
+        return sbx__set_error(err, SBX_EINVAL, "resources.%s must be at most %lld, got %lld",
+                              key, max, v);
+    return SBX_OK;
 }
 
 static int conv_int(const char *key, json_t *v, long long *out, sbx_error **err)
@@ -482,6 +489,11 @@ static int seconds_field(const char *key, json_t *v, double *out, sbx_error **er
                                   "Sandbox spec %s must be 0 or more seconds, got %s; leave it out "
                                   "(or null) for none",
                                   key, r ? r : "?");
+        if (*out > SBX_MAX_SECONDS)
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "Sandbox spec %s must be at most %.0f seconds (about 31 years), "
+                                  "got %s",
+                                  key, SBX_MAX_SECONDS, r ? r : "?");
         return SBX_OK;
     }
     return sbx__set_error(err, SBX_ETYPE, "Sandbox spec %s must be a number of seconds, got %s",

@@ -76,8 +76,8 @@ int sbx_exec_opts_set_env(sbx_exec_opts *o, const char *key, const char *value)
 
 int sbx_exec_opts_set_timeout(sbx_exec_opts *o, double seconds)
 {
-    /* An infinite timeout is not "none" (that is a negative value): it overflows the ms count. */
-    if (!o || !isfinite(seconds))
+    /* An infinite or huge timeout is not "none" (a negative value is): it overflows the ms count. */
+    if (!o || !isfinite(seconds) || seconds > SBX_MAX_SECONDS)
         return SBX_EINVAL;
     o->timeout_s = seconds < 0 ? -1 : seconds;
     return SBX_OK;

@@ -210,6 +210,35 @@ static void test_spec_non_finite_numbers_are_refused(void)
         expect_spec_refused(cases[i].json, SBX_EINVAL, cases[i].want);
 }
 
+static void test_spec_huge_numbers_are_refused(void)
+{
+    /* Finite but past what a millisecond count or a byte count can hold. */
+    static const struct {
+        const char *json, *want;
+    } cases[] = {
+        { "{\"ttl_s\": 1e300}", "ttl_s must be at most 1000000000 seconds (about 31 years)" },
+        { "{\"ready_timeout_s\": \"2e9\"}", "ready_timeout_s must be at most 1000000000 seconds" },
+        { "{\"resources\": {\"memory_mib\": 9223372036854775807}}",
+          "resources.memory_mib must be at most 1099511627776, got 9223372036854775807" },
+        { "{\"resources\": {\"disk_gib\": 1e12}}", "resources.disk_gib must be at most 1073741824" },
+        { "{\"resources\": {\"gpu\": \"99999999999\"}}", "resources.gpu must be at most" },
+    };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(cases); i++)
+        expect_spec_refused(cases[i].json, SBX_EINVAL, cases[i].want);
+    sbx_spec *s = sbx_spec_new();
+    TAP_EQ_INT(sbx_spec_set_ttl(s, 1e300), SBX_EINVAL);
+    TAP_EQ_INT(sbx_spec_set_ready_timeout(s, 2e9), SBX_EINVAL);
+    TAP_EQ_INT(sbx_spec_set_memory_mib(s, 9223372036854775807LL), SBX_EINVAL);
+    TAP_EQ_INT(sbx_spec_set_disk_gib(s, 1LL << 40), SBX_EINVAL);
+    TAP_EQ_INT(sbx_spec_set_ttl(s, 1e9), SBX_OK);
+    TAP_EQ_INT(sbx_spec_set_memory_mib(s, 1LL << 40), SBX_OK);
+    sbx_spec_free(s);
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    TAP_EQ_INT(sbx_exec_opts_set_timeout(o, 1e300), SBX_EINVAL);
+    TAP_EQ_INT(sbx_exec_opts_set_timeout(o, 1e9), SBX_OK);
+    sbx_exec_opts_free(o);
+}
+
 static void test_spec_setters_refuse_bad_numbers(void)
 {
     sbx_spec *s = sbx_spec_new();
@@ -378,7 +407,7 @@ TAP_MAIN(TAP(test_yaml_mapping_keys_are_refused), TAP(test_yaml_long_key_is_refu
          TAP(test_yaml_aliased_text_is_bounded), TAP(test_yaml_many_anchors_complete),
          TAP(test_interpolation_is_bounded), TAP(test_json_depth_is_bounded),
          TAP(test_spec_negative_numbers_are_refused),
-         TAP(test_spec_non_finite_numbers_are_refused),
+         TAP(test_spec_non_finite_numbers_are_refused), TAP(test_spec_huge_numbers_are_refused),
          TAP(test_spec_setters_refuse_bad_numbers), TAP(test_spec_relative_workdir_is_refused),
          TAP(test_spec_nul_bytes_are_refused), TAP(test_env_100k_entries),
          TAP(test_env_size_is_bounded))
