@@ -186,7 +186,8 @@ struct sbx_spec {
     double ready_timeout_s;
     sbx_kv env;
     struct sbx_spec_file *files;
-    size_t n_files;
+    size_t n_files, cap_files;
+    json_t *file_index; /* path -> position in files: adding n files stays linear */
     sbx_kv metadata;
     double cpu; /* < 0: None */
     long long memory_mib, disk_gib, gpu; /* < 0: None */

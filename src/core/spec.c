@@ -35,6 +35,7 @@ void sbx_spec_free(sbx_spec *s)
         free(s->files[i].data);
     }
     free(s->files);
+    json_decref(s->file_index);
     sbx__kv_free(&s->metadata);
     free(s->gpu_type);
     sbx_strv_free(s->entrypoint);
@@ -118,25 +119,37 @@ int sbx_spec_add_file(sbx_spec *s, const char *path, const void *data, size_t le
     if (len)
         memcpy(copy, data, len);
     copy[len] = 0;
-    for (size_t i = 0; i < s->n_files; i++) {
-        if (!strcmp(s->files[i].path, path)) {
-            free(s->files[i].data);
-            s->files[i].data = copy;
-            s->files[i].len = len;
-            return SBX_OK;
-        }
-    }
-    char *p = strdup(path);
-    struct sbx_spec_file *f = realloc(s->files, (s->n_files + 1) * sizeof(*f));
-    if (!p || !f) {
-        free(p);
+    /* A hashed lookup by path (specs are input: 100,000 files took 11 s with a scan each). */
+    if (!s->file_index && !(s->file_index = json_object())) {
         free(copy);
-        if (f)
-            s->files = f;
         return SBX_ENOMEM;
     }
-    s->files = f;
-    f[s->n_files++] = (struct sbx_spec_file){ p, copy, len };
+    json_t *at = json_object_get(s->file_index, path);
+    if (at) {
+        struct sbx_spec_file *f = &s->files[json_integer_value(at)];
+        free(f->data);
+        f->data = copy;
+        f->len = len;
+        return SBX_OK;
+    }
+    if (s->n_files == s->cap_files) {
+        size_t cap = s->cap_files ? 2 * s->cap_files : 8;
+        struct sbx_spec_file *f = realloc(s->files, cap * sizeof(*f));
+        if (!f) {
+            free(copy);
+            return SBX_ENOMEM;
+        }
+        s->files = f;
+        s->cap_files = cap;
+    }
+    char *p = strdup(path);
+    if (!p || json_object_set_new_nocheck(s->file_index, path,
+                                          json_integer((json_int_t)s->n_files)) < 0) {
+        free(p);
+        free(copy);
+        return SBX_ENOMEM;
+    }
+    s->files[s->n_files++] = (struct sbx_spec_file){ p, copy, len };
     return SBX_OK;
 }
 

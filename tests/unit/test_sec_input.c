@@ -369,6 +369,40 @@ static void test_env_100k_entries(void)
     sbx__buf_free(&b);
 }
 
+static void test_files_and_metadata_100k_entries(void)
+{
+    /* A scan per added file made 100,000 of them take 11 s. */
+    sbx_buf b = { 0 };
+    sbx__buf_append(&b, "{\"files\": {", 11);
+    for (int i = 0; i < 100000; i++)
+        sbx__buf_printf(&b, "%s\"/f%d\": \"%d\"", i ? ", " : "", i, i);
+    sbx__buf_append(&b, "}, \"metadata\": {", 16);
+    for (int i = 0; i < 100000; i++)
+        sbx__buf_printf(&b, "%s\"m%d\": \"%d\"", i ? ", " : "", i, i);
+    sbx__buf_append(&b, "}}", 2);
+    sbx_spec *s = NULL;
+    TAP_OK(sbx_spec_from_json(b.data, &s, &e_));
+    sbx__buf_free(&b);
+    TAP_EQ_INT((long long)sbx_spec_file_count(s), 100000);
+    TAP_EQ_INT((long long)sbx_spec_metadata_count(s), 100000);
+    /* Adding a path again replaces its body in place. */
+    TAP_EQ_INT(sbx_spec_add_file(s, "/f5", "new", 3), SBX_OK);
+    TAP_EQ_INT((long long)sbx_spec_file_count(s), 100000);
+    const char *path;
+    const void *data;
+    size_t len;
+    sbx_spec_file_at(s, 5, &path, &data, &len);
+    TAP_EQ_STR(path, "/f5");
+    TAP_EQ_INT((long long)len, 3);
+    TAP_TRUE(memcmp(data, "new", 3) == 0);
+    sbx_spec *c = sbx_spec_copy(s);
+    TAP_EQ_INT((long long)sbx_spec_file_count(c), 100000);
+    sbx_spec_file_at(c, 99999, &path, &data, &len);
+    TAP_EQ_STR(path, "/f99999");
+    sbx_spec_free(c);
+    sbx_spec_free(s);
+}
+
 static void test_env_size_is_bounded(void)
 {
     sbx_spec *s = sbx_spec_new();
@@ -410,4 +444,5 @@ TAP_MAIN(TAP(test_yaml_mapping_keys_are_refused), TAP(test_yaml_long_key_is_refu
          TAP(test_spec_non_finite_numbers_are_refused), TAP(test_spec_huge_numbers_are_refused),
          TAP(test_spec_setters_refuse_bad_numbers), TAP(test_spec_relative_workdir_is_refused),
          TAP(test_spec_nul_bytes_are_refused), TAP(test_env_100k_entries),
+         TAP(test_files_and_metadata_100k_entries),
          TAP(test_env_size_is_bounded))
