@@ -186,7 +186,8 @@ SBX_EXPORT int sbx_spec_set_provider_options(sbx_spec *spec, const char *json, s
  * refuse them), a relative workdir, a NUL byte in any text but a file's
  * body, and an env past sbx_spec_set_env's limits; the message names the
  * field. YAML is bounded: 256 levels of nesting,
- * 1,000,000 values and 32 MiB of text with aliases expanded, 64 KiB keys.
+ * 1,000,000 values (100,000 from aliases) and 32 MiB of text with aliases
+ * expanded, 64 KiB keys.
  */
 SBX_EXPORT int sbx_spec_from_json(const char *json, sbx_spec **out, sbx_error **err);
 /* The spec as a JSON object with every field (None as null). */
