@@ -90,7 +90,12 @@ $(B)/tests/plugins/%.so: tests/plugins/%.c
 
 $(B)/fuzz/%-replay: $(B)/obj/fuzz/%.o $(B)/obj/fuzz/replay.o $(B)/libsbx.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(B)/obj/fuzz/replay.o $(B)/libsbx.a $(LIBS)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(B)/libsbx.a $(LIBS)
+
+# fuzz_agent drives the agent's connection code (it stands in for main.c and
+# exec.c itself, so no command ever runs): those agent objects link in too.
+FUZZ_AGENT_OBJ := $(patsubst %.c,$(B)/obj/%.o,src/agent/conn.c src/agent/files.c src/agent/users.c)
+$(B)/fuzz/fuzz_agent-replay: $(FUZZ_AGENT_OBJ)
 
 $(B)/examples/%: examples/%.c $(B)/libsbx.so
 	@mkdir -p $(@D)
@@ -118,6 +123,7 @@ check: deps
 	$(MAKE) test
 	$(MAKE) check-asan
 	$(MAKE) check-valgrind
+	$(MAKE) fuzz-ci
 
 # The whole suite: unit + integration binaries, fuzz corpus replay, Python tests.
 test: all tests fuzz-replay
@@ -140,15 +146,42 @@ check-valgrind: tests
 bench: all $(BENCH_BIN)
 	B=$(B) bench/run.sh
 
-# libFuzzer builds (clang); `make fuzz FUZZ_TIME=60` runs each target that long.
+# libFuzzer builds (clang) in build/fuzz: the library and targets built once
+# with -fsanitize=fuzzer-no-link (plus ASan and UBSan, which abort on the
+# first finding), each target linked with libFuzzer's main. Every run has a
+# memory cap and a per-input time limit, so a blow-up or a hang is a finding.
+# `make fuzz FUZZ_TIME=60` runs each target that long and keeps what it
+# finds in fuzz/corpus/<target>; `make fuzz-ci` (part of `make check`) runs
+# each for FUZZ_CI_TIME seconds from the corpus, writing new inputs to
+# build/fuzz/new/ only. A crash leaves build/fuzz/<target>-crash-* behind.
+FUZZ_B := build/fuzz
 FUZZ_TIME ?= 30
-fuzz:
+FUZZ_CI_TIME ?= 20
+FUZZ_FLAGS := -rss_limit_mb=2048 -timeout=10 -print_final_stats=0
+FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/bin/%)
+.PHONY: fuzz-ci fuzz-build fuzz-bins
+fuzz-build:
+	$(MAKE) CC=clang B=$(FUZZ_B) OPT="-O1 -g -fno-omit-frame-pointer" \
+	    SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" fuzz-bins
+fuzz-bins: $(FUZZ_BIN)
+$(B)/fuzz/bin/%: $(B)/obj/fuzz/%.o $(B)/libsbx.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS_ALL) -fsanitize=fuzzer -o $@ $(filter %.o,$^) $(B)/libsbx.a $(LIBS)
+$(B)/fuzz/bin/fuzz_agent: $(FUZZ_AGENT_OBJ)
+
+fuzz: fuzz-build
 	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
-	  mkdir -p build/fuzz/bin; \
-	  clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
-	    $(PKG_CFLAGS) -o build/fuzz/bin/$$n $$f $(LIB_SRC) $(LIBS) || exit 1; \
 	  mkdir -p fuzz/corpus/$$n; \
-	  build/fuzz/bin/$$n -max_total_time=$(FUZZ_TIME) fuzz/corpus/$$n || exit 1; \
+	  $(FUZZ_B)/fuzz/bin/$$n $(FUZZ_FLAGS) -max_total_time=$(FUZZ_TIME) \
+	    -artifact_prefix=$(FUZZ_B)/$$n- fuzz/corpus/$$n || exit 1; \
+	done
+
+fuzz-ci: fuzz-build
+	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
+	  mkdir -p $(FUZZ_B)/new/$$n; \
+	  echo "== fuzzing $$n for $(FUZZ_CI_TIME) s"; \
+	  $(FUZZ_B)/fuzz/bin/$$n $(FUZZ_FLAGS) -max_total_time=$(FUZZ_CI_TIME) \
+	    -artifact_prefix=$(FUZZ_B)/$$n- $(FUZZ_B)/new/$$n fuzz/corpus/$$n || exit 1; \
 	done
 
 # Everything a user needs, under PREFIX (DESTDIR for staging): the library, its
@@ -222,9 +255,10 @@ help:
 	@echo "make            build libsbx, sbx, examples"
 	@echo "make test       build and run every test (unit, integration, fuzz corpus, python)"
 	@echo "make check-asan the same under ASan+UBSan"
-	@echo "make check      deps, test, check-asan, check-valgrind (what CI runs)"
+	@echo "make check      deps, test, check-asan, check-valgrind, fuzz-ci (what CI runs)"
 	@echo "make bench      benchmarks (ratios against baselines run alongside)"
 	@echo "make fuzz       run each libFuzzer target for FUZZ_TIME seconds (clang)"
+	@echo "make fuzz-ci    run each libFuzzer target for FUZZ_CI_TIME seconds, corpus unchanged"
 	@echo "make install PREFIX=... DESTDIR=...   (make uninstall with the same)"
 	@echo "make deb        a Debian package: apt install ./build/sbx_*.deb"
 

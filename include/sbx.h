@@ -143,16 +143,30 @@ SBX_EXPORT void sbx_spec_free(sbx_spec *spec);
 SBX_EXPORT sbx_spec *sbx_spec_copy(const sbx_spec *spec);
 /* Setters copy their arguments. NULL clears a string field. */
 SBX_EXPORT int sbx_spec_set_image(sbx_spec *spec, const char *image);
+/* An absolute path in the box; a relative one is SBX_EINVAL. */
 SBX_EXPORT int sbx_spec_set_workdir(sbx_spec *spec, const char *dir);
-/* Seconds; a negative value clears it (the reference's None). */
+/*
+ * Seconds; -1 clears it (the reference's None). Another negative value, NaN,
+ * an infinity or more than 1e9 s (about 31 years) is SBX_EINVAL and leaves
+ * the field as it was.
+ */
 SBX_EXPORT int sbx_spec_set_ttl(sbx_spec *spec, double seconds);
 SBX_EXPORT int sbx_spec_set_ready_timeout(sbx_spec *spec, double seconds);
-/* Sets or replaces one variable; the order of first insertion is kept. */
+/*
+ * Sets or replaces one variable; the order of first insertion is kept.
+ * SBX_EINVAL for an empty key, a key holding '=', a "K=V" longer than 128 KiB
+ * or an env past 2 MiB (the kernel's limits for one command, pointers
+ * counted).
+ */
 SBX_EXPORT int sbx_spec_set_env(sbx_spec *spec, const char *key, const char *value);
 /* Adds or replaces a startup file written into the box after create. */
 SBX_EXPORT int sbx_spec_add_file(sbx_spec *spec, const char *path, const void *data, size_t len);
 SBX_EXPORT int sbx_spec_set_metadata(sbx_spec *spec, const char *key, const char *value);
-/* Resources; a negative value clears the field (None). */
+/*
+ * Resources; -1 clears the field (None). Another negative value, NaN, an
+ * infinity, or a size whose byte count passes 1 EiB (memory_mib 2^40,
+ * disk_gib 2^30) is SBX_EINVAL and leaves the field as it was.
+ */
 SBX_EXPORT int sbx_spec_set_cpu(sbx_spec *spec, double cpu);
 SBX_EXPORT int sbx_spec_set_memory_mib(sbx_spec *spec, long long mib);
 SBX_EXPORT int sbx_spec_set_disk_gib(sbx_spec *spec, long long gib);
@@ -167,7 +181,13 @@ SBX_EXPORT int sbx_spec_set_provider_options(sbx_spec *spec, const char *json, s
 /*
  * Parses the mapping a reference user writes in YAML/JSON: image, ttl_s,
  * ready_timeout_s, workdir, env, files, metadata, resources, entrypoint,
- * provider_options, ports. JSON or YAML text. Unknown keys are SBX_EINVAL.
+ * provider_options, ports. JSON or YAML text. Unknown keys are SBX_EINVAL,
+ * and so are negative, non-finite or too large numbers (as the setters
+ * refuse them), a relative workdir, a NUL byte in any text but a file's
+ * body, and an env past sbx_spec_set_env's limits; the message names the
+ * field. YAML is bounded: 256 levels of nesting,
+ * 1,000,000 values (100,000 from aliases) and 32 MiB of text with aliases
+ * expanded, 64 KiB keys.
  */
 SBX_EXPORT int sbx_spec_from_json(const char *json, sbx_spec **out, sbx_error **err);
 /* The spec as a JSON object with every field (None as null). */
@@ -189,7 +209,11 @@ SBX_EXPORT sbx_exec_opts *sbx_exec_opts_new(void);
 SBX_EXPORT void sbx_exec_opts_free(sbx_exec_opts *o);
 SBX_EXPORT int sbx_exec_opts_set_cwd(sbx_exec_opts *o, const char *cwd);
 SBX_EXPORT int sbx_exec_opts_set_env(sbx_exec_opts *o, const char *key, const char *value);
-/* Default 180 s, as the reference. A negative value means no timeout. */
+/*
+ * Default 180 s, as the reference. A negative value means no timeout; NaN,
+ * an infinity or more than 1e9 s is SBX_EINVAL. sbx_exec_opts_set_env refuses what
+ * sbx_spec_set_env refuses.
+ */
 SBX_EXPORT int sbx_exec_opts_set_timeout(sbx_exec_opts *o, double seconds);
 /* A user name or a numeric id ("1000" or "1000:1000"). */
 SBX_EXPORT int sbx_exec_opts_set_user(sbx_exec_opts *o, const char *user);

@@ -227,10 +227,23 @@ def call(fn: Callable[..., int], *args: Any) -> None:
     check(fn(*args, byref(err)), err)
 
 
-def cstr(s: str | os.PathLike[str] | None) -> bytes | None:
+def cstr(s: str | os.PathLike[str] | None, what: str = "a text argument") -> bytes | None:
+    """Text for a C string parameter. A NUL byte is refused: C would see the
+    text cut there and run with another path, name or value."""
     if s is None:
         return None
-    return os.fsencode(s) if isinstance(s, os.PathLike) else str(s).encode("utf-8", "surrogateescape")
+    b = os.fsencode(s) if isinstance(s, os.PathLike) else str(s).encode("utf-8", "surrogateescape")
+    if b"\0" in b:
+        raise ValueError(f"{what} contains a NUL byte, which a C string cannot hold: {s!r}")
+    return b
+
+
+def cpath(p: str | os.PathLike[str], what: str = "a path") -> bytes:
+    """A host path for C, refused when it holds a NUL byte (see cstr)."""
+    b = os.fsencode(p)
+    if b"\0" in b:
+        raise ValueError(f"{what} contains a NUL byte, which a path cannot hold: {p!r}")
+    return b
 
 
 # --- values -----------------------------------------------------------------

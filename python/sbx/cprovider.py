@@ -99,14 +99,26 @@ def exec_opts(cwd: Any, env: Mapping[str, Any] | None, timeout_s: Any, user: Any
     o = c_void_p(lib.sbx_exec_opts_new())
     if not o:
         raise MemoryError("out of memory")
-    if cwd is not None:
-        lib.sbx_exec_opts_set_cwd(o, _lib.cstr(cwd))
-    for k, v in (env or {}).items():
-        lib.sbx_exec_opts_set_env(o, _lib.cstr(k), _lib.cstr(v))
-    # The protocol's None means no limit (AsyncSandbox passes its 180 s default).
-    lib.sbx_exec_opts_set_timeout(o, -1.0 if timeout_s is None else float(timeout_s))
-    if user is not None:
-        lib.sbx_exec_opts_set_user(o, _lib.cstr(user))
+    try:
+        # Every setter's refusal is raised, not dropped: an env var or a timeout
+        # that silently did not apply runs a different command.
+        if cwd is not None:
+            _lib.check(lib.sbx_exec_opts_set_cwd(o, _lib.cstr(cwd, "cwd")), c_void_p())
+        for k, v in (env or {}).items():
+            if lib.sbx_exec_opts_set_env(o, _lib.cstr(k, "an env name"), _lib.cstr(v, f"env[{k!r}]")) < 0:
+                raise ValueError(
+                    f"env[{k!r}] is not valid: a name is not empty and has no '=', one variable "
+                    "holds at most 128 KiB and all of them 2 MiB (the kernel's limits for a command)"
+                )
+        # The protocol's None means no limit (AsyncSandbox passes its 180 s default).
+        t = -1.0 if timeout_s is None else float(timeout_s)
+        if lib.sbx_exec_opts_set_timeout(o, t) < 0:
+            raise ValueError(f"timeout_s must be a finite number of seconds (or None), got {timeout_s!r}")
+        if user is not None:
+            _lib.check(lib.sbx_exec_opts_set_user(o, _lib.cstr(user, "user")), c_void_p())
+    except BaseException:
+        lib.sbx_exec_opts_free(o)
+        raise
     return o
 
 
@@ -193,20 +205,20 @@ class CProvider:
         box = _box(handle)
         opts = exec_opts(cwd, env, timeout_s, user)
         try:
-            f = _lib.submit(lib.sbx_sandbox_exec_async, box, _lib.cstr(command), opts)
+            f = _lib.submit(lib.sbx_sandbox_exec_async, box, _lib.cstr(command, "the command"), opts)
         finally:
             lib.sbx_exec_opts_free(opts)
         return await _lib.await_future(f, _lib.TAKE_EXEC)
 
     async def upload_file(self, handle: SandboxHandle, source_path: Path | str, target_path: str) -> None:
         f = _lib.submit(
-            lib.sbx_sandbox_upload_async, _box(handle), os.fsencode(source_path), _lib.cstr(target_path)
+            lib.sbx_sandbox_upload_async, _box(handle), _lib.cpath(source_path), _lib.cstr(target_path, "the target path")
         )
         await _lib.await_future(f, _lib.TAKE_NONE)
 
     async def download_file(self, handle: SandboxHandle, source_path: str, target_path: Path | str) -> None:
         f = _lib.submit(
-            lib.sbx_sandbox_download_async, _box(handle), _lib.cstr(source_path), os.fsencode(target_path)
+            lib.sbx_sandbox_download_async, _box(handle), _lib.cstr(source_path, "the source path"), _lib.cpath(target_path)
         )
         await _lib.await_future(f, _lib.TAKE_NONE)
 

@@ -36,7 +36,8 @@ char *cli_join_argv(char *const *argv, int argc)
 int cli_parse_seconds(const char *s, double *out)
 {
     double v;
-    if (sbx__parse_pyfloat(s, &v) < 0 || isnan(v) || v < 0)
+    /* "inf" parses as a float but is no number of seconds: it overflowed into "out of memory". */
+    if (sbx__parse_pyfloat(s, &v) < 0 || !isfinite(v) || v < 0 || v > SBX_MAX_SECONDS)
         return -1;
     *out = v;
     return 0;
@@ -323,23 +324,29 @@ static int apply_options(const char *cmd, struct cli_spec_opts *o, sbx_spec *spe
     long long n;
     if (o->image)
         sbx_spec_set_image(spec, o->image);
-    if (o->workdir)
-        sbx_spec_set_workdir(spec, o->workdir);
+    /* A relative workdir is relative to nothing in the box: every exec failed with it. */
+    if (o->workdir && sbx_spec_set_workdir(spec, o->workdir) < 0)
+        return bad_value(cmd, "--workdir", o->workdir, "an absolute path in the box (from /)");
     for (size_t i = 0; i < o->env.len; i++)
         if (sbx_spec_set_env(spec, o->env.keys[i], o->env.values[i]) < 0)
-            return CLI_EXIT_SBX;
+            return cli_usage_error(cmd,
+                                   "-e %s: the environment is too large (%u KiB per variable, "
+                                   "%u MiB in all, the kernel's limits for a command); pass "
+                                   "large data with --file instead",
+                                   o->env.keys[i], SBX_ENV_ENTRY_MAX_BYTES >> 10,
+                                   SBX_ENV_MAX_BYTES >> 20);
     if (o->cpu) {
-        if (sbx__parse_pyfloat(o->cpu, &d) < 0 || !(d > 0))
+        if (sbx__parse_pyfloat(o->cpu, &d) < 0 || !isfinite(d) || !(d > 0))
             return bad_value(cmd, "--cpu", o->cpu, "a positive number");
         sbx_spec_set_cpu(spec, d);
     }
     if (o->memory) {
-        if (sbx__parse_pyint(o->memory, &n) < 0 || n <= 0)
+        if (sbx__parse_pyint(o->memory, &n) < 0 || n <= 0 || n > SBX_MAX_MEMORY_MIB)
             return bad_value(cmd, "--memory", o->memory, "a positive number of MiB");
         sbx_spec_set_memory_mib(spec, n);
     }
     if (o->disk) {
-        if (sbx__parse_pyint(o->disk, &n) < 0 || n <= 0)
+        if (sbx__parse_pyint(o->disk, &n) < 0 || n <= 0 || n > SBX_MAX_DISK_GIB)
             return bad_value(cmd, "--disk", o->disk, "a positive number of GiB");
         sbx_spec_set_disk_gib(spec, n);
     }

@@ -100,16 +100,47 @@ SBX_INTERNAL int sbx__buf_printf(sbx_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 SBX_INTERNAL void sbx__buf_free(sbx_buf *b);
 
-/* A list of key/value string pairs keeping first-insertion order. */
+/*
+ * A list of key/value string pairs keeping first-insertion order. Keys are
+ * found through a hashed index (jansson's seeded table), so that setting n
+ * pairs is linear: env lists and labels come from users and specs, and a
+ * linear search per insert made 100,000 variables take minutes. Zero is an
+ * empty list; only the sbx__kv_* functions change one.
+ */
 typedef struct {
     char **keys;
     char **values;
     size_t len;
+    size_t cap;    /* slots in keys and values */
+    json_t *index; /* key -> position, built once the list is not tiny */
+    size_t bytes;  /* "K=V" and its NUL, summed over the pairs: the size as an environment */
 } sbx_kv;
 SBX_INTERNAL int sbx__kv_set(sbx_kv *kv, const char *key, const char *value);
 SBX_INTERNAL const char *sbx__kv_get(const sbx_kv *kv, const char *key);
 SBX_INTERNAL void sbx__kv_free(sbx_kv *kv);
 SBX_INTERNAL int sbx__kv_copy(sbx_kv *dst, const sbx_kv *src);
+
+/*
+ * What an environment may hold: the kernel refuses an execve whose strings
+ * and pointers pass a quarter of the stack limit (2 MiB by default) or one of
+ * whose strings passes MAX_ARG_STRLEN (128 KiB). An env that large would make
+ * every command fail at execve; it is refused when it is set instead.
+ */
+/*
+ * The largest number of seconds a timeout, ttl_s or ready_timeout_s may be
+ * (about 31 years): past it, converting to milliseconds or adding to a clock
+ * overflows. Larger values are refused, not clamped: they are mistakes.
+ */
+#define SBX_MAX_SECONDS 1e9
+/* Resource sizes whose byte count must fit in 63 bits: 1 EiB each. */
+#define SBX_MAX_MEMORY_MIB (1LL << 40)
+#define SBX_MAX_DISK_GIB (1LL << 30)
+#define SBX_MAX_GPU (1LL << 20)
+
+#define SBX_ENV_MAX_BYTES (2u << 20)
+#define SBX_ENV_ENTRY_MAX_BYTES (128u << 10)
+/* 0 when setting key=value in `env` keeps it within those bounds, else SBX_EINVAL. */
+SBX_INTERNAL int sbx__env_fits(const sbx_kv *env, const char *key, const char *value);
 
 /* --- files --------------------------------------------------------------- */
 
@@ -188,7 +219,8 @@ struct sbx_spec {
     double ready_timeout_s;
     sbx_kv env;
     struct sbx_spec_file *files;
-    size_t n_files;
+    size_t n_files, cap_files;
+    json_t *file_index; /* path -> position in files: adding n files stays linear */
     sbx_kv metadata;
     double cpu; /* < 0: None */
     long long memory_mib, disk_gib, gpu; /* < 0: None */

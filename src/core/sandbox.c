@@ -697,8 +697,10 @@ static void connect_done(int code, sbx_error *err, void *value, void *data)
     sbx_sandbox *sb = sandbox_alloc(c->p);
     json_t *d = json_loads(c->a, 0, NULL);
     json_t *wd = json_object_get(d, "workdir");
+    int wrc = SBX_OK;
     if (sb && (sb->spec = sbx_spec_new()) &&
-        (!json_is_string(wd) || sbx_spec_set_workdir(sb->spec, json_string_value(wd)) == SBX_OK)) {
+        (!json_is_string(wd) ||
+         (wrc = sbx_spec_set_workdir(sb->spec, json_string_value(wd))) == SBX_OK)) {
         const char *id = c->p->ops->box_id(value);
         sb->box = value;
         sb->id = sbx__strdup0(id ? id : "");
@@ -708,11 +710,20 @@ static void connect_done(int code, sbx_error *err, void *value, void *data)
         call_finish(c, SBX_OK, NULL, sb);
         return;
     }
+    /* A descriptor is input: its workdir becomes every exec's cwd, so it must be a box path. */
+    sbx_error *e = wrc == SBX_EINVAL ? sbx_error_new(SBX_EINVAL,
+                                                     "the descriptor's workdir %s is not an "
+                                                     "absolute path; fix or drop it",
+                                                     json_string_value(wd))
+                                     : NULL;
     json_decref(d);
     if (sb)
         sandbox_unref(sb);
     c->p->ops->box_free(value);
-    call_oom(c);
+    if (e)
+        call_finish(c, SBX_EINVAL, e, NULL);
+    else
+        call_oom(c);
 }
 
 static void connect_run(void *data)

@@ -35,6 +35,7 @@ void sbx_spec_free(sbx_spec *s)
         free(s->files[i].data);
     }
     free(s->files);
+    json_decref(s->file_index);
     sbx__kv_free(&s->metadata);
     free(s->gpu_type);
     sbx_strv_free(s->entrypoint);
@@ -54,19 +55,31 @@ static int set_str(char **slot, const char *v)
     return SBX_OK;
 }
 
-/* Number fields: a negative value unsets the field (-1, the reference's None). */
-static int set_real(double *slot, double v)
+/*
+ * Number fields: -1 unsets the field (the reference's None). Any other
+ * negative value, NaN or an infinity is a mistake, not "no limit": it is
+ * refused rather than dropped.
+ */
+static int set_real(double *slot, double v, double max)
 {
-    if (isnan(v))
+    if (v != -1 && !(isfinite(v) && v >= 0 && v <= max))
         return SBX_EINVAL;
-    *slot = v < 0 ? -1 : v;
+    *slot = v;
     return SBX_OK;
 }
 
-static int set_count(long long *slot, long long v)
+static int set_count(long long *slot, long long v, long long max)
 {
-    *slot = v < 0 ? -1 : v;
+    if (v < -1 || v > max)
+        return SBX_EINVAL;
+    *slot = v;
     return SBX_OK;
+}
+
+/* A box path: relative to nothing the box knows, a relative workdir failed every exec. */
+static bool absolute_path(const char *p)
+{
+    return !p || p[0] == '/';
 }
 
 int sbx_spec_set_image(sbx_spec *s, const char *image)
@@ -76,22 +89,22 @@ int sbx_spec_set_image(sbx_spec *s, const char *image)
 
 int sbx_spec_set_workdir(sbx_spec *s, const char *dir)
 {
-    return s ? set_str(&s->workdir, dir) : SBX_EINVAL;
+    return s && absolute_path(dir) ? set_str(&s->workdir, dir) : SBX_EINVAL;
 }
 
 int sbx_spec_set_ttl(sbx_spec *s, double seconds)
 {
-    return s ? set_real(&s->ttl_s, seconds) : SBX_EINVAL;
+    return s ? set_real(&s->ttl_s, seconds, SBX_MAX_SECONDS) : SBX_EINVAL;
 }
 
 int sbx_spec_set_ready_timeout(sbx_spec *s, double seconds)
 {
-    return s ? set_real(&s->ready_timeout_s, seconds) : SBX_EINVAL;
+    return s ? set_real(&s->ready_timeout_s, seconds, SBX_MAX_SECONDS) : SBX_EINVAL;
 }
 
 int sbx_spec_set_env(sbx_spec *s, const char *key, const char *value)
 {
-    if (!s || !key || !*key || strchr(key, '=') || !value)
+    if (!s || !key || !*key || strchr(key, '=') || !value || sbx__env_fits(&s->env, key, value) < 0)
         return SBX_EINVAL;
     return sbx__kv_set(&s->env, key, value);
 }
@@ -106,25 +119,37 @@ int sbx_spec_add_file(sbx_spec *s, const char *path, const void *data, size_t le
     if (len)
         memcpy(copy, data, len);
     copy[len] = 0;
-    for (size_t i = 0; i < s->n_files; i++) {
-        if (!strcmp(s->files[i].path, path)) {
-            free(s->files[i].data);
-            s->files[i].data = copy;
-            s->files[i].len = len;
-            return SBX_OK;
-        }
-    }
-    char *p = strdup(path);
-    struct sbx_spec_file *f = realloc(s->files, (s->n_files + 1) * sizeof(*f));
-    if (!p || !f) {
-        free(p);
+    /* A hashed lookup by path (specs are input: 100,000 files took 11 s with a scan each). */
+    if (!s->file_index && !(s->file_index = json_object())) {
         free(copy);
-        if (f)
-            s->files = f;
         return SBX_ENOMEM;
     }
-    s->files = f;
-    f[s->n_files++] = (struct sbx_spec_file){ p, copy, len };
+    json_t *at = json_object_get(s->file_index, path);
+    if (at) {
+        struct sbx_spec_file *f = &s->files[json_integer_value(at)];
+        free(f->data);
+        f->data = copy;
+        f->len = len;
+        return SBX_OK;
+    }
+    if (s->n_files == s->cap_files) {
+        size_t cap = s->cap_files ? 2 * s->cap_files : 8;
+        struct sbx_spec_file *f = realloc(s->files, cap * sizeof(*f));
+        if (!f) {
+            free(copy);
+            return SBX_ENOMEM;
+        }
+        s->files = f;
+        s->cap_files = cap;
+    }
+    char *p = strdup(path);
+    if (!p || json_object_set_new_nocheck(s->file_index, path,
+                                          json_integer((json_int_t)s->n_files)) < 0) {
+        free(p);
+        free(copy);
+        return SBX_ENOMEM;
+    }
+    s->files[s->n_files++] = (struct sbx_spec_file){ p, copy, len };
     return SBX_OK;
 }
 
@@ -137,22 +162,22 @@ int sbx_spec_set_metadata(sbx_spec *s, const char *key, const char *value)
 
 int sbx_spec_set_cpu(sbx_spec *s, double cpu)
 {
-    return s ? set_real(&s->cpu, cpu) : SBX_EINVAL;
+    return s ? set_real(&s->cpu, cpu, HUGE_VAL) : SBX_EINVAL;
 }
 
 int sbx_spec_set_memory_mib(sbx_spec *s, long long mib)
 {
-    return s ? set_count(&s->memory_mib, mib) : SBX_EINVAL;
+    return s ? set_count(&s->memory_mib, mib, SBX_MAX_MEMORY_MIB) : SBX_EINVAL;
 }
 
 int sbx_spec_set_disk_gib(sbx_spec *s, long long gib)
 {
-    return s ? set_count(&s->disk_gib, gib) : SBX_EINVAL;
+    return s ? set_count(&s->disk_gib, gib, SBX_MAX_DISK_GIB) : SBX_EINVAL;
 }
 
 int sbx_spec_set_gpu(sbx_spec *s, long long count)
 {
-    return s ? set_count(&s->gpu, count) : SBX_EINVAL;
+    return s ? set_count(&s->gpu, count, SBX_MAX_GPU) : SBX_EINVAL;
 }
 
 int sbx_spec_set_gpu_type(sbx_spec *s, const char *type)
@@ -257,6 +282,28 @@ int sbx_spec_set_provider_options(sbx_spec *s, const char *json, sbx_error **err
 
 /* --- resources (SandboxResources.from_mapping) ---------------------------- */
 
+/*
+ * The reference converts and keeps a negative count; sbx stores None as -1,
+ * so a negative limit used to become "no limit" without a word. A limit
+ * cannot be negative: say so.
+ */
+static int not_negative_int(const char *key, long long v, sbx_error **err)
+{
+    if (v < 0)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "resources.%s must be 0 or more, got %lld; leave it out (or null) "
+                              "for no limit",
+                              key, v);
+    /* Sizes become byte counts (memory_mib << 20): past these they overflow. */
+    long long max = !strcmp(key, "memory_mib") ? SBX_MAX_MEMORY_MIB
+                    : !strcmp(key, "disk_gib") ? SBX_MAX_DISK_GIB
+                                               : SBX_MAX_GPU;
+    if (v > max)
+        return sbx__set_error(err, SBX_EINVAL, "resources.%s must be at most %lld, got %lld",
+                              key, max, v);
+    return SBX_OK;
+}
+
 static int conv_int(const char *key, json_t *v, long long *out, sbx_error **err)
 {
     if (json_is_null(v)) {
@@ -265,7 +312,7 @@ static int conv_int(const char *key, json_t *v, long long *out, sbx_error **err)
     }
     if (json_is_integer(v)) {
         *out = json_integer_value(v);
-        return SBX_OK;
+        return not_negative_int(key, *out, err);
     }
     if (json_is_boolean(v)) {
         *out = json_is_true(v);
@@ -279,10 +326,10 @@ static int conv_int(const char *key, json_t *v, long long *out, sbx_error **err)
             return sbx__set_error(err, SBX_EINVAL,
                                   "cannot convert float %g to integer (resources.%s)", d, key);
         *out = (long long)d;
-        return SBX_OK;
+        return not_negative_int(key, *out, err);
     }
     if (json_is_string(v) && sbx__parse_pyint(json_string_value(v), out) == 0)
-        return SBX_OK;
+        return not_negative_int(key, *out, err);
     _cleanup_free_ char *r = sbx__json_repr(v);
     if (json_is_string(v))
         return sbx__set_error(err, SBX_EINVAL,
@@ -300,20 +347,24 @@ static int conv_float(json_t *v, double *out, sbx_error **err)
         *out = -1;
         return SBX_OK;
     }
-    if (json_is_number(v)) {
-        *out = json_number_value(v);
-        return SBX_OK;
-    }
     if (json_is_boolean(v)) {
         *out = json_is_true(v);
         return SBX_OK;
     }
-    if (json_is_string(v) && sbx__parse_pyfloat(json_string_value(v), out) == 0) {
+    if (json_is_number(v) ||
+        (json_is_string(v) && sbx__parse_pyfloat(json_string_value(v), out) == 0)) {
+        if (json_is_number(v))
+            *out = json_number_value(v);
+        _cleanup_free_ char *r = sbx__json_repr(v);
         /* NaN or infinity cannot be stored (JSON has neither) nor mean a CPU count. */
         if (!isfinite(*out))
+            return sbx__set_error(err, SBX_EINVAL, "resources.cpu must be a finite number, got %s",
+                                  r ? r : "?");
+        if (*out < 0)
             return sbx__set_error(err, SBX_EINVAL,
-                                  "resources.cpu must be a finite number, got %s",
-                                  json_string_value(v));
+                                  "resources.cpu must be 0 or more, got %s; leave it out (or null) "
+                                  "for no limit",
+                                  r ? r : "?");
         return SBX_OK;
     }
     _cleanup_free_ char *r = sbx__json_repr(v);
@@ -435,21 +486,47 @@ static int seconds_field(const char *key, json_t *v, double *out, sbx_error **er
         *out = -1;
         return SBX_OK;
     }
-    if (json_is_number(v) && !json_is_boolean(v)) {
-        *out = json_number_value(v);
-        return SBX_OK;
-    }
     _cleanup_free_ char *r = sbx__json_repr(v);
-    if (json_is_string(v) && sbx__parse_pyfloat(json_string_value(v), out) == 0) {
-        if (isfinite(*out))
-            return SBX_OK;
+    if ((json_is_number(v) && !json_is_boolean(v)) ||
+        (json_is_string(v) && sbx__parse_pyfloat(json_string_value(v), out) == 0)) {
+        if (json_is_number(v))
+            *out = json_number_value(v);
         /* NaN would break every comparison and JSON cannot carry it back out. */
-        return sbx__set_error(err, SBX_EINVAL,
-                              "Sandbox spec %s must be a finite number of seconds, got %s", key,
-                              r ? r : "?");
+        if (!isfinite(*out))
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "Sandbox spec %s must be a finite number of seconds, got %s",
+                                  key, r ? r : "?");
+        /* -1 is how sbx stores None: a negative time must not quietly mean "none". */
+        if (*out < 0)
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "Sandbox spec %s must be 0 or more seconds, got %s; leave it out "
+                                  "(or null) for none",
+                                  key, r ? r : "?");
+        if (*out > SBX_MAX_SECONDS)
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "Sandbox spec %s must be at most %.0f seconds (about 31 years), "
+                                  "got %s",
+                                  key, SBX_MAX_SECONDS, r ? r : "?");
+        return SBX_OK;
     }
     return sbx__set_error(err, SBX_ETYPE, "Sandbox spec %s must be a number of seconds, got %s",
                           key, r ? r : "?");
+}
+
+/*
+ * Text that becomes a C string (a path, a name, an env entry) cannot hold a
+ * NUL byte: it would be cut there, silently running with another value.
+ * JSON ("\u0000") and Python strings can hold one, so it is refused here.
+ */
+static int no_nul(const char *what, const char *text, size_t len, sbx_error **err)
+{
+    if (strlen(text) == len)
+        return SBX_OK;
+    _cleanup_free_ char *r = sbx__repr(text);
+    return sbx__set_error(err, SBX_EINVAL,
+                          "Sandbox spec %s contains a NUL byte (after %s); paths, names and "
+                          "environment values cannot hold one",
+                          what, r ? r : "?");
 }
 
 static int string_field(const char *key, json_t *v, char **slot, sbx_error **err)
@@ -459,6 +536,9 @@ static int string_field(const char *key, json_t *v, char **slot, sbx_error **err
     if (!json_is_string(v))
         return sbx__set_error(err, SBX_ETYPE, "Sandbox spec %s must be a string, got %s", key,
                               sbx__json_typename(v));
+    int rc = no_nul(key, json_string_value(v), json_string_length(v), err);
+    if (rc < 0)
+        return rc;
     return set_str(slot, json_string_value(v));
 }
 
@@ -505,6 +585,14 @@ int sbx__spec_from_value(json_t *root, sbx_spec **out, sbx_error **err)
     if ((v = json_object_get(root, "workdir")) &&
         (rc = string_field("workdir", v, &s->workdir, err)) < 0)
         goto fail;
+    if (!absolute_path(s->workdir)) {
+        _cleanup_free_ char *r = sbx__repr(s->workdir);
+        rc = sbx__set_error(err, SBX_EINVAL,
+                            "Sandbox spec workdir must be an absolute path in the box, got %s; "
+                            "write it from / (for example /work)",
+                            r ? r : "?");
+        goto fail;
+    }
     if ((v = json_object_get(root, "ttl_s")) && (rc = seconds_field("ttl_s", v, &s->ttl_s, err)) < 0)
         goto fail;
     if ((v = json_object_get(root, "ready_timeout_s")) &&
@@ -517,18 +605,37 @@ int sbx__spec_from_value(json_t *root, sbx_spec **out, sbx_error **err)
         if ((rc = mapping_field(maps[m], v, err)) < 0)
             goto fail;
         const char *key;
+        size_t key_len;
         json_t *x;
-        json_object_foreach(v, key, x) {
+        json_object_keylen_foreach(v, key, key_len, x) {
             _cleanup_free_ char *text = scalar_text(x);
             if (!text) {
                 rc = sbx__set_error(err, SBX_ETYPE, "Sandbox spec %s['%s'] must be a string, got %s",
                                     maps[m], key, sbx__json_typename(x));
                 goto fail;
             }
+            _cleanup_free_ char *what = sbx__printf("%s key", maps[m]);
+            if ((rc = no_nul(what ? what : maps[m], key, key_len, err)) < 0)
+                goto fail;
+            /* A file's body may be any bytes; an env or metadata value is a C string. */
+            size_t text_len = json_is_string(x) ? json_string_length(x) : strlen(text);
+            free(what);
+            what = sbx__printf("%s['%s']", maps[m], key);
+            if (m != 1 && (rc = no_nul(what ? what : maps[m], text, text_len, err)) < 0)
+                goto fail;
+            if (m == 0 && sbx__env_fits(&s->env, key, text) < 0) {
+                rc = sbx__set_error(err, SBX_EINVAL,
+                                    "Sandbox spec env is too large at '%s': one variable may hold "
+                                    "%u KiB and all of them %u MiB (the kernel's limits for a "
+                                    "command); pass large data in a file (spec files) instead",
+                                    key, SBX_ENV_ENTRY_MAX_BYTES >> 10, SBX_ENV_MAX_BYTES >> 20);
+                goto fail;
+            }
             if (m == 0)
                 rc = sbx_spec_set_env(s, key, text);
             else if (m == 1)
-                rc = sbx_spec_add_file(s, key, text, strlen(text));
+                rc = sbx_spec_add_file(s, key, json_is_string(x) ? json_string_value(x) : text,
+                                       text_len);
             else
                 rc = sbx_spec_set_metadata(s, key, text);
             if (rc < 0) {
@@ -553,10 +660,15 @@ int sbx__spec_from_value(json_t *root, sbx_spec **out, sbx_error **err)
             goto fail;
         }
         for (size_t i = 0; i < n; i++) {
-            if (!json_is_string(json_array_get(v, i))) {
+            json_t *a = json_array_get(v, i);
+            if (!json_is_string(a)) {
                 free(argv);
                 rc = sbx__set_error(err, SBX_ETYPE,
                                     "Sandbox spec entrypoint must be a list of strings");
+                goto fail;
+            }
+            if ((rc = no_nul("entrypoint", json_string_value(a), json_string_length(a), err)) < 0) {
+                free(argv);
                 goto fail;
             }
             argv[i] = json_string_value(json_array_get(v, i));

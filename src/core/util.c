@@ -220,42 +220,88 @@ void sbx__buf_free(sbx_buf *b)
 
 /* --- ordered key/value --------------------------------------------------- */
 
+/* Below this many pairs a scan is cheaper than keeping an index. */
+#define KV_INDEX_FROM 16
+
+static ssize_t kv_find(const sbx_kv *kv, const char *key)
+{
+    if (kv->index) {
+        json_t *at = json_object_get(kv->index, key);
+        return at ? (ssize_t)json_integer_value(at) : -1;
+    }
+    for (size_t i = 0; i < kv->len; i++)
+        if (strcmp(kv->keys[i], key) == 0)
+            return (ssize_t)i;
+    return -1;
+}
+
+/* Records keys[i] in the index; the nocheck variant: keys need not be UTF-8. */
+static int kv_index_add(sbx_kv *kv, size_t i)
+{
+    return json_object_set_new_nocheck(kv->index, kv->keys[i], json_integer((json_int_t)i));
+}
+
 int sbx__kv_set(sbx_kv *kv, const char *key, const char *value)
 {
-    char *v = strdup(value ? value : "");
+    if (!value)
+        value = "";
+    ssize_t at = kv_find(kv, key);
+    char *v = strdup(value);
     if (!v)
         return SBX_ENOMEM;
-    for (size_t i = 0; i < kv->len; i++) {
-        if (strcmp(kv->keys[i], key) == 0) {
-            free(kv->values[i]);
-            kv->values[i] = v;
-            return SBX_OK;
+    if (at >= 0) {
+        kv->bytes = kv->bytes - strlen(kv->values[at]) + strlen(v);
+        free(kv->values[at]);
+        kv->values[at] = v;
+        return SBX_OK;
+    }
+    if (kv->len == kv->cap) {
+        /* Doubling: growing by one slot per insert copies the arrays n times. */
+        size_t cap = kv->cap ? 2 * kv->cap : 8;
+        char **nk = realloc(kv->keys, cap * sizeof(char *));
+        if (nk)
+            kv->keys = nk;
+        char **nv = nk ? realloc(kv->values, cap * sizeof(char *)) : NULL;
+        if (nv)
+            kv->values = nv;
+        if (!nk || !nv) {
+            free(v);
+            return SBX_ENOMEM;
         }
+        kv->cap = cap;
     }
     char *k = strdup(key);
-    char **nk = realloc(kv->keys, (kv->len + 1) * sizeof(char *));
-    if (nk)
-        kv->keys = nk;
-    char **nv = realloc(kv->values, (kv->len + 1) * sizeof(char *));
-    if (nv)
-        kv->values = nv;
-    if (!k || !nk || !nv) {
-        free(k);
+    if (!k) {
         free(v);
         return SBX_ENOMEM;
     }
     kv->keys[kv->len] = k;
     kv->values[kv->len] = v;
+    if (!kv->index && kv->len + 1 >= KV_INDEX_FROM) {
+        if (!(kv->index = json_object()))
+            goto oom;
+        for (size_t i = 0; i < kv->len; i++)
+            if (kv_index_add(kv, i) < 0)
+                goto oom;
+    }
+    if (kv->index && kv_index_add(kv, kv->len) < 0)
+        goto oom;
     kv->len++;
+    kv->bytes += strlen(k) + strlen(v) + 2;
     return SBX_OK;
+oom:
+    /* Without a complete index the list is still right: drop the index and scan. */
+    json_decref(kv->index);
+    kv->index = NULL;
+    free(k);
+    free(v);
+    return SBX_ENOMEM;
 }
 
 const char *sbx__kv_get(const sbx_kv *kv, const char *key)
 {
-    for (size_t i = 0; i < kv->len; i++)
-        if (strcmp(kv->keys[i], key) == 0)
-            return kv->values[i];
-    return NULL;
+    ssize_t at = kv_find(kv, key);
+    return at >= 0 ? kv->values[at] : NULL;
 }
 
 void sbx__kv_free(sbx_kv *kv)
@@ -266,8 +312,20 @@ void sbx__kv_free(sbx_kv *kv)
     }
     free(kv->keys);
     free(kv->values);
-    kv->keys = kv->values = NULL;
-    kv->len = 0;
+    json_decref(kv->index);
+    *kv = (sbx_kv){ 0 };
+}
+
+int sbx__env_fits(const sbx_kv *env, const char *key, const char *value)
+{
+    size_t entry = strlen(key) + strlen(value) + 2;
+    if (entry > SBX_ENV_ENTRY_MAX_BYTES)
+        return SBX_EINVAL;
+    const char *old = sbx__kv_get(env, key);
+    /* Each variable costs its "K=V\0" and a pointer in envp. */
+    size_t total = env->bytes + env->len * sizeof(char *);
+    total = old ? total - strlen(old) + strlen(value) : total + entry + sizeof(char *);
+    return total > SBX_ENV_MAX_BYTES ? SBX_EINVAL : SBX_OK;
 }
 
 int sbx__kv_copy(sbx_kv *dst, const sbx_kv *src)

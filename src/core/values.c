@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include <ctype.h>
+#include <math.h>
 
 static const char *const status_names[] = {
     [SBX_STATUS_STARTING] = "starting", [SBX_STATUS_RUNNING] = "running",
@@ -67,14 +68,16 @@ int sbx_exec_opts_set_cwd(sbx_exec_opts *o, const char *cwd)
 
 int sbx_exec_opts_set_env(sbx_exec_opts *o, const char *key, const char *value)
 {
-    if (!o || !key || !*key || strchr(key, '='))
+    if (!o || !key || !*key || strchr(key, '=') ||
+        sbx__env_fits(&o->env, key, value ? value : "") < 0)
         return SBX_EINVAL;
     return sbx__kv_set(&o->env, key, value);
 }
 
 int sbx_exec_opts_set_timeout(sbx_exec_opts *o, double seconds)
 {
-    if (!o || seconds != seconds)
+    /* An infinite or huge timeout is not "none" (a negative value is): it overflows the ms count. */
+    if (!o || !isfinite(seconds) || seconds > SBX_MAX_SECONDS)
         return SBX_EINVAL;
     o->timeout_s = seconds < 0 ? -1 : seconds;
     return SBX_OK;

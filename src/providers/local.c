@@ -705,11 +705,11 @@ static char **build_env(const sbx_kv *over)
     size_t k = 0;
     for (char **p = environ; p && *p; p++) {
         const char *eq = strchr(*p, '=');
-        size_t kl = eq ? (size_t)(eq - *p) : strlen(*p);
-        bool replaced = false;
-        for (size_t i = 0; i < over->len && !replaced; i++)
-            replaced = strlen(over->keys[i]) == kl && !strncmp(over->keys[i], *p, kl);
-        if (replaced)
+        /* A hashed lookup: `over` may hold many thousands of variables. */
+        _cleanup_free_ char *key = strndup(*p, eq ? (size_t)(eq - *p) : strlen(*p));
+        if (!key)
+            goto oom;
+        if (sbx__kv_get(over, key))
             continue;
         if (!(envp[k++] = strdup(*p)))
             goto oom;

@@ -686,9 +686,14 @@ int main(int argc, char **argv)
     /* Whatever else the creator let us inherit is not ours to keep open for the box's life. */
     syscall(SYS_close_range, CTL_FD + 1, ~0U, 0);
 
-    static char buf[1 << 20];
-    ssize_t n = recv(CTL_FD, buf, sizeof(buf) - 1, 0);
-    if (n <= 0)
+    /*
+     * The description is one datagram; its size follows the spec (an env may
+     * hold up to 2 MiB), so it is measured first (MSG_TRUNC returns the
+     * real length) rather than cut at a fixed buffer.
+     */
+    ssize_t n = recv(CTL_FD, NULL, 0, MSG_PEEK | MSG_TRUNC);
+    char *buf = n > 0 ? malloc((size_t)n + 1) : NULL;
+    if (!buf || (n = recv(CTL_FD, buf, (size_t)n, 0)) <= 0)
         return 2;
     buf[n] = 0;
 

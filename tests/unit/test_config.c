@@ -484,7 +484,7 @@ static void test_yaml_alias_bomb_is_refused(void)
     char *out = NULL;
     sbx_error *e = NULL;
     TAP_EQ_INT(sbx_config_to_json(b.data, &out, ERR(e)), SBX_EINVAL);
-    TAP_CONTAINS(sbx_error_message(e), "expands to more than 1000000 values through aliases");
+    TAP_CONTAINS(sbx_error_message(e), "aliases expand to more than 100000 values");
     TAP_NULL(out);
     sbx_error_free(e);
     sbx__buf_free(&b);

@@ -840,13 +840,30 @@ static void create_work_done(uv_work_t *w, int status)
         return;
     }
     c->ctl = sv[0];
-    if (send(c->ctl, text, strlen(text), MSG_NOSIGNAL) < 0) {
-        c->eof = true;
-        reap_spawned(c);
+    /*
+     * The description is one datagram, as large as the spec makes it (a big
+     * env): the send buffer must hold it whole. SO_SNDBUFFORCE passes the
+     * wmem_max cap when we may (root); otherwise SO_SNDBUF does what it can.
+     */
+    size_t len = strlen(text);
+    int sndbuf = len + 4096 < INT_MAX / 2 ? (int)(len + 4096) : INT_MAX / 2;
+    if (setsockopt(c->ctl, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) < 0)
+        (void)setsockopt(c->ctl, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+    if (send(c->ctl, text, len, MSG_NOSIGNAL) < 0) {
+        int e = errno;
+        /* Closed first: the shim waits for its description and sees EOF, then exits. */
         close(c->ctl);
         c->ctl = -1;
+        c->eof = true;
+        reap_spawned(c);
         create_finish(c, SBX_ECREATE,
-                      sbx_error_new_errno(SBX_ECREATE, errno, "cannot talk to sbx-shim"));
+                      e == EMSGSIZE
+                          ? sbx_error_new(SBX_ECREATE,
+                                          "the box's description (%zu bytes, mostly its env and "
+                                          "metadata) is too large to hand to sbx-shim; make the "
+                                          "env smaller or pass data in files",
+                                          len)
+                          : sbx_error_new_errno(SBX_ECREATE, e, "cannot talk to sbx-shim"));
         return;
     }
     uv_poll_init(sbx_op_loop(c->op), &c->poll, c->ctl);
