@@ -197,7 +197,8 @@ SBX_EXPORT int sbx_exec_opts_set_stdin(sbx_exec_opts *o, const void *data, size_
 /*
  * Caps how many bytes of stdout and of stderr are kept (each). Past the cap
  * the output is drained and dropped, and the result says it was truncated.
- * 0 means the provider's default (256 MiB unless configured).
+ * 0 means the provider's default (16 MiB unless configured). Pass SIZE_MAX
+ * for no cap (the whole output then sits in memory).
  */
 SBX_EXPORT int sbx_exec_opts_set_output_limit(sbx_exec_opts *o, size_t bytes);
 

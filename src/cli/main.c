@@ -42,6 +42,7 @@ static const struct command commands[] = {
                         "  --timeout S            seconds CMD may run (default 180; 0: none)\n"
                         "  --user U               user to run CMD as (name or uid[:gid])\n"
                         "  --no-stdin             do not pass stdin to CMD\n"
+                        "  --output-limit BYTES   stdout/stderr bytes kept (default 16 MiB each)\n"
                         "  --json                 print the result as JSON\n",
       "CMD's words are quoted and joined into one shell command (use sh -c '...'\n"
       "for pipes). stdin, when it is not a terminal, is read fully and given to CMD.\n"
@@ -59,6 +60,7 @@ static const struct command commands[] = {
       "  --user U               user to run CMD as (name or uid[:gid])\n"
       "  --timeout S            seconds CMD may run (default 180; 0: none)\n"
       "  --no-stdin             do not pass stdin to CMD\n"
+      "  --output-limit BYTES   stdout/stderr bytes kept (default 16 MiB each)\n"
       "  --json                 print the result as JSON\n",
       "Options may also come between ID and CMD. The box keeps running.\n" },
     { "cp", cli_cmd_cp, "sbx cp SRC DST",

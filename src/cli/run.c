@@ -11,6 +11,7 @@ struct exec_args {
     const char *cwd;
     bool no_stdin;
     bool json;
+    size_t output_limit; /* 0: the provider's default */
 };
 
 static sbx_exec_opts *make_exec_opts(const struct exec_args *a, const sbx_kv *env,
@@ -29,6 +30,8 @@ static sbx_exec_opts *make_exec_opts(const struct exec_args *a, const sbx_kv *en
         sbx_exec_opts_set_env(o, env->keys[i], env->values[i]);
     if (has_in)
         sbx_exec_opts_set_stdin(o, in->data ? in->data : "", in->len);
+    if (a->output_limit)
+        sbx_exec_opts_set_output_limit(o, a->output_limit);
     return o;
 }
 
@@ -96,6 +99,16 @@ static int exec_opt(const char *cmd, struct exec_args *a, int c, const char *arg
     case 2003: a->no_stdin = true; return 1;
     case CLI_OPT_JSON: a->json = true; return 1;
     case 2005: a->cwd = arg; return 1;
+    case 2006: {
+        long long n = 0;
+        if (sbx__parse_pyint(arg, &n) < 0 || n <= 0) {
+            cli_usage_error(cmd, "--output-limit expects a positive number of bytes, got '%s'",
+                            arg);
+            return -1;
+        }
+        a->output_limit = (size_t)n;
+        return 1;
+    }
     default: return 0;
     }
 }
@@ -103,7 +116,7 @@ static int exec_opt(const char *cmd, struct exec_args *a, int c, const char *arg
 #define EXEC_LONGOPTS                                                                              \
     { "timeout", required_argument, NULL, 2001 }, { "user", required_argument, NULL, 2002 },      \
         { "no-stdin", no_argument, NULL, 2003 }, { "json", no_argument, NULL, CLI_OPT_JSON },     \
-        { "help", no_argument, NULL, 'h' }
+        { "output-limit", required_argument, NULL, 2006 }, { "help", no_argument, NULL, 'h' }
 
 int cli_cmd_run(int argc, char **argv)
 {

@@ -168,7 +168,15 @@ struct sbx_spec {
 };
 
 #define SBX_DEFAULT_EXEC_TIMEOUT_S 180.0
-#define SBX_DEFAULT_OUTPUT_LIMIT ((size_t)256 << 20)
+/*
+ * Bytes of stdout and of stderr kept per exec unless the call sets its own
+ * cap. A box decides how much it writes, and the whole result sits in the
+ * caller's memory (twice in a binding that copies it): 16 MiB per stream
+ * bounds a flooding command at ~32 MiB of host memory per exec, while
+ * staying far above what a test log or a build's output usually needs.
+ * Past it the output is drained and dropped and the result says truncated.
+ */
+#define SBX_DEFAULT_OUTPUT_LIMIT ((size_t)16 << 20)
 
 struct sbx_exec_opts {
     char *cwd;

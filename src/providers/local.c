@@ -9,7 +9,7 @@
  *   shell              "/bin/bash"; commands run as `shell -c COMMAND`
  *   default_timeout_s  180; used when an exec passes no timeout (null: none)
  *   concurrency        8; execs running at once per provider, the rest queue FIFO
- *   max_output_bytes   256 MiB; bytes kept per stream unless the exec sets a cap
+ *   max_output_bytes   16 MiB; bytes kept per stream unless the exec sets a cap
  *
  * Everything runs on the loop thread: uv_spawn with UV_PROCESS_DETACHED
  * (setsid, so each exec is its own process group), pipes for the standard
