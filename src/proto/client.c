@@ -29,6 +29,17 @@
 #include <uv.h>
 
 #define UPLOAD_INFLIGHT (4u << 20)
+/*
+ * Deadlines of our own: every byte the agent sends, and every silence, is
+ * the box's choice. An exec with a timeout is given up EXEC_GRACE_MS after
+ * it (the agent kills the group at the timeout and answers at once; past
+ * the grace it is not going to). A cancelled exec completes CANCEL_GRACE_MS
+ * after the CANCEL even when no EXIT comes, so a signal always ends a
+ * waiting caller. A transfer or ping with no progress for the idle timeout
+ * fails.
+ */
+#define EXEC_GRACE_MS 5000u
+#define CANCEL_GRACE_MS 2000u
 #define DISK_HIGH (16u << 20)
 #define DISK_LOW (4u << 20)
 #define BUCKETS 256
@@ -44,6 +55,10 @@ struct hchan {
     sbx_op *op;
     bool done; /* op completed and channel out of the table */
     int refs;
+
+    uv_timer_t *timer;      /* the channel's deadline (closed when the channel finishes) */
+    uint64_t last_progress; /* uv_now() of the last frame or local I/O for this channel */
+    uint64_t idle_ms;       /* transfers and pings: fail after this much silence */
 
     /* exec */
     sbx_buf out, err;
@@ -66,6 +81,10 @@ struct hchan {
     int status_code; /* sbx code from the agent's STATUS (0 ok) */
     char *status_msg;
     int werr; /* a local write error (errno) */
+    uint64_t size;      /* download: the size FILE_INFO announced */
+    uint64_t received;  /* download: DATA bytes so far */
+    uint64_t max_bytes; /* download: the cap */
+    bool lied;          /* download: the agent broke its own announcement */
 };
 
 struct sbx_agent_conn {
@@ -90,6 +109,7 @@ struct sbx_agent_conn {
     bool reading;
     size_t disk_pending;
     int max_payload;
+    sbx_agent_limits limits;
 };
 
 static void conn_fail(sbx_agent_conn *c, int code, const char *fmt, ...)
@@ -170,6 +190,13 @@ static void chan_unlink(struct hchan *ch)
     }
 }
 
+static void chan_timer_closed(uv_handle_t *h)
+{
+    struct hchan *ch = h->data;
+    free(h);
+    chan_unref(ch);
+}
+
 /* Completes the op (once), takes the channel out of the table and drops its ref. */
 static void chan_finish(struct hchan *ch, int code, sbx_error *err, void *value)
 {
@@ -178,11 +205,52 @@ static void chan_finish(struct hchan *ch, int code, sbx_error *err, void *value)
         return;
     }
     ch->done = true;
+    if (ch->timer) {
+        uv_close((uv_handle_t *)ch->timer, chan_timer_closed);
+        ch->timer = NULL;
+    }
     sbx_op_on_cancel(ch->op, NULL, NULL);
     sbx_op_complete(ch->op, code, err, value);
     ch->op = NULL;
     chan_unlink(ch);
     chan_unref(ch);
+}
+
+/* --- deadlines ----------------------------------------------------------- */
+
+static void chan_timer_cb(uv_timer_t *t);
+
+/* (Re)arms the channel's deadline `ms` from now. false when out of memory. */
+static bool chan_arm(struct hchan *ch, uint64_t ms)
+{
+    if (ch->done)
+        return true;
+    if (!ch->timer) {
+        uv_timer_t *t = calloc(1, sizeof(*t));
+        if (!t)
+            return false;
+        uv_timer_init(ch->c->loop, t);
+        t->data = ch;
+        ch->refs++; /* dropped in chan_timer_closed */
+        ch->timer = t;
+    }
+    uv_timer_start(ch->timer, chan_timer_cb, ms, 0);
+    return true;
+}
+
+static void chan_progress(struct hchan *ch)
+{
+    ch->last_progress = uv_now(ch->c->loop);
+}
+
+/* Transfers and pings: fail after `idle_ms` without progress. */
+static bool chan_watch_idle(struct hchan *ch)
+{
+    double s = ch->c->limits.idle_timeout_s > 0 ? ch->c->limits.idle_timeout_s
+                                                : SBX_AGENT_DEFAULT_IDLE_S;
+    ch->idle_ms = (uint64_t)(s * 1000.0);
+    chan_progress(ch);
+    return chan_arm(ch, ch->idle_ms);
 }
 
 /* --- writing ------------------------------------------------------------- */
@@ -205,6 +273,8 @@ static void write_cb(uv_write_t *req, int status)
         conn_fail(c, SBX_EIO, "writing to the sandbox agent failed: %s", uv_strerror(status));
     if (w->ch) {
         w->ch->inflight -= w->account;
+        if (status == 0 && w->ch->c)
+            chan_progress(w->ch);
         if (!w->ch->done)
             upload_pump(w->ch);
         chan_unref(w->ch);
@@ -356,6 +426,57 @@ static void conn_fail(sbx_agent_conn *c, int code, const char *fmt, ...)
 
 /* --- exec ---------------------------------------------------------------- */
 
+/* The reference's timeout result: rc 125, error_type "timeout", stdout None. */
+static sbx_exec_result *timeout_result(const struct hchan *ch)
+{
+    char t[32];
+    sbx__fmt_g(ch->timeout_s, t, sizeof(t));
+    char *err = sbx__printf("command timed out after %ss: %s", t, ch->desc);
+    sbx_exec_result *r = NULL;
+    if (err && sbx_exec_result_new_take(NULL, 0, err, strlen(err), 125, "timeout", &r) < 0)
+        return NULL;
+    return r;
+}
+
+static void chan_timer_cb(uv_timer_t *t)
+{
+    struct hchan *ch = t->data;
+    sbx_agent_conn *c = ch->c;
+    if (ch->done)
+        return;
+    if (ch->kind == K_EXEC) {
+        if (ch->cancelled) {
+            /* The agent did not confirm the kill in time: the caller is not kept waiting. */
+            chan_finish(ch, SBX_ECANCELED, NULL, NULL);
+            return;
+        }
+        /*
+         * The timeout passed and the agent, which enforces it, said nothing:
+         * report the timeout ourselves, and ask once more for the kill. A late
+         * EXIT for this channel is dropped (it is no longer in the table).
+         */
+        send_empty(c, SBX_MSG_CANCEL, ch->id);
+        sbx_exec_result *r = timeout_result(ch);
+        chan_finish(ch, r ? SBX_OK : SBX_ENOMEM, NULL, r);
+        return;
+    }
+    uint64_t idle = uv_now(c->loop) - ch->last_progress;
+    if (idle < ch->idle_ms) {
+        uv_timer_start(t, chan_timer_cb, ch->idle_ms - idle, 0);
+        return;
+    }
+    send_empty(c, SBX_MSG_CANCEL, ch->id);
+    const char *what = ch->kind == K_PUT ? "uploading" : ch->kind == K_GET ? "downloading" : "pinging";
+    char secs[32];
+    sbx__fmt_g((double)ch->idle_ms / 1000.0, secs, sizeof(secs));
+    chan_finish(ch, SBX_ETIMEDOUT,
+                sbx_error_new(SBX_ETIMEDOUT,
+                              "%s '%s': the sandbox agent made no progress for %ss (is the box "
+                              "hung?); the transfer was abandoned",
+                              what, ch->remote ? ch->remote : "agent", secs),
+                NULL);
+}
+
 static void exec_done(struct hchan *ch, const sbx_msg_exit *m)
 {
     if (ch->cancelled || (m->flags & SBX_EXITF_CANCELLED)) {
@@ -373,16 +494,11 @@ static void exec_done(struct hchan *ch, const sbx_msg_exit *m)
     int rc = 0;
     const char *type = NULL;
     if (m->kind == SBX_EXIT_TIMEOUT) {
-        char t[32];
-        sbx__fmt_g(ch->timeout_s, t, sizeof(t));
         free(out);
         free(err);
-        out = NULL;
-        out_len = 0;
-        err = sbx__printf("command timed out after %ss: %s", t, ch->desc);
-        err_len = err ? strlen(err) : 0;
-        rc = 125;
-        type = "timeout";
+        sbx_exec_result *r = timeout_result(ch);
+        chan_finish(ch, r ? SBX_OK : SBX_ENOMEM, NULL, r);
+        return;
     } else if (m->kind == SBX_EXIT_FAILED) {
         free(err);
         err = sbx__printf("%s", m->message);
@@ -405,7 +521,7 @@ static void exec_done(struct hchan *ch, const sbx_msg_exit *m)
     } else {
         rc = m->code;
     }
-    if (!err || (!out && m->kind != SBX_EXIT_TIMEOUT)) {
+    if (!err || !out) {
         free(out);
         free(err);
         chan_finish(ch, SBX_ENOMEM, NULL, NULL);
@@ -416,8 +532,7 @@ static void exec_done(struct hchan *ch, const sbx_msg_exit *m)
         chan_finish(ch, SBX_ENOMEM, NULL, NULL);
         return;
     }
-    if (m->kind != SBX_EXIT_TIMEOUT &&
-        (ch->truncated || (m->flags & (SBX_EXITF_STDOUT_TRUNCATED | SBX_EXITF_STDERR_TRUNCATED))))
+    if (ch->truncated || (m->flags & (SBX_EXITF_STDOUT_TRUNCATED | SBX_EXITF_STDERR_TRUNCATED)))
         sbx_exec_result_set_truncated(r, 1);
     chan_finish(ch, SBX_OK, NULL, r);
 }
@@ -441,8 +556,12 @@ static void exec_cancel_cb(sbx_op *op, void *data)
     if (ch->done || ch->cancelled)
         return;
     ch->cancelled = true;
-    /* The EXIT that follows (after the agent killed the group) completes the op. */
+    /*
+     * The EXIT that follows (after the agent killed the group) completes the
+     * op; an agent that never sends it does not hold the caller past the grace.
+     */
     send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
+    chan_arm(ch, CANCEL_GRACE_MS);
 }
 
 static char *describe(const char *command, const char *const *argv)
@@ -507,6 +626,11 @@ void sbx__agent_exec(sbx_agent_conn *c, sbx_op *op, const char *command, const c
     const char *stdin_data = sbx_exec_opts_stdin(opts, &stdin_len);
     uint32_t flags = (argv ? 0 : SBX_EXEC_SHELL) | (stdin_data ? SBX_EXEC_STDIN : 0);
     int64_t timeout_ms = ch->timeout_s < 0 ? -1 : (int64_t)(ch->timeout_s * 1000.0 + 0.5);
+    if (timeout_ms >= 0 && !chan_arm(ch, (uint64_t)timeout_ms + EXEC_GRACE_MS)) {
+        sbx_strv_free(env);
+        chan_finish(ch, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
     const char *shell_argv[] = {command ? command : "", NULL};
     sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
@@ -779,10 +903,13 @@ static struct hchan *file_chan_new(sbx_agent_conn *c, sbx_op *op, enum chan_kind
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return NULL;
     }
-    if (!(ch->local = strdup(local_path)) || !(ch->remote = strdup(remote_path))) {
+    if (!(ch->local = strdup(local_path)) || !(ch->remote = strdup(remote_path)) ||
+        !chan_watch_idle(ch)) {
         chan_finish(ch, SBX_ENOMEM, NULL, NULL);
         return NULL;
     }
+    ch->max_bytes = c->limits.max_download_bytes ? c->limits.max_download_bytes
+                                                 : SBX_AGENT_DEFAULT_MAX_DOWNLOAD;
     return ch;
 }
 
@@ -817,6 +944,17 @@ static void download_finish(struct hchan *ch)
                         ch->local, ch->tmp_path ? ch->tmp_path : ch->local);
         return;
     }
+    if (ch->lied || (!ch->status_code && ch->received != ch->size)) {
+        /* The temp file goes with the channel (chan_unref): nothing is left behind. */
+        chan_finish(ch, SBX_EPROTO,
+                    sbx_error_new(SBX_EPROTO,
+                                  "downloading '%s': the sandbox agent announced %" PRIu64
+                                  " bytes and sent %s%" PRIu64 "; the download was discarded",
+                                  ch->remote, ch->size, ch->lied ? "more than that after " : "",
+                                  ch->received),
+                    NULL);
+        return;
+    }
     if (ch->status_code) {
         chan_finish(ch, ch->status_code,
                     sbx_error_new(ch->status_code, "downloading '%s' from the sandbox: %s",
@@ -826,7 +964,10 @@ static void download_finish(struct hchan *ch)
     }
     /* Metadata calls on a file we just wrote: quick enough for the loop thread. */
     int e = 0;
-    if (fchmod(ch->fd, ch->mode & 0777) < 0)
+    /* Trailing zeros were skipped as a hole: the size makes them. */
+    if (ftruncate(ch->fd, (off_t)ch->size) < 0)
+        e = errno;
+    if (!e && fchmod(ch->fd, ch->mode & 0777) < 0)
         e = errno;
     int fd = ch->fd;
     ch->fd = -1;
@@ -850,6 +991,7 @@ static void download_write_cb(uv_fs_t *req)
     sbx_agent_conn *c = ch->c;
     ch->writes_pending--;
     c->disk_pending -= r->len;
+    chan_progress(ch);
     if (req->result < 0 && !ch->werr) {
         ch->werr = (int)-req->result;
         /* Stop the agent sending more; finish on our own error. */
@@ -871,6 +1013,19 @@ static void download_info(struct hchan *ch, const sbx_frame *f)
         return;
     }
     ch->mode = info.mode;
+    ch->size = info.size;
+    if (info.size > ch->max_bytes) {
+        /* Refused before anything exists on the host: nothing to clean up. */
+        send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
+        chan_finish(ch, SBX_EINVAL,
+                    sbx_error_new(SBX_EINVAL,
+                                  "downloading '%s': the file is %" PRIu64 " bytes, over the "
+                                  "download limit of %" PRIu64 " bytes (the linux provider's "
+                                  "max_download_bytes)",
+                                  ch->remote, info.size, ch->max_bytes),
+                    NULL);
+        return;
+    }
     /* Parent directories are created, as `docker cp` does for downloads. */
     _cleanup_free_ char *dir_copy = strdup(ch->local);
     _cleanup_free_ char *base_copy = strdup(ch->local);
@@ -902,6 +1057,11 @@ static void download_info(struct hchan *ch, const sbx_frame *f)
     ch->tmp_path = tmp;
 }
 
+static bool all_zero(const uint8_t *p, size_t n)
+{
+    return n && p[0] == 0 && !memcmp(p, p + 1, n - 1);
+}
+
 static void download_data(struct hchan *ch, const sbx_frame *f)
 {
     if (ch->fd < 0 || ch->werr) {
@@ -911,6 +1071,24 @@ static void download_data(struct hchan *ch, const sbx_frame *f)
     }
     if (f->len == 0)
         return;
+    if (f->len > ch->size - ch->received) {
+        /* The agent announced the size: more is a lie (or a file grown past it). */
+        ch->lied = true;
+        ch->got_status = true;
+        send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
+        download_finish(ch);
+        return;
+    }
+    ch->received += f->len;
+    if (all_zero(f->payload, f->len)) {
+        /*
+         * Leave a hole: a sparse file stays sparse on the host (ftruncate to the
+         * announced size at the end makes the trailing zeros), and a box cannot
+         * turn a few blocks of its disk into gigabytes of ours.
+         */
+        ch->offset += f->len;
+        return;
+    }
     struct fsreq *r = fsreq_new_buf(ch, f->len);
     if (!r) {
         ch->werr = ENOMEM;
@@ -957,6 +1135,10 @@ void sbx__agent_ping(sbx_agent_conn *c, sbx_op *op)
     struct hchan *ch = chan_new(c, op, K_PING);
     if (!ch) {
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    if (!chan_watch_idle(ch)) {
+        chan_finish(ch, SBX_ENOMEM, NULL, NULL);
         return;
     }
     sbx_pbuf b = {0};
@@ -1052,6 +1234,7 @@ static void dispatch(sbx_agent_conn *c, const sbx_frame *f)
     struct hchan *ch = chan_find(c, f->channel);
     if (!ch)
         return; /* a late frame for an op that already completed (cancelled): dropped */
+    chan_progress(ch);
     switch (f->type) {
     case SBX_MSG_STDOUT:
     case SBX_MSG_STDERR:
@@ -1313,6 +1496,12 @@ int sbx__agent_connect_fd(void *loop, int fd, double timeout_s, sbx_agent_connec
     }
     uv_timer_start(c->timer, on_timer, (uint64_t)(timeout_s < 0 ? 0 : timeout_s * 1000.0), 0);
     return SBX_OK;
+}
+
+void sbx__agent_set_limits(sbx_agent_conn *c, const sbx_agent_limits *limits)
+{
+    if (c && limits)
+        c->limits = *limits;
 }
 
 int sbx__agent_alive(const sbx_agent_conn *c)
