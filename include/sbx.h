@@ -195,6 +195,16 @@ SBX_EXPORT int sbx_exec_opts_set_timeout(sbx_exec_opts *o, double seconds);
 SBX_EXPORT int sbx_exec_opts_set_user(sbx_exec_opts *o, const char *user);
 SBX_EXPORT int sbx_exec_opts_set_stdin(sbx_exec_opts *o, const void *data, size_t len);
 /*
+ * Streams the command's stdin from `fd` (a pipe, FIFO, socket, regular file
+ * or device) as it arrives, in bounded memory, instead of bytes given up
+ * front; it replaces sbx_exec_opts_set_stdin. The fd is borrowed: it must
+ * stay open until the exec completes; it is read until EOF or until the
+ * command ends (what is unread then stays unread), never closed. A pipe or
+ * socket may be switched to non-blocking mode. Providers that cannot stream
+ * (fake) ignore it. SBX_EINVAL for a negative fd.
+ */
+SBX_EXPORT int sbx_exec_opts_set_stdin_fd(sbx_exec_opts *o, int fd);
+/*
  * Caps how many bytes of stdout and of stderr are kept (each). Past the cap
  * the output is drained and dropped, and the result says it was truncated.
  * 0 means the provider's default (16 MiB unless configured). Pass SIZE_MAX

@@ -45,7 +45,7 @@ static const struct command commands[] = {
                         "  --output-limit BYTES   stdout/stderr bytes kept (default 16 MiB each)\n"
                         "  --json                 print the result as JSON\n",
       "CMD's words are quoted and joined into one shell command (use sh -c '...'\n"
-      "for pipes). stdin, when it is not a terminal, is read fully and given to CMD.\n"
+      "for pipes). stdin, when it is not a terminal, is streamed to CMD as it comes.\n"
       "The box is stopped on exit, also on SIGINT/SIGTERM.\n" },
     { "create", cli_cmd_create, "sbx create [OPTIONS]",
       "create a box that outlives the command; print its id",

@@ -142,24 +142,8 @@ int cli_print_result(const char *id, const sbx_exec_result *r, double timeout_s,
     return code;
 }
 
-int cli_read_stdin(sbx_buf *buf, bool *has)
+bool cli_stdin_given(void)
 {
     struct stat st;
-    *has = false;
-    if (isatty(0) || fstat(0, &st) < 0)
-        return 0;
-    char chunk[65536];
-    for (;;) {
-        ssize_t n = read(0, chunk, sizeof(chunk));
-        if (n < 0 && errno == EINTR && !cli_signal_received())
-            continue;
-        if (n < 0)
-            return -1;
-        if (n == 0)
-            break;
-        if (sbx__buf_append(buf, chunk, (size_t)n) < 0)
-            return -1;
-    }
-    *has = true;
-    return 0;
+    return !isatty(0) && fstat(0, &st) == 0;
 }

@@ -186,6 +186,8 @@ struct sbx_exec_opts {
     char *stdin_data;
     size_t stdin_len;
     bool has_stdin;
+    bool has_stdin_fd;
+    int stdin_fd; /* borrowed: sbx_exec_opts_set_stdin_fd */
     size_t output_limit;
 };
 

@@ -18,8 +18,10 @@
 #include "proto/client.h"
 #include "proto/proto.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <sys/socket.h>
@@ -29,6 +31,8 @@
 #include <uv.h>
 
 #define UPLOAD_INFLIGHT (4u << 20)
+/* Streamed stdin: at most this much read from the caller's fd and not yet in the socket. */
+#define STDIN_INFLIGHT (1u << 20)
 /*
  * Deadlines of our own: every byte the agent sends, and every silence, is
  * the box's choice. An exec with a timeout is given up EXEC_GRACE_MS after
@@ -67,6 +71,11 @@ struct hchan {
     bool cancelled;
     double timeout_s;
     char *desc; /* the command, for messages */
+    /* stdin streamed from a descriptor (sbx_exec_opts_set_stdin_fd; reuses inflight, read_pending) */
+    int in_fd;          /* borrowed, never closed; -1: none */
+    uv_poll_t *in_poll; /* pipes, FIFOs, sockets, ttys: read when readable */
+    int in_flags;       /* its status flags before uv_poll_init made it non-blocking */
+    bool in_eof;
 
     /* files */
     char *local, *remote;
@@ -161,6 +170,7 @@ static struct hchan *chan_new(sbx_agent_conn *c, sbx_op *op, enum chan_kind kind
     ch->c = c;
     ch->op = op;
     ch->fd = -1;
+    ch->in_fd = -1;
     ch->refs = 1;
     c->refs++;
     struct hchan **b = &c->table[ch->id % BUCKETS];
@@ -197,6 +207,18 @@ static void chan_timer_closed(uv_handle_t *h)
     chan_unref(ch);
 }
 
+/* Stops reading the exec's stdin descriptor (EOF, error, or the exec ended). */
+static void stdin_stop(struct hchan *ch)
+{
+    ch->in_eof = true;
+    if (ch->in_poll) {
+        uv_close((uv_handle_t *)ch->in_poll, chan_timer_closed);
+        ch->in_poll = NULL;
+        /* Give the caller its descriptor back as it was (uv_poll_init made it non-blocking). */
+        fcntl(ch->in_fd, F_SETFL, ch->in_flags);
+    }
+}
+
 /* Completes the op (once), takes the channel out of the table and drops its ref. */
 static void chan_finish(struct hchan *ch, int code, sbx_error *err, void *value)
 {
@@ -205,6 +227,7 @@ static void chan_finish(struct hchan *ch, int code, sbx_error *err, void *value)
         return;
     }
     ch->done = true;
+    stdin_stop(ch);
     if (ch->timer) {
         uv_close((uv_handle_t *)ch->timer, chan_timer_closed);
         ch->timer = NULL;
@@ -591,6 +614,8 @@ static void complete_dead_exec(sbx_op *op, const char *desc)
         sbx_op_complete(op, SBX_OK, NULL, r);
 }
 
+static void stdin_start(struct hchan *ch, int fd);
+
 void sbx__agent_exec(sbx_agent_conn *c, sbx_op *op, const char *command, const char *const *argv,
                      const sbx_exec_opts *opts, const char *const *base_env)
 {
@@ -624,7 +649,9 @@ void sbx__agent_exec(sbx_agent_conn *c, sbx_op *op, const char *command, const c
         ch->limit = SBX_DEFAULT_OUTPUT_LIMIT;
     size_t stdin_len = 0;
     const char *stdin_data = sbx_exec_opts_stdin(opts, &stdin_len);
-    uint32_t flags = (argv ? 0 : SBX_EXEC_SHELL) | (stdin_data ? SBX_EXEC_STDIN : 0);
+    int stdin_fd = sbx_exec_opts_stdin_fd(opts);
+    uint32_t flags =
+        (argv ? 0 : SBX_EXEC_SHELL) | (stdin_data || stdin_fd >= 0 ? SBX_EXEC_STDIN : 0);
     int64_t timeout_ms = ch->timeout_s < 0 ? -1 : (int64_t)(ch->timeout_s * 1000.0 + 0.5);
     if (timeout_ms >= 0 && !chan_arm(ch, (uint64_t)timeout_ms + EXEC_GRACE_MS)) {
         sbx_strv_free(env);
@@ -666,6 +693,8 @@ void sbx__agent_exec(sbx_agent_conn *c, sbx_op *op, const char *command, const c
     }
     if (stdin_data)
         send_empty(c, SBX_MSG_STDIN, ch->id);
+    if (stdin_fd >= 0 && !ch->done)
+        stdin_start(ch, stdin_fd);
     if (!ch->done)
         sbx_op_on_cancel(op, exec_cancel_cb, ch);
 }
@@ -818,8 +847,14 @@ static void upload_read_cb(uv_fs_t *req)
     fsreq_free(r);
 }
 
+static void stdin_pump(struct hchan *ch);
+
 static void upload_pump(struct hchan *ch)
 {
+    if (ch->kind == K_EXEC) {
+        stdin_pump(ch);
+        return;
+    }
     if (ch->kind != K_PUT || ch->done || ch->read_pending || ch->eof_sent || ch->fd < 0 ||
         ch->inflight >= UPLOAD_INFLIGHT || ch->c->state != ST_READY)
         return;
@@ -835,6 +870,110 @@ static void upload_pump(struct hchan *ch)
         fsreq_free(r);
         chan_finish(ch, SBX_EIO, NULL, NULL);
     }
+}
+
+/* --- streamed stdin ----------------------------------------------------- */
+/*
+ * The caller's stdin goes to the command as it arrives: one chunk at a time,
+ * at most STDIN_INFLIGHT of it waiting for the socket, so memory stays
+ * bounded whatever feeds it, and a command that never reads its stdin starts
+ * (and ends) at once. Pipes and sockets are read on the loop when readable;
+ * regular files and devices (which epoll refuses) on the thread pool.
+ */
+
+/* Sends `n` bytes read into buf + SBX_PROTO_HEADER (takes buf); EOF when n == 0. */
+static void stdin_send(struct hchan *ch, uint8_t *buf, ssize_t n)
+{
+    if (n <= 0) {
+        /* EOF, or a read error: the command sees the end of its input either way. */
+        free(buf);
+        stdin_stop(ch);
+        send_empty(ch->c, SBX_MSG_STDIN, ch->id);
+        return;
+    }
+    sbx__proto_put_header(buf, SBX_MSG_STDIN, ch->id, (uint32_t)n);
+    if (send_frame(ch->c, buf, SBX_PROTO_HEADER + (size_t)n, ch, (size_t)n) == 0)
+        stdin_pump(ch);
+}
+
+static void stdin_poll_cb(uv_poll_t *h, int status, int events)
+{
+    (void)events;
+    struct hchan *ch = h->data;
+    if (ch->done || ch->in_eof)
+        return;
+    uint8_t *buf = status < 0 ? NULL : malloc(SBX_PROTO_HEADER + SBX_PROTO_CHUNK);
+    ssize_t n = -1;
+    if (buf) {
+        do
+            n = read(ch->in_fd, buf + SBX_PROTO_HEADER, SBX_PROTO_CHUNK);
+        while (n < 0 && errno == EINTR);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            free(buf);
+            return;
+        }
+    }
+    stdin_send(ch, buf, n);
+}
+
+static void stdin_read_cb(uv_fs_t *req)
+{
+    struct fsreq *r = req->data;
+    struct hchan *ch = r->ch;
+    ch->read_pending = false;
+    if (!ch->done && !ch->in_eof)
+        stdin_send(ch, steal_pointer(&r->buf), req->result);
+    fsreq_free(r);
+}
+
+static void stdin_pump(struct hchan *ch)
+{
+    if (ch->done || ch->in_eof || ch->in_fd < 0 || ch->c->state != ST_READY)
+        return;
+    bool room = ch->inflight < STDIN_INFLIGHT;
+    if (ch->in_poll) {
+        if (room)
+            uv_poll_start(ch->in_poll, UV_READABLE, stdin_poll_cb);
+        else
+            uv_poll_stop(ch->in_poll);
+        return;
+    }
+    if (!room || ch->read_pending)
+        return;
+    struct fsreq *r = fsreq_new_buf(ch, SBX_PROTO_HEADER + SBX_PROTO_CHUNK);
+    if (!r) {
+        stdin_send(ch, NULL, -1);
+        return;
+    }
+    uv_buf_t b = uv_buf_init((char *)r->buf + SBX_PROTO_HEADER, SBX_PROTO_CHUNK);
+    ch->read_pending = true;
+    /* Offset -1: from the descriptor's position, as `cat` would read it. */
+    if (uv_fs_read(ch->c->loop, &r->req, ch->in_fd, &b, 1, -1, stdin_read_cb) < 0) {
+        ch->read_pending = false;
+        fsreq_free(r);
+        stdin_send(ch, NULL, -1);
+    }
+}
+
+static void stdin_start(struct hchan *ch, int fd)
+{
+    ch->in_fd = fd;
+    struct stat st;
+    int flags = fcntl(fd, F_GETFL);
+    if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode) && flags >= 0) {
+        uv_poll_t *p = calloc(1, sizeof(*p));
+        if (p && uv_poll_init(ch->c->loop, p, fd) == 0) {
+            p->data = ch;
+            ch->refs++; /* dropped when the handle is closed (stdin_stop) */
+            ch->in_poll = p;
+            ch->in_flags = flags;
+        } else {
+            /* Not pollable (/dev/zero, /dev/null): the thread pool reads it. */
+            free(p);
+            fcntl(fd, F_SETFL, flags);
+        }
+    }
+    stdin_pump(ch);
 }
 
 static void upload_stat_cb(uv_fs_t *req)
@@ -1005,6 +1144,36 @@ static void download_write_cb(uv_fs_t *req)
     fsreq_free(r);
 }
 
+/*
+ * The temp file of a download is ".NAME.sbx-<pid>-XXXXXX" next to NAME. A
+ * process killed mid-download (kill -9) leaves it: the next download to the
+ * same name removes those whose process is gone (ours, regular files only).
+ */
+static void sweep_temps(const char *dir, const char *base)
+{
+    _cleanup_free_ char *prefix = sbx__printf(".%s.sbx-", base);
+    DIR *d = prefix ? opendir(dir) : NULL;
+    if (!d)
+        return;
+    size_t n = strlen(prefix);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, n) != 0)
+            continue;
+        char *end = NULL;
+        errno = 0;
+        long pid = strtol(de->d_name + n, &end, 10);
+        struct stat st;
+        if (errno || end == de->d_name + n || *end != '-' || strlen(end + 1) != 6 || pid <= 0 ||
+            pid == (long)getpid() || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+            continue;
+        if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
+            unlinkat(dirfd(d), de->d_name, 0);
+    }
+    closedir(d);
+}
+
 static void download_info(struct hchan *ch, const sbx_frame *f)
 {
     sbx_msg_file_info info;
@@ -1038,7 +1207,9 @@ static void download_info(struct hchan *ch, const sbx_frame *f)
     int e = 0;
     if (sbx__mkdir_p(dir, 0755) < 0)
         e = errno ? errno : EIO;
-    char *tmp = e ? NULL : sbx__printf("%s/.%s.sbx-XXXXXX", dir, base);
+    if (!e)
+        sweep_temps(dir, base);
+    char *tmp = e ? NULL : sbx__printf("%s/.%s.sbx-%ld-XXXXXX", dir, base, (long)getpid());
     int fd = -1;
     if (!e && !tmp)
         e = ENOMEM;
