@@ -63,12 +63,14 @@ static const struct command commands[] = {
       "  --output-limit BYTES   stdout/stderr bytes kept (default 16 MiB each)\n"
       "  --json                 print the result as JSON\n",
       "Options may also come between ID and CMD. The box keeps running.\n" },
-    { "cp", cli_cmd_cp, "sbx cp SRC DST",
-      "copy a file or directory into or out of a box (one side is ID:PATH)", "",
+    { "cp", cli_cmd_cp, "sbx cp [-a] SRC DST",
+      "copy a file or directory into or out of a box (one side is ID:PATH)",
+      "  -a, --archive          keep numeric owners of a directory copied out of a box\n",
       "Exactly one of SRC and DST is ID:PATH. A directory is copied with its\n"
       "contents and modes: DST becomes that directory (created when missing).\n"
       "A DST ending in '/' (or an existing local directory) receives a file under\n"
-      "its own name. Directories need sh, mktemp and tar in the box.\n" },
+      "its own name. Directories need sh, mktemp and tar in the box. Out of a box,\n"
+      "setuid/setgid bits are dropped and device nodes, FIFOs and sockets skipped.\n" },
     { "ls", cli_cmd_ls, "sbx ls [--label K=V] [--json]",
       "list the boxes made by `sbx create` and all linux boxes, with their live status",
       "  --label K=V            only boxes with this label (repeatable)\n"
