@@ -21,8 +21,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -200,7 +200,7 @@ static void chan_unlink(struct hchan *ch)
     }
 }
 
-static void chan_timer_closed(uv_handle_t *h)
+static void chan_handle_closed(uv_handle_t *h)
 {
     struct hchan *ch = h->data;
     free(h);
@@ -212,7 +212,7 @@ static void stdin_stop(struct hchan *ch)
 {
     ch->in_eof = true;
     if (ch->in_poll) {
-        uv_close((uv_handle_t *)ch->in_poll, chan_timer_closed);
+        uv_close((uv_handle_t *)ch->in_poll, chan_handle_closed);
         ch->in_poll = NULL;
         /* Give the caller its descriptor back as it was (uv_poll_init made it non-blocking). */
         fcntl(ch->in_fd, F_SETFL, ch->in_flags);
@@ -229,7 +229,7 @@ static void chan_finish(struct hchan *ch, int code, sbx_error *err, void *value)
     ch->done = true;
     stdin_stop(ch);
     if (ch->timer) {
-        uv_close((uv_handle_t *)ch->timer, chan_timer_closed);
+        uv_close((uv_handle_t *)ch->timer, chan_handle_closed);
         ch->timer = NULL;
     }
     sbx_op_on_cancel(ch->op, NULL, NULL);
@@ -254,7 +254,7 @@ static bool chan_arm(struct hchan *ch, uint64_t ms)
             return false;
         uv_timer_init(ch->c->loop, t);
         t->data = ch;
-        ch->refs++; /* dropped in chan_timer_closed */
+        ch->refs++; /* dropped in chan_handle_closed */
         ch->timer = t;
     }
     uv_timer_start(ch->timer, chan_timer_cb, ms, 0);
