@@ -274,8 +274,7 @@ bool file_get_pump(struct conn *c, struct chan *ch)
             int e = errno;
             send_status(c, ch->id, e, "cannot read '%s': %s", g->path, strerror(e));
         } else if (g->left) {
-            send_status(c, ch->id, EIO, "cannot read '%s': it shrank while it was read",
-                        g->path);
+            send_status(c, ch->id, EIO, "cannot read '%s': it shrank while it was read", g->path);
         } else {
             send_status(c, ch->id, 0, NULL);
         }

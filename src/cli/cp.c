@@ -269,10 +269,9 @@ static int untar_into(const char *archive_path, const char *dst, bool keep_owner
     if (!a || !w)
         goto out;
     archive_read_support_format_tar(a);
-    archive_write_disk_set_options(w, ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
-                                          ARCHIVE_EXTRACT_SECURE_NODOTDOT |
-                                          ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-                                          (keep_owners ? ARCHIVE_EXTRACT_OWNER : 0));
+    archive_write_disk_set_options(
+        w, ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+               ARCHIVE_EXTRACT_SECURE_SYMLINKS | (keep_owners ? ARCHIVE_EXTRACT_OWNER : 0));
     if (archive_read_open_filename(a, archive_path, 65536) != ARCHIVE_OK) {
         cli_error("reading the archive from the box: %s", archive_error_string(a));
         goto out;
@@ -289,8 +288,8 @@ static int untar_into(const char *archive_path, const char *dst, bool keep_owner
                       archive_entry_pathname(entry));
             continue;
         }
-        archive_entry_set_perm(entry, archive_entry_perm(entry) &
-                                          (type == AE_IFDIR ? 01777 : 0777));
+        archive_entry_set_perm(entry,
+                               archive_entry_perm(entry) & (type == AE_IFDIR ? 01777 : 0777));
         _cleanup_free_ char *path = member_path(dst, archive_entry_pathname(entry));
         if (!path) {
             cli_error("refusing archive member '%s': absolute path", archive_entry_pathname(entry));
@@ -400,8 +399,8 @@ static int upload_dir(struct box_conn *c, const char *src, const char *dst)
     _cleanup_free_ char *qt = sbx_shell_quote(remote);
     _cleanup_free_ char *cmd =
         rc == CLI_EXIT_OK
-            ? sbx__printf("mkdir -p -- %s && tar -xpf %s -C %s; rc=$?; rm -f -- %s%s; exit $rc",
-                          qd, qt, qd, qt, c->stale.data ? c->stale.data : "")
+            ? sbx__printf("mkdir -p -- %s && tar -xpf %s -C %s; rc=$?; rm -f -- %s%s; exit $rc", qd,
+                          qt, qd, qt, c->stale.data ? c->stale.data : "")
             : sbx__printf("rm -f -- %s%s", qt, c->stale.data ? c->stale.data : "");
     sbx_exec_result *r = cmd ? box_sh(c, cmd) : NULL;
     if (!r)

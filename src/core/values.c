@@ -154,7 +154,10 @@ const void *sbx_exec_opts_stdin(const sbx_exec_opts *o, size_t *len)
     return o->stdin_data;
 }
 size_t sbx_exec_opts_output_limit(const sbx_exec_opts *o) { return o ? o->output_limit : 0; }
-int sbx_exec_opts_stdin_fd(const sbx_exec_opts *o) { return o && o->has_stdin_fd ? o->stdin_fd : -1; }
+int sbx_exec_opts_stdin_fd(const sbx_exec_opts *o)
+{
+    return o && o->has_stdin_fd ? o->stdin_fd : -1;
+}
 
 int sbx_exec_opts_set_stdin_fd(sbx_exec_opts *o, int fd)
 {

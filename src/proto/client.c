@@ -71,7 +71,7 @@ struct hchan {
     bool cancelled;
     double timeout_s;
     char *desc; /* the command, for messages */
-    /* stdin streamed from a descriptor (sbx_exec_opts_set_stdin_fd; reuses inflight, read_pending) */
+    /* stdin from a descriptor (sbx_exec_opts_set_stdin_fd); uses inflight, read_pending */
     int in_fd;          /* borrowed, never closed; -1: none */
     uv_poll_t *in_poll; /* pipes, FIFOs, sockets, ttys: read when readable */
     int in_flags;       /* its status flags before uv_poll_init made it non-blocking */
@@ -89,7 +89,7 @@ struct hchan {
     bool got_status;
     int status_code; /* sbx code from the agent's STATUS (0 ok) */
     char *status_msg;
-    int werr; /* a local write error (errno) */
+    int werr;           /* a local write error (errno) */
     uint64_t size;      /* download: the size FILE_INFO announced */
     uint64_t received;  /* download: DATA bytes so far */
     uint64_t max_bytes; /* download: the cap */
@@ -269,8 +269,8 @@ static void chan_progress(struct hchan *ch)
 /* Transfers and pings: fail after `idle_ms` without progress. */
 static bool chan_watch_idle(struct hchan *ch)
 {
-    double s = ch->c->limits.idle_timeout_s > 0 ? ch->c->limits.idle_timeout_s
-                                                : SBX_AGENT_DEFAULT_IDLE_S;
+    double s =
+        ch->c->limits.idle_timeout_s > 0 ? ch->c->limits.idle_timeout_s : SBX_AGENT_DEFAULT_IDLE_S;
     ch->idle_ms = (uint64_t)(s * 1000.0);
     chan_progress(ch);
     return chan_arm(ch, ch->idle_ms);
@@ -489,7 +489,9 @@ static void chan_timer_cb(uv_timer_t *t)
         return;
     }
     send_empty(c, SBX_MSG_CANCEL, ch->id);
-    const char *what = ch->kind == K_PUT ? "uploading" : ch->kind == K_GET ? "downloading" : "pinging";
+    const char *what = ch->kind == K_PUT   ? "uploading"
+                       : ch->kind == K_GET ? "downloading"
+                                           : "pinging";
     char secs[32];
     sbx__fmt_g((double)ch->idle_ms / 1000.0, secs, sizeof(secs));
     chan_finish(ch, SBX_ETIMEDOUT,
