@@ -752,7 +752,40 @@ static void test_default_output_cap(void)
     teardown(c, &a);
 }
 
+/* The linux provider's transfer limits are configurable, and bad values are refused clearly. */
+static void test_linux_transfer_limits_config(void)
+{
+    static const struct {
+        const char *config;
+        const char *error; /* NULL: accepted */
+    } cases[] = {
+        {"{\"linux\": {\"max_download_bytes\": 1048576, \"transfer_idle_timeout_s\": 0.5}}",
+         NULL},
+        {"{\"linux\": {\"max_download_bytes\": 0}}", "max_download_bytes must be a positive"},
+        {"{\"linux\": {\"max_download_bytes\": \"1G\"}}", "max_download_bytes must be a positive"},
+        {"{\"linux\": {\"transfer_idle_timeout_s\": -1}}",
+         "transfer_idle_timeout_s must be a positive number"},
+        {"{\"linux\": {\"transfer_idle_timeout_s\": 0}}",
+         "transfer_idle_timeout_s must be a positive number"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        sbx_provider *p = NULL;
+        sbx_error *e = NULL;
+        int rc = sbx_provider_new(cases[i].config, &p, &e);
+        if (!cases[i].error) {
+            if (rc != SBX_OK)
+                TAP_FAIL("%s: %s", cases[i].config, e ? sbx_error_message(e) : "?");
+        } else {
+            TAP_EQ_INT(rc, SBX_EINVAL);
+            TAP_CONTAINS(sbx_error_message(e), cases[i].error);
+        }
+        sbx_error_free(e);
+        sbx_provider_free(p);
+    }
+}
+
 TAP_MAIN(TAP(test_silent_agent_exec_deadline), TAP(test_silent_agent_cancel),
          TAP(test_stalled_download), TAP(test_lying_download_sizes), TAP(test_download_cap),
          TAP(test_sparse_download_stays_sparse), TAP(test_growing_file_download_ends),
-         TAP(test_stdin_streamed), TAP(test_default_output_cap))
+         TAP(test_stdin_streamed), TAP(test_default_output_cap),
+         TAP(test_linux_transfer_limits_config))
