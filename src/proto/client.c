@@ -33,6 +33,8 @@
 #define UPLOAD_INFLIGHT (4u << 20)
 /* Streamed stdin: at most this much read from the caller's fd and not yet in the socket. */
 #define STDIN_INFLIGHT (1u << 20)
+/* ... and, with a version 2 agent, at most this much sent that the command has not taken. */
+#define STDIN_WINDOW (4u << 20)
 /*
  * Deadlines of our own: every byte the agent sends, and every silence, is
  * the box's choice. An exec with a timeout is given up EXEC_GRACE_MS after
@@ -76,6 +78,8 @@ struct hchan {
     uv_poll_t *in_poll; /* pipes, FIFOs, sockets, ttys: read when readable */
     int in_flags;       /* its status flags before uv_poll_init made it non-blocking */
     bool in_eof;
+    uint64_t in_sent, in_acked; /* STDIN bytes sent / acknowledged by the agent (v2) */
+    int64_t in_off;             /* files: the offset of the next read; -1: a stream */
 
     /* files */
     char *local, *remote;
@@ -118,6 +122,7 @@ struct sbx_agent_conn {
     bool reading;
     size_t disk_pending;
     int max_payload;
+    int version; /* negotiated in the hello */
     sbx_agent_limits limits;
 };
 
@@ -691,6 +696,7 @@ void sbx__agent_exec(sbx_agent_conn *c, sbx_op *op, const char *command, const c
         memcpy(f + SBX_PROTO_HEADER, stdin_data + off, n);
         if (send_frame(c, f, SBX_PROTO_HEADER + n, NULL, 0) < 0)
             return;
+        ch->in_sent += n; /* acknowledged too (v2), though nothing waits for it */
         off += n;
     }
     if (stdin_data)
@@ -894,6 +900,12 @@ static void stdin_send(struct hchan *ch, uint8_t *buf, ssize_t n)
         return;
     }
     sbx__proto_put_header(buf, SBX_MSG_STDIN, ch->id, (uint32_t)n);
+    ch->in_sent += (uint64_t)n;
+    if (ch->in_off >= 0) {
+        /* The caller's position follows what was sent, as if `cat` had read it. */
+        ch->in_off += n;
+        lseek(ch->in_fd, (off_t)ch->in_off, SEEK_SET);
+    }
     if (send_frame(ch->c, buf, SBX_PROTO_HEADER + (size_t)n, ch, (size_t)n) == 0)
         stdin_pump(ch);
 }
@@ -932,7 +944,14 @@ static void stdin_pump(struct hchan *ch)
 {
     if (ch->done || ch->in_eof || ch->in_fd < 0 || ch->c->state != ST_READY)
         return;
-    bool room = ch->inflight < STDIN_INFLIGHT;
+    /*
+     * A version 1 agent queues what it is sent until the command reads it;
+     * a version 2 one acknowledges what the command took, and we stay
+     * within a window of it (so neither side holds much of a stdin the
+     * command is slow to read).
+     */
+    bool room = ch->inflight < STDIN_INFLIGHT &&
+                (ch->c->version < 2 || ch->in_sent - ch->in_acked < STDIN_WINDOW);
     if (ch->in_poll) {
         if (room)
             uv_poll_start(ch->in_poll, UV_READABLE, stdin_poll_cb);
@@ -949,8 +968,12 @@ static void stdin_pump(struct hchan *ch)
     }
     uv_buf_t b = uv_buf_init((char *)r->buf + SBX_PROTO_HEADER, SBX_PROTO_CHUNK);
     ch->read_pending = true;
-    /* Offset -1: from the descriptor's position, as `cat` would read it. */
-    if (uv_fs_read(ch->c->loop, &r->req, ch->in_fd, &b, 1, -1, stdin_read_cb) < 0) {
+    /*
+     * A file is read at explicit offsets: a read still in flight when the
+     * exec ends then cannot move the caller's position under a later use
+     * of the descriptor. A device (-1) is a stream either way.
+     */
+    if (uv_fs_read(ch->c->loop, &r->req, ch->in_fd, &b, 1, ch->in_off, stdin_read_cb) < 0) {
         ch->read_pending = false;
         fsreq_free(r);
         stdin_send(ch, NULL, -1);
@@ -960,8 +983,11 @@ static void stdin_pump(struct hchan *ch)
 static void stdin_start(struct hchan *ch, int fd)
 {
     ch->in_fd = fd;
+    ch->in_off = -1;
     struct stat st;
     int flags = fcntl(fd, F_GETFL);
+    if (fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)))
+        ch->in_off = lseek(fd, 0, SEEK_CUR);
     if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode) && flags >= 0) {
         uv_poll_t *p = calloc(1, sizeof(*p));
         if (p && uv_poll_init(ch->c->loop, p, fd) == 0) {
@@ -1383,6 +1409,7 @@ static void dispatch(sbx_agent_conn *c, const sbx_frame *f)
             return;
         }
         free(h);
+        c->version = v;
         c->state = ST_READY;
         uv_timer_stop(c->timer);
         c->owned = true;
@@ -1421,6 +1448,15 @@ static void dispatch(sbx_agent_conn *c, const sbx_frame *f)
             break;
         exec_done(ch, m);
         free(m);
+        return;
+    }
+    case SBX_MSG_STDIN_ACK: {
+        uint64_t n = 0;
+        if (ch->kind != K_EXEC || c->version < 2 || sbx__msg_u64_decode(f, &n) < 0 ||
+            n > ch->in_sent - ch->in_acked)
+            break; /* more than was sent: a lie, a protocol error */
+        ch->in_acked += n;
+        stdin_pump(ch);
         return;
     }
     case SBX_MSG_FILE_INFO:

@@ -729,6 +729,43 @@ static void test_stdin_streamed(void)
     teardown(c, &a);
 }
 
+/*
+ * A command that does not read its stdin: the agent acknowledges what the
+ * command took (protocol 2), so the host stays within a 4 MiB window and
+ * neither side queues the rest. Measured by how far the host read the
+ * caller's 256 MiB file: not past the window (and a chunk or two in flight).
+ */
+static void test_stdin_window(void)
+{
+    setup();
+    char src[PATH_MAX];
+    snprintf(src, sizeof(src), "%s/in", tap_tmpdir());
+    make_file(src, (off_t)256 << 20, NULL, "end");
+    struct agent a = start_stdio(NULL, NULL);
+    sbx_agent_conn *c = connect_agent(&a);
+    int fd = open(src, O_RDONLY | O_CLOEXEC);
+    TAP_TRUE(fd >= 0);
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_stdin_fd(o, fd);
+    /* Reads 1 MiB, then sits on the rest until the host has sent what it will. */
+    struct waiter *w = exec_start_async(c, "head -c 1048576 >/dev/null; sleep 1", NULL, o, NULL);
+    sbx_exec_result *r = exec_wait(w);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+    sbx_exec_result_free(r);
+    off_t read_so_far = lseek(fd, 0, SEEK_CUR);
+    if (read_so_far > ((off_t)8 << 20))
+        TAP_FAIL("the host read %lld bytes of stdin for a command that took 1 MiB",
+                 (long long)read_so_far);
+    /* A reader still gets all of it, acknowledged chunk by chunk. */
+    TAP_EQ_INT(lseek(fd, 0, SEEK_SET), 0);
+    r = run(c, "wc -c", o);
+    TAP_EQ_STR(out_of(r), "268435456\n");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+    close(fd);
+    teardown(c, &a);
+}
+
 /* The default output cap is 16 MiB per stream, and the result says it was truncated. */
 static void test_default_output_cap(void)
 {
@@ -787,5 +824,5 @@ static void test_linux_transfer_limits_config(void)
 TAP_MAIN(TAP(test_silent_agent_exec_deadline), TAP(test_silent_agent_cancel),
          TAP(test_stalled_download), TAP(test_lying_download_sizes), TAP(test_download_cap),
          TAP(test_sparse_download_stays_sparse), TAP(test_growing_file_download_ends),
-         TAP(test_stdin_streamed), TAP(test_default_output_cap),
+         TAP(test_stdin_streamed), TAP(test_stdin_window), TAP(test_default_output_cap),
          TAP(test_linux_transfer_limits_config))
