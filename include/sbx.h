@@ -219,9 +219,21 @@ SBX_EXPORT int sbx_exec_opts_set_timeout(sbx_exec_opts *o, double seconds);
 SBX_EXPORT int sbx_exec_opts_set_user(sbx_exec_opts *o, const char *user);
 SBX_EXPORT int sbx_exec_opts_set_stdin(sbx_exec_opts *o, const void *data, size_t len);
 /*
+ * Streams the command's stdin from `fd` (a pipe, FIFO, socket, regular file
+ * or device) as it arrives, in bounded memory, instead of bytes given up
+ * front; it replaces sbx_exec_opts_set_stdin. The fd is borrowed: it must
+ * stay open until the exec completes; it is read until EOF or until the
+ * command ends (what is unread then stays unread), never closed. A pipe or
+ * socket may be switched to non-blocking mode while it is read (its flags
+ * are restored). The fake provider reads it whole. SBX_EINVAL for a
+ * negative fd.
+ */
+SBX_EXPORT int sbx_exec_opts_set_stdin_fd(sbx_exec_opts *o, int fd);
+/*
  * Caps how many bytes of stdout and of stderr are kept (each). Past the cap
  * the output is drained and dropped, and the result says it was truncated.
- * 0 means the provider's default (256 MiB unless configured).
+ * 0 means the provider's default (16 MiB unless configured). Pass SIZE_MAX
+ * for no cap (the whole output then sits in memory).
  */
 SBX_EXPORT int sbx_exec_opts_set_output_limit(sbx_exec_opts *o, size_t bytes);
 

@@ -238,6 +238,8 @@ SBX_EXPORT void sbx_exec_opts_env_at(const sbx_exec_opts *o, size_t i, const cha
 SBX_EXPORT const void *sbx_exec_opts_stdin(const sbx_exec_opts *o, size_t *len);
 /* The output cap in bytes, or 0 for the provider's default. */
 SBX_EXPORT size_t sbx_exec_opts_output_limit(const sbx_exec_opts *o);
+/* The stdin descriptor of sbx_exec_opts_set_stdin_fd (borrowed), or -1. */
+SBX_EXPORT int sbx_exec_opts_stdin_fd(const sbx_exec_opts *o);
 /* Marks a result truncated (providers set it when output hit the cap). */
 SBX_EXPORT void sbx_exec_result_set_truncated(sbx_exec_result *r, int truncated);
 /* Builds a result taking ownership of malloc'd buffers (NULL is None). */

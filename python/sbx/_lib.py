@@ -101,6 +101,7 @@ for _name, _res, _args in [
     ("sbx_exec_result_stderr", _P, (_P, POINTER(c_size_t))),
     ("sbx_exec_result_return_code", c_int, (_P,)),
     ("sbx_exec_result_error_type", c_char_p, (_P,)),
+    ("sbx_exec_result_truncated", c_int, (_P,)),
     ("sbx_exec_result_free", None, (_P,)),
     ("sbx_endpoint_url", c_char_p, (_P,)),
     ("sbx_endpoint_header_count", c_size_t, (_P,)),
@@ -262,12 +263,16 @@ def exec_result_from(r: c_void_p) -> SandboxExecResult:
         out = _bytes_at(lib.sbx_exec_result_stdout(r, byref(n)), n.value)
         err = _bytes_at(lib.sbx_exec_result_stderr(r, byref(n)), n.value)
         et = lib.sbx_exec_result_error_type(r)
-        return SandboxExecResult(
+        res = SandboxExecResult(
             stdout=out,
             stderr=err,
             return_code=lib.sbx_exec_result_return_code(r),
             error_type=et.decode() if et is not None else None,
         )
+        if lib.sbx_exec_result_truncated(r):
+            # Frozen dataclass: set the (non-field) attribute past its __setattr__.
+            object.__setattr__(res, "truncated", True)
+        return res
     finally:
         lib.sbx_exec_result_free(r)
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 
@@ -149,6 +149,11 @@ class SandboxExecResult:
     stderr: str | None
     return_code: int
     error_type: str | None = None
+    # True when stdout or stderr hit the provider's output cap (16 MiB per
+    # stream by default) and the rest was dropped. Not a dataclass field: the
+    # reference's four fields, their order and equality stay as they are; a
+    # truncated result carries it as an instance attribute.
+    truncated: ClassVar[bool] = False
 
 
 ExecResult = SandboxExecResult

@@ -72,6 +72,7 @@ struct conn {
     struct obuf *qhead, *qtail;
     size_t queued;
     bool throttled; /* queued passed AGENT_QUEUE_HIGH: output sources are paused */
+    int version;    /* the negotiated protocol version (0 before the hello) */
     struct chan *chans;
 };
 

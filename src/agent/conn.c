@@ -268,6 +268,7 @@ static void dispatch(struct conn *c, const sbx_frame *f)
             return;
         }
         c->got_hello = true;
+        c->version = v;
         return;
     }
     struct chan *ch = f->channel ? conn_chan_find(c, f->channel) : NULL;

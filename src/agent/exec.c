@@ -50,6 +50,7 @@ struct exec {
     bool out_paused, err_paused;
     struct obuf *inq;
     bool in_eof;
+    uint64_t in_taken; /* stdin bytes written to the pipe and not yet acknowledged (v2) */
     uint64_t limit, n_out, n_err;
     bool trunc_out, trunc_err;
     int64_t deadline; /* monotonic ms, -1: none */
@@ -295,11 +296,25 @@ static void flush_stdin(struct exec *e)
             break;
         }
         o->off += (size_t)n;
+        e->in_taken += (uint64_t)n;
         if (o->off == o->len) {
             e->inq = o->next;
             free(o->data);
             free(o);
         }
+    }
+    /*
+     * Version 2: tell the host what the command took, so it sends at most a
+     * window ahead and the queue above stays small whatever the caller feeds
+     * in. Acknowledged every 256 KiB, and whenever the queue runs dry.
+     */
+    if (e->conn && e->conn->version >= 2 && e->in_taken &&
+        (e->in_taken >= SBX_PROTO_CHUNK || !e->inq)) {
+        sbx_pbuf b = {0};
+        sbx__pbuf_begin(&b);
+        sbx__msg_u64_encode(&b, e->in_taken);
+        conn_send(e->conn, &b, SBX_MSG_STDIN_ACK, e->ch.id);
+        e->in_taken = 0;
     }
     if (!e->inq && e->in_eof)
         watch_close(&e->in);

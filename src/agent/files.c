@@ -193,6 +193,12 @@ struct get {
     struct chan ch;
     int fd;
     char *path;
+    /*
+     * Bytes still to send: exactly the size FILE_INFO announced. A file that
+     * keeps growing while it is read (a log, `yes > f`) would otherwise never
+     * end; the host refuses more bytes than announced anyway.
+     */
+    uint64_t left;
 };
 
 static void get_free(struct get *g)
@@ -240,6 +246,7 @@ int file_get_start(struct conn *c, uint32_t ch, const sbx_frame *f)
     g->ch.id = ch;
     g->ch.kind = CHAN_GET;
     g->fd = fd;
+    g->left = (uint64_t)st.st_size;
     sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
     sbx__msg_file_info_encode(&b, st.st_mode & 07777, (uint64_t)st.st_size);
@@ -253,10 +260,12 @@ bool file_get_pump(struct conn *c, struct chan *ch)
     struct get *g = (struct get *)ch;
     static uint8_t buf[SBX_PROTO_CHUNK];
     while (!c->throttled && !c->dead) {
-        ssize_t n = read(g->fd, buf, sizeof(buf));
+        size_t want = g->left < sizeof(buf) ? (size_t)g->left : sizeof(buf);
+        ssize_t n = want ? read(g->fd, buf, want) : 0;
         if (n < 0 && errno == EINTR)
             continue;
         if (n > 0) {
+            g->left -= (uint64_t)n;
             conn_send_raw(c, SBX_MSG_DATA, ch->id, buf, (size_t)n);
             continue;
         }
@@ -264,6 +273,8 @@ bool file_get_pump(struct conn *c, struct chan *ch)
         if (n < 0) {
             int e = errno;
             send_status(c, ch->id, e, "cannot read '%s': %s", g->path, strerror(e));
+        } else if (g->left) {
+            send_status(c, ch->id, EIO, "cannot read '%s': it shrank while it was read", g->path);
         } else {
             send_status(c, ch->id, 0, NULL);
         }

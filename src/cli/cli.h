@@ -78,6 +78,7 @@ enum {
     CLI_TAKES_PROGRESS = 1 << 6, /* --progress, --no-progress */
     CLI_NO_OPERANDS = 1 << 7,    /* an argument after the options is a usage error */
     CLI_TAKES_MAX_BYTES = 1 << 8, /* --max-bytes N[K|M|G|T] */
+    CLI_TAKES_ARCHIVE = 1 << 9,  /* -a, --archive (cp) */
 };
 
 /* The options of the commands that make no box (ls, status, stop, gc, cp, providers, image). */
@@ -87,6 +88,7 @@ struct cli_opts {
     bool force;    /* -f, --force */
     bool dry_run;  /* -n, --dry-run */
     int progress;  /* --progress: 1, --no-progress: 0, neither: -1 */
+    bool archive;  /* -a, --archive */
     sbx_kv labels; /* --label K=V, and --run-id R as run_id=R */
     unsigned long long max_bytes; /* --max-bytes; 0: not given */
 };
@@ -293,8 +295,8 @@ int cli_print_json(const json_t *v);
  * timeout, 128+N for a signal.
  */
 int cli_print_result(const char *id, const sbx_exec_result *r, double timeout_s, bool json);
-/* Reads all of stdin when it is not a terminal (*has = false otherwise). */
-int cli_read_stdin(sbx_buf *buf, bool *has);
+/* True when stdin is not a terminal and is open: it is then streamed to the command. */
+bool cli_stdin_given(void);
 
 /* create.c: the handles `sbx create` leaves open on exit (globals: reachable for leak checkers). */
 

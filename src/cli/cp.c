@@ -11,7 +11,9 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <libgen.h>
 #include <limits.h>
 #include <sys/stat.h>
@@ -19,6 +21,8 @@
 struct box_conn {
     sbx_provider *p;
     sbx_sandbox *sb;
+    bool archive;  /* -a: keep the archive's numeric owners on download */
+    sbx_buf stale; /* box temps of dead sbx processes, found by box_temp: removed at the end */
 };
 
 /* "ID:PATH" with an ID free of '/': a box side. Fills id (malloc'd) and path. */
@@ -100,11 +104,65 @@ static int transfer(struct box_conn *c, bool up, const char *from, const char *t
     return CLI_EXIT_OK;
 }
 
+/*
+ * Temporaries carry the pid of the sbx that made them ("sbx-cp-<pid>-XXXXXX"
+ * here, "sbx-cp.<pid>.XXXXXX" in the box): a `kill -9` leaves them behind,
+ * and the next `sbx cp` removes those whose process is gone.
+ */
+static bool pid_gone(long pid)
+{
+    return pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+/* The pid in NAME when it is PREFIX<pid>SEP + 6 characters (a mkstemp name), else -1. */
+static long temp_owner(const char *name, const char *prefix, char sep)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(name, prefix, n) != 0)
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    long pid = strtol(name + n, &end, 10);
+    if (errno || end == name + n || *end != sep || strlen(end + 1) != 6)
+        return -1;
+    return pid;
+}
+
+static const char *tmp_dir(void)
+{
+    const char *dir = getenv("TMPDIR");
+    return dir && *dir ? dir : "/tmp";
+}
+
+/* Removes this user's local cp temporaries left by dead sbx processes. */
+static void sweep_local_temps(void)
+{
+    DIR *d = opendir(tmp_dir());
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        /*
+         * "sbx-cp-<pid>-XXXXXX", or the download's own temp next to it,
+         * ".sbx-cp-<pid>-XXXXXX.sbx-<pid>-XXXXXX", when the kill came mid-transfer.
+         */
+        const char *name = de->d_name;
+        const char *inner = name[0] == '.' ? strstr(name + 1, ".sbx-") : NULL;
+        _cleanup_free_ char *outer = inner ? strndup(name + 1, (size_t)(inner - name - 1)) : NULL;
+        long pid = temp_owner(outer ? outer : name, "sbx-cp-", '-');
+        struct stat st;
+        if (pid < 0 || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISREG(st.st_mode) || st.st_uid != getuid() || !pid_gone(pid))
+            continue;
+        unlinkat(dirfd(d), de->d_name, 0);
+    }
+    closedir(d);
+}
+
 /* A private local temp file (an fd and its path). */
 static int local_temp(char **path)
 {
-    const char *dir = getenv("TMPDIR");
-    char *p = sbx__printf("%s/sbx-cp-XXXXXX", dir && *dir ? dir : "/tmp");
+    char *p = sbx__printf("%s/sbx-cp-%ld-XXXXXX", tmp_dir(), (long)getpid());
     if (!p)
         return -1;
     int fd = mkostemp(p, O_CLOEXEC);
@@ -188,8 +246,22 @@ static char *member_path(const char *dst, const char *name)
     return sbx__printf("%s/%s", dst, name);
 }
 
-/* Unpacks the tar at `archive_path` into the existing directory `dst` (a real path). */
-static int untar_into(const char *archive_path, const char *dst)
+/*
+ * Unpacks the tar at `archive_path` into the existing directory `dst` (a
+ * real path). The archive is the box's: every byte of it is hostile.
+ * - Nothing lands outside dst: absolute names are refused here (member_path),
+ *   ".." by SECURE_NODOTDOT, a path through a symlink the archive planted by
+ *   SECURE_SYMLINKS (for hard link targets too). NOABSOLUTEPATHS cannot be
+ *   used because the names are rewritten to dst + name, which is absolute.
+ * - Only regular files, directories and symlinks are made: a device node
+ *   (a `c 1,1` /dev/mem), a FIFO or a socket from the box is skipped with a
+ *   warning, so no box can hand the host a device.
+ * - setuid and setgid bits are dropped (and the sticky bit on files): as
+ *   root, libarchive would otherwise recreate a box's setuid-root binary on
+ *   the host. Owners are kept only with -a (numeric ids, never looked up by
+ *   name in the host's passwd); by default the caller owns what it copied.
+ */
+static int untar_into(const char *archive_path, const char *dst, bool keep_owners)
 {
     struct archive *a = archive_read_new();
     struct archive *w = archive_write_disk_new();
@@ -197,11 +269,9 @@ static int untar_into(const char *archive_path, const char *dst)
     if (!a || !w)
         goto out;
     archive_read_support_format_tar(a);
-    /* The archive comes from the box: nothing in it may escape dst. */
-    archive_write_disk_set_options(w, ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
-                                          ARCHIVE_EXTRACT_SECURE_NODOTDOT |
-                                          ARCHIVE_EXTRACT_SECURE_SYMLINKS);
-    archive_write_disk_set_standard_lookup(w);
+    archive_write_disk_set_options(
+        w, ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+               ARCHIVE_EXTRACT_SECURE_SYMLINKS | (keep_owners ? ARCHIVE_EXTRACT_OWNER : 0));
     if (archive_read_open_filename(a, archive_path, 65536) != ARCHIVE_OK) {
         cli_error("reading the archive from the box: %s", archive_error_string(a));
         goto out;
@@ -209,6 +279,17 @@ static int untar_into(const char *archive_path, const char *dst)
     struct archive_entry *entry;
     int r;
     while ((r = archive_read_next_header(a, &entry)) == ARCHIVE_OK) {
+        mode_t type = archive_entry_filetype(entry);
+        /* A hard link's target is an earlier member (checked below), made only if allowed. */
+        if (!archive_entry_hardlink(entry) && type != AE_IFREG && type != AE_IFDIR &&
+            type != AE_IFLNK) {
+            cli_error("warning: skipping '%s' from the box: only regular files, directories "
+                      "and symlinks are copied out (not device nodes, FIFOs or sockets)",
+                      archive_entry_pathname(entry));
+            continue;
+        }
+        archive_entry_set_perm(entry,
+                               archive_entry_perm(entry) & (type == AE_IFDIR ? 01777 : 0777));
         _cleanup_free_ char *path = member_path(dst, archive_entry_pathname(entry));
         if (!path) {
             cli_error("refusing archive member '%s': absolute path", archive_entry_pathname(entry));
@@ -258,16 +339,37 @@ out:
     return rc;
 }
 
-/* A temp path in the box, from its mktemp. */
+/*
+ * A temp path in the box, from its mktemp. The same command lists the
+ * temporaries earlier runs left there; those of sbx processes that are gone
+ * (host pids: only this host makes them) go into c->stale, removed with ours.
+ */
 static char *box_temp(struct box_conn *c)
 {
-    sbx_exec_result *r = box_sh(c, "mktemp \"${TMPDIR:-/tmp}/sbx-cp.XXXXXX\"");
+    _cleanup_free_ char *cmd =
+        sbx__printf("d=\"${TMPDIR:-/tmp}\"; for f in \"$d\"/sbx-cp.*.*; do [ -f \"$f\" ] && "
+                    "printf 'stale %%s\\n' \"$f\"; done; mktemp \"$d/sbx-cp.%ld.XXXXXX\"",
+                    (long)getpid());
+    sbx_exec_result *r = cmd ? box_sh(c, cmd) : NULL;
     if (!r)
         return NULL;
     size_t len = 0;
     const char *out = sbx_exec_result_stdout(r, &len);
     while (len && (out[len - 1] == '\n' || out[len - 1] == '\r'))
         len--;
+    /* "stale PATH" lines, then mktemp's path on the last line. */
+    const char *nl;
+    while (out && len && (nl = memchr(out, '\n', len)) && !strncmp(out, "stale /", 7)) {
+        _cleanup_free_ char *path = strndup(out + 6, (size_t)(nl - out - 6));
+        const char *base = path ? strrchr(path, '/') + 1 : NULL;
+        if (base && pid_gone(temp_owner(base, "sbx-cp.", '.'))) {
+            _cleanup_free_ char *q = sbx_shell_quote(path);
+            if (q)
+                sbx__buf_printf(&c->stale, " %s", q);
+        }
+        len -= (size_t)(nl + 1 - out);
+        out = nl + 1;
+    }
     if (sbx_exec_result_return_code(r) != 0 || !out || !len || out[0] != '/' ||
         memchr(out, '\n', len)) {
         box_failed("mktemp", r);
@@ -297,9 +399,9 @@ static int upload_dir(struct box_conn *c, const char *src, const char *dst)
     _cleanup_free_ char *qt = sbx_shell_quote(remote);
     _cleanup_free_ char *cmd =
         rc == CLI_EXIT_OK
-            ? sbx__printf("mkdir -p -- %s && tar -xpf %s -C %s; rc=$?; rm -f -- %s; exit $rc", qd,
-                          qt, qd, qt)
-            : sbx__printf("rm -f -- %s", qt);
+            ? sbx__printf("mkdir -p -- %s && tar -xpf %s -C %s; rc=$?; rm -f -- %s%s; exit $rc", qd,
+                          qt, qd, qt, c->stale.data ? c->stale.data : "")
+            : sbx__printf("rm -f -- %s%s", qt, c->stale.data ? c->stale.data : "");
     sbx_exec_result *r = cmd ? box_sh(c, cmd) : NULL;
     if (!r)
         return CLI_EXIT_SBX;
@@ -337,14 +439,14 @@ static int download_dir(struct box_conn *c, const char *src, const char *dst)
                 if (sbx__mkdir_p(dst, 0755) < 0 || !realpath(dst, real)) {
                     cli_error("cannot create %s: %s", dst, strerror(errno));
                     rc = CLI_EXIT_FAIL;
-                } else if (untar_into(local, real) < 0) {
+                } else if (untar_into(local, real, c->archive) < 0) {
                     rc = CLI_EXIT_FAIL;
                 }
             }
             unlink(local);
         }
     }
-    _cleanup_free_ char *rm = sbx__printf("rm -f -- %s", qt);
+    _cleanup_free_ char *rm = sbx__printf("rm -f -- %s%s", qt, c->stale.data ? c->stale.data : "");
     sbx_exec_result_free(rm ? box_sh(c, rm) : NULL);
     return rc;
 }
@@ -418,7 +520,7 @@ int cli_cmd_cp(int argc, char **argv)
 {
     _cleanup_cli_opts_ struct cli_opts o = { 0 };
     int rc;
-    if (!cli_parse_opts("cp", argc, argv, 0, &o, &rc))
+    if (!cli_parse_opts("cp", argc, argv, CLI_TAKES_ARCHIVE, &o, &rc))
         return rc;
     if (argc - optind != 2)
         return cli_usage_error("cp", "expected SRC and DST, got %d argument%s", argc - optind,
@@ -436,8 +538,9 @@ int cli_cmd_cp(int argc, char **argv)
     if ((rc = cli_box_find(src_box ? src_id : dst_id, &rec)) != CLI_EXIT_OK)
         return rc;
     cli_signals_install();
+    sweep_local_temps();
     sbx_error *e = NULL;
-    struct box_conn conn = { 0 };
+    struct box_conn conn = { .archive = o.archive };
     if (cli_box_connect(rec, &conn.p, &conn.sb, &e) < 0) {
         int code = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_SBX;
         cli_sbx_error(e, "connecting to the box");
@@ -459,6 +562,7 @@ int cli_cmd_cp(int argc, char **argv)
         bp = joined;
     }
     rc = src_box ? copy_out(&conn, bp, dst) : copy_in(&conn, src, bp);
+    sbx__buf_free(&conn.stale);
     sbx_sandbox_free(conn.sb);
     sbx_provider_free(conn.p);
     return cli_signal_received() ? cli_interrupted(NULL) : rc;

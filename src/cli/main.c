@@ -42,9 +42,10 @@ static const struct command commands[] = {
                         "  --timeout S            seconds CMD may run (default 180; 0: none)\n"
                         "  --user U               user to run CMD as (name or uid[:gid])\n"
                         "  --no-stdin             do not pass stdin to CMD\n"
+                        "  --output-limit BYTES   stdout/stderr bytes kept (default 16 MiB each)\n"
                         "  --json                 print the result as JSON\n",
       "CMD's words are quoted and joined into one shell command (use sh -c '...'\n"
-      "for pipes). stdin, when it is not a terminal, is read fully and given to CMD.\n"
+      "for pipes). stdin, when it is not a terminal, is streamed to CMD as it comes.\n"
       "The box is stopped on exit, also on SIGINT/SIGTERM.\n" },
     { "create", cli_cmd_create, "sbx create [OPTIONS]",
       "create a box that outlives the command; print its id",
@@ -59,14 +60,17 @@ static const struct command commands[] = {
       "  --user U               user to run CMD as (name or uid[:gid])\n"
       "  --timeout S            seconds CMD may run (default 180; 0: none)\n"
       "  --no-stdin             do not pass stdin to CMD\n"
+      "  --output-limit BYTES   stdout/stderr bytes kept (default 16 MiB each)\n"
       "  --json                 print the result as JSON\n",
       "Options may also come between ID and CMD. The box keeps running.\n" },
-    { "cp", cli_cmd_cp, "sbx cp SRC DST",
-      "copy a file or directory into or out of a box (one side is ID:PATH)", "",
+    { "cp", cli_cmd_cp, "sbx cp [-a] SRC DST",
+      "copy a file or directory into or out of a box (one side is ID:PATH)",
+      "  -a, --archive          keep numeric owners of a directory copied out of a box\n",
       "Exactly one of SRC and DST is ID:PATH. A directory is copied with its\n"
       "contents and modes: DST becomes that directory (created when missing).\n"
       "A DST ending in '/' (or an existing local directory) receives a file under\n"
-      "its own name. Directories need sh, mktemp and tar in the box.\n" },
+      "its own name. Directories need sh, mktemp and tar in the box. Out of a box,\n"
+      "setuid/setgid bits are dropped and device nodes, FIFOs and sockets skipped.\n" },
     { "ls", cli_cmd_ls, "sbx ls [--label K=V] [--json]",
       "list the boxes made by `sbx create` and all the provider's boxes, with their status",
       "  --label K=V            only boxes with this label (repeatable)\n"

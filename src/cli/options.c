@@ -92,6 +92,7 @@ bool cli_parse_opts(const char *cmd, int argc, char **argv, unsigned takes, stru
         { CLI_TAKES_PROGRESS, false, { "progress", no_argument, NULL, 'p' } },
         { CLI_TAKES_PROGRESS, false, { "no-progress", no_argument, NULL, 'P' } },
         { CLI_TAKES_MAX_BYTES, false, { "max-bytes", required_argument, NULL, CLI_OPT_MAX_BYTES } },
+        { CLI_TAKES_ARCHIVE, true, { "archive", no_argument, NULL, 'a' } },
         { 0, true, { "help", no_argument, NULL, 'h' } },
     };
     struct option longopts[SBX_ARRAY_SIZE(table) + 1];
@@ -119,6 +120,7 @@ bool cli_parse_opts(const char *cmd, int argc, char **argv, unsigned takes, stru
         case 'n': o->dry_run = true; break;
         case 'p': o->progress = 1; break;
         case 'P': o->progress = 0; break;
+        case 'a': o->archive = true; break;
         case CLI_OPT_JSON: o->json = true; break;
         case CLI_OPT_LABEL:
             if (cli_add_kv(cmd, &o->labels, "--label", optarg) < 0) {

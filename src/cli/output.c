@@ -110,7 +110,12 @@ int cli_print_result(const char *id, const sbx_exec_result *r, double timeout_s,
             return CLI_EXIT_SBX;
         return code;
     }
-    bool timed_out = code == CLI_EXIT_TIMEOUT;
+    /*
+     * What happened, not the exit code: a command that itself exits 124 (as
+     * timeout(1) does) exits 124 too, but its output and stderr are its own.
+     */
+    const char *etype = sbx_exec_result_error_type(r);
+    bool timed_out = etype && !strcmp(etype, "timeout");
     /* On a timeout, stderr without stdout is the provider's message, said below instead. */
     if (out && cli_write_all(1, out, out_len) < 0 && errno != EPIPE)
         cli_error("writing stdout: %s", strerror(errno));
@@ -132,28 +137,13 @@ int cli_print_result(const char *id, const sbx_exec_result *r, double timeout_s,
                   sbx_exec_result_return_code(r));
     }
     if (sbx_exec_result_truncated(r))
-        cli_error("output was truncated at the provider's output limit");
+        cli_error("output was truncated at the output limit (16 MiB per stream unless "
+                  "configured); raise it with --output-limit BYTES");
     return code;
 }
 
-int cli_read_stdin(sbx_buf *buf, bool *has)
+bool cli_stdin_given(void)
 {
     struct stat st;
-    *has = false;
-    if (isatty(0) || fstat(0, &st) < 0)
-        return 0;
-    char chunk[65536];
-    for (;;) {
-        ssize_t n = read(0, chunk, sizeof(chunk));
-        if (n < 0 && errno == EINTR && !cli_signal_received())
-            continue;
-        if (n < 0)
-            return -1;
-        if (n == 0)
-            break;
-        if (sbx__buf_append(buf, chunk, (size_t)n) < 0)
-            return -1;
-    }
-    *has = true;
-    return 0;
+    return !isatty(0) && fstat(0, &st) == 0;
 }

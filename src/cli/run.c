@@ -11,10 +11,10 @@ struct exec_args {
     const char *cwd;
     bool no_stdin;
     bool json;
+    size_t output_limit; /* 0: the provider's default */
 };
 
-static sbx_exec_opts *make_exec_opts(const struct exec_args *a, const sbx_kv *env,
-                                     const sbx_buf *in, bool has_in)
+static sbx_exec_opts *make_exec_opts(const struct exec_args *a, const sbx_kv *env)
 {
     sbx_exec_opts *o = sbx_exec_opts_new();
     if (!o)
@@ -27,8 +27,15 @@ static sbx_exec_opts *make_exec_opts(const struct exec_args *a, const sbx_kv *en
         sbx_exec_opts_set_cwd(o, a->cwd);
     for (size_t i = 0; env && i < env->len; i++)
         sbx_exec_opts_set_env(o, env->keys[i], env->values[i]);
-    if (has_in)
-        sbx_exec_opts_set_stdin(o, in->data ? in->data : "", in->len);
+    /*
+     * stdin is streamed to the command as it arrives (never read whole into
+     * memory first): a command that does not read it runs at once, and
+     * `cat /dev/zero | sbx run ...` holds a bounded amount.
+     */
+    if (!a->no_stdin && cli_stdin_given())
+        sbx_exec_opts_set_stdin_fd(o, 0);
+    if (a->output_limit)
+        sbx_exec_opts_set_output_limit(o, a->output_limit);
     return o;
 }
 
@@ -39,17 +46,7 @@ static sbx_exec_opts *make_exec_opts(const struct exec_args *a, const sbx_kv *en
 static int exec_and_print(sbx_sandbox *sb, const char *command, const struct exec_args *a,
                           const sbx_kv *env, sbx_exec_result **result)
 {
-    sbx_buf in = { 0 };
-    bool has_in = false;
-    if (!a->no_stdin && cli_read_stdin(&in, &has_in) < 0) {
-        sbx__buf_free(&in);
-        if (cli_signal_received())
-            return -1;
-        cli_error("reading stdin: %s", strerror(errno));
-        return CLI_EXIT_SBX;
-    }
-    sbx_exec_opts *o = make_exec_opts(a, env, &in, has_in);
-    sbx__buf_free(&in);
+    sbx_exec_opts *o = make_exec_opts(a, env);
     if (!o)
         return CLI_EXIT_SBX;
     sbx_future *f = NULL;
@@ -96,6 +93,16 @@ static int exec_opt(const char *cmd, struct exec_args *a, int c, const char *arg
     case 2003: a->no_stdin = true; return 1;
     case CLI_OPT_JSON: a->json = true; return 1;
     case 2005: a->cwd = arg; return 1;
+    case 2006: {
+        long long n = 0;
+        if (sbx__parse_pyint(arg, &n) < 0 || n <= 0) {
+            cli_usage_error(cmd, "--output-limit expects a positive number of bytes, got '%s'",
+                            arg);
+            return -1;
+        }
+        a->output_limit = (size_t)n;
+        return 1;
+    }
     default: return 0;
     }
 }
@@ -103,7 +110,7 @@ static int exec_opt(const char *cmd, struct exec_args *a, int c, const char *arg
 #define EXEC_LONGOPTS                                                                              \
     { "timeout", required_argument, NULL, 2001 }, { "user", required_argument, NULL, 2002 },      \
         { "no-stdin", no_argument, NULL, 2003 }, { "json", no_argument, NULL, CLI_OPT_JSON },     \
-        { "help", no_argument, NULL, 'h' }
+        { "output-limit", required_argument, NULL, 2006 }, { "help", no_argument, NULL, 'h' }
 
 int cli_cmd_run(int argc, char **argv)
 {

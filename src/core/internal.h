@@ -183,8 +183,13 @@ SBX_INTERNAL int sbx__load_private_json(const char *path, size_t max, json_t **o
  * the rest: NULL, EINVAL). Malloc'd.
  */
 SBX_INTERNAL char *sbx__canonical_path(const char *path);
-/* The size a record may have. */
-#define SBX_RECORD_MAX (1u << 20)
+/*
+ * The size a record may have: it holds a box's env (at most
+ * SBX_ENV_MAX_BYTES, up to 6 bytes a byte once escaped in JSON) and its
+ * metadata, so 16 MiB; still a bound on what a forged record can make sbx
+ * read.
+ */
+#define SBX_RECORD_MAX (16u << 20)
 /* Hex of `n` random bytes. */
 SBX_INTERNAL void sbx__random_hex(char *out, size_t n_bytes);
 
@@ -233,7 +238,15 @@ struct sbx_spec {
 };
 
 #define SBX_DEFAULT_EXEC_TIMEOUT_S 180.0
-#define SBX_DEFAULT_OUTPUT_LIMIT ((size_t)256 << 20)
+/*
+ * Bytes of stdout and of stderr kept per exec unless the call sets its own
+ * cap. A box decides how much it writes, and the whole result sits in the
+ * caller's memory (twice in a binding that copies it): 16 MiB per stream
+ * bounds a flooding command at ~32 MiB of host memory per exec, while
+ * staying far above what a test log or a build's output usually needs.
+ * Past it the output is drained and dropped and the result says truncated.
+ */
+#define SBX_DEFAULT_OUTPUT_LIMIT ((size_t)16 << 20)
 
 struct sbx_exec_opts {
     char *cwd;
@@ -243,6 +256,8 @@ struct sbx_exec_opts {
     char *stdin_data;
     size_t stdin_len;
     bool has_stdin;
+    bool has_stdin_fd;
+    int stdin_fd; /* borrowed: sbx_exec_opts_set_stdin_fd */
     size_t output_limit;
 };
 

@@ -103,6 +103,7 @@ int sbx_exec_opts_set_stdin(sbx_exec_opts *o, const void *data, size_t len)
     o->stdin_data = copy;
     o->stdin_len = len;
     o->has_stdin = true;
+    o->has_stdin_fd = false;
     return SBX_OK;
 }
 
@@ -121,6 +122,8 @@ sbx_exec_opts *sbx__exec_opts_copy(const sbx_exec_opts *o)
         return c;
     c->timeout_s = o->timeout_s;
     c->output_limit = o->output_limit;
+    c->has_stdin_fd = o->has_stdin_fd;
+    c->stdin_fd = o->stdin_fd;
     if (replace_str(&c->cwd, o->cwd) < 0 || replace_str(&c->user, o->user) < 0 ||
         sbx__kv_copy(&c->env, &o->env) < 0 ||
         (o->has_stdin && sbx_exec_opts_set_stdin(c, o->stdin_data, o->stdin_len) < 0)) {
@@ -154,6 +157,24 @@ const void *sbx_exec_opts_stdin(const sbx_exec_opts *o, size_t *len)
     return o->stdin_data;
 }
 size_t sbx_exec_opts_output_limit(const sbx_exec_opts *o) { return o ? o->output_limit : 0; }
+int sbx_exec_opts_stdin_fd(const sbx_exec_opts *o)
+{
+    return o && o->has_stdin_fd ? o->stdin_fd : -1;
+}
+
+int sbx_exec_opts_set_stdin_fd(sbx_exec_opts *o, int fd)
+{
+    if (!o || fd < 0)
+        return SBX_EINVAL;
+    /* One source of stdin: the descriptor replaces bytes set before. */
+    free(o->stdin_data);
+    o->stdin_data = NULL;
+    o->stdin_len = 0;
+    o->has_stdin = false;
+    o->has_stdin_fd = true;
+    o->stdin_fd = fd;
+    return SBX_OK;
+}
 
 /* --- exec results -------------------------------------------------------- */
 

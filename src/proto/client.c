@@ -18,9 +18,11 @@
 #include "proto/client.h"
 #include "proto/proto.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -29,6 +31,21 @@
 #include <uv.h>
 
 #define UPLOAD_INFLIGHT (4u << 20)
+/* Streamed stdin: at most this much read from the caller's fd and not yet in the socket. */
+#define STDIN_INFLIGHT (1u << 20)
+/* ... and, with a version 2 agent, at most this much sent that the command has not taken. */
+#define STDIN_WINDOW (4u << 20)
+/*
+ * Deadlines of our own: every byte the agent sends, and every silence, is
+ * the box's choice. An exec with a timeout is given up EXEC_GRACE_MS after
+ * it (the agent kills the group at the timeout and answers at once; past
+ * the grace it is not going to). A cancelled exec completes CANCEL_GRACE_MS
+ * after the CANCEL even when no EXIT comes, so a signal always ends a
+ * waiting caller. A transfer or ping with no progress for the idle timeout
+ * fails.
+ */
+#define EXEC_GRACE_MS 5000u
+#define CANCEL_GRACE_MS 2000u
 #define DISK_HIGH (16u << 20)
 #define DISK_LOW (4u << 20)
 #define BUCKETS 256
@@ -45,6 +62,10 @@ struct hchan {
     bool done; /* op completed and channel out of the table */
     int refs;
 
+    uv_timer_t *timer;      /* the channel's deadline (closed when the channel finishes) */
+    uint64_t last_progress; /* uv_now() of the last frame or local I/O for this channel */
+    uint64_t idle_ms;       /* transfers and pings: fail after this much silence */
+
     /* exec */
     sbx_buf out, err;
     size_t limit;
@@ -52,6 +73,13 @@ struct hchan {
     bool cancelled;
     double timeout_s;
     char *desc; /* the command, for messages */
+    /* stdin from a descriptor (sbx_exec_opts_set_stdin_fd); uses inflight, read_pending */
+    int in_fd;          /* borrowed, never closed; -1: none */
+    uv_poll_t *in_poll; /* pipes, FIFOs, sockets, ttys: read when readable */
+    int in_flags;       /* its status flags before uv_poll_init made it non-blocking */
+    bool in_eof;
+    uint64_t in_sent, in_acked; /* STDIN bytes sent / acknowledged by the agent (v2) */
+    int64_t in_off;             /* files: the offset of the next read; -1: a stream */
 
     /* files */
     char *local, *remote;
@@ -65,7 +93,11 @@ struct hchan {
     bool got_status;
     int status_code; /* sbx code from the agent's STATUS (0 ok) */
     char *status_msg;
-    int werr; /* a local write error (errno) */
+    int werr;           /* a local write error (errno) */
+    uint64_t size;      /* download: the size FILE_INFO announced */
+    uint64_t received;  /* download: DATA bytes so far */
+    uint64_t max_bytes; /* download: the cap */
+    bool lied;          /* download: the agent broke its own announcement */
 };
 
 struct sbx_agent_conn {
@@ -91,6 +123,8 @@ struct sbx_agent_conn {
     bool reading;
     size_t disk_pending;
     int max_payload;
+    int version; /* negotiated in the hello */
+    sbx_agent_limits limits;
 };
 
 static void conn_fail(sbx_agent_conn *c, int code, const char *fmt, ...)
@@ -142,6 +176,7 @@ static struct hchan *chan_new(sbx_agent_conn *c, sbx_op *op, enum chan_kind kind
     ch->c = c;
     ch->op = op;
     ch->fd = -1;
+    ch->in_fd = -1;
     ch->refs = 1;
     c->refs++;
     struct hchan **b = &c->table[ch->id % BUCKETS];
@@ -171,6 +206,25 @@ static void chan_unlink(struct hchan *ch)
     }
 }
 
+static void chan_handle_closed(uv_handle_t *h)
+{
+    struct hchan *ch = h->data;
+    free(h);
+    chan_unref(ch);
+}
+
+/* Stops reading the exec's stdin descriptor (EOF, error, or the exec ended). */
+static void stdin_stop(struct hchan *ch)
+{
+    ch->in_eof = true;
+    if (ch->in_poll) {
+        uv_close((uv_handle_t *)ch->in_poll, chan_handle_closed);
+        ch->in_poll = NULL;
+        /* Give the caller its descriptor back as it was (uv_poll_init made it non-blocking). */
+        fcntl(ch->in_fd, F_SETFL, ch->in_flags);
+    }
+}
+
 /* Completes the op (once), takes the channel out of the table and drops its ref. */
 static void chan_finish(struct hchan *ch, int code, sbx_error *err, void *value)
 {
@@ -179,11 +233,53 @@ static void chan_finish(struct hchan *ch, int code, sbx_error *err, void *value)
         return;
     }
     ch->done = true;
+    stdin_stop(ch);
+    if (ch->timer) {
+        uv_close((uv_handle_t *)ch->timer, chan_handle_closed);
+        ch->timer = NULL;
+    }
     sbx_op_on_cancel(ch->op, NULL, NULL);
     sbx_op_complete(ch->op, code, err, value);
     ch->op = NULL;
     chan_unlink(ch);
     chan_unref(ch);
+}
+
+/* --- deadlines ----------------------------------------------------------- */
+
+static void chan_timer_cb(uv_timer_t *t);
+
+/* (Re)arms the channel's deadline `ms` from now. false when out of memory. */
+static bool chan_arm(struct hchan *ch, uint64_t ms)
+{
+    if (ch->done)
+        return true;
+    if (!ch->timer) {
+        uv_timer_t *t = calloc(1, sizeof(*t));
+        if (!t)
+            return false;
+        uv_timer_init(ch->c->loop, t);
+        t->data = ch;
+        ch->refs++; /* dropped in chan_handle_closed */
+        ch->timer = t;
+    }
+    uv_timer_start(ch->timer, chan_timer_cb, ms, 0);
+    return true;
+}
+
+static void chan_progress(struct hchan *ch)
+{
+    ch->last_progress = uv_now(ch->c->loop);
+}
+
+/* Transfers and pings: fail after `idle_ms` without progress. */
+static bool chan_watch_idle(struct hchan *ch)
+{
+    double s =
+        ch->c->limits.idle_timeout_s > 0 ? ch->c->limits.idle_timeout_s : SBX_AGENT_DEFAULT_IDLE_S;
+    ch->idle_ms = (uint64_t)(s * 1000.0);
+    chan_progress(ch);
+    return chan_arm(ch, ch->idle_ms);
 }
 
 /* --- writing ------------------------------------------------------------- */
@@ -206,6 +302,8 @@ static void write_cb(uv_write_t *req, int status)
         conn_fail(c, SBX_EIO, "writing to the sandbox agent failed: %s", uv_strerror(status));
     if (w->ch) {
         w->ch->inflight -= w->account;
+        if (status == 0 && w->ch->c)
+            chan_progress(w->ch);
         if (!w->ch->done)
             upload_pump(w->ch);
         chan_unref(w->ch);
@@ -357,6 +455,59 @@ static void conn_fail(sbx_agent_conn *c, int code, const char *fmt, ...)
 
 /* --- exec ---------------------------------------------------------------- */
 
+/* The reference's timeout result: rc 125, error_type "timeout", stdout None. */
+static sbx_exec_result *timeout_result(const struct hchan *ch)
+{
+    char t[32];
+    sbx__fmt_g(ch->timeout_s, t, sizeof(t));
+    char *err = sbx__printf("command timed out after %ss: %s", t, ch->desc);
+    sbx_exec_result *r = NULL;
+    if (err && sbx_exec_result_new_take(NULL, 0, err, strlen(err), 125, "timeout", &r) < 0)
+        return NULL;
+    return r;
+}
+
+static void chan_timer_cb(uv_timer_t *t)
+{
+    struct hchan *ch = t->data;
+    sbx_agent_conn *c = ch->c;
+    if (ch->done)
+        return;
+    if (ch->kind == K_EXEC) {
+        if (ch->cancelled) {
+            /* The agent did not confirm the kill in time: the caller is not kept waiting. */
+            chan_finish(ch, SBX_ECANCELED, NULL, NULL);
+            return;
+        }
+        /*
+         * The timeout passed and the agent, which enforces it, said nothing:
+         * report the timeout ourselves, and ask once more for the kill. A late
+         * EXIT for this channel is dropped (it is no longer in the table).
+         */
+        send_empty(c, SBX_MSG_CANCEL, ch->id);
+        sbx_exec_result *r = timeout_result(ch);
+        chan_finish(ch, r ? SBX_OK : SBX_ENOMEM, NULL, r);
+        return;
+    }
+    uint64_t idle = uv_now(c->loop) - ch->last_progress;
+    if (idle < ch->idle_ms) {
+        uv_timer_start(t, chan_timer_cb, ch->idle_ms - idle, 0);
+        return;
+    }
+    send_empty(c, SBX_MSG_CANCEL, ch->id);
+    const char *what = ch->kind == K_PUT   ? "uploading"
+                       : ch->kind == K_GET ? "downloading"
+                                           : "pinging";
+    char secs[32];
+    sbx__fmt_g((double)ch->idle_ms / 1000.0, secs, sizeof(secs));
+    chan_finish(ch, SBX_ETIMEDOUT,
+                sbx_error_new(SBX_ETIMEDOUT,
+                              "%s '%s': the sandbox agent made no progress for %ss (is the box "
+                              "hung?); the transfer was abandoned",
+                              what, ch->remote ? ch->remote : "agent", secs),
+                NULL);
+}
+
 static void exec_done(struct hchan *ch, const sbx_msg_exit *m)
 {
     if (ch->cancelled || (m->flags & SBX_EXITF_CANCELLED)) {
@@ -374,16 +525,11 @@ static void exec_done(struct hchan *ch, const sbx_msg_exit *m)
     int rc = 0;
     const char *type = NULL;
     if (m->kind == SBX_EXIT_TIMEOUT) {
-        char t[32];
-        sbx__fmt_g(ch->timeout_s, t, sizeof(t));
         free(out);
         free(err);
-        out = NULL;
-        out_len = 0;
-        err = sbx__printf("command timed out after %ss: %s", t, ch->desc);
-        err_len = err ? strlen(err) : 0;
-        rc = 125;
-        type = "timeout";
+        sbx_exec_result *r = timeout_result(ch);
+        chan_finish(ch, r ? SBX_OK : SBX_ENOMEM, NULL, r);
+        return;
     } else if (m->kind == SBX_EXIT_FAILED) {
         free(err);
         err = sbx__printf("%s", m->message);
@@ -406,7 +552,7 @@ static void exec_done(struct hchan *ch, const sbx_msg_exit *m)
     } else {
         rc = m->code;
     }
-    if (!err || (!out && m->kind != SBX_EXIT_TIMEOUT)) {
+    if (!err || !out) {
         free(out);
         free(err);
         chan_finish(ch, SBX_ENOMEM, NULL, NULL);
@@ -417,8 +563,7 @@ static void exec_done(struct hchan *ch, const sbx_msg_exit *m)
         chan_finish(ch, SBX_ENOMEM, NULL, NULL);
         return;
     }
-    if (m->kind != SBX_EXIT_TIMEOUT &&
-        (ch->truncated || (m->flags & (SBX_EXITF_STDOUT_TRUNCATED | SBX_EXITF_STDERR_TRUNCATED))))
+    if (ch->truncated || (m->flags & (SBX_EXITF_STDOUT_TRUNCATED | SBX_EXITF_STDERR_TRUNCATED)))
         sbx_exec_result_set_truncated(r, 1);
     chan_finish(ch, SBX_OK, NULL, r);
 }
@@ -442,8 +587,12 @@ static void exec_cancel_cb(sbx_op *op, void *data)
     if (ch->done || ch->cancelled)
         return;
     ch->cancelled = true;
-    /* The EXIT that follows (after the agent killed the group) completes the op. */
+    /*
+     * The EXIT that follows (after the agent killed the group) completes the
+     * op; an agent that never sends it does not hold the caller past the grace.
+     */
     send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
+    chan_arm(ch, CANCEL_GRACE_MS);
 }
 
 static char *describe(const char *command, const char *const *argv)
@@ -472,6 +621,8 @@ static void complete_dead_exec(sbx_op *op, const char *desc)
     else
         sbx_op_complete(op, SBX_OK, NULL, r);
 }
+
+static void stdin_start(struct hchan *ch, int fd);
 
 void sbx__agent_exec(sbx_agent_conn *c, sbx_op *op, const char *command, const char *const *argv,
                      const sbx_exec_opts *opts, const char *const *base_env)
@@ -506,8 +657,15 @@ void sbx__agent_exec(sbx_agent_conn *c, sbx_op *op, const char *command, const c
         ch->limit = SBX_DEFAULT_OUTPUT_LIMIT;
     size_t stdin_len = 0;
     const char *stdin_data = sbx_exec_opts_stdin(opts, &stdin_len);
-    uint32_t flags = (argv ? 0 : SBX_EXEC_SHELL) | (stdin_data ? SBX_EXEC_STDIN : 0);
+    int stdin_fd = sbx_exec_opts_stdin_fd(opts);
+    uint32_t flags =
+        (argv ? 0 : SBX_EXEC_SHELL) | (stdin_data || stdin_fd >= 0 ? SBX_EXEC_STDIN : 0);
     int64_t timeout_ms = ch->timeout_s < 0 ? -1 : (int64_t)(ch->timeout_s * 1000.0 + 0.5);
+    if (timeout_ms >= 0 && !chan_arm(ch, (uint64_t)timeout_ms + EXEC_GRACE_MS)) {
+        sbx_strv_free(env);
+        chan_finish(ch, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
     const char *shell_argv[] = {command ? command : "", NULL};
     sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
@@ -539,10 +697,13 @@ void sbx__agent_exec(sbx_agent_conn *c, sbx_op *op, const char *command, const c
         memcpy(f + SBX_PROTO_HEADER, stdin_data + off, n);
         if (send_frame(c, f, SBX_PROTO_HEADER + n, NULL, 0) < 0)
             return;
+        ch->in_sent += n; /* acknowledged too (v2), though nothing waits for it */
         off += n;
     }
     if (stdin_data)
         send_empty(c, SBX_MSG_STDIN, ch->id);
+    if (stdin_fd >= 0 && !ch->done)
+        stdin_start(ch, stdin_fd);
     if (!ch->done)
         sbx_op_on_cancel(op, exec_cancel_cb, ch);
 }
@@ -695,8 +856,14 @@ static void upload_read_cb(uv_fs_t *req)
     fsreq_free(r);
 }
 
+static void stdin_pump(struct hchan *ch);
+
 static void upload_pump(struct hchan *ch)
 {
+    if (ch->kind == K_EXEC) {
+        stdin_pump(ch);
+        return;
+    }
     if (ch->kind != K_PUT || ch->done || ch->read_pending || ch->eof_sent || ch->fd < 0 ||
         ch->inflight >= UPLOAD_INFLIGHT || ch->c->state != ST_READY)
         return;
@@ -712,6 +879,130 @@ static void upload_pump(struct hchan *ch)
         fsreq_free(r);
         chan_finish(ch, SBX_EIO, NULL, NULL);
     }
+}
+
+/* --- streamed stdin ----------------------------------------------------- */
+/*
+ * The caller's stdin goes to the command as it arrives: one chunk at a time,
+ * at most STDIN_INFLIGHT of it waiting for the socket, so memory stays
+ * bounded whatever feeds it, and a command that never reads its stdin starts
+ * (and ends) at once. Pipes and sockets are read on the loop when readable;
+ * regular files and devices (which epoll refuses) on the thread pool.
+ */
+
+/* Sends `n` bytes read into buf + SBX_PROTO_HEADER (takes buf); EOF when n == 0. */
+static void stdin_send(struct hchan *ch, uint8_t *buf, ssize_t n)
+{
+    if (n <= 0) {
+        /* EOF, or a read error: the command sees the end of its input either way. */
+        free(buf);
+        stdin_stop(ch);
+        send_empty(ch->c, SBX_MSG_STDIN, ch->id);
+        return;
+    }
+    sbx__proto_put_header(buf, SBX_MSG_STDIN, ch->id, (uint32_t)n);
+    ch->in_sent += (uint64_t)n;
+    if (ch->in_off >= 0) {
+        /* The caller's position follows what was sent, as if `cat` had read it. */
+        ch->in_off += n;
+        lseek(ch->in_fd, (off_t)ch->in_off, SEEK_SET);
+    }
+    if (send_frame(ch->c, buf, SBX_PROTO_HEADER + (size_t)n, ch, (size_t)n) == 0)
+        stdin_pump(ch);
+}
+
+static void stdin_poll_cb(uv_poll_t *h, int status, int events)
+{
+    (void)events;
+    struct hchan *ch = h->data;
+    if (ch->done || ch->in_eof)
+        return;
+    uint8_t *buf = status < 0 ? NULL : malloc(SBX_PROTO_HEADER + SBX_PROTO_CHUNK);
+    ssize_t n = -1;
+    if (buf) {
+        do
+            n = read(ch->in_fd, buf + SBX_PROTO_HEADER, SBX_PROTO_CHUNK);
+        while (n < 0 && errno == EINTR);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            free(buf);
+            return;
+        }
+    }
+    stdin_send(ch, buf, n);
+}
+
+static void stdin_read_cb(uv_fs_t *req)
+{
+    struct fsreq *r = req->data;
+    struct hchan *ch = r->ch;
+    ch->read_pending = false;
+    if (!ch->done && !ch->in_eof)
+        stdin_send(ch, steal_pointer(&r->buf), req->result);
+    fsreq_free(r);
+}
+
+static void stdin_pump(struct hchan *ch)
+{
+    if (ch->done || ch->in_eof || ch->in_fd < 0 || ch->c->state != ST_READY)
+        return;
+    /*
+     * A version 1 agent queues what it is sent until the command reads it;
+     * a version 2 one acknowledges what the command took, and we stay
+     * within a window of it (so neither side holds much of a stdin the
+     * command is slow to read).
+     */
+    bool room = ch->inflight < STDIN_INFLIGHT &&
+                (ch->c->version < 2 || ch->in_sent - ch->in_acked < STDIN_WINDOW);
+    if (ch->in_poll) {
+        if (room)
+            uv_poll_start(ch->in_poll, UV_READABLE, stdin_poll_cb);
+        else
+            uv_poll_stop(ch->in_poll);
+        return;
+    }
+    if (!room || ch->read_pending)
+        return;
+    struct fsreq *r = fsreq_new_buf(ch, SBX_PROTO_HEADER + SBX_PROTO_CHUNK);
+    if (!r) {
+        stdin_send(ch, NULL, -1);
+        return;
+    }
+    uv_buf_t b = uv_buf_init((char *)r->buf + SBX_PROTO_HEADER, SBX_PROTO_CHUNK);
+    ch->read_pending = true;
+    /*
+     * A file is read at explicit offsets: a read still in flight when the
+     * exec ends then cannot move the caller's position under a later use
+     * of the descriptor. A device (-1) is a stream either way.
+     */
+    if (uv_fs_read(ch->c->loop, &r->req, ch->in_fd, &b, 1, ch->in_off, stdin_read_cb) < 0) {
+        ch->read_pending = false;
+        fsreq_free(r);
+        stdin_send(ch, NULL, -1);
+    }
+}
+
+static void stdin_start(struct hchan *ch, int fd)
+{
+    ch->in_fd = fd;
+    ch->in_off = -1;
+    struct stat st;
+    int flags = fcntl(fd, F_GETFL);
+    if (fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)))
+        ch->in_off = lseek(fd, 0, SEEK_CUR);
+    if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode) && flags >= 0) {
+        uv_poll_t *p = calloc(1, sizeof(*p));
+        if (p && uv_poll_init(ch->c->loop, p, fd) == 0) {
+            p->data = ch;
+            ch->refs++; /* dropped when the handle is closed (stdin_stop) */
+            ch->in_poll = p;
+            ch->in_flags = flags;
+        } else {
+            /* Not pollable (/dev/zero, /dev/null): the thread pool reads it. */
+            free(p);
+            fcntl(fd, F_SETFL, flags);
+        }
+    }
+    stdin_pump(ch);
 }
 
 static void upload_stat_cb(uv_fs_t *req)
@@ -780,10 +1071,13 @@ static struct hchan *file_chan_new(sbx_agent_conn *c, sbx_op *op, enum chan_kind
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return NULL;
     }
-    if (!(ch->local = strdup(local_path)) || !(ch->remote = strdup(remote_path))) {
+    if (!(ch->local = strdup(local_path)) || !(ch->remote = strdup(remote_path)) ||
+        !chan_watch_idle(ch)) {
         chan_finish(ch, SBX_ENOMEM, NULL, NULL);
         return NULL;
     }
+    ch->max_bytes = c->limits.max_download_bytes ? c->limits.max_download_bytes
+                                                 : SBX_AGENT_DEFAULT_MAX_DOWNLOAD;
     return ch;
 }
 
@@ -818,6 +1112,17 @@ static void download_finish(struct hchan *ch)
                         ch->local, ch->tmp_path ? ch->tmp_path : ch->local);
         return;
     }
+    if (ch->lied || (!ch->status_code && ch->received != ch->size)) {
+        /* The temp file goes with the channel (chan_unref): nothing is left behind. */
+        chan_finish(ch, SBX_EPROTO,
+                    sbx_error_new(SBX_EPROTO,
+                                  "downloading '%s': the sandbox agent announced %" PRIu64
+                                  " bytes and sent %s%" PRIu64 "; the download was discarded",
+                                  ch->remote, ch->size, ch->lied ? "more than that after " : "",
+                                  ch->received),
+                    NULL);
+        return;
+    }
     if (ch->status_code) {
         chan_finish(ch, ch->status_code,
                     sbx_error_new(ch->status_code, "downloading '%s' from the sandbox: %s",
@@ -827,7 +1132,10 @@ static void download_finish(struct hchan *ch)
     }
     /* Metadata calls on a file we just wrote: quick enough for the loop thread. */
     int e = 0;
-    if (fchmod(ch->fd, ch->mode & 0777) < 0)
+    /* Trailing zeros were skipped as a hole: the size makes them. */
+    if (ftruncate(ch->fd, (off_t)ch->size) < 0)
+        e = errno;
+    if (!e && fchmod(ch->fd, ch->mode & 0777) < 0)
         e = errno;
     int fd = ch->fd;
     ch->fd = -1;
@@ -851,6 +1159,7 @@ static void download_write_cb(uv_fs_t *req)
     sbx_agent_conn *c = ch->c;
     ch->writes_pending--;
     c->disk_pending -= r->len;
+    chan_progress(ch);
     if (req->result < 0 && !ch->werr) {
         ch->werr = (int)-req->result;
         /* Stop the agent sending more; finish on our own error. */
@@ -864,6 +1173,36 @@ static void download_write_cb(uv_fs_t *req)
     fsreq_free(r);
 }
 
+/*
+ * The temp file of a download is ".NAME.sbx-<pid>-XXXXXX" next to NAME. A
+ * process killed mid-download (kill -9) leaves it: the next download to the
+ * same name removes those whose process is gone (ours, regular files only).
+ */
+static void sweep_temps(const char *dir, const char *base)
+{
+    _cleanup_free_ char *prefix = sbx__printf(".%s.sbx-", base);
+    DIR *d = prefix ? opendir(dir) : NULL;
+    if (!d)
+        return;
+    size_t n = strlen(prefix);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, n) != 0)
+            continue;
+        char *end = NULL;
+        errno = 0;
+        long pid = strtol(de->d_name + n, &end, 10);
+        struct stat st;
+        if (errno || end == de->d_name + n || *end != '-' || strlen(end + 1) != 6 || pid <= 0 ||
+            pid == (long)getpid() || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+            continue;
+        if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
+            unlinkat(dirfd(d), de->d_name, 0);
+    }
+    closedir(d);
+}
+
 static void download_info(struct hchan *ch, const sbx_frame *f)
 {
     sbx_msg_file_info info;
@@ -872,6 +1211,19 @@ static void download_info(struct hchan *ch, const sbx_frame *f)
         return;
     }
     ch->mode = info.mode;
+    ch->size = info.size;
+    if (info.size > ch->max_bytes) {
+        /* Refused before anything exists on the host: nothing to clean up. */
+        send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
+        chan_finish(ch, SBX_EINVAL,
+                    sbx_error_new(SBX_EINVAL,
+                                  "downloading '%s': the file is %" PRIu64 " bytes, over the "
+                                  "download limit of %" PRIu64 " bytes (the linux provider's "
+                                  "max_download_bytes)",
+                                  ch->remote, info.size, ch->max_bytes),
+                    NULL);
+        return;
+    }
     /* Parent directories are created, as `docker cp` does for downloads. */
     _cleanup_free_ char *dir_copy = strdup(ch->local);
     _cleanup_free_ char *base_copy = strdup(ch->local);
@@ -884,7 +1236,9 @@ static void download_info(struct hchan *ch, const sbx_frame *f)
     int e = 0;
     if (sbx__mkdir_p(dir, 0755) < 0)
         e = errno ? errno : EIO;
-    char *tmp = e ? NULL : sbx__printf("%s/.%s.sbx-XXXXXX", dir, base);
+    if (!e)
+        sweep_temps(dir, base);
+    char *tmp = e ? NULL : sbx__printf("%s/.%s.sbx-%ld-XXXXXX", dir, base, (long)getpid());
     int fd = -1;
     if (!e && !tmp)
         e = ENOMEM;
@@ -903,6 +1257,11 @@ static void download_info(struct hchan *ch, const sbx_frame *f)
     ch->tmp_path = tmp;
 }
 
+static bool all_zero(const uint8_t *p, size_t n)
+{
+    return n && p[0] == 0 && !memcmp(p, p + 1, n - 1);
+}
+
 static void download_data(struct hchan *ch, const sbx_frame *f)
 {
     if (ch->fd < 0 || ch->werr) {
@@ -912,6 +1271,24 @@ static void download_data(struct hchan *ch, const sbx_frame *f)
     }
     if (f->len == 0)
         return;
+    if (f->len > ch->size - ch->received) {
+        /* The agent announced the size: more is a lie (or a file grown past it). */
+        ch->lied = true;
+        ch->got_status = true;
+        send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
+        download_finish(ch);
+        return;
+    }
+    ch->received += f->len;
+    if (all_zero(f->payload, f->len)) {
+        /*
+         * Leave a hole: a sparse file stays sparse on the host (ftruncate to the
+         * announced size at the end makes the trailing zeros), and a box cannot
+         * turn a few blocks of its disk into gigabytes of ours.
+         */
+        ch->offset += f->len;
+        return;
+    }
     struct fsreq *r = fsreq_new_buf(ch, f->len);
     if (!r) {
         ch->werr = ENOMEM;
@@ -958,6 +1335,10 @@ void sbx__agent_ping(sbx_agent_conn *c, sbx_op *op)
     struct hchan *ch = chan_new(c, op, K_PING);
     if (!ch) {
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    if (!chan_watch_idle(ch)) {
+        chan_finish(ch, SBX_ENOMEM, NULL, NULL);
         return;
     }
     sbx_pbuf b = {0};
@@ -1029,6 +1410,7 @@ static void dispatch(sbx_agent_conn *c, const sbx_frame *f)
             return;
         }
         free(h);
+        c->version = v;
         c->state = ST_READY;
         uv_timer_stop(c->timer);
         c->owned = true;
@@ -1053,6 +1435,7 @@ static void dispatch(sbx_agent_conn *c, const sbx_frame *f)
     struct hchan *ch = chan_find(c, f->channel);
     if (!ch)
         return; /* a late frame for an op that already completed (cancelled): dropped */
+    chan_progress(ch);
     switch (f->type) {
     case SBX_MSG_STDOUT:
     case SBX_MSG_STDERR:
@@ -1066,6 +1449,15 @@ static void dispatch(sbx_agent_conn *c, const sbx_frame *f)
             break;
         exec_done(ch, m);
         free(m);
+        return;
+    }
+    case SBX_MSG_STDIN_ACK: {
+        uint64_t n = 0;
+        if (ch->kind != K_EXEC || c->version < 2 || sbx__msg_u64_decode(f, &n) < 0 ||
+            n > ch->in_sent - ch->in_acked)
+            break; /* more than was sent: a lie, a protocol error */
+        ch->in_acked += n;
+        stdin_pump(ch);
         return;
     }
     case SBX_MSG_FILE_INFO:
@@ -1341,6 +1733,12 @@ int sbx__agent_connect_fd(void *loop, int fd, double timeout_s, sbx_agent_connec
     }
     uv_timer_start(c->timer, on_timer, (uint64_t)(timeout_s < 0 ? 0 : timeout_s * 1000.0), 0);
     return SBX_OK;
+}
+
+void sbx__agent_set_limits(sbx_agent_conn *c, const sbx_agent_limits *limits)
+{
+    if (c && limits)
+        c->limits = *limits;
 }
 
 int sbx__agent_alive(const sbx_agent_conn *c)

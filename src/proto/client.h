@@ -69,6 +69,19 @@ void sbx__agent_upload(sbx_agent_conn *c, sbx_op *op, const char *local_path,
                        const char *remote_path);
 void sbx__agent_download(sbx_agent_conn *c, sbx_op *op, const char *remote_path,
                          const char *local_path);
+/*
+ * Limits the host applies to what the agent sends on transfers (the box
+ * chooses every byte and every silence). Zero fields take the defaults.
+ */
+#define SBX_AGENT_DEFAULT_MAX_DOWNLOAD ((uint64_t)16 << 30)
+#define SBX_AGENT_DEFAULT_IDLE_S 60.0
+typedef struct {
+    uint64_t max_download_bytes; /* a download announcing or sending more fails; 0: default */
+    double idle_timeout_s;       /* a transfer or ping without progress this long fails; <= 0: default */
+} sbx_agent_limits;
+/* Applies to transfers started on `c` from now on. */
+void sbx__agent_set_limits(sbx_agent_conn *c, const sbx_agent_limits *limits);
+
 /* A round trip to the agent; completes with NULL. */
 void sbx__agent_ping(sbx_agent_conn *c, sbx_op *op);
 /* 0 once the stream closed (agent gone, protocol error, or closed). */

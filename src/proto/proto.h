@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define SBX_PROTO_MAGIC 0x53425831u /* "SBX1" */
-#define SBX_PROTO_VERSION 1
+#define SBX_PROTO_VERSION 2 /* 2: STDIN_ACK */
 #define SBX_PROTO_MIN_VERSION 1
 
 #define SBX_PROTO_HEADER 9u /* u32 length + u8 type + u32 channel */
@@ -39,6 +39,8 @@ enum sbx_proto_type {
     SBX_MSG_STDERR = 0x13, /* agent -> host: bytes */
     SBX_MSG_EXIT = 0x14,   /* agent -> host: sbx_msg_exit; closes the channel */
     SBX_MSG_CANCEL = 0x15, /* host -> agent: kill the exec's group / abort the transfer */
+    /* agent -> host (version 2): u64 bytes of STDIN the command's pipe took since the last ACK */
+    SBX_MSG_STDIN_ACK = 0x16,
 
     SBX_MSG_FILE_PUT = 0x20,  /* host -> agent: opens an upload, sbx_msg_file_put */
     SBX_MSG_FILE_GET = 0x21,  /* host -> agent: opens a download, sbx_msg_file_get */

@@ -273,7 +273,25 @@ static void fake_exec(sbx_op *op, void *state, void *box, const char *command,
         json_object_set_new(o, "user", user ? json_string(user) : json_null());
         size_t in_len = 0;
         const void *in = sbx_exec_opts_stdin(opts, &in_len);
+        /*
+         * A streamed stdin is read whole here (blocking the loop: this is a
+         * test double) so the tests see what the caller passed.
+         */
+        sbx_buf fed = {0};
+        int fd = sbx_exec_opts_stdin_fd(opts);
+        for (char chunk[65536]; fd >= 0;) {
+            ssize_t n = read(fd, chunk, sizeof(chunk));
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0 || sbx__buf_append(&fed, chunk, (size_t)n) < 0)
+                break;
+        }
+        if (fd >= 0) {
+            in = fed.data ? fed.data : "";
+            in_len = fed.len;
+        }
         json_object_set_new(o, "stdin", in ? json_stringn_nocheck(in, in_len) : json_null());
+        sbx__buf_free(&fed);
         _cleanup_free_ char *text = sbx__json_dump(o);
         sbx_exec_result_new(text, strlen(text), NULL, 0, 0, NULL, &r);
     }

@@ -9,7 +9,7 @@
  *   shell              "/bin/bash"; commands run as `shell -c COMMAND`
  *   default_timeout_s  180; used when an exec passes no timeout (null: none)
  *   concurrency        8; execs running at once per provider, the rest queue FIFO
- *   max_output_bytes   256 MiB; bytes kept per stream unless the exec sets a cap
+ *   max_output_bytes   16 MiB; bytes kept per stream unless the exec sets a cap
  *
  * Everything runs on the loop thread: uv_spawn with UV_PROCESS_DETACHED
  * (setsid, so each exec is its own process group), pipes for the standard
@@ -387,6 +387,7 @@ struct lexec {
     char *stdin_data;
     size_t stdin_len;
     bool has_stdin;
+    int stdin_fd; /* sbx_exec_opts_set_stdin_fd: the command reads it directly; -1: none */
 
     uv_process_t proc;
     bool proc_closing, exited, reaping, truncated;
@@ -774,8 +775,9 @@ static void start_exec(struct lexec *e)
     char **envp = prc ? NULL : build_env(&e->env);
     char *args[] = {st->shell, (char *)"-c", e->command, NULL};
     uv_stdio_container_t io[3];
-    io[0].flags = e->has_stdin ? UV_INHERIT_FD : UV_IGNORE; /* ignored: /dev/null */
-    io[0].data.fd = pfd[0][0];
+    io[0].flags = e->has_stdin || e->stdin_fd >= 0 ? UV_INHERIT_FD : UV_IGNORE; /* ignored: /dev/null */
+    /* A streamed stdin is the caller's descriptor itself: nothing is buffered. */
+    io[0].data.fd = e->stdin_fd >= 0 ? e->stdin_fd : pfd[0][0];
     io[1].flags = UV_INHERIT_FD;
     io[1].data.fd = pfd[1][1];
     io[2].flags = UV_INHERIT_FD;
@@ -917,6 +919,7 @@ static void local_exec(sbx_op *op, void *state, void *box, const char *command,
         e->limit = st->max_output;
     size_t inlen = 0;
     const void *in = sbx_exec_opts_stdin(opts, &inlen);
+    e->stdin_fd = sbx_exec_opts_stdin_fd(opts);
     bool ok = e->command && e->cwd && sbx__kv_copy(&e->env, &b->env) == 0;
     for (size_t i = 0; ok && i < sbx_exec_opts_env_count(opts); i++) {
         const char *k, *v;

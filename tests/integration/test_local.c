@@ -515,6 +515,8 @@ static void test_large_output_and_cap(void)
     snprintf(capped, sizeof(capped), "%s; echo done >&2", cmd);
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_timeout(o, -1);
+    /* Past the 16 MiB default: the call raises its own cap. */
+    sbx_exec_opts_set_output_limit(o, total);
     sbx_exec_result *r = run(sb, cmd, o);
     size_t len = 0;
     const char *out = sbx_exec_result_stdout(r, &len);

@@ -324,7 +324,7 @@ static void test_records_read_only_when_private(void)
     FILE *f = fopen(p, "w");
     TAP_TRUE(f != NULL);
     fputs("{\"id\": \"sbx-rec1\", \"pad\": \"", f);
-    for (int i = 0; i < (2 << 20) / 64; i++)
+    for (unsigned i = 0; i < (SBX_RECORD_MAX + (1u << 20)) / 64; i++)
         fputs("0123456789012345678901234567890123456789012345678901234567890123", f);
     fputs("\"}", f);
     fclose(f);

@@ -21,6 +21,7 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -53,6 +54,7 @@ struct linux_state {
     long long max_conns;     /* max_agent_connections */
     unsigned long long max_image_bytes; /* 0: image.c's default */
     linux_agent_pool *pool; /* the agent connections of this provider's boxes */
+    sbx_agent_limits limits; /* max_download_bytes, transfer_idle_timeout_s */
 };
 
 struct linux_box {
@@ -432,12 +434,26 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             }
             *(!strcmp(key, "stop_grace_s") ? &st->stop_grace_s : &st->stop_timeout_s) =
                 json_number_value(v);
+        } else if (!strcmp(key, "max_download_bytes")) {
+            /* What a download from a box may write on the host (the box picks the size). */
+            if (!json_is_integer(v) || json_integer_value(v) < 1) {
+                rc = cfg_error(err, key, "a positive integer (bytes)");
+                break;
+            }
+            st->limits.max_download_bytes = (uint64_t)json_integer_value(v);
+        } else if (!strcmp(key, "transfer_idle_timeout_s")) {
+            if (!json_is_number(v) || !isfinite(json_number_value(v)) ||
+                json_number_value(v) <= 0) {
+                rc = cfg_error(err, key, "a positive number of seconds");
+                break;
+            }
+            st->limits.idle_timeout_s = json_number_value(v);
         } else {
             rc = sbx__set_error(err, SBX_EINVAL,
                                 "linux provider: unknown option '%s' (known: state_dir, shim, "
                                 "agent, pids_limit, network, userns, userns_base, userns_slots, "
                                 "seccomp, stop_grace_s, stop_timeout_s, max_agent_connections, "
-                                "nofile, max_image_bytes)",
+                                "nofile, max_image_bytes, max_download_bytes, transfer_idle_timeout_s)",
                                 key);
             break;
         }
@@ -1201,8 +1217,10 @@ static void with_agent(sbx_agent_conn *conn, int code, const char *msg, void *ar
         k->oom_before = k->b->cgroups ? sbx__cg_oom_kills(k->b->cgroups) : -1;
         sbx__agent_exec(conn, inner, k->a, NULL, k->opts, (const char *const *)k->b->base_env);
     } else if (k->kind == AOP_UPLOAD) {
+        sbx__agent_set_limits(conn, &k->b->st->limits);
         sbx__agent_upload(conn, inner, k->a, k->b2);
     } else {
+        sbx__agent_set_limits(conn, &k->b->st->limits);
         sbx__agent_download(conn, inner, k->a, k->b2);
     }
 }
