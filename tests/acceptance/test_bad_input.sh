@@ -72,9 +72,14 @@ run "create" 0 "$SBX" create --workdir /w
 id=$OUT
 run "exec with a missing cwd" 125 "$SBX" exec --cwd /nonexistent "$id" -- pwd
 check "message names the directory" has "$ERR" "/nonexistent"
-"$SBX" exec "$id" -- sh -c 'head -c 52428800 /dev/zero >&2' 2>big.err >/dev/null
-check "50 MiB of stderr arrive whole" [ "$(stat -c %s big.err)" = 52428800 ]
-rm -f big.err
+"$SBX" exec --output-limit 60000000 "$id" -- sh -c 'head -c 52428800 /dev/zero >&2' 2>big.err >/dev/null
+check "50 MiB of stderr arrive whole under a raised --output-limit" [ "$(stat -c %s big.err)" = 52428800 ]
+# By default each stream keeps 16 MiB, and sbx says it cut the rest.
+"$SBX" exec "$id" -- sh -c 'head -c 52428800 /dev/zero >&2; echo done' 2>big.err >big.out
+check "the default keeps 16 MiB of stderr" [ "$(head -c 16777216 big.err | wc -c)" = 16777216 ]
+check "and says the output was truncated" grep -aq 'truncated' big.err
+check "the command ran to its end (stdout whole)" [ "$(cat big.out)" = done ]
+rm -f big.err big.out
 echo secret >host.txt
 run "cp to ../.. stays in the box" 0 "$SBX" cp host.txt "$id:../../../../../../$T/host/ESCAPED_cp1"
 run "plant a symlink to a host path" 0 "$SBX" exec "$id" -- ln -s "$T/host" /w/evil

@@ -1019,6 +1019,68 @@ static void test_linux_run_exit_codes_and_streams(void)
     census_check(linux_state());
 }
 
+/*
+ * The CLI behaviours the fake's mini language shows (exit codes, quoting,
+ * stdin, timeout, JSON), against a real linux box.
+ */
+static void test_linux_run_quoting_stdin_timeout_json(void)
+{
+    need_linux();
+    int codes[] = { 0, 1, 3, 42, 255 };
+    for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+        char cmd[32];
+        snprintf(cmd, sizeof(cmd), "exit %d", codes[i]);
+        struct proc p = SBX("run", "--", "sh", "-c", cmd);
+        EXPECT_CODE(p, codes[i]);
+        TAP_EQ_STR(p.out, "");
+        TAP_EQ_STR(p.err, "");
+        proc_free(&p);
+    }
+    /* Each word arrives as one argument, unexpanded, whatever it holds. */
+    struct proc p = SBX("run", "--", "printf", "[%s]", "a b", "it's", "$HOME", "*", "\"q\"");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "[a b][it's][$HOME][*][\"q\"]");
+    proc_free(&p);
+    /* stdin bytes pass exactly, NULs included; --no-stdin gives the command none. */
+    static const char in[] = "line1\nzero\0byte";
+    p = SBX_STDIN(in, sizeof(in) - 1, "run", "--", "od", "-An", "-c");
+    EXPECT_CODE(p, 0);
+    TAP_CONTAINS(p.out, "\\0");
+    TAP_CONTAINS(p.out, "b   y   t   e");
+    proc_free(&p);
+    p = SBX_STDIN("x", 1, "run", "--no-stdin", "--", "wc", "-c");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "0\n");
+    proc_free(&p);
+    /* A timeout: 124 and the reference's sentinels in JSON; a command's own 124 is not one. */
+    p = SBX("run", "--timeout", "0.3", "--", "sh", "-c", "echo started; sleep 30");
+    EXPECT_CODE(p, 124);
+    TAP_EQ_STR(p.err, "sbx: command timed out after 0.3s\n");
+    proc_free(&p);
+    p = SBX("run", "--json", "--timeout", "0.3", "--", "sleep", "30");
+    EXPECT_CODE(p, 124);
+    json_t *v = parse_json(p.out);
+    TAP_EQ_INT(json_integer_value(json_object_get(v, "return_code")), 125);
+    TAP_EQ_STR(json_string_value(json_object_get(v, "error_type")), "timeout");
+    json_decref(v);
+    proc_free(&p);
+    p = SBX("run", "--", "sh", "-c", "echo mine >&2; exit 124");
+    EXPECT_CODE(p, 124);
+    TAP_EQ_STR(p.err, "mine\n");
+    proc_free(&p);
+    p = SBX("run", "--json", "--", "sh", "-c", "echo hi; exit 4");
+    EXPECT_CODE(p, 4);
+    v = parse_json(p.out);
+    TAP_EQ_INT(json_integer_value(json_object_get(v, "return_code")), 4);
+    TAP_EQ_STR(json_string_value(json_object_get(v, "stdout")), "hi\n");
+    TAP_TRUE(json_is_null(json_object_get(v, "error_type")));
+    TAP_TRUE(json_is_false(json_object_get(v, "truncated")));
+    json_decref(v);
+    proc_free(&p);
+    TAP_EQ_INT(records(), 0);
+    census_check(linux_state());
+}
+
 static void test_linux_image_import_ls_run_rm(void)
 {
     need_linux();
@@ -1392,6 +1454,7 @@ TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_
          TAP_T(test_local_create_exec_cp_stop, 120), TAP(test_local_gc_after_ttl),
          TAP(test_local_sigint_run_leaves_nothing), TAP(test_local_sigterm_run_leaves_nothing),
          TAP(test_default_provider_is_linux), TAP(test_linux_run_exit_codes_and_streams),
+         TAP(test_linux_run_quoting_stdin_timeout_json),
          TAP_T(test_linux_image_import_ls_run_rm, 120), TAP_T(test_linux_create_exec_cp_ls_stop, 120),
          TAP(test_linux_library_box_seen_by_cli), TAP_T(test_linux_gc_expired_orphan_and_label, 120),
          TAP(test_linux_sigint_run_leaves_nothing))
