@@ -54,7 +54,7 @@ PLUGIN_SRC := $(sort $(wildcard tests/plugins/*.c))
 PLUGIN_SO := $(PLUGIN_SRC:tests/plugins/%.c=$(B)/tests/plugins/%.so)
 AGENT_SRC := $(sort $(wildcard src/agent/*.c))
 
-.PHONY: check-tsan check demo all lib cli tests fuzz-replay examples test check-asan check-valgrind bench install uninstall deb print-pydir \
+.PHONY: check-tsan check-tsan-core check demo all lib cli tests fuzz-replay examples test check-asan check-valgrind bench install uninstall deb print-pydir \
         format help clean deps fuzz
 all: lib $(if $(CLI_SRC),cli) examples $(B)/sbx.pc
 
@@ -123,6 +123,7 @@ check: deps
 	$(MAKE) test
 	$(MAKE) check-asan
 	$(MAKE) check-valgrind
+	$(MAKE) check-tsan-core
 	$(MAKE) fuzz-ci
 
 # The whole suite: unit + integration binaries, fuzz corpus replay, Python tests.
@@ -133,10 +134,17 @@ check-asan:
 	$(MAKE) B=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" test
 
-# ThreadSanitizer (clang): races between the loop thread and callers.
+# ThreadSanitizer (clang): races between the loop thread and callers. `make
+# check` runs the binaries that exercise the core's concurrency (futures, the
+# loop, cancellation storms, the agent client, the local provider);
+# TSAN_TESTS="*" runs every C binary (slow: the linux suites wait on boxes).
+TSAN_TESTS ?= test_*
 check-tsan:
 	$(MAKE) CC=clang B=build/tsan OPT="-O1 -g" SAN="-fsanitize=thread" tests
-	B=build/tsan SBX_SKIP_PYTHON=1 SBX_SKIP_SCRIPTS=1 tests/run.sh
+	B=build/tsan SBX_ONLY="$(TSAN_TESTS)" SBX_SKIP_PYTHON=1 SBX_SKIP_SCRIPTS=1 tests/run.sh
+
+check-tsan-core:
+	$(MAKE) check-tsan TSAN_TESTS="test_core_stress test_future test_lifecycle test_registry test_proto test_agent test_local test_sec_client"
 
 # Every C test binary under memcheck (definite leaks and memory errors fail;
 # the Python step is skipped: CPython is not valgrind-clean by itself).
@@ -255,7 +263,7 @@ help:
 	@echo "make            build libsbx, sbx, examples"
 	@echo "make test       build and run every test (unit, integration, fuzz corpus, python)"
 	@echo "make check-asan the same under ASan+UBSan"
-	@echo "make check      deps, test, check-asan, check-valgrind, fuzz-ci (what CI runs)"
+	@echo "make check      deps, test, check-asan, check-valgrind, check-tsan-core, fuzz-ci (CI)"
 	@echo "make bench      benchmarks (ratios against baselines run alongside)"
 	@echo "make fuzz       run each libFuzzer target for FUZZ_TIME seconds (clang)"
 	@echo "make fuzz-ci    run each libFuzzer target for FUZZ_CI_TIME seconds, corpus unchanged"
