@@ -87,6 +87,15 @@ struct hchan {
     int64_t offset;
     size_t inflight; /* upload: bytes handed to the socket, not yet written */
     bool read_pending, eof_sent;
+    /*
+     * An exec that ended while a thread-pool read of its stdin descriptor
+     * was still running: its completion waits for that read to return, so
+     * the caller, told the exec is done, may close the descriptor it lent.
+     */
+    bool fin_deferred;
+    int fin_code;
+    sbx_error *fin_err;
+    void *fin_value;
     char *tmp_path; /* download: the temp file until renamed */
     uint32_t mode;
     int writes_pending;
@@ -239,8 +248,16 @@ static void chan_finish(struct hchan *ch, int code, sbx_error *err, void *value)
         ch->timer = NULL;
     }
     sbx_op_on_cancel(ch->op, NULL, NULL);
-    sbx_op_complete(ch->op, code, err, value);
-    ch->op = NULL;
+    if (ch->read_pending && ch->in_fd >= 0) {
+        /* stdin_read_cb completes it; the read's request holds a reference to ch. */
+        ch->fin_deferred = true;
+        ch->fin_code = code;
+        ch->fin_err = err;
+        ch->fin_value = value;
+    } else {
+        sbx_op_complete(ch->op, code, err, value);
+        ch->op = NULL;
+    }
     chan_unlink(ch);
     chan_unref(ch);
 }
@@ -936,8 +953,13 @@ static void stdin_read_cb(uv_fs_t *req)
     struct fsreq *r = req->data;
     struct hchan *ch = r->ch;
     ch->read_pending = false;
-    if (!ch->done && !ch->in_eof)
+    if (ch->fin_deferred) {
+        ch->fin_deferred = false;
+        sbx_op_complete(ch->op, ch->fin_code, ch->fin_err, ch->fin_value);
+        ch->op = NULL;
+    } else if (!ch->done && !ch->in_eof) {
         stdin_send(ch, steal_pointer(&r->buf), req->result);
+    }
     fsreq_free(r);
 }
 
