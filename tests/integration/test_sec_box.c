@@ -12,6 +12,7 @@
 #include "tap.h"
 #include "common.h"
 #include "linux_census.h"
+#include "linux_fixture.h"
 
 #include "core/internal.h"
 #include "proto/proto.h"
@@ -28,8 +29,6 @@
 
 #define diag(...) (printf("# " __VA_ARGS__), printf("\n"))
 
-static char state_root[512]; /* SBX_STATE_DIR */
-static char state_dir[600];  /* its linux/ */
 static char self_path[4096] = "/proc/self/exe";
 
 /* --- probes (run inside boxes, or as another user) ------------------------ */
@@ -110,68 +109,6 @@ static int probe_main(const char *what)
 }
 
 /* --- helpers ---------------------------------------------------------------- */
-
-static bool have_file(const char *p)
-{
-    struct stat st;
-    return stat(p, &st) == 0;
-}
-
-static bool built(const char *name, const char *env)
-{
-    if (getenv(env))
-        return true;
-    char self[1024], path[1200];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0)
-        return false;
-    self[n] = 0;
-    for (int up = 0; up < 3; up++) {
-        char *sl = strrchr(self, '/');
-        if (!sl)
-            return false;
-        *sl = 0;
-    }
-    snprintf(path, sizeof(path), "%s/%s", self, name);
-    return have_file(path);
-}
-
-static void need_boxes(void)
-{
-    if (geteuid() != 0)
-        TAP_SKIP("linux boxes need root");
-    if (!built("sbx-shim", "SBX_SHIM") || !built("sbx-agent", "SBX_AGENT"))
-        TAP_SKIP("sbx-shim or sbx-agent is not built (make)");
-    char *agent = getenv("SBX_AGENT") ? NULL : realpath("build/sbx-agent", NULL);
-    if (agent)
-        setenv("SBX_AGENT", agent, 1);
-    free(agent);
-    snprintf(state_root, sizeof(state_root), "%s/st", tap_tmpdir());
-    snprintf(state_dir, sizeof(state_dir), "%s/linux", state_root);
-    setenv("SBX_STATE_DIR", state_root, 1);
-    tap_allow_fd_changes();
-}
-
-static sbx_provider *provider(const char *cfg)
-{
-    sbx_provider *p = NULL;
-    sbx_error *e = NULL;
-    char text[1024];
-    snprintf(text, sizeof(text), "{\"linux\": %s}", cfg ? cfg : "{}");
-    if (sbx_provider_new(text, &p, &e) != SBX_OK)
-        TAP_FAIL("provider: %s", sbx_error_message(e));
-    return p;
-}
-
-static sbx_sandbox *start(sbx_provider *p, sbx_spec *spec)
-{
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    TAP_EQ_INT(sbx_sandbox_new(p, spec, &sb, NULL), SBX_OK);
-    if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
-        TAP_FAIL("start: %s", sbx_error_message(e));
-    return sb;
-}
 
 /* Runs `cmd` as `user` (NULL: root); its stdout+stderr in a static buffer, rc in *rc. */
 static const char *run_as(sbx_sandbox *sb, const char *user, const char *cmd, int *rc)
