@@ -38,7 +38,7 @@ if make -s B="$B" install PREFIX="$prefix" >"$tmp/log" 2>&1; then
 else
   nok "make install PREFIX=..." "$(cat "$tmp/log")"
 fi
-pydir=$(make -s B="$B" PREFIX="$prefix" print-pydir)
+pydir=$(make -s --no-print-directory B="$B" PREFIX="$prefix" print-pydir)
 missing=""
 for f in bin/sbx lib/libsbx.so.0 lib/libsbx.so lib/pkgconfig/sbx.pc include/sbx.h include/sbx/provider.h \
          libexec/sbx/sbx-shim libexec/sbx/sbx-agent share/man/man1/sbx.1 \
@@ -108,7 +108,7 @@ fi
 
 # Where a real install puts the Python package, python3 and a venv that sees the
 # system's packages look.
-sysdir=$(make -s B="$B" PREFIX=/usr/local print-pydir 2>/dev/null)
+sysdir=$(make -s --no-print-directory B="$B" PREFIX=/usr/local print-pydir 2>/dev/null)
 "$PY" -m venv --system-site-packages --without-pip "$tmp/venv" >/dev/null 2>&1
 if "$PY" -c 'import sys; sys.exit(sys.argv[1] not in sys.path)' "$sysdir" &&
    "$tmp/venv/bin/python" -c 'import sys; sys.exit(sys.argv[1] not in sys.path)' "$sysdir"; then
