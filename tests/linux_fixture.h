@@ -94,4 +94,13 @@ static inline sbx_sandbox *start(sbx_provider *p, sbx_spec *spec)
     return sb;
 }
 
+/* Stops and frees a box, failing the test if the stop fails. */
+static inline void stop_free(sbx_sandbox *sb)
+{
+    sbx_error *e = NULL;
+    if (sbx_sandbox_stop(sb, &e) != SBX_OK)
+        TAP_FAIL("stop: %s", sbx_error_message(e));
+    sbx_sandbox_free(sb);
+}
+
 #endif

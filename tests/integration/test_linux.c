@@ -59,14 +59,6 @@ static int rc_of(sbx_sandbox *sb, const char *cmd)
     return rc;
 }
 
-static void stop_free(sbx_sandbox *sb)
-{
-    sbx_error *e = NULL;
-    if (sbx_sandbox_stop(sb, &e) != SBX_OK)
-        TAP_FAIL("stop: %s", sbx_error_message(e));
-    sbx_sandbox_free(sb);
-}
-
 /* A tiny root filesystem from busybox-static, as a directory and a tarball. */
 /*
  * A busybox image: the applet links are made here, not by one `ln` per

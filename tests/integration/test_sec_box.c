@@ -139,14 +139,6 @@ static const char *out_of(sbx_sandbox *sb, const char *cmd)
     return o;
 }
 
-static void stop_free(sbx_sandbox *sb)
-{
-    sbx_error *e = NULL;
-    if (sbx_sandbox_stop(sb, &e) != SBX_OK)
-        TAP_FAIL("stop: %s", sbx_error_message(e));
-    sbx_sandbox_free(sb);
-}
-
 /* This binary, uploaded into the box as /tmp/probe. */
 static void upload_probe(sbx_sandbox *sb)
 {

@@ -36,14 +36,6 @@ static int rc_of(sbx_sandbox *sb, const char *cmd)
     return rc;
 }
 
-static void stop_free(sbx_sandbox *sb)
-{
-    sbx_error *e = NULL;
-    if (sbx_sandbox_stop(sb, &e) != SBX_OK)
-        TAP_FAIL("stop: %s", sbx_error_message(e));
-    sbx_sandbox_free(sb);
-}
-
 /* A box's record as JSON, read the plain way (the test is root). */
 static json_t *record_json(const char *id)
 {
