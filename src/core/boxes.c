@@ -364,13 +364,17 @@ int sbx_provider_image_remove(sbx_provider *p, const char *name, int force, sbx_
 unsigned long long sbx__provider_caps(const sbx_provider *p)
 {
     const struct sbx_provider_ops *o = p->ops;
-    unsigned long long caps = o->capabilities;
+    /*
+     * What a table shows is read from it (a declared bit whose functions are
+     * missing is not usable, so it is dropped); the rest is as declared.
+     */
+    const unsigned long long shown = SBX_CAP_ENDPOINT | SBX_CAP_CONNECT | SBX_CAP_LIST |
+                                     SBX_CAP_STOP_ID | SBX_CAP_GC | SBX_CAP_IMAGES;
+    unsigned long long caps = o->capabilities & ~shown;
     if (o->endpoint)
         caps |= SBX_CAP_ENDPOINT;
     if (o->serialize && o->connect)
         caps |= SBX_CAP_CONNECT;
-    else
-        caps &= ~SBX_CAP_CONNECT; /* declared without the functions: not usable */
     if (o->list)
         caps |= SBX_CAP_LIST;
     if (o->stop_id)
@@ -379,16 +383,6 @@ unsigned long long sbx__provider_caps(const sbx_provider *p)
         caps |= SBX_CAP_GC;
     if (o->image_list && o->image_remove)
         caps |= SBX_CAP_IMAGES;
-    else
-        caps &= ~SBX_CAP_IMAGES;
-    if (!o->endpoint)
-        caps &= ~SBX_CAP_ENDPOINT;
-    if (!o->list)
-        caps &= ~SBX_CAP_LIST;
-    if (!o->stop_id)
-        caps &= ~SBX_CAP_STOP_ID;
-    if (!o->gc)
-        caps &= ~SBX_CAP_GC;
     return caps;
 }
 
