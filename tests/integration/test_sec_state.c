@@ -96,7 +96,7 @@ static void victim_start(struct victim *v)
     snprintf(v->cg_top, sizeof(v->cg_top), "%s/sectest-victim-%d", root, (int)getpid());
     snprintf(v->cg, sizeof(v->cg), "%s/sbx/victim", v->cg_top);
     TAP_EQ_INT(sbx__mkdir_p(v->cg, 0755), 0);
-    char procs[300], pid[32];
+    char procs[600], pid[32];
     snprintf(procs, sizeof(procs), "%s/cgroup.procs", v->cg);
     snprintf(pid, sizeof(pid), "%d", (int)v->pid);
     TAP_EQ_INT(write_text(procs, pid), 0);
@@ -107,7 +107,7 @@ static void victim_end(struct victim *v)
     kill(v->pid, SIGKILL);
     waitpid(v->pid, NULL, 0);
     if (v->cg[0]) {
-        char p[300];
+        char p[600];
         rmdir(v->cg);
         snprintf(p, sizeof(p), "%s/sbx", v->cg_top);
         rmdir(p);
@@ -119,7 +119,7 @@ static bool victim_in_its_group(const struct victim *v)
 {
     if (!v->cg[0])
         return true;
-    char p[300];
+    char p[600];
     snprintf(p, sizeof(p), "%s/cgroup.procs", v->cg);
     char *t = NULL;
     if (sbx__read_file(p, &t, NULL) < 0)
