@@ -80,8 +80,15 @@ for t in tests/unit/test_*.sh tests/integration/test_*.sh tests/acceptance/test_
   # bash under memcheck, or a re-run of the others, would cost time and check nothing.
   if [ -n "${SBX_VALGRIND:-}" ]; then
     case "$t" in
-      tests/acceptance/*) grep -q 'SBX_NO_VALGRIND_CLI=1' "$t" && { echo "== $(basename "$t"): not under valgrind (needs the real process)"; continue; }
-                          run_native=1 run_one "$(basename "$t") (sbx under memcheck)" env B="$B" "$t"; continue ;;
+      tests/acceptance/*)
+        grep -q 'SBX_NO_VALGRIND_CLI=1' "$t" && { echo "== $(basename "$t"): not under valgrind (needs the real process)"; continue; }
+        vglogs=$(mktemp -d /tmp/sbx-vglogs.XXXXXX); chmod 0777 "$vglogs"
+        run_native=1 run_one "$(basename "$t") (sbx under memcheck)" env B="$B" SBX_VG_LOGS="$vglogs" "$t"
+        # What memcheck said about the CLI (the failing checks exited 99).
+        for l in "$vglogs"/*.log; do
+          [ -s "$l" ] && grep -q '^==[0-9]*== ' "$l" && sed 's/^/   memcheck: /' "$l" | head -40
+        done
+        rm -rf "$vglogs"; continue ;;
       *) echo "== $(basename "$t"): not under valgrind (runs no sbx code of its own there)"; continue ;;
     esac
   fi

@@ -14,6 +14,18 @@ if [ -n "${SBX_VALGRIND:-}" ] && [ -z "${SBX_NO_VALGRIND_CLI:-}" ]; then
   SBX="$ROOT/tests/valgrind-sbx.sh"
 fi
 PY=${PYTHON:-/usr/bin/python3}
+# A sanitizer build of libsbx loads into python only with its runtime
+# preloaded (as tests/run.sh does): `py` runs python so. SANITIZED says
+# whether sbx runs instrumented (ASan, or memcheck in the valgrind pass), for
+# the few checks of memory use whose bound only holds for a plain build.
+preload=""
+for rt in asan ubsan; do
+  ldd "$B/libsbx.so" 2>/dev/null | grep -q "lib$rt" && preload="$preload $("${CC:-cc}" -print-file-name=lib$rt.so)"
+done
+preload=${preload# }
+py() { LD_PRELOAD="$preload" ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}" "$PY" "$@"; }
+SANITIZED=
+if [ -n "$preload" ] || [ -n "${SBX_VALGRIND:-}" ]; then SANITIZED=1; fi
 # A sanitizer build's agent is dynamically linked and cannot run in image
 # boxes: use the plain build's static one, as tests/integration/test_linux.c does.
 if [ -z "${SBX_AGENT:-}" ] && [ -x "$ROOT/build/sbx-agent" ] && ! file -L "$B/sbx-agent" 2>/dev/null | grep -q static; then

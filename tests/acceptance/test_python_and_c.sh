@@ -5,13 +5,6 @@
 . "$(dirname "$0")/lib.sh"
 need_root
 export SBX_LIB="$B/libsbx.so" PYTHONPATH="$ROOT/python"
-# A sanitizer build of libsbx loads into python only with its runtime preloaded (as tests/run.sh does).
-preload=""
-for rt in asan ubsan; do
-  ldd "$B/libsbx.so" 2>/dev/null | grep -q "lib$rt" && preload="$preload $("${CC:-cc}" -print-file-name=lib$rt.so)"
-done
-preload=${preload# }
-py() { LD_PRELOAD="$preload" ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}" "$PY" "$@"; }
 cd "$T/host"
 
 example() { # provider

@@ -28,7 +28,7 @@ check "default output cap: 16 MiB kept of 20 MB ($(stat -c %s "$T/out"))" [ "$(s
 check "the CLI says the output was truncated" grep -q "truncated" "$T/err"
 "$SBX" exec --output-limit 20000000 "$id" -- head -c 20000000 /dev/zero >"$T/out" 2>"$T/err" </dev/null
 check "--output-limit raises it ($(stat -c %s "$T/out"))" [ "$(stat -c %s "$T/out")" = 20000000 ]
-out=$("$PY" - "$id" <<'EOF'
+out=$(py - "$id" <<'EOF'
 import dataclasses, sys
 from sbx import Sandbox, SandboxSpec, SandboxExecResult
 with Sandbox({"linux": {}}, SandboxSpec()) as box:
@@ -57,7 +57,7 @@ check "-a still drops setuid ($(stat -c %a "$H/da/suid"))" [ "$(stat -c %a "$H/d
 
 # --- cp of a directory: hostile archives --------------------------------------
 # The box's own `tar` is the box's: here a script that hands back a crafted archive.
-"$PY" - "$T/payloads" "$CANARY" <<'EOF'
+py - "$T/payloads" "$CANARY" <<'EOF'
 import io, os, sys, tarfile
 out, canary = sys.argv[1], sys.argv[2]
 os.makedirs(out)
@@ -184,7 +184,10 @@ check "exec with a slow stdin feeder: ended before the feeder did ($alive)" [ $a
 head -c 536870912 /dev/zero | /usr/bin/time -f %M -o "$T/rss" "$SBX" exec "$id" -- wc -c >"$T/out" 2>"$T/err"
 rc=${PIPESTATUS[1]}; peak=$(tail -1 "$T/rss")
 check "512 MiB of stdin through wc -c: all counted ($rc, $(tr -d ' ' <"$T/out"))" [ "$rc $(tr -d ' ' <"$T/out")" = "0 536870912" ]
-check "512 MiB of stdin: sbx's peak RSS stayed under 64 MiB (${peak} KiB)" [ "$peak" -lt 65536 ]
+# 64 MiB for the plain build; instrumented (ASan's shadow, memcheck's own
+# heap) the bound is 256 MiB: still far below the ~1 GiB of reading it whole.
+bound=65536; [ -n "$SANITIZED" ] && bound=262144
+check "512 MiB of stdin: sbx's peak RSS stayed under $((bound / 1024)) MiB (${peak} KiB)" [ "$peak" -lt "$bound" ]
 
 "$SBX" stop "$id" >/dev/null
 finish

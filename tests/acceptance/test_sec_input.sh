@@ -49,13 +49,13 @@ spec big_ttl.json '{"ttl_s": "1e400"}' "ttl_s must be a finite number of seconds
 spec nan_ready.json '{"ready_timeout_s": "nan"}' "ready_timeout_s must be a finite number"
 spec rel_workdir.yaml 'workdir: work' "workdir must be an absolute path in the box, got 'work'"
 spec nul_env.json '{"env": {"A": "ok\u0000; rm -rf /"}}' "env['A'] contains a NUL byte"
-"$PY" -c 'import json; json.dump({"env": {"V%d" % i: "x" * 100000 for i in range(30)}}, open("big_env.json", "w"))'
+py -c 'import json; json.dump({"env": {"V%d" % i: "x" * 100000 for i in range(30)}}, open("big_env.json", "w"))'
 run "spec big_env.json (30 x 100 KB): exit 2" 2 timeout 60 "$SBX" run --spec big_env.json -- true
 check "  its message names the limits" has "$ERR" "Sandbox spec env is too large at 'V20': one variable may hold 128 KiB and all of them 2 MiB"
 spec nul_workdir.json '{"workdir": "/tmp\u0000/../etc"}' "workdir contains a NUL byte"
 
 # --- YAML that grew exponentially: 30 levels of mappings as keys was 2 GiB
-"$PY" -c '
+py -c '
 s = "a"
 for _ in range(30): s = "[{" + s + ": 1}]"
 open("keys.yaml", "w").write("image: " + s + "\n")
@@ -72,7 +72,7 @@ check "  ... the bound" has "$ERR" "aliases expand to more than 100000 values"
 census "after bad values"
 
 # --- 100,000 env entries: minutes of CPU in the agent before; linear now
-"$PY" -c '
+py -c '
 import json
 env = {"E%05x" % i: "1" for i in range(100000)}
 env["E00007"] = "spec"
@@ -117,8 +117,8 @@ refused(lambda: cprovider.exec_opts(None, None, math.inf, None), "timeout_s must
 refused(lambda: cprovider.exec_opts(None, {"BIG": "x" * 200000}, None, None), "env['BIG'] is not valid")
 print("ok")
 PYEOF
-run "python: bad values raise ValueError" 0 env PYTHONPATH="$ROOT/python" SBX_LIB="$B/libsbx.so" \
-  "$PY" bad_values.py
+export PYTHONPATH="$ROOT/python" SBX_LIB="$B/libsbx.so"
+run "python: bad values raise ValueError" 0 py bad_values.py
 check "  python printed ok" [ "$OUT" = ok ]
 
 finish

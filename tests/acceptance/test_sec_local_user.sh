@@ -6,6 +6,9 @@
 # box's secrets are not readable by another user (record, command lines).
 # kill -9 of `sbx create` or `sbx run` leaves no box running. Both users are
 # made here and removed at the end, even on failure.
+# Another user runs a copy of sbx, and gdb stops sbx at a breakpoint: the real
+# binary, not memcheck (the valgrind pass leaves this script out).
+SBX_NO_VALGRIND_CLI=1
 . "$(dirname "$0")/lib.sh"
 need_root
 command -v useradd >/dev/null && command -v runuser >/dev/null || skip_all "useradd/runuser missing"
