@@ -140,11 +140,11 @@ static int build_filter(scmp_filter_ctx ctx)
                 allowed |= socket_families[i] == fam;
             if (!allowed &&
                 (rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), nr, 1,
-                                       SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)fam))) < 0)
+                                       SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)fam, 0))) < 0)
                 return rc;
         }
         if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), nr, 1,
-                                   SCMP_A0(SCMP_CMP_GT, (scmp_datum_t)top))) < 0)
+                                   SCMP_A0(SCMP_CMP_GT, (scmp_datum_t)top, 0))) < 0)
             return rc;
     }
     /*
