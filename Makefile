@@ -35,7 +35,7 @@ CFLAGS_ALL := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -fPIC -fvisibility=hi
 LDFLAGS_ALL := $(SAN) $(LDFLAGS)
 LIBS := $(PKG_LIBS) -lpthread -ldl -lm
 
-LIB_SRC := $(sort $(wildcard src/core/*.c src/proto/*.c src/providers/*.c src/providers/*/*.c))
+LIB_SRC := $(sort $(wildcard src/core/*.c src/proto/*.c src/kit/*.c src/providers/*.c src/providers/*/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 CLI_OBJ := $(CLI_SRC:%.c=$(B)/obj/%.o)
@@ -291,10 +291,10 @@ tests: $(B)/sbx-shim
 # --- end sbx-shim ---
 
 # --- sbx-agent ---
-# The in-box agent: src/agent plus the protocol codec (not the host client),
+# The in-box agent: src/agent plus the protocol codec (the host client lives in src/kit),
 # linked statically with libc only so it runs in any box. Under sanitizers it
 # is linked dynamically (ASan does not support -static).
-AGENT_PROTO_SRC := $(filter-out src/proto/client.c,$(sort $(wildcard src/proto/*.c)))
+AGENT_PROTO_SRC := $(sort $(wildcard src/proto/*.c))
 # src/core/inroot.c (paths confined to the box root) is libc-only and shared with the shim.
 AGENT_OBJ := $(patsubst %.c,$(B)/agent-obj/%.o,$(AGENT_SRC) $(AGENT_PROTO_SRC) src/core/inroot.c)
 AGENT_CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -Isrc -MMD -MP $(CFLAGS)

@@ -7,7 +7,7 @@
  *   build/bench/bench_agent [iterations]
  */
 #include "core/internal.h"
-#include "proto/client.h"
+#include "kit/client.h"
 
 #include <fcntl.h>
 #include <libgen.h>

@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for the host side's dispatcher (src/proto/client.c): the
+ * libFuzzer target for the host side's dispatcher (src/kit/client.c): the
  * bytes are what a box's agent — hostile, since the box is — sends back. A
  * real client connection on a real sbx loop reads them from a socket pair,
  * with four operations in flight as a user would start them: an exec
@@ -9,7 +9,7 @@
  * completes (libFuzzer's -timeout) is a finding.
  */
 #include "core/internal.h"
-#include "proto/client.h"
+#include "kit/client.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 /*
  * A real sbx-agent on the host for the agent-protocol tests (test_agent,
  * test_sec_client): the agent started in --listen or --stdio mode, and the
- * host client (src/proto/client.h) driven on a provider's loop from the
+ * host client (src/kit/client.h) driven on a provider's loop from the
  * test's thread. Everything is static: a test uses what it needs.
  */
 #ifndef SBX_TESTS_AGENT_FIXTURE_H
@@ -10,7 +10,7 @@
 #include "tap.h"
 
 #include "core/internal.h"
-#include "proto/client.h"
+#include "kit/client.h"
 
 #include <fcntl.h>
 #include <libgen.h>

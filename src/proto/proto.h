@@ -1,7 +1,7 @@
 /*
  * The sbx agent protocol: frame codec and message encoders/decoders.
  *
- * Shared by the host (libsbx, src/proto/client.c) and the in-box agent
+ * Shared by the host (libsbx, src/kit/client.c) and the in-box agent
  * (src/agent). Plain C and libc only: the agent links it statically.
  * docs/agent-protocol.md describes the wire format.
  *

@@ -1,5 +1,5 @@
 /*
- * sbx-agent driven through the host client (src/proto/client.c): the real
+ * sbx-agent driven through the host client (src/kit/client.c): the real
  * agent binary runs as a child process (no namespaces needed), the client
  * runs on a real sbx context loop, ops are real sbx_ops.
  */
@@ -8,7 +8,7 @@
 #include "agent_fixture.h"
 
 #include "core/internal.h"
-#include "proto/client.h"
+#include "kit/client.h"
 #include "proto/proto.h"
 
 #include <fcntl.h>

@@ -12,7 +12,7 @@
 #include "agent_fixture.h"
 
 #include "core/internal.h"
-#include "proto/client.h"
+#include "kit/client.h"
 #include "proto/proto.h"
 
 #include <dirent.h>

@@ -15,7 +15,7 @@
  *         (it removes cgroups and the box directory on its way out).
  */
 #include "providers/linux/linux.h"
-#include "providers/linux/agentpool.h"
+#include "kit/agentpool.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -35,7 +35,7 @@
 
 #include <uv.h>
 
-#include "proto/client.h"
+#include "kit/client.h"
 
 struct linux_state {
     char *state_dir;

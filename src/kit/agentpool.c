@@ -6,7 +6,7 @@
  * a socket). The lock is for sbx__linux_agent_drop() from a thread other
  * than the loop's; every other entry point runs on the loop thread.
  */
-#include "providers/linux/agentpool.h"
+#include "kit/agentpool.h"
 
 #include <stdlib.h>
 

@@ -15,7 +15,7 @@
  * memory, and no file I/O runs on the loop thread.
  */
 #include "core/internal.h"
-#include "proto/client.h"
+#include "kit/client.h"
 #include "proto/proto.h"
 
 #include <dirent.h>

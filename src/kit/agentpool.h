@@ -20,7 +20,7 @@
 #include <sys/types.h>
 
 #include "core/internal.h"
-#include "proto/client.h"
+#include "kit/client.h"
 
 #define SBX_LINUX_DEFAULT_MAX_AGENT_CONNECTIONS 256
 
