@@ -41,6 +41,8 @@ CLI_SRC := $(sort $(wildcard src/cli/*.c))
 CLI_OBJ := $(CLI_SRC:%.c=$(B)/obj/%.o)
 TEST_COMMON := tests/common.c
 TEST_COMMON_OBJ := $(B)/obj/tests/common.o
+# The test doubles (tests/fakes), registered in every C test binary (see the end).
+TEST_COMMON_OBJ += $(B)/obj/tests/fakes/fake.o $(B)/obj/tests/fakes/static.o
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 INTEG_SRC := $(sort $(wildcard tests/integration/test_*.c))
 TEST_BIN := $(UNIT_SRC:tests/%.c=$(B)/tests/%) $(INTEG_SRC:tests/%.c=$(B)/tests/%)
@@ -311,3 +313,19 @@ all: $(B)/sbx-agent
 tests: $(B)/sbx-agent
 
 -include $(shell find $(B)/agent-obj -name '*.d' 2>/dev/null)
+
+# --- test doubles ---
+# The fake providers (tests/fakes) are not part of libsbx: the C test binaries
+# link them (TEST_COMMON_OBJ), and the CLI, Python, script and bench runs load
+# the same source as a plugin on SBX_PLUGIN_PATH. A plugin binds to the host's
+# libsbx, so the CLI and the benchmarks export the public API (-rdynamic:
+# with -fvisibility=hidden that is exactly the SBX_EXPORT symbols).
+FAKE_PLUGIN := $(B)/tests/fakes/sbx-fake.so
+$(FAKE_PLUGIN): $(B)/obj/tests/fakes/fake.o $(B)/obj/tests/fakes/plugin.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS_ALL) -shared -o $@ $^ $(shell pkg-config --libs jansson libuv 2>/dev/null) -lpthread
+tests: $(FAKE_PLUGIN)
+bench: $(FAKE_PLUGIN)
+$(B)/sbx: LDFLAGS_ALL += -rdynamic
+$(BENCH_BIN): LDFLAGS_ALL += -rdynamic
+# --- end test doubles ---

@@ -1,7 +1,9 @@
 /*
  * The sbx CLI as a user runs it: build/sbx as a real subprocess, with stdin,
  * stdout and stderr kept apart and the exact exit status checked. The fake
- * provider covers exit codes, output, usage errors, config and records; the
+ * provider (the test plugin build/tests/fakes/sbx-fake.so, on SBX_PLUGIN_PATH
+ * for every command; it is not in sbx itself) covers exit codes, output,
+ * usage errors, config and records; the
  * local provider covers boxes shared by separate processes, cp, ttl and
  * interruption; the linux provider (the default) the same, plus images,
  * boxes made by other processes, and gc of expired and orphaned boxes, with
@@ -71,7 +73,12 @@ static void setup(void)
     mkdir(p, 0700);
     setenv("TMPDIR", p, 1);
     unsetenv("SBX_PROVIDER");
-    sbx_bin();
+    /* build/tests/fakes/sbx-fake.so beside build/sbx: the test doubles, as a plugin. */
+    const char *bin = sbx_bin();
+    snprintf(p, sizeof(p), "%.*s/tests/fakes/sbx-fake.so", (int)(strrchr(bin, '/') - bin), bin);
+    if (access(p, R_OK) != 0)
+        TAP_FAIL("%s is not built (make tests builds it)", p);
+    setenv("SBX_PLUGIN_PATH", p, 1);
 }
 
 static pid_t spawn(char *const *argv, int in_fd, int out_fd, int err_fd)
@@ -523,7 +530,21 @@ static void test_provider_failure_is_125(void)
 static void test_providers(void)
 {
     setup();
+    /* sbx itself has no test doubles: without the test plugin, only the real providers. */
+    char *plugin = strdup(getenv("SBX_PLUGIN_PATH"));
+    unsetenv("SBX_PLUGIN_PATH");
     struct proc p = SBX("providers");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "linux\nlocal\n");
+    proc_free(&p);
+    p = SBX("run", "--provider", "fake", "--", "exit", "0");
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "Unknown sandbox provider 'fake'. Available providers: linux, local");
+    proc_free(&p);
+    /* The plugin's providers join them. */
+    setenv("SBX_PLUGIN_PATH", plugin, 1);
+    free(plugin);
+    p = SBX("providers");
     EXPECT_CODE(p, 0);
     TAP_EQ_STR(p.out, "fake\nfake_basic\nlinux\nlocal\n");
     proc_free(&p);

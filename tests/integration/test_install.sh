@@ -21,7 +21,7 @@ check() { # description, command...
   local d=$1; shift
   if out=$("$@" 2>&1); then ok "$d"; else nok "$d" "$out"; fi
 }
-echo "1..15"
+echo "1..16"
 
 # A sanitizer build installs instrumented binaries: programs must link the runtime
 # too, and Python must preload it.
@@ -48,6 +48,12 @@ done
 [ -f "$pydir/sbx/__init__.py" ] || missing="$missing $pydir/sbx"
 if [ -z "$missing" ]; then ok "everything is installed: library, headers, pc, CLI, shim, agent, man, completions, Python"
 else nok "installed files" "missing:$missing"; fi
+
+# The test doubles (tests/fakes) are not part of what is installed.
+out=$(env -u SBX_PLUGIN_PATH "$prefix/bin/sbx" providers 2>&1)
+if [ "$out" = "$(printf 'linux\nlocal')" ] && ! find "$prefix" -name '*fake*' | grep -q .; then
+  ok "the installed sbx has no test providers: sbx providers lists linux and local"
+else nok "the installed sbx lists test providers" "$out" "$(find "$prefix" -name '*fake*')"; fi
 
 out=$(bash -c 'source "$1"; COMP_WORDS=(sbx ru); COMP_CWORD=1; _sbx; echo "${COMPREPLY[*]}";
                COMP_WORDS=(sbx image r); COMP_CWORD=2; _sbx; echo "${COMPREPLY[*]}"' sh \
