@@ -329,3 +329,21 @@ bench: $(FAKE_PLUGIN)
 $(B)/sbx: LDFLAGS_ALL += -rdynamic
 $(BENCH_BIN): LDFLAGS_ALL += -rdynamic
 # --- end test doubles ---
+
+# --- shipped provider config blocks ---
+# providers/<p>/configs/<p>.yaml: a top-level `sandbox` block for each provider
+# with every key at its default, as the reference ships its providers' configs
+# (a NeMo Gym config names it with `sandbox_provider: sandbox`). Installed
+# under PREFIX/share/sbx, in the .deb too.
+PROVIDER_CONFIGS := $(sort $(wildcard providers/*/configs/*.yaml))
+SHAREDIR ?= $(PREFIX)/share/sbx
+.PHONY: install-configs uninstall-configs
+install: install-configs
+uninstall: uninstall-configs
+install-configs:
+	for f in $(PROVIDER_CONFIGS); do install -D -m 644 $$f $(DESTDIR)$(SHAREDIR)/$$f || exit 1; done
+uninstall-configs:
+	rm -f $(addprefix $(DESTDIR)$(SHAREDIR)/,$(PROVIDER_CONFIGS))
+	-for f in $(PROVIDER_CONFIGS); do (cd $(DESTDIR)$(SHAREDIR) && rmdir -p $$(dirname $$f)) 2>/dev/null; done; \
+	    rmdir $(DESTDIR)$(SHAREDIR) 2>/dev/null; true
+# --- end shipped provider config blocks ---
