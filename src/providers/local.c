@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/sendfile.h>
@@ -50,6 +51,13 @@ struct local_state {
     int concurrency;
     size_t max_output;
     char *state_dir; /* box records (never NULL once made) */
+    /*
+     * The state directory checked (sbx__local_state_open) by the first create
+     * or connect, then used as is: the checks walk every component and name
+     * its owner, too dear to repeat per box. Under `lock` (worker threads).
+     */
+    pthread_mutex_t lock;
+    char *state_canon;
     /* Loop thread only: */
     int running;
     struct lexec *qhead, *qtail;
@@ -97,6 +105,8 @@ static void state_free(struct local_state *st)
     free(st->workspace_root);
     free(st->shell);
     free(st->state_dir);
+    free(st->state_canon);
+    pthread_mutex_destroy(&st->lock);
     free(st);
 }
 
@@ -125,6 +135,7 @@ static int local_init(const char *config_json, void **state, sbx_error **err)
     st->default_timeout_s = SBX_DEFAULT_EXEC_TIMEOUT_S;
     st->concurrency = 8;
     st->max_output = SBX_DEFAULT_OUTPUT_LIMIT;
+    pthread_mutex_init(&st->lock, NULL);
     int rc = SBX_OK;
 
     v = json_object_get(cfg, "workspace_root");
@@ -251,6 +262,18 @@ static char *in_workspace(const struct local_box *b, const char *p)
     return sbx__printf("%s/%s", b->workspace, p);
 }
 
+/* The checked state directory (a copy), checking it on first use. Worker threads. */
+static char *state_canon(struct local_state *st, sbx_error **err)
+{
+    pthread_mutex_lock(&st->lock);
+    char *canon = NULL;
+    if (st->state_canon || sbx__local_state_open(st->state_dir, &st->state_canon, err) == SBX_OK)
+        if (!(canon = strdup(st->state_canon)))
+            sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    pthread_mutex_unlock(&st->lock);
+    return canon;
+}
+
 struct create_job {
     struct local_state *st;
     sbx_spec *spec;
@@ -344,8 +367,12 @@ static void create_work(sbx_op *op, void *data)
         b->owned_ws = true;
     }
     /* The record: how list, stop by id and gc (any process's) find the box. */
-    if (!(b->state_dir = strdup(j->st->state_dir)))
-        goto oom;
+    if (!(b->state_dir = state_canon(j->st, &e))) {
+        e = sbx_error_prefix(e, "local provider cannot record the box");
+        if (b->owned_ws)
+            sbx__rm_rf(b->workspace);
+        goto fail;
+    }
     double ttl = 0;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
@@ -1401,8 +1428,8 @@ static void connect_work(sbx_op *op, void *data)
         goto oom;
     if (json_is_string(wd) && !(b->workdir_arg = strdup(json_string_value(wd))))
         goto oom;
-    if (!(b->state_dir = strdup(j->st->state_dir)))
-        goto oom;
+    if (!(b->state_dir = state_canon(j->st, &err)))
+        goto out;
     struct stat st;
     if (stat(b->workspace, &st) < 0 || !S_ISDIR(st.st_mode)) {
         err = sbx_error_new(SBX_ENOENT,

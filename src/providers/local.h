@@ -23,13 +23,19 @@ typedef struct {
 } sbx_local_record;
 
 /*
- * Writes box `r`'s record into `state_dir` (made 0700 and checked as every
- * private state directory is, sbx__private_dir). Blocks: worker threads only.
+ * Makes (0700) and checks `state_dir` as every private state directory is
+ * (sbx__private_dir); *canonical gets its resolved path, where records go.
+ * Blocks: worker threads only.
  */
-SBX_INTERNAL int sbx__local_record_write(const char *state_dir, const sbx_local_record *r,
+SBX_INTERNAL int sbx__local_state_open(const char *state_dir, char **canonical, sbx_error **err);
+/*
+ * Writes box `r`'s record into `canonical_dir` (from sbx__local_state_open).
+ * Blocks: worker threads only.
+ */
+SBX_INTERNAL int sbx__local_record_write(const char *canonical_dir, const sbx_local_record *r,
                                          sbx_error **err);
-/* Forgets box `id`'s record (none is fine). Blocks: worker threads only. */
-SBX_INTERNAL void sbx__local_record_remove(const char *state_dir, const char *id);
+/* Forgets box `id`'s record in `canonical_dir` (none is fine). Blocks: worker threads only. */
+SBX_INTERNAL void sbx__local_record_remove(const char *canonical_dir, const char *id);
 
 /* The provider-wide operations (provider ABI 2), on the worker pool. */
 SBX_INTERNAL void sbx__local_op_list(sbx_op *op, const char *state_dir, const char *filter_json);

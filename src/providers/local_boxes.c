@@ -66,12 +66,13 @@ static double now_s(void)
 
 /* --- records --------------------------------------------------------------- */
 
-int sbx__local_record_write(const char *state_dir, const sbx_local_record *r, sbx_error **err)
+int sbx__local_state_open(const char *state_dir, char **canonical, sbx_error **err)
 {
-    _cleanup_free_ char *canon = NULL;
-    int rc = sbx__private_dir(state_dir, true, &canon, err);
-    if (rc < 0)
-        return rc;
+    return sbx__private_dir(state_dir, true, canonical, err);
+}
+
+int sbx__local_record_write(const char *canon, const sbx_local_record *r, sbx_error **err)
+{
     _cleanup_json_ json_t *labels = json_object();
     for (size_t i = 0; labels && r->labels && i < r->labels->len; i++)
         if (json_object_set_new(labels, r->labels->keys[i], json_string(r->labels->values[i])) < 0)
@@ -93,10 +94,9 @@ int sbx__local_record_write(const char *state_dir, const sbx_local_record *r, sb
     return SBX_OK;
 }
 
-void sbx__local_record_remove(const char *state_dir, const char *id)
+void sbx__local_record_remove(const char *canon, const char *id)
 {
-    _cleanup_free_ char *canon = NULL;
-    if (!id_ok(id) || sbx__private_dir(state_dir, false, &canon, NULL) < 0)
+    if (!id_ok(id))
         return;
     _cleanup_free_ char *path = sbx__printf("%s/%s.json", canon, id);
     if (path && unlink(path) < 0 && errno != ENOENT)
