@@ -41,6 +41,8 @@ CLI_SRC := $(sort $(wildcard src/cli/*.c))
 CLI_OBJ := $(CLI_SRC:%.c=$(B)/obj/%.o)
 TEST_COMMON := tests/common.c
 TEST_COMMON_OBJ := $(B)/obj/tests/common.o
+# The test doubles (tests/fakes), registered in every C test binary (see the end).
+TEST_COMMON_OBJ += $(B)/obj/tests/fakes/fake.o $(B)/obj/tests/fakes/static.o
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 INTEG_SRC := $(sort $(wildcard tests/integration/test_*.c))
 TEST_BIN := $(UNIT_SRC:tests/%.c=$(B)/tests/%) $(INTEG_SRC:tests/%.c=$(B)/tests/%)
@@ -311,3 +313,37 @@ all: $(B)/sbx-agent
 tests: $(B)/sbx-agent
 
 -include $(shell find $(B)/agent-obj -name '*.d' 2>/dev/null)
+
+# --- test doubles ---
+# The fake providers (tests/fakes) are not part of libsbx: the C test binaries
+# link them (TEST_COMMON_OBJ), and the CLI, Python, script and bench runs load
+# the same source as a plugin on SBX_PLUGIN_PATH. A plugin binds to the host's
+# libsbx, so the CLI and the benchmarks export the public API (-rdynamic:
+# with -fvisibility=hidden that is exactly the SBX_EXPORT symbols).
+FAKE_PLUGIN := $(B)/tests/fakes/sbx-fake.so
+$(FAKE_PLUGIN): $(B)/obj/tests/fakes/fake.o $(B)/obj/tests/fakes/plugin.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS_ALL) -shared -o $@ $^ $(shell pkg-config --libs jansson libuv 2>/dev/null) -lpthread
+tests: $(FAKE_PLUGIN)
+bench: $(FAKE_PLUGIN)
+$(B)/sbx: LDFLAGS_ALL += -rdynamic
+$(BENCH_BIN): LDFLAGS_ALL += -rdynamic
+# --- end test doubles ---
+
+# --- shipped provider config blocks ---
+# providers/<p>/configs/<p>.yaml: a top-level `sandbox` block for each provider
+# with every key at its default, as the reference ships its providers' configs
+# (a NeMo Gym config names it with `sandbox_provider: sandbox`). Installed
+# under PREFIX/share/sbx, in the .deb too.
+PROVIDER_CONFIGS := $(sort $(wildcard providers/*/configs/*.yaml))
+SHAREDIR ?= $(PREFIX)/share/sbx
+.PHONY: install-configs uninstall-configs
+install: install-configs
+uninstall: uninstall-configs
+install-configs:
+	for f in $(PROVIDER_CONFIGS); do install -D -m 644 $$f $(DESTDIR)$(SHAREDIR)/$$f || exit 1; done
+uninstall-configs:
+	rm -f $(addprefix $(DESTDIR)$(SHAREDIR)/,$(PROVIDER_CONFIGS))
+	-for f in $(PROVIDER_CONFIGS); do (cd $(DESTDIR)$(SHAREDIR) && rmdir -p $$(dirname $$f)) 2>/dev/null; done; \
+	    rmdir $(DESTDIR)$(SHAREDIR) 2>/dev/null; true
+# --- end shipped provider config blocks ---

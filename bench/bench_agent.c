@@ -177,7 +177,7 @@ int main(int argc, char **argv)
     if (read(rp[0], &b, 1) != 1)
         die("the agent did not start (run make first)");
     close(rp[0]);
-    if (sbx_provider_new("{\"fake\": {}}", &P, NULL) != SBX_OK)
+    if (sbx_provider_new("{\"local\": {}}", &P, NULL) != SBX_OK)
         die("provider");
     struct waiter cw = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0, NULL};
     struct job j = {.w = &cw, .sock = sock};

@@ -1,7 +1,9 @@
 /*
  * The core's own overhead: an exec round trip through the async core and the
  * sync facade on the in-memory fake provider (no process is started), next
- * to a bare fork+exec of /bin/true measured in the same run.
+ * to a bare fork+exec of /bin/true measured in the same run. The fake is the
+ * test plugin build/tests/fakes/sbx-fake.so, which bench/run.sh puts on
+ * SBX_PLUGIN_PATH.
  */
 #include "bench.h"
 

@@ -113,7 +113,7 @@ static void setup(void)
 {
     if (P)
         return;
-    if (sbx_provider_new("{\"fake\": {}}", &P, NULL) != SBX_OK)
+    if (sbx_provider_new("{\"local\": {}}", &P, NULL) != SBX_OK)
         abort();
     snprintf(dir, sizeof(dir), "/tmp/sbx-fuzz-client.XXXXXX");
     if (!mkdtemp(dir))

@@ -225,7 +225,7 @@ SBX_EXPORT int sbx_exec_opts_set_stdin(sbx_exec_opts *o, const void *data, size_
  * stay open until the exec completes; it is read until EOF or until the
  * command ends (what is unread then stays unread), never closed. A pipe or
  * socket may be switched to non-blocking mode while it is read (its flags
- * are restored). The fake provider reads it whole. SBX_EINVAL for a
+ * are restored). SBX_EINVAL for a
  * negative fd.
  */
 SBX_EXPORT int sbx_exec_opts_set_stdin_fd(sbx_exec_opts *o, int fd);

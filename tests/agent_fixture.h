@@ -132,7 +132,7 @@ static inline void *loop_of(void)
 static inline void setup(void)
 {
     sbx_error *e = NULL;
-    if (sbx_provider_new("{\"fake\": {}}", &P, &e) != SBX_OK)
+    if (sbx_provider_new("{\"local\": {}}", &P, &e) != SBX_OK)
         TAP_FAIL("provider: %s", sbx_error_message(e));
 }
 

@@ -5,6 +5,10 @@ set -u
 B=${B:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 cd "$(dirname "$0")/.."
+# The test doubles `fake` and `fake_basic` are not in libsbx: the C binaries link
+# them, and what runs the CLI or Python (the scripts, the Python tests) loads
+# them as a plugin.
+FAKES="${SBX_PLUGIN_PATH:+$SBX_PLUGIN_PATH:}$PWD/$B/tests/fakes/sbx-fake.so"
 passed=0 failed=0 skipped=0
 failed_names=()
 
@@ -83,7 +87,7 @@ for t in tests/unit/test_*.sh tests/integration/test_*.sh tests/acceptance/test_
       tests/acceptance/*)
         grep -q 'SBX_NO_VALGRIND_CLI=1' "$t" && { echo "== $(basename "$t"): not under valgrind (needs the real process)"; continue; }
         vglogs=$(mktemp -d /tmp/sbx-vglogs.XXXXXX); chmod 0777 "$vglogs"
-        run_native=1 run_one "$(basename "$t") (sbx under memcheck)" env B="$B" SBX_VG_LOGS="$vglogs" "$t"
+        run_native=1 run_one "$(basename "$t") (sbx under memcheck)" env B="$B" SBX_PLUGIN_PATH="$FAKES" SBX_VG_LOGS="$vglogs" "$t"
         # What memcheck said about the CLI (the failing checks exited 99).
         for l in "$vglogs"/*.log; do
           [ -s "$l" ] && grep -q '^==[0-9]*== ' "$l" && sed 's/^/   memcheck: /' "$l" | head -40
@@ -92,7 +96,7 @@ for t in tests/unit/test_*.sh tests/integration/test_*.sh tests/acceptance/test_
       *) echo "== $(basename "$t"): not under valgrind (runs no sbx code of its own there)"; continue ;;
     esac
   fi
-  run_one "$(basename "$t")" env B="$B" "$t"
+  run_one "$(basename "$t")" env B="$B" SBX_PLUGIN_PATH="$FAKES" "$t"
 done
 
 for r in "$B"/fuzz/*-replay; do
@@ -113,7 +117,7 @@ if [ -d python/tests ] && [ -z "${SBX_SKIP_PYTHON:-}" ]; then
     fi
   done
   LD_PRELOAD="${preload# }" ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}" \
-  SBX_LIB="$PWD/$B/libsbx.so" SBX_CLI="$PWD/$B/sbx" PYTHONPATH="$PWD/python" \
+  SBX_LIB="$PWD/$B/libsbx.so" SBX_CLI="$PWD/$B/sbx" PYTHONPATH="$PWD/python" SBX_PLUGIN_PATH="$FAKES" \
     "$PYTHON" -m pytest -q -p no:cacheprovider python/tests >"$out" 2>&1
   rc=$?
   tail -n 30 "$out" | sed 's/^/   /'

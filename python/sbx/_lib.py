@@ -56,7 +56,9 @@ def _load() -> ctypes.CDLL:
             errors.append(f"{path}: not found")
             continue
         try:
-            return ctypes.CDLL(path)
+            # Global: C provider plugins on SBX_PLUGIN_PATH bind to this libsbx's API
+            # (they link no copy of their own), which a local load would hide from them.
+            return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
         except OSError as exc:
             errors.append(str(exc))
     raise ImportError(

@@ -190,3 +190,24 @@ def test_direct_sync_timeout_kills_the_command(tmp_path):
     assert procs_in(tmp_path) == []
     assert s.exec("echo ok").stdout == "ok\n"
     s.stop()
+
+
+def test_list_and_cleanup_local_boxes_by_run_id(tmp_path):
+    """Boxes one provider object made are listed and collected by another (E2B's Sandbox.list)."""
+    import sbx
+
+    cfg = {"local": {"workspace_root": str(tmp_path / "ws"), "state_dir": str(tmp_path / "state")}}
+
+    async def go():
+        async with AsyncSandbox(cfg, SandboxSpec(metadata={"run_id": "r7"})) as keep:
+            await keep.start()
+            boxes = sbx.list_sandboxes(cfg, labels={"run_id": "r7"})
+            assert [b["id"] for b in boxes] == [keep.sandbox_id]
+            assert boxes[0]["status"] == "running" and boxes[0]["labels"] == {"run_id": "r7"}
+            assert sbx.list_sandboxes(cfg, labels={"run_id": "other"}) == []
+            # What a crashed run left: collected by run id, workspace and all.
+            assert sbx.cleanup_sandboxes(cfg, run_id="r7") == [keep.sandbox_id]
+            assert sbx.list_sandboxes(cfg) == []
+            assert os.listdir(tmp_path / "ws") == []
+
+    run(go())

@@ -22,13 +22,13 @@ def test_register_and_lookup():
         register_provider("recording", RecordingProvider)
     assert str(e.value) == "Sandbox provider 'recording' is already registered"
     with pytest.raises(ValueError, match="'fake' is already registered"):
-        register_provider("fake", RecordingProvider)  # built in (C)
+        register_provider("fake", RecordingProvider)  # a C provider (the test plugin)
     class Other(RecordingProvider):
         pass
     register_provider("recording", Other, override=True)
     assert get_provider_class("recording") is Other
     assert issubclass(get_provider_class("fake"), CProvider)
-    register_provider("fake", Other, override=True)  # shadows the C built-in
+    register_provider("fake", Other, override=True)  # shadows the C provider
     assert get_provider_class("fake") is Other
     assert isinstance(create_provider({"fake": {}}), Other)
 
@@ -93,9 +93,9 @@ def site(tmp_path, monkeypatch):
 
 
 def test_entry_points_are_discovered(site):
-    _publish(site, "pkg-a", {"ep_one": "ep_provider_mod:EpProvider", "sbx_fake": "sbx.nemo_gym_adapter:FakeProvider"})
+    _publish(site, "pkg-a", {"ep_one": "ep_provider_mod:EpProvider", "sbx_local": "sbx.nemo_gym_adapter:LocalProvider"})
     assert "ep_one" in list_providers()
-    assert "sbx_fake" not in list_providers()  # sbx's own adapters are not listed twice
+    assert "sbx_local" not in list_providers()  # sbx's own adapters are not listed twice
     cls = get_provider_class("ep_one")
     assert cls.__name__ == "EpProvider"
     assert create_provider({"ep_one": {"a": 1}}).kw == {"a": 1}

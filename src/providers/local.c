@@ -10,6 +10,9 @@
  *   default_timeout_s  180; used when an exec passes no timeout (null: none)
  *   concurrency        8; execs running at once per provider, the rest queue FIFO
  *   max_output_bytes   16 MiB; bytes kept per stream unless the exec sets a cap
+ *   state_dir          where box records go (sbx__local_state_dir: $SBX_STATE_DIR/local,
+ *                      /run/sbx/local for root, ...), so list, stop by id and gc see
+ *                      boxes other processes made (local_boxes.c)
  *
  * Everything runs on the loop thread: uv_spawn with UV_PROCESS_DETACHED
  * (setsid, so each exec is its own process group), pipes for the standard
@@ -17,14 +20,17 @@
  * (create, transfer, status, removal) goes to the worker pool.
  */
 #include "core/internal.h"
+#include "providers/local.h"
 
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <uv.h>
 
@@ -44,6 +50,14 @@ struct local_state {
     double default_timeout_s; /* < 0: none */
     int concurrency;
     size_t max_output;
+    char *state_dir; /* box records (never NULL once made) */
+    /*
+     * The state directory checked (sbx__local_state_open) by the first create
+     * or connect, then used as is: the checks walk every component and name
+     * its owner, too dear to repeat per box. Under `lock` (worker threads).
+     */
+    pthread_mutex_t lock;
+    char *state_canon;
     /* Loop thread only: */
     int running;
     struct lexec *qhead, *qtail;
@@ -59,12 +73,15 @@ struct local_box {
     struct lexec *execs; /* running execs (loop thread only) */
     sbx_op *closing;     /* a close waiting for its killed execs to be reaped */
     bool closing_remove; /* ...and then removing the workspace */
+    char *state_dir;     /* where its record is (local_boxes.c) */
+    bool closing_forget; /* ...and its record: the box ends */
 };
 
 /* --- config -------------------------------------------------------------- */
 
 static const char *const config_keys[] = {
-    "workspace_root", "shell", "default_timeout_s", "concurrency", "max_output_bytes", NULL,
+    "workspace_root", "shell", "default_timeout_s", "concurrency", "max_output_bytes", "state_dir",
+    NULL,
 };
 
 static int config_error(sbx_error **err, int code, const char *fmt, ...)
@@ -87,6 +104,9 @@ static void state_free(struct local_state *st)
         return;
     free(st->workspace_root);
     free(st->shell);
+    free(st->state_dir);
+    free(st->state_canon);
+    pthread_mutex_destroy(&st->lock);
     free(st);
 }
 
@@ -106,7 +126,7 @@ static int local_init(const char *config_json, void **state, sbx_error **err)
         if (!known)
             return config_error(err, SBX_ETYPE,
                                 "unknown key '%s'; known keys: workspace_root, shell, "
-                                "default_timeout_s, concurrency, max_output_bytes",
+                                "default_timeout_s, concurrency, max_output_bytes, state_dir",
                                 key);
     }
     struct local_state *st = calloc(1, sizeof(*st));
@@ -115,6 +135,7 @@ static int local_init(const char *config_json, void **state, sbx_error **err)
     st->default_timeout_s = SBX_DEFAULT_EXEC_TIMEOUT_S;
     st->concurrency = 8;
     st->max_output = SBX_DEFAULT_OUTPUT_LIMIT;
+    pthread_mutex_init(&st->lock, NULL);
     int rc = SBX_OK;
 
     v = json_object_get(cfg, "workspace_root");
@@ -164,7 +185,15 @@ static int local_init(const char *config_json, void **state, sbx_error **err)
         }
         st->max_output = (size_t)json_integer_value(v);
     }
-    if (!st->shell ||
+    v = json_object_get(cfg, "state_dir");
+    if (v && !json_is_null(v) && (!json_is_string(v) || json_string_value(v)[0] != '/')) {
+        rc = config_error(err, SBX_ETYPE,
+                          "state_dir must be an absolute path (where box records go), or null "
+                          "for the default");
+        goto fail;
+    }
+    st->state_dir = sbx__local_state_dir(json_string_value(v));
+    if (!st->shell || !st->state_dir ||
         (json_is_string(json_object_get(cfg, "workspace_root")) && !st->workspace_root)) {
         rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
         goto fail;
@@ -192,6 +221,7 @@ static void box_free(void *p)
     free(b->workspace);
     free(b->workdir_arg);
     free(b->scope);
+    free(b->state_dir);
     sbx__kv_free(&b->env);
     free(b);
 }
@@ -232,6 +262,18 @@ static char *in_workspace(const struct local_box *b, const char *p)
     return sbx__printf("%s/%s", b->workspace, p);
 }
 
+/* The checked state directory (a copy), checking it on first use. Worker threads. */
+static char *state_canon(struct local_state *st, sbx_error **err)
+{
+    pthread_mutex_lock(&st->lock);
+    char *canon = NULL;
+    if (st->state_canon || sbx__local_state_open(st->state_dir, &st->state_canon, err) == SBX_OK)
+        if (!(canon = strdup(st->state_canon)))
+            sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    pthread_mutex_unlock(&st->lock);
+    return canon;
+}
+
 struct create_job {
     struct local_state *st;
     sbx_spec *spec;
@@ -244,8 +286,6 @@ static void warn_ignored(const sbx_spec *spec)
     long long n;
     if (sbx_spec_image(spec))
         sbx__buf_printf(&b, ", image");
-    if (sbx_spec_get_ttl(spec, &d))
-        sbx__buf_printf(&b, ", ttl_s");
     if (sbx_spec_get_ready_timeout(spec, &d))
         sbx__buf_printf(&b, ", ready_timeout_s");
     if (sbx_spec_port_count(spec))
@@ -325,6 +365,32 @@ static void create_work(sbx_op *op, void *data)
             }
         }
         b->owned_ws = true;
+    }
+    /* The record: how list, stop by id and gc (any process's) find the box. */
+    if (!(b->state_dir = state_canon(j->st, &e))) {
+        e = sbx_error_prefix(e, "local provider cannot record the box");
+        if (b->owned_ws)
+            sbx__rm_rf(b->workspace);
+        goto fail;
+    }
+    double ttl = 0;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    sbx_local_record rec = {
+        .id = b->id,
+        .workspace = b->workspace,
+        .owned_workspace = b->owned_ws,
+        .workdir = b->workdir_arg,
+        .created = (double)now.tv_sec + now.tv_nsec / 1e9,
+        .labels = &spec->metadata,
+    };
+    if (sbx_spec_get_ttl(spec, &ttl) && ttl >= 0)
+        rec.expires_at = rec.created + ttl;
+    if (sbx__local_record_write(b->state_dir, &rec, &e) < 0) {
+        e = sbx_error_prefix(e, "local provider cannot record the box");
+        if (b->owned_ws)
+            sbx__rm_rf(b->workspace);
+        goto fail;
     }
     sbx_spec_free(j->spec);
     free(j);
@@ -1195,15 +1261,35 @@ static void local_endpoint(sbx_op *op, void *state, void *box, int port)
     sbx_op_complete(op, rc, err, ep);
 }
 
+/* What ending a box removes: its workspace (when sbx allocated it) and its record. */
+struct remove_job {
+    char *workspace; /* NULL: keep it */
+    char *state_dir; /* NULL: keep the record */
+    char *id;
+};
+
+static void remove_job_free(struct remove_job *j)
+{
+    if (!j)
+        return;
+    free(j->workspace);
+    free(j->state_dir);
+    free(j->id);
+    free(j);
+}
+
 static void remove_work(sbx_op *op, void *data)
 {
+    struct remove_job *j = data;
     sbx_error *err = NULL;
-    if (sbx__rm_rf(data) < 0)
+    if (j->workspace && sbx__rm_rf(j->workspace) < 0)
         err = sbx_error_new_errno(SBX_EIO, errno,
                                   "local sandbox: cannot remove the workspace '%s'; remove it by "
                                   "hand",
-                                  (char *)data);
-    free(data);
+                                  j->workspace);
+    if (j->state_dir)
+        sbx__local_record_remove(j->state_dir, j->id);
+    remove_job_free(j);
     sbx_op_complete(op, err ? SBX_EIO : SBX_OK, err, NULL);
 }
 
@@ -1230,7 +1316,9 @@ static void local_close(sbx_op *op, void *state, void *box, int owned)
      * reference sandbox ends the box.
      */
     b->closing = op;
-    b->closing_remove = b->owned_ws && (owned || !b->scope || !strcmp(b->scope, "owner"));
+    bool ends = owned || !b->scope || !strcmp(b->scope, "owner");
+    b->closing_remove = b->owned_ws && ends;
+    b->closing_forget = ends && b->state_dir;
     /* Stop returns once the killed commands are reaped: nothing of the box outlives it. */
     if (!b->execs)
         close_continue(b);
@@ -1240,17 +1328,20 @@ static void close_continue(struct local_box *b)
 {
     sbx_op *op = b->closing;
     b->closing = NULL;
-    if (!b->closing_remove) {
+    if (!b->closing_remove && !b->closing_forget) {
         sbx_op_complete(op, SBX_OK, NULL, NULL);
         return;
     }
-    char *ws = strdup(b->workspace);
-    if (!ws) {
+    struct remove_job *j = calloc(1, sizeof(*j));
+    if (!j || !(j->id = strdup(b->id)) ||
+        (b->closing_remove && !(j->workspace = strdup(b->workspace))) ||
+        (b->closing_forget && !(j->state_dir = strdup(b->state_dir)))) {
+        remove_job_free(j);
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return;
     }
-    if (sbx_op_run_blocking(op, remove_work, ws) < 0) {
-        free(ws);
+    if (sbx_op_run_blocking(op, remove_work, j) < 0) {
+        remove_job_free(j);
         sbx_op_complete(op, SBX_EIO, NULL, NULL);
     }
 }
@@ -1337,6 +1428,8 @@ static void connect_work(sbx_op *op, void *data)
         goto oom;
     if (json_is_string(wd) && !(b->workdir_arg = strdup(json_string_value(wd))))
         goto oom;
+    if (!(b->state_dir = state_canon(j->st, &err)))
+        goto out;
     struct stat st;
     if (stat(b->workspace, &st) < 0 || !S_ISDIR(st.st_mode)) {
         err = sbx_error_new(SBX_ENOENT,
@@ -1378,6 +1471,23 @@ static void local_connect(sbx_op *op, void *state, const char *descriptor_json)
     }
 }
 
+/* --- boxes by id (local_boxes.c) ----------------------------------------- */
+
+static void local_list(sbx_op *op, void *state, const char *filter_json)
+{
+    sbx__local_op_list(op, ((struct local_state *)state)->state_dir, filter_json);
+}
+
+static void local_stop_id(sbx_op *op, void *state, const char *id)
+{
+    sbx__local_op_stop_id(op, ((struct local_state *)state)->state_dir, id);
+}
+
+static void local_gc(sbx_op *op, void *state, const char *opts_json)
+{
+    sbx__local_op_gc(op, ((struct local_state *)state)->state_dir, opts_json);
+}
+
 SBX_INTERNAL const struct sbx_provider_ops sbx__local_provider = {
     SBX_PROVIDER_OPS_HEADER,
     .name = "local",
@@ -1394,4 +1504,7 @@ SBX_INTERNAL const struct sbx_provider_ops sbx__local_provider = {
     .endpoint = local_endpoint,
     .serialize = local_serialize,
     .connect = local_connect,
+    .list = local_list,
+    .stop_id = local_stop_id,
+    .gc = local_gc,
 };

@@ -13,7 +13,7 @@ check "single quotes stay literal" [ "$("$SBX" run --no-stdin -- echo '$HOME')" 
 check "stdin is passed" [ "$(echo data | "$SBX" run -- wc -c)" = 5 ]
 run "timeout is 124" 124 "$SBX" run --timeout 1 -- sleep 30
 check "timeout message" has "$ERR" "sbx: command timed out after 1s"
-run "fake provider --json" 3 "$SBX" run --provider fake --json -- exit 3
+run "local provider --json" 3 "$SBX" run --provider local --json -- sh -c 'exit 3'
 check "json has return_code 3" has "$OUT" '"return_code": 3'
 
 run "create" 0 "$SBX" create --workdir /tmp/w --label job=eval --ttl 3600 -e MODE=fast

@@ -1,7 +1,9 @@
 /*
  * The sbx CLI as a user runs it: build/sbx as a real subprocess, with stdin,
  * stdout and stderr kept apart and the exact exit status checked. The fake
- * provider covers exit codes, output, usage errors, config and records; the
+ * provider (the test plugin build/tests/fakes/sbx-fake.so, on SBX_PLUGIN_PATH
+ * for every command; it is not in sbx itself) covers exit codes, output,
+ * usage errors, config and records; the
  * local provider covers boxes shared by separate processes, cp, ttl and
  * interruption; the linux provider (the default) the same, plus images,
  * boxes made by other processes, and gc of expired and orphaned boxes, with
@@ -71,7 +73,12 @@ static void setup(void)
     mkdir(p, 0700);
     setenv("TMPDIR", p, 1);
     unsetenv("SBX_PROVIDER");
-    sbx_bin();
+    /* build/tests/fakes/sbx-fake.so beside build/sbx: the test doubles, as a plugin. */
+    const char *bin = sbx_bin();
+    snprintf(p, sizeof(p), "%.*s/tests/fakes/sbx-fake.so", (int)(strrchr(bin, '/') - bin), bin);
+    if (access(p, R_OK) != 0)
+        TAP_FAIL("%s is not built (make tests builds it)", p);
+    setenv("SBX_PLUGIN_PATH", p, 1);
 }
 
 static pid_t spawn(char *const *argv, int in_fd, int out_fd, int err_fd)
@@ -523,7 +530,21 @@ static void test_provider_failure_is_125(void)
 static void test_providers(void)
 {
     setup();
+    /* sbx itself has no test doubles: without the test plugin, only the real providers. */
+    char *plugin = strdup(getenv("SBX_PLUGIN_PATH"));
+    unsetenv("SBX_PLUGIN_PATH");
     struct proc p = SBX("providers");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "linux\nlocal\n");
+    proc_free(&p);
+    p = SBX("run", "--provider", "fake", "--", "exit", "0");
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "Unknown sandbox provider 'fake'. Available providers: linux, local");
+    proc_free(&p);
+    /* The plugin's providers join them. */
+    setenv("SBX_PLUGIN_PATH", plugin, 1);
+    free(plugin);
+    p = SBX("providers");
     EXPECT_CODE(p, 0);
     TAP_EQ_STR(p.out, "fake\nfake_basic\nlinux\nlocal\n");
     proc_free(&p);
@@ -968,6 +989,109 @@ static json_t *ls_entry(json_t *arr, const char *id)
             return r;
     }
     return NULL;
+}
+
+/* A local box made by this process through the library, then left (detached) for the CLI. */
+static void local_library_box(char *id, size_t n, const char *run, double ttl)
+{
+    sbx_provider *prov = NULL;
+    sbx_error *e = NULL;
+    if (sbx_provider_new("{\"local\":{}}", &prov, &e) != SBX_OK)
+        TAP_FAIL("provider: %s", sbx_error_message(e));
+    sbx_spec *spec = sbx_spec_new();
+    sbx_spec_set_metadata(spec, "run", run);
+    if (ttl > 0)
+        sbx_spec_set_ttl(spec, ttl);
+    sbx_sandbox *sb = NULL;
+    TAP_EQ_INT(sbx_sandbox_new(prov, spec, &sb, NULL), SBX_OK);
+    if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
+        TAP_FAIL("start: %s", sbx_error_message(e));
+    snprintf(id, n, "%s", sbx_sandbox_id(sb));
+    sbx_sandbox_detach(sb);
+    sbx_spec_free(spec);
+    sbx_provider_free(prov);
+}
+
+/* The local provider's boxes, whoever made them, through sbx ls, exec, stop and gc. */
+static void test_local_library_boxes_ls_stop_gc(void)
+{
+    setup();
+    setenv("SBX_PROVIDER", "local", 1);
+    char a[64], b[64], c[64], d[64];
+    local_library_box(a, sizeof(a), "r1", 0);
+    local_library_box(b, sizeof(b), "r2", 0.5);
+    local_library_box(c, sizeof(c), "r3", 0);
+    local_library_box(d, sizeof(d), "r4", 0);
+    TAP_EQ_INT(records(), 0); /* none made by sbx create */
+    TAP_EQ_INT(workspaces(), 4);
+    /* d's workspace removed behind sbx's back: its record is all that is left. */
+    char ws[PATH_MAX];
+    snprintf(ws, sizeof(ws), "%s/%s", path_in_tmp("tmp"), d);
+    TAP_EQ_INT(rm_rf(ws), 0);
+
+    struct proc p = SBX("ls", "--json");
+    EXPECT_CODE(p, 0);
+    json_t *v = parse_json(p.out);
+    TAP_EQ_INT(json_array_size(v), 4);
+    const char *want[][2] = { { a, "running" }, { b, "running" }, { c, "running" }, { d, "error" } };
+    for (size_t i = 0; i < 4; i++) {
+        json_t *r = ls_entry(v, want[i][0]);
+        if (!r)
+            TAP_FAIL("%s not in ls: %s", want[i][0], p.out);
+        TAP_EQ_STR(json_string_value(json_object_get(r, "provider")), "local");
+        TAP_EQ_STR(json_string_value(json_object_get(r, "status")), want[i][1]);
+        TAP_TRUE(json_is_false(json_object_get(r, "recorded")));
+    }
+    json_decref(v);
+    proc_free(&p);
+    p = SBX("ls", "-q", "--label", "run=r1");
+    EXPECT_CODE(p, 0);
+    char line[80];
+    snprintf(line, sizeof(line), "%s\n", a);
+    TAP_EQ_STR(p.out, line);
+    proc_free(&p);
+
+    /* Reached by id from another process: exec in its workspace, then stop. */
+    p = SBX("exec", a, "--", "sh", "-c", "pwd");
+    EXPECT_CODE(p, 0);
+    snprintf(ws, sizeof(ws), "%s/%s\n", path_in_tmp("tmp"), a);
+    TAP_EQ_STR(p.out, ws);
+    proc_free(&p);
+    SBX_EXPECT(0, "stop", a);
+    TAP_EQ_INT(workspaces(), 2);
+    p = SBX("stop", a);
+    EXPECT_CODE(p, 3);
+    TAP_CONTAINS(p.err, "no such box");
+    proc_free(&p);
+
+    /* gc: the expired one and the dead one, not the live one... */
+    wait_for_ttl_expiry();
+    p = SBX("gc", "--json");
+    EXPECT_CODE(p, 0);
+    v = parse_json(p.out);
+    TAP_EQ_INT(json_array_size(v), 2);
+    json_t *eb = ls_entry(v, b), *ed = ls_entry(v, d);
+    if (!eb || !ed)
+        TAP_FAIL("gc did not collect %s and %s: %s", b, d, p.out);
+    TAP_EQ_STR(json_string_value(json_object_get(eb, "reason")), "ttl expired");
+    TAP_EQ_STR(json_string_value(json_object_get(ed, "reason")), "orphaned");
+    json_decref(v);
+    proc_free(&p);
+    TAP_EQ_INT(workspaces(), 1);
+    /* ...and by label, what a crashed run left. */
+    p = SBX("gc", "--json", "--label", "run=r3");
+    EXPECT_CODE(p, 0);
+    v = parse_json(p.out);
+    TAP_EQ_INT(json_array_size(v), 1);
+    TAP_EQ_STR(json_string_value(json_object_get(json_array_get(v, 0), "id")), c);
+    json_decref(v);
+    proc_free(&p);
+    TAP_EQ_INT(workspaces(), 0);
+    TAP_EQ_INT(count_entries(path_in_tmp("state/local")), 0);
+    p = SBX("ls", "-q");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "");
+    proc_free(&p);
 }
 
 static void test_default_provider_is_linux(void)
@@ -1452,6 +1576,7 @@ TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_
          TAP(test_spec_file), TAP(test_no_such_box), TAP(test_create_exec_ls_stop_fake),
          TAP(test_gc_fake), TAP(test_local_run_exact_output),
          TAP_T(test_local_create_exec_cp_stop, 120), TAP(test_local_gc_after_ttl),
+         TAP(test_local_library_boxes_ls_stop_gc),
          TAP(test_local_sigint_run_leaves_nothing), TAP(test_local_sigterm_run_leaves_nothing),
          TAP(test_default_provider_is_linux), TAP(test_linux_run_exit_codes_and_streams),
          TAP(test_linux_run_quoting_stdin_timeout_json),

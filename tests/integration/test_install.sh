@@ -21,7 +21,7 @@ check() { # description, command...
   local d=$1; shift
   if out=$("$@" 2>&1); then ok "$d"; else nok "$d" "$out"; fi
 }
-echo "1..15"
+echo "1..17"
 
 # A sanitizer build installs instrumented binaries: programs must link the runtime
 # too, and Python must preload it.
@@ -42,12 +42,25 @@ pydir=$(make -s --no-print-directory B="$B" PREFIX="$prefix" print-pydir)
 missing=""
 for f in bin/sbx lib/libsbx.so.0 lib/libsbx.so lib/pkgconfig/sbx.pc include/sbx.h include/sbx/provider.h \
          libexec/sbx/sbx-shim libexec/sbx/sbx-agent share/man/man1/sbx.1 \
-         share/bash-completion/completions/sbx share/zsh/site-functions/_sbx; do
+         share/bash-completion/completions/sbx share/zsh/site-functions/_sbx \
+         share/sbx/providers/linux/configs/linux.yaml share/sbx/providers/local/configs/local.yaml; do
   [ -e "$prefix/$f" ] || missing="$missing $f"
 done
 [ -f "$pydir/sbx/__init__.py" ] || missing="$missing $pydir/sbx"
-if [ -z "$missing" ]; then ok "everything is installed: library, headers, pc, CLI, shim, agent, man, completions, Python"
+if [ -z "$missing" ]; then ok "everything is installed: library, headers, pc, CLI, shim, agent, man, completions, Python, provider configs"
 else nok "installed files" "missing:$missing"; fi
+
+# The shipped config block of a provider, used as a NeMo Gym config names it.
+out=$(cd "$tmp" && TMPDIR="$tmp" "$prefix/bin/sbx" run --no-stdin \
+      --config "$prefix/share/sbx/providers/local/configs/local.yaml" --block sandbox -- echo shipped 2>&1)
+if [ "$out" = shipped ]; then ok "the installed share/sbx/providers/local/configs/local.yaml runs a box"
+else nok "the installed local.yaml runs a box" "$out"; fi
+
+# The test doubles (tests/fakes) are not part of what is installed.
+out=$(env -u SBX_PLUGIN_PATH "$prefix/bin/sbx" providers 2>&1)
+if [ "$out" = "$(printf 'linux\nlocal')" ] && ! find "$prefix" -name '*fake*' | grep -q .; then
+  ok "the installed sbx has no test providers: sbx providers lists linux and local"
+else nok "the installed sbx lists test providers" "$out" "$(find "$prefix" -name '*fake*')"; fi
 
 out=$(bash -c 'source "$1"; COMP_WORDS=(sbx ru); COMP_CWORD=1; _sbx; echo "${COMPREPLY[*]}";
                COMP_WORDS=(sbx image r); COMP_CWORD=2; _sbx; echo "${COMPREPLY[*]}"' sh \

@@ -2,7 +2,8 @@
  * The local provider against real host processes and files, through the
  * public API: exec semantics, timeouts that kill whole process trees,
  * cancellation, concurrency, output capture, transfer, serialize/connect
- * across processes, status, endpoint.
+ * across processes, status, endpoint, and the box registry (list, stop by
+ * id, gc) over the records of each test's own state directory.
  */
 #include "tap.h"
 #include "common.h"
@@ -21,14 +22,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 /* This binary, for the connect test's second process (not /proc/self/exe: valgrind). */
 static char self_path[4096] = "/proc/self/exe";
 
 static char *cfgf(const char *extra)
 {
     static char buf[1024];
-    snprintf(buf, sizeof(buf), "{\"local\": {\"workspace_root\": \"%s/ws\"%s%s}}", tap_tmpdir(),
-             extra ? ", " : "", extra ? extra : "");
+    snprintf(buf, sizeof(buf),
+             "{\"local\": {\"workspace_root\": \"%s/ws\", \"state_dir\": \"%s/state\"%s%s}}",
+             tap_tmpdir(), tap_tmpdir(), extra ? ", " : "", extra ? extra : "");
     return buf;
 }
 
@@ -874,6 +878,249 @@ static void test_config_errors(void)
     sbx_provider_free(p);
 }
 
+/* --- boxes by id: list, stop, gc ------------------------------------------ */
+
+static json_t *list_of(sbx_provider *p, const char *filter)
+{
+    char *text = NULL;
+    TAP_OK(sbx_provider_list(p, filter, &text, &e_));
+    json_t *v = json_loads(text, 0, NULL);
+    sbx_free(text);
+    TAP_TRUE(json_is_array(v));
+    return v;
+}
+
+static json_t *entry(json_t *arr, const char *id)
+{
+    size_t i;
+    json_t *r;
+    json_array_foreach(arr, i, r) if (!strcmp(json_string_value(json_object_get(r, "id")), id)) return r;
+    return NULL;
+}
+
+static int records_in_state(void)
+{
+    char *d = path_in(tap_tmpdir(), "state");
+    int n = count_dir_entries(d);
+    free(d);
+    return n < 0 ? 0 : n;
+}
+
+static void test_list_stop_by_id_gc(void)
+{
+    sbx_provider *p = local(NULL);
+    TAP_TRUE(sbx_provider_supports(p, "list") && sbx_provider_supports(p, "stop") &&
+             sbx_provider_supports(p, "gc"));
+    /* Nothing made yet, no state directory yet: an empty list, not an error. */
+    json_t *v = list_of(p, NULL);
+    TAP_EQ_INT(json_array_size(v), 0);
+    json_decref(v);
+
+    sbx_spec *spec = sbx_spec_new();
+    sbx_spec_set_metadata(spec, "run", "r1");
+    sbx_sandbox *a = started(p, spec);
+    sbx_spec_set_metadata(spec, "run", "r2");
+    sbx_spec_set_ttl(spec, 3600);
+    char *wd = path_in(tap_tmpdir(), "mine");
+    sbx_spec_set_workdir(spec, wd);
+    sbx_sandbox *b = started(p, spec);
+    sbx_spec_free(spec);
+    char *ws_a = workspace_of(a);
+    TAP_EQ_INT(records_in_state(), 2);
+
+    /* Another provider object (as another process would) sees both, in the linux shapes. */
+    sbx_provider *q = local(NULL);
+    v = list_of(q, NULL);
+    TAP_EQ_INT(json_array_size(v), 2);
+    json_t *ra = entry(v, sbx_sandbox_id(a)), *rb = entry(v, sbx_sandbox_id(b));
+    TAP_TRUE(ra && rb);
+    TAP_EQ_STR(json_string_value(json_object_get(ra, "status")), "running");
+    TAP_TRUE(json_is_number(json_object_get(ra, "created")));
+    TAP_TRUE(json_is_null(json_object_get(ra, "expires_at")));
+    TAP_TRUE(json_is_null(json_object_get(ra, "image")));
+    TAP_EQ_STR(json_string_value(json_object_get(json_object_get(ra, "labels"), "run")), "r1");
+    TAP_EQ_STR(json_string_value(json_object_get(json_object_get(ra, "provider"), "workspace")),
+               ws_a);
+    double exp_b = json_number_value(json_object_get(rb, "expires_at"));
+    double cr_b = json_number_value(json_object_get(rb, "created"));
+    TAP_TRUE(exp_b - cr_b > 3599 && exp_b - cr_b < 3601);
+    /* The descriptor connects. */
+    char *desc = json_dumps(json_object_get(ra, "descriptor"), JSON_COMPACT);
+    sbx_sandbox *c = NULL;
+    TAP_OK(sbx_sandbox_connect(q, desc, &c, &e_));
+    sbx_exec_result *r = run(c, "printf %s \"$PWD\"", NULL);
+    TAP_EQ_STR(out_of(r), ws_a);
+    sbx_exec_result_free(r);
+    sbx_sandbox_free(c);
+    free(desc);
+    json_decref(v);
+    v = list_of(q, "{\"labels\": {\"run\": \"r2\"}}");
+    TAP_EQ_INT(json_array_size(v), 1);
+    TAP_TRUE(entry(v, sbx_sandbox_id(b)) != NULL);
+    json_decref(v);
+
+    /* Stop by id: the allocated workspace goes; the caller's workdir stays. */
+    TAP_OK(sbx_provider_stop_box(q, sbx_sandbox_id(a), &e_));
+    TAP_TRUE(!is_dir(ws_a));
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_provider_stop_box(q, sbx_sandbox_id(a), &e), SBX_ENOENT);
+    TAP_CONTAINS(sbx_error_message(e), sbx_sandbox_id(a));
+    sbx_error_free(e);
+    e = NULL;
+    TAP_NE_INT(sbx_provider_stop_box(q, "../../etc/passwd", &e), SBX_OK);
+    sbx_error_free(e);
+    TAP_OK(sbx_provider_stop_box(q, sbx_sandbox_id(b), &e_));
+    TAP_TRUE(is_dir(wd));
+    TAP_EQ_INT(records_in_state(), 0);
+    /* The handles' own stops find nothing left to do. */
+    TAP_OK(sbx_sandbox_stop(a, &e_));
+    TAP_OK(sbx_sandbox_stop(b, &e_));
+    sbx_sandbox_free(a);
+    sbx_sandbox_free(b);
+
+    /* gc: expired and dead boxes always, labelled ones on request; dry_run only says. */
+    spec = sbx_spec_new();
+    sbx_spec_set_ttl(spec, 0);
+    sbx_sandbox *x = started(p, spec); /* expired at once */
+    sbx_spec_free(spec);
+    spec = sbx_spec_new();
+    sbx_spec_set_metadata(spec, "run", "r3");
+    sbx_sandbox *y = started(p, spec);
+    sbx_sandbox *z = started(p, NULL); /* its workspace removed by hand: dead */
+    sbx_spec_free(spec);
+    char *ws_x = workspace_of(x), *ws_y = workspace_of(y), *ws_z = workspace_of(z);
+    TAP_EQ_INT(rm_rf(ws_z), 0);
+    v = list_of(q, NULL);
+    TAP_EQ_STR(json_string_value(json_object_get(entry(v, sbx_sandbox_id(z)), "status")), "error");
+    TAP_TRUE(json_is_true(
+        json_object_get(json_object_get(entry(v, sbx_sandbox_id(x)), "provider"), "expired")));
+    json_decref(v);
+    char *removed = NULL;
+    TAP_OK(sbx_provider_gc(q, "{\"dry_run\": true}", &removed, &e_));
+    v = json_loads(removed, 0, NULL);
+    TAP_EQ_INT(json_array_size(v), 2);
+    json_decref(v);
+    sbx_free(removed);
+    TAP_TRUE(is_dir(ws_x));
+    TAP_EQ_INT(records_in_state(), 3);
+    TAP_OK(sbx_provider_gc(q, NULL, &removed, &e_));
+    v = json_loads(removed, 0, NULL);
+    TAP_EQ_INT(json_array_size(v), 2);
+    TAP_TRUE(!is_dir(ws_x) && is_dir(ws_y));
+    json_decref(v);
+    sbx_free(removed);
+    TAP_OK(sbx_provider_gc(q, "{\"labels\": {\"run\": \"r3\"}}", &removed, &e_));
+    v = json_loads(removed, 0, NULL);
+    TAP_EQ_INT(json_array_size(v), 1);
+    TAP_EQ_STR(json_string_value(json_array_get(v, 0)), sbx_sandbox_id(y));
+    TAP_TRUE(!is_dir(ws_y));
+    json_decref(v);
+    sbx_free(removed);
+    TAP_EQ_INT(records_in_state(), 0);
+    sbx_sandbox_free(x);
+    sbx_sandbox_free(y);
+    sbx_sandbox_free(z);
+    free(ws_a);
+    free(ws_x);
+    free(ws_y);
+    free(ws_z);
+    free(wd);
+    sbx_provider_free(q);
+    sbx_provider_free(p);
+}
+
+/* A stop through the handle forgets the record; a borrowed handle's release does not. */
+static void test_records_follow_the_box(void)
+{
+    sbx_provider *p = local(NULL);
+    sbx_sandbox *a = started(p, NULL);
+    TAP_EQ_INT(records_in_state(), 1);
+    char *desc = NULL;
+    TAP_OK(sbx_sandbox_serialize(a, "operate", &desc, &e_));
+    sbx_sandbox *c = NULL;
+    TAP_OK(sbx_sandbox_connect(p, desc, &c, &e_));
+    TAP_OK(sbx_sandbox_stop(c, &e_)); /* operate scope: the box lives on */
+    sbx_sandbox_free(c);
+    sbx_free(desc);
+    TAP_EQ_INT(records_in_state(), 1);
+    TAP_OK(sbx_sandbox_stop(a, &e_));
+    TAP_EQ_INT(records_in_state(), 0);
+    sbx_sandbox_free(a);
+    /* A state_dir that is not an absolute path is a config error. */
+    sbx_provider *bad = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_provider_new("{\"local\": {\"state_dir\": \"rel/dir\"}}", &bad, &e), SBX_ETYPE);
+    TAP_CONTAINS(sbx_error_message(e), "state_dir");
+    sbx_error_free(e);
+    sbx_provider_free(p);
+}
+
+/* Records are believed only as far as they must be. */
+static void test_hostile_records(void)
+{
+    sbx_provider *p = local(NULL);
+    sbx_sandbox *a = started(p, NULL); /* makes the state directory */
+    char *state = path_in(tap_tmpdir(), "state");
+    char *victim = path_in(tap_tmpdir(), "victim");
+    TAP_EQ_INT(mkdir(victim, 0700), 0);
+    /* A record naming a directory that is not the box's own workspace: never removed. */
+    char *rec = path_in(state, "local-0000000000aa.json");
+    char text[8192];
+    snprintf(text, sizeof(text),
+             "{\"id\":\"local-0000000000aa\",\"workspace\":\"%s\",\"owned_workspace\":true,"
+             "\"workdir\":null,\"created\":1,\"expires_at\":1,\"labels\":{}}",
+             victim);
+    TAP_EQ_INT(write_text(rec, text), 0);
+    TAP_EQ_INT(chmod(rec, 0600), 0);
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_provider_stop_box(p, "local-0000000000aa", &e), SBX_EPERM);
+    TAP_CONTAINS(sbx_error_message(e), "not box local-0000000000aa's own");
+    sbx_error_free(e);
+    e = NULL;
+    char *removed = NULL;
+    TAP_OK(sbx_provider_gc(p, NULL, &removed, &e_)); /* expired, but refused: not collected */
+    TAP_EQ_STR(removed, "[]");
+    sbx_free(removed);
+    TAP_TRUE(is_dir(victim));
+    /* A record whose id is not its name, a link, a malformed one: not listed. */
+    char *rec2 = path_in(state, "local-0000000000bb.json");
+    TAP_EQ_INT(write_text(rec2, "{\"id\":\"local-0000000000cc\",\"workspace\":\"/\","
+                                "\"owned_workspace\":false,\"workdir\":null,\"created\":1,"
+                                "\"expires_at\":null,\"labels\":{}}"),
+               0);
+    char *rec3 = path_in(state, "local-0000000000dd.json");
+    TAP_EQ_INT(symlink(rec, rec3), 0);
+    char *rec4 = path_in(state, "local-0000000000ee.json");
+    TAP_EQ_INT(write_text(rec4, "{\"id\": 1"), 0);
+    json_t *v = list_of(p, NULL);
+    TAP_EQ_INT(json_array_size(v), 2); /* a, and the first forged record (well-formed) */
+    TAP_TRUE(entry(v, sbx_sandbox_id(a)) != NULL);
+    json_decref(v);
+    TAP_NE_INT(sbx_provider_stop_box(p, "local-0000000000dd", &e), SBX_OK);
+    TAP_CONTAINS(sbx_error_message(e), "local-0000000000dd.json");
+    sbx_error_free(e);
+    e = NULL;
+    /* A state directory other users can write is refused outright. */
+    TAP_EQ_INT(chmod(state, 0777), 0);
+    char *out = NULL;
+    TAP_EQ_INT(sbx_provider_list(p, NULL, &out, &e), SBX_EPERM);
+    sbx_error_free(e);
+    TAP_EQ_INT(chmod(state, 0700), 0);
+    unlink(rec);
+    unlink(rec2);
+    unlink(rec3);
+    unlink(rec4);
+    sbx_sandbox_free(a);
+    TAP_EQ_INT(records_in_state(), 0);
+    free(rec);
+    free(rec2);
+    free(rec3);
+    free(rec4);
+    free(victim);
+    free(state);
+    sbx_provider_free(p);
+}
+
 /*
  * The other side of test_serialize_connect_other_process: a fresh process
  * with its own provider connects by descriptor and runs a command.
@@ -923,6 +1170,9 @@ int main(int argc, char **argv)
         TAP(test_caller_workdir_connect),
         TAP(test_status_and_endpoint),
         TAP(test_config_errors),
+        TAP(test_list_stop_by_id_gc),
+        TAP(test_records_follow_the_box),
+        TAP(test_hostile_records),
     };
     return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
 }

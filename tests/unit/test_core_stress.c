@@ -14,7 +14,7 @@
 #include "tap.h"
 
 #include "core/internal.h"
-#include "providers/fake.h"
+#include "fakes/fake.h"
 
 #include <dirent.h>
 #include <poll.h>
@@ -215,7 +215,7 @@ static void *box_worker_main(void *arg)
 static void test_thousand_sandboxes_from_threads(void)
 {
     int threads0 = thread_count(), fds0 = fd_count();
-    sbx__fake_log_reset();
+    sbx_fake_log_reset();
     sbx_provider *p = provider(NULL);
     pthread_t t[BOX_THREADS];
     struct box_worker w[BOX_THREADS];
@@ -228,7 +228,7 @@ static void test_thousand_sandboxes_from_threads(void)
         pthread_join(t[i], NULL);
     sbx_provider_free(p);
     /* Every box that was created was closed, exactly once; the provider released once. */
-    char *log = sbx__fake_log();
+    char *log = sbx_fake_log();
     size_t created = count_str(log, "create:"), closed = count_str(log, "close:owned");
     TAP_TRUE(created > 0);
     TAP_EQ_INT(closed, created);
@@ -423,7 +423,7 @@ static void test_stop_races_inflight_calls(void)
     unsigned seed = seed_for("stop-race");
     for (int round = 0; round < 40; round++) {
         sbx_sandbox *sb = started(p);
-        sbx__fake_log_reset();
+        sbx_fake_log_reset();
         enum { R = 3 };
         struct racer r[R];
         pthread_t t[R];
@@ -461,7 +461,7 @@ static void test_stop_races_inflight_calls(void)
             }
         }
         /* Closed once, and the provider saw no call on the box after it closed it. */
-        char *log = sbx__fake_log();
+        char *log = sbx_fake_log();
         TAP_EQ_INT(count_str(log, "close:owned"), 1);
         const char *after = strstr(log, "close:owned");
         TAP_TRUE(!strstr(after, "exec:") && !strstr(after, "upload:") && !strstr(after, "status"));
@@ -480,7 +480,7 @@ static void test_free_sandbox_with_inflight_calls(void)
     char path[512];
     snprintf(path, sizeof(path), "%s/payload", tap_tmpdir());
     TAP_EQ_INT(write_text(path, "payload"), 0);
-    sbx__fake_log_reset();
+    sbx_fake_log_reset();
     sbx_provider *p = provider(NULL);
     for (int round = 0; round < 20; round++) {
         sbx_sandbox *sb = started(p);
@@ -502,7 +502,7 @@ static void test_free_sandbox_with_inflight_calls(void)
         }
     }
     sbx_provider_free(p);
-    char *log = sbx__fake_log();
+    char *log = sbx_fake_log();
     TAP_EQ_INT(count_str(log, "close:owned"), 20);
     free(log);
 }
@@ -633,7 +633,7 @@ static void test_provider_free_with_live_sandboxes(void)
 {
     int threads0 = thread_count(), fds0 = fd_count();
     for (int round = 0; round < 30; round++) {
-        sbx__fake_log_reset();
+        sbx_fake_log_reset();
         sbx_provider *p = provider(NULL);
         enum { N = 6 };
         sbx_sandbox *sbs[N];
@@ -647,12 +647,12 @@ static void test_provider_free_with_live_sandboxes(void)
         sbx_provider_free(p); /* while the threads run execs on its sandboxes */
         for (int i = 0; i < N; i++)
             pthread_join(t[i], NULL);
-        char *log = sbx__fake_log();
+        char *log = sbx_fake_log();
         TAP_EQ_INT(count_str(log, "release;"), 0);
         free(log);
         for (int i = 0; i < N; i++) {
             sbx_sandbox_free(sbs[i]);
-            log = sbx__fake_log();
+            log = sbx_fake_log();
             /* Released exactly once, by the last sandbox's free, before it returns. */
             TAP_EQ_INT(count_str(log, "release;"), (i == N - 1 ? 1 : 0));
             free(log);

@@ -3,7 +3,7 @@
 #include "common.h"
 
 #include "core/internal.h"
-#include "providers/fake.h"
+#include "fakes/fake.h"
 
 #include <poll.h>
 #include <pthread.h>
@@ -113,7 +113,7 @@ static void test_state_errors(void)
     sbx_error_free(e);
     sbx_spec_free(s);
     sbx_sandbox_free(sb); /* stops the box it started */
-    char *log = sbx__fake_log();
+    char *log = sbx_fake_log();
     TAP_CONTAINS(log, "close:owned");
     free(log);
     sbx_provider_free(p);
@@ -121,7 +121,7 @@ static void test_state_errors(void)
 
 static void test_startup_files_and_failure_closes(void)
 {
-    sbx__fake_log_reset();
+    sbx_fake_log_reset();
     sbx_provider *p = fake("{\"fake\": {\"fail\": {\"upload_file\": \"upload failed\"}, "
                            "\"fail_after\": {\"upload_file\": 1}}}");
     sbx_spec *s = spec_with(NULL);
@@ -133,7 +133,7 @@ static void test_startup_files_and_failure_closes(void)
     TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_EPROVIDER);
     TAP_CONTAINS(sbx_error_message(e), "upload failed");
     sbx_error_free(e);
-    char *log = sbx__fake_log();
+    char *log = sbx_fake_log();
     TAP_CONTAINS(log, "upload:/a.txt;upload:/b.txt;close:owned;");
     free(log);
     e = NULL;
@@ -230,7 +230,7 @@ static void test_endpoint_checks(void)
 
 static void test_serialize_connect(void)
 {
-    sbx__fake_log_reset();
+    sbx_fake_log_reset();
     sbx_provider *p = fake(NULL);
     sbx_spec *s = spec_with("/w");
     sbx_sandbox *sb = NULL, *other = NULL;
@@ -249,7 +249,7 @@ static void test_serialize_connect(void)
     TAP_CONTAINS(sbx_exec_result_stdout(r, NULL), "\"cwd\":\"/w\"");
     sbx_exec_result_free(r);
     sbx_sandbox_free(other); /* only releases the handle */
-    char *log = sbx__fake_log();
+    char *log = sbx_fake_log();
     TAP_TRUE(strstr(log, "close:") == NULL);
     free(log);
     free(json);
@@ -380,7 +380,7 @@ static void test_then_callback_and_loop_refusal(void)
 
 static void test_stop_during_start(void)
 {
-    sbx__fake_log_reset();
+    sbx_fake_log_reset();
     sbx_provider *p = fake(NULL);
     sbx_spec *s = spec_with(NULL);
     sbx_spec_add_file(s, "/f", "x", 1);
@@ -393,7 +393,7 @@ static void test_stop_during_start(void)
     int rc = sbx_future_wait(start, 10, NULL);
     TAP_TRUE(rc == SBX_OK || rc == SBX_ECANCELED);
     /* Whatever happened first, no box is left open. */
-    char *log = sbx__fake_log();
+    char *log = sbx_fake_log();
     if (strstr(log, "create:"))
         TAP_CONTAINS(log, "close:owned");
     free(log);

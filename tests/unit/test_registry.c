@@ -9,7 +9,7 @@
 #include "common.h"
 
 #include "core/internal.h"
-#include "providers/fake.h"
+#include "fakes/fake.h"
 
 #include <libgen.h>
 #include <stddef.h>
@@ -111,7 +111,7 @@ static int failing_init(const char *config_json, void **state, sbx_error **err)
 
 static struct sbx_provider_ops ops_named(const char *name)
 {
-    struct sbx_provider_ops o = sbx__fake_provider;
+    struct sbx_provider_ops o = sbx_fake_provider;
     o.name = name;
     return o;
 }
@@ -129,9 +129,16 @@ static void test_builtins_listed_sorted(void)
             TAP_TRUE(strcmp(names[n - 1], names[n]) < 0);
     TAP_TRUE(n >= 2);
     sbx_strv_free(names);
+    TAP_TRUE(listed("linux"));
+    TAP_TRUE(listed("local"));
+    /* The test doubles are registered by this binary (tests/fakes/static.c), not built in. */
     TAP_TRUE(listed("fake"));
     TAP_TRUE(listed("fake_basic"));
     TAP_OK(sbx_provider_lookup("fake", &e_));
+    TAP_OK(sbx_unregister_provider("fake", &e_));
+    TAP_OK(sbx_unregister_provider("fake_basic", &e_));
+    TAP_TRUE(!listed("fake"));
+    TAP_TRUE(!listed("fake_basic"));
 }
 
 static void test_register_lookup_override(void)
@@ -168,24 +175,26 @@ static void test_register_shadows_builtin_only_with_override(void)
 {
     unsetenv("SBX_PLUGIN_PATH");
     static struct sbx_provider_ops over;
-    over = ops_named("fake");
+    over = ops_named("local");
     over.init = failing_init;
     sbx_error *e = NULL;
     TAP_EQ_INT(sbx_register_provider(&over, 0, ERR(e)), SBX_EINVAL);
-    TAP_EQ_STR(sbx_error_message(e), "Sandbox provider 'fake' is already registered");
+    TAP_EQ_STR(sbx_error_message(e), "Sandbox provider 'local' is already registered");
 
     TAP_OK(sbx_register_provider(&over, 1, &e_));
     sbx_provider *p = NULL;
-    TAP_EQ_INT(sbx_provider_new("{\"fake\": {}}", &p, ERR(e)), SBX_EPROVIDER);
+    TAP_EQ_INT(sbx_provider_new("{\"local\": {}}", &p, ERR(e)), SBX_EPROVIDER);
     TAP_CONTAINS(sbx_error_message(e), "override constructor ran");
 
     /* Unregistering brings the built-in back. */
-    TAP_OK(sbx_unregister_provider("fake", &e_));
-    TAP_OK(sbx_provider_new("{\"fake\": {}}", &p, &e_));
+    TAP_OK(sbx_unregister_provider("local", &e_));
+    TAP_OK(sbx_provider_new("{\"local\": {}}", &p, &e_));
+    TAP_EQ_STR(sbx_provider_name(p), "local");
     sbx_provider_free(p);
     /* A built-in stays listed once. */
     char *all = joined_providers();
-    TAP_TRUE(strstr(all, "fake, fake_basic") != NULL);
+    TAP_TRUE(strstr(all, "linux, local") != NULL);
+    TAP_TRUE(strstr(all, "local, local") == NULL);
     free(all);
     sbx_error_free(e);
 }
@@ -363,17 +372,17 @@ static void test_plugin_shadowed_by_builtin_warns(void)
     char *shadow = plugin("plug_shadow");
     use_plugin_path(shadow);
     sbx_set_log_cb(collect_log, NULL, SBX_LOG_DEBUG);
-    TAP_TRUE(listed("fake"));
+    TAP_TRUE(listed("local"));
     pthread_mutex_lock(&logs_lock);
     char *seen = strdup(logs.data ? logs.data : "");
     pthread_mutex_unlock(&logs_lock);
-    TAP_CONTAINS(seen, "30 Sandbox provider plugin 'fake'");
-    TAP_CONTAINS(seen, "shadowed");
+    TAP_CONTAINS(seen, "30 Sandbox provider plugin 'local'");
+    TAP_CONTAINS(seen, "shadowed by the built-in");
     TAP_CONTAINS(seen, shadow);
     free(seen);
     /* Lookups still return the built-in (the plugin's constructor would fail). */
     sbx_provider *p = NULL;
-    TAP_OK(sbx_provider_new("{\"fake\": {}}", &p, &e_));
+    TAP_OK(sbx_provider_new("{\"local\": {}}", &p, &e_));
     char *out = run_in(p, "exit 0");
     sbx_provider_free(p);
     free(out);

@@ -366,6 +366,9 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
     json_object_foreach(cfg, key, v)
     {
         if (!strcmp(key, "state_dir") || !strcmp(key, "shim") || !strcmp(key, "agent")) {
+            /* null: the default (as the shipped providers/linux/configs/linux.yaml writes it). */
+            if (json_is_null(v))
+                continue;
             if (!json_is_string(v)) {
                 rc = cfg_error(err, key, "a path");
                 break;
@@ -422,6 +425,8 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             }
             st->max_conns = json_integer_value(v);
         } else if (!strcmp(key, "max_image_bytes")) {
+            if (json_is_null(v)) /* the default, which depends on the free space */
+                continue;
             if (!json_is_integer(v) || json_integer_value(v) < 1) {
                 rc = cfg_error(err, key, "a positive integer (bytes an image may unpack to)");
                 break;

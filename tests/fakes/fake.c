@@ -17,13 +17,29 @@
  *   "marker"    the config's marker
  *   anything else: stdout is a JSON object of what exec received.
  * `fake_basic` is the same provider without the optional capabilities.
+ *
+ * A test double, not part of libsbx: it uses only the public headers
+ * (<sbx.h>, <sbx/provider.h>), so it builds both as the plugin
+ * build/tests/fakes/sbx-fake.so (for the CLI, Python and script tests, via
+ * SBX_PLUGIN_PATH) and linked into the C test binaries (tests/fakes/static.c
+ * registers it there), where the tests read its call log.
  */
-#include "core/internal.h"
-#include "providers/fake.h"
+#include "fakes/fake.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <jansson.h>
 #include <uv.h>
 
 struct fake_state {
@@ -38,8 +54,43 @@ struct fake_box {
     bool borrowed;
 };
 
+/* A growable byte buffer, always NUL-terminated when non-empty. */
+struct buf {
+    char *data;
+    size_t len, cap;
+};
+
+static int buf_append(struct buf *b, const void *p, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (!d)
+            return -1;
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = 0;
+    return 0;
+}
+
+static void buf_free(struct buf *b)
+{
+    free(b->data);
+    *b = (struct buf){ 0 };
+}
+
+static char *dump(const json_t *v)
+{
+    return json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+}
+
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-static sbx_buf call_log;
+static struct buf call_log;
 
 /* The loop thread logs every call: hold the lock across fork() so a child can log too. */
 static void log_lock_take(void) { pthread_mutex_lock(&log_lock); }
@@ -49,14 +100,14 @@ __attribute__((constructor)) static void log_atfork(void)
     pthread_atfork(log_lock_take, log_lock_give, log_lock_give);
 }
 
-void sbx__fake_log_reset(void)
+void sbx_fake_log_reset(void)
 {
     pthread_mutex_lock(&log_lock);
-    sbx__buf_free(&call_log);
+    buf_free(&call_log);
     pthread_mutex_unlock(&log_lock);
 }
 
-char *sbx__fake_log(void)
+char *sbx_fake_log(void)
 {
     pthread_mutex_lock(&log_lock);
     char *s = strdup(call_log.data ? call_log.data : "");
@@ -75,7 +126,8 @@ static void log_call(const char *fmt, ...)
     if (n < 0)
         return;
     pthread_mutex_lock(&log_lock);
-    sbx__buf_printf(&call_log, "%s;", s);
+    buf_append(&call_log, s, strlen(s));
+    buf_append(&call_log, ";", 1);
     pthread_mutex_unlock(&log_lock);
     free(s);
 }
@@ -88,6 +140,13 @@ static int code_by_name(const char *name)
     SBX_ERRNO_MAP(X)
 #undef X
     return SBX_EPROVIDER;
+}
+
+static int fail(sbx_error **err, int code, const char *msg)
+{
+    if (err)
+        *err = sbx_error_new(code, "%s", msg);
+    return code;
 }
 
 /* Returns an error when the config says this call of `op` fails. */
@@ -113,18 +172,17 @@ static int fake_init(const char *config_json, void **state, sbx_error **err)
     json_t *cfg = json_loads(config_json, 0, &je);
     if (!json_is_object(cfg)) {
         json_decref(cfg);
-        return sbx__set_error(err, SBX_EINVAL, "fake provider config must be a mapping");
+        return fail(err, SBX_EINVAL, "fake provider config must be a mapping");
     }
     if (json_is_string(json_object_get(cfg, "init_error"))) {
-        int rc = sbx__set_error(err, SBX_EINVAL, "%s",
-                                json_string_value(json_object_get(cfg, "init_error")));
+        int rc = fail(err, SBX_EINVAL, json_string_value(json_object_get(cfg, "init_error")));
         json_decref(cfg);
         return rc;
     }
     struct fake_state *st = calloc(1, sizeof(*st));
     if (!st) {
         json_decref(cfg);
-        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        return fail(err, SBX_ENOMEM, "out of memory");
     }
     st->config = cfg;
     st->files = json_object();
@@ -165,10 +223,14 @@ static void fake_create(sbx_op *op, void *state, const sbx_spec *spec)
         sbx_op_complete(op, sbx_error_code(e), e, NULL);
         return;
     }
-    char hex[25];
-    sbx__random_hex(hex, 6);
+    unsigned char rnd[6] = { 0 };
+    if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+        sbx_op_complete(op, SBX_EIO, sbx_error_new_errno(SBX_EIO, errno, "getrandom failed"), NULL);
+        return;
+    }
     char id[32];
-    snprintf(id, sizeof(id), "fake-%s", hex);
+    snprintf(id, sizeof(id), "fake-%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3],
+             rnd[4], rnd[5]);
     pthread_mutex_lock(&st->lock);
     json_object_set_new(st->files, id, json_object());
     pthread_mutex_unlock(&st->lock);
@@ -189,9 +251,9 @@ static void sleeper_closed(uv_handle_t *h)
     if (sbx_op_cancelled(s->op)) {
         sbx_op_complete(s->op, SBX_ECANCELED, sbx_error_new(SBX_ECANCELED, "exec cancelled"), NULL);
     } else if (s->timed_out) {
-        char t[32];
-        sbx__fmt_g(s->seconds, t, sizeof(t));
-        char *msg = sbx__printf("fake command timed out after %ss", t);
+        char *msg = NULL;
+        if (asprintf(&msg, "fake command timed out after %gs", s->seconds) < 0)
+            msg = NULL;
         sbx_exec_result_new_take(NULL, 0, msg, msg ? strlen(msg) : 0, 125, "timeout", &r);
         sbx_op_complete(s->op, SBX_OK, NULL, r);
     } else {
@@ -253,10 +315,11 @@ static void fake_exec(sbx_op *op, void *state, void *box, const char *command,
             sbx_exec_result_new("", 0, "cat: no such file\n", 18, 1, NULL, &r);
         pthread_mutex_unlock(&st->lock);
     } else if (!strcmp(command, "marker")) {
-        _cleanup_free_ char *m = sbx__json_dump(json_object_get(st->config, "marker"));
+        char *m = dump(json_object_get(st->config, "marker"));
         sbx_exec_result_new(m, m ? strlen(m) : 0, NULL, 0, 0, NULL, &r);
+        free(m);
     } else {
-        _cleanup_json_ json_t *o = json_object();
+        json_t *o = json_object();
         json_object_set_new(o, "command", json_string(command));
         const char *cwd = sbx_exec_opts_cwd(opts);
         json_object_set_new(o, "cwd", cwd ? json_string(cwd) : json_null());
@@ -277,13 +340,13 @@ static void fake_exec(sbx_op *op, void *state, void *box, const char *command,
          * A streamed stdin is read whole here (blocking the loop: this is a
          * test double) so the tests see what the caller passed.
          */
-        sbx_buf fed = {0};
+        struct buf fed = { 0 };
         int fd = sbx_exec_opts_stdin_fd(opts);
         for (char chunk[65536]; fd >= 0;) {
             ssize_t n = read(fd, chunk, sizeof(chunk));
             if (n < 0 && errno == EINTR)
                 continue;
-            if (n <= 0 || sbx__buf_append(&fed, chunk, (size_t)n) < 0)
+            if (n <= 0 || buf_append(&fed, chunk, (size_t)n) < 0)
                 break;
         }
         if (fd >= 0) {
@@ -291,11 +354,72 @@ static void fake_exec(sbx_op *op, void *state, void *box, const char *command,
             in_len = fed.len;
         }
         json_object_set_new(o, "stdin", in ? json_stringn_nocheck(in, in_len) : json_null());
-        sbx__buf_free(&fed);
-        _cleanup_free_ char *text = sbx__json_dump(o);
-        sbx_exec_result_new(text, strlen(text), NULL, 0, 0, NULL, &r);
+        buf_free(&fed);
+        char *text = dump(o);
+        json_decref(o);
+        if (text)
+            sbx_exec_result_new(text, strlen(text), NULL, 0, 0, NULL, &r);
+        free(text);
     }
     sbx_op_complete(op, r ? SBX_OK : SBX_ENOMEM, NULL, r);
+}
+
+/* The whole file at `path` (a test double's inputs are small). */
+static int read_file(const char *path, char **data, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    struct buf b = { 0 };
+    char chunk[65536];
+    ssize_t n;
+    while ((n = read(fd, chunk, sizeof(chunk))) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 || buf_append(&b, chunk, (size_t)n) < 0) {
+            int saved = n < 0 ? errno : ENOMEM;
+            buf_free(&b);
+            close(fd);
+            errno = saved;
+            return -1;
+        }
+    }
+    close(fd);
+    *data = b.data ? b.data : strdup("");
+    *len = b.len;
+    return *data ? 0 : -1;
+}
+
+/* Writes `path` whole: a fresh temporary beside it, renamed over it. */
+static int write_file(const char *path, const char *data, size_t len)
+{
+    char *tmp = NULL;
+    if (asprintf(&tmp, "%s.fake-XXXXXX", path) < 0)
+        return -1;
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        free(tmp);
+        return -1;
+    }
+    int rc = fchmod(fd, 0644);
+    for (size_t off = 0; rc == 0 && off < len;) {
+        ssize_t n = write(fd, data + off, len - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            rc = -1;
+        else
+            off += (size_t)n;
+    }
+    if (close(fd) < 0 || rc < 0 || rename(tmp, path) < 0) {
+        int saved = errno;
+        unlink(tmp);
+        free(tmp);
+        errno = saved;
+        return -1;
+    }
+    free(tmp);
+    return 0;
 }
 
 static void fake_upload(sbx_op *op, void *state, void *box, const char *local, const char *remote)
@@ -310,7 +434,7 @@ static void fake_upload(sbx_op *op, void *state, void *box, const char *local, c
     }
     char *data = NULL;
     size_t len = 0;
-    if (sbx__read_file(local, &data, &len) < 0) {
+    if (read_file(local, &data, &len) < 0) {
         sbx_op_complete(op, SBX_ENOENT,
                         sbx_error_new_errno(SBX_ENOENT, errno, "cannot read %s", local), NULL);
         return;
@@ -340,7 +464,7 @@ static void fake_download(sbx_op *op, void *state, void *box, const char *remote
                         sbx_error_new(SBX_ENOENT, "%s: no such file in the fake box", remote), NULL);
         return;
     }
-    int rc = sbx__write_file_atomic(local, json_string_value(data), json_string_length(data), 0644);
+    int rc = write_file(local, json_string_value(data), json_string_length(data));
     json_decref(data);
     sbx_op_complete(op, rc < 0 ? SBX_EIO : SBX_OK,
                     rc < 0 ? sbx_error_new_errno(SBX_EIO, errno, "cannot write %s", local) : NULL,
@@ -421,9 +545,9 @@ static void fake_serialize(sbx_op *op, void *state, void *box, const char *scope
     json_t *o = json_pack("{s:s}", "sandbox_id", b->id);
     if (scope)
         json_object_set_new(o, "scope", json_string(scope));
-    char *text = sbx__json_dump(o);
+    char *text = dump(o);
     json_decref(o);
-    sbx_op_complete(op, SBX_OK, NULL, text);
+    sbx_op_complete(op, text ? SBX_OK : SBX_ENOMEM, NULL, text);
 }
 
 static void fake_connect(sbx_op *op, void *state, const char *descriptor)
@@ -452,7 +576,7 @@ static void fake_connect(sbx_op *op, void *state, const char *descriptor)
     sbx_op_complete(op, SBX_OK, NULL, b);
 }
 
-const struct sbx_provider_ops sbx__fake_provider = {
+const struct sbx_provider_ops sbx_fake_provider = {
     SBX_PROVIDER_OPS_HEADER,
     .name = "fake",
     .init = fake_init,
@@ -470,7 +594,7 @@ const struct sbx_provider_ops sbx__fake_provider = {
     .connect = fake_connect,
 };
 
-const struct sbx_provider_ops sbx__fake_basic_provider = {
+const struct sbx_provider_ops sbx_fake_basic_provider = {
     SBX_PROVIDER_OPS_HEADER,
     .name = "fake_basic",
     .init = fake_init,
@@ -484,3 +608,9 @@ const struct sbx_provider_ops sbx__fake_basic_provider = {
     .box_id = fake_box_id,
     .box_free = fake_box_free,
 };
+
+int sbx_fake_register(sbx_error **err)
+{
+    int rc = sbx_register_provider(&sbx_fake_provider, 1, err);
+    return rc < 0 ? rc : sbx_register_provider(&sbx_fake_basic_provider, 1, err);
+}
