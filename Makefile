@@ -75,8 +75,11 @@ $(B)/libsbx.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# -rdynamic and the whole archive: plugins (SBX_PLUGIN_PATH) bind to the whole libsbx
+# API linked into the CLI (the box kit included, which the CLI itself does not call).
 $(B)/sbx: $(CLI_OBJ) $(B)/libsbx.a
-	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(B)/libsbx.a $(LIBS)
+	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(CLI_OBJ) -Wl,--whole-archive $(B)/libsbx.a \
+	    -Wl,--no-whole-archive $(LIBS)
 
 # -rdynamic: test binaries link libsbx statically, so its exported API must be
 # in their dynamic symbol table for the test plugins (tests/plugins) to bind to.
@@ -199,13 +202,14 @@ fuzz-ci: fuzz-build
 MANDIR ?= $(PREFIX)/share/man
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
-$(B)/obj/src/providers/linux/provider.o: CFLAGS_ALL += -DSBX_LIBEXECDIR='"$(LIBEXECDIR)"'
+$(B)/obj/src/kit/shared.o: CFLAGS_ALL += -DSBX_LIBEXECDIR='"$(LIBEXECDIR)"'
 
 install: all
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/sbx $(DESTDIR)$(BINDIR) \
 	    $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
 	install -m 644 include/sbx.h $(DESTDIR)$(INCLUDEDIR)/sbx.h
 	install -m 644 include/sbx/provider.h $(DESTDIR)$(INCLUDEDIR)/sbx/provider.h
+	install -m 644 include/sbx/box.h $(DESTDIR)$(INCLUDEDIR)/sbx/box.h
 	install -m 755 $(B)/libsbx.so $(DESTDIR)$(LIBDIR)/libsbx.so.0
 	ln -sf libsbx.so.0 $(DESTDIR)$(LIBDIR)/libsbx.so
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
@@ -226,6 +230,7 @@ print-pydir:
 # Removes exactly what install put there (the same PREFIX and DESTDIR).
 uninstall:
 	rm -f $(DESTDIR)$(INCLUDEDIR)/sbx.h $(DESTDIR)$(INCLUDEDIR)/sbx/provider.h \
+	    $(DESTDIR)$(INCLUDEDIR)/sbx/box.h \
 	    $(DESTDIR)$(LIBDIR)/libsbx.so.0 $(DESTDIR)$(LIBDIR)/libsbx.so \
 	    $(DESTDIR)$(LIBDIR)/pkgconfig/sbx.pc $(DESTDIR)$(BINDIR)/sbx \
 	    $(DESTDIR)$(LIBEXECDIR)/sbx-shim $(DESTDIR)$(LIBEXECDIR)/sbx-agent \
@@ -311,3 +316,13 @@ all: $(B)/sbx-agent
 tests: $(B)/sbx-agent
 
 -include $(shell find $(B)/agent-obj -name '*.d' 2>/dev/null)
+
+# --- the box-provider kit's example plugin (docs/provider-guide.md) ---
+# Built from the public headers only (no -Isrc), as an author outside the tree would.
+HOSTBOX_SO := $(B)/examples/provider/hostbox.so
+$(HOSTBOX_SO): examples/provider/hostbox.c include/sbx.h include/sbx/provider.h include/sbx/box.h
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -fPIC -shared -Iinclude -o $@ $<
+examples: $(HOSTBOX_SO)
+tests: $(HOSTBOX_SO)
+# --- end example plugin ---
