@@ -326,3 +326,9 @@ $(HOSTBOX_SO): examples/provider/hostbox.c include/sbx.h include/sbx/provider.h 
 examples: $(HOSTBOX_SO)
 tests: $(HOSTBOX_SO)
 # --- end example plugin ---
+# The provider suite loads the hostbox plugin, which binds to the box kit: link it all.
+$(B)/tests/integration/test_provider_suite: $(B)/obj/tests/integration/test_provider_suite.o \
+    $(TEST_COMMON_OBJ) $(B)/libsbx.a $(HOSTBOX_SO)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $< $(TEST_COMMON_OBJ) -Wl,--whole-archive $(B)/libsbx.a \
+	    -Wl,--no-whole-archive $(LIBS)
