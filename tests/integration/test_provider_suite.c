@@ -391,6 +391,95 @@ static void case_bad_input(sbx_provider *p)
     }
 }
 
+
+/* The CLI of this build tree (build/tests/integration/x -> build/sbx). */
+static const char *cli_path(void)
+{
+    static char path[1200];
+    char self[1024];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        TAP_FAIL("cannot read /proc/self/exe");
+    self[n] = 0;
+    for (int up = 0; up < 3; up++)
+        *strrchr(self, '/') = 0;
+    snprintf(path, sizeof(path), "%s/sbx", self);
+    if (access(path, X_OK) != 0)
+        TAP_FAIL("the CLI is not built at %s (make)", path);
+    return path;
+}
+
+/* `sbx ls`, `sbx stop ID` and `sbx gc --label` see and end this provider's boxes. */
+static void case_cli(sbx_provider *p)
+{
+    if (!can_list(p))
+        return;
+    setenv("SBX_PROVIDER", prov, 1);
+    const char *sbx = cli_path();
+    sbx_sandbox *a = labelled(p, "cli-a", 0), *b = labelled(p, "cli-b", 0);
+    char out[8192];
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s ls", sbx), 0);
+    TAP_CONTAINS(out, sbx_sandbox_id(a));
+    TAP_CONTAINS(out, sbx_sandbox_id(b));
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s ls -q --label suite-run=cli-b", sbx), 0);
+    TAP_CONTAINS(out, sbx_sandbox_id(b));
+    TAP_TRUE(strstr(out, sbx_sandbox_id(a)) == NULL);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s stop %s", sbx, sbx_sandbox_id(a)), 0);
+    TAP_NULL(listed(p, NULL, sbx_sandbox_id(a)));
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s stop %s", sbx, sbx_sandbox_id(a)), 3);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s gc --label suite-run=cli-b", sbx), 0);
+    TAP_CONTAINS(out, sbx_sandbox_id(b));
+    TAP_NULL(listed(p, NULL, sbx_sandbox_id(b)));
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s ls -q", sbx), 0);
+    TAP_EQ_STR(out, "");
+    sbx_sandbox_free(a);
+    sbx_sandbox_free(b);
+}
+
+/*
+ * hostbox only: a box whose maker died (killed, no cleanup) lists as error,
+ * and a plain gc collects it with its files; no agent stays behind.
+ */
+static void case_dead_maker(sbx_provider *p)
+{
+    if (strcmp(prov, "hostbox") != 0)
+        return;
+    setenv("SBX_PROVIDER", prov, 1);
+    const char *sbx = cli_path();
+    char out[8192];
+    /* The command (hostbox runs on the host) kills its ancestor: the CLI that made the box. */
+    char script[1200];
+    snprintf(script, sizeof(script), "%s/kill-maker.sh", tap_tmpdir());
+    TAP_EQ_INT(write_text(script, "p=$$\n"
+                                  "while [ \"$p\" -gt 1 ] && [ \"$(ps -o comm= -p $p)\" != sbx ]; do\n"
+                                  "  p=$(ps -o ppid= -p $p | tr -d ' ')\n"
+                                  "done\n"
+                                  "[ \"$p\" -gt 1 ] && kill -KILL $p\n"),
+               0);
+    run_cmd(out, sizeof(out), "%s run -- sh %s", sbx, script);
+    /* The agent sees end-of-file and exits: wait for that (bounded), then look. */
+    char *text = NULL;
+    for (int i = 0; i < 1000; i++) {
+        free(text);
+        TAP_OK(sbx_provider_list(p, NULL, &text, NULL));
+        if (strstr(text, "\"status\":\"error\""))
+            break;
+        usleep(10 * 1000);
+    }
+    TAP_CONTAINS(text, "\"status\":\"error\"");
+    free(text);
+    char *ids = NULL;
+    TAP_OK(sbx_provider_gc(p, NULL, &ids, NULL));
+    TAP_CONTAINS(ids, "hb-");
+    free(ids);
+    TAP_OK(sbx_provider_list(p, NULL, &text, NULL));
+    TAP_EQ_STR(text, "[]");
+    free(text);
+    char st[1200];
+    snprintf(st, sizeof(st), "%s/state/hostbox/boxes", tap_tmpdir());
+    TAP_EQ_INT(count_dir_entries(st), 0);
+}
+
 #define SUITE(name)                                                                                \
     static void name##_exec(void)                                                                  \
     {                                                                                              \
@@ -422,6 +511,13 @@ static void case_bad_input(sbx_provider *p)
         case_gc(p);                                                                                \
         sbx_provider_free(p);                                                                      \
     }                                                                                              \
+    static void name##_cli(void)                                                                   \
+    {                                                                                              \
+        sbx_provider *p = setup(#name);                                                            \
+        case_cli(p);                                                                               \
+        case_dead_maker(p);                                                                        \
+        sbx_provider_free(p);                                                                      \
+    }                                                                                              \
     static void name##_bad_input(void)                                                             \
     {                                                                                              \
         sbx_provider *p = setup(#name);                                                            \
@@ -431,7 +527,8 @@ static void case_bad_input(sbx_provider *p)
 
 #define SUITE_TESTS(name)                                                                          \
     TAP_T(name##_exec, 120), TAP_T(name##_transfer, 120), TAP_T(name##_status_stop, 120),          \
-        TAP_T(name##_list_stop_id, 120), TAP_T(name##_gc, 120), TAP_T(name##_bad_input, 120)
+        TAP_T(name##_list_stop_id, 120), TAP_T(name##_gc, 120), TAP_T(name##_cli, 120),                  \
+        TAP_T(name##_bad_input, 120)
 
 SUITE(local)
 SUITE(linux)
