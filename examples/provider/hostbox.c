@@ -26,6 +26,8 @@
  *
  * It includes only sbx's installed headers.
  */
+#define _POSIX_C_SOURCE 200809L /* strdup, mkdir, ... under -std=c11 */
+
 #include <sbx.h>
 #include <sbx/box.h>
 #include <sbx/provider.h>
