@@ -82,8 +82,7 @@ static void hb_release(void *state)
 static int hb_init(const char *config_json, void **state, sbx_error **err)
 {
     if (!only_empty_object(config_json)) {
-        *err = sbx_error_new(SBX_EINVAL, "hostbox takes no options (got %s): use {}",
-                             config_json);
+        *err = sbx_error_new(SBX_EINVAL, "hostbox takes no options (got %s): use {}", config_json);
         return SBX_EINVAL;
     }
     struct hostbox *h = calloc(1, sizeof(*h));
@@ -160,7 +159,7 @@ static int hb_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec
         return rc;
     if (!(r->workdir = strdup(work)))
         return SBX_ENOMEM;
-    const char *argv[] = { h->agent, "serve", "--stdio", NULL };
+    const char *argv[] = {h->agent, "serve", "--stdio", NULL};
     pid_t pid;
     rc = sbx_box_spawn_stdio(argv, work, NULL, log, &pid, fd, err);
     if (rc < 0)
@@ -272,7 +271,10 @@ static void hb_close(sbx_op *op, void *state, void *box, int owned)
     sbx_box_op_close(op, h->store, a, b->id);
 }
 
-static const char *hb_box_id(const void *box) { return ((const struct hbox *)box)->id; }
+static const char *hb_box_id(const void *box)
+{
+    return ((const struct hbox *)box)->id;
+}
 
 /* --- provider-wide: the kit's records -------------------------------------------- */
 
@@ -312,4 +314,4 @@ static const struct sbx_provider_ops hostbox_ops = {
     .capabilities = SBX_CAP_LIST | SBX_CAP_STOP_ID | SBX_CAP_GC,
 };
 
-SBX_EXPORT const struct sbx_provider_ops *const sbx_plugin_providers[] = { &hostbox_ops, NULL };
+SBX_EXPORT const struct sbx_provider_ops *const sbx_plugin_providers[] = {&hostbox_ops, NULL};

@@ -101,10 +101,9 @@ SBX_EXPORT void sbx_box_agent_open_fd(sbx_op *op, sbx_box_pool *pool, int fd,
  * not yours alone. A pooled socket connection may be closed to make room
  * and is reopened (one attempt) on the box's next op.
  */
-SBX_EXPORT void sbx_box_agent_open_socket(sbx_op *op, sbx_box_pool *pool,
-                                          const char *socket_path, pid_t peer_pid,
-                                          double ready_timeout_s, const char *workdir,
-                                          sbx_box_ready_cb cb, void *data);
+SBX_EXPORT void sbx_box_agent_open_socket(sbx_op *op, sbx_box_pool *pool, const char *socket_path,
+                                          pid_t peer_pid, double ready_timeout_s,
+                                          const char *workdir, sbx_box_ready_cb cb, void *data);
 /* 1 when the agent is known to be gone (its stream closed, a reopen failed). Loop thread. */
 SBX_EXPORT int sbx_box_agent_gone(const sbx_box_agent *agent);
 /* Closes the connection for good and frees the agent. Any thread; NULL is a no-op. */

@@ -92,8 +92,8 @@ static void trim(sbx_kit_pool *p, sbx_kit_slot *keep)
         sbx_kit_slot *victim = NULL;
         if (p->count > p->max) {
             for (sbx_kit_slot *s = p->tail; s; s = s->prev) {
-                if (s != keep && (!sbx__agent_alive(s->conn) ||
-                                  (s->socket && sbx__agent_idle(s->conn)))) {
+                if (s != keep &&
+                    (!sbx__agent_alive(s->conn) || (s->socket && sbx__agent_idle(s->conn)))) {
                     victim = s;
                     break;
                 }
@@ -161,9 +161,15 @@ static void detach(sbx_kit_slot *s, bool closed)
         sbx__agent_close(conn);
 }
 
-void sbx__kit_agent_drop(sbx_kit_slot *s) { detach(s, true); }
+void sbx__kit_agent_drop(sbx_kit_slot *s)
+{
+    detach(s, true);
+}
 
-void sbx__kit_agent_lost(sbx_kit_slot *s) { detach(s, false); }
+void sbx__kit_agent_lost(sbx_kit_slot *s)
+{
+    detach(s, false);
+}
 
 void sbx__kit_agent_release(sbx_kit_slot *s)
 {

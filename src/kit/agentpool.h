@@ -48,8 +48,7 @@ SBX_INTERNAL sbx_kit_pool *sbx__kit_agent_pool_new(int max);
 /* Every slot must have been dropped. */
 SBX_INTERNAL void sbx__kit_agent_pool_free(sbx_kit_pool *p);
 
-SBX_INTERNAL void sbx__kit_agent_init(sbx_kit_slot *s, sbx_kit_pool *p,
-                                        const char *socket);
+SBX_INTERNAL void sbx__kit_agent_init(sbx_kit_slot *s, sbx_kit_pool *p, const char *socket);
 /* Hands a fresh connection (create, connect) to the slot. */
 SBX_INTERNAL void sbx__kit_agent_put(sbx_kit_slot *s, sbx_agent_conn *conn);
 /* Closes the slot's connection for good (stop, free); later uses get no connection. */
@@ -74,8 +73,7 @@ SBX_INTERNAL void sbx__kit_agent_lost(sbx_kit_slot *s);
  * closed), otherwise the reconnect failed for a local reason (no fd left).
  */
 typedef void (*sbx_kit_agent_fn)(sbx_agent_conn *conn, int code, const char *msg, void *arg);
-SBX_INTERNAL void sbx__kit_agent_use(sbx_kit_slot *s, void *loop, sbx_kit_agent_fn fn,
-                                       void *arg);
+SBX_INTERNAL void sbx__kit_agent_use(sbx_kit_slot *s, void *loop, sbx_kit_agent_fn fn, void *arg);
 
 /* An op on the slot's connection ended: closes idle connections over the cap. */
 SBX_INTERNAL void sbx__kit_agent_release(sbx_kit_slot *s);

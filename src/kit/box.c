@@ -28,7 +28,10 @@ extern char **environ;
 
 /* --- the agent ------------------------------------------------------------ */
 
-char *sbx_box_find_agent(void) { return sbx__kit_find_helper("sbx-agent", "SBX_AGENT"); }
+char *sbx_box_find_agent(void)
+{
+    return sbx__kit_find_helper("sbx-agent", "SBX_AGENT");
+}
 
 int sbx_box_spawn_stdio(const char *const *argv, const char *cwd, const char *const *envp,
                         const char *log_path, pid_t *pid, int *fd, sbx_error **err)
@@ -37,8 +40,7 @@ int sbx_box_spawn_stdio(const char *const *argv, const char *cwd, const char *co
         return sbx__set_error(err, SBX_EINVAL, "sbx_box_spawn_stdio: no command");
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
-        return sbx__set_errno(err, SBX_ECREATE, errno, "cannot make a socket pair for %s",
-                              argv[0]);
+        return sbx__set_errno(err, SBX_ECREATE, errno, "cannot make a socket pair for %s", argv[0]);
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
     posix_spawn_file_actions_init(&fa);
@@ -60,8 +62,8 @@ int sbx_box_spawn_stdio(const char *const *argv, const char *cwd, const char *co
     sigaddset(&dfl, SIGTERM);
     sigaddset(&dfl, SIGINT);
     posix_spawnattr_setsigdefault(&at, &dfl);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setflags(&at,
+                             POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     pid_t child = -1;
     int rc = posix_spawnp(&child, argv[0], &fa, &at, (char *const *)argv,
                           envp ? (char *const *)envp : environ);
@@ -83,9 +85,15 @@ sbx_box_pool *sbx_box_pool_new(int max_connections)
         max_connections > 0 ? max_connections : SBX_KIT_DEFAULT_MAX_AGENT_CONNECTIONS);
 }
 
-void sbx_box_pool_free(sbx_box_pool *pool) { sbx__kit_agent_pool_free((sbx_kit_pool *)pool); }
+void sbx_box_pool_free(sbx_box_pool *pool)
+{
+    sbx__kit_agent_pool_free((sbx_kit_pool *)pool);
+}
 
-int sbx_box_pool_count(sbx_box_pool *pool) { return sbx__kit_agent_pool_count((sbx_kit_pool *)pool); }
+int sbx_box_pool_count(sbx_box_pool *pool)
+{
+    return sbx__kit_agent_pool_count((sbx_kit_pool *)pool);
+}
 
 struct sbx_box_agent {
     sbx_kit_slot slot;
@@ -133,7 +141,7 @@ static struct agent_open *open_begin(sbx_box_pool *pool, const char *socket, pid
     }
     sbx__kit_agent_init(&a->slot, (sbx_kit_pool *)pool, a->socket);
     a->slot.peer_pid = peer_pid > 0 ? peer_pid : 0;
-    *o = (struct agent_open){ .a = a, .cb = cb, .data = data };
+    *o = (struct agent_open){.a = a, .cb = cb, .data = data};
     return o;
 }
 
@@ -164,8 +172,8 @@ void sbx_box_agent_open_socket(sbx_op *op, sbx_box_pool *pool, const char *socke
                  ? sbx__agent_connect_peer(loop, socket_path, peer_pid, false, t, agent_opened, o)
                  : sbx__agent_connect(loop, socket_path, t, agent_opened, o);
     if (rc < 0)
-        agent_opened(NULL, rc,
-                     sbx_error_new(rc, "cannot connect to the agent at %s", socket_path), o);
+        agent_opened(NULL, rc, sbx_error_new(rc, "cannot connect to the agent at %s", socket_path),
+                     o);
 }
 
 int sbx_box_agent_gone(const sbx_box_agent *agent)
@@ -268,8 +276,8 @@ static void call(sbx_op *op, sbx_box_agent *a, enum call_kind kind, const char *
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return;
     }
-    *k = (struct call){ .kind = kind, .op = op, .a = a, .x = x, .y = y, .opts = opts,
-                        .base_env = base_env };
+    *k = (struct call){
+        .kind = kind, .op = op, .a = a, .x = x, .y = y, .opts = opts, .base_env = base_env};
     /* A relative box path is relative to the workdir, as for local and linux. */
     const char **remote = kind == CALL_UPLOAD ? &k->y : kind == CALL_DOWNLOAD ? &k->x : NULL;
     if (remote && *remote && (*remote)[0] != '/' && a->workdir && a->workdir[0] == '/') {
@@ -308,7 +316,10 @@ void sbx_box_ping(sbx_op *op, sbx_box_agent *agent)
 
 /* --- processes ------------------------------------------------------------ */
 
-unsigned long long sbx_box_pid_start(pid_t pid) { return sbx__kit_proc_start(pid); }
+unsigned long long sbx_box_pid_start(pid_t pid)
+{
+    return sbx__kit_proc_start(pid);
+}
 
 static double mono_now(void)
 {
@@ -330,10 +341,10 @@ static bool wait_gone(pid_t pid, unsigned long long start, int pfd, double timeo
         if (mono_now() >= end)
             return false;
         if (pfd >= 0) {
-            struct pollfd p = { .fd = pfd, .events = POLLIN };
+            struct pollfd p = {.fd = pfd, .events = POLLIN};
             poll(&p, 1, 20);
         } else {
-            struct timespec ts = { 0, 10 * 1000 * 1000 };
+            struct timespec ts = {0, 10 * 1000 * 1000};
             nanosleep(&ts, NULL);
         }
     }
@@ -375,8 +386,7 @@ int sbx_box_stop_pid(pid_t pid, unsigned long long pid_start, double grace_s, sb
     if (pfd >= 0)
         close(pfd);
     if (!gone)
-        return sbx__set_error(err, SBX_ETIMEDOUT, "process %d did not end after SIGKILL",
-                              (int)pid);
+        return sbx__set_error(err, SBX_ETIMEDOUT, "process %d did not end after SIGKILL", (int)pid);
     return SBX_OK;
 }
 
@@ -446,8 +456,7 @@ struct sbx_box_store {
     void *data;
 };
 
-int sbx_box_store_open(const char *provider, const char *dir, sbx_box_store **out,
-                       sbx_error **err)
+int sbx_box_store_open(const char *provider, const char *dir, sbx_box_store **out, sbx_error **err)
 {
     *out = NULL;
     if (!sbx__kit_id_ok(provider))
@@ -486,7 +495,10 @@ void sbx_box_store_free(sbx_box_store *s)
     free(s);
 }
 
-const char *sbx_box_store_path(const sbx_box_store *s) { return s->path; }
+const char *sbx_box_store_path(const sbx_box_store *s)
+{
+    return s->path;
+}
 
 void sbx_box_store_set_hooks(sbx_box_store *s, sbx_box_alive_fn alive, sbx_box_stop_fn stop,
                              void *data)
@@ -570,9 +582,9 @@ int sbx_box_record_write(sbx_box_store *s, const sbx_box_record *r, sbx_error **
     _cleanup_close_ int fd = open_box(s, bfd, r->id, true, err);
     if (fd < 0)
         return fd;
-    json_t *j = json_pack("{s:s, s:f, s:f, s:I, s:I}", "id", r->id, "created", r->created,
-                          "expires_at", r->expires_at, "pid", (json_int_t)r->pid, "pid_start",
-                          (json_int_t)r->pid_start);
+    json_t *j =
+        json_pack("{s:s, s:f, s:f, s:I, s:I}", "id", r->id, "created", r->created, "expires_at",
+                  r->expires_at, "pid", (json_int_t)r->pid, "pid_start", (json_int_t)r->pid_start);
     if (!j)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     json_object_set_new(j, "image", r->image ? json_string(r->image) : json_null());
@@ -626,8 +638,8 @@ static int parse_record(const char *id, const char *text, size_t n, const char *
     json_error_t je;
     _cleanup_json_ json_t *j = json_loadb(text, n, 0, &je);
     if (!json_is_object(j))
-        return sbx__set_error(err, SBX_EINVAL, "the box record %s is not a JSON object%s%s",
-                              shown, j ? "" : ": ", j ? "" : je.text);
+        return sbx__set_error(err, SBX_EINVAL, "the box record %s is not a JSON object%s%s", shown,
+                              j ? "" : ": ", j ? "" : je.text);
     const char *rid = json_string_value(json_object_get(j, "id"));
     if (!rid || strcmp(rid, id) != 0)
         return sbx__set_error(err, SBX_EINVAL, "the box record %s names another box: refused",
@@ -773,7 +785,10 @@ static int record_ids(sbx_box_store *s, int bfd, json_t **ids, sbx_error **err)
     return *ids ? SBX_OK : sbx__set_error(err, SBX_ENOMEM, "out of memory");
 }
 
-static json_t *num_or_null(double v) { return v > 0 ? json_real(v) : json_null(); }
+static json_t *num_or_null(double v)
+{
+    return v > 0 ? json_real(v) : json_null();
+}
 
 int sbx_box_store_list(sbx_box_store *s, const char *filter_json, char **out, sbx_error **err)
 {
@@ -801,18 +816,16 @@ int sbx_box_store_list(sbx_box_store *s, const char *filter_json, char **out, sb
             /* A box whose record is missing or not to be believed: listed as an error. */
             if (labels)
                 continue;
-            json_array_append_new(arr, json_pack("{s:s, s:s, s:n, s:n, s:{}, s:n, s:n, s:{}}",
-                                                 "id", id, "status", "error", "created",
-                                                 "expires_at", "labels", "image", "descriptor",
-                                                 "provider"));
+            json_array_append_new(arr, json_pack("{s:s, s:s, s:n, s:n, s:{}, s:n, s:n, s:{}}", "id",
+                                                 id, "status", "error", "created", "expires_at",
+                                                 "labels", "image", "descriptor", "provider"));
             continue;
         }
         if (labels_match(r.labels_json, labels)) {
             bool alive = sbx_box_record_alive(s, &r);
-            json_t *e = json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:n, s:o}", "id", r.id,
-                                  "status", alive ? "running" : "error", "created",
-                                  num_or_null(r.created), "expires_at",
-                                  num_or_null(r.expires_at), "labels",
+            json_t *e = json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:n, s:o}", "id", r.id, "status",
+                                  alive ? "running" : "error", "created", num_or_null(r.created),
+                                  "expires_at", num_or_null(r.expires_at), "labels",
                                   json_text_or(r.labels_json, json_object()), "image",
                                   r.image ? json_string(r.image) : json_null(), "descriptor",
                                   "provider", json_text_or(r.provider_json, json_object()));
@@ -838,9 +851,9 @@ int sbx_box_store_stop(sbx_box_store *s, const char *id, sbx_error **err)
     int rc = read_at(s, bfd, id, &r, &e);
     if (rc == SBX_ENOENT) {
         /* No directory at all: no such box. A directory without its record: a leftover. */
-        _cleanup_close_ int fd = sbx__kit_id_ok(id) ? openat(bfd, id, O_RDONLY | O_DIRECTORY |
-                                                                           O_NOFOLLOW | O_CLOEXEC)
-                                                    : -1;
+        _cleanup_close_ int fd =
+            sbx__kit_id_ok(id) ? openat(bfd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                               : -1;
         if (fd < 0) {
             sbx_error_free(e);
             return sbx__set_error(err, SBX_ENOENT, "no box %s", id);
@@ -892,8 +905,8 @@ int sbx_box_store_gc(sbx_box_store *s, const char *opts_json, char **out, sbx_er
         if (!readable)
             collect = true; /* a leftover directory: nothing runs it */
         else
-            collect = (r.expires_at > 0 && r.expires_at <= now) ||
-                      !sbx_box_record_alive(s, &r) || (labels && labels_match(r.labels_json, labels));
+            collect = (r.expires_at > 0 && r.expires_at <= now) || !sbx_box_record_alive(s, &r) ||
+                      (labels && labels_match(r.labels_json, labels));
         if (collect && !dry) {
             sbx_error *e = NULL;
             if (readable && stop_record(s, &r, &e) < 0) {
@@ -930,9 +943,9 @@ static void store_work(sbx_op *op, void *data)
     struct store_call *k = data;
     sbx_error *e = NULL;
     char *out = NULL;
-    int rc = k->kind == STORE_LIST   ? sbx_box_store_list(k->s, k->arg, &out, &e)
-             : k->kind == STORE_GC   ? sbx_box_store_gc(k->s, k->arg, &out, &e)
-                                     : sbx_box_store_stop(k->s, k->arg, &e);
+    int rc = k->kind == STORE_LIST ? sbx_box_store_list(k->s, k->arg, &out, &e)
+             : k->kind == STORE_GC ? sbx_box_store_gc(k->s, k->arg, &out, &e)
+                                   : sbx_box_store_stop(k->s, k->arg, &e);
     if (rc == SBX_ENOENT && k->kind == STORE_CLOSE) {
         sbx_error_free(e); /* gone already (stopped by id, collected): closed */
         e = NULL;
@@ -995,8 +1008,8 @@ struct create {
     void *cb_data;
     sbx_box_record rec;
     int fd;
-    int code;        /* of the failure being cleaned up */
-    sbx_error *err;  /* its error */
+    int code;       /* of the failure being cleaned up */
+    sbx_error *err; /* its error */
 };
 
 static void create_free(struct create *k)
@@ -1030,8 +1043,8 @@ static void cleanup_work(sbx_op *op, void *data)
     struct create *k = data;
     sbx_error *e = NULL;
     if (k->rec.id && sbx_box_store_stop(k->s, k->rec.id, &e) < 0 && sbx_error_code(e) != SBX_ENOENT)
-        sbx_log(SBX_LOG_WARNING, "create failed, and cleaning up box %s failed too: %s",
-                k->rec.id, sbx_error_message(e));
+        sbx_log(SBX_LOG_WARNING, "create failed, and cleaning up box %s failed too: %s", k->rec.id,
+                sbx_error_message(e));
     sbx_error_free(e);
     sbx_op_complete(op, SBX_OK, NULL, NULL);
 }
@@ -1141,8 +1154,15 @@ void sbx_box_op_create(sbx_op *op, sbx_box_store *s, sbx_box_pool *pool, const s
         cb(op, NULL, NULL, SBX_ENOMEM, sbx_error_new(SBX_ENOMEM, "out of memory"), cb_data);
         return;
     }
-    *k = (struct create){ .op = op, .s = s, .pool = pool, .spec = spec, .start = start,
-                          .start_data = start_data, .cb = cb, .cb_data = cb_data, .fd = -1 };
+    *k = (struct create){.op = op,
+                         .s = s,
+                         .pool = pool,
+                         .spec = spec,
+                         .start = start,
+                         .start_data = start_data,
+                         .cb = cb,
+                         .cb_data = cb_data,
+                         .fd = -1};
     snprintf(k->prefix, sizeof(k->prefix), "%s", id_prefix ? id_prefix : "box");
     sbx_op *inner = sbx__op_new(sbx__op_provider(op), create_started, k);
     if (!inner) {

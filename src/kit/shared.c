@@ -37,8 +37,9 @@ char *sbx__kit_find_helper(const char *name, const char *env)
         return strdup(e);
     char self[PATH_MAX];
     Dl_info info;
-    const char *bases[2] = { NULL, NULL };
-    if (dladdr((void *)sbx__kit_find_helper, &info) && info.dli_fname && strchr(info.dli_fname, '/'))
+    const char *bases[2] = {NULL, NULL};
+    if (dladdr((void *)sbx__kit_find_helper, &info) && info.dli_fname &&
+        strchr(info.dli_fname, '/'))
         bases[0] = info.dli_fname;
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (n > 0) {
@@ -80,8 +81,8 @@ char *sbx__kit_find_helper(const char *name, const char *env)
         }
         free(dir);
     }
-    static const char *const fixed[] = { SBX_LIBEXECDIR, "/usr/local/libexec/sbx",
-                                         "/usr/libexec/sbx" };
+    static const char *const fixed[] = {SBX_LIBEXECDIR, "/usr/local/libexec/sbx",
+                                        "/usr/libexec/sbx"};
     for (size_t i = 0; i < SBX_ARRAY_SIZE(fixed); i++) {
         char *cand = sbx__printf("%s/%s", fixed[i], name);
         if (executable(cand))
@@ -166,4 +167,3 @@ int sbx__kit_pidfd_open(pid_t pid)
     }
     return (int)syscall(SYS_pidfd_open, pid, 0);
 }
-

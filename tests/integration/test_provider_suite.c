@@ -1,9 +1,10 @@
 /*
  * The provider-neutral behavioural suite: what a user expects of any
- * provider, run against every provider in SBX_SUITE_PROVIDERS (default:
- * "local linux hostbox"; hostbox is the kit's example plugin, loaded from
- * SBX_PLUGIN_PATH, default build/examples/provider). A provider config
- * comes from SBX_SUITE_CONFIG_<name> (a JSON mapping) when set.
+ * provider, run against local, linux and a plugin: hostbox (the kit's
+ * example, from SBX_PLUGIN_PATH, default build/examples/provider), or the
+ * plugin provider SBX_SUITE_PLUGIN names. SBX_SUITE_PROVIDERS (default
+ * "local linux hostbox") picks which run; a provider's config comes from
+ * SBX_SUITE_CONFIG_<name> (a JSON mapping) when set.
  *
  * Cases: exec (exit codes, stdout/stderr, cwd, env, stdin, timeout),
  * upload/download round trip with modes, status before/after stop, stop
@@ -29,7 +30,7 @@ static bool use_provider(const char *name)
 {
     const char *list = getenv("SBX_SUITE_PROVIDERS");
     if (!list)
-        list = "local linux hostbox";
+        return true; /* all three slots */
     size_t n = strlen(name);
     for (const char *p = list; (p = strstr(p, name)); p += n)
         if ((p == list || p[-1] == ' ') && (p[n] == 0 || p[n] == ' '))
@@ -391,7 +392,6 @@ static void case_bad_input(sbx_provider *p)
     }
 }
 
-
 /* The CLI of this build tree (build/tests/integration/x -> build/sbx). */
 static const char *cli_path(void)
 {
@@ -450,11 +450,12 @@ static void case_dead_maker(sbx_provider *p)
     /* The command (hostbox runs on the host) kills its ancestor: the CLI that made the box. */
     char script[1200];
     snprintf(script, sizeof(script), "%s/kill-maker.sh", tap_tmpdir());
-    TAP_EQ_INT(write_text(script, "p=$$\n"
-                                  "while [ \"$p\" -gt 1 ] && [ \"$(ps -o comm= -p $p)\" != sbx ]; do\n"
-                                  "  p=$(ps -o ppid= -p $p | tr -d ' ')\n"
-                                  "done\n"
-                                  "[ \"$p\" -gt 1 ] && kill -KILL $p\n"),
+    TAP_EQ_INT(write_text(script,
+                          "p=$$\n"
+                          "while [ \"$p\" -gt 1 ] && [ \"$(ps -o comm= -p $p)\" != sbx ]; do\n"
+                          "  p=$(ps -o ppid= -p $p | tr -d ' ')\n"
+                          "done\n"
+                          "[ \"$p\" -gt 1 ] && kill -KILL $p\n"),
                0);
     run_cmd(out, sizeof(out), "%s run -- sh %s", sbx, script);
     /* The agent sees end-of-file and exits: wait for that (bounded), then look. */
@@ -483,55 +484,62 @@ static void case_dead_maker(sbx_provider *p)
 #define SUITE(name)                                                                                \
     static void name##_exec(void)                                                                  \
     {                                                                                              \
-        sbx_provider *p = setup(#name);                                                            \
+        sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
         case_exec(p);                                                                              \
         sbx_provider_free(p);                                                                      \
     }                                                                                              \
     static void name##_transfer(void)                                                              \
     {                                                                                              \
-        sbx_provider *p = setup(#name);                                                            \
+        sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
         case_transfer(p);                                                                          \
         sbx_provider_free(p);                                                                      \
     }                                                                                              \
     static void name##_status_stop(void)                                                           \
     {                                                                                              \
-        sbx_provider *p = setup(#name);                                                            \
+        sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
         case_status_stop(p);                                                                       \
         sbx_provider_free(p);                                                                      \
     }                                                                                              \
     static void name##_list_stop_id(void)                                                          \
     {                                                                                              \
-        sbx_provider *p = setup(#name);                                                            \
+        sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
         case_list_stop_id(p);                                                                      \
         sbx_provider_free(p);                                                                      \
     }                                                                                              \
     static void name##_gc(void)                                                                    \
     {                                                                                              \
-        sbx_provider *p = setup(#name);                                                            \
+        sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
         case_gc(p);                                                                                \
         sbx_provider_free(p);                                                                      \
     }                                                                                              \
     static void name##_cli(void)                                                                   \
     {                                                                                              \
-        sbx_provider *p = setup(#name);                                                            \
+        sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
         case_cli(p);                                                                               \
         case_dead_maker(p);                                                                        \
         sbx_provider_free(p);                                                                      \
     }                                                                                              \
     static void name##_bad_input(void)                                                             \
     {                                                                                              \
-        sbx_provider *p = setup(#name);                                                            \
+        sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
         case_bad_input(p);                                                                         \
         sbx_provider_free(p);                                                                      \
     }
 
 #define SUITE_TESTS(name)                                                                          \
     TAP_T(name##_exec, 120), TAP_T(name##_transfer, 120), TAP_T(name##_status_stop, 120),          \
-        TAP_T(name##_list_stop_id, 120), TAP_T(name##_gc, 120), TAP_T(name##_cli, 120),                  \
+        TAP_T(name##_list_stop_id, 120), TAP_T(name##_gc, 120), TAP_T(name##_cli, 120),            \
         TAP_T(name##_bad_input, 120)
+
+/* The plugin slot: hostbox, or the provider SBX_SUITE_PLUGIN names (see docs/provider-guide.md). */
+static const char *plugin_name(void)
+{
+    const char *n = getenv("SBX_SUITE_PLUGIN");
+    return n && *n ? n : "hostbox";
+}
 
 SUITE(local)
 SUITE(linux)
-SUITE(hostbox)
+SUITE(plugin)
 
-TAP_MAIN(SUITE_TESTS(local), SUITE_TESTS(linux), SUITE_TESTS(hostbox))
+TAP_MAIN(SUITE_TESTS(local), SUITE_TESTS(linux), SUITE_TESTS(plugin))
