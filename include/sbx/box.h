@@ -13,7 +13,9 @@
  * starts ops) and never block. The record functions (sbx_box_record_*,
  * sbx_box_store_*) touch the file system and may block: call them from
  * init, or from work given to sbx_op_run_blocking(); the sbx_box_op_*
- * wrappers do that for you. Nothing here keeps global state.
+ * wrappers do that for you. Nothing here keeps global state; a store and a
+ * pool may be used from several threads at once (after set_hooks), an
+ * agent only from the loop thread (sbx_box_agent_free excepted).
  */
 #ifndef SBX_BOX_H
 #define SBX_BOX_H
@@ -190,7 +192,8 @@ SBX_EXPORT void sbx_box_op_close(sbx_op *op, sbx_box_store *s, sbx_box_agent *ag
 SBX_EXPORT unsigned long long sbx_box_pid_start(pid_t pid);
 /*
  * Ends process `pid` if it is still the one started at `pid_start` (so a
- * reused pid is never signalled): SIGTERM to its process group and to it,
+ * reused pid is never signalled): SIGTERM to it and, when it leads one, its
+ * process group,
  * SIGKILL after `grace_s` (< 0: 5 s), waits until it is gone and reaps it
  * when it is the caller's child. SBX_OK also when it was gone already.
  * Blocking (up to grace_s plus a bounded wait); thread-safe.

@@ -352,8 +352,9 @@ static bool wait_gone(pid_t pid, unsigned long long start, int pfd, double timeo
 
 static int signal_box(pid_t pid, int pfd, int sig)
 {
-    /* The group first (the box's commands), then the leader through its pidfd. */
-    kill(-pid, sig);
+    /* The group first (the box's commands) when it leads one, then it through its pidfd. */
+    if (getpgid(pid) == pid)
+        kill(-pid, sig);
     if (pfd >= 0)
         return (int)syscall(SYS_pidfd_send_signal, pfd, sig, NULL, 0);
     return kill(pid, sig);
