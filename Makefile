@@ -318,11 +318,16 @@ tests: $(B)/sbx-agent
 -include $(shell find $(B)/agent-obj -name '*.d' 2>/dev/null)
 
 # --- the box-provider kit's example plugin (docs/provider-guide.md) ---
-# Built from the public headers only (no -Isrc), as an author outside the tree would.
+# Built from the public headers only (no -Isrc) and linked with libsbx.so, as an author
+# outside the tree would (pkg-config --cflags --libs sbx): its sbx symbols bind to the
+# libsbx already in the process (the CLI's and the test binaries' exported copy, or the
+# libsbx.so.0 Python loaded).
 HOSTBOX_SO := $(B)/examples/provider/hostbox.so
-$(HOSTBOX_SO): examples/provider/hostbox.c include/sbx.h include/sbx/provider.h include/sbx/box.h
+$(HOSTBOX_SO): examples/provider/hostbox.c include/sbx.h include/sbx/provider.h include/sbx/box.h \
+    $(B)/libsbx.so
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -fPIC -shared -Iinclude -o $@ $<
+	$(CC) -std=c11 $(OPT) $(WARN) $(SAN) -fPIC -shared -Iinclude -o $@ $< \
+	    -L$(B) -lsbx -Wl,-rpath,$(abspath $(B))
 examples: $(HOSTBOX_SO)
 tests: $(HOSTBOX_SO)
 # --- end example plugin ---
