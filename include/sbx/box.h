@@ -218,6 +218,7 @@ struct sbx_box_record {
     char *workdir;                /* or NULL */
     char *labels_json;            /* JSON object of string values ("{}": none) */
     char *provider_json;          /* the provider's own JSON object, or NULL */
+    int creating;                 /* set while sbx_box_op_create runs (see the store) */
 };
 
 /*
@@ -290,7 +291,11 @@ SBX_EXPORT int sbx_box_record_alive(sbx_box_store *s, const sbx_box_record *r);
  *
  * list: `filter_json` NULL or {"labels": {..}}; `*out` a malloc'd JSON array
  * as provider.h's list describes ("status" running or error, by the alive
- * hook; "provider": the record's provider_json).
+ * hook, or starting; "provider": the record's provider_json).
+ * A box being created (its record marked `creating`, or its directory
+ * without a record yet) counts as starting for 60 s after it was made:
+ * gc leaves it alone, so a gc in another process never races a create;
+ * past that its maker is taken to have died mid-create.
  * stop: ends box `id` by the stop hook and removes its record; SBX_ENOENT
  * when the store has no such box.
  * gc: `opts_json` NULL or {"labels": {..}, "dry_run": bool}; collects the

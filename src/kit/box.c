@@ -24,6 +24,8 @@
 extern char **environ;
 
 /* A record holds labels and a provider's few fields: 1 MiB is plenty, and a bound. */
+/* How long a box being created is left alone by gc (its maker may still be at it). */
+#define CREATE_GRACE_S 60.0
 #define BOX_RECORD_MAX ((size_t)1 << 20)
 
 /* --- the agent ------------------------------------------------------------ */
@@ -592,6 +594,8 @@ int sbx_box_record_write(sbx_box_store *s, const sbx_box_record *r, sbx_error **
     json_object_set_new(j, "workdir", r->workdir ? json_string(r->workdir) : json_null());
     json_object_set_new(j, "labels", json_text_or(r->labels_json, json_object()));
     json_object_set_new(j, "provider", json_text_or(r->provider_json, json_null()));
+    if (r->creating)
+        json_object_set_new(j, "creating", json_true());
     _cleanup_free_ char *text = sbx__json_dump(j);
     json_decref(j);
     if (!text)
@@ -600,8 +604,9 @@ int sbx_box_record_write(sbx_box_store *s, const sbx_box_record *r, sbx_error **
     if (len > BOX_RECORD_MAX)
         return sbx__set_error(err, SBX_EINVAL, "the record of box %s is over 1 MiB", r->id);
     /* A fresh temp file (never through a link), then rename over the record. */
-    char tmp[64];
-    snprintf(tmp, sizeof(tmp), ".record.%d.tmp", (int)getpid());
+    char tmp[64], hex[17];
+    sbx__random_hex(hex, 8);
+    snprintf(tmp, sizeof(tmp), ".record.%s.tmp", hex);
     unlinkat(fd, tmp, 0);
     _cleanup_close_ int wfd =
         openat(fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -658,6 +663,7 @@ static int parse_record(const char *id, const char *text, size_t n, const char *
     r->workdir = jdup(j, "workdir");
     r->labels_json = sbx__json_dump(json_is_object(labels) ? labels : json_object());
     r->provider_json = json_is_object(prov) ? sbx__json_dump(prov) : NULL;
+    r->creating = json_is_true(json_object_get(j, "creating"));
     if (!r->id || !r->labels_json) {
         sbx_box_record_clear(r);
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
@@ -791,6 +797,20 @@ static json_t *num_or_null(double v)
     return v > 0 ? json_real(v) : json_null();
 }
 
+/*
+ * A box still being created: its record says so, or (`r` NULL: no record to
+ * believe yet) its directory is new, either within CREATE_GRACE_S.
+ */
+static bool starting(int bfd, const char *id, const sbx_box_record *r, double now)
+{
+    if (r)
+        return r->creating && now - r->created < CREATE_GRACE_S;
+    struct stat st;
+    if (fstatat(bfd, id, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return false;
+    return now - ((double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec / 1e9) < CREATE_GRACE_S;
+}
+
 int sbx_box_store_list(sbx_box_store *s, const char *filter_json, char **out, sbx_error **err)
 {
     *out = NULL;
@@ -806,6 +826,7 @@ int sbx_box_store_list(sbx_box_store *s, const char *filter_json, char **out, sb
     if ((rc = record_ids(s, bfd, &ids, err)) < 0)
         return rc;
     _cleanup_json_ json_t *arr = json_array();
+    double now = now_unix();
     size_t i;
     json_t *idv;
     json_array_foreach(ids, i, idv)
@@ -817,16 +838,20 @@ int sbx_box_store_list(sbx_box_store *s, const char *filter_json, char **out, sb
             /* A box whose record is missing or not to be believed: listed as an error. */
             if (labels)
                 continue;
-            json_array_append_new(arr, json_pack("{s:s, s:s, s:n, s:n, s:{}, s:n, s:n, s:{}}", "id",
-                                                 id, "status", "error", "created", "expires_at",
-                                                 "labels", "image", "descriptor", "provider"));
+            json_array_append_new(
+                arr, json_pack("{s:s, s:s, s:n, s:n, s:{}, s:n, s:n, s:{}}", "id", id, "status",
+                               starting(bfd, id, NULL, now) ? "starting" : "error", "created",
+                               "expires_at", "labels", "image", "descriptor", "provider"));
             continue;
         }
         if (labels_match(r.labels_json, labels)) {
             bool alive = sbx_box_record_alive(s, &r);
+            const char *status = alive                        ? "running"
+                                 : starting(bfd, id, &r, now) ? "starting"
+                                                              : "error";
             json_t *e = json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:n, s:o}", "id", r.id, "status",
-                                  alive ? "running" : "error", "created", num_or_null(r.created),
-                                  "expires_at", num_or_null(r.expires_at), "labels",
+                                  status, "created", num_or_null(r.created), "expires_at",
+                                  num_or_null(r.expires_at), "labels",
                                   json_text_or(r.labels_json, json_object()), "image",
                                   r.image ? json_string(r.image) : json_null(), "descriptor",
                                   "provider", json_text_or(r.provider_json, json_object()));
@@ -903,7 +928,9 @@ int sbx_box_store_gc(sbx_box_store *s, const char *opts_json, char **out, sbx_er
         sbx_box_record r;
         bool readable = read_at(s, bfd, id, &r, NULL) == SBX_OK;
         bool collect;
-        if (!readable)
+        if (starting(bfd, id, readable ? &r : NULL, now))
+            collect = false; /* a create in flight, maybe in another process */
+        else if (!readable)
             collect = true; /* a leftover directory: nothing runs it */
         else
             collect = (r.expires_at > 0 && r.expires_at <= now) || !sbx_box_record_alive(s, &r) ||
@@ -1131,7 +1158,11 @@ static void create_work(sbx_op *op, void *data)
         sbx_op_complete(op, rc, e, NULL);
         return;
     }
-    /* The record first (no pid yet): a crash from here on leaves a box gc finds. */
+    /*
+     * The record first, marked creating (no pid yet): a gc meanwhile leaves
+     * it alone, and a crash from here on leaves a box a later gc finds.
+     */
+    k->rec.creating = 1;
     if ((rc = sbx_box_record_write(k->s, &k->rec, &e)) < 0 ||
         (rc = k->start(&k->rec, dir, k->spec, k->start_data, &k->fd, &e)) < 0) {
         sbx_op_complete(op, rc, e, NULL);
@@ -1139,6 +1170,7 @@ static void create_work(sbx_op *op, void *data)
     }
     if (k->rec.pid > 0)
         k->rec.pid_start = sbx__kit_proc_start(k->rec.pid);
+    k->rec.creating = 0;
     if ((rc = sbx_box_record_write(k->s, &k->rec, &e)) < 0) {
         sbx_op_complete(op, rc, e, NULL);
         return;
