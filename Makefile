@@ -77,8 +77,11 @@ $(B)/libsbx.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# -rdynamic and the whole archive: plugins (SBX_PLUGIN_PATH) bind to the whole libsbx
+# API linked into the CLI (the box kit included, which the CLI itself does not call).
 $(B)/sbx: $(CLI_OBJ) $(B)/libsbx.a
-	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(B)/libsbx.a $(LIBS)
+	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(CLI_OBJ) -Wl,--whole-archive $(B)/libsbx.a \
+	    -Wl,--no-whole-archive $(LIBS)
 
 # -rdynamic: test binaries link libsbx statically, so its exported API must be
 # in their dynamic symbol table for the test plugins (tests/plugins) to bind to.
@@ -201,13 +204,14 @@ fuzz-ci: fuzz-build
 MANDIR ?= $(PREFIX)/share/man
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
-$(B)/obj/src/providers/linux/provider.o: CFLAGS_ALL += -DSBX_LIBEXECDIR='"$(LIBEXECDIR)"'
+$(B)/obj/src/kit/shared.o: CFLAGS_ALL += -DSBX_LIBEXECDIR='"$(LIBEXECDIR)"'
 
 install: all
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/sbx $(DESTDIR)$(BINDIR) \
 	    $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
 	install -m 644 include/sbx.h $(DESTDIR)$(INCLUDEDIR)/sbx.h
 	install -m 644 include/sbx/provider.h $(DESTDIR)$(INCLUDEDIR)/sbx/provider.h
+	install -m 644 include/sbx/box.h $(DESTDIR)$(INCLUDEDIR)/sbx/box.h
 	install -m 755 $(B)/libsbx.so $(DESTDIR)$(LIBDIR)/libsbx.so.0
 	ln -sf libsbx.so.0 $(DESTDIR)$(LIBDIR)/libsbx.so
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
@@ -228,6 +232,7 @@ print-pydir:
 # Removes exactly what install put there (the same PREFIX and DESTDIR).
 uninstall:
 	rm -f $(DESTDIR)$(INCLUDEDIR)/sbx.h $(DESTDIR)$(INCLUDEDIR)/sbx/provider.h \
+	    $(DESTDIR)$(INCLUDEDIR)/sbx/box.h \
 	    $(DESTDIR)$(LIBDIR)/libsbx.so.0 $(DESTDIR)$(LIBDIR)/libsbx.so \
 	    $(DESTDIR)$(LIBDIR)/pkgconfig/sbx.pc $(DESTDIR)$(BINDIR)/sbx \
 	    $(DESTDIR)$(LIBEXECDIR)/sbx-shim $(DESTDIR)$(LIBEXECDIR)/sbx-agent \
@@ -318,7 +323,7 @@ tests: $(B)/sbx-agent
 # The fake providers (tests/fakes) are not part of libsbx: the C test binaries
 # link them (TEST_COMMON_OBJ), and the CLI, Python, script and bench runs load
 # the same source as a plugin on SBX_PLUGIN_PATH. A plugin binds to the host's
-# libsbx, so the CLI and the benchmarks export the public API (-rdynamic:
+# libsbx, so the CLI (its link rule above) and the benchmarks export the public API (-rdynamic:
 # with -fvisibility=hidden that is exactly the SBX_EXPORT symbols).
 FAKE_PLUGIN := $(B)/tests/fakes/sbx-fake.so
 $(FAKE_PLUGIN): $(B)/obj/tests/fakes/fake.o $(B)/obj/tests/fakes/plugin.o
@@ -326,7 +331,6 @@ $(FAKE_PLUGIN): $(B)/obj/tests/fakes/fake.o $(B)/obj/tests/fakes/plugin.o
 	$(CC) $(LDFLAGS_ALL) -shared -o $@ $^ $(shell pkg-config --libs jansson libuv 2>/dev/null) -lpthread
 tests: $(FAKE_PLUGIN)
 bench: $(FAKE_PLUGIN)
-$(B)/sbx: LDFLAGS_ALL += -rdynamic
 $(BENCH_BIN): LDFLAGS_ALL += -rdynamic
 # --- end test doubles ---
 
@@ -347,3 +351,24 @@ uninstall-configs:
 	-for f in $(PROVIDER_CONFIGS); do (cd $(DESTDIR)$(SHAREDIR) && rmdir -p $$(dirname $$f)) 2>/dev/null; done; \
 	    rmdir $(DESTDIR)$(SHAREDIR) 2>/dev/null; true
 # --- end shipped provider config blocks ---
+
+# --- the box-provider kit's example plugin (docs/provider-guide.md) ---
+# Built from the public headers only (no -Isrc) and linked with libsbx.so, as an author
+# outside the tree would (pkg-config --cflags --libs sbx): its sbx symbols bind to the
+# libsbx already in the process (the CLI's and the test binaries' exported copy, or the
+# libsbx.so.0 Python loaded).
+HOSTBOX_SO := $(B)/examples/provider/hostbox.so
+$(HOSTBOX_SO): examples/provider/hostbox.c include/sbx.h include/sbx/provider.h include/sbx/box.h \
+    $(B)/libsbx.so
+	@mkdir -p $(@D)
+	$(CC) -std=c11 $(OPT) $(WARN) $(SAN) -fPIC -shared -Iinclude -o $@ $< \
+	    -L$(B) -lsbx -Wl,-rpath,$(abspath $(B))
+examples: $(HOSTBOX_SO)
+tests: $(HOSTBOX_SO)
+# --- end example plugin ---
+# The provider suite loads the hostbox plugin, which binds to the box kit: link it all.
+$(B)/tests/integration/test_provider_suite: $(B)/obj/tests/integration/test_provider_suite.o \
+    $(TEST_COMMON_OBJ) $(B)/libsbx.a $(HOSTBOX_SO)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $< $(TEST_COMMON_OBJ) -Wl,--whole-archive $(B)/libsbx.a \
+	    -Wl,--no-whole-archive $(LIBS)

@@ -1,31 +1,31 @@
 /*
- * The linux provider's bounded pool of agent connections (agentpool.h).
+ * The box-provider kit's bounded pool of agent connections (agentpool.h).
  *
  * The list is ordered by use, most recent first, and holds the slots that
  * have a connection. `count` also includes reconnects in flight (each holds
- * a socket). The lock is for sbx__linux_agent_drop() from a thread other
+ * a socket). The lock is for sbx__kit_agent_drop() from a thread other
  * than the loop's; every other entry point runs on the loop thread.
  */
 #include "kit/agentpool.h"
 
 #include <stdlib.h>
 
-struct linux_agent_pool {
+struct sbx_kit_pool {
     pthread_mutex_t lock;
     int max;
     int count;
-    linux_agent_slot *head, *tail;
+    sbx_kit_slot *head, *tail;
 };
 
-struct linux_agent_wait {
-    struct linux_agent_wait *next;
-    linux_agent_fn fn;
+struct sbx_kit_wait {
+    struct sbx_kit_wait *next;
+    sbx_kit_agent_fn fn;
     void *arg;
 };
 
-linux_agent_pool *sbx__linux_agent_pool_new(int max)
+sbx_kit_pool *sbx__kit_agent_pool_new(int max)
 {
-    linux_agent_pool *p = calloc(1, sizeof(*p));
+    sbx_kit_pool *p = calloc(1, sizeof(*p));
     if (!p)
         return NULL;
     pthread_mutex_init(&p->lock, NULL);
@@ -33,7 +33,7 @@ linux_agent_pool *sbx__linux_agent_pool_new(int max)
     return p;
 }
 
-void sbx__linux_agent_pool_free(linux_agent_pool *p)
+void sbx__kit_agent_pool_free(sbx_kit_pool *p)
 {
     if (!p)
         return;
@@ -41,7 +41,7 @@ void sbx__linux_agent_pool_free(linux_agent_pool *p)
     free(p);
 }
 
-int sbx__linux_agent_pool_count(linux_agent_pool *p)
+int sbx__kit_agent_pool_count(sbx_kit_pool *p)
 {
     pthread_mutex_lock(&p->lock);
     int n = p->count;
@@ -49,7 +49,7 @@ int sbx__linux_agent_pool_count(linux_agent_pool *p)
     return n;
 }
 
-void sbx__linux_agent_init(linux_agent_slot *s, linux_agent_pool *p, const char *socket)
+void sbx__kit_agent_init(sbx_kit_slot *s, sbx_kit_pool *p, const char *socket)
 {
     s->pool = p;
     s->socket = socket;
@@ -57,7 +57,7 @@ void sbx__linux_agent_init(linux_agent_slot *s, linux_agent_pool *p, const char 
 
 /* --- the list (callers hold the lock) ------------------------------------- */
 
-static void unlink_slot(linux_agent_pool *p, linux_agent_slot *s)
+static void unlink_slot(sbx_kit_pool *p, sbx_kit_slot *s)
 {
     if (s->prev)
         s->prev->next = s->next;
@@ -70,7 +70,7 @@ static void unlink_slot(linux_agent_pool *p, linux_agent_slot *s)
     s->prev = s->next = NULL;
 }
 
-static void push_front(linux_agent_pool *p, linux_agent_slot *s)
+static void push_front(sbx_kit_pool *p, sbx_kit_slot *s)
 {
     s->prev = NULL;
     s->next = p->head;
@@ -85,14 +85,15 @@ static void push_front(linux_agent_pool *p, linux_agent_slot *s)
  * Closes least recently used idle connections until the pool is back at its
  * cap, sparing `keep`. Busy ones stay open: closing them would fail their ops.
  */
-static void trim(linux_agent_pool *p, linux_agent_slot *keep)
+static void trim(sbx_kit_pool *p, sbx_kit_slot *keep)
 {
     for (;;) {
         pthread_mutex_lock(&p->lock);
-        linux_agent_slot *victim = NULL;
+        sbx_kit_slot *victim = NULL;
         if (p->count > p->max) {
-            for (linux_agent_slot *s = p->tail; s; s = s->prev) {
-                if (s != keep && (!sbx__agent_alive(s->conn) || sbx__agent_idle(s->conn))) {
+            for (sbx_kit_slot *s = p->tail; s; s = s->prev) {
+                if (s != keep &&
+                    (!sbx__agent_alive(s->conn) || (s->socket && sbx__agent_idle(s->conn)))) {
                     victim = s;
                     break;
                 }
@@ -115,9 +116,9 @@ static void trim(linux_agent_pool *p, linux_agent_slot *keep)
     }
 }
 
-void sbx__linux_agent_put(linux_agent_slot *s, sbx_agent_conn *conn)
+void sbx__kit_agent_put(sbx_kit_slot *s, sbx_agent_conn *conn)
 {
-    linux_agent_pool *p = s->pool;
+    sbx_kit_pool *p = s->pool;
     sbx_agent_conn *old;
     pthread_mutex_lock(&p->lock);
     old = s->conn;
@@ -139,9 +140,9 @@ void sbx__linux_agent_put(linux_agent_slot *s, sbx_agent_conn *conn)
  * closed (the box is being stopped) or lost (its agent is gone). Ops in
  * flight on it end as for a lost stream (an exec: rc 125, "sandbox").
  */
-static void detach(linux_agent_slot *s, bool closed)
+static void detach(sbx_kit_slot *s, bool closed)
 {
-    linux_agent_pool *p = s->pool;
+    sbx_kit_pool *p = s->pool;
     if (!p)
         return; /* never initialised (a box that failed early) */
     pthread_mutex_lock(&p->lock);
@@ -160,17 +161,23 @@ static void detach(linux_agent_slot *s, bool closed)
         sbx__agent_close(conn);
 }
 
-void sbx__linux_agent_drop(linux_agent_slot *s) { detach(s, true); }
+void sbx__kit_agent_drop(sbx_kit_slot *s)
+{
+    detach(s, true);
+}
 
-void sbx__linux_agent_lost(linux_agent_slot *s) { detach(s, false); }
+void sbx__kit_agent_lost(sbx_kit_slot *s)
+{
+    detach(s, false);
+}
 
-void sbx__linux_agent_release(linux_agent_slot *s)
+void sbx__kit_agent_release(sbx_kit_slot *s)
 {
     if (s->pool)
         trim(s->pool, NULL);
 }
 
-bool sbx__linux_agent_gone(const linux_agent_slot *s)
+bool sbx__kit_agent_gone(const sbx_kit_slot *s)
 {
     return s->lost || (s->conn && !sbx__agent_alive(s->conn));
 }
@@ -179,9 +186,9 @@ bool sbx__linux_agent_gone(const linux_agent_slot *s)
 
 static void on_reconnected(sbx_agent_conn *conn, int code, sbx_error *err, void *data)
 {
-    linux_agent_slot *s = data;
-    linux_agent_pool *p = s->pool;
-    struct linux_agent_wait *w = s->waiters;
+    sbx_kit_slot *s = data;
+    sbx_kit_pool *p = s->pool;
+    struct sbx_kit_wait *w = s->waiters;
     s->waiters = NULL;
     s->reconnecting = false;
     if (conn && !s->closed) {
@@ -208,7 +215,7 @@ static void on_reconnected(sbx_agent_conn *conn, int code, sbx_error *err, void 
     }
     const char *msg = err ? sbx_error_message(err) : "the box is being stopped";
     while (w) {
-        struct linux_agent_wait *next = w->next;
+        struct sbx_kit_wait *next = w->next;
         w->fn(conn, code, msg, w->arg);
         free(w);
         w = next;
@@ -218,10 +225,10 @@ static void on_reconnected(sbx_agent_conn *conn, int code, sbx_error *err, void 
         trim(p, s);
 }
 
-void sbx__linux_agent_use(linux_agent_slot *s, void *loop, linux_agent_fn fn, void *arg)
+void sbx__kit_agent_use(sbx_kit_slot *s, void *loop, sbx_kit_agent_fn fn, void *arg)
 {
-    linux_agent_pool *p = s->pool;
-    if (s->closed || sbx__linux_agent_gone(s)) {
+    sbx_kit_pool *p = s->pool;
+    if (s->closed || sbx__kit_agent_gone(s)) {
         fn(NULL, SBX_EPROVIDER, "the agent is gone", arg);
         return;
     }
@@ -233,15 +240,19 @@ void sbx__linux_agent_use(linux_agent_slot *s, void *loop, linux_agent_fn fn, vo
         fn(s->conn, SBX_OK, NULL, arg);
         return;
     }
+    if (!s->socket) { /* a handed-in stream is never evicted: it closed */
+        fn(NULL, SBX_EPROVIDER, "the agent is gone", arg);
+        return;
+    }
     /* No connection (evicted): queue behind one reconnect, shared by every op meanwhile. */
-    struct linux_agent_wait *w = calloc(1, sizeof(*w));
+    struct sbx_kit_wait *w = calloc(1, sizeof(*w));
     if (!w) {
         fn(NULL, SBX_ENOMEM, "out of memory", arg);
         return;
     }
     w->fn = fn;
     w->arg = arg;
-    struct linux_agent_wait **pp = &s->waiters;
+    struct sbx_kit_wait **pp = &s->waiters;
     while (*pp)
         pp = &(*pp)->next;
     *pp = w;
@@ -257,7 +268,9 @@ void sbx__linux_agent_use(linux_agent_slot *s, void *loop, linux_agent_fn fn, vo
      * The hello bound is generous: a live agent answers in well under a
      * millisecond. Only the box's own agent is accepted at the other end.
      */
-    int rc = sbx__agent_connect_peer(loop, s->socket, s->peer_pid, true, 10.0, on_reconnected, s);
+    int rc = s->peer_pid > 0 ? sbx__agent_connect_peer(loop, s->socket, s->peer_pid, true, 10.0,
+                                                       on_reconnected, s)
+                             : sbx__agent_reconnect(loop, s->socket, 10.0, on_reconnected, s);
     if (rc < 0)
         on_reconnected(NULL, rc,
                        sbx_error_new(rc, "cannot reconnect to the agent at %s", s->socket), s);

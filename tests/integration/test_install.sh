@@ -40,7 +40,7 @@ else
 fi
 pydir=$(make -s --no-print-directory B="$B" PREFIX="$prefix" print-pydir)
 missing=""
-for f in bin/sbx lib/libsbx.so.0 lib/libsbx.so lib/pkgconfig/sbx.pc include/sbx.h include/sbx/provider.h \
+for f in bin/sbx lib/libsbx.so.0 lib/libsbx.so lib/pkgconfig/sbx.pc include/sbx.h include/sbx/provider.h include/sbx/box.h \
          libexec/sbx/sbx-shim libexec/sbx/sbx-agent share/man/man1/sbx.1 \
          share/bash-completion/completions/sbx share/zsh/site-functions/_sbx \
          share/sbx/providers/linux/configs/linux.yaml share/sbx/providers/local/configs/local.yaml; do
@@ -87,6 +87,15 @@ else
   nok "examples/first_run.c" "$(cat "$tmp/err")"
 fi
 
+# The box-provider kit's example, built out of tree from the installed headers only.
+mkdir -p "$tmp/plugins"
+if cc -std=c11 -Wall -Wextra -Werror -shared -fPIC examples/provider/hostbox.c $flags \
+     -Wl,-rpath,"$prefix/lib" -o "$tmp/plugins/hostbox.so" 2>"$tmp/err"; then
+  ok "examples/provider/hostbox.c builds as a plugin against the installed headers"
+else
+  nok "examples/provider/hostbox.c" "$(cat "$tmp/err")"
+fi
+
 # Everything below runs with the checkout hidden: nothing may come from the build tree.
 hidden() { # command... run in a private mount namespace with a tmpfs over the checkout
   unshare --mount --propagation private -- sh -c 'mount -t tmpfs -o size=1m sbx-hide "$1" && shift && exec "$@"' \
@@ -118,6 +127,13 @@ import asyncio; asyncio.run(main())' "$prefix" 2>&1)
   if [ "$out" = "py 0" ]; then ok "the installed Python package runs a linux box with the installed libsbx"
   else nok "the installed Python package runs a linux box" "$out"; fi
 fi
+# The installed CLI loads the plugin, which finds the installed sbx-agent (hostbox needs no root).
+run_hidden=hidden; [ "$(id -u)" = 0 ] || run_hidden="env -u SBX_AGENT SBX_STATE_DIR=$tmp/state"
+out=$(cd "$tmp" && $run_hidden env SBX_PLUGIN_PATH="$tmp/plugins" SBX_PROVIDER=hostbox \
+      sh -c '"$1" run -- sh -c "echo from-hostbox; exit 4"; echo "rc=$?"; "$1" ls -q' sh "$prefix/bin/sbx" 2>&1)
+if [ "$out" = "$(printf 'from-hostbox\nrc=4')" ]; then
+  ok "the installed sbx runs a box of the out-of-tree hostbox plugin (SBX_PLUGIN_PATH)"
+else nok "the installed sbx with the hostbox plugin" "$out"; fi
 
 # Where a real install puts the Python package, python3 and a venv that sees the
 # system's packages look.

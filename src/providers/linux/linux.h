@@ -19,6 +19,7 @@
 #define SBX_LINUX_H
 
 #include "core/internal.h"
+#include "kit/kit.h"
 
 #include <stdint.h>
 #include <sys/types.h>

@@ -53,7 +53,7 @@ struct linux_state {
     int agent_dynamic; /* -1 unknown, 0 static, 1 needs an interpreter */
     long long max_conns;     /* max_agent_connections */
     unsigned long long max_image_bytes; /* 0: image.c's default */
-    linux_agent_pool *pool; /* the agent connections of this provider's boxes */
+    sbx_kit_pool *pool; /* the agent connections of this provider's boxes */
     sbx_agent_limits limits; /* max_download_bytes, transfer_idle_timeout_s */
 };
 
@@ -64,7 +64,7 @@ struct linux_box {
     json_t *cgroups;
     char **base_env; /* "K=V", NULL-ended */
     char *workdir;   /* spec.workdir or NULL: relative upload/download paths resolve against it */
-    linux_agent_slot agent; /* its connection, in st->pool */
+    sbx_kit_slot agent; /* its connection, in st->pool */
     pid_t shim_pid;
     unsigned long long shim_start;
     /*
@@ -83,7 +83,7 @@ static void box_free(void *box)
     struct linux_box *b = box;
     if (!b)
         return;
-    sbx__linux_agent_drop(&b->agent);
+    sbx__kit_agent_drop(&b->agent);
     if (b->ctl >= 0) {
         /*
          * Freed, not killed: a handle freed after its stop, or detached (the
@@ -102,91 +102,6 @@ static void box_free(void *box)
 }
 
 /* --- config --------------------------------------------------------------- */
-
-static bool executable(const char *p)
-{
-    return p && access(p, X_OK) == 0;
-}
-
-#ifndef SBX_LIBEXECDIR
-#define SBX_LIBEXECDIR "/usr/local/libexec/sbx"
-#endif
-
-/*
- * Finds a helper binary (sbx-shim, sbx-agent): $ENV, next to the program or
- * library this code is in and up to two levels above (build/ from
- * build/tests/integration/), ../libexec/sbx from either, the configured
- * libexec directory, then PATH.
- */
-static char *find_helper(const char *name, const char *env)
-{
-    const char *e = getenv(env);
-    if (e && *e)
-        return strdup(e);
-    char self[PATH_MAX];
-    Dl_info info;
-    const char *bases[2] = { NULL, NULL };
-    if (dladdr((void *)find_helper, &info) && info.dli_fname && strchr(info.dli_fname, '/'))
-        bases[0] = info.dli_fname;
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n > 0) {
-        self[n] = 0;
-        bases[1] = self;
-    }
-    for (int b = 0; b < 2; b++) {
-        if (!bases[b])
-            continue;
-        char *dir = realpath(bases[b], NULL);
-        for (int up = 0; dir && up < 3; up++) {
-            char *slash = strrchr(dir, '/');
-            if (!slash)
-                break;
-            *slash = 0;
-            char *cand = sbx__printf("%s/%s", *dir ? dir : "", name);
-            if (executable(cand)) {
-                free(dir);
-                return cand;
-            }
-            free(cand);
-        }
-        free(dir);
-    }
-    /* An install keeps them in PREFIX/libexec/sbx, next to PREFIX/lib and PREFIX/bin:
-     * found relative to the library or program first, so a moved or DESTDIR'd
-     * install works too, then where this build was configured to install. */
-    for (int b = 0; b < 2; b++) {
-        char *dir = bases[b] ? realpath(bases[b], NULL) : NULL;
-        char *slash = dir ? strrchr(dir, '/') : NULL;
-        if (slash) {
-            *slash = 0;
-            char *cand = sbx__printf("%s/../libexec/sbx/%s", dir, name);
-            if (executable(cand)) {
-                free(dir);
-                return cand;
-            }
-            free(cand);
-        }
-        free(dir);
-    }
-    static const char *const fixed[] = { SBX_LIBEXECDIR, "/usr/local/libexec/sbx",
-                                         "/usr/libexec/sbx" };
-    for (size_t i = 0; i < SBX_ARRAY_SIZE(fixed); i++) {
-        char *cand = sbx__printf("%s/%s", fixed[i], name);
-        if (executable(cand))
-            return cand;
-        free(cand);
-    }
-    const char *path = getenv("PATH");
-    _cleanup_free_ char *copy = path ? strdup(path) : NULL;
-    for (char *save = NULL, *d = copy ? strtok_r(copy, ":", &save) : NULL; d;
-         d = strtok_r(NULL, ":", &save)) {
-        char *cand = sbx__printf("%s/%s", d, name);
-        if (executable(cand))
-            return cand;
-        free(cand);
-    }
-    return NULL;
-}
 
 /* 1 when an ELF executable names an interpreter (is dynamically linked), 0 if not, -1 unknown. */
 static int elf_dynamic(const char *path)
@@ -214,7 +129,7 @@ static void state_free(struct linux_state *st)
     free(st->state_dir);
     free(st->shim);
     free(st->agent);
-    sbx__linux_agent_pool_free(st->pool);
+    sbx__kit_agent_pool_free(st->pool);
     free(st);
 }
 
@@ -359,7 +274,7 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
     st->userns_slots = SBX_LINUX_USERNS_SLOTS;
     st->stop_timeout_s = 10;
     st->agent_dynamic = -1;
-    st->max_conns = SBX_LINUX_DEFAULT_MAX_AGENT_CONNECTIONS;
+    st->max_conns = SBX_KIT_DEFAULT_MAX_AGENT_CONNECTIONS;
     const char *key;
     json_t *v;
     int rc = SBX_OK;
@@ -474,7 +389,7 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
         char *sd = sbx__linux_state_dir(st->state_dir);
         free(st->state_dir);
         st->state_dir = sd;
-        st->pool = sbx__linux_agent_pool_new((int)st->max_conns);
+        st->pool = sbx__kit_agent_pool_new((int)st->max_conns);
         if (!st->state_dir || !st->pool)
             rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
         else if (st->state_dir[0] != '/')
@@ -641,7 +556,7 @@ static void on_agent(sbx_agent_conn *conn, int code, sbx_error *err, void *data)
         return;
     }
     sbx_error_free(err);
-    sbx__linux_agent_put(&c->box->agent, conn);
+    sbx__kit_agent_put(&c->box->agent, conn);
     /* The ack hands the box over; from here on the shim keeps it until a stop or the TTL. */
     if (send(c->ctl, "ack", 3, MSG_NOSIGNAL) != 3) {
         create_fail(c, SBX_EVERIFY,
@@ -1005,12 +920,12 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
                           cpu_req, ncpu > 0 ? ncpu : 1, ncpu > 0 ? ncpu : 1);
         goto fail;
     }
-    if (!st->shim && !(st->shim = find_helper("sbx-shim", "SBX_SHIM"))) {
+    if (!st->shim && !(st->shim = sbx__kit_find_helper("sbx-shim", "SBX_SHIM"))) {
         e = sbx_error_new(SBX_ECREATE, "cannot find the sbx-shim binary (set SBX_SHIM or the "
                                        "provider's shim option, or install sbx)");
         goto fail;
     }
-    if (!st->agent && !(st->agent = find_helper("sbx-agent", "SBX_AGENT"))) {
+    if (!st->agent && !(st->agent = sbx__kit_find_helper("sbx-agent", "SBX_AGENT"))) {
         e = sbx_error_new(SBX_ECREATE, "cannot find the sbx-agent binary (set SBX_AGENT or the "
                                        "provider's agent option, or install sbx)");
         goto fail;
@@ -1047,7 +962,7 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->box->socket = sbx__printf("%s/run/agent.sock", c->box->box_dir);
     c->box->base_env = env_strv(spec);
     c->box->workdir = sbx__strdup0(sbx_spec_workdir(spec));
-    sbx__linux_agent_init(&c->box->agent, st->pool, c->box->socket);
+    sbx__kit_agent_init(&c->box->agent, st->pool, c->box->socket);
     if (!c->box->box_dir || !c->box->socket || !c->box->base_env) {
         e = sbx_error_new(SBX_ENOMEM, "out of memory");
         goto fail;
@@ -1183,7 +1098,7 @@ static void agent_call_done(int code, sbx_error *err, void *value, void *data)
         }
     }
     /* Before the completion: the box may be freed once its last op is done. */
-    sbx__linux_agent_release(&k->b->agent);
+    sbx__kit_agent_release(&k->b->agent);
     sbx_op_complete(k->op, code, err, value);
     json_decref(k->cgroups);
     free(k->remote);
@@ -1202,7 +1117,7 @@ static void with_agent(sbx_agent_conn *conn, int code, const char *msg, void *ar
          */
         if (!conn && code == SBX_EPERM && !k->b->agent.closed)
             sbx_op_complete(k->op, code, sbx_error_new(code, "box %s: %s", k->b->id, msg), NULL);
-        else if (!conn && (k->b->agent.closed || sbx__linux_agent_gone(&k->b->agent)))
+        else if (!conn && (k->b->agent.closed || sbx__kit_agent_gone(&k->b->agent)))
             sbx_op_complete(k->op, SBX_EPROVIDER, agent_gone(k->b), NULL);
         else if (!conn)
             sbx_op_complete(k->op, code,
@@ -1254,7 +1169,7 @@ static void agent_call(sbx_op *op, struct linux_box *b, enum agent_op kind, cons
         }
         *remote = k->remote;
     }
-    sbx__linux_agent_use(&b->agent, sbx_op_loop(op), with_agent, k);
+    sbx__kit_agent_use(&b->agent, sbx_op_loop(op), with_agent, k);
 }
 
 static void linux_exec(sbx_op *op, void *state, void *box, const char *command,
@@ -1299,17 +1214,17 @@ static void linux_status(sbx_op *op, void *state, void *box)
              * Our handle got the agent's hello and sent the ack; the record
              * lags a moment. The agent known to be gone since: error.
              */
-            s = sbx__linux_agent_gone(&b->agent) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
+            s = sbx__kit_agent_gone(&b->agent) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
         else if (!strcmp(rec.state, "running"))
             /* A closed (pooled) connection is no sign of trouble; a dead one is. */
-            s = sbx__linux_agent_gone(&b->agent) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
+            s = sbx__kit_agent_gone(&b->agent) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
         else {
             s = SBX_STATUS_ERROR;
             /*
              * The shim recorded the agent's end, which our connection may not
              * have read yet: from here on exec and transfers say "gone" too.
              */
-            sbx__linux_agent_lost(&b->agent);
+            sbx__kit_agent_lost(&b->agent);
         }
         sbx__linux_record_free(&rec);
     }
@@ -1397,7 +1312,7 @@ static void linux_close(sbx_op *op, void *state, void *box, int owned)
     (void)owned; /* a stop through a connected handle ends the box too, as the reference's */
     struct linux_state *st = state;
     struct linux_box *b = box;
-    sbx__linux_agent_drop(&b->agent);
+    sbx__kit_agent_drop(&b->agent);
     sbx_linux_record rec;
     if (sbx__linux_record_read(b->box_dir, &rec, NULL) < 0) {
         /* No record: gone already, or a shim that died before writing it. */
@@ -1495,7 +1410,7 @@ static void on_connect_agent(sbx_agent_conn *conn, int code, sbx_error *err, voi
         sbx_op_complete(k->op, SBX_EPROVIDER, e, NULL);
     } else {
         sbx_error_free(err);
-        sbx__linux_agent_put(&k->b->agent, conn);
+        sbx__kit_agent_put(&k->b->agent, conn);
         sbx_op_complete(k->op, SBX_OK, NULL, k->b);
     }
     free(k);
@@ -1583,7 +1498,7 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
      * only the box's own init accepted behind it.
      */
     b->socket = sbx__printf("%s/run/agent.sock", b->box_dir);
-    sbx__linux_agent_init(&b->agent, st->pool, b->socket);
+    sbx__kit_agent_init(&b->agent, st->pool, b->socket);
     b->agent.peer_pid = rec.init_pid;
     b->cgroups = json_incref(rec.cgroups);
     b->shim_pid = rec.shim_pid;

@@ -15,21 +15,6 @@
 #include <sys/syscall.h>
 #include <time.h>
 
-static char *state_dir_spelled(const char *override)
-{
-    if (override && *override)
-        return strdup(override);
-    const char *env = getenv("SBX_STATE_DIR");
-    if (env && *env)
-        return sbx__printf("%s/linux", env);
-    if (geteuid() == 0)
-        return strdup("/run/sbx/linux");
-    const char *xdg = getenv("XDG_RUNTIME_DIR");
-    if (xdg && *xdg)
-        return sbx__printf("%s/sbx/linux", xdg);
-    return sbx__printf("/tmp/sbx-%u/linux", (unsigned)geteuid());
-}
-
 char *sbx__linux_state_dir(const char *override)
 {
     /*
@@ -37,7 +22,7 @@ char *sbx__linux_state_dir(const char *override)
      * requires it canonical, and shims are matched by the box directory
      * on their command line.
      */
-    char *p = state_dir_spelled(override);
+    char *p = sbx__kit_state_dir_spelled("linux", override);
     char *c = p && p[0] == '/' ? sbx__canonical_path(p) : NULL;
     if (!c)
         return p; /* relative or unresolvable: refused where it is used, with the reason */
@@ -68,14 +53,7 @@ static char *jstr(json_t *o, const char *k)
     return s ? strdup(s) : NULL;
 }
 
-bool sbx__linux_id_ok(const char *id)
-{
-    /* Ids become path components and cgroup names: "sbx-" and hex, or a name alike. */
-    if (!id || !*id || id[0] == '.' || id[0] == '-' || strlen(id) > 64)
-        return false;
-    return strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") ==
-           strlen(id);
-}
+bool sbx__linux_id_ok(const char *id) { return sbx__kit_id_ok(id); }
 
 /*
  * The box directory and the record in it are checked before a byte is
@@ -168,34 +146,7 @@ int sbx__linux_record_read(const char *box_dir, sbx_linux_record *rec, sbx_error
     return SBX_OK;
 }
 
-unsigned long long sbx__linux_proc_start(pid_t pid)
-{
-    char p[64];
-    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
-    char *data = NULL;
-    size_t n = 0;
-    if (pid <= 0 || sbx__read_file(p, &data, &n) < 0)
-        return 0;
-    /* The command name may hold spaces and parentheses: fields start after the last ')'. */
-    char *s = strrchr(data, ')');
-    unsigned long long start = 0;
-    if (s) {
-        s += 2; /* field 3 */
-        for (int f = 3; f < 22 && s; f++) {
-            s = strchr(s, ' ');
-            if (s)
-                s++;
-        }
-        if (s)
-            start = strtoull(s, NULL, 10);
-    }
-    /* A zombie has exited: treat it as gone. */
-    char *st = strrchr(data, ')');
-    if (st && st[1] == ' ' && (st[2] == 'Z' || st[2] == 'X'))
-        start = 0;
-    free(data);
-    return start;
-}
+unsigned long long sbx__linux_proc_start(pid_t pid) { return sbx__kit_proc_start(pid); }
 
 /*
  * Whether `pid` is an sbx-shim of the caller's supervising `box_dir` (and,
@@ -439,19 +390,7 @@ int sbx__linux_remove_leftovers(const char *box_dir, const sbx_linux_record *rec
     return sbx__rm_rf(box_dir);
 }
 
-/*
- * pidfd_open, or ENOSYS without pidfd support (Linux < 5.3, valgrind), which
- * SBX_LINUX_NO_PIDFD=1 simulates so the fallback stays tested.
- */
-int sbx__linux_pidfd_open(pid_t pid)
-{
-    const char *no = getenv("SBX_LINUX_NO_PIDFD");
-    if (no && *no && strcmp(no, "0") != 0) {
-        errno = ENOSYS;
-        return -1;
-    }
-    return (int)syscall(SYS_pidfd_open, pid, 0);
-}
+int sbx__linux_pidfd_open(pid_t pid) { return sbx__kit_pidfd_open(pid); }
 
 /*
  * Sends SIGTERM to a live shim and waits for it to exit. The shim is

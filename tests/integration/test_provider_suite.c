@@ -1,0 +1,545 @@
+/*
+ * The provider-neutral behavioural suite: what a user expects of any
+ * provider, run against local, linux and a plugin: hostbox (the kit's
+ * example, from SBX_PLUGIN_PATH, default build/examples/provider), or the
+ * plugin provider SBX_SUITE_PLUGIN names. SBX_SUITE_PROVIDERS (default
+ * "local linux hostbox") picks which run; a provider's config comes from
+ * SBX_SUITE_CONFIG_<name> (a JSON mapping) when set.
+ *
+ * Cases: exec (exit codes, stdout/stderr, cwd, env, stdin, timeout),
+ * upload/download round trip with modes, status before/after stop, stop
+ * twice, list with labels, stop by id, gc by label and by expiry, and bad
+ * input failing cleanly. A provider that cannot list must say so
+ * (SBX_ENOTSUP), never answer wrongly.
+ */
+#include "tap.h"
+#include "common.h"
+
+#include <sbx.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *prov; /* the provider under test */
+
+static bool use_provider(const char *name)
+{
+    const char *list = getenv("SBX_SUITE_PROVIDERS");
+    if (!list)
+        return true; /* all three slots */
+    size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)); p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == 0 || p[n] == ' '))
+            return true;
+    return false;
+}
+
+/* Points the provider at private state in this test's temp dir, or skips. */
+static sbx_provider *setup(const char *name)
+{
+    prov = name;
+    if (!use_provider(name))
+        TAP_SKIP("not in SBX_SUITE_PROVIDERS");
+    tap_allow_fd_changes(); /* the loop's descriptors */
+    char st[1024], cfg[2048], env[128];
+    snprintf(st, sizeof(st), "%s/state", tap_tmpdir());
+    setenv("SBX_STATE_DIR", st, 1);
+    snprintf(env, sizeof(env), "SBX_SUITE_CONFIG_%s", name);
+    const char *own = getenv(env);
+    if (!strcmp(name, "linux")) {
+        if (geteuid() != 0)
+            TAP_SKIP("linux boxes need root");
+        char *agent = getenv("SBX_AGENT") ? NULL : realpath("build/sbx-agent", NULL);
+        if (agent)
+            setenv("SBX_AGENT", agent, 1); /* the static agent, as linux_fixture.h does */
+        free(agent);
+    }
+    if (!strcmp(name, "hostbox") && !getenv("SBX_PLUGIN_PATH")) {
+        char *dir = realpath("build/examples/provider", NULL);
+        if (!dir)
+            TAP_FAIL("the hostbox plugin is not built (make examples)");
+        setenv("SBX_PLUGIN_PATH", dir, 1);
+        free(dir);
+    }
+    if (own)
+        snprintf(cfg, sizeof(cfg), "{\"%s\": %s}", name, own);
+    else if (!strcmp(name, "local"))
+        snprintf(cfg, sizeof(cfg), "{\"local\": {\"workspace_root\": \"%s/ws\"}}", tap_tmpdir());
+    else
+        snprintf(cfg, sizeof(cfg), "{\"%s\": {}}", name);
+    sbx_provider *p = NULL;
+    sbx_error *e = NULL;
+    if (sbx_provider_new(cfg, &p, &e) != SBX_OK)
+        TAP_FAIL("%s: provider: %s", name, sbx_error_message(e));
+    return p;
+}
+
+static sbx_sandbox *start(sbx_provider *p, sbx_spec *spec)
+{
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    sbx_spec *own = spec ? NULL : sbx_spec_new();
+    if (sbx_sandbox_new(p, spec ? spec : own, &sb, &e) != SBX_OK ||
+        sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
+        TAP_FAIL("%s: start: %s", prov, sbx_error_message(e));
+    sbx_spec_free(own);
+    return sb;
+}
+
+static sbx_exec_result *run(sbx_sandbox *sb, const char *cmd, const sbx_exec_opts *o)
+{
+    sbx_exec_result *r = NULL;
+    sbx_error *e = NULL;
+    if (sbx_sandbox_exec(sb, cmd, o, &r, &e) != SBX_OK)
+        TAP_FAIL("%s: exec %s: %s", prov, cmd, sbx_error_message(e));
+    return r;
+}
+
+static const char *out_of(const sbx_exec_result *r)
+{
+    const char *s = sbx_exec_result_stdout(r, NULL);
+    return s ? s : "(null)";
+}
+
+static void stop_free(sbx_sandbox *sb)
+{
+    sbx_error *e = NULL;
+    if (sbx_sandbox_stop(sb, &e) != SBX_OK)
+        TAP_FAIL("%s: stop: %s", prov, sbx_error_message(e));
+    sbx_sandbox_free(sb);
+}
+
+/* --- cases ------------------------------------------------------------------ */
+
+static void case_exec(sbx_provider *p)
+{
+    sbx_spec *spec = sbx_spec_new();
+    sbx_spec_set_env(spec, "SUITE_SPEC", "from-spec");
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+
+    sbx_exec_result *r = run(sb, "echo out; echo err >&2; exit 7", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 7);
+    TAP_EQ_STR(out_of(r), "out\n");
+    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
+    sbx_exec_result_free(r);
+
+    /* env: the spec's, and the exec's over it */
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_env(o, "SUITE_EXEC", "from-exec");
+    r = run(sb, "echo $SUITE_SPEC $SUITE_EXEC", o);
+    TAP_EQ_STR(out_of(r), "from-spec from-exec\n");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+
+    /* cwd: a directory made in the box */
+    r = run(sb, "mkdir -p suite-sub/inner && cd suite-sub/inner && pwd", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+    char want[4096];
+    snprintf(want, sizeof(want), "%s", out_of(r));
+    sbx_exec_result_free(r);
+    o = sbx_exec_opts_new();
+    sbx_exec_opts_set_cwd(o, "suite-sub/inner");
+    r = run(sb, "pwd", o);
+    TAP_EQ_STR(out_of(r), want);
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+
+    /* stdin */
+    o = sbx_exec_opts_new();
+    sbx_exec_opts_set_stdin(o, "line one\nline two\n", 18);
+    r = run(sb, "wc -l", o);
+    TAP_CONTAINS(out_of(r), "2");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+
+    /* timeout: the reference's rc 125 and error_type "timeout" */
+    o = sbx_exec_opts_new();
+    sbx_exec_opts_set_timeout(o, 0.5);
+    r = run(sb, "sleep 30", o);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+
+    /* the box still works after a timeout */
+    r = run(sb, "echo again", NULL);
+    TAP_EQ_STR(out_of(r), "again\n");
+    sbx_exec_result_free(r);
+    stop_free(sb);
+}
+
+static void case_transfer(sbx_provider *p)
+{
+    sbx_sandbox *sb = start(p, NULL);
+    char src[1024], back[1024];
+    snprintf(src, sizeof(src), "%s/src.sh", tap_tmpdir());
+    snprintf(back, sizeof(back), "%s/back/dir/file.sh", tap_tmpdir());
+    TAP_EQ_INT(write_text(src, "#!/bin/sh\necho ran\n"), 0);
+    chmod(src, 0751);
+    sbx_error *e = NULL;
+    if (sbx_sandbox_upload(sb, src, "up/d/run.sh", &e) != SBX_OK)
+        TAP_FAIL("%s: upload: %s", prov, sbx_error_message(e));
+    sbx_exec_result *r = run(sb, "./up/d/run.sh && stat -c %a up/d/run.sh", NULL);
+    TAP_EQ_STR(out_of(r), "ran\n751\n");
+    sbx_exec_result_free(r);
+    r = run(sb, "printf 'made in the box' > made.txt && chmod 640 made.txt", NULL);
+    sbx_exec_result_free(r);
+    if (sbx_sandbox_download(sb, "made.txt", back, &e) != SBX_OK)
+        TAP_FAIL("%s: download: %s", prov, sbx_error_message(e));
+    char got[128] = "";
+    FILE *f = fopen(back, "r");
+    TAP_TRUE(f != NULL);
+    TAP_TRUE(fgets(got, sizeof(got), f) != NULL);
+    fclose(f);
+    TAP_EQ_STR(got, "made in the box");
+    struct stat st;
+    TAP_EQ_INT(stat(back, &st), 0);
+    TAP_EQ_INT(st.st_mode & 0777, 0640);
+    /* missing files on either side: SBX_ENOENT, the box unharmed */
+    TAP_EQ_INT(sbx_sandbox_download(sb, "no-such-file", back, &e), SBX_ENOENT);
+    sbx_error_free(e);
+    e = NULL;
+    snprintf(src, sizeof(src), "%s/no-such-file", tap_tmpdir());
+    TAP_EQ_INT(sbx_sandbox_upload(sb, src, "x", &e), SBX_ENOENT);
+    sbx_error_free(e);
+    stop_free(sb);
+}
+
+static void case_status_stop(sbx_provider *p)
+{
+    sbx_sandbox *sb = NULL;
+    sbx_status s;
+    sbx_spec *spec = sbx_spec_new();
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, NULL));
+    sbx_spec_free(spec);
+    TAP_OK(sbx_sandbox_status(sb, &s, NULL));
+    TAP_EQ_INT(s, SBX_STATUS_UNKNOWN);
+    sbx_error *e = NULL;
+    if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
+        TAP_FAIL("%s: start: %s", prov, sbx_error_message(e));
+    TAP_OK(sbx_sandbox_status(sb, &s, NULL));
+    TAP_EQ_INT(s, SBX_STATUS_RUNNING);
+    TAP_OK(sbx_sandbox_stop(sb, NULL));
+    TAP_OK(sbx_sandbox_stop(sb, NULL)); /* twice: idempotent */
+    TAP_OK(sbx_sandbox_status(sb, &s, NULL));
+    TAP_EQ_INT(s, SBX_STATUS_STOPPED);
+    sbx_exec_result *r = NULL;
+    TAP_EQ_INT(sbx_sandbox_exec(sb, "true", NULL, &r, &e), SBX_ESTATE);
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+}
+
+/* The list's entry for `id` as text, or NULL. */
+static char *listed(sbx_provider *p, const char *filter, const char *id)
+{
+    char *text = NULL;
+    sbx_error *e = NULL;
+    if (sbx_provider_list(p, filter, &text, &e) != SBX_OK)
+        TAP_FAIL("%s: list: %s", prov, sbx_error_message(e));
+    char key[256];
+    snprintf(key, sizeof(key), "\"%s\"", id);
+    char *at = strstr(text, key);
+    char *copy = NULL;
+    if (at) {
+        /* the object around it */
+        char *open = at;
+        while (open > text && *open != '{')
+            open--;
+        int depth = 0;
+        char *end = open;
+        for (; *end; end++) {
+            depth += *end == '{' ? 1 : *end == '}' ? -1 : 0;
+            if (!depth)
+                break;
+        }
+        copy = strndup(open, (size_t)(end - open + 1));
+        /* spacing is the provider's: compare without it */
+        char *w = copy;
+        for (char *c = copy; c && *c; c++)
+            if (*c != ' ')
+                *w++ = *c;
+        if (w)
+            *w = 0;
+    }
+    free(text);
+    return copy;
+}
+
+static bool can_list(sbx_provider *p)
+{
+    if (sbx_provider_supports(p, "list"))
+        return true;
+    /* Not listing: said so, as the documented error. */
+    char *text = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_provider_list(p, NULL, &text, &e), SBX_ENOTSUP);
+    TAP_NULL(text);
+    sbx_error_free(e);
+    return false;
+}
+
+static sbx_sandbox *labelled(sbx_provider *p, const char *run, double ttl)
+{
+    sbx_spec *spec = sbx_spec_new();
+    sbx_spec_set_metadata(spec, "suite-run", run);
+    if (ttl > 0)
+        sbx_spec_set_ttl(spec, ttl);
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    return sb;
+}
+
+static void case_list_stop_id(sbx_provider *p)
+{
+    if (!can_list(p))
+        return;
+    sbx_sandbox *a = labelled(p, "r1", 0), *b = labelled(p, "r2", 0);
+    char *ea = listed(p, NULL, sbx_sandbox_id(a));
+    TAP_TRUE(ea != NULL);
+    TAP_CONTAINS(ea, "\"suite-run\":\"r1\"");
+    TAP_CONTAINS(ea, "\"status\":\"running\"");
+    free(ea);
+    /* a label filter keeps only the matching box */
+    char *fa = listed(p, "{\"labels\": {\"suite-run\": \"r1\"}}", sbx_sandbox_id(a));
+    char *fb = listed(p, "{\"labels\": {\"suite-run\": \"r1\"}}", sbx_sandbox_id(b));
+    TAP_TRUE(fa != NULL);
+    TAP_NULL(fb);
+    free(fa);
+    /* stop by id: gone from the list; an unknown id is SBX_ENOENT */
+    sbx_error *e = NULL;
+    if (sbx_provider_stop_box(p, sbx_sandbox_id(b), &e) != SBX_OK)
+        TAP_FAIL("%s: stop_box: %s", prov, sbx_error_message(e));
+    char *gone = listed(p, NULL, sbx_sandbox_id(b));
+    TAP_NULL(gone);
+    TAP_EQ_INT(sbx_provider_stop_box(p, "no-such-box-0", &e), SBX_ENOENT);
+    sbx_error_free(e);
+    e = NULL;
+    TAP_EQ_INT(sbx_provider_stop_box(p, "../escape", &e) < 0, 1);
+    sbx_error_free(e);
+    sbx_sandbox_free(b); /* its box is gone already: freeing must not fail or hang */
+    stop_free(a);
+}
+
+static void case_gc(sbx_provider *p)
+{
+    if (!can_list(p))
+        return;
+    sbx_sandbox *keep = labelled(p, "keep", 0), *mine = labelled(p, "gc-me", 0),
+                *old = labelled(p, "old", 0.5);
+    /* dry run: reports, removes nothing */
+    char *ids = NULL;
+    sbx_error *e = NULL;
+    if (sbx_provider_gc(p, "{\"labels\": {\"suite-run\": \"gc-me\"}, \"dry_run\": true}", &ids,
+                        &e) != SBX_OK)
+        TAP_FAIL("%s: gc: %s", prov, sbx_error_message(e));
+    TAP_CONTAINS(ids, sbx_sandbox_id(mine));
+    free(ids);
+    char *still = listed(p, NULL, sbx_sandbox_id(mine));
+    TAP_TRUE(still != NULL);
+    free(still);
+    /* by label */
+    TAP_OK(sbx_provider_gc(p, "{\"labels\": {\"suite-run\": \"gc-me\"}}", &ids, NULL));
+    TAP_CONTAINS(ids, sbx_sandbox_id(mine));
+    TAP_TRUE(strstr(ids, sbx_sandbox_id(keep)) == NULL);
+    free(ids);
+    TAP_NULL(listed(p, NULL, sbx_sandbox_id(mine)));
+    /* by expiry: once its 0.5 s TTL has passed, a plain gc collects it and only it */
+    sleep(1);
+    TAP_OK(sbx_provider_gc(p, NULL, &ids, NULL));
+    TAP_TRUE(strstr(ids, sbx_sandbox_id(keep)) == NULL);
+    free(ids);
+    TAP_NULL(listed(p, NULL, sbx_sandbox_id(old)));
+    char *k = listed(p, NULL, sbx_sandbox_id(keep));
+    TAP_TRUE(k != NULL);
+    free(k);
+    sbx_sandbox_free(mine);
+    sbx_sandbox_free(old);
+    stop_free(keep);
+}
+
+static void case_bad_input(sbx_provider *p)
+{
+    /* a bad list filter and bad gc options: SBX_EINVAL, nothing removed */
+    if (sbx_provider_supports(p, "list")) {
+        sbx_sandbox *sb = labelled(p, "bad", 0);
+        char *text = NULL;
+        sbx_error *e = NULL;
+        TAP_EQ_INT(sbx_provider_list(p, "[1,2]", &text, &e), SBX_EINVAL);
+        sbx_error_free(e);
+        e = NULL;
+        TAP_EQ_INT(sbx_provider_gc(p, "{\"labels\": {\"suite-run\": 3}}", &text, &e), SBX_EINVAL);
+        sbx_error_free(e);
+        char *still = listed(p, NULL, sbx_sandbox_id(sb));
+        TAP_TRUE(still != NULL);
+        free(still);
+        stop_free(sb);
+    }
+    /* an exec option out of range is refused before anything runs */
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    TAP_TRUE(sbx_exec_opts_set_timeout(o, 2e9) < 0);
+    sbx_exec_opts_free(o);
+    /* after every box stopped: nothing left in the listing */
+    if (sbx_provider_supports(p, "list")) {
+        char *text = NULL;
+        TAP_OK(sbx_provider_list(p, NULL, &text, NULL));
+        TAP_EQ_STR(text, "[]");
+        free(text);
+    }
+}
+
+/* The CLI of this build tree (build/tests/integration/x -> build/sbx). */
+static const char *cli_path(void)
+{
+    static char path[1200];
+    char self[1024];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        TAP_FAIL("cannot read /proc/self/exe");
+    self[n] = 0;
+    for (int up = 0; up < 3; up++)
+        *strrchr(self, '/') = 0;
+    snprintf(path, sizeof(path), "%s/sbx", self);
+    if (access(path, X_OK) != 0)
+        TAP_FAIL("the CLI is not built at %s (make)", path);
+    return path;
+}
+
+/* `sbx ls`, `sbx stop ID` and `sbx gc --label` see and end this provider's boxes. */
+static void case_cli(sbx_provider *p)
+{
+    if (!can_list(p))
+        return;
+    setenv("SBX_PROVIDER", prov, 1);
+    const char *sbx = cli_path();
+    sbx_sandbox *a = labelled(p, "cli-a", 0), *b = labelled(p, "cli-b", 0);
+    char out[8192];
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s ls", sbx), 0);
+    TAP_CONTAINS(out, sbx_sandbox_id(a));
+    TAP_CONTAINS(out, sbx_sandbox_id(b));
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s ls -q --label suite-run=cli-b", sbx), 0);
+    TAP_CONTAINS(out, sbx_sandbox_id(b));
+    TAP_TRUE(strstr(out, sbx_sandbox_id(a)) == NULL);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s stop %s", sbx, sbx_sandbox_id(a)), 0);
+    TAP_NULL(listed(p, NULL, sbx_sandbox_id(a)));
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s stop %s", sbx, sbx_sandbox_id(a)), 3);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s gc --label suite-run=cli-b", sbx), 0);
+    TAP_CONTAINS(out, sbx_sandbox_id(b));
+    TAP_NULL(listed(p, NULL, sbx_sandbox_id(b)));
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s ls -q", sbx), 0);
+    TAP_EQ_STR(out, "");
+    sbx_sandbox_free(a);
+    sbx_sandbox_free(b);
+}
+
+/*
+ * hostbox only: a box whose maker died (killed, no cleanup) lists as error,
+ * and a plain gc collects it with its files; no agent stays behind.
+ */
+static void case_dead_maker(sbx_provider *p)
+{
+    if (strcmp(prov, "hostbox") != 0)
+        return;
+    setenv("SBX_PROVIDER", prov, 1);
+    const char *sbx = cli_path();
+    char out[8192];
+    /* The command (hostbox runs on the host) kills its ancestor: the CLI that made the box. */
+    char script[1200];
+    snprintf(script, sizeof(script), "%s/kill-maker.sh", tap_tmpdir());
+    TAP_EQ_INT(write_text(script,
+                          "p=$$\n"
+                          "while [ \"$p\" -gt 1 ] && [ \"$(ps -o comm= -p $p)\" != sbx ]; do\n"
+                          "  p=$(ps -o ppid= -p $p | tr -d ' ')\n"
+                          "done\n"
+                          "[ \"$p\" -gt 1 ] && kill -KILL $p\n"),
+               0);
+    run_cmd(out, sizeof(out), "%s run -- sh %s", sbx, script);
+    /* The agent sees end-of-file and exits: wait for that (bounded), then look. */
+    char *text = NULL;
+    for (int i = 0; i < 1000; i++) {
+        free(text);
+        TAP_OK(sbx_provider_list(p, NULL, &text, NULL));
+        if (strstr(text, "\"status\":\"error\""))
+            break;
+        usleep(10 * 1000);
+    }
+    TAP_CONTAINS(text, "\"status\":\"error\"");
+    free(text);
+    char *ids = NULL;
+    TAP_OK(sbx_provider_gc(p, NULL, &ids, NULL));
+    TAP_CONTAINS(ids, "hb-");
+    free(ids);
+    TAP_OK(sbx_provider_list(p, NULL, &text, NULL));
+    TAP_EQ_STR(text, "[]");
+    free(text);
+    char st[1200];
+    snprintf(st, sizeof(st), "%s/state/hostbox/boxes", tap_tmpdir());
+    TAP_EQ_INT(count_dir_entries(st), 0);
+}
+
+#define SUITE(name)                                                                                \
+    static void name##_exec(void)                                                                  \
+    {                                                                                              \
+        sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
+        case_exec(p);                                                                              \
+        sbx_provider_free(p);                                                                      \
+    }                                                                                              \
+    static void name##_transfer(void)                                                              \
+    {                                                                                              \
+        sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
+        case_transfer(p);                                                                          \
+        sbx_provider_free(p);                                                                      \
+    }                                                                                              \
+    static void name##_status_stop(void)                                                           \
+    {                                                                                              \
+        sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
+        case_status_stop(p);                                                                       \
+        sbx_provider_free(p);                                                                      \
+    }                                                                                              \
+    static void name##_list_stop_id(void)                                                          \
+    {                                                                                              \
+        sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
+        case_list_stop_id(p);                                                                      \
+        sbx_provider_free(p);                                                                      \
+    }                                                                                              \
+    static void name##_gc(void)                                                                    \
+    {                                                                                              \
+        sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
+        case_gc(p);                                                                                \
+        sbx_provider_free(p);                                                                      \
+    }                                                                                              \
+    static void name##_cli(void)                                                                   \
+    {                                                                                              \
+        sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
+        case_cli(p);                                                                               \
+        case_dead_maker(p);                                                                        \
+        sbx_provider_free(p);                                                                      \
+    }                                                                                              \
+    static void name##_bad_input(void)                                                             \
+    {                                                                                              \
+        sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
+        case_bad_input(p);                                                                         \
+        sbx_provider_free(p);                                                                      \
+    }
+
+#define SUITE_TESTS(name)                                                                          \
+    TAP_T(name##_exec, 120), TAP_T(name##_transfer, 120), TAP_T(name##_status_stop, 120),          \
+        TAP_T(name##_list_stop_id, 120), TAP_T(name##_gc, 120), TAP_T(name##_cli, 120),            \
+        TAP_T(name##_bad_input, 120)
+
+/* The plugin slot: hostbox, or the provider SBX_SUITE_PLUGIN names (see docs/provider-guide.md). */
+static const char *plugin_name(void)
+{
+    const char *n = getenv("SBX_SUITE_PLUGIN");
+    return n && *n ? n : "hostbox";
+}
+
+SUITE(local)
+SUITE(linux)
+SUITE(plugin)
+
+TAP_MAIN(SUITE_TESTS(local), SUITE_TESTS(linux), SUITE_TESTS(plugin))
