@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 
 import pytest
 
@@ -105,9 +106,23 @@ def test_keep_output_false_and_early_exit_kills(name, tmp_path):
     run(go())
 
 
+def _hang_guard(signum, frame):
+    raise TimeoutError(f"no chunk before the command could end ({GUARD_S} s hang guard)")
+
+
 @pytest.mark.parametrize("name", providers())
 def test_sync_twin(name, tmp_path):
     cfg = config(name, tmp_path)
+    old = signal.signal(signal.SIGALRM, _hang_guard)
+    signal.alarm(GUARD_S)
+    try:
+        sync_twin(cfg, name)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def sync_twin(cfg, name):
     with Sandbox(cfg, SandboxSpec()) as sb:
         sb.start()
         g = gate(name)
