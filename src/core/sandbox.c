@@ -466,6 +466,13 @@ static void simple_done(int code, sbx_error *err, void *value, void *data)
 {
     struct call *c = data;
     c->op = NULL;
+    if (c->kind == CALL_EXEC && c->sink && sbx__future_cancelled(c->f)) {
+        /* The caller cancelled: do not wait for a reader to take what is still queued. */
+        sbx__exec_sink_abort(c->sink);
+        sbx__exec_sink_finish(c->sink, code, value, NULL, NULL); /* keep_output; nothing waits */
+        call_finish(c, code, err, value);
+        return;
+    }
     if (c->kind == CALL_EXEC && c->sink) {
         c->drain_code = code;
         c->drain_err = err;

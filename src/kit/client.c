@@ -257,6 +257,8 @@ static void chan_finish(struct hchan *ch, int code, sbx_error *err, void *value)
         ch->timer = NULL;
     }
     sbx_op_on_cancel(ch->op, NULL, NULL);
+    if (ch->kind == K_EXEC)
+        sbx_op_exec_on_flow(ch->op, NULL, NULL); /* ch may go before the core hears */
     if (ch->read_pending && ch->in_fd >= 0) {
         /* stdin_read_cb completes it; the read's request holds a reference to ch. */
         ch->fin_deferred = true;

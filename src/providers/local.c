@@ -500,6 +500,8 @@ static void finish(struct lexec *e)
     bool was_running = e->phase == EX_RUNNING;
     e->phase = EX_FINISHED;
     sbx_op_on_cancel(e->op, NULL, NULL);
+    /* `e` may be freed before the core hears of the completion: no flow calls into it. */
+    sbx_op_exec_on_flow(e->op, NULL, NULL);
 
     sbx_exec_result *r = NULL;
     int code = SBX_OK;
