@@ -337,6 +337,12 @@ static void fdw_write(struct fdw *w, const char *data, size_t len)
         return; /* failed: the command is being killed; nothing more goes there */
     if (w->head && w->head == w->q.len)
         w->q.len = w->head = 0;
+    /* Keep the queue's memory to what waits: move the unwritten rest to the front. */
+    if (w->head && w->head >= w->q.len / 2) {
+        memmove(w->q.data, w->q.data + w->head, w->q.len - w->head);
+        w->q.len -= w->head;
+        w->head = 0;
+    }
     if (sbx__buf_append(&w->q, data, len) < 0) {
         fdw_fail(w, ENOMEM);
         return;

@@ -357,10 +357,24 @@ struct slow_reader {
     size_t bad; /* bytes that were not the pattern */
 };
 
+/* This process's peak resident set (VmHWM), KiB. */
+static long peak_rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmHWM: %ld", &v) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return v;
+}
+
 static void *slow_read(void *arg)
 {
     struct slow_reader *s = arg;
-    char buf[4096];
+    char buf[16384];
     for (;;) {
         ssize_t n = read(s->fd, buf, sizeof(buf));
         if (n <= 0)
@@ -370,7 +384,7 @@ static void *slow_read(void *arg)
                 s->bad++;
         s->total += (size_t)n;
         /* Slower than the box writes: the core must hold back, not drop. */
-        struct timespec ms = { 0, 200000 };
+        struct timespec ms = { 0, 300000 };
         nanosleep(&ms, NULL);
     }
     return NULL;
@@ -388,15 +402,26 @@ static void slow_reader(enum kind k)
     sbx_exec_opts *o = sbx_exec_opts_new();
     TAP_OK(sbx_exec_opts_set_output_fd(o, SBX_STREAM_STDOUT, pp[1]));
     TAP_OK(sbx_exec_opts_set_keep_output(o, 0));
-    /* 3 MiB: far past what the core holds in memory (256 KiB) and a pipe's buffer. */
-    sbx_exec_result *r = run(sb, "yes | head -c 3145728", o);
+    TAP_OK(sbx_exec_opts_set_output_limit(o, (size_t)128 << 20));
+    /*
+     * 48 MiB written far faster than it is read: without flow control the
+     * core would queue most of it in this process; with it, the command
+     * waits and memory stays within a few MiB.
+     */
+    long hwm_before = peak_rss_kib();
+    sbx_exec_result *r = run(sb, "yes | head -c 50331648", o);
+    long grew = peak_rss_kib() - hwm_before;
     TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
     TAP_EQ_INT(sbx_exec_result_truncated(r), 0);
     sbx_exec_result_free(r);
     close(pp[1]); /* the future completed after the last byte was written: EOF follows it */
     pthread_join(t, NULL);
-    TAP_EQ_INT(s.total, 3145728);
+    TAP_EQ_INT(s.total, 50331648);
     TAP_EQ_INT(s.bad, 0);
+    if (grew > 16 * 1024)
+        TAP_FAIL("the process's peak RSS grew by %ld KiB while a slow reader took 48 MiB: the "
+                 "output was queued, not held back",
+                 grew);
     close(pp[0]);
 
     /* A reader that went away: the command is killed, the exec says why, no SIGPIPE. */
