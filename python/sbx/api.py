@@ -347,6 +347,7 @@ class AsyncSandbox:
         text: bool = False,
         keep_output: bool = True,
         on_output: Callable[[str, Any], Any] | None = None,
+        stdin: Any = None,
     ) -> Any:
         """exec() with the output as it arrives: `async for stream, chunk in
         sandbox.exec_stream(cmd)`, then `.result`; or `await
@@ -356,7 +357,7 @@ class AsyncSandbox:
         self._require_handle()
         return ExecStream(
             self, command, cwd=cwd if cwd is not None else self._workdir(), env=env, timeout_s=timeout_s,
-            user=user, text=text, keep_output=keep_output, on_output=on_output,
+            user=user, text=text, keep_output=keep_output, on_output=on_output, stdin=stdin,
         )
 
     async def upload(self, local_path: Path | str, remote_path: str) -> None:
@@ -685,6 +686,7 @@ class Sandbox:
         text: bool = False,
         keep_output: bool = True,
         on_output: Callable[[str, Any], Any] | None = None,
+        stdin: Any = None,
     ) -> Any:
         """The blocking exec_stream: `for stream, chunk in sandbox.exec_stream(cmd)`,
         then `.result`; or `.wait()` (calling on_output per chunk). See sbx.stream."""
@@ -693,7 +695,7 @@ class Sandbox:
         self._async_sandbox._require_handle()
         return SyncExecStream(
             self, command, cwd=cwd, env=env, timeout_s=timeout_s, user=user, text=text,
-            keep_output=keep_output, on_output=on_output,
+            keep_output=keep_output, on_output=on_output, stdin=stdin,
         )
 
     def upload(self, local_path: Path | str, remote_path: str) -> None:

@@ -9,6 +9,10 @@
     with sync_sandbox.exec_stream("make") as run:              # the blocking twin
         for stream, chunk in run: ...
 
+stdin=: bytes, or a file descriptor / file object streamed as it is read
+(sbx_exec_opts_set_stdin_fd; it must stay open until the exec ends). C
+providers only.
+
 Chunks are bytes (str with text=True, decoded as UTF-8 across chunk
 boundaries, invalid bytes replaced). The bytes of one stream come in order;
 stdout and stderr are read through separate pipes, so how chunks of the two
@@ -46,7 +50,7 @@ import os
 import selectors
 from collections import deque
 from collections.abc import Callable
-from ctypes import c_int, c_void_p
+from ctypes import c_char_p, c_int, c_size_t, c_void_p
 from typing import Any
 
 from . import _lib
@@ -66,6 +70,10 @@ lib.sbx_exec_opts_set_output_fd.restype = c_int
 lib.sbx_exec_opts_set_output_fd.argtypes = [c_void_p, c_int, c_int]
 lib.sbx_exec_opts_set_keep_output.restype = c_int
 lib.sbx_exec_opts_set_keep_output.argtypes = [c_void_p, c_int]
+lib.sbx_exec_opts_set_stdin_fd.restype = c_int
+lib.sbx_exec_opts_set_stdin_fd.argtypes = [c_void_p, c_int]
+lib.sbx_exec_opts_set_stdin.restype = c_int
+lib.sbx_exec_opts_set_stdin.argtypes = [c_void_p, c_char_p, c_size_t]
 
 Chunk = tuple[str, Any]  # (STDOUT or STDERR, bytes or str)
 OutputCallback = Callable[[str, Any], Any]
@@ -84,7 +92,19 @@ class _Decoder:
         return self._dec[stream].decode(data, final)
 
 
-def _c_start(sandbox: Any, command: str, cwd: Any, env: Any, timeout_s: Any, user: Any, keep_output: bool):
+def _stdin_fd(stdin: Any) -> int | None:
+    """A descriptor to stream stdin from, or None for bytes / no stdin."""
+    if stdin is None or isinstance(stdin, (bytes, bytearray, memoryview)):
+        return None
+    if isinstance(stdin, int):
+        return stdin
+    if hasattr(stdin, "fileno"):
+        return stdin.fileno()
+    raise TypeError(f"stdin must be bytes, a file descriptor or a file object, got {type(stdin).__name__}")
+
+
+def _c_start(sandbox: Any, command: str, cwd: Any, env: Any, timeout_s: Any, user: Any, keep_output: bool,
+             stdin: Any = None):
     """Starts the exec on a C provider with its output going to two pipes.
     Returns (future, {read_fd: stream}, [write fds]); the write ends stay
     open until the future completes (the library writes to them until then)."""
@@ -108,6 +128,12 @@ def _c_start(sandbox: Any, command: str, cwd: Any, env: Any, timeout_s: Any, use
             _lib.check(lib.sbx_exec_opts_set_output_fd(opts, 1, w_out), c_void_p())
             _lib.check(lib.sbx_exec_opts_set_output_fd(opts, 2, w_err), c_void_p())
             _lib.check(lib.sbx_exec_opts_set_keep_output(opts, 1 if keep_output else 0), c_void_p())
+            fd = _stdin_fd(stdin)
+            if fd is not None:
+                _lib.check(lib.sbx_exec_opts_set_stdin_fd(opts, fd), c_void_p())
+            elif stdin is not None:
+                data = bytes(stdin)
+                _lib.check(lib.sbx_exec_opts_set_stdin(opts, data, len(data)), c_void_p())
             f = _lib.submit(lib.sbx_sandbox_exec_async, box, _lib.cstr(command, "the command"), opts)
         finally:
             lib.sbx_exec_opts_free(opts)
@@ -161,8 +187,10 @@ class ExecStream:
         text: bool = False,
         keep_output: bool = True,
         on_output: OutputCallback | None = None,
+        stdin: Any = None,
     ) -> None:
         self._sandbox = sandbox
+        self._stdin = stdin
         self._args = (command, cwd, env, timeout_s, user)
         self._dec = _Decoder(text)
         self._keep = keep_output
@@ -192,12 +220,16 @@ class ExecStream:
         self._loop = asyncio.get_running_loop()
         command, cwd, env, timeout_s, user = self._args
         if _is_c(self._sandbox):
-            f, self._readers, self._writers = _c_start(self._sandbox, command, cwd, env, timeout_s, user, self._keep)
+            f, self._readers, self._writers = _c_start(
+                self._sandbox, command, cwd, env, timeout_s, user, self._keep, self._stdin
+            )
             self._task = asyncio.ensure_future(_lib.await_future(f, _lib.TAKE_EXEC))
             self._task.add_done_callback(self._exec_done)
             for fd, stream in self._readers.items():
                 self._loop.add_reader(fd, self._readable, fd, stream)
         else:
+            if self._stdin is not None:
+                raise TypeError(f"provider {self._sandbox._provider.name!r} takes no stdin (a Python provider)")
             self._py_task = asyncio.ensure_future(self._sandbox.exec(command, cwd=cwd, env=env, timeout_s=timeout_s, user=user))
 
     def _exec_done(self, _task: Any) -> None:
@@ -350,8 +382,10 @@ class SyncExecStream:
         text: bool = False,
         keep_output: bool = True,
         on_output: OutputCallback | None = None,
+        stdin: Any = None,
     ) -> None:
         self._sync = sync_sandbox
+        self._stdin = stdin
         self._args = (command, cwd, env, timeout_s, user)
         self._dec = _Decoder(text)
         self._keep = keep_output
@@ -372,6 +406,8 @@ class SyncExecStream:
         command, cwd, env, timeout_s, user = self._args
         asb = self._sync._async_sandbox
         if not _is_c(asb):
+            if self._stdin is not None:
+                raise TypeError(f"provider {asb._provider.name!r} takes no stdin (a Python provider)")
             result = self._sync.exec(command, cwd=cwd, env=env, timeout_s=timeout_s, user=user)
             self._queue.extend(_whole(result, self._dec))
             self.result = result if self._keep else _strip(result)
@@ -379,7 +415,7 @@ class SyncExecStream:
             return
         if cwd is None:
             cwd = asb._workdir()
-        self._f, self._readers, self._writers = _c_start(asb, command, cwd, env, timeout_s, user, self._keep)
+        self._f, self._readers, self._writers = _c_start(asb, command, cwd, env, timeout_s, user, self._keep, self._stdin)
         self._sel = selectors.DefaultSelector()
         for fd, stream in self._readers.items():
             self._sel.register(fd, selectors.EVENT_READ, stream)

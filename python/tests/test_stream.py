@@ -139,6 +139,37 @@ def sync_twin(cfg, name):
         assert (r.return_code, seen) == (4, [b"hi\n"])
 
 
+@pytest.mark.parametrize("name", providers())
+def test_stdin_bytes_and_streamed(name, tmp_path):
+    cfg = config(name, tmp_path)
+
+    async def go():
+        async with AsyncSandbox(cfg, SandboxSpec()) as sb:
+            await sb.start()
+            r = await sb.exec_stream("tr a-z A-Z", stdin=b"shout\n")
+            assert r.stdout == "SHOUT\n"
+            # Streamed stdin, interleaved with streamed output: the command answers
+            # each line before the next is written (no timing: each waits for the other).
+            rfd, wfd = os.pipe()
+            try:
+                async with sb.exec_stream("while read l; do echo got:$l; done", stdin=rfd, text=True) as s:
+                    it = s.__aiter__()
+                    for word in ("one", "two"):
+                        os.write(wfd, f"{word}\n".encode())
+                        _, chunk = await asyncio.wait_for(it.__anext__(), GUARD_S)
+                        assert chunk == f"got:{word}\n"
+                    os.close(wfd)
+                    wfd = -1
+                    assert [c async for c in it] == []
+                assert s.result.return_code == 0
+            finally:
+                os.close(rfd)
+                if wfd >= 0:
+                    os.close(wfd)
+
+    run(go())
+
+
 def test_python_provider_yields_the_whole_output_at_the_end():
     async def go():
         sb = AsyncSandbox(RecordingProvider(), SandboxSpec())
