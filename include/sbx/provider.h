@@ -194,8 +194,8 @@ SBX_EXPORT int sbx_op_run_blocking(sbx_op *op, sbx_op_work_fn work, void *data);
  * sbx's own messages. Cheap when nobody listens (sbx_op_exec_streaming()).
  * On the loop thread it delivers at once; from another thread it queues a
  * copy for the loop (one thread at a time per op keeps the order). A
- * provider without SBX_CAP_EXEC_STREAM never calls it: the core delivers
- * that provider's whole output when its exec completes. Ignored for an op
+ * provider without SBX_CAP_EXEC_STREAM gets the core's fallback instead (its
+ * whole output delivered when its exec completes); its calls are ignored. Ignored for an op
  * that is not an exec, after completion, and for a zero `len`.
  */
 SBX_EXPORT void sbx_op_exec_output(sbx_op *op, int stream, const void *data, size_t len);

@@ -312,6 +312,8 @@ SBX_INTERNAL void sbx__exec_sink_settle(sbx__exec_sink *s, int *code, sbx_error 
 SBX_INTERNAL void sbx__exec_sink_abort(sbx__exec_sink *s);
 /* Called by stream.c on a write error: the provider step's op to cancel (or NULL). */
 SBX_INTERNAL sbx_op *sbx__exec_sink_op(sbx__exec_sink *s);
+/* Whether the provider declared SBX_CAP_EXEC_STREAM (read-only after creation: any thread). */
+SBX_INTERNAL bool sbx__exec_sink_streams(const sbx__exec_sink *s);
 
 struct sbx_exec_result {
     char *out;

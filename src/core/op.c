@@ -162,8 +162,10 @@ static void chunk_deliver(void *arg)
 
 void sbx_op_exec_output(sbx_op *op, int stream, const void *data, size_t len)
 {
+    /* A provider that did not declare streaming gets the fallback: its chunks would come twice. */
     if (!op || !op->sink || !len || !data || atomic_load(&op->completed) ||
-        (stream != SBX_STREAM_STDOUT && stream != SBX_STREAM_STDERR))
+        (stream != SBX_STREAM_STDOUT && stream != SBX_STREAM_STDERR) ||
+        !sbx__exec_sink_streams(op->sink))
         return;
     if (sbx__context_on_loop(op->p->ctx)) {
         sbx__exec_sink_chunk(op->sink, stream, data, len);

@@ -471,6 +471,7 @@ void sbx__exec_sink_detach(sbx__exec_sink *s, bool inner)
 }
 
 sbx_op *sbx__exec_sink_op(sbx__exec_sink *s) { return s->op; }
+bool sbx__exec_sink_streams(const sbx__exec_sink *s) { return s->provider_streams; }
 
 void sbx__exec_sink_chunk(sbx__exec_sink *s, int stream, const char *data, size_t len)
 {
