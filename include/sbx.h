@@ -237,6 +237,73 @@ SBX_EXPORT int sbx_exec_opts_set_stdin_fd(sbx_exec_opts *o, int fd);
  */
 SBX_EXPORT int sbx_exec_opts_set_output_limit(sbx_exec_opts *o, size_t bytes);
 
+/*
+ * Streaming output. The command's stdout and stderr are handed over in
+ * chunks as they arrive, while it runs, through a callback and/or a
+ * descriptor per stream; the result still carries the whole output unless
+ * sbx_exec_opts_set_keep_output(o, 0). A provider that declares
+ * SBX_CAP_EXEC_STREAM ("exec-stream") streams (linux and every box provider
+ * on sbx-agent, local); for one that does not, the core hands over the whole
+ * output as chunks when the command ends, before the future completes, so
+ * code written for streaming works everywhere (only later).
+ *
+ * Chunks are the command's bytes only: sbx's own messages (a timeout, a lost
+ * box, the OOM note) are in the result's stderr, never in a chunk. The
+ * bytes of one stream arrive in order, never split or merged other than at
+ * arbitrary boundaries; chunks of stdout and stderr interleave as they were
+ * read, which need not be the order the command wrote them in. Chunks are
+ * cut at the output limit like the result (bytes past it are drained and
+ * dropped, and the result says truncated, even with keep_output 0).
+ */
+#define SBX_STREAM_STDOUT 1
+#define SBX_STREAM_STDERR 2
+/*
+ * `cb(stream, data, len, user)` for each chunk: SBX_STREAM_STDOUT or
+ * SBX_STREAM_STDERR, `len` > 0, `data` borrowed for the call only. Runs on
+ * the context's loop thread, in order, every chunk before the exec's
+ * future completes (and before its sbx_future_then callback). It must not
+ * block (it holds up every sandbox of the context) nor call sync sbx
+ * functions (refused on the loop thread); copy what it needs. NULL `cb`
+ * removes it. One callback per opts; the copy the exec takes keeps `user`.
+ * SBX_EINVAL for NULL `o`. Not thread-safe on one opts object.
+ */
+typedef void (*sbx_exec_output_cb)(int stream, const char *data, size_t len, void *user);
+SBX_EXPORT int sbx_exec_opts_set_output_cb(sbx_exec_opts *o, sbx_exec_output_cb cb, void *user);
+/*
+ * Writes `stream`'s chunks (SBX_STREAM_STDOUT or SBX_STREAM_STDERR) to `fd`
+ * as they arrive, for callers on another event loop. -1 removes it; the
+ * same fd may serve both streams (bytes of each stay in order). The fd is
+ * borrowed: it must stay open until the exec's future completes, and it is
+ * never closed, nor are its flags changed. It is written without ever
+ * blocking the loop thread: a pipe, FIFO, tty or character device is
+ * reopened through /proc/self/fd in non-blocking mode (a new open file
+ * description) and written when epoll says it is writable; a socket is
+ * written with MSG_DONTWAIT; anything else (a regular file, a block device,
+ * /dev/null, or when the reopen fails) through the thread pool, one write
+ * at a time, at the descriptor's current offset.
+ *
+ * A reader that does not keep up: at most 256 KiB wait in memory per exec;
+ * past that the provider stops reading the command's output (local: its
+ * pipes; agent boxes: the box's connection, which also holds up that box's
+ * other operations), so the command blocks writing and nothing is lost.
+ * The future completes only after every byte was written. A write that
+ * fails (EPIPE: the reader went away; EBADF ...) kills the command, as a
+ * closed pipe ends a shell pipeline, and the exec completes with SBX_EIO
+ * naming the stream, the fd and the errno; SIGPIPE is never raised.
+ *
+ * SBX_EINVAL for a bad stream or an fd < -1. The fd is not checked here:
+ * sbx_sandbox_exec(_async) refuses one that is not open (SBX_EINVAL).
+ */
+SBX_EXPORT int sbx_exec_opts_set_output_fd(sbx_exec_opts *o, int stream, int fd);
+/*
+ * 1 (the default): the result carries stdout and stderr, up to the output
+ * limit. 0: it carries empty stdout and stderr (never None) except sbx's
+ * own message on a runtime failure (a timeout, a lost box, an OOM note), so
+ * a long stream consumed through a callback or an fd costs no memory.
+ * SBX_EINVAL for NULL `o`.
+ */
+SBX_EXPORT int sbx_exec_opts_set_keep_output(sbx_exec_opts *o, int keep);
+
 /* Exec result: the reference's SandboxExecResult. */
 typedef struct sbx_exec_result sbx_exec_result;
 /* NULL means the reference's None; `len` (optional) receives the length. */

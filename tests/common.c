@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <execinfo.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <time.h>
@@ -428,4 +429,25 @@ int run_cmd(char *out, size_t out_size, const char *fmt, ...)
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
         ;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+char *read_fd_until(int fd, const char *text, int deadline_s)
+{
+    size_t len = 0, cap = 4096;
+    char *buf = calloc(1, cap);
+    time_t end = time(NULL) + deadline_s;
+    while (!strstr(buf, text)) {
+        struct pollfd pf = { .fd = fd, .events = POLLIN };
+        int left = (int)(end - time(NULL));
+        if (left <= 0 || poll(&pf, 1, left * 1000) <= 0)
+            TAP_FAIL("no '%s' on the fd within %d s; got '%s'", text, deadline_s, buf);
+        if (len + 1025 > cap)
+            buf = realloc(buf, cap *= 2);
+        ssize_t n = read(fd, buf + len, 1024);
+        if (n <= 0)
+            TAP_FAIL("the fd ended before '%s'", text);
+        len += (size_t)n;
+        buf[len] = 0;
+    }
+    return buf;
 }

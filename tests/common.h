@@ -14,6 +14,9 @@ int tap_thread_count(void);
 int count_dir_entries(const char *path);
 int rm_rf(const char *path);
 char *read_text(const char *path);
+/* Reads `fd` until `text` appeared (malloc'd, all read so far); fails the test
+ * when it does not within `deadline_s` or the fd ends first. */
+char *read_fd_until(int fd, const char *text, int deadline_s);
 int write_text(const char *path, const char *text);
 /* Runs `sh -c CMD`, capturing stdout+stderr into out; returns the exit status. */
 int run_cmd(char *out, size_t out_size, const char *fmt, ...)

@@ -309,9 +309,8 @@ static const struct sbx_provider_ops hostbox_ops = {
     .list = hb_list,
     .stop_id = hb_stop_id,
     .gc = hb_gc,
-    /* TODO(lead): add SBX_CAP_EXEC_STREAM once provider.h's streaming exec is merged:
-     * sbx_box_exec then streams output as it arrives, with no change here. */
-    .capabilities = SBX_CAP_LIST | SBX_CAP_STOP_ID | SBX_CAP_GC,
+    /* sbx_box_exec streams output as the agent's frames arrive: nothing more to do here. */
+    .capabilities = SBX_CAP_LIST | SBX_CAP_STOP_ID | SBX_CAP_GC | SBX_CAP_EXEC_STREAM,
 };
 
 SBX_EXPORT const struct sbx_provider_ops *const sbx_plugin_providers[] = {&hostbox_ops, NULL};

@@ -183,6 +183,35 @@ SBX_EXPORT void sbx_op_on_cancel(sbx_op *op, sbx_op_cancel_cb cb, void *data);
 typedef void (*sbx_op_work_fn)(sbx_op *op, void *data);
 SBX_EXPORT int sbx_op_run_blocking(sbx_op *op, sbx_op_work_fn work, void *data);
 
+/* --- Streaming exec ------------------------------------------------------ */
+
+/*
+ * Hands a chunk of the command's output to the core (SBX_STREAM_STDOUT or
+ * SBX_STREAM_STDERR; the bytes are copied). A provider declaring
+ * SBX_CAP_EXEC_STREAM calls it for every chunk it reads, in order, before
+ * completing the exec, and still builds the result as before (honouring
+ * sbx_exec_opts_keep_output). Chunks are the command's bytes only, never
+ * sbx's own messages. Cheap when nobody listens (sbx_op_exec_streaming()).
+ * On the loop thread it delivers at once; from another thread it queues a
+ * copy for the loop (one thread at a time per op keeps the order). A
+ * provider without SBX_CAP_EXEC_STREAM gets the core's fallback instead (its
+ * whole output delivered when its exec completes); its calls are ignored. Ignored for an op
+ * that is not an exec, after completion, and for a zero `len`.
+ */
+SBX_EXPORT void sbx_op_exec_output(sbx_op *op, int stream, const void *data, size_t len);
+/* 1 when the exec's caller listens to chunks (a callback or an fd), else 0. */
+SBX_EXPORT int sbx_op_exec_streaming(const sbx_op *op);
+/*
+ * Flow control for chunks written to a slow fd: the core calls
+ * `cb(op, 1, data)` on the loop thread when too much output waits for the
+ * reader (the provider then stops reading the command's output) and
+ * `cb(op, 0, data)` once it drained (reading resumes). Never called after
+ * the op completed. A streaming provider sets it before its first chunk;
+ * without it, output waits in memory. NULL removes it.
+ */
+typedef void (*sbx_op_flow_cb)(sbx_op *op, int pause, void *data);
+SBX_EXPORT void sbx_op_exec_on_flow(sbx_op *op, sbx_op_flow_cb cb, void *data);
+
 /* --- Errors -------------------------------------------------------------- */
 
 /* A new error with a printf-style message. Never NULL (falls back to static). */
@@ -240,6 +269,8 @@ SBX_EXPORT const void *sbx_exec_opts_stdin(const sbx_exec_opts *o, size_t *len);
 SBX_EXPORT size_t sbx_exec_opts_output_limit(const sbx_exec_opts *o);
 /* The stdin descriptor of sbx_exec_opts_set_stdin_fd (borrowed), or -1. */
 SBX_EXPORT int sbx_exec_opts_stdin_fd(const sbx_exec_opts *o);
+/* 0 when the result is to carry no output (sbx_exec_opts_set_keep_output), else 1. */
+SBX_EXPORT int sbx_exec_opts_keep_output(const sbx_exec_opts *o);
 /* Marks a result truncated (providers set it when output hit the cap). */
 SBX_EXPORT void sbx_exec_result_set_truncated(sbx_exec_result *r, int truncated);
 /* Builds a result taking ownership of malloc'd buffers (NULL is None). */

@@ -336,6 +336,30 @@ class AsyncSandbox:
             user=user,
         )
 
+    def exec_stream(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_s: int | float | None = DEFAULT_EXEC_TIMEOUT_S,
+        user: str | int | None = None,
+        text: bool = False,
+        keep_output: bool = True,
+        on_output: Callable[[str, Any], Any] | None = None,
+        stdin: Any = None,
+    ) -> Any:
+        """exec() with the output as it arrives: `async for stream, chunk in
+        sandbox.exec_stream(cmd)`, then `.result`; or `await
+        sandbox.exec_stream(cmd, on_output=cb)` for the result. See sbx.stream."""
+        from .stream import ExecStream
+
+        self._require_handle()
+        return ExecStream(
+            self, command, cwd=cwd if cwd is not None else self._workdir(), env=env, timeout_s=timeout_s,
+            user=user, text=text, keep_output=keep_output, on_output=on_output, stdin=stdin,
+        )
+
     async def upload(self, local_path: Path | str, remote_path: str) -> None:
         await self._provider.upload_file(self._require_handle(), Path(local_path), remote_path)
 
@@ -649,6 +673,29 @@ class Sandbox:
     ) -> SandboxExecResult:
         return self._runner.run(
             "exec", lambda: self._async_sandbox.exec(command, cwd=cwd, env=env, timeout_s=timeout_s, user=user)
+        )
+
+    def exec_stream(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_s: int | float | None = DEFAULT_EXEC_TIMEOUT_S,
+        user: str | int | None = None,
+        text: bool = False,
+        keep_output: bool = True,
+        on_output: Callable[[str, Any], Any] | None = None,
+        stdin: Any = None,
+    ) -> Any:
+        """The blocking exec_stream: `for stream, chunk in sandbox.exec_stream(cmd)`,
+        then `.result`; or `.wait()` (calling on_output per chunk). See sbx.stream."""
+        from .stream import SyncExecStream
+
+        self._async_sandbox._require_handle()
+        return SyncExecStream(
+            self, command, cwd=cwd, env=env, timeout_s=timeout_s, user=user, text=text,
+            keep_output=keep_output, on_output=on_output, stdin=stdin,
         )
 
     def upload(self, local_path: Path | str, remote_path: str) -> None:

@@ -37,6 +37,7 @@ enum {
     CLI_EXIT_NOBOX = 3,
     CLI_EXIT_TIMEOUT = 124,
     CLI_EXIT_SBX = 125,
+    CLI_EXIT_SIGPIPE = 141, /* 128 + SIGPIPE: stdout's reader went away mid-stream */
 };
 
 /* --- main.c: errors and usage ---------------------------------------------- */
@@ -294,7 +295,12 @@ int cli_print_json(const json_t *v);
  * returns the exit code run/exec use: the command's status, 124 on
  * timeout, 128+N for a signal.
  */
-int cli_print_result(const char *id, const sbx_exec_result *r, double timeout_s, bool json);
+/*
+ * `streamed`: the output already went to fds 1 and 2 as it arrived (the
+ * result carries none); only sbx's own messages are printed then.
+ */
+int cli_print_result(const char *id, const sbx_exec_result *r, double timeout_s, bool json,
+                     bool streamed);
 /* True when stdin is not a terminal and is open: it is then streamed to the command. */
 bool cli_stdin_given(void);
 

@@ -93,7 +93,8 @@ static int exit_code_for(const sbx_exec_result *r)
     return rc <= 255 ? rc : CLI_EXIT_SBX;
 }
 
-int cli_print_result(const char *id, const sbx_exec_result *r, double timeout_s, bool json)
+int cli_print_result(const char *id, const sbx_exec_result *r, double timeout_s, bool json,
+                     bool streamed)
 {
     size_t out_len = 0, err_len = 0;
     const char *out = sbx_exec_result_stdout(r, &out_len);
@@ -116,6 +117,18 @@ int cli_print_result(const char *id, const sbx_exec_result *r, double timeout_s,
      */
     const char *etype = sbx_exec_result_error_type(r);
     bool timed_out = etype && !strcmp(etype, "timeout");
+    if (streamed) {
+        /*
+         * The command's bytes are out already; the result holds only sbx's
+         * message on a runtime failure (on a timeout, said below instead).
+         */
+        if (et && !timed_out && errb && err_len) {
+            cli_write_all(2, errb, err_len);
+            if (errb[err_len - 1] != '\n')
+                cli_write_all(2, "\n", 1);
+        }
+        out = errb = NULL;
+    }
     /* On a timeout, stderr without stdout is the provider's message, said below instead. */
     if (out && cli_write_all(1, out, out_len) < 0 && errno != EPIPE)
         cli_error("writing stdout: %s", strerror(errno));

@@ -36,6 +36,15 @@ static sbx_exec_opts *make_exec_opts(const struct exec_args *a, const sbx_kv *en
         sbx_exec_opts_set_stdin_fd(o, 0);
     if (a->output_limit)
         sbx_exec_opts_set_output_limit(o, a->output_limit);
+    /*
+     * Output is printed as it arrives (first bytes before the command ends),
+     * straight to our stdout and stderr; --json collects it into one object.
+     */
+    if (!a->json) {
+        sbx_exec_opts_set_output_fd(o, SBX_STREAM_STDOUT, 1);
+        sbx_exec_opts_set_output_fd(o, SBX_STREAM_STDERR, 2);
+        sbx_exec_opts_set_keep_output(o, 0);
+    }
     return o;
 }
 
@@ -63,6 +72,15 @@ static int exec_and_print(sbx_sandbox *sb, const char *command, const struct exe
         sbx_error_free(e);
         return -1;
     }
+    if (rc == SBX_EIO && sbx_error_errno(e) == EPIPE && !a->json) {
+        /*
+         * Our reader went away (`sbx run -- yes | head -1`): the command was
+         * killed, as a pipeline's writer dies of SIGPIPE; say nothing, and
+         * exit as a shell reports a SIGPIPE death.
+         */
+        sbx_error_free(e);
+        return CLI_EXIT_SIGPIPE;
+    }
     if (rc < 0) {
         cli_sbx_error(e, "exec");
         return CLI_EXIT_SBX;
@@ -73,7 +91,7 @@ static int exec_and_print(sbx_sandbox *sb, const char *command, const struct exe
 static int print_result(sbx_sandbox *sb, sbx_exec_result *r, const struct exec_args *a)
 {
     int code = cli_print_result(sbx_sandbox_id(sb), r, a->has_timeout ? a->timeout_s : 180.0,
-                                a->json);
+                                a->json, !a->json);
     sbx_exec_result_free(r);
     return code;
 }

@@ -259,9 +259,61 @@ struct sbx_exec_opts {
     bool has_stdin_fd;
     int stdin_fd; /* borrowed: sbx_exec_opts_set_stdin_fd */
     size_t output_limit;
+    /* streaming (src/core/stream.c) */
+    sbx_exec_output_cb output_cb;
+    void *output_user;
+    bool has_out_fd[2]; /* [0] stdout, [1] stderr */
+    int out_fd[2];      /* borrowed */
+    bool drop_output;   /* sbx_exec_opts_set_keep_output(o, 0) */
 };
 
 SBX_INTERNAL sbx_exec_opts *sbx__exec_opts_copy(const sbx_exec_opts *o);
+
+/*
+ * The streaming side of one exec (src/core/stream.c): where chunks go (the
+ * caller's callback, its fds), fd write queues with flow control, and the
+ * fallback for providers that do not stream. Lives in the sandbox call;
+ * loop thread only unless said otherwise.
+ */
+typedef struct sbx__exec_sink sbx__exec_sink;
+/* NULL opts or nothing to do gives *out = NULL and SBX_OK. Checks the fds (caller's thread). */
+SBX_INTERNAL int sbx__exec_sink_new(sbx_provider *p, const sbx_exec_opts *o, sbx__exec_sink **out,
+                                    sbx_error **err);
+SBX_INTERNAL void sbx__exec_sink_free(sbx__exec_sink *s);
+/* Ties the sink to the provider step; sbx_op_exec_output then feeds it. */
+SBX_INTERNAL void sbx__op_set_exec_sink(sbx_op *op, sbx__exec_sink *s);
+SBX_INTERNAL void sbx__exec_sink_attach(sbx__exec_sink *s, sbx_op *op);
+SBX_INTERNAL void sbx__exec_sink_set_flow(sbx__exec_sink *s, sbx_op_flow_cb cb, void *data);
+/*
+ * The op completed: no more flow callbacks into the provider (`inner`: an
+ * inner op of the provider's own ended; the outer op stays the one cancelled).
+ */
+SBX_INTERNAL void sbx__exec_sink_detach(sbx__exec_sink *s, bool inner);
+/*
+ * A provider that runs an exec through an inner op of its own (sbx__op_new,
+ * as linux does around the agent client) passes the caller's output on:
+ * chunks and flow control given to `inner` reach `outer`'s sink.
+ */
+SBX_INTERNAL void sbx__op_inherit_exec_sink(sbx_op *inner, const sbx_op *outer);
+/* A chunk (loop thread). */
+SBX_INTERNAL void sbx__exec_sink_chunk(sbx__exec_sink *s, int stream, const char *data, size_t len);
+/*
+ * The exec completed with `code` and result `r` (or NULL): runs the fallback
+ * delivery for a provider that does not stream and applies keep_output to
+ * `r`. Returns 1 when every byte reached the fds; else 0, and `done(data)`
+ * is called once they did. Then sbx__exec_sink_settle.
+ */
+SBX_INTERNAL int sbx__exec_sink_finish(sbx__exec_sink *s, int code, sbx_exec_result *r,
+                                       void (*done)(void *), void *data);
+/* A write error turns the outcome into SBX_EIO (the result is freed). */
+SBX_INTERNAL void sbx__exec_sink_settle(sbx__exec_sink *s, int *code, sbx_error **err,
+                                        void **value);
+/* The caller cancelled while output drains: drop what waits; `done` is not called. */
+SBX_INTERNAL void sbx__exec_sink_abort(sbx__exec_sink *s);
+/* Called by stream.c on a write error: the provider step's op to cancel (or NULL). */
+SBX_INTERNAL sbx_op *sbx__exec_sink_op(sbx__exec_sink *s);
+/* Whether the provider declared SBX_CAP_EXEC_STREAM (read-only after creation: any thread). */
+SBX_INTERNAL bool sbx__exec_sink_streams(const sbx__exec_sink *s);
 
 struct sbx_exec_result {
     char *out;

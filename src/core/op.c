@@ -25,6 +25,8 @@ struct sbx_op {
     void *value;
     sbx_future *progress; /* where sbx_op_progress reports; referenced */
     _Atomic unsigned long long progress_last_ms;
+    sbx__exec_sink *sink; /* an exec whose caller listens to its output, else NULL */
+    bool sink_borrowed;   /* an inner op feeding its outer op's sink */
 };
 
 sbx_op *sbx__op_new(sbx_provider *p, sbx__op_done_fn done, void *data)
@@ -47,6 +49,8 @@ static void deliver(void *arg)
     sbx_provider *p = op->p;
     if (op->err)
         sbx__error_set_provider(op->err, p->name);
+    if (op->sink)
+        sbx__exec_sink_detach(op->sink, op->sink_borrowed);
     op->done(op->code, op->err, op->value, op->data);
     if (op->progress)
         sbx_future_free(op->progress);
@@ -122,6 +126,70 @@ void sbx_op_progress(sbx_op *op, const char *stage, unsigned long long done,
         sbx_future_free(r->f);
         free(r);
     }
+}
+
+void sbx__op_set_exec_sink(sbx_op *op, sbx__exec_sink *s)
+{
+    op->sink = s;
+    sbx__exec_sink_attach(s, op);
+}
+
+void sbx__op_inherit_exec_sink(sbx_op *inner, const sbx_op *outer)
+{
+    if (!inner || !outer || !outer->sink)
+        return;
+    inner->sink = outer->sink;
+    inner->sink_borrowed = true;
+}
+
+int sbx_op_exec_streaming(const sbx_op *op) { return op && op->sink ? 1 : 0; }
+
+struct chunk_task {
+    sbx_op *op;
+    int stream;
+    size_t len;
+    char data[];
+};
+
+static void chunk_deliver(void *arg)
+{
+    struct chunk_task *t = arg;
+    /* Queued before the completion, so the op (and its sink) is still there. */
+    if (t->op->sink)
+        sbx__exec_sink_chunk(t->op->sink, t->stream, t->data, t->len);
+    free(t);
+}
+
+void sbx_op_exec_output(sbx_op *op, int stream, const void *data, size_t len)
+{
+    /* A provider that did not declare streaming gets the fallback: its chunks would come twice. */
+    if (!op || !op->sink || !len || !data || atomic_load(&op->completed) ||
+        (stream != SBX_STREAM_STDOUT && stream != SBX_STREAM_STDERR) ||
+        !sbx__exec_sink_streams(op->sink))
+        return;
+    if (sbx__context_on_loop(op->p->ctx)) {
+        sbx__exec_sink_chunk(op->sink, stream, data, len);
+        return;
+    }
+    struct chunk_task *t = malloc(sizeof(*t) + len);
+    if (!t) {
+        sbx_log(SBX_LOG_ERROR, "out of memory queueing %zu bytes of output", len);
+        return;
+    }
+    t->op = op;
+    t->stream = stream;
+    t->len = len;
+    memcpy(t->data, data, len);
+    if (sbx__context_post(op->p->ctx, chunk_deliver, t) < 0) {
+        sbx_log(SBX_LOG_ERROR, "out of memory queueing %zu bytes of output", len);
+        free(t);
+    }
+}
+
+void sbx_op_exec_on_flow(sbx_op *op, sbx_op_flow_cb cb, void *data)
+{
+    if (op && op->sink)
+        sbx__exec_sink_set_flow(op->sink, cb, data);
 }
 
 void *sbx_op_loop(sbx_op *op) { return sbx__context_uv(op->p->ctx); }

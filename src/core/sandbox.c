@@ -57,6 +57,12 @@ struct call {
     char *a, *b;
     int port;
     sbx_exec_opts *opts;
+    /* exec: where its output streams; while it drains to slow fds, the outcome waits here */
+    sbx__exec_sink *sink;
+    bool draining;
+    int drain_code;
+    sbx_error *drain_err;
+    void *drain_value;
     /* start: */
     size_t next_file;
     char *tmpdir;
@@ -161,6 +167,10 @@ static void call_free(struct call *c)
     free(c->a);
     free(c->b);
     sbx_exec_opts_free(c->opts);
+    sbx__exec_sink_free(c->sink);
+    sbx_error_free(c->drain_err);
+    if (c->drain_value)
+        sbx_exec_result_free(c->drain_value);
     free(c->tmpfile);
     free(c->tmpdir);
     sbx_error_free(c->saved_err);
@@ -182,6 +192,14 @@ static void call_finish(struct call *c, int code, sbx_error *err, void *value)
 static void call_cancel(void *data)
 {
     struct call *c = data;
+    if (c->draining) {
+        /* The command ended; its output still drains to a slow fd: stop waiting for it. */
+        sbx__exec_sink_abort(c->sink);
+        call_finish(c, SBX_ECANCELED,
+                    sbx_error_new(SBX_ECANCELED, "operation cancelled while its output drained"),
+                    NULL);
+        return;
+    }
     if (c->op)
         sbx__op_cancel(c->op);
 }
@@ -433,10 +451,39 @@ int sbx_sandbox_start_async(sbx_sandbox *sb, const sbx_spec *spec, sbx_future **
 
 /* --- simple one-step calls ------------------------------------------------ */
 
+static void exec_drained(void *data)
+{
+    struct call *c = data;
+    int code = c->drain_code;
+    sbx_error *err = steal_pointer(&c->drain_err);
+    void *value = steal_pointer(&c->drain_value);
+    c->draining = false;
+    sbx__exec_sink_settle(c->sink, &code, &err, &value);
+    call_finish(c, code, err, value);
+}
+
 static void simple_done(int code, sbx_error *err, void *value, void *data)
 {
     struct call *c = data;
     c->op = NULL;
+    if (c->kind == CALL_EXEC && c->sink && sbx__future_cancelled(c->f)) {
+        /* The caller cancelled: do not wait for a reader to take what is still queued. */
+        sbx__exec_sink_abort(c->sink);
+        sbx__exec_sink_finish(c->sink, code, value, NULL, NULL); /* keep_output; nothing waits */
+        call_finish(c, code, err, value);
+        return;
+    }
+    if (c->kind == CALL_EXEC && c->sink) {
+        c->drain_code = code;
+        c->drain_err = err;
+        c->drain_value = value;
+        if (!sbx__exec_sink_finish(c->sink, code, value, exec_drained, c)) {
+            c->draining = true; /* exec_drained, or a cancel, finishes it */
+            return;
+        }
+        exec_drained(c);
+        return;
+    }
     if (code >= 0 && c->kind == CALL_SERIALIZE) {
         /* Add the spec's workdir when the provider's descriptor lacks it (reference F.38). */
         json_t *d = value ? json_loads(value, 0, NULL) : NULL;
@@ -503,6 +550,8 @@ static void simple_run(void *data)
     void *st = c->p->state, *box = c->sb->box;
     switch (c->kind) {
     case CALL_EXEC:
+        if (c->sink)
+            sbx__op_set_exec_sink(op, c->sink);
         o->exec(op, st, box, c->a, c->opts);
         break;
     case CALL_UPLOAD:
@@ -560,6 +609,11 @@ int sbx_sandbox_exec_async(sbx_sandbox *sb, const char *command, const sbx_exec_
         sbx_future_free(c->f);
         call_finish(c, SBX_ENOMEM, NULL, NULL);
         return oom(err);
+    }
+    if ((rc = sbx__exec_sink_new(sb->p, opts, &c->sink, err)) < 0) {
+        sbx_future_free(c->f);
+        call_finish(c, rc, NULL, NULL);
+        return rc;
     }
     return submit(c, simple_run, out, err);
 }

@@ -35,6 +35,8 @@ sbx_exec_opts *sbx_exec_opts_new(void)
     sbx_exec_opts *o = calloc(1, sizeof(*o));
     if (o)
         o->timeout_s = SBX_DEFAULT_EXEC_TIMEOUT_S;
+    if (o)
+        o->out_fd[0] = o->out_fd[1] = -1;
     return o;
 }
 
@@ -124,6 +126,13 @@ sbx_exec_opts *sbx__exec_opts_copy(const sbx_exec_opts *o)
     c->output_limit = o->output_limit;
     c->has_stdin_fd = o->has_stdin_fd;
     c->stdin_fd = o->stdin_fd;
+    c->output_cb = o->output_cb;
+    c->output_user = o->output_user;
+    c->drop_output = o->drop_output;
+    for (int i = 0; i < 2; i++) {
+        c->has_out_fd[i] = o->has_out_fd[i];
+        c->out_fd[i] = o->out_fd[i];
+    }
     if (replace_str(&c->cwd, o->cwd) < 0 || replace_str(&c->user, o->user) < 0 ||
         sbx__kv_copy(&c->env, &o->env) < 0 ||
         (o->has_stdin && sbx_exec_opts_set_stdin(c, o->stdin_data, o->stdin_len) < 0)) {
@@ -175,6 +184,34 @@ int sbx_exec_opts_set_stdin_fd(sbx_exec_opts *o, int fd)
     o->stdin_fd = fd;
     return SBX_OK;
 }
+
+int sbx_exec_opts_set_output_cb(sbx_exec_opts *o, sbx_exec_output_cb cb, void *user)
+{
+    if (!o)
+        return SBX_EINVAL;
+    o->output_cb = cb;
+    o->output_user = cb ? user : NULL;
+    return SBX_OK;
+}
+
+int sbx_exec_opts_set_output_fd(sbx_exec_opts *o, int stream, int fd)
+{
+    if (!o || (stream != SBX_STREAM_STDOUT && stream != SBX_STREAM_STDERR) || fd < -1)
+        return SBX_EINVAL;
+    o->has_out_fd[stream - 1] = fd >= 0;
+    o->out_fd[stream - 1] = fd;
+    return SBX_OK;
+}
+
+int sbx_exec_opts_set_keep_output(sbx_exec_opts *o, int keep)
+{
+    if (!o)
+        return SBX_EINVAL;
+    o->drop_output = !keep;
+    return SBX_OK;
+}
+
+int sbx_exec_opts_keep_output(const sbx_exec_opts *o) { return o && o->drop_output ? 0 : 1; }
 
 /* --- exec results -------------------------------------------------------- */
 

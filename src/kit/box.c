@@ -235,6 +235,8 @@ static void with_conn(sbx_agent_conn *conn, int code, const char *msg, void *arg
 {
     struct call *k = arg;
     sbx_op *inner = conn ? sbx__op_new(sbx__op_provider(k->op), call_done, k) : NULL;
+    /* The caller's output callback and fds see the agent client's chunks. */
+    sbx__op_inherit_exec_sink(inner, k->op);
     if (!inner) {
         if (!conn)
             sbx_op_complete(k->op, code < 0 ? code : SBX_EPROVIDER,

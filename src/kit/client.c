@@ -69,6 +69,8 @@ struct hchan {
     /* exec */
     sbx_buf out, err;
     size_t limit;
+    bool keep;       /* the result carries the output (sbx_exec_opts_keep_output) */
+    bool out_paused; /* the core asked us to stop reading: its fd reader is behind */
     bool truncated;
     bool cancelled;
     double timeout_s;
@@ -131,6 +133,7 @@ struct sbx_agent_conn {
     struct hchan *table[BUCKETS];
     bool reading;
     size_t disk_pending;
+    int out_paused; /* execs whose output reader is behind: the socket is not read */
     int max_payload;
     int version; /* negotiated in the hello */
     sbx_agent_limits limits;
@@ -138,6 +141,7 @@ struct sbx_agent_conn {
 
 static void conn_fail(sbx_agent_conn *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+static void set_reading(sbx_agent_conn *c, bool on);
 
 /* --- lifetimes ----------------------------------------------------------- */
 
@@ -243,11 +247,18 @@ static void chan_finish(struct hchan *ch, int code, sbx_error *err, void *value)
     }
     ch->done = true;
     stdin_stop(ch);
+    if (ch->out_paused) {
+        ch->out_paused = false;
+        if (--ch->c->out_paused == 0 && ch->c->disk_pending < DISK_LOW)
+            set_reading(ch->c, true);
+    }
     if (ch->timer) {
         uv_close((uv_handle_t *)ch->timer, chan_handle_closed);
         ch->timer = NULL;
     }
     sbx_op_on_cancel(ch->op, NULL, NULL);
+    if (ch->kind == K_EXEC)
+        sbx_op_exec_on_flow(ch->op, NULL, NULL); /* ch may go before the core hears */
     if (ch->read_pending && ch->in_fd >= 0) {
         /* stdin_read_cb completes it; the read's request holds a reference to ch. */
         ch->fin_deferred = true;
@@ -472,15 +483,36 @@ static void conn_fail(sbx_agent_conn *c, int code, const char *fmt, ...)
 
 /* --- exec ---------------------------------------------------------------- */
 
-/* The reference's timeout result: rc 125, error_type "timeout", stdout None. */
-static sbx_exec_result *timeout_result(const struct hchan *ch)
+/*
+ * The reference's timeout result (rc 125, error_type "timeout", its message
+ * in stderr), with what the command wrote before it was killed: stdout is
+ * the partial stdout ("" when none), stderr the partial stderr, a newline
+ * when it did not end with one, then the message. issue 9 asked for the
+ * partial output; the reference gave stdout None.
+ */
+static sbx_exec_result *timeout_result(struct hchan *ch)
 {
     char t[32];
     sbx__fmt_g(ch->timeout_s, t, sizeof(t));
-    char *err = sbx__printf("command timed out after %ss: %s", t, ch->desc);
-    sbx_exec_result *r = NULL;
-    if (err && sbx_exec_result_new_take(NULL, 0, err, strlen(err), 125, "timeout", &r) < 0)
+    sbx_buf err = ch->err;
+    ch->err = (sbx_buf){0};
+    if (err.len && err.data[err.len - 1] != '\n')
+        sbx__buf_append(&err, "\n", 1);
+    if (sbx__buf_printf(&err, "command timed out after %ss: %s", t, ch->desc) < 0) {
+        sbx__buf_free(&err);
         return NULL;
+    }
+    char *out = steal_pointer(&ch->out.data);
+    size_t out_len = ch->out.len;
+    if (!out && !(out = strdup(""))) {
+        sbx__buf_free(&err);
+        return NULL;
+    }
+    sbx_exec_result *r = NULL;
+    if (sbx_exec_result_new_take(out, out_len, err.data, err.len, 125, "timeout", &r) < 0)
+        return NULL;
+    if (ch->truncated)
+        sbx_exec_result_set_truncated(r, 1);
     return r;
 }
 
@@ -542,8 +574,8 @@ static void exec_done(struct hchan *ch, const sbx_msg_exit *m)
     int rc = 0;
     const char *type = NULL;
     if (m->kind == SBX_EXIT_TIMEOUT) {
-        free(out);
-        free(err);
+        ch->out.data = out; /* timeout_result takes them back */
+        ch->err.data = err;
         sbx_exec_result *r = timeout_result(ch);
         chan_finish(ch, r ? SBX_OK : SBX_ENOMEM, NULL, r);
         return;
@@ -587,6 +619,11 @@ static void exec_done(struct hchan *ch, const sbx_msg_exit *m)
 
 static void exec_output(struct hchan *ch, sbx_buf *b, const sbx_frame *f)
 {
+    if (ch->op && f->len)
+        sbx_op_exec_output(ch->op, f->type == SBX_MSG_STDOUT ? SBX_STREAM_STDOUT : SBX_STREAM_STDERR,
+                           f->payload, f->len);
+    if (!ch->keep)
+        return;
     size_t keep = f->len;
     /* The agent caps output too; this guards against one that does not. */
     if (ch->limit && b->len + keep > ch->limit) {
@@ -595,6 +632,28 @@ static void exec_output(struct hchan *ch, sbx_buf *b, const sbx_frame *f)
     }
     if (keep && sbx__buf_append(b, f->payload, keep) < 0)
         ch->truncated = true;
+}
+
+/*
+ * The core's fd reader fell behind (or caught up): stop (resume) reading the
+ * box's connection. The agent then blocks writing to it and stops reading
+ * the command's pipes, so the command blocks: nothing is dropped, memory
+ * stays bounded; the box's other operations wait too (one stream per box).
+ */
+static void exec_flow_cb(sbx_op *op, int pause, void *data)
+{
+    (void)op;
+    struct hchan *ch = data;
+    sbx_agent_conn *c = ch->c;
+    if (ch->done || ch->out_paused == (pause != 0))
+        return;
+    ch->out_paused = pause != 0;
+    if (pause) {
+        c->out_paused++;
+        set_reading(c, false);
+    } else if (--c->out_paused == 0 && c->disk_pending < DISK_LOW) {
+        set_reading(c, true);
+    }
 }
 
 static void exec_cancel_cb(sbx_op *op, void *data)
@@ -670,6 +729,9 @@ void sbx__agent_exec(sbx_agent_conn *c, sbx_op *op, const char *command, const c
     ch->desc = steal_pointer(&desc);
     ch->timeout_s = sbx_exec_opts_timeout(opts);
     ch->limit = sbx_exec_opts_output_limit(opts);
+    ch->keep = sbx_exec_opts_keep_output(opts) != 0;
+    if (sbx_op_exec_streaming(op))
+        sbx_op_exec_on_flow(op, exec_flow_cb, ch);
     if (!ch->limit)
         ch->limit = SBX_DEFAULT_OUTPUT_LIMIT;
     size_t stdin_len = 0;
@@ -1189,7 +1251,7 @@ static void download_write_cb(uv_fs_t *req)
             send_empty(c, SBX_MSG_CANCEL, ch->id);
         ch->got_status = true;
     }
-    if (c->disk_pending < DISK_LOW)
+    if (c->disk_pending < DISK_LOW && !c->out_paused)
         set_reading(c, true);
     download_finish(ch);
     fsreq_free(r);

@@ -431,6 +431,7 @@ struct stream {
     uv_pipe_t pipe;
     char *data;
     size_t len, cap;
+    size_t streamed; /* bytes handed to sbx_op_exec_output (up to the limit) */
     bool eof;
 };
 
@@ -450,6 +451,8 @@ struct lexec {
     sbx_kv env;       /* spec.env, then the call's env on top */
     double timeout_s; /* < 0: none */
     size_t limit;
+    bool keep;   /* the result carries the output (sbx_exec_opts_keep_output) */
+    bool paused; /* the core's fd reader is behind: the pipes are not read */
     char *stdin_data;
     size_t stdin_len;
     bool has_stdin;
@@ -563,6 +566,8 @@ static void finish(struct lexec *e)
     bool was_running = e->phase == EX_RUNNING;
     e->phase = EX_FINISHED;
     sbx_op_on_cancel(e->op, NULL, NULL);
+    /* `e` may be freed before the core hears of the completion: no flow calls into it. */
+    sbx_op_exec_on_flow(e->op, NULL, NULL);
 
     sbx_exec_result *r = NULL;
     int code = SBX_OK;
@@ -585,9 +590,28 @@ static void finish(struct lexec *e)
         break;
     }
     case END_TIMEOUT: {
+        /*
+         * What the command wrote before the kill (issue 9; the reference gave
+         * stdout None): stdout the partial stdout, stderr the partial stderr,
+         * a newline when it lacks one, then the reference's message.
+         */
         char t[32];
         sbx__fmt_g(e->timeout_s, t, sizeof(t));
-        r = runtime_result("timeout", sbx__printf("local command timed out after %ss", t));
+        size_t ol = 0, el = 0;
+        char *o = stream_take(&e->out, &ol);
+        char *er = stream_take(&e->err, &el);
+        sbx_buf eb = {er, el, el + 1};
+        if (o && er && (!el || er[el - 1] == '\n' || sbx__buf_append(&eb, "\n", 1) == 0) &&
+            sbx__buf_printf(&eb, "local command timed out after %ss", t) == 0) {
+            if (sbx_exec_result_new_take(o, ol, eb.data, eb.len, LOCAL_RUNTIME_RC, "timeout",
+                                         &r) < 0)
+                r = NULL;
+            if (r && e->truncated)
+                sbx_exec_result_set_truncated(r, 1);
+        } else {
+            free(o);
+            free(eb.data);
+        }
         break;
     }
     case END_CLOSED:
@@ -651,6 +675,35 @@ static void on_reap_bound(uv_timer_t *t)
     finish(e);
 }
 
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf);
+
+static void set_paused(struct lexec *e, bool pause)
+{
+    if (e->paused == pause || e->phase != EX_RUNNING)
+        return;
+    e->paused = pause;
+    struct stream *ss[] = {&e->out, &e->err};
+    for (int i = 0; i < 2; i++) {
+        if (ss[i]->eof)
+            continue;
+        if (pause)
+            uv_read_stop((uv_stream_t *)&ss[i]->pipe);
+        else
+            uv_read_start((uv_stream_t *)&ss[i]->pipe, on_alloc, on_read);
+    }
+}
+
+/*
+ * The core's fd reader fell behind (caught up): stop (resume) reading the
+ * command's pipes, so the command blocks writing and nothing is lost.
+ */
+static void on_flow(sbx_op *op, int pause, void *data)
+{
+    (void)op;
+    set_paused(data, pause != 0);
+}
+
 /* Kills the whole process group, then waits a bounded time for exit and EOF. */
 static void kill_tree(struct lexec *e, enum ex_end why)
 {
@@ -663,6 +716,8 @@ static void kill_tree(struct lexec *e, enum ex_end why)
         kill(-e->proc.pid, SIGKILL);
     uv_timer_stop(&e->timer);
     uv_timer_start(&e->timer, on_reap_bound, (uint64_t)(REAP_TIMEOUT_S * 1000), 0);
+    /* Read to EOF even when a slow fd reader paused us: what is left is a pipe's worth. */
+    set_paused(e, false);
     check_done(e);
 }
 
@@ -707,7 +762,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     (void)suggested;
     struct lexec *e = h->data;
     struct stream *s = stream_of(e, h);
-    if (s->len >= e->limit) {
+    if (!e->keep || s->len >= e->limit) {
         *buf = uv_buf_init(scratch, sizeof(scratch));
         return;
     }
@@ -733,8 +788,20 @@ static void on_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf)
     struct lexec *e = h->data;
     struct stream *s = stream_of(e, (uv_handle_t *)h);
     if (n > 0) {
+        /* Chunks stop at the output limit too, as the agent's do. */
+        size_t give = (size_t)n;
+        if (s->streamed + give > e->limit) {
+            give = e->limit > s->streamed ? e->limit - s->streamed : 0;
+            e->truncated = true;
+        }
+        s->streamed += give;
+        if (give)
+            sbx_op_exec_output(e->op, s == &e->out ? SBX_STREAM_STDOUT : SBX_STREAM_STDERR,
+                               buf->base, give);
         if (buf->base == scratch) {
-            e->truncated = true; /* past the cap (or out of memory): drained, dropped, flagged */
+            /* past the cap (or out of memory): drained, dropped, flagged; or not kept */
+            if (e->keep)
+                e->truncated = true;
         } else {
             s->len += (size_t)n;
             if (s->len > e->limit) {
@@ -983,6 +1050,7 @@ static void local_exec(sbx_op *op, void *state, void *box, const char *command,
     e->limit = sbx_exec_opts_output_limit(opts);
     if (!e->limit)
         e->limit = st->max_output;
+    e->keep = sbx_exec_opts_keep_output(opts) != 0;
     size_t inlen = 0;
     const void *in = sbx_exec_opts_stdin(opts, &inlen);
     e->stdin_fd = sbx_exec_opts_stdin_fd(opts);
@@ -1022,6 +1090,8 @@ static void local_exec(sbx_op *op, void *state, void *box, const char *command,
         return;
     }
     sbx_op_on_cancel(op, on_cancel, e);
+    if (sbx_op_exec_streaming(op))
+        sbx_op_exec_on_flow(op, on_flow, e);
     if (st->qtail)
         st->qtail->qnext = e;
     else
@@ -1507,4 +1577,5 @@ SBX_INTERNAL const struct sbx_provider_ops sbx__local_provider = {
     .list = local_list,
     .stop_id = local_stop_id,
     .gc = local_gc,
+    .capabilities = SBX_CAP_EXEC_STREAM,
 };

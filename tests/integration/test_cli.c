@@ -1545,6 +1545,77 @@ static void test_linux_gc_expired_orphan_and_label(void)
     census_check(linux_state());
 }
 
+/* Reads `fd` into `*buf` until it holds `text`; fails after a generous deadline (a hang guard). */
+static void read_until_text(int fd, char **buf, size_t *len, const char *text)
+{
+    time_t end = time(NULL) + 60;
+    while (!*buf || !strstr(*buf, text)) {
+        struct pollfd pf = { .fd = fd, .events = POLLIN };
+        int left = (int)(end - time(NULL));
+        if (left <= 0 || poll(&pf, 1, left * 1000) <= 0)
+            TAP_FAIL("'%s' did not arrive while the command ran (got '%s')", text,
+                     *buf ? *buf : "");
+        char chunk[4096];
+        ssize_t n = read(fd, chunk, sizeof(chunk));
+        if (n <= 0)
+            TAP_FAIL("the stream ended before '%s' (got '%s')", text, *buf ? *buf : "");
+        append(buf, len, chunk, (size_t)n);
+    }
+}
+
+/*
+ * sbx run prints output as it arrives. No timing: the command prints, then
+ * waits for a line on its stdin, which the test writes only after it read
+ * the first bytes from sbx's stdout and stderr; printed only at the end,
+ * they would never come and the deadline fails the test.
+ */
+static void test_linux_run_streams_as_it_arrives(void)
+{
+    need_linux();
+    int pin[2], pout[2], perr[2];
+    TAP_TRUE(pipe2(pin, O_CLOEXEC) == 0 && pipe2(pout, O_CLOEXEC) == 0 &&
+             pipe2(perr, O_CLOEXEC) == 0);
+    char *argv[] = { (char *)"sbx", (char *)"run", (char *)"--", (char *)"sh", (char *)"-c",
+                     (char *)"echo first; echo ferr >&2; read x; echo second:$x; echo serr >&2; "
+                             "exit 7",
+                     NULL };
+    pid_t pid = spawn(argv, pin[0], pout[1], perr[1]);
+    close(pin[0]);
+    close(pout[1]);
+    close(perr[1]);
+    char *out = NULL, *err = NULL;
+    size_t out_len = 0, err_len = 0;
+    read_until_text(pout[0], &out, &out_len, "first\n");
+    read_until_text(perr[0], &err, &err_len, "ferr\n");
+    TAP_EQ_STR(out, "first\n");
+    TAP_EQ_INT(write(pin[1], "go\n", 3), 3);
+    close(pin[1]);
+    read_until_text(pout[0], &out, &out_len, "second:go\n");
+    read_until_text(perr[0], &err, &err_len, "serr\n");
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    TAP_TRUE(WIFEXITED(st));
+    TAP_EQ_INT(WEXITSTATUS(st), 7);
+    /* Nothing more, and no sbx message: stdout and stderr hold the command's bytes only. */
+    char rest[64];
+    TAP_EQ_INT(read(pout[0], rest, sizeof(rest)), 0);
+    TAP_EQ_INT(read(perr[0], rest, sizeof(rest)), 0);
+    TAP_EQ_STR(out, "first\nsecond:go\n");
+    TAP_EQ_STR(err, "ferr\nserr\n");
+    free(out);
+    free(err);
+    close(pout[0]);
+    close(perr[0]);
+
+    /* A timeout keeps what the command printed; sbx says it timed out, exit 124. */
+    struct proc p = SBX("run", "--timeout", "1", "--", "sh", "-c", "echo partial; sleep 100");
+    EXPECT_CODE(p, 124);
+    TAP_EQ_STR(p.out, "partial\n");
+    TAP_EQ_STR(p.err, "sbx: command timed out after 1s\n");
+    proc_free(&p);
+}
+
 static void test_linux_sigint_run_leaves_nothing(void)
 {
     need_linux();
@@ -1582,4 +1653,4 @@ TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_
          TAP(test_linux_run_quoting_stdin_timeout_json),
          TAP_T(test_linux_image_import_ls_run_rm, 120), TAP_T(test_linux_create_exec_cp_ls_stop, 120),
          TAP(test_linux_library_box_seen_by_cli), TAP_T(test_linux_gc_expired_orphan_and_label, 120),
-         TAP(test_linux_sigint_run_leaves_nothing))
+         TAP(test_linux_sigint_run_leaves_nothing), TAP_T(test_linux_run_streams_as_it_arrives, 120))

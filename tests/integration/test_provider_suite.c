@@ -7,6 +7,7 @@
  * SBX_SUITE_CONFIG_<name> (a JSON mapping) when set.
  *
  * Cases: exec (exit codes, stdout/stderr, cwd, env, stdin, timeout),
+ * streaming (first bytes before the end, partial output on timeout),
  * upload/download round trip with modes, status before/after stop, stop
  * twice, list with labels, stop by id, gc by label and by expiry, and bad
  * input failing cleanly. A provider that cannot list must say so
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -170,6 +172,57 @@ static void case_exec(sbx_provider *p)
     r = run(sb, "echo again", NULL);
     TAP_EQ_STR(out_of(r), "again\n");
     sbx_exec_result_free(r);
+    stop_free(sb);
+}
+
+/*
+ * Streaming exec: a provider that says "exec-stream" hands over the first
+ * bytes while the command still runs (it waits on a gate file the test makes
+ * only after reading them: no timing); any provider delivers every byte to
+ * the caller's fd by completion; a timed-out command keeps its partial output.
+ */
+static void case_stream(sbx_provider *p)
+{
+    sbx_sandbox *sb = start(p, NULL);
+    int po[2];
+    TAP_EQ_INT(pipe2(po, O_CLOEXEC), 0);
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    TAP_EQ_INT(sbx_exec_opts_set_output_fd(o, SBX_STREAM_STDOUT, po[1]), SBX_OK);
+    sbx_future *f = NULL;
+    bool streams = sbx_provider_supports(p, "exec-stream");
+    const char *cmd = streams ? "rm -f suite-gate; echo first; "
+                                "while [ ! -e suite-gate ]; do sleep 0.01; done; echo second"
+                              : "echo first; echo second";
+    TAP_EQ_INT(sbx_sandbox_exec_async(sb, cmd, o, &f, NULL), SBX_OK);
+    char *seen = read_fd_until(po[0], "first\n", 60);
+    if (streams) {
+        TAP_TRUE(!sbx_future_done(f)); /* it waits for the gate: the bytes came early */
+        sbx_exec_result_free(run(sb, "touch suite-gate", NULL));
+    }
+    sbx_error *e = NULL;
+    if (sbx_future_wait(f, 60, &e) != SBX_OK)
+        TAP_FAIL("%s: streamed exec: %s", prov, sbx_error_message(e));
+    sbx_exec_result *r = NULL;
+    TAP_EQ_INT(sbx_future_take_exec_result(f, &r, &e), SBX_OK);
+    TAP_EQ_STR(out_of(r), "first\nsecond\n"); /* the result keeps it too */
+    sbx_exec_result_free(r);
+    sbx_future_free(f);
+    free(seen);
+    close(po[1]);
+    char rest[64] = {0};
+    ssize_t n = read(po[0], rest, sizeof(rest) - 1);
+    close(po[0]);
+    TAP_TRUE(n > 0 && strstr(rest, "second\n") != NULL);
+    sbx_exec_opts_free(o);
+
+    /* a timeout returns what the command printed before it */
+    o = sbx_exec_opts_new();
+    sbx_exec_opts_set_timeout(o, 0.5);
+    r = run(sb, "echo partial; sleep 30", o);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
+    TAP_EQ_STR(out_of(r), "partial\n");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
     stop_free(sb);
 }
 
@@ -488,6 +541,12 @@ static void case_dead_maker(sbx_provider *p)
         case_exec(p);                                                                              \
         sbx_provider_free(p);                                                                      \
     }                                                                                              \
+    static void name##_stream(void)                                                                \
+    {                                                                                              \
+        sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
+        case_stream(p);                                                                            \
+        sbx_provider_free(p);                                                                      \
+    }                                                                                              \
     static void name##_transfer(void)                                                              \
     {                                                                                              \
         sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
@@ -527,9 +586,9 @@ static void case_dead_maker(sbx_provider *p)
     }
 
 #define SUITE_TESTS(name)                                                                          \
-    TAP_T(name##_exec, 120), TAP_T(name##_transfer, 120), TAP_T(name##_status_stop, 120),          \
-        TAP_T(name##_list_stop_id, 120), TAP_T(name##_gc, 120), TAP_T(name##_cli, 120),            \
-        TAP_T(name##_bad_input, 120)
+    TAP_T(name##_exec, 120), TAP_T(name##_stream, 120), TAP_T(name##_transfer, 120),               \
+        TAP_T(name##_status_stop, 120), TAP_T(name##_list_stop_id, 120), TAP_T(name##_gc, 120),    \
+        TAP_T(name##_cli, 120), TAP_T(name##_bad_input, 120)
 
 /* The plugin slot: hostbox, or the provider SBX_SUITE_PLUGIN names (see docs/provider-guide.md). */
 static const char *plugin_name(void)

@@ -1109,6 +1109,8 @@ static void with_agent(sbx_agent_conn *conn, int code, const char *msg, void *ar
 {
     struct agent_call *k = arg;
     sbx_op *inner = conn ? sbx__op_new(sbx__op_provider(k->op), agent_call_done, k) : NULL;
+    /* The caller's output callback and fds see the agent client's chunks. */
+    sbx__op_inherit_exec_sink(inner, k->op);
     if (!inner) {
         /*
          * Something else than the box's agent listens on its socket: never
@@ -1589,4 +1591,6 @@ const struct sbx_provider_ops sbx__linux_provider = {
     .image_list = linux_image_list,
     .image_import = linux_image_import,
     .image_remove = linux_image_remove,
+    /* Exec goes through the agent client, which streams output as its frames arrive. */
+    .capabilities = SBX_CAP_EXEC_STREAM,
 };

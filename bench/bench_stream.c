@@ -1,0 +1,214 @@
+/*
+ * Streaming exec on a warm linux box: what listening costs, and what it buys.
+ *
+ * Rows (ms, p50 and p90 over N runs, in one process, one box):
+ *   create->ready          sbx_sandbox_start
+ *   exec true              the one-shot exec nobody streams (the hot path)
+ *   exec echo, callback    the same with an output callback (the streaming path)
+ *   exec echo, fd          the same with stdout to a pipe (the fd writer)
+ *   first byte             `echo x; sleep 0.2`: submit to the first chunk
+ *   one-shot total         the same command, submit to the result
+ *
+ * The streaming rows compile only against a header that has the streaming
+ * API, so this file also builds against an older libsbx to compare the
+ * one-shot figures (docs/benchmarks.md says how). Needs root and the linux
+ * provider; prints a skip line otherwise.
+ */
+#include <sbx.h>
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, int n, double p)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp);
+    int i = (int)(p / 100.0 * (n - 1) + 0.5);
+    return v[i];
+}
+
+static void die(const char *what, sbx_error *e)
+{
+    fprintf(stderr, "bench_stream: %s: %s\n", what, e ? sbx_error_message(e) : "failed");
+    exit(1);
+}
+
+static void exec_ok(sbx_sandbox *sb, const char *cmd, const sbx_exec_opts *o)
+{
+    sbx_exec_result *r = NULL;
+    sbx_error *e = NULL;
+    if (sbx_sandbox_exec(sb, cmd, o, &r, &e) != SBX_OK)
+        die(cmd, e);
+    if (sbx_exec_result_return_code(r) != 0)
+        die(cmd, NULL);
+    sbx_exec_result_free(r);
+}
+
+static void row(const char *what, double *v, int n)
+{
+    printf("  %-30s %8.3f %8.3f\n", what, pct(v, n, 50), pct(v, n, 90));
+}
+
+#ifdef SBX_STREAM_STDOUT
+struct first {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    double at;
+};
+
+static void first_cb(int stream, const char *data, size_t len, void *user)
+{
+    (void)stream, (void)data, (void)len;
+    struct first *f = user;
+    pthread_mutex_lock(&f->lock);
+    if (f->at == 0)
+        f->at = now_ms();
+    pthread_cond_signal(&f->cond);
+    pthread_mutex_unlock(&f->lock);
+}
+
+static void count_cb(int stream, const char *data, size_t len, void *user)
+{
+    (void)stream, (void)data;
+    *(size_t *)user += len;
+}
+#endif
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int n = argc > 1 ? atoi(argv[1]) : 300;
+    if (n < 10)
+        n = 10;
+    if (geteuid() != 0) {
+        printf("\n# bench_stream: skipped (linux boxes need root)\n");
+        return 0;
+    }
+    char tmpl[] = "/tmp/sbx-bench-stream-XXXXXX";
+    if (!mkdtemp(tmpl))
+        return 1;
+    setenv("SBX_STATE_DIR", tmpl, 1);
+    sbx_provider *p = NULL;
+    sbx_error *e = NULL;
+    if (sbx_provider_new("{\"linux\": {}}", &p, &e) != SBX_OK)
+        die("provider", e);
+    sbx_spec *spec = sbx_spec_new();
+    double *v = calloc((size_t)n, sizeof(double));
+
+    printf("\n# bench_stream: %d runs, warm linux box (ms)      %8s %8s\n", n, "p50", "p90");
+    for (int i = 0; i < n; i++) {
+        sbx_sandbox *sb = NULL;
+        sbx_sandbox_new(p, spec, &sb, NULL);
+        double t0 = now_ms();
+        if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
+            die("start", e);
+        v[i] = now_ms() - t0;
+        sbx_sandbox_stop(sb, NULL);
+        sbx_sandbox_free(sb);
+    }
+    row("create->ready", v, n);
+
+    sbx_sandbox *sb = NULL;
+    sbx_sandbox_new(p, spec, &sb, NULL);
+    if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
+        die("start", e);
+    for (int i = 0; i < 20; i++)
+        exec_ok(sb, "true", NULL);
+    for (int i = 0; i < n; i++) {
+        double t0 = now_ms();
+        exec_ok(sb, "true", NULL);
+        v[i] = now_ms() - t0;
+    }
+    row("exec true (one-shot)", v, n);
+    for (int i = 0; i < n; i++) {
+        double t0 = now_ms();
+        exec_ok(sb, "echo hello", NULL);
+        v[i] = now_ms() - t0;
+    }
+    row("exec echo (one-shot)", v, n);
+
+#ifdef SBX_STREAM_STDOUT
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    size_t got = 0;
+    sbx_exec_opts_set_output_cb(o, count_cb, &got);
+    for (int i = 0; i < n; i++) {
+        double t0 = now_ms();
+        exec_ok(sb, "echo hello", o);
+        v[i] = now_ms() - t0;
+    }
+    row("exec echo, callback", v, n);
+    sbx_exec_opts_free(o);
+
+    int pp[2];
+    if (pipe2(pp, O_CLOEXEC | O_NONBLOCK) < 0)
+        return 1;
+    o = sbx_exec_opts_new();
+    sbx_exec_opts_set_output_fd(o, SBX_STREAM_STDOUT, pp[1]);
+    char sink[4096];
+    for (int i = 0; i < n; i++) {
+        double t0 = now_ms();
+        exec_ok(sb, "echo hello", o);
+        v[i] = now_ms() - t0;
+        while (read(pp[0], sink, sizeof(sink)) > 0)
+            ;
+    }
+    row("exec echo, fd", v, n);
+    sbx_exec_opts_free(o);
+    close(pp[0]);
+    close(pp[1]);
+
+    /* Time to first byte against the one-shot result, for a command that keeps running. */
+    int m = n < 30 ? n : 30;
+    double *w = calloc((size_t)m, sizeof(double));
+    struct first f = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
+    o = sbx_exec_opts_new();
+    sbx_exec_opts_set_output_cb(o, first_cb, &f);
+    for (int i = 0; i < m; i++) {
+        f.at = 0;
+        sbx_future *fu = NULL;
+        double t0 = now_ms();
+        if (sbx_sandbox_exec_async(sb, "echo x; sleep 0.2", o, &fu, &e) != SBX_OK)
+            die("exec", e);
+        sbx_future_wait(fu, -1, NULL);
+        w[i] = now_ms() - t0;
+        v[i] = f.at - t0;
+        sbx_future_free(fu);
+    }
+    row("`echo x; sleep 0.2` first byte", v, m);
+    row("`echo x; sleep 0.2` result", w, m);
+    sbx_exec_opts_free(o);
+    free(w);
+#endif
+
+    sbx_sandbox_stop(sb, NULL);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(spec);
+    sbx_provider_free(p);
+    free(v);
+    nftw(tmpl, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    return 0;
+}
