@@ -762,12 +762,83 @@ static void file_cancel_cb(sbx_op *op, void *data)
 
 /* --- upload -------------------------------------------------------------- */
 
+/*
+ * A file call (open+fstat, read, write) run on the worker pool of the
+ * connection's context, never on the loop thread nor libuv's process-wide
+ * pool: a file that blocks (a FIFO nobody writes, a slow disk) holds one
+ * worker, not the loop nor anyone else's uv_fs_* work. `cb` runs on the
+ * loop once it is done.
+ */
 struct fsreq {
-    uv_fs_t req;
     struct hchan *ch; /* holds a ref */
     uint8_t *buf;
     size_t len;
+    int fd;
+    int64_t off; /* -1: at the descriptor's position (a stream) */
+    char *path;  /* open */
+    ssize_t result; /* >= 0, or -errno */
+    struct stat statbuf;
+    void (*cb)(struct fsreq *r);
 };
+
+static void fs_done(void *data, bool cancelled)
+{
+    struct fsreq *r = data;
+    /* Cancelled only when the context is being torn down. */
+    if (cancelled)
+        r->result = -ECANCELED;
+    r->cb(r);
+}
+
+static int fs_submit(struct fsreq *r, sbx__work_fn work, void (*cb)(struct fsreq *))
+{
+    r->cb = cb;
+    return sbx__context_submit(sbx__context_of_uv(r->ch->c->loop), work, fs_done, r, NULL);
+}
+
+/* Worker: open for reading, then fstat (the result is the descriptor). */
+static void fs_open_stat_work(void *data)
+{
+    struct fsreq *r = data;
+    int fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        r->result = -errno;
+        return;
+    }
+    if (fstat(fd, &r->statbuf) < 0)
+        r->statbuf.st_mode = 0;
+    r->result = fd;
+}
+
+/* Worker: one read of up to r->len bytes into r->buf + SBX_PROTO_HEADER. */
+static void fs_read_work(void *data)
+{
+    struct fsreq *r = data;
+    ssize_t n;
+    do
+        n = r->off >= 0 ? pread(r->fd, r->buf + SBX_PROTO_HEADER, r->len, (off_t)r->off)
+                        : read(r->fd, r->buf + SBX_PROTO_HEADER, r->len);
+    while (n < 0 && errno == EINTR);
+    r->result = n < 0 ? -errno : n;
+}
+
+/* Worker: writes all of r->buf at r->off. */
+static void fs_write_work(void *data)
+{
+    struct fsreq *r = data;
+    size_t done = 0;
+    while (done < r->len) {
+        ssize_t n = pwrite(r->fd, r->buf + done, r->len - done, (off_t)(r->off + (int64_t)done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            r->result = n < 0 ? -errno : -EIO;
+            return;
+        }
+        done += (size_t)n;
+    }
+    r->result = (ssize_t)done;
+}
 
 static struct fsreq *fsreq_new(struct hchan *ch)
 {
@@ -775,14 +846,14 @@ static struct fsreq *fsreq_new(struct hchan *ch)
     if (!r)
         return NULL;
     r->ch = ch;
-    r->req.data = r;
+    r->fd = -1;
     ch->refs++;
     return r;
 }
 
 static void fsreq_free(struct fsreq *r)
 {
-    uv_fs_req_cleanup(&r->req);
+    free(r->path);
     free(r->buf);
     struct hchan *ch = r->ch;
     free(r);
@@ -842,12 +913,11 @@ static int send_file_request(struct hchan *ch, uint32_t mode)
     return rc < 0 ? -1 : 0;
 }
 
-static void upload_read_cb(uv_fs_t *req)
+static void upload_read_cb(struct fsreq *r)
 {
-    struct fsreq *r = req->data;
     struct hchan *ch = r->ch;
     ch->read_pending = false;
-    ssize_t n = req->result;
+    ssize_t n = r->result;
     if (ch->done) {
         fsreq_free(r);
         return;
@@ -889,9 +959,11 @@ static void upload_pump(struct hchan *ch)
         chan_finish(ch, SBX_ENOMEM, NULL, NULL);
         return;
     }
-    uv_buf_t b = uv_buf_init((char *)r->buf + SBX_PROTO_HEADER, SBX_PROTO_CHUNK);
+    r->fd = ch->fd;
+    r->off = ch->offset;
+    r->len = SBX_PROTO_CHUNK;
     ch->read_pending = true;
-    if (uv_fs_read(ch->c->loop, &r->req, ch->fd, &b, 1, ch->offset, upload_read_cb) < 0) {
+    if (fs_submit(r, fs_read_work, upload_read_cb) < 0) {
         ch->read_pending = false;
         fsreq_free(r);
         chan_finish(ch, SBX_EIO, NULL, NULL);
@@ -948,9 +1020,8 @@ static void stdin_poll_cb(uv_poll_t *h, int status, int events)
     stdin_send(ch, buf, n);
 }
 
-static void stdin_read_cb(uv_fs_t *req)
+static void stdin_read_cb(struct fsreq *r)
 {
-    struct fsreq *r = req->data;
     struct hchan *ch = r->ch;
     ch->read_pending = false;
     if (ch->fin_deferred) {
@@ -958,7 +1029,7 @@ static void stdin_read_cb(uv_fs_t *req)
         sbx_op_complete(ch->op, ch->fin_code, ch->fin_err, ch->fin_value);
         ch->op = NULL;
     } else if (!ch->done && !ch->in_eof) {
-        stdin_send(ch, steal_pointer(&r->buf), req->result);
+        stdin_send(ch, steal_pointer(&r->buf), r->result);
     }
     fsreq_free(r);
 }
@@ -989,14 +1060,16 @@ static void stdin_pump(struct hchan *ch)
         stdin_send(ch, NULL, -1);
         return;
     }
-    uv_buf_t b = uv_buf_init((char *)r->buf + SBX_PROTO_HEADER, SBX_PROTO_CHUNK);
+    r->fd = ch->in_fd;
+    r->off = ch->in_off;
+    r->len = SBX_PROTO_CHUNK;
     ch->read_pending = true;
     /*
      * A file is read at explicit offsets: a read still in flight when the
      * exec ends then cannot move the caller's position under a later use
      * of the descriptor. A device (-1) is a stream either way.
      */
-    if (uv_fs_read(ch->c->loop, &r->req, ch->in_fd, &b, 1, ch->in_off, stdin_read_cb) < 0) {
+    if (fs_submit(r, fs_read_work, stdin_read_cb) < 0) {
         ch->read_pending = false;
         fsreq_free(r);
         stdin_send(ch, NULL, -1);
@@ -1027,47 +1100,26 @@ static void stdin_start(struct hchan *ch, int fd)
     stdin_pump(ch);
 }
 
-static void upload_stat_cb(uv_fs_t *req)
+static void upload_open_cb(struct fsreq *r)
 {
-    struct fsreq *r = req->data;
     struct hchan *ch = r->ch;
+    if (r->result >= 0)
+        ch->fd = (int)r->result; /* closed in chan_unref */
     if (ch->done) {
         fsreq_free(r);
         return;
     }
-    if (req->result < 0) {
-        put_fail_errno(ch, (int)req->result, "cannot stat");
-    } else if (!S_ISREG(req->statbuf.st_mode)) {
+    if (r->result < 0) {
+        put_fail_errno(ch, (int)r->result, "cannot open");
+    } else if (!S_ISREG(r->statbuf.st_mode)) {
         chan_finish(ch, SBX_EINVAL,
                     sbx_error_new(SBX_EINVAL, "uploading '%s' to '%s': '%s' is not a regular file",
                                   ch->local, ch->remote, ch->local),
                     NULL);
-    } else if (send_file_request(ch, (uint32_t)(req->statbuf.st_mode & 07777)) == 0) {
+    } else if (send_file_request(ch, (uint32_t)(r->statbuf.st_mode & 07777)) == 0) {
         upload_pump(ch);
     }
     fsreq_free(r);
-}
-
-static void upload_open_cb(uv_fs_t *req)
-{
-    struct fsreq *r = req->data;
-    struct hchan *ch = r->ch;
-    if (req->result >= 0)
-        ch->fd = (uv_file)req->result; /* closed in chan_unref */
-    if (ch->done) {
-        fsreq_free(r);
-        return;
-    }
-    if (req->result < 0) {
-        put_fail_errno(ch, (int)req->result, "cannot open");
-        fsreq_free(r);
-        return;
-    }
-    uv_fs_req_cleanup(&r->req);
-    if (uv_fs_fstat(ch->c->loop, &r->req, ch->fd, upload_stat_cb) < 0) {
-        chan_finish(ch, SBX_EIO, NULL, NULL);
-        fsreq_free(r);
-    }
 }
 
 static bool start_file_op(sbx_agent_conn *c, sbx_op *op, const char *what, const char *path)
@@ -1110,8 +1162,12 @@ void sbx__agent_upload(sbx_agent_conn *c, sbx_op *op, const char *local_path,
     if (!ch)
         return;
     struct fsreq *r = fsreq_new(ch);
-    if (!r ||
-        uv_fs_open(c->loop, &r->req, local_path, O_RDONLY | O_CLOEXEC, 0, upload_open_cb) < 0) {
+    if (r && !(r->path = strdup(local_path))) {
+        fsreq_free(r);
+        r = NULL;
+    }
+    /* Opening may block (a FIFO waits for its writer): on the pool. */
+    if (!r || fs_submit(r, fs_open_stat_work, upload_open_cb) < 0) {
         if (r)
             fsreq_free(r);
         chan_finish(ch, SBX_EIO, NULL, NULL);
@@ -1174,16 +1230,15 @@ static void download_finish(struct hchan *ch)
     chan_finish(ch, SBX_OK, NULL, NULL);
 }
 
-static void download_write_cb(uv_fs_t *req)
+static void download_write_cb(struct fsreq *r)
 {
-    struct fsreq *r = req->data;
     struct hchan *ch = r->ch;
     sbx_agent_conn *c = ch->c;
     ch->writes_pending--;
     c->disk_pending -= r->len;
     chan_progress(ch);
-    if (req->result < 0 && !ch->werr) {
-        ch->werr = (int)-req->result;
+    if (r->result < 0 && !ch->werr) {
+        ch->werr = (int)-r->result;
         /* Stop the agent sending more; finish on our own error. */
         if (!ch->done)
             send_empty(c, SBX_MSG_CANCEL, ch->id);
@@ -1322,12 +1377,12 @@ static void download_data(struct hchan *ch, const sbx_frame *f)
     /* The payload lives in the read buffer: the write needs its own copy. */
     memcpy(r->buf, f->payload, f->len);
     r->len = f->len;
-    uv_buf_t b = uv_buf_init((char *)r->buf, f->len);
-    int64_t off = ch->offset;
+    r->fd = ch->fd;
+    r->off = ch->offset;
     ch->offset += f->len;
     ch->writes_pending++;
     ch->c->disk_pending += f->len;
-    if (uv_fs_write(ch->c->loop, &r->req, ch->fd, &b, 1, off, download_write_cb) < 0) {
+    if (fs_submit(r, fs_write_work, download_write_cb) < 0) {
         ch->writes_pending--;
         ch->c->disk_pending -= f->len;
         ch->werr = EIO;

@@ -493,7 +493,7 @@ static void linux_release(void *state) { state_free(state); }
 struct create {
     sbx_op *op;
     struct linux_state *st;
-    uv_work_t work;
+    struct sbx__work *work; /* the image step on the context's pool, while queued or running */
     uv_poll_t poll;
     uv_timer_t timer;
     int handles; /* open uv handles still to close */
@@ -757,7 +757,7 @@ static void on_cancel_create(sbx_op *op, void *data)
     /* The worker still uses `c`: create_work_done sees the cancel and finishes. */
     if (c->working) {
         atomic_store(&c->stop_work, true);
-        uv_cancel((uv_req_t *)&c->work);
+        sbx__work_cancel(c->work);
         return;
     }
     create_fail(c, SBX_ECANCELED, sbx_error_new(SBX_ECANCELED, "create cancelled"));
@@ -769,9 +769,9 @@ static bool create_cancelled(void *data)
 }
 
 /* Worker thread: resolve (maybe unpack) the image. */
-static void create_work(uv_work_t *w)
+static void create_work(void *data)
 {
-    struct create *c = w->data;
+    struct create *c = data;
     /*
      * The state directory and boxes/ are made 0700 and checked (ours, nobody
      * else can write them) before anything (an image, a box record) goes
@@ -827,11 +827,12 @@ static int spawn_shim(struct create *c, int child_end)
     return -rc;
 }
 
-static void create_work_done(uv_work_t *w, int status)
+static void create_work_done(void *data, bool cancelled)
 {
-    struct create *c = w->data;
+    struct create *c = data;
     c->working = false;
-    if (status == UV_ECANCELED || sbx_op_cancelled(c->op)) {
+    c->work = NULL;
+    if (cancelled || sbx_op_cancelled(c->op)) {
         create_finish(c, SBX_ECANCELED, sbx_error_new(SBX_ECANCELED, "create cancelled"));
         return;
     }
@@ -978,7 +979,6 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->pids = st->pids;
     c->nofile_soft = st->nofile_soft;
     c->nofile_hard = st->nofile_hard;
-    c->work.data = c;
     long long gpu = 0;
     if (sbx_spec_get_gpu(spec, &gpu) && gpu > 0) {
         e = sbx_error_new(SBX_ECREATE, "the linux provider does not give boxes GPUs (gpu=%lld)",
@@ -1110,7 +1110,8 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->handles = 1; /* the timer; the poll adds itself */
     sbx_op_on_cancel(op, on_cancel_create, c);
     c->working = true;
-    if (uv_queue_work(sbx_op_loop(op), &c->work, create_work, create_work_done) < 0) {
+    if (sbx__context_submit(sbx__op_provider(op)->ctx, create_work, create_work_done, c,
+                            &c->work) < 0) {
         c->working = false;
         create_finish(c, SBX_ECREATE, sbx_error_new(SBX_ECREATE, "cannot queue work"));
     }
