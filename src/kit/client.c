@@ -107,6 +107,9 @@ struct hchan {
     uint64_t received;  /* download: DATA bytes so far */
     uint64_t max_bytes; /* download: the cap */
     bool lied;          /* download: the agent broke its own announcement */
+    bool opening;       /* download: the temp file is being made on the worker pool */
+    bool finishing;     /* download: truncate, chmod and rename running on the pool */
+    struct fsreq *held, *held_tail; /* download: writes waiting for the temp file */
 };
 
 struct sbx_agent_conn {
@@ -150,16 +153,47 @@ static void conn_unref(sbx_agent_conn *c)
     free(c);
 }
 
+/* A transfer's local file, closed (and its temp file removed) on the worker pool. */
+struct file_drop {
+    int fd;
+    char *tmp;
+};
+
+static void file_drop_work(void *data)
+{
+    struct file_drop *d = data;
+    if (d->fd >= 0)
+        close(d->fd);
+    if (d->tmp)
+        unlink(d->tmp);
+    free(d->tmp);
+    free(d);
+}
+
 static void chan_unref(struct hchan *ch)
 {
     if (--ch->refs > 0)
         return;
-    if (ch->fd >= 0) {
-        /* A plain close: every request on this fd has finished (we hold a ref per request). */
-        close(ch->fd);
+    if (ch->fd >= 0 || ch->tmp_path) {
+        /*
+         * Every request on this fd has finished (each holds a ref). Closing a
+         * written file and unlinking can wait on the disk: on the pool.
+         */
+        struct file_drop *d = malloc(sizeof(*d));
+        if (d) {
+            d->fd = ch->fd;
+            d->tmp = steal_pointer(&ch->tmp_path);
+            if (sbx__context_submit(sbx__context_of_uv(ch->c->loop), file_drop_work, NULL, d,
+                                    NULL) < 0)
+                file_drop_work(d);
+        } else {
+            if (ch->fd >= 0)
+                close(ch->fd);
+            if (ch->tmp_path)
+                unlink(ch->tmp_path);
+        }
+        ch->fd = -1;
     }
-    if (ch->tmp_path)
-        unlink(ch->tmp_path);
     sbx__buf_free(&ch->out);
     sbx__buf_free(&ch->err);
     free(ch->desc);
@@ -778,6 +812,10 @@ struct fsreq {
     char *path;  /* open */
     ssize_t result; /* >= 0, or -errno */
     struct stat statbuf;
+    char *tmp;      /* download: the temp file made, or to rename */
+    uint32_t mode;  /* download: the file's mode at the end */
+    uint64_t size;  /* download: its size at the end */
+    struct fsreq *next; /* download: in ch->held */
     void (*cb)(struct fsreq *r);
 };
 
@@ -854,6 +892,7 @@ static struct fsreq *fsreq_new(struct hchan *ch)
 static void fsreq_free(struct fsreq *r)
 {
     free(r->path);
+    free(r->tmp);
     free(r->buf);
     struct hchan *ch = r->ch;
     free(r);
@@ -1180,10 +1219,47 @@ void sbx__agent_upload(sbx_agent_conn *c, sbx_op *op, const char *local_path,
 
 static void set_reading(sbx_agent_conn *c, bool on);
 
+/* Worker: the end of a download, the temp file made the named one. */
+static void fs_finish_work(void *data)
+{
+    struct fsreq *r = data;
+    int e = 0;
+    /* Trailing zeros were skipped as a hole: the size makes them. */
+    if (ftruncate(r->fd, (off_t)r->size) < 0)
+        e = errno;
+    if (!e && fchmod(r->fd, r->mode) < 0)
+        e = errno;
+    if (close(r->fd) < 0 && !e)
+        e = errno;
+    r->fd = -1;
+    if (!e && rename(r->tmp, r->path) < 0)
+        e = errno;
+    r->result = e ? -e : 0;
+}
+
+static void download_finished(struct fsreq *r)
+{
+    struct hchan *ch = r->ch;
+    ch->finishing = false;
+    if (r->result == 0) {
+        /* Renamed: nothing for chan_unref to remove. */
+        free(ch->tmp_path);
+        ch->tmp_path = NULL;
+    }
+    if (!ch->done) {
+        if (r->result < 0)
+            chan_fail_errno(ch, (int)-r->result, "downloading '%s': cannot write '%s'",
+                            ch->remote, ch->local);
+        else
+            chan_finish(ch, SBX_OK, NULL, NULL);
+    }
+    fsreq_free(r);
+}
+
 /* Once the agent said how it ended and every chunk is on disk: rename into place. */
 static void download_finish(struct hchan *ch)
 {
-    if (ch->done || !ch->got_status || ch->writes_pending > 0)
+    if (ch->done || !ch->got_status || ch->writes_pending > 0 || ch->opening || ch->finishing)
         return;
     if (ch->werr) {
         chan_fail_errno(ch, ch->werr, "downloading '%s' to '%s': cannot write '%s'", ch->remote,
@@ -1208,26 +1284,27 @@ static void download_finish(struct hchan *ch)
                     NULL);
         return;
     }
-    /* Metadata calls on a file we just wrote: quick enough for the loop thread. */
-    int e = 0;
-    /* Trailing zeros were skipped as a hole: the size makes them. */
-    if (ftruncate(ch->fd, (off_t)ch->size) < 0)
-        e = errno;
-    if (!e && fchmod(ch->fd, ch->mode & 0777) < 0)
-        e = errno;
-    int fd = ch->fd;
-    ch->fd = -1;
-    if (close(fd) < 0 && !e)
-        e = errno;
-    if (!e && rename(ch->tmp_path, ch->local) < 0)
-        e = errno;
-    if (e) {
-        chan_fail_errno(ch, e, "downloading '%s': cannot write '%s'", ch->remote, ch->local);
+    /* Truncate, chmod, close and rename can wait on the disk: on the pool. */
+    struct fsreq *r = fsreq_new(ch);
+    if (r && (!(r->path = strdup(ch->local)) || !(r->tmp = strdup(ch->tmp_path)))) {
+        fsreq_free(r);
+        r = NULL;
+    }
+    if (!r) {
+        chan_finish(ch, SBX_ENOMEM, NULL, NULL);
         return;
     }
-    free(ch->tmp_path);
-    ch->tmp_path = NULL;
-    chan_finish(ch, SBX_OK, NULL, NULL);
+    r->fd = ch->fd;
+    ch->fd = -1; /* the worker closes it */
+    r->mode = ch->mode & 0777;
+    r->size = ch->size;
+    ch->finishing = true;
+    if (fs_submit(r, fs_finish_work, download_finished) < 0) {
+        ch->finishing = false;
+        ch->fd = r->fd;
+        fsreq_free(r);
+        chan_finish(ch, SBX_EIO, NULL, NULL);
+    }
 }
 
 static void download_write_cb(struct fsreq *r)
@@ -1280,10 +1357,98 @@ static void sweep_temps(const char *dir, const char *base)
     closedir(d);
 }
 
+/* Worker: the download's parent directories and its temp file next to the target. */
+static void fs_mktemp_work(void *data)
+{
+    struct fsreq *r = data;
+    /* Parent directories are created, as `docker cp` does for downloads. */
+    _cleanup_free_ char *dir_copy = strdup(r->path);
+    _cleanup_free_ char *base_copy = strdup(r->path);
+    if (!dir_copy || !base_copy) {
+        r->result = -ENOMEM;
+        return;
+    }
+    const char *dir = dirname(dir_copy);
+    const char *base = basename(base_copy);
+    errno = 0;
+    if (sbx__mkdir_p(dir, 0755) < 0) {
+        r->result = -(errno ? errno : EIO);
+        return;
+    }
+    sweep_temps(dir, base);
+    r->tmp = sbx__printf("%s/.%s.sbx-%ld-XXXXXX", dir, base, (long)getpid());
+    if (!r->tmp) {
+        r->result = -ENOMEM;
+        return;
+    }
+    int fd = mkostemp(r->tmp, O_CLOEXEC);
+    if (fd < 0) {
+        r->result = -errno;
+        free(r->tmp);
+        r->tmp = NULL;
+        return;
+    }
+    r->result = fd;
+}
+
+/* Drops the writes that waited for a temp file that will not come. */
+static void drop_held(struct hchan *ch)
+{
+    while (ch->held) {
+        struct fsreq *w = ch->held;
+        ch->held = w->next;
+        ch->writes_pending--;
+        ch->c->disk_pending -= w->len;
+        fsreq_free(w);
+    }
+    ch->held_tail = NULL;
+    if (ch->c->disk_pending < DISK_LOW)
+        set_reading(ch->c, true);
+}
+
+static void download_opened(struct fsreq *r)
+{
+    struct hchan *ch = r->ch;
+    ch->opening = false;
+    if (r->result >= 0) {
+        /* The channel owns them now: chan_unref closes and removes them if it ends here. */
+        ch->fd = (int)r->result;
+        ch->tmp_path = steal_pointer(&r->tmp);
+    }
+    if (ch->done) {
+        drop_held(ch);
+    } else if (r->result < 0) {
+        drop_held(ch);
+        send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
+        chan_fail_errno(ch, (int)-r->result, "downloading '%s': cannot create '%s'", ch->remote,
+                        ch->local);
+    } else {
+        while (ch->held) {
+            struct fsreq *w = ch->held;
+            ch->held = w->next;
+            w->next = NULL;
+            w->fd = ch->fd;
+            if (fs_submit(w, fs_write_work, download_write_cb) < 0) {
+                ch->writes_pending--;
+                ch->c->disk_pending -= w->len;
+                if (!ch->werr) {
+                    ch->werr = EIO;
+                    ch->got_status = true;
+                    send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
+                }
+                fsreq_free(w);
+            }
+        }
+        ch->held_tail = NULL;
+        download_finish(ch);
+    }
+    fsreq_free(r);
+}
+
 static void download_info(struct hchan *ch, const sbx_frame *f)
 {
     sbx_msg_file_info info;
-    if (sbx__msg_file_info_decode(f, &info) < 0 || ch->tmp_path) {
+    if (sbx__msg_file_info_decode(f, &info) < 0 || ch->tmp_path || ch->opening) {
         conn_fail(ch->c, SBX_EPROTO, "the sandbox agent sent a malformed FILE_INFO");
         return;
     }
@@ -1301,37 +1466,20 @@ static void download_info(struct hchan *ch, const sbx_frame *f)
                     NULL);
         return;
     }
-    /* Parent directories are created, as `docker cp` does for downloads. */
-    _cleanup_free_ char *dir_copy = strdup(ch->local);
-    _cleanup_free_ char *base_copy = strdup(ch->local);
-    if (!dir_copy || !base_copy) {
-        chan_finish(ch, SBX_ENOMEM, NULL, NULL);
-        return;
+    /* The temp file is made on the pool; DATA arriving meanwhile waits in ch->held. */
+    struct fsreq *r = fsreq_new(ch);
+    if (r && !(r->path = strdup(ch->local))) {
+        fsreq_free(r);
+        r = NULL;
     }
-    const char *dir = dirname(dir_copy);
-    const char *base = basename(base_copy);
-    int e = 0;
-    if (sbx__mkdir_p(dir, 0755) < 0)
-        e = errno ? errno : EIO;
-    if (!e)
-        sweep_temps(dir, base);
-    char *tmp = e ? NULL : sbx__printf("%s/.%s.sbx-%ld-XXXXXX", dir, base, (long)getpid());
-    int fd = -1;
-    if (!e && !tmp)
-        e = ENOMEM;
-    if (!e) {
-        fd = mkostemp(tmp, O_CLOEXEC);
-        if (fd < 0)
-            e = errno;
-    }
-    if (e) {
-        free(tmp);
+    ch->opening = true;
+    if (!r || fs_submit(r, fs_mktemp_work, download_opened) < 0) {
+        ch->opening = false;
+        if (r)
+            fsreq_free(r);
         send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
-        chan_fail_errno(ch, e, "downloading '%s': cannot create '%s'", ch->remote, ch->local);
-        return;
+        chan_finish(ch, SBX_ENOMEM, NULL, NULL);
     }
-    ch->fd = fd;
-    ch->tmp_path = tmp;
 }
 
 static bool all_zero(const uint8_t *p, size_t n)
@@ -1341,8 +1489,8 @@ static bool all_zero(const uint8_t *p, size_t n)
 
 static void download_data(struct hchan *ch, const sbx_frame *f)
 {
-    if (ch->fd < 0 || ch->werr) {
-        if (ch->fd < 0)
+    if ((ch->fd < 0 && !ch->opening) || ch->werr) {
+        if (ch->fd < 0 && !ch->opening)
             conn_fail(ch->c, SBX_EPROTO, "the sandbox agent sent DATA before FILE_INFO");
         return;
     }
@@ -1382,7 +1530,14 @@ static void download_data(struct hchan *ch, const sbx_frame *f)
     ch->offset += f->len;
     ch->writes_pending++;
     ch->c->disk_pending += f->len;
-    if (fs_submit(r, fs_write_work, download_write_cb) < 0) {
+    if (ch->opening) {
+        /* Written once the temp file exists (download_opened), in order. */
+        if (ch->held_tail)
+            ch->held_tail->next = r;
+        else
+            ch->held = r;
+        ch->held_tail = r;
+    } else if (fs_submit(r, fs_write_work, download_write_cb) < 0) {
         ch->writes_pending--;
         ch->c->disk_pending -= f->len;
         ch->werr = EIO;
