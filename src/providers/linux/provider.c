@@ -482,6 +482,18 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
         state_free(st);
         return rc;
     }
+    /*
+     * The helpers are looked up here, in the caller's thread, not by the
+     * first create on the loop (stat, access and an ELF header read are
+     * file I/O). One not found yet is looked up again at create, which then
+     * says what is missing.
+     */
+    if (!st->shim)
+        st->shim = find_helper("sbx-shim", "SBX_SHIM");
+    if (!st->agent)
+        st->agent = find_helper("sbx-agent", "SBX_AGENT");
+    if (st->agent && st->agent_dynamic < 0)
+        st->agent_dynamic = elf_dynamic(st->agent);
     *state = st;
     return SBX_OK;
 }
@@ -1661,18 +1673,40 @@ static void on_connect_agent(sbx_agent_conn *conn, int code, sbx_error *err, voi
     free(k);
 }
 
-static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
+/*
+ * Connect: the descriptor is checked and the box's record read on the
+ * context's pool (a state directory and a record are files); the agent
+ * connection is made on the loop.
+ */
+struct connect_job {
+    sbx_op *op;
+    struct linux_state *st;
+    char *descriptor;
+    int code;
+    sbx_error *err;
+    struct linux_box *b;
+    pid_t init_pid;
+};
+
+static int connect_fail(struct connect_job *j, int code, sbx_error *e)
 {
-    struct linux_state *st = state;
-    _cleanup_json_ json_t *d = json_loads(descriptor_json, 0, NULL);
+    j->code = code;
+    j->err = e;
+    return code;
+}
+
+static void connect_work(void *data)
+{
+    struct connect_job *j = data;
+    struct linux_state *st = j->st;
+    _cleanup_json_ json_t *d = json_loads(j->descriptor, 0, NULL);
     const char *id = json_string_value(json_object_get(d, "sandbox_id"));
     const char *sd = json_string_value(json_object_get(d, "state_dir"));
     if (!id || !sbx__linux_id_ok(id)) {
-        sbx_op_complete(op, SBX_EINVAL,
-                        sbx_error_new(SBX_EINVAL, "a linux descriptor needs a \"sandbox_id\" "
-                                                  "(letters, digits, '-', '_', '.'; got %s%s%s)",
-                                      id ? "'" : "", id ? id : "none", id ? "'" : ""),
-                        NULL);
+        connect_fail(j, SBX_EINVAL,
+                     sbx_error_new(SBX_EINVAL, "a linux descriptor needs a \"sandbox_id\" "
+                                               "(letters, digits, '-', '_', '.'; got %s%s%s)",
+                                   id ? "'" : "", id ? id : "none", id ? "'" : ""));
         return;
     }
     /*
@@ -1703,17 +1737,13 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
         }
         if (se) {
             int code = sbx_error_code(se);
-            sbx_op_complete(op, code, sbx_error_prefix(se, "connecting to linux box %s", id),
-                            NULL);
+            connect_fail(j, code, sbx_error_prefix(se, "connecting to linux box %s", id));
             return;
         }
     }
     struct linux_box *b = calloc(1, sizeof(*b));
-    struct conn_call *k = calloc(1, sizeof(*k));
-    if (!b || !k) {
-        free(b);
-        free(k);
-        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+    if (!b) {
+        connect_fail(j, SBX_ENOMEM, NULL);
         return;
     }
     b->st = st;
@@ -1734,8 +1764,7 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
             sbx_error_prefix(e, "connecting to linux box %s", id);
         }
         box_free(b);
-        free(k);
-        sbx_op_complete(op, code, e, NULL);
+        connect_fail(j, code, e);
         return;
     }
     /*
@@ -1743,8 +1772,7 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
      * only the box's own init accepted behind it.
      */
     b->socket = sbx__printf("%s/run/agent.sock", b->box_dir);
-    sbx__linux_agent_init(&b->agent, st->pool, b->socket);
-    b->agent.peer_pid = rec.init_pid;
+    j->init_pid = rec.init_pid;
     b->cgroups = json_incref(rec.cgroups);
     b->shim_pid = rec.shim_pid;
     b->shim_start = rec.shim_start;
@@ -1752,28 +1780,73 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
     /* The spec's env, kept in the (checked) record, applies to a connected handle's execs too. */
     json_t *env = rec.env;
     b->base_env = calloc(json_array_size(env) + 1, sizeof(char *));
-    for (size_t i = 0, j = 0; b->base_env && i < json_array_size(env); i++) {
+    for (size_t i = 0, k = 0; b->base_env && i < json_array_size(env); i++) {
         const char *kv = json_string_value(json_array_get(env, i));
         if (kv && strchr(kv, '='))
-            b->base_env[j++] = strdup(kv);
+            b->base_env[k++] = strdup(kv);
     }
     b->workdir = sbx__strdup0(rec.workdir);
     sbx__linux_record_free(&rec);
-    if (!alive || !b->socket || b->agent.peer_pid <= 0) {
+    if (!alive || !b->socket || j->init_pid <= 0) {
         box_free(b);
-        free(k);
-        sbx_op_complete(op, SBX_EPROVIDER,
-                        sbx_error_new(SBX_EPROVIDER, "box %s is not running", id), NULL);
+        connect_fail(j, SBX_EPROVIDER, sbx_error_new(SBX_EPROVIDER, "box %s is not running", id));
         return;
     }
+    j->b = b;
+}
+
+static void connect_done(void *data, bool cancelled)
+{
+    struct connect_job *j = data;
+    sbx_op *op = j->op;
+    struct linux_box *b = steal_pointer(&j->b);
+    int code = cancelled ? SBX_ECANCELED : j->code;
+    sbx_error *e = steal_pointer(&j->err);
+    pid_t init_pid = j->init_pid;
+    free(j->descriptor);
+    free(j);
+    if (code < 0 || !b) {
+        box_free(b);
+        sbx_op_complete(op, code < 0 ? code : SBX_ENOMEM, e, NULL);
+        return;
+    }
+    struct conn_call *k = calloc(1, sizeof(*k));
+    if (!k) {
+        box_free(b);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    sbx__linux_agent_init(&b->agent, b->st->pool, b->socket);
+    b->agent.peer_pid = init_pid;
     k->op = op;
     k->b = b;
     if (sbx__agent_connect_peer(sbx_op_loop(op), b->socket, b->agent.peer_pid, false, 10.0,
                                 on_connect_agent, k) < 0) {
+        sbx_error *ce = sbx_error_new(SBX_EPROVIDER, "cannot connect to box %s", b->id);
+        /* Before the completion, which may free the provider and its pool. */
         box_free(b);
         free(k);
-        sbx_op_complete(op, SBX_EPROVIDER,
-                        sbx_error_new(SBX_EPROVIDER, "cannot connect to box %s", id), NULL);
+        sbx_op_complete(op, SBX_EPROVIDER, ce, NULL);
+    }
+}
+
+static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
+{
+    struct connect_job *j = calloc(1, sizeof(*j));
+    if (j)
+        j->descriptor = strdup(descriptor_json ? descriptor_json : "");
+    if (!j || !j->descriptor) {
+        free(j);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    j->op = op;
+    j->st = state;
+    int rc = sbx__context_submit(sbx__op_provider(op)->ctx, connect_work, connect_done, j, NULL);
+    if (rc < 0) {
+        free(j->descriptor);
+        free(j);
+        sbx_op_complete(op, rc, NULL, NULL);
     }
 }
 
