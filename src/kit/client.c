@@ -831,6 +831,7 @@ static void fs_done(void *data, bool cancelled)
 static int fs_submit(struct fsreq *r, sbx__work_fn work, void (*cb)(struct fsreq *))
 {
     r->cb = cb;
+    /* The connection's loop is a context's (sbx_op_loop()): its pool does the call. */
     return sbx__context_submit(sbx__context_of_uv(r->ch->c->loop), work, fs_done, r, NULL);
 }
 
