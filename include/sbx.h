@@ -277,9 +277,9 @@ typedef struct sbx_context sbx_context;
 SBX_EXPORT int sbx_context_new(sbx_context **out, sbx_error **err);
 /*
  * Joins the loop thread. Every provider made in it must be freed first.
- * Blocking work its worker pool has not started is cancelled; work running
- * on a worker finishes first (the call waits for it), then the workers are
- * joined.
+ * Blocking work its worker pool has not started is cancelled (cleanups, such
+ * as removing temp files, still run); work running on a worker finishes first
+ * (the call waits for it), then the workers are joined.
  */
 SBX_EXPORT void sbx_context_free(sbx_context *ctx);
 /*

@@ -320,6 +320,7 @@ SBX_INTERNAL struct sbx__pool *sbx__pool_new(sbx_context *ctx, unsigned size);
 SBX_INTERNAL void sbx__pool_free(struct sbx__pool *p);
 SBX_INTERNAL int sbx__pool_submit(struct sbx__pool *p, sbx__work_fn work, sbx__work_done_fn done,
                                   void *data, struct sbx__work **out);
+/* Cancels every queued item that has an end; those without one (cleanups) still run. */
 SBX_INTERNAL void sbx__pool_cancel_all(struct sbx__pool *p);
 SBX_INTERNAL void sbx__pool_set_size(struct sbx__pool *p, unsigned size);
 SBX_INTERNAL unsigned sbx__pool_size(struct sbx__pool *p);

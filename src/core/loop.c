@@ -29,6 +29,7 @@ struct sbx_context {
     bool is_default;
     struct sbx__pool *pool; /* its threads start with the first blocking item */
     size_t work_pending;    /* pool items queued or running (under lock) */
+    bool closed;            /* the loop closes its handles: no more wake-ups (under lock) */
 };
 
 static __thread sbx_context *current_ctx;
@@ -70,6 +71,8 @@ static void run_tasks(uv_async_t *a)
         ctx->head = ctx->tail = NULL;
         /* Pool items still out will post their ends: the loop must be there to run them. */
         bool stopping = ctx->stopping && ctx->work_pending == 0;
+        if (!t && stopping)
+            ctx->closed = true;
         pthread_mutex_unlock(&ctx->lock);
         if (!t) {
             if (stopping)
@@ -96,9 +99,28 @@ static void *loop_main(void *arg)
         uv_run(&ctx->loop, UV_RUN_NOWAIT);
     }
     current_ctx = NULL;
-    /* Nothing is queued or running any more (the loop waited for it): join the workers. */
+    /*
+     * Nothing was queued or running when the loop closed; a close callback
+     * may have submitted more since (a transfer's file to close): the
+     * workers finish it, then are joined. Ends and tasks posted after the
+     * loop closed (never woken for) run here, on this thread.
+     */
     sbx__pool_free(ctx->pool);
     ctx->pool = NULL;
+    for (;;) {
+        pthread_mutex_lock(&ctx->lock);
+        struct task *t = ctx->head;
+        ctx->head = ctx->tail = NULL;
+        pthread_mutex_unlock(&ctx->lock);
+        if (!t)
+            break;
+        while (t) {
+            struct task *next = t->next;
+            t->fn(t->data);
+            free(t);
+            t = next;
+        }
+    }
     pthread_mutex_lock(&ctx->lock);
     bool detached = ctx->detached;
     pthread_mutex_unlock(&ctx->lock);
@@ -253,9 +275,12 @@ int sbx__context_post(sbx_context *ctx, sbx__task_fn fn, void *data)
     /*
      * Wake the loop before unlocking: once the lock is released the loop may
      * run the task, which can drop the last reference and free the context,
-     * so touching ctx->wake after the unlock would be a use after free.
+     * so touching ctx->wake after the unlock would be a use after free. A
+     * closed loop is not woken (its descriptor may be gone): loop_main runs
+     * what is left.
      */
-    uv_async_send(&ctx->wake);
+    if (!ctx->closed)
+        uv_async_send(&ctx->wake);
     pthread_mutex_unlock(&ctx->lock);
     return SBX_OK;
 }
@@ -308,7 +333,7 @@ void sbx__context_work_abandon(sbx_context *ctx)
 {
     pthread_mutex_lock(&ctx->lock);
     ctx->work_pending--;
-    if (ctx->stopping && ctx->work_pending == 0)
+    if (ctx->stopping && ctx->work_pending == 0 && !ctx->closed)
         uv_async_send(&ctx->wake);
     pthread_mutex_unlock(&ctx->lock);
 }
@@ -332,7 +357,8 @@ void sbx__context_work_end(sbx_context *ctx, sbx__task_fn fn, void *data)
      * (and close) before the task that carries the end is queued.
      */
     ctx->work_pending--;
-    uv_async_send(&ctx->wake);
+    if (!ctx->closed)
+        uv_async_send(&ctx->wake);
     pthread_mutex_unlock(&ctx->lock);
     if (!t)
         sbx_log(SBX_LOG_ERROR, "out of memory delivering the end of a blocking sbx task");
@@ -341,6 +367,9 @@ void sbx__context_work_end(sbx_context *ctx, sbx__task_fn fn, void *data)
 int sbx__context_submit(sbx_context *ctx, sbx__work_fn work, sbx__work_done_fn done, void *data,
                         struct sbx__work **out)
 {
+    /* Only the loop thread (or a worker) submits; after loop_main joined the pool, none. */
+    if (!ctx->pool)
+        return SBX_ESTATE;
     return sbx__pool_submit(ctx->pool, work, done, data, out);
 }
 

@@ -214,7 +214,14 @@ void sbx__pool_cancel_all(struct sbx__pool *p)
 {
     for (;;) {
         pthread_mutex_lock(&p->lock);
+        /*
+         * Items without an end are cleanups (close a file, remove a temp
+         * file or a staged startup file): they still run, and the loop waits
+         * for them, so freeing a context leaves nothing behind.
+         */
         struct sbx__work *w = p->head;
+        while (w && !w->done)
+            w = w->next;
         if (w) {
             unlink_locked(p, w);
             w->cancelled = true;
