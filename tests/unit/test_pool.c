@@ -305,13 +305,20 @@ struct freer {
     sbx_context *ctx;
 };
 
+static atomic_int cleanups_run;
+static void cleanup_work(void *data)
+{
+    (void)data;
+    atomic_fetch_add(&cleanups_run, 1);
+}
+
 static void *free_ctx_thread(void *arg)
 {
     sbx_context_free(((struct freer *)arg)->ctx);
     return NULL;
 }
 
-static void test_free_cancels_queued_and_waits_for_running(void)
+static void test_free_cancels_queued_runs_cleanups_waits_for_running(void)
 {
     int threads_before = tap_thread_count();
     sbx_context *ctx = NULL;
@@ -321,6 +328,10 @@ static void test_free_cancels_queued_and_waits_for_running(void)
     gate_init(&g, ctx);
     for (int i = 0; i < 4; i++)
         TAP_OK(sbx__context_submit(ctx, gated_work, gated_done, &g, NULL));
+    /* Two cleanups (no end): they are not cancelled, they run before the free returns. */
+    atomic_store(&cleanups_run, 0);
+    TAP_OK(sbx__context_submit(ctx, cleanup_work, NULL, NULL, NULL));
+    TAP_OK(sbx__context_submit(ctx, cleanup_work, NULL, NULL, NULL));
     WAIT_FOR(&g, g.running == 1, "the first item to run");
     /* Freed from another thread: it waits for the running item, so it cannot be this one. */
     struct freer fr = { ctx };
@@ -336,6 +347,7 @@ static void test_free_cancels_queued_and_waits_for_running(void)
     TAP_EQ_INT(pthread_join(t, NULL), 0);
     /* The running item's end was delivered before the loop closed. */
     TAP_EQ_INT(g.done, 1);
+    TAP_EQ_INT(atomic_load(&cleanups_run), 2);
     TAP_EQ_INT(g.ran, 1);
     TAP_EQ_INT(g.done_off_loop, 0);
     /* The loop thread and the worker are gone. */
@@ -374,5 +386,5 @@ static void test_size_checked_and_env_default(void)
 
 TAP_MAIN(TAP(test_size_honoured_and_threads_lazy), TAP(test_contexts_do_not_starve_each_other),
          TAP(test_libuv_pool_neither_used_nor_waited_for),
-         TAP(test_free_cancels_queued_and_waits_for_running),
+         TAP(test_free_cancels_queued_runs_cleanups_waits_for_running),
          TAP(test_size_checked_and_env_default))
