@@ -245,6 +245,16 @@ static void test_loop_responsive_while_blocking_work_is_held(void)
     TAP_EQ_INT(mkfifo(fifo, 0600), 0);
     sbx_future *up = NULL, *create = NULL, *stop = NULL, *status = NULL, *down = NULL;
     TAP_OK(sbx_sandbox_upload_async(b, fifo, "/tmp/from-fifo", &up, &e_));
+    /* Wait (for a state, not a time) until the upload holds the worker, so nothing overtakes it. */
+    for (int i = 0;; i++) {
+        sbx__pool_stat held;
+        sbx__pool_stats(sbx__context_pool(ctx), &held);
+        if (held.running == 1)
+            break;
+        if (i >= (int)(DEADLINE_S * 1000))
+            TAP_FAIL("the upload from the FIFO never reached the worker pool");
+        usleep(1000);
+    }
     /* Behind it: a create that will fail, the stop that meets pinned cgroups, a status, a download. */
     sbx_spec *bad = sbx_spec_new();
     sbx_spec_set_image(bad, "no-such-image-for-this-test");
