@@ -342,8 +342,27 @@ SBX_EXPORT void sbx_endpoint_free(sbx_endpoint *e);
  */
 typedef struct sbx_context sbx_context;
 SBX_EXPORT int sbx_context_new(sbx_context **out, sbx_error **err);
-/* Joins the loop thread. Every provider made in it must be freed first. */
+/*
+ * Joins the loop thread. Every provider made in it must be freed first.
+ * Blocking work its worker pool has not started is cancelled (cleanups, such
+ * as removing temp files, still run); work running on a worker finishes first
+ * (the call waits for it), then the workers are joined.
+ */
 SBX_EXPORT void sbx_context_free(sbx_context *ctx);
+/*
+ * Sets how many threads of the context's worker pool may run blocking work
+ * at once: image unpacking, box records and cleanups (cgroups), the file side
+ * of uploads and downloads. `n` from 1 to 256; the default is SBX_WORKERS
+ * from the environment when it is such a number, else 8. Threads start only
+ * when work needs them; lowering the size takes effect as running work
+ * finishes. Each context has its own pool (libuv's process-wide pool is not
+ * used), so blocking work in one context never waits for another's.
+ * Returns SBX_OK, or SBX_EINVAL (NULL ctx, n out of range). Does not block;
+ * any thread.
+ */
+SBX_EXPORT int sbx_context_set_workers(sbx_context *ctx, unsigned n, sbx_error **err);
+/* The current size of the context's worker pool (0 for NULL). Any thread. */
+SBX_EXPORT unsigned sbx_context_workers(const sbx_context *ctx);
 
 typedef struct sbx_future sbx_future;
 typedef void (*sbx_future_cb)(sbx_future *f, void *data);

@@ -177,8 +177,12 @@ SBX_EXPORT int sbx_op_cancelled(const sbx_op *op);
 typedef void (*sbx_op_cancel_cb)(sbx_op *op, void *data);
 SBX_EXPORT void sbx_op_on_cancel(sbx_op *op, sbx_op_cancel_cb cb, void *data);
 /*
- * Runs `work(op, data)` on the worker pool. `work` may block and must finish
- * the op with sbx_op_complete().
+ * Runs `work(op, data)` on a thread of the worker pool of the op's context
+ * (sbx_context_set_workers; never libuv's process-wide pool). `work` may
+ * block and must finish the op with sbx_op_complete(). Returns SBX_OK, or
+ * SBX_ENOMEM / SBX_EIO (no worker thread could start), in which case `work`
+ * never runs. Work not yet started when the context is freed is cancelled
+ * (the op completes with SBX_ECANCELED). Any thread.
  */
 typedef void (*sbx_op_work_fn)(sbx_op *op, void *data);
 SBX_EXPORT int sbx_op_run_blocking(sbx_op *op, sbx_op_work_fn work, void *data);

@@ -347,6 +347,57 @@ SBX_INTERNAL void sbx__context_drain(sbx_context *ctx);
 SBX_INTERNAL bool sbx__on_any_loop(void);
 SBX_INTERNAL void *sbx__context_uv(sbx_context *ctx);
 
+/* --- the context's worker pool (pool.c) ---------------------------------- */
+
+/*
+ * Threads per context for blocking work, unless SBX_WORKERS or
+ * sbx_context_set_workers() says otherwise (docs/core-concurrency.md says
+ * why 8).
+ */
+#define SBX_WORKERS_DEFAULT 8
+#define SBX_WORKERS_MAX 256
+typedef void (*sbx__work_fn)(void *data);
+/* On the loop thread, once: `cancelled` when the item was removed before it ran. */
+typedef void (*sbx__work_done_fn)(void *data, bool cancelled);
+struct sbx__pool;
+struct sbx__work;
+typedef struct {
+    unsigned size, running, max_running, threads;
+    size_t queued;
+} sbx__pool_stat;
+/* SBX_WORKERS when it is a number from 1 to SBX_WORKERS_MAX, else SBX_WORKERS_DEFAULT. */
+SBX_INTERNAL unsigned sbx__workers_default(void);
+SBX_INTERNAL struct sbx__pool *sbx__pool_new(sbx_context *ctx, unsigned size);
+/* Joins the threads; nothing may be queued or running (the loop has ended). */
+SBX_INTERNAL void sbx__pool_free(struct sbx__pool *p);
+SBX_INTERNAL int sbx__pool_submit(struct sbx__pool *p, sbx__work_fn work, sbx__work_done_fn done,
+                                  void *data, struct sbx__work **out);
+/* Cancels every queued item that has an end; those without one (cleanups) still run. */
+SBX_INTERNAL void sbx__pool_cancel_all(struct sbx__pool *p);
+SBX_INTERNAL void sbx__pool_set_size(struct sbx__pool *p, unsigned size);
+SBX_INTERNAL unsigned sbx__pool_size(struct sbx__pool *p);
+SBX_INTERNAL void sbx__pool_stats(struct sbx__pool *p, sbx__pool_stat *out);
+/*
+ * Runs `work(data)` on a worker of `ctx`'s pool, then `done(data, false)` on
+ * its loop thread (`done` may be NULL). From any thread. `*out` (optional)
+ * names the item for sbx__work_cancel until `done` has run.
+ */
+SBX_INTERNAL int sbx__context_submit(sbx_context *ctx, sbx__work_fn work, sbx__work_done_fn done,
+                                     void *data, struct sbx__work **out);
+/*
+ * Removes a queued item: true when it had not started (its `done` then runs
+ * later on the loop with cancelled = true), false when it runs or ran.
+ */
+SBX_INTERNAL bool sbx__work_cancel(struct sbx__work *w);
+SBX_INTERNAL struct sbx__pool *sbx__context_pool(sbx_context *ctx);
+/* The context whose loop sbx__context_uv() gave. */
+SBX_INTERNAL sbx_context *sbx__context_of_uv(void *loop);
+/* The context counts queued and running items: its loop does not end while there are any. */
+SBX_INTERNAL void sbx__context_work_begin(sbx_context *ctx);
+SBX_INTERNAL void sbx__context_work_abandon(sbx_context *ctx);
+/* Posts fn(data) to the loop and counts an item as ended, in one step. */
+SBX_INTERNAL void sbx__context_work_end(sbx_context *ctx, sbx__task_fn fn, void *data);
+
 /* --- futures ------------------------------------------------------------- */
 
 typedef void (*sbx__value_free_fn)(void *value);

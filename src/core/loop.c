@@ -6,6 +6,7 @@
 #include "internal.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdatomic.h>
 
 #include <uv.h>
@@ -26,6 +27,9 @@ struct sbx_context {
     bool detached; /* freed by its own thread when the last ref went on the loop */
     atomic_int refs;
     bool is_default;
+    struct sbx__pool *pool; /* its threads start with the first blocking item */
+    size_t work_pending;    /* pool items queued or running (under lock) */
+    bool closed;            /* the loop closes its handles: no more wake-ups (under lock) */
 };
 
 static __thread sbx_context *current_ctx;
@@ -65,7 +69,10 @@ static void run_tasks(uv_async_t *a)
         pthread_mutex_lock(&ctx->lock);
         struct task *t = ctx->head;
         ctx->head = ctx->tail = NULL;
-        bool stopping = ctx->stopping;
+        /* Pool items still out will post their ends: the loop must be there to run them. */
+        bool stopping = ctx->stopping && ctx->work_pending == 0;
+        if (!t && stopping)
+            ctx->closed = true;
         pthread_mutex_unlock(&ctx->lock);
         if (!t) {
             if (stopping)
@@ -92,6 +99,28 @@ static void *loop_main(void *arg)
         uv_run(&ctx->loop, UV_RUN_NOWAIT);
     }
     current_ctx = NULL;
+    /*
+     * Nothing was queued or running when the loop closed; a close callback
+     * may have submitted more since (a transfer's file to close): the
+     * workers finish it, then are joined. Ends and tasks posted after the
+     * loop closed (never woken for) run here, on this thread.
+     */
+    sbx__pool_free(ctx->pool);
+    ctx->pool = NULL;
+    for (;;) {
+        pthread_mutex_lock(&ctx->lock);
+        struct task *t = ctx->head;
+        ctx->head = ctx->tail = NULL;
+        pthread_mutex_unlock(&ctx->lock);
+        if (!t)
+            break;
+        while (t) {
+            struct task *next = t->next;
+            t->fn(t->data);
+            free(t);
+            t = next;
+        }
+    }
     pthread_mutex_lock(&ctx->lock);
     bool detached = ctx->detached;
     pthread_mutex_unlock(&ctx->lock);
@@ -113,6 +142,12 @@ static int context_create(sbx_context **out, sbx_error **err)
         free(ctx);
         return sbx__set_error(err, SBX_EIO, "cannot start the sbx event loop: %s", uv_strerror(rc));
     }
+    ctx->pool = sbx__pool_new(ctx, sbx__workers_default());
+    if (!ctx->pool) {
+        uv_loop_close(&ctx->loop);
+        free(ctx);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
     pthread_mutex_init(&ctx->lock, NULL);
     uv_async_init(&ctx->loop, &ctx->wake, run_tasks);
     ctx->wake.data = ctx;
@@ -133,6 +168,7 @@ static int context_create(sbx_context **out, sbx_error **err)
         uv_run(&ctx->loop, UV_RUN_NOWAIT);
         uv_loop_close(&ctx->loop);
         pthread_mutex_destroy(&ctx->lock);
+        sbx__pool_free(ctx->pool);
         free(ctx);
         return sbx__set_errno(err, SBX_EIO, rc, "cannot start the sbx loop thread");
     }
@@ -149,6 +185,12 @@ int sbx_context_new(sbx_context **out, sbx_error **err)
 
 static void context_destroy(sbx_context *ctx)
 {
+    /*
+     * Items nobody started are cancelled (their ends run on the loop with
+     * cancelled = true); running ones finish, and the loop waits for their
+     * ends before it closes.
+     */
+    sbx__pool_cancel_all(ctx->pool);
     pthread_mutex_lock(&ctx->lock);
     ctx->stopping = true;
     bool self = pthread_equal(pthread_self(), ctx->thread);
@@ -233,9 +275,12 @@ int sbx__context_post(sbx_context *ctx, sbx__task_fn fn, void *data)
     /*
      * Wake the loop before unlocking: once the lock is released the loop may
      * run the task, which can drop the last reference and free the context,
-     * so touching ctx->wake after the unlock would be a use after free.
+     * so touching ctx->wake after the unlock would be a use after free. A
+     * closed loop is not woken (its descriptor may be gone): loop_main runs
+     * what is left.
      */
-    uv_async_send(&ctx->wake);
+    if (!ctx->closed)
+        uv_async_send(&ctx->wake);
     pthread_mutex_unlock(&ctx->lock);
     return SBX_OK;
 }
@@ -269,3 +314,78 @@ void sbx__context_drain(sbx_context *ctx)
 bool sbx__context_on_loop(const sbx_context *ctx) { return current_ctx == ctx; }
 bool sbx__on_any_loop(void) { return current_ctx != NULL; }
 void *sbx__context_uv(sbx_context *ctx) { return &ctx->loop; }
+
+sbx_context *sbx__context_of_uv(void *loop)
+{
+    return (sbx_context *)((char *)loop - offsetof(struct sbx_context, loop));
+}
+
+struct sbx__pool *sbx__context_pool(sbx_context *ctx) { return ctx->pool; }
+
+void sbx__context_work_begin(sbx_context *ctx)
+{
+    pthread_mutex_lock(&ctx->lock);
+    ctx->work_pending++;
+    pthread_mutex_unlock(&ctx->lock);
+}
+
+void sbx__context_work_abandon(sbx_context *ctx)
+{
+    pthread_mutex_lock(&ctx->lock);
+    ctx->work_pending--;
+    if (ctx->stopping && ctx->work_pending == 0 && !ctx->closed)
+        uv_async_send(&ctx->wake);
+    pthread_mutex_unlock(&ctx->lock);
+}
+
+void sbx__context_work_end(sbx_context *ctx, sbx__task_fn fn, void *data)
+{
+    struct task *t = malloc(sizeof(*t));
+    pthread_mutex_lock(&ctx->lock);
+    if (t) {
+        t->fn = fn;
+        t->data = data;
+        t->next = NULL;
+        if (ctx->tail)
+            ctx->tail->next = t;
+        else
+            ctx->head = t;
+        ctx->tail = t;
+    }
+    /*
+     * One step under the lock: the loop cannot see the count drop to zero
+     * (and close) before the task that carries the end is queued.
+     */
+    ctx->work_pending--;
+    if (!ctx->closed)
+        uv_async_send(&ctx->wake);
+    pthread_mutex_unlock(&ctx->lock);
+    if (!t)
+        sbx_log(SBX_LOG_ERROR, "out of memory delivering the end of a blocking sbx task");
+}
+
+int sbx__context_submit(sbx_context *ctx, sbx__work_fn work, sbx__work_done_fn done, void *data,
+                        struct sbx__work **out)
+{
+    /* Only the loop thread (or a worker) submits; after loop_main joined the pool, none. */
+    if (!ctx->pool)
+        return SBX_ESTATE;
+    return sbx__pool_submit(ctx->pool, work, done, data, out);
+}
+
+int sbx_context_set_workers(sbx_context *ctx, unsigned n, sbx_error **err)
+{
+    if (!ctx)
+        return sbx__set_error(err, SBX_EINVAL, "ctx is NULL");
+    if (n < 1 || n > SBX_WORKERS_MAX)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "a context's worker pool takes 1 to %d threads (got %u)",
+                              SBX_WORKERS_MAX, n);
+    sbx__pool_set_size(ctx->pool, n);
+    return SBX_OK;
+}
+
+unsigned sbx_context_workers(const sbx_context *ctx)
+{
+    return ctx ? sbx__pool_size(ctx->pool) : 0;
+}

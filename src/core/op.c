@@ -212,24 +212,24 @@ void sbx__op_cancel(sbx_op *op)
         op->cancel_cb(op, op->cancel_data);
 }
 
-/* Separate from the op: the op may be freed (delivered) before after_work runs. */
+/* Separate from the op: the op may be freed (delivered) before the item's end runs. */
 struct work {
-    uv_work_t req;
     sbx_op *op;
     sbx_op_work_fn fn;
     void *data;
 };
 
-static void work_cb(uv_work_t *w)
+static void work_cb(void *arg)
 {
-    struct work *wk = w->data;
+    struct work *wk = arg;
     wk->fn(wk->op, wk->data);
 }
 
-static void after_work_cb(uv_work_t *w, int status)
+static void work_done(void *arg, bool cancelled)
 {
-    struct work *wk = w->data;
-    if (status == UV_ECANCELED)
+    struct work *wk = arg;
+    /* Only a context being torn down cancels an item nobody started. */
+    if (cancelled)
         sbx_op_complete(wk->op, SBX_ECANCELED, NULL, NULL);
     free(wk);
 }
@@ -242,11 +242,11 @@ int sbx_op_run_blocking(sbx_op *op, sbx_op_work_fn fn, void *data)
     wk->op = op;
     wk->fn = fn;
     wk->data = data;
-    wk->req.data = wk;
-    int rc = uv_queue_work(sbx__context_uv(op->p->ctx), &wk->req, work_cb, after_work_cb);
+    /* The context's own pool: never libuv's process-wide one (see pool.c). */
+    int rc = sbx__context_submit(op->p->ctx, work_cb, work_done, wk, NULL);
     if (rc < 0) {
         free(wk);
-        return SBX_EIO;
+        return rc;
     }
     return SBX_OK;
 }

@@ -67,6 +67,8 @@ struct call {
     size_t next_file;
     char *tmpdir;
     char *tmpfile;
+    int stage_errno;      /* staging a startup file on the pool failed with this */
+    bool stage_dir_failed; /* ... making the temp directory, not writing the file */
     int saved_code;
     sbx_error *saved_err;
 };
@@ -248,6 +250,23 @@ static char *provider_repr(const sbx_provider *p) { return sbx__repr(p->name); }
 static void start_upload_next(struct call *c);
 static void run_pending_stops(sbx_sandbox *sb);
 
+/* What a start staged (a temp file, its directory), removed on the pool. */
+struct staged {
+    char *file, *dir;
+};
+
+static void staged_remove_work(void *data)
+{
+    struct staged *st = data;
+    if (st->file)
+        unlink(st->file);
+    if (st->dir)
+        rmdir(st->dir);
+    free(st->file);
+    free(st->dir);
+    free(st);
+}
+
 static void start_settle(struct call *c, enum sb_state state, int code, sbx_error *err)
 {
     sbx_sandbox *sb = c->sb;
@@ -255,8 +274,16 @@ static void start_settle(struct call *c, enum sb_state state, int code, sbx_erro
     sb->state = state;
     sb->start_future = NULL;
     pthread_mutex_unlock(&sb->lock);
-    if (c->tmpdir)
-        rmdir(c->tmpdir);
+    if (c->tmpdir || c->tmpfile) {
+        /* The staged startup files go on the pool: unlink and rmdir touch the disk. */
+        struct staged *st = malloc(sizeof(*st));
+        if (st) {
+            st->file = steal_pointer(&c->tmpfile);
+            st->dir = steal_pointer(&c->tmpdir);
+            if (sbx__context_submit(c->p->ctx, staged_remove_work, NULL, st, NULL) < 0)
+                staged_remove_work(st);
+        }
+    }
     sandbox_ref(sb);
     call_finish(c, code, err, NULL);
     run_pending_stops(sb);
@@ -296,11 +323,7 @@ static void start_upload_done(int code, sbx_error *err, void *value, void *data)
     struct call *c = data;
     (void)value;
     c->op = NULL;
-    if (c->tmpfile) {
-        unlink(c->tmpfile);
-        free(c->tmpfile);
-        c->tmpfile = NULL;
-    }
+    /* The staged file stays until the next one is staged or the start ends (on the pool). */
     if (code < 0) {
         start_fail_and_close(c, code, err);
         return;
@@ -315,37 +338,58 @@ static void start_upload_done(int code, sbx_error *err, void *value, void *data)
 }
 
 /*
- * Startup files go through the provider's upload_file from private temp files,
- * as the reference does, so every provider gets them the same way.
+ * Worker: stages startup file next_file in a private temp directory (made
+ * with the first one), after removing the one uploaded before it. The loop
+ * does not touch the call meanwhile: it waits for stage_done.
  */
-static void start_upload_next(struct call *c)
+static void stage_work(void *data)
 {
-    const sbx_spec *spec = c->sb->spec;
-    if (c->next_file >= spec->n_files) {
-        start_settle(c, SB_STARTED, SBX_OK, NULL);
-        return;
+    struct call *c = data;
+    const struct sbx_spec_file *file = &c->sb->spec->files[c->next_file];
+    c->stage_errno = 0;
+    if (c->tmpfile) {
+        unlink(c->tmpfile);
+        free(c->tmpfile);
+        c->tmpfile = NULL;
     }
-    const struct sbx_spec_file *file = &spec->files[c->next_file];
     if (!c->tmpdir) {
         const char *base = getenv("TMPDIR");
         char *tmpl = sbx__printf("%s/sbx-upload-XXXXXX", base && *base ? base : "/tmp");
         if (!tmpl || !mkdtemp(tmpl)) {
-            int e = errno;
+            c->stage_errno = tmpl ? errno : ENOMEM;
+            c->stage_dir_failed = true;
             free(tmpl);
-            start_fail_and_close(c, SBX_EIO,
-                                 sbx_error_new_errno(SBX_EIO, e,
-                                                     "cannot make a temporary directory for "
-                                                     "startup files"));
             return;
         }
         c->tmpdir = tmpl;
     }
     c->tmpfile = sbx__printf("%s/file-%zu", c->tmpdir, c->next_file);
-    if (!c->tmpfile || sbx__write_file_atomic(c->tmpfile, file->data, file->len, 0600) < 0) {
-        int e = errno;
+    if (!c->tmpfile)
+        c->stage_errno = ENOMEM;
+    else if (sbx__write_file_atomic(c->tmpfile, file->data, file->len, 0600) < 0)
+        c->stage_errno = errno ? errno : EIO;
+}
+
+static void stage_done(void *data, bool cancelled)
+{
+    struct call *c = data;
+    const struct sbx_spec_file *file = &c->sb->spec->files[c->next_file];
+    if (cancelled || sbx__future_cancelled(c->f)) {
+        start_fail_and_close(c, SBX_ECANCELED,
+                             sbx_error_new(SBX_ECANCELED, "sandbox start was cancelled"));
+        return;
+    }
+    if (c->stage_errno && c->stage_dir_failed) {
         start_fail_and_close(c, SBX_EIO,
-                             sbx_error_new_errno(SBX_EIO, e, "cannot stage startup file %s",
-                                                 file->path));
+                             sbx_error_new_errno(SBX_EIO, c->stage_errno,
+                                                 "cannot make a temporary directory for "
+                                                 "startup files"));
+        return;
+    }
+    if (c->stage_errno) {
+        start_fail_and_close(c, SBX_EIO,
+                             sbx_error_new_errno(SBX_EIO, c->stage_errno,
+                                                 "cannot stage startup file %s", file->path));
         return;
     }
     sbx_op *op = call_step(c, start_upload_done);
@@ -354,6 +398,22 @@ static void start_upload_next(struct call *c)
         return;
     }
     c->p->ops->upload_file(op, c->p->state, c->sb->box, c->tmpfile, file->path);
+}
+
+/*
+ * Startup files go through the provider's upload_file from private temp files,
+ * as the reference does, so every provider gets them the same way. They are
+ * written on the context's worker pool, not the loop: they can be large.
+ */
+static void start_upload_next(struct call *c)
+{
+    const sbx_spec *spec = c->sb->spec;
+    if (c->next_file >= spec->n_files) {
+        start_settle(c, SB_STARTED, SBX_OK, NULL);
+        return;
+    }
+    if (sbx__context_submit(c->p->ctx, stage_work, stage_done, c, NULL) < 0)
+        start_fail_and_close(c, SBX_ENOMEM, NULL);
 }
 
 static void start_close_cancelled(int code, sbx_error *err, void *value, void *data)

@@ -9,7 +9,7 @@
  * description, so the caller's flags never change) and written when epoll
  * says it is writable; a socket is dup'ed and written with MSG_DONTWAIT;
  * anything else (regular files, block devices, or a reopen that failed) is
- * written on the thread pool, one write in flight. When more than SINK_HIGH
+ * written on the context's worker pool, one write in flight. When more than SINK_HIGH
  * bytes wait, the provider is asked to stop reading the command's output
  * (sbx_op_exec_on_flow) until they drop under SINK_LOW: memory stays
  * bounded, the command blocks, and nothing is lost. A write error kills the
@@ -208,7 +208,7 @@ static void fdw_flush(struct fdw *w)
             if (flags >= 0)
                 fcntl(w->fd, F_SETFL, flags);
             if (rc < 0) {
-                /* Not pollable: the thread pool writes it, blocking there, not here. */
+                /* Not pollable: the worker pool writes it, blocking there, not here. */
                 free(w->poll);
                 w->poll = NULL;
                 w->mode = FD_POOL;
@@ -249,16 +249,15 @@ static void poll_cb(uv_poll_t *h, int status, int events)
 }
 
 struct pool_write {
-    uv_work_t req;
     struct fdw *w;
     char *buf;
     size_t len;
     int err;
 };
 
-static void pool_work(uv_work_t *req)
+static void pool_work(void *data)
 {
-    struct pool_write *pw = req->data;
+    struct pool_write *pw = data;
     size_t off = 0;
     while (off < pw->len) {
         ssize_t r = write_nosig(pw->w->fd, pw->buf + off, pw->len - off);
@@ -278,14 +277,14 @@ static void pool_work(uv_work_t *req)
     }
 }
 
-static void pool_after(uv_work_t *req, int status)
+static void pool_after(void *data, bool cancelled)
 {
-    struct pool_write *pw = req->data;
+    struct pool_write *pw = data;
     struct fdw *w = pw->w;
     sbx__exec_sink *s = w->s;
     w->inflight = 0;
     free(pw->buf);
-    int err = status < 0 ? ECANCELED : pw->err;
+    int err = cancelled ? ECANCELED : pw->err;
     free(pw);
     if (s->closed_fds && w->fd >= 0) {
         close(w->fd);
@@ -300,7 +299,7 @@ static void pool_after(uv_work_t *req, int status)
     sink_unref(s);
 }
 
-/* Hands the queued bytes to the thread pool when no write is in flight. */
+/* Hands the queued bytes to the worker pool when no write is in flight. */
 static void pool_start(struct fdw *w)
 {
     if (w->inflight || w->q.len == w->head || w->err)
@@ -311,7 +310,6 @@ static void pool_start(struct fdw *w)
         return;
     }
     pw->w = w;
-    pw->req.data = pw;
     if (w->head) {
         memmove(w->q.data, w->q.data + w->head, w->q.len - w->head);
         w->q.len -= w->head;
@@ -322,7 +320,9 @@ static void pool_start(struct fdw *w)
     w->q.len = w->q.cap = 0;
     w->inflight = pw->len;
     w->s->refs++;
-    if (uv_queue_work(w->s->loop, &pw->req, pool_work, pool_after) < 0) {
+    /* The context's own pool (core/pool.c), never libuv's process-wide one. */
+    sbx_context *ctx = sbx__context_of_uv(w->s->loop);
+    if (!ctx || sbx__context_submit(ctx, pool_work, pool_after, pw, NULL) < 0) {
         w->s->refs--;
         w->inflight = 0;
         free(pw->buf);

@@ -109,6 +109,9 @@ struct hchan {
     uint64_t received;  /* download: DATA bytes so far */
     uint64_t max_bytes; /* download: the cap */
     bool lied;          /* download: the agent broke its own announcement */
+    bool opening;       /* download: the temp file is being made on the worker pool */
+    bool finishing;     /* download: truncate, chmod and rename running on the pool */
+    struct fsreq *held, *held_tail; /* download: writes waiting for the temp file */
 };
 
 struct sbx_agent_conn {
@@ -154,16 +157,47 @@ static void conn_unref(sbx_agent_conn *c)
     free(c);
 }
 
+/* A transfer's local file, closed (and its temp file removed) on the worker pool. */
+struct file_drop {
+    int fd;
+    char *tmp;
+};
+
+static void file_drop_work(void *data)
+{
+    struct file_drop *d = data;
+    if (d->fd >= 0)
+        close(d->fd);
+    if (d->tmp)
+        unlink(d->tmp);
+    free(d->tmp);
+    free(d);
+}
+
 static void chan_unref(struct hchan *ch)
 {
     if (--ch->refs > 0)
         return;
-    if (ch->fd >= 0) {
-        /* A plain close: every request on this fd has finished (we hold a ref per request). */
-        close(ch->fd);
+    if (ch->fd >= 0 || ch->tmp_path) {
+        /*
+         * Every request on this fd has finished (each holds a ref). Closing a
+         * written file and unlinking can wait on the disk: on the pool.
+         */
+        struct file_drop *d = malloc(sizeof(*d));
+        if (d) {
+            d->fd = ch->fd;
+            d->tmp = steal_pointer(&ch->tmp_path);
+            if (sbx__context_submit(sbx__context_of_uv(ch->c->loop), file_drop_work, NULL, d,
+                                    NULL) < 0)
+                file_drop_work(d);
+        } else {
+            if (ch->fd >= 0)
+                close(ch->fd);
+            if (ch->tmp_path)
+                unlink(ch->tmp_path);
+        }
+        ch->fd = -1;
     }
-    if (ch->tmp_path)
-        unlink(ch->tmp_path);
     sbx__buf_free(&ch->out);
     sbx__buf_free(&ch->err);
     free(ch->desc);
@@ -824,12 +858,88 @@ static void file_cancel_cb(sbx_op *op, void *data)
 
 /* --- upload -------------------------------------------------------------- */
 
+/*
+ * A file call (open+fstat, read, write) run on the worker pool of the
+ * connection's context, never on the loop thread nor libuv's process-wide
+ * pool: a file that blocks (a FIFO nobody writes, a slow disk) holds one
+ * worker, not the loop nor anyone else's uv_fs_* work. `cb` runs on the
+ * loop once it is done.
+ */
 struct fsreq {
-    uv_fs_t req;
     struct hchan *ch; /* holds a ref */
     uint8_t *buf;
     size_t len;
+    int fd;
+    int64_t off; /* -1: at the descriptor's position (a stream) */
+    char *path;  /* open */
+    ssize_t result; /* >= 0, or -errno */
+    struct stat statbuf;
+    char *tmp;      /* download: the temp file made, or to rename */
+    uint32_t mode;  /* download: the file's mode at the end */
+    uint64_t size;  /* download: its size at the end */
+    struct fsreq *next; /* download: in ch->held */
+    void (*cb)(struct fsreq *r);
 };
+
+static void fs_done(void *data, bool cancelled)
+{
+    struct fsreq *r = data;
+    /* Cancelled only when the context is being torn down. */
+    if (cancelled)
+        r->result = -ECANCELED;
+    r->cb(r);
+}
+
+static int fs_submit(struct fsreq *r, sbx__work_fn work, void (*cb)(struct fsreq *))
+{
+    r->cb = cb;
+    /* The connection's loop is a context's (sbx_op_loop()): its pool does the call. */
+    return sbx__context_submit(sbx__context_of_uv(r->ch->c->loop), work, fs_done, r, NULL);
+}
+
+/* Worker: open for reading, then fstat (the result is the descriptor). */
+static void fs_open_stat_work(void *data)
+{
+    struct fsreq *r = data;
+    int fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        r->result = -errno;
+        return;
+    }
+    if (fstat(fd, &r->statbuf) < 0)
+        r->statbuf.st_mode = 0;
+    r->result = fd;
+}
+
+/* Worker: one read of up to r->len bytes into r->buf + SBX_PROTO_HEADER. */
+static void fs_read_work(void *data)
+{
+    struct fsreq *r = data;
+    ssize_t n;
+    do
+        n = r->off >= 0 ? pread(r->fd, r->buf + SBX_PROTO_HEADER, r->len, (off_t)r->off)
+                        : read(r->fd, r->buf + SBX_PROTO_HEADER, r->len);
+    while (n < 0 && errno == EINTR);
+    r->result = n < 0 ? -errno : n;
+}
+
+/* Worker: writes all of r->buf at r->off. */
+static void fs_write_work(void *data)
+{
+    struct fsreq *r = data;
+    size_t done = 0;
+    while (done < r->len) {
+        ssize_t n = pwrite(r->fd, r->buf + done, r->len - done, (off_t)(r->off + (int64_t)done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            r->result = n < 0 ? -errno : -EIO;
+            return;
+        }
+        done += (size_t)n;
+    }
+    r->result = (ssize_t)done;
+}
 
 static struct fsreq *fsreq_new(struct hchan *ch)
 {
@@ -837,14 +947,15 @@ static struct fsreq *fsreq_new(struct hchan *ch)
     if (!r)
         return NULL;
     r->ch = ch;
-    r->req.data = r;
+    r->fd = -1;
     ch->refs++;
     return r;
 }
 
 static void fsreq_free(struct fsreq *r)
 {
-    uv_fs_req_cleanup(&r->req);
+    free(r->path);
+    free(r->tmp);
     free(r->buf);
     struct hchan *ch = r->ch;
     free(r);
@@ -904,12 +1015,11 @@ static int send_file_request(struct hchan *ch, uint32_t mode)
     return rc < 0 ? -1 : 0;
 }
 
-static void upload_read_cb(uv_fs_t *req)
+static void upload_read_cb(struct fsreq *r)
 {
-    struct fsreq *r = req->data;
     struct hchan *ch = r->ch;
     ch->read_pending = false;
-    ssize_t n = req->result;
+    ssize_t n = r->result;
     if (ch->done) {
         fsreq_free(r);
         return;
@@ -951,9 +1061,11 @@ static void upload_pump(struct hchan *ch)
         chan_finish(ch, SBX_ENOMEM, NULL, NULL);
         return;
     }
-    uv_buf_t b = uv_buf_init((char *)r->buf + SBX_PROTO_HEADER, SBX_PROTO_CHUNK);
+    r->fd = ch->fd;
+    r->off = ch->offset;
+    r->len = SBX_PROTO_CHUNK;
     ch->read_pending = true;
-    if (uv_fs_read(ch->c->loop, &r->req, ch->fd, &b, 1, ch->offset, upload_read_cb) < 0) {
+    if (fs_submit(r, fs_read_work, upload_read_cb) < 0) {
         ch->read_pending = false;
         fsreq_free(r);
         chan_finish(ch, SBX_EIO, NULL, NULL);
@@ -1010,9 +1122,8 @@ static void stdin_poll_cb(uv_poll_t *h, int status, int events)
     stdin_send(ch, buf, n);
 }
 
-static void stdin_read_cb(uv_fs_t *req)
+static void stdin_read_cb(struct fsreq *r)
 {
-    struct fsreq *r = req->data;
     struct hchan *ch = r->ch;
     ch->read_pending = false;
     if (ch->fin_deferred) {
@@ -1020,7 +1131,7 @@ static void stdin_read_cb(uv_fs_t *req)
         sbx_op_complete(ch->op, ch->fin_code, ch->fin_err, ch->fin_value);
         ch->op = NULL;
     } else if (!ch->done && !ch->in_eof) {
-        stdin_send(ch, steal_pointer(&r->buf), req->result);
+        stdin_send(ch, steal_pointer(&r->buf), r->result);
     }
     fsreq_free(r);
 }
@@ -1051,14 +1162,16 @@ static void stdin_pump(struct hchan *ch)
         stdin_send(ch, NULL, -1);
         return;
     }
-    uv_buf_t b = uv_buf_init((char *)r->buf + SBX_PROTO_HEADER, SBX_PROTO_CHUNK);
+    r->fd = ch->in_fd;
+    r->off = ch->in_off;
+    r->len = SBX_PROTO_CHUNK;
     ch->read_pending = true;
     /*
      * A file is read at explicit offsets: a read still in flight when the
      * exec ends then cannot move the caller's position under a later use
      * of the descriptor. A device (-1) is a stream either way.
      */
-    if (uv_fs_read(ch->c->loop, &r->req, ch->in_fd, &b, 1, ch->in_off, stdin_read_cb) < 0) {
+    if (fs_submit(r, fs_read_work, stdin_read_cb) < 0) {
         ch->read_pending = false;
         fsreq_free(r);
         stdin_send(ch, NULL, -1);
@@ -1089,47 +1202,26 @@ static void stdin_start(struct hchan *ch, int fd)
     stdin_pump(ch);
 }
 
-static void upload_stat_cb(uv_fs_t *req)
+static void upload_open_cb(struct fsreq *r)
 {
-    struct fsreq *r = req->data;
     struct hchan *ch = r->ch;
+    if (r->result >= 0)
+        ch->fd = (int)r->result; /* closed in chan_unref */
     if (ch->done) {
         fsreq_free(r);
         return;
     }
-    if (req->result < 0) {
-        put_fail_errno(ch, (int)req->result, "cannot stat");
-    } else if (!S_ISREG(req->statbuf.st_mode)) {
+    if (r->result < 0) {
+        put_fail_errno(ch, (int)r->result, "cannot open");
+    } else if (!S_ISREG(r->statbuf.st_mode)) {
         chan_finish(ch, SBX_EINVAL,
                     sbx_error_new(SBX_EINVAL, "uploading '%s' to '%s': '%s' is not a regular file",
                                   ch->local, ch->remote, ch->local),
                     NULL);
-    } else if (send_file_request(ch, (uint32_t)(req->statbuf.st_mode & 07777)) == 0) {
+    } else if (send_file_request(ch, (uint32_t)(r->statbuf.st_mode & 07777)) == 0) {
         upload_pump(ch);
     }
     fsreq_free(r);
-}
-
-static void upload_open_cb(uv_fs_t *req)
-{
-    struct fsreq *r = req->data;
-    struct hchan *ch = r->ch;
-    if (req->result >= 0)
-        ch->fd = (uv_file)req->result; /* closed in chan_unref */
-    if (ch->done) {
-        fsreq_free(r);
-        return;
-    }
-    if (req->result < 0) {
-        put_fail_errno(ch, (int)req->result, "cannot open");
-        fsreq_free(r);
-        return;
-    }
-    uv_fs_req_cleanup(&r->req);
-    if (uv_fs_fstat(ch->c->loop, &r->req, ch->fd, upload_stat_cb) < 0) {
-        chan_finish(ch, SBX_EIO, NULL, NULL);
-        fsreq_free(r);
-    }
 }
 
 static bool start_file_op(sbx_agent_conn *c, sbx_op *op, const char *what, const char *path)
@@ -1172,8 +1264,12 @@ void sbx__agent_upload(sbx_agent_conn *c, sbx_op *op, const char *local_path,
     if (!ch)
         return;
     struct fsreq *r = fsreq_new(ch);
-    if (!r ||
-        uv_fs_open(c->loop, &r->req, local_path, O_RDONLY | O_CLOEXEC, 0, upload_open_cb) < 0) {
+    if (r && !(r->path = strdup(local_path))) {
+        fsreq_free(r);
+        r = NULL;
+    }
+    /* Opening may block (a FIFO waits for its writer): on the pool. */
+    if (!r || fs_submit(r, fs_open_stat_work, upload_open_cb) < 0) {
         if (r)
             fsreq_free(r);
         chan_finish(ch, SBX_EIO, NULL, NULL);
@@ -1186,10 +1282,47 @@ void sbx__agent_upload(sbx_agent_conn *c, sbx_op *op, const char *local_path,
 
 static void set_reading(sbx_agent_conn *c, bool on);
 
+/* Worker: the end of a download, the temp file made the named one. */
+static void fs_finish_work(void *data)
+{
+    struct fsreq *r = data;
+    int e = 0;
+    /* Trailing zeros were skipped as a hole: the size makes them. */
+    if (ftruncate(r->fd, (off_t)r->size) < 0)
+        e = errno;
+    if (!e && fchmod(r->fd, r->mode) < 0)
+        e = errno;
+    if (close(r->fd) < 0 && !e)
+        e = errno;
+    r->fd = -1;
+    if (!e && rename(r->tmp, r->path) < 0)
+        e = errno;
+    r->result = e ? -e : 0;
+}
+
+static void download_finished(struct fsreq *r)
+{
+    struct hchan *ch = r->ch;
+    ch->finishing = false;
+    if (r->result == 0) {
+        /* Renamed: nothing for chan_unref to remove. */
+        free(ch->tmp_path);
+        ch->tmp_path = NULL;
+    }
+    if (!ch->done) {
+        if (r->result < 0)
+            chan_fail_errno(ch, (int)-r->result, "downloading '%s': cannot write '%s'",
+                            ch->remote, ch->local);
+        else
+            chan_finish(ch, SBX_OK, NULL, NULL);
+    }
+    fsreq_free(r);
+}
+
 /* Once the agent said how it ended and every chunk is on disk: rename into place. */
 static void download_finish(struct hchan *ch)
 {
-    if (ch->done || !ch->got_status || ch->writes_pending > 0)
+    if (ch->done || !ch->got_status || ch->writes_pending > 0 || ch->opening || ch->finishing)
         return;
     if (ch->werr) {
         chan_fail_errno(ch, ch->werr, "downloading '%s' to '%s': cannot write '%s'", ch->remote,
@@ -1214,38 +1347,48 @@ static void download_finish(struct hchan *ch)
                     NULL);
         return;
     }
-    /* Metadata calls on a file we just wrote: quick enough for the loop thread. */
-    int e = 0;
-    /* Trailing zeros were skipped as a hole: the size makes them. */
-    if (ftruncate(ch->fd, (off_t)ch->size) < 0)
-        e = errno;
-    if (!e && fchmod(ch->fd, ch->mode & 0777) < 0)
-        e = errno;
-    int fd = ch->fd;
-    ch->fd = -1;
-    if (close(fd) < 0 && !e)
-        e = errno;
-    if (!e && rename(ch->tmp_path, ch->local) < 0)
-        e = errno;
-    if (e) {
-        chan_fail_errno(ch, e, "downloading '%s': cannot write '%s'", ch->remote, ch->local);
+    if (!ch->tmp_path) {
+        /* A hostile or broken agent: "done" without ever saying what the file is. */
+        chan_finish(ch, SBX_EPROTO,
+                    sbx_error_new(SBX_EPROTO,
+                                  "downloading '%s': the sandbox agent ended the download "
+                                  "without sending the file",
+                                  ch->remote),
+                    NULL);
         return;
     }
-    free(ch->tmp_path);
-    ch->tmp_path = NULL;
-    chan_finish(ch, SBX_OK, NULL, NULL);
+    /* Truncate, chmod, close and rename can wait on the disk: on the pool. */
+    struct fsreq *r = fsreq_new(ch);
+    if (r && (!(r->path = strdup(ch->local)) || !(r->tmp = strdup(ch->tmp_path)))) {
+        fsreq_free(r);
+        r = NULL;
+    }
+    if (!r) {
+        chan_finish(ch, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    r->fd = ch->fd;
+    ch->fd = -1; /* the worker closes it */
+    r->mode = ch->mode & 0777;
+    r->size = ch->size;
+    ch->finishing = true;
+    if (fs_submit(r, fs_finish_work, download_finished) < 0) {
+        ch->finishing = false;
+        ch->fd = r->fd;
+        fsreq_free(r);
+        chan_finish(ch, SBX_EIO, NULL, NULL);
+    }
 }
 
-static void download_write_cb(uv_fs_t *req)
+static void download_write_cb(struct fsreq *r)
 {
-    struct fsreq *r = req->data;
     struct hchan *ch = r->ch;
     sbx_agent_conn *c = ch->c;
     ch->writes_pending--;
     c->disk_pending -= r->len;
     chan_progress(ch);
-    if (req->result < 0 && !ch->werr) {
-        ch->werr = (int)-req->result;
+    if (r->result < 0 && !ch->werr) {
+        ch->werr = (int)-r->result;
         /* Stop the agent sending more; finish on our own error. */
         if (!ch->done)
             send_empty(c, SBX_MSG_CANCEL, ch->id);
@@ -1287,10 +1430,98 @@ static void sweep_temps(const char *dir, const char *base)
     closedir(d);
 }
 
+/* Worker: the download's parent directories and its temp file next to the target. */
+static void fs_mktemp_work(void *data)
+{
+    struct fsreq *r = data;
+    /* Parent directories are created, as `docker cp` does for downloads. */
+    _cleanup_free_ char *dir_copy = strdup(r->path);
+    _cleanup_free_ char *base_copy = strdup(r->path);
+    if (!dir_copy || !base_copy) {
+        r->result = -ENOMEM;
+        return;
+    }
+    const char *dir = dirname(dir_copy);
+    const char *base = basename(base_copy);
+    errno = 0;
+    if (sbx__mkdir_p(dir, 0755) < 0) {
+        r->result = -(errno ? errno : EIO);
+        return;
+    }
+    sweep_temps(dir, base);
+    r->tmp = sbx__printf("%s/.%s.sbx-%ld-XXXXXX", dir, base, (long)getpid());
+    if (!r->tmp) {
+        r->result = -ENOMEM;
+        return;
+    }
+    int fd = mkostemp(r->tmp, O_CLOEXEC);
+    if (fd < 0) {
+        r->result = -errno;
+        free(r->tmp);
+        r->tmp = NULL;
+        return;
+    }
+    r->result = fd;
+}
+
+/* Drops the writes that waited for a temp file that will not come. */
+static void drop_held(struct hchan *ch)
+{
+    while (ch->held) {
+        struct fsreq *w = ch->held;
+        ch->held = w->next;
+        ch->writes_pending--;
+        ch->c->disk_pending -= w->len;
+        fsreq_free(w);
+    }
+    ch->held_tail = NULL;
+    if (ch->c->disk_pending < DISK_LOW)
+        set_reading(ch->c, true);
+}
+
+static void download_opened(struct fsreq *r)
+{
+    struct hchan *ch = r->ch;
+    ch->opening = false;
+    if (r->result >= 0) {
+        /* The channel owns them now: chan_unref closes and removes them if it ends here. */
+        ch->fd = (int)r->result;
+        ch->tmp_path = steal_pointer(&r->tmp);
+    }
+    if (ch->done) {
+        drop_held(ch);
+    } else if (r->result < 0) {
+        drop_held(ch);
+        send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
+        chan_fail_errno(ch, (int)-r->result, "downloading '%s': cannot create '%s'", ch->remote,
+                        ch->local);
+    } else {
+        while (ch->held) {
+            struct fsreq *w = ch->held;
+            ch->held = w->next;
+            w->next = NULL;
+            w->fd = ch->fd;
+            if (fs_submit(w, fs_write_work, download_write_cb) < 0) {
+                ch->writes_pending--;
+                ch->c->disk_pending -= w->len;
+                if (!ch->werr) {
+                    ch->werr = EIO;
+                    ch->got_status = true;
+                    send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
+                }
+                fsreq_free(w);
+            }
+        }
+        ch->held_tail = NULL;
+        download_finish(ch);
+    }
+    fsreq_free(r);
+}
+
 static void download_info(struct hchan *ch, const sbx_frame *f)
 {
     sbx_msg_file_info info;
-    if (sbx__msg_file_info_decode(f, &info) < 0 || ch->tmp_path) {
+    if (sbx__msg_file_info_decode(f, &info) < 0 || ch->tmp_path || ch->opening) {
         conn_fail(ch->c, SBX_EPROTO, "the sandbox agent sent a malformed FILE_INFO");
         return;
     }
@@ -1308,37 +1539,20 @@ static void download_info(struct hchan *ch, const sbx_frame *f)
                     NULL);
         return;
     }
-    /* Parent directories are created, as `docker cp` does for downloads. */
-    _cleanup_free_ char *dir_copy = strdup(ch->local);
-    _cleanup_free_ char *base_copy = strdup(ch->local);
-    if (!dir_copy || !base_copy) {
-        chan_finish(ch, SBX_ENOMEM, NULL, NULL);
-        return;
+    /* The temp file is made on the pool; DATA arriving meanwhile waits in ch->held. */
+    struct fsreq *r = fsreq_new(ch);
+    if (r && !(r->path = strdup(ch->local))) {
+        fsreq_free(r);
+        r = NULL;
     }
-    const char *dir = dirname(dir_copy);
-    const char *base = basename(base_copy);
-    int e = 0;
-    if (sbx__mkdir_p(dir, 0755) < 0)
-        e = errno ? errno : EIO;
-    if (!e)
-        sweep_temps(dir, base);
-    char *tmp = e ? NULL : sbx__printf("%s/.%s.sbx-%ld-XXXXXX", dir, base, (long)getpid());
-    int fd = -1;
-    if (!e && !tmp)
-        e = ENOMEM;
-    if (!e) {
-        fd = mkostemp(tmp, O_CLOEXEC);
-        if (fd < 0)
-            e = errno;
-    }
-    if (e) {
-        free(tmp);
+    ch->opening = true;
+    if (!r || fs_submit(r, fs_mktemp_work, download_opened) < 0) {
+        ch->opening = false;
+        if (r)
+            fsreq_free(r);
         send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
-        chan_fail_errno(ch, e, "downloading '%s': cannot create '%s'", ch->remote, ch->local);
-        return;
+        chan_finish(ch, SBX_ENOMEM, NULL, NULL);
     }
-    ch->fd = fd;
-    ch->tmp_path = tmp;
 }
 
 static bool all_zero(const uint8_t *p, size_t n)
@@ -1348,8 +1562,8 @@ static bool all_zero(const uint8_t *p, size_t n)
 
 static void download_data(struct hchan *ch, const sbx_frame *f)
 {
-    if (ch->fd < 0 || ch->werr) {
-        if (ch->fd < 0)
+    if ((ch->fd < 0 && !ch->opening) || ch->werr) {
+        if (ch->fd < 0 && !ch->opening)
             conn_fail(ch->c, SBX_EPROTO, "the sandbox agent sent DATA before FILE_INFO");
         return;
     }
@@ -1384,12 +1598,19 @@ static void download_data(struct hchan *ch, const sbx_frame *f)
     /* The payload lives in the read buffer: the write needs its own copy. */
     memcpy(r->buf, f->payload, f->len);
     r->len = f->len;
-    uv_buf_t b = uv_buf_init((char *)r->buf, f->len);
-    int64_t off = ch->offset;
+    r->fd = ch->fd;
+    r->off = ch->offset;
     ch->offset += f->len;
     ch->writes_pending++;
     ch->c->disk_pending += f->len;
-    if (uv_fs_write(ch->c->loop, &r->req, ch->fd, &b, 1, off, download_write_cb) < 0) {
+    if (ch->opening) {
+        /* Written once the temp file exists (download_opened), in order. */
+        if (ch->held_tail)
+            ch->held_tail->next = r;
+        else
+            ch->held = r;
+        ch->held_tail = r;
+    } else if (fs_submit(r, fs_write_work, download_write_cb) < 0) {
         ch->writes_pending--;
         ch->c->disk_pending -= f->len;
         ch->werr = EIO;

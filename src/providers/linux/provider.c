@@ -402,6 +402,18 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
         state_free(st);
         return rc;
     }
+    /*
+     * The helpers are looked up here, in the caller's thread, not by the
+     * first create on the loop (stat, access and an ELF header read are
+     * file I/O). One not found yet is looked up again at create, which then
+     * says what is missing.
+     */
+    if (!st->shim)
+        st->shim = sbx__kit_find_helper("sbx-shim", "SBX_SHIM");
+    if (!st->agent)
+        st->agent = sbx__kit_find_helper("sbx-agent", "SBX_AGENT");
+    if (st->agent && st->agent_dynamic < 0)
+        st->agent_dynamic = elf_dynamic(st->agent);
     *state = st;
     return SBX_OK;
 }
@@ -413,7 +425,7 @@ static void linux_release(void *state) { state_free(state); }
 struct create {
     sbx_op *op;
     struct linux_state *st;
-    uv_work_t work;
+    struct sbx__work *work; /* the image step on the context's pool, while queued or running */
     uv_poll_t poll;
     uv_timer_t timer;
     int handles; /* open uv handles still to close */
@@ -435,6 +447,10 @@ struct create {
     pid_t spawned;
     bool ready, connecting, aborted, eof;
     bool working; /* create_work queued or running: `c` must outlive it */
+    bool reading; /* the record is being read on the pool (ready_work) */
+    sbx_linux_record rec; /* what ready_work read */
+    int rec_rc;
+    sbx_error *rec_err;
     atomic_bool stop_work; /* a cancel: the worker's unpacking stops */
     struct linux_box *box;
 };
@@ -457,8 +473,8 @@ static void create_free(struct create *c)
 
 static void maybe_free(struct create *c)
 {
-    /* An agent connect in flight still holds `c` as its callback data. */
-    if (c->handles == 0 && !c->connecting)
+    /* An agent connect or a record read in flight still holds `c` as its callback data. */
+    if (c->handles == 0 && !c->connecting && !c->reading)
         create_free(c);
 }
 
@@ -524,13 +540,28 @@ static void create_fail(struct create *c, int code, sbx_error *err)
     }
 }
 
+static void reap_work(void *data)
+{
+    pid_t pid = (pid_t)(intptr_t)data;
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+}
+
 static void reap_spawned(struct create *c)
 {
-    /* The shim's first process exits right after forking the real one. */
+    /*
+     * The shim's first process exits right after forking the real one, so
+     * it is usually gone already; if not, a worker waits for it, not the loop.
+     */
     if (c->spawned > 0) {
-        while (waitpid(c->spawned, NULL, 0) < 0 && errno == EINTR)
-            ;
+        pid_t pid = c->spawned;
         c->spawned = 0;
+        int r;
+        while ((r = waitpid(pid, NULL, WNOHANG)) < 0 && errno == EINTR)
+            ;
+        if (r == 0 && sbx__context_submit(sbx__op_provider(c->op)->ctx, reap_work, NULL,
+                                          (void *)(intptr_t)pid, NULL) < 0)
+            reap_work((void *)(intptr_t)pid); /* out of memory: wait here rather than leak */
     }
 }
 
@@ -585,6 +616,60 @@ static int parse_shim_error(const char *msg, sbx_error **out)
     return code;
 }
 
+/* Worker: the record the shim wrote when it said ready. */
+static void ready_work(void *data)
+{
+    struct create *c = data;
+    /* From the description, not c->box: a finish on the loop may free the box meanwhile. */
+    const char *box_dir = json_string_value(json_object_get(c->desc, "box_dir"));
+    c->rec_rc = sbx__linux_record_read(box_dir, &c->rec, &c->rec_err);
+}
+
+static void ready_done(void *data, bool cancelled)
+{
+    struct create *c = data;
+    c->reading = false;
+    int rr = cancelled ? SBX_ECANCELED : c->rec_rc;
+    sbx_linux_record rec = c->rec;
+    sbx_error *re = steal_pointer(&c->rec_err);
+    memset(&c->rec, 0, sizeof(c->rec));
+    if (!c->op || c->aborted) { /* finished meanwhile (cancel, shim gone, timeout) */
+        if (rr == 0)
+            sbx__linux_record_free(&rec);
+        sbx_error_free(re);
+        maybe_free(c);
+        return;
+    }
+    /*
+     * The record the shim wrote: its pid (for stop), cgroups (for OOM
+     * accounting), and the box's init, the only process we accept at the
+     * other end of the agent's socket.
+     */
+    if (rr < 0 || rec.init_pid <= 0) {
+        if (rr == 0)
+            sbx__linux_record_free(&rec);
+        create_fail(c, SBX_ECREATE,
+                    re ? sbx_error_prefix(re, "the box's shim said ready")
+                       : sbx_error_new(SBX_ECREATE, "the box's record names no init pid"));
+        return;
+    }
+    sbx_error_free(re);
+    c->box->cgroups = json_incref(rec.cgroups);
+    c->box->shim_pid = rec.shim_pid;
+    c->box->shim_start = rec.shim_start;
+    c->box->agent.peer_pid = rec.init_pid;
+    sbx__linux_record_free(&rec);
+    c->connecting = true;
+    int rc = sbx__agent_connect_peer(sbx_op_loop(c->op), c->box->socket, c->box->agent.peer_pid,
+                                     false, c->ready_timeout_s, on_agent, c);
+    if (rc < 0) {
+        c->connecting = false;
+        create_fail(c, SBX_EVERIFY,
+                    sbx_error_new(SBX_EVERIFY, "cannot connect to the box's agent at %s",
+                                  c->box->socket));
+    }
+}
+
 static void on_ctl(uv_poll_t *p, int status, int events)
 {
     (void)events;
@@ -615,36 +700,11 @@ static void on_ctl(uv_poll_t *p, int status, int events)
     }
     if (!strcmp(buf, "ready") && !c->ready && !c->aborted) {
         c->ready = true;
-        /*
-         * The record the shim wrote: its pid (for stop), cgroups (for OOM
-         * accounting), and the box's init, the only process we accept at the
-         * other end of the agent's socket.
-         */
-        sbx_linux_record rec;
-        sbx_error *re = NULL;
-        int rr = sbx__linux_record_read(c->box->box_dir, &rec, &re);
-        if (rr < 0 || rec.init_pid <= 0) {
-            if (rr == 0)
-                sbx__linux_record_free(&rec);
-            create_fail(c, SBX_ECREATE,
-                        re ? sbx_error_prefix(re, "the box's shim said ready")
-                           : sbx_error_new(SBX_ECREATE, "the box's record names no init pid"));
-            return;
-        }
-        c->box->cgroups = json_incref(rec.cgroups);
-        c->box->shim_pid = rec.shim_pid;
-        c->box->shim_start = rec.shim_start;
-        c->box->agent.peer_pid = rec.init_pid;
-        sbx__linux_record_free(&rec);
-        c->connecting = true;
-        int rc = sbx__agent_connect_peer(sbx_op_loop(c->op), c->box->socket,
-                                         c->box->agent.peer_pid, false, c->ready_timeout_s,
-                                         on_agent, c);
-        if (rc < 0) {
-            c->connecting = false;
-            create_fail(c, SBX_EVERIFY,
-                        sbx_error_new(SBX_EVERIFY, "cannot connect to the box's agent at %s",
-                                      c->box->socket));
+        /* The record is a file: read on the pool, the handover continues in ready_done. */
+        c->reading = true;
+        if (sbx__context_submit(sbx__op_provider(c->op)->ctx, ready_work, ready_done, c, NULL) < 0) {
+            c->reading = false;
+            create_fail(c, SBX_ECREATE, sbx_error_new(SBX_ENOMEM, "out of memory"));
         }
     }
 }
@@ -677,7 +737,7 @@ static void on_cancel_create(sbx_op *op, void *data)
     /* The worker still uses `c`: create_work_done sees the cancel and finishes. */
     if (c->working) {
         atomic_store(&c->stop_work, true);
-        uv_cancel((uv_req_t *)&c->work);
+        sbx__work_cancel(c->work);
         return;
     }
     create_fail(c, SBX_ECANCELED, sbx_error_new(SBX_ECANCELED, "create cancelled"));
@@ -689,9 +749,9 @@ static bool create_cancelled(void *data)
 }
 
 /* Worker thread: resolve (maybe unpack) the image. */
-static void create_work(uv_work_t *w)
+static void create_work(void *data)
 {
-    struct create *c = w->data;
+    struct create *c = data;
     /*
      * The state directory and boxes/ are made 0700 and checked (ours, nobody
      * else can write them) before anything (an image, a box record) goes
@@ -747,11 +807,12 @@ static int spawn_shim(struct create *c, int child_end)
     return -rc;
 }
 
-static void create_work_done(uv_work_t *w, int status)
+static void create_work_done(void *data, bool cancelled)
 {
-    struct create *c = w->data;
+    struct create *c = data;
     c->working = false;
-    if (status == UV_ECANCELED || sbx_op_cancelled(c->op)) {
+    c->work = NULL;
+    if (cancelled || sbx_op_cancelled(c->op)) {
         create_finish(c, SBX_ECANCELED, sbx_error_new(SBX_ECANCELED, "create cancelled"));
         return;
     }
@@ -898,7 +959,6 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->pids = st->pids;
     c->nofile_soft = st->nofile_soft;
     c->nofile_hard = st->nofile_hard;
-    c->work.data = c;
     long long gpu = 0;
     if (sbx_spec_get_gpu(spec, &gpu) && gpu > 0) {
         e = sbx_error_new(SBX_ECREATE, "the linux provider does not give boxes GPUs (gpu=%lld)",
@@ -1030,7 +1090,8 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->handles = 1; /* the timer; the poll adds itself */
     sbx_op_on_cancel(op, on_cancel_create, c);
     c->working = true;
-    if (uv_queue_work(sbx_op_loop(op), &c->work, create_work, create_work_done) < 0) {
+    if (sbx__context_submit(sbx__op_provider(op)->ctx, create_work, create_work_done, c,
+                            &c->work) < 0) {
         c->working = false;
         create_finish(c, SBX_ECREATE, sbx_error_new(SBX_ECREATE, "cannot queue work"));
     }
@@ -1197,47 +1258,115 @@ static void linux_download(sbx_op *op, void *state, void *box, const char *remot
 
 /* --- status --------------------------------------------------------------- */
 
+/*
+ * The record and /proc are read on the context's pool (a state directory on
+ * a slow or stuck disk must not stall the loop); what the box's agent
+ * connection says is read back on the loop, which owns it.
+ */
+enum raw_status { RAW_GONE, RAW_UNREADABLE, RAW_SHIM_DEAD, RAW_LIVE, RAW_ENDED };
+
+struct status_job {
+    sbx_op *op;
+    struct linux_box *b;
+    char *box_dir;
+    enum raw_status raw;
+};
+
+static void status_work(void *data)
+{
+    struct status_job *j = data;
+    sbx_linux_record rec;
+    struct stat st;
+    if (stat(j->box_dir, &st) < 0) {
+        j->raw = RAW_GONE;
+    } else if (sbx__linux_record_read(j->box_dir, &rec, NULL) < 0) {
+        j->raw = RAW_UNREADABLE;
+    } else {
+        if (!sbx__linux_shim_alive(&rec))
+            j->raw = RAW_SHIM_DEAD; /* the supervisor died: an orphan for gc */
+        else if (!strcmp(rec.state, "creating") || !strcmp(rec.state, "running"))
+            j->raw = RAW_LIVE;
+        else
+            j->raw = RAW_ENDED;
+        sbx__linux_record_free(&rec);
+    }
+}
+
+static void status_done(void *data, bool cancelled)
+{
+    struct status_job *j = data;
+    struct linux_box *b = j->b;
+    sbx_status s = SBX_STATUS_UNKNOWN;
+    switch (j->raw) {
+    case RAW_GONE:
+        s = SBX_STATUS_STOPPED;
+        break;
+    case RAW_UNREADABLE:
+        s = SBX_STATUS_UNKNOWN;
+        break;
+    case RAW_SHIM_DEAD:
+        s = SBX_STATUS_ERROR;
+        break;
+    case RAW_LIVE:
+        /*
+         * "creating": our handle got the agent's hello and sent the ack; the
+         * record lags a moment. A closed (pooled) connection is no sign of
+         * trouble; a dead one is.
+         */
+        s = sbx__kit_agent_gone(&b->agent) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
+        break;
+    case RAW_ENDED:
+        s = SBX_STATUS_ERROR;
+        /*
+         * The shim recorded the agent's end, which our connection may not
+         * have read yet: from here on exec and transfers say "gone" too.
+         */
+        sbx__kit_agent_lost(&b->agent);
+        break;
+    }
+    if (cancelled)
+        sbx_op_complete(j->op, SBX_ECANCELED, NULL, NULL);
+    else
+        sbx_op_complete(j->op, SBX_OK, NULL, (void *)(intptr_t)s);
+    free(j->box_dir);
+    free(j);
+}
+
 static void linux_status(sbx_op *op, void *state, void *box)
 {
     (void)state;
     struct linux_box *b = box;
-    sbx_linux_record rec;
-    struct stat st;
-    sbx_status s;
-    if (stat(b->box_dir, &st) < 0) {
-        s = SBX_STATUS_STOPPED;
-    } else if (sbx__linux_record_read(b->box_dir, &rec, NULL) < 0) {
-        s = SBX_STATUS_UNKNOWN;
-    } else {
-        if (!sbx__linux_shim_alive(&rec))
-            s = SBX_STATUS_ERROR; /* the supervisor died: an orphan for gc */
-        else if (!strcmp(rec.state, "creating"))
-            /*
-             * Our handle got the agent's hello and sent the ack; the record
-             * lags a moment. The agent known to be gone since: error.
-             */
-            s = sbx__kit_agent_gone(&b->agent) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
-        else if (!strcmp(rec.state, "running"))
-            /* A closed (pooled) connection is no sign of trouble; a dead one is. */
-            s = sbx__kit_agent_gone(&b->agent) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
-        else {
-            s = SBX_STATUS_ERROR;
-            /*
-             * The shim recorded the agent's end, which our connection may not
-             * have read yet: from here on exec and transfers say "gone" too.
-             */
-            sbx__kit_agent_lost(&b->agent);
-        }
-        sbx__linux_record_free(&rec);
+    struct status_job *j = calloc(1, sizeof(*j));
+    if (j)
+        j->box_dir = strdup(b->box_dir);
+    if (!j || !j->box_dir) {
+        free(j);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
     }
-    sbx_op_complete(op, SBX_OK, NULL, (void *)(intptr_t)s);
+    j->op = op;
+    j->b = b;
+    int rc = sbx__context_submit(sbx__op_provider(op)->ctx, status_work, status_done, j, NULL);
+    if (rc < 0) {
+        free(j->box_dir);
+        free(j);
+        sbx_op_complete(op, rc, NULL, NULL);
+    }
 }
 
 /* --- close ---------------------------------------------------------------- */
 
+/*
+ * A stop: the shim is found and signalled on the pool (record, /proc), its
+ * exit watched on the loop (pidfd, or /proc checks without pidfds), and what
+ * an unclean end left (cgroups whose removal retries while tasks linger, the
+ * box directory) removed on the pool again: nothing of it waits on the loop.
+ */
 struct stop {
     sbx_op *op;
     struct linux_box *b;
+    char *box_dir;
+    char *id;
     /* Exit is seen through a pidfd (poll), or without pidfds by checking /proc (check). */
     union {
         uv_poll_t poll;
@@ -1247,10 +1376,42 @@ struct stop {
     int pidfd; /* -1 without pidfd support */
     pid_t pid;
     unsigned long long start;
+    bool signalled; /* the first step signalled the shim: wait for it */
     int handles;
     int code;
     sbx_error *err;
+    double timeout_s;
 };
+
+static void stop_free(struct stop *s)
+{
+    free(s->box_dir);
+    free(s->id);
+    free(s);
+}
+
+/* Worker: a shim that died uncleanly leaves its cgroups and directory: remove them. */
+static void stop_leftovers_work(void *data)
+{
+    struct stop *s = data;
+    struct stat st;
+    if (stat(s->box_dir, &st) == 0) {
+        sbx_linux_record rec;
+        if (sbx__linux_record_read(s->box_dir, &rec, NULL) == 0) {
+            if (!sbx__linux_shim_alive(&rec))
+                sbx__linux_remove_leftovers(s->box_dir, &rec);
+            sbx__linux_record_free(&rec);
+        }
+    }
+}
+
+static void stop_leftovers_done(void *data, bool cancelled)
+{
+    (void)cancelled;
+    struct stop *s = data;
+    sbx_op_complete(s->op, s->code, s->err, NULL);
+    stop_free(s);
+}
 
 static void stop_closed(uv_handle_t *h)
 {
@@ -1259,18 +1420,10 @@ static void stop_closed(uv_handle_t *h)
         return;
     if (s->pidfd >= 0)
         close(s->pidfd);
-    /* A shim that died uncleanly leaves its cgroups and directory: remove them here. */
-    struct stat st;
-    if (stat(s->b->box_dir, &st) == 0) {
-        sbx_linux_record rec;
-        if (sbx__linux_record_read(s->b->box_dir, &rec, NULL) == 0) {
-            if (!sbx__linux_shim_alive(&rec))
-                sbx__linux_remove_leftovers(s->b->box_dir, &rec);
-            sbx__linux_record_free(&rec);
-        }
-    }
-    sbx_op_complete(s->op, s->code, s->err, NULL);
-    free(s);
+    s->pidfd = -1;
+    if (sbx__context_submit(sbx__op_provider(s->op)->ctx, stop_leftovers_work, stop_leftovers_done,
+                            s, NULL) < 0)
+        stop_leftovers_done(s, true);
 }
 
 static void stop_end(struct stop *s)
@@ -1305,8 +1458,74 @@ static void stop_timeout(uv_timer_t *t)
     s->err = sbx_error_new(SBX_ETIMEDOUT,
                            "box %s: its shim did not finish within the stop timeout; `sbx gc` "
                            "removes what is left",
-                           s->b->id);
+                           s->id);
     stop_end(s);
+}
+
+/* Worker: find the box's shim and signal it; without one, remove what is left. */
+static void stop_signal_work(void *data)
+{
+    struct stop *s = data;
+    sbx_linux_record rec;
+    if (sbx__linux_record_read(s->box_dir, &rec, NULL) < 0) {
+        /* No record: gone already, or a shim that died before writing it. */
+        sbx_linux_record none = { .id = s->id };
+        sbx__linux_remove_leftovers(s->box_dir, &none);
+        return;
+    }
+    int pfd = -1;
+    /*
+     * The pidfd pins the process the record names, checked to be this box's
+     * shim (owner, executable, command line, start time): the signal goes
+     * through it, so it reaches that process and no other.
+     */
+    if (sbx__linux_shim_pidfd(&rec, &pfd)) {
+        if (pfd >= 0) {
+            s->signalled = syscall(SYS_pidfd_send_signal, pfd, SIGTERM, NULL, 0) == 0;
+            if (!s->signalled) {
+                close(pfd);
+                pfd = -1;
+            }
+        } else {
+            /* No pidfds (Linux < 5.3, valgrind): start-time check, kill(), poll /proc. */
+            s->signalled = sbx__linux_proc_start(rec.shim_pid) == rec.shim_start &&
+                           kill(rec.shim_pid, SIGTERM) == 0;
+        }
+    }
+    if (!s->signalled && !sbx__linux_shim_alive(&rec))
+        sbx__linux_remove_leftovers(s->box_dir, &rec);
+    s->pidfd = pfd;
+    s->pid = rec.shim_pid;
+    s->start = rec.shim_start;
+    sbx__linux_record_free(&rec);
+}
+
+/* Loop: watch a signalled shim's exit, bounded by the stop timeout. */
+static void stop_signal_done(void *data, bool cancelled)
+{
+    struct stop *s = data;
+    if (cancelled || !s->signalled) {
+        if (s->pidfd >= 0)
+            close(s->pidfd);
+        sbx_op_complete(s->op, cancelled ? SBX_ECANCELED : SBX_OK, NULL, NULL);
+        stop_free(s);
+        return;
+    }
+    uv_loop_t *loop = sbx_op_loop(s->op);
+    s->handles = 2;
+    uv_timer_init(loop, &s->timer);
+    s->timer.data = s;
+    if (s->pidfd >= 0) {
+        uv_poll_init(loop, &s->w.poll, s->pidfd);
+        s->w.poll.data = s;
+        /* A pidfd polls readable once the process has exited. */
+        uv_poll_start(&s->w.poll, UV_READABLE, stop_exited);
+    } else {
+        uv_timer_init(loop, &s->w.check);
+        s->w.check.data = s;
+        uv_timer_start(&s->w.check, stop_check, 5, 5);
+    }
+    uv_timer_start(&s->timer, stop_timeout, (uint64_t)(s->timeout_s * 1000), 0);
 }
 
 static void linux_close(sbx_op *op, void *state, void *box, int owned)
@@ -1315,69 +1534,27 @@ static void linux_close(sbx_op *op, void *state, void *box, int owned)
     struct linux_state *st = state;
     struct linux_box *b = box;
     sbx__kit_agent_drop(&b->agent);
-    sbx_linux_record rec;
-    if (sbx__linux_record_read(b->box_dir, &rec, NULL) < 0) {
-        /* No record: gone already, or a shim that died before writing it. */
-        sbx_linux_record none = { .id = b->id };
-        sbx__linux_remove_leftovers(b->box_dir, &none);
-        sbx_op_complete(op, SBX_OK, NULL, NULL);
-        return;
-    }
-    int pfd = -1;
-    bool signalled = false;
-    /*
-     * The pidfd pins the process the record names, checked to be this box's
-     * shim (owner, executable, command line, start time): the signal goes
-     * through it, so it reaches that process and no other.
-     */
-    if (sbx__linux_shim_pidfd(&rec, &pfd)) {
-        if (pfd >= 0) {
-            signalled = syscall(SYS_pidfd_send_signal, pfd, SIGTERM, NULL, 0) == 0;
-            if (!signalled) {
-                close(pfd);
-                pfd = -1;
-            }
-        } else {
-            /* No pidfds (Linux < 5.3, valgrind): start-time check, kill(), poll /proc. */
-            signalled = sbx__linux_proc_start(rec.shim_pid) == rec.shim_start &&
-                        kill(rec.shim_pid, SIGTERM) == 0;
-        }
-    }
-    if (!signalled) {
-        if (!sbx__linux_shim_alive(&rec))
-            sbx__linux_remove_leftovers(b->box_dir, &rec);
-        sbx__linux_record_free(&rec);
-        sbx_op_complete(op, SBX_OK, NULL, NULL);
-        return;
-    }
     struct stop *s = calloc(1, sizeof(*s));
-    if (!s) {
-        if (pfd >= 0)
-            close(pfd);
-        sbx__linux_record_free(&rec);
+    if (s) {
+        s->box_dir = strdup(b->box_dir);
+        s->id = strdup(b->id);
+    }
+    if (!s || !s->box_dir || !s->id) {
+        if (s)
+            stop_free(s);
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return;
     }
     s->op = op;
     s->b = b;
-    s->pidfd = pfd;
-    s->pid = rec.shim_pid;
-    s->start = rec.shim_start;
-    sbx__linux_record_free(&rec);
-    s->handles = 2;
-    uv_timer_init(sbx_op_loop(op), &s->timer);
-    s->timer.data = s;
-    if (pfd >= 0) {
-        uv_poll_init(sbx_op_loop(op), &s->w.poll, pfd);
-        s->w.poll.data = s;
-        /* A pidfd polls readable once the process has exited. */
-        uv_poll_start(&s->w.poll, UV_READABLE, stop_exited);
-    } else {
-        uv_timer_init(sbx_op_loop(op), &s->w.check);
-        s->w.check.data = s;
-        uv_timer_start(&s->w.check, stop_check, 5, 5);
+    s->pidfd = -1;
+    s->timeout_s = st->stop_timeout_s;
+    int rc = sbx__context_submit(sbx__op_provider(op)->ctx, stop_signal_work, stop_signal_done, s,
+                                 NULL);
+    if (rc < 0) {
+        stop_free(s);
+        sbx_op_complete(op, rc, NULL, NULL);
     }
-    uv_timer_start(&s->timer, stop_timeout, (uint64_t)(st->stop_timeout_s * 1000), 0);
 }
 
 /* --- serialize / connect ------------------------------------------------- */
@@ -1418,18 +1595,40 @@ static void on_connect_agent(sbx_agent_conn *conn, int code, sbx_error *err, voi
     free(k);
 }
 
-static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
+/*
+ * Connect: the descriptor is checked and the box's record read on the
+ * context's pool (a state directory and a record are files); the agent
+ * connection is made on the loop.
+ */
+struct connect_job {
+    sbx_op *op;
+    struct linux_state *st;
+    char *descriptor;
+    int code;
+    sbx_error *err;
+    struct linux_box *b;
+    pid_t init_pid;
+};
+
+static int connect_fail(struct connect_job *j, int code, sbx_error *e)
 {
-    struct linux_state *st = state;
-    _cleanup_json_ json_t *d = json_loads(descriptor_json, 0, NULL);
+    j->code = code;
+    j->err = e;
+    return code;
+}
+
+static void connect_work(void *data)
+{
+    struct connect_job *j = data;
+    struct linux_state *st = j->st;
+    _cleanup_json_ json_t *d = json_loads(j->descriptor, 0, NULL);
     const char *id = json_string_value(json_object_get(d, "sandbox_id"));
     const char *sd = json_string_value(json_object_get(d, "state_dir"));
     if (!id || !sbx__linux_id_ok(id)) {
-        sbx_op_complete(op, SBX_EINVAL,
-                        sbx_error_new(SBX_EINVAL, "a linux descriptor needs a \"sandbox_id\" "
-                                                  "(letters, digits, '-', '_', '.'; got %s%s%s)",
-                                      id ? "'" : "", id ? id : "none", id ? "'" : ""),
-                        NULL);
+        connect_fail(j, SBX_EINVAL,
+                     sbx_error_new(SBX_EINVAL, "a linux descriptor needs a \"sandbox_id\" "
+                                               "(letters, digits, '-', '_', '.'; got %s%s%s)",
+                                   id ? "'" : "", id ? id : "none", id ? "'" : ""));
         return;
     }
     /*
@@ -1460,17 +1659,13 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
         }
         if (se) {
             int code = sbx_error_code(se);
-            sbx_op_complete(op, code, sbx_error_prefix(se, "connecting to linux box %s", id),
-                            NULL);
+            connect_fail(j, code, sbx_error_prefix(se, "connecting to linux box %s", id));
             return;
         }
     }
     struct linux_box *b = calloc(1, sizeof(*b));
-    struct conn_call *k = calloc(1, sizeof(*k));
-    if (!b || !k) {
-        free(b);
-        free(k);
-        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+    if (!b) {
+        connect_fail(j, SBX_ENOMEM, NULL);
         return;
     }
     b->st = st;
@@ -1491,8 +1686,7 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
             sbx_error_prefix(e, "connecting to linux box %s", id);
         }
         box_free(b);
-        free(k);
-        sbx_op_complete(op, code, e, NULL);
+        connect_fail(j, code, e);
         return;
     }
     /*
@@ -1500,8 +1694,7 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
      * only the box's own init accepted behind it.
      */
     b->socket = sbx__printf("%s/run/agent.sock", b->box_dir);
-    sbx__kit_agent_init(&b->agent, st->pool, b->socket);
-    b->agent.peer_pid = rec.init_pid;
+    j->init_pid = rec.init_pid;
     b->cgroups = json_incref(rec.cgroups);
     b->shim_pid = rec.shim_pid;
     b->shim_start = rec.shim_start;
@@ -1509,28 +1702,73 @@ static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
     /* The spec's env, kept in the (checked) record, applies to a connected handle's execs too. */
     json_t *env = rec.env;
     b->base_env = calloc(json_array_size(env) + 1, sizeof(char *));
-    for (size_t i = 0, j = 0; b->base_env && i < json_array_size(env); i++) {
+    for (size_t i = 0, k = 0; b->base_env && i < json_array_size(env); i++) {
         const char *kv = json_string_value(json_array_get(env, i));
         if (kv && strchr(kv, '='))
-            b->base_env[j++] = strdup(kv);
+            b->base_env[k++] = strdup(kv);
     }
     b->workdir = sbx__strdup0(rec.workdir);
     sbx__linux_record_free(&rec);
-    if (!alive || !b->socket || b->agent.peer_pid <= 0) {
+    if (!alive || !b->socket || j->init_pid <= 0) {
         box_free(b);
-        free(k);
-        sbx_op_complete(op, SBX_EPROVIDER,
-                        sbx_error_new(SBX_EPROVIDER, "box %s is not running", id), NULL);
+        connect_fail(j, SBX_EPROVIDER, sbx_error_new(SBX_EPROVIDER, "box %s is not running", id));
         return;
     }
+    j->b = b;
+}
+
+static void connect_done(void *data, bool cancelled)
+{
+    struct connect_job *j = data;
+    sbx_op *op = j->op;
+    struct linux_box *b = steal_pointer(&j->b);
+    int code = cancelled ? SBX_ECANCELED : j->code;
+    sbx_error *e = steal_pointer(&j->err);
+    pid_t init_pid = j->init_pid;
+    free(j->descriptor);
+    free(j);
+    if (code < 0 || !b) {
+        box_free(b);
+        sbx_op_complete(op, code < 0 ? code : SBX_ENOMEM, e, NULL);
+        return;
+    }
+    struct conn_call *k = calloc(1, sizeof(*k));
+    if (!k) {
+        box_free(b);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    sbx__kit_agent_init(&b->agent, b->st->pool, b->socket);
+    b->agent.peer_pid = init_pid;
     k->op = op;
     k->b = b;
     if (sbx__agent_connect_peer(sbx_op_loop(op), b->socket, b->agent.peer_pid, false, 10.0,
                                 on_connect_agent, k) < 0) {
+        sbx_error *ce = sbx_error_new(SBX_EPROVIDER, "cannot connect to box %s", b->id);
+        /* Before the completion, which may free the provider and its pool. */
         box_free(b);
         free(k);
-        sbx_op_complete(op, SBX_EPROVIDER,
-                        sbx_error_new(SBX_EPROVIDER, "cannot connect to box %s", id), NULL);
+        sbx_op_complete(op, SBX_EPROVIDER, ce, NULL);
+    }
+}
+
+static void linux_connect(sbx_op *op, void *state, const char *descriptor_json)
+{
+    struct connect_job *j = calloc(1, sizeof(*j));
+    if (j)
+        j->descriptor = strdup(descriptor_json ? descriptor_json : "");
+    if (!j || !j->descriptor) {
+        free(j);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    j->op = op;
+    j->st = state;
+    int rc = sbx__context_submit(sbx__op_provider(op)->ctx, connect_work, connect_done, j, NULL);
+    if (rc < 0) {
+        free(j->descriptor);
+        free(j);
+        sbx_op_complete(op, rc, NULL, NULL);
     }
 }
 
