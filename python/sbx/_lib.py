@@ -12,8 +12,10 @@ import asyncio
 import atexit
 import ctypes
 import ctypes.util
+import errno
 import logging
 import os
+import time
 from ctypes import POINTER, byref, c_char_p, c_double, c_int, c_size_t, c_void_p
 from pathlib import Path
 from typing import Any, Callable
@@ -56,7 +58,7 @@ def _load() -> ctypes.CDLL:
             errors.append(f"{path}: not found")
             continue
         try:
-            return ctypes.CDLL(path)
+            return ctypes.CDLL(path, use_errno=True)
         except OSError as exc:
             errors.append(str(exc))
     raise ImportError(
@@ -141,6 +143,9 @@ for _name, _res, _args in [
     ("sbx_sandbox_connect_async", c_int, (_P, c_char_p, _PP, _ERR)),
     ("sbx_sandbox_stop_async", c_int, (_P, _PP, _ERR)),
     ("sbx_sandbox_id", c_char_p, (_P,)),
+    ("sbx_sandbox_owned", c_int, (_P,)),
+    ("sbx_sandbox_workdir", c_char_p, (_P,)),
+    ("sbx_error_errno", c_int, (_P,)),
     ("sbx_sandbox_free", None, (_P,)),
 ]:
     _proto(_name, _res, *_args)
@@ -193,10 +198,26 @@ _EXCEPTIONS: dict[str, type[BaseException]] = {
 }
 
 
-def exception_for(code: int, message: str) -> BaseException:
-    """The Python exception for an sbx code; `sbx_code` names the code."""
+# What to do when descriptors run out (libsbx says the same in its errors).
+FD_HINT = (
+    "; too many open files: raise the limit (ulimit -n, or RLIMIT_NOFILE) or run fewer sandboxes at once"
+)
+
+
+def exception_for(code: int, message: str, errnum: int = 0) -> BaseException:
+    """The Python exception for an sbx code; `sbx_code` names the code.
+    Running out of descriptors (errno EMFILE/ENFILE) is never a MemoryError:
+    an error without a more precise class becomes an OSError with that errno,
+    and its message says what to do."""
     name = lib.sbx_err_name(code).decode()
     cls = _EXCEPTIONS.get(name, SandboxError)
+    if errnum in (errno.EMFILE, errno.ENFILE):
+        if "ulimit" not in message:
+            message += FD_HINT
+        if cls in (MemoryError, SandboxError):
+            exc = OSError(errnum, message)
+            exc.sbx_code = name  # type: ignore[attr-defined]
+            return exc
     exc = cls(message)
     try:
         exc.sbx_code = name  # type: ignore[attr-defined]
@@ -210,11 +231,13 @@ def take_error(code: int, err: c_void_p) -> BaseException:
     if err.value:
         message = lib.sbx_error_message(err).decode("utf-8", "replace")
         code = lib.sbx_error_code(err) or code
+        errnum = lib.sbx_error_errno(err)
         lib.sbx_error_free(err)
         err.value = None
     else:
         message = lib.sbx_strerror(code).decode()
-    return exception_for(code, message)
+        errnum = 0
+    return exception_for(code, message, errnum)
 
 
 def check(rc: int, err: c_void_p) -> None:
@@ -385,46 +408,56 @@ async def await_future(f: c_void_p, take: Callable[[c_void_p], Any]) -> Any:
     CancelledError propagates."""
     try:
         if not lib.sbx_future_done(f):
-            if asyncio._get_running_loop() is None:
-                # Driven by the blocking facade (sbx.api._DirectRunner), not asyncio.
-                await BlockingWait(f)
-            else:
-                await _wait_fd(f)
+            await _wait_fd(f)
         return take(f)
     finally:
         lib.sbx_future_free(f)
 
 
-class BlockingWait:
-    """Yielded to a coroutine driver that blocks on the future itself
-    (sbx_future_wait, GIL released), so the blocking Sandbox runs the same
-    AsyncSandbox code without an event loop or a thread."""
+# The blocking facade waits in slices this long, so Python runs signal
+# handlers (Ctrl-C) between them; the GIL is released during each.
+_WAIT_SLICE_S = 0.25
 
-    __slots__ = ("future",)
 
-    def __init__(self, future: c_void_p) -> None:
-        self.future = future
-
-    def __await__(self) -> Any:
-        yield self
-
-    def wait(self, timeout_s: float | None) -> bool:
-        """Waits up to timeout_s (None: no limit); True once complete."""
-        err = c_void_p()
-        lib.sbx_future_wait(self.future, -1.0 if timeout_s is None else max(0.0, timeout_s), byref(err))
-        if err.value:
-            lib.sbx_error_free(err)
-        return bool(lib.sbx_future_done(self.future))
-
-    def cancel(self) -> None:
-        lib.sbx_future_cancel(self.future)
+def wait_future(f: c_void_p, take: Callable[[c_void_p], Any], *, timeout_s: float,
+                on_timeout: Callable[[], BaseException]) -> Any:
+    """The blocking form of await_future, for the sync Sandbox: waits in the
+    calling thread with sbx_future_wait (what the C blocking calls do), then
+    takes the result and frees the future. Past `timeout_s`, or when a signal
+    handler raises (Ctrl-C), the operation is cancelled and waited to its end
+    (what it started is gone); then on_timeout()'s exception, or the
+    handler's, is raised."""
+    try:
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not lib.sbx_future_done(f):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise on_timeout()
+                err = c_void_p()
+                lib.sbx_future_wait(f, min(left, _WAIT_SLICE_S), byref(err))
+                if err.value:
+                    lib.sbx_error_free(err)
+        except BaseException:
+            lib.sbx_future_cancel(f)
+            err = c_void_p()
+            lib.sbx_future_wait(f, -1.0, byref(err))
+            if err.value:
+                lib.sbx_error_free(err)
+            raise
+        return take(f)
+    finally:
+        lib.sbx_future_free(f)
 
 
 async def _wait_fd(f: c_void_p) -> None:
     loop = asyncio.get_running_loop()
     fd = lib.sbx_future_fd(f)
     if fd < 0:
-        raise MemoryError("cannot make an event descriptor for an sbx future")
+        e = ctypes.get_errno()
+        if e in (errno.EMFILE, errno.ENFILE):
+            raise OSError(e, f"cannot watch an sbx operation: {os.strerror(e)}{FD_HINT}")
+        raise OSError(e, f"cannot make an event descriptor for an sbx operation: {os.strerror(e)}")
     waiter: list[asyncio.Future[None]] = [loop.create_future()]
 
     def ready() -> None:
