@@ -198,6 +198,11 @@ _EXCEPTIONS: dict[str, type[BaseException]] = {
 }
 
 
+class SandboxDescriptorError(OSError, SandboxError):
+    """The process ran out of file descriptors (errno EMFILE or ENFILE):
+    an OSError with that errno, and a SandboxError (so a RuntimeError)."""
+
+
 # What to do when descriptors run out (libsbx says the same in its errors).
 FD_HINT = (
     "; too many open files: raise the limit (ulimit -n, or RLIMIT_NOFILE) or run fewer sandboxes at once"
@@ -215,7 +220,7 @@ def exception_for(code: int, message: str, errnum: int = 0) -> BaseException:
         if "ulimit" not in message:
             message += FD_HINT
         if cls in (MemoryError, SandboxError):
-            exc = OSError(errnum, message)
+            exc = SandboxDescriptorError(errnum, message)
             exc.sbx_code = name  # type: ignore[attr-defined]
             return exc
     exc = cls(message)
@@ -450,14 +455,45 @@ def wait_future(f: c_void_p, take: Callable[[c_void_p], Any], *, timeout_s: floa
         lib.sbx_future_free(f)
 
 
+_warned_no_fd = False
+
+
+def _warn_no_fd(e: int) -> None:
+    global _warned_no_fd
+    if not _warned_no_fd:
+        _warned_no_fd = True
+        LOGGER.warning("cannot make a descriptor to await an sbx operation (%s): polling for it "
+                       "instead%s", os.strerror(e), FD_HINT if e in (errno.EMFILE, errno.ENFILE) else "")
+
+
+async def _poll(f: c_void_p) -> None:
+    """Awaits the future without a descriptor (backing off to 20 ms);
+    cancellation is handled as in _wait_fd."""
+    delay = 0.0005
+    try:
+        while not lib.sbx_future_done(f):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+    except asyncio.CancelledError:
+        lib.sbx_future_cancel(f)
+        while not lib.sbx_future_done(f):
+            try:
+                await asyncio.sleep(0.005)
+            except asyncio.CancelledError:
+                pass
+        raise
+
+
 async def _wait_fd(f: c_void_p) -> None:
     loop = asyncio.get_running_loop()
     fd = lib.sbx_future_fd(f)
     if fd < 0:
-        e = ctypes.get_errno()
-        if e in (errno.EMFILE, errno.ENFILE):
-            raise OSError(e, f"cannot watch an sbx operation: {os.strerror(e)}{FD_HINT}")
-        raise OSError(e, f"cannot make an event descriptor for an sbx operation: {os.strerror(e)}")
+        # No descriptor left to watch it with: the operation was accepted and
+        # runs on, so poll for its end rather than abandon it (a stop() must
+        # still work when the process is out of descriptors).
+        _warn_no_fd(ctypes.get_errno())
+        await _poll(f)
+        return
     waiter: list[asyncio.Future[None]] = [loop.create_future()]
 
     def ready() -> None:
