@@ -318,7 +318,13 @@ class AsyncSandbox:
 
     def _require_handle(self) -> SandboxHandle:
         if self._csb is not None:
-            raise RuntimeError("Sandbox has not been started")  # no C provider has PTYs
+            # A view for code that hands the handle to the provider object
+            # (cprovider._box(handle) is the sbx_sandbox *); C re-checks the
+            # state on every operation.
+            handle = self._handle
+            if handle is None:
+                raise RuntimeError("Sandbox has not been started")
+            return handle
         if self._handle_ is None or self._stopped:
             raise RuntimeError("Sandbox has not been started")
         return self._handle_
