@@ -633,6 +633,22 @@ class _CallingThread:
             ),
         )
 
+    def run(self, operation: str, factory: Callable[[], Awaitable[T]]) -> T:
+        """Runs an AsyncSandbox coroutine, for a method that is more than one
+        C operation (none of the above is), on a short-lived asyncio loop in
+        the calling thread; a wait timeout cancels it (its cleanup runs)."""
+        self._ensure_can_block(operation)
+
+        async def bounded() -> T:
+            try:
+                return await asyncio.wait_for(factory(), timeout=self._wait_timeout_s)
+            except (TimeoutError, asyncio.TimeoutError) as exc:
+                raise TimeoutError(
+                    f"Sandbox.{operation}() timed out waiting for the sync loop after {self._wait_timeout_s:g}s"
+                ) from exc
+
+        return asyncio.run(bounded())
+
     def close(self) -> None:
         self._closed = True
 

@@ -191,6 +191,9 @@ def test_c_providers_block_in_the_calling_thread_with_the_same_rules():
 
     asyncio.run(inside())
     s.start()
+    # A coroutine (a method that is more than one C operation) runs on a
+    # short-lived loop in the calling thread.
+    assert s._runner.run("exec", lambda: s._async_sandbox.exec("exit 6")).return_code == 6
     s.stop()
     s.stop()
     assert s.status() == SandboxStatus.STOPPED
