@@ -15,7 +15,10 @@ import ctypes.util
 import errno
 import logging
 import os
+import resource
+import threading
 import time
+import weakref
 from ctypes import POINTER, byref, c_char_p, c_double, c_int, c_size_t, c_void_p
 from pathlib import Path
 from typing import Any, Callable
@@ -466,25 +469,91 @@ def _warn_no_fd(e: int) -> None:
                        "instead%s", os.strerror(e), FD_HINT if e in (errno.EMFILE, errno.ENFILE) else "")
 
 
-async def _poll(f: c_void_p) -> None:
-    """Awaits the future without a descriptor (backing off to 20 ms);
-    cancellation is handled as in _wait_fd."""
-    delay = 0.0005
+def _fd_budget() -> int:
+    """How many futures may hold an eventfd at once: a quarter of the soft
+    RLIMIT_NOFILE, so operations in flight leave the rest to what the
+    operations themselves open (agent sockets, a pidfd per stopping box,
+    record files); the others are polled for (_Poller)."""
     try:
-        while not lib.sbx_future_done(f):
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        return 512
+    return 512 if soft == resource.RLIM_INFINITY else max(16, soft // 4)
+
+
+_fds_held = 0  # futures holding an eventfd now (all loops)
+_fds_lock = threading.Lock()
+
+
+class _Poller:
+    """One task per event loop that watches every future awaited without a
+    descriptor: it checks them all, every 0.5 ms while they complete and up
+    to every 10 ms while none does."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.waiting: dict[int, tuple[c_void_p, asyncio.Future[None]]] = {}
+        self.task: asyncio.Task[None] | None = None
+
+    def add(self, f: c_void_p) -> asyncio.Future[None]:
+        w: asyncio.Future[None] = self.loop.create_future()
+        self.waiting[id(w)] = (f, w)
+        if self.task is None or self.task.done():
+            self.task = self.loop.create_task(self._run())
+        return w
+
+    async def _run(self) -> None:
+        delay = 0.0005
+        while self.waiting:
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.02)
+            ready = [k for k, (f, w) in self.waiting.items() if w.done() or lib.sbx_future_done(f)]
+            for k in ready:
+                _, w = self.waiting.pop(k)
+                if not w.done():
+                    w.set_result(None)
+            delay = 0.0005 if ready else min(delay * 2, 0.01)
+
+
+_pollers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Poller] = weakref.WeakKeyDictionary()
+
+
+async def _poll(f: c_void_p) -> None:
+    """Awaits the future without a descriptor; cancellation is handled as in
+    _wait_fd (the operation is cancelled and awaited to its end)."""
+    loop = asyncio.get_running_loop()
+    poller = _pollers.get(loop)
+    if poller is None:
+        poller = _pollers[loop] = _Poller(loop)
+    try:
+        await poller.add(f)
     except asyncio.CancelledError:
         lib.sbx_future_cancel(f)
         while not lib.sbx_future_done(f):
             try:
-                await asyncio.sleep(0.005)
+                await poller.add(f)
             except asyncio.CancelledError:
                 pass
         raise
 
 
 async def _wait_fd(f: c_void_p) -> None:
+    global _fds_held
+    with _fds_lock:
+        over = _fds_held >= _fd_budget()  # read each time: the limit may change
+        if not over:
+            _fds_held += 1
+    if over:
+        # Many operations in flight: the rest wait without a descriptor.
+        await _poll(f)
+        return
+    try:
+        await _wait_fd_held(f)
+    finally:
+        with _fds_lock:
+            _fds_held -= 1
+
+
+async def _wait_fd_held(f: c_void_p) -> None:
     loop = asyncio.get_running_loop()
     fd = lib.sbx_future_fd(f)
     if fd < 0:

@@ -298,3 +298,42 @@ def test_operations_complete_when_no_descriptor_is_left_to_watch_them():
     out = _run_child(CHILD_POLL)
     assert out["cmds"] == [f"echo {i}" for i in range(200)]
     assert out["status"] == "SandboxStatus.STOPPED"
+
+
+CHILD_BUDGET = """
+    import asyncio, json, os, resource
+    from sbx import AsyncSandbox, SandboxSpec
+    from sbx import _lib
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    async def main():
+        sb = await AsyncSandbox({"fake": {}}, SandboxSpec()).start()
+        base, peak = len(os.listdir("/proc/self/fd")), 0
+        done = False
+
+        async def watch():
+            nonlocal peak
+            while not done:
+                peak = max(peak, len(os.listdir("/proc/self/fd")))
+                await asyncio.sleep(0)
+
+        w = asyncio.create_task(watch())
+        out = await asyncio.gather(*(sb.exec("sleep 0.2") for i in range(1000)))
+        done = True
+        await w
+        await sb.stop()
+        return sum(r.return_code == 0 for r in out), peak - base
+
+    ok, extra = asyncio.run(main())
+    print(json.dumps({"ok": ok, "extra": extra, "budget": _lib._fd_budget()}))
+"""
+
+
+def test_futures_in_flight_hold_a_bounded_number_of_descriptors():
+    """1000 operations in flight hold at most the budget's eventfds (a
+    quarter of RLIMIT_NOFILE); the rest are polled, and all complete."""
+    out = _run_child(CHILD_BUDGET)
+    assert out["ok"] == 1000
+    assert out["budget"] == 64
+    assert 0 < out["extra"] <= out["budget"] + 8  # a few for the fake's own timers

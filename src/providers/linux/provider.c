@@ -1394,7 +1394,19 @@ static void linux_close(sbx_op *op, void *state, void *box, int owned)
     struct linux_box *b = box;
     sbx__linux_agent_drop(&b->agent);
     sbx_linux_record rec;
-    if (sbx__linux_record_read(b->box_dir, &rec, NULL) < 0) {
+    sbx_error *rerr = NULL;
+    if (sbx__linux_record_read(b->box_dir, &rec, &rerr) < 0) {
+        int e = sbx_error_errno(rerr);
+        if (e == EMFILE || e == ENFILE) {
+            /*
+             * Out of descriptors says nothing about the box, which is most
+             * likely running: removing its leftovers would wait on a busy
+             * cgroup (on this thread) and then leak the box. Report it.
+             */
+            sbx_op_complete(op, SBX_EIO, sbx_error_prefix(rerr, "stopping box %s", b->id), NULL);
+            return;
+        }
+        sbx_error_free(rerr);
         /* No record: gone already, or a shim that died before writing it. */
         sbx_linux_record none = { .id = b->id };
         sbx__linux_remove_leftovers(b->box_dir, &none);
