@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import threading
 import weakref
 from collections.abc import Mapping

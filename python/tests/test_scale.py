@@ -17,7 +17,6 @@ import time
 import weakref
 from pathlib import Path
 
-import pytest
 
 import sbx
 from sbx import AsyncSandbox, Sandbox, SandboxSpec, create_provider
