@@ -8,7 +8,7 @@ Code written for NeMo Gym's sandbox API runs after changing its import line:
 Attribution helpers live in the module `sbx.attribution`, as in the reference.
 """
 
-from ._lib import version
+from ._lib import SandboxDescriptorError, version
 from .api import AsyncSandbox, Sandbox, SandboxPty
 from .boxes import (
     acleanup_sandboxes,
@@ -59,6 +59,7 @@ __all__ = [
     "Sandbox",
     "SandboxCreateError",
     "SandboxCreateVerificationError",
+    "SandboxDescriptorError",
     "SandboxEndpoint",
     "SandboxError",
     "SandboxExecResult",

@@ -12,8 +12,13 @@ import asyncio
 import atexit
 import ctypes
 import ctypes.util
+import errno
 import logging
 import os
+import resource
+import threading
+import time
+import weakref
 from ctypes import POINTER, byref, c_char_p, c_double, c_int, c_size_t, c_void_p
 from pathlib import Path
 from typing import Any, Callable
@@ -58,7 +63,7 @@ def _load() -> ctypes.CDLL:
         try:
             # Global: C provider plugins on SBX_PLUGIN_PATH bind to this libsbx's API
             # (they link no copy of their own), which a local load would hide from them.
-            return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL, use_errno=True)
         except OSError as exc:
             errors.append(str(exc))
     raise ImportError(
@@ -143,6 +148,9 @@ for _name, _res, _args in [
     ("sbx_sandbox_connect_async", c_int, (_P, c_char_p, _PP, _ERR)),
     ("sbx_sandbox_stop_async", c_int, (_P, _PP, _ERR)),
     ("sbx_sandbox_id", c_char_p, (_P,)),
+    ("sbx_sandbox_owned", c_int, (_P,)),
+    ("sbx_sandbox_workdir", c_char_p, (_P,)),
+    ("sbx_error_errno", c_int, (_P,)),
     ("sbx_sandbox_free", None, (_P,)),
 ]:
     _proto(_name, _res, *_args)
@@ -195,10 +203,31 @@ _EXCEPTIONS: dict[str, type[BaseException]] = {
 }
 
 
-def exception_for(code: int, message: str) -> BaseException:
-    """The Python exception for an sbx code; `sbx_code` names the code."""
+class SandboxDescriptorError(OSError, SandboxError):
+    """The process ran out of file descriptors (errno EMFILE or ENFILE):
+    an OSError with that errno, and a SandboxError (so a RuntimeError)."""
+
+
+# What to do when descriptors run out (libsbx says the same in its errors).
+FD_HINT = (
+    "; too many open files: raise the limit (ulimit -n, or RLIMIT_NOFILE) or run fewer sandboxes at once"
+)
+
+
+def exception_for(code: int, message: str, errnum: int = 0) -> BaseException:
+    """The Python exception for an sbx code; `sbx_code` names the code.
+    Running out of descriptors (errno EMFILE/ENFILE) is never a MemoryError:
+    an error without a more precise class becomes an OSError with that errno,
+    and its message says what to do."""
     name = lib.sbx_err_name(code).decode()
     cls = _EXCEPTIONS.get(name, SandboxError)
+    if errnum in (errno.EMFILE, errno.ENFILE):
+        if "ulimit" not in message:
+            message += FD_HINT
+        if cls in (MemoryError, SandboxError):
+            exc = SandboxDescriptorError(errnum, message)
+            exc.sbx_code = name  # type: ignore[attr-defined]
+            return exc
     exc = cls(message)
     try:
         exc.sbx_code = name  # type: ignore[attr-defined]
@@ -212,11 +241,13 @@ def take_error(code: int, err: c_void_p) -> BaseException:
     if err.value:
         message = lib.sbx_error_message(err).decode("utf-8", "replace")
         code = lib.sbx_error_code(err) or code
+        errnum = lib.sbx_error_errno(err)
         lib.sbx_error_free(err)
         err.value = None
     else:
         message = lib.sbx_strerror(code).decode()
-    return exception_for(code, message)
+        errnum = 0
+    return exception_for(code, message, errnum)
 
 
 def check(rc: int, err: c_void_p) -> None:
@@ -387,46 +418,153 @@ async def await_future(f: c_void_p, take: Callable[[c_void_p], Any]) -> Any:
     CancelledError propagates."""
     try:
         if not lib.sbx_future_done(f):
-            if asyncio._get_running_loop() is None:
-                # Driven by the blocking facade (sbx.api._DirectRunner), not asyncio.
-                await BlockingWait(f)
-            else:
-                await _wait_fd(f)
+            await _wait_fd(f)
         return take(f)
     finally:
         lib.sbx_future_free(f)
 
 
-class BlockingWait:
-    """Yielded to a coroutine driver that blocks on the future itself
-    (sbx_future_wait, GIL released), so the blocking Sandbox runs the same
-    AsyncSandbox code without an event loop or a thread."""
+# The blocking facade waits in slices this long, so Python runs signal
+# handlers (Ctrl-C) between them; the GIL is released during each.
+_WAIT_SLICE_S = 0.25
 
-    __slots__ = ("future",)
 
-    def __init__(self, future: c_void_p) -> None:
-        self.future = future
+def wait_future(f: c_void_p, take: Callable[[c_void_p], Any], *, timeout_s: float,
+                on_timeout: Callable[[], BaseException]) -> Any:
+    """The blocking form of await_future, for the sync Sandbox: waits in the
+    calling thread with sbx_future_wait (what the C blocking calls do), then
+    takes the result and frees the future. Past `timeout_s`, or when a signal
+    handler raises (Ctrl-C), the operation is cancelled and waited to its end
+    (what it started is gone); then on_timeout()'s exception, or the
+    handler's, is raised."""
+    try:
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not lib.sbx_future_done(f):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise on_timeout()
+                err = c_void_p()
+                lib.sbx_future_wait(f, min(left, _WAIT_SLICE_S), byref(err))
+                if err.value:
+                    lib.sbx_error_free(err)
+        except BaseException:
+            lib.sbx_future_cancel(f)
+            err = c_void_p()
+            lib.sbx_future_wait(f, -1.0, byref(err))
+            if err.value:
+                lib.sbx_error_free(err)
+            raise
+        return take(f)
+    finally:
+        lib.sbx_future_free(f)
 
-    def __await__(self) -> Any:
-        yield self
 
-    def wait(self, timeout_s: float | None) -> bool:
-        """Waits up to timeout_s (None: no limit); True once complete."""
-        err = c_void_p()
-        lib.sbx_future_wait(self.future, -1.0 if timeout_s is None else max(0.0, timeout_s), byref(err))
-        if err.value:
-            lib.sbx_error_free(err)
-        return bool(lib.sbx_future_done(self.future))
+_warned_no_fd = False
 
-    def cancel(self) -> None:
-        lib.sbx_future_cancel(self.future)
+
+def _warn_no_fd(e: int) -> None:
+    global _warned_no_fd
+    if not _warned_no_fd:
+        _warned_no_fd = True
+        LOGGER.warning("cannot make a descriptor to await an sbx operation (%s): polling for it "
+                       "instead%s", os.strerror(e), FD_HINT if e in (errno.EMFILE, errno.ENFILE) else "")
+
+
+def _fd_budget() -> int:
+    """How many futures may hold an eventfd at once: a quarter of the soft
+    RLIMIT_NOFILE, so operations in flight leave the rest to what the
+    operations themselves open (agent sockets, a pidfd per stopping box,
+    record files); the others are polled for (_Poller)."""
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        return 512
+    return 512 if soft == resource.RLIM_INFINITY else max(16, soft // 4)
+
+
+_fds_held = 0  # futures holding an eventfd now (all loops)
+_fds_lock = threading.Lock()
+
+
+class _Poller:
+    """One task per event loop that watches every future awaited without a
+    descriptor: it checks them all, every 0.5 ms while they complete and up
+    to every 10 ms while none does."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.waiting: dict[int, tuple[c_void_p, asyncio.Future[None]]] = {}
+        self.task: asyncio.Task[None] | None = None
+
+    def add(self, f: c_void_p) -> asyncio.Future[None]:
+        w: asyncio.Future[None] = self.loop.create_future()
+        self.waiting[id(w)] = (f, w)
+        if self.task is None or self.task.done():
+            self.task = self.loop.create_task(self._run())
+        return w
+
+    async def _run(self) -> None:
+        delay = 0.0005
+        while self.waiting:
+            await asyncio.sleep(delay)
+            ready = [k for k, (f, w) in self.waiting.items() if w.done() or lib.sbx_future_done(f)]
+            for k in ready:
+                _, w = self.waiting.pop(k)
+                if not w.done():
+                    w.set_result(None)
+            delay = 0.0005 if ready else min(delay * 2, 0.01)
+
+
+_pollers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Poller] = weakref.WeakKeyDictionary()
+
+
+async def _poll(f: c_void_p) -> None:
+    """Awaits the future without a descriptor; cancellation is handled as in
+    _wait_fd (the operation is cancelled and awaited to its end)."""
+    loop = asyncio.get_running_loop()
+    poller = _pollers.get(loop)
+    if poller is None:
+        poller = _pollers[loop] = _Poller(loop)
+    try:
+        await poller.add(f)
+    except asyncio.CancelledError:
+        lib.sbx_future_cancel(f)
+        while not lib.sbx_future_done(f):
+            try:
+                await poller.add(f)
+            except asyncio.CancelledError:
+                pass
+        raise
 
 
 async def _wait_fd(f: c_void_p) -> None:
+    global _fds_held
+    with _fds_lock:
+        over = _fds_held >= _fd_budget()  # read each time: the limit may change
+        if not over:
+            _fds_held += 1
+    if over:
+        # Many operations in flight: the rest wait without a descriptor.
+        await _poll(f)
+        return
+    try:
+        await _wait_fd_held(f)
+    finally:
+        with _fds_lock:
+            _fds_held -= 1
+
+
+async def _wait_fd_held(f: c_void_p) -> None:
     loop = asyncio.get_running_loop()
     fd = lib.sbx_future_fd(f)
     if fd < 0:
-        raise MemoryError("cannot make an event descriptor for an sbx future")
+        # No descriptor left to watch it with: the operation was accepted and
+        # runs on, so poll for its end rather than abandon it (a stop() must
+        # still work when the process is out of descriptors).
+        _warn_no_fd(ctypes.get_errno())
+        await _poll(f)
+        return
     waiter: list[asyncio.Future[None]] = [loop.create_future()]
 
     def ready() -> None:

@@ -1,10 +1,13 @@
 """The public facades: AsyncSandbox (reference-api.md C-G), its PTY
-namespace, and the blocking Sandbox with its private loop (H).
+namespace, and the blocking Sandbox (H).
 
-AsyncSandbox drives any provider object through the provider protocol:
-pure-Python providers registered with register_provider(), and C providers
-(sbx.cprovider.CProvider), whose every call is one libsbx async operation
-awaited on the running loop through the future's file descriptor.
+On a C provider both are thin wrappers over one C `sbx_sandbox`: each method
+is the matching libsbx operation (AsyncSandbox awaits its future on the
+running loop through the future's descriptor; Sandbox waits for it in the
+calling thread), so the lifecycle rules exist once, in src/core/sandbox.c.
+Pure-Python providers registered with register_provider() are driven
+through the provider protocol with the reference's rules, and their
+blocking facade runs a private loop thread, as the reference's does.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future
@@ -31,9 +33,10 @@ from .base import (
     SandboxStatus,
     provider_display_name,
 )
-from . import _lib
-from .cprovider import CProvider
-from .registry import create_provider, get_provider_class
+from . import _lib, cprovider
+from ._lib import lib
+from .cprovider import CProvider, CSandbox
+from .registry import get_provider_class, provider_for_sandbox
 
 T = TypeVar("T")
 
@@ -253,21 +256,58 @@ class SandboxPty:
 # --- AsyncSandbox -----------------------------------------------------------
 
 
+def _c_provider(provider: Mapping[str, Any] | Any) -> Any:
+    """The provider object an AsyncSandbox runs on. A config mapping naming a
+    C provider gives the process's shared provider for that config; other
+    mappings are built as create_provider() builds them."""
+    return provider_for_sandbox(provider) if isinstance(provider, Mapping) else provider
+
+
 class AsyncSandbox:
-    """One sandbox on a provider. Constructing it creates nothing; start() does."""
+    """One sandbox on a provider. Constructing it creates nothing; start() does.
+
+    On a C provider (CProvider: built in, registered in C, or a C plugin) it
+    is a thin wrapper over one C `sbx_sandbox` held in `self._csb` (a
+    cprovider.CSandbox; `self._csb.ptr` is the `sbx_sandbox *`): every method
+    is the matching `sbx_sandbox_*_async` call awaited on the running loop,
+    and the lifecycle rules are src/core/sandbox.c's alone. On a Python
+    provider (register_provider) `self._csb` is None and the methods apply
+    the reference's rules to the provider object below.
+    """
 
     def __init__(self, provider: Mapping[str, Any] | Any, spec: SandboxSpec | None = None) -> None:
-        self._provider = create_provider(provider) if isinstance(provider, Mapping) else provider
-        self._spec = spec
-        self._handle: SandboxHandle | None = None
+        self._provider = _c_provider(provider)
+        self._spec = spec  # C: the spec given last (informational; C keeps its own copy)
+        # The C sandbox (C providers only): the one object C operations take.
+        self._csb: CSandbox | None = None
+        if isinstance(self._provider, CProvider):
+            self._csb = CSandbox.new(self._provider, spec)
+        self._handle_: SandboxHandle | None = None
         self._stopped = True
         self._closed = False
         self.pty = SandboxPty(self)
 
+    # The Python-provider path keeps its handle in _handle_; for a C sandbox
+    # the handle is a view of the C object (raw = the CSandbox).
+    @property
+    def _handle(self) -> SandboxHandle | None:
+        if self._csb is None:
+            return self._handle_
+        sid = self._csb.id
+        if sid is None:
+            return None
+        return SandboxHandle(sandbox_id=sid, provider_name=self._provider.name, raw=self._csb)
+
+    @_handle.setter
+    def _handle(self, value: SandboxHandle | None) -> None:
+        self._handle_ = value
+
     @property
     def sandbox_id(self) -> str | None:
         """The provider's id for the box, or None before start."""
-        return self._handle.sandbox_id if self._handle is not None else None
+        if self._csb is not None:
+            return self._csb.id
+        return self._handle_.sandbox_id if self._handle_ is not None else None
 
     @property
     def handle(self) -> SandboxHandle | None:
@@ -277,14 +317,27 @@ class AsyncSandbox:
         return self._spec.workdir if self._spec is not None else None
 
     def _require_handle(self) -> SandboxHandle:
-        if self._handle is None or self._stopped:
+        if self._csb is not None:
+            # A view for code that hands the handle to the provider object
+            # (cprovider._box(handle) is the sbx_sandbox *); C re-checks the
+            # state on every operation.
+            handle = self._handle
+            if handle is None:
+                raise RuntimeError("Sandbox has not been started")
+            return handle
+        if self._handle_ is None or self._stopped:
             raise RuntimeError("Sandbox has not been started")
-        return self._handle
+        return self._handle_
 
     async def start(self, spec: SandboxSpec | None = None) -> AsyncSandbox:
+        if self._csb is not None:
+            await _lib.await_future(*self._csb.start(spec))
+            if spec is not None:
+                self._spec = spec
+            return self
         if self._closed:
             raise RuntimeError("Sandbox has been stopped")
-        if self._handle is not None and not self._stopped:
+        if self._handle_ is not None and not self._stopped:
             raise RuntimeError("Sandbox is already started")
         wanted = spec if spec is not None else self._spec
         if wanted is None:
@@ -306,7 +359,7 @@ class AsyncSandbox:
                 await self._provider.aclose()
             raise
         self._spec = wanted
-        self._handle = handle
+        self._handle_ = handle
         self._stopped = False
         return self
 
@@ -326,6 +379,8 @@ class AsyncSandbox:
         timeout_s: int | float | None = DEFAULT_EXEC_TIMEOUT_S,
         user: str | int | None = None,
     ) -> SandboxExecResult:
+        if self._csb is not None:
+            return await _lib.await_future(*self._csb.exec(command, cwd, env, timeout_s, user))
         handle = self._require_handle()
         return await self._provider.exec(
             handle,
@@ -361,19 +416,27 @@ class AsyncSandbox:
         )
 
     async def upload(self, local_path: Path | str, remote_path: str) -> None:
+        if self._csb is not None:
+            return await _lib.await_future(*self._csb.upload(local_path, remote_path))
         await self._provider.upload_file(self._require_handle(), Path(local_path), remote_path)
 
     async def download(self, remote_path: str, local_path: Path | str) -> None:
+        if self._csb is not None:
+            return await _lib.await_future(*self._csb.download(remote_path, local_path))
         await self._provider.download_file(self._require_handle(), remote_path, Path(local_path))
 
     async def status(self) -> SandboxStatus:
-        if self._handle is None:
+        if self._csb is not None:
+            return await _lib.await_future(*self._csb.status())
+        if self._handle_ is None:
             return SandboxStatus.UNKNOWN
         if self._stopped:
             return SandboxStatus.STOPPED
-        return await self._provider.status(self._handle)
+        return await self._provider.status(self._handle_)
 
     async def endpoint(self, port: int) -> SandboxEndpoint:
+        if self._csb is not None:
+            return await _lib.await_future(*self._csb.endpoint(port))
         if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
             raise ValueError(f"Sandbox endpoint port must be an integer between 1 and 65535, got {port!r}")
         declared = list(self._spec.ports) if self._spec is not None else []
@@ -391,18 +454,24 @@ class AsyncSandbox:
         return result
 
     async def stop(self) -> None:
+        if self._csb is not None:
+            # The C sandbox object stays (status() answers STOPPED); it and
+            # its provider reference go with this object.
+            return await _lib.await_future(*self._csb.stop())
         if self._closed:
             return
         try:
-            if self._handle is not None and not self._stopped:
+            if self._handle_ is not None and not self._stopped:
                 self._stopped = True
-                await self._provider.close(self._handle)
+                await self._provider.close(self._handle_)
         finally:
             self._closed = True
             await self._provider.aclose()
 
     async def serialize(self, *, scope: str | None = None) -> dict[str, Any]:
         """A descriptor another process passes to AsyncSandbox.connect()."""
+        if self._csb is not None:
+            return await _lib.await_future(*self._csb.serialize(scope))
         if not _has_connect(self._provider):
             raise _no_connect(self._provider)
         descriptor = await self._provider.serialize_handle(self._require_handle(), scope=scope)
@@ -413,14 +482,26 @@ class AsyncSandbox:
     @classmethod
     async def connect(cls, descriptor: Mapping[str, Any] | Any, *, provider: Any) -> AsyncSandbox:
         """A started sandbox for the box `descriptor` names; stop() ends it."""
-        if not _has_connect(provider):
+        if not isinstance(provider, CProvider) and not _has_connect(provider):
             raise _no_connect(provider)
         if not isinstance(descriptor, Mapping) and hasattr(descriptor, "to_dict"):
             descriptor = descriptor.to_dict()
+        if isinstance(provider, CProvider):
+            csb = await _lib.await_future(*cprovider.connect(provider, descriptor))
+            sandbox = cls.__new__(cls)
+            sandbox._provider = provider
+            wd = lib.sbx_sandbox_workdir(csb.ptr)
+            sandbox._spec = SandboxSpec(workdir=wd.decode() if wd is not None else None)
+            sandbox._csb = csb
+            sandbox._handle_ = None
+            sandbox._stopped = True
+            sandbox._closed = False
+            sandbox.pty = SandboxPty(sandbox)
+            return sandbox
         handle = await provider.connect(descriptor)
         workdir = descriptor.get("workdir") if isinstance(descriptor, Mapping) else None
         sandbox = cls(provider, SandboxSpec(workdir=workdir))
-        sandbox._handle = handle
+        sandbox._handle_ = handle
         sandbox._stopped = False
         return sandbox
 
@@ -431,6 +512,8 @@ class AsyncSandbox:
         await self.stop()
 
     def __repr__(self) -> str:
+        if self._csb is not None:
+            return f"<AsyncSandbox {provider_display_name(self._provider)!r} {self.sandbox_id}>"
         state = "closed" if self._closed else "started" if not self._stopped else "new"
         return f"<AsyncSandbox {provider_display_name(self._provider)!r} {self.sandbox_id} {state}>"
 
@@ -529,12 +612,14 @@ class _AsyncLoopRunner:
         self._loop.close()
 
 
-class _DirectRunner:
-    """The loop runner's contract (same checks, timeouts and messages) for C
-    providers, without a loop or a thread: the AsyncSandbox coroutine runs in
-    the calling thread, and each libsbx future it awaits is waited on with
-    sbx_future_wait (the GIL is released meanwhile). Many threads may use one
-    Sandbox at once; their operations run in parallel in libsbx."""
+class _CallingThread:
+    """The loop runner's contract (same checks, timeouts and messages) for a
+    sandbox on a C provider, without a loop or a thread of its own: each call
+    submits the C operation and blocks on its future in the calling thread
+    (sbx_future_wait with the GIL released, as the C blocking API does), so
+    many threads may use one Sandbox at once and their operations run in
+    parallel in libsbx. A wait past wait_timeout_s, or Ctrl-C, cancels the
+    operation and returns once what it started is gone."""
 
     def __init__(
         self,
@@ -559,63 +644,34 @@ class _DirectRunner:
         self._ensure_can_block(operation)
         return func()
 
-    def run(self, operation: str, factory: Callable[[], Awaitable[T]]) -> T:
+    def wait(self, operation: str, submit: Callable[[], tuple[Any, Callable[[Any], T]]]) -> T:
+        """Submits one C operation (`submit` returns its (future, take)) and waits for it."""
         self._ensure_can_block(operation)
-        coro = factory()
-        deadline = time.monotonic() + self._wait_timeout_s
-        timed_out = False
-        interrupt: BaseException | None = None  # e.g. KeyboardInterrupt while waiting
-        send: Any = None
-        throw: BaseException | None = None
-        while True:
-            try:
-                step = coro.throw(throw) if throw is not None else coro.send(send)
-            except StopIteration as stop:
-                if interrupt is not None:
-                    raise interrupt
-                if timed_out:
-                    raise self._timeout(operation) from None
-                return stop.value
-            except BaseException as exc:
-                if interrupt is not None:
-                    raise interrupt from exc
-                if timed_out:
-                    raise self._timeout(operation) from exc
-                raise
-            send, throw = None, None
-            if not isinstance(step, _lib.BlockingWait):
-                coro.close()
-                raise RuntimeError(f"Sandbox.{operation}() awaited something only an event loop can run")
-            if timed_out or interrupt is not None:
-                step.wait(None)  # cleanup after a timeout or an interrupt runs to its end
-                continue
-            try:
-                done = self._wait(step, deadline)
-            except BaseException as exc:  # a signal handler raised (Ctrl-C)
-                interrupt = exc
-                done = False
-            if not done:
-                # Cancel the operation, wait until what it started is gone,
-                # then let the coroutine's own cleanup run.
-                step.cancel()
-                step.wait(None)
-                timed_out = interrupt is None
-                throw = asyncio.CancelledError()
-
-    @staticmethod
-    def _wait(step: _lib.BlockingWait, deadline: float) -> bool:
-        # Short slices, so Python runs signal handlers (Ctrl-C) while waiting.
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            if step.wait(min(left, 0.25)):
-                return True
-
-    def _timeout(self, operation: str) -> TimeoutError:
-        return TimeoutError(
-            f"Sandbox.{operation}() timed out waiting for the sync loop after {self._wait_timeout_s:g}s"
+        future, take = submit()
+        return _lib.wait_future(
+            future,
+            take,
+            timeout_s=self._wait_timeout_s,
+            on_timeout=lambda: TimeoutError(
+                f"Sandbox.{operation}() timed out waiting for the sync loop after {self._wait_timeout_s:g}s"
+            ),
         )
+
+    def run(self, operation: str, factory: Callable[[], Awaitable[T]]) -> T:
+        """Runs an AsyncSandbox coroutine, for a method that is more than one
+        C operation (none of the above is), on a short-lived asyncio loop in
+        the calling thread; a wait timeout cancels it (its cleanup runs)."""
+        self._ensure_can_block(operation)
+
+        async def bounded() -> T:
+            try:
+                return await asyncio.wait_for(factory(), timeout=self._wait_timeout_s)
+            except (TimeoutError, asyncio.TimeoutError) as exc:
+                raise TimeoutError(
+                    f"Sandbox.{operation}() timed out waiting for the sync loop after {self._wait_timeout_s:g}s"
+                ) from exc
+
+        return asyncio.run(bounded())
 
     def close(self) -> None:
         self._closed = True
@@ -632,7 +688,7 @@ def _runs_on_c(provider: Any) -> bool:
         return False
     try:
         cls = get_provider_class(name)
-    except Exception:  # the loop path raises it again, from the reference's place
+    except Exception:  # AsyncSandbox raises it again, from the reference's place
         return False
     return isinstance(cls, type) and issubclass(cls, CProvider)
 
@@ -641,11 +697,15 @@ class Sandbox:
     """The blocking facade over AsyncSandbox, for code without an event loop.
     pty, serialize and connect are async only, as in the reference.
 
-    Python providers run on a private event loop thread, as in the reference.
-    C providers need none: their operations block in libsbx directly."""
+    Python providers run on a private event loop thread, as in the reference
+    (_AsyncLoopRunner). On a C provider there is no loop of ours: each call
+    is the C operation on `self._async_sandbox._csb`, waited for in the
+    calling thread (_CallingThread)."""
 
     def __init__(self, provider: Mapping[str, Any] | Any, spec: SandboxSpec | None = None) -> None:
-        self._runner = _DirectRunner() if _runs_on_c(provider) else _AsyncLoopRunner()
+        self._runner: _AsyncLoopRunner | _CallingThread = (
+            _CallingThread() if _runs_on_c(provider) else _AsyncLoopRunner()
+        )
         try:
             # Providers may bind loop-scoped resources: build them on the loop.
             self._async_sandbox = self._runner.call("__init__", lambda: AsyncSandbox(provider, spec))
@@ -658,8 +718,17 @@ class Sandbox:
     def sandbox_id(self) -> str | None:
         return self._async_sandbox.sandbox_id
 
+    def _c(self) -> CSandbox | None:
+        return self._async_sandbox._csb if isinstance(self._runner, _CallingThread) else None
+
     def start(self, spec: SandboxSpec | None = None) -> Sandbox:
-        self._runner.run("start", lambda: self._async_sandbox.start(spec))
+        c = self._c()
+        if c is not None:
+            self._runner.wait("start", lambda: c.start(spec))
+            if spec is not None:
+                self._async_sandbox._spec = spec
+        else:
+            self._runner.run("start", lambda: self._async_sandbox.start(spec))
         return self
 
     def exec(
@@ -671,6 +740,9 @@ class Sandbox:
         timeout_s: int | float | None = DEFAULT_EXEC_TIMEOUT_S,
         user: str | int | None = None,
     ) -> SandboxExecResult:
+        c = self._c()
+        if c is not None:
+            return self._runner.wait("exec", lambda: c.exec(command, cwd, env, timeout_s, user))
         return self._runner.run(
             "exec", lambda: self._async_sandbox.exec(command, cwd=cwd, env=env, timeout_s=timeout_s, user=user)
         )
@@ -699,25 +771,41 @@ class Sandbox:
         )
 
     def upload(self, local_path: Path | str, remote_path: str) -> None:
+        c = self._c()
+        if c is not None:
+            return self._runner.wait("upload", lambda: c.upload(local_path, remote_path))
         self._runner.run("upload", lambda: self._async_sandbox.upload(local_path, remote_path))
 
     def download(self, remote_path: str, local_path: Path | str) -> None:
+        c = self._c()
+        if c is not None:
+            return self._runner.wait("download", lambda: c.download(remote_path, local_path))
         self._runner.run("download", lambda: self._async_sandbox.download(remote_path, local_path))
 
     def status(self) -> SandboxStatus:
         if self._closed:
             return SandboxStatus.STOPPED
+        c = self._c()
+        if c is not None:
+            return self._runner.wait("status", c.status)
         return self._runner.run("status", self._async_sandbox.status)
 
     def endpoint(self, port: int) -> SandboxEndpoint:
+        c = self._c()
+        if c is not None:
+            return self._runner.wait("endpoint", lambda: c.endpoint(port))
         return self._runner.run("endpoint", lambda: self._async_sandbox.endpoint(port))
 
     def stop(self) -> None:
         if self._closed:
             return
         self._closed = True
+        c = self._c()
         try:
-            self._runner.run("stop", self._async_sandbox.stop)
+            if c is not None:
+                self._runner.wait("stop", c.stop)
+            else:
+                self._runner.run("stop", self._async_sandbox.stop)
         finally:
             self._runner.close()
 

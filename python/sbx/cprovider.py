@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import threading
 import weakref
 from collections.abc import Mapping
@@ -23,20 +22,104 @@ from ._lib import lib
 from .base import SandboxEndpoint, SandboxExecResult, SandboxHandle, SandboxSpec, SandboxStatus
 
 # Every C sandbox object still alive, so interpreter exit stops their boxes.
-_live: weakref.WeakSet[_CSandbox] = weakref.WeakSet()
+_live: weakref.WeakSet[CSandbox] = weakref.WeakSet()
 _live_lock = threading.Lock()
 
 
-class _CSandbox:
-    """Owns one sbx_sandbox. Freeing it stops a box it started and did not
-    stop (the C library's no-leak rule); a connected one is only released."""
+class CSandbox:
+    """Owns one C `sbx_sandbox *` (`ptr`). The lifecycle rules (states,
+    defaults, startup files, stop during start, idempotent stop) are
+    src/core/sandbox.c's: each method below only converts arguments, submits
+    the matching `sbx_sandbox_*_async` call and returns `(future, take)`,
+    where `take(future)` turns the completed future into the Python value.
+    AsyncSandbox awaits the pair on its event loop (_lib.await_future); the
+    blocking Sandbox waits on it in the calling thread (_lib.wait_future).
 
-    __slots__ = ("ptr", "__weakref__")
+    Freeing it stops a box it started and did not stop (the C library's
+    no-leak rule); a connected one is only released."""
 
-    def __init__(self, ptr: c_void_p) -> None:
+    __slots__ = ("ptr", "provider", "__weakref__")
+
+    def __init__(self, ptr: c_void_p, provider: CProvider | None = None) -> None:
         self.ptr = ptr
+        self.provider = provider  # keeps the Python object (and its name) alive with the box
         with _live_lock:
             _live.add(self)
+
+    @classmethod
+    def new(cls, provider: CProvider, spec: SandboxSpec | None) -> CSandbox:
+        """sbx_sandbox_new(): a sandbox object on `provider`; nothing is created yet."""
+        cspec = spec_to_c(spec) if spec is not None else c_void_p()
+        sb = c_void_p()
+        try:
+            _lib.call(lib.sbx_sandbox_new, provider._ptr, cspec, byref(sb))
+        finally:
+            lib.sbx_spec_free(cspec)
+        return cls(sb, provider)
+
+    @property
+    def id(self) -> str | None:
+        sid = lib.sbx_sandbox_id(self.ptr) if self.ptr else None
+        return sid.decode() if sid else None
+
+    def _live_ptr(self) -> c_void_p:
+        if not self.ptr:
+            raise RuntimeError("Sandbox has not been started")
+        return self.ptr
+
+    # --- one C operation each: (future, take) ---------------------------------
+
+    def start(self, spec: SandboxSpec | None) -> tuple[c_void_p, Any]:
+        # Startup files travel in the spec: sbx_sandbox_start uploads them.
+        cspec = spec_to_c(spec) if spec is not None else c_void_p()
+        try:
+            f = _lib.submit(lib.sbx_sandbox_start_async, self._live_ptr(), cspec)
+        finally:
+            lib.sbx_spec_free(cspec)
+        return f, _lib.TAKE_NONE
+
+    def exec(self, command: str, cwd: Any, env: Any, timeout_s: Any, user: Any) -> tuple[c_void_p, Any]:
+        opts = exec_opts(cwd, env, timeout_s, user)
+        try:
+            f = _lib.submit(lib.sbx_sandbox_exec_async, self._live_ptr(), _lib.cstr(command, "the command"), opts)
+        finally:
+            lib.sbx_exec_opts_free(opts)
+        return f, _lib.TAKE_EXEC
+
+    def upload(self, local_path: Path | str, remote_path: str) -> tuple[c_void_p, Any]:
+        f = _lib.submit(
+            lib.sbx_sandbox_upload_async,
+            self._live_ptr(),
+            _lib.cpath(local_path),
+            _lib.cstr(remote_path, "the target path"),
+        )
+        return f, _lib.TAKE_NONE
+
+    def download(self, remote_path: str, local_path: Path | str) -> tuple[c_void_p, Any]:
+        f = _lib.submit(
+            lib.sbx_sandbox_download_async,
+            self._live_ptr(),
+            _lib.cstr(remote_path, "the source path"),
+            _lib.cpath(local_path),
+        )
+        return f, _lib.TAKE_NONE
+
+    def status(self) -> tuple[c_void_p, Any]:
+        return _lib.submit(lib.sbx_sandbox_status_async, self._live_ptr()), _lib.TAKE_STATUS
+
+    def endpoint(self, port: Any) -> tuple[c_void_p, Any]:
+        # Only what C cannot be handed is checked here (a non-int, or one past
+        # a C int); the range and the declared-ports rule are C's.
+        if isinstance(port, bool) or not isinstance(port, int) or not -(2**31) <= port < 2**31:
+            raise ValueError(f"Sandbox endpoint port must be an integer between 1 and 65535, got {port!r}")
+        return _lib.submit(lib.sbx_sandbox_endpoint_async, self._live_ptr(), port), _lib.TAKE_ENDPOINT
+
+    def serialize(self, scope: str | None) -> tuple[c_void_p, Any]:
+        f = _lib.submit(lib.sbx_sandbox_serialize_async, self._live_ptr(), _lib.cstr(scope))
+        return f, _take_json
+
+    def stop(self) -> tuple[c_void_p, Any]:
+        return _lib.submit(lib.sbx_sandbox_stop_async, self._live_ptr()), _lib.TAKE_NONE
 
     def free(self) -> None:
         ptr, self.ptr = self.ptr, None
@@ -47,14 +130,53 @@ class _CSandbox:
         self.free()
 
     def __repr__(self) -> str:
-        sid = lib.sbx_sandbox_id(self.ptr) if self.ptr else None
-        return f"<sbx sandbox {sid.decode() if sid else None}>"
+        return f"<sbx sandbox {self.id}>"
+
+
+_CSandbox = CSandbox  # the name the provider-protocol adapter below used
+
+
+def _take_json(f: c_void_p) -> Any:
+    return json.loads(_lib.TAKE_STRING(f))
+
+
+def connect(provider: CProvider, descriptor: Mapping[str, Any]) -> tuple[c_void_p, Any]:
+    """sbx_sandbox_connect_async(): (future, take) giving a started CSandbox."""
+    # Anything but a mapping reaches C as JSON too, which refuses it (ETYPE)
+    # after its capability check, in the reference's order.
+    text = json.dumps(dict(descriptor) if isinstance(descriptor, Mapping) else descriptor, default=str)
+    f = _lib.submit(lib.sbx_sandbox_connect_async, provider._ptr, text.encode())
+
+    def take(fut: c_void_p) -> CSandbox:
+        return CSandbox(_lib.TAKE_SANDBOX(fut), provider)
+
+    return f, take
 
 
 @atexit.register
 def _stop_all_at_exit() -> None:
+    """Stops the boxes still alive at exit, all at once: every stop is
+    submitted before any is waited for, so 1000 boxes take about as long as
+    one (freeing them one by one waited for each stop in turn)."""
+    if lib is None:
+        return
     with _live_lock:
-        boxes = list(_live)
+        boxes = [b for b in _live if b.ptr]
+    futures = []
+    for box in boxes:
+        f = c_void_p()
+        err = c_void_p()
+        # A connected handle is only released; a box it started is stopped.
+        if lib.sbx_sandbox_owned(box.ptr) and lib.sbx_sandbox_stop_async(box.ptr, byref(f), byref(err)) == 0:
+            futures.append(f)
+        elif err.value:
+            lib.sbx_error_free(err)
+    for f in futures:
+        err = c_void_p()
+        lib.sbx_future_wait(f, -1.0, byref(err))
+        if err.value:
+            lib.sbx_error_free(err)
+        lib.sbx_future_free(f)
     for box in boxes:
         box.free()
 
@@ -153,6 +275,25 @@ class CProvider:
             self.connect = self._connect
 
     _classes: dict[str, type[CProvider]] = {}
+    # Providers made by shared(), by (class, canonical config); an entry goes
+    # when the last sandbox (and user reference) holding its provider is gone.
+    _shared: weakref.WeakValueDictionary[tuple[type, str], CProvider] = weakref.WeakValueDictionary()
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, config: Mapping[str, Any]) -> CProvider:
+        """The process's provider for this class and `config`, made on first
+        use: AsyncSandbox({"linux": {}}) a thousand times runs on one C
+        provider (one loop thread, one agent pool). Two configs are the same
+        when their JSON with sorted keys is. A provider object made directly
+        (create_provider(), or the class) is never shared."""
+        key = (cls, json.dumps(dict(config), sort_keys=True, default=str))
+        with cls._shared_lock:
+            provider = cls._shared.get(key)
+            if provider is None:
+                provider = cls(**config)
+                cls._shared[key] = provider
+            return provider
 
     @classmethod
     def named(cls, name: str) -> type[CProvider]:

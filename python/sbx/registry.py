@@ -110,8 +110,7 @@ def list_providers() -> list[str]:
     return sorted(names)
 
 
-def create_provider(config: Mapping[str, Any]) -> Any:
-    """Instantiates a provider from a single-key mapping {name: {kwargs}}."""
+def _parse(config: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
     if len(config) != 1:
         raise ValueError("Sandbox provider config must contain exactly one provider name")
     name, kwargs = next(iter(config.items()))
@@ -121,4 +120,22 @@ def create_provider(config: Mapping[str, Any]) -> Any:
         kwargs = {}
     if not isinstance(kwargs, Mapping):
         raise TypeError(f"Sandbox provider {name!r} config must be a mapping")
+    return name, kwargs
+
+
+def create_provider(config: Mapping[str, Any]) -> Any:
+    """Instantiates a provider from a single-key mapping {name: {kwargs}}:
+    a new object each call (never a shared one)."""
+    name, kwargs = _parse(config)
     return get_provider_class(name)(**dict(kwargs))
+
+
+def provider_for_sandbox(config: Mapping[str, Any]) -> Any:
+    """The provider a sandbox built from a config mapping runs on: for a C
+    provider the process's shared one for that config (CProvider.shared),
+    for a Python provider a new object, as create_provider() makes."""
+    name, kwargs = _parse(config)
+    cls = get_provider_class(name)
+    if isinstance(cls, type) and issubclass(cls, CProvider):
+        return cls.shared(dict(kwargs))
+    return cls(**dict(kwargs))

@@ -169,17 +169,20 @@ def test_gc_runs_best_effort_stop():
     assert len(p.closed) == 1 and p.aclosed == 1
 
 
-# --- the loop-less runner used for C providers ----------------------------------
+# --- C providers: the C operations waited for in the calling thread ------------
 
 
-def test_c_providers_use_the_direct_runner_with_the_same_rules():
-    from sbx.api import _DirectRunner
+def test_c_providers_block_in_the_calling_thread_with_the_same_rules():
+    from sbx.api import _CallingThread
 
+    before = threading.active_count()
     s = Sandbox({"fake": {}}, SandboxSpec())
-    assert isinstance(s._runner, _DirectRunner)
+    assert isinstance(s._runner, _CallingThread)
+    assert s._async_sandbox._csb is not None  # a wrapper over the C sandbox
+    assert threading.active_count() == before  # no loop thread of ours
     assert s._runner._wait_timeout_s == 3600.0
     assert isinstance(Sandbox(RecordingProvider())._runner, _AsyncLoopRunner)
-    assert isinstance(Sandbox(sbx.create_provider({"fake": {}}))._runner, _DirectRunner)
+    assert isinstance(Sandbox(sbx.create_provider({"fake": {}}))._runner, _CallingThread)
 
     async def inside():
         with pytest.raises(RuntimeError) as e:
@@ -188,6 +191,9 @@ def test_c_providers_use_the_direct_runner_with_the_same_rules():
 
     asyncio.run(inside())
     s.start()
+    # A coroutine (a method that is more than one C operation) runs on a
+    # short-lived loop in the calling thread.
+    assert s._runner.run("exec", lambda: s._async_sandbox.exec("exit 6")).return_code == 6
     s.stop()
     s.stop()
     assert s.status() == SandboxStatus.STOPPED
@@ -207,7 +213,6 @@ def test_direct_runner_wait_timeout_cancels_the_operation():
     with pytest.raises(TimeoutError) as e:
         s.exec("sleep 100", timeout_s=None)
     assert str(e.value) == "Sandbox.exec() timed out waiting for the sync loop after 0.2s"
-    assert isinstance(e.value.__cause__, asyncio.CancelledError)
     assert s.exec("exit 4").return_code == 4  # the sandbox is still usable
     s.stop()
 

@@ -56,7 +56,12 @@ static sbx_error *error_vnew(int code, int errnum, const char *fmt, va_list ap)
         msg = NULL;
     if (msg && errnum) {
         char *full = NULL;
-        if (asprintf(&full, "%s: %s", msg, strerror(errnum)) >= 0) {
+        /* Out of descriptors: say what to do, whichever call ran out. */
+        const char *hint = errnum == EMFILE || errnum == ENFILE
+                               ? "; raise the open-file limit (ulimit -n) or run fewer "
+                                 "sandboxes at once"
+                               : "";
+        if (asprintf(&full, "%s: %s%s", msg, strerror(errnum), hint) >= 0) {
             free(msg);
             msg = full;
         }

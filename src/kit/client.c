@@ -1883,10 +1883,11 @@ static void try_connect(sbx_agent_conn *c)
     if (fd < 0) {
         /* The limit many-box users meet first: each open connection holds one descriptor. */
         c->local_errno = errno; /* a failure here says nothing about the agent */
-        conn_fail(c, SBX_EIO, "cannot create a socket%s",
-                  errno == EMFILE ? " (each open agent connection holds one descriptor; raise "
-                                    "the limit, e.g. ulimit -n 65536, or keep fewer open)"
-                                  : "");
+        conn_fail(c, SBX_EIO, "cannot create a socket: %s%s", strerror(c->local_errno),
+                  c->local_errno == EMFILE || c->local_errno == ENFILE
+                      ? " (each open agent connection holds one descriptor; raise the limit, "
+                        "e.g. ulimit -n 65536, or keep fewer sandboxes open)"
+                      : "");
         return;
     }
     /* A unix-socket connect completes at once: 0, or why not (no socket yet, backlog full). */

@@ -1385,6 +1385,7 @@ struct stop {
 
 static void stop_free(struct stop *s)
 {
+    sbx_error_free(s->err);
     free(s->box_dir);
     free(s->id);
     free(s);
@@ -1409,7 +1410,7 @@ static void stop_leftovers_done(void *data, bool cancelled)
 {
     (void)cancelled;
     struct stop *s = data;
-    sbx_op_complete(s->op, s->code, s->err, NULL);
+    sbx_op_complete(s->op, s->code, steal_pointer(&s->err), NULL);
     stop_free(s);
 }
 
@@ -1467,7 +1468,20 @@ static void stop_signal_work(void *data)
 {
     struct stop *s = data;
     sbx_linux_record rec;
-    if (sbx__linux_record_read(s->box_dir, &rec, NULL) < 0) {
+    sbx_error *rerr = NULL;
+    if (sbx__linux_record_read(s->box_dir, &rec, &rerr) < 0) {
+        int e = sbx_error_errno(rerr);
+        if (e == EMFILE || e == ENFILE) {
+            /*
+             * Out of descriptors says nothing about the box, which is most
+             * likely running: removing its leftovers would wait on a busy
+             * cgroup and then leak the box. Report it.
+             */
+            s->code = SBX_EIO;
+            s->err = sbx_error_prefix(rerr, "stopping box %s", s->id);
+            return;
+        }
+        sbx_error_free(rerr);
         /* No record: gone already, or a shim that died before writing it. */
         sbx_linux_record none = { .id = s->id };
         sbx__linux_remove_leftovers(s->box_dir, &none);
@@ -1507,6 +1521,11 @@ static void stop_signal_done(void *data, bool cancelled)
     if (cancelled || !s->signalled) {
         if (s->pidfd >= 0)
             close(s->pidfd);
+        if (!cancelled && s->err) { /* the record could not be read: nothing was done */
+            sbx_op_complete(s->op, s->code, steal_pointer(&s->err), NULL);
+            stop_free(s);
+            return;
+        }
         sbx_op_complete(s->op, cancelled ? SBX_ECANCELED : SBX_OK, NULL, NULL);
         stop_free(s);
         return;

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Boxes from Python, as NeMo Gym code makes them: AsyncSandbox({"linux": {}})
+per box. Times create+ready+exec for 1 box (median of 5) and for 100 boxes
+at once, then 1000 boxes in batches of 100 (SBX_BENCH_BOXES sets the count),
+and counts the process's descriptors while they are all live.
+
+    SBX_LIB=build/libsbx.so PYTHONPATH=python python3 bench/bench_python_boxes.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+
+import sbx  # noqa: E402
+from sbx import _lib  # noqa: E402
+
+CFG = {"linux": {}}
+MANY = int(os.environ.get("SBX_BENCH_BOXES", "1000"))
+BATCH = 100
+
+
+def nfd() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def create_exec(n: int) -> float:
+    """Seconds to have n boxes started and each answer one exec."""
+    boxes = [sbx.AsyncSandbox(CFG, sbx.SandboxSpec()) for _ in range(n)]
+    t = time.perf_counter()
+    await asyncio.gather(*(b.start() for b in boxes))
+    out = await asyncio.gather(*(b.exec("true") for b in boxes))
+    dt = time.perf_counter() - t
+    assert all(r.return_code == 0 for r in out)
+    await asyncio.gather(*(b.stop() for b in boxes))
+    return dt
+
+
+async def main() -> None:
+    if not _lib.c_provider_exists("linux"):
+        print("bench_python_boxes: the linux provider is not built; nothing to measure")
+        return
+    await create_exec(1)  # warm up (image, caches)
+    one = statistics.median([await create_exec(1) for _ in range(5)])
+    hundred = await create_exec(100)
+    gc.collect()
+    base = nfd()
+    boxes: list[sbx.AsyncSandbox] = []
+    t = time.perf_counter()
+    for _ in range(0, MANY, BATCH):
+        batch = [sbx.AsyncSandbox(CFG, sbx.SandboxSpec()) for _ in range(BATCH)]
+        await asyncio.gather(*(b.start() for b in batch))
+        await asyncio.gather(*(b.exec("true") for b in batch))
+        boxes += batch
+    many = time.perf_counter() - t
+    live = nfd()
+    t = time.perf_counter()
+    for i in range(0, len(boxes), BATCH):
+        await asyncio.gather(*(b.stop() for b in boxes[i:i + BATCH]))
+    stop = time.perf_counter() - t
+    print(f"bench_python_boxes: linux provider, AsyncSandbox({CFG}) per box, from Python")
+    print(f"  1 box create+exec:           {one * 1e3:8.1f} ms")
+    print(f"  100 boxes at once:           {hundred * 1e3:8.1f} ms ({hundred / 100 * 1e3:.1f} ms/box)")
+    print(f"  {len(boxes)} boxes, batches of {BATCH}:  {many:8.2f} s, stop {stop:.2f} s")
+    print(f"  descriptors with {len(boxes)} live: {live} ({(live - base) / len(boxes):.2f} per box over {base})")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
