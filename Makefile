@@ -149,7 +149,7 @@ check-tsan:
 	B=build/tsan SBX_ONLY="$(TSAN_TESTS)" SBX_SKIP_PYTHON=1 SBX_SKIP_SCRIPTS=1 tests/run.sh
 
 check-tsan-core:
-	$(MAKE) check-tsan TSAN_TESTS="test_core_stress test_future test_lifecycle test_registry test_proto test_agent test_local test_sec_client"
+	$(MAKE) check-tsan TSAN_TESTS="test_core_stress test_future test_lifecycle test_registry test_proto test_pool test_agent test_local test_sec_client"
 
 # Every C test binary under memcheck (definite leaks and memory errors fail;
 # the Python step is skipped: CPython is not valgrind-clean by itself).
