@@ -297,7 +297,9 @@ static void test_user_rejected(void)
     sbx_error *e = NULL;
     TAP_EQ_INT(sbx_sandbox_exec(sb, "id", o, &r, &e), SBX_EINVAL);
     TAP_NULL(r);
-    TAP_CONTAINS(sbx_error_message(e), "local provider");
+    /* The reference's ValueError text, then what to do. */
+    TAP_CONTAINS(sbx_error_message(e),
+                 "The local sandbox provider cannot run commands as another user");
     TAP_CONTAINS(sbx_error_message(e), "container provider");
     sbx_error_free(e);
     sbx_exec_opts_free(o);
@@ -638,6 +640,15 @@ static void test_cwd(void)
     TAP_EQ_INT(sbx_sandbox_exec(sb, "pwd", o, &r, &e), SBX_ENOENT);
     TAP_CONTAINS(sbx_error_message(e), "/nope");
     TAP_CONTAINS(sbx_error_message(e), "does not exist");
+    /* The errno of the chdir, as the reference's FileNotFoundError carries it. */
+    TAP_EQ_INT(sbx_error_errno(e), ENOENT);
+    sbx_error_free(e);
+    e = NULL;
+    sbx_exec_result_free(run(sb, "touch plain", NULL));
+    sbx_exec_opts_set_cwd(o, "plain");
+    TAP_EQ_INT(sbx_sandbox_exec(sb, "pwd", o, &r, &e), SBX_ENOENT);
+    TAP_CONTAINS(sbx_error_message(e), "is not a directory");
+    TAP_EQ_INT(sbx_error_errno(e), ENOTDIR);
     sbx_error_free(e);
     sbx_exec_opts_free(o);
     free(ws);
@@ -1121,6 +1132,55 @@ static void test_hostile_records(void)
     sbx_provider_free(p);
 }
 
+/* Entries of directory `dir` (-1: it does not exist). */
+static int entries_in(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d));)
+        n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+static void test_default_workspace_removed(void)
+{
+    /*
+     * No workdir: each box gets its own scratch directory <workspace_root>/<id>,
+     * the default cwd, and stopping the box removes it with everything in it:
+     * the workspace root is left as it was.
+     */
+    sbx_provider *p = local(NULL);
+    char *root = path_in(tap_tmpdir(), "ws");
+    int before = entries_in(root);
+    sbx_spec *s = sbx_spec_new();
+    TAP_OK(sbx_spec_add_file(s, "hello.py", "print('hi')\n", 12));
+    sbx_sandbox *a = started(p, s), *b = started(p, s);
+    char *ws = workspace_of(a), *wsb = workspace_of(b), *want = NULL;
+    TAP_TRUE(asprintf(&want, "%s/%s", root, sbx_sandbox_id(a)) > 0);
+    TAP_EQ_STR(ws, want);
+    TAP_TRUE(strcmp(ws, wsb) != 0);
+    sbx_exec_result *r = run(a, "cat hello.py; mkdir -p d/e; echo x > d/e/left.txt", NULL);
+    TAP_EQ_STR(out_of(r), "print('hi')\n");
+    sbx_exec_result_free(r);
+    TAP_OK(sbx_sandbox_stop(a, &e_));
+    TAP_TRUE(!is_dir(ws));
+    TAP_TRUE(is_dir(wsb));
+    TAP_OK(sbx_sandbox_stop(b, &e_));
+    TAP_EQ_INT(entries_in(root), before < 0 ? 0 : before);
+    TAP_EQ_INT(records_in_state(), 0);
+    free(want);
+    free(ws);
+    free(wsb);
+    free(root);
+    sbx_sandbox_free(a);
+    sbx_sandbox_free(b);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+}
+
 /*
  * The other side of test_serialize_connect_other_process: a fresh process
  * with its own provider connects by descriptor and runs a command.
@@ -1168,6 +1228,7 @@ int main(int argc, char **argv)
         TAP_T(test_transfer, 120),
         TAP(test_serialize_connect_other_process),
         TAP(test_caller_workdir_connect),
+        TAP(test_default_workspace_removed),
         TAP(test_status_and_endpoint),
         TAP(test_config_errors),
         TAP(test_list_stop_by_id_gc),
