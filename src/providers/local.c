@@ -327,6 +327,8 @@ static void create_work(sbx_op *op, void *data)
         b->id = sbx__printf("local-%s", hex);
         if (!b->id || !(b->workdir_arg = strdup(workdir)))
             goto oom;
+        struct stat wst;
+        bool made = stat(workdir, &wst) < 0;
         if (sbx__mkdir_p(workdir, 0755) < 0) {
             e = sbx_error_new_errno(SBX_ECREATE, errno,
                                     "local provider cannot create the workdir '%s' (a host "
@@ -338,6 +340,12 @@ static void create_work(sbx_op *op, void *data)
         }
         if (!(b->workspace = absolute(workdir)))
             goto oom;
+        if (made)
+            sbx_log(SBX_LOG_WARNING,
+                    "local provider made the host directory '%s' for the workdir of %s; it "
+                    "stays after the box (an absolute workdir is a host path); set no workdir "
+                    "for a scratch directory that stop removes",
+                    b->workspace, b->id);
     } else {
         /* One we allocate is ours to delete. 0700: other users must not look in. */
         _cleanup_free_ char *root = root_dir(j->st);
@@ -946,10 +954,10 @@ static void start_exec(struct lexec *e)
     if (rc < 0) {
         sbx_error *err;
         if (rc == UV_ENOENT && access(e->cwd, F_OK) < 0)
-            err = sbx_error_new(SBX_ENOENT,
-                                "local exec: working directory '%s' does not exist; create it "
-                                "or pass an existing cwd",
-                                e->cwd);
+            err = sbx_error_new_errno(SBX_ENOENT, ENOENT,
+                                      "local exec: working directory '%s' does not exist; "
+                                      "create it or pass an existing cwd",
+                                      e->cwd);
         else if (rc == UV_ENOENT || rc == UV_EACCES)
             err = sbx_error_new(SBX_EPROVIDER,
                                 "local exec: cannot run the shell '%s': %s; set the provider's "

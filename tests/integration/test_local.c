@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -796,6 +797,56 @@ static void test_serialize_connect_other_process(void)
     sbx_provider_free(p);
 }
 
+/* WARNING lines the library logged (a test's own capture). */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char log_seen[8192];
+
+static void on_log(sbx_log_level level, const char *message, void *data)
+{
+    (void)data;
+    if (level < SBX_LOG_WARNING)
+        return;
+    pthread_mutex_lock(&log_lock);
+    size_t n = strlen(log_seen);
+    snprintf(log_seen + n, sizeof(log_seen) - n, "%s\n", message);
+    pthread_mutex_unlock(&log_lock);
+}
+
+static void test_absolute_workdir_made_warns(void)
+{
+    /*
+     * An absolute workdir is a host path: made when missing, with a WARNING
+     * saying it stays; kept after stop. An existing one is used silently.
+     */
+    sbx_provider *p = local(NULL);
+    char *wd = path_in(tap_tmpdir(), "made/here");
+    sbx_spec *s = sbx_spec_new();
+    sbx_spec_set_workdir(s, wd);
+    log_seen[0] = 0;
+    sbx_set_log_cb(on_log, NULL, SBX_LOG_WARNING);
+    sbx_sandbox *a = started(p, s);
+    pthread_mutex_lock(&log_lock);
+    TAP_CONTAINS(log_seen, "made the host directory");
+    TAP_CONTAINS(log_seen, wd);
+    TAP_CONTAINS(log_seen, "stays after the box");
+    log_seen[0] = 0;
+    pthread_mutex_unlock(&log_lock);
+    TAP_OK(sbx_sandbox_stop(a, &e_));
+    TAP_TRUE(is_dir(wd));
+    sbx_sandbox *b = started(p, s); /* exists now: no warning */
+    pthread_mutex_lock(&log_lock);
+    TAP_TRUE(strstr(log_seen, "made the host directory") == NULL);
+    pthread_mutex_unlock(&log_lock);
+    sbx_set_log_cb(NULL, NULL, SBX_LOG_WARNING);
+    TAP_OK(sbx_sandbox_stop(b, &e_));
+    TAP_TRUE(is_dir(wd));
+    sbx_sandbox_free(a);
+    sbx_sandbox_free(b);
+    sbx_spec_free(s);
+    free(wd);
+    sbx_provider_free(p);
+}
+
 static void test_caller_workdir_connect(void)
 {
     /* A caller's workdir is never removed, whoever stops the box. */
@@ -1228,6 +1279,7 @@ int main(int argc, char **argv)
         TAP_T(test_transfer, 120),
         TAP(test_serialize_connect_other_process),
         TAP(test_caller_workdir_connect),
+        TAP(test_absolute_workdir_made_warns),
         TAP(test_default_workspace_removed),
         TAP(test_status_and_endpoint),
         TAP(test_config_errors),
