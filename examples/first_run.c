@@ -1,6 +1,8 @@
 /*
- * The reference's first-run example in C: a spec with a workdir, a startup
- * file and resources; one command; print its result; stop.
+ * The reference's first-run example in C: a spec with a startup file and
+ * resources; one command; print its result; stop. With no workdir the box
+ * gets its own: on `local`, a scratch directory that stop removes, so the
+ * example leaves nothing behind.
  *
  *   cc first_run.c $(pkg-config --cflags --libs sbx) -o first_run && ./first_run [PROVIDER]
  */
@@ -25,9 +27,8 @@ int main(int argc, char **argv)
         goto out;
 
     sbx_spec *spec = sbx_spec_new();
-    sbx_spec_set_workdir(spec, "/tmp/sbx-first-run");
     const char *script = "print('hello from a sandbox')\n";
-    sbx_spec_add_file(spec, "/tmp/sbx-first-run/hello.py", script, strlen(script));
+    sbx_spec_add_file(spec, "hello.py", script, strlen(script)); /* relative: in the workdir */
     sbx_spec_set_cpu(spec, 1.0);
     sbx_spec_set_memory_mib(spec, 512);
 

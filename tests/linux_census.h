@@ -1,8 +1,9 @@
 /*
  * A census of what linux boxes leave on the host, run after every linux
  * test: no box directory in the state directory, no process whose command
- * line names it (shims), no mount that mentions it, and no cgroup under an
- * sbx/ level without a live box (an empty group with no box is a leak).
+ * line names it (shims), no mount that mentions it, no cgroup under an
+ * sbx/ level without a live box (an empty group with no box is a leak), and
+ * none of the box paths the tests use (workdirs such as /work) on the host.
  *
  * Header-only (static functions): included by the linux tests and bench.
  */
@@ -26,6 +27,25 @@ static int census_read(const char *path, char *buf, size_t n)
     fclose(f);
     buf[k] = 0;
     return (int)k;
+}
+
+/*
+ * Box paths the tests use (workdirs, startup files, the examples'): they
+ * belong inside boxes, so one on the host is a leak (a `local` box makes an
+ * absolute workdir on the host, and nothing removes it). One that already
+ * existed when the binary started is not this run's.
+ */
+static const char *const census_host_paths[] = {
+    "/tmp/work", "/work", "/work2", "/w", "/sandbox", "/workspace", "/tmp/sbx-first-run",
+};
+static unsigned census_host_before; /* bit i: census_host_paths[i] existed at start */
+
+__attribute__((constructor)) static void census_host_snapshot(void)
+{
+    struct stat st;
+    for (unsigned i = 0; i < sizeof(census_host_paths) / sizeof(census_host_paths[0]); i++)
+        if (lstat(census_host_paths[i], &st) == 0)
+            census_host_before |= 1u << i;
 }
 
 /* Returns a description of the first leftover, or NULL when the host is clean. */
@@ -95,6 +115,15 @@ static const char *census_find(const char *state_dir, char *why, size_t why_len)
         }
         if (d)
             closedir(d);
+    }
+    /* 5. Box paths on the host. */
+    struct stat st;
+    for (unsigned i = 0; i < sizeof(census_host_paths) / sizeof(census_host_paths[0]); i++) {
+        if (!(census_host_before & (1u << i)) && lstat(census_host_paths[i], &st) == 0) {
+            snprintf(why, why_len, "host path %s left (a box path made on the host)",
+                     census_host_paths[i]);
+            return why;
+        }
     }
     return NULL;
 }

@@ -229,6 +229,9 @@ def exception_for(code: int, message: str, errnum: int = 0) -> BaseException:
             exc.sbx_code = name  # type: ignore[attr-defined]
             return exc
     exc = cls(message)
+    if errnum and isinstance(exc, OSError):
+        # As the reference's own OSErrors carry it (str(exc) stays the message).
+        exc.errno = errnum
     try:
         exc.sbx_code = name  # type: ignore[attr-defined]
     except AttributeError:

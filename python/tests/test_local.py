@@ -1,7 +1,12 @@
 """The binding over real host processes: libsbx's `local` provider."""
 
 import asyncio
+import errno
 import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -211,3 +216,112 @@ def test_list_and_cleanup_local_boxes_by_run_id(tmp_path):
             assert os.listdir(tmp_path / "ws") == []
 
     run(go())
+
+
+# --- the reference's LocalProvider, call by call (issue 11, items 12 and 14) ---
+
+
+def test_reference_user_raises_value_error(tmp_path):
+    """Reference: `if user is not None: raise ValueError("The local sandbox
+    provider cannot run commands as another user")`, before anything runs."""
+
+    async def go():
+        async with AsyncSandbox({"local": {"workspace_root": str(tmp_path)}}, SandboxSpec()) as sb:
+            await sb.start()
+            for user in ("nobody", "root", 0, 1000, ""):
+                with pytest.raises(ValueError, match="^The local sandbox provider cannot run commands as another user"):
+                    await sb.exec(f"touch ran-{user}", user=user)
+            assert (await sb.exec("ls")).stdout == ""  # nothing ran
+            assert (await sb.exec("true", user=None)).return_code == 0
+
+    run(go())
+
+
+def test_reference_missing_cwd_raises_file_not_found(tmp_path):
+    """Reference: the subprocess's chdir into `workspace / cwd` (or an absolute
+    cwd) fails, raising FileNotFoundError with errno ENOENT; nothing runs and
+    nothing is created."""
+
+    async def go():
+        async with AsyncSandbox({"local": {"workspace_root": str(tmp_path / "root")}}, SandboxSpec()) as sb:
+            await sb.start()
+            ws = (await sb.exec("pwd")).stdout.strip()
+            with pytest.raises(FileNotFoundError) as ei:
+                await sb.exec("touch ran", cwd="missing/deeper")
+            assert ei.value.errno == errno.ENOENT
+            assert f"'{ws}/missing/deeper'" in str(ei.value)
+            with pytest.raises(FileNotFoundError) as ei:
+                await sb.exec("touch ran", cwd=str(tmp_path / "nope"))
+            assert ei.value.errno == errno.ENOENT
+            assert not os.path.exists(f"{ws}/missing") and not (tmp_path / "nope").exists()
+            assert (await sb.exec("ls")).stdout == ""
+            # An existing relative cwd resolves against the workspace, as in the reference.
+            await sb.exec("mkdir sub")
+            assert (await sb.exec("pwd", cwd="sub")).stdout == f"{ws}/sub\n"
+
+    run(go())
+
+
+def test_reference_default_workspace_is_the_boxs_own(tmp_path):
+    """Reference: with no workdir the workspace is `workspace_root / sandbox_id`
+    (owned), startup files land in it, and close removes it."""
+
+    async def go():
+        cfg = {"local": {"workspace_root": str(tmp_path)}}
+        spec = SandboxSpec(files={"hello.py": "print('hi')\n"})
+        a = await AsyncSandbox(cfg, spec).start()
+        b = await AsyncSandbox(cfg, spec).start()
+        wa = (await a.exec("pwd")).stdout.strip()
+        wb = (await b.exec("pwd")).stdout.strip()
+        assert wa == str(tmp_path / a.sandbox_id) and wb == str(tmp_path / b.sandbox_id) and wa != wb
+        assert (await a.exec(f"{sys.executable} hello.py")).stdout == "hi\n"
+        await a.exec("mkdir -p d/e && echo x > d/e/f")
+        await a.stop()
+        assert not os.path.exists(wa) and os.path.isdir(wb)
+        await b.stop()
+        assert os.listdir(tmp_path) == []
+
+    run(go())
+
+
+def test_reference_absolute_workdir_is_the_hosts(tmp_path):
+    """Reference: a caller's workdir is the host path itself, created with its
+    parents when missing, and "theirs to keep": stop leaves it."""
+
+    async def go():
+        wd = tmp_path / "new" / "deep"
+        async with AsyncSandbox({"local": {}}, SandboxSpec(workdir=str(wd), files={"a.txt": "x"})) as sb:
+            await sb.start()
+            assert (await sb.exec("pwd")).stdout == f"{wd}\n"
+        assert (wd / "a.txt").read_text() == "x"
+
+    run(go())
+
+
+def test_docs_python_example_leaves_nothing(tmp_path):
+    """docs/python.md's example, as written, prints `0 hi` and leaves nothing:
+    no workspace under TMPDIR, no record, no file in the cwd or /tmp/work."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "python.md").read_text()
+    example = re.findall(r"```python\n(.*?)```", doc, re.S)[1]
+    assert '{"local": {}}' in example
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "cwd").mkdir()
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), SBX_STATE_DIR=str(tmp_path / "state"),
+               PYTHONPATH=str(root / "python"))
+    env.setdefault("SBX_LIB", str(root / "build" / "libsbx.so"))
+
+    def snapshot(d):  # what the example used to leave: /tmp/work and its files
+        try:
+            return {e.name: e.stat(follow_symlinks=False).st_mtime_ns for e in os.scandir(d)}
+        except FileNotFoundError:
+            return None
+
+    work_before = snapshot("/tmp/work")
+    p = subprocess.run([sys.executable, "-c", example], cwd=tmp_path / "cwd", env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "0 hi\n\n"
+    assert os.listdir(tmp_path / "tmp") == [] and os.listdir(tmp_path / "cwd") == []
+    assert os.listdir(tmp_path / "state" / "local") == []
+    assert snapshot("/tmp/work") == work_before

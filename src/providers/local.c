@@ -317,20 +317,35 @@ static void create_work(sbx_op *op, void *data)
         if (sbx__kv_set(&b->env, spec->env.keys[i], spec->env.values[i]) < 0)
             goto oom;
     if (workdir) {
-        /* A caller's workdir is theirs to keep: used as is, created if missing, never removed. */
+        /*
+         * A workdir is the host's own path (there is no box around a host
+         * process): the caller's, used as is, created if missing, never removed,
+         * as the reference's LocalProvider does. (A relative workdir never gets
+         * here: the spec refuses it.)
+         */
         sbx__random_hex(hex, 6);
         b->id = sbx__printf("local-%s", hex);
         if (!b->id || !(b->workdir_arg = strdup(workdir)))
             goto oom;
+        struct stat wst;
+        bool made = stat(workdir, &wst) < 0;
         if (sbx__mkdir_p(workdir, 0755) < 0) {
             e = sbx_error_new_errno(SBX_ECREATE, errno,
-                                    "local provider cannot create the workdir '%s'; pick a "
-                                    "writable directory",
+                                    "local provider cannot create the workdir '%s' (a host "
+                                    "path: the local provider has no box around it); pick a "
+                                    "writable directory, or none for the box's own scratch "
+                                    "directory",
                                     workdir);
             goto fail;
         }
         if (!(b->workspace = absolute(workdir)))
             goto oom;
+        if (made)
+            sbx_log(SBX_LOG_WARNING,
+                    "local provider made the host directory '%s' for the workdir of %s; it "
+                    "stays after the box (an absolute workdir is a host path); set no workdir "
+                    "for a scratch directory that stop removes",
+                    b->workspace, b->id);
     } else {
         /* One we allocate is ours to delete. 0700: other users must not look in. */
         _cleanup_free_ char *root = root_dir(j->st);
@@ -939,10 +954,10 @@ static void start_exec(struct lexec *e)
     if (rc < 0) {
         sbx_error *err;
         if (rc == UV_ENOENT && access(e->cwd, F_OK) < 0)
-            err = sbx_error_new(SBX_ENOENT,
-                                "local exec: working directory '%s' does not exist; create it "
-                                "or pass an existing cwd",
-                                e->cwd);
+            err = sbx_error_new_errno(SBX_ENOENT, ENOENT,
+                                      "local exec: working directory '%s' does not exist; "
+                                      "create it or pass an existing cwd",
+                                      e->cwd);
         else if (rc == UV_ENOENT || rc == UV_EACCES)
             err = sbx_error_new(SBX_EPROVIDER,
                                 "local exec: cannot run the shell '%s': %s; set the provider's "
@@ -1023,10 +1038,10 @@ static void local_exec(sbx_op *op, void *state, void *box, const char *command,
     if (sbx_exec_opts_user(opts)) {
         sbx_op_complete(op, SBX_EINVAL,
                         sbx_error_new(SBX_EINVAL,
-                                      "local provider cannot run commands as another user "
-                                      "(user=%s): it runs host processes as the calling user, "
-                                      "with no isolation; use a container provider (linux, "
-                                      "docker) for `user`",
+                                      "The local sandbox provider cannot run commands as "
+                                      "another user (user=%s): it runs host processes as the "
+                                      "calling user, with no isolation; use a container "
+                                      "provider (linux, docker) for `user`",
                                       sbx_exec_opts_user(opts)),
                         NULL);
         return;
@@ -1077,14 +1092,20 @@ static void local_exec(sbx_op *op, void *state, void *box, const char *command,
     struct stat sst;
     int serr = stat(e->cwd, &sst) < 0 ? errno : 0;
     if (serr || !S_ISDIR(sst.st_mode)) {
-        bool missing = !serr || serr == ENOENT || serr == ENOTDIR;
-        sbx_error *err = sbx_error_new(missing ? SBX_ENOENT : sbx__code_from_errno(serr),
-                                       "local exec: working directory '%s' %s; create it or "
-                                       "pass an existing cwd",
-                                       e->cwd,
-                                       !serr     ? "is not a directory"
-                                       : missing ? "does not exist"
-                                                 : strerror(serr));
+        /*
+         * The reference's subprocess raises the OSError of its chdir
+         * (FileNotFoundError for a missing directory): the errno travels with
+         * the error, and the binding sets it on the exception.
+         */
+        int en = serr ? serr : ENOTDIR;
+        bool missing = en == ENOENT || en == ENOTDIR;
+        sbx_error *err = sbx_error_new_errno(missing ? SBX_ENOENT : sbx__code_from_errno(en), en,
+                                             "local exec: working directory '%s' %s; create it "
+                                             "or pass an existing cwd",
+                                             e->cwd,
+                                             en == ENOTDIR  ? "is not a directory"
+                                             : en == ENOENT ? "does not exist"
+                                                            : "cannot be used");
         exec_free(e);
         sbx_op_complete(op, sbx_error_code(err), err, NULL);
         return;

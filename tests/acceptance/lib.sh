@@ -32,6 +32,13 @@ if [ -z "${SBX_AGENT:-}" ] && [ -x "$ROOT/build/sbx-agent" ] && ! file -L "$B/sb
   export SBX_AGENT="$ROOT/build/sbx-agent"
 fi
 T=$(mktemp -d /tmp/sbx-acc.XXXXXX)
+# Box paths the tests use (workdirs, startup files, the examples'): they belong
+# inside boxes, so one on the host is a leak (a `local` box makes an absolute
+# workdir on the host, and nothing removes it). One that existed before this
+# script started is not its own.
+HOST_PATHS="/tmp/work /work /work2 /w /sandbox /workspace /tmp/w /tmp/sbx-first-run"
+host_before=" "
+for _hp in $HOST_PATHS; do if [ -e "$_hp" ] || [ -L "$_hp" ]; then host_before="$host_before$_hp "; fi; done
 export SBX_STATE_DIR="$T/state" TMPDIR="$T/tmp"
 mkdir -p "$TMPDIR" "$T/host"
 n=0 failed=0
@@ -61,6 +68,11 @@ leaks() {
   local l=""
   [ -n "$(ls -A "$SBX_STATE_DIR/linux/boxes" 2>/dev/null)" ] && l="$l box-dirs:$(ls "$SBX_STATE_DIR/linux/boxes" | tr '\n' ' ')"
   [ -n "$(ls -A "$SBX_STATE_DIR/boxes" 2>/dev/null)" ] && l="$l records:$(ls "$SBX_STATE_DIR/boxes" | tr '\n' ' ')"
+  [ -n "$(ls -A "$SBX_STATE_DIR/local" 2>/dev/null)" ] && l="$l local-records:$(ls "$SBX_STATE_DIR/local" | tr '\n' ' ')"
+  local h; for h in $HOST_PATHS; do
+    case "$host_before" in *" $h "*) continue ;; esac
+    if [ -e "$h" ] || [ -L "$h" ]; then l="$l host-path:$h"; fi
+  done
   local p; for p in /proc/[0-9]*; do
     local c; c=$( { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) || continue
     case "$c" in *sbx-shim*"$T"*|*sbx-agent*"$T"*) l="$l process:${p#/proc/}:$c" ;; esac

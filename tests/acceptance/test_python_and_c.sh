@@ -13,8 +13,7 @@ import asyncio
 from sbx import AsyncSandbox, SandboxSpec
 
 async def main():
-    async with AsyncSandbox({"$1": {}}, SandboxSpec(workdir="/tmp/work",
-                                                       files={"hello.py": "print('hi')\n"})) as box:
+    async with AsyncSandbox({"$1": {}}, SandboxSpec(files={"hello.py": "print('hi')\n"})) as box:
         await box.start()
         r = await box.exec("python3 hello.py", timeout_s=60)
         print(r.return_code, r.stdout)
@@ -26,7 +25,7 @@ example local >ex_local.py
 run "docs/python.md example (local)" 0 py ex_local.py
 check "prints 0 hi" [ "$OUT" = "0 hi" ]
 example linux >ex_linux.py
-run "docs/python.md example on linux (relative startup file in the workdir)" 0 py ex_linux.py
+run "docs/python.md example on linux (relative startup file, no workdir)" 0 py ex_linux.py
 check "prints 0 hi on linux" [ "$OUT" = "0 hi" ]
 census "after the python examples"
 

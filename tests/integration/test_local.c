@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -297,7 +298,9 @@ static void test_user_rejected(void)
     sbx_error *e = NULL;
     TAP_EQ_INT(sbx_sandbox_exec(sb, "id", o, &r, &e), SBX_EINVAL);
     TAP_NULL(r);
-    TAP_CONTAINS(sbx_error_message(e), "local provider");
+    /* The reference's ValueError text, then what to do. */
+    TAP_CONTAINS(sbx_error_message(e),
+                 "The local sandbox provider cannot run commands as another user");
     TAP_CONTAINS(sbx_error_message(e), "container provider");
     sbx_error_free(e);
     sbx_exec_opts_free(o);
@@ -638,6 +641,15 @@ static void test_cwd(void)
     TAP_EQ_INT(sbx_sandbox_exec(sb, "pwd", o, &r, &e), SBX_ENOENT);
     TAP_CONTAINS(sbx_error_message(e), "/nope");
     TAP_CONTAINS(sbx_error_message(e), "does not exist");
+    /* The errno of the chdir, as the reference's FileNotFoundError carries it. */
+    TAP_EQ_INT(sbx_error_errno(e), ENOENT);
+    sbx_error_free(e);
+    e = NULL;
+    sbx_exec_result_free(run(sb, "touch plain", NULL));
+    sbx_exec_opts_set_cwd(o, "plain");
+    TAP_EQ_INT(sbx_sandbox_exec(sb, "pwd", o, &r, &e), SBX_ENOENT);
+    TAP_CONTAINS(sbx_error_message(e), "is not a directory");
+    TAP_EQ_INT(sbx_error_errno(e), ENOTDIR);
     sbx_error_free(e);
     sbx_exec_opts_free(o);
     free(ws);
@@ -782,6 +794,56 @@ static void test_serialize_connect_other_process(void)
     sbx_free(desc);
     free(ws);
     sbx_sandbox_free(sb); /* stopping a box whose workspace is gone is fine */
+    sbx_provider_free(p);
+}
+
+/* WARNING lines the library logged (a test's own capture). */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char log_seen[8192];
+
+static void on_log(sbx_log_level level, const char *message, void *data)
+{
+    (void)data;
+    if (level < SBX_LOG_WARNING)
+        return;
+    pthread_mutex_lock(&log_lock);
+    size_t n = strlen(log_seen);
+    snprintf(log_seen + n, sizeof(log_seen) - n, "%s\n", message);
+    pthread_mutex_unlock(&log_lock);
+}
+
+static void test_absolute_workdir_made_warns(void)
+{
+    /*
+     * An absolute workdir is a host path: made when missing, with a WARNING
+     * saying it stays; kept after stop. An existing one is used silently.
+     */
+    sbx_provider *p = local(NULL);
+    char *wd = path_in(tap_tmpdir(), "made/here");
+    sbx_spec *s = sbx_spec_new();
+    sbx_spec_set_workdir(s, wd);
+    log_seen[0] = 0;
+    sbx_set_log_cb(on_log, NULL, SBX_LOG_WARNING);
+    sbx_sandbox *a = started(p, s);
+    pthread_mutex_lock(&log_lock);
+    TAP_CONTAINS(log_seen, "made the host directory");
+    TAP_CONTAINS(log_seen, wd);
+    TAP_CONTAINS(log_seen, "stays after the box");
+    log_seen[0] = 0;
+    pthread_mutex_unlock(&log_lock);
+    TAP_OK(sbx_sandbox_stop(a, &e_));
+    TAP_TRUE(is_dir(wd));
+    sbx_sandbox *b = started(p, s); /* exists now: no warning */
+    pthread_mutex_lock(&log_lock);
+    TAP_TRUE(strstr(log_seen, "made the host directory") == NULL);
+    pthread_mutex_unlock(&log_lock);
+    sbx_set_log_cb(NULL, NULL, SBX_LOG_WARNING);
+    TAP_OK(sbx_sandbox_stop(b, &e_));
+    TAP_TRUE(is_dir(wd));
+    sbx_sandbox_free(a);
+    sbx_sandbox_free(b);
+    sbx_spec_free(s);
+    free(wd);
     sbx_provider_free(p);
 }
 
@@ -1121,6 +1183,55 @@ static void test_hostile_records(void)
     sbx_provider_free(p);
 }
 
+/* Entries of directory `dir` (-1: it does not exist). */
+static int entries_in(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d));)
+        n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+static void test_default_workspace_removed(void)
+{
+    /*
+     * No workdir: each box gets its own scratch directory <workspace_root>/<id>,
+     * the default cwd, and stopping the box removes it with everything in it:
+     * the workspace root is left as it was.
+     */
+    sbx_provider *p = local(NULL);
+    char *root = path_in(tap_tmpdir(), "ws");
+    int before = entries_in(root);
+    sbx_spec *s = sbx_spec_new();
+    TAP_OK(sbx_spec_add_file(s, "hello.py", "print('hi')\n", 12));
+    sbx_sandbox *a = started(p, s), *b = started(p, s);
+    char *ws = workspace_of(a), *wsb = workspace_of(b), *want = NULL;
+    TAP_TRUE(asprintf(&want, "%s/%s", root, sbx_sandbox_id(a)) > 0);
+    TAP_EQ_STR(ws, want);
+    TAP_TRUE(strcmp(ws, wsb) != 0);
+    sbx_exec_result *r = run(a, "cat hello.py; mkdir -p d/e; echo x > d/e/left.txt", NULL);
+    TAP_EQ_STR(out_of(r), "print('hi')\n");
+    sbx_exec_result_free(r);
+    TAP_OK(sbx_sandbox_stop(a, &e_));
+    TAP_TRUE(!is_dir(ws));
+    TAP_TRUE(is_dir(wsb));
+    TAP_OK(sbx_sandbox_stop(b, &e_));
+    TAP_EQ_INT(entries_in(root), before < 0 ? 0 : before);
+    TAP_EQ_INT(records_in_state(), 0);
+    free(want);
+    free(ws);
+    free(wsb);
+    free(root);
+    sbx_sandbox_free(a);
+    sbx_sandbox_free(b);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+}
+
 /*
  * The other side of test_serialize_connect_other_process: a fresh process
  * with its own provider connects by descriptor and runs a command.
@@ -1168,6 +1279,8 @@ int main(int argc, char **argv)
         TAP_T(test_transfer, 120),
         TAP(test_serialize_connect_other_process),
         TAP(test_caller_workdir_connect),
+        TAP(test_absolute_workdir_made_warns),
+        TAP(test_default_workspace_removed),
         TAP(test_status_and_endpoint),
         TAP(test_config_errors),
         TAP(test_list_stop_by_id_gc),
