@@ -454,8 +454,11 @@ static int load_all(const char *const *dirs, json_t *kinds, json_t *files, sbx_e
                                     dirs[d], CDI_MAX_FILES_PER_DIR);
                 break;
             }
-            if (!(names[nn++] = strdup(de->d_name)))
+            if (!(names[nn] = strdup(de->d_name))) {
                 rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+                break;
+            }
+            nn++;
         }
         qsort(names, nn, sizeof(char *), cmp_str);
         for (size_t i = 0; i < nn && rc == SBX_OK; i++) {
@@ -637,6 +640,11 @@ int sbx__cdi_resolve(const char *const *dirs, long long count, const char *gpu_t
                                       "spec in %s defines (kinds found: %s)",
                                       q, eq + 1, dirs_text,
                                       kind_list(kinds, found, sizeof(found)));
+            for (size_t j = 0; j < n; j++)
+                if (!strcmp(chosen_kind[j], q) && !strcmp(chosen[j], eq + 1))
+                    return sbx__set_error(err, SBX_ECREATE,
+                                          "resources.gpu_type names the CDI device %s=%s twice",
+                                          q, eq + 1);
             if (n == CDI_MAX_DEVICES)
                 break;
             chosen_kind[n] = q;
