@@ -199,7 +199,7 @@ static void test_gpu_untrusted_spec(void)
     char path[PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/nvidia.yaml", cdi_dir);
     TAP_EQ_INT(chmod(path, 0666), 0);
-    create_fails(cfg, 1, SBX_EPERM, "writable by nobody else");
+    create_fails(cfg, 1, SBX_ECREATE, "writable by nobody else");
     TAP_EQ_INT(chmod(path, 0644), 0);
     put(path, "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n"
               "  containerEdits:\n    deviceNodes:\n"

@@ -314,7 +314,10 @@ static int trusted(const struct stat *st, const char *what, sbx_error **err)
     return SBX_OK;
 }
 
-/* Every directory from / down to `dir` trusted; an O_DIRECTORY fd of it, -ENOENT, or error. */
+/* Not an sbx code: a CDI directory that does not exist, which counts as empty. */
+#define CDI_MISSING (-1000)
+
+/* Every directory from / down to `dir` trusted; an O_DIRECTORY fd of it, CDI_MISSING, or error. */
 static int open_dir(const char *dir, sbx_error **err)
 {
     if (!abs_path_ok(dir))
@@ -341,7 +344,7 @@ static int open_dir(const char *dir, sbx_error **err)
         bool last = !*s;
         int next = openat(fd, c, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (next < 0 && errno == ENOENT)
-            return -ENOENT;
+            return CDI_MISSING;
         /* /var/run is a link to /run on most systems: a link of root's is followed. */
         if (next < 0 && errno == ENOTDIR) {
             struct stat ls;
@@ -349,7 +352,7 @@ static int open_dir(const char *dir, sbx_error **err)
                 ls.st_uid == 0)
                 next = openat(fd, c, O_PATH | O_DIRECTORY | O_CLOEXEC);
             if (next < 0 && errno == ENOENT)
-                return -ENOENT;
+                return CDI_MISSING;
         }
         if (next < 0)
             return sbx__set_errno(err, SBX_EINVAL, errno, "CDI spec directory %s: cannot open %s",
@@ -423,8 +426,8 @@ static int load_file(int dirfd, const char *dir, const char *name, json_t **out,
 }
 
 /*
- * Every spec of every directory, in order: {kind: {device name: edits, ...}}
- * plus each kind's top-level edits under "<kind>\n" . A later directory's
+ * Every spec of every directory, in order: {kind: {device name: {"edits":
+ * the device's, "spec": its spec's top-level edits, "file": where}}}. A later directory's
  * device overrides an earlier one of the same kind and name, as CDI gives
  * /var/run/cdi priority over /etc/cdi.
  */
@@ -432,7 +435,7 @@ static int load_all(const char *const *dirs, json_t *kinds, json_t *files, sbx_e
 {
     for (size_t d = 0; dirs && dirs[d]; d++) {
         int dfd = open_dir(dirs[d], err);
-        if (dfd == -ENOENT)
+        if (dfd == CDI_MISSING)
             continue;
         if (dfd < 0)
             return dfd;

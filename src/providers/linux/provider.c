@@ -813,10 +813,18 @@ static bool env_has(const json_t *env, const char *kv)
 static int add_gpus(struct create *c, sbx_error **err)
 {
     json_t *edits = NULL;
+    sbx_error *ce = NULL;
     int rc = sbx__cdi_resolve((const char *const *)c->st->cdi_dirs, c->gpu, c->gpu_type, &edits,
-                              err);
-    if (rc < 0)
-        return rc;
+                              &ce);
+    if (rc < 0) {
+        /* A spec file not to be believed fails the create as a create (SandboxCreateError). */
+        if (rc != SBX_ENOMEM && rc != SBX_ECREATE) {
+            rc = sbx__set_error(err, SBX_ECREATE, "%s", sbx_error_message(ce));
+            sbx_error_free(ce);
+            return rc;
+        }
+        return sbx__fail(err, ce);
+    }
     json_t *env = json_object_get(c->desc, "env");
     _cleanup_json_ json_t *added = json_array();
     size_t i;
