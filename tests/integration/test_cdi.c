@@ -17,7 +17,7 @@
 #include <limits.h>
 #include <sys/stat.h>
 
-static char cdi_dir[PATH_MAX], lib[PATH_MAX], rwdir[PATH_MAX], cfg[PATH_MAX * 2];
+static char cdi_dir[400], lib[400], rwdir[400], cfg[900];
 
 static void put(const char *path, const char *text)
 {
@@ -139,7 +139,7 @@ static void test_gpu_one(void)
 static void test_gpu_one_userns(void)
 {
     setup();
-    char c[PATH_MAX * 2 + 32];
+    char c[900];
     snprintf(c, sizeof(c), "{\"cdi_spec_dirs\": [\"%s\"], \"userns\": true}", cdi_dir);
     one_gpu(c);
 }
@@ -211,10 +211,47 @@ static void test_gpu_untrusted_spec(void)
 static void test_gpu_no_specs(void)
 {
     setup();
-    char c[PATH_MAX + 64];
+    char c[900];
     snprintf(c, sizeof(c), "{\"cdi_spec_dirs\": [\"%s/none\"]}", tap_tmpdir());
     create_fails(c, 1, SBX_ECREATE, "define 0 nvidia.com/gpu devices (kinds found: none)");
 }
 
-TAP_MAIN(TAP(test_gpu_one), TAP(test_gpu_one_userns), TAP(test_gpu_two_and_by_name),
+/*
+ * An image whose /opt is a link out of the box ("../../../<host dir>"): the
+ * CDI mount point is resolved inside the box's root, so the mount lands in
+ * the box (through the link, as the box sees it) and nothing is made on the
+ * host where the link would point from outside.
+ */
+static void test_gpu_mount_through_image_link(void)
+{
+    setup();
+    if (!have_file("/bin/busybox"))
+        TAP_SKIP("busybox-static is not installed");
+    char img[PATH_MAX], escape[PATH_MAX], out[4096];
+    snprintf(img, sizeof(img), "%s/img", tap_tmpdir());
+    snprintf(escape, sizeof(escape), "%s/escape", tap_tmpdir());
+    if (run_cmd(out, sizeof(out),
+                "set -e; mkdir -p %s/bin %s/etc %s/tmp %s; cp /bin/busybox %s/bin/; "
+                "ln -s busybox %s/bin/sh; ln -s busybox %s/bin/cat; "
+                "ln -s ../../../../../../../../..%s %s/opt",
+                img, img, img, escape, img, img, img, escape, img) != 0)
+        TAP_FAIL("building the image: %s", out);
+    sbx_provider *p = provider(cfg);
+    sbx_spec *s = sbx_spec_new();
+    sbx_spec_set_image(s, img);
+    sbx_spec_set_gpu(s, 1);
+    sbx_sandbox *sb = start(p, s);
+    TAP_EQ_STR(out_of(sb, "cat /opt/sbx-gpu/lib/libstandin.so.1"), "stand-in driver library\n");
+    TAP_EQ_STR(out_of(sb, "cat /dev/nvidia0; echo ok"), "ok\n");
+    char host_side[PATH_MAX + 32];
+    snprintf(host_side, sizeof(host_side), "%s/sbx-gpu", escape);
+    TAP_TRUE(!have_file(host_side));
+    stop_free(sb);
+    TAP_TRUE(!have_file(host_side));
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+TAP_MAIN(TAP(test_gpu_one), TAP(test_gpu_mount_through_image_link), TAP(test_gpu_one_userns), TAP(test_gpu_two_and_by_name),
          TAP(test_gpu_too_many), TAP(test_gpu_untrusted_spec), TAP(test_gpu_no_specs))
