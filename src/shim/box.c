@@ -37,6 +37,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -396,6 +397,126 @@ static void mount_dev(const char *root)
 }
 
 /*
+ * A host file or directory bound at `path` inside the box (resolved in the
+ * root by the kernel: an image's links cannot send it elsewhere), with
+ * `attrs` (MOUNT_ATTR_*) added. `src` is an O_PATH fd of what to bind;
+ * `want_dir` whether it is a directory. The mount point is made when
+ * missing, in the box's writable layer; a link or an entry of the other
+ * kind in the way (in /dev, the box's own tmpfs) is an error, not replaced.
+ */
+static void bind_in_root(int rootfd, int src, const char *path, bool want_dir, bool recursive,
+                         unsigned long long attrs)
+{
+    int dst = sbx__inroot_open(rootfd, path, O_PATH, 0);
+    if (dst < 0 && errno == ENOENT) {
+        _cleanup_free_ char *parent = strdup(path);
+        if (!parent)
+            die("out of memory");
+        char *slash = strrchr(parent, '/');
+        const char *base = path + (slash - parent) + 1;
+        *(slash == parent ? slash + 1 : slash) = 0;
+        _cleanup_close_ int pfd = sbx__inroot_mkdir_p(rootfd, parent, 0755);
+        if (pfd < 0)
+            die_errno("CDI: cannot create %s in the box for %s", parent, path);
+        if (want_dir ? mkdirat(pfd, base, 0755) < 0
+                     : mknodat(pfd, base, S_IFREG | 0644, 0) < 0)
+            if (errno != EEXIST)
+                die_errno("CDI: cannot create the mount point %s in the box", path);
+        dst = sbx__inroot_open(rootfd, path, O_PATH, 0);
+    }
+    struct stat ds;
+    if (dst < 0 || fstat(dst, &ds) < 0)
+        die_errno("CDI: cannot open the mount point %s in the box", path);
+    if (want_dir != !!S_ISDIR(ds.st_mode))
+        die("CDI: %s in the box is a %s, the host's source a %s", path,
+            S_ISDIR(ds.st_mode) ? "directory" : "file", want_dir ? "directory" : "file");
+    /*
+     * Both ends by descriptor (/proc/self/fd/N is the host's proc until
+     * pivot_root): the bind lands exactly on what was resolved in the root.
+     */
+    char from[64], to[64];
+    snprintf(from, sizeof(from), "/proc/self/fd/%d", src);
+    snprintf(to, sizeof(to), "/proc/self/fd/%d", dst);
+    do_mount(from, to, NULL, MS_BIND | (recursive ? MS_REC : 0), NULL);
+    close(dst);
+    /* Opened again: now the path is the new mount's root, which the flags go on. */
+    _cleanup_close_ int top = sbx__inroot_open(rootfd, path, O_PATH, 0);
+    if (top < 0)
+        die_errno("CDI: cannot open %s after binding it", path);
+    struct mount_attr attr = { .attr_set = attrs };
+    if (syscall(SYS_mount_setattr, top, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0),
+                &attr, sizeof(attr)) == 0)
+        return;
+    /* Without mount_setattr (before 5.12): a remount, keeping what the source had. */
+    struct statvfs sv;
+    unsigned long keep = fstatvfs(top, &sv) == 0 ? sv.f_flag & (ST_NOEXEC | ST_NOSUID | ST_NODEV |
+                                                                ST_RDONLY)
+                                                 : 0;
+    unsigned long fl = MS_REMOUNT | MS_BIND | keep;
+    fl |= (attrs & MOUNT_ATTR_RDONLY ? MS_RDONLY : 0) | (attrs & MOUNT_ATTR_NOSUID ? MS_NOSUID : 0) |
+          (attrs & MOUNT_ATTR_NODEV ? MS_NODEV : 0) | (attrs & MOUNT_ATTR_NOEXEC ? MS_NOEXEC : 0);
+    snprintf(to, sizeof(to), "/proc/self/fd/%d", top);
+    do_mount(NULL, to, NULL, fl, NULL);
+}
+
+/*
+ * The CDI edits the provider resolved for resources.gpu
+ * (src/providers/linux/cdi.c): each device node is a bind of the host's
+ * node (as /dev/null is, so it works in a user namespace too, where mknod
+ * is refused; a bind keeps the host's devtmpfs, which nodev on the box's
+ * /dev does not reach), after checking that what the host path opens now is
+ * the very device the provider saw (type, major, minor); each mount a bind,
+ * read-only unless the spec said "rw", always nosuid and nodev (device
+ * nodes come only from deviceNodes). Hooks are never run.
+ */
+static void apply_cdi(const struct shim_cfg *c, const char *root)
+{
+    _cleanup_close_ int rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rootfd < 0)
+        die_errno("cannot open %s", root);
+    size_t i;
+    json_t *d;
+    json_array_foreach(json_object_get(c->cdi, "devices"), i, d)
+    {
+        const char *path = json_string_value(json_object_get(d, "path"));
+        const char *host = json_string_value(json_object_get(d, "host_path"));
+        const char *type = json_string_value(json_object_get(d, "type"));
+        json_int_t maj = json_integer_value(json_object_get(d, "major"));
+        json_int_t min = json_integer_value(json_object_get(d, "minor"));
+        if (!path || !host || !type)
+            die("CDI: a device node without path, host path or type");
+        _cleanup_close_ int src = open(host, O_PATH | O_CLOEXEC);
+        struct stat st;
+        if (src < 0 || fstat(src, &st) < 0)
+            die_errno("CDI: cannot open the device node %s", host);
+        bool chr = type[0] == 'c';
+        if ((chr ? !S_ISCHR(st.st_mode) : !S_ISBLK(st.st_mode)) ||
+            (json_int_t)major(st.st_rdev) != maj || (json_int_t)minor(st.st_rdev) != min)
+            die("CDI: %s is no longer the %s device %lld:%lld it was", host,
+                chr ? "character" : "block", (long long)maj, (long long)min);
+        bind_in_root(rootfd, src, path, false, false, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC);
+    }
+    json_array_foreach(json_object_get(c->cdi, "mounts"), i, d)
+    {
+        const char *host = json_string_value(json_object_get(d, "host_path"));
+        const char *path = json_string_value(json_object_get(d, "container_path"));
+        if (!host || !path)
+            die("CDI: a mount without host or container path");
+        _cleanup_close_ int src = open(host, O_PATH | O_CLOEXEC);
+        struct stat st;
+        if (src < 0 || fstat(src, &st) < 0)
+            die_errno("CDI: cannot open the mount source %s", host);
+        if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+            die("CDI: the mount source %s is neither a file nor a directory", host);
+        unsigned long long attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+        if (!json_is_true(json_object_get(d, "rw")))
+            attrs |= MOUNT_ATTR_RDONLY;
+        bind_in_root(rootfd, src, path, S_ISDIR(st.st_mode),
+                     json_is_true(json_object_get(d, "recursive")), attrs);
+    }
+}
+
+/*
  * The agent's listening socket, <box>/run/agent.sock on the host (relative
  * to our cwd, the box directory), made here and handed to the agent as a
  * descriptor. Made by the box's first process, so the credentials the
@@ -691,6 +812,10 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     shim_trace("child: sys");
     mount_dev(root);
     shim_trace("child: dev");
+    if (c->cdi) {
+        apply_cdi(c, root);
+        shim_trace("child: cdi");
+    }
     _cleanup_free_ char *tmp = path2(root, "/tmp");
     if (!exists(tmp)) {
         mkdirs(tmp, 01777);

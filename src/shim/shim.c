@@ -145,6 +145,9 @@ static int parse_cfg(json_t *j, struct shim_cfg *c, char *msg, size_t len)
     c->env = json_object_get(j, "env");
     c->entrypoint = json_object_get(j, "entrypoint");
     c->metadata = json_object_get(j, "metadata");
+    c->cdi = json_object_get(j, "cdi");
+    if (!json_is_object(c->cdi))
+        c->cdi = NULL;
     if (!json_is_array(c->entrypoint))
         c->entrypoint = NULL;
     if (!c->id || !c->box_dir || !c->hostname || !c->lower || !c->agent || !c->state_dir) {

@@ -35,6 +35,7 @@ struct shim_cfg {
     json_t *env;        /* array of "K=V" */
     json_t *entrypoint; /* array or NULL */
     json_t *metadata;   /* object */
+    json_t *cdi;        /* the CDI edits for resources.gpu (devices, mounts), or NULL */
     /*
      * The box ends when its creator's control socket closes, even after the
      * handover, unless the creator said "detach" first (sbx run, sbx create

@@ -265,4 +265,33 @@ SBX_INTERNAL void sbx__linux_op_image_import(sbx_op *op, const char *state_dir, 
 SBX_INTERNAL void sbx__linux_op_image_remove(sbx_op *op, const char *state_dir,
                                              const char *name, int force);
 
+/* --- GPUs through CDI spec files (cdi.c) ------------------------------------- */
+
+/* "/etc/cdi", "/var/run/cdi", NULL: where nvidia-ctk and other vendors' tools write. */
+extern const char *const sbx__cdi_default_dirs[];
+/* Whether `n` can be a CDI device name (letters, digits, '_', '.', ':', '-'). */
+SBX_INTERNAL bool sbx__cdi_name_ok(const char *n);
+/*
+ * Parses one CDI spec (JSON or YAML, `len` bytes, NUL-terminated; `shown`
+ * names it in messages) into {"kind", "edits", "devices": {name: edits}},
+ * each edits object normalised as {"env": ["K=V"], "devices": [{"path",
+ * "host_path", "type" ("c"/"b", absent: any), "major", "minor" (-1: any)}],
+ * "mounts": [{"host_path", "container_path", "rw", "recursive"}], "hooks":
+ * count}. Pure (no file access); SBX_EINVAL with what was wrong. Fuzzed.
+ */
+SBX_INTERNAL int sbx__cdi_parse(const char *text, size_t len, const char *shown, json_t **out,
+                                sbx_error **err);
+/*
+ * The edits for `count` GPUs from the CDI specs in `dirs` (NULL-ended; NULL:
+ * sbx__cdi_default_dirs), chosen by `gpu_type` (docs/providers/linux.md):
+ * the merged normalised edits plus "names" (the qualified devices chosen).
+ * Directories and files must be root's or the caller's and writable by
+ * nobody else; every device node and mount source is checked on the host
+ * (device numbers filled in from it). Blocking (file I/O). SBX_ECREATE when
+ * there are not enough devices (naming what was found) or a host path is
+ * wrong; SBX_EINVAL / SBX_EPERM for a bad or untrusted spec file.
+ */
+SBX_INTERNAL int sbx__cdi_resolve(const char *const *dirs, long long count, const char *gpu_type,
+                                  json_t **out, sbx_error **err);
+
 #endif /* SBX_LINUX_H */

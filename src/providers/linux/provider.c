@@ -55,6 +55,7 @@ struct linux_state {
     unsigned long long max_image_bytes; /* 0: image.c's default */
     sbx_kit_pool *pool; /* the agent connections of this provider's boxes */
     sbx_agent_limits limits; /* max_download_bytes, transfer_idle_timeout_s */
+    char **cdi_dirs; /* cdi_spec_dirs, NULL-ended; NULL: sbx__cdi_default_dirs */
 };
 
 struct linux_box {
@@ -129,6 +130,7 @@ static void state_free(struct linux_state *st)
     free(st->state_dir);
     free(st->shim);
     free(st->agent);
+    sbx_strv_free(st->cdi_dirs);
     sbx__kit_agent_pool_free(st->pool);
     free(st);
 }
@@ -254,6 +256,35 @@ static int check_userns_range(unsigned base, unsigned slots, sbx_error **err)
     return SBX_OK;
 }
 
+/*
+ * cdi_spec_dirs: the directories CDI spec files are read from for
+ * resources.gpu, in rising priority (a later one's device of the same name
+ * wins). Absolute paths; a string is a list of one.
+ */
+static int parse_cdi_dirs(const json_t *v, char ***out, sbx_error **err)
+{
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    if ((!json_is_array(v) && !json_is_string(v)) || n > 16)
+        return cfg_error(err, "cdi_spec_dirs", "a list of at most 16 absolute directory paths");
+    char **dirs = calloc(n + 1, sizeof(char *));
+    if (!dirs)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const char *d = json_string_value(json_is_array(v) ? json_array_get(v, i) : v);
+        if (!d || d[0] != '/' || strlen(d) >= PATH_MAX) {
+            sbx_strv_free(dirs);
+            return cfg_error(err, "cdi_spec_dirs", "a list of absolute directory paths");
+        }
+        if (!(dirs[i] = strdup(d))) {
+            sbx_strv_free(dirs);
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        }
+    }
+    sbx_strv_free(*out);
+    *out = dirs;
+    return SBX_OK;
+}
+
 static int linux_init(const char *config_json, void **state, sbx_error **err)
 {
     json_error_t je;
@@ -368,12 +399,19 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                 break;
             }
             st->limits.idle_timeout_s = json_number_value(v);
+        } else if (!strcmp(key, "cdi_spec_dirs")) {
+            if (json_is_null(v)) /* the standard /etc/cdi and /var/run/cdi */
+                continue;
+            rc = parse_cdi_dirs(v, &st->cdi_dirs, err);
+            if (rc < 0)
+                break;
         } else {
             rc = sbx__set_error(err, SBX_EINVAL,
                                 "linux provider: unknown option '%s' (known: state_dir, shim, "
                                 "agent, pids_limit, network, userns, userns_base, userns_slots, "
                                 "seccomp, stop_grace_s, stop_timeout_s, max_agent_connections, "
-                                "nofile, max_image_bytes, max_download_bytes, transfer_idle_timeout_s)",
+                                "nofile, max_image_bytes, max_download_bytes, transfer_idle_timeout_s, "
+                                "cdi_spec_dirs)",
                                 key);
             break;
         }
@@ -438,6 +476,8 @@ struct create {
     long long pids;
     long long nofile_soft, nofile_hard; /* as asked for; hard 0: the default */
     double ready_timeout_s;
+    long long gpu;  /* resources.gpu; 0: none */
+    char *gpu_type; /* resources.gpu_type, or NULL */
     json_t *desc; /* the box description sent to the shim */
     /* outputs of the worker step */
     int code;
@@ -465,6 +505,7 @@ static void create_free(struct create *c)
 {
     free(c->image);
     free(c->hostname);
+    free(c->gpu_type);
     json_decref(c->desc);
     sbx_error_free(c->err);
     box_free(c->box);
@@ -748,6 +789,76 @@ static bool create_cancelled(void *data)
     return atomic_load(&((struct create *)data)->stop_work);
 }
 
+/* Whether the "K=V" list `env` sets the key of `kv`. */
+static bool env_has(const json_t *env, const char *kv)
+{
+    size_t klen = strcspn(kv, "=");
+    size_t i;
+    json_t *v;
+    json_array_foreach(env, i, v)
+    {
+        const char *s = json_string_value(v);
+        if (s && !strncmp(s, kv, klen) && s[klen] == '=')
+            return true;
+    }
+    return false;
+}
+
+/*
+ * Worker thread: the CDI edits for resources.gpu (src/providers/linux/cdi.c),
+ * into the box description (the shim binds the device nodes and mounts) and
+ * the box's environment. The spec's own env wins over a CDI variable of the
+ * same name: it is what the caller asked for by name.
+ */
+static int add_gpus(struct create *c, sbx_error **err)
+{
+    json_t *edits = NULL;
+    sbx_error *ce = NULL;
+    int rc = sbx__cdi_resolve((const char *const *)c->st->cdi_dirs, c->gpu, c->gpu_type, &edits,
+                              &ce);
+    if (rc < 0) {
+        /* A spec file not to be believed fails the create as a create (SandboxCreateError). */
+        if (rc != SBX_ENOMEM && rc != SBX_ECREATE) {
+            rc = sbx__set_error(err, SBX_ECREATE, "%s", sbx_error_message(ce));
+            sbx_error_free(ce);
+            return rc;
+        }
+        return sbx__fail(err, ce);
+    }
+    json_t *env = json_object_get(c->desc, "env");
+    _cleanup_json_ json_t *added = json_array();
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(edits, "env"), i, v)
+    {
+        if (!env_has(env, json_string_value(v)) && !env_has(added, json_string_value(v)))
+            json_array_append(added, v);
+    }
+    size_t n_base = 0;
+    while (c->box->base_env[n_base])
+        n_base++;
+    char **be = calloc(n_base + json_array_size(added) + 1, sizeof(char *));
+    if (!be || !added) {
+        free(be);
+        json_decref(edits);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    size_t k = 0;
+    json_array_foreach(added, i, v) be[k++] = strdup(json_string_value(v));
+    for (size_t j = 0; j < n_base; j++)
+        be[k++] = c->box->base_env[j];
+    free(c->box->base_env);
+    c->box->base_env = be;
+    json_array_extend(added, env);
+    json_object_set(c->desc, "env", added);
+    json_object_del(edits, "env");
+    json_object_set_new(c->desc, "cdi", edits);
+    for (size_t j = 0; j < k; j++)
+        if (!be[j])
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    return SBX_OK;
+}
+
 /* Worker thread: resolve (maybe unpack) the image. */
 static void create_work(void *data)
 {
@@ -775,6 +886,8 @@ static void create_work(void *data)
         return;
     json_object_set_new(c->desc, "lower", json_string(rootfs));
     json_object_set_new(c->desc, "none_image", json_boolean(none));
+    if (c->gpu > 0)
+        c->code = add_gpus(c, &c->err);
 }
 
 static int spawn_shim(struct create *c, int child_end)
@@ -959,12 +1072,10 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->pids = st->pids;
     c->nofile_soft = st->nofile_soft;
     c->nofile_hard = st->nofile_hard;
-    long long gpu = 0;
-    if (sbx_spec_get_gpu(spec, &gpu) && gpu > 0) {
-        e = sbx_error_new(SBX_ECREATE, "the linux provider does not give boxes GPUs (gpu=%lld)",
-                          gpu);
-        goto fail;
-    }
+    /* GPUs come from CDI specs, read on the worker (create_work -> add_gpus). */
+    if (!sbx_spec_get_gpu(spec, &c->gpu) || c->gpu < 0)
+        c->gpu = 0;
+    c->gpu_type = sbx__strdup0(sbx_spec_gpu_type(spec));
     /*
      * A quota above the machine's CPUs cannot be enforced (cgroup v2 accepts
      * it silently, v1 refuses it late): say the allowed range up front, as
