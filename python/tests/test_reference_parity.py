@@ -370,10 +370,15 @@ def test_stop_during_create_still_ends_the_box():
         def __init__(self):
             super().__init__()
             self.release = asyncio.Event()
+            self.aclose_gate = asyncio.Event()
 
         async def create(self, spec):
             await self.release.wait()
             return await super().create(spec)
+
+        async def aclose(self):
+            await self.aclose_gate.wait()  # create returns while stop() is in aclose()
+            await super().aclose()
 
     async def go():
         p = Slow()
@@ -383,10 +388,14 @@ def test_stop_during_create_still_ends_the_box():
         stopping = asyncio.ensure_future(sb.stop())
         await asyncio.sleep(0)
         p.release.set()
+        for _ in range(100):  # let start() see its create return (no clock involved)
+            await asyncio.sleep(0)
+        closed_before_aclose = len(p.closed)
+        p.aclose_gate.set()
         await stopping
         with pytest.raises(RuntimeError, match="has been stopped"):
             await starting
-        assert len(p.closed) == 1
+        assert closed_before_aclose == 1 and len(p.closed) == 1 and len(p.created) == 1
 
     run(go())
 
