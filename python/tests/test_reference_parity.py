@@ -621,3 +621,50 @@ def test_status_refuses_paused():
         SandboxStatus("paused")
     assert not hasattr(SandboxStatus, "PAUSED")
     assert [s.value for s in SandboxStatus] == ["starting", "running", "stopped", "error", "unknown"]
+
+
+# The reference's signatures (reference-api.md C-L, reference-newer.md 3, 9):
+# parameter names, kinds and defaults, annotations aside.
+REFERENCE_SIGNATURES = {
+    "api.AsyncSandbox.start": "(self, spec=None)",
+    "api.AsyncSandbox.exec": "(self, command, *, cwd=None, env=None, timeout_s=180, user=None)",
+    "api.AsyncSandbox.upload": "(self, local_path, remote_path)",
+    "api.AsyncSandbox.download": "(self, remote_path, local_path)",
+    "api.AsyncSandbox.endpoint": "(self, port)",
+    "api.AsyncSandbox.serialize": "(self, *, scope=None)",
+    "api.AsyncSandbox.connect": "(descriptor, *, provider)",
+    "api.SandboxPty.create": "(self, command=None, *, cwd=None, env=None, rows=24, cols=80, user=None, pty=True)",
+    "api.SandboxPty.attach": "(self, session_id, *, takeover=True, since=None)",
+    "api.SandboxPty.exec": "(self, command, *, session=None, cwd=None, env=None, timeout_s=180, user=None, "
+                           "rows=24, cols=80, pty=True)",
+    "api.Sandbox.exec": "(self, command, *, cwd=None, env=None, timeout_s=180, user=None)",
+    "api.Sandbox.start": "(self, spec=None)",
+    "registry.register_provider": "(name, provider_class, *, override=False)",
+    "registry.create_provider": "(config)",
+    "config.resolve_provider_config": "(sandbox_provider, named_configs=None)",
+    "config.resolve_provider_metadata": "(sandbox_provider, named_configs=None)",
+    "attribution.resolve_attribution": "(*, team=None, user=None, workload=None, environ=None)",
+    "attribution.resolve_run_id": "(run=None, environ=None)",
+    "utils.rewrite_image": "(image, rewrites)",
+    "providers.utils.coerce_config": "(value, config_cls)",
+    "providers.utils.path_under_mount": "(mount_point, path)",
+    "base.SandboxResources.from_mapping": "(resources)",
+}
+
+
+@pytest.mark.parametrize("path", sorted(REFERENCE_SIGNATURES))
+def test_reference_signatures(path):
+    import inspect
+
+    module, *attrs = path.split(".")
+    if module == "providers":
+        module, attrs = "providers." + attrs[0], attrs[1:]
+    obj = importlib.import_module("sbx." + module)
+    for a in attrs:
+        obj = getattr(obj, a)
+    sig = inspect.signature(obj)
+    bare = sig.replace(
+        parameters=[p.replace(annotation=inspect.Parameter.empty) for p in sig.parameters.values()],
+        return_annotation=inspect.Signature.empty,
+    )
+    assert str(bare) == REFERENCE_SIGNATURES[path]
