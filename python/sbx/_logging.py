@@ -12,7 +12,9 @@ logger="nemo_gym.sandbox.attribution")`). `twin_logger("sbx.attribution",
   configured the other; `logging.disable()` and `Logger.disabled` apply);
 - each handler on either logger's propagation chain receives the record
   once, named after the chain it was reached through (a handler shared by
-  both chains, typically the root's, gets one record, not two);
+  both chains, typically the root's, gets one record, not two: the
+  reference's name is tried first, so code ported from NeMo Gym that filters
+  on `record.name` keeps working);
 - the originating logger's filters apply, as `Logger.handle` applies them;
 - with no handler anywhere, `logging.lastResort` gets it, as usual.
 """
