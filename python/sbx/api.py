@@ -125,8 +125,10 @@ async def _within(timeout_s: Any, awaitable: Awaitable[T]) -> T:
 
 class SandboxPty:
     """`sandbox.pty`: interactive sessions and one-shot commands in a terminal.
-    Async only. No C provider offers PTYs yet, so with a C provider every
-    call raises the reference's NotImplementedError."""
+    Async only. No C provider offers PTYs yet, so with a C provider create(),
+    attach() and exec() without a session raise the reference's
+    NotImplementedError; exec(cmd, session=s) runs in the session given on
+    any provider, as in the reference."""
 
     def __init__(self, sandbox: AsyncSandbox) -> None:
         self._sandbox = sandbox
