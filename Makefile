@@ -222,8 +222,9 @@ install: all
 	install -m 644 docs/man/sbx.1 $(DESTDIR)$(MANDIR)/man1/sbx.1
 	install -m 644 contrib/completion/sbx.bash $(DESTDIR)$(BASHCOMPDIR)/sbx
 	install -m 644 contrib/completion/_sbx $(DESTDIR)$(ZSHCOMPDIR)/_sbx
-	install -d $(DESTDIR)$(PYDIR)/sbx $(DESTDIR)$(PYDIR)/sbx-$(VERSION).dist-info
+	install -d $(DESTDIR)$(PYDIR)/sbx/providers $(DESTDIR)$(PYDIR)/sbx-$(VERSION).dist-info
 	install -m 644 python/sbx/*.py $(DESTDIR)$(PYDIR)/sbx/
+	install -m 644 python/sbx/providers/*.py $(DESTDIR)$(PYDIR)/sbx/providers/
 	install -m 644 python/sbx-$(VERSION).dist-info/* $(DESTDIR)$(PYDIR)/sbx-$(VERSION).dist-info/
 
 print-pydir:

@@ -5,7 +5,10 @@ Code written for NeMo Gym's sandbox API runs after changing its import line:
     from nemo_gym.sandbox import AsyncSandbox, SandboxSpec   # before
     from sbx import AsyncSandbox, SandboxSpec                # after
 
-Attribution helpers live in the module `sbx.attribution`, as in the reference.
+Attribution helpers live in the module `sbx.attribution`, as in the reference;
+the reference's other module paths exist too (`sbx.api`, `sbx.config`,
+`sbx.utils`, `sbx.providers`, `sbx.providers.base`, `sbx.providers.registry`,
+`sbx.providers.utils`).
 """
 
 from ._lib import SandboxDescriptorError, version
@@ -34,14 +37,22 @@ from .base import (
     SandboxResources,
     SandboxSpec,
     SandboxStatus,
+    SupportsSandboxBackgroundServices,
     SupportsSandboxEndpoint,
+    SupportsSandboxNetwork,
+    SupportsSandboxPauseResume,
+    SupportsSandboxPortForwarding,
     SupportsSandboxPty,
     SupportsSandboxPtyAttach,
+    SupportsSandboxRuntimeRequirements,
+    SupportsSandboxSharedStorage,
+    SupportsSandboxSnapshot,
 )
 from .config import resolve_provider_config, resolve_provider_metadata
 from .cprovider import CProvider
 from .registry import create_provider, get_provider_class, list_providers, register_provider
 from .utils import rewrite_image
+from . import providers  # noqa: E402,F401  (the reference's module paths)
 
 __version__ = version()
 
@@ -72,9 +83,16 @@ __all__ = [
     "SandboxResources",
     "SandboxSpec",
     "SandboxStatus",
+    "SupportsSandboxBackgroundServices",
     "SupportsSandboxEndpoint",
+    "SupportsSandboxNetwork",
+    "SupportsSandboxPauseResume",
+    "SupportsSandboxPortForwarding",
     "SupportsSandboxPty",
     "SupportsSandboxPtyAttach",
+    "SupportsSandboxRuntimeRequirements",
+    "SupportsSandboxSharedStorage",
+    "SupportsSandboxSnapshot",
     "create_provider",
     "get_provider_class",
     "list_providers",

@@ -22,29 +22,38 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .base import (
+# The value types and protocols are importable from this module too, as from
+# the reference's api module (`from nemo_gym.sandbox.api import SandboxSpec`).
+from .base import (  # noqa: F401 (re-exports)
+    ConnectableProvider,
     SandboxEndpoint,
     SandboxExecResult,
     SandboxHandle,
+    SandboxProvider,
     SandboxPtyError,
     SandboxPtySession,
     SandboxPtySpec,
     SandboxSpec,
     SandboxStatus,
+    SupportsSandboxEndpoint,
+    SupportsSandboxPty,
+    SupportsSandboxPtyAttach,
     provider_display_name,
 )
 from . import _lib, cprovider
 from ._lib import lib
 from .cprovider import CProvider, CSandbox
-from .registry import get_provider_class, provider_for_sandbox
+from .registry import create_provider, get_provider_class, provider_for_sandbox  # noqa: F401
 
 T = TypeVar("T")
 
 SYNC_OPERATION_TIMEOUT_S = 3600.0
 SYNC_LOOP_CLOSE_TIMEOUT_S = 5.0
 DEFAULT_EXEC_TIMEOUT_S = 180
-# The providers' "no process exit status" sentinel.
-PTY_RUNTIME_RETURN_CODE = 125
+# The providers' "no process exit status" sentinel (the reference's name;
+# PTY_RUNTIME_RETURN_CODE is sbx's earlier one).
+SANDBOX_PTY_RUNTIME_RETURN_CODE = 125
+PTY_RUNTIME_RETURN_CODE = SANDBOX_PTY_RUNTIME_RETURN_CODE
 
 
 def _has_connect(provider: Any) -> bool:
@@ -63,7 +72,7 @@ def _pty_timeout(command: str, timeout_s: Any, *, discard: bool) -> SandboxExecR
     return SandboxExecResult(
         stdout=None,
         stderr=f"PTY command timed out after {timeout_s}s: {command!r}{suffix}",
-        return_code=PTY_RUNTIME_RETURN_CODE,
+        return_code=SANDBOX_PTY_RUNTIME_RETURN_CODE,
         error_type="timeout",
     )
 
@@ -105,7 +114,7 @@ async def _session_command(session: SandboxPtySession, command: str) -> SandboxE
     return SandboxExecResult(
         stdout=before.decode("utf-8", "replace"),
         stderr=err.decode("utf-8", "replace") or None,
-        return_code=int(status) if ok else PTY_RUNTIME_RETURN_CODE,
+        return_code=int(status) if ok else SANDBOX_PTY_RUNTIME_RETURN_CODE,
         error_type=None if ok else "pty",
     )
 
@@ -116,8 +125,10 @@ async def _within(timeout_s: Any, awaitable: Awaitable[T]) -> T:
 
 class SandboxPty:
     """`sandbox.pty`: interactive sessions and one-shot commands in a terminal.
-    Async only. No C provider offers PTYs yet, so with a C provider every
-    call raises the reference's NotImplementedError."""
+    Async only. No C provider offers PTYs yet, so with a C provider create(),
+    attach() and exec() without a session raise the reference's
+    NotImplementedError; exec(cmd, session=s) runs in the session given on
+    any provider, as in the reference."""
 
     def __init__(self, sandbox: AsyncSandbox) -> None:
         self._sandbox = sandbox
@@ -181,12 +192,9 @@ class SandboxPty:
         cols: int = 80,
         pty: bool = True,
     ) -> SandboxExecResult:
-        provider = self._provider()
-        if not hasattr(provider, "create_pty"):
-            raise NotImplementedError(
-                f"Sandbox provider {provider_display_name(provider)!r} does not support PTY sessions; "
-                "use exec() instead"
-            )
+        # No capability check here: a session passed in (from wherever it
+        # came) runs without create_pty, as in the reference; opening a
+        # session (the one-shot path) goes through create(), which checks.
         implicit = False
         plain = cwd is None and env is None and user is None and pty and (rows, cols) == (24, 80)
         if session is None and plain:
@@ -285,6 +293,7 @@ class AsyncSandbox:
         self._handle_: SandboxHandle | None = None
         self._stopped = True
         self._closed = False
+        self._stop_calls = 0  # Python path: stop() calls so far (start() notices one meanwhile)
         self.pty = SandboxPty(self)
 
     # The Python-provider path keeps its handle in _handle_; for a C sandbox
@@ -342,9 +351,10 @@ class AsyncSandbox:
         wanted = spec if spec is not None else self._spec
         if wanted is None:
             raise ValueError("Sandbox.start() requires a SandboxSpec")
+        stops = self._stop_calls
         handle = await self._provider.create(wanted)
         try:
-            if self._closed:
+            if self._closed or self._stop_calls != stops:
                 # stop() ran while create was in flight: the reference leaks
                 # this box; sbx ends it.
                 raise RuntimeError("Sandbox has been stopped")
@@ -460,13 +470,16 @@ class AsyncSandbox:
             return await _lib.await_future(*self._csb.stop())
         if self._closed:
             return
+        self._stop_calls += 1
         try:
             if self._handle_ is not None and not self._stopped:
                 self._stopped = True
                 await self._provider.close(self._handle_)
         finally:
-            self._closed = True
+            # Closed only once aclose() succeeded: when it raises, a second
+            # stop() retries it (the box itself is not closed twice).
             await self._provider.aclose()
+            self._closed = True
 
     async def serialize(self, *, scope: str | None = None) -> dict[str, Any]:
         """A descriptor another process passes to AsyncSandbox.connect()."""
@@ -496,6 +509,7 @@ class AsyncSandbox:
             sandbox._handle_ = None
             sandbox._stopped = True
             sandbox._closed = False
+            sandbox._stop_calls = 0
             sandbox.pty = SandboxPty(sandbox)
             return sandbox
         handle = await provider.connect(descriptor)

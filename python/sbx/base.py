@@ -16,11 +16,12 @@ from urllib.parse import urlsplit
 
 
 class SandboxStatus(str, Enum):
-    """Provider-neutral sandbox lifecycle status."""
+    """Provider-neutral sandbox lifecycle status: the reference's five values.
+    There is no "paused" (the reference has none; `SandboxStatus("paused")`
+    is a ValueError there and here), and nothing in sbx pauses a box."""
 
     STARTING = "starting"
     RUNNING = "running"
-    PAUSED = "paused"
     STOPPED = "stopped"
     ERROR = "error"
     UNKNOWN = "unknown"
@@ -237,9 +238,12 @@ class ConnectableProvider(Protocol):
 
 @runtime_checkable
 class SandboxPtySession(Protocol):
-    """One live terminal session (see reference-api.md G)."""
+    """One live terminal session (see reference-api.md G). An async context
+    manager (exit closes it); `mode` is "pty" or "pipe" once connected, None
+    before. isinstance() checks every member, as the reference's does."""
 
     session_id: str
+    mode: str | None
 
     @property
     def closed(self) -> bool: ...
@@ -260,6 +264,10 @@ class SandboxPtySession(Protocol):
 
     async def close(self) -> None: ...
 
+    async def __aenter__(self) -> SandboxPtySession: ...
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None: ...
+
 
 @runtime_checkable
 class SupportsSandboxPty(Protocol):
@@ -271,6 +279,82 @@ class SupportsSandboxPtyAttach(Protocol):
     async def attach_pty(
         self, handle: SandboxHandle, session_id: str, *, takeover: bool = True, since: int | None = None
     ) -> SandboxPtySession: ...
+
+
+# --- the newer reference's optional capabilities ------------------------------
+# Protocols only (reference-newer.md 9): a Python provider that implements one
+# is recognised by isinstance(); AsyncSandbox has no methods that use them yet.
+
+
+@runtime_checkable
+class SupportsSandboxBackgroundServices(Protocol):
+    """Optional execution override for services needed by a later command."""
+
+    async def exec_with_background_services(
+        self, handle: SandboxHandle, command: str, *, cwd: str | None = None, timeout_s: int | float | None = None
+    ) -> SandboxExecResult: ...
+
+
+@runtime_checkable
+class SupportsSandboxNetwork(Protocol):
+    """Optional direct networking between sandboxes, preserving service ports."""
+
+    def validate_networking(self) -> None: ...
+
+    async def network_address(self, handle: SandboxHandle) -> str: ...
+
+    async def set_hosts(self, handle: SandboxHandle, hosts: Mapping[str, str]) -> None: ...
+
+
+@runtime_checkable
+class SupportsSandboxRuntimeRequirements(Protocol):
+    """Optional validation and setup of task-declared runtime requirements."""
+
+    def validate_runtime_requirements(
+        self, *, cap_add: tuple[str, ...], shm_size: int | None
+    ) -> dict[str, str] | None: ...
+
+    async def configure_runtime(
+        self, handle: SandboxHandle, *, cap_add: tuple[str, ...], shm_size: int | None
+    ) -> None: ...
+
+
+@runtime_checkable
+class SupportsSandboxPortForwarding(Protocol):
+    """Optional loopback TCP forwarding, running until cancellation."""
+
+    def validate_port_forwarding(self) -> None: ...
+
+    async def forward_ports(
+        self, handle: SandboxHandle, target_address: str, ports: tuple[int, ...], *, ready_file: str
+    ) -> None: ...
+
+
+@runtime_checkable
+class SupportsSandboxSharedStorage(Protocol):
+    """Optional shared filesystem provisioned by the provider's config."""
+
+    def shared_volume_options(self, source: str | None, target: str, *, read_only: bool = False) -> dict[str, Any]: ...
+
+    def shared_volume_metadata(self) -> dict[str, str]: ...
+
+
+@runtime_checkable
+class SupportsSandboxPauseResume(Protocol):
+    """Optional capability to pause and resume a sandbox."""
+
+    async def pause(self, handle: SandboxHandle) -> None: ...
+
+    async def resume(self, handle: SandboxHandle) -> None: ...
+
+
+@runtime_checkable
+class SupportsSandboxSnapshot(Protocol):
+    """Optional capability to snapshot a running sandbox into an independent copy."""
+
+    async def snapshot(self, handle: SandboxHandle, *, name: str | None = None) -> str: ...
+
+    async def delete_snapshot(self, snapshot_id: str) -> None: ...
 
 
 def provider_display_name(provider: Any) -> str:

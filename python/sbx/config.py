@@ -7,8 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-DEFAULT_METADATA_KEY = "default_metadata"
-RESERVED_KEYS = frozenset({DEFAULT_METADATA_KEY})
+# Reserved keys of a sandbox block that are not the provider's config (the
+# reference's names; DEFAULT_METADATA_KEY / RESERVED_KEYS are sbx's earlier ones).
+SANDBOX_BLOCK_DEFAULT_METADATA_KEY = "default_metadata"
+SANDBOX_BLOCK_RESERVED_KEYS = frozenset({SANDBOX_BLOCK_DEFAULT_METADATA_KEY})
+DEFAULT_METADATA_KEY = SANDBOX_BLOCK_DEFAULT_METADATA_KEY
+RESERVED_KEYS = SANDBOX_BLOCK_RESERVED_KEYS
 
 
 def _plain(value: Any) -> Any:

@@ -8,15 +8,21 @@ written for NeMo Gym works here unchanged.
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias
 
 from . import _lib
+from ._logging import twin_logger
+from .base import SandboxProvider
 from .cprovider import CProvider
 
-LOGGER = logging.getLogger(__name__)
+# Logged as sbx.registry and as the reference's nemo_gym.sandbox.providers.registry.
+LOGGER = twin_logger(__name__, "nemo_gym.sandbox.providers.registry")
+
+# The reference's type names for what the registry holds.
+ProviderClass: TypeAlias = type[SandboxProvider]
+ProviderLoader: TypeAlias = Callable[[], ProviderClass]
 
 ENTRY_POINT_GROUP = "nemo_gym.sandbox_providers"
 

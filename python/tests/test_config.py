@@ -146,7 +146,7 @@ def test_run_id(monkeypatch):
 
 
 def test_log_attribution_once(monkeypatch, caplog):
-    monkeypatch.setattr(attr, "_logged", False)
+    monkeypatch.setattr(attr, "_logged_attribution", False)
     with caplog.at_level(logging.INFO, logger="sbx.attribution"):
         attr.log_attribution_once({})
         assert caplog.records == []

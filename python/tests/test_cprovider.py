@@ -354,7 +354,9 @@ def test_adapter_returns_nemo_gyms_own_types(tmp_path, monkeypatch):
 
     try:
         ad = importlib.reload(nemo_gym_adapter)
-        gym = sys.modules["nemo_gym.sandbox.providers"]
+        # Gym is looked up at first use, not at import.
+        assert "nemo_gym.sandbox.providers" not in sys.modules
+        gym = importlib.import_module("nemo_gym.sandbox.providers")
 
         async def go():
             p = ad._adapter("fake")()

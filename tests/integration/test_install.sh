@@ -47,6 +47,7 @@ for f in bin/sbx lib/libsbx.so.0 lib/libsbx.so lib/pkgconfig/sbx.pc include/sbx.
   [ -e "$prefix/$f" ] || missing="$missing $f"
 done
 [ -f "$pydir/sbx/__init__.py" ] || missing="$missing $pydir/sbx"
+[ -f "$pydir/sbx/providers/utils.py" ] || missing="$missing $pydir/sbx/providers"
 if [ -z "$missing" ]; then ok "everything is installed: library, headers, pc, CLI, shim, agent, man, completions, Python, provider configs"
 else nok "installed files" "missing:$missing"; fi
 
