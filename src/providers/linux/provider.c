@@ -388,8 +388,8 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                                 "linux provider: unknown option '%s' (known: state_dir, shim, "
                                 "agent, pids_limit, network, userns, userns_base, userns_slots, "
                                 "seccomp, stop_grace_s, stop_timeout_s, max_agent_connections, "
-                                "nofile, max_image_bytes, max_download_bytes, transfer_idle_timeout_s, "
-                                "shell)",
+                                "nofile, max_image_bytes, max_download_bytes, "
+                                "transfer_idle_timeout_s, shell)",
                                 key);
             break;
         }
@@ -1125,8 +1125,8 @@ fail:
 static sbx_error *agent_gone(const struct linux_box *b)
 {
     return sbx_error_new(SBX_EPROVIDER,
-                         "the agent of box %s is gone (its TTL passed, or its init died or was killed); its "
-                         "status is error: stop it and create a new one",
+                         "the agent of box %s is gone (its TTL passed, or its init died or was "
+                         "killed): stop it and create a new one",
                          b->id);
 }
 
