@@ -633,7 +633,8 @@ static void exec_done(struct hchan *ch, const sbx_msg_exit *m)
                         m->message[0] ? m->message : "killed by the out-of-memory killer");
         err = b.data;
         err_len = b.len;
-        rc = 125;
+        /* The command's status as docker reports an OOM kill (137), plus sbx's "oom". */
+        rc = m->kind == SBX_EXIT_SIGNAL ? 128 + m->code : 125;
         type = "oom";
     } else if (m->kind == SBX_EXIT_SIGNAL) {
         /*

@@ -50,11 +50,11 @@ int sbx__agent_connect_fd(void *loop, int fd, double timeout_s, sbx_agent_connec
                           void *data);
 
 /*
- * Runs `command` with /bin/sh -c (or `argv`, NULL-terminated, when non-NULL),
- * completing `op` with an sbx_exec_result *. `base_env` ("K=V", NULL-ended,
- * may be NULL) is applied under the opts env. A timeout gives rc 125,
- * error_type "timeout", stdout NULL; an OOM kill rc 125, "oom"; a lost
- * connection rc 125, "sandbox". Honours sbx_op_on_cancel (SBX_ECANCELED once
+ * Runs `command` with the agent's shell, `SHELL -c` (or `argv`, NULL-terminated,
+ * when non-NULL), completing `op` with an sbx_exec_result *. `base_env` ("K=V",
+ * NULL-ended, may be NULL) is applied under the opts env. A timeout gives rc
+ * 125, error_type "timeout", stdout NULL; a signal N rc 128+N; an OOM kill rc
+ * 137, "oom"; a lost connection rc 125, "sandbox". Honours sbx_op_on_cancel (SBX_ECANCELED once
  * the command's group is dead).
  */
 void sbx__agent_exec(sbx_agent_conn *c, sbx_op *op, const char *command, const char *const *argv,
