@@ -19,6 +19,7 @@
  *   build/bench/bench_linux [N]          (N iterations per latency row, default 100)
  *   build/bench/bench_linux --many K     K boxes alive at once (default 1000)
  *   build/bench/bench_linux --userns ... boxes in user namespaces (idmapped layers)
+ *   build/bench/bench_linux --shell sh   string commands through sh, not the default bash
  *
  * Needs root.
  */
@@ -780,11 +781,14 @@ int main(int argc, char **argv)
 {
     int n = 100, many = 0;
     bool userns = false;
+    const char *shell = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--many"))
             many = i + 1 < argc ? (int)strtol(argv[++i], NULL, 10) : 1000;
         else if (!strcmp(argv[i], "--userns"))
             userns = true;
+        else if (!strcmp(argv[i], "--shell") && i + 1 < argc)
+            shell = argv[++i]; /* the provider's `shell` (default: auto, bash when present) */
         else
             n = (int)strtol(argv[i], NULL, 10);
     }
@@ -799,8 +803,10 @@ int main(int argc, char **argv)
         return 1;
     setenv("SBX_STATE_DIR", state_root, 1);
     sbx_error *e = NULL;
-    if (sbx_provider_new(userns ? "{\"linux\": {\"userns\": true}}" : "{\"linux\": {}}", &P,
-                         &e) != SBX_OK)
+    char cfg[512];
+    snprintf(cfg, sizeof(cfg), "{\"linux\": {\"userns\": %s%s%s%s}}", userns ? "true" : "false",
+             shell ? ", \"shell\": \"" : "", shell ? shell : "", shell ? "\"" : "");
+    if (sbx_provider_new(cfg, &P, &e) != SBX_OK)
         die("provider: %s", sbx_error_message(e));
     SPEC = sbx_spec_new();
     if (many > 0) {

@@ -116,17 +116,21 @@ SBX_EXPORT void sbx_box_agent_free(sbx_box_agent *agent);
  * completes `op` exactly once, honours cancellation, and keeps nothing of
  * the strings after the op completes).
  *
- * sbx_box_exec runs `command` with /bin/sh -c in the box and completes with
- * an sbx_exec_result *: the opts' cwd (relative: under the workdir), env
+ * sbx_box_exec runs `command` with the agent's shell in the box (`SHELL -c`:
+ * bash when the box has it, else /bin/sh; `sbx-agent --shell`) and completes
+ * with an sbx_exec_result *: the opts' cwd (relative: under the workdir), env
  * (over `base_env`, "K=V" strings, NULL-ended, may be NULL), stdin, timeout
- * (rc 125, error_type "timeout") and output cap; a lost agent gives rc 125,
- * error_type "sandbox". Once libsbx has streaming exec, output is delivered
- * as it arrives through the same call.
+ * (rc 125, error_type "timeout") and output cap; a command killed by signal N
+ * gives rc 128+N; a lost agent, or one already gone, gives rc 125,
+ * error_type "sandbox" (not an error, as the reference's container
+ * providers). Output is delivered as it arrives through the same call.
  *
  * sbx_box_upload / sbx_box_download copy a file into / out of the box (mode
  * kept, parent directories made, written atomically) and complete with
- * NULL: SBX_ENOENT for a missing source, SBX_EINVAL for a directory,
- * SBX_EPERM for a box path that escapes the box.
+ * NULL: SBX_ENOENT for a missing source, SBX_EINVAL for a directory
+ * downloaded, SBX_EPERM for a box path that escapes the box. An upload onto
+ * an existing directory writes DIR/NAME (NAME: the host file's), as
+ * `docker cp` does.
  *
  * sbx_box_ping completes with NULL after a round trip to the agent (a status
  * probe), SBX_EPROVIDER when the agent is gone.

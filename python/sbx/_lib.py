@@ -197,7 +197,7 @@ _EXCEPTIONS: dict[str, type[BaseException]] = {
     "ENOTSUP": NotImplementedError,
     "ETIMEDOUT": TimeoutError,
     "EPTY": SandboxPtyError,
-    "ENOENT": FileNotFoundError,
+    # Filled in below: a FileNotFoundError that is also a RuntimeError.
     "EPERM": PermissionError,
     "ENOMEM": MemoryError,
 }
@@ -206,6 +206,16 @@ _EXCEPTIONS: dict[str, type[BaseException]] = {
 class SandboxDescriptorError(OSError, SandboxError):
     """The process ran out of file descriptors (errno EMFILE or ENFILE):
     an OSError with that errno, and a SandboxError (so a RuntimeError)."""
+
+
+class SandboxFileNotFoundError(FileNotFoundError, SandboxError):
+    """A file, box or name that does not exist (sbx code ENOENT), e.g.
+    `download("/missing", p)`. The reference's container providers raise
+    RuntimeError there (`docker cp` failed) and its local provider
+    FileNotFoundError: this is both, so either `except` catches it."""
+
+
+_EXCEPTIONS["ENOENT"] = SandboxFileNotFoundError
 
 
 # What to do when descriptors run out (libsbx says the same in its errors).

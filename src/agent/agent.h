@@ -42,6 +42,16 @@ int64_t agent_now_ms(void);
 void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* In a child before exec: the descriptor limit the agent started with (async-signal-safe). */
 void agent_restore_limits(void);
+/*
+ * The shell that runs a shell-form exec (`SHELL -c COMMAND`): its path and
+ * its argv[0] (the path's last component, so bash runs as bash, not in sh
+ * mode). Chosen once, at startup: --shell, or bash when it is on PATH, else
+ * /bin/sh (what the reference's docker provider picks).
+ */
+extern const char *agent_shell_path;
+extern const char *agent_shell_arg0;
+/* Sets them from `want` ("auto" or NULL: bash if found, else /bin/sh; a name: found on PATH). */
+void agent_choose_shell(const char *want);
 
 /* --- connections --------------------------------------------------------- */
 

@@ -146,7 +146,7 @@ static void send_start_failure(struct exec *e)
     else if (ce->stage == STAGE_USER)
         snprintf(msg, sizeof(msg), "cannot switch to user '%s': %s", e->user, strerror(ce->err));
     else
-        snprintf(msg, sizeof(msg), "cannot run %s: %s", e->shell ? "/bin/sh" : e->argv0,
+        snprintf(msg, sizeof(msg), "cannot run %s: %s", e->shell ? agent_shell_path : e->argv0,
                  strerror(ce->err));
     send_exit(e->conn, e->ch.id, SBX_EXIT_FAILED, 0, 0, msg);
 }
@@ -530,8 +530,12 @@ static void child(int in_fd, int out_fd, int err_fd, int report, const sbx_msg_e
         }
     }
     if (m->flags & SBX_EXEC_SHELL) {
-        char *const sh[] = {(char *)"sh", (char *)"-c", m->argv[0], NULL};
-        execve("/bin/sh", sh, envp);
+        /* The box's shell, chosen once at startup (agent_choose_shell): bash when it has one. */
+        char *const sh[] = {(char *)agent_shell_arg0, (char *)"-c", m->argv[0], NULL};
+        if (strchr(agent_shell_path, '/'))
+            execve(agent_shell_path, sh, envp);
+        else
+            errno = ENOENT; /* a configured name not on PATH */
     } else if (strchr(m->argv[0], '/')) {
         execve(m->argv[0], m->argv, envp);
     } else {

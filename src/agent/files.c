@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +118,31 @@ int file_put_start(struct conn *c, uint32_t ch, const sbx_frame *f)
     if (p->dirfd < 0) {
         int e = errno;
         send_status(c, ch, e, "cannot create directory '%s': %s", dir, strerror(e));
+        put_free(p);
+        return 0;
+    }
+    /*
+     * A target that is a directory (or a link to one, resolved inside the
+     * root) is refused at once, before any data: the host then puts the file
+     * into it under its own name, as `docker cp` does.
+     */
+    struct stat tst;
+    bool found = fstatat(p->dirfd, p->base, &tst, AT_SYMLINK_NOFOLLOW) == 0;
+    bool is_dir = found && S_ISDIR(tst.st_mode);
+    if (found && S_ISLNK(tst.st_mode)) {
+        if (slash)
+            *slash = '/';
+        int dfd = root_open(p->path, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+        if (slash)
+            *slash = 0;
+        is_dir = dfd >= 0;
+        if (dfd >= 0)
+            close(dfd);
+    }
+    if (is_dir) {
+        if (slash)
+            *slash = '/';
+        send_status(c, ch, EISDIR, "'%s' names a directory, not a file", p->path);
         put_free(p);
         return 0;
     }

@@ -1,8 +1,9 @@
 /*
  * sbx-agent: command line, the event loop, signals and PID 1 duties.
  *
- *   sbx-agent init (--listen PATH | --listen-fd N) [--ready-fd N] [--root DIR] [-- ENTRYPOINT...]
- *   sbx-agent serve --stdio [--root DIR]
+ *   sbx-agent init (--listen PATH | --listen-fd N) [--ready-fd N] [--root DIR] [--shell SH]
+ *                  [-- ENTRYPOINT...]
+ *   sbx-agent serve --stdio [--root DIR] [--shell SH]
  *
  * As PID 1 of a box (init) it reaps every zombie, runs the optional
  * entrypoint as a supervised service, and on SIGTERM kills every process and
@@ -344,8 +345,8 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: sbx-agent init (--listen PATH | --listen-fd N) [--ready-fd N] [--root DIR]\n"
-            "                      [-- ENTRYPOINT...]\n"
-            "       sbx-agent serve --stdio [--root DIR]\n"
+            "                      [--shell SH] [-- ENTRYPOINT...]\n"
+            "       sbx-agent serve --stdio [--root DIR] [--shell SH]\n"
             "       sbx-agent --version\n");
 }
 
@@ -377,6 +378,56 @@ static void raise_fd_limit(void)
     }
 }
 
+const char *agent_shell_path = "/bin/sh";
+const char *agent_shell_arg0 = "sh";
+
+/* `name` in the directories of PATH (the agent's, else the default), as `command -v` finds it. */
+static char *find_on_path(const char *name)
+{
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    size_t nl = strlen(name);
+    for (const char *p = path;;) {
+        const char *colon = strchr(p, ':');
+        size_t dl = colon ? (size_t)(colon - p) : strlen(p);
+        /* An empty or relative entry means a directory we cannot know for a command's cwd. */
+        if (dl && p[0] == '/' && dl + nl + 2 <= PATH_MAX) {
+            char full[PATH_MAX];
+            memcpy(full, p, dl);
+            full[dl] = '/';
+            memcpy(full + dl + 1, name, nl + 1);
+            struct stat st;
+            if (stat(full, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111))
+                return strdup(full);
+        }
+        if (!colon)
+            return NULL;
+        p = colon + 1;
+    }
+}
+
+void agent_choose_shell(const char *want)
+{
+    char *found = NULL;
+    if (!want || !strcmp(want, "auto")) {
+        /* The reference's docker provider: `command -v bash` succeeds -> bash, else sh. */
+        found = find_on_path("bash");
+    } else if (strchr(want, '/')) {
+        found = strdup(want);
+    } else {
+        /* A name: resolved once here; one that is missing stays a name, and exec says so. */
+        found = find_on_path(want);
+        if (!found)
+            found = strdup(want);
+    }
+    if (!found)
+        return; /* /bin/sh */
+    agent_shell_path = found; /* kept for the agent's life */
+    const char *slash = strrchr(found, '/');
+    agent_shell_arg0 = slash && slash[1] ? slash + 1 : found;
+}
+
 static int parse_fd(const char *s)
 {
     char *end;
@@ -404,7 +455,7 @@ int main(int argc, char **argv)
      * environ or fds. Our children are dumpable again from their execve on.
      */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-    const char *listen_path = NULL, *root = "/";
+    const char *listen_path = NULL, *root = "/", *shell = NULL;
     int ready_fd = -1, listen_fd = -1;
     bool stdio = false;
     char **entry = NULL;
@@ -430,6 +481,12 @@ int main(int argc, char **argv)
                 fprintf(stderr, "sbx-agent: --ready-fd needs a descriptor number\n");
                 return 2;
             }
+        } else if (strcmp(a, "--shell") == 0 && i + 1 < argc) {
+            shell = argv[++i];
+            if (!shell[0]) {
+                fprintf(stderr, "sbx-agent: --shell needs a shell name or path, or auto\n");
+                return 2;
+            }
         } else if (strcmp(a, "--stdio") == 0) {
             stdio = true;
         } else {
@@ -451,6 +508,7 @@ int main(int argc, char **argv)
         return 1;
     }
     raise_fd_limit();
+    agent_choose_shell(shell);
 
     /*
      * Signals arrive through a signalfd: blocked first so none is lost

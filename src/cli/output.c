@@ -87,7 +87,11 @@ static int exit_code_for(const sbx_exec_result *r)
     int rc = sbx_exec_result_return_code(r);
     if (et && !strcmp(et, "timeout"))
         return CLI_EXIT_TIMEOUT;
-    /* A command killed by signal N reports -N (the reference's convention): the shell's 128+N. */
+    /*
+     * Agent-backed providers report a command killed by signal N as 128+N
+     * already; the local provider as -N (Python's returncode, as the
+     * reference's local provider): the shell's 128+N.
+     */
     if (rc < 0)
         return rc >= -127 ? 128 - rc : CLI_EXIT_SBX;
     return rc <= 255 ? rc : CLI_EXIT_SBX;

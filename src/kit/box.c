@@ -238,7 +238,12 @@ static void with_conn(sbx_agent_conn *conn, int code, const char *msg, void *arg
     /* The caller's output callback and fds see the agent client's chunks. */
     sbx__op_inherit_exec_sink(inner, k->op);
     if (!inner) {
-        if (!conn)
+        if (!conn && k->kind == CALL_EXEC && sbx_box_agent_gone(k->a)) {
+            /* A box no longer running: the reference's exec result (rc 125, "sandbox"). */
+            char *why = sbx__printf("the box's agent cannot be reached: %s", msg ? msg : "gone");
+            sbx__agent_exec_unreachable(k->op, why ? why : "the box's agent is gone");
+            free(why);
+        } else if (!conn)
             sbx_op_complete(k->op, code < 0 ? code : SBX_EPROVIDER,
                             sbx_error_new(code < 0 ? code : SBX_EPROVIDER,
                                           "the box's agent cannot be reached: %s",

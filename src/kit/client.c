@@ -89,6 +89,7 @@ struct hchan {
     int64_t offset;
     size_t inflight; /* upload: bytes handed to the socket, not yet written */
     bool read_pending, eof_sent;
+    bool into_dir; /* upload: already redirected into the directory the target named */
     /*
      * An exec that ended while a thread-pool read of its stdin descriptor
      * was still running: its completion waits for that read to return, so
@@ -290,10 +291,15 @@ static void chan_finish(struct hchan *ch, int code, sbx_error *err, void *value)
         uv_close((uv_handle_t *)ch->timer, chan_handle_closed);
         ch->timer = NULL;
     }
-    sbx_op_on_cancel(ch->op, NULL, NULL);
-    if (ch->kind == K_EXEC)
-        sbx_op_exec_on_flow(ch->op, NULL, NULL); /* ch may go before the core hears */
-    if (ch->read_pending && ch->in_fd >= 0) {
+    if (ch->op) {
+        sbx_op_on_cancel(ch->op, NULL, NULL);
+        if (ch->kind == K_EXEC)
+            sbx_op_exec_on_flow(ch->op, NULL, NULL); /* ch may go before the core hears */
+    }
+    if (!ch->op) {
+        /* Its op went on on another channel (an upload redirected into a directory). */
+        sbx_error_free(err);
+    } else if (ch->read_pending && ch->in_fd >= 0) {
         /* stdin_read_cb completes it; the read's request holds a reference to ch. */
         ch->fin_deferred = true;
         ch->fin_code = code;
@@ -627,11 +633,17 @@ static void exec_done(struct hchan *ch, const sbx_msg_exit *m)
                         m->message[0] ? m->message : "killed by the out-of-memory killer");
         err = b.data;
         err_len = b.len;
-        rc = 125;
+        /* The command's status as docker reports an OOM kill (137), plus sbx's "oom". */
+        rc = m->kind == SBX_EXIT_SIGNAL ? 128 + m->code : 125;
         type = "oom";
     } else if (m->kind == SBX_EXIT_SIGNAL) {
-        /* Python's convention for a child killed by a signal, as the reference reports it. */
-        rc = -m->code;
+        /*
+         * 128 + the signal, as a shell and every container runtime report a
+         * command killed by a signal (the reference's docker provider: `kill
+         * -9 $$` gives 137). The agent sends the signal itself; the mapping is
+         * the host's, so every agent-backed provider says the same.
+         */
+        rc = 128 + m->code;
     } else {
         rc = m->code;
     }
@@ -727,6 +739,15 @@ static void complete_dead_exec(sbx_op *op, const char *desc)
         sbx__printf("the sandbox agent went away before running %s: the connection is closed",
                     desc ? desc : "the command");
     if (sbx_exec_result_new_take(NULL, 0, msg, msg ? strlen(msg) : 0, 125, "sandbox", &r) < 0)
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+    else
+        sbx_op_complete(op, SBX_OK, NULL, r);
+}
+
+void sbx__agent_exec_unreachable(sbx_op *op, const char *why)
+{
+    sbx_exec_result *r = NULL;
+    if (sbx_exec_result_new("", 0, why ? why : "", why ? strlen(why) : 0, 125, "sandbox", &r) < 0)
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
     else
         sbx_op_complete(op, SBX_OK, NULL, r);
@@ -1257,12 +1278,13 @@ static struct hchan *file_chan_new(sbx_agent_conn *c, sbx_op *op, enum chan_kind
     return ch;
 }
 
-void sbx__agent_upload(sbx_agent_conn *c, sbx_op *op, const char *local_path,
-                       const char *remote_path)
+static void upload_start(sbx_agent_conn *c, sbx_op *op, const char *local_path,
+                         const char *remote_path, bool into_dir)
 {
     struct hchan *ch = file_chan_new(c, op, K_PUT, local_path, remote_path);
     if (!ch)
         return;
+    ch->into_dir = into_dir;
     struct fsreq *r = fsreq_new(ch);
     if (r && !(r->path = strdup(local_path))) {
         fsreq_free(r);
@@ -1276,6 +1298,32 @@ void sbx__agent_upload(sbx_agent_conn *c, sbx_op *op, const char *local_path,
         return;
     }
     sbx_op_on_cancel(op, file_cancel_cb, ch);
+}
+
+void sbx__agent_upload(sbx_agent_conn *c, sbx_op *op, const char *local_path,
+                       const char *remote_path)
+{
+    upload_start(c, op, local_path, remote_path, false);
+}
+
+/*
+ * `dir`/NAME, NAME being the last component of the host path `local`: where
+ * `docker cp` puts a file whose target is an existing directory (`dir`'s
+ * trailing slashes dropped, "/" kept). NULL when out of memory.
+ */
+static char *into_dir_path(const char *dir, const char *local)
+{
+    size_t dl = strlen(dir), ll = strlen(local);
+    while (ll > 1 && local[ll - 1] == '/')
+        ll--;
+    size_t b = ll;
+    while (b > 0 && local[b - 1] != '/')
+        b--;
+    while (dl > 1 && dir[dl - 1] == '/')
+        dl--;
+    bool root = dl == 1 && dir[0] == '/';
+    return sbx__printf("%.*s%s%.*s", (int)dl, dir, root || dl == 0 ? "" : "/", (int)(ll - b),
+                       local + b);
 }
 
 /* --- download ------------------------------------------------------------ */
@@ -1663,6 +1711,23 @@ static void on_status(struct hchan *ch, const sbx_frame *f)
         return;
     }
     int code = m->errnum ? code_for_agent_errno(m->errnum) : 0;
+    char *into = NULL;
+    if (ch->kind == K_PUT && m->errnum == EISDIR && !ch->into_dir && ch->op &&
+        (into = into_dir_path(ch->remote, ch->local))) {
+        /*
+         * The target is a directory (the agent says so before taking any
+         * data): the file goes into it under its own name, as `docker cp`
+         * does (the reference's container providers). Once: a directory of
+         * that name inside it is an error.
+         */
+        sbx_op *op = ch->op;
+        ch->op = NULL;
+        upload_start(ch->c, op, ch->local, into, true);
+        chan_finish(ch, SBX_OK, NULL, NULL);
+        free(into);
+        free(m);
+        return;
+    }
     if (ch->kind == K_PUT) {
         if (code)
             chan_finish(ch, code,

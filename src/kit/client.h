@@ -50,15 +50,23 @@ int sbx__agent_connect_fd(void *loop, int fd, double timeout_s, sbx_agent_connec
                           void *data);
 
 /*
- * Runs `command` with /bin/sh -c (or `argv`, NULL-terminated, when non-NULL),
- * completing `op` with an sbx_exec_result *. `base_env` ("K=V", NULL-ended,
- * may be NULL) is applied under the opts env. A timeout gives rc 125,
- * error_type "timeout", stdout NULL; an OOM kill rc 125, "oom"; a lost
- * connection rc 125, "sandbox". Honours sbx_op_on_cancel (SBX_ECANCELED once
+ * Runs `command` with the agent's shell, `SHELL -c` (or `argv`, NULL-terminated,
+ * when non-NULL), completing `op` with an sbx_exec_result *. `base_env` ("K=V",
+ * NULL-ended, may be NULL) is applied under the opts env. A timeout gives rc
+ * 125, error_type "timeout", stdout NULL; a signal N rc 128+N; an OOM kill rc
+ * 137, "oom"; a lost connection rc 125, "sandbox". Honours sbx_op_on_cancel (SBX_ECANCELED once
  * the command's group is dead).
  */
 void sbx__agent_exec(sbx_agent_conn *c, sbx_op *op, const char *command, const char *const *argv,
                      const sbx_exec_opts *opts, const char *const *base_env);
+/*
+ * Completes the exec `op` of a box whose agent is gone (its init died, its
+ * TTL passed) before the command ran: SBX_OK with the reference's result for
+ * a container that is no longer running, rc 125, error_type "sandbox",
+ * stdout "" and stderr `why` (copied). Not an error, as the reference's
+ * container providers return it.
+ */
+void sbx__agent_exec_unreachable(sbx_op *op, const char *why);
 /*
  * Streams a host file into the box (mode kept, parent dirs created, replaced
  * atomically) / out of the box to a host path (atomic write, mode kept,

@@ -881,7 +881,7 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
 
     shim_trace("child: privileges dropped");
     size_t n_ep = c->entrypoint ? json_array_size(c->entrypoint) : 0;
-    const char **argv = calloc(8 + n_ep + 1, sizeof(char *));
+    const char **argv = calloc(10 + n_ep + 1, sizeof(char *));
     if (!argv)
         die("out of memory");
     char listen_arg[16], ready_arg[16];
@@ -894,6 +894,10 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     argv[k++] = listen_arg;
     argv[k++] = "--ready-fd";
     argv[k++] = ready_arg;
+    if (c->shell && c->shell[0]) {
+        argv[k++] = "--shell";
+        argv[k++] = c->shell;
+    }
     if (n_ep) {
         argv[k++] = "--";
         for (size_t i = 0; i < n_ep; i++)

@@ -28,6 +28,7 @@ struct shim_cfg {
     long long nofile_hard;
     const char *workdir;
     const char *agent;    /* host path of the static sbx-agent */
+    const char *shell;    /* the agent's --shell, NULL: its default (auto) */
     double ttl_s;         /* < 0: none */
     double ready_timeout_s;
     double stop_grace_s;

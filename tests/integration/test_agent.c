@@ -220,9 +220,14 @@ static void test_exec_basics(void)
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
 
-    /* Killed by a signal: the negative signal number, as the reference reports. */
+    /* Killed by a signal: 128 + the signal, as docker (the reference) and a shell report. */
     r = run(c, "kill -TERM $$", NULL);
-    TAP_EQ_INT(sbx_exec_result_return_code(r), -SIGTERM);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 128 + SIGTERM);
+    TAP_NULL(sbx_exec_result_error_type(r));
+    sbx_exec_result_free(r);
+    r = run(c, "kill -9 $$", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 137);
+    TAP_NULL(sbx_exec_result_error_type(r));
     sbx_exec_result_free(r);
 
     /* Large stdin through chunked frames. */
@@ -238,6 +243,106 @@ static void test_exec_basics(void)
     sbx_exec_opts_free(o);
 
     TAP_EQ_INT(conn_alive(c), 1);
+    teardown(c, &a);
+}
+
+/* init --listen with `--shell SH` (NULL: none) and the agent's own PATH set to `path` (NULL: ours). */
+static struct agent start_with_shell(const char *shell, const char *path)
+{
+    struct agent a = {.stdio_fd = -1};
+    snprintf(a.sock, sizeof(a.sock), "%s/run/sbx/agent.sock", tap_tmpdir());
+    int rp[2];
+    TAP_TRUE(pipe2(rp, O_CLOEXEC) == 0);
+    a.pid = fork();
+    TAP_TRUE(a.pid >= 0);
+    if (a.pid == 0) {
+        dup2(rp[1], 3);
+        if (path)
+            setenv("PATH", path, 1);
+        const char *argv[] = {agent_bin(), "init", "--listen", a.sock, "--ready-fd", "3",
+                              shell ? "--shell" : NULL, shell, NULL};
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(rp[1]);
+    char b;
+    TAP_EQ_INT(read(rp[0], &b, 1), 1);
+    close(rp[0]);
+    return a;
+}
+
+/* What runs a string command: $0, and whether bash features work. */
+static char *shell_of(sbx_agent_conn *c)
+{
+    sbx_exec_result *r = run(c, "echo \"$0 ${BASH_VERSION:+has-bash}\"", NULL);
+    char *s = strdup(out_of(r));
+    sbx_exec_result_free(r);
+    return s;
+}
+
+/*
+ * The shell of a string command, as the reference's docker provider picks
+ * it: bash when it is on PATH (so `source` works), else sh; --shell decides.
+ */
+static void test_shell_choice(void)
+{
+    if (access("/bin/bash", X_OK) != 0 || access("/bin/sh", X_OK) != 0)
+        TAP_SKIP("needs /bin/bash and /bin/sh");
+    setup();
+    /* Auto, bash on PATH: bash, as bash (not in sh mode), and `source` works. */
+    struct agent a = start_with_shell(NULL, "/usr/bin:/bin");
+    sbx_agent_conn *c = connect_agent(&a);
+    char *sh = shell_of(c);
+    TAP_EQ_STR(sh, "bash has-bash\n");
+    free(sh);
+    char env_sh[PATH_MAX];
+    snprintf(env_sh, sizeof(env_sh), "%s/env.sh", tap_tmpdir());
+    TAP_EQ_INT(write_text(env_sh, "export FROM_ENV=sourced\n"), 0);
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof(cmd), "source %s && echo $FROM_ENV", env_sh);
+    sbx_exec_result *r = run(c, cmd, NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+    TAP_EQ_STR(out_of(r), "sourced\n");
+    sbx_exec_result_free(r);
+    teardown(c, &a);
+
+    /* Auto, no bash on PATH: sh. */
+    setup();
+    char empty[PATH_MAX];
+    snprintf(empty, sizeof(empty), "%s/nobash", tap_tmpdir());
+    TAP_EQ_INT(mkdir(empty, 0755), 0);
+    a = start_with_shell(NULL, empty);
+    c = connect_agent(&a);
+    sh = shell_of(c);
+    TAP_EQ_STR(sh, "sh \n");
+    free(sh);
+    teardown(c, &a);
+
+    /* Configured: a name found on PATH, and an absolute path. */
+    setup();
+    a = start_with_shell("sh", "/usr/bin:/bin");
+    c = connect_agent(&a);
+    sh = shell_of(c);
+    TAP_EQ_STR(sh, "sh \n");
+    free(sh);
+    teardown(c, &a);
+    setup();
+    a = start_with_shell("/bin/bash", empty);
+    c = connect_agent(&a);
+    sh = shell_of(c);
+    TAP_EQ_STR(sh, "bash has-bash\n");
+    free(sh);
+    teardown(c, &a);
+
+    /* A configured shell the box lacks: the reason, as a runtime failure. */
+    setup();
+    a = start_with_shell("no-such-shell-sbx", "/usr/bin:/bin");
+    c = connect_agent(&a);
+    r = run(c, "true", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+    TAP_CONTAINS(err_of(r), "no-such-shell-sbx");
+    sbx_exec_result_free(r);
     teardown(c, &a);
 }
 
@@ -508,6 +613,33 @@ static void check_upload_download(const char *const *env)
         waiter_free(fcs[i].w);
         TAP_TRUE(same_file(src, dst[i]));
     }
+
+    /*
+     * A target that is a directory gets the file under its own name, as
+     * `docker cp` does (the reference's container providers): an existing
+     * one, one named with a trailing slash (made), and a link to one.
+     */
+    TAP_EQ_INT(transfer(c, 0, src, "/deep/new/dir", &msg), SBX_OK);
+    snprintf(in_box, sizeof(in_box), "%s/deep/new/dir/src.bin", root);
+    TAP_TRUE(same_file(src, in_box));
+    TAP_EQ_INT(mode_of(in_box), 0751);
+    TAP_EQ_INT(transfer(c, 0, src, "/made/here/", &msg), SBX_OK);
+    snprintf(in_box, sizeof(in_box), "%s/made/here/src.bin", root);
+    TAP_TRUE(same_file(src, in_box));
+    char link[PATH_MAX];
+    snprintf(link, sizeof(link), "%s/to-deep", root);
+    TAP_EQ_INT(symlink("/deep/new", link), 0); /* absolute: resolved inside the root */
+    TAP_EQ_INT(transfer(c, 0, src, "/to-deep", &msg), SBX_OK);
+    snprintf(in_box, sizeof(in_box), "%s/deep/new/src.bin", root);
+    TAP_TRUE(same_file(src, in_box));
+    /* Once only: a directory of the file's name inside it is an error. */
+    char out_dummy[256];
+    snprintf(in_box, sizeof(in_box), "%s/made/dir-in/src.bin", root);
+    TAP_EQ_INT(run_cmd(out_dummy, sizeof(out_dummy), "mkdir -p %s", in_box), 0);
+    msg = NULL;
+    TAP_NE_INT(transfer(c, 0, src, "/made/dir-in", &msg), SBX_OK);
+    TAP_CONTAINS(msg, "directory");
+    free(msg);
 
     /* Missing files, both sides: ENOENT naming the path. */
     TAP_EQ_INT(transfer(c, 1, "/no/such/file", back, &msg), SBX_ENOENT);
@@ -878,7 +1010,7 @@ static void test_entrypoint_and_sigterm(void)
     sbx_provider_free(P);
 }
 
-TAP_MAIN(TAP(test_exec_basics), TAP(test_binary_output), TAP(test_timeout_kills_group),
+TAP_MAIN(TAP(test_exec_basics), TAP(test_shell_choice), TAP(test_binary_output), TAP(test_timeout_kills_group),
          TAP(test_cancel_kills_group), TAP_T(test_concurrent_execs, 120), TAP(test_concurrent_starts_with_failures), TAP(test_output_cap),
          TAP_T(test_upload_download, 120), TAP_T(test_upload_download_fallback_walk, 120),
          TAP(test_path_escapes), TAP(test_path_escapes_fallback_walk),

@@ -244,6 +244,43 @@ static void test_socket_agents_pooled(void)
     sbx_provider_free(p);
 }
 
+/*
+ * A box whose agent died (killed under it, as a TTL or a crash does): exec
+ * returns the reference's result for a container no longer running, rc 125
+ * and error_type "sandbox", not an error; a transfer fails saying why.
+ */
+static void test_exec_after_agent_died(void)
+{
+    sbx_provider *p = kitsock();
+    sbx_sandbox *sb = start(p);
+    expect_echo(sb, "alive");
+    /* The command's parent is the agent: the exec loses its agent while it runs. */
+    sbx_exec_result *r = NULL;
+    TAP_OK(sbx_sandbox_exec(sb, "kill -9 $PPID; sleep 5", NULL, &r, &e_));
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+    sbx_exec_result_free(r);
+    for (int k = 0; k < 2; k++) {
+        r = NULL;
+        TAP_OK(sbx_sandbox_exec(sb, "true", NULL, &r, &e_));
+        TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+        TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+        TAP_EQ_STR(sbx_exec_result_stdout(r, NULL), "");
+        TAP_CONTAINS(sbx_exec_result_stderr(r, NULL), "agent");
+        sbx_exec_result_free(r);
+    }
+    char src[600];
+    snprintf(src, sizeof(src), "%s/f.txt", tap_tmpdir());
+    TAP_EQ_INT(write_text(src, "x"), 0);
+    sbx_error *e = NULL;
+    TAP_NE_INT(sbx_sandbox_upload(sb, src, "/tmp/f.txt", &e), SBX_OK);
+    TAP_CONTAINS(sbx_error_message(e), "agent");
+    sbx_error_free(e);
+    TAP_OK(sbx_sandbox_stop(sb, NULL));
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+}
+
 /* An agent claimed to be another process is refused before a byte is sent. */
 static void test_socket_peer_checked(void)
 {
@@ -348,4 +385,5 @@ static void test_store_refuses(void)
     sbx_error_free(e);
 }
 
-TAP_MAIN(TAP(test_socket_agents_pooled), TAP(test_socket_peer_checked), TAP(test_store_refuses))
+TAP_MAIN(TAP(test_socket_agents_pooled), TAP(test_socket_peer_checked),
+         TAP(test_exec_after_agent_died), TAP(test_store_refuses))

@@ -216,6 +216,8 @@ static void test_memory_bomb_is_oom_and_box_lives(void)
         TAP_FAIL("no oom: rc %d, stderr %s", sbx_exec_result_return_code(r),
                  sbx_exec_result_stderr(r, NULL));
     TAP_EQ_STR(sbx_exec_result_error_type(r), "oom");
+    /* Killed by SIGKILL: 137, as docker reports an OOM-killed command. */
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 137);
     sbx_exec_result_free(r);
     TAP_CONTAINS(out_of(sb, "echo alive"), "alive");
     sbx_status st;
@@ -572,12 +574,13 @@ static void test_agent_killed_gives_error(void)
             usleep(10000);
     }
     TAP_EQ_INT(st, SBX_STATUS_ERROR);
+    /* The reference's docker result for a container no longer running: rc 125, "sandbox". */
     sbx_exec_result *r = NULL;
-    sbx_error *e = NULL;
-    int rc = sbx_sandbox_exec(sb, "true", NULL, &r, &e);
-    TAP_NE_INT(rc, SBX_OK);
-    TAP_CONTAINS(sbx_error_message(e), "agent");
-    sbx_error_free(e);
+    TAP_OK(sbx_sandbox_exec(sb, "true", NULL, &r, &e_));
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+    TAP_CONTAINS(sbx_exec_result_stderr(r, NULL), "agent");
+    sbx_exec_result_free(r);
     stop_free(sb);
     sbx_spec_free(s);
     sbx_provider_free(p);
@@ -679,6 +682,19 @@ static void test_ttl_enforced_without_creator(void)
     sbx_status st;
     TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
     TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    /*
+     * An exec after the TTL is not an error: the reference's container
+     * providers return rc 125, error_type "sandbox" (docker exec on a
+     * container no longer there), twice in a row.
+     */
+    for (int k = 0; k < 2; k++) {
+        sbx_exec_result *r = NULL;
+        TAP_OK(sbx_sandbox_exec(sb, "true", NULL, &r, &e_));
+        TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+        TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+        TAP_CONTAINS(sbx_exec_result_stderr(r, NULL), "agent");
+        sbx_exec_result_free(r);
+    }
     stop_free(sb);
     sbx_spec_free(s);
     sbx_provider_free(p);
@@ -962,12 +978,20 @@ static void test_agent_connections_pooled(void)
     }
     TAP_EQ_INT(st, SBX_STATUS_ERROR);
     for (int k = 0; k < 2; k++) {
+        /* The reference's result for a container no longer running, not an error. */
         sbx_exec_result *r = NULL;
-        sbx_error *e = NULL;
-        TAP_NE_INT(sbx_sandbox_exec(sbs[0], "true", NULL, &r, &e), SBX_OK);
-        TAP_CONTAINS(sbx_error_message(e), "agent");
-        sbx_error_free(e);
+        TAP_OK(sbx_sandbox_exec(sbs[0], "true", NULL, &r, &e_));
+        TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+        TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+        TAP_CONTAINS(sbx_exec_result_stderr(r, NULL), "agent");
+        TAP_EQ_STR(sbx_exec_result_stdout(r, NULL), "");
+        sbx_exec_result_free(r);
     }
+    /* A transfer still fails, with the reason. */
+    sbx_error *ue = NULL;
+    TAP_EQ_INT(sbx_sandbox_upload(sbs[0], src, "/tmp/x", &ue), SBX_EPROVIDER);
+    TAP_CONTAINS(sbx_error_message(ue), "agent");
+    sbx_error_free(ue);
     /* The others are unaffected. */
     hostname_all_at_once(sbs + 1, N - 1);
     TAP_TRUE(open_fds() <= base + CAP);
@@ -994,18 +1018,13 @@ static void test_pooled_agent_killed_gives_error(void)
     TAP_TRUE(init > 1);
     TAP_EQ_INT(kill(init, SIGKILL), 0);
     /* Without waiting for the shim: the exec's own reconnect finds the agent gone. */
+    /* Whether the reconnect or the exec lost the race with the kill: rc 125, "sandbox". */
     sbx_exec_result *r = NULL;
-    sbx_error *e = NULL;
-    int rc = sbx_sandbox_exec(a, "true", NULL, &r, &e);
-    if (rc == SBX_OK) {
-        /* The reconnect won the race with the kill: the exec then lost its agent. */
-        TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
-        TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
-        sbx_exec_result_free(r);
-    } else {
-        TAP_CONTAINS(sbx_error_message(e), "agent");
-        sbx_error_free(e);
-    }
+    TAP_OK(sbx_sandbox_exec(a, "true", NULL, &r, &e_));
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+    TAP_CONTAINS(sbx_exec_result_stderr(r, NULL), "agent");
+    sbx_exec_result_free(r);
     sbx_status st = SBX_STATUS_RUNNING;
     TAP_EQ_INT(sbx_sandbox_status(a, &st, NULL), SBX_OK);
     TAP_EQ_INT(st, SBX_STATUS_ERROR);
@@ -1014,6 +1033,87 @@ static void test_pooled_agent_killed_gives_error(void)
     stop_free(b);
     sbx_spec_free(s);
     sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/* $0 of a string command, and whether it is bash. */
+static const char *shell_of(sbx_sandbox *sb)
+{
+    return out_of(sb, "echo \"$0 ${BASH_VERSION:+has-bash}\"");
+}
+
+/*
+ * The shell, as the reference's docker provider picks it: bash when the box
+ * has it (the none image, from the host), sh when it does not (busybox);
+ * the `shell` config key overrides; "" is refused. Plus the reference's
+ * other results: 128+N for a signal, a download of a missing file, an
+ * upload onto a directory.
+ */
+static void test_shell_signals_and_transfers_as_docker(void)
+{
+    need_boxes();
+    if (!have_file("/bin/bash"))
+        TAP_SKIP("the host has no bash for the none image");
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_sandbox *sb = start(p, s);
+    TAP_EQ_STR(shell_of(sb), "bash has-bash\n");
+    TAP_EQ_STR(out_of(sb, "echo 'export FROM_ENV=sourced' > /tmp/env.sh; "
+                          "source /tmp/env.sh && echo $FROM_ENV"),
+               "sourced\n");
+    /* A command killed by a signal: 128 + N, as docker and a shell say. */
+    TAP_EQ_INT(rc_of(sb, "kill -9 $$"), 137);
+    TAP_EQ_INT(rc_of(sb, "kill -TERM $$"), 143);
+    /* upload(f, "/tmp"): /tmp/<f's name>, as docker cp. */
+    char src[600], back[600];
+    snprintf(src, sizeof(src), "%s/up-name.txt", tap_tmpdir());
+    snprintf(back, sizeof(back), "%s/back.txt", tap_tmpdir());
+    TAP_EQ_INT(write_text(src, "into the directory\n"), 0);
+    TAP_OK(sbx_sandbox_upload(sb, src, "/tmp", &e_));
+    TAP_EQ_STR(out_of(sb, "cat /tmp/up-name.txt; test -d /tmp && echo dir"),
+               "into the directory\ndir\n");
+    /* download of a missing file: SBX_ENOENT naming it (Python: a RuntimeError too). */
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_download(sb, "/missing", back, &e), SBX_ENOENT);
+    TAP_CONTAINS(sbx_error_message(e), "/missing");
+    sbx_error_free(e);
+    stop_free(sb);
+
+    /* An image without bash: sh, as docker's `command -v bash` fails there. */
+    char dir[512], tar[512];
+    busybox_rootfs(dir, sizeof(dir), tar, sizeof(tar));
+    sbx_spec *bs = sbx_spec_new();
+    sbx_spec_set_image(bs, dir);
+    sb = start(p, bs);
+    TAP_EQ_STR(shell_of(sb), "sh \n");
+    TAP_EQ_INT(rc_of(sb, "kill -9 $$"), 137);
+    stop_free(sb);
+    sbx_provider_free(p);
+
+    /* Configured: sh everywhere. */
+    p = provider("{\"shell\": \"sh\"}");
+    sb = start(p, s);
+    TAP_EQ_STR(shell_of(sb), "sh \n");
+    stop_free(sb);
+    sbx_provider_free(p);
+    /* A shell the box lacks: each string exec says so, rc 125 "sandbox". */
+    p = provider("{\"shell\": \"/no/such/shell\"}");
+    sb = start(p, bs);
+    sbx_exec_result *r = run(sb, "true");
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+    TAP_CONTAINS(sbx_exec_result_stderr(r, NULL), "/no/such/shell");
+    sbx_exec_result_free(r);
+    stop_free(sb);
+    sbx_provider_free(p);
+    /* "" is refused, as the reference's exec_shell; null is auto. */
+    sbx_provider *bad = NULL;
+    e = NULL;
+    TAP_EQ_INT(sbx_provider_new("{\"linux\": {\"shell\": \"\"}}", &bad, &e), SBX_EINVAL);
+    TAP_CONTAINS(sbx_error_message(e), "shell must be null");
+    sbx_error_free(e);
+    sbx_spec_free(bs);
+    sbx_spec_free(s);
     census_check(state_dir);
 }
 
@@ -1634,6 +1734,7 @@ int main(int argc, char **argv)
         TAP(test_userns_unsupported_filesystem_refused),
         TAP_T(test_many_boxes_at_once, 300), TAP(test_agent_connections_pooled),
         TAP(test_pooled_agent_killed_gives_error), TAP(test_provider_list_stop_gc_images),
+        TAP(test_shell_signals_and_transfers_as_docker),
     };
     return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
 }

@@ -56,6 +56,7 @@ struct linux_state {
     sbx_kit_pool *pool; /* the agent connections of this provider's boxes */
     sbx_agent_limits limits; /* max_download_bytes, transfer_idle_timeout_s */
     char **cdi_dirs; /* cdi_spec_dirs, NULL-ended; NULL: sbx__cdi_default_dirs */
+    char *shell; /* shell: NULL = auto (bash when the box has it, else sh) */
 };
 
 struct linux_box {
@@ -131,6 +132,7 @@ static void state_free(struct linux_state *st)
     free(st->shim);
     free(st->agent);
     sbx_strv_free(st->cdi_dirs);
+    free(st->shell);
     sbx__kit_agent_pool_free(st->pool);
     free(st);
 }
@@ -385,6 +387,19 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             }
             *(!strcmp(key, "stop_grace_s") ? &st->stop_grace_s : &st->stop_timeout_s) =
                 json_number_value(v);
+        } else if (!strcmp(key, "shell")) {
+            /* The reference's docker exec.exec_shell: null is auto, "" is refused. */
+            if (json_is_null(v) || (json_is_string(v) && !strcmp(json_string_value(v), "auto")))
+                continue;
+            if (!json_is_string(v) || !json_string_value(v)[0]) {
+                rc = sbx__set_error(err, SBX_EINVAL,
+                                    "linux provider: shell must be null (auto: bash when the box "
+                                    "has it, else sh) or a non-empty shell name/path, like "
+                                    "\"bash\" or \"/bin/sh\"");
+                break;
+            }
+            free(st->shell);
+            st->shell = strdup(json_string_value(v));
         } else if (!strcmp(key, "max_download_bytes")) {
             /* What a download from a box may write on the host (the box picks the size). */
             if (!json_is_integer(v) || json_integer_value(v) < 1) {
@@ -411,7 +426,7 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                                 "agent, pids_limit, network, userns, userns_base, userns_slots, "
                                 "seccomp, stop_grace_s, stop_timeout_s, max_agent_connections, "
                                 "nofile, max_image_bytes, max_download_bytes, transfer_idle_timeout_s, "
-                                "cdi_spec_dirs)",
+                                "cdi_spec_dirs, shell)",
                                 key);
             break;
         }
@@ -1191,6 +1206,8 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     }
     if (c->die_with_creator)
         json_object_set_new(c->desc, "die_with_creator", json_true());
+    if (st->shell)
+        json_object_set_new(c->desc, "shell", json_string(st->shell));
     /* SBX_SHIM_STDERR=trace: the shim prints the timing of each step of its work. */
     const char *dbg = getenv("SBX_SHIM_STDERR");
     if (dbg && !strcmp(dbg, "trace"))
@@ -1218,8 +1235,8 @@ fail:
 static sbx_error *agent_gone(const struct linux_box *b)
 {
     return sbx_error_new(SBX_EPROVIDER,
-                         "the agent of box %s is gone (the box's init died or was killed); its "
-                         "status is error: stop it and create a new one",
+                         "the agent of box %s is gone (its TTL passed, or its init died or was "
+                         "killed): stop it and create a new one",
                          b->id);
 }
 
@@ -1277,6 +1294,21 @@ static void agent_call_done(int code, sbx_error *err, void *value, void *data)
     free(k);
 }
 
+/*
+ * The box's agent is gone: an exec gets the reference's result for a
+ * container that is no longer running (rc 125, "sandbox"), a transfer the error.
+ */
+static void agent_gone_complete(struct agent_call *k)
+{
+    sbx_error *e = agent_gone(k->b);
+    if (k->kind == AOP_EXEC && e) {
+        sbx__agent_exec_unreachable(k->op, sbx_error_message(e));
+        sbx_error_free(e);
+    } else {
+        sbx_op_complete(k->op, SBX_EPROVIDER, e, NULL);
+    }
+}
+
 static void with_agent(sbx_agent_conn *conn, int code, const char *msg, void *arg)
 {
     struct agent_call *k = arg;
@@ -1292,7 +1324,7 @@ static void with_agent(sbx_agent_conn *conn, int code, const char *msg, void *ar
         if (!conn && code == SBX_EPERM && !k->b->agent.closed)
             sbx_op_complete(k->op, code, sbx_error_new(code, "box %s: %s", k->b->id, msg), NULL);
         else if (!conn && (k->b->agent.closed || sbx__kit_agent_gone(&k->b->agent)))
-            sbx_op_complete(k->op, SBX_EPROVIDER, agent_gone(k->b), NULL);
+            agent_gone_complete(k);
         else if (!conn)
             sbx_op_complete(k->op, code,
                             sbx_error_new(code, "box %s: cannot reconnect to its agent: %s",
