@@ -32,7 +32,7 @@ count() { # name, output file
 
 run_one() { # name, command...
   local name=$1; shift
-  local out; out=$(mktemp)
+  local out; out=$(mktemp) t0=$SECONDS
   echo "== $name"
   # run_native=1: a script that puts what it runs under memcheck itself.
   if [ -n "${SBX_VALGRIND:-}" ] && [ -z "${run_native:-}" ]; then
@@ -42,6 +42,8 @@ run_one() { # name, command...
   fi
   local rc=$?
   grep -vE '^ok [0-9]+ |^--[0-9]+-- ' "$out" | sed 's/^/   /' | grep -v '^   1\.\.' || true
+  # Where the suite's time goes (CI should stay under 30 minutes).
+  echo "   # $((SECONDS - t0)) s"
   count "$name" "$out"
   # A binary that crashed outside a test, or printed no plan, fails as a whole.
   if [ $rc -ne 0 ] && ! grep -qE '^not ok ' "$out"; then
