@@ -35,7 +35,7 @@ CFLAGS_ALL := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -fPIC -fvisibility=hi
 LDFLAGS_ALL := $(SAN) $(LDFLAGS)
 LIBS := $(PKG_LIBS) -lpthread -ldl -lm
 
-LIB_SRC := $(sort $(wildcard src/core/*.c src/proto/*.c src/kit/*.c src/providers/*.c src/providers/*/*.c))
+LIB_SRC := $(sort $(wildcard src/core/*.c src/proto/*.c src/kit/*.c src/image/*.c src/providers/*.c src/providers/*/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 CLI_OBJ := $(CLI_SRC:%.c=$(B)/obj/%.o)
