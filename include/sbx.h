@@ -483,6 +483,24 @@ SBX_EXPORT int sbx_provider_image_import(sbx_provider *p, const char *name, cons
 SBX_EXPORT int sbx_provider_image_import_async(sbx_provider *p, const char *name,
                                                const char *source, const char *opts_json,
                                                sbx_future **out, sbx_error **err);
+/*
+ * Pulls image `ref` (a Docker reference such as "python:3.12" or
+ * "registry:5000/org/env:tag", or one pinned "@sha256:...") from its
+ * registry into the provider's store, under its canonical name
+ * ("docker.io/library/python:3.12"), which `--image` then finds.
+ * `opts_json` may be NULL or {"platform": "linux/arm64"}. *json_out (may be
+ * NULL) gets the image's JSON object text ({"name", "digest", "size",
+ * "created", "source", "reference"}). Blocks (network); SBX_ENOTSUP when the
+ * provider does not pull, SBX_EINVAL for a bad reference, SBX_ENOENT for an
+ * unknown image or platform, SBX_EAUTH for refused credentials, SBX_EIO.
+ * Thread-safe.
+ */
+SBX_EXPORT int sbx_provider_image_pull(sbx_provider *p, const char *ref, const char *opts_json,
+                                       char **json_out, sbx_error **err);
+/* The same as a future (cancellable: partial blobs are kept for the next pull; progress per blob). */
+SBX_EXPORT int sbx_provider_image_pull_async(sbx_provider *p, const char *ref,
+                                             const char *opts_json, sbx_future **out,
+                                             sbx_error **err);
 /* Forgets image `name`; `force`: even while boxes use it. */
 SBX_EXPORT int sbx_provider_image_remove(sbx_provider *p, const char *name, int force,
                                          sbx_error **err);

@@ -12,7 +12,15 @@
 
 #include <stdatomic.h>
 
-enum pcall_kind { PC_LIST, PC_STOP, PC_GC, PC_IMAGE_LIST, PC_IMAGE_IMPORT, PC_IMAGE_REMOVE };
+enum pcall_kind {
+    PC_LIST,
+    PC_STOP,
+    PC_GC,
+    PC_IMAGE_LIST,
+    PC_IMAGE_IMPORT,
+    PC_IMAGE_REMOVE,
+    PC_IMAGE_PULL
+};
 
 static const char *const pcall_names[] = {
     [PC_LIST] = "list",
@@ -21,6 +29,7 @@ static const char *const pcall_names[] = {
     [PC_IMAGE_LIST] = "image_list",
     [PC_IMAGE_IMPORT] = "image_import",
     [PC_IMAGE_REMOVE] = "image_remove",
+    [PC_IMAGE_PULL] = "image_pull",
 };
 
 struct pcall {
@@ -58,9 +67,10 @@ static int check_answer(struct pcall *c, char **value, sbx_error **err)
     }
     json_error_t je;
     _cleanup_json_ json_t *j = *value ? json_loads(*value, JSON_REJECT_DUPLICATES, &je) : NULL;
-    const char *want = c->kind == PC_IMAGE_IMPORT ? "a JSON object" : "a JSON array";
-    bool ok = c->kind == PC_IMAGE_IMPORT ? json_is_object(j) : json_is_array(j);
-    if (ok && c->kind != PC_IMAGE_IMPORT) {
+    bool object = c->kind == PC_IMAGE_IMPORT || c->kind == PC_IMAGE_PULL;
+    const char *want = object ? "a JSON object" : "a JSON array";
+    bool ok = object ? json_is_object(j) : json_is_array(j);
+    if (ok && !object) {
         size_t i;
         json_t *v;
         json_array_foreach(j, i, v)
@@ -144,6 +154,9 @@ static void pcall_run(void *data)
     case PC_IMAGE_REMOVE:
         o->image_remove(c->op, st, c->a, c->flag);
         break;
+    case PC_IMAGE_PULL:
+        o->image_pull(c->op, st, c->a, c->c);
+        break;
     }
 }
 
@@ -163,6 +176,8 @@ static bool has_op(const sbx_provider *p, enum pcall_kind k)
         return o->image_import != NULL;
     case PC_IMAGE_REMOVE:
         return o->image_remove != NULL;
+    case PC_IMAGE_PULL:
+        return o->image_pull != NULL;
     }
     return false;
 }
@@ -349,6 +364,26 @@ int sbx_provider_image_import_async(sbx_provider *p, const char *name, const cha
     int rc = check_object_arg("the import options", opts_json, err);
     return rc < 0 ? rc
                   : pcall_submit(p, PC_IMAGE_IMPORT, name, source, opts_json, 0, out, err);
+}
+
+int sbx_provider_image_pull(sbx_provider *p, const char *ref, const char *opts_json,
+                            char **json_out, sbx_error **err)
+{
+    if (!ref || !*ref)
+        return sbx__set_error(err, SBX_EINVAL, "sbx_provider_image_pull: a reference is required");
+    int rc = check_object_arg("the pull options", opts_json, err);
+    return rc < 0 ? rc
+                  : pcall_sync("sbx_provider_image_pull", p, PC_IMAGE_PULL, ref, NULL, opts_json,
+                               0, json_out, err);
+}
+
+int sbx_provider_image_pull_async(sbx_provider *p, const char *ref, const char *opts_json,
+                                  sbx_future **out, sbx_error **err)
+{
+    if (!ref || !*ref)
+        return sbx__set_error(err, SBX_EINVAL, "sbx_provider_image_pull: a reference is required");
+    int rc = check_object_arg("the pull options", opts_json, err);
+    return rc < 0 ? rc : pcall_submit(p, PC_IMAGE_PULL, ref, NULL, opts_json, 0, out, err);
 }
 
 int sbx_provider_image_remove(sbx_provider *p, const char *name, int force, sbx_error **err)

@@ -18,6 +18,7 @@
 #include "providers/linux/linux.h"
 
 #include "core/inroot.h"
+#include "image/ref.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -1268,14 +1269,64 @@ static int import_oci(const char *images, const char *layout, const char *tag,
 
 /* --- resolving ------------------------------------------------------------ */
 
+/*
+ * An image name: what `sbx image import` was given, or a registry
+ * reference's canonical form ("127.0.0.1:5000/a/b:1", "x@sha256:..."),
+ * so '/' is allowed between components, never leading, trailing, doubled
+ * or around "." / "..".
+ */
 static bool valid_name(const char *name)
 {
-    if (!name || !*name || name[0] == '.' || strlen(name) > 200)
+    if (!name || !*name || name[0] == '.' || name[0] == '/' || strlen(name) > 512)
         return false;
-    for (const char *p = name; *p; p++)
-        if (*p == '/' || *p == '\n')
+    for (const char *p = name; *p; p++) {
+        if (*p == '\n' || (unsigned char)*p < 0x20)
             return false;
+        if (*p == '/' && (p[1] == '/' || p[1] == '.' || p[1] == 0))
+            return false;
+    }
     return true;
+}
+
+/* names/<name> with '%' and '/' escaped, so a name with '/' is one file. */
+static char *name_path(const char *state_dir, const char *name)
+{
+    sbx_buf b = {0};
+    sbx__buf_printf(&b, "%s/images/names/", state_dir);
+    for (const char *p = name; *p; p++) {
+        if (*p == '%')
+            sbx__buf_printf(&b, "%%25");
+        else if (*p == '/')
+            sbx__buf_printf(&b, "%%2F");
+        else
+            sbx__buf_append(&b, p, 1);
+    }
+    if (sbx__buf_append(&b, "", 1) < 0) {
+        sbx__buf_free(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+static char *name_decode(const char *file)
+{
+    char *out = malloc(strlen(file) + 1);
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    for (const char *p = file; *p; p++) {
+        if (!strncmp(p, "%2F", 3)) {
+            out[o++] = '/';
+            p += 2;
+        } else if (!strncmp(p, "%25", 3)) {
+            out[o++] = '%';
+            p += 2;
+        } else {
+            out[o++] = *p;
+        }
+    }
+    out[o] = 0;
+    return out;
 }
 
 static bool is_oci_layout(const char *dir)
@@ -1309,7 +1360,23 @@ static int resolve_source(const char *state_dir, const char *source,
     if (!strncmp(source, "oci:", 4)) {
         oci = true;
         path = strdup(source + 4);
-        char *colon = path ? strrchr(path, ':') : NULL;
+        /*
+         * "oci:PATH:TAG" where TAG may itself hold ':' (a registry reference
+         * like 127.0.0.1:5000/x:1): the split is at the first ':' whose left
+         * side is a directory; with none, at the last ':' as before.
+         */
+        struct stat pst;
+        char *colon = NULL;
+        if (path && !(stat(path, &pst) == 0 && S_ISDIR(pst.st_mode))) {
+            for (char *c = strchr(path, ':'); c && !colon; c = strchr(c + 1, ':')) {
+                *c = 0;
+                if (stat(path, &pst) == 0 && S_ISDIR(pst.st_mode))
+                    colon = c;
+                *c = ':';
+            }
+            if (!colon)
+                colon = strrchr(path, ':');
+        }
         if (colon) {
             *colon = 0;
             tag = strdup(colon + 1);
@@ -1392,6 +1459,23 @@ static int resolve_source(const char *state_dir, const char *source,
     return *rootfs ? SBX_OK : sbx__set_error(err, SBX_ENOMEM, "out of memory");
 }
 
+/* 1 with *rootfs when `name` is an imported name, 0 when not, < 0 on error. */
+static int lookup_name(const char *state_dir, const char *name, char **rootfs, sbx_error **err)
+{
+    if (!valid_name(name))
+        return 0;
+    _cleanup_free_ char *np = name_path(state_dir, name);
+    _cleanup_json_ json_t *j = np ? json_load_file(np, 0, NULL) : NULL;
+    const char *rf = json_string_value(json_object_get(j, "rootfs"));
+    if (!rf)
+        return 0;
+    if (!is_dir(rf))
+        return sbx__set_error(err, SBX_ECREATE,
+                              "image %s points at %s, which is gone; import it again", name, rf);
+    *rootfs = strdup(rf);
+    return *rootfs ? 1 : sbx__set_error(err, SBX_ENOMEM, "out of memory");
+}
+
 int sbx__linux_image_resolve(const char *state_dir, const char *image,
                              const sbx_linux_image_opts *opts, char **rootfs, bool *none,
                              sbx_error **err)
@@ -1405,19 +1489,53 @@ int sbx__linux_image_resolve(const char *state_dir, const char *image,
         *none = true;
         return none_image(state_dir, rootfs, err);
     }
-    /* An imported name? */
-    if (valid_name(image)) {
-        _cleanup_free_ char *np = sbx__printf("%s/images/names/%s", state_dir, image);
-        _cleanup_json_ json_t *j = np ? json_load_file(np, 0, NULL) : NULL;
-        const char *rf = json_string_value(json_object_get(j, "rootfs"));
-        if (rf) {
-            if (!is_dir(rf))
+    /* An imported name? (With pull: always, a registry reference is pulled first.) */
+    bool always = opts && opts->pull && !strcmp(opts->pull, "always") &&
+                  !sbx__image_ref_is_local(image);
+    rc = always ? 0 : lookup_name(state_dir, image, rootfs, err);
+    if (rc != 0)
+        return rc < 0 ? rc : SBX_OK;
+    /* A registry reference: its canonical name in the store, else pulled (as docker run). */
+    if (!sbx__image_ref_is_local(image)) {
+        sbx_image_ref ref;
+        sbx_error *pe = NULL;
+        if (sbx__image_ref_parse(image, &ref, &pe) == SBX_OK) {
+            _cleanup_free_ char *canon = sbx__image_ref_canonical(&ref);
+            sbx__image_ref_free(&ref);
+            const char *pull = opts && opts->pull ? opts->pull : "missing";
+            if (!canon)
+                return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+            if (strcmp(pull, "always")) {
+                rc = lookup_name(state_dir, canon, rootfs, err);
+                if (rc != 0)
+                    return rc < 0 ? rc : SBX_OK;
+            }
+            if (!strcmp(pull, "never"))
                 return sbx__set_error(err, SBX_ECREATE,
-                                      "image %s points at %s, which is gone; import it again",
-                                      image, rf);
-            *rootfs = strdup(rf);
-            return *rootfs ? SBX_OK : sbx__set_error(err, SBX_ENOMEM, "out of memory");
+                                      "image %s is not imported and is not in the store as %s, "
+                                      "and pulling is off (pull: never): run `sbx image pull "
+                                      "%s` first",
+                                      image, canon, image);
+            sbx_error *e = NULL;
+            _cleanup_free_ char *got = NULL;
+            rc = sbx__linux_image_pull(state_dir, image, opts, &got, &e);
+            if (rc == SBX_ECANCELED)
+                return sbx__fail(err, e);
+            if (rc < 0) {
+                int code = rc == SBX_EAUTH ? SBX_EAUTH : SBX_ECREATE;
+                rc = sbx__set_error(err, code,
+                                    "image %s is not imported, and pulling it as %s failed: %s",
+                                    image, canon, sbx_error_message(e));
+                sbx_error_free(e);
+                return rc;
+            }
+            rc = lookup_name(state_dir, got, rootfs, err);
+            if (rc != 0)
+                return rc < 0 ? rc : SBX_OK;
+            return sbx__set_error(err, SBX_ECREATE, "image %s was pulled but is not in the store",
+                                  got);
         }
+        sbx_error_free(pe);
     }
     if (image[0] != '/' && strncmp(image, "oci:", 4) != 0)
         return sbx__set_error(err, SBX_ECREATE,
@@ -1449,8 +1567,9 @@ int sbx__linux_image_import(const char *state_dir, const char *name, const char 
 {
     if (!sbx__linux_image_name_ok(name))
         return sbx__set_error(err, SBX_EINVAL,
-                              "invalid image name %s: use letters, digits, '-', '_', ':', '.' and "
-                              "no '/'",
+                              "invalid image name %s: use letters, digits, '-', '_', ':', '.', "
+                              "'@' and '/' between components (no leading '/' or '.', no "
+                              "'..')",
                               name ? name : "(null)");
     if (!source || !*source)
         return sbx__set_error(err, SBX_EINVAL, "an image source is required");
@@ -1472,7 +1591,7 @@ int sbx__linux_image_import(const char *state_dir, const char *name, const char 
         return rc;
     json_t *j = json_pack("{s:s, s:s, s:s, s:f}", "digest", digest ? digest : "", "rootfs",
                           rootfs, "source", source, "created", now_unix());
-    _cleanup_free_ char *np = sbx__printf("%s/%s", names, name);
+    _cleanup_free_ char *np = name_path(state_dir, name);
     int w = j && np ? write_json(np, j) : -1;
     json_decref(j);
     if (w < 0)
@@ -1519,7 +1638,7 @@ int sbx__linux_image_list(const char *state_dir, sbx_linux_image_info **out, siz
         }
         v = nv;
         memset(&v[n], 0, sizeof(v[n]));
-        v[n].name = strdup(de->d_name);
+        v[n].name = name_decode(de->d_name);
         v[n].digest = sbx__strdup0(json_string_value(json_object_get(j, "digest")));
         v[n].source = sbx__strdup0(json_string_value(json_object_get(j, "source")));
         v[n].created = json_number_value(json_object_get(j, "created"));
@@ -1543,7 +1662,7 @@ int sbx__linux_image_remove(const char *state_dir, const char *name, sbx_error *
 {
     if (!valid_name(name))
         return sbx__set_error(err, SBX_EINVAL, "invalid image name %s", name ? name : "(null)");
-    _cleanup_free_ char *np = sbx__printf("%s/images/names/%s", state_dir, name);
+    _cleanup_free_ char *np = name_path(state_dir, name);
     _cleanup_json_ json_t *j = np ? json_load_file(np, 0, NULL) : NULL;
     if (!j)
         return sbx__set_error(err, SBX_ENOENT, "no image named %s", name);
@@ -1571,4 +1690,60 @@ int sbx__linux_image_remove(const char *state_dir, const char *name, sbx_error *
     if (dir)
         sbx__rm_rf(dir);
     return SBX_OK;
+}
+
+/* --- pulling ---------------------------------------------------------------- */
+
+int sbx__linux_pull_layout(const char *state_dir, char **out, sbx_error **err)
+{
+    return mkdir_for(state_dir, "oci", out, err);
+}
+
+struct pull_bridge {
+    const sbx_linux_image_opts *io;
+};
+
+static void pull_progress(const char *digest, const char *kind, uint64_t done, uint64_t total,
+                          sbx_pull_state state, void *data)
+{
+    struct pull_bridge *b = data;
+    if (!b->io || !b->io->progress)
+        return;
+    char stage[64];
+    snprintf(stage, sizeof(stage), "pull:%s:%s:%.12s", sbx__pull_state_name(state), kind,
+             digest && strlen(digest) > 7 ? digest + 7 : "");
+    b->io->progress(stage, done, total, b->io->data);
+}
+
+static bool pull_cancelled(void *data)
+{
+    struct pull_bridge *b = data;
+    return b->io && b->io->cancelled && b->io->cancelled(b->io->data);
+}
+
+int sbx__linux_image_pull(const char *state_dir, const char *ref, const sbx_linux_image_opts *io,
+                          char **canonical, sbx_error **err)
+{
+    _cleanup_free_ char *layout = NULL;
+    int rc = sbx__linux_pull_layout(state_dir, &layout, err);
+    if (rc < 0)
+        return rc;
+    sbx_pull_opts po = {0};
+    if (io && io->registry)
+        po = *io->registry;
+    struct pull_bridge b = {.io = io};
+    po.progress = pull_progress;
+    po.cancelled = pull_cancelled;
+    po.data = &b;
+    _cleanup_free_ char *canon = NULL;
+    rc = sbx__registry_pull(layout, ref, &po, &canon, err);
+    if (rc < 0)
+        return rc;
+    _cleanup_free_ char *source = sbx__printf("oci:%s:%s", layout, canon);
+    if (!source)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    rc = sbx__linux_image_import(state_dir, canon, source, io, err);
+    if (rc == SBX_OK && canonical)
+        *canonical = steal_pointer(&canon);
+    return rc;
 }
