@@ -66,6 +66,7 @@ enum {
     CLI_OPT_RUN_ID = 1015, /* --run-id R */
     CLI_OPT_JSON = 2004,   /* --json */
     CLI_OPT_MAX_BYTES = 2005, /* --max-bytes N (image import) */
+    CLI_OPT_PLATFORM = 2006,  /* --platform P (image pull) */
 };
 
 /* Which of the shared options a command takes (-h/--help: every command). */
@@ -80,6 +81,7 @@ enum {
     CLI_NO_OPERANDS = 1 << 7,    /* an argument after the options is a usage error */
     CLI_TAKES_MAX_BYTES = 1 << 8, /* --max-bytes N[K|M|G|T] */
     CLI_TAKES_ARCHIVE = 1 << 9,  /* -a, --archive (cp) */
+    CLI_TAKES_PLATFORM = 1 << 10, /* --platform os/arch[/variant] (image pull) */
 };
 
 /* The options of the commands that make no box (ls, status, stop, gc, cp, providers, image). */
@@ -92,6 +94,7 @@ struct cli_opts {
     bool archive;  /* -a, --archive */
     sbx_kv labels; /* --label K=V, and --run-id R as run_id=R */
     unsigned long long max_bytes; /* --max-bytes; 0: not given */
+    const char *platform;         /* --platform; NULL: not given */
 };
 
 /*
@@ -113,6 +116,7 @@ struct cli_spec_opts {
     const char *block;
     const char *spec_file;
     const char *image;
+    const char *pull; /* --pull missing|always|never */
     const char *workdir;
     const char *cpu, *memory, *disk, *ttl, *ready_timeout;
     sbx_kv env;    /* -e K=V */
@@ -133,7 +137,8 @@ struct cli_spec_opts {
         { "ttl", required_argument, NULL, 1010 }, { "port", required_argument, NULL, 1011 },       \
         { "label", required_argument, NULL, CLI_OPT_LABEL },                                       \
         { "file", required_argument, NULL, 1013 },                                                 \
-        { "ready-timeout", required_argument, NULL, 1014 }
+        { "ready-timeout", required_argument, NULL, 1014 },                                        \
+        { "pull", required_argument, NULL, 1016 }
 
 /*
  * Handles one getopt result that belongs to the spec options. Returns 1 when

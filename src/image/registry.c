@@ -144,6 +144,17 @@ static int load_certs(struct client *c, sbx_error **err)
     static char *const defaults[] = {(char *)"/etc/sbx/certs.d", (char *)"/etc/docker/certs.d",
                                      NULL};
     char *const *dirs = c->o->certs_dirs ? c->o->certs_dirs : defaults;
+    /* $SBX_CERTS_DIRS (dir:dir...) stands in for the defaults, as DOCKER_CONFIG does for config.json. */
+    char *envdirs[17] = {0};
+    _cleanup_free_ char *envcopy = NULL;
+    const char *ev = getenv("SBX_CERTS_DIRS");
+    if (!c->o->certs_dirs && ev && *ev && (envcopy = strdup(ev))) {
+        size_t k = 0;
+        char *save = NULL;
+        for (char *t = strtok_r(envcopy, ":", &save); t && k < 16; t = strtok_r(NULL, ":", &save))
+            envdirs[k++] = t;
+        dirs = envdirs;
+    }
     sbx_buf b = {0};
     bool extra = false;
     for (size_t i = 0; dirs[i]; i++) {
