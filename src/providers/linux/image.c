@@ -1524,8 +1524,9 @@ int sbx__linux_image_resolve(const char *state_dir, const char *image,
             if (rc < 0) {
                 int code = rc == SBX_EAUTH ? SBX_EAUTH : SBX_ECREATE;
                 rc = sbx__set_error(err, code,
-                                    "image %s is not imported, and pulling it as %s failed: %s",
-                                    image, canon, sbx_error_message(e));
+                                    "image %s is not imported (`sbx image import %s SOURCE` "
+                                    "imports one), and pulling it as %s failed: %s",
+                                    image, image, canon, sbx_error_message(e));
                 sbx_error_free(e);
                 return rc;
             }
