@@ -300,9 +300,11 @@ static int cmd_pull(int argc, char **argv, sbx_provider *p)
     _cleanup_json_ json_t *img = json_loads(text, 0, NULL);
     free(text);
     if (o.json) {
+        /* The last event's line: the image, as compact as the others. */
         if (img)
             json_object_set_new(img, "event", json_string("pulled"));
-        if (!img || cli_print_json(img) < 0)
+        _cleanup_free_ char *line = img ? json_dumps(img, JSON_COMPACT) : NULL;
+        if (!line || printf("%s\n", line) < 0 || fflush(stdout) != 0)
             return CLI_EXIT_FAIL;
     } else {
         const char *name = json_string_value(json_object_get(img, "name"));
