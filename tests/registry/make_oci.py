@@ -7,11 +7,14 @@ OUT gets an OCI layout (oci-layout, index.json, blobs/sha256) tagged TAG:
   layer 1: BASE.tar (a root tree: scripts/make-test-rootfs.sh), gzip
   layer 2: /etc/pulled = TEXT and a whiteout of /etc/image-name, gzip
   layer 3: /opt/third (an opaque dir /opt/op with one file), uncompressed
-  --filler MB: one more gzip layer per value, MB of random bytes in /filler/N
+  --filler MB[:SEED]: one more gzip layer per value, MB of random bytes in
+                     /filler/N (the same SEED gives the same bytes, so two
+                     images can share a layer)
+  --plain: only BASE.tar and the filler layers (no marker/third layers)
 With --arm64-marker, TAG names an index of two manifests, linux/amd64 and
 linux/arm64 (the arm64 one's /etc/pulled says the other text).
 """
-import argparse, gzip, hashlib, io, json, os, tarfile, time
+import argparse, gzip, hashlib, io, json, os, random, tarfile, time
 
 
 def put(out, data):
@@ -38,20 +41,26 @@ def tar_of(entries):
     return buf.getvalue()
 
 
-def image(out, base, marker, arch, fillers):
+def filler(spec, i):
+    mb, _, seed = spec.partition(":")
+    data = random.Random(seed).randbytes(int(mb) << 20) if seed else os.urandom(int(mb) << 20)
+    return tar_of([("filler", b"", "dir"), ("filler/%s" % (seed or i), data, "file")])
+
+
+def image(out, base, marker, arch, fillers, plain=False):
     layers, diffs = [], []
     raw = [open(base, "rb").read()]
-    raw.append(tar_of([("etc", b"", "dir"), ("etc/pulled", marker.encode() + b"\n", "file"),
-                       ("etc/.wh.image-name", b"", "file")]))
-    raw.append(tar_of([("opt", b"", "dir"), ("opt/third", b"third\n", "file"),
-                       ("opt/op", b"", "dir"), ("opt/op/.wh..wh..opq", b"", "file"),
-                       ("opt/op/kept", b"kept\n", "file")]))
-    for i, mb in enumerate(fillers):
-        raw.append(tar_of([("filler", b"", "dir"),
-                           ("filler/%d" % i, os.urandom(int(mb) << 20), "file")]))
+    if not plain:
+        raw.append(tar_of([("etc", b"", "dir"), ("etc/pulled", marker.encode() + b"\n", "file"),
+                           ("etc/.wh.image-name", b"", "file")]))
+        raw.append(tar_of([("opt", b"", "dir"), ("opt/third", b"third\n", "file"),
+                           ("opt/op", b"", "dir"), ("opt/op/.wh..wh..opq", b"", "file"),
+                           ("opt/op/kept", b"kept\n", "file")]))
+    for i, spec in enumerate(fillers):
+        raw.append(filler(spec, i))
     for i, r in enumerate(raw):
         diffs.append("sha256:" + hashlib.sha256(r).hexdigest())
-        if i == 2:
+        if i == 2 and not plain:
             d = put(out, r)
             d["mediaType"] = "application/vnd.oci.image.layer.v1.tar"
         else:
@@ -80,11 +89,12 @@ def main():
     ap.add_argument("--marker", default="pulled")
     ap.add_argument("--arm64-marker")
     ap.add_argument("--filler", action="append", default=[])
+    ap.add_argument("--plain", action="store_true")
     a = ap.parse_args()
     os.makedirs(os.path.join(a.out, "blobs", "sha256"), exist_ok=True)
     with open(os.path.join(a.out, "oci-layout"), "w") as f:
         json.dump({"imageLayoutVersion": "1.0.0"}, f)
-    top = image(a.out, a.base, a.marker, "amd64", a.filler)
+    top = image(a.out, a.base, a.marker, "amd64", a.filler, a.plain)
     if a.arm64_marker:
         amd = dict(top, platform={"os": "linux", "architecture": "amd64"})
         arm = image(a.out, a.base, a.arm64_marker, "arm64", a.filler)
