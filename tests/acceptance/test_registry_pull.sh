@@ -87,6 +87,22 @@ check "the bad blob is not kept" test ! -e "$LAYOUT/blobs/sha256/$BAD" -a ! -e "
 run "and no image is named" 0 "$SBX" image ls -q
 check "z is not listed" eval '! has "$OUT" "$R1/z:1"'
 
+# Mirrors: a docker.io image (no network here: Docker Hub cannot answer) comes
+# from the configured mirrors, a dead one skipped.
+reg_push oci single "$R1/library/mirrored:1"
+DEAD=$(reg_free_port)
+cat >mirror.yaml <<YAML
+sandbox:
+  linux:
+    registry_mirrors: ["127.0.0.1:$DEAD", "http://$R1"]
+YAML
+run "a docker.io image pulled through a mirror" 0 "$SBX" run --config mirror.yaml --image mirrored:1 -- cat /etc/pulled
+check "it is the mirror's image" test "$OUT" = single
+run "stored under its docker.io name" 0 "$SBX" image ls -q
+check "named docker.io/library/mirrored:1" has "$OUT" "docker.io/library/mirrored:1"
+run "without mirrors docker.io is asked (and cannot answer here)" 125 "$SBX" run --pull always --image mirrored:1 -- true
+check "the failure names the docker.io reference" has "$ERR" "docker.io/library/mirrored:1"
+
 # --- broken connections: a proxy that cuts blob transfers --------------------
 PP=$(reg_free_port)
 echo "4000000 1" >cut.ctl
