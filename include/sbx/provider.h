@@ -139,6 +139,13 @@ struct sbx_provider_ops {
     void (*image_import)(sbx_op *op, void *state, const char *name, const char *source,
                          const char *opts_json);
     void (*image_remove)(sbx_op *op, void *state, const char *name, int force);
+    /*
+     * Removes what no image uses: image records no name points at, layers
+     * no image has, and temporaries of dead imports. `opts_json`:
+     * {"dry_run": bool}. Completes with a malloc'd JSON array text naming
+     * each ("layer sha256:...", "image sha256:...", "temporary").
+     */
+    void (*image_prune)(sbx_op *op, void *state, const char *opts_json);
 };
 
 /* --- Operations ---------------------------------------------------------- */

@@ -12,7 +12,8 @@
 
 #include <stdatomic.h>
 
-enum pcall_kind { PC_LIST, PC_STOP, PC_GC, PC_IMAGE_LIST, PC_IMAGE_IMPORT, PC_IMAGE_REMOVE };
+enum pcall_kind { PC_LIST, PC_STOP, PC_GC, PC_IMAGE_LIST, PC_IMAGE_IMPORT, PC_IMAGE_REMOVE,
+                  PC_IMAGE_PRUNE };
 
 static const char *const pcall_names[] = {
     [PC_LIST] = "list",
@@ -21,6 +22,7 @@ static const char *const pcall_names[] = {
     [PC_IMAGE_LIST] = "image_list",
     [PC_IMAGE_IMPORT] = "image_import",
     [PC_IMAGE_REMOVE] = "image_remove",
+    [PC_IMAGE_PRUNE] = "image_prune",
 };
 
 struct pcall {
@@ -71,6 +73,7 @@ static int check_answer(struct pcall *c, char **value, sbx_error **err)
             ok = key ? json_is_string(json_object_get(v, key)) : json_is_string(v);
             if (!ok) {
                 want = c->kind == PC_GC ? "a JSON array of ids"
+                       : c->kind == PC_IMAGE_PRUNE ? "a JSON array of strings"
                        : c->kind == PC_LIST ? "a JSON array of objects with a string \"id\""
                                             : "a JSON array of objects with a string \"name\"";
                 break;
@@ -144,6 +147,9 @@ static void pcall_run(void *data)
     case PC_IMAGE_REMOVE:
         o->image_remove(c->op, st, c->a, c->flag);
         break;
+    case PC_IMAGE_PRUNE:
+        o->image_prune(c->op, st, c->a);
+        break;
     }
 }
 
@@ -163,6 +169,8 @@ static bool has_op(const sbx_provider *p, enum pcall_kind k)
         return o->image_import != NULL;
     case PC_IMAGE_REMOVE:
         return o->image_remove != NULL;
+    case PC_IMAGE_PRUNE:
+        return o->image_prune != NULL;
     }
     return false;
 }
@@ -357,6 +365,13 @@ int sbx_provider_image_remove(sbx_provider *p, const char *name, int force, sbx_
         return sbx__set_error(err, SBX_EINVAL, "sbx_provider_image_remove: a name is required");
     return pcall_sync("sbx_provider_image_remove", p, PC_IMAGE_REMOVE, name, NULL, NULL, force,
                       NULL, err);
+}
+
+int sbx_provider_image_prune(sbx_provider *p, int dry_run, char **removed_json_out,
+                             sbx_error **err)
+{
+    return pcall_sync("sbx_provider_image_prune", p, PC_IMAGE_PRUNE,
+                      dry_run ? "{\"dry_run\":true}" : "{}", NULL, NULL, 0, removed_json_out, err);
 }
 
 /* --- capabilities ---------------------------------------------------------- */

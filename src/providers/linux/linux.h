@@ -210,9 +210,37 @@ typedef struct {
  *   oci:/abs/layout[:tag] or a directory holding oci-layout -> layers applied once
  * Blocking (may unpack). `rootfs` is malloc'd.
  */
-SBX_INTERNAL int sbx__linux_image_resolve(const char *state_dir, const char *image,
-                                          const sbx_linux_image_opts *opts, char **rootfs,
-                                          bool *none_image, sbx_error **err);
+SBX_INTERNAL int sbx__linux_image_resolve(const char *state_dir, const char *store,
+                                          const char *image, const sbx_linux_image_opts *opts,
+                                          char **rootfs, json_t **lowers, bool *none_image,
+                                          sbx_error **err);
+/*
+ * The image store (docs/images.md "The store"): `store` when set, else
+ * <state_dir>/images. Every function taking (state_dir, store) uses it;
+ * state_dir still holds the none image and the names of an older sbx.
+ */
+SBX_INTERNAL char *sbx__linux_image_store_dir(const char *state_dir, const char *store);
+/*
+ * The default image_store: NULL (<state_dir>/images) when a state_dir is
+ * configured or SBX_STATE_DIR is set, else /var/lib/sbx/linux/images for
+ * root and $XDG_DATA_HOME/sbx/linux/images (~/.local/share/...) for others.
+ */
+SBX_INTERNAL char *sbx__linux_image_store_default(const char *state_dir_configured);
+/*
+ * The OCI image config's "config" object (Env, WorkingDir, User,
+ * Entrypoint, Cmd, ...) of imported name `image`: a new reference, or NULL
+ * for an image without one (a tarball, a directory, an older sbx's).
+ */
+SBX_INTERNAL json_t *sbx__linux_image_config(const char *state_dir, const char *store,
+                                             const char *image);
+/*
+ * Removes image records no name points at, layers no record has, index
+ * entries and dead temporaries (`dry_run`: only lists them). `*removed`
+ * (optional): a JSON array of "image sha256:..", "layer sha256:..",
+ * "temporary". Waits for running imports (the store's exclusive lock).
+ */
+SBX_INTERNAL int sbx__linux_image_prune(const char *state_dir, const char *store, bool dry_run,
+                                        json_t **removed, sbx_error **err);
 
 /* Whether `name` can be given to an import (no '/', not "none", ...). */
 SBX_INTERNAL bool sbx__linux_image_name_ok(const char *name);
@@ -224,7 +252,8 @@ SBX_INTERNAL bool sbx__linux_image_name_ok(const char *name);
  * file or directory, not an archive, `..` entries, a broken OCI layout,
  * past opts->max_bytes); SBX_ENOENT: no such source; SBX_ECANCELED.
  */
-SBX_INTERNAL int sbx__linux_image_import(const char *state_dir, const char *name,
+SBX_INTERNAL int sbx__linux_image_import(const char *state_dir, const char *store,
+                                         const char *name,
                                          const char *source, const sbx_linux_image_opts *opts,
                                          sbx_error **err);
 
@@ -236,7 +265,8 @@ typedef struct {
     double created;
 } sbx_linux_image_info;
 
-SBX_INTERNAL int sbx__linux_image_list(const char *state_dir, sbx_linux_image_info **out,
+SBX_INTERNAL int sbx__linux_image_list(const char *state_dir, const char *store,
+                                       sbx_linux_image_info **out,
                                        size_t *n, sbx_error **err);
 SBX_INTERNAL void sbx__linux_image_list_free(sbx_linux_image_info *v, size_t n);
 /*
@@ -244,8 +274,11 @@ SBX_INTERNAL void sbx__linux_image_list_free(sbx_linux_image_info *v, size_t n);
  * many (with `dry_run`, how many it would). Run by every import and by gc.
  */
 SBX_INTERNAL int sbx__linux_image_gc(const char *state_dir, bool dry_run);
+/* The same in the image store's directory `images` itself. */
+SBX_INTERNAL int sbx__linux_image_gc_dir(const char *images, bool dry_run);
 /* Removes a name (and its cached tree when no other name points at it). */
-SBX_INTERNAL int sbx__linux_image_remove(const char *state_dir, const char *name,
+SBX_INTERNAL int sbx__linux_image_remove(const char *state_dir, const char *store,
+                                         const char *name,
                                          sbx_error **err);
 
 /* --- the box registry's operations (listing.c; provider ABI 2) ------------- */
@@ -258,12 +291,15 @@ SBX_INTERNAL void sbx__linux_op_stop_id(sbx_op *op, const char *state_dir, const
                                         double timeout_s);
 SBX_INTERNAL void sbx__linux_op_gc(sbx_op *op, const char *state_dir, const char *opts_json,
                                    double timeout_s);
-SBX_INTERNAL void sbx__linux_op_image_list(sbx_op *op, const char *state_dir);
-SBX_INTERNAL void sbx__linux_op_image_import(sbx_op *op, const char *state_dir, const char *name,
-                                             const char *source, const char *opts_json,
+SBX_INTERNAL void sbx__linux_op_image_list(sbx_op *op, const char *state_dir, const char *store);
+SBX_INTERNAL void sbx__linux_op_image_import(sbx_op *op, const char *state_dir, const char *store,
+                                             const char *name, const char *source,
+                                             const char *opts_json,
                                              unsigned long long max_image_bytes);
-SBX_INTERNAL void sbx__linux_op_image_remove(sbx_op *op, const char *state_dir,
+SBX_INTERNAL void sbx__linux_op_image_remove(sbx_op *op, const char *state_dir, const char *store,
                                              const char *name, int force);
+SBX_INTERNAL void sbx__linux_op_image_prune(sbx_op *op, const char *state_dir, const char *store,
+                                            const char *opts_json);
 
 /* --- GPUs through CDI spec files (cdi.c) ------------------------------------- */
 
