@@ -719,7 +719,7 @@ static int layer_opaque(struct unpacker *u, const char *dir, sbx_error **err)
 
 /*
  * A whiteout in a layer of the store: a 0/0 character device at `name`,
- * which overlayfs reads as "deleted below". When this layer made `name`
+ * which overlayfs reads as "deleted below". When this layer has `name`
  * itself (its own entries are not hidden by its whiteouts) a directory of
  * its own becomes opaque instead, which is what "delete, then recreate"
  * means for the layers below; a file of its own stays as it is.
@@ -733,7 +733,7 @@ static int layer_whiteout(struct unpacker *u, const char *dir, const char *name,
         return sbx__set_errno(err, code_for(errno), errno, "whiteout in %s", dir);
     struct stat st;
     if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-        if (!S_ISDIR(st.st_mode) || !made_here(u, dir, name))
+        if (!S_ISDIR(st.st_mode))
             return SBX_OK;
         _cleanup_close_ int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0 || set_opaque(fd) < 0)
@@ -970,8 +970,14 @@ static int unpack(struct reader *r, int rootfd, bool oci, bool layer, sbx_error 
             return sbx__set_error(err, SBX_ENOMEM, "out of memory");
         archive_read_support_filter_all(r->raw);
         archive_read_support_format_raw(r->raw);
-        if (archive_read_open(r->raw, r, NULL, raw_cb, NULL) != ARCHIVE_OK ||
-            archive_read_next_header(r->raw, &re) != ARCHIVE_OK) {
+        int h = archive_read_open(r->raw, r, NULL, raw_cb, NULL) != ARCHIVE_OK
+                    ? ARCHIVE_FATAL
+                    : archive_read_next_header(r->raw, &re);
+        if (h == ARCHIVE_EOF && !r->stopped) {
+            /* An empty file: an empty layer, as an empty tarball is an empty image. */
+            archive_read_free(r->raw);
+            r->raw = NULL;
+        } else if (h != ARCHIVE_OK) {
             int rc = r->stopped ? sbx__set_error(err, SBX_ECANCELED, "image import cancelled")
                                 : sbx__set_error(err, BAD_SOURCE, "not a tar archive: %s",
                                                  archive_error_string(r->raw));
@@ -2360,6 +2366,41 @@ int sbx__linux_image_remove(const char *state_dir, const char *store, const char
     return SBX_OK;
 }
 
+/* A flattened tree of an older sbx (<state_dir>/images/sha256-<hex>/rootfs) no old name keeps. */
+static void legacy_prune(const char *state_dir, struct sweep *w)
+{
+    _cleanup_free_ char *images = sbx__printf("%s/images", state_dir);
+    DIR *d = images ? opendir(images) : NULL;
+    if (!d)
+        return;
+    sbx_linux_image_info *v = NULL;
+    size_t n = 0;
+    struct list_acc a = { .legacy = true };
+    _cleanup_free_ char *names = sbx__printf("%s/names", images);
+    if (names)
+        each_file(names, list_one, &a);
+    v = a.v;
+    n = a.n;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, "sha256-", 7) || !hex64(de->d_name + 7))
+            continue;
+        _cleanup_free_ char *tree = sbx__printf("%s/%s", images, de->d_name);
+        _cleanup_free_ char *rootfs = tree ? sbx__printf("%s/rootfs", tree) : NULL;
+        if (!rootfs || !is_dir(rootfs))
+            continue;
+        bool used = false;
+        for (size_t i = 0; i < n; i++)
+            used |= v[i].digest && !strcmp(v[i].digest + 7, de->d_name + 7);
+        if (!used) {
+            _cleanup_free_ char *what = sbx__printf("old image sha256:%s", de->d_name + 7);
+            gone(w, what ? what : de->d_name, tree);
+        }
+    }
+    closedir(d);
+    sbx__linux_image_list_free(v, n);
+}
+
 int sbx__linux_image_prune(const char *state_dir, const char *store, bool dry_run,
                            json_t **removed, sbx_error **err)
 {
@@ -2377,6 +2418,7 @@ int sbx__linux_image_prune(const char *state_dir, const char *store, bool dry_ru
         json_array_append_new(out, json_string("temporary"));
     struct sweep w = { .s = &s, .removed = out, .dry_run = dry_run, .all_records = true };
     sweep(&w);
+    legacy_prune(state_dir, &w);
     store_close(&s);
     if (removed)
         *removed = out;

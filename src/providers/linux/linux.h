@@ -289,8 +289,8 @@ SBX_INTERNAL const char *sbx__linux_box_status(const sbx_linux_box_info *b);
 SBX_INTERNAL void sbx__linux_op_list(sbx_op *op, const char *state_dir, const char *filter_json);
 SBX_INTERNAL void sbx__linux_op_stop_id(sbx_op *op, const char *state_dir, const char *id,
                                         double timeout_s);
-SBX_INTERNAL void sbx__linux_op_gc(sbx_op *op, const char *state_dir, const char *opts_json,
-                                   double timeout_s);
+SBX_INTERNAL void sbx__linux_op_gc(sbx_op *op, const char *state_dir, const char *store,
+                                   const char *opts_json, double timeout_s);
 SBX_INTERNAL void sbx__linux_op_image_list(sbx_op *op, const char *state_dir, const char *store);
 SBX_INTERNAL void sbx__linux_op_image_import(sbx_op *op, const char *state_dir, const char *store,
                                              const char *name, const char *source,

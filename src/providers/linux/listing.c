@@ -48,6 +48,15 @@ static struct listing_call *call_new(const char *state_dir, const char *a, const
     return c;
 }
 
+static struct listing_call *with_store(struct listing_call *c, const char *store)
+{
+    if (c && store && !(c->store = strdup(store))) {
+        call_free(c);
+        return NULL;
+    }
+    return c;
+}
+
 /* The labels of a filter or gc options ({"labels": {K: V}}) as a kv; false when out of memory. */
 static bool labels_of(const json_t *opts, sbx_kv *kv)
 {
@@ -140,6 +149,9 @@ static void gc_work(sbx_op *op, void *data)
                             .stop_timeout_s = c->timeout_s };
     if (rc == SBX_OK)
         rc = sbx__linux_gc(c->state_dir, &o, &removed, &e);
+    /* The image store's temporaries of dead imports (state_dir's own went above). */
+    if (rc == SBX_OK && c->store)
+        sbx__linux_image_gc_dir(c->store, o.dry_run);
     json_t *arr = rc == SBX_OK ? json_array() : NULL;
     for (char **id = removed; arr && id && *id; id++)
         json_array_append_new(arr, json_string(*id));
@@ -263,15 +275,6 @@ static void image_prune_work(sbx_op *op, void *data)
     sbx_op_complete(op, rc, e, text);
 }
 
-static struct listing_call *with_store(struct listing_call *c, const char *store)
-{
-    if (c && store && !(c->store = strdup(store))) {
-        call_free(c);
-        return NULL;
-    }
-    return c;
-}
-
 static void submit(sbx_op *op, struct listing_call *c, sbx_op_work_fn fn)
 {
     if (!c) {
@@ -298,9 +301,10 @@ void sbx__linux_op_stop_id(sbx_op *op, const char *state_dir, const char *id, do
     submit(op, c, stop_work);
 }
 
-void sbx__linux_op_gc(sbx_op *op, const char *state_dir, const char *opts_json, double timeout_s)
+void sbx__linux_op_gc(sbx_op *op, const char *state_dir, const char *store, const char *opts_json,
+                      double timeout_s)
 {
-    struct listing_call *c = call_new(state_dir, NULL, NULL, opts_json);
+    struct listing_call *c = with_store(call_new(state_dir, NULL, NULL, opts_json), store);
     if (c)
         c->timeout_s = timeout_s;
     submit(op, c, gc_work);

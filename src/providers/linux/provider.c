@@ -1960,7 +1960,7 @@ static void linux_stop_id(sbx_op *op, void *state, const char *id)
 static void linux_gc(sbx_op *op, void *state, const char *opts_json)
 {
     struct linux_state *st = state;
-    sbx__linux_op_gc(op, st->state_dir, opts_json, st->stop_timeout_s);
+    sbx__linux_op_gc(op, st->state_dir, st->image_store, opts_json, st->stop_timeout_s);
 }
 
 static void linux_image_list(sbx_op *op, void *state)
