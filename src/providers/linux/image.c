@@ -1693,8 +1693,12 @@ static bool host_ok(const char *c, size_t n)
         if (!((c[i] >= 'a' && c[i] <= 'z') || (c[i] >= 'A' && c[i] <= 'Z') ||
               (c[i] >= '0' && c[i] <= '9') || c[i] == '.' || c[i] == '-'))
             return false;
-    if (!i)
+    /* Labels: not empty, not starting or ending with '.' or '-' ("..", ".x" are no hosts). */
+    if (!i || !isalnum((unsigned char)c[0]) || !isalnum((unsigned char)c[i - 1]))
         return false;
+    for (size_t k = 1; k < i; k++)
+        if (c[k] == '.' && (c[k - 1] == '.' || c[k - 1] == '-' || c[k + 1] == '-'))
+            return false;
     if (i < n) {
         if (i + 1 == n || n - i - 1 > 5)
             return false;
