@@ -1400,7 +1400,8 @@ static bool blob_known(const struct store *s, const char *blob_hex, char out[65]
  * there already. `blob_hex`: the file's digest, checked; `want_hex`: its
  * diff_id (the image config's), checked too, so no image can plant a tree
  * under a digest it does not hash to. `*unpacked` counts the layers this
- * call unpacked (0 or 1), which the tests read to see the work done once.
+ * call unpacked (0 or 1, installed or not: another importer may have won),
+ * which the tests read to see each layer's work done once.
  */
 static int get_layer(const struct store *s, const char *file, const char *blob_hex,
                      const char *want_hex, struct import_ctl *ctl, uint64_t *base, uint64_t total,
@@ -1467,6 +1468,8 @@ static int get_layer(const struct store *s, const char *file, const char *blob_h
                                 "layer sha256:%s unpacks to sha256:%s, not to the diff_id "
                                 "sha256:%s its image config names",
                                 blob_hex ? blob_hex : file_hex, diff_hex, want_hex);
+        if (rc == SBX_OK && unpacked)
+            (*unpacked)++; /* the work done, whoever installs it */
     }
     close(fd);
     free(r);
@@ -1481,8 +1484,6 @@ static int get_layer(const struct store *s, const char *file, const char *blob_h
         /* Another importer (by another key) may have won: its copy is the same bytes. */
         if (rc == SBX_OK && rename(tmp, dst) < 0 && !layer_done(s, diff_hex))
             rc = sbx__set_errno(err, SBX_ECREATE, errno, "cannot install the layer at %s", dst);
-        else if (rc == SBX_OK && unpacked && is_dir(dst) && !is_dir(tmp))
-            (*unpacked)++;
     }
     if (rc == SBX_OK && blob_hex) {
         _cleanup_free_ char *bp = sbx__printf("%s/blobs/sha256-%s", s->dir, blob_hex);
