@@ -248,6 +248,25 @@ SBX_INTERNAL int sbx__linux_image_gc(const char *state_dir, bool dry_run);
 SBX_INTERNAL int sbx__linux_image_remove(const char *state_dir, const char *name,
                                          sbx_error **err);
 
+/*
+ * The image's config ("config" of the OCI config blob: Env, WorkingDir,
+ * User, Entrypoint, Cmd, ExposedPorts, Labels, StopSignal), a new reference,
+ * checked at import (image.c says the bounds); NULL for "none", tarball and
+ * directory images and images imported before sbx kept configs. Blocking
+ * (resolves `image`, which may unpack a source not seen before).
+ */
+SBX_INTERNAL json_t *sbx__linux_image_config(const char *state_dir, const char *image);
+/*
+ * An imported name as one JSON object text (malloc'd): name, digest,
+ * source, created, size, architecture, os, image_created, layers (the
+ * config's diff_ids, when known), config. SBX_ENOENT: no such name.
+ */
+SBX_INTERNAL int sbx__linux_image_inspect(const char *state_dir, const char *name,
+                                          char **json_out, sbx_error **err);
+/* Gives the image named `src` a second name `name` (replacing what `name` named). */
+SBX_INTERNAL int sbx__linux_image_tag(const char *state_dir, const char *src, const char *name,
+                                      sbx_error **err);
+
 /* --- the box registry's operations (listing.c; provider ABI 2) ------------- */
 
 /* "running", "starting" or "error" for a listed box (sbx_status_name's words). */
