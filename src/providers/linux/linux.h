@@ -283,6 +283,10 @@ SBX_INTERNAL void sbx__linux_op_image_import(sbx_op *op, const char *state_dir, 
                                              unsigned long long max_image_bytes);
 SBX_INTERNAL void sbx__linux_op_image_remove(sbx_op *op, const char *state_dir,
                                              const char *name, int force);
+SBX_INTERNAL void sbx__linux_op_image_inspect(sbx_op *op, const char *state_dir,
+                                              const char *name);
+SBX_INTERNAL void sbx__linux_op_image_tag(sbx_op *op, const char *state_dir, const char *src,
+                                          const char *name);
 
 /* --- GPUs through CDI spec files (cdi.c) ------------------------------------- */
 

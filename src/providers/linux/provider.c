@@ -2092,6 +2092,16 @@ static void linux_image_remove(sbx_op *op, void *state, const char *name, int fo
     sbx__linux_op_image_remove(op, ((struct linux_state *)state)->state_dir, name, force);
 }
 
+static void linux_image_inspect(sbx_op *op, void *state, const char *name)
+{
+    sbx__linux_op_image_inspect(op, ((struct linux_state *)state)->state_dir, name);
+}
+
+static void linux_image_tag(sbx_op *op, void *state, const char *src, const char *name)
+{
+    sbx__linux_op_image_tag(op, ((struct linux_state *)state)->state_dir, src, name);
+}
+
 const struct sbx_provider_ops sbx__linux_provider = {
     SBX_PROVIDER_OPS_HEADER,
     .name = "linux",
@@ -2113,6 +2123,8 @@ const struct sbx_provider_ops sbx__linux_provider = {
     .image_list = linux_image_list,
     .image_import = linux_image_import,
     .image_remove = linux_image_remove,
+    .image_inspect = linux_image_inspect,
+    .image_tag = linux_image_tag,
     /* Exec goes through the agent client, which streams output as its frames arrive. */
     .capabilities = SBX_CAP_EXEC_STREAM,
 };
