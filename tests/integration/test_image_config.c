@@ -281,10 +281,27 @@ static void test_inspect_ls_format_tag(void)
     TAP_EQ_INT(run_cmd(out, sizeof(out), "%s image inspect nope", sbx), 1);
     TAP_CONTAINS(out, "no image named nope");
 
-    TAP_OK(sbx_provider_image_remove(p, "cfg", 0, &e_));
+    /* A directory image has no config: inspect says null, and a box gets none of cfg's. */
+    char bb[600];
+    snprintf(bb, sizeof(bb), "%s/bb", tap_tmpdir());
+    import_ok(p, "dirimg", bb);
+    TAP_OK(sbx_provider_image_inspect(p, "dirimg", &text, &e_));
+    j = json_loads(text, 0, NULL);
+    free(text);
+    TAP_TRUE(json_is_null(json_object_get(j, "config")));
+    TAP_CONTAINS(json_string_value(json_object_get(j, "digest")), "dir:");
+    json_decref(j);
     sbx_spec *s = sbx_spec_new();
-    sbx_spec_set_image(s, "cfg3");
+    sbx_spec_set_image(s, "dirimg");
     sbx_sandbox *sb = start(p, s);
+    TAP_EQ_STR(out_of(sb, "pwd; id -u; echo ${IMG_ONLY:-unset}"), "/\n0\nunset\n");
+    stop_free(sb);
+    sbx_spec_free(s);
+
+    TAP_OK(sbx_provider_image_remove(p, "cfg", 0, &e_));
+    s = sbx_spec_new();
+    sbx_spec_set_image(s, "cfg3");
+    sb = start(p, s);
     TAP_EQ_STR(out_of(sb, "pwd; id -u"), "/srv/app\n1234\n");
     stop_free(sb);
     sbx_spec_free(s);

@@ -1788,9 +1788,12 @@ int sbx__linux_image_inspect(const char *state_dir, const char *name, char **jso
     if (!j)
         return sbx__set_error(err, SBX_ENOENT, "no image named %s (see `sbx image ls`)", name);
     const char *rf = json_string_value(json_object_get(j, "rootfs"));
-    _cleanup_free_ char *mp = rf ? sbx__printf("%s/../meta.json", rf) : NULL;
+    const char *dg = json_string_value(json_object_get(j, "digest"));
+    /* A directory image (dir:PATH) is the user's tree: nothing of ours sits next to it. */
+    bool ours = rf && dg && !strncmp(dg, "sha256:", 7);
+    _cleanup_free_ char *mp = ours ? sbx__printf("%s/../meta.json", rf) : NULL;
     _cleanup_json_ json_t *meta = mp ? json_load_file(mp, 0, NULL) : NULL;
-    _cleanup_json_ json_t *blob = rf ? config_blob_at(state_dir, rf) : NULL;
+    _cleanup_json_ json_t *blob = ours ? config_blob_at(state_dir, rf) : NULL;
     json_t *cfg = json_object_get(blob, "config");
     json_t *layers = json_object_get(json_object_get(blob, "rootfs"), "diff_ids");
     _cleanup_json_ json_t *o = json_pack(
