@@ -61,7 +61,7 @@ static void check_config(json_t *c)
         return;
     if (!json_is_object(c))
         abort();
-    static const char *const arrays[] = { "Env", "Entrypoint", "Cmd" };
+    static const char *const arrays[] = {"Env", "Entrypoint", "Cmd"};
     for (size_t i = 0; i < SBX_ARRAY_SIZE(arrays); i++) {
         json_t *a = json_object_get(c, arrays[i]);
         size_t k;
@@ -115,7 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     p = sbx__printf("%s/oci-layout", layout);
     write_or_die(p, "{}", 2);
     free(p);
-    sbx_linux_image_opts io = { .max_bytes = 1 << 20 };
+    sbx_linux_image_opts io = {.max_bytes = 1 << 20};
     sbx_error *e = NULL;
     int rc = sbx__linux_image_import(state, "f", layout, &io, &e);
     if (rc < 0 && (!e || !sbx_error_message(e) || !*sbx_error_message(e)))

@@ -285,6 +285,7 @@ static pid_t start_service(char **argv)
     pid_t pid = fork();
     if (pid < 0) {
         agent_log("cannot start the entrypoint: %s", strerror(errno));
+        users_free(&u);
         return -1;
     }
     if (pid == 0) {

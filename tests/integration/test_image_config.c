@@ -57,7 +57,8 @@ static void busybox_tar(char *tar, size_t tn)
     if (run_cmd(out, sizeof(out),
                 "set -e; d=%s/bb; mkdir -p $d/bin $d/etc $d/tmp; chmod 1777 $d/tmp; "
                 "cp /bin/busybox $d/bin/; "
-                "for a in sh echo cat id pwd sleep stat test ls mv true; do ln -s busybox $d/bin/$a; done; "
+                "for a in sh echo cat id pwd sleep stat test ls mv true; do ln -s busybox "
+                "$d/bin/$a; done; "
                 "printf 'root:x:0:0:root:/root:/bin/sh\\napp:x:1234:1234:app:/home/app:/bin/sh\\n'"
                 " > $d/etc/passwd; printf 'root:x:0:\\napp:x:1234:\\n' > $d/etc/group; "
                 "tar -C $d -cf %s .",
@@ -70,8 +71,7 @@ static void busybox_tar(char *tar, size_t tn)
  * text) as its config blob. `tamper`: the blob is changed after its digest
  * went into the manifest.
  */
-static void make_layout(char *layout, size_t ln, const char *name, const char *config,
-                        bool tamper)
+static void make_layout(char *layout, size_t ln, const char *name, const char *config, bool tamper)
 {
     char tar[512];
     busybox_tar(tar, sizeof(tar));
@@ -95,8 +95,7 @@ static void make_layout(char *layout, size_t ln, const char *name, const char *c
         "printf '{\"schemaVersion\":2,\"manifests\":[{\"digest\":\"sha256:%%s\",\"annotations\":"
         "{\"org.opencontainers.image.ref.name\":\"v1\"}}]}' $m > $L/index.json; "
         "echo '{\"imageLayoutVersion\":\"1.0.0\"}' > $L/oci-layout",
-        layout, tar, tar, tar, cfg, cfg, cfg,
-        tamper ? "echo ' ' >> $L/blobs/sha256/$c; " : "");
+        layout, tar, tar, tar, cfg, cfg, cfg, tamper ? "echo ' ' >> $L/blobs/sha256/$c; " : "");
     if (rc != 0)
         TAP_FAIL("building the OCI layout: %s", out);
 }
@@ -261,8 +260,8 @@ static void test_inspect_ls_format_tag(void)
     json_t *o = json_array_get(j, 0);
     TAP_EQ_STR(json_string_value(json_object_get(o, "name")), "cfg2");
     TAP_EQ_STR(json_string_value(json_object_get(o, "digest")), digest);
-    TAP_TRUE(json_is_object(json_object_get(
-        json_object_get(json_object_get(o, "config"), "ExposedPorts"), "53/udp")));
+    TAP_TRUE(json_is_object(
+        json_object_get(json_object_get(json_object_get(o, "config"), "ExposedPorts"), "53/udp")));
     json_decref(j);
     TAP_EQ_INT(run_cmd(out, sizeof(out), "%s image ls --json", sbx), 0);
     j = json_loads(out, 0, NULL);
