@@ -5,6 +5,8 @@
  *   images/sha256-<hex>/rootfs     the unpacked tree (hex: the tarball's or
  *                                  the OCI manifest's sha256)
  *   images/sha256-<hex>/meta.json  {"digest","source","created","size"}
+ *   images/sha256-<hex>/config.json  an OCI image's config blob (checked;
+ *                                  see "the image's config" at the end)
  *   images/names/<name>            {"digest": ...} for `sbx image import`
  *   images/sources/<key>           the digest of a path, keyed by
  *                                  sha256(path, size, mtime, inode), so a

@@ -9,7 +9,8 @@
  *                            visible in the box)
  *   boxes/<id>/root/         an empty directory the box's root is built on
  *                            (every mount happens in the box's mount namespace)
- *   images/sha256-<hex>/     an unpacked image: rootfs/ and meta.json
+ *   images/sha256-<hex>/     an unpacked image: rootfs/, meta.json, and config.json
+ *                            (an OCI image's config blob, checked at import)
  *   images/names/<name>      the digest a name points to
  *   images/sources/<key>     the digest of a tarball or OCI layout by path+size+mtime
  *   images/none-v2/          the skeleton lower layer of the "none" image
