@@ -297,6 +297,18 @@ static void test_inspect_ls_format_tag(void)
     stop_free(sb);
     sbx_spec_free(s);
 
+    /* Asking for the image's command of an image that has none fails the create, saying so. */
+    s = sbx_spec_new();
+    sbx_spec_set_image(s, "dirimg");
+    TAP_OK(sbx_spec_set_provider_options(s, "{\"image_entrypoint\": true}", &e_));
+    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
+    e = NULL;
+    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ECREATE);
+    TAP_CONTAINS(sbx_error_message(e), "image dirimg has no Entrypoint or Cmd to run");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(s);
+
     TAP_OK(sbx_provider_image_remove(p, "cfg", 0, &e_));
     s = sbx_spec_new();
     sbx_spec_set_image(s, "cfg3");
