@@ -139,6 +139,16 @@ struct sbx_provider_ops {
     void (*image_import)(sbx_op *op, void *state, const char *name, const char *source,
                          const char *opts_json);
     void (*image_remove)(sbx_op *op, void *state, const char *name, int force);
+    /*
+     * image_inspect completes with one image as a malloc'd JSON object text
+     * ({"name", "digest", "size", "created", "source", and what the
+     * provider knows: "layers", "config" (the OCI image config's "config":
+     * Env, WorkingDir, User, Entrypoint, Cmd, ExposedPorts, ...)});
+     * SBX_ENOENT when there is no such image. image_tag gives image `src`
+     * the second name `name` (completing with nothing).
+     */
+    void (*image_inspect)(sbx_op *op, void *state, const char *name);
+    void (*image_tag)(sbx_op *op, void *state, const char *src, const char *name);
 };
 
 /* --- Operations ---------------------------------------------------------- */

@@ -5,6 +5,8 @@
  *   images/sha256-<hex>/rootfs     the unpacked tree (hex: the tarball's or
  *                                  the OCI manifest's sha256)
  *   images/sha256-<hex>/meta.json  {"digest","source","created","size"}
+ *   images/sha256-<hex>/config.json  an OCI image's config blob (checked;
+ *                                  see "the image's config" at the end)
  *   images/names/<name>            {"digest": ...} for `sbx image import`
  *   images/sources/<key>           the digest of a path, keyed by
  *                                  sha256(path, size, mtime, inode), so a
@@ -1158,6 +1160,10 @@ static json_t *load_blob(const char *layout, const char *digest, char *hex_out, 
     return p ? load_json(p, digest + 7, mismatch) : NULL;
 }
 
+/* [img-config] At the end of this file. */
+static int image_config_load(const char *layout, json_t *manifest, json_t **out, sbx_error **err);
+static int image_config_store(const char *dir, json_t *config);
+
 static int import_oci(const char *images, const char *layout, const char *tag,
                       struct import_ctl *ctl, char **digest_dir, sbx_error **err)
 {
@@ -1211,8 +1217,14 @@ static int import_oci(const char *images, const char *layout, const char *tag,
     json_t *layers = json_object_get(manifest, "layers");
     if (!json_is_array(layers))
         return sbx__set_error(err, BAD_SOURCE, "the OCI manifest in %s has no layers", layout);
+    /* [img-config] The image's config blob, checked before anything is unpacked. */
+    _cleanup_json_ json_t *config = NULL;
+    if (image_config_load(layout, manifest, &config, err) < 0)
+        return BAD_SOURCE;
     _cleanup_free_ char *done = sbx__printf("%s/sha256-%s", images, hex);
     if (done && is_dir(done)) {
+        /* [img-config] A tree imported by an sbx that did not keep the config yet. */
+        image_config_store(done, config);
         *digest_dir = steal_pointer(&done);
         return SBX_OK;
     }
@@ -1260,6 +1272,9 @@ static int import_oci(const char *images, const char *layout, const char *tag,
         if (rc < 0)
             break;
     }
+    /* [img-config] config.json goes into the tree before it is installed. */
+    if (rc == SBX_OK && image_config_store(tmp, config) < 0)
+        rc = sbx__set_errno(err, SBX_ECREATE, errno, "cannot write the image's config");
     if (rc == SBX_OK)
         rc = install_tree(images, tmp, hex, layout, digest_dir, err);
     sbx__rm_rf(tmp);
@@ -1570,5 +1585,254 @@ int sbx__linux_image_remove(const char *state_dir, const char *name, sbx_error *
     _cleanup_free_ char *dir = sbx__printf("%s/images/sha256-%s", state_dir, digest + 7);
     if (dir)
         sbx__rm_rf(dir);
+    return SBX_OK;
+}
+
+/* --- the image's config (img-config) -------------------------------------- */
+
+/*
+ * The config blob of an OCI image (Env, WorkingDir, User, Entrypoint, Cmd,
+ * ExposedPorts, Labels, StopSignal under "config") is hostile input like its
+ * layers: its digest is checked, its size bounded (4 MiB, load_json), and
+ * every field sbx uses is checked for its type and bounds at import, so that
+ * a box's create never meets a value it must guess about. A field that fails
+ * refuses the import with the field's name. JSON strings holding NUL bytes
+ * never get this far: jansson refuses \u0000 unless asked.
+ */
+#define MAX_CONFIG_ITEMS 4096   /* entries of Env, Entrypoint, Cmd, ExposedPorts, Labels */
+#define MAX_CONFIG_STRING 65536 /* bytes of one of their strings */
+
+static int config_strings(const char *layout, const char *field, json_t *v, bool env,
+                          sbx_error **err)
+{
+    if (!v || json_is_null(v))
+        return SBX_OK;
+    if (!json_is_array(v))
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the image config in %s: %s must be a list of strings", layout,
+                              field);
+    if (json_array_size(v) > MAX_CONFIG_ITEMS)
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the image config in %s: %s has %zu entries, more than the %d sbx "
+                              "accepts",
+                              layout, field, json_array_size(v), MAX_CONFIG_ITEMS);
+    size_t i;
+    json_t *s;
+    json_array_foreach(v, i, s)
+    {
+        const char *t = json_string_value(s);
+        if (!t)
+            return sbx__set_error(err, BAD_SOURCE,
+                                  "the image config in %s: %s[%zu] is not a string", layout, field,
+                                  i);
+        if (json_string_length(s) > MAX_CONFIG_STRING)
+            return sbx__set_error(err, BAD_SOURCE,
+                                  "the image config in %s: %s[%zu] is longer than %d bytes",
+                                  layout, field, i, MAX_CONFIG_STRING);
+        if (env && (t[0] == '=' || !strchr(t, '=')))
+            return sbx__set_error(err, BAD_SOURCE,
+                                  "the image config in %s: Env[%zu] \"%.40s\" is not NAME=VALUE",
+                                  layout, i, t);
+    }
+    return SBX_OK;
+}
+
+static int config_check(const char *layout, json_t *blob, sbx_error **err)
+{
+    if (!json_is_object(blob))
+        return sbx__set_error(err, BAD_SOURCE, "the image config in %s is not a JSON object",
+                              layout);
+    json_t *c = json_object_get(blob, "config");
+    if (!c || json_is_null(c))
+        return SBX_OK;
+    if (!json_is_object(c))
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the image config in %s: \"config\" is not a JSON object", layout);
+    int rc;
+    if ((rc = config_strings(layout, "Env", json_object_get(c, "Env"), true, err)) < 0 ||
+        (rc = config_strings(layout, "Entrypoint", json_object_get(c, "Entrypoint"), false,
+                             err)) < 0 ||
+        (rc = config_strings(layout, "Cmd", json_object_get(c, "Cmd"), false, err)) < 0)
+        return rc;
+    static const char *const strs[] = { "WorkingDir", "User", "StopSignal" };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(strs); i++) {
+        json_t *v = json_object_get(c, strs[i]);
+        if (v && !json_is_null(v) && (!json_is_string(v) || json_string_length(v) > 4096))
+            return sbx__set_error(err, BAD_SOURCE,
+                                  "the image config in %s: %s must be a string of at most 4096 "
+                                  "bytes",
+                                  layout, strs[i]);
+    }
+    const char *wd = json_string_value(json_object_get(c, "WorkingDir"));
+    if (wd && *wd && wd[0] != '/')
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the image config in %s: WorkingDir %s is not an absolute path",
+                              layout, wd);
+    const char *user = json_string_value(json_object_get(c, "User"));
+    if (user && strpbrk(user, "\n/"))
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the image config in %s: User holds a newline or '/'", layout);
+    static const char *const objs[] = { "ExposedPorts", "Labels" };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(objs); i++) {
+        json_t *v = json_object_get(c, objs[i]);
+        if (v && !json_is_null(v) &&
+            (!json_is_object(v) || json_object_size(v) > MAX_CONFIG_ITEMS))
+            return sbx__set_error(err, BAD_SOURCE,
+                                  "the image config in %s: %s must be an object of at most %d "
+                                  "entries",
+                                  layout, objs[i], MAX_CONFIG_ITEMS);
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(json_object_get(c, "Labels"), key, v)
+    {
+        if (!json_is_string(v))
+            return sbx__set_error(err, BAD_SOURCE,
+                                  "the image config in %s: label %.40s is not a string", layout,
+                                  key);
+    }
+    return SBX_OK;
+}
+
+/* The manifest's config blob, checked; NULL in `*out` when the manifest names none. */
+static int image_config_load(const char *layout, json_t *manifest, json_t **out, sbx_error **err)
+{
+    *out = NULL;
+    json_t *desc = json_object_get(manifest, "config");
+    if (!desc)
+        return SBX_OK;
+    const char *d = json_string_value(json_object_get(desc, "digest"));
+    if (!d || strncmp(d, "sha256:", 7) || strlen(d) != 71 ||
+        strspn(d + 7, "0123456789abcdef") != 64)
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the OCI manifest in %s names its config by a bad digest (want "
+                              "sha256: and 64 hex digits)",
+                              layout);
+    bool mismatch = false;
+    json_t *blob = load_blob(layout, d, NULL, &mismatch);
+    if (mismatch)
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the image config %s in %s does not match its digest (a corrupt or "
+                              "tampered layout)",
+                              d, layout);
+    if (!blob)
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the image config %s in %s is missing, not a regular file, larger "
+                              "than 4 MiB or not JSON",
+                              d, layout);
+    int rc = config_check(layout, blob, err);
+    if (rc < 0) {
+        json_decref(blob);
+        return rc;
+    }
+    *out = blob;
+    return SBX_OK;
+}
+
+/* Writes `config` (when there is one) as dir/config.json. */
+static int image_config_store(const char *dir, json_t *config)
+{
+    if (!config)
+        return 0;
+    _cleanup_free_ char *p = sbx__printf("%s/config.json", dir);
+    if (!p) {
+        errno = ENOMEM;
+        return -1;
+    }
+    return write_json(p, config);
+}
+
+/*
+ * The whole config blob kept for the tree `rootfs`, when `rootfs` is a tree
+ * of the store (images/sha256-<hex>/rootfs): a directory image used in place
+ * is the user's, and a config.json next to it is not ours to believe.
+ */
+static json_t *config_blob_at(const char *state_dir, const char *rootfs)
+{
+    _cleanup_free_ char *images = sbx__printf("%s/images", state_dir);
+    _cleanup_free_ char *real = images ? realpath(images, NULL) : NULL;
+    _cleanup_free_ char *rreal = rootfs ? realpath(rootfs, NULL) : NULL;
+    if (!real || !rreal)
+        return NULL;
+    size_t n = strlen(real);
+    if (strncmp(rreal, real, n) || strncmp(rreal + n, "/sha256-", 8))
+        return NULL;
+    _cleanup_free_ char *p = sbx__printf("%s/../config.json", rreal);
+    bool mismatch = false;
+    json_t *j = p ? load_json(p, NULL, &mismatch) : NULL;
+    if (j && !json_is_object(j)) {
+        json_decref(j);
+        j = NULL;
+    }
+    return j;
+}
+
+json_t *sbx__linux_image_config(const char *state_dir, const char *image)
+{
+    if (!image || !*image || !strcmp(image, "none"))
+        return NULL;
+    _cleanup_free_ char *rootfs = NULL;
+    bool none = false;
+    if (sbx__linux_image_resolve(state_dir, image, NULL, &rootfs, &none, NULL) < 0 || none)
+        return NULL;
+    _cleanup_json_ json_t *blob = config_blob_at(state_dir, rootfs);
+    json_t *c = json_object_get(blob, "config");
+    return json_is_object(c) ? json_incref(c) : NULL;
+}
+
+int sbx__linux_image_inspect(const char *state_dir, const char *name, char **json_out,
+                             sbx_error **err)
+{
+    if (!valid_name(name))
+        return sbx__set_error(err, SBX_EINVAL, "invalid image name %s", name ? name : "(null)");
+    _cleanup_free_ char *np = sbx__printf("%s/images/names/%s", state_dir, name);
+    _cleanup_json_ json_t *j = np ? json_load_file(np, 0, NULL) : NULL;
+    if (!j)
+        return sbx__set_error(err, SBX_ENOENT, "no image named %s (see `sbx image ls`)", name);
+    const char *rf = json_string_value(json_object_get(j, "rootfs"));
+    const char *dg = json_string_value(json_object_get(j, "digest"));
+    /* A directory image (dir:PATH) is the user's tree: nothing of ours sits next to it. */
+    bool ours = rf && dg && !strncmp(dg, "sha256:", 7);
+    _cleanup_free_ char *mp = ours ? sbx__printf("%s/../meta.json", rf) : NULL;
+    _cleanup_json_ json_t *meta = mp ? json_load_file(mp, 0, NULL) : NULL;
+    _cleanup_json_ json_t *blob = ours ? config_blob_at(state_dir, rf) : NULL;
+    json_t *cfg = json_object_get(blob, "config");
+    json_t *layers = json_object_get(json_object_get(blob, "rootfs"), "diff_ids");
+    _cleanup_json_ json_t *o = json_pack(
+        "{s:s, s:O, s:O, s:O, s:I, s:O?, s:O?, s:O?, s:O?, s:O}", "name", name, "digest",
+        json_object_get(j, "digest") ? json_object_get(j, "digest") : json_null(), "source",
+        json_object_get(j, "source") ? json_object_get(j, "source") : json_null(), "created",
+        json_object_get(j, "created") ? json_object_get(j, "created") : json_null(), "size",
+        (json_int_t)json_integer_value(json_object_get(meta, "size")), "architecture",
+        json_object_get(blob, "architecture"), "os", json_object_get(blob, "os"),
+        "image_created", json_object_get(blob, "created"), "layers",
+        json_is_array(layers) ? layers : NULL, "config",
+        json_is_object(cfg) ? cfg : json_null());
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (!text)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    *json_out = text;
+    return SBX_OK;
+}
+
+int sbx__linux_image_tag(const char *state_dir, const char *src, const char *name,
+                         sbx_error **err)
+{
+    if (!valid_name(src))
+        return sbx__set_error(err, SBX_EINVAL, "invalid image name %s", src ? src : "(null)");
+    if (!sbx__linux_image_name_ok(name))
+        return sbx__set_error(err, SBX_EINVAL,
+                              "invalid image name %s: use letters, digits, '-', '_', ':', '.' and "
+                              "no '/'",
+                              name ? name : "(null)");
+    _cleanup_free_ char *sp = sbx__printf("%s/images/names/%s", state_dir, src);
+    _cleanup_json_ json_t *j = sp ? json_load_file(sp, 0, NULL) : NULL;
+    if (!j)
+        return sbx__set_error(err, SBX_ENOENT, "no image named %s (see `sbx image ls`)", src);
+    /* A second name for the same tree: removing either keeps the tree for the other. */
+    json_object_set_new(j, "created", json_real(now_unix()));
+    _cleanup_free_ char *np = sbx__printf("%s/images/names/%s", state_dir, name);
+    if (!np || write_json(np, j) < 0)
+        return sbx__set_errno(err, SBX_EIO, errno, "cannot record image name %s", name);
     return SBX_OK;
 }
