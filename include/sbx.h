@@ -496,6 +496,18 @@ SBX_EXPORT int sbx_provider_image_prune(sbx_provider *p, int dry_run, char **rem
 SBX_EXPORT int sbx_provider_image_remove(sbx_provider *p, const char *name, int force,
                                          sbx_error **err);
 
+/*
+ * One image as a JSON object text in *json_out (name, digest, size, created,
+ * source, and where known layers and config: the image's Env, WorkingDir,
+ * User, Entrypoint, Cmd, ExposedPorts, Labels). SBX_ENOENT: no such image;
+ * SBX_ENOTSUP: the provider has no image_inspect. Blocking.
+ */
+SBX_EXPORT int sbx_provider_image_inspect(sbx_provider *p, const char *name, char **json_out,
+                                          sbx_error **err);
+/* Gives image `src` the second name `name` (as `docker tag`). Blocking. */
+SBX_EXPORT int sbx_provider_image_tag(sbx_provider *p, const char *src, const char *name,
+                                      sbx_error **err);
+
 /* Sorted names of every provider (registered, built in, plugins). */
 SBX_EXPORT int sbx_list_providers(char ***names_out, sbx_error **err);
 /* SBX_OK when `name` resolves; the reference's "Unknown sandbox provider" otherwise. */

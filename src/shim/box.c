@@ -909,7 +909,7 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
 
     shim_trace("child: privileges dropped");
     size_t n_ep = c->entrypoint ? json_array_size(c->entrypoint) : 0;
-    const char **argv = calloc(10 + n_ep + 1, sizeof(char *));
+    const char **argv = calloc(12 + n_ep + 1, sizeof(char *));
     if (!argv)
         die("out of memory");
     char listen_arg[16], ready_arg[16];
@@ -925,6 +925,10 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     if (c->shell && c->shell[0]) {
         argv[k++] = "--shell";
         argv[k++] = c->shell;
+    }
+    if (c->user && c->user[0]) {
+        argv[k++] = "--user";
+        argv[k++] = c->user;
     }
     if (n_ep) {
         argv[k++] = "--";

@@ -127,6 +127,7 @@ static int parse_cfg(json_t *j, struct shim_cfg *c, char *msg, size_t len)
     c->workdir = jget(j, "workdir");
     c->agent = jget(j, "agent");
     c->shell = jget(j, "shell");
+    c->user = jget(j, "user");
     c->none_image = json_is_true(json_object_get(j, "none_image"));
     c->net_host = json_is_true(json_object_get(j, "net_host"));
     c->userns = json_is_true(json_object_get(j, "userns"));

@@ -30,6 +30,7 @@ struct shim_cfg {
     const char *workdir;
     const char *agent;    /* host path of the static sbx-agent */
     const char *shell;    /* the agent's --shell, NULL: its default (auto) */
+    const char *user;     /* the agent's --user (the image's User), NULL: root */
     double ttl_s;         /* < 0: none */
     double ready_timeout_s;
     double stop_grace_s;

@@ -5,6 +5,8 @@
  *   images/sha256-<hex>/rootfs     the unpacked tree (hex: the tarball's or
  *                                  the OCI manifest's sha256)
  *   images/sha256-<hex>/meta.json  {"digest","source","created","size"}
+ *   images/sha256-<hex>/config.json  an OCI image's config blob (checked;
+ *                                  see "the image's config" at the end)
  *   images/names/<name>            {"digest": ...} for `sbx image import`
  *   images/sources/<key>           the digest of a path, keyed by
  *                                  sha256(path, size, mtime, inode), so a
@@ -1561,6 +1563,9 @@ static int import_tarball(const struct store *s, const char *path, struct import
     return rc;
 }
 
+/* [img-config] At the end of this file. */
+static int image_config_load(const char *layout, json_t *manifest, json_t **out, sbx_error **err);
+
 static int import_oci(const struct store *s, const char *layout, const char *tag,
                       struct import_ctl *ctl, char id_hex[65], int *unpacked, sbx_error **err)
 {
@@ -1618,13 +1623,14 @@ static int import_oci(const struct store *s, const char *layout, const char *tag
         return sbx__set_error(err, BAD_SOURCE,
                               "the image in %s has %zu layers; at most %d can be stacked", layout,
                               json_array_size(layers), MAX_LAYERS);
-    /* The config blob (digest-checked): the diff_ids key the layers, and is kept whole. */
-    const char *cd = json_string_value(json_object_get(json_object_get(manifest, "config"),
-                                                       "digest"));
-    _cleanup_json_ json_t *config = cd ? load_blob(layout, cd, NULL, &mismatch) : NULL;
-    if (mismatch)
-        return sbx__set_error(err, BAD_SOURCE,
-                              "the image config %s in %s does not match its digest", cd, layout);
+    /*
+     * [img-config] The config blob, checked before anything is unpacked: its
+     * diff_ids key the layers, and it is kept whole in the image's record.
+     */
+    _cleanup_json_ json_t *config = NULL;
+    int crc = image_config_load(layout, manifest, &config, err);
+    if (crc < 0)
+        return crc;
     json_t *diff_ids = json_object_get(json_object_get(config, "rootfs"), "diff_ids");
     if (json_array_size(diff_ids) != json_array_size(layers))
         diff_ids = NULL;
@@ -1928,6 +1934,50 @@ static int record_lowers(const struct store *s, const char *image, const char *i
     return SBX_OK;
 }
 
+/* An older sbx's name (<state_dir>/images/names/NAME), or NULL. */
+static json_t *load_legacy(const char *state_dir, const char *name)
+{
+    if (!valid_legacy_name(name))
+        return NULL;
+    _cleanup_free_ char *np = sbx__printf("%s/images/names/%s", state_dir, name);
+    return np ? json_load_file(np, 0, NULL) : NULL;
+}
+
+/*
+ * What `image` is in the store: an imported name (this store's, else an
+ * older sbx's, whose flattened tree is read in place), or an absolute
+ * source, imported when not seen before. `*id`: its record's hex; or
+ * `*dir`: a tree used as it is (a directory image, an old tree).
+ */
+static int lookup(const struct store *s, const char *image, const sbx_linux_image_opts *opts,
+                  char **id, char **dir, sbx_error **err)
+{
+    _cleanup_json_ json_t *ref = valid_name(image) ? load_ref(s, image) : NULL;
+    if (ref) {
+        const char *d = json_string_value(json_object_get(ref, "dir"));
+        const char *h = digest_hex(json_string_value(json_object_get(ref, "image")));
+        if (d)
+            *dir = strdup(d);
+        else if (h)
+            *id = strdup(h);
+        return *id || *dir
+                   ? SBX_OK
+                   : sbx__set_error(err, SBX_ECREATE, "image %s: its name record is broken", image);
+    }
+    _cleanup_json_ json_t *old = load_legacy(s->state_dir, image);
+    const char *rf = json_string_value(json_object_get(old, "rootfs"));
+    if (rf) {
+        *dir = strdup(rf);
+        return *dir ? SBX_OK : sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    if (image[0] != '/' && strncmp(image, "oci:", 4) != 0)
+        return sbx__set_error(err, SBX_ECREATE,
+                              "image %s is not imported (run `sbx image import %s SOURCE`) and is "
+                              "not an absolute path to a directory, tarball or OCI layout",
+                              image, image);
+    return resolve_source(s, image, opts, id, dir, NULL, err);
+}
+
 int sbx__linux_image_resolve(const char *state_dir, const char *store, const char *image,
                              const sbx_linux_image_opts *opts, char **rootfs, json_t **lowers,
                              bool *none, sbx_error **err)
@@ -1951,36 +2001,7 @@ int sbx__linux_image_resolve(const char *state_dir, const char *store, const cha
         return rc;
     _cleanup_free_ char *id = NULL;
     _cleanup_free_ char *dir = NULL;
-    bool found = false;
-    /* An imported name? */
-    _cleanup_json_ json_t *ref = valid_name(image) ? load_ref(&s, image) : NULL;
-    if (ref) {
-        found = true;
-        const char *d = json_string_value(json_object_get(ref, "dir"));
-        const char *h = digest_hex(json_string_value(json_object_get(ref, "image")));
-        if (d)
-            dir = strdup(d);
-        else if (h)
-            id = strdup(h);
-        if (!id && !dir)
-            rc = sbx__set_error(err, SBX_ECREATE, "image %s: its name record is broken", image);
-    } else if (valid_legacy_name(image)) {
-        /* A name an older sbx recorded: its flattened tree, read in place. */
-        _cleanup_free_ char *np = sbx__printf("%s/images/names/%s", state_dir, image);
-        _cleanup_json_ json_t *j = np ? json_load_file(np, 0, NULL) : NULL;
-        const char *rf = json_string_value(json_object_get(j, "rootfs"));
-        if (rf) {
-            found = true;
-            dir = strdup(rf);
-        }
-    }
-    if (!found && image[0] != '/' && strncmp(image, "oci:", 4) != 0)
-        rc = sbx__set_error(err, SBX_ECREATE,
-                            "image %s is not imported (run `sbx image import %s SOURCE`) and is "
-                            "not an absolute path to a directory, tarball or OCI layout",
-                            image, image);
-    else if (!found)
-        rc = resolve_source(&s, image, opts, &id, &dir, NULL, err);
+    rc = lookup(&s, image, opts, &id, &dir, err);
     if (rc == SBX_OK && dir) {
         if (!is_dir(dir))
             rc = sbx__set_error(err, SBX_ECREATE,
@@ -2064,11 +2085,15 @@ int sbx__linux_image_import(const char *state_dir, const char *store, const char
 json_t *sbx__linux_image_config(const char *state_dir, const char *store, const char *image)
 {
     struct store s;
-    if (!image || store_open(state_dir, store, 0, &s, NULL) < 0)
+    if (!image || !*image || !strcmp(image, "none") ||
+        store_open(state_dir, store, LOCK_SH, &s, NULL) < 0)
         return NULL;
-    _cleanup_json_ json_t *ref = load_ref(&s, image);
-    const char *h = digest_hex(json_string_value(json_object_get(ref, "image")));
-    _cleanup_json_ json_t *rec = h ? load_record(&s, h) : NULL;
+    _cleanup_free_ char *id = NULL;
+    _cleanup_free_ char *dir = NULL;
+    sbx_error *e = NULL;
+    if (lookup(&s, image, NULL, &id, &dir, &e) < 0)
+        sbx_error_free(e);
+    _cleanup_json_ json_t *rec = id ? load_record(&s, id) : NULL;
     store_close(&s);
     json_t *c = json_object_get(json_object_get(rec, "config"), "config");
     return json_is_object(c) ? json_incref(c) : NULL;
@@ -2155,6 +2180,12 @@ static void list_one(const char *path, const char *base, void *data)
                   json_number_value(json_object_get(j, "created")));
 }
 
+static int by_name(const void *a, const void *b)
+{
+    const sbx_linux_image_info *x = a, *y = b;
+    return strcmp(x->name ? x->name : "", y->name ? y->name : "");
+}
+
 int sbx__linux_image_list(const char *state_dir, const char *store, sbx_linux_image_info **out,
                           size_t *n_out, sbx_error **err)
 {
@@ -2173,6 +2204,9 @@ int sbx__linux_image_list(const char *state_dir, const char *store, sbx_linux_im
     if (old)
         each_file(old, list_one, &a);
     store_close(&s);
+    /* By name: refs/ is in hash order, which says nothing to a reader. */
+    if (a.n > 1)
+        qsort(a.v, a.n, sizeof(*a.v), by_name);
     *out = a.v;
     *n_out = a.n;
     return SBX_OK;
@@ -2430,4 +2464,226 @@ int sbx__linux_image_prune(const char *state_dir, const char *store, bool dry_ru
     else
         json_decref(out);
     return SBX_OK;
+}
+
+/* --- the image's config (img-config) -------------------------------------- */
+
+/*
+ * The config blob of an OCI image (Env, WorkingDir, User, Entrypoint, Cmd,
+ * ExposedPorts, Labels, StopSignal under "config") is hostile input like its
+ * layers: its digest is checked, its size bounded (4 MiB, load_json), and
+ * every field sbx uses is checked for its type and bounds at import, so that
+ * a box's create never meets a value it must guess about. A field that fails
+ * refuses the import with the field's name. JSON strings holding NUL bytes
+ * never get this far: jansson refuses \u0000 unless asked.
+ */
+#define MAX_CONFIG_ITEMS 4096   /* entries of Env, Entrypoint, Cmd, ExposedPorts, Labels */
+#define MAX_CONFIG_STRING 65536 /* bytes of one of their strings */
+
+static int config_strings(const char *layout, const char *field, json_t *v, bool env,
+                          sbx_error **err)
+{
+    if (!v || json_is_null(v))
+        return SBX_OK;
+    if (!json_is_array(v))
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the image config in %s: %s must be a list of strings", layout,
+                              field);
+    if (json_array_size(v) > MAX_CONFIG_ITEMS)
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the image config in %s: %s has %zu entries, more than the %d sbx "
+                              "accepts",
+                              layout, field, json_array_size(v), MAX_CONFIG_ITEMS);
+    size_t i;
+    json_t *s;
+    json_array_foreach(v, i, s)
+    {
+        const char *t = json_string_value(s);
+        if (!t)
+            return sbx__set_error(err, BAD_SOURCE,
+                                  "the image config in %s: %s[%zu] is not a string", layout, field,
+                                  i);
+        if (json_string_length(s) > MAX_CONFIG_STRING)
+            return sbx__set_error(err, BAD_SOURCE,
+                                  "the image config in %s: %s[%zu] is longer than %d bytes",
+                                  layout, field, i, MAX_CONFIG_STRING);
+        if (env && (t[0] == '=' || !strchr(t, '=')))
+            return sbx__set_error(err, BAD_SOURCE,
+                                  "the image config in %s: Env[%zu] \"%.40s\" is not NAME=VALUE",
+                                  layout, i, t);
+    }
+    return SBX_OK;
+}
+
+static int config_check(const char *layout, json_t *blob, sbx_error **err)
+{
+    if (!json_is_object(blob))
+        return sbx__set_error(err, BAD_SOURCE, "the image config in %s is not a JSON object",
+                              layout);
+    json_t *c = json_object_get(blob, "config");
+    if (!c || json_is_null(c))
+        return SBX_OK;
+    if (!json_is_object(c))
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the image config in %s: \"config\" is not a JSON object", layout);
+    int rc;
+    if ((rc = config_strings(layout, "Env", json_object_get(c, "Env"), true, err)) < 0 ||
+        (rc = config_strings(layout, "Entrypoint", json_object_get(c, "Entrypoint"), false,
+                             err)) < 0 ||
+        (rc = config_strings(layout, "Cmd", json_object_get(c, "Cmd"), false, err)) < 0)
+        return rc;
+    static const char *const strs[] = { "WorkingDir", "User", "StopSignal" };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(strs); i++) {
+        json_t *v = json_object_get(c, strs[i]);
+        if (v && !json_is_null(v) && (!json_is_string(v) || json_string_length(v) > 4096))
+            return sbx__set_error(err, BAD_SOURCE,
+                                  "the image config in %s: %s must be a string of at most 4096 "
+                                  "bytes",
+                                  layout, strs[i]);
+    }
+    const char *wd = json_string_value(json_object_get(c, "WorkingDir"));
+    if (wd && *wd && wd[0] != '/')
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the image config in %s: WorkingDir %s is not an absolute path",
+                              layout, wd);
+    const char *user = json_string_value(json_object_get(c, "User"));
+    if (user && strpbrk(user, "\n/"))
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the image config in %s: User holds a newline or '/'", layout);
+    static const char *const objs[] = { "ExposedPorts", "Labels" };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(objs); i++) {
+        json_t *v = json_object_get(c, objs[i]);
+        if (v && !json_is_null(v) &&
+            (!json_is_object(v) || json_object_size(v) > MAX_CONFIG_ITEMS))
+            return sbx__set_error(err, BAD_SOURCE,
+                                  "the image config in %s: %s must be an object of at most %d "
+                                  "entries",
+                                  layout, objs[i], MAX_CONFIG_ITEMS);
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(json_object_get(c, "Labels"), key, v)
+    {
+        if (!json_is_string(v))
+            return sbx__set_error(err, BAD_SOURCE,
+                                  "the image config in %s: label %.40s is not a string", layout,
+                                  key);
+    }
+    return SBX_OK;
+}
+
+/* The manifest's config blob, checked; NULL in `*out` when the manifest names none. */
+static int image_config_load(const char *layout, json_t *manifest, json_t **out, sbx_error **err)
+{
+    *out = NULL;
+    json_t *desc = json_object_get(manifest, "config");
+    if (!desc)
+        return SBX_OK;
+    const char *d = json_string_value(json_object_get(desc, "digest"));
+    if (!d || strncmp(d, "sha256:", 7) || strlen(d) != 71 ||
+        strspn(d + 7, "0123456789abcdef") != 64)
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the OCI manifest in %s names its config by a bad digest (want "
+                              "sha256: and 64 hex digits)",
+                              layout);
+    bool mismatch = false;
+    json_t *blob = load_blob(layout, d, NULL, &mismatch);
+    if (mismatch)
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the image config %s in %s does not match its digest (a corrupt or "
+                              "tampered layout)",
+                              d, layout);
+    if (!blob)
+        return sbx__set_error(err, BAD_SOURCE,
+                              "the image config %s in %s is missing, not a regular file, larger "
+                              "than 4 MiB or not JSON",
+                              d, layout);
+    int rc = config_check(layout, blob, err);
+    if (rc < 0) {
+        json_decref(blob);
+        return rc;
+    }
+    *out = blob;
+    return SBX_OK;
+}
+
+int sbx__linux_image_inspect(const char *state_dir, const char *store, const char *name,
+                             char **json_out, sbx_error **err)
+{
+    if (!valid_name(name))
+        return sbx__set_error(err, SBX_EINVAL, "invalid image name %s", name ? name : "(null)");
+    struct store s;
+    int rc = store_open(state_dir, store, 0, &s, err);
+    if (rc < 0)
+        return rc;
+    _cleanup_json_ json_t *ref = load_ref(&s, name);
+    _cleanup_json_ json_t *old = ref ? NULL : load_legacy(state_dir, name);
+    json_t *j = ref ? ref : old;
+    const char *h = digest_hex(json_string_value(json_object_get(ref, "image")));
+    _cleanup_json_ json_t *rec = h ? load_record(&s, h) : NULL;
+    store_close(&s);
+    if (!j)
+        return sbx__set_error(err, SBX_ENOENT, "no image named %s (see `sbx image ls`)", name);
+    /* An older sbx's tree: its size beside it. */
+    const char *rf = json_string_value(json_object_get(old, "rootfs"));
+    _cleanup_free_ char *mp = rf ? sbx__printf("%s/../meta.json", rf) : NULL;
+    _cleanup_json_ json_t *meta = mp ? json_load_file(mp, 0, NULL) : NULL;
+    const char *dir = json_string_value(json_object_get(ref, "dir"));
+    _cleanup_free_ char *dd = dir ? sbx__printf("dir:%s", dir) : NULL;
+    json_t *digest = ref ? (h ? json_object_get(ref, "image") : NULL) : json_object_get(old, "digest");
+    json_t *blob = json_object_get(rec, "config");
+    json_t *cfg = json_object_get(blob, "config");
+    json_t *layers = json_object_get(rec, "layers");
+    json_int_t size = rec ? json_integer_value(json_object_get(rec, "size"))
+                          : json_integer_value(json_object_get(meta, "size"));
+    _cleanup_json_ json_t *o = json_pack(
+        "{s:s, s:o, s:O, s:O, s:I, s:O?, s:O?, s:O?, s:O?, s:O?, s:O}", "name", name, "digest",
+        digest ? json_incref(digest) : dd ? json_string(dd) : json_null(), "source",
+        json_object_get(j, "source") ? json_object_get(j, "source") : json_null(), "created",
+        json_object_get(j, "created") ? json_object_get(j, "created") : json_null(), "size", size,
+        "manifest", json_object_get(rec, "manifest"), "architecture",
+        json_object_get(blob, "architecture"), "os", json_object_get(blob, "os"), "image_created",
+        json_object_get(blob, "created"), "layers", json_is_array(layers) ? layers : NULL,
+        "config", json_is_object(cfg) ? cfg : json_null());
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (!text)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    *json_out = text;
+    return SBX_OK;
+}
+
+int sbx__linux_image_tag(const char *state_dir, const char *store, const char *src,
+                         const char *name, sbx_error **err)
+{
+    if (!valid_name(src))
+        return sbx__set_error(err, SBX_EINVAL, "invalid image name %s", src ? src : "(null)");
+    if (!sbx__linux_image_name_ok(name))
+        return sbx__set_error(err, SBX_EINVAL,
+                              "invalid image name %s: use [HOST[:PORT]/]PATH[:TAG][@sha256:HEX] "
+                              "with lowercase path components [a-z0-9._-], at most 255 bytes",
+                              name ? name : "(null)");
+    struct store s;
+    int rc = store_open(state_dir, store, LOCK_SH, &s, err);
+    if (rc < 0)
+        return rc;
+    _cleanup_json_ json_t *j = load_ref(&s, src);
+    if (!j) {
+        /* An older sbx's name: the new one points at its tree, as a directory image. */
+        _cleanup_json_ json_t *old = load_legacy(state_dir, src);
+        const char *rf = json_string_value(json_object_get(old, "rootfs"));
+        j = rf ? json_pack("{s:s, s:O?}", "dir", rf, "source", json_object_get(old, "source"))
+               : NULL;
+    }
+    if (!j) {
+        store_close(&s);
+        return sbx__set_error(err, SBX_ENOENT, "no image named %s (see `sbx image ls`)", src);
+    }
+    /* A second name for the same image: removing either keeps its layers for the other. */
+    json_object_set_new(j, "name", json_string(name));
+    json_object_set_new(j, "created", json_real(now_unix()));
+    _cleanup_free_ char *np = ref_path(&s, name);
+    if (!np || write_json(np, j) < 0)
+        rc = sbx__set_errno(err, SBX_EIO, errno, "cannot record image name %s", name);
+    store_close(&s);
+    return rc;
 }

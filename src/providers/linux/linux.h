@@ -9,7 +9,8 @@
  *                            visible in the box)
  *   boxes/<id>/root/         an empty directory the box's root is built on
  *                            (every mount happens in the box's mount namespace)
- *   images/sha256-<hex>/     an unpacked image: rootfs/ and meta.json
+ *   images/sha256-<hex>/     an unpacked image: rootfs/, meta.json, and config.json
+ *                            (an OCI image's config blob, checked at import)
  *   images/names/<name>      the digest a name points to
  *   images/sources/<key>     the digest of a tarball or OCI layout by path+size+mtime
  *   images/none-v2/          the skeleton lower layer of the "none" image
@@ -281,6 +282,17 @@ SBX_INTERNAL int sbx__linux_image_remove(const char *state_dir, const char *stor
                                          const char *name,
                                          sbx_error **err);
 
+/*
+ * An imported name as one JSON object text (malloc'd): name, digest,
+ * source, created, size, architecture, os, image_created, layers (the
+ * config's diff_ids, when known), config. SBX_ENOENT: no such name.
+ */
+SBX_INTERNAL int sbx__linux_image_inspect(const char *state_dir, const char *store,
+                                          const char *name, char **json_out, sbx_error **err);
+/* Gives the image named `src` a second name `name` (replacing what `name` named). */
+SBX_INTERNAL int sbx__linux_image_tag(const char *state_dir, const char *store, const char *src,
+                                      const char *name, sbx_error **err);
+
 /* --- the box registry's operations (listing.c; provider ABI 2) ------------- */
 
 /* "running", "starting" or "error" for a listed box (sbx_status_name's words). */
@@ -298,6 +310,10 @@ SBX_INTERNAL void sbx__linux_op_image_import(sbx_op *op, const char *state_dir, 
                                              unsigned long long max_image_bytes);
 SBX_INTERNAL void sbx__linux_op_image_remove(sbx_op *op, const char *state_dir, const char *store,
                                              const char *name, int force);
+SBX_INTERNAL void sbx__linux_op_image_inspect(sbx_op *op, const char *state_dir,
+                                              const char *store, const char *name);
+SBX_INTERNAL void sbx__linux_op_image_tag(sbx_op *op, const char *state_dir, const char *store,
+                                          const char *src, const char *name);
 SBX_INTERNAL void sbx__linux_op_image_prune(sbx_op *op, const char *state_dir, const char *store,
                                             const char *opts_json);
 

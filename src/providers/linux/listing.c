@@ -339,3 +339,34 @@ void sbx__linux_op_image_remove(sbx_op *op, const char *state_dir, const char *s
         c->flag = force;
     submit(op, c, image_remove_work);
 }
+
+static void image_inspect_work(sbx_op *op, void *data)
+{
+    struct listing_call *c = data;
+    sbx_error *e = NULL;
+    char *text = NULL;
+    int rc = sbx__linux_image_inspect(c->state_dir, c->store, c->a, &text, &e);
+    call_free(c);
+    sbx_op_complete(op, rc, e, rc == SBX_OK ? text : NULL);
+}
+
+static void image_tag_work(sbx_op *op, void *data)
+{
+    struct listing_call *c = data;
+    sbx_error *e = NULL;
+    int rc = sbx__linux_image_tag(c->state_dir, c->store, c->a, c->b, &e);
+    call_free(c);
+    sbx_op_complete(op, rc, e, NULL);
+}
+
+void sbx__linux_op_image_inspect(sbx_op *op, const char *state_dir, const char *store,
+                                 const char *name)
+{
+    submit(op, with_store(call_new(state_dir, name, NULL, NULL), store), image_inspect_work);
+}
+
+void sbx__linux_op_image_tag(sbx_op *op, const char *state_dir, const char *store,
+                             const char *src, const char *name)
+{
+    submit(op, with_store(call_new(state_dir, src, name, NULL), store), image_tag_work);
+}
