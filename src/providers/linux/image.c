@@ -1405,8 +1405,9 @@ static bool blob_known(const struct store *s, const char *blob_hex, char out[65]
  * call unpacked (0 or 1, installed or not: another importer may have won),
  * which the tests read to see each layer's work done once.
  */
-static int get_layer(const struct store *s, const char *file, const char *blob_hex,
-                     const char *want_hex, struct import_ctl *ctl, uint64_t *base, uint64_t total,
+static int get_layer(const struct store *s, const char *file, const char *stage,
+                     const char *blob_hex, const char *want_hex, struct import_ctl *ctl,
+                     uint64_t *base, uint64_t total,
                      char diff_hex[65], char file_hex[65], int *unpacked, sbx_error **err)
 {
     if (want_hex && layer_done(s, want_hex)) {
@@ -1456,7 +1457,7 @@ static int get_layer(const struct store *s, const char *file, const char *blob_h
         r->total = total;
         r->done = *base;
         r->ctl = ctl;
-        r->stage = "layer";
+        r->stage = stage;
         sha256_init(&r->sha);
         rc = unpack(r, rootfd, true, true, err);
         *base = r->done;
@@ -1552,7 +1553,8 @@ static int import_tarball(const struct store *s, const char *path, struct import
     struct stat st;
     uint64_t base = 0, total = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
     char diff[65], file[65];
-    int rc = get_layer(s, path, NULL, NULL, ctl, &base, total, diff, file, unpacked, err);
+    int rc = get_layer(s, path, "unpack", NULL, NULL, ctl, &base, total, diff, file, unpacked,
+                       err);
     if (rc < 0)
         return rc;
     _cleanup_json_ json_t *layers = json_pack("[s+]", "sha256:", diff);
@@ -1655,7 +1657,8 @@ static int import_oci(const struct store *s, const char *layout, const char *tag
         }
         _cleanup_free_ char *bp = sbx__printf("%s/blobs/sha256/%s", layout, d);
         char diff[65], file[65];
-        rc = bp ? get_layer(s, bp, d, want, ctl, &base, total, diff, file, unpacked, err)
+        rc = bp ? get_layer(s, bp, "layer", d, want, ctl, &base, total, diff, file, unpacked,
+                            err)
                 : sbx__set_error(err, SBX_ENOMEM, "out of memory");
         if (rc == SBX_OK)
             json_array_append_new(ids, json_sprintf("sha256:%s", diff));

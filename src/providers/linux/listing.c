@@ -197,6 +197,9 @@ static bool import_cancelled(void *data) { return sbx_op_cancelled(data) != 0; }
 
 static void import_progress(const char *stage, uint64_t done, uint64_t total, void *data)
 {
+    /* A count of layers, not bytes: for C callers of the import, not a progress bar. */
+    if (!strcmp(stage, "layers"))
+        return;
     sbx_op_progress(data, stage, done, total);
 }
 
