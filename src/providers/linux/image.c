@@ -1459,7 +1459,8 @@ static int get_layer(const struct store *s, const char *file, const char *stage,
         r->ctl = ctl;
         r->stage = stage;
         sha256_init(&r->sha);
-        rc = unpack(r, rootfd, true, true, err);
+        /* A tarball (blob_hex NULL) is a root tree: its ".wh." names are plain files, as before. */
+        rc = unpack(r, rootfd, blob_hex != NULL, true, err);
         *base = r->done;
         sha256_hex(&r->sha, file_hex);
         sha256_hex(&r->dsha, diff_hex);
