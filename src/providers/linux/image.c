@@ -1,21 +1,26 @@
 /*
- * Images of the linux provider: read-only root trees cached once under the
- * state directory, shared by every box through overlayfs.
+ * Images of the linux provider: a content-addressed store of layers, each
+ * unpacked once in overlayfs' format and shared by every image that has it;
+ * a box stacks its image's layers as overlay lower dirs (docs/images.md,
+ * "The store").
  *
- *   images/sha256-<hex>/rootfs     the unpacked tree (hex: the tarball's or
- *                                  the OCI manifest's sha256)
- *   images/sha256-<hex>/meta.json  {"digest","source","created","size"}
- *   images/sha256-<hex>/config.json  an OCI image's config blob (checked;
- *                                  see "the image's config" at the end)
- *   images/names/<name>            {"digest": ...} for `sbx image import`
- *   images/sources/<key>           the digest of a path, keyed by
- *                                  sha256(path, size, mtime, inode), so a
- *                                  box from the same tarball never rehashes it
- *   images/none-v2/                the "none" image's skeleton
+ *   <store>/layers/sha256-<diff_id>/diff   a layer (whiteouts: 0/0 devices,
+ *                                          opaque dirs: overlay.opaque xattrs)
+ *   <store>/layers/sha256-<diff_id>/meta.json
+ *   <store>/records/sha256-<id>.json       an image: its layers, manifest,
+ *                                          size, created, source, config blob
+ *   <store>/refs/<sha256(name)>.json       a name -> an image (or a dir)
+ *   <store>/srcs/<key>, blobs/sha256-<hex> indexes: source path -> image id,
+ *                                          blob -> diff_id
+ *   <store>/locks/                         store.lock, per-layer/source locks
+ *   <state_dir>/images/none-v2/            the "none" image's skeleton
+ *   <state_dir>/images/{names,sha256-*}    an older sbx's names and flattened
+ *                                          trees: still read, not migrated
  *
- * Every tree is built in a temporary directory and renamed into place, so a
- * crash mid-import leaves only a *.tmp-* directory that the next import of
- * the same thing ignores (and that image_remove cleans).
+ * <store> is the image_store key, else <state_dir>/images. Every layer is
+ * built in a temporary directory (tmp-<pid>-<start>-<rnd>) and renamed into
+ * place, so a crash mid-import leaves only a temporary whose owner is dead,
+ * which the next import, gc and prune remove.
  */
 #include "providers/linux/linux.h"
 

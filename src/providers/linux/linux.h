@@ -9,10 +9,9 @@
  *                            visible in the box)
  *   boxes/<id>/root/         an empty directory the box's root is built on
  *                            (every mount happens in the box's mount namespace)
- *   images/sha256-<hex>/     an unpacked image: rootfs/, meta.json, and config.json
- *                            (an OCI image's config blob, checked at import)
- *   images/names/<name>      the digest a name points to
- *   images/sources/<key>     the digest of a tarball or OCI layout by path+size+mtime
+ *   images/                  the image store by default (image.c says its layout;
+ *                            the image_store key puts it elsewhere)
+ *   images/names/, images/sha256-<hex>/  an older sbx's names and flattened trees
  *   images/none-v2/          the skeleton lower layer of the "none" image
  *   userns/<slot>            flock'ed by a userns box's shim: reserves its uid range
  */
