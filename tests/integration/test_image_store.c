@@ -246,9 +246,26 @@ static void test_whiteout_and_opaque_seen_in_box(void)
     char src[700];
     snprintf(src, sizeof(src), "%s/W", t);
     import("wh", src);
+    /*
+     * A whiteout of a directory, then a file under the same name with no
+     * directory entry (python's tarfile writes just these two): the layer's
+     * directory replaces its own whiteout and hides the lower one's files.
+     */
+    sh("cd %s && /usr/bin/python3 -c \"import tarfile, io\n"
+       "t = tarfile.open('re.tar', 'w')\n"
+       "for n, d in (('.wh.opq', b''), ('opq/fresh', b'fresh\\\\n')):\n"
+       "    i = tarfile.TarInfo(n); i.size = len(d); t.addfile(i, io.BytesIO(d))\n"
+       "t.close()\" && %s %s/R v1 %s/bb.tar %s/re.tar",
+       t, mklayout(), t, t, t);
+    snprintf(src, sizeof(src), "%s/R", t);
+    import("re", src);
     const char *cfgs[] = { NULL, "{\"userns\": true}" };
     for (size_t i = 0; i < SBX_ARRAY_SIZE(cfgs); i++) {
         sbx_provider *p = provider(cfgs[i]);
+        sbx_sandbox *r = box_of(p, "re");
+        TAP_EQ_STR(out_of(r, "ls /opq"), "fresh\n");
+        TAP_EQ_STR(out_of(r, "cat /opq/fresh"), "fresh\n");
+        stop_free(r);
         sbx_sandbox *b = box_of(p, "wh");
         TAP_EQ_INT(rc_of(b, "test -e /etc/marker"), 1);
         TAP_EQ_INT(rc_of(b, "test -e /etc/passwd"), 0);

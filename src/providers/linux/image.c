@@ -449,6 +449,28 @@ static int open_in(struct unpacker *u, const char *path, int flags)
  * (core/inroot.c's mkdir_p does the same without the depth check). Returns
  * an O_PATH descriptor of `dir`, or -1 with errno (E2BIG: too deep).
  */
+static int set_opaque(int fd);
+
+/*
+ * In a layer, `name` under `pfd` is this layer's own whiteout (a 0/0
+ * device) that a path of the same layer now needs as a directory: the
+ * whiteout goes, and the directory made in its place is opaque (what
+ * "deleted below, then recreated" means). errno is kept otherwise.
+ */
+static bool drop_own_whiteout(struct unpacker *u, int pfd, const char *name)
+{
+    int e = errno;
+    struct stat st;
+    if (u->layer && fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISCHR(st.st_mode) &&
+        st.st_rdev == makedev(0, 0) && unlinkat(pfd, name, 0) == 0) {
+        u->stale = true;
+        errno = ENOENT;
+        return true;
+    }
+    errno = e;
+    return false;
+}
+
 static int make_dirs(struct unpacker *u, const char *dir, int links)
 {
     _cleanup_free_ char *buf = strdup(dir);
@@ -464,9 +486,10 @@ static int make_dirs(struct unpacker *u, const char *dir, int links)
         char saved = buf[i];
         buf[i] = 0;
         int fd = open_in(u, buf, O_PATH | O_DIRECTORY);
+        char *slash = strrchr(buf, '/');
+        const char *name = slash ? slash + 1 : buf;
+        bool opaque = fd < 0 && errno == ENOTDIR && drop_own_whiteout(u, prev, name);
         if (fd < 0 && errno == ENOENT) {
-            char *slash = strrchr(buf, '/');
-            const char *name = slash ? slash + 1 : buf;
             int d = depth_of(prev, u->root_depth);
             if (d < 0 || d + 1 >= MAX_IMAGE_DEPTH) {
                 close(prev);
@@ -475,6 +498,13 @@ static int make_dirs(struct unpacker *u, const char *dir, int links)
             }
             if (mkdirat(prev, name, 0755) == 0) {
                 fd = openat(prev, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                int ofd = opaque ? openat(prev, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                                                          O_CLOEXEC)
+                                 : -1;
+                if (ofd >= 0) {
+                    (void)set_opaque(ofd);
+                    close(ofd);
+                }
             } else if (errno == EEXIST) {
                 /* A link to a path not there yet: make its target, then the rest under it. */
                 char target[PATH_MAX];
@@ -518,7 +548,8 @@ static int parent_fd(struct unpacker *u, const char *parent)
         return u->pfd;
     drop_parent(u);
     int fd = open_in(u, parent, O_PATH | O_DIRECTORY);
-    if (fd < 0 && errno == ENOENT)
+    /* ENOTDIR in a layer: maybe its own whiteout, which make_dirs replaces. */
+    if (fd < 0 && (errno == ENOENT || (errno == ENOTDIR && u->layer)))
         fd = make_dirs(u, parent, 0);
     if (fd < 0)
         return -1;
