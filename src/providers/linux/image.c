@@ -297,7 +297,6 @@ struct reader {
     struct archive *raw;
     struct sha256_ctx dsha;
     uint64_t dbytes;
-    unsigned char dbuf[1 << 16];
 };
 
 /* Reads the next block of the file itself, hashing it. */
@@ -341,15 +340,24 @@ static la_ssize_t read_cb(struct archive *a, void *data, const void **buf)
         archive_set_error(a, ECANCELED, "cancelled");
         return -1;
     }
-    la_ssize_t n = archive_read_data(r->raw, r->dbuf, sizeof(r->dbuf));
-    if (n < 0) {
+    /*
+     * The decompressor's own block, not a copy: it stays valid until the
+     * next call here, which is as long as the tar reader keeps it.
+     */
+    const void *block = NULL;
+    size_t len = 0;
+    la_int64_t off;
+    int k = archive_read_data_block(r->raw, &block, &len, &off);
+    if (k == ARCHIVE_EOF)
+        return 0;
+    if (k < ARCHIVE_OK) {
         archive_set_error(a, EIO, "%s", archive_error_string(r->raw));
         return -1;
     }
-    sha256_update(&r->dsha, (size_t)n, r->dbuf);
-    r->dbytes += (uint64_t)n;
-    *buf = r->dbuf;
-    return n;
+    sha256_update(&r->dsha, len, block);
+    r->dbytes += (uint64_t)len;
+    *buf = block;
+    return (la_ssize_t)len;
 }
 
 /*
