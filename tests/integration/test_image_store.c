@@ -124,8 +124,8 @@ static void busybox_tar(void)
 static void layer(const char *name, const char *setup)
 {
     const char *t = tap_tmpdir();
-    sh("rm -rf %s/%s.d; mkdir -p %s/%s.d; cd %s/%s.d; %s; tar -cf %s/%s.tar .", t, name, t, name,
-       t, name, setup, t, name);
+    sh("rm -rf %s/%s.d; mkdir -p %s/%s.d; cd %s/%s.d; %s; tar -cf %s/%s.tar .", t, name, t, name, t,
+       name, setup, t, name);
 }
 
 struct count {
@@ -142,8 +142,8 @@ static void count_progress(const char *stage, uint64_t done, uint64_t total, voi
 /* Imports `source` as `name`; returns how many layers this import unpacked. */
 static int import(const char *name, const char *source)
 {
-    struct count c = { -1 };
-    sbx_linux_image_opts io = { .progress = count_progress, .data = &c };
+    struct count c = {-1};
+    sbx_linux_image_opts io = {.progress = count_progress, .data = &c};
     sbx_error *e = NULL;
     if (sbx__linux_image_import(state_dir, NULL, name, source, &io, &e) != SBX_OK)
         TAP_FAIL("import %s from %s: %s", name, source, e ? sbx_error_message(e) : "?");
@@ -259,7 +259,7 @@ static void test_whiteout_and_opaque_seen_in_box(void)
        t, mklayout(), t, t, t);
     snprintf(src, sizeof(src), "%s/R", t);
     import("re", src);
-    const char *cfgs[] = { NULL, "{\"userns\": true}" };
+    const char *cfgs[] = {NULL, "{\"userns\": true}"};
     for (size_t i = 0; i < SBX_ARRAY_SIZE(cfgs); i++) {
         sbx_provider *p = provider(cfgs[i]);
         sbx_sandbox *r = box_of(p, "re");
@@ -359,8 +359,12 @@ static void test_names_with_slashes_and_tags(void)
     snprintf(tar, sizeof(tar), "%s/bb.tar", tap_tmpdir());
     char digest_name[200];
     snprintf(digest_name, sizeof(digest_name), "localhost:5000/org/env@sha256:%064d", 0);
-    const char *good[] = { "ghcr.io/org/env:v1.2", "docker.io/library/python:3.12-slim",
-                           "python:3.12", digest_name, "a/b/c", "legacy_Name" };
+    const char *good[] = {"ghcr.io/org/env:v1.2",
+                          "docker.io/library/python:3.12-slim",
+                          "python:3.12",
+                          digest_name,
+                          "a/b/c",
+                          "legacy_Name"};
     for (size_t i = 0; i < SBX_ARRAY_SIZE(good); i++)
         import(good[i], tar);
     sbx_linux_image_info *v = NULL;
@@ -387,9 +391,9 @@ static void test_names_with_slashes_and_tags(void)
     char longname[300];
     memset(longname, 'a', 256);
     longname[256] = 0;
-    const char *bad[] = { "../x",     "a//b",        "Org/x",  "x:",      "/abs",
-                          "a/../b",   "a/./b",       "x@sha256:12", "h:99999999/x", longname,
-                          "a/b:t/c",  ".hidden",     "none" };
+    const char *bad[] = {"../x",    "a//b",    "Org/x",       "x:",           "/abs",
+                         "a/../b",  "a/./b",   "x@sha256:12", "h:99999999/x", longname,
+                         "a/b:t/c", ".hidden", "none"};
     for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
         sbx_error *e = NULL;
         int brc = sbx__linux_image_import(state_dir, NULL, bad[i], tar, NULL, &e);
@@ -429,8 +433,8 @@ static void test_concurrent_imports_one_copy(void)
             char c;
             if (read(go[0], &c, 1) < 0)
                 _exit(100);
-            struct count n = { -1 };
-            sbx_linux_image_opts io = { .progress = count_progress, .data = &n };
+            struct count n = {-1};
+            sbx_linux_image_opts io = {.progress = count_progress, .data = &n};
             char name[16];
             snprintf(name, sizeof(name), "big%d", i);
             int rc = sbx__linux_image_import(state_dir, NULL, name, src, &io, NULL);
@@ -551,8 +555,8 @@ static void test_old_store_still_read(void)
        "echo '{\"size\":1}' > %s/images/sha256-%s/meta.json && "
        "printf '{\"digest\":\"sha256:%s\",\"rootfs\":\"%s/images/sha256-%s/rootfs\","
        "\"source\":\"old\",\"created\":1}' > %s/images/names/oldimg && chmod 700 %s/images",
-       state_dir, state_dir, hex, state_dir, hex, t, state_dir, hex, hex, state_dir, hex,
-       state_dir, state_dir);
+       state_dir, state_dir, hex, state_dir, hex, t, state_dir, hex, hex, state_dir, hex, state_dir,
+       state_dir);
     sbx_linux_image_info *v = NULL;
     size_t n = 0;
     TAP_OK(sbx__linux_image_list(state_dir, NULL, &v, &n, &e_));
