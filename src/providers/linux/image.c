@@ -1725,7 +1725,7 @@ static bool valid_legacy_name(const char *name)
     if (!name || !*name || name[0] == '.' || strlen(name) > 200)
         return false;
     for (const char *p = name; *p; p++)
-        if (*p == '/' || (unsigned char)*p < 0x20)
+        if (*p == '/' || (unsigned char)*p < 0x20 || *p == 0x7f)
             return false;
     return true;
 }
