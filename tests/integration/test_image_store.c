@@ -305,10 +305,13 @@ static void test_rm_and_prune(void)
     json_decref(la);
     sbx_provider *p = provider(NULL);
     sbx_sandbox *a = box_of(p, "img-a");
+    TAP_CONTAINS(out_of(a, "cat /a"), "a");
     TAP_OK(sbx__linux_image_remove(state_dir, NULL, "img-a", &e_));
     TAP_TRUE(!have_file(top_a));
     TAP_TRUE(have_file(base));
     TAP_EQ_INT(count_dir("layers", "sha256-"), 2);
+    /* The running box keeps what it had looked up, and the shared layer. */
+    TAP_CONTAINS(out_of(a, "cat /a"), "a");
     TAP_CONTAINS(out_of(a, "cat /etc/marker"), "bb-image");
     stop_free(a);
     sbx_sandbox *c = box_of(p, "img-c");
