@@ -117,16 +117,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(p);
     sbx_linux_image_opts io = {.max_bytes = 1 << 20};
     sbx_error *e = NULL;
-    int rc = sbx__linux_image_import(state, "f", layout, &io, &e);
+    int rc = sbx__linux_image_import(state, NULL, "f", layout, &io, &e);
     if (rc < 0 && (!e || !sbx_error_message(e) || !*sbx_error_message(e)))
         abort();
     sbx_error_free(e);
     if (rc == SBX_OK) {
-        json_t *c = sbx__linux_image_config(state, "f");
+        json_t *c = sbx__linux_image_config(state, NULL, "f");
         check_config(c);
         json_decref(c);
         char *text = NULL;
-        if (sbx__linux_image_inspect(state, "f", &text, NULL) < 0)
+        if (sbx__linux_image_inspect(state, NULL, "f", &text, NULL) < 0)
             abort();
         free(text);
     }

@@ -149,6 +149,13 @@ struct sbx_provider_ops {
      */
     void (*image_inspect)(sbx_op *op, void *state, const char *name);
     void (*image_tag)(sbx_op *op, void *state, const char *src, const char *name);
+    /*
+     * Removes what no image uses: image records no name points at, layers
+     * no image has, and temporaries of dead imports. `opts_json`:
+     * {"dry_run": bool}. Completes with a malloc'd JSON array text naming
+     * each ("layer sha256:...", "image sha256:...", "temporary").
+     */
+    void (*image_prune)(sbx_op *op, void *state, const char *opts_json);
 };
 
 /* --- Operations ---------------------------------------------------------- */

@@ -59,8 +59,16 @@ def tag_image(config: Mapping[str, Any] | str, src: str, name: str) -> None:
 
 
 def remove_image(config: Mapping[str, Any] | str, name: str, *, force: bool = False) -> None:
-    """Forgets image `name` (its tree too once no other name points at it)."""
+    """Forgets image `name` (and its layers no other image has)."""
     _blocking(config, lib.sbx_provider_image_remove, _lib.cstr(name), int(force), out=False)
 
 
-__all__ = ["list_images", "import_image", "inspect_image", "tag_image", "remove_image"]
+def prune_images(config: Mapping[str, Any] | str, *, dry_run: bool = False) -> list[str]:
+    """Removes image records no name points at, layers no image has and what
+    dead imports left (as `sbx image prune`); returns what went (or, with
+    dry_run, what would): "layer sha256:...", "image sha256:...", "temporary"."""
+    return json.loads(_blocking(config, lib.sbx_provider_image_prune, int(dry_run), out=True))
+
+
+__all__ = ["list_images", "import_image", "inspect_image", "tag_image", "remove_image",
+           "prune_images"]

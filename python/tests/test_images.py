@@ -71,3 +71,19 @@ def test_hostile_config_refused(tmp_path):
     with pytest.raises(ValueError, match='Env\\[0\\] "NOEQUALS" is not NAME=VALUE'):
         images.import_image(cfg, "bad", layout)
     assert images.list_images(cfg) == []
+
+
+def test_remove_and_prune_layers(tmp_path):
+    """rm drops the layers only that image had; prune drops what no name keeps."""
+    cfg = {"linux": {"state_dir": str(tmp_path / "state")}}
+    store = tmp_path / "state" / "images" / "layers"
+    layout = _layout(tmp_path, {"config": {"Env": ["A=1"]}})
+    images.import_image(cfg, "ghcr.io/org/app:v1", layout)
+    images.tag_image(cfg, "ghcr.io/org/app:v1", "app:latest")
+    assert len(list(store.iterdir())) == 1
+    images.remove_image(cfg, "ghcr.io/org/app:v1")
+    assert len(list(store.iterdir())) == 1  # app:latest still has it
+    assert images.prune_images(cfg) == []
+    images.remove_image(cfg, "app:latest")
+    assert list(store.iterdir()) == []
+    assert images.prune_images(cfg, dry_run=True) == []

@@ -369,6 +369,34 @@ static int cmd_rm(int argc, char **argv, sbx_provider *p)
     return rc;
 }
 
+/* --- prune ---------------------------------------------------------------- */
+
+static int cmd_prune(int argc, char **argv, sbx_provider *p)
+{
+    _cleanup_cli_opts_ struct cli_opts o = {0};
+    int rc;
+    if (!cli_parse_opts("image", argc, argv, CLI_TAKES_DRY_RUN, &o, &rc))
+        return rc;
+    if (optind < argc)
+        return cli_usage_error("image", "image prune takes no arguments");
+    char *out = NULL;
+    sbx_error *e = NULL;
+    int r = sbx_provider_image_prune(p, o.dry_run, &out, &e);
+    if (r < 0) {
+        cli_error("%s", e ? sbx_error_message(e) : sbx_strerror(r));
+        sbx_error_free(e);
+        return CLI_EXIT_FAIL;
+    }
+    json_t *arr = json_loads(out, 0, NULL);
+    free(out);
+    size_t i;
+    json_t *v;
+    json_array_foreach(arr, i, v) printf("%s%s\n", o.dry_run ? "would remove " : "",
+                                         json_string_value(v));
+    json_decref(arr);
+    return CLI_EXIT_OK;
+}
+
 int cli_cmd_image(int argc, char **argv)
 {
     if (argc < 2)
@@ -380,10 +408,10 @@ int cli_cmd_image(int argc, char **argv)
     }
     bool known = !strcmp(sub, "import") || !strcmp(sub, "ls") || !strcmp(sub, "list") ||
                  !strcmp(sub, "rm") || !strcmp(sub, "remove") || !strcmp(sub, "inspect") ||
-                 !strcmp(sub, "tag");
+                 !strcmp(sub, "tag") || !strcmp(sub, "prune");
     if (!known)
-        return cli_usage_error("image",
-                               "unknown image command '%s' (import, ls, inspect, tag or rm)", sub);
+        return cli_usage_error(
+            "image", "unknown image command '%s' (import, ls, inspect, tag, rm or prune)", sub);
     _cleanup_free_ char *config = cli_default_config();
     sbx_provider *p = NULL;
     sbx_error *e = NULL;
@@ -402,6 +430,7 @@ int cli_cmd_image(int argc, char **argv)
              : !strcmp(sub, "ls") || !strcmp(sub, "list") ? cmd_ls(argc - 1, argv + 1, p)
              : !strcmp(sub, "inspect")                    ? cmd_inspect(argc - 1, argv + 1, p)
              : !strcmp(sub, "tag")                        ? cmd_tag(argc - 1, argv + 1, p)
+             : !strcmp(sub, "prune")                      ? cmd_prune(argc - 1, argv + 1, p)
                                                            : cmd_rm(argc - 1, argv + 1, p);
     sbx_provider_free(p);
     return rc;

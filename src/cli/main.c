@@ -112,10 +112,14 @@ static const struct command commands[] = {
       "  sbx image tag SOURCE NEW_NAME\n"
       "                         a second name for the same image\n"
       "  sbx image rm [--force] NAME...\n"
-      "                         forget NAME (and its tree when no other name uses it);\n"
-      "                         refused while a box runs it, unless --force\n",
-      "Images live in the linux state directory ($SBX_STATE_DIR/linux, or\n"
-      "/run/sbx/linux as root). `--image NAME` on run/create uses them.\n" },
+      "                         forget NAME (and its layers when no other image has\n"
+      "                         them); refused while a box runs it, unless --force\n"
+      "  sbx image prune [--dry-run]\n"
+      "                         remove layers and images no name uses, and what dead\n"
+      "                         imports left; --dry-run only lists them\n",
+      "Images live in the linux provider's image store: $SBX_STATE_DIR/linux/images\n"
+      "when SBX_STATE_DIR is set, else /var/lib/sbx/linux/images as root (the\n"
+      "image_store key sets it). `--image NAME` on run/create uses them.\n" },
     { "providers", cli_cmd_providers, "sbx providers [--json]", "list the available providers",
       "  --json                 print a JSON array\n", NULL },
 };

@@ -21,6 +21,7 @@ enum pcall_kind {
     PC_IMAGE_REMOVE,
     PC_IMAGE_INSPECT,
     PC_IMAGE_TAG,
+    PC_IMAGE_PRUNE,
 };
 
 static const char *const pcall_names[] = {
@@ -32,6 +33,7 @@ static const char *const pcall_names[] = {
     [PC_IMAGE_REMOVE] = "image_remove",
     [PC_IMAGE_INSPECT] = "image_inspect",
     [PC_IMAGE_TAG] = "image_tag",
+    [PC_IMAGE_PRUNE] = "image_prune",
 };
 
 struct pcall {
@@ -83,6 +85,7 @@ static int check_answer(struct pcall *c, char **value, sbx_error **err)
             ok = key ? json_is_string(json_object_get(v, key)) : json_is_string(v);
             if (!ok) {
                 want = c->kind == PC_GC ? "a JSON array of ids"
+                       : c->kind == PC_IMAGE_PRUNE ? "a JSON array of strings"
                        : c->kind == PC_LIST ? "a JSON array of objects with a string \"id\""
                                             : "a JSON array of objects with a string \"name\"";
                 break;
@@ -162,6 +165,9 @@ static void pcall_run(void *data)
     case PC_IMAGE_TAG:
         o->image_tag(c->op, st, c->a, c->b);
         break;
+    case PC_IMAGE_PRUNE:
+        o->image_prune(c->op, st, c->a);
+        break;
     }
 }
 
@@ -185,6 +191,8 @@ static bool has_op(const sbx_provider *p, enum pcall_kind k)
         return o->image_inspect != NULL;
     case PC_IMAGE_TAG:
         return o->image_tag != NULL;
+    case PC_IMAGE_PRUNE:
+        return o->image_prune != NULL;
     }
     return false;
 }
@@ -398,6 +406,13 @@ int sbx_provider_image_tag(sbx_provider *p, const char *src, const char *name, s
         return sbx__set_error(err, SBX_EINVAL,
                               "sbx_provider_image_tag: an image and a new name are required");
     return pcall_sync("sbx_provider_image_tag", p, PC_IMAGE_TAG, src, name, NULL, 0, NULL, err);
+}
+
+int sbx_provider_image_prune(sbx_provider *p, int dry_run, char **removed_json_out,
+                             sbx_error **err)
+{
+    return pcall_sync("sbx_provider_image_prune", p, PC_IMAGE_PRUNE,
+                      dry_run ? "{\"dry_run\":true}" : "{}", NULL, NULL, 0, removed_json_out, err);
 }
 
 /* --- capabilities ---------------------------------------------------------- */

@@ -85,6 +85,8 @@ static void make_layout(char *layout, size_t ln, const char *name, const char *c
         out, sizeof(out),
         "set -e; L=%s; rm -rf $L; mkdir -p $L/blobs/sha256; "
         "l=$(sha256sum %s | cut -d' ' -f1); cp %s $L/blobs/sha256/$l; ls=$(stat -c %%s %s); "
+        /* The config's placeholder diff_id becomes the layer's own (the store checks it). */
+        "sed -i \"s/sha256:0\\{64\\}/sha256:$l/\" %s; "
         "c=$(sha256sum %s | cut -d' ' -f1); cp %s $L/blobs/sha256/$c; cs=$(stat -c %%s %s); "
         "%s"
         "printf '{\"schemaVersion\":2,\"config\":{\"mediaType\":"
@@ -95,7 +97,7 @@ static void make_layout(char *layout, size_t ln, const char *name, const char *c
         "printf '{\"schemaVersion\":2,\"manifests\":[{\"digest\":\"sha256:%%s\",\"annotations\":"
         "{\"org.opencontainers.image.ref.name\":\"v1\"}}]}' $m > $L/index.json; "
         "echo '{\"imageLayoutVersion\":\"1.0.0\"}' > $L/oci-layout",
-        layout, tar, tar, tar, cfg, cfg, cfg, tamper ? "echo ' ' >> $L/blobs/sha256/$c; " : "");
+        layout, tar, tar, tar, cfg, cfg, cfg, cfg, tamper ? "echo ' ' >> $L/blobs/sha256/$c; " : "");
     if (rc != 0)
         TAP_FAIL("building the OCI layout: %s", out);
 }
@@ -250,7 +252,7 @@ static void test_inspect_ls_format_tag(void)
     TAP_EQ_INT(sbx_provider_image_tag(p, "nope", "x", &e), SBX_ENOENT);
     sbx_error_free(e);
     e = NULL;
-    TAP_EQ_INT(sbx_provider_image_tag(p, "cfg", "bad/name", &e), SBX_EINVAL);
+    TAP_EQ_INT(sbx_provider_image_tag(p, "cfg", "Bad/Name", &e), SBX_EINVAL);
     sbx_error_free(e);
 
     /* The CLI: inspect, ls --json, --format, tag. */
@@ -321,20 +323,36 @@ static void test_inspect_ls_format_tag(void)
 }
 
 /* What an import may leave in the store: names/, sources/, and trees of good imports only. */
-static int store_entries(const char *skip_prefix)
+static int entries_in(const char *dir, const char *skip_prefix)
 {
-    char dir[700];
-    snprintf(dir, sizeof(dir), "%s/images", state_dir);
+    static const char *const fixed[] = { "names", "sources", "layers", "records",
+                                         "refs",  "srcs",    "blobs",  "locks" };
     DIR *d = opendir(dir);
     if (!d)
         return 0;
     int n = 0;
     struct dirent *de;
-    while ((de = readdir(d)))
-        if (de->d_name[0] != '.' && strcmp(de->d_name, "names") && strcmp(de->d_name, "sources") &&
-            strncmp(de->d_name, skip_prefix, strlen(skip_prefix)))
-            n++;
+    while ((de = readdir(d))) {
+        bool skip = de->d_name[0] == '.' ||
+                    (*skip_prefix && !strncmp(de->d_name, skip_prefix, strlen(skip_prefix)));
+        for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+            skip |= !strcmp(de->d_name, fixed[i]);
+        n += !skip;
+    }
     closedir(d);
+    return n;
+}
+
+/* What the store holds besides its fixed directories: layers, image records, names, temporaries. */
+static int store_entries(const char *skip_prefix)
+{
+    static const char *const subs[] = { "", "/layers", "/records", "/refs" };
+    int n = 0;
+    for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
+        char dir[700];
+        snprintf(dir, sizeof(dir), "%s/images%s", state_dir, subs[i]);
+        n += entries_in(dir, i ? "" : skip_prefix);
+    }
     return n;
 }
 

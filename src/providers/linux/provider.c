@@ -39,6 +39,7 @@
 
 struct linux_state {
     char *state_dir;
+    char *image_store; /* NULL: <state_dir>/images */
     char *shim;
     char *agent;
     long long pids;
@@ -129,6 +130,7 @@ static void state_free(struct linux_state *st)
     if (!st)
         return;
     free(st->state_dir);
+    free(st->image_store);
     free(st->shim);
     free(st->agent);
     sbx_strv_free(st->cdi_dirs);
@@ -313,7 +315,8 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
     int rc = SBX_OK;
     json_object_foreach(cfg, key, v)
     {
-        if (!strcmp(key, "state_dir") || !strcmp(key, "shim") || !strcmp(key, "agent")) {
+        if (!strcmp(key, "state_dir") || !strcmp(key, "shim") || !strcmp(key, "agent") ||
+            !strcmp(key, "image_store")) {
             /* null: the default (as the shipped providers/linux/configs/linux.yaml writes it). */
             if (json_is_null(v))
                 continue;
@@ -321,9 +324,10 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                 rc = cfg_error(err, key, "a path");
                 break;
             }
-            char **dst = !strcmp(key, "state_dir") ? &st->state_dir
-                         : !strcmp(key, "shim")    ? &st->shim
-                                                   : &st->agent;
+            char **dst = !strcmp(key, "state_dir")     ? &st->state_dir
+                         : !strcmp(key, "image_store") ? &st->image_store
+                         : !strcmp(key, "shim")        ? &st->shim
+                                                       : &st->agent;
             /* A relative path would be resolved against whatever directory the program runs in. */
             if (json_string_value(v)[0] != '/') {
                 rc = sbx__set_error(err, SBX_EINVAL,
@@ -426,7 +430,7 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                                 "agent, pids_limit, network, userns, userns_base, userns_slots, "
                                 "seccomp, stop_grace_s, stop_timeout_s, max_agent_connections, "
                                 "nofile, max_image_bytes, max_download_bytes, transfer_idle_timeout_s, "
-                                "cdi_spec_dirs, shell)",
+                                "cdi_spec_dirs, shell, image_store)",
                                 key);
             break;
         }
@@ -438,6 +442,8 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                             "2^32 (every box takes a range of 65536 uids)");
     if (rc == SBX_OK)
         rc = check_userns_range(st->userns_base, st->userns_slots, err);
+    if (rc == SBX_OK && !st->image_store)
+        st->image_store = sbx__linux_image_store_default(st->state_dir);
     if (rc == SBX_OK) {
         char *sd = sbx__linux_state_dir(st->state_dir);
         free(st->state_dir);
@@ -908,7 +914,8 @@ static void extend_strings(json_t *to, json_t *from)
  */
 static int apply_image_config(struct create *c, sbx_error **err)
 {
-    _cleanup_json_ json_t *cfg = sbx__linux_image_config(c->st->state_dir, c->image);
+    _cleanup_json_ json_t *cfg =
+        sbx__linux_image_config(c->st->state_dir, c->st->image_store, c->image);
     json_t *spec_ep = json_object_get(c->desc, "entrypoint");
     bool has_spec_ep = json_is_array(spec_ep) && json_array_size(spec_ep) > 0;
     /* The service's command line. */
@@ -999,7 +1006,11 @@ static void create_work(void *data)
     /* A cancelled create stops an unpack in progress (a big or endless source). */
     sbx_linux_image_opts io = { .data = c, .cancelled = create_cancelled,
                                 .max_bytes = c->st->max_image_bytes };
-    c->code = sbx__linux_image_resolve(c->st->state_dir, c->image, &io, &rootfs, &none, &c->err);
+    json_t *lowers = NULL;
+    c->code = sbx__linux_image_resolve(c->st->state_dir, c->st->image_store, c->image, &io,
+                                       &rootfs, &lowers, &none, &c->err);
+    if (lowers)
+        json_object_set_new(c->desc, "lowers", lowers);
     if (c->code < 0)
         return;
     json_object_set_new(c->desc, "lower", json_string(rootfs));
@@ -2072,34 +2083,45 @@ static void linux_stop_id(sbx_op *op, void *state, const char *id)
 static void linux_gc(sbx_op *op, void *state, const char *opts_json)
 {
     struct linux_state *st = state;
-    sbx__linux_op_gc(op, st->state_dir, opts_json, st->stop_timeout_s);
+    sbx__linux_op_gc(op, st->state_dir, st->image_store, opts_json, st->stop_timeout_s);
 }
 
 static void linux_image_list(sbx_op *op, void *state)
 {
-    sbx__linux_op_image_list(op, ((struct linux_state *)state)->state_dir);
+    struct linux_state *st = state;
+    sbx__linux_op_image_list(op, st->state_dir, st->image_store);
 }
 
 static void linux_image_import(sbx_op *op, void *state, const char *name, const char *source,
                                const char *opts_json)
 {
     struct linux_state *st = state;
-    sbx__linux_op_image_import(op, st->state_dir, name, source, opts_json, st->max_image_bytes);
+    sbx__linux_op_image_import(op, st->state_dir, st->image_store, name, source, opts_json,
+                               st->max_image_bytes);
 }
 
 static void linux_image_remove(sbx_op *op, void *state, const char *name, int force)
 {
-    sbx__linux_op_image_remove(op, ((struct linux_state *)state)->state_dir, name, force);
+    struct linux_state *st = state;
+    sbx__linux_op_image_remove(op, st->state_dir, st->image_store, name, force);
+}
+
+static void linux_image_prune(sbx_op *op, void *state, const char *opts_json)
+{
+    struct linux_state *st = state;
+    sbx__linux_op_image_prune(op, st->state_dir, st->image_store, opts_json);
 }
 
 static void linux_image_inspect(sbx_op *op, void *state, const char *name)
 {
-    sbx__linux_op_image_inspect(op, ((struct linux_state *)state)->state_dir, name);
+    struct linux_state *st = state;
+    sbx__linux_op_image_inspect(op, st->state_dir, st->image_store, name);
 }
 
 static void linux_image_tag(sbx_op *op, void *state, const char *src, const char *name)
 {
-    sbx__linux_op_image_tag(op, ((struct linux_state *)state)->state_dir, src, name);
+    struct linux_state *st = state;
+    sbx__linux_op_image_tag(op, st->state_dir, st->image_store, src, name);
 }
 
 const struct sbx_provider_ops sbx__linux_provider = {
@@ -2125,6 +2147,7 @@ const struct sbx_provider_ops sbx__linux_provider = {
     .image_remove = linux_image_remove,
     .image_inspect = linux_image_inspect,
     .image_tag = linux_image_tag,
+    .image_prune = linux_image_prune,
     /* Exec goes through the agent client, which streams output as its frames arrive. */
     .capabilities = SBX_CAP_EXEC_STREAM,
 };
