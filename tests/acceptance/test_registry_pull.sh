@@ -103,6 +103,66 @@ check "named docker.io/library/mirrored:1" has "$OUT" "docker.io/library/mirrore
 run "without mirrors docker.io is asked (and cannot answer here)" 125 "$SBX" run --pull always --image mirrored:1 -- true
 check "the failure names the docker.io reference" has "$ERR" "docker.io/library/mirrored:1"
 
+# The pulled image's config reaches the box (Env from the config blob), by
+# its short name too (looked up under its canonical one).
+run "the image's Env reaches a box from a pulled image" 0 "$SBX" run --image "$R1/y:1" -- sh -c 'echo "$PULLED"'
+check "PULLED=1 from the config" test "$OUT" = 1
+run "and through a short docker.io name" 0 "$SBX" run --config mirror.yaml --image mirrored:1 -- sh -c 'echo "$PULLED"'
+check "PULLED=1 there too" test "$OUT" = 1
+
+# --- layers shared with the store -------------------------------------------
+# sh:2 has sh:1's two layers and a third: its pull fetches and unpacks only
+# the third (the store's OCI import finds the others in layers/).
+STORE="$SBX_STATE_DIR/linux/images"
+py "$ROOT/tests/registry/make_oci.py" oci sh1 base.tar --plain --filler 2:shared >/dev/null
+py "$ROOT/tests/registry/make_oci.py" oci sh2 base.tar --plain --filler 2:shared --filler 1:own >/dev/null
+reg_push oci sh1 "$R1/sh:1"
+reg_push oci sh2 "$R1/sh:2"
+run "pull an image of two layers" 0 "$SBX" image pull "$R1/sh:1"
+before=$(cd "$STORE/layers" && ls | sort)
+inodes=$(cd "$STORE/layers" && stat -c '%n %i' */diff | sort)
+run "pull an image with those two layers and a third" 0 "$SBX" image pull --json "$R1/sh:2"
+layer_digests() { printf '%s\n' "$OUT" | grep '"kind":"layer"' | grep "\"state\":\"$1\"" | grep -o '"digest":"[0-9a-f]*"' | sort -u | wc -l; }
+check "its two shared layers were cached, not fetched" test "$(layer_digests cached)" = 2
+check "one layer was downloaded" test "$(layer_digests done)" = 1
+after=$(cd "$STORE/layers" && ls | sort)
+check "one layer was unpacked into the store" test "$(comm -13 <(echo "$before") <(echo "$after") | wc -l)" = 1
+check "the layers already there were not unpacked again" \
+  test "$(cd "$STORE/layers" && stat -c '%n %i' $(echo "$before" | sed 's|$|/diff|') | sort)" = "$inodes"
+run "a box from the second image sees all three layers" 0 "$SBX" run --image "$R1/sh:2" -- sh -c 'ls /filler | sort | tr "\n" " "'
+check "shared and own filler" test "$OUT" = "own shared "
+
+# --- prune and the pull layout ------------------------------------------------
+SH1=$(skopeo inspect --raw --tls-verify=false "docker://$R1/sh:1" | sha256sum | cut -d' ' -f1)
+SH2=$(skopeo inspect --raw --tls-verify=false "docker://$R1/sh:2" | sha256sum | cut -d' ' -f1)
+check "sh:1's manifest is in the layout" test -f "$LAYOUT/blobs/sha256/$SH1"
+"$SBX" image rm "$R1/sh:1" >/dev/null
+STALE=$(printf '%064d' 7).partial
+LIVE=$(printf '%064d' 8).partial
+echo stale >"$LAYOUT/blobs/sha256/$STALE"
+echo live >"$LAYOUT/blobs/sha256/$LIVE"
+flock "$LAYOUT/blobs/sha256/$LIVE" sleep 300 &
+HOLDER=$!
+PIDS+=($HOLDER)
+for i in $(seq 1 50); do flock -n "$LAYOUT/blobs/sha256/$LIVE" true || break; sleep 0.1; done
+run "prune --dry-run lists the layout's leftovers" 0 "$SBX" image prune --dry-run
+check "names sh:1's manifest blob" has "$OUT" "pulled blob sha256:$SH1"
+check "and the stale partial" has "$OUT" "partial blob"
+check "a dry run removes nothing" test -f "$LAYOUT/blobs/sha256/$SH1" -a -f "$LAYOUT/blobs/sha256/$STALE"
+run "prune" 0 "$SBX" image prune
+check "sh:1's manifest blob is gone" test ! -e "$LAYOUT/blobs/sha256/$SH1"
+check "sh:1 left index.json" eval '! grep -q "$R1/sh:1\"" "$LAYOUT/index.json"'
+check "sh:2's manifest blob stays" test -f "$LAYOUT/blobs/sha256/$SH2"
+check "the partial of a dead writer is gone" test ! -e "$LAYOUT/blobs/sha256/$STALE"
+check "the partial a writer holds stays" test -f "$LAYOUT/blobs/sha256/$LIVE"
+kill $HOLDER 2>/dev/null; wait $HOLDER 2>/dev/null
+rm -f "$LAYOUT/blobs/sha256/$LIVE"
+run "sh:2 is pulled again without fetching a layer" 0 "$SBX" image pull --json "$R1/sh:2"
+check "no layer downloaded" test "$(layer_digests done)" = 0
+check "every layer cached" test "$(layer_digests cached)" = 3
+run "and still runs" 0 "$SBX" run --image "$R1/sh:2" -- sh -c 'test -s /filler/own && echo ok'
+check "with its own layer" test "$OUT" = ok
+
 # --- broken connections: a proxy that cuts blob transfers --------------------
 PP=$(reg_free_port)
 echo "4000000 1" >cut.ctl
