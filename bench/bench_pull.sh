@@ -4,7 +4,7 @@
 # vs skopeo copy to an OCI directory (fetch and verify only) vs docker pull
 # (fetch, verify, unpack), each the median of N runs from empty, printed
 # with ratios. Then a second image that shares two of the three layers:
-# what sbx downloads for it. Comparisons, not pass/fail.
+# what sbx downloads and unpacks for it. Comparisons, not pass/fail.
 #
 #   bench/bench_pull.sh [N]     (default 3; needs root, docker-registry, skopeo)
 # docker: a daemon that already answers (DOCKER_HOST, or the private one of
@@ -110,13 +110,17 @@ else
   echo "docker pull: skipped (no docker daemon answers; SBX_BENCH_DOCKER=1 starts one)"
 fi
 
-# The second image shares two layers: only the third is fetched.
+# The second image shares two layers: only the third is fetched, and only
+# it is unpacked (the store's layers/ gains one directory).
 sd="$W/state-shared"
 SBX_STATE_DIR="$sd" "$SBX" image pull "$REG/bench/a:1" >/dev/null
+nl0=$(ls "$sd/images/layers" | wc -l)
 t0=$(now)
 SBX_STATE_DIR="$sd" "$SBX" image pull --json "$REG/bench/b:1" >b.json
 t1=$(now)
 fetched=$(grep '"kind":"layer"' b.json | grep '"state":"done"' | grep -o '"total":[0-9]*' | cut -d: -f2 | awk '{s+=$1} END {print s+0}')
 cached=$(grep '"kind":"layer"' b.json | grep -c '"state":"cached"')
-printf '%-44s %8.2f s   %d MiB fetched, %d layers cached\n' "sbx pull of an image sharing 2 of 3 layers" \
-  "$(echo "$t1 - $t0" | bc)" "$((fetched >> 20))" "$cached"
+unpacked=$(($(ls "$sd/images/layers" | wc -l) - nl0))
+printf '%-44s %8.2f s   %d MiB fetched, %d layers cached, %d unpacked\n' \
+  "sbx pull of an image sharing 2 of 3 layers" "$(echo "$t1 - $t0" | bc)" "$((fetched >> 20))" \
+  "$cached" "$unpacked"

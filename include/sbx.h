@@ -485,10 +485,12 @@ SBX_EXPORT int sbx_provider_image_import_async(sbx_provider *p, const char *name
                                                sbx_future **out, sbx_error **err);
 /*
  * Removes what no image uses: image records no name points at, layers no
- * image has, temporaries of dead imports. With `dry_run` only lists them.
- * `removed_json_out` (optional, caller frees): a JSON array of strings
- * ("layer sha256:...", "image sha256:...", "temporary"). Blocks (waits for
- * imports in progress); SBX_EUNSUPPORTED for a provider without images.
+ * image has, temporaries of dead imports (linux: also the pull layout's
+ * blobs no image reaches and dead partial blobs). With `dry_run` only lists
+ * them. `removed_json_out` (optional, caller frees): a JSON array of strings
+ * ("layer sha256:...", "image sha256:...", "temporary", "pulled blob
+ * sha256:...", ...). Blocks (waits for imports in progress);
+ * SBX_EUNSUPPORTED for a provider without images.
  */
 SBX_EXPORT int sbx_provider_image_prune(sbx_provider *p, int dry_run, char **removed_json_out,
                                         sbx_error **err);

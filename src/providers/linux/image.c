@@ -13,6 +13,8 @@
  *   <store>/srcs/<key>, blobs/sha256-<hex> indexes: source path -> image id,
  *                                          blob -> diff_id
  *   <store>/locks/                         store.lock, per-layer/source locks
+ *   <store>/oci/                           the OCI layout registry pulls land
+ *                                          in (blobs shared by pulled images)
  *   <state_dir>/images/none-v2/            the "none" image's skeleton
  *   <state_dir>/images/{names,sha256-*}    an older sbx's names and flattened
  *                                          trees: still read, not migrated
