@@ -114,13 +114,13 @@ fi
 # it is unpacked (the store's layers/ gains one directory).
 sd="$W/state-shared"
 SBX_STATE_DIR="$sd" "$SBX" image pull "$REG/bench/a:1" >/dev/null
-nl0=$(ls "$sd/images/layers" | wc -l)
+nl0=$(ls "$sd/linux/images/layers" | wc -l)
 t0=$(now)
 SBX_STATE_DIR="$sd" "$SBX" image pull --json "$REG/bench/b:1" >b.json
 t1=$(now)
 fetched=$(grep '"kind":"layer"' b.json | grep '"state":"done"' | grep -o '"total":[0-9]*' | cut -d: -f2 | awk '{s+=$1} END {print s+0}')
 cached=$(grep '"kind":"layer"' b.json | grep -c '"state":"cached"')
-unpacked=$(($(ls "$sd/images/layers" | wc -l) - nl0))
+unpacked=$(($(ls "$sd/linux/images/layers" | wc -l) - nl0))
 printf '%-44s %8.2f s   %d MiB fetched, %d layers cached, %d unpacked\n' \
   "sbx pull of an image sharing 2 of 3 layers" "$(echo "$t1 - $t0" | bc)" "$((fetched >> 20))" \
   "$cached" "$unpacked"
