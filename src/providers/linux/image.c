@@ -3149,8 +3149,10 @@ static void pull_sweep(const struct store *s, json_t *removed, bool dry_run)
     _cleanup_json_ json_t *index = load_json(ip, NULL, NULL);
     _cleanup_json_ json_t *keep = json_object();
     json_t *mans = json_object_get(index, "manifests");
-    if (!keep || (index && !json_is_array(mans)))
-        return; /* a broken index: better keep everything */
+    /* A broken or unreadable index: better keep everything. (No index: nothing is tagged.) */
+    struct stat st;
+    if (!keep || (index && !json_is_array(mans)) || (!index && lstat(ip, &st) == 0))
+        return;
     json_t *kept = json_array();
     size_t i;
     json_t *m;
