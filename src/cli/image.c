@@ -78,7 +78,12 @@ static int cmd_import(int argc, char **argv, sbx_provider *p)
                                argc - optind, argc - optind == 1 ? "" : "s");
     const char *name = argv[optind], *source = argv[optind + 1];
     /* A missing source is the operation's failure (1), told before any work. */
-    if (strncmp(source, "oci:", 4) != 0 && access(source, F_OK) < 0) {
+    const char *colon = strrchr(source, ':');
+    _cleanup_free_ char *file = colon && !strchr(colon, '/') && access(source, F_OK) < 0
+                                    ? strndup(source, (size_t)(colon - source))
+                                    : NULL; /* ARCHIVE:TAG */
+    if (strcmp(source, "-") != 0 && strncmp(source, "oci:", 4) != 0 &&
+        access(file ? file : source, F_OK) < 0) {
         cli_error("importing %s: cannot read %s: %s", name, source, strerror(errno));
         return CLI_EXIT_FAIL;
     }

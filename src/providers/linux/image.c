@@ -18,6 +18,7 @@
 #include "providers/linux/linux.h"
 
 #include "core/inroot.h"
+#include "providers/linux/image_formats.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -1072,16 +1073,20 @@ static int make_tmp(const char *images, char **tmp, int *rootfd, sbx_error **err
     return SBX_OK;
 }
 
-/* Unpacks a tarball into the cache; `*digest_dir` is images/sha256-<hex>. */
-static int import_tarball(const char *images, const char *path, struct import_ctl *ctl,
-                          char **digest_dir, sbx_error **err)
+/*
+ * Unpacks a tar stream read from `fd` (closed here) into the cache;
+ * `*digest_dir` is images/sha256-<hex>. `finish` (optional), called once
+ * the stream is read, may still refuse it (a squashfs writer that failed).
+ */
+static int import_tarball_fd(const char *images, int fd, const char *path,
+                             struct import_ctl *ctl, int (*finish)(void *, sbx_error **),
+                             void *fdata, char **digest_dir, sbx_error **err)
 {
-    int fd = open_regular(path, err);
-    if (fd < 0)
-        return fd;
     struct reader *r = calloc(1, sizeof(*r));
     if (!r) {
         close(fd);
+        if (finish)
+            finish(fdata, NULL);
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
     r->fd = fd;
@@ -1097,6 +1102,20 @@ static int import_tarball(const char *images, const char *path, struct import_ct
     if (rc == SBX_OK)
         rc = unpack(r, rootfd, false, err);
     close(r->fd);
+    if (finish) {
+        /* The writer's own error says more than the truncated stream it left. */
+        sbx_error *fe = NULL;
+        int frc = finish(fdata, &fe);
+        if (frc < 0 && (rc == SBX_OK || rc == BAD_SOURCE)) {
+            if (err && *err) {
+                sbx_error_free(*err);
+                *err = NULL;
+            }
+            rc = sbx__fail(err, fe);
+        } else {
+            sbx_error_free(fe);
+        }
+    }
     if (rc == SBX_OK) {
         char hex[65];
         sha256_hex(&r->sha, hex);
@@ -1106,6 +1125,16 @@ static int import_tarball(const char *images, const char *path, struct import_ct
     if (tmp)
         sbx__rm_rf(tmp);
     return rc;
+}
+
+/* Unpacks a tarball into the cache; `*digest_dir` is images/sha256-<hex>. */
+static int import_tarball(const char *images, const char *path, struct import_ctl *ctl,
+                          char **digest_dir, sbx_error **err)
+{
+    int fd = open_regular(path, err);
+    if (fd < 0)
+        return fd;
+    return import_tarball_fd(images, fd, path, ctl, NULL, NULL, digest_dir, err);
 }
 
 /* --- OCI image layouts ---------------------------------------------------- */
@@ -1266,6 +1295,54 @@ static int import_oci(const char *images, const char *layout, const char *tag,
     return rc;
 }
 
+/* --- archives, SIF, squashfs (image_formats.c): the dispatch -------------- */
+
+static int sqfs_finish(void *data, sbx_error **err)
+{
+    return sbx__linux_sqfs_stream_end(data, err);
+}
+
+/*
+ * A regular file, by its bytes: a SIF or squashfs (streamed as a tar from
+ * libsquashfs), a `docker save` archive or an oci-archive (through a
+ * temporary OCI layout; `sel` picks an image by tag), else a rootfs tarball.
+ * Every one goes through the same unpacker.
+ */
+static int import_file(const char *images, const char *path, const char *sel,
+                       struct import_ctl *ctl, char **ddir, sbx_error **err)
+{
+    sbx_linux_src src;
+    int rc = sbx__linux_image_sniff(path, &src, err);
+    if (rc < 0)
+        return rc;
+    if (src.kind == SBX_LINUX_SRC_SQUASHFS) {
+        if (sel)
+            return sbx__set_error(err, BAD_SOURCE, "%s is a %s image, which holds one image: "
+                                  "drop :%s", path, src.sif ? "SIF" : "squashfs", sel);
+        sbx_sqfs_stream *s = NULL;
+        int fd = -1;
+        rc = sbx__linux_sqfs_stream_start(path, src.offset, src.size, &s, &fd, err);
+        if (rc < 0)
+            return rc;
+        return import_tarball_fd(images, fd, path, ctl, sqfs_finish, s, ddir, err);
+    }
+    _cleanup_free_ char *layout = NULL;
+    _cleanup_free_ char *tag = NULL;
+    rc = sbx__linux_archive_to_layout(images, path, sel, ctl->opts, ctl->max_bytes, &layout,
+                                      &tag, err);
+    if (rc < 0)
+        return rc;
+    if (rc == 1) {
+        if (sel)
+            return sbx__set_error(err, BAD_SOURCE, "%s is a rootfs tarball, which holds one "
+                                  "image: drop :%s", path, sel);
+        return import_tarball(images, path, ctl, ddir, err);
+    }
+    rc = import_oci(images, layout, tag, ctl, ddir, err);
+    sbx__rm_rf(layout);
+    return rc;
+}
+
 /* --- resolving ------------------------------------------------------------ */
 
 static bool valid_name(const char *name)
@@ -1320,6 +1397,14 @@ static int resolve_source(const char *state_dir, const char *source,
     if (!images || !path)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     struct stat st;
+    /* ARCHIVE:TAG picks one image of a docker save archive or an oci-archive. */
+    char *sel = !oci && stat(path, &st) < 0 ? strrchr(path, ':') : NULL;
+    if (sel && !strchr(sel, '/')) {
+        *sel = 0;
+        tag = strdup(sel + 1);
+        if (!tag)
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
     if (stat(path, &st) < 0)
         return sbx__set_errno(err, SBX_ECREATE, errno,
                               "image %s not found (give an imported name, a directory, a tarball "
@@ -1381,11 +1466,13 @@ static int resolve_source(const char *state_dir, const char *source,
     if (oci)
         rc = import_oci(images, real ? real : path, tag, &ctl, &ddir, err);
     else
-        rc = import_tarball(images, real ? real : path, &ctl, &ddir, err);
+        rc = import_file(images, real ? real : path, tag, &ctl, &ddir, err); /* image_formats.c */
     if (rc < 0)
         return rc;
     const char *base = strrchr(ddir, '/') + 1; /* "sha256-<hex>" */
-    sbx__write_file_atomic(kp, base, strlen(base), 0644);
+    /* A spool of stdin (in the store itself) is gone after this import: no key for it. */
+    if (strncmp(real ? real : path, images, strlen(images)) != 0)
+        sbx__write_file_atomic(kp, base, strlen(base), 0644);
     if (digest)
         *digest = sbx__printf("sha256:%s", base + 7);
     *rootfs = sbx__printf("%s/rootfs", ddir);
@@ -1455,8 +1542,16 @@ int sbx__linux_image_import(const char *state_dir, const char *name, const char 
     if (!source || !*source)
         return sbx__set_error(err, SBX_EINVAL, "an image source is required");
     _cleanup_free_ char *abs = NULL;
-    if (strncmp(source, "oci:", 4) != 0 && source[0] != '/') {
+    bool from_stdin = !strcmp(source, "-");
+    if (!from_stdin && strncmp(source, "oci:", 4) != 0 && source[0] != '/') {
         abs = realpath(source, NULL);
+        /* ARCHIVE:TAG (image_formats.c): the archive's path made absolute, the tag kept. */
+        const char *colon = abs ? NULL : strrchr(source, ':');
+        if (colon && !strchr(colon, '/')) {
+            _cleanup_free_ char *file = strndup(source, (size_t)(colon - source));
+            _cleanup_free_ char *fabs = file ? realpath(file, NULL) : NULL;
+            abs = fabs ? sbx__printf("%s%s", fabs, colon) : NULL;
+        }
         if (!abs)
             return sbx__set_errno(err, SBX_ENOENT, errno, "image source %s", source);
         source = abs;
@@ -1467,11 +1562,25 @@ int sbx__linux_image_import(const char *state_dir, const char *name, const char 
         return rc;
     _cleanup_free_ char *rootfs = NULL;
     _cleanup_free_ char *digest = NULL;
-    rc = resolve_source(state_dir, source, opts, &rootfs, &digest, err);
+    /* `sbx image import NAME -` (image_formats.c): stdin spooled into the store, then removed. */
+    _cleanup_free_ char *spool_dir = NULL;
+    _cleanup_free_ char *spool = NULL;
+    if (from_stdin) {
+        _cleanup_free_ char *images = sbx__printf("%s/images", state_dir);
+        rc = images ? sbx__linux_spool_stdin(images, opts, opts ? opts->max_bytes : 0,
+                                             &spool_dir, &spool, err)
+                    : sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        if (rc < 0)
+            return rc;
+    }
+    rc = resolve_source(state_dir, spool ? spool : source, opts, &rootfs, &digest, err);
+    if (spool_dir)
+        sbx__rm_rf(spool_dir);
     if (rc < 0)
         return rc;
     json_t *j = json_pack("{s:s, s:s, s:s, s:f}", "digest", digest ? digest : "", "rootfs",
-                          rootfs, "source", source, "created", now_unix());
+                          rootfs, "source", from_stdin ? "(stdin)" : source, "created",
+                          now_unix());
     _cleanup_free_ char *np = sbx__printf("%s/%s", names, name);
     int w = j && np ? write_json(np, j) : -1;
     json_decref(j);
