@@ -182,8 +182,8 @@ static enum kind classify(const char *name)
         return K_BLOB;
     if (is_hex64(name, n))
         return K_SKIP; /* docker save's per-layer directory */
-    if (n == 64 + 5 && is_hex64(name, 64) && (!strcmp(name + 64, ".json") ||
-                                               !strcmp(name + 64, ".tar")))
+    if (n > 64 && is_hex64(name, 64) && (!strcmp(name + 64, ".json") ||
+                                          !strcmp(name + 64, ".tar")))
         return K_FILE;
     if (n > 65 && is_hex64(name, 64) && name[64] == '/') {
         const char *rest = name + 65;
