@@ -1398,10 +1398,9 @@ static int resolve_source(const char *state_dir, const char *source,
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     struct stat st;
     /* ARCHIVE:TAG picks one image of a docker save archive or an oci-archive. */
-    char *sel = !oci && stat(path, &st) < 0 ? strrchr(path, ':') : NULL;
-    if (sel && !strchr(sel, '/')) {
-        *sel = 0;
-        tag = strdup(sel + 1);
+    char *sel = !oci && stat(path, &st) < 0 ? sbx__linux_source_selector(path) : NULL;
+    if (sel) {
+        tag = strdup(sel);
         if (!tag)
             return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
@@ -1546,12 +1545,11 @@ int sbx__linux_image_import(const char *state_dir, const char *name, const char 
     if (!from_stdin && strncmp(source, "oci:", 4) != 0 && source[0] != '/') {
         abs = realpath(source, NULL);
         /* ARCHIVE:TAG (image_formats.c): the archive's path made absolute, the tag kept. */
-        const char *colon = abs ? NULL : strrchr(source, ':');
-        if (colon && !strchr(colon, '/')) {
-            _cleanup_free_ char *file = strndup(source, (size_t)(colon - source));
-            _cleanup_free_ char *fabs = file ? realpath(file, NULL) : NULL;
-            abs = fabs ? sbx__printf("%s%s", fabs, colon) : NULL;
-        }
+        _cleanup_free_ char *file = abs ? NULL : strdup(source);
+        const char *sel = file ? sbx__linux_source_selector(file) : NULL;
+        _cleanup_free_ char *fabs = sel ? realpath(file, NULL) : NULL;
+        if (fabs)
+            abs = sbx__printf("%s:%s", fabs, sel);
         if (!abs)
             return sbx__set_errno(err, SBX_ENOENT, errno, "image source %s", source);
         source = abs;

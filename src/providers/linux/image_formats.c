@@ -127,6 +127,18 @@ int sbx__linux_image_sniff(const char *path, sbx_linux_src *out, sbx_error **err
 
 /* --- docker save and oci-archive ------------------------------------------ */
 
+char *sbx__linux_source_selector(char *path)
+{
+    for (char *c = strchr(path, ':'); c; c = strchr(c + 1, ':')) {
+        *c = 0;
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+            return c + 1;
+        *c = ':';
+    }
+    return NULL;
+}
+
 /* A file of the archive: its name there and the blob its bytes became. */
 struct member {
     char *name;
@@ -472,6 +484,11 @@ static bool ref_matches(const char *ref, const char *sel)
         return false;
     if (!strcmp(ref, sel))
         return true;
+    /* Docker writes docker.io/fmt/app:v1 for what its user calls fmt/app:v1. */
+    static const char *const hub[] = { "docker.io/library/", "docker.io/" };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(hub); i++)
+        if (!strncmp(ref, hub[i], strlen(hub[i])) && !strcmp(ref + strlen(hub[i]), sel))
+            return true;
     const char *c = strrchr(ref, ':');
     return c && !strchr(c, '/') && !strcmp(c + 1, sel);
 }

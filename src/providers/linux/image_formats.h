@@ -35,6 +35,13 @@ SBX_INTERNAL int sbx__linux_archive_to_layout(const char *images, const char *pa
                                               uint64_t max_bytes, char **layout, char **tag,
                                               sbx_error **err);
 
+/*
+ * "ARCHIVE:SEL" (ARCHIVE an existing regular file, SEL a tag or a
+ * reference such as fmt/app:v1): cuts `path` after ARCHIVE and returns SEL
+ * (inside `path`), or NULL when no prefix of `path` is such a file.
+ */
+SBX_INTERNAL char *sbx__linux_source_selector(char *path);
+
 typedef struct sbx_sqfs_stream sbx_sqfs_stream;
 
 /*
