@@ -43,6 +43,10 @@ check "oci-archive output" [ "$OUT" = "$want" ]
 run "--image /abs/docker.tar runs directly" 0 "$SBX" run --image "$T/host/docker.tar" -- sh -c "$probe"
 check "--image docker.tar output" [ "$OUT" = "$want" ]
 run "a docker save tag picks the image" 0 "$SBX" image import dk2 docker.tar:fmt/test:v1
+py "$D/make_docker25.py" layout docker25.tar
+run "import a Docker 25 docker save archive (an OCI layout inside)" 0 "$SBX" image import d25 docker25.tar:fmt/d25:v1
+run "a box from it" 0 "$SBX" run --image d25 -- sh -c "$probe"
+check "Docker 25 archive output" [ "$OUT" = "$want" ]
 
 "$SBX" image import sd - <docker.tar >"$T/out" 2>"$T/err"
 check "import - of a docker save archive" [ $? = 0 ]
@@ -124,5 +128,5 @@ exec 7>&-
 check "SIGTERM stops an import from stdin (exit $rc)" [ $rc = 143 ]
 nothing_left bi
 
-for name in dk dk2 oc sd sz so tw sif; do "$SBX" image rm $name >/dev/null 2>&1; done
+for name in dk dk2 d25 oc sd sz so tw sif; do "$SBX" image rm $name >/dev/null 2>&1; done
 finish
