@@ -91,6 +91,14 @@ run "a truncated squashfs" 1 "$SBX" image import bt trunc.sqsh
 check "  says it cannot be read" has "$ERR" "cannot be read"
 nothing_left bt
 run "--image of a truncated squashfs fails the create" 125 "$SBX" run --image "$T/host/trunc.sqsh" -- true
+cp img.sif big.sif
+run "a SIF that unpacks past --max-bytes" 1 "$SBX" image import --max-bytes 100K bmx big.sif
+check "  says so (the unpacker's error, not the stream's)" has "$ERR" "unpacks to more than"
+nothing_left bmx
+cp docker.tar big.tar
+run "a docker save archive past --max-bytes" 1 "$SBX" image import --max-bytes 100K bmd big.tar
+check "  says so" has "$ERR" "more than 102400 bytes"
+nothing_left bmd
 py "$D/tamper.py" dotdot docker.tar dotdot.tar
 run "a docker save manifest naming ../layer" 1 "$SBX" image import bd dotdot.tar
 check "  says it leaves the archive" has "$ERR" "leaves the archive"

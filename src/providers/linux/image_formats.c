@@ -773,6 +773,7 @@ struct sbx_sqfs_stream {
     int out; /* the write end */
     pthread_t thread;
     bool started;
+    bool reader_gone;
     int rc;
     char msg[256];
     unsigned char buf[1 << 16];
@@ -823,6 +824,8 @@ static la_ssize_t sock_write(struct archive *a, void *data, const void *buf, siz
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0) {
+            /* The reader stopped (its own error, or a cancel): its error is the one to tell. */
+            s->reader_gone = errno == EPIPE || errno == ECONNRESET;
             archive_set_error(a, errno, "%s", strerror(errno));
             return -1;
         }
@@ -1012,7 +1015,8 @@ int sbx__linux_sqfs_stream_end(sbx_sqfs_stream *s, sbx_error **err)
         return SBX_OK;
     if (s->started)
         pthread_join(s->thread, NULL);
-    int rc = s->rc < 0 ? sbx__set_error(err, SBX_EINVAL, "%s", s->msg) : SBX_OK;
+    int rc = s->rc < 0 && !s->reader_gone ? sbx__set_error(err, SBX_EINVAL, "%s", s->msg)
+                                           : SBX_OK;
     stream_free(s);
     return rc;
 }
