@@ -71,6 +71,7 @@ run "with :v2 it imports" 0 "$SBX" image import tw two.tar:v2
 
 # --- SIF and squashfs
 mkdir -p sq/bin sq/etc && cp /bin/busybox sq/bin/ && ln -s busybox sq/bin/sh && ln -s busybox sq/bin/cat
+ln sq/bin/busybox sq/bin/stat
 echo hello-sqfs >sq/etc/msg
 mksquashfs sq img.sqsh -quiet -noappend -all-root >/dev/null || skip_all "mksquashfs failed"
 py "$D/make_sif.py" img.sqsh img.sif
@@ -80,6 +81,8 @@ run "import a SIF" 0 "$SBX" image import sif img.sif
 run "a box from the SIF" 0 "$SBX" run --image sif -- cat /etc/msg
 check "SIF output" [ "$OUT" = hello-sqfs ]
 run "--image x.sif runs directly" 0 "$SBX" run --image "$T/host/img.sif" -- cat /etc/msg
+run "a squashfs hard link stays one file" 0 "$SBX" run --image sif -- stat -c %h /bin/busybox
+check "  two names" [ "$OUT" = 2 ]
 
 # --- hostile inputs: a clear error, nothing left
 py "$D/make_sif.py" img.sqsh outside.sif outside

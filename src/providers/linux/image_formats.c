@@ -772,6 +772,12 @@ struct sbx_sqfs_stream {
     sqfs_tree_node_t *root;
     int out; /* the write end */
     pthread_t thread;
+    /* Files with more than one name: inode number -> the first name written (a tar hard link after). */
+    struct link_seen {
+        uint32_t ino;
+        char *path;
+    } *links;
+    size_t n_links, cap_links;
     bool started;
     bool reader_gone;
     int rc;
@@ -801,6 +807,9 @@ static void stream_free(sbx_sqfs_stream *s)
 {
     if (!s)
         return;
+    for (size_t i = 0; i < s->cap_links; i++)
+        free(s->links[i].path);
+    free(s->links);
     if (s->root)
         sqfs_dir_tree_destroy(s->root);
     sqfs_destroy(s->data);
@@ -840,6 +849,47 @@ static int fail(sbx_sqfs_stream *s, const char *fmt, const char *a, const char *
     return -1;
 }
 
+/*
+ * The first name of a file with several (an extended file inode, nlink > 1),
+ * or NULL after recording `path` as its first. An open-addressing table of
+ * inode numbers (0 is never one: squashfs numbers them from 1).
+ */
+static const char *link_first(sbx_sqfs_stream *s, uint32_t ino, const char *path, bool *oom)
+{
+    if (ino == 0)
+        return NULL;
+    if ((s->n_links + 1) * 2 > s->cap_links) {
+        size_t cap = s->cap_links ? s->cap_links * 2 : 256;
+        struct link_seen *t = calloc(cap, sizeof(*t));
+        if (!t) {
+            *oom = true;
+            return NULL;
+        }
+        for (size_t i = 0; i < s->cap_links; i++)
+            if (s->links[i].path) {
+                size_t j = s->links[i].ino & (cap - 1);
+                while (t[j].path)
+                    j = (j + 1) & (cap - 1);
+                t[j] = s->links[i];
+            }
+        free(s->links);
+        s->links = t;
+        s->cap_links = cap;
+    }
+    size_t j = ino & (s->cap_links - 1);
+    for (; s->links[j].path; j = (j + 1) & (s->cap_links - 1))
+        if (s->links[j].ino == ino)
+            return s->links[j].path;
+    s->links[j].path = strdup(path);
+    if (!s->links[j].path) {
+        *oom = true;
+        return NULL;
+    }
+    s->links[j].ino = ino;
+    s->n_links++;
+    return NULL;
+}
+
 static int write_node(sbx_sqfs_stream *s, struct archive *a, const sqfs_tree_node_t *n,
                       const char *path, int depth)
 {
@@ -867,7 +917,19 @@ static int write_node(sbx_sqfs_stream *s, struct archive *a, const sqfs_tree_nod
         archive_entry_set_gid(e, n->gid);
         archive_entry_set_mtime(e, in->base.mod_time, 0);
         sqfs_u64 size = 0;
-        if (type == AE_IFREG) {
+        const char *first = NULL;
+        bool oom = false;
+        if (type == AE_IFREG && in->base.type == SQFS_INODE_EXT_FILE &&
+            in->data.file_ext.nlink > 1)
+            first = link_first(s, in->base.inode_number, path, &oom);
+        if (oom) {
+            archive_entry_free(e);
+            return fail(s, "out of memory%s%s", "", "");
+        }
+        if (first) {
+            archive_entry_set_hardlink(e, first); /* no data: the unpacker links it */
+            archive_entry_set_size(e, 0);
+        } else if (type == AE_IFREG) {
             sqfs_inode_get_file_size(in, &size);
             archive_entry_set_size(e, (la_int64_t)size);
         } else if (type == AE_IFLNK) {
