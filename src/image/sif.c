@@ -41,12 +41,12 @@ static int table(const uint8_t *buf, uint64_t file_size, uint64_t *off, uint64_t
 {
     uint64_t total = le64(buf + 88), doff = le64(buf + 96), dsize = le64(buf + 104);
     if (total == 0 || total > SBX_SIF_MAX_DESCRIPTORS)
-        return sbx__set_error(err, SBX_EINVAL, "the SIF header claims %llu descriptors (1 to %d "
+        return sbx__set_error(err, SBX_EINVAL,
+                              "the SIF header claims %llu descriptors (1 to %d "
                               "expected): a corrupt or hostile SIF file",
                               (unsigned long long)total, SBX_SIF_MAX_DESCRIPTORS);
     uint64_t need = total * SBX_SIF_DESCRIPTOR_SIZE;
-    if (doff < SBX_SIF_HEADER_SIZE || doff > file_size || need > file_size - doff ||
-        dsize < need)
+    if (doff < SBX_SIF_HEADER_SIZE || doff > file_size || need > file_size - doff || dsize < need)
         return sbx__set_error(err, SBX_EINVAL,
                               "the SIF descriptor table (offset %llu, %llu descriptors) lies "
                               "outside the %llu-byte file: a truncated or hostile SIF file",

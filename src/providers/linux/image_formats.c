@@ -96,14 +96,14 @@ int sbx__linux_image_sniff(const char *path, sbx_linux_src *out, sbx_error **err
                               "cannot open %s", path);
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
         return sbx__set_error(err, SBX_EINVAL, "%s is not a regular file", path);
-    *out = (sbx_linux_src){ .kind = SBX_LINUX_SRC_TAR };
+    *out = (sbx_linux_src){.kind = SBX_LINUX_SRC_TAR};
     uint64_t fsize = (uint64_t)st.st_size;
     uint8_t hdr[SBX_SIF_HEADER_SIZE];
     size_t n = fsize < sizeof(hdr) ? (size_t)fsize : sizeof(hdr);
     if (pread_all(fd, hdr, n, 0) < 0)
         return sbx__set_errno(err, SBX_EIO, errno, "cannot read %s", path);
     if (n >= 4 && !memcmp(hdr, "hsqs", 4)) {
-        *out = (sbx_linux_src){ .kind = SBX_LINUX_SRC_SQUASHFS, .offset = 0, .size = fsize };
+        *out = (sbx_linux_src){.kind = SBX_LINUX_SRC_SQUASHFS, .offset = 0, .size = fsize};
         return SBX_OK;
     }
     if (!sbx__sif_is(hdr, n))
@@ -120,8 +120,8 @@ int sbx__linux_image_sniff(const char *path, sbx_linux_src *out, sbx_error **err
     int rc = sbx__sif_find_rootfs(buf, (size_t)need, fsize, &off, &size, err);
     if (rc < 0)
         return rc == SBX_ENOTSUP ? rc : SBX_EINVAL;
-    *out = (sbx_linux_src){ .kind = SBX_LINUX_SRC_SQUASHFS, .sif = true, .offset = off,
-                            .size = size };
+    *out =
+        (sbx_linux_src){.kind = SBX_LINUX_SRC_SQUASHFS, .sif = true, .offset = off, .size = size};
     return SBX_OK;
 }
 
@@ -187,15 +187,14 @@ static enum kind classify(const char *name)
     size_t n = strlen(name);
     if (!strcmp(name, "manifest.json") || !strcmp(name, "index.json"))
         return K_JSON;
-    if (!strcmp(name, "oci-layout") || !strcmp(name, "repositories") ||
-        !strcmp(name, "blobs") || !strcmp(name, "blobs/sha256"))
+    if (!strcmp(name, "oci-layout") || !strcmp(name, "repositories") || !strcmp(name, "blobs") ||
+        !strcmp(name, "blobs/sha256"))
         return K_SKIP;
     if (!strncmp(name, "blobs/sha256/", 13) && is_hex64(name + 13, n - 13))
         return K_BLOB;
     if (is_hex64(name, n))
         return K_SKIP; /* docker save's per-layer directory */
-    if (n > 64 && is_hex64(name, 64) && (!strcmp(name + 64, ".json") ||
-                                          !strcmp(name + 64, ".tar")))
+    if (n > 64 && is_hex64(name, 64) && (!strcmp(name + 64, ".json") || !strcmp(name + 64, ".tar")))
         return K_FILE;
     if (n > 65 && is_hex64(name, 64) && name[64] == '/') {
         const char *rest = name + 65;
@@ -275,7 +274,7 @@ static struct member *add_member(struct scan *s, const char *name, sbx_error **e
         s->cap = c;
     }
     struct member *m = &s->m[s->n];
-    *m = (struct member){ .name = strdup(name) };
+    *m = (struct member){.name = strdup(name)};
     if (!m->name) {
         sbx__set_error(err, SBX_ENOMEM, "out of memory");
         return NULL;
@@ -377,8 +376,10 @@ static int scan_archive(struct scan *s, sbx_error **err)
             break;
         }
         if (++entries > ARCHIVE_MAX_ENTRIES) {
-            rc = sbx__set_error(err, SBX_EINVAL, "%s has more than %d entries for an image "
-                                "archive", s->path, ARCHIVE_MAX_ENTRIES);
+            rc = sbx__set_error(err, SBX_EINVAL,
+                                "%s has more than %d entries for an image "
+                                "archive",
+                                s->path, ARCHIVE_MAX_ENTRIES);
             break;
         }
         const char *raw = archive_entry_pathname(e);
@@ -472,8 +473,10 @@ static const struct member *named(const struct scan *s, const char *what, const 
         tidy(t);
     const struct member *m = t ? find_member(s, t, 0) : NULL;
     if (!m)
-        sbx__set_error(err, SBX_EINVAL, "%s: manifest.json names %s %s, which is not in the "
-                       "archive", s->path, what, name);
+        sbx__set_error(err, SBX_EINVAL,
+                       "%s: manifest.json names %s %s, which is not in the "
+                       "archive",
+                       s->path, what, name);
     return m;
 }
 
@@ -485,7 +488,7 @@ static bool ref_matches(const char *ref, const char *sel)
     if (!strcmp(ref, sel))
         return true;
     /* Docker writes docker.io/fmt/app:v1 for what its user calls fmt/app:v1. */
-    static const char *const hub[] = { "docker.io/library/", "docker.io/" };
+    static const char *const hub[] = {"docker.io/library/", "docker.io/"};
     for (size_t i = 0; i < SBX_ARRAY_SIZE(hub); i++)
         if (!strncmp(ref, hub[i], strlen(hub[i])) && !strcmp(ref + strlen(hub[i]), sel))
             return true;
@@ -516,8 +519,7 @@ static int list_refs(json_t *arr, sbx_buf *b)
 static int docker_image(struct scan *s, const char *sel, sbx_error **err)
 {
     _cleanup_json_ json_t *man = json_loadb(s->manifest, s->manifest_len, 0, NULL);
-    if (!json_is_array(man) || !json_array_size(man) ||
-        json_array_size(man) > ARCHIVE_MAX_IMAGES)
+    if (!json_is_array(man) || !json_array_size(man) || json_array_size(man) > ARCHIVE_MAX_IMAGES)
         return sbx__set_error(err, SBX_EINVAL,
                               "%s: manifest.json is not a list of images (not a docker save "
                               "archive?)",
@@ -532,9 +534,9 @@ static int docker_image(struct scan *s, const char *sel, sbx_error **err)
             sbx__buf_printf(&b, "%s", b.len ? ", " : "");
             list_refs(t, &b);
         }
-        int rc = sbx__set_error(err, SBX_EINVAL,
-                                "%s holds %zu images (%s): pick one with ARCHIVE:TAG", s->path,
-                                json_array_size(man), b.data ? b.data : "untagged");
+        int rc =
+            sbx__set_error(err, SBX_EINVAL, "%s holds %zu images (%s): pick one with ARCHIVE:TAG",
+                           s->path, json_array_size(man), b.data ? b.data : "untagged");
         sbx__buf_free(&b);
         return rc;
     }
@@ -544,8 +546,8 @@ static int docker_image(struct scan *s, const char *sel, sbx_error **err)
             pick = it;
             break;
         }
-        json_array_foreach(json_object_get(it, "RepoTags"), j, t) if (
-            ref_matches(json_string_value(t), sel)) pick = it;
+        json_array_foreach(json_object_get(it, "RepoTags"), j,
+                           t) if (ref_matches(json_string_value(t), sel)) pick = it;
         if (pick)
             break;
     }
@@ -557,17 +559,15 @@ static int docker_image(struct scan *s, const char *sel, sbx_error **err)
         return SBX_EINVAL;
     json_t *layers = json_object_get(pick, "Layers");
     if (!json_is_array(layers) || json_array_size(layers) > 1000)
-        return sbx__set_error(err, SBX_EINVAL, "%s: manifest.json's Layers is not a list",
-                              s->path);
+        return sbx__set_error(err, SBX_EINVAL, "%s: manifest.json's Layers is not a list", s->path);
     _cleanup_json_ json_t *config = load_blob_json(s, cfg->digest);
     if (!json_is_object(config))
         return sbx__set_error(err, SBX_EINVAL, "%s: the image config %s is not JSON", s->path,
                               json_string_value(json_object_get(pick, "Config")));
     json_t *diff = json_object_get(json_object_get(config, "rootfs"), "diff_ids");
     if (json_array_size(diff) != json_array_size(layers))
-        return sbx__set_error(err, SBX_EINVAL,
-                              "%s: the config lists %zu layers, manifest.json %zu", s->path,
-                              json_array_size(diff), json_array_size(layers));
+        return sbx__set_error(err, SBX_EINVAL, "%s: the config lists %zu layers, manifest.json %zu",
+                              s->path, json_array_size(diff), json_array_size(layers));
     _cleanup_json_ json_t *ls = json_array();
     json_array_foreach(layers, i, it)
     {
@@ -589,19 +589,19 @@ static int docker_image(struct scan *s, const char *sel, sbx_error **err)
                                             "application/vnd.oci.image.layer.v1.tar", "digest",
                                             m->digest, "size", (json_int_t)m->size));
     }
-    _cleanup_json_ json_t *om = json_pack(
-        "{s:i, s:s, s:{s:s, s:s, s:I}, s:O}", "schemaVersion", 2, "mediaType",
-        "application/vnd.oci.image.manifest.v1+json", "config", "mediaType",
-        "application/vnd.oci.image.config.v1+json", "digest", cfg->digest, "size",
-        (json_int_t)cfg->size, "layers", ls);
+    _cleanup_json_ json_t *om =
+        json_pack("{s:i, s:s, s:{s:s, s:s, s:I}, s:O}", "schemaVersion", 2, "mediaType",
+                  "application/vnd.oci.image.manifest.v1+json", "config", "mediaType",
+                  "application/vnd.oci.image.config.v1+json", "digest", cfg->digest, "size",
+                  (json_int_t)cfg->size, "layers", ls);
     _cleanup_free_ char *text = om ? json_dumps(om, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     if (!text)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     char d[SBX_DIGEST_LEN];
     int rc = sbx__layout_put_blob(s->layout, text, strlen(text), d, err);
     if (rc == SBX_OK)
-        rc = sbx__layout_tag(s->layout, IMPORT_TAG, "application/vnd.oci.image.manifest.v1+json",
-                             d, strlen(text), err);
+        rc = sbx__layout_tag(s->layout, IMPORT_TAG, "application/vnd.oci.image.manifest.v1+json", d,
+                             strlen(text), err);
     return rc;
 }
 
@@ -628,13 +628,13 @@ static int oci_image(struct scan *s, const char *sel, sbx_error **err)
         json_t *m;
         json_array_foreach(mans, i, m)
         {
-            const char *r = json_string_value(json_object_get(
-                json_object_get(m, "annotations"), "org.opencontainers.image.ref.name"));
+            const char *r = json_string_value(json_object_get(json_object_get(m, "annotations"),
+                                                              "org.opencontainers.image.ref.name"));
             sbx__buf_printf(&b, "%s%s", b.len ? ", " : "", r ? r : "untagged");
         }
-        int rc = sbx__set_error(err, SBX_EINVAL,
-                                "%s holds %zu images (%s): pick one with ARCHIVE:TAG", s->path,
-                                json_array_size(mans), b.data ? b.data : "");
+        int rc =
+            sbx__set_error(err, SBX_EINVAL, "%s holds %zu images (%s): pick one with ARCHIVE:TAG",
+                           s->path, json_array_size(mans), b.data ? b.data : "");
         sbx__buf_free(&b);
         return rc;
     }
@@ -652,8 +652,10 @@ static int oci_image(struct scan *s, const char *sel, sbx_error **err)
     const char *mt = json_string_value(json_object_get(pick, "mediaType"));
     json_int_t size = json_integer_value(json_object_get(pick, "size"));
     if (!sbx__digest_ok(d) || !sbx__layout_has_blob(s->layout, d))
-        return sbx__set_error(err, SBX_EINVAL, "%s: index.json names manifest %s, which is not "
-                              "in the archive", s->path, d ? d : "(none)");
+        return sbx__set_error(err, SBX_EINVAL,
+                              "%s: index.json names manifest %s, which is not "
+                              "in the archive",
+                              s->path, d ? d : "(none)");
     /* Every blob the manifest names must be here: say which is missing now, not mid-unpack. */
     _cleanup_json_ json_t *man = load_blob_json(s, d);
     json_t *layers = json_object_get(man, "layers");
@@ -661,8 +663,10 @@ static int oci_image(struct scan *s, const char *sel, sbx_error **err)
     {
         const char *ld = json_string_value(json_object_get(m, "digest"));
         if (!sbx__digest_ok(ld) || !sbx__layout_has_blob(s->layout, ld))
-            return sbx__set_error(err, SBX_EINVAL, "%s: the manifest names layer %s, which is "
-                                  "not in the archive", s->path, ld ? ld : "(none)");
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "%s: the manifest names layer %s, which is "
+                                  "not in the archive",
+                                  s->path, ld ? ld : "(none)");
     }
     return sbx__layout_tag(s->layout, IMPORT_TAG,
                            mt ? mt : "application/vnd.oci.image.manifest.v1+json", d,
@@ -772,11 +776,12 @@ struct sbx_sqfs_stream {
     sqfs_tree_node_t *root;
     int out; /* the write end */
     pthread_t thread;
-    /* Files with more than one name: inode number -> the first name written (a tar hard link after). */
+    /* Files with more than one name: inode number -> the first name written (a tar hard link
+     * after). */
     struct link_seen {
         uint32_t ino;
         char *path;
-    } *links;
+    } * links;
     size_t n_links, cap_links;
     bool started;
     bool reader_gone;
@@ -788,18 +793,30 @@ struct sbx_sqfs_stream {
 static const char *sqfs_why(int e)
 {
     switch (e) {
-    case SQFS_ERROR_ALLOC: return "out of memory";
-    case SQFS_ERROR_IO: return "a read error";
-    case SQFS_ERROR_COMPRESSOR: return "data that does not decompress";
-    case SQFS_ERROR_CORRUPTED: return "a corrupt structure";
-    case SQFS_ERROR_UNSUPPORTED: return "an unsupported feature";
-    case SQFS_ERROR_OVERFLOW: return "a size that overflows";
-    case SQFS_ERROR_OUT_OF_BOUNDS: return "an offset past its end (truncated?)";
-    case SFQS_ERROR_SUPER_MAGIC: return "no squashfs superblock";
-    case SFQS_ERROR_SUPER_VERSION: return "an unsupported squashfs version";
-    case SQFS_ERROR_SUPER_BLOCK_SIZE: return "a bad block size";
-    case SQFS_ERROR_LINK_LOOP: return "a directory loop";
-    default: return "an error";
+    case SQFS_ERROR_ALLOC:
+        return "out of memory";
+    case SQFS_ERROR_IO:
+        return "a read error";
+    case SQFS_ERROR_COMPRESSOR:
+        return "data that does not decompress";
+    case SQFS_ERROR_CORRUPTED:
+        return "a corrupt structure";
+    case SQFS_ERROR_UNSUPPORTED:
+        return "an unsupported feature";
+    case SQFS_ERROR_OVERFLOW:
+        return "a size that overflows";
+    case SQFS_ERROR_OUT_OF_BOUNDS:
+        return "an offset past its end (truncated?)";
+    case SFQS_ERROR_SUPER_MAGIC:
+        return "no squashfs superblock";
+    case SFQS_ERROR_SUPER_VERSION:
+        return "an unsupported squashfs version";
+    case SQFS_ERROR_SUPER_BLOCK_SIZE:
+        return "a bad block size";
+    case SQFS_ERROR_LINK_LOOP:
+        return "a directory loop";
+    default:
+        return "an error";
     }
 }
 
@@ -898,13 +915,32 @@ static int write_node(sbx_sqfs_stream *s, struct archive *a, const sqfs_tree_nod
     const sqfs_inode_generic_t *in = n->inode;
     mode_t type;
     switch (in->base.type) {
-    case SQFS_INODE_DIR: case SQFS_INODE_EXT_DIR: type = AE_IFDIR; break;
-    case SQFS_INODE_FILE: case SQFS_INODE_EXT_FILE: type = AE_IFREG; break;
-    case SQFS_INODE_SLINK: case SQFS_INODE_EXT_SLINK: type = AE_IFLNK; break;
-    case SQFS_INODE_BDEV: case SQFS_INODE_EXT_BDEV: type = AE_IFBLK; break;
-    case SQFS_INODE_CDEV: case SQFS_INODE_EXT_CDEV: type = AE_IFCHR; break;
-    case SQFS_INODE_FIFO: case SQFS_INODE_EXT_FIFO: type = AE_IFIFO; break;
-    default: type = 0; /* sockets: not in an image */
+    case SQFS_INODE_DIR:
+    case SQFS_INODE_EXT_DIR:
+        type = AE_IFDIR;
+        break;
+    case SQFS_INODE_FILE:
+    case SQFS_INODE_EXT_FILE:
+        type = AE_IFREG;
+        break;
+    case SQFS_INODE_SLINK:
+    case SQFS_INODE_EXT_SLINK:
+        type = AE_IFLNK;
+        break;
+    case SQFS_INODE_BDEV:
+    case SQFS_INODE_EXT_BDEV:
+        type = AE_IFBLK;
+        break;
+    case SQFS_INODE_CDEV:
+    case SQFS_INODE_EXT_CDEV:
+        type = AE_IFCHR;
+        break;
+    case SQFS_INODE_FIFO:
+    case SQFS_INODE_EXT_FIFO:
+        type = AE_IFIFO;
+        break;
+    default:
+        type = 0; /* sockets: not in an image */
     }
     if (depth > 0 && type) {
         struct archive_entry *e = archive_entry_new();
@@ -919,8 +955,7 @@ static int write_node(sbx_sqfs_stream *s, struct archive *a, const sqfs_tree_nod
         sqfs_u64 size = 0;
         const char *first = NULL;
         bool oom = false;
-        if (type == AE_IFREG && in->base.type == SQFS_INODE_EXT_FILE &&
-            in->data.file_ext.nlink > 1)
+        if (type == AE_IFREG && in->base.type == SQFS_INODE_EXT_FILE && in->data.file_ext.nlink > 1)
             first = link_first(s, in->base.inode_number, path, &oom);
         if (oom) {
             archive_entry_free(e);
@@ -1003,10 +1038,14 @@ int sbx__linux_sqfs_stream_start(const char *path, uint64_t offset, uint64_t siz
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     s->out = -1;
     s->file = (struct part_file){
-        .base = { .base = { .destroy = part_destroy },
-                  .read_at = part_read_at, .write_at = part_write_at,
-                  .get_size = part_get_size, .truncate = part_truncate },
-        .fd = open(path, O_RDONLY | O_CLOEXEC), .off = offset, .size = size,
+        .base = {.base = {.destroy = part_destroy},
+                 .read_at = part_read_at,
+                 .write_at = part_write_at,
+                 .get_size = part_get_size,
+                 .truncate = part_truncate},
+        .fd = open(path, O_RDONLY | O_CLOEXEC),
+        .off = offset,
+        .size = size,
     };
     int rc = SBX_OK, e = 0;
     const char *step = "";
@@ -1062,10 +1101,11 @@ int sbx__linux_sqfs_stream_start(const char *path, uint64_t offset, uint64_t siz
     *out = s;
     return SBX_OK;
 bad:
-    rc = sbx__set_error(err, SBX_EINVAL, "%s: the squashfs (at offset %llu, %llu bytes) cannot "
+    rc = sbx__set_error(err, SBX_EINVAL,
+                        "%s: the squashfs (at offset %llu, %llu bytes) cannot "
                         "be read: %s in %s",
-                        path, (unsigned long long)offset, (unsigned long long)size,
-                        sqfs_why(e), step);
+                        path, (unsigned long long)offset, (unsigned long long)size, sqfs_why(e),
+                        step);
 fail:
     stream_free(s);
     return rc;
@@ -1077,16 +1117,15 @@ int sbx__linux_sqfs_stream_end(sbx_sqfs_stream *s, sbx_error **err)
         return SBX_OK;
     if (s->started)
         pthread_join(s->thread, NULL);
-    int rc = s->rc < 0 && !s->reader_gone ? sbx__set_error(err, SBX_EINVAL, "%s", s->msg)
-                                           : SBX_OK;
+    int rc = s->rc < 0 && !s->reader_gone ? sbx__set_error(err, SBX_EINVAL, "%s", s->msg) : SBX_OK;
     stream_free(s);
     return rc;
 }
 
 /* --- stdin ----------------------------------------------------------------- */
 
-int sbx__linux_spool_stdin(const char *images, const sbx_linux_image_opts *opts,
-                           uint64_t max_bytes, char **dir, char **file, sbx_error **err)
+int sbx__linux_spool_stdin(const char *images, const sbx_linux_image_opts *opts, uint64_t max_bytes,
+                           char **dir, char **file, sbx_error **err)
 {
     uint64_t cap = default_cap(images, max_bytes);
     _cleanup_free_ char *t = make_tmp_dir(images, err);
@@ -1103,7 +1142,8 @@ int sbx__linux_spool_stdin(const char *images, const sbx_linux_image_opts *opts,
     }
     struct stat st;
     if (fstat(0, &st) == 0 && isatty(0)) {
-        rc = sbx__set_error(err, SBX_EINVAL, "stdin is a terminal: pipe an image into it "
+        rc = sbx__set_error(err, SBX_EINVAL,
+                            "stdin is a terminal: pipe an image into it "
                             "(`docker save IMAGE | sbx image import NAME -`)");
         goto fail;
     }
@@ -1118,7 +1158,7 @@ int sbx__linux_spool_stdin(const char *images, const sbx_linux_image_opts *opts,
             goto fail;
         }
         /* Waits in slices, so a cancel is seen while the writer is slow. */
-        struct pollfd p = { .fd = 0, .events = POLLIN };
+        struct pollfd p = {.fd = 0, .events = POLLIN};
         int pr = poll(&p, 1, 200);
         if (pr < 0 && errno != EINTR) {
             rc = sbx__set_errno(err, SBX_EIO, errno, "reading stdin");

@@ -12,7 +12,8 @@
 
 #include "providers/linux/linux.h"
 
-/* A tar-stream file (maybe compressed), or a squashfs at offset/size (a SIF's partition, or a whole .sqsh). */
+/* A tar-stream file (maybe compressed), or a squashfs at offset/size (a SIF's partition, or a whole
+ * .sqsh). */
 typedef struct {
     enum { SBX_LINUX_SRC_TAR, SBX_LINUX_SRC_SQUASHFS } kind;
     bool sif;
@@ -30,10 +31,9 @@ SBX_INTERNAL int sbx__linux_image_sniff(const char *path, sbx_linux_src *out, sb
  * rootfs tarball. Every blob is stored under the digest of its bytes and
  * checked against any digest the archive claims; `max_bytes` bounds them.
  */
-SBX_INTERNAL int sbx__linux_archive_to_layout(const char *images, const char *path,
-                                              const char *sel, const sbx_linux_image_opts *opts,
-                                              uint64_t max_bytes, char **layout, char **tag,
-                                              sbx_error **err);
+SBX_INTERNAL int sbx__linux_archive_to_layout(const char *images, const char *path, const char *sel,
+                                              const sbx_linux_image_opts *opts, uint64_t max_bytes,
+                                              char **layout, char **tag, sbx_error **err);
 
 /*
  * "ARCHIVE:SEL" (ARCHIVE an existing regular file, SEL a tag or a
