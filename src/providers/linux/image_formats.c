@@ -393,6 +393,22 @@ static int scan_archive(struct scan *s, sbx_error **err)
             continue;
         enum kind k = classify(name);
         bool known = s->manifest || s->oci_layout;
+        /*
+         * Entries not kept are still read through (and decompressed): their
+         * declared sizes count against the cap too, so an archive of huge
+         * skipped entries ends as soon as one would be past it.
+         */
+        if (k == K_SKIP || (k == K_OTHER && known)) {
+            int64_t sz = archive_entry_size(e);
+            s->bytes += sz > 0 ? (uint64_t)sz : 0;
+            if (s->bytes > s->max_bytes) {
+                rc = sbx__set_error(err, SBX_EINVAL,
+                                    "%s holds more than %llu bytes; raise max_image_bytes (or "
+                                    "`sbx image import --max-bytes`) to allow more",
+                                    s->path, (unsigned long long)s->max_bytes);
+                break;
+            }
+        }
         if (k == K_OTHER) {
             if (!known) {
                 rc = 1;
