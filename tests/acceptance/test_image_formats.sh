@@ -127,7 +127,8 @@ nothing_left be
 # --- an import from stdin stopped by SIGTERM while it waits: nothing left
 # (SIGTERM: a background job of a script has SIGINT ignored, and sbx keeps it so.)
 mkfifo "$T/fifo"
-SBX_NO_VALGRIND_CLI=1 "$SBX" image import bi - <"$T/fifo" >/dev/null 2>&1 &
+# The real binary (not the valgrind wrapper), so the signal reaches sbx itself.
+"${SBX_REAL:-$SBX}" image import bi - <"$T/fifo" >/dev/null 2>&1 &
 pid=$!
 exec 7>"$T/fifo"
 head -c 4096 docker.tar >&7
