@@ -119,7 +119,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         write_or_die(src, data + 1, size - 1);
     sbx_linux_image_opts io = {.max_bytes = 1 << 20};
     sbx_error *e = NULL;
-    int rc = sbx__linux_image_import(state, "f", src, &io, &e);
+    int rc = sbx__linux_image_import(state, NULL, "f", src, &io, &e);
     /* A failure always says why. */
     if (rc < 0 && (!e || !sbx_error_message(e) || !*sbx_error_message(e)))
         abort();

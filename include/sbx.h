@@ -483,9 +483,30 @@ SBX_EXPORT int sbx_provider_image_import(sbx_provider *p, const char *name, cons
 SBX_EXPORT int sbx_provider_image_import_async(sbx_provider *p, const char *name,
                                                const char *source, const char *opts_json,
                                                sbx_future **out, sbx_error **err);
+/*
+ * Removes what no image uses: image records no name points at, layers no
+ * image has, temporaries of dead imports. With `dry_run` only lists them.
+ * `removed_json_out` (optional, caller frees): a JSON array of strings
+ * ("layer sha256:...", "image sha256:...", "temporary"). Blocks (waits for
+ * imports in progress); SBX_EUNSUPPORTED for a provider without images.
+ */
+SBX_EXPORT int sbx_provider_image_prune(sbx_provider *p, int dry_run, char **removed_json_out,
+                                        sbx_error **err);
 /* Forgets image `name`; `force`: even while boxes use it. */
 SBX_EXPORT int sbx_provider_image_remove(sbx_provider *p, const char *name, int force,
                                          sbx_error **err);
+
+/*
+ * One image as a JSON object text in *json_out (name, digest, size, created,
+ * source, and where known layers and config: the image's Env, WorkingDir,
+ * User, Entrypoint, Cmd, ExposedPorts, Labels). SBX_ENOENT: no such image;
+ * SBX_ENOTSUP: the provider has no image_inspect. Blocking.
+ */
+SBX_EXPORT int sbx_provider_image_inspect(sbx_provider *p, const char *name, char **json_out,
+                                          sbx_error **err);
+/* Gives image `src` the second name `name` (as `docker tag`). Blocking. */
+SBX_EXPORT int sbx_provider_image_tag(sbx_provider *p, const char *src, const char *name,
+                                      sbx_error **err);
 
 /* Sorted names of every provider (registered, built in, plugins). */
 SBX_EXPORT int sbx_list_providers(char ***names_out, sbx_error **err);

@@ -63,10 +63,12 @@ _sbx()
                 case ${words[j]} in -*) ;; *) sub=${words[j]}; break ;; esac
             done
             case $sub in
-                "") COMPREPLY=($(compgen -W 'import ls rm --help' -- "$cur")) ;;
+                "") COMPREPLY=($(compgen -W 'import ls inspect tag rm prune --help' -- "$cur")) ;;
                 import) COMPREPLY=($(compgen -W '--progress --json' -- "$cur"))
                         COMPREPLY+=($(compgen -f -- "$cur")) ;;
-                ls) COMPREPLY=($(compgen -W '-q --json' -- "$cur")) ;;
+                ls) COMPREPLY=($(compgen -W '-q --json --format' -- "$cur")) ;;
+                prune) COMPREPLY=($(compgen -W '--dry-run' -- "$cur")) ;;
+                inspect|tag) COMPREPLY=($(compgen -W "$(sbx image ls -q 2>/dev/null)" -- "$cur")) ;;
                 rm) COMPREPLY=($(compgen -W "--force $(sbx image ls -q 2>/dev/null)" -- "$cur")) ;;
             esac ;;
         providers)

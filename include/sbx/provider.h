@@ -139,6 +139,23 @@ struct sbx_provider_ops {
     void (*image_import)(sbx_op *op, void *state, const char *name, const char *source,
                          const char *opts_json);
     void (*image_remove)(sbx_op *op, void *state, const char *name, int force);
+    /*
+     * image_inspect completes with one image as a malloc'd JSON object text
+     * ({"name", "digest", "size", "created", "source", and what the
+     * provider knows: "layers", "config" (the OCI image config's "config":
+     * Env, WorkingDir, User, Entrypoint, Cmd, ExposedPorts, ...)});
+     * SBX_ENOENT when there is no such image. image_tag gives image `src`
+     * the second name `name` (completing with nothing).
+     */
+    void (*image_inspect)(sbx_op *op, void *state, const char *name);
+    void (*image_tag)(sbx_op *op, void *state, const char *src, const char *name);
+    /*
+     * Removes what no image uses: image records no name points at, layers
+     * no image has, and temporaries of dead imports. `opts_json`:
+     * {"dry_run": bool}. Completes with a malloc'd JSON array text naming
+     * each ("layer sha256:...", "image sha256:...", "temporary").
+     */
+    void (*image_prune)(sbx_op *op, void *state, const char *opts_json);
 };
 
 /* --- Operations ---------------------------------------------------------- */

@@ -52,6 +52,12 @@ extern const char *agent_shell_path;
 extern const char *agent_shell_arg0;
 /* Sets them from `want` ("auto" or NULL: bash if found, else /bin/sh; a name: found on PATH). */
 void agent_choose_shell(const char *want);
+/*
+ * The user of an exec that names none, and of the entrypoint: --user (the
+ * image's User, "name", "uid", "uid:gid", "name:group"), NULL: the agent's
+ * own (root). Resolved in the box's /etc/passwd at each use, as Docker does.
+ */
+extern const char *agent_default_user;
 
 /* --- connections --------------------------------------------------------- */
 

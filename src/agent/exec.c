@@ -585,8 +585,9 @@ int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f)
         return -1;
     char msg[512];
     struct user_ids uids = {0};
-    bool have_user = m->user && m->user[0];
-    if (have_user && users_resolve(m->user, &uids, msg, sizeof(msg)) < 0) {
+    const char *user = m->user && m->user[0] ? m->user : agent_default_user;
+    bool have_user = user && user[0];
+    if (have_user && users_resolve(user, &uids, msg, sizeof(msg)) < 0) {
         send_exit(c, ch, SBX_EXIT_FAILED, 0, 0, msg);
         free(m);
         return 0;
@@ -608,7 +609,7 @@ int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f)
     for (size_t i = 0; i < n_env; i++)
         envp[n++] = environ[i];
     if (have_user) {
-        const char *name = uids.name ? uids.name : m->user;
+        const char *name = uids.name ? uids.name : user;
         idvars[0] = malloc(strlen(uids.home) + 6);
         idvars[1] = malloc(strlen(name) + 6);
         idvars[2] = malloc(strlen(name) + 9);
@@ -658,7 +659,7 @@ int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f)
     if (e) {
         e->argv0 = strdup(m->argv[0]);
         e->cwd = strdup(m->cwd ? m->cwd : "");
-        e->user = strdup(m->user ? m->user : "");
+        e->user = strdup(user ? user : "");
     }
     if (!e || !e->argv0 || !e->cwd || !e->user) {
         /* The child is reaped by reap_all() like any orphan. */

@@ -2,6 +2,7 @@
  * sbx-agent: command line, the event loop, signals and PID 1 duties.
  *
  *   sbx-agent init (--listen PATH | --listen-fd N) [--ready-fd N] [--root DIR] [--shell SH]
+ *                  [--user USER]
  *                  [-- ENTRYPOINT...]
  *   sbx-agent serve --stdio [--root DIR] [--shell SH]
  *
@@ -13,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -272,20 +274,37 @@ static void restore_child_signals(void)
 
 static pid_t start_service(char **argv)
 {
+    /* Resolved before the fork: reading /etc/passwd is no work for a forked child. */
+    struct user_ids u = {0};
+    bool have_user = agent_default_user && agent_default_user[0];
+    char msg[512];
+    if (have_user && users_resolve(agent_default_user, &u, msg, sizeof(msg)) < 0) {
+        agent_log("cannot start the entrypoint: %s", msg);
+        return -1;
+    }
     pid_t pid = fork();
     if (pid < 0) {
         agent_log("cannot start the entrypoint: %s", strerror(errno));
+        users_free(&u);
         return -1;
     }
     if (pid == 0) {
         restore_child_signals();
         agent_restore_limits();
         setsid();
+        /* Groups, then gid, then uid: once uid changes the others could not be. */
+        if (have_user && geteuid() == 0 &&
+            (setgroups(u.n_groups, u.groups) < 0 || setgid(u.gid) < 0 || setuid(u.uid) < 0)) {
+            dprintf(STDERR_FILENO, "sbx-agent: cannot switch to user '%s': %s\n",
+                    agent_default_user, strerror(errno));
+            _exit(126);
+        }
         execvp(argv[0], argv);
         dprintf(STDERR_FILENO, "sbx-agent: cannot run entrypoint %s: %s\n", argv[0],
                 strerror(errno));
         _exit(127);
     }
+    users_free(&u);
     return pid;
 }
 
@@ -345,7 +364,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: sbx-agent init (--listen PATH | --listen-fd N) [--ready-fd N] [--root DIR]\n"
-            "                      [--shell SH] [-- ENTRYPOINT...]\n"
+            "                      [--shell SH] [--user USER] [-- ENTRYPOINT...]\n"
             "       sbx-agent serve --stdio [--root DIR] [--shell SH]\n"
             "       sbx-agent --version\n");
 }
@@ -378,6 +397,7 @@ static void raise_fd_limit(void)
     }
 }
 
+const char *agent_default_user = NULL;
 const char *agent_shell_path = "/bin/sh";
 const char *agent_shell_arg0 = "sh";
 
@@ -487,6 +507,8 @@ int main(int argc, char **argv)
                 fprintf(stderr, "sbx-agent: --shell needs a shell name or path, or auto\n");
                 return 2;
             }
+        } else if (strcmp(a, "--user") == 0 && i + 1 < argc) {
+            agent_default_user = argv[++i];
         } else if (strcmp(a, "--stdio") == 0) {
             stdio = true;
         } else {

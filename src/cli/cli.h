@@ -66,6 +66,7 @@ enum {
     CLI_OPT_RUN_ID = 1015, /* --run-id R */
     CLI_OPT_JSON = 2004,   /* --json */
     CLI_OPT_MAX_BYTES = 2005, /* --max-bytes N (image import) */
+    CLI_OPT_FORMAT = 2006,    /* --format TEMPLATE (image ls) */
 };
 
 /* Which of the shared options a command takes (-h/--help: every command). */
@@ -80,6 +81,7 @@ enum {
     CLI_NO_OPERANDS = 1 << 7,    /* an argument after the options is a usage error */
     CLI_TAKES_MAX_BYTES = 1 << 8, /* --max-bytes N[K|M|G|T] */
     CLI_TAKES_ARCHIVE = 1 << 9,  /* -a, --archive (cp) */
+    CLI_TAKES_FORMAT = 1 << 10,  /* --format TEMPLATE */
 };
 
 /* The options of the commands that make no box (ls, status, stop, gc, cp, providers, image). */
@@ -92,6 +94,7 @@ struct cli_opts {
     bool archive;  /* -a, --archive */
     sbx_kv labels; /* --label K=V, and --run-id R as run_id=R */
     unsigned long long max_bytes; /* --max-bytes; 0: not given */
+    const char *format;           /* --format (argv's string); NULL: not given */
 };
 
 /*

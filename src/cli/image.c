@@ -145,6 +145,78 @@ static int cmd_import(int argc, char **argv, sbx_provider *p)
 
 /* --- ls ------------------------------------------------------------------- */
 
+/* The "created" column: local time, or "-". */
+static void created_text(json_t *img, char *buf, size_t len)
+{
+    snprintf(buf, len, "-");
+    time_t t = (time_t)json_number_value(json_object_get(img, "created"));
+    struct tm tm;
+    if (t > 0 && localtime_r(&t, &tm))
+        strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+/*
+ * `--format TEMPLATE`: a small, exact subset of Docker's Go templates. Text
+ * is copied; `\t`, `\n` and `\\` are a tab, a newline and a backslash;
+ * `{{.Field}}` (spaces inside the braces allowed) is one of Name, Digest,
+ * Size (as the table prints it), SizeBytes, Created (as the table), Source.
+ * Anything else in braces is refused. With `img` NULL it only checks;
+ * `bad` gets the refused text. One line per image: a newline is added.
+ */
+static int render(const char *t, json_t *img, FILE *out, char *bad, size_t bad_len)
+{
+    for (const char *p = t; *p;) {
+        if (p[0] == '\\' && (p[1] == 't' || p[1] == 'n' || p[1] == '\\')) {
+            if (img)
+                fputc(p[1] == 't' ? '\t' : p[1] == 'n' ? '\n' : '\\', out);
+            p += 2;
+            continue;
+        }
+        if (p[0] != '{' || p[1] != '{') {
+            if (img)
+                fputc(*p, out);
+            p++;
+            continue;
+        }
+        const char *end = strstr(p + 2, "}}");
+        const char *f = p + 2;
+        while (end && f < end && *f == ' ')
+            f++;
+        size_t n = end ? (size_t)(end - f) : 0;
+        while (n && f[n - 1] == ' ')
+            n--;
+        static const char *const fields[] = {"Name", "Digest", "Size", "SizeBytes", "Created",
+                                             "Source"};
+        size_t k = SBX_ARRAY_SIZE(fields);
+        if (end && n > 1 && f[0] == '.')
+            for (k = 0; k < SBX_ARRAY_SIZE(fields); k++)
+                if (strlen(fields[k]) == n - 1 && !strncmp(f + 1, fields[k], n - 1))
+                    break;
+        if (k == SBX_ARRAY_SIZE(fields)) {
+            snprintf(bad, bad_len, "%.*s", end ? (int)(end + 2 - p) : (int)strlen(p), p);
+            return -1;
+        }
+        p = end + 2;
+        if (!img)
+            continue;
+        char buf[64];
+        const char *v = NULL;
+        uint64_t size = (uint64_t)json_integer_value(json_object_get(img, "size"));
+        switch (k) {
+        case 0: v = json_string_value(json_object_get(img, "name")); break;
+        case 1: v = json_string_value(json_object_get(img, "digest")); break;
+        case 2: human_bytes(size, buf, sizeof(buf)); v = buf; break;
+        case 3: snprintf(buf, sizeof(buf), "%" PRIu64, size); v = buf; break;
+        case 4: created_text(img, buf, sizeof(buf)); v = buf; break;
+        default: v = json_string_value(json_object_get(img, "source")); break;
+        }
+        fputs(v ? v : "", out);
+    }
+    if (img)
+        fputc('\n', out);
+    return 0;
+}
+
 static int by_name(const void *a, const void *b)
 {
     const char *x = json_string_value(json_object_get(*(json_t *const *)a, "name"));
@@ -156,9 +228,17 @@ static int cmd_ls(int argc, char **argv, sbx_provider *p)
 {
     _cleanup_cli_opts_ struct cli_opts o = {0};
     int rc;
-    unsigned takes = CLI_TAKES_JSON | CLI_TAKES_QUIET | CLI_NO_OPERANDS;
+    unsigned takes = CLI_TAKES_JSON | CLI_TAKES_QUIET | CLI_TAKES_FORMAT | CLI_NO_OPERANDS;
     if (!cli_parse_opts("image", argc, argv, takes, &o, &rc))
         return rc;
+    char bad[128];
+    if (o.format && (o.json || o.quiet))
+        return cli_usage_error("image", "--format cannot be combined with --json or --quiet");
+    if (o.format && render(o.format, NULL, stdout, bad, sizeof(bad)) < 0)
+        return cli_usage_error("image",
+                               "--format: '%s' is not one of {{.Name}}, {{.Digest}}, {{.Size}}, "
+                               "{{.SizeBytes}}, {{.Created}}, {{.Source}}",
+                               bad);
     char *text = NULL;
     sbx_error *e = NULL;
     if (sbx_provider_image_list(p, &text, &e) < 0) {
@@ -175,7 +255,7 @@ static int cmd_ls(int argc, char **argv, sbx_provider *p)
         items[i] = json_array_get(v, i);
     qsort(items, n, sizeof(*items), by_name);
     _cleanup_json_ json_t *arr = json_array();
-    if (!o.json && !o.quiet)
+    if (!o.json && !o.quiet && !o.format)
         printf("%-24s %-19s %-10s %-20s %s\n", "NAME", "DIGEST", "SIZE", "CREATED", "SOURCE");
     for (size_t i = 0; i < n; i++) {
         json_t *img = items[i];
@@ -188,12 +268,13 @@ static int cmd_ls(int argc, char **argv, sbx_provider *p)
             printf("%s\n", name);
             continue;
         }
-        char size[32], created[32] = "-";
+        if (o.format) {
+            render(o.format, img, stdout, bad, sizeof(bad));
+            continue;
+        }
+        char size[32], created[32];
         human_bytes((uint64_t)json_integer_value(json_object_get(img, "size")), size, sizeof(size));
-        time_t t = (time_t)json_number_value(json_object_get(img, "created"));
-        struct tm tm;
-        if (t > 0 && localtime_r(&t, &tm))
-            strftime(created, sizeof(created), "%Y-%m-%d %H:%M:%S", &tm);
+        created_text(img, created, sizeof(created));
         /* Short digests, as container tools print them. */
         const char *d = json_string_value(json_object_get(img, "digest"));
         char shortd[20];
@@ -204,6 +285,58 @@ static int cmd_ls(int argc, char **argv, sbx_provider *p)
     free(items);
     if (o.json && cli_print_json(arr) < 0)
         return CLI_EXIT_FAIL;
+    return CLI_EXIT_OK;
+}
+
+/* --- inspect, tag ---------------------------------------------------------- */
+
+/* `sbx image inspect NAME...`: a JSON array, one object a name (as `docker image inspect`). */
+static int cmd_inspect(int argc, char **argv, sbx_provider *p)
+{
+    _cleanup_cli_opts_ struct cli_opts o = {0};
+    int rc;
+    if (!cli_parse_opts("image", argc, argv, 0, &o, &rc))
+        return rc;
+    if (optind >= argc)
+        return cli_usage_error("image", "image inspect expects NAME...");
+    _cleanup_json_ json_t *arr = json_array();
+    rc = CLI_EXIT_OK;
+    for (int i = optind; i < argc && arr; i++) {
+        char *text = NULL;
+        sbx_error *e = NULL;
+        int r = sbx_provider_image_inspect(p, argv[i], &text, &e);
+        if (r < 0) {
+            cli_error("%s", e ? sbx_error_message(e) : sbx_strerror(r));
+            sbx_error_free(e);
+            rc = r == SBX_ENOTSUP ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+            continue;
+        }
+        json_array_append_new(arr, json_loads(text, 0, NULL));
+        free(text);
+    }
+    if (!arr || cli_print_json(arr) < 0)
+        return CLI_EXIT_SBX;
+    return rc;
+}
+
+/* `sbx image tag SRC NEW`: a second name for the same image. */
+static int cmd_tag(int argc, char **argv, sbx_provider *p)
+{
+    _cleanup_cli_opts_ struct cli_opts o = {0};
+    int rc;
+    if (!cli_parse_opts("image", argc, argv, 0, &o, &rc))
+        return rc;
+    if (argc - optind != 2)
+        return cli_usage_error("image", "image tag expects SOURCE NEW_NAME, got %d argument%s",
+                               argc - optind, argc - optind == 1 ? "" : "s");
+    sbx_error *e = NULL;
+    int r = sbx_provider_image_tag(p, argv[optind], argv[optind + 1], &e);
+    if (r < 0) {
+        cli_error("%s%s", e ? sbx_error_message(e) : sbx_strerror(r),
+                  r == SBX_ENOENT ? " (see 'sbx image ls')" : "");
+        sbx_error_free(e);
+        return r == SBX_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+    }
     return CLI_EXIT_OK;
 }
 
@@ -242,19 +375,49 @@ static int cmd_rm(int argc, char **argv, sbx_provider *p)
     return rc;
 }
 
+/* --- prune ---------------------------------------------------------------- */
+
+static int cmd_prune(int argc, char **argv, sbx_provider *p)
+{
+    _cleanup_cli_opts_ struct cli_opts o = {0};
+    int rc;
+    if (!cli_parse_opts("image", argc, argv, CLI_TAKES_DRY_RUN, &o, &rc))
+        return rc;
+    if (optind < argc)
+        return cli_usage_error("image", "image prune takes no arguments");
+    char *out = NULL;
+    sbx_error *e = NULL;
+    int r = sbx_provider_image_prune(p, o.dry_run, &out, &e);
+    if (r < 0) {
+        cli_error("%s", e ? sbx_error_message(e) : sbx_strerror(r));
+        sbx_error_free(e);
+        return CLI_EXIT_FAIL;
+    }
+    json_t *arr = json_loads(out, 0, NULL);
+    free(out);
+    size_t i;
+    json_t *v;
+    json_array_foreach(arr, i, v) printf("%s%s\n", o.dry_run ? "would remove " : "",
+                                         json_string_value(v));
+    json_decref(arr);
+    return CLI_EXIT_OK;
+}
+
 int cli_cmd_image(int argc, char **argv)
 {
     if (argc < 2)
-        return cli_usage_error("image", "no image command given (import, ls or rm)");
+        return cli_usage_error("image", "no image command given (import, ls, inspect, tag or rm)");
     const char *sub = argv[1];
     if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help")) {
         cli_help("image");
         return CLI_EXIT_OK;
     }
     bool known = !strcmp(sub, "import") || !strcmp(sub, "ls") || !strcmp(sub, "list") ||
-                 !strcmp(sub, "rm") || !strcmp(sub, "remove");
+                 !strcmp(sub, "rm") || !strcmp(sub, "remove") || !strcmp(sub, "inspect") ||
+                 !strcmp(sub, "tag") || !strcmp(sub, "prune");
     if (!known)
-        return cli_usage_error("image", "unknown image command '%s' (import, ls or rm)", sub);
+        return cli_usage_error(
+            "image", "unknown image command '%s' (import, ls, inspect, tag, rm or prune)", sub);
     _cleanup_free_ char *config = cli_default_config();
     sbx_provider *p = NULL;
     sbx_error *e = NULL;
@@ -271,6 +434,9 @@ int cli_cmd_image(int argc, char **argv)
     optind = 1;
     int rc = !strcmp(sub, "import") ? cmd_import(argc - 1, argv + 1, p)
              : !strcmp(sub, "ls") || !strcmp(sub, "list") ? cmd_ls(argc - 1, argv + 1, p)
+             : !strcmp(sub, "inspect")                    ? cmd_inspect(argc - 1, argv + 1, p)
+             : !strcmp(sub, "tag")                        ? cmd_tag(argc - 1, argv + 1, p)
+             : !strcmp(sub, "prune")                      ? cmd_prune(argc - 1, argv + 1, p)
                                                            : cmd_rm(argc - 1, argv + 1, p);
     sbx_provider_free(p);
     return rc;

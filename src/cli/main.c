@@ -91,7 +91,7 @@ static const struct command commands[] = {
       "Also runs the default provider's own collector ($SBX_PROVIDER, or linux): for\n"
       "linux, what dead boxes left (orphans: shim gone), boxes whose TTL passed, and\n"
       "the temporary trees of image imports whose process is gone.\n" },
-    { "image", cli_cmd_image, "sbx image import|ls|rm ...",
+    { "image", cli_cmd_image, "sbx image import|ls|inspect|tag|rm ...",
       "manage the default provider's images ($SBX_PROVIDER, or linux)",
       "  sbx image import [--progress] [--json] [--max-bytes N] NAME SOURCE\n"
       "                         unpack SOURCE (a tarball, compressed or not, such as\n"
@@ -100,13 +100,26 @@ static const struct command commands[] = {
       "                         goes to stderr on a terminal or with --progress;\n"
       "                         --max-bytes caps the unpacked data (K, M, G, T;\n"
       "                         default: 16G or half the free space, the smaller)\n"
-      "  sbx image ls [-q] [--json]\n"
-      "                         imported images: name, digest, size, created, source\n"
+      "  sbx image ls [-q] [--json] [--format TEMPLATE]\n"
+      "                         imported images: name, digest, size, created, source;\n"
+      "                         --format prints TEMPLATE per image: {{.Name}},\n"
+      "                         {{.Digest}}, {{.Size}}, {{.SizeBytes}}, {{.Created}},\n"
+      "                         {{.Source}}; \\t and \\n are a tab and a newline\n"
+      "  sbx image inspect NAME...\n"
+      "                         a JSON array: each image's digest, size, source,\n"
+      "                         layers and config (Env, WorkingDir, User, Entrypoint,\n"
+      "                         Cmd, ExposedPorts, Labels)\n"
+      "  sbx image tag SOURCE NEW_NAME\n"
+      "                         a second name for the same image\n"
       "  sbx image rm [--force] NAME...\n"
-      "                         forget NAME (and its tree when no other name uses it);\n"
-      "                         refused while a box runs it, unless --force\n",
-      "Images live in the linux state directory ($SBX_STATE_DIR/linux, or\n"
-      "/run/sbx/linux as root). `--image NAME` on run/create uses them.\n" },
+      "                         forget NAME (and its layers when no other image has\n"
+      "                         them); refused while a box runs it, unless --force\n"
+      "  sbx image prune [--dry-run]\n"
+      "                         remove layers and images no name uses, and what dead\n"
+      "                         imports left; --dry-run only lists them\n",
+      "Images live in the linux provider's image store: $SBX_STATE_DIR/linux/images\n"
+      "when SBX_STATE_DIR is set, else /var/lib/sbx/linux/images as root (the\n"
+      "image_store key sets it). `--image NAME` on run/create uses them.\n" },
     { "providers", cli_cmd_providers, "sbx providers [--json]", "list the available providers",
       "  --json                 print a JSON array\n", NULL },
 };

@@ -93,6 +93,7 @@ bool cli_parse_opts(const char *cmd, int argc, char **argv, unsigned takes, stru
         { CLI_TAKES_PROGRESS, false, { "no-progress", no_argument, NULL, 'P' } },
         { CLI_TAKES_MAX_BYTES, false, { "max-bytes", required_argument, NULL, CLI_OPT_MAX_BYTES } },
         { CLI_TAKES_ARCHIVE, true, { "archive", no_argument, NULL, 'a' } },
+        { CLI_TAKES_FORMAT, false, { "format", required_argument, NULL, CLI_OPT_FORMAT } },
         { 0, true, { "help", no_argument, NULL, 'h' } },
     };
     struct option longopts[SBX_ARRAY_SIZE(table) + 1];
@@ -122,6 +123,7 @@ bool cli_parse_opts(const char *cmd, int argc, char **argv, unsigned takes, stru
         case 'P': o->progress = 0; break;
         case 'a': o->archive = true; break;
         case CLI_OPT_JSON: o->json = true; break;
+        case CLI_OPT_FORMAT: o->format = optarg; break;
         case CLI_OPT_LABEL:
             if (cli_add_kv(cmd, &o->labels, "--label", optarg) < 0) {
                 *exit_code = CLI_EXIT_USAGE;

@@ -12,7 +12,17 @@
 
 #include <stdatomic.h>
 
-enum pcall_kind { PC_LIST, PC_STOP, PC_GC, PC_IMAGE_LIST, PC_IMAGE_IMPORT, PC_IMAGE_REMOVE };
+enum pcall_kind {
+    PC_LIST,
+    PC_STOP,
+    PC_GC,
+    PC_IMAGE_LIST,
+    PC_IMAGE_IMPORT,
+    PC_IMAGE_REMOVE,
+    PC_IMAGE_INSPECT,
+    PC_IMAGE_TAG,
+    PC_IMAGE_PRUNE,
+};
 
 static const char *const pcall_names[] = {
     [PC_LIST] = "list",
@@ -21,6 +31,9 @@ static const char *const pcall_names[] = {
     [PC_IMAGE_LIST] = "image_list",
     [PC_IMAGE_IMPORT] = "image_import",
     [PC_IMAGE_REMOVE] = "image_remove",
+    [PC_IMAGE_INSPECT] = "image_inspect",
+    [PC_IMAGE_TAG] = "image_tag",
+    [PC_IMAGE_PRUNE] = "image_prune",
 };
 
 struct pcall {
@@ -51,16 +64,17 @@ static void pcall_finish(struct pcall *c, int code, sbx_error *err, void *value)
 /* What a kind's answer must be: an array of objects with a string key, an object, or nothing. */
 static int check_answer(struct pcall *c, char **value, sbx_error **err)
 {
-    if (c->kind == PC_STOP || c->kind == PC_IMAGE_REMOVE) {
+    if (c->kind == PC_STOP || c->kind == PC_IMAGE_REMOVE || c->kind == PC_IMAGE_TAG) {
         free(*value);
         *value = NULL;
         return SBX_OK;
     }
     json_error_t je;
     _cleanup_json_ json_t *j = *value ? json_loads(*value, JSON_REJECT_DUPLICATES, &je) : NULL;
-    const char *want = c->kind == PC_IMAGE_IMPORT ? "a JSON object" : "a JSON array";
-    bool ok = c->kind == PC_IMAGE_IMPORT ? json_is_object(j) : json_is_array(j);
-    if (ok && c->kind != PC_IMAGE_IMPORT) {
+    bool obj = c->kind == PC_IMAGE_IMPORT || c->kind == PC_IMAGE_INSPECT;
+    const char *want = obj ? "a JSON object" : "a JSON array";
+    bool ok = obj ? json_is_object(j) : json_is_array(j);
+    if (ok && !obj) {
         size_t i;
         json_t *v;
         json_array_foreach(j, i, v)
@@ -71,6 +85,7 @@ static int check_answer(struct pcall *c, char **value, sbx_error **err)
             ok = key ? json_is_string(json_object_get(v, key)) : json_is_string(v);
             if (!ok) {
                 want = c->kind == PC_GC ? "a JSON array of ids"
+                       : c->kind == PC_IMAGE_PRUNE ? "a JSON array of strings"
                        : c->kind == PC_LIST ? "a JSON array of objects with a string \"id\""
                                             : "a JSON array of objects with a string \"name\"";
                 break;
@@ -144,6 +159,15 @@ static void pcall_run(void *data)
     case PC_IMAGE_REMOVE:
         o->image_remove(c->op, st, c->a, c->flag);
         break;
+    case PC_IMAGE_INSPECT:
+        o->image_inspect(c->op, st, c->a);
+        break;
+    case PC_IMAGE_TAG:
+        o->image_tag(c->op, st, c->a, c->b);
+        break;
+    case PC_IMAGE_PRUNE:
+        o->image_prune(c->op, st, c->a);
+        break;
     }
 }
 
@@ -163,6 +187,12 @@ static bool has_op(const sbx_provider *p, enum pcall_kind k)
         return o->image_import != NULL;
     case PC_IMAGE_REMOVE:
         return o->image_remove != NULL;
+    case PC_IMAGE_INSPECT:
+        return o->image_inspect != NULL;
+    case PC_IMAGE_TAG:
+        return o->image_tag != NULL;
+    case PC_IMAGE_PRUNE:
+        return o->image_prune != NULL;
     }
     return false;
 }
@@ -213,7 +243,8 @@ static int pcall_submit(sbx_provider *p, enum pcall_kind kind, const char *a, co
     c->b = b ? strdup(b) : NULL;
     c->c = c3 ? strdup(c3) : NULL;
     enum sbx__value_kind vk =
-        kind == PC_STOP || kind == PC_IMAGE_REMOVE ? SBX_VALUE_NONE : SBX_VALUE_STRING;
+        kind == PC_STOP || kind == PC_IMAGE_REMOVE || kind == PC_IMAGE_TAG ? SBX_VALUE_NONE
+                                                                           : SBX_VALUE_STRING;
     if ((a && !c->a) || (b && !c->b) || (c3 && !c->c) || !(c->f = sbx__future_new(p->ctx, vk))) {
         pcall_free(c);
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
@@ -244,7 +275,7 @@ static int pcall_sync(const char *fn, sbx_provider *p, enum pcall_kind kind, con
         return rc;
     rc = sbx_future_wait(f, -1, err);
     if (rc == SBX_OK) {
-        if (kind == PC_STOP || kind == PC_IMAGE_REMOVE) {
+        if (kind == PC_STOP || kind == PC_IMAGE_REMOVE || kind == PC_IMAGE_TAG) {
             rc = sbx_future_code(f, err);
         } else {
             char *s = NULL;
@@ -357,6 +388,31 @@ int sbx_provider_image_remove(sbx_provider *p, const char *name, int force, sbx_
         return sbx__set_error(err, SBX_EINVAL, "sbx_provider_image_remove: a name is required");
     return pcall_sync("sbx_provider_image_remove", p, PC_IMAGE_REMOVE, name, NULL, NULL, force,
                       NULL, err);
+}
+
+int sbx_provider_image_inspect(sbx_provider *p, const char *name, char **json_out,
+                               sbx_error **err)
+{
+    if (!name || !*name || !json_out)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "sbx_provider_image_inspect: a name and json_out are required");
+    return pcall_sync("sbx_provider_image_inspect", p, PC_IMAGE_INSPECT, name, NULL, NULL, 0,
+                      json_out, err);
+}
+
+int sbx_provider_image_tag(sbx_provider *p, const char *src, const char *name, sbx_error **err)
+{
+    if (!src || !*src || !name || !*name)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "sbx_provider_image_tag: an image and a new name are required");
+    return pcall_sync("sbx_provider_image_tag", p, PC_IMAGE_TAG, src, name, NULL, 0, NULL, err);
+}
+
+int sbx_provider_image_prune(sbx_provider *p, int dry_run, char **removed_json_out,
+                             sbx_error **err)
+{
+    return pcall_sync("sbx_provider_image_prune", p, PC_IMAGE_PRUNE,
+                      dry_run ? "{\"dry_run\":true}" : "{}", NULL, NULL, 0, removed_json_out, err);
 }
 
 /* --- capabilities ---------------------------------------------------------- */

@@ -593,10 +593,10 @@ static const char **env_vector(const struct shim_cfg *c)
  */
 static void wait_go(const struct child_fds *f, struct shim_idmapped *idm)
 {
-    char data[1024];
+    char data[2048];
     union {
         struct cmsghdr h;
-        char buf[CMSG_SPACE(sizeof(int) * 32)];
+        char buf[CMSG_SPACE(sizeof(int) * (SHIM_MAX_LOWERS + 32))];
     } u;
     struct iovec iov = { data, sizeof(data) - 1 };
     struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
@@ -609,20 +609,26 @@ static void wait_go(const struct child_fds *f, struct shim_idmapped *idm)
         die("the shim's go message was truncated");
     data[n] = 0;
     idm->lower = -1;
+    idm->nlowers = 0;
     for (size_t i = 0; i < SBX_ARRAY_SIZE(idm->sys); i++)
         idm->sys[i] = -1;
     struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
     if (!cm || cm->cmsg_type != SCM_RIGHTS)
         return;
     size_t nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    int fds[32];
+    int fds[SHIM_MAX_LOWERS + 32];
+    if (nfds > SBX_ARRAY_SIZE(fds))
+        die("the shim's go message carries too many mounts");
     memcpy(fds, CMSG_DATA(cm), nfds * sizeof(int));
     const char *name = data + 1;
     for (size_t k = 0; k < nfds; k++, name += strlen(name) + 1) {
         if (name >= data + n)
             die("the shim's go message names fewer mounts than it carries");
         if (!strcmp(name, "lower")) {
-            idm->lower = fds[k];
+            if (idm->lower < 0)
+                idm->lower = fds[k];
+            if (idm->nlowers < SHIM_MAX_LOWERS)
+                idm->lowers[idm->nlowers++] = fds[k];
             continue;
         }
         for (size_t i = 0; i < shim_n_host_system_dirs; i++)
@@ -749,19 +755,39 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
      * directory is named through a descriptor: the box's mountinfo then
      * shows /proc/self/fd/N, not where the host keeps its images.
      */
-    char lower[64];
-    _cleanup_close_ int lower_fd = -1;
+    /*
+     * An image of several layers is stacked as overlay lower dirs, top
+     * first, each named short (its descriptor, or its idmapped mount's
+     * relative name "l<N>") so that even 128 of them fit the one page of
+     * mount options. The descriptors stay open until the mount is made.
+     */
+    char lower[SHIM_MAX_LOWERS * 24 + 64];
+    size_t lp = 0;
+    lower[0] = 0;
+    int lower_fds[SHIM_MAX_LOWERS];
+    size_t nlower_fds = 0;
     if (c->userns) {
-        if (idm.lower < 0)
+        if (idm.nlowers < 1)
             die("the shim sent no idmapped image for the box's user namespace");
-        mkdirs("lower", 0755);
-        attach_detached(idm.lower, "lower");
-        snprintf(lower, sizeof(lower), "lower");
+        for (size_t i = 0; i < idm.nlowers; i++) {
+            char name[16];
+            snprintf(name, sizeof(name), "l%zu", i);
+            mkdirs(name, 0755);
+            attach_detached(idm.lowers[i], name);
+            lp += (size_t)snprintf(lower + lp, sizeof(lower) - lp, "%s%s", i ? ":" : "", name);
+        }
     } else {
-        lower_fd = open(c->lower, O_PATH | O_DIRECTORY | O_CLOEXEC);
-        if (lower_fd < 0)
-            die_errno("cannot open the image %s", c->lower);
-        snprintf(lower, sizeof(lower), "/proc/self/fd/%d", lower_fd);
+        size_t nl = c->lowers ? json_array_size(c->lowers) : 1;
+        for (size_t i = 0; i < nl; i++) {
+            const char *path = c->lowers ? json_string_value(json_array_get(c->lowers, i))
+                                         : c->lower;
+            int fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+            if (fd < 0)
+                die_errno("cannot open the image layer %s", path);
+            lower_fds[nlower_fds++] = fd;
+            lp += (size_t)snprintf(lower + lp, sizeof(lower) - lp, "%s/proc/self/fd/%d",
+                                   i ? ":" : "", fd);
+        }
     }
 
     /*
@@ -781,6 +807,8 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
             die("overlayfs is not available in this kernel (modprobe overlay)");
         die_errno("mount overlay on %s (lower %s)", root, c->lower);
     }
+    for (size_t i = 0; i < nlower_fds; i++)
+        close(lower_fds[i]);
 
     shim_trace("child: overlay mounted");
     /*
@@ -881,7 +909,7 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
 
     shim_trace("child: privileges dropped");
     size_t n_ep = c->entrypoint ? json_array_size(c->entrypoint) : 0;
-    const char **argv = calloc(10 + n_ep + 1, sizeof(char *));
+    const char **argv = calloc(12 + n_ep + 1, sizeof(char *));
     if (!argv)
         die("out of memory");
     char listen_arg[16], ready_arg[16];
@@ -897,6 +925,10 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     if (c->shell && c->shell[0]) {
         argv[k++] = "--shell";
         argv[k++] = c->shell;
+    }
+    if (c->user && c->user[0]) {
+        argv[k++] = "--user";
+        argv[k++] = c->user;
     }
     if (n_ep) {
         argv[k++] = "--";

@@ -127,6 +127,7 @@ static int parse_cfg(json_t *j, struct shim_cfg *c, char *msg, size_t len)
     c->workdir = jget(j, "workdir");
     c->agent = jget(j, "agent");
     c->shell = jget(j, "shell");
+    c->user = jget(j, "user");
     c->none_image = json_is_true(json_object_get(j, "none_image"));
     c->net_host = json_is_true(json_object_get(j, "net_host"));
     c->userns = json_is_true(json_object_get(j, "userns"));
@@ -145,6 +146,13 @@ static int parse_cfg(json_t *j, struct shim_cfg *c, char *msg, size_t len)
     c->limits.cpu = jnum(j, "cpu", 0);
     c->env = json_object_get(j, "env");
     c->entrypoint = json_object_get(j, "entrypoint");
+    c->lowers = json_object_get(j, "lowers");
+    if (!json_is_array(c->lowers) || json_array_size(c->lowers) < 1 ||
+        json_array_size(c->lowers) > SHIM_MAX_LOWERS)
+        c->lowers = NULL;
+    for (size_t i = 0; c->lowers && i < json_array_size(c->lowers); i++)
+        if (!json_is_string(json_array_get(c->lowers, i)))
+            c->lowers = NULL;
     c->metadata = json_object_get(j, "metadata");
     c->cdi = json_object_get(j, "cdi");
     if (!json_is_object(c->cdi))
@@ -347,11 +355,16 @@ static void send_idmapped(struct shim *s, int sock)
     _cleanup_close_ int ns = open(path, O_RDONLY | O_CLOEXEC);
     if (ns < 0)
         fail(s, SBX_ECREATE, "cannot open %s: %s", path, strerror(errno));
-    int fds[1 + 16];
-    char names[1024] = "g";
+    int fds[SHIM_MAX_LOWERS + 16];
+    char names[2048] = "g";
     size_t len = 1, nfds = 0;
-    fds[nfds++] = idmapped_tree(s, ns, c->lower, true);
-    len += (size_t)snprintf(names + len, sizeof(names) - len, "lower") + 1;
+    /* One idmapped tree per layer, in order: the child stacks them as sent. */
+    size_t nl = c->lowers ? json_array_size(c->lowers) : 1;
+    for (size_t i = 0; i < nl; i++) {
+        fds[nfds++] = idmapped_tree(
+            s, ns, c->lowers ? json_string_value(json_array_get(c->lowers, i)) : c->lower, true);
+        len += (size_t)snprintf(names + len, sizeof(names) - len, "lower") + 1;
+    }
     for (size_t i = 0; c->none_image && i < shim_n_host_system_dirs && nfds < 17; i++) {
         struct stat st;
         /* Real directories only: a merged-/usr host's /bin is a link the skeleton has too. */

@@ -15,7 +15,8 @@ struct shim_cfg {
     const char *box_dir;
     const char *hostname;
     const char *image;    /* as the spec named it, for the record */
-    const char *lower;    /* the read-only root tree */
+    const char *lower;    /* the read-only root tree (the top layer of `lowers`) */
+    json_t *lowers;       /* the image's layers, top first (NULL: just `lower`) */
     bool none_image;      /* lower is the skeleton: bind the host's system dirs */
     bool net_host;        /* share the host's network namespace */
     bool userns;          /* map root in the box to an unprivileged host range */
@@ -29,6 +30,7 @@ struct shim_cfg {
     const char *workdir;
     const char *agent;    /* host path of the static sbx-agent */
     const char *shell;    /* the agent's --shell, NULL: its default (auto) */
+    const char *user;     /* the agent's --user (the image's User), NULL: root */
     double ttl_s;         /* < 0: none */
     double ready_timeout_s;
     double stop_grace_s;
@@ -58,8 +60,13 @@ extern const char *const shim_host_system_dirs[];
 extern const size_t shim_n_host_system_dirs;
 
 /* Detached idmapped mounts the shim gives the child (userns mode); -1 when absent. */
+/* Layers of one image (image.c's MAX_LAYERS). */
+#define SHIM_MAX_LOWERS 128
+
 struct shim_idmapped {
     int lower;    /* the image's read-only root tree */
+    int lowers[SHIM_MAX_LOWERS]; /* each layer, top first, when the image has several */
+    size_t nlowers;
     int sys[16];  /* shim_host_system_dirs[i], for the none image */
 };
 

@@ -1303,9 +1303,9 @@ static void test_linux_image_import_ls_run_rm(void)
     TAP_CONTAINS(p.err, "not a tar archive");
     proc_free(&p);
     /* A name the provider refuses is the import's failure, saying what names may hold. */
-    p = SBX("image", "import", "a/b", tar);
+    p = SBX("image", "import", "A/b", tar);
     EXPECT_CODE(p, 1);
-    TAP_CONTAINS(p.err, "invalid image name a/b");
+    TAP_CONTAINS(p.err, "invalid image name A/b");
     proc_free(&p);
     p = SBX("image", "import", "onlyname");
     EXPECT_CODE(p, 2);

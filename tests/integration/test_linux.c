@@ -189,7 +189,7 @@ static void test_writes_isolated_between_boxes(void)
     TAP_EQ_INT(rc_of(b, "test -e /bin/added"), 1);
     /* One cached tree for both, and the host's copy is untouched. */
     char out[4096];
-    run_cmd(out, sizeof(out), "ls -d %s/images/sha256-* | wc -l", state_dir);
+    run_cmd(out, sizeof(out), "ls -d %s/images/layers/sha256-* | wc -l", state_dir);
     TAP_EQ_INT(atoi_ok(out), 1);
     char marker[600];
     snprintf(marker, sizeof(marker), "%s/etc/marker", dir);
@@ -771,11 +771,11 @@ static void test_image_import_list_remove(void)
     busybox_rootfs(dir, sizeof(dir), tar, sizeof(tar));
     uint64_t seen = 0;
     sbx_linux_image_opts io = { .progress = progress_cb, .data = &seen };
-    TAP_OK(sbx__linux_image_import(state_dir, "bb", tar, &io, &e_));
+    TAP_OK(sbx__linux_image_import(state_dir, NULL, "bb", tar, &io, &e_));
     TAP_TRUE(seen > 0);
     sbx_linux_image_info *v = NULL;
     size_t n = 0;
-    TAP_OK(sbx__linux_image_list(state_dir, &v, &n, &e_));
+    TAP_OK(sbx__linux_image_list(state_dir, NULL, &v, &n, &e_));
     TAP_EQ_INT(n, 1);
     TAP_EQ_STR(v[0].name, "bb");
     TAP_TRUE(!strncmp(v[0].digest, "sha256:", 7));
@@ -791,7 +791,7 @@ static void test_image_import_list_remove(void)
     sbx_sandbox *sb = start(p, s);
     TAP_CONTAINS(out_of(sb, "cat /etc/marker"), "bb-image");
     stop_free(sb);
-    TAP_OK(sbx__linux_image_remove(state_dir, "bb", &e_));
+    TAP_OK(sbx__linux_image_remove(state_dir, NULL, "bb", &e_));
     /* A name that is gone is a create error that says what to do. */
     sbx_sandbox *sb2 = NULL;
     sbx_error *e = NULL;
@@ -805,7 +805,7 @@ static void test_image_import_list_remove(void)
     snprintf(garbage, sizeof(garbage), "%s/garbage.tar", tap_tmpdir());
     TAP_EQ_INT(sbx__write_file_atomic(garbage, "not a tarball, not at all", 25, 0644), 0);
     e = NULL;
-    TAP_EQ_INT(sbx__linux_image_import(state_dir, "g", garbage, NULL, &e), SBX_EINVAL);
+    TAP_EQ_INT(sbx__linux_image_import(state_dir, NULL, "g", garbage, NULL, &e), SBX_EINVAL);
     TAP_CONTAINS(sbx_error_message(e), "not a tar archive");
     sbx_error_free(e);
     sbx_spec_set_image(s, garbage);

@@ -21,7 +21,12 @@
 int sbx__linux_image_gc(const char *state_dir, bool dry_run)
 {
     _cleanup_free_ char *images = sbx__printf("%s/images", state_dir);
-    DIR *d = images ? opendir(images) : NULL;
+    return images ? sbx__linux_image_gc_dir(images, dry_run) : 0;
+}
+
+int sbx__linux_image_gc_dir(const char *images, bool dry_run)
+{
+    DIR *d = opendir(images);
     if (!d)
         return 0;
     int n = 0;

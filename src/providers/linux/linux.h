@@ -9,9 +9,9 @@
  *                            visible in the box)
  *   boxes/<id>/root/         an empty directory the box's root is built on
  *                            (every mount happens in the box's mount namespace)
- *   images/sha256-<hex>/     an unpacked image: rootfs/ and meta.json
- *   images/names/<name>      the digest a name points to
- *   images/sources/<key>     the digest of a tarball or OCI layout by path+size+mtime
+ *   images/                  the image store by default (image.c says its layout;
+ *                            the image_store key puts it elsewhere)
+ *   images/names/, images/sha256-<hex>/  an older sbx's names and flattened trees
  *   images/none-v2/          the skeleton lower layer of the "none" image
  *   userns/<slot>            flock'ed by a userns box's shim: reserves its uid range
  */
@@ -210,9 +210,54 @@ typedef struct {
  *   oci:/abs/layout[:tag] or a directory holding oci-layout -> layers applied once
  * Blocking (may unpack). `rootfs` is malloc'd.
  */
-SBX_INTERNAL int sbx__linux_image_resolve(const char *state_dir, const char *image,
-                                          const sbx_linux_image_opts *opts, char **rootfs,
-                                          bool *none_image, sbx_error **err);
+SBX_INTERNAL int sbx__linux_image_resolve(const char *state_dir, const char *store,
+                                          const char *image, const sbx_linux_image_opts *opts,
+                                          char **rootfs, json_t **lowers, bool *none_image,
+                                          sbx_error **err);
+/*
+ * The image store (docs/images.md "The store"): `store` when set, else
+ * <state_dir>/images. Every function taking (state_dir, store) uses it;
+ * state_dir still holds the none image and the names of an older sbx.
+ */
+SBX_INTERNAL char *sbx__linux_image_store_dir(const char *state_dir, const char *store);
+/*
+ * Imports an image given as its layer tarballs (bottom first, any
+ * compression libarchive reads, OCI whiteouts honoured) and, optionally,
+ * its OCI/Docker image config file, under `name`: for sources that are not
+ * an OCI layout (a `docker save` archive unpacked, a squashfs turned into a
+ * tar). Each layer goes into the store once (keyed by diff_id, checked
+ * against the config's rootfs.diff_ids when they are there); the image's
+ * id is the config's sha256 (as Docker's image ID), else that of the
+ * diff_ids. `source` is recorded for `ls`. Blocking. SBX_EINVAL: a bad
+ * name, config or layer; SBX_ECANCELED.
+ */
+SBX_INTERNAL int sbx__linux_image_import_layers(const char *state_dir, const char *store,
+                                                const char *name, const char *const *layers,
+                                                size_t n, const char *config_path,
+                                                const char *source,
+                                                const sbx_linux_image_opts *opts,
+                                                sbx_error **err);
+/*
+ * The default image_store: NULL (<state_dir>/images) when a state_dir is
+ * configured or SBX_STATE_DIR is set, else /var/lib/sbx/linux/images for
+ * root and $XDG_DATA_HOME/sbx/linux/images (~/.local/share/...) for others.
+ */
+SBX_INTERNAL char *sbx__linux_image_store_default(const char *state_dir_configured);
+/*
+ * The OCI image config's "config" object (Env, WorkingDir, User,
+ * Entrypoint, Cmd, ...) of imported name `image`: a new reference, or NULL
+ * for an image without one (a tarball, a directory, an older sbx's).
+ */
+SBX_INTERNAL json_t *sbx__linux_image_config(const char *state_dir, const char *store,
+                                             const char *image);
+/*
+ * Removes image records no name points at, layers no record has, index
+ * entries and dead temporaries (`dry_run`: only lists them). `*removed`
+ * (optional): a JSON array of "image sha256:..", "layer sha256:..",
+ * "temporary". Waits for running imports (the store's exclusive lock).
+ */
+SBX_INTERNAL int sbx__linux_image_prune(const char *state_dir, const char *store, bool dry_run,
+                                        json_t **removed, sbx_error **err);
 
 /* Whether `name` can be given to an import (no '/', not "none", ...). */
 SBX_INTERNAL bool sbx__linux_image_name_ok(const char *name);
@@ -224,7 +269,8 @@ SBX_INTERNAL bool sbx__linux_image_name_ok(const char *name);
  * file or directory, not an archive, `..` entries, a broken OCI layout,
  * past opts->max_bytes); SBX_ENOENT: no such source; SBX_ECANCELED.
  */
-SBX_INTERNAL int sbx__linux_image_import(const char *state_dir, const char *name,
+SBX_INTERNAL int sbx__linux_image_import(const char *state_dir, const char *store,
+                                         const char *name,
                                          const char *source, const sbx_linux_image_opts *opts,
                                          sbx_error **err);
 
@@ -236,7 +282,8 @@ typedef struct {
     double created;
 } sbx_linux_image_info;
 
-SBX_INTERNAL int sbx__linux_image_list(const char *state_dir, sbx_linux_image_info **out,
+SBX_INTERNAL int sbx__linux_image_list(const char *state_dir, const char *store,
+                                       sbx_linux_image_info **out,
                                        size_t *n, sbx_error **err);
 SBX_INTERNAL void sbx__linux_image_list_free(sbx_linux_image_info *v, size_t n);
 /*
@@ -244,9 +291,23 @@ SBX_INTERNAL void sbx__linux_image_list_free(sbx_linux_image_info *v, size_t n);
  * many (with `dry_run`, how many it would). Run by every import and by gc.
  */
 SBX_INTERNAL int sbx__linux_image_gc(const char *state_dir, bool dry_run);
+/* The same in the image store's directory `images` itself. */
+SBX_INTERNAL int sbx__linux_image_gc_dir(const char *images, bool dry_run);
 /* Removes a name (and its cached tree when no other name points at it). */
-SBX_INTERNAL int sbx__linux_image_remove(const char *state_dir, const char *name,
+SBX_INTERNAL int sbx__linux_image_remove(const char *state_dir, const char *store,
+                                         const char *name,
                                          sbx_error **err);
+
+/*
+ * An imported name as one JSON object text (malloc'd): name, digest,
+ * source, created, size, architecture, os, image_created, layers (the
+ * config's diff_ids, when known), config. SBX_ENOENT: no such name.
+ */
+SBX_INTERNAL int sbx__linux_image_inspect(const char *state_dir, const char *store,
+                                          const char *name, char **json_out, sbx_error **err);
+/* Gives the image named `src` a second name `name` (replacing what `name` named). */
+SBX_INTERNAL int sbx__linux_image_tag(const char *state_dir, const char *store, const char *src,
+                                      const char *name, sbx_error **err);
 
 /* --- the box registry's operations (listing.c; provider ABI 2) ------------- */
 
@@ -256,14 +317,21 @@ SBX_INTERNAL const char *sbx__linux_box_status(const sbx_linux_box_info *b);
 SBX_INTERNAL void sbx__linux_op_list(sbx_op *op, const char *state_dir, const char *filter_json);
 SBX_INTERNAL void sbx__linux_op_stop_id(sbx_op *op, const char *state_dir, const char *id,
                                         double timeout_s);
-SBX_INTERNAL void sbx__linux_op_gc(sbx_op *op, const char *state_dir, const char *opts_json,
-                                   double timeout_s);
-SBX_INTERNAL void sbx__linux_op_image_list(sbx_op *op, const char *state_dir);
-SBX_INTERNAL void sbx__linux_op_image_import(sbx_op *op, const char *state_dir, const char *name,
-                                             const char *source, const char *opts_json,
+SBX_INTERNAL void sbx__linux_op_gc(sbx_op *op, const char *state_dir, const char *store,
+                                   const char *opts_json, double timeout_s);
+SBX_INTERNAL void sbx__linux_op_image_list(sbx_op *op, const char *state_dir, const char *store);
+SBX_INTERNAL void sbx__linux_op_image_import(sbx_op *op, const char *state_dir, const char *store,
+                                             const char *name, const char *source,
+                                             const char *opts_json,
                                              unsigned long long max_image_bytes);
-SBX_INTERNAL void sbx__linux_op_image_remove(sbx_op *op, const char *state_dir,
+SBX_INTERNAL void sbx__linux_op_image_remove(sbx_op *op, const char *state_dir, const char *store,
                                              const char *name, int force);
+SBX_INTERNAL void sbx__linux_op_image_inspect(sbx_op *op, const char *state_dir,
+                                              const char *store, const char *name);
+SBX_INTERNAL void sbx__linux_op_image_tag(sbx_op *op, const char *state_dir, const char *store,
+                                          const char *src, const char *name);
+SBX_INTERNAL void sbx__linux_op_image_prune(sbx_op *op, const char *state_dir, const char *store,
+                                            const char *opts_json);
 
 /* --- GPUs through CDI spec files (cdi.c) ------------------------------------- */
 

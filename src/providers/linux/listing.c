@@ -10,6 +10,7 @@
 
 struct listing_call {
     char *state_dir;
+    char *store; /* the image store (NULL: <state_dir>/images) */
     char *a, *b;
     json_t *opts;
     double timeout_s;
@@ -22,6 +23,7 @@ static void call_free(struct listing_call *c)
     if (!c)
         return;
     free(c->state_dir);
+    free(c->store);
     free(c->a);
     free(c->b);
     json_decref(c->opts);
@@ -40,6 +42,15 @@ static struct listing_call *call_new(const char *state_dir, const char *a, const
     /* The core checked it is an object (or absent). */
     c->opts = opts_json ? json_loads(opts_json, 0, NULL) : json_object();
     if (!c->state_dir || (a && !c->a) || (b && !c->b) || !c->opts) {
+        call_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static struct listing_call *with_store(struct listing_call *c, const char *store)
+{
+    if (c && store && !(c->store = strdup(store))) {
         call_free(c);
         return NULL;
     }
@@ -138,6 +149,9 @@ static void gc_work(sbx_op *op, void *data)
                             .stop_timeout_s = c->timeout_s };
     if (rc == SBX_OK)
         rc = sbx__linux_gc(c->state_dir, &o, &removed, &e);
+    /* The image store's temporaries of dead imports (state_dir's own went above). */
+    if (rc == SBX_OK && c->store)
+        sbx__linux_image_gc_dir(c->store, o.dry_run);
     json_t *arr = rc == SBX_OK ? json_array() : NULL;
     for (char **id = removed; arr && id && *id; id++)
         json_array_append_new(arr, json_string(*id));
@@ -163,7 +177,7 @@ static void image_list_work(sbx_op *op, void *data)
     sbx_linux_image_info *v = NULL;
     size_t n = 0;
     sbx_error *e = NULL;
-    int rc = sbx__linux_image_list(c->state_dir, &v, &n, &e);
+    int rc = sbx__linux_image_list(c->state_dir, c->store, &v, &n, &e);
     json_t *arr = rc == SBX_OK ? json_array() : NULL;
     for (size_t i = 0; arr && i < n; i++) {
         if (!v[i].name) /* an unnamed cache entry (a tarball used by path) */
@@ -183,6 +197,9 @@ static bool import_cancelled(void *data) { return sbx_op_cancelled(data) != 0; }
 
 static void import_progress(const char *stage, uint64_t done, uint64_t total, void *data)
 {
+    /* A count of layers, not bytes: for C callers of the import, not a progress bar. */
+    if (!strcmp(stage, "layers"))
+        return;
     sbx_op_progress(data, stage, done, total);
 }
 
@@ -199,13 +216,13 @@ static void image_import_work(sbx_op *op, void *data)
         .progress = import_progress,
         .data = op,
     };
-    int rc = sbx__linux_image_import(c->state_dir, c->a, c->b, &io, &e);
+    int rc = sbx__linux_image_import(c->state_dir, c->store, c->a, c->b, &io, &e);
     char *text = NULL;
     if (rc == SBX_OK) {
         sbx_linux_image_info *v = NULL;
         size_t n = 0;
         json_t *found = NULL;
-        if (sbx__linux_image_list(c->state_dir, &v, &n, NULL) == SBX_OK)
+        if (sbx__linux_image_list(c->state_dir, c->store, &v, &n, NULL) == SBX_OK)
             for (size_t i = 0; i < n && !found; i++)
                 if (v[i].name && !strcmp(v[i].name, c->a))
                     found = image_json(&v[i]);
@@ -240,9 +257,25 @@ static void image_remove_work(sbx_op *op, void *data)
         }
     }
     if (rc == SBX_OK)
-        rc = sbx__linux_image_remove(c->state_dir, c->a, &e);
+        rc = sbx__linux_image_remove(c->state_dir, c->store, c->a, &e);
     call_free(c);
     sbx_op_complete(op, rc, e, NULL);
+}
+
+static void image_prune_work(sbx_op *op, void *data)
+{
+    struct listing_call *c = data;
+    sbx_error *e = NULL;
+    json_t *removed = NULL;
+    int rc = sbx__linux_image_prune(c->state_dir, c->store,
+                                    json_is_true(json_object_get(c->opts, "dry_run")), &removed,
+                                    &e);
+    char *text = rc == SBX_OK ? json_dumps(removed, JSON_COMPACT) : NULL;
+    json_decref(removed);
+    if (rc == SBX_OK && !text)
+        rc = SBX_ENOMEM;
+    call_free(c);
+    sbx_op_complete(op, rc, e, text);
 }
 
 static void submit(sbx_op *op, struct listing_call *c, sbx_op_work_fn fn)
@@ -271,33 +304,72 @@ void sbx__linux_op_stop_id(sbx_op *op, const char *state_dir, const char *id, do
     submit(op, c, stop_work);
 }
 
-void sbx__linux_op_gc(sbx_op *op, const char *state_dir, const char *opts_json, double timeout_s)
+void sbx__linux_op_gc(sbx_op *op, const char *state_dir, const char *store, const char *opts_json,
+                      double timeout_s)
 {
-    struct listing_call *c = call_new(state_dir, NULL, NULL, opts_json);
+    struct listing_call *c = with_store(call_new(state_dir, NULL, NULL, opts_json), store);
     if (c)
         c->timeout_s = timeout_s;
     submit(op, c, gc_work);
 }
 
-void sbx__linux_op_image_list(sbx_op *op, const char *state_dir)
+void sbx__linux_op_image_list(sbx_op *op, const char *state_dir, const char *store)
 {
-    submit(op, call_new(state_dir, NULL, NULL, NULL), image_list_work);
+    submit(op, with_store(call_new(state_dir, NULL, NULL, NULL), store), image_list_work);
 }
 
-void sbx__linux_op_image_import(sbx_op *op, const char *state_dir, const char *name,
-                                const char *source, const char *opts_json,
+void sbx__linux_op_image_prune(sbx_op *op, const char *state_dir, const char *store,
+                               const char *opts_json)
+{
+    submit(op, with_store(call_new(state_dir, NULL, NULL, opts_json), store), image_prune_work);
+}
+
+void sbx__linux_op_image_import(sbx_op *op, const char *state_dir, const char *store,
+                                const char *name, const char *source, const char *opts_json,
                                 unsigned long long max_image_bytes)
 {
-    struct listing_call *c = call_new(state_dir, name, source, opts_json);
+    struct listing_call *c = with_store(call_new(state_dir, name, source, opts_json), store);
     if (c)
         c->max_image_bytes = max_image_bytes;
     submit(op, c, image_import_work);
 }
 
-void sbx__linux_op_image_remove(sbx_op *op, const char *state_dir, const char *name, int force)
+void sbx__linux_op_image_remove(sbx_op *op, const char *state_dir, const char *store,
+                                const char *name, int force)
 {
-    struct listing_call *c = call_new(state_dir, name, NULL, NULL);
+    struct listing_call *c = with_store(call_new(state_dir, name, NULL, NULL), store);
     if (c)
         c->flag = force;
     submit(op, c, image_remove_work);
+}
+
+static void image_inspect_work(sbx_op *op, void *data)
+{
+    struct listing_call *c = data;
+    sbx_error *e = NULL;
+    char *text = NULL;
+    int rc = sbx__linux_image_inspect(c->state_dir, c->store, c->a, &text, &e);
+    call_free(c);
+    sbx_op_complete(op, rc, e, rc == SBX_OK ? text : NULL);
+}
+
+static void image_tag_work(sbx_op *op, void *data)
+{
+    struct listing_call *c = data;
+    sbx_error *e = NULL;
+    int rc = sbx__linux_image_tag(c->state_dir, c->store, c->a, c->b, &e);
+    call_free(c);
+    sbx_op_complete(op, rc, e, NULL);
+}
+
+void sbx__linux_op_image_inspect(sbx_op *op, const char *state_dir, const char *store,
+                                 const char *name)
+{
+    submit(op, with_store(call_new(state_dir, name, NULL, NULL), store), image_inspect_work);
+}
+
+void sbx__linux_op_image_tag(sbx_op *op, const char *state_dir, const char *store,
+                             const char *src, const char *name)
+{
+    submit(op, with_store(call_new(state_dir, src, name, NULL), store), image_tag_work);
 }

@@ -39,6 +39,7 @@
 
 struct linux_state {
     char *state_dir;
+    char *image_store; /* NULL: <state_dir>/images */
     char *shim;
     char *agent;
     long long pids;
@@ -129,6 +130,7 @@ static void state_free(struct linux_state *st)
     if (!st)
         return;
     free(st->state_dir);
+    free(st->image_store);
     free(st->shim);
     free(st->agent);
     sbx_strv_free(st->cdi_dirs);
@@ -313,7 +315,8 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
     int rc = SBX_OK;
     json_object_foreach(cfg, key, v)
     {
-        if (!strcmp(key, "state_dir") || !strcmp(key, "shim") || !strcmp(key, "agent")) {
+        if (!strcmp(key, "state_dir") || !strcmp(key, "shim") || !strcmp(key, "agent") ||
+            !strcmp(key, "image_store")) {
             /* null: the default (as the shipped providers/linux/configs/linux.yaml writes it). */
             if (json_is_null(v))
                 continue;
@@ -321,9 +324,10 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                 rc = cfg_error(err, key, "a path");
                 break;
             }
-            char **dst = !strcmp(key, "state_dir") ? &st->state_dir
-                         : !strcmp(key, "shim")    ? &st->shim
-                                                   : &st->agent;
+            char **dst = !strcmp(key, "state_dir")     ? &st->state_dir
+                         : !strcmp(key, "image_store") ? &st->image_store
+                         : !strcmp(key, "shim")        ? &st->shim
+                                                       : &st->agent;
             /* A relative path would be resolved against whatever directory the program runs in. */
             if (json_string_value(v)[0] != '/') {
                 rc = sbx__set_error(err, SBX_EINVAL,
@@ -426,7 +430,7 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                                 "agent, pids_limit, network, userns, userns_base, userns_slots, "
                                 "seccomp, stop_grace_s, stop_timeout_s, max_agent_connections, "
                                 "nofile, max_image_bytes, max_download_bytes, transfer_idle_timeout_s, "
-                                "cdi_spec_dirs, shell)",
+                                "cdi_spec_dirs, shell, image_store)",
                                 key);
             break;
         }
@@ -438,6 +442,8 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                             "2^32 (every box takes a range of 65536 uids)");
     if (rc == SBX_OK)
         rc = check_userns_range(st->userns_base, st->userns_slots, err);
+    if (rc == SBX_OK && !st->image_store)
+        st->image_store = sbx__linux_image_store_default(st->state_dir);
     if (rc == SBX_OK) {
         char *sd = sbx__linux_state_dir(st->state_dir);
         free(st->state_dir);
@@ -493,6 +499,8 @@ struct create {
     double ready_timeout_s;
     long long gpu;  /* resources.gpu; 0: none */
     char *gpu_type; /* resources.gpu_type, or NULL */
+    json_t *command;       /* provider_options.command: replaces the image's Cmd, or NULL */
+    bool image_entrypoint; /* provider_options.image_entrypoint: run the image's Entrypoint+Cmd */
     json_t *desc; /* the box description sent to the shim */
     /* outputs of the worker step */
     int code;
@@ -521,6 +529,7 @@ static void create_free(struct create *c)
     free(c->image);
     free(c->hostname);
     free(c->gpu_type);
+    json_decref(c->command);
     json_decref(c->desc);
     sbx_error_free(c->err);
     box_free(c->box);
@@ -874,6 +883,107 @@ static int add_gpus(struct create *c, sbx_error **err)
     return SBX_OK;
 }
 
+/* Appends the strings of the array `from` to the array `to`. */
+static void extend_strings(json_t *to, json_t *from)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(from, i, v)
+    {
+        if (json_is_string(v))
+            json_array_append(to, v);
+    }
+}
+
+/*
+ * Worker thread: the image's config (checked at import, image.c) applied
+ * as Docker applies it:
+ *   Env         under the spec's env: a name the spec sets keeps the spec's
+ *               value; an image PATH replaces the box's default PATH.
+ *   WorkingDir  unless the spec sets a workdir; made in the box if missing.
+ *   User        the default user of execs and of the entrypoint, unless an
+ *               exec names one (resolved in the box's /etc/passwd by the agent).
+ *   Entrypoint, Cmd
+ *               the box's service, as `docker run` would start it, when the
+ *               box asks for one: spec.entrypoint replaces Entrypoint and
+ *               drops Cmd; provider_options.command replaces Cmd;
+ *               provider_options.image_entrypoint: true runs the image's
+ *               own. Without any of them no service runs, as before (the
+ *               reference's container providers keep a box alive with their
+ *               own keepalive, not the image's command).
+ */
+static int apply_image_config(struct create *c, sbx_error **err)
+{
+    _cleanup_json_ json_t *cfg =
+        sbx__linux_image_config(c->st->state_dir, c->st->image_store, c->image);
+    json_t *spec_ep = json_object_get(c->desc, "entrypoint");
+    bool has_spec_ep = json_is_array(spec_ep) && json_array_size(spec_ep) > 0;
+    /* The service's command line. */
+    if (has_spec_ep && c->command) {
+        extend_strings(spec_ep, c->command);
+    } else if (!has_spec_ep && (c->image_entrypoint || c->command)) {
+        _cleanup_json_ json_t *ep = json_array();
+        if (!ep)
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        extend_strings(ep, json_object_get(cfg, "Entrypoint"));
+        extend_strings(ep, c->command ? c->command : json_object_get(cfg, "Cmd"));
+        if (!json_array_size(ep))
+            return sbx__set_error(err, SBX_ECREATE,
+                                  "provider_options.image_entrypoint: image %s has no Entrypoint "
+                                  "or Cmd to run; give spec.entrypoint or "
+                                  "provider_options.command",
+                                  c->image ? c->image : "none");
+        json_object_set(c->desc, "entrypoint", ep);
+    }
+    if (!cfg)
+        return SBX_OK;
+    const char *wd = json_string_value(json_object_get(cfg, "WorkingDir"));
+    const char *spec_wd = json_string_value(json_object_get(c->desc, "workdir"));
+    if (wd && *wd && !(spec_wd && *spec_wd)) {
+        char *w = strdup(wd);
+        if (!w)
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        free(c->box->workdir);
+        c->box->workdir = w;
+        json_object_set_new(c->desc, "workdir", json_string(wd));
+    }
+    const char *user = json_string_value(json_object_get(cfg, "User"));
+    if (user && *user)
+        json_object_set_new(c->desc, "user", json_string(user));
+    /* Env: the image's entries the spec does not set, then the spec's (as add_gpus does). */
+    json_t *env = json_object_get(c->desc, "env");
+    _cleanup_json_ json_t *added = json_array();
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(cfg, "Env"), i, v)
+    {
+        if (!env_has(env, json_string_value(v)) && !env_has(added, json_string_value(v)))
+            json_array_append(added, v);
+    }
+    if (!added)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (!json_array_size(added))
+        return SBX_OK;
+    size_t n_base = 0;
+    while (c->box->base_env[n_base])
+        n_base++;
+    char **be = calloc(n_base + json_array_size(added) + 1, sizeof(char *));
+    if (!be)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    size_t k = 0;
+    json_array_foreach(added, i, v) be[k++] = strdup(json_string_value(v));
+    for (size_t j = 0; j < n_base; j++)
+        be[k++] = c->box->base_env[j];
+    free(c->box->base_env);
+    c->box->base_env = be;
+    json_array_extend(added, env);
+    json_object_set(c->desc, "env", added);
+    for (size_t j = 0; j < k; j++)
+        if (!be[j])
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    return SBX_OK;
+}
+
 /* Worker thread: resolve (maybe unpack) the image. */
 static void create_work(void *data)
 {
@@ -896,11 +1006,17 @@ static void create_work(void *data)
     /* A cancelled create stops an unpack in progress (a big or endless source). */
     sbx_linux_image_opts io = { .data = c, .cancelled = create_cancelled,
                                 .max_bytes = c->st->max_image_bytes };
-    c->code = sbx__linux_image_resolve(c->st->state_dir, c->image, &io, &rootfs, &none, &c->err);
+    json_t *lowers = NULL;
+    c->code = sbx__linux_image_resolve(c->st->state_dir, c->st->image_store, c->image, &io,
+                                       &rootfs, &lowers, &none, &c->err);
+    if (lowers)
+        json_object_set_new(c->desc, "lowers", lowers);
     if (c->code < 0)
         return;
     json_object_set_new(c->desc, "lower", json_string(rootfs));
     json_object_set_new(c->desc, "none_image", json_boolean(none));
+    if ((c->code = apply_image_config(c, &c->err)) < 0)
+        return;
     if (c->gpu > 0)
         c->code = add_gpus(c, &c->err);
 }
@@ -1064,6 +1180,23 @@ static int read_options(const sbx_spec *spec, struct create *c, sbx_error **err)
         } else if (!strcmp(key, "nofile")) {
             if (!parse_nofile(v, &c->nofile_soft, &c->nofile_hard))
                 return sbx__set_error(err, SBX_EINVAL, "provider_options.nofile must be " NOFILE_WANT);
+        } else if (!strcmp(key, "image_entrypoint")) {
+            if (!json_is_boolean(v))
+                return sbx__set_error(err, SBX_EINVAL,
+                                      "provider_options.image_entrypoint must be a bool");
+            c->image_entrypoint = json_is_true(v);
+        } else if (!strcmp(key, "command")) {
+            /* Docker's COMMAND: replaces the image's Cmd (see apply_image_config). */
+            bool ok = json_is_array(v) && json_array_size(v) > 0 && json_array_size(v) <= 4096;
+            size_t i;
+            json_t *a;
+            json_array_foreach(v, i, a) ok = ok && json_is_string(a);
+            if (!ok)
+                return sbx__set_error(err, SBX_EINVAL,
+                                      "provider_options.command must be a non-empty list of "
+                                      "strings");
+            json_decref(c->command);
+            c->command = json_incref(v);
         }
         /* Other keys belong to other providers: ignored, as the reference does. */
     }
@@ -1950,24 +2083,45 @@ static void linux_stop_id(sbx_op *op, void *state, const char *id)
 static void linux_gc(sbx_op *op, void *state, const char *opts_json)
 {
     struct linux_state *st = state;
-    sbx__linux_op_gc(op, st->state_dir, opts_json, st->stop_timeout_s);
+    sbx__linux_op_gc(op, st->state_dir, st->image_store, opts_json, st->stop_timeout_s);
 }
 
 static void linux_image_list(sbx_op *op, void *state)
 {
-    sbx__linux_op_image_list(op, ((struct linux_state *)state)->state_dir);
+    struct linux_state *st = state;
+    sbx__linux_op_image_list(op, st->state_dir, st->image_store);
 }
 
 static void linux_image_import(sbx_op *op, void *state, const char *name, const char *source,
                                const char *opts_json)
 {
     struct linux_state *st = state;
-    sbx__linux_op_image_import(op, st->state_dir, name, source, opts_json, st->max_image_bytes);
+    sbx__linux_op_image_import(op, st->state_dir, st->image_store, name, source, opts_json,
+                               st->max_image_bytes);
 }
 
 static void linux_image_remove(sbx_op *op, void *state, const char *name, int force)
 {
-    sbx__linux_op_image_remove(op, ((struct linux_state *)state)->state_dir, name, force);
+    struct linux_state *st = state;
+    sbx__linux_op_image_remove(op, st->state_dir, st->image_store, name, force);
+}
+
+static void linux_image_prune(sbx_op *op, void *state, const char *opts_json)
+{
+    struct linux_state *st = state;
+    sbx__linux_op_image_prune(op, st->state_dir, st->image_store, opts_json);
+}
+
+static void linux_image_inspect(sbx_op *op, void *state, const char *name)
+{
+    struct linux_state *st = state;
+    sbx__linux_op_image_inspect(op, st->state_dir, st->image_store, name);
+}
+
+static void linux_image_tag(sbx_op *op, void *state, const char *src, const char *name)
+{
+    struct linux_state *st = state;
+    sbx__linux_op_image_tag(op, st->state_dir, st->image_store, src, name);
 }
 
 const struct sbx_provider_ops sbx__linux_provider = {
@@ -1991,6 +2145,9 @@ const struct sbx_provider_ops sbx__linux_provider = {
     .image_list = linux_image_list,
     .image_import = linux_image_import,
     .image_remove = linux_image_remove,
+    .image_inspect = linux_image_inspect,
+    .image_tag = linux_image_tag,
+    .image_prune = linux_image_prune,
     /* Exec goes through the agent client, which streams output as its frames arrive. */
     .capabilities = SBX_CAP_EXEC_STREAM,
 };
