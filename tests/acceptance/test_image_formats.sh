@@ -48,6 +48,13 @@ run "import a Docker 25 docker save archive (an OCI layout inside)" 0 "$SBX" ima
 run "a box from it" 0 "$SBX" run --image d25 -- sh -c "$probe"
 check "Docker 25 archive output" [ "$OUT" = "$want" ]
 
+# The store (docs/images.md "The store"): an archive's layers are the image's, shared by diff_id.
+nlayers() { ls "$IMAGES/layers" | grep -c '^sha256-'; }
+check "every archive's two layers are unpacked once, shared" [ "$(nlayers)" = 2 ]
+check "a record names its archive, not the temporary layout" sh -c "! grep -l 'tmp-' '$IMAGES'/records/*.json"
+check "the docker save archive's record keeps its config" \
+  [ "$(py -c 'import glob,json,sys; print(sum(1 for f in glob.glob(sys.argv[1]+"/records/*.json") if json.load(open(f)).get("config")))' "$IMAGES")" -ge 1 ]
+nsrcs=$(ls "$IMAGES/srcs" | wc -l)
 "$SBX" image import sd - <docker.tar >"$T/out" 2>"$T/err"
 check "import - of a docker save archive" [ $? = 0 ]
 "$SBX" image import sz - <docker.tar.gz >"$T/out" 2>"$T/err"
@@ -58,6 +65,10 @@ for name in sd sz so; do
   run "a box from stdin's image $name" 0 "$SBX" run --image $name -- sh -c "$probe"
   check "stdin image $name output" [ "$OUT" = "$want" ]
 done
+check "stdin leaves no source key (its spool is gone)" [ "$(ls "$IMAGES/srcs" | wc -l)" = "$nsrcs" ]
+check "stdin adds no layer" [ "$(nlayers)" = 2 ]
+check "stdin's source reads (stdin)" \
+  [ "$("$SBX" image ls --json | py -c 'import json,sys; print({i["name"]:i["source"] for i in json.load(sys.stdin)}["sd"])')" = "(stdin)" ]
 check "the same archive, file or gzip stdin, is one image" \
   [ "$("$SBX" image ls --json | py -c 'import json,sys; d={i["name"]:i["digest"] for i in json.load(sys.stdin)}; print(d["dk"]==d["sz"]==d["sd"])')" = True ]
 tar -C sq0 -cf rootfs-plain.tar . 2>/dev/null
@@ -75,12 +86,17 @@ ln sq/bin/busybox sq/bin/stat
 echo hello-sqfs >sq/etc/msg
 mksquashfs sq img.sqsh -quiet -noappend -all-root >/dev/null || skip_all "mksquashfs failed"
 py "$D/make_sif.py" img.sqsh img.sif
+nl=$(nlayers)
 run "--image x.sqsh runs a command" 0 "$SBX" run --image "$T/host/img.sqsh" -- cat /etc/msg
 check "squashfs output" [ "$OUT" = hello-sqfs ]
 run "import a SIF" 0 "$SBX" image import sif img.sif
 run "a box from the SIF" 0 "$SBX" run --image sif -- cat /etc/msg
 check "SIF output" [ "$OUT" = hello-sqfs ]
 run "--image x.sif runs directly" 0 "$SBX" run --image "$T/host/img.sif" -- cat /etc/msg
+run "import the squashfs inside it" 0 "$SBX" image import sqs img.sqsh
+check "a SIF and its squashfs are one image" \
+  [ "$("$SBX" image ls --json | py -c 'import json,sys; d={i["name"]:i["digest"] for i in json.load(sys.stdin)}; print(d["sif"]==d["sqs"])')" = True ]
+check "a squashfs is one layer of the store" [ "$(nlayers)" = "$((nl + 1))" ]
 run "a squashfs hard link stays one file" 0 "$SBX" run --image sif -- stat -c %h /bin/busybox
 check "  two names" [ "$OUT" = 2 ]
 
@@ -140,5 +156,5 @@ exec 7>&-
 check "SIGTERM stops an import from stdin (exit $rc)" [ $rc = 143 ]
 nothing_left bi
 
-for name in dk dk2 d25 oc sd sz so tw sif; do "$SBX" image rm $name >/dev/null 2>&1; done
+for name in dk dk2 d25 oc sd sz so tw sif sqs; do "$SBX" image rm $name >/dev/null 2>&1; done
 finish
