@@ -157,4 +157,13 @@ check "SIGTERM stops an import from stdin (exit $rc)" [ $rc = 143 ]
 nothing_left bi
 
 for name in dk dk2 d25 oc sd sz so tw sif sqs; do "$SBX" image rm $name >/dev/null 2>&1; done
+
+# --- prune keeps the image a running box was made from by ARCHIVE:TAG (no name keeps it)
+run "a box created from ARCHIVE:TAG" 0 "$SBX" create --image "$T/host/two.tar:v2"
+box=$OUT
+"$SBX" image prune >/dev/null 2>&1
+check "prune keeps its layers while it runs" [ "$(nlayers)" -gt 0 ]
+"$SBX" stop "$box" >/dev/null 2>&1
+"$SBX" image prune >/dev/null 2>&1
+check "prune removes them once it is gone" [ "$(nlayers)" = 0 ]
 finish

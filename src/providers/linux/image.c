@@ -2642,10 +2642,13 @@ static char *peek_source(const struct store *s, const char *source)
     if (colon)
         *colon = 0;
     struct stat st;
+    /* ARCHIVE:TAG (image_formats.c), keyed as resolve_source keys it. */
+    const char *sel = !oci && path && stat(path, &st) < 0 ? sbx__linux_source_selector(path) : NULL;
     if (!path || stat(path, &st) < 0)
         return NULL;
     _cleanup_free_ char *real = realpath(path, NULL);
-    _cleanup_free_ char *keysrc = sbx__printf("%s:%s", real ? real : path, colon ? colon + 1 : "");
+    _cleanup_free_ char *keysrc =
+        sbx__printf("%s:%s", real ? real : path, colon ? colon + 1 : sel ? sel : "");
     _cleanup_free_ char *key = keysrc ? source_key(keysrc, &st) : NULL;
     _cleanup_free_ char *kp = key ? sbx__printf("%s/srcs/%s", s->dir, key) : NULL;
     char *t = NULL;
