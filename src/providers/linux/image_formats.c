@@ -36,7 +36,7 @@
 #define DEFAULT_MAX_BYTES (16ull << 30)
 #define IMPORT_TAG "sbx-import"
 
-/* images/tmp-<pid>-<start>-<random>: the name sbx__linux_image_gc knows. */
+/* <store>/tmp-<pid>-<start>-<random>: the name sbx__linux_image_gc_dir knows. */
 static char *make_tmp_dir(const char *images, sbx_error **err)
 {
     char hex[17];

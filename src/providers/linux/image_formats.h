@@ -4,8 +4,9 @@
  * temporary OCI layout that image.c's OCI import reads), SIF and squashfs
  * images (read in userland by libsquashfs and streamed as a tar into the
  * same unpacker), and stdin (spooled to a temporary file of the store).
- * Every temporary lives in images/tmp-<pid>-<start>-<random>, so a killed
- * import's is collected by sbx__linux_image_gc.
+ * Every temporary lives in <store>/tmp-<pid>-<start>-<random> (`images` below
+ * is the store's directory), so a killed import's is collected by
+ * sbx__linux_image_gc_dir.
  */
 #ifndef SBX_LINUX_IMAGE_FORMATS_H
 #define SBX_LINUX_IMAGE_FORMATS_H
@@ -56,7 +57,7 @@ SBX_INTERNAL int sbx__linux_sqfs_stream_start(const char *path, uint64_t offset,
 SBX_INTERNAL int sbx__linux_sqfs_stream_end(sbx_sqfs_stream *s, sbx_error **err);
 
 /*
- * Copies stdin to a new temporary images/tmp-.../stdin, at most `max_bytes`
+ * Copies stdin to a new temporary <store>/tmp-.../stdin, at most `max_bytes`
  * (0: 16 GiB), answering `opts->cancelled` while it waits for input.
  * `*dir` is the temporary to remove, `*file` the copy.
  */
