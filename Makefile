@@ -18,7 +18,7 @@ PYDIR ?= $(shell $(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; d
 B ?= build
 comma := ,
 CC ?= cc
-PKGS := libuv jansson yaml-0.1 libcurl libarchive libseccomp libcap nettle
+PKGS := libuv jansson yaml-0.1 libcurl libarchive libseccomp libcap nettle libsquashfs1
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

@@ -2,7 +2,10 @@
  * Fuzzes the linux provider's image unpacker (src/providers/linux/image.c):
  * the input's first byte picks the mode (even: a tarball; odd: the only
  * layer of an OCI layout, so ".wh." entries are whiteouts), the rest is the
- * tar stream, in any compression libarchive reads.
+ * tar stream, in any compression libarchive reads. A "tarball" is whatever
+ * its bytes make it (image_formats.c): a docker save archive or an
+ * oci-archive (seeds fmt_td_tar, fmt_to_tar), a squashfs or a SIF
+ * (fmt_t_sqsh, fmt_t_sif), else a rootfs tarball.
  *
  * Whatever the stream holds, the import either installs an image or fails
  * with a message, and it never touches the host: a canary directory at a

@@ -78,7 +78,13 @@ static int cmd_import(int argc, char **argv, sbx_provider *p)
                                argc - optind, argc - optind == 1 ? "" : "s");
     const char *name = argv[optind], *source = argv[optind + 1];
     /* A missing source is the operation's failure (1), told before any work. */
-    if (strncmp(source, "oci:", 4) != 0 && access(source, F_OK) < 0) {
+    /* ARCHIVE:TAG (a tag may hold ':' and '/'): the file is the first prefix that exists. */
+    bool found = access(source, F_OK) == 0;
+    for (const char *c = strchr(source, ':'); c && !found; c = strchr(c + 1, ':')) {
+        _cleanup_free_ char *file = strndup(source, (size_t)(c - source));
+        found = file && access(file, F_OK) == 0;
+    }
+    if (strcmp(source, "-") != 0 && strncmp(source, "oci:", 4) != 0 && !found) {
         cli_error("importing %s: cannot read %s: %s", name, source, strerror(errno));
         return CLI_EXIT_FAIL;
     }

@@ -28,6 +28,7 @@
 
 #include "core/inroot.h"
 #include "image/ref.h"
+#include "providers/linux/image_formats.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -276,6 +277,7 @@ struct import_ctl {
     bool max_is_default;
     uint64_t bytes;     /* file data written so far, across layers */
     uint64_t entries;
+    const char *source; /* the record's source, when not the path read (image_formats.c) */
 };
 
 static bool cancelled(const struct import_ctl *c)
@@ -1452,6 +1454,12 @@ static bool blob_known(const struct store *s, const char *blob_hex, char out[65]
  * call unpacked (0 or 1, installed or not: another importer may have won),
  * which the tests read to see each layer's work done once.
  */
+static int get_layer_fd(const struct store *s, int fd, int (*finish)(void *, sbx_error **),
+                        void *fdata, const char *stage, bool whiteouts, const char *blob_hex,
+                        const char *want_hex, struct import_ctl *ctl, uint64_t *base,
+                        uint64_t total, char diff_hex[65], char file_hex[65], int *unpacked,
+                        sbx_error **err);
+
 static int get_layer(const struct store *s, const char *file, const char *stage, bool whiteouts,
                      const char *blob_hex, const char *want_hex, struct import_ctl *ctl,
                      uint64_t *base, uint64_t total,
@@ -1483,6 +1491,21 @@ static int get_layer(const struct store *s, const char *file, const char *stage,
     int fd = open_regular(file, err);
     if (fd < 0)
         return fd;
+    return get_layer_fd(s, fd, NULL, NULL, stage, whiteouts, blob_hex, want_hex, ctl, base, total,
+                        diff_hex, file_hex, unpacked, err);
+}
+
+/*
+ * get_layer's unpacking and installing, of a tar stream read from `fd`
+ * (closed here). `finish` (optional, called once the stream is read) may
+ * still refuse it: a squashfs writer that failed (image_formats.c).
+ */
+static int get_layer_fd(const struct store *s, int fd, int (*finish)(void *, sbx_error **),
+                        void *fdata, const char *stage, bool whiteouts, const char *blob_hex,
+                        const char *want_hex, struct import_ctl *ctl, uint64_t *base,
+                        uint64_t total, char diff_hex[65], char file_hex[65], int *unpacked,
+                        sbx_error **err)
+{
     _cleanup_free_ char *pre = sbx__printf("%s/", s->dir);
     _cleanup_free_ char *tmp = pre ? tmp_path(pre) : NULL;
     _cleanup_free_ char *diff = tmp ? sbx__printf("%s/diff", tmp) : NULL;
@@ -1490,6 +1513,8 @@ static int get_layer(const struct store *s, const char *file, const char *stage,
     if (!diff || !r) {
         close(fd);
         free(r);
+        if (finish)
+            finish(fdata, NULL);
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
     int rc = SBX_OK;
@@ -1511,6 +1536,23 @@ static int get_layer(const struct store *s, const char *file, const char *stage,
         *base = r->done;
         sha256_hex(&r->sha, file_hex);
         sha256_hex(&r->dsha, diff_hex);
+    }
+    close(fd);
+    if (finish) {
+        /* The writer's own error says more than the truncated stream it left. */
+        sbx_error *fe = NULL;
+        int frc = finish(fdata, &fe);
+        if (frc < 0 && (rc == SBX_OK || rc == BAD_SOURCE)) {
+            if (err && *err) {
+                sbx_error_free(*err);
+                *err = NULL;
+            }
+            rc = sbx__fail(err, fe);
+        } else {
+            sbx_error_free(fe);
+        }
+    }
+    if (rc == SBX_OK) {
         if (rc == SBX_OK && blob_hex && strcmp(file_hex, blob_hex) != 0)
             rc = sbx__set_error(err, BAD_SOURCE, "layer sha256:%s does not match its digest",
                                 blob_hex);
@@ -1522,7 +1564,6 @@ static int get_layer(const struct store *s, const char *file, const char *stage,
         if (rc == SBX_OK && unpacked)
             (*unpacked)++; /* the work done, whoever installs it */
     }
-    close(fd);
     free(r);
     if (rc == SBX_OK && !layer_done(s, diff_hex)) {
         _cleanup_free_ char *dst = sbx__printf("%s/layers/sha256-%s", s->dir, diff_hex);
@@ -1606,7 +1647,7 @@ static int import_tarball(const struct store *s, const char *path, struct import
     if (rc < 0)
         return rc;
     _cleanup_json_ json_t *layers = json_pack("[s+]", "sha256:", diff);
-    rc = layers ? write_record(s, file, layers, NULL, path, NULL, err)
+    rc = layers ? write_record(s, file, layers, NULL, ctl->source ? ctl->source : path, NULL, err)
                 : sbx__set_error(err, SBX_ENOMEM, "out of memory");
     if (rc == SBX_OK)
         memcpy(id_hex, file, 65);
@@ -1714,10 +1755,84 @@ static int import_oci(const struct store *s, const char *layout, const char *tag
     }
     if (rc == SBX_OK) {
         _cleanup_free_ char *man = sbx__printf("sha256:%s", hex);
-        rc = write_record(s, hex, ids, man, layout, config, err);
+        rc = write_record(s, hex, ids, man, ctl->source ? ctl->source : layout, config, err);
     }
     if (rc == SBX_OK)
         memcpy(id_hex, hex, 65);
+    return rc;
+}
+
+/* --- archives, SIF, squashfs (image_formats.c): the dispatch -------------- */
+
+static int sqfs_finish(void *data, sbx_error **err)
+{
+    return sbx__linux_sqfs_stream_end(data, err);
+}
+
+/*
+ * A SIF's or a squashfs' tree, streamed as a tar by libsquashfs: one layer,
+ * a root tree as a tarball's; the image's id is the stream's digest.
+ */
+static int import_squashfs(const struct store *s, const char *path, const sbx_linux_src *src,
+                           struct import_ctl *ctl, char id_hex[65], int *unpacked,
+                           sbx_error **err)
+{
+    sbx_sqfs_stream *q = NULL;
+    int fd = -1;
+    int rc = sbx__linux_sqfs_stream_start(path, src->offset, src->size, &q, &fd, err);
+    if (rc < 0)
+        return rc;
+    uint64_t base = 0;
+    char diff[65], file[65];
+    rc = get_layer_fd(s, fd, sqfs_finish, q, "unpack", false, NULL, NULL, ctl, &base, 0, diff,
+                      file, unpacked, err);
+    if (rc < 0)
+        return rc;
+    _cleanup_json_ json_t *layers = json_pack("[s+]", "sha256:", diff);
+    rc = layers ? write_record(s, file, layers, NULL, ctl->source ? ctl->source : path, NULL, err)
+                : sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (rc == SBX_OK)
+        memcpy(id_hex, file, 65);
+    return rc;
+}
+
+/*
+ * A regular file, by its bytes: a SIF or squashfs (one layer), a `docker
+ * save` archive or an oci-archive (through a temporary OCI layout in the
+ * store, whose layers are then the image's, shared by diff_id with the same
+ * layers pulled or imported otherwise; `sel` picks an image by tag), else a
+ * rootfs tarball.
+ */
+static int import_file(const struct store *s, const char *path, const char *sel,
+                       struct import_ctl *ctl, char id_hex[65], int *unpacked, sbx_error **err)
+{
+    sbx_linux_src src;
+    int rc = sbx__linux_image_sniff(path, &src, err);
+    if (rc < 0)
+        return rc;
+    if (src.kind == SBX_LINUX_SRC_SQUASHFS) {
+        if (sel)
+            return sbx__set_error(err, BAD_SOURCE, "%s is a %s image, which holds one image: "
+                                  "drop :%s", path, src.sif ? "SIF" : "squashfs", sel);
+        return import_squashfs(s, path, &src, ctl, id_hex, unpacked, err);
+    }
+    _cleanup_free_ char *layout = NULL;
+    _cleanup_free_ char *tag = NULL;
+    rc = sbx__linux_archive_to_layout(s->dir, path, sel, ctl->opts, ctl->max_bytes, &layout, &tag,
+                                      err);
+    if (rc < 0)
+        return rc;
+    if (rc == 1) {
+        if (sel)
+            return sbx__set_error(err, BAD_SOURCE, "%s is a rootfs tarball, which holds one "
+                                  "image: drop :%s", path, sel);
+        return import_tarball(s, path, ctl, id_hex, unpacked, err);
+    }
+    /* The record names the archive, not the temporary layout. */
+    if (!ctl->source)
+        ctl->source = path;
+    rc = import_oci(s, layout, tag, ctl, id_hex, unpacked, err);
+    sbx__rm_rf(layout);
     return rc;
 }
 
@@ -1918,6 +2033,13 @@ static int resolve_source(const struct store *s, const char *source,
     if (!path)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     struct stat st;
+    /* ARCHIVE:TAG picks one image of a docker save archive or an oci-archive. */
+    char *sel = !oci && stat(path, &st) < 0 ? sbx__linux_source_selector(path) : NULL;
+    if (sel) {
+        tag = strdup(sel);
+        if (!tag)
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
     if (stat(path, &st) < 0)
         return sbx__set_errno(err, SBX_ECREATE, errno,
                               "image %s not found (give an imported name, a directory, a tarball "
@@ -1959,12 +2081,19 @@ static int resolve_source(const struct store *s, const char *source,
     /* Before making a temporary of our own: what crashed or killed imports left. */
     sbx__linux_image_gc_dir(s->dir, false);
     default_cap(&ctl, s->dir);
+    /* A spool of stdin (image_formats.c, in the store itself) is gone after this import. */
+    size_t dl = strlen(s->dir);
+    const char *file = real ? real : path;
+    bool spooled = !strncmp(file, s->dir, dl) && file[dl] == '/';
+    if (spooled)
+        ctl.source = "(stdin)";
     char hex[65];
-    int rc = oci ? import_oci(s, real ? real : path, tag, &ctl, hex, unpacked, err)
-                 : import_tarball(s, real ? real : path, &ctl, hex, unpacked, err);
+    int rc = oci ? import_oci(s, file, tag, &ctl, hex, unpacked, err)
+                 : import_file(s, file, tag, &ctl, hex, unpacked, err); /* image_formats.c */
     if (rc < 0)
         return rc;
-    sbx__write_file_atomic(kp, hex, 64, 0600);
+    if (!spooled)
+        sbx__write_file_atomic(kp, hex, 64, 0600);
     *id = strdup(hex);
     return *id ? SBX_OK : sbx__set_error(err, SBX_ENOMEM, "out of memory");
 }
@@ -2217,20 +2346,52 @@ int sbx__linux_image_import(const char *state_dir, const char *store, const char
     if (!source || !*source)
         return sbx__set_error(err, SBX_EINVAL, "an image source is required");
     _cleanup_free_ char *abs = NULL;
-    if (strncmp(source, "oci:", 4) != 0 && source[0] != '/') {
+    bool from_stdin = !strcmp(source, "-");
+    if (!from_stdin && strncmp(source, "oci:", 4) != 0 && source[0] != '/') {
         abs = realpath(source, NULL);
+        /* ARCHIVE:TAG (image_formats.c): the archive's path made absolute, the tag kept. */
+        _cleanup_free_ char *file = abs ? NULL : strdup(source);
+        const char *sel = file ? sbx__linux_source_selector(file) : NULL;
+        _cleanup_free_ char *fabs = sel ? realpath(file, NULL) : NULL;
+        if (fabs)
+            abs = sbx__printf("%s:%s", fabs, sel);
         if (!abs)
             return sbx__set_errno(err, SBX_ENOENT, errno, "image source %s", source);
         source = abs;
     }
     struct store s;
-    int rc = store_open(state_dir, store, LOCK_SH, &s, err);
-    if (rc < 0)
+    /*
+     * `sbx image import NAME -` (image_formats.c): stdin spooled into a
+     * temporary of the store (before its lock: a pipe may take its time and
+     * prune must not wait on it), imported, then removed.
+     */
+    _cleanup_free_ char *spool_dir = NULL;
+    _cleanup_free_ char *spool = NULL;
+    int rc;
+    if (from_stdin) {
+        rc = store_open(state_dir, store, 0, &s, err);
+        if (rc < 0)
+            return rc;
+        rc = sbx__linux_spool_stdin(s.dir, opts, opts ? opts->max_bytes : 0, &spool_dir, &spool,
+                                    err);
+        store_close(&s);
+        if (rc < 0)
+            return rc;
+    }
+    rc = store_open(state_dir, store, LOCK_SH, &s, err);
+    if (rc < 0) {
+        if (spool_dir)
+            sbx__rm_rf(spool_dir);
         return rc;
+    }
     _cleanup_free_ char *id = NULL;
     _cleanup_free_ char *dir = NULL;
     int unpacked = 0;
-    rc = resolve_source(&s, source, opts, &id, &dir, &unpacked, err);
+    rc = resolve_source(&s, spool ? spool : source, opts, &id, &dir, &unpacked, err);
+    if (spool_dir)
+        sbx__rm_rf(spool_dir);
+    if (from_stdin)
+        source = "(stdin)";
     json_t *j = NULL;
     if (rc == SBX_OK) {
         j = dir ? json_pack("{s:s, s:s, s:s, s:f}", "name", name, "dir", dir, "source", source,
@@ -2596,10 +2757,13 @@ static char *peek_source(const struct store *s, const char *source)
     if (colon)
         *colon = 0;
     struct stat st;
+    /* ARCHIVE:TAG (image_formats.c), keyed as resolve_source keys it. */
+    const char *sel = !oci && path && stat(path, &st) < 0 ? sbx__linux_source_selector(path) : NULL;
     if (!path || stat(path, &st) < 0)
         return NULL;
     _cleanup_free_ char *real = realpath(path, NULL);
-    _cleanup_free_ char *keysrc = sbx__printf("%s:%s", real ? real : path, colon ? colon + 1 : "");
+    _cleanup_free_ char *keysrc =
+        sbx__printf("%s:%s", real ? real : path, colon ? colon + 1 : sel ? sel : "");
     _cleanup_free_ char *key = keysrc ? source_key(keysrc, &st) : NULL;
     _cleanup_free_ char *kp = key ? sbx__printf("%s/srcs/%s", s->dir, key) : NULL;
     char *t = NULL;
