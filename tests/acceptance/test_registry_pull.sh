@@ -19,7 +19,7 @@ cleanup() {
   for d in "$T"/reg*; do [ -d "$d" ] && reg_stop "$d"; done
 }
 trap cleanup EXIT
-LAYOUT="$SBX_STATE_DIR/linux/images/oci"
+LAYOUT="$SBX_STATE_DIR/linux/images/oci" # <store>/oci; the store is <state_dir>/images
 export DOCKER_CONFIG="$T/host/dc-none" # no credentials unless a check sets them
 mkdir -p "$DOCKER_CONFIG"
 
