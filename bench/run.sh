@@ -13,6 +13,10 @@ for b in "$B"/bench/bench_*; do
   case "$b" in *.d|*.o) continue;; esac
   "$b" || echo "(bench $(basename "$b") failed)"
 done
+for sh in bench/bench_*.sh; do
+  [ -x "$sh" ] || continue
+  B="$B" "$sh" || echo "(bench $sh failed)"
+done
 for py in bench/*.py; do
   [ -f "$py" ] || continue
   SBX_LIB="$PWD/$B/libsbx.so" PYTHONPATH="$PWD/python" /usr/bin/python3 "$py" || echo "(bench $py failed)"

@@ -485,13 +485,33 @@ SBX_EXPORT int sbx_provider_image_import_async(sbx_provider *p, const char *name
                                                sbx_future **out, sbx_error **err);
 /*
  * Removes what no image uses: image records no name points at, layers no
- * image has, temporaries of dead imports. With `dry_run` only lists them.
- * `removed_json_out` (optional, caller frees): a JSON array of strings
- * ("layer sha256:...", "image sha256:...", "temporary"). Blocks (waits for
- * imports in progress); SBX_EUNSUPPORTED for a provider without images.
+ * image has, temporaries of dead imports (linux: also the pull layout's
+ * blobs no image reaches and dead partial blobs). With `dry_run` only lists
+ * them. `removed_json_out` (optional, caller frees): a JSON array of strings
+ * ("layer sha256:...", "image sha256:...", "temporary", "pulled blob
+ * sha256:...", ...). Blocks (waits for imports in progress);
+ * SBX_EUNSUPPORTED for a provider without images.
  */
 SBX_EXPORT int sbx_provider_image_prune(sbx_provider *p, int dry_run, char **removed_json_out,
                                         sbx_error **err);
+/*
+ * Pulls image `ref` (a Docker reference such as "python:3.12" or
+ * "registry:5000/org/env:tag", or one pinned "@sha256:...") from its
+ * registry into the provider's store, under its canonical name
+ * ("docker.io/library/python:3.12"), which `--image` then finds.
+ * `opts_json` may be NULL or {"platform": "linux/arm64"}. *json_out (may be
+ * NULL) gets the image's JSON object text ({"name", "digest", "size",
+ * "created", "source", "reference"}). Blocks (network); SBX_ENOTSUP when the
+ * provider does not pull, SBX_EINVAL for a bad reference, SBX_ENOENT for an
+ * unknown image or platform, SBX_EAUTH for refused credentials, SBX_EIO.
+ * Thread-safe.
+ */
+SBX_EXPORT int sbx_provider_image_pull(sbx_provider *p, const char *ref, const char *opts_json,
+                                       char **json_out, sbx_error **err);
+/* The same as a future (cancellable: partial blobs are kept for the next pull; progress per blob). */
+SBX_EXPORT int sbx_provider_image_pull_async(sbx_provider *p, const char *ref,
+                                             const char *opts_json, sbx_future **out,
+                                             sbx_error **err);
 /* Forgets image `name`; `force`: even while boxes use it. */
 SBX_EXPORT int sbx_provider_image_remove(sbx_provider *p, const char *name, int force,
                                          sbx_error **err);

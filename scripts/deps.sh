@@ -8,7 +8,8 @@ pkgs=(build-essential pkg-config clang libclang-rt-14-dev valgrind
       skopeo squashfs-tools zstd
       python3 python3-pytest
       busybox-static bubblewrap docker.io iproute2 procps util-linux e2fsprogs
-      qemu-system-x86)
+      qemu-system-x86
+      docker-registry skopeo apache2-utils openssl curl python3-cryptography)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

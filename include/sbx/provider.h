@@ -156,6 +156,15 @@ struct sbx_provider_ops {
      * each ("layer sha256:...", "image sha256:...", "temporary").
      */
     void (*image_prune)(sbx_op *op, void *state, const char *opts_json);
+    /*
+     * Fetches image `ref` (a Docker reference: "python:3.12",
+     * "host:5000/a/b:tag", "x@sha256:...") from its registry into the
+     * provider's store under its canonical name, and completes with the
+     * image's JSON object text (as image_import, plus "reference").
+     * `opts_json`: {"platform": "os/arch[/variant]"} or NULL. Reports
+     * progress per blob (stage "pull:STATE:KIND:HEX12").
+     */
+    void (*image_pull)(sbx_op *op, void *state, const char *ref, const char *opts_json);
 };
 
 /* --- Operations ---------------------------------------------------------- */

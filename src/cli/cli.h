@@ -67,6 +67,7 @@ enum {
     CLI_OPT_JSON = 2004,   /* --json */
     CLI_OPT_MAX_BYTES = 2005, /* --max-bytes N (image import) */
     CLI_OPT_FORMAT = 2006,    /* --format TEMPLATE (image ls) */
+    CLI_OPT_PLATFORM = 2007,  /* --platform P (image pull) */
 };
 
 /* Which of the shared options a command takes (-h/--help: every command). */
@@ -82,6 +83,7 @@ enum {
     CLI_TAKES_MAX_BYTES = 1 << 8, /* --max-bytes N[K|M|G|T] */
     CLI_TAKES_ARCHIVE = 1 << 9,  /* -a, --archive (cp) */
     CLI_TAKES_FORMAT = 1 << 10,  /* --format TEMPLATE */
+    CLI_TAKES_PLATFORM = 1 << 11, /* --platform os/arch[/variant] (image pull) */
 };
 
 /* The options of the commands that make no box (ls, status, stop, gc, cp, providers, image). */
@@ -95,6 +97,7 @@ struct cli_opts {
     sbx_kv labels; /* --label K=V, and --run-id R as run_id=R */
     unsigned long long max_bytes; /* --max-bytes; 0: not given */
     const char *format;           /* --format (argv's string); NULL: not given */
+    const char *platform;         /* --platform; NULL: not given */
 };
 
 /*
@@ -116,6 +119,7 @@ struct cli_spec_opts {
     const char *block;
     const char *spec_file;
     const char *image;
+    const char *pull; /* --pull missing|always|never */
     const char *workdir;
     const char *cpu, *memory, *disk, *ttl, *ready_timeout;
     sbx_kv env;    /* -e K=V */
@@ -136,7 +140,8 @@ struct cli_spec_opts {
         { "ttl", required_argument, NULL, 1010 }, { "port", required_argument, NULL, 1011 },       \
         { "label", required_argument, NULL, CLI_OPT_LABEL },                                       \
         { "file", required_argument, NULL, 1013 },                                                 \
-        { "ready-timeout", required_argument, NULL, 1014 }
+        { "ready-timeout", required_argument, NULL, 1014 },                                        \
+        { "pull", required_argument, NULL, 1016 }
 
 /*
  * Handles one getopt result that belongs to the spec options. Returns 1 when

@@ -143,6 +143,183 @@ static int cmd_import(int argc, char **argv, sbx_provider *p)
     return CLI_EXIT_OK;
 }
 
+
+/* --- pull ----------------------------------------------------------------- */
+
+#define PULL_MAX_BLOBS 64
+
+struct pull_blob {
+    char hex[13];
+    char kind[12];
+    char state[12];
+    unsigned long long done, total;
+};
+
+struct pull_view {
+    bool tty;  /* bars on stderr */
+    bool json; /* a JSON line per event on stdout */
+    struct pull_blob blobs[PULL_MAX_BLOBS];
+    size_t n;
+    size_t drawn; /* lines drawn last time */
+    struct timespec t0;
+    char stage[24]; /* after the blobs: "unpacking" */
+    unsigned long long udone, utotal;
+};
+
+static void draw_bar(char *buf, size_t width, unsigned long long done, unsigned long long total)
+{
+    size_t fill = total ? (size_t)((double)done / (double)total * (double)width) : 0;
+    if (fill > width)
+        fill = width;
+    for (size_t i = 0; i < width; i++)
+        buf[i] = i < fill ? '=' : i == fill ? '>' : ' ';
+    buf[width] = 0;
+}
+
+static void pull_redraw(struct pull_view *v)
+{
+    if (v->drawn)
+        fprintf(stderr, "\033[%zuA", v->drawn);
+    unsigned long long done = 0, total = 0;
+    char bar[31], d[32], t[32];
+    for (size_t i = 0; i < v->n; i++) {
+        const struct pull_blob *b = &v->blobs[i];
+        done += b->done;
+        total += b->total;
+        draw_bar(bar, 30, b->done, b->total);
+        human_bytes(b->done, d, sizeof(d));
+        human_bytes(b->total, t, sizeof(t));
+        fprintf(stderr, "\r%s %-8s %-11s [%s] %s / %s\033[K\n", b->hex, b->kind, b->state, bar, d,
+                t);
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double secs = (double)(now.tv_sec - v->t0.tv_sec) + (double)(now.tv_nsec - v->t0.tv_nsec) / 1e9;
+    char rate[32];
+    human_bytes(secs > 0.05 ? (uint64_t)((double)done / secs) : 0, rate, sizeof(rate));
+    draw_bar(bar, 30, done, total);
+    human_bytes(done, d, sizeof(d));
+    human_bytes(total, t, sizeof(t));
+    if (v->stage[0])
+        fprintf(stderr, "\r%-33s %s\033[K\n", "total", v->stage);
+    else
+        fprintf(stderr, "\r%-33s [%s] %s / %s  %s/s\033[K\n", "total", bar, d, t, rate);
+    v->drawn = v->n + 1;
+    fflush(stderr);
+}
+
+static void on_pull_progress(const char *stage, unsigned long long done, unsigned long long total,
+                             void *data)
+{
+    struct pull_view *v = data;
+    char state[12] = "", kind[12] = "", hex[13] = "";
+    bool blob = sscanf(stage, "pull:%11[a-z]:%11[a-z]:%12[0-9a-f]", state, kind, hex) == 3;
+    if (v->json) {
+        json_t *j = blob ? json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "event", "progress",
+                                     "digest", hex, "kind", kind, "state", state, "done",
+                                     (json_int_t)done, "total", (json_int_t)total)
+                         : json_pack("{s:s, s:s, s:I, s:I}", "event", "unpacking", "stage",
+                                     stage, "done", (json_int_t)done, "total",
+                                     (json_int_t)total);
+        char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        if (line)
+            printf("%s\n", line);
+        fflush(stdout);
+        free(line);
+        json_decref(j);
+        return;
+    }
+    if (!v->tty)
+        return;
+    if (blob) {
+        struct pull_blob *b = NULL;
+        for (size_t i = 0; i < v->n && !b; i++)
+            if (!strcmp(v->blobs[i].hex, hex) && !strcmp(v->blobs[i].kind, kind))
+                b = &v->blobs[i];
+        if (!b && !strcmp(kind, "manifest"))
+            return; /* manifests are small: not a bar */
+        if (!b && v->n < PULL_MAX_BLOBS) {
+            b = &v->blobs[v->n++];
+            snprintf(b->hex, sizeof(b->hex), "%s", hex);
+            snprintf(b->kind, sizeof(b->kind), "%s", kind);
+        }
+        if (!b)
+            return;
+        snprintf(b->state, sizeof(b->state), "%s", state);
+        b->done = done;
+        b->total = total;
+    } else if (strcmp(stage, "done")) {
+        int pct = total ? (int)(done * 100 / total) : 0;
+        snprintf(v->stage, sizeof(v->stage), "unpacking %d%%", pct > 100 ? 100 : pct);
+    }
+    pull_redraw(v);
+}
+
+static int cmd_pull(int argc, char **argv, sbx_provider *p)
+{
+    _cleanup_cli_opts_ struct cli_opts o = {0};
+    int rc;
+    if (!cli_parse_opts("image", argc, argv, CLI_TAKES_JSON | CLI_TAKES_PLATFORM, &o, &rc))
+        return rc;
+    if (argc - optind != 1)
+        return cli_usage_error("image", "image pull expects REF, got %d arguments",
+                               argc - optind);
+    const char *ref = argv[optind];
+    /* SIGINT stops the transfer; the blobs fetched so far stay for the next pull. */
+    if (cli_signals_install() < 0) {
+        cli_error("cannot set up: %s", strerror(errno));
+        return CLI_EXIT_SBX;
+    }
+    struct pull_view *v = calloc(1, sizeof(*v));
+    if (!v)
+        return CLI_EXIT_SBX;
+    v->json = o.json;
+    v->tty = !o.json && isatty(2);
+    clock_gettime(CLOCK_MONOTONIC, &v->t0);
+    _cleanup_json_ json_t *opts = o.platform ? json_pack("{s:s}", "platform", o.platform)
+                                             : json_object();
+    _cleanup_free_ char *opts_text = opts ? sbx__json_dump(opts) : NULL;
+    sbx_error *e = NULL;
+    sbx_future *f = NULL;
+    char *text = NULL;
+    rc = opts_text ? sbx_provider_image_pull_async(p, ref, opts_text, &f, &e) : SBX_ENOMEM;
+    if (rc == SBX_OK) {
+        sbx_future_on_progress(f, on_pull_progress, v);
+        rc = cli_wait(f, &e);
+        if (rc == SBX_OK)
+            rc = sbx_future_take_string(f, &text, &e);
+        sbx_future_free(f);
+    }
+    free(v);
+    if (rc == SBX_ECANCELED || (rc < 0 && cli_signal_received())) {
+        sbx_error_free(e);
+        return cli_interrupted("the blobs fetched so far are kept; pulling again resumes");
+    }
+    if (rc < 0) {
+        int code = rc == SBX_EINVAL || rc == SBX_ENOTSUP ? CLI_EXIT_USAGE
+                   : rc == SBX_ENOMEM ? CLI_EXIT_SBX
+                                      : CLI_EXIT_FAIL;
+        cli_error("%s", e ? sbx_error_message(e) : sbx_strerror(rc));
+        sbx_error_free(e);
+        return code;
+    }
+    _cleanup_json_ json_t *img = json_loads(text, 0, NULL);
+    free(text);
+    if (o.json) {
+        /* The last event's line: the image, as compact as the others. */
+        if (img)
+            json_object_set_new(img, "event", json_string("pulled"));
+        _cleanup_free_ char *line = img ? json_dumps(img, JSON_COMPACT) : NULL;
+        if (!line || printf("%s\n", line) < 0 || fflush(stdout) != 0)
+            return CLI_EXIT_FAIL;
+    } else {
+        const char *name = json_string_value(json_object_get(img, "name"));
+        const char *digest = json_string_value(json_object_get(img, "digest"));
+        printf("%s %s\n", name ? name : ref, digest ? digest : "");
+    }
+    return CLI_EXIT_OK;
+}
+
 /* --- ls ------------------------------------------------------------------- */
 
 /* The "created" column: local time, or "-". */
@@ -406,18 +583,21 @@ static int cmd_prune(int argc, char **argv, sbx_provider *p)
 int cli_cmd_image(int argc, char **argv)
 {
     if (argc < 2)
-        return cli_usage_error("image", "no image command given (import, ls, inspect, tag or rm)");
+        return cli_usage_error(
+            "image", "no image command given (pull, import, ls, inspect, tag or rm)");
     const char *sub = argv[1];
     if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help")) {
         cli_help("image");
         return CLI_EXIT_OK;
     }
-    bool known = !strcmp(sub, "import") || !strcmp(sub, "ls") || !strcmp(sub, "list") ||
-                 !strcmp(sub, "rm") || !strcmp(sub, "remove") || !strcmp(sub, "inspect") ||
-                 !strcmp(sub, "tag") || !strcmp(sub, "prune");
+    bool known = !strcmp(sub, "pull") || !strcmp(sub, "import") || !strcmp(sub, "ls") ||
+                 !strcmp(sub, "list") || !strcmp(sub, "rm") || !strcmp(sub, "remove") ||
+                 !strcmp(sub, "inspect") || !strcmp(sub, "tag") || !strcmp(sub, "prune");
     if (!known)
-        return cli_usage_error(
-            "image", "unknown image command '%s' (import, ls, inspect, tag, rm or prune)", sub);
+        return cli_usage_error("image",
+                               "unknown image command '%s' (pull, import, ls, inspect, tag, rm "
+                               "or prune)",
+                               sub);
     _cleanup_free_ char *config = cli_default_config();
     sbx_provider *p = NULL;
     sbx_error *e = NULL;
@@ -432,7 +612,8 @@ int cli_cmd_image(int argc, char **argv)
     }
     /* Each subcommand parses its own argv, with its name as argv[0]. */
     optind = 1;
-    int rc = !strcmp(sub, "import") ? cmd_import(argc - 1, argv + 1, p)
+    int rc = !strcmp(sub, "pull")     ? cmd_pull(argc - 1, argv + 1, p)
+             : !strcmp(sub, "import") ? cmd_import(argc - 1, argv + 1, p)
              : !strcmp(sub, "ls") || !strcmp(sub, "list") ? cmd_ls(argc - 1, argv + 1, p)
              : !strcmp(sub, "inspect")                    ? cmd_inspect(argc - 1, argv + 1, p)
              : !strcmp(sub, "tag")                        ? cmd_tag(argc - 1, argv + 1, p)

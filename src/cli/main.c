@@ -12,9 +12,11 @@
     "  --block NAME           top-level block of --config to use\n"                               \
     "Box:\n"                                                                                       \
     "  --spec FILE            a whole spec (YAML/JSON); options below override it\n"             \
-    "  --image IMAGE          image: a name from 'sbx image import', or (linux) a\n"            \
-    "                         directory, tarball or OCI layout path; none: the host's\n"      \
-    "                         system directories, read-only\n"                                                     \
+    "  --image IMAGE          image: a name from 'sbx image import', a registry\n"            \
+    "                         reference (python:3.12, host:5000/org/x:tag; linux pulls\n"   \
+    "                         it when missing), or (linux) a directory, tarball or\n"     \
+    "                         OCI layout path; none: the host's system directories\n"     \
+    "  --pull WHEN            missing (default), always or never: when to pull --image\n"  \
     "  --workdir DIR          working directory of commands\n"                                    \
     "  -e, --env K=V|K        environment variable; K alone: $K's value (repeatable)\n"          \
     "  --cpu N                CPUs (may be fractional)\n"                                         \
@@ -91,8 +93,12 @@ static const struct command commands[] = {
       "Also runs the default provider's own collector ($SBX_PROVIDER, or linux): for\n"
       "linux, what dead boxes left (orphans: shim gone), boxes whose TTL passed, and\n"
       "the temporary trees of image imports whose process is gone.\n" },
-    { "image", cli_cmd_image, "sbx image import|ls|inspect|tag|rm ...",
+    { "image", cli_cmd_image, "sbx image pull|import|ls|inspect|tag|rm ...",
       "manage the default provider's images ($SBX_PROVIDER, or linux)",
+      "  sbx image pull [--platform OS/ARCH[/VARIANT]] [--json] REF\n"
+      "                         fetch REF (python:3.12, host:5000/org/x:tag,\n"
+      "                         x@sha256:...) from its registry, named by its canonical\n"
+      "                         reference; bars on a terminal, --json: a line per event\n"
       "  sbx image import [--progress] [--json] [--max-bytes N] NAME SOURCE\n"
       "                         unpack SOURCE (a tarball, compressed or not, such as\n"
       "                         docker export or mmdebstrap make; a directory; an OCI\n"

@@ -94,6 +94,7 @@ bool cli_parse_opts(const char *cmd, int argc, char **argv, unsigned takes, stru
         { CLI_TAKES_MAX_BYTES, false, { "max-bytes", required_argument, NULL, CLI_OPT_MAX_BYTES } },
         { CLI_TAKES_ARCHIVE, true, { "archive", no_argument, NULL, 'a' } },
         { CLI_TAKES_FORMAT, false, { "format", required_argument, NULL, CLI_OPT_FORMAT } },
+        { CLI_TAKES_PLATFORM, false, { "platform", required_argument, NULL, CLI_OPT_PLATFORM } },
         { 0, true, { "help", no_argument, NULL, 'h' } },
     };
     struct option longopts[SBX_ARRAY_SIZE(table) + 1];
@@ -124,6 +125,7 @@ bool cli_parse_opts(const char *cmd, int argc, char **argv, unsigned takes, stru
         case 'a': o->archive = true; break;
         case CLI_OPT_JSON: o->json = true; break;
         case CLI_OPT_FORMAT: o->format = optarg; break;
+        case CLI_OPT_PLATFORM: o->platform = optarg; break;
         case CLI_OPT_LABEL:
             if (cli_add_kv(cmd, &o->labels, "--label", optarg) < 0) {
                 *exit_code = CLI_EXIT_USAGE;
@@ -196,6 +198,13 @@ int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *ar
     case CLI_OPT_LABEL: return cli_add_kv(cmd, &o->labels, "--label", arg);
     case 1013: return cli_add_kv(cmd, &o->files, "--file", arg);
     case 1014: o->ready_timeout = arg; return 1;
+    case 1016:
+        if (strcmp(arg, "missing") && strcmp(arg, "always") && strcmp(arg, "never")) {
+            cli_usage_error(cmd, "--pull expects missing, always or never, got '%s'", arg);
+            return -1;
+        }
+        o->pull = arg;
+        return 1;
     default: return 0;
     }
 }
@@ -328,6 +337,16 @@ static int apply_options(const char *cmd, struct cli_spec_opts *o, sbx_spec *spe
     long long n;
     if (o->image)
         sbx_spec_set_image(spec, o->image);
+    if (o->pull) {
+        /* provider_options.pull: providers that pull read it, the others ignore it. */
+        _cleanup_json_ json_t *po = json_loads(sbx_spec_provider_options(spec), 0, NULL);
+        if (!json_is_object(po))
+            po = json_object();
+        json_object_set_new(po, "pull", json_string(o->pull));
+        _cleanup_free_ char *t = po ? sbx__json_dump(po) : NULL;
+        if (!t || sbx_spec_set_provider_options(spec, t, NULL) < 0)
+            return CLI_EXIT_SBX;
+    }
     /* A relative workdir is relative to nothing in the box: every exec failed with it. */
     if (o->workdir && sbx_spec_set_workdir(spec, o->workdir) < 0)
         return bad_value(cmd, "--workdir", o->workdir, "an absolute path in the box (from /)");

@@ -22,6 +22,7 @@ enum pcall_kind {
     PC_IMAGE_INSPECT,
     PC_IMAGE_TAG,
     PC_IMAGE_PRUNE,
+    PC_IMAGE_PULL,
 };
 
 static const char *const pcall_names[] = {
@@ -34,6 +35,7 @@ static const char *const pcall_names[] = {
     [PC_IMAGE_INSPECT] = "image_inspect",
     [PC_IMAGE_TAG] = "image_tag",
     [PC_IMAGE_PRUNE] = "image_prune",
+    [PC_IMAGE_PULL] = "image_pull",
 };
 
 struct pcall {
@@ -71,7 +73,8 @@ static int check_answer(struct pcall *c, char **value, sbx_error **err)
     }
     json_error_t je;
     _cleanup_json_ json_t *j = *value ? json_loads(*value, JSON_REJECT_DUPLICATES, &je) : NULL;
-    bool obj = c->kind == PC_IMAGE_IMPORT || c->kind == PC_IMAGE_INSPECT;
+    bool obj = c->kind == PC_IMAGE_IMPORT || c->kind == PC_IMAGE_INSPECT ||
+               c->kind == PC_IMAGE_PULL;
     const char *want = obj ? "a JSON object" : "a JSON array";
     bool ok = obj ? json_is_object(j) : json_is_array(j);
     if (ok && !obj) {
@@ -168,6 +171,9 @@ static void pcall_run(void *data)
     case PC_IMAGE_PRUNE:
         o->image_prune(c->op, st, c->a);
         break;
+    case PC_IMAGE_PULL:
+        o->image_pull(c->op, st, c->a, c->c);
+        break;
     }
 }
 
@@ -193,6 +199,8 @@ static bool has_op(const sbx_provider *p, enum pcall_kind k)
         return o->image_tag != NULL;
     case PC_IMAGE_PRUNE:
         return o->image_prune != NULL;
+    case PC_IMAGE_PULL:
+        return o->image_pull != NULL;
     }
     return false;
 }
@@ -380,6 +388,26 @@ int sbx_provider_image_import_async(sbx_provider *p, const char *name, const cha
     int rc = check_object_arg("the import options", opts_json, err);
     return rc < 0 ? rc
                   : pcall_submit(p, PC_IMAGE_IMPORT, name, source, opts_json, 0, out, err);
+}
+
+int sbx_provider_image_pull(sbx_provider *p, const char *ref, const char *opts_json,
+                            char **json_out, sbx_error **err)
+{
+    if (!ref || !*ref)
+        return sbx__set_error(err, SBX_EINVAL, "sbx_provider_image_pull: a reference is required");
+    int rc = check_object_arg("the pull options", opts_json, err);
+    return rc < 0 ? rc
+                  : pcall_sync("sbx_provider_image_pull", p, PC_IMAGE_PULL, ref, NULL, opts_json,
+                               0, json_out, err);
+}
+
+int sbx_provider_image_pull_async(sbx_provider *p, const char *ref, const char *opts_json,
+                                  sbx_future **out, sbx_error **err)
+{
+    if (!ref || !*ref)
+        return sbx__set_error(err, SBX_EINVAL, "sbx_provider_image_pull: a reference is required");
+    int rc = check_object_arg("the pull options", opts_json, err);
+    return rc < 0 ? rc : pcall_submit(p, PC_IMAGE_PULL, ref, NULL, opts_json, 0, out, err);
 }
 
 int sbx_provider_image_remove(sbx_provider *p, const char *name, int force, sbx_error **err)

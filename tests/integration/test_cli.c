@@ -1307,6 +1307,10 @@ static void test_linux_image_import_ls_run_rm(void)
     EXPECT_CODE(p, 1);
     TAP_CONTAINS(p.err, "invalid image name A/b");
     proc_free(&p);
+    p = SBX("image", "import", "a/../b", tar);
+    EXPECT_CODE(p, 1);
+    TAP_CONTAINS(p.err, "invalid image name a/../b");
+    proc_free(&p);
     p = SBX("image", "import", "onlyname");
     EXPECT_CODE(p, 2);
     TAP_CONTAINS(p.err, "usage: sbx image");

@@ -13,6 +13,8 @@
  *   <store>/srcs/<key>, blobs/sha256-<hex> indexes: source path -> image id,
  *                                          blob -> diff_id
  *   <store>/locks/                         store.lock, per-layer/source locks
+ *   <store>/oci/                           the OCI layout registry pulls land
+ *                                          in (blobs shared by pulled images)
  *   <state_dir>/images/none-v2/            the "none" image's skeleton
  *   <state_dir>/images/{names,sha256-*}    an older sbx's names and flattened
  *                                          trees: still read, not migrated
@@ -25,6 +27,7 @@
 #include "providers/linux/linux.h"
 
 #include "core/inroot.h"
+#include "image/ref.h"
 #include "providers/linux/image_formats.h"
 
 #include <archive.h>
@@ -2003,7 +2006,23 @@ static int resolve_source(const struct store *s, const char *source,
     if (!strncmp(source, "oci:", 4)) {
         oci = true;
         path = strdup(source + 4);
-        char *colon = path ? strrchr(path, ':') : NULL;
+        /*
+         * "oci:PATH:TAG" where TAG may itself hold ':' (a registry reference
+         * like 127.0.0.1:5000/x:1): the split is at the first ':' whose left
+         * side is a directory; with none, at the last ':' as before.
+         */
+        struct stat pst;
+        char *colon = NULL;
+        if (path && !(stat(path, &pst) == 0 && S_ISDIR(pst.st_mode))) {
+            for (char *c = strchr(path, ':'); c && !colon; c = strchr(c + 1, ':')) {
+                *c = 0;
+                if (stat(path, &pst) == 0 && S_ISDIR(pst.st_mode))
+                    colon = c;
+                *c = ':';
+            }
+            if (!colon)
+                colon = strrchr(path, ':');
+        }
         if (colon) {
             *colon = 0;
             tag = strdup(colon + 1);
@@ -2126,16 +2145,42 @@ static json_t *load_legacy(const char *state_dir, const char *name)
     return np ? json_load_file(np, 0, NULL) : NULL;
 }
 
+static bool load_legacy_exists(const char *state_dir, const char *name)
+{
+    _cleanup_json_ json_t *j = load_legacy(state_dir, name);
+    return j != NULL;
+}
+
 /*
  * What `image` is in the store: an imported name (this store's, else an
  * older sbx's, whose flattened tree is read in place), or an absolute
  * source, imported when not seen before. `*id`: its record's hex; or
  * `*dir`: a tree used as it is (a directory image, an old tree).
  */
+/* A registry reference's canonical name ("docker.io/library/x:1"), or NULL. */
+static char *canonical_of(const char *image)
+{
+    sbx_image_ref r;
+    sbx_error *e = NULL;
+    if (sbx__image_ref_is_local(image) || sbx__image_ref_parse(image, &r, &e) < 0) {
+        sbx_error_free(e);
+        return NULL;
+    }
+    char *c = sbx__image_ref_canonical(&r);
+    sbx__image_ref_free(&r);
+    return c;
+}
+
 static int lookup(const struct store *s, const char *image, const sbx_linux_image_opts *opts,
                   char **id, char **dir, sbx_error **err)
 {
     _cleanup_json_ json_t *ref = valid_name(image) ? load_ref(s, image) : NULL;
+    /* A registry reference finds its pulled image by its canonical name. */
+    _cleanup_free_ char *canon = ref || load_legacy_exists(s->state_dir, image)
+                                     ? NULL
+                                     : canonical_of(image);
+    if (canon && strcmp(canon, image) && valid_name(canon))
+        ref = load_ref(s, canon);
     if (ref) {
         const char *d = json_string_value(json_object_get(ref, "dir"));
         const char *h = digest_hex(json_string_value(json_object_get(ref, "image")));
@@ -2161,6 +2206,71 @@ static int lookup(const struct store *s, const char *image, const sbx_linux_imag
     return resolve_source(s, image, opts, id, dir, NULL, err);
 }
 
+/* Whether `name` names an image of the store (or of an older sbx). */
+static bool name_known(const char *state_dir, const char *store, const char *name)
+{
+    struct store s;
+    if (!valid_name(name) && !valid_legacy_name(name))
+        return false;
+    if (store_open(state_dir, store, 0, &s, NULL) < 0)
+        return false;
+    _cleanup_json_ json_t *ref = load_ref(&s, name);
+    _cleanup_json_ json_t *old = ref ? NULL : load_legacy(state_dir, name);
+    store_close(&s);
+    return ref || old;
+}
+
+/*
+ * A registry reference that is no imported name: its canonical name when
+ * that is in the store, else pulled (as docker run does) per opts->pull:
+ * "missing" (default), "always" (even when present: a moved tag is
+ * followed) or "never". *name_out: the name to look up instead of `image`
+ * (NULL: `image` itself).
+ */
+static int pull_if_needed(const char *state_dir, const char *store, const char *image,
+                          const sbx_linux_image_opts *opts, char **name_out, sbx_error **err)
+{
+    *name_out = NULL;
+    if (sbx__image_ref_is_local(image))
+        return SBX_OK;
+    const char *pull = opts && opts->pull ? opts->pull : "missing";
+    bool always = !strcmp(pull, "always");
+    if (!always && name_known(state_dir, store, image))
+        return SBX_OK;
+    sbx_image_ref ref;
+    sbx_error *pe = NULL;
+    if (sbx__image_ref_parse(image, &ref, &pe) < 0) {
+        sbx_error_free(pe);
+        return SBX_OK; /* no reference: the lookup says what is wrong */
+    }
+    _cleanup_free_ char *canon = sbx__image_ref_canonical(&ref);
+    sbx__image_ref_free(&ref);
+    if (!canon)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (!always && name_known(state_dir, store, canon)) {
+        *name_out = steal_pointer(&canon);
+        return SBX_OK;
+    }
+    if (!strcmp(pull, "never"))
+        return sbx__set_error(err, SBX_ECREATE,
+                              "image %s is not imported and is not in the store as %s, and "
+                              "pulling is off (pull: never): run `sbx image pull %s` first",
+                              image, canon, image);
+    sbx_error *e = NULL;
+    int rc = sbx__linux_image_pull(state_dir, store, image, opts, name_out, &e);
+    if (rc == SBX_ECANCELED)
+        return sbx__fail(err, e);
+    if (rc < 0) {
+        int code = rc == SBX_EAUTH ? SBX_EAUTH : SBX_ECREATE;
+        rc = sbx__set_error(err, code,
+                            "image %s is not imported (`sbx image import %s SOURCE` imports one), "
+                            "and pulling it as %s failed: %s",
+                            image, image, canon, sbx_error_message(e));
+        sbx_error_free(e);
+    }
+    return rc;
+}
+
 int sbx__linux_image_resolve(const char *state_dir, const char *store, const char *image,
                              const sbx_linux_image_opts *opts, char **rootfs, json_t **lowers,
                              bool *none, sbx_error **err)
@@ -2178,13 +2288,18 @@ int sbx__linux_image_resolve(const char *state_dir, const char *store, const cha
             *lowers = json_pack("[s]", *rootfs);
         return rc;
     }
+    /* Before the store's lock: a pull takes it itself. */
+    _cleanup_free_ char *pulled = NULL;
+    rc = pull_if_needed(state_dir, store, image, opts, &pulled, err);
+    if (rc < 0)
+        return rc;
     struct store s;
     rc = store_open(state_dir, store, LOCK_SH, &s, err);
     if (rc < 0)
         return rc;
     _cleanup_free_ char *id = NULL;
     _cleanup_free_ char *dir = NULL;
-    rc = lookup(&s, image, opts, &id, &dir, err);
+    rc = lookup(&s, pulled ? pulled : image, opts, &id, &dir, err);
     if (rc == SBX_OK && dir) {
         if (!is_dir(dir))
             rc = sbx__set_error(err, SBX_ECREATE,
@@ -2816,6 +2931,8 @@ static void legacy_prune(const char *state_dir, struct sweep *w)
     sbx__linux_image_list_free(v, n);
 }
 
+static void pull_sweep(const struct store *s, json_t *removed, bool dry_run);
+
 int sbx__linux_image_prune(const char *state_dir, const char *store, bool dry_run,
                            json_t **removed, sbx_error **err)
 {
@@ -2833,6 +2950,7 @@ int sbx__linux_image_prune(const char *state_dir, const char *store, bool dry_ru
         json_array_append_new(out, json_string("temporary"));
     struct sweep w = { .s = &s, .removed = out, .dry_run = dry_run, .all_records = true };
     sweep(&w);
+    pull_sweep(&s, out, dry_run);
     legacy_prune(state_dir, &w);
     store_close(&s);
     if (removed)
@@ -3062,4 +3180,186 @@ int sbx__linux_image_tag(const char *state_dir, const char *store, const char *s
         rc = sbx__set_errno(err, SBX_EIO, errno, "cannot record image name %s", name);
     store_close(&s);
     return rc;
+}
+
+/* --- pulling ---------------------------------------------------------------- */
+
+/*
+ * Registry pulls land in an OCI layout inside the store, <store>/oci, whose
+ * blobs every pulled image shares; the store's OCI import then unpacks each
+ * layer once into layers/, so a layer another image brought is neither
+ * fetched nor unpacked again. A pull holds the store's shared lock from its
+ * first byte to its name, so prune (exclusive) never meets a blob fetched
+ * but not yet in index.json, nor a .partial whose writer is alive.
+ */
+static int pull_layout_in(const struct store *s, char **out, sbx_error **err)
+{
+    char *p = sbx__printf("%s/oci", s->dir);
+    if (!p)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (mkdir(p, 0700) < 0 && errno != EEXIST) {
+        int rc = sbx__set_errno(err, SBX_ECREATE, errno, "cannot create the pull layout %s", p);
+        free(p);
+        return rc;
+    }
+    *out = p;
+    return SBX_OK;
+}
+
+int sbx__linux_pull_layout(const char *state_dir, const char *store, char **out, sbx_error **err)
+{
+    struct store s;
+    int rc = store_open(state_dir, store, 0, &s, err);
+    if (rc < 0)
+        return rc;
+    rc = pull_layout_in(&s, out, err);
+    store_close(&s);
+    return rc;
+}
+
+struct pull_bridge {
+    const sbx_linux_image_opts *io;
+};
+
+static void pull_progress(const char *digest, const char *kind, uint64_t done, uint64_t total,
+                          sbx_pull_state state, void *data)
+{
+    struct pull_bridge *b = data;
+    if (!b->io || !b->io->progress)
+        return;
+    char stage[64];
+    snprintf(stage, sizeof(stage), "pull:%s:%s:%.12s", sbx__pull_state_name(state), kind,
+             digest && strlen(digest) > 7 ? digest + 7 : "");
+    b->io->progress(stage, done, total, b->io->data);
+}
+
+static bool pull_cancelled(void *data)
+{
+    struct pull_bridge *b = data;
+    return b->io && b->io->cancelled && b->io->cancelled(b->io->data);
+}
+
+int sbx__linux_image_pull(const char *state_dir, const char *store, const char *ref,
+                          const sbx_linux_image_opts *io, char **canonical, sbx_error **err)
+{
+    struct store s;
+    int rc = store_open(state_dir, store, LOCK_SH, &s, err);
+    if (rc < 0)
+        return rc;
+    _cleanup_free_ char *layout = NULL;
+    rc = pull_layout_in(&s, &layout, err);
+    sbx_pull_opts po = { 0 };
+    if (io && io->registry)
+        po = *io->registry;
+    struct pull_bridge b = { .io = io };
+    po.progress = pull_progress;
+    po.cancelled = pull_cancelled;
+    po.data = &b;
+    _cleanup_free_ char *canon = NULL;
+    if (rc == SBX_OK)
+        rc = sbx__registry_pull(layout, ref, &po, &canon, err);
+    _cleanup_free_ char *source = rc == SBX_OK ? sbx__printf("oci:%s:%s", layout, canon) : NULL;
+    if (rc == SBX_OK && !source)
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    /* The store's own OCI import: layers already in layers/ are not unpacked again. */
+    if (rc == SBX_OK)
+        rc = sbx__linux_image_import(state_dir, store, canon, source, io, err);
+    store_close(&s);
+    if (rc == SBX_OK && canonical)
+        *canonical = steal_pointer(&canon);
+    return rc;
+}
+
+/* Blobs reachable from a manifest or index blob (depth-bounded: an index of manifests). */
+static void pull_keep(const char *layout, const char *digest, json_t *keep, int depth)
+{
+    if (!digest || strncmp(digest, "sha256:", 7) || !hex64(digest + 7))
+        return;
+    json_object_set_new(keep, digest + 7, json_true());
+    if (depth > 2)
+        return;
+    bool mismatch = false;
+    _cleanup_json_ json_t *m = load_blob(layout, digest, NULL, &mismatch);
+    if (!json_is_object(m))
+        return;
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(m, "manifests"), i, v)
+        pull_keep(layout, json_string_value(json_object_get(v, "digest")), keep, depth + 1);
+    const char *cfg = json_string_value(json_object_get(json_object_get(m, "config"), "digest"));
+    if (cfg && !strncmp(cfg, "sha256:", 7) && hex64(cfg + 7))
+        json_object_set_new(keep, cfg + 7, json_true());
+    json_array_foreach(json_object_get(m, "layers"), i, v)
+    {
+        const char *d = json_string_value(json_object_get(v, "digest"));
+        if (d && !strncmp(d, "sha256:", 7) && hex64(d + 7))
+            json_object_set_new(keep, d + 7, json_true());
+    }
+}
+
+/*
+ * Prune's part in the pull layout (under the store's exclusive lock: no
+ * pull runs): index.json entries whose name no longer names an image go,
+ * then every blob no kept entry reaches, and .partial files whose writer
+ * is gone (none holds its lock).
+ */
+static void pull_sweep(const struct store *s, json_t *removed, bool dry_run)
+{
+    _cleanup_free_ char *layout = sbx__printf("%s/oci", s->dir);
+    _cleanup_free_ char *ip = layout ? sbx__printf("%s/index.json", layout) : NULL;
+    _cleanup_free_ char *bd = layout ? sbx__printf("%s/blobs/sha256", layout) : NULL;
+    if (!bd || !is_dir(bd))
+        return;
+    _cleanup_json_ json_t *index = load_json(ip, NULL, NULL);
+    _cleanup_json_ json_t *keep = json_object();
+    json_t *mans = json_object_get(index, "manifests");
+    /* A broken or unreadable index: better keep everything. (No index: nothing is tagged.) */
+    struct stat st;
+    if (!keep || (index && !json_is_array(mans)) || (!index && lstat(ip, &st) == 0))
+        return;
+    json_t *kept = json_array();
+    size_t i;
+    json_t *m;
+    json_array_foreach(mans, i, m)
+    {
+        const char *name = json_string_value(json_object_get(
+            json_object_get(m, "annotations"), "org.opencontainers.image.ref.name"));
+        _cleanup_json_ json_t *ref = name && valid_name(name) ? load_ref(s, name) : NULL;
+        if (ref) {
+            json_array_append(kept, m);
+            pull_keep(layout, json_string_value(json_object_get(m, "digest")), keep, 0);
+        } else if (removed) {
+            json_array_append_new(removed, json_sprintf("pulled %s", name ? name : "(unnamed)"));
+        }
+    }
+    if (!dry_run && kept && json_array_size(kept) != json_array_size(mans)) {
+        json_object_set(index, "manifests", kept);
+        write_json(ip, index);
+    }
+    json_decref(kept);
+    DIR *d = opendir(bd);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        const char *n = de->d_name;
+        size_t len = strlen(n);
+        _cleanup_free_ char *p = sbx__printf("%s/%s", bd, n);
+        if (!p || n[0] == '.')
+            continue;
+        if (len > 8 && !strcmp(n + len - 8, ".partial")) {
+            _cleanup_close_ int fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
+                continue; /* its writer holds it */
+            if (!dry_run)
+                unlink(p);
+            if (removed)
+                json_array_append_new(removed, json_string("partial blob"));
+        } else if (hex64(n) && !json_object_get(keep, n)) {
+            if (!dry_run)
+                unlink(p);
+            if (removed)
+                json_array_append_new(removed, json_sprintf("pulled blob sha256:%s", n));
+        }
+    }
+    if (d)
+        closedir(d);
 }

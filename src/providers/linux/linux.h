@@ -19,6 +19,7 @@
 #define SBX_LINUX_H
 
 #include "core/internal.h"
+#include "image/registry.h"
 #include "kit/kit.h"
 
 #include <stdint.h>
@@ -199,7 +200,34 @@ typedef struct {
      * filesystem.
      */
     uint64_t max_bytes;
+    /*
+     * A registry reference not in the store: "missing" (NULL) pulls it,
+     * "always" pulls even when present (a moved tag is followed), "never"
+     * fails. `registry` holds the registry settings (mirrors, insecure,
+     * certs.d, platform); NULL: the defaults.
+     */
+    const char *pull;
+    const struct sbx_pull_opts *registry;
 } sbx_linux_image_opts;
+
+/*
+ * The OCI layout that registry pulls land in, <store>/oci (its blobs
+ * shared by every pulled image), made private when missing. One function
+ * so the layout's location can move in one place.
+ */
+SBX_INTERNAL int sbx__linux_pull_layout(const char *state_dir, const char *store, char **out,
+                                        sbx_error **err);
+
+/*
+ * Pulls `ref` into the pull layout and imports it under its canonical
+ * reference (*canonical, malloc'd, may be NULL). Blocking. Progress goes to
+ * opts->progress with stages "pull:STATE:KIND:HEX12" (STATE waiting,
+ * downloading, verifying, done, cached, retrying; KIND manifest, config,
+ * layer; HEX12 the digest's first 12 hex digits), then the import's stages.
+ */
+SBX_INTERNAL int sbx__linux_image_pull(const char *state_dir, const char *store, const char *ref,
+                                       const sbx_linux_image_opts *opts, char **canonical,
+                                       sbx_error **err);
 
 /*
  * Resolves a spec image to a cached read-only root directory:
@@ -320,6 +348,11 @@ SBX_INTERNAL void sbx__linux_op_stop_id(sbx_op *op, const char *state_dir, const
 SBX_INTERNAL void sbx__linux_op_gc(sbx_op *op, const char *state_dir, const char *store,
                                    const char *opts_json, double timeout_s);
 SBX_INTERNAL void sbx__linux_op_image_list(sbx_op *op, const char *state_dir, const char *store);
+/* image_pull on the worker pool: pull, then import under the canonical name. */
+SBX_INTERNAL void sbx__linux_op_image_pull(sbx_op *op, const char *state_dir, const char *store,
+                                           const char *ref, const char *opts_json,
+                                           unsigned long long max_image_bytes,
+                                           const sbx_pull_opts *registry);
 SBX_INTERNAL void sbx__linux_op_image_import(sbx_op *op, const char *state_dir, const char *store,
                                              const char *name, const char *source,
                                              const char *opts_json,

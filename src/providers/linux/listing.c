@@ -16,6 +16,7 @@ struct listing_call {
     double timeout_s;
     int flag;
     unsigned long long max_image_bytes;
+    const sbx_pull_opts *registry; /* the provider's; it outlives the op */
 };
 
 static void call_free(struct listing_call *c)
@@ -236,6 +237,44 @@ static void image_import_work(sbx_op *op, void *data)
     sbx_op_complete(op, rc, e, text);
 }
 
+static void image_pull_work(sbx_op *op, void *data)
+{
+    struct listing_call *c = data;
+    sbx_error *e = NULL;
+    sbx_pull_opts po = c->registry ? *c->registry : (sbx_pull_opts){0};
+    const char *pf = json_string_value(json_object_get(c->opts, "platform"));
+    if (pf && *pf)
+        po.platform = pf;
+    sbx_linux_image_opts io = {
+        .max_bytes = c->max_image_bytes,
+        .cancelled = import_cancelled,
+        .progress = import_progress,
+        .data = op,
+        .registry = &po,
+    };
+    _cleanup_free_ char *canon = NULL;
+    int rc = sbx__linux_image_pull(c->state_dir, c->store, c->a, &io, &canon, &e);
+    char *text = NULL;
+    if (rc == SBX_OK) {
+        sbx_linux_image_info *v = NULL;
+        size_t n = 0;
+        json_t *found = NULL;
+        if (sbx__linux_image_list(c->state_dir, c->store, &v, &n, NULL) == SBX_OK)
+            for (size_t i = 0; i < n && !found; i++)
+                if (v[i].name && !strcmp(v[i].name, canon))
+                    found = image_json(&v[i]);
+        sbx__linux_image_list_free(v, n);
+        if (found)
+            json_object_set_new(found, "reference", json_string(c->a));
+        text = found ? json_dumps(found, JSON_COMPACT) : NULL;
+        json_decref(found);
+        if (!text)
+            rc = sbx__set_error(&e, SBX_EIO, "image %s was pulled but cannot be listed", canon);
+    }
+    call_free(c);
+    sbx_op_complete(op, rc, e, text);
+}
+
 static void image_remove_work(sbx_op *op, void *data)
 {
     struct listing_call *c = data;
@@ -372,4 +411,16 @@ void sbx__linux_op_image_tag(sbx_op *op, const char *state_dir, const char *stor
                              const char *src, const char *name)
 {
     submit(op, with_store(call_new(state_dir, src, name, NULL), store), image_tag_work);
+}
+
+void sbx__linux_op_image_pull(sbx_op *op, const char *state_dir, const char *store,
+                              const char *ref, const char *opts_json,
+                              unsigned long long max_image_bytes, const sbx_pull_opts *registry)
+{
+    struct listing_call *c = with_store(call_new(state_dir, ref, NULL, opts_json), store);
+    if (c) {
+        c->max_image_bytes = max_image_bytes;
+        c->registry = registry;
+    }
+    submit(op, c, image_pull_work);
 }

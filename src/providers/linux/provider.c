@@ -58,6 +58,13 @@ struct linux_state {
     sbx_agent_limits limits; /* max_download_bytes, transfer_idle_timeout_s */
     char **cdi_dirs; /* cdi_spec_dirs, NULL-ended; NULL: sbx__cdi_default_dirs */
     char *shell; /* shell: NULL = auto (bash when the box has it, else sh) */
+    /* Registry pulls (docs/images.md, "Pulling"). */
+    char *pull; /* "missing" (NULL), "always", "never" */
+    char *platform;
+    char **mirrors, **insecure, **certs_dirs;
+    char *docker_config;
+    int pull_parallel;
+    sbx_pull_opts registry; /* points into the fields above */
 };
 
 struct linux_box {
@@ -135,6 +142,12 @@ static void state_free(struct linux_state *st)
     free(st->agent);
     sbx_strv_free(st->cdi_dirs);
     free(st->shell);
+    free(st->pull);
+    free(st->platform);
+    sbx_strv_free(st->mirrors);
+    sbx_strv_free(st->insecure);
+    sbx_strv_free(st->certs_dirs);
+    free(st->docker_config);
     sbx__kit_agent_pool_free(st->pool);
     free(st);
 }
@@ -289,6 +302,37 @@ static int parse_cdi_dirs(const json_t *v, char ***out, sbx_error **err)
     return SBX_OK;
 }
 
+/* A list of at most 64 strings (absolute paths when `abs`), or one string. */
+static int parse_strv(const json_t *v, const char *key, bool abs, char ***out, sbx_error **err)
+{
+    const char *want = abs ? "a list of absolute directory paths" : "a list of host[:port] names";
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    if ((!json_is_array(v) && !json_is_string(v)) || n > 64)
+        return cfg_error(err, key, want);
+    char **list = calloc(n + 1, sizeof(char *));
+    if (!list)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const char *d = json_string_value(json_is_array(v) ? json_array_get(v, i) : v);
+        if (!d || !*d || (abs && d[0] != '/') || strlen(d) >= PATH_MAX || strpbrk(d, " \n\r")) {
+            sbx_strv_free(list);
+            return cfg_error(err, key, want);
+        }
+        if (!(list[i] = strdup(d))) {
+            sbx_strv_free(list);
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        }
+    }
+    sbx_strv_free(*out);
+    *out = list;
+    return SBX_OK;
+}
+
+static bool pull_policy_ok(const char *s)
+{
+    return s && (!strcmp(s, "missing") || !strcmp(s, "always") || !strcmp(s, "never"));
+}
+
 static int linux_init(const char *config_json, void **state, sbx_error **err)
 {
     json_error_t je;
@@ -424,13 +468,61 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             rc = parse_cdi_dirs(v, &st->cdi_dirs, err);
             if (rc < 0)
                 break;
+        } else if (!strcmp(key, "pull")) {
+            if (json_is_null(v))
+                continue;
+            if (!pull_policy_ok(json_string_value(v))) {
+                rc = cfg_error(err, key, "\"missing\", \"always\" or \"never\"");
+                break;
+            }
+            free(st->pull);
+            st->pull = strdup(json_string_value(v));
+        } else if (!strcmp(key, "platform")) {
+            if (json_is_null(v))
+                continue;
+            const char *pf = json_string_value(v);
+            if (!pf || !strchr(pf, '/') || strlen(pf) > 128) {
+                rc = cfg_error(err, key, "\"os/arch\" or \"os/arch/variant\", like linux/amd64");
+                break;
+            }
+            free(st->platform);
+            st->platform = strdup(pf);
+        } else if (!strcmp(key, "docker_config")) {
+            if (json_is_null(v))
+                continue;
+            const char *d = json_string_value(v);
+            if (!d || d[0] != '/') {
+                rc = cfg_error(err, key, "an absolute directory path (holding config.json)");
+                break;
+            }
+            free(st->docker_config);
+            st->docker_config = strdup(d);
+        } else if (!strcmp(key, "pull_parallel")) {
+            if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 32) {
+                rc = cfg_error(err, key, "an integer from 1 to 32 (layers fetched at once)");
+                break;
+            }
+            st->pull_parallel = (int)json_integer_value(v);
+        } else if (!strcmp(key, "registry_mirrors") || !strcmp(key, "insecure_registries") ||
+                   !strcmp(key, "registry_certs_dirs")) {
+            if (json_is_null(v))
+                continue;
+            bool certs = !strcmp(key, "registry_certs_dirs");
+            rc = parse_strv(v, key, certs, certs ? &st->certs_dirs
+                                           : !strcmp(key, "registry_mirrors") ? &st->mirrors
+                                                                              : &st->insecure,
+                            err);
+            if (rc < 0)
+                break;
         } else {
             rc = sbx__set_error(err, SBX_EINVAL,
                                 "linux provider: unknown option '%s' (known: state_dir, shim, "
                                 "agent, pids_limit, network, userns, userns_base, userns_slots, "
                                 "seccomp, stop_grace_s, stop_timeout_s, max_agent_connections, "
                                 "nofile, max_image_bytes, max_download_bytes, transfer_idle_timeout_s, "
-                                "cdi_spec_dirs, shell, image_store)",
+                                "cdi_spec_dirs, shell, image_store, pull, platform, "
+                                "registry_mirrors, insecure_registries, registry_certs_dirs, "
+                                "docker_config, pull_parallel)",
                                 key);
             break;
         }
@@ -473,6 +565,12 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
         st->agent = sbx__kit_find_helper("sbx-agent", "SBX_AGENT");
     if (st->agent && st->agent_dynamic < 0)
         st->agent_dynamic = elf_dynamic(st->agent);
+    st->registry = (sbx_pull_opts){.platform = st->platform,
+                                   .mirrors = st->mirrors,
+                                   .insecure = st->insecure,
+                                   .certs_dirs = st->certs_dirs,
+                                   .docker_config = st->docker_config,
+                                   .parallel = st->pull_parallel};
     *state = st;
     return SBX_OK;
 }
@@ -491,6 +589,7 @@ struct create {
     bool poll_open;
     /* inputs, copied from the spec on the loop thread */
     char *image;
+    char *pull; /* provider_options.pull, else the config's */
     char *hostname;
     bool net_host, userns;
     bool die_with_creator; /* provider_options.die_with_creator */
@@ -527,6 +626,7 @@ static double spec_num(int (*get)(const sbx_spec *, double *), const sbx_spec *s
 static void create_free(struct create *c)
 {
     free(c->image);
+    free(c->pull);
     free(c->hostname);
     free(c->gpu_type);
     json_decref(c->command);
@@ -1005,7 +1105,9 @@ static void create_work(void *data)
     bool none = false;
     /* A cancelled create stops an unpack in progress (a big or endless source). */
     sbx_linux_image_opts io = { .data = c, .cancelled = create_cancelled,
-                                .max_bytes = c->st->max_image_bytes };
+                                .max_bytes = c->st->max_image_bytes,
+                                .pull = c->pull ? c->pull : c->st->pull,
+                                .registry = &c->st->registry };
     json_t *lowers = NULL;
     c->code = sbx__linux_image_resolve(c->st->state_dir, c->st->image_store, c->image, &io,
                                        &rootfs, &lowers, &none, &c->err);
@@ -1197,6 +1299,13 @@ static int read_options(const sbx_spec *spec, struct create *c, sbx_error **err)
                                       "strings");
             json_decref(c->command);
             c->command = json_incref(v);
+        } else if (!strcmp(key, "pull")) {
+            if (!pull_policy_ok(json_string_value(v)))
+                return sbx__set_error(err, SBX_EINVAL,
+                                      "provider_options.pull must be \"missing\", \"always\" or "
+                                      "\"never\"");
+            free(c->pull);
+            c->pull = strdup(json_string_value(v));
         }
         /* Other keys belong to other providers: ignored, as the reference does. */
     }
@@ -2100,6 +2209,13 @@ static void linux_image_import(sbx_op *op, void *state, const char *name, const 
                                st->max_image_bytes);
 }
 
+static void linux_image_pull(sbx_op *op, void *state, const char *ref, const char *opts_json)
+{
+    struct linux_state *st = state;
+    sbx__linux_op_image_pull(op, st->state_dir, st->image_store, ref, opts_json,
+                             st->max_image_bytes, &st->registry);
+}
+
 static void linux_image_remove(sbx_op *op, void *state, const char *name, int force)
 {
     struct linux_state *st = state;
@@ -2148,6 +2264,7 @@ const struct sbx_provider_ops sbx__linux_provider = {
     .image_inspect = linux_image_inspect,
     .image_tag = linux_image_tag,
     .image_prune = linux_image_prune,
+    .image_pull = linux_image_pull,
     /* Exec goes through the agent client, which streams output as its frames arrive. */
     .capabilities = SBX_CAP_EXEC_STREAM,
 };
