@@ -1,5 +1,5 @@
 """A provider's images (the linux provider's store), over the C calls
-`sbx_provider_image_*`: list, import, inspect, tag, remove. As the CLI's
+`sbx_provider_image_*`: pull, list, import, inspect, tag, remove, prune. As the CLI's
 `sbx image`, these only pass the request and parse the JSON answer; the
 rules are the C library's (docs/images.md).
 
@@ -9,6 +9,7 @@ rules are the C library's (docs/images.md).
     info = images.inspect_image(cfg, "app")
     info["config"]["ExposedPorts"]                             # {"8080/tcp": {}}
     images.tag_image(cfg, "app", "app-stable")
+    images.pull_image(cfg, "registry.example:5000/org/env:1")   # from a registry
 
 Each call is blocking (ctypes releases the GIL while it waits).
 """
@@ -23,6 +24,20 @@ from typing import Any
 from . import _lib
 from ._lib import lib
 from .boxes import _blocking
+
+
+def pull_image(
+    config: Mapping[str, Any] | str, ref: str, *, platform: str | None = None
+) -> dict[str, Any]:
+    """Pulls Docker reference `ref` ("python:3.12", "host:5000/org/env@sha256:...")
+    into the provider's store under its canonical name, as `sbx image pull`;
+    returns the image's dict (name, digest, size, created, source, reference).
+    Auth, TLS, mirrors and insecure registries come from the provider's
+    config (docs/images.md, "Pulling")."""
+    opts = json.dumps({"platform": platform}) if platform else None
+    return json.loads(
+        _blocking(config, lib.sbx_provider_image_pull, _lib.cstr(ref), _lib.cstr(opts), out=True)
+    )
 
 
 def list_images(config: Mapping[str, Any] | str) -> list[dict[str, Any]]:
@@ -70,5 +85,5 @@ def prune_images(config: Mapping[str, Any] | str, *, dry_run: bool = False) -> l
     return json.loads(_blocking(config, lib.sbx_provider_image_prune, int(dry_run), out=True))
 
 
-__all__ = ["list_images", "import_image", "inspect_image", "tag_image", "remove_image",
+__all__ = ["pull_image", "list_images", "import_image", "inspect_image", "tag_image", "remove_image",
            "prune_images"]

@@ -87,3 +87,21 @@ def test_remove_and_prune_layers(tmp_path):
     images.remove_image(cfg, "app:latest")
     assert list(store.iterdir()) == []
     assert images.prune_images(cfg, dry_run=True) == []
+
+
+def test_pull_reaches_the_c_client(tmp_path):
+    """pull_image goes through the C client: a bad reference and a registry
+    that is not there are the C library's errors, and nothing is named."""
+    cfg = {"linux": {"state_dir": str(tmp_path / "state")}}
+    with pytest.raises(ValueError) as e:  # SBX_EINVAL
+        images.pull_image(cfg, "org/app:bad tag!")
+    assert "org/app:bad tag!" in str(e.value), str(e.value)
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    with pytest.raises(SandboxError) as e:
+        images.pull_image(cfg, f"127.0.0.1:{port}/nobody/here:1")
+    assert f"127.0.0.1:{port}" in str(e.value), str(e.value)
+    assert images.list_images(cfg) == []

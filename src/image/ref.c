@@ -242,6 +242,18 @@ char *sbx__image_ref_canonical(const sbx_image_ref *r)
                        r->tag ? r->tag : "", r->digest ? "@" : "", r->digest ? r->digest : "");
 }
 
+char *sbx__image_ref_familiar(const sbx_image_ref *r, bool drop_latest)
+{
+    const char *repo = r->repository;
+    bool hub = !strcmp(r->registry, "docker.io");
+    if (hub && !strncmp(repo, "library/", 8) && !strchr(repo + 8, '/'))
+        repo += 8;
+    const char *tag = r->tag && !(drop_latest && !strcmp(r->tag, "latest")) ? r->tag : NULL;
+    return sbx__printf("%s%s%s%s%s%s%s", hub ? "" : r->registry, hub ? "" : "/", repo,
+                       tag ? ":" : "", tag ? tag : "", r->digest ? "@" : "",
+                       r->digest ? r->digest : "");
+}
+
 const char *sbx__image_ref_reference(const sbx_image_ref *r)
 {
     return r->digest ? r->digest : r->tag;

@@ -23,6 +23,13 @@ SBX_INTERNAL int sbx__image_ref_parse(const char *s, sbx_image_ref *out, sbx_err
 SBX_INTERNAL void sbx__image_ref_free(sbx_image_ref *r);
 /* "registry/repository[:tag][@digest]" (malloc'd; NULL on ENOMEM). */
 SBX_INTERNAL char *sbx__image_ref_canonical(const sbx_image_ref *r);
+/*
+ * The short form Docker shows ("python:3.12" for
+ * docker.io/library/python:3.12, "org/x:1" for docker.io/org/x:1; other
+ * registries keep theirs), with `drop_latest` also without a ":latest" tag
+ * ("python"). malloc'd; NULL on ENOMEM.
+ */
+SBX_INTERNAL char *sbx__image_ref_familiar(const sbx_image_ref *r, bool drop_latest);
 /* The tag or digest to ask the registry for: the digest when there is one. */
 SBX_INTERNAL const char *sbx__image_ref_reference(const sbx_image_ref *r);
 /*

@@ -420,6 +420,42 @@ static void test_names_with_slashes_and_tags(void)
 }
 
 /*
+ * One reference, any spelling (as Docker): a name imported short is found by
+ * its canonical form and back, for a box, inspect, tag and rm.
+ */
+static void test_reference_spellings(void)
+{
+    need_boxes();
+    busybox_tar();
+    char tar[700];
+    snprintf(tar, sizeof(tar), "%s/bb.tar", tap_tmpdir());
+    import("python:3.12", tar);
+    import("docker.io/org/tool:latest", tar);
+    sbx_provider *pr = provider(NULL);
+    sbx_sandbox *b = box_of(pr, "docker.io/library/python:3.12");
+    TAP_CONTAINS(out_of(b, "cat /etc/marker"), "bb-image");
+    stop_free(b);
+    b = box_of(pr, "org/tool");
+    TAP_CONTAINS(out_of(b, "cat /etc/marker"), "bb-image");
+    stop_free(b);
+    sbx_provider_free(pr);
+    char *j = NULL;
+    TAP_OK(sbx__linux_image_inspect(state_dir, NULL, "docker.io/library/python:3.12", &j, &e_));
+    TAP_CONTAINS(j, "\"python:3.12\"");
+    free(j);
+    TAP_OK(sbx__linux_image_tag(state_dir, NULL, "docker.io/org/tool", "tool2:1", &e_));
+    TAP_OK(sbx__linux_image_remove(state_dir, NULL, "docker.io/library/python:3.12", &e_));
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx__linux_image_remove(state_dir, NULL, "python:3.12", &e), SBX_ENOENT);
+    sbx_error_free(e);
+    /* Not a different image that shares a short name: another registry stays apart. */
+    e = NULL;
+    TAP_TRUE(sbx__linux_image_inspect(state_dir, NULL, "ghcr.io/org/tool", &j, &e) < 0);
+    sbx_error_free(e);
+    census_check(state_dir);
+}
+
+/*
  * Two processes import one image at once (a ~24 MB layer, so the second
  * arrives while the first unpacks): each layer is unpacked by exactly one
  * of them, one copy stays, and no temporary is left.
@@ -713,6 +749,7 @@ int main(int argc, char **argv)
         TAP(test_whiteout_and_opaque_seen_in_box),
         TAP(test_rm_and_prune),
         TAP(test_names_with_slashes_and_tags),
+        TAP(test_reference_spellings),
         TAP_T(test_concurrent_imports_one_copy, 120),
         TAP_T(test_many_layers_mount, 120),
         TAP(test_config_kept_and_diff_ids_checked),

@@ -2157,30 +2157,46 @@ static bool load_legacy_exists(const char *state_dir, const char *name)
  * source, imported when not seen before. `*id`: its record's hex; or
  * `*dir`: a tree used as it is (a directory image, an old tree).
  */
-/* A registry reference's canonical name ("docker.io/library/x:1"), or NULL. */
-static char *canonical_of(const char *image)
+/*
+ * The name record of `image` as Docker would find it: the name as given,
+ * else the same reference spelled otherwise — its canonical form
+ * ("docker.io/library/x:1", what a pull records) or its familiar ones
+ * ("x:1", "x" for x:latest, what a user may have imported or tagged) —
+ * so `python:3.12` and `docker.io/library/python:3.12` name one image.
+ * `*found` (optional) gets the name that matched.
+ */
+static json_t *load_ref_any(const struct store *s, const char *image, char **found)
 {
+    json_t *ref = valid_name(image) ? load_ref(s, image) : NULL;
+    if (ref || sbx__image_ref_is_local(image)) {
+        if (ref && found)
+            *found = strdup(image);
+        return ref;
+    }
     sbx_image_ref r;
     sbx_error *e = NULL;
-    if (sbx__image_ref_is_local(image) || sbx__image_ref_parse(image, &r, &e) < 0) {
+    if (sbx__image_ref_parse(image, &r, &e) < 0) {
         sbx_error_free(e);
         return NULL;
     }
-    char *c = sbx__image_ref_canonical(&r);
+    char *forms[3] = { sbx__image_ref_canonical(&r), sbx__image_ref_familiar(&r, false),
+                       sbx__image_ref_familiar(&r, true) };
     sbx__image_ref_free(&r);
-    return c;
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(forms); i++) {
+        if (!ref && forms[i] && strcmp(forms[i], image) && valid_name(forms[i]) &&
+            (ref = load_ref(s, forms[i])) && found)
+            *found = steal_pointer(&forms[i]);
+        free(forms[i]);
+    }
+    return ref;
 }
 
 static int lookup(const struct store *s, const char *image, const sbx_linux_image_opts *opts,
                   char **id, char **dir, sbx_error **err)
 {
-    _cleanup_json_ json_t *ref = valid_name(image) ? load_ref(s, image) : NULL;
-    /* A registry reference finds its pulled image by its canonical name. */
-    _cleanup_free_ char *canon = ref || load_legacy_exists(s->state_dir, image)
-                                     ? NULL
-                                     : canonical_of(image);
-    if (canon && strcmp(canon, image) && valid_name(canon))
-        ref = load_ref(s, canon);
+    _cleanup_json_ json_t *ref = load_legacy_exists(s->state_dir, image)
+                                     ? (valid_name(image) ? load_ref(s, image) : NULL)
+                                     : load_ref_any(s, image, NULL);
     if (ref) {
         const char *d = json_string_value(json_object_get(ref, "dir"));
         const char *h = digest_hex(json_string_value(json_object_get(ref, "image")));
@@ -2214,7 +2230,7 @@ static bool name_known(const char *state_dir, const char *store, const char *nam
         return false;
     if (store_open(state_dir, store, 0, &s, NULL) < 0)
         return false;
-    _cleanup_json_ json_t *ref = load_ref(&s, name);
+    _cleanup_json_ json_t *ref = load_ref_any(&s, name, NULL);
     _cleanup_json_ json_t *old = ref ? NULL : load_legacy(state_dir, name);
     store_close(&s);
     return ref || old;
@@ -2868,11 +2884,17 @@ int sbx__linux_image_remove(const char *state_dir, const char *store, const char
     int rc = store_open(state_dir, store, 0, &s, err);
     if (rc < 0)
         return rc;
+    /* Any spelling of the reference removes the name it was stored under (as `docker rmi`). */
+    _cleanup_free_ char *found = NULL;
     _cleanup_json_ json_t *ref = load_ref(&s, name);
+    if (!ref && !load_legacy_exists(state_dir, name))
+        ref = load_ref_any(&s, name, &found);
     if (!ref) {
         store_close(&s);
         return legacy_remove(state_dir, name, err);
     }
+    if (found)
+        name = found;
     _cleanup_free_ char *np = ref_path(&s, name);
     if (!np || unlink(np) < 0) {
         rc = sbx__set_errno(err, SBX_EIO, errno, "cannot remove image %s", name);
@@ -3110,9 +3132,12 @@ int sbx__linux_image_inspect(const char *state_dir, const char *store, const cha
     int rc = store_open(state_dir, store, 0, &s, err);
     if (rc < 0)
         return rc;
-    _cleanup_json_ json_t *ref = load_ref(&s, name);
+    _cleanup_free_ char *found = NULL; /* the name as stored, whatever the spelling asked */
+    _cleanup_json_ json_t *ref = load_ref_any(&s, name, &found);
     _cleanup_json_ json_t *old = ref ? NULL : load_legacy(state_dir, name);
     json_t *j = ref ? ref : old;
+    if (found)
+        name = found;
     const char *h = digest_hex(json_string_value(json_object_get(ref, "image")));
     _cleanup_json_ json_t *rec = h ? load_record(&s, h) : NULL;
     store_close(&s);
@@ -3160,7 +3185,7 @@ int sbx__linux_image_tag(const char *state_dir, const char *store, const char *s
     int rc = store_open(state_dir, store, LOCK_SH, &s, err);
     if (rc < 0)
         return rc;
-    _cleanup_json_ json_t *j = load_ref(&s, src);
+    _cleanup_json_ json_t *j = load_ref_any(&s, src, NULL);
     if (!j) {
         /* An older sbx's name: the new one points at its tree, as a directory image. */
         _cleanup_json_ json_t *old = load_legacy(state_dir, src);
