@@ -156,6 +156,15 @@ struct sbx_provider_ops {
      * each ("layer sha256:...", "image sha256:...", "temporary").
      */
     void (*image_prune)(sbx_op *op, void *state, const char *opts_json);
+    /*
+     * [img-commit] Turns running box `box_id`'s writable layer into a new
+     * layer over its image, named `name` (as `docker commit`). `opts_json`:
+     * {"changes": ["ENV K=V", "WORKDIR /d", "USER u", "ENTRYPOINT ...",
+     * "CMD ..."], "pause": bool}. Completes with a malloc'd JSON object
+     * text {"id", "name", "layer", "layers"}.
+     */
+    void (*image_commit)(sbx_op *op, void *state, const char *box_id, const char *name,
+                         const char *opts_json);
 };
 
 /* --- Operations ---------------------------------------------------------- */

@@ -321,5 +321,6 @@ int cli_cmd_stop(int argc, char **argv);
 int cli_cmd_gc(int argc, char **argv);
 int cli_cmd_providers(int argc, char **argv);
 int cli_cmd_image(int argc, char **argv);
+int cli_cmd_commit(int argc, char **argv); /* [img-commit] */
 
 #endif
