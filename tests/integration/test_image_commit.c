@@ -357,7 +357,7 @@ static void test_commit_hostile_upper(void)
               "mkfifo /fifo && mkdir -p /x && ln -s / /x/root");
     json_decref(commit_ok(p, b, "hostile", NULL));
     sbx_sandbox *c = box_of(p, "hostile");
-    TAP_EQ_STR(out_of(c, "readlink /sh /etc/sh2 /x/root"),
+    TAP_EQ_STR(out_of(c, "readlink /sh; readlink /etc/sh2; readlink /x/root"),
                "/etc/shadow\n../../../../../../etc/shadow\n/\n");
     TAP_EQ_INT(rc_of(c, "test -p /fifo"), 0);
     TAP_EQ_INT(rc_of(c, "test -e /etc/shadow"), 1);

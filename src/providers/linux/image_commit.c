@@ -256,9 +256,7 @@ static void ovl_xattr(const struct walk *w, int fd, const char *name, char *out,
 {
     char key[64];
     snprintf(key, sizeof(key), "%s%s", w->xprefix, name);
-    char p[64];
-    snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
-    ssize_t n = lgetxattr(p, key, out, len - 1);
+    ssize_t n = fgetxattr(fd, key, out, len - 1);
     out[n > 0 ? (size_t)n : 0] = 0;
 }
 
@@ -465,13 +463,9 @@ static int walk_entry(struct walk *w, int dfd, const char *name, int depth)
             fs.st_dev != st.st_dev) {
             rc = sbx__set_error(w->err, SBX_EIO, "/%s changed while it was read", w->path);
         } else {
-            char v[16];
-            ovl_xattr(w, fd, "metacopy", v, sizeof(v));
-            char p[64];
-            snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
             char key[64];
             snprintf(key, sizeof(key), "%smetacopy", w->xprefix);
-            if (lgetxattr(p, key, NULL, 0) >= 0)
+            if (fgetxattr(fd, key, NULL, 0) >= 0)
                 return sbx__set_error(w->err, SBX_ENOTSUP,
                                       "/%s is an overlay metacopy file: sbx cannot commit it; "
                                       "mount overlay with metacopy=off",
@@ -626,7 +620,9 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
 {
     if (!sbx__linux_id_ok(id))
         return sbx__set_error(err, SBX_EINVAL, "invalid box id '%s'", id ? id : "(null)");
-    if (!sbx__linux_image_name_ok(name))
+    /* A new name is Docker's form only (the store still reads an older sbx's freer names). */
+    if (!name || strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789._-/:") != strlen(name) ||
+        !sbx__linux_image_name_ok(name))
         return sbx__set_error(err, SBX_EINVAL,
                               "invalid image name %s: use [HOST[:PORT]/]PATH[:TAG] with "
                               "lowercase path components [a-z0-9._-]",
@@ -691,7 +687,8 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
     bool was_frozen = false;
     const char *cg = json_string_value(json_array_get(rec.cgroups, 0));
     char layer_hex[65] = "", id_hex[65] = "";
-    if (!rec.state || strcmp(rec.state, "running") != 0) {
+    /* "creating" too: the shim marks a box "running" a moment after its creator returns. */
+    if (!rec.state || (strcmp(rec.state, "running") != 0 && strcmp(rec.state, "creating") != 0)) {
         rc = sbx__set_error(err, SBX_ESTATE, "box %s is %s, not running: only a running box "
                             "can be committed", id, rec.state ? rec.state : "in no known state");
         goto out;
