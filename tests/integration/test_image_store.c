@@ -626,6 +626,75 @@ static void test_image_store_key(void)
     census_check(state_dir);
 }
 
+/*
+ * Layers given as tarballs with a config (as a `docker save` archive
+ * holds them): the image's id is the config's digest, the layers are the
+ * same store entries an OCI layout's are, and a wrong diff_id is refused.
+ */
+static void test_import_layers_shares_with_layouts(void)
+{
+    need_boxes();
+    busybox_tar();
+    const char *t = tap_tmpdir();
+    layer("a", "echo a > a");
+    layer("c", "echo c > c");
+    char bb[700], a[700], cfg[700];
+    snprintf(bb, sizeof(bb), "%s/bb.tar", t);
+    snprintf(a, sizeof(a), "%s/a.tar.gz", t);
+    snprintf(cfg, sizeof(cfg), "%s/cfg.json", t);
+    sh("gzip -n -c %s/a.tar > %s && printf '{\"config\":{\"Env\":[\"X=1\"]},\"rootfs\":"
+       "{\"type\":\"layers\",\"diff_ids\":[\"sha256:%%s\",\"sha256:%%s\"]}}' "
+       "$(sha256sum %s | cut -d' ' -f1) $(sha256sum %s/a.tar | cut -d' ' -f1) > %s",
+       t, a, bb, t, cfg);
+    const char *const layers[] = { bb, a };
+    struct count n = { -1 };
+    sbx_linux_image_opts io = { .progress = count_progress, .data = &n };
+    TAP_OK(sbx__linux_image_import_layers(state_dir, NULL, "docker.io/library/x:1", layers, 2,
+                                          cfg, "x.tar", &io, &e_));
+    TAP_EQ_INT(n.unpacked, 2);
+    json_t *c = sbx__linux_image_config(state_dir, NULL, "docker.io/library/x:1");
+    TAP_EQ_STR(json_string_value(json_array_get(json_object_get(c, "Env"), 0)), "X=1");
+    json_decref(c);
+    char out[256];
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "sha256sum %s | cut -c1-64", cfg), 0);
+    char rec[900];
+    snprintf(rec, sizeof(rec), "%s/images/records/sha256-%.64s.json", state_dir, out);
+    TAP_TRUE(have_file(rec));
+    /* An OCI layout with the same base layer unpacks only its own. */
+    sh("%s %s/C v1 %s/bb.tar %s/c.tar", mklayout(), t, t, t);
+    char src[700];
+    snprintf(src, sizeof(src), "%s/C", t);
+    TAP_EQ_INT(import("img-c", src), 1);
+    sbx_provider *p = provider(NULL);
+    sbx_sandbox *b = box_of(p, "docker.io/library/x:1");
+    TAP_CONTAINS(out_of(b, "cat /a /etc/marker"), "a\nbb-image");
+    stop_free(b);
+    sbx_provider_free(p);
+    /*
+     * A layer that is not what the config says (the diff_id named is not in
+     * the store, so the layer is read and checked).
+     */
+    layer("d", "echo d > d");
+    char d[700], cfg2[700];
+    snprintf(d, sizeof(d), "%s/d.tar", t);
+    snprintf(cfg2, sizeof(cfg2), "%s/cfg2.json", t);
+    sh("printf '{\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:%%s\","
+       "\"sha256:%%s\"]}}' $(sha256sum %s | cut -d' ' -f1) $(echo other | sha256sum | "
+       "cut -d' ' -f1) > %s",
+       bb, cfg2);
+    const char *const wrong[] = { bb, d };
+    int before = count_dir("layers", "sha256-");
+    sbx_error *e = NULL;
+    TAP_EQ_INT(
+        sbx__linux_image_import_layers(state_dir, NULL, "y", wrong, 2, cfg2, NULL, NULL, &e),
+        SBX_EINVAL);
+    TAP_EQ_INT(count_dir("layers", "sha256-"), before);
+    TAP_CONTAINS(sbx_error_message(e), "diff_id");
+    sbx_error_free(e);
+    TAP_EQ_INT(count_dir("", "tmp-"), 0);
+    census_check(state_dir);
+}
+
 int main(int argc, char **argv)
 {
     static const struct tap_test tests[] = {
@@ -638,6 +707,7 @@ int main(int argc, char **argv)
         TAP(test_config_kept_and_diff_ids_checked),
         TAP(test_old_store_still_read),
         TAP(test_image_store_key),
+        TAP(test_import_layers_shares_with_layouts),
     };
     return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
 }

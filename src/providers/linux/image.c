@@ -1449,7 +1449,7 @@ static bool blob_known(const struct store *s, const char *blob_hex, char out[65]
  * call unpacked (0 or 1, installed or not: another importer may have won),
  * which the tests read to see each layer's work done once.
  */
-static int get_layer(const struct store *s, const char *file, const char *stage,
+static int get_layer(const struct store *s, const char *file, const char *stage, bool whiteouts,
                      const char *blob_hex, const char *want_hex, struct import_ctl *ctl,
                      uint64_t *base, uint64_t total,
                      char diff_hex[65], char file_hex[65], int *unpacked, sbx_error **err)
@@ -1503,8 +1503,8 @@ static int get_layer(const struct store *s, const char *file, const char *stage,
         r->ctl = ctl;
         r->stage = stage;
         sha256_init(&r->sha);
-        /* A tarball (blob_hex NULL) is a root tree: its ".wh." names are plain files, as before. */
-        rc = unpack(r, rootfd, blob_hex != NULL, true, err);
+        /* A tarball is a root tree: its ".wh." names are plain files, as before the store. */
+        rc = unpack(r, rootfd, whiteouts, true, err);
         *base = r->done;
         sha256_hex(&r->sha, file_hex);
         sha256_hex(&r->dsha, diff_hex);
@@ -1598,8 +1598,8 @@ static int import_tarball(const struct store *s, const char *path, struct import
     struct stat st;
     uint64_t base = 0, total = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
     char diff[65], file[65];
-    int rc = get_layer(s, path, "unpack", NULL, NULL, ctl, &base, total, diff, file, unpacked,
-                       err);
+    int rc = get_layer(s, path, "unpack", false, NULL, NULL, ctl, &base, total, diff, file,
+                       unpacked, err);
     if (rc < 0)
         return rc;
     _cleanup_json_ json_t *layers = json_pack("[s+]", "sha256:", diff);
@@ -1612,6 +1612,7 @@ static int import_tarball(const struct store *s, const char *path, struct import
 
 /* [img-config] At the end of this file. */
 static int image_config_load(const char *layout, json_t *manifest, json_t **out, sbx_error **err);
+static int config_check(const char *layout, json_t *blob, sbx_error **err);
 
 static int import_oci(const struct store *s, const char *layout, const char *tag,
                       struct import_ctl *ctl, char id_hex[65], int *unpacked, sbx_error **err)
@@ -1702,8 +1703,8 @@ static int import_oci(const struct store *s, const char *layout, const char *tag
         }
         _cleanup_free_ char *bp = sbx__printf("%s/blobs/sha256/%s", layout, d);
         char diff[65], file[65];
-        rc = bp ? get_layer(s, bp, "layer", d, want, ctl, &base, total, diff, file, unpacked,
-                            err)
+        rc = bp ? get_layer(s, bp, "layer", true, d, want, ctl, &base, total, diff, file,
+                            unpacked, err)
                 : sbx__set_error(err, SBX_ENOMEM, "out of memory");
         if (rc == SBX_OK)
             json_array_append_new(ids, json_sprintf("sha256:%s", diff));
@@ -1725,7 +1726,7 @@ static bool valid_legacy_name(const char *name)
     if (!name || !*name || name[0] == '.' || strlen(name) > 200)
         return false;
     for (const char *p = name; *p; p++)
-        if (*p == '/' || (unsigned char)*p < 0x20)
+        if (*p == '/' || (unsigned char)*p < 0x20 || *p == 0x7f)
             return false;
     return true;
 }
@@ -1853,6 +1854,25 @@ static bool is_oci_layout(const char *dir)
 }
 
 /*
+ * The default cap: 16 GiB (above the largest common images, CUDA and ML ones
+ * included), and never more than half the free space where the store is, so
+ * a bomb stops while the host still has room.
+ */
+static void default_cap(struct import_ctl *ctl, const char *dir)
+{
+    if (ctl->max_bytes)
+        return;
+    ctl->max_is_default = true;
+    ctl->max_bytes = DEFAULT_MAX_IMAGE_BYTES;
+    struct statvfs vfs;
+    if (statvfs(dir, &vfs) == 0) {
+        uint64_t half = (uint64_t)vfs.f_bavail * vfs.f_frsize / 2;
+        if (half < ctl->max_bytes)
+            ctl->max_bytes = half;
+    }
+}
+
+/*
  * Turns a source (path to a tarball, a directory, an OCI layout, or
  * "oci:PATH[:TAG]") into an image of the store: `*id` its record's hex;
  * or, for a plain directory (used in place, read-only: not copied, not
@@ -1919,21 +1939,7 @@ static int resolve_source(const struct store *s, const char *source,
     free(known);
     /* Before making a temporary of our own: what crashed or killed imports left. */
     sbx__linux_image_gc_dir(s->dir, false);
-    if (!ctl.max_bytes) {
-        /*
-         * The default cap: 16 GiB (above the largest common images, CUDA and
-         * ML ones included), and never more than half the free space where
-         * the store is, so a bomb stops while the host still has room.
-         */
-        ctl.max_is_default = true;
-        ctl.max_bytes = DEFAULT_MAX_IMAGE_BYTES;
-        struct statvfs vfs;
-        if (statvfs(s->dir, &vfs) == 0) {
-            uint64_t half = (uint64_t)vfs.f_bavail * vfs.f_frsize / 2;
-            if (half < ctl.max_bytes)
-                ctl.max_bytes = half;
-        }
-    }
+    default_cap(&ctl, s->dir);
     char hex[65];
     int rc = oci ? import_oci(s, real ? real : path, tag, &ctl, hex, unpacked, err)
                  : import_tarball(s, real ? real : path, &ctl, hex, unpacked, err);
@@ -2124,6 +2130,113 @@ int sbx__linux_image_import(const char *state_dir, const char *store, const char
     store_close(&s);
     if (rc == SBX_OK && opts && opts->progress) {
         /* "layers" reports how many this import unpacked (the others were in the store). */
+        opts->progress("layers", (uint64_t)unpacked, 0, opts->data);
+        opts->progress("done", 1, 1, opts->data);
+    }
+    return rc;
+}
+
+/* The sha256 of a regular file of at most 4 MiB (an image config). */
+static bool hash_small_file(const char *path, char hex[65])
+{
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (4 << 20))
+        return false;
+    struct sha256_ctx c;
+    sha256_init(&c);
+    uint8_t buf[1 << 16];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR))
+        if (n > 0)
+            sha256_update(&c, (size_t)n, buf);
+    if (n < 0)
+        return false;
+    sha256_hex(&c, hex);
+    return true;
+}
+
+int sbx__linux_image_import_layers(const char *state_dir, const char *store, const char *name,
+                                   const char *const *layers, size_t n, const char *config_path,
+                                   const char *source, const sbx_linux_image_opts *opts,
+                                   sbx_error **err)
+{
+    if (!sbx__linux_image_name_ok(name))
+        return sbx__set_error(err, SBX_EINVAL,
+                              "invalid image name %s: use [HOST[:PORT]/]PATH[:TAG][@sha256:HEX] "
+                              "with lowercase path components [a-z0-9._-], at most 255 bytes",
+                              name ? name : "(null)");
+    if (!layers || n < 1 || n > MAX_LAYERS)
+        return sbx__set_error(err, SBX_EINVAL, "an image has 1 to %d layers, not %zu",
+                              MAX_LAYERS, n);
+    /* The config, checked as an OCI layout's is; the image's id is its digest, as Docker's. */
+    _cleanup_json_ json_t *config = NULL;
+    char id[65] = "";
+    if (config_path) {
+        bool mismatch = false;
+        config = load_json(config_path, NULL, &mismatch);
+        if (!config || !hash_small_file(config_path, id))
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "the image config %s is missing, not a regular file, larger "
+                                  "than 4 MiB or not JSON",
+                                  config_path);
+        int rc = config_check(config_path, config, err);
+        if (rc < 0)
+            return rc;
+    }
+    json_t *diff_ids = json_object_get(json_object_get(config, "rootfs"), "diff_ids");
+    if (json_array_size(diff_ids) != n)
+        diff_ids = NULL;
+    struct store s;
+    int rc = store_open(state_dir, store, LOCK_SH, &s, err);
+    if (rc < 0)
+        return rc;
+    struct import_ctl ctl = { .opts = opts, .max_bytes = opts ? opts->max_bytes : 0 };
+    sbx__linux_image_gc_dir(s.dir, false);
+    default_cap(&ctl, s.dir);
+    uint64_t total = 0, base = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct stat st;
+        if (stat(layers[i], &st) == 0)
+            total += (uint64_t)st.st_size;
+    }
+    int unpacked = 0;
+    _cleanup_json_ json_t *ids = json_array();
+    struct sha256_ctx all;
+    sha256_init(&all);
+    rc = ids ? SBX_OK : sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    for (size_t i = 0; rc == SBX_OK && i < n; i++) {
+        const char *want =
+            diff_ids ? digest_hex(json_string_value(json_array_get(diff_ids, i))) : NULL;
+        if (diff_ids && !want) {
+            rc = sbx__set_error(err, SBX_EINVAL, "bad diff_id %zu in %s", i, config_path);
+            break;
+        }
+        char diff[65], file[65];
+        rc = get_layer(&s, layers[i], "layer", true, NULL, want, &ctl, &base, total, diff, file,
+                       &unpacked, err);
+        if (rc == SBX_OK) {
+            json_array_append_new(ids, json_sprintf("sha256:%s", diff));
+            sha256_update(&all, 64, (const uint8_t *)diff);
+        }
+    }
+    /* Without a config, the id is the digest of the diff_ids in order. */
+    if (rc == SBX_OK && !config)
+        sha256_hex(&all, id);
+    if (rc == SBX_OK)
+        rc = write_record(&s, id, ids, NULL, source ? source : "layers", config, err);
+    if (rc == SBX_OK) {
+        _cleanup_json_ json_t *j = json_pack("{s:s, s:s+, s:s, s:f}", "name", name, "image",
+                                             "sha256:", id, "source", source ? source : "layers",
+                                             "created", now_unix());
+        _cleanup_free_ char *np = ref_path(&s, name);
+        if (!j || !np || write_json(np, j) < 0)
+            rc = sbx__set_errno(err, SBX_EIO, errno, "cannot record image name %s", name);
+    }
+    store_close(&s);
+    if (rc == BAD_SOURCE)
+        rc = SBX_EINVAL;
+    if (rc == SBX_OK && opts && opts->progress) {
         opts->progress("layers", (uint64_t)unpacked, 0, opts->data);
         opts->progress("done", 1, 1, opts->data);
     }

@@ -221,6 +221,23 @@ SBX_INTERNAL int sbx__linux_image_resolve(const char *state_dir, const char *sto
  */
 SBX_INTERNAL char *sbx__linux_image_store_dir(const char *state_dir, const char *store);
 /*
+ * Imports an image given as its layer tarballs (bottom first, any
+ * compression libarchive reads, OCI whiteouts honoured) and, optionally,
+ * its OCI/Docker image config file, under `name`: for sources that are not
+ * an OCI layout (a `docker save` archive unpacked, a squashfs turned into a
+ * tar). Each layer goes into the store once (keyed by diff_id, checked
+ * against the config's rootfs.diff_ids when they are there); the image's
+ * id is the config's sha256 (as Docker's image ID), else that of the
+ * diff_ids. `source` is recorded for `ls`. Blocking. SBX_EINVAL: a bad
+ * name, config or layer; SBX_ECANCELED.
+ */
+SBX_INTERNAL int sbx__linux_image_import_layers(const char *state_dir, const char *store,
+                                                const char *name, const char *const *layers,
+                                                size_t n, const char *config_path,
+                                                const char *source,
+                                                const sbx_linux_image_opts *opts,
+                                                sbx_error **err);
+/*
  * The default image_store: NULL (<state_dir>/images) when a state_dir is
  * configured or SBX_STATE_DIR is set, else /var/lib/sbx/linux/images for
  * root and $XDG_DATA_HOME/sbx/linux/images (~/.local/share/...) for others.
