@@ -408,7 +408,8 @@ int cli_cmd_image(int argc, char **argv)
     }
     bool known = !strcmp(sub, "import") || !strcmp(sub, "ls") || !strcmp(sub, "list") ||
                  !strcmp(sub, "rm") || !strcmp(sub, "remove") || !strcmp(sub, "inspect") ||
-                 !strcmp(sub, "tag") || !strcmp(sub, "prune");
+                 !strcmp(sub, "tag") || !strcmp(sub, "prune") ||
+                 !strcmp(sub, "build") /* [img-commit] */;
     if (!known)
         return cli_usage_error(
             "image", "unknown image command '%s' (import, ls, inspect, tag, rm or prune)", sub);
@@ -426,7 +427,8 @@ int cli_cmd_image(int argc, char **argv)
     }
     /* Each subcommand parses its own argv, with its name as argv[0]. */
     optind = 1;
-    int rc = !strcmp(sub, "import") ? cmd_import(argc - 1, argv + 1, p)
+    int rc = !strcmp(sub, "build")    ? cli_image_build(argc - 1, argv + 1, p) /* [img-commit] */
+             : !strcmp(sub, "import") ? cmd_import(argc - 1, argv + 1, p)
              : !strcmp(sub, "ls") || !strcmp(sub, "list") ? cmd_ls(argc - 1, argv + 1, p)
              : !strcmp(sub, "inspect")                    ? cmd_inspect(argc - 1, argv + 1, p)
              : !strcmp(sub, "tag")                        ? cmd_tag(argc - 1, argv + 1, p)

@@ -116,7 +116,11 @@ static const struct command commands[] = {
       "                         them); refused while a box runs it, unless --force\n"
       "  sbx image prune [--dry-run]\n"
       "                         remove layers and images no name uses, and what dead\n"
-      "                         imports left; --dry-run only lists them\n",
+      "                         imports left; --dry-run only lists them\n"
+      "  sbx image build [-f SBXFILE] [-t NAME[:TAG]] [CONTEXT]\n"
+      "                         run a Sbxfile (FROM, RUN, ENV, WORKDIR, COPY, USER,\n"
+      "                         ENTRYPOINT, CMD) with a box per RUN/COPY, committed\n"
+      "                         after each; unchanged steps are CACHED\n",
       "Images live in the linux provider's image store: $SBX_STATE_DIR/linux/images\n"
       "when SBX_STATE_DIR is set, else /var/lib/sbx/linux/images as root (the\n"
       "image_store key sets it). `--image NAME` on run/create uses them.\n" },

@@ -338,3 +338,152 @@ int sbx__sbxfile_parse(const char *text, size_t len, sbx_sbxfile **out, sbx_erro
     *out = f;
     return SBX_OK;
 }
+
+/* --- changes (docker commit --change, and the build's config steps) ------ */
+
+#define MAX_CHANGE 65536
+
+/* "[\"a\", \"b\"]" (exec form) or a shell command -> an array of strings. */
+static json_t *command_of(const char *v, const char *what, sbx_error **err)
+{
+    while (*v == ' ' || *v == '\t')
+        v++;
+    if (*v == '[') {
+        json_error_t je;
+        json_t *a = json_loads(v, JSON_REJECT_DUPLICATES, &je);
+        bool ok = json_is_array(a);
+        size_t i;
+        json_t *s;
+        json_array_foreach(a, i, s) ok = ok && json_is_string(s);
+        if (!ok) {
+            json_decref(a);
+            sbx__set_error(err, SBX_EINVAL,
+                           "%s %s: the exec form must be a JSON array of strings, as "
+                           "[\"/bin/app\", \"--flag\"]",
+                           what, v);
+            return NULL;
+        }
+        return a;
+    }
+    if (!*v) {
+        sbx__set_error(err, SBX_EINVAL, "%s needs a command", what);
+        return NULL;
+    }
+    return json_pack("[s, s, s]", "/bin/sh", "-c", v);
+}
+
+/*
+ * Applies one Dockerfile-style instruction (ENV, WORKDIR, USER, ENTRYPOINT,
+ * CMD) to an image config's "config" object `cfg`.
+ */
+int sbx__image_apply_change(json_t *cfg, const char *line, sbx_error **err)
+{
+    if (!line || strlen(line) > MAX_CHANGE)
+        return sbx__set_error(err, SBX_EINVAL, "a change must be at most %d bytes", MAX_CHANGE);
+    while (*line == ' ' || *line == '\t')
+        line++;
+    size_t kl = strcspn(line, " \t");
+    char key[16];
+    if (kl == 0 || kl >= sizeof(key))
+        return sbx__set_error(err, SBX_EINVAL,
+                              "bad change '%s': give INSTRUCTION ARGS with ENV, WORKDIR, USER, "
+                              "ENTRYPOINT or CMD",
+                              line);
+    for (size_t i = 0; i < kl; i++)
+        key[i] = (char)toupper((unsigned char)line[i]);
+    key[kl] = 0;
+    const char *v = line + kl;
+    while (*v == ' ' || *v == '\t')
+        v++;
+    if (!strcmp(key, "ENV")) {
+        /* ENV K=V [K2=V2 ...] (no quotes) or the old form ENV K V. */
+        json_t *env = json_object_get(cfg, "Env");
+        if (!json_is_array(env)) {
+            env = json_array();
+            json_object_set_new(cfg, "Env", env);
+        }
+        _cleanup_free_ char *copy = strdup(v);
+        if (!copy)
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        char *eq = strchr(copy, '=');
+        char *sp = copy + strcspn(copy, " \t");
+        bool old_form = !eq || (*sp && sp < eq);
+        char *pairs[256];
+        size_t np = 0;
+        _cleanup_free_ char *joined = NULL;
+        if (old_form) {
+            if (!*sp)
+                return sbx__set_error(err, SBX_EINVAL, "ENV %s: give ENV KEY=VALUE", v);
+            *sp = 0;
+            char *val = sp + 1;
+            while (*val == ' ' || *val == '\t')
+                val++;
+            joined = sbx__printf("%s=%s", copy, val);
+            if (!joined)
+                return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+            pairs[np++] = joined;
+        } else {
+            for (char *save = NULL, *t = strtok_r(copy, " \t", &save); t;
+                 t = strtok_r(NULL, " \t", &save)) {
+                if (np == SBX_ARRAY_SIZE(pairs))
+                    return sbx__set_error(err, SBX_EINVAL, "ENV: at most 256 variables a line");
+                pairs[np++] = t;
+            }
+        }
+        for (size_t k = 0; k < np; k++) {
+            char *e = strchr(pairs[k], '=');
+            if (!e || e == pairs[k])
+                return sbx__set_error(err, SBX_EINVAL, "ENV %s: '%s' is not KEY=VALUE", v,
+                                      pairs[k]);
+            size_t n = (size_t)(e - pairs[k]) + 1;
+            size_t i;
+            json_t *s;
+            bool set = false;
+            json_array_foreach(env, i, s)
+            {
+                const char *t = json_string_value(s);
+                if (t && !strncmp(t, pairs[k], n)) {
+                    json_array_set_new(env, i, json_string(pairs[k]));
+                    set = true;
+                    break;
+                }
+            }
+            if (!set)
+                json_array_append_new(env, json_string(pairs[k]));
+        }
+        return SBX_OK;
+    }
+    if (!strcmp(key, "WORKDIR")) {
+        if (!*v)
+            return sbx__set_error(err, SBX_EINVAL, "WORKDIR needs a directory");
+        const char *cur = json_string_value(json_object_get(cfg, "WorkingDir"));
+        _cleanup_free_ char *wd = v[0] == '/' ? strdup(v)
+                                              : sbx__printf("%s/%s", cur && *cur ? cur : "", v);
+        if (!wd)
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        json_object_set_new(cfg, "WorkingDir", json_string(wd));
+        return SBX_OK;
+    }
+    if (!strcmp(key, "USER")) {
+        if (!*v || strpbrk(v, "\n/ \t"))
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "USER %s: give one user (NAME, UID or UID:GID)", v);
+        json_object_set_new(cfg, "User", json_string(v));
+        return SBX_OK;
+    }
+    if (!strcmp(key, "ENTRYPOINT") || !strcmp(key, "CMD")) {
+        json_t *c = command_of(v, key, err);
+        if (!c)
+            return sbx_error_code(err ? *err : NULL) ? sbx_error_code(*err) : SBX_EINVAL;
+        json_object_set_new(cfg, !strcmp(key, "CMD") ? "Cmd" : "Entrypoint", c);
+        /* As Docker: a new ENTRYPOINT drops the image's CMD. */
+        if (!strcmp(key, "ENTRYPOINT"))
+            json_object_del(cfg, "Cmd");
+        return SBX_OK;
+    }
+    return sbx__set_error(err, SBX_EINVAL,
+                          "change '%s' is not supported: use ENV, WORKDIR, USER, ENTRYPOINT or "
+                          "CMD",
+                          key);
+}
+

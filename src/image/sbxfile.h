@@ -51,4 +51,11 @@ SBX_INTERNAL int sbx__sbxfile_parse(const char *text, size_t len, sbx_sbxfile **
 SBX_INTERNAL void sbx__sbxfile_free(sbx_sbxfile *f);
 SBX_INTERNAL const char *sbx__sbxfile_keyword(enum sbx_sbxfile_kind k);
 
+/*
+ * Applies one Dockerfile-style config instruction (ENV, WORKDIR, USER,
+ * ENTRYPOINT, CMD: what `docker commit --change` takes) to an image
+ * config's "config" object `cfg`.
+ */
+SBX_INTERNAL int sbx__image_apply_change(json_t *cfg, const char *line, sbx_error **err);
+
 #endif
