@@ -338,7 +338,7 @@ static int do_run(const struct build *b, const sbx_sbxfile_step *s, sbx_sandbox 
     sbx_exec_result_free(r);
     if (code != 0) {
         fail_step(b, s, "'%s' exited with status %d", s->args, code);
-        return code > 0 && code < 125 ? code : CLI_EXIT_FAIL;
+        return code > 0 && code < 256 ? code : CLI_EXIT_FAIL;
     }
     return CLI_EXIT_OK;
 }
