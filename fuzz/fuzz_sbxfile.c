@@ -4,6 +4,9 @@
  * starts with FROM, whose steps each have a known kind, a line within the
  * input, text and args, and COPY at least two words none of which climbs
  * with "..", or an error with a message; it never reads past the input.
+ * Each config step is then applied (sbx__image_apply_change, what `sbx
+ * commit --change` takes too): it succeeds or says why, and leaves Env an
+ * array of strings and Entrypoint/Cmd arrays of strings.
  */
 #include "image/sbxfile.h"
 
@@ -42,6 +45,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     strstr(s->words[k], "/../"))
                     abort();
         }
+        json_t *cfg = json_object();
+        for (size_t i = 1; cfg && i < f->n; i++) {
+            const sbx_sbxfile_step *s = &f->steps[i];
+            if (s->kind == SBXF_RUN || s->kind == SBXF_COPY)
+                continue;
+            sbx_error *ce = NULL;
+            if (sbx__image_apply_change(cfg, s->text, &ce) < 0 && !ce)
+                abort();
+            sbx_error_free(ce);
+            static const char *const arrays[] = { "Env", "Entrypoint", "Cmd" };
+            for (size_t k = 0; k < 3; k++) {
+                json_t *a = json_object_get(cfg, arrays[k]);
+                size_t j;
+                json_t *v;
+                if (a && !json_is_array(a))
+                    abort();
+                json_array_foreach(a, j, v) if (!json_is_string(v)) abort();
+            }
+        }
+        json_decref(cfg);
         sbx__sbxfile_free(f);
     } else if (!e || !sbx_error_message(e) || f) {
         abort();

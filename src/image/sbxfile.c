@@ -220,6 +220,7 @@ int sbx__sbxfile_parse(const char *text, size_t len, sbx_sbxfile **out, sbx_erro
     }
     size_t cl = 0;
     unsigned line = 0, start = 0;
+    bool in_cont = false; /* the previous line ended with '\' */
     int rc = SBX_OK;
     size_t pos = 0;
     while (rc == SBX_OK && pos <= len) {
@@ -239,7 +240,7 @@ int sbx__sbxfile_parse(const char *text, size_t len, sbx_sbxfile **out, sbx_erro
         /* A comment line, also inside a continuation (as Docker). */
         if (b < l && p[b] == '#')
             continue;
-        if (b == l && cl == 0)
+        if (b == l && cl == 0 && !in_cont)
             continue;
         size_t e = l;
         while (e > b && isspace((unsigned char)p[e - 1]))
@@ -247,8 +248,9 @@ int sbx__sbxfile_parse(const char *text, size_t len, sbx_sbxfile **out, sbx_erro
         bool cont = e > b && p[e - 1] == '\\';
         if (cont)
             e--;
-        if (cl == 0)
+        if (!in_cont)
             start = line;
+        in_cont = cont;
         if (cl + (e - b) + 1 > SBX_SBXFILE_MAX_LINE) {
             rc = sbx__set_error(err, SBX_EINVAL, "line %u: the instruction is longer than %d "
                                 "bytes", start, SBX_SBXFILE_MAX_LINE);
