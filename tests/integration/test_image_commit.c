@@ -379,6 +379,14 @@ static void test_commit_hostile_upper(void)
     json_t *cfg = sbx__linux_image_config(state_dir, NULL, "toobig");
     TAP_TRUE(cfg == NULL);
     TAP_EQ_INT(count_tmp(), 0);
+    /* A file named as a whiteout would delete /etc/passwd in the new image: refused. */
+    out_of(b, "rm /big && : > /etc/.wh.passwd");
+    e = NULL;
+    TAP_TRUE(!commit(p, b, "fakewh", NULL, &e));
+    TAP_CONTAINS(sbx_error_message(e), "etc/.wh.passwd");
+    sbx_error_free(e);
+    TAP_TRUE(sbx__linux_image_config(state_dir, NULL, "fakewh") == NULL);
+    TAP_EQ_INT(count_tmp(), 0);
     /* The box still works after a refused commit (it was thawed). */
     TAP_EQ_STR(out_of(b, "echo alive"), "alive\n");
     stop_free(b);

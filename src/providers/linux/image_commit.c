@@ -263,6 +263,15 @@ static int walk_entry(struct walk *w, int dfd, const char *name, int depth)
     if (n < 0 || (size_t)n >= sizeof(w->path) - dir_len)
         return sbx__set_error(w->err, SBX_EINVAL, "a path in the box is longer than %zu bytes",
                               sizeof(w->path) - 1);
+    /* OCI spends ".wh." names on whiteouts: a file so named would become one. */
+    if (!strncmp(name, ".wh.", 4)) {
+        int rc = sbx__set_error(w->err, SBX_EINVAL,
+                                "/%s: a name starting with .wh. cannot be stored in an OCI layer "
+                                "(it means a deletion there); rename it and commit again",
+                                w->path);
+        w->path[dir_len] = 0;
+        return rc;
+    }
     struct stat st;
     int rc = SBX_OK;
     if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
