@@ -266,8 +266,12 @@ static sbx_exec_result *box_exec(sbx_sandbox *sb, const char *cmd, const struct 
         sbx_exec_opts_set_output_fd(o, SBX_STREAM_STDERR, STDERR_FILENO);
         sbx_exec_opts_set_keep_output(o, 0);
     }
-    if (sbx_sandbox_exec(sb, cmd, o, &r, e) != SBX_OK)
+    /* Interruptible: a signal cancels the command (and the build stops the box). */
+    sbx_future *f = NULL;
+    if (sbx_sandbox_exec_async(sb, cmd, o, &f, e) != SBX_OK ||
+        cli_wait(f, e) != SBX_OK || sbx_future_take_exec_result(f, &r, e) != SBX_OK)
         r = NULL;
+    sbx_future_free(f);
     sbx_exec_opts_free(o);
     return r;
 }
@@ -325,7 +329,9 @@ static int do_run(const struct build *b, const sbx_sbxfile_step *s, sbx_sandbox 
     sbx_error *e = NULL;
     sbx_exec_result *r = box_exec(sb, cmd, b, true, &e);
     if (!r) {
-        int rc = fail_step(b, s, "%s", e ? sbx_error_message(e) : "exec failed");
+        int rc = cli_signal_received()
+                     ? CLI_EXIT_FAIL
+                     : fail_step(b, s, "%s", e ? sbx_error_message(e) : "exec failed");
         sbx_error_free(e);
         return rc;
     }
@@ -410,11 +416,14 @@ static int step_in_box(struct build *b, const sbx_sbxfile_step *s, const struct 
     sbx_sandbox *sb = NULL;
     sbx_error *e = NULL;
     int rc = CLI_EXIT_OK;
+    /* The box dies with this process, even by SIGKILL; the TTL is a second net. */
     if (!spec || sbx_spec_set_image(spec, b->parent) < 0 || sbx_spec_set_ttl(spec, 3600) < 0 ||
-        sbx_sandbox_new(b->p, spec, &sb, &e) != SBX_OK ||
-        sbx_sandbox_start(sb, spec, &e) != SBX_OK) {
-        rc = fail_step(b, s, "cannot start a box of %s: %s", b->parent,
-                       e ? sbx_error_message(e) : "out of memory");
+        cli_die_with_creator(spec, &e) < 0 || cli_box_start(b->p, spec, &sb, &e) < 0) {
+        if (!cli_signal_received())
+            rc = fail_step(b, s, "cannot start a box of %s: %s", b->parent,
+                           e ? sbx_error_message(e) : "out of memory");
+        else
+            rc = CLI_EXIT_FAIL;
         sbx_error_free(e);
         e = NULL;
     }
@@ -423,6 +432,8 @@ static int step_in_box(struct build *b, const sbx_sbxfile_step *s, const struct 
         rc = do_run(b, s, sb);
     else if (rc == CLI_EXIT_OK && s->kind == SBXF_COPY)
         rc = do_copy(b, s, sb, l);
+    if (cli_signal_received())
+        rc = CLI_EXIT_FAIL;
     if (rc == CLI_EXIT_OK) {
         _cleanup_json_ json_t *o = json_pack("{s:O}", "changes", b->pending);
         _cleanup_free_ char *ot = o ? json_dumps(o, JSON_COMPACT) : NULL;
@@ -642,8 +653,15 @@ int cli_image_build(int argc, char **argv, sbx_provider *p)
         sbx_error_free(e);
         rc = CLI_EXIT_USAGE;
     }
+    if (rc == CLI_EXIT_OK && cli_signals_install() < 0) {
+        cli_error("cannot set up: %s", strerror(errno));
+        rc = CLI_EXIT_SBX;
+    }
     if (rc == CLI_EXIT_OK)
         rc = run_build(&b, f);
+    /* Interrupted: the step's box was stopped, the steps before it stay cached. */
+    if (cli_signal_received())
+        rc = cli_interrupted("the step's box was stopped");
     if (rc == CLI_EXIT_OK && tag && sbx_provider_image_tag(p, b.parent, tag, &e) != SBX_OK) {
         cli_error("cannot name the image %s: %s", tag, e ? sbx_error_message(e) : "?");
         sbx_error_free(e);

@@ -92,5 +92,22 @@ check "  says why" has "$ERR" "outside the build context"
 rm $ctx/etclink
 printf 'FROM bb\nRUN a \\\n' > $ctx/Cont
 run "a continuation at the end of the file" 127 "$SBX" image build -f $ctx/Cont $ctx
+# SIGINT mid-RUN: the step's box is stopped, exit 130, the earlier steps stay cached.
+printf 'FROM bb\nRUN echo first > /first\nRUN sleep 600\n' > $ctx/Slow
+# (a background job starts with SIGINT ignored: env restores the default first)
+env --default-signal=INT,TERM,HUP "$SBX" image build -f $ctx/Slow $ctx >"$T/slow.out" 2>"$T/slow.err" </dev/null &
+pid=$!
+for i in $(seq 1 600); do
+  grep -q "Step 3/3" "$T/slow.out" 2>/dev/null && [ -n "$(ls -A "$SBX_STATE_DIR/linux/boxes" 2>/dev/null)" ] && break
+  sleep 0.1
+done
+kill -INT $pid; wait $pid; RC=$?
+kill -KILL $pid 2>/dev/null
+check "SIGINT stops the build: 130" [ "$RC" = 130 ]
+check "  says so" grep -q "interrupted by SIGINT" "$T/slow.err"
+check "  no box left" [ -z "$(ls -A "$SBX_STATE_DIR/linux/boxes" 2>/dev/null)" ]
+printf 'FROM bb\nRUN echo first > /first\n' > $ctx/Slow2
+run "  the step before it is cached" 0 "$SBX" image build -f $ctx/Slow2 $ctx
+check "  CACHED" has "$OUT" "---> CACHED"
 check "no store temporaries left" [ -z "$(ls -d "$SBX_STATE_DIR"/linux/images/tmp-* 2>/dev/null)" ]
 finish
