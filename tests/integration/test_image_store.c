@@ -305,21 +305,32 @@ static void test_rm_and_prune(void)
     json_decref(la);
     sbx_provider *p = provider(NULL);
     sbx_sandbox *a = box_of(p, "img-a");
+    TAP_CONTAINS(out_of(a, "cat /a"), "a");
     TAP_OK(sbx__linux_image_remove(state_dir, NULL, "img-a", &e_));
     TAP_TRUE(!have_file(top_a));
     TAP_TRUE(have_file(base));
     TAP_EQ_INT(count_dir("layers", "sha256-"), 2);
+    /* The running box keeps what it had looked up, and the shared layer. */
+    TAP_CONTAINS(out_of(a, "cat /a"), "a");
     TAP_CONTAINS(out_of(a, "cat /etc/marker"), "bb-image");
     stop_free(a);
     sbx_sandbox *c = box_of(p, "img-c");
     TAP_CONTAINS(out_of(c, "cat /c"), "c");
     stop_free(c);
 
-    /* An unnamed image: a tarball run by its path. */
+    /*
+     * An unnamed image: a tarball run by its path. While its box runs, prune
+     * keeps it (no name does); once the box is gone, prune removes it.
+     */
     char tar[700];
-    snprintf(tar, sizeof(tar), "%s/a.tar", t);
-    json_decref(lowers_of(tar));
+    snprintf(tar, sizeof(tar), "%s/ba.tar", t);
+    sh("cp %s/bb.tar %s && tar -C %s/a.d -rf %s ./a", t, tar, t, tar);
+    sbx_sandbox *u = box_of(p, tar);
     TAP_EQ_INT(count_dir("layers", "sha256-"), 3);
+    TAP_OK(sbx__linux_image_prune(state_dir, NULL, false, NULL, &e_));
+    TAP_EQ_INT(count_dir("layers", "sha256-"), 3);
+    TAP_CONTAINS(out_of(u, "cat /a /etc/marker"), "a\nbb-image");
+    stop_free(u);
     char tmp[900];
     snprintf(tmp, sizeof(tmp), "%s/images/tmp-999999999-1-0123456789abcdef", state_dir);
     TAP_EQ_INT(mkdir(tmp, 0700), 0);

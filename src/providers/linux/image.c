@@ -2470,6 +2470,56 @@ static void sweep_index(const char *path, const char *base, void *data)
 }
 
 /*
+ * The record a source path was imported as, without importing it: what a
+ * box made from `image: /path` (or oci:...) runs on, or NULL.
+ */
+static char *peek_source(const struct store *s, const char *source)
+{
+    bool oci = !strncmp(source, "oci:", 4);
+    _cleanup_free_ char *path = strdup(oci ? source + 4 : source);
+    char *colon = oci && path ? strrchr(path, ':') : NULL;
+    if (colon)
+        *colon = 0;
+    struct stat st;
+    if (!path || stat(path, &st) < 0)
+        return NULL;
+    _cleanup_free_ char *real = realpath(path, NULL);
+    _cleanup_free_ char *keysrc = sbx__printf("%s:%s", real ? real : path, colon ? colon + 1 : "");
+    _cleanup_free_ char *key = keysrc ? source_key(keysrc, &st) : NULL;
+    _cleanup_free_ char *kp = key ? sbx__printf("%s/srcs/%s", s->dir, key) : NULL;
+    char *t = NULL;
+    size_t n = 0;
+    if (!kp || sbx__read_file(kp, &t, &n) < 0 || n != 64 || !hex64(t)) {
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+/*
+ * The images running boxes of this state directory were made from keep
+ * their records (and so their layers): a box made from a path, which no
+ * name keeps, must not lose its lower dirs under it.
+ */
+static void keep_running(struct sweep *w)
+{
+    sbx_linux_box_info *boxes = NULL;
+    size_t n = 0;
+    if (sbx__linux_list(w->s->state_dir, NULL, &boxes, &n, NULL) < 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        const char *img = boxes[i].rec.image;
+        if (!boxes[i].shim_alive || !img || (img[0] != '/' && strncmp(img, "oci:", 4)))
+            continue;
+        char *id = peek_source(w->s, img);
+        if (id)
+            json_object_set_new(w->named, id, json_true());
+        free(id);
+    }
+    sbx__linux_list_free(boxes, n);
+}
+
+/*
  * Records of no name (all, or just `only`), then layers of no record. Runs
  * under the store's exclusive lock: no import is between unpacking a layer
  * and recording it.
@@ -2488,6 +2538,7 @@ static void sweep(struct sweep *w)
     if (!refs || !records || !layers || !srcs || !blobs || !locks || !w->keep || !w->named)
         goto out;
     each_file(refs, keep_ref, w);
+    keep_running(w);
     each_file(records, keep_layers, w);
     each_file(records, sweep_record, w);
     each_file(layers, sweep_layer, w);
