@@ -371,7 +371,10 @@ static json_t *command_of(const char *v, const char *what, sbx_error **err)
         sbx__set_error(err, SBX_EINVAL, "%s needs a command", what);
         return NULL;
     }
-    return json_pack("[s, s, s]", "/bin/sh", "-c", v);
+    json_t *a = json_pack("[s, s, s]", "/bin/sh", "-c", v);
+    if (!a)
+        sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    return a;
 }
 
 /*
@@ -382,6 +385,11 @@ int sbx__image_apply_change(json_t *cfg, const char *line, sbx_error **err)
 {
     if (!line || strlen(line) > MAX_CHANGE)
         return sbx__set_error(err, SBX_EINVAL, "a change must be at most %d bytes", MAX_CHANGE);
+    /* An image config is JSON: its strings are UTF-8. */
+    json_t *utf8 = json_string(line);
+    if (!utf8)
+        return sbx__set_error(err, SBX_EINVAL, "a change must be valid UTF-8 text");
+    json_decref(utf8);
     while (*line == ' ' || *line == '\t')
         line++;
     size_t kl = strcspn(line, " \t");
