@@ -231,7 +231,7 @@ static void test_commit_sees_changes_and_stacks(void)
     sbx_sandbox *b = box_of(p, "bb");
     out_of(b, "echo hello > /new && rm /etc/marker && rm -rf /opq && mkdir /opq && "
               "echo fresh > /opq/f && ln -s /new /lnk && mkdir -p /d/e && echo x > /d/e/x && "
-              "chmod 0751 /d");
+              "chmod 0751 /d && echo linked > /h1 && mkdir /hd && ln /h1 /hd/h2");
     json_t *j = commit_ok(p, b, "c1:v1",
                           "{\"changes\": [\"ENV B=2 A=3\", \"WORKDIR /d\", "
                           "\"CMD [\\\"/bin/echo\\\", \\\"hi\\\"]\"]}");
@@ -248,6 +248,10 @@ static void test_commit_sees_changes_and_stacks(void)
     TAP_EQ_STR(out_of(c, "ls /opq"), "f\n");
     TAP_EQ_STR(out_of(c, "readlink /lnk"), "/new\n");
     TAP_EQ_STR(out_of(c, "stat -c %a /d; cat /d/e/x"), "751\nx\n");
+    /* A hard link stays one: two names, one inode. */
+    TAP_EQ_STR(out_of(c, "cat /hd/h2; stat -c %h /h1; [ $(stat -c %i /h1) = $(stat -c %i /hd/h2) ] "
+                         "&& echo same"),
+               "linked\n2\nsame\n");
     /* And a commit of the commit: three layers, the second's changes kept. */
     out_of(c, "echo two > /two && rm /new && rm -r /d/e");
     j = commit_ok(p, c, "c2", NULL);

@@ -75,7 +75,39 @@ struct walk {
     char path[4096];     /* the entry's path in the layer */
     sbx_error **err;
     int werr;            /* errno of a failed write */
+    struct link_seen *links; /* files with more than one link, first path each */
+    size_t nlinks;
 };
+
+/* A hard-linked file's first path in the layer: later links become tar hard links. */
+struct link_seen {
+    ino_t ino;
+    char *path;
+};
+
+#define MAX_LINKS 65536 /* past that, further links are stored as copies */
+
+static const char *link_of(const struct walk *w, ino_t ino)
+{
+    for (size_t i = 0; i < w->nlinks; i++)
+        if (w->links[i].ino == ino)
+            return w->links[i].path;
+    return NULL;
+}
+
+static void remember_link(struct walk *w, ino_t ino)
+{
+    if (w->nlinks >= MAX_LINKS)
+        return;
+    struct link_seen *n = realloc(w->links, (w->nlinks + 1) * sizeof(*n));
+    if (!n)
+        return;
+    w->links = n;
+    if ((n[w->nlinks].path = strdup(w->path))) {
+        n[w->nlinks].ino = ino;
+        w->nlinks++;
+    }
+}
 
 static la_ssize_t tar_write(struct archive *a, void *data, const void *buf, size_t n)
 {
@@ -316,6 +348,15 @@ static int walk_entry(struct walk *w, int dfd, const char *name, int depth)
             if (rc == SBX_OK)
                 rc = walk_dir(w, fd, depth + 1);
         }
+    } else if (S_ISREG(st.st_mode) && st.st_nlink > 1 && link_of(w, st.st_ino)) {
+        /* Another name of a file already in the layer (one filesystem: st_dev is checked). */
+        struct archive_entry *e = entry_for(w, &st, AE_IFREG);
+        if (!e)
+            return sbx__set_error(w->err, SBX_ENOMEM, "out of memory");
+        archive_entry_set_hardlink(e, link_of(w, st.st_ino));
+        archive_entry_set_size(e, 0);
+        rc = put_header(w, e, 0);
+        archive_entry_free(e);
     } else if (S_ISREG(st.st_mode)) {
         if (w->bytes + 1024 + (uint64_t)st.st_size > w->cap)
             return too_big(w);
@@ -341,6 +382,8 @@ static int walk_entry(struct walk *w, int dfd, const char *name, int depth)
             archive_entry_free(e);
             if (rc == SBX_OK)
                 rc = copy_data(w, fd, (uint64_t)fs.st_size);
+            if (rc == SBX_OK && fs.st_nlink > 1)
+                remember_link(w, fs.st_ino);
         }
     } else if (S_ISLNK(st.st_mode)) {
         char target[4096];
@@ -759,6 +802,9 @@ out:
         close(w.out);
     if (layout)
         sbx__rm_rf(layout);
+    for (size_t k = 0; k < w.nlinks; k++)
+        free(w.links[k].path);
+    free(w.links);
     sbx__linux_record_free(&rec);
     return rc;
 }
