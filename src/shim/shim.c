@@ -194,6 +194,8 @@ static int write_record(struct shim *s, const char *state)
     json_object_set_new(r, "cgroups", s->cgroups ? json_incref(s->cgroups) : json_array());
     /* [img-commit] The upper dir as /proc/<shim_pid>/fd/<upper_fd>; null: not known. */
     json_object_set_new(r, "upper_fd", s->upper_fd >= 0 ? json_integer(s->upper_fd) : json_null());
+    /* [img-commit] The layers the box stacks, top first: what a commit builds on. */
+    json_object_set_new(r, "lowers", c->lowers ? json_incref(c->lowers) : json_null());
     _cleanup_free_ char *text = json_dumps(r, JSON_COMPACT);
     _cleanup_free_ char *path = sbx__printf("%s/record.json", c->box_dir);
     if (!text || !path)

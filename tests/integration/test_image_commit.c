@@ -311,6 +311,18 @@ static void test_commit_refusals(void)
     TAP_CONTAINS(sbx_error_message(e), "none image");
     sbx_error_free(e);
     stop_free(n);
+    /* The box's image name now points at another image: refused, not built on it. */
+    sbx_sandbox *r = box_of(p, "bb");
+    const char *t = tap_tmpdir();
+    sh("mkdir -p %s/other && cd %s/other && echo other > o && tar -cf %s/other.tar .", t, t, t);
+    char src[700];
+    snprintf(src, sizeof(src), "%s/other.tar", t);
+    import("bb", src);
+    e = NULL;
+    TAP_TRUE(!commit(p, r, "x", NULL, &e));
+    TAP_CONTAINS(sbx_error_message(e), "no longer the image box");
+    sbx_error_free(e);
+    stop_free(r);
     json_t *cfg = sbx__linux_image_config(state_dir, NULL, "x");
     TAP_TRUE(cfg == NULL);
     TAP_EQ_INT(count_tmp(), 0);

@@ -510,6 +510,47 @@ static int open_upper(const sbx_linux_record *rec, json_t *raw, sbx_error **err)
     return fd;
 }
 
+/* The layer hex of a lower dir path ".../layers/sha256-<hex>/diff", or NULL. */
+static const char *lower_hex(const char *p, char out[65])
+{
+    const char *k = p ? strstr(p, "/layers/sha256-") : NULL;
+    if (!k)
+        return NULL;
+    k += strlen("/layers/sha256-");
+    if (strlen(k) != 64 + 5 || strcmp(k + 64, "/diff") != 0)
+        return NULL;
+    memcpy(out, k, 64);
+    out[64] = 0;
+    return out;
+}
+
+/*
+ * Whether a record's layers (bottom first, "sha256:<hex>") are what the box
+ * stacks (`lowers`, top first, each layer once at its topmost place, as the
+ * store hands them out). No lowers in the record (an older shim): believed.
+ */
+static bool same_layers(json_t *layers, json_t *lowers)
+{
+    if (!json_is_array(lowers))
+        return true;
+    size_t n = json_array_size(layers), k = 0;
+    for (size_t i = n; i-- > 0;) {
+        const char *d = json_string_value(json_array_get(layers, i));
+        if (!d || strncmp(d, "sha256:", 7) != 0)
+            return false;
+        bool dup = false;
+        for (size_t j = i + 1; j < n && !dup; j++)
+            dup = !strcmp(json_string_value(json_array_get(layers, j)), d);
+        if (dup)
+            continue;
+        char hex[65];
+        if (!lower_hex(json_string_value(json_array_get(lowers, k++)), hex) ||
+            strcmp(hex, d + 7) != 0)
+            return false;
+    }
+    return k == json_array_size(lowers);
+}
+
 static char *iso_now(void)
 {
     time_t t = time(NULL);
@@ -614,6 +655,15 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
     json_t *blayers = json_object_get(base, "layers");
     if (!json_is_array(blayers) || !json_array_size(blayers)) {
         rc = sbx__set_error(err, SBX_ECREATE, "image %s's record has no layers", rec.image);
+        goto out;
+    }
+    /* The name may point elsewhere since the box was made: its layers must be the box's. */
+    if (!same_layers(blayers, json_object_get(raw, "lowers"))) {
+        rc = sbx__set_error(err, SBX_ESTATE,
+                            "image %s is no longer the image box %s was made from (re-imported "
+                            "or re-tagged since): its changes would land on other layers; not "
+                            "committed",
+                            rec.image, id);
         goto out;
     }
 
