@@ -87,3 +87,13 @@ def test_remove_and_prune_layers(tmp_path):
     images.remove_image(cfg, "app:latest")
     assert list(store.iterdir()) == []
     assert images.prune_images(cfg, dry_run=True) == []
+
+
+def test_commit_needs_a_box(tmp_path):
+    """commit_image passes the request through; the C library's refusals arrive
+    as exceptions (tests/integration/test_image_commit.c covers real boxes)."""
+    cfg = {"linux": {"state_dir": str(tmp_path / "state")}}
+    with pytest.raises(SandboxError, match="no box"):
+        images.commit_image(cfg, "no-such-box", "x", ["ENV A=1"])
+    with pytest.raises(ValueError, match="invalid image name"):
+        images.commit_image(cfg, "some-box", "Bad Name")
