@@ -61,9 +61,11 @@ run "run the built image" 0 "$SBX" run --image app:1 -- sh -c 'cat /built /two /
 check "  output" [ "$OUT" = "$(printf 'built\n2\none\none\nscript ran\nprod\ndeep\n/app\nprod\nexec')" ]
 run "inspect the built image" 0 "$SBX" image inspect app:1
 check "  CMD" has "$OUT" '"/app/copied"'
-boxes_before=$(ls "$SBX_STATE_DIR/linux/boxes" 2>/dev/null | wc -l)
+images_before=$("$SBX" image ls -q | sort)
+layers_before=$(ls "$SBX_STATE_DIR/linux/images/layers" | sort)
 run "rebuild" 0 "$SBX" image build -t app:1 $ctx
 check "  every RUN and COPY CACHED" [ "$(grep -c -- '---> CACHED' <<<"$OUT")" = 5 ]
+check "  no step ran: no new image, no new layer" [ "$("$SBX" image ls -q | sort)" = "$images_before" -a "$(ls "$SBX_STATE_DIR/linux/images/layers" | sort)" = "$layers_before" ]
 echo two > $ctx/a.txt
 run "rebuild after a COPY'd file changed" 0 "$SBX" image build -t app:2 $ctx
 check "  the steps before it cached" [ "$(grep -c -- '---> CACHED' <<<"$OUT")" = 1 ]
