@@ -54,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (sbx__image_apply_change(cfg, s->text, &ce) < 0 && !ce)
                 abort();
             sbx_error_free(ce);
-            static const char *const arrays[] = { "Env", "Entrypoint", "Cmd" };
+            static const char *const arrays[] = {"Env", "Entrypoint", "Cmd"};
             for (size_t k = 0; k < 3; k++) {
                 json_t *a = json_object_get(cfg, arrays[k]);
                 size_t j;

@@ -27,14 +27,14 @@
 
 struct build {
     sbx_provider *p;
-    const char *file;   /* the Sbxfile's path, for messages */
-    char *context;      /* canonical */
-    char key[65];       /* the current step's cache key */
-    char *parent;       /* the image the next box starts from */
-    json_t *env;        /* ["K=V"]: the image's Env, ENV steps applied */
-    char *workdir;      /* NULL: / */
-    char *user;         /* NULL: the image's */
-    json_t *pending;    /* config changes for the next commit */
+    const char *file; /* the Sbxfile's path, for messages */
+    char *context;    /* canonical */
+    char key[65];     /* the current step's cache key */
+    char *parent;     /* the image the next box starts from */
+    json_t *env;      /* ["K=V"]: the image's Env, ENV steps applied */
+    char *workdir;    /* NULL: / */
+    char *user;       /* NULL: the image's */
+    json_t *pending;  /* config changes for the next commit */
 };
 
 static void hash_hex(struct sha256_ctx *s, char out[65])
@@ -84,8 +84,8 @@ static int fail_step(const struct build *b, const sbx_sbxfile_step *s, const cha
 /* --- COPY's sources ------------------------------------------------------- */
 
 struct copy_item {
-    char *host;  /* the file or directory on the host */
-    char *dest;  /* where it goes in the box */
+    char *host; /* the file or directory on the host */
+    char *dest; /* where it goes in the box */
     bool dir;
     mode_t mode;
 };
@@ -155,8 +155,8 @@ static int walk_tree(const struct build *b, const sbx_sbxfile_step *s, const cha
                 rc = push_item(l, h, d, false, st.st_mode) ? CLI_EXIT_OK
                                                            : fail_step(b, s, "too many files");
             else
-                rc = fail_step(b, s, "%s is %s: COPY copies regular files and directories only",
-                               h, S_ISLNK(st.st_mode) ? "a symbolic link" : "a special file");
+                rc = fail_step(b, s, "%s is %s: COPY copies regular files and directories only", h,
+                               S_ISLNK(st.st_mode) ? "a symbolic link" : "a special file");
         }
         free(ents[i]);
     }
@@ -191,8 +191,8 @@ static int copy_plan(const struct build *b, const sbx_sbxfile_step *s, struct co
                              b->context);
         /* Confined: the source, links resolved, lies inside the context. */
         if (strncmp(real, b->context, cl) != 0 || (real[cl] != '/' && real[cl] != 0))
-            return fail_step(b, s, "%s resolves to %s, outside the build context %s",
-                             s->words[i], real, b->context);
+            return fail_step(b, s, "%s resolves to %s, outside the build context %s", s->words[i],
+                             real, b->context);
         struct stat st;
         if (stat(real, &st) < 0)
             return fail_step(b, s, "cannot stat %s: %s", real, strerror(errno));
@@ -268,8 +268,8 @@ static sbx_exec_result *box_exec(sbx_sandbox *sb, const char *cmd, const struct 
     }
     /* Interruptible: a signal cancels the command (and the build stops the box). */
     sbx_future *f = NULL;
-    if (sbx_sandbox_exec_async(sb, cmd, o, &f, e) != SBX_OK ||
-        cli_wait(f, e) != SBX_OK || sbx_future_take_exec_result(f, &r, e) != SBX_OK)
+    if (sbx_sandbox_exec_async(sb, cmd, o, &f, e) != SBX_OK || cli_wait(f, e) != SBX_OK ||
+        sbx_future_take_exec_result(f, &r, e) != SBX_OK)
         r = NULL;
     sbx_future_free(f);
     sbx_exec_opts_free(o);
@@ -289,8 +289,7 @@ static int setup_cmd(const struct build *b, const sbx_sbxfile_step *s, sbx_sandb
     }
     int code = sbx_exec_result_return_code(r);
     const char *er = sbx_exec_result_stderr(r, NULL);
-    int rc = code == 0 ? CLI_EXIT_OK
-                       : fail_step(b, s, "%s exited %d: %s", cmd, code, er ? er : "");
+    int rc = code == 0 ? CLI_EXIT_OK : fail_step(b, s, "%s exited %d: %s", cmd, code, er ? er : "");
     sbx_exec_result_free(r);
     return rc;
 }
@@ -364,9 +363,8 @@ static int do_copy(const struct build *b, const sbx_sbxfile_step *s, sbx_sandbox
             return CLI_EXIT_SBX;
         char mode[8];
         snprintf(mode, sizeof(mode), "%o", (unsigned)it->mode);
-        _cleanup_free_ char *cmd =
-            it->dir ? sbx__printf("mkdir -p %s && chmod %s %s", q, mode, q)
-                    : sbx__printf("mkdir -p %s", qp);
+        _cleanup_free_ char *cmd = it->dir ? sbx__printf("mkdir -p %s && chmod %s %s", q, mode, q)
+                                           : sbx__printf("mkdir -p %s", qp);
         int rc = cmd ? setup_cmd(b, s, sb, cmd) : CLI_EXIT_SBX;
         if (rc != CLI_EXIT_OK)
             return rc;
@@ -437,8 +435,8 @@ static int step_in_box(struct build *b, const sbx_sbxfile_step *s, const struct 
     if (rc == CLI_EXIT_OK) {
         _cleanup_json_ json_t *o = json_pack("{s:O}", "changes", b->pending);
         _cleanup_free_ char *ot = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        if (!ot || sbx_provider_image_commit(b->p, sbx_sandbox_id(sb), name, ot, NULL, &e) !=
-                       SBX_OK) {
+        if (!ot ||
+            sbx_provider_image_commit(b->p, sbx_sandbox_id(sb), name, ot, NULL, &e) != SBX_OK) {
             rc = fail_step(b, s, "commit: %s", e ? sbx_error_message(e) : "out of memory");
             sbx_error_free(e);
             e = NULL;
@@ -447,8 +445,7 @@ static int step_in_box(struct build *b, const sbx_sbxfile_step *s, const struct 
     /* No box is left behind, whatever happened. */
     if (sb) {
         if (sbx_sandbox_stop(sb, &e) != SBX_OK) {
-            cli_error("cannot stop box %s: %s", sbx_sandbox_id(sb),
-                      e ? sbx_error_message(e) : "?");
+            cli_error("cannot stop box %s: %s", sbx_sandbox_id(sb), e ? sbx_error_message(e) : "?");
             sbx_error_free(e);
             if (rc == CLI_EXIT_OK)
                 rc = CLI_EXIT_FAIL;
@@ -481,8 +478,7 @@ static void apply_config(struct build *b, const sbx_sbxfile_step *s)
 {
     if (s->kind == SBXF_WORKDIR) {
         char *wd = s->args[0] == '/' ? strdup(s->args)
-                                     : sbx__printf("%s/%s", b->workdir ? b->workdir : "",
-                                                   s->args);
+                                     : sbx__printf("%s/%s", b->workdir ? b->workdir : "", s->args);
         free(b->workdir);
         b->workdir = wd;
     } else if (s->kind == SBXF_USER) {
@@ -547,7 +543,7 @@ static int run_build(struct build *b, const sbx_sbxfile *f)
             json_array_append_new(b->pending, json_string(s->text));
             continue;
         }
-        struct copy_list l = { 0 };
+        struct copy_list l = {0};
         char chex[65] = "";
         if (s->kind == SBXF_COPY) {
             struct sha256_ctx sha;
@@ -599,8 +595,10 @@ static int run_build(struct build *b, const sbx_sbxfile *f)
 int cli_image_build(int argc, char **argv, sbx_provider *p)
 {
     static const struct option longs[] = {
-        { "file", required_argument, NULL, 'f' }, { "tag", required_argument, NULL, 't' },
-        { "help", no_argument, NULL, 'h' },       { NULL, 0, NULL, 0 },
+        {"file", required_argument, NULL, 'f'},
+        {"tag", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     const char *file = NULL, *tag = NULL;
     int ch;
@@ -623,7 +621,7 @@ int cli_image_build(int argc, char **argv, sbx_provider *p)
     if (argc - optind > 1)
         return cli_usage_error("image", "image build takes at most one CONTEXT directory");
     const char *ctx = optind < argc ? argv[optind] : ".";
-    struct build b = { .p = p };
+    struct build b = {.p = p};
     b.context = realpath(ctx, NULL);
     struct stat st;
     if (!b.context || stat(b.context, &st) < 0 || !S_ISDIR(st.st_mode)) {

@@ -11,9 +11,11 @@
 int cli_cmd_commit(int argc, char **argv)
 {
     static const struct option longs[] = {
-        { "change", required_argument, NULL, 'c' }, { "no-pause", no_argument, NULL, 'P' },
-        { "json", no_argument, NULL, 'j' },         { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+        {"change", required_argument, NULL, 'c'},
+        {"no-pause", no_argument, NULL, 'P'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     _cleanup_json_ json_t *opts = json_pack("{s:[]}", "changes");
     if (!opts)

@@ -8,15 +8,20 @@
 #include <ctype.h>
 
 static const char *const keywords[] = {
-    [SBXF_FROM] = "FROM",       [SBXF_RUN] = "RUN",   [SBXF_ENV] = "ENV",
-    [SBXF_WORKDIR] = "WORKDIR", [SBXF_COPY] = "COPY", [SBXF_USER] = "USER",
-    [SBXF_ENTRYPOINT] = "ENTRYPOINT", [SBXF_CMD] = "CMD",
+    [SBXF_FROM] = "FROM",
+    [SBXF_RUN] = "RUN",
+    [SBXF_ENV] = "ENV",
+    [SBXF_WORKDIR] = "WORKDIR",
+    [SBXF_COPY] = "COPY",
+    [SBXF_USER] = "USER",
+    [SBXF_ENTRYPOINT] = "ENTRYPOINT",
+    [SBXF_CMD] = "CMD",
 };
 
 /* Dockerfile instructions sbx knows but does not run: said so by name. */
 static const char *const unsupported[] = {
-    "ADD", "ARG", "EXPOSE", "LABEL", "VOLUME", "STOPSIGNAL", "HEALTHCHECK", "SHELL", "ONBUILD",
-    "MAINTAINER",
+    "ADD",        "ARG",         "EXPOSE", "LABEL",   "VOLUME",
+    "STOPSIGNAL", "HEALTHCHECK", "SHELL",  "ONBUILD", "MAINTAINER",
 };
 
 const char *sbx__sbxfile_keyword(enum sbx_sbxfile_kind k)
@@ -52,8 +57,8 @@ static bool json_words(const char *a, char ***out, size_t *n)
     bool ok = json_is_array(j) && json_array_size(j) > 0 && json_array_size(j) <= 4096;
     size_t i;
     json_t *s;
-    json_array_foreach(j, i, s) ok = ok && json_is_string(s) &&
-                                     strlen(json_string_value(s)) == json_string_length(s);
+    json_array_foreach(j, i, s) ok =
+        ok && json_is_string(s) && strlen(json_string_value(s)) == json_string_length(s);
     char **w = ok ? calloc(json_array_size(j), sizeof(*w)) : NULL;
     if (!w) {
         json_decref(j);
@@ -138,8 +143,10 @@ static int check_step(sbx_sbxfile_step *s, size_t index, sbx_error **err)
                                   "[\"/bin/app\", \"--flag\"]",
                                   s->line, kw);
         if (s->kind == SBXF_RUN && a[0] == '-' && a[1] == '-')
-            return sbx__set_error(err, SBX_EINVAL, "line %u: RUN options (%.40s) are not "
-                                  "supported", s->line, a);
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "line %u: RUN options (%.40s) are not "
+                                  "supported",
+                                  s->line, a);
         return SBX_OK;
     case SBXF_ENV: {
         const char *eq = strchr(a, '=');
@@ -170,8 +177,10 @@ static int check_step(sbx_sbxfile_step *s, size_t index, sbx_error **err)
         return SBX_OK;
     case SBXF_USER:
         if (strpbrk(a, " \t/"))
-            return sbx__set_error(err, SBX_EINVAL, "line %u: USER takes one user (NAME, UID or "
-                                  "UID:GID)", s->line);
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "line %u: USER takes one user (NAME, UID or "
+                                  "UID:GID)",
+                                  s->line);
         return SBX_OK;
     case SBXF_COPY: {
         if (a[0] == '-' && a[1] == '-')
@@ -252,8 +261,10 @@ int sbx__sbxfile_parse(const char *text, size_t len, sbx_sbxfile **out, sbx_erro
             start = line;
         in_cont = cont;
         if (cl + (e - b) + 1 > SBX_SBXFILE_MAX_LINE) {
-            rc = sbx__set_error(err, SBX_EINVAL, "line %u: the instruction is longer than %d "
-                                "bytes", start, SBX_SBXFILE_MAX_LINE);
+            rc = sbx__set_error(err, SBX_EINVAL,
+                                "line %u: the instruction is longer than %d "
+                                "bytes",
+                                start, SBX_SBXFILE_MAX_LINE);
             break;
         }
         if (cl && e > b)
@@ -271,8 +282,7 @@ int sbx__sbxfile_parse(const char *text, size_t len, sbx_sbxfile **out, sbx_erro
             continue;
         char kw[16];
         if (kl >= sizeof(kw)) {
-            rc = sbx__set_error(err, SBX_EINVAL, "line %u: unknown instruction %.40s", start,
-                                cur);
+            rc = sbx__set_error(err, SBX_EINVAL, "line %u: unknown instruction %.40s", start, cur);
             break;
         }
         for (size_t i = 0; i < kl; i++)
@@ -298,8 +308,10 @@ int sbx__sbxfile_parse(const char *text, size_t len, sbx_sbxfile **out, sbx_erro
             break;
         }
         if (f->n == 0 && kind != SBXF_FROM) {
-            rc = sbx__set_error(err, SBX_EINVAL, "line %u: the first instruction must be FROM, "
-                                "not %s", start, kw);
+            rc = sbx__set_error(err, SBX_EINVAL,
+                                "line %u: the first instruction must be FROM, "
+                                "not %s",
+                                start, kw);
             break;
         }
         if (f->n >= SBX_SBXFILE_MAX_STEPS) {
@@ -331,7 +343,8 @@ int sbx__sbxfile_parse(const char *text, size_t len, sbx_sbxfile **out, sbx_erro
     }
     free(cur);
     if (rc == SBX_OK && f->n == 0)
-        rc = sbx__set_error(err, SBX_EINVAL, "the Sbxfile has no instructions (start with FROM "
+        rc = sbx__set_error(err, SBX_EINVAL,
+                            "the Sbxfile has no instructions (start with FROM "
                             "IMAGE)");
     if (rc < 0) {
         sbx__sbxfile_free(f);
@@ -467,8 +480,8 @@ int sbx__image_apply_change(json_t *cfg, const char *line, sbx_error **err)
         if (!*v)
             return sbx__set_error(err, SBX_EINVAL, "WORKDIR needs a directory");
         const char *cur = json_string_value(json_object_get(cfg, "WorkingDir"));
-        _cleanup_free_ char *wd = v[0] == '/' ? strdup(v)
-                                              : sbx__printf("%s/%s", cur && *cur ? cur : "", v);
+        _cleanup_free_ char *wd =
+            v[0] == '/' ? strdup(v) : sbx__printf("%s/%s", cur && *cur ? cur : "", v);
         if (!wd)
             return sbx__set_error(err, SBX_ENOMEM, "out of memory");
         json_object_set_new(cfg, "WorkingDir", json_string(wd));
@@ -476,8 +489,8 @@ int sbx__image_apply_change(json_t *cfg, const char *line, sbx_error **err)
     }
     if (!strcmp(key, "USER")) {
         if (!*v || strpbrk(v, "\n/ \t"))
-            return sbx__set_error(err, SBX_EINVAL,
-                                  "USER %s: give one user (NAME, UID or UID:GID)", v);
+            return sbx__set_error(err, SBX_EINVAL, "USER %s: give one user (NAME, UID or UID:GID)",
+                                  v);
         json_object_set_new(cfg, "User", json_string(v));
         return SBX_OK;
     }
@@ -496,4 +509,3 @@ int sbx__image_apply_change(json_t *cfg, const char *line, sbx_error **err)
                           "CMD",
                           key);
 }
-

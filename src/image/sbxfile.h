@@ -24,9 +24,9 @@ enum sbx_sbxfile_kind {
 
 typedef struct {
     enum sbx_sbxfile_kind kind;
-    unsigned line;   /* where the instruction starts, from 1 */
-    char *text;      /* "KEYWORD args": the instruction, continuations joined */
-    char *args;      /* what follows the keyword, trimmed */
+    unsigned line; /* where the instruction starts, from 1 */
+    char *text;    /* "KEYWORD args": the instruction, continuations joined */
+    char *args;    /* what follows the keyword, trimmed */
     /*
      * RUN/ENTRYPOINT/CMD: the exec form's words, or NULL for the shell form;
      * COPY: its sources then its destination (at least two).

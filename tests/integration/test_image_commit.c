@@ -343,8 +343,7 @@ static void test_commit_userns_keeps_box_ids(void)
     stop_free(b);
     sbx_provider *q = provider(NULL);
     sbx_sandbox *c = box_of(q, "uc");
-    TAP_EQ_STR(out_of(c, "stat -c %u:%g /owned /home2 /bin/busybox"),
-               "1234:4321\n7:8\n0:0\n");
+    TAP_EQ_STR(out_of(c, "stat -c %u:%g /owned /home2 /bin/busybox"), "1234:4321\n7:8\n0:0\n");
     TAP_EQ_INT(rc_of(c, "test -e /etc/marker"), 1);
     TAP_EQ_STR(out_of(c, "ls -A /opq"), "");
     stop_free(c);

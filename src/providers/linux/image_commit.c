@@ -68,13 +68,13 @@ struct walk {
     int out;             /* the tar file */
     uint64_t bytes, cap; /* tar bytes so far, at most */
     uint64_t entries;
-    dev_t dev;           /* the upper dir's filesystem: never left */
+    dev_t dev; /* the upper dir's filesystem: never left */
     bool userns;
     unsigned uid_base;
     const char *xprefix; /* "trusted.overlay." or "user.overlay." */
     char path[4096];     /* the entry's path in the layer */
     sbx_error **err;
-    int werr;            /* errno of a failed write */
+    int werr;                /* errno of a failed write */
     struct link_seen *links; /* files with more than one link, first path each */
     size_t nlinks;
 };
@@ -187,8 +187,8 @@ static struct archive_entry *entry_for(struct walk *w, const struct stat *st, mo
 static int put_marker(struct walk *w, size_t dir_len, const char *name)
 {
     size_t keep = strlen(w->path);
-    int n = snprintf(w->path + dir_len, sizeof(w->path) - dir_len, "%s.wh.%s",
-                     dir_len ? "/" : "", name);
+    int n = snprintf(w->path + dir_len, sizeof(w->path) - dir_len, "%s.wh.%s", dir_len ? "/" : "",
+                     name);
     if (n < 0 || (size_t)n >= sizeof(w->path) - dir_len)
         return sbx__set_error(w->err, SBX_EINVAL, "a path in the box is too long");
     struct archive_entry *e = entry_for(w, NULL, AE_IFREG);
@@ -218,8 +218,7 @@ static int copy_data(struct walk *w, int fd, uint64_t size)
             k = (ssize_t)want;
         }
         if (archive_write_data(w->a, buf, (size_t)k) != k)
-            return sbx__set_error(w->err, SBX_EIO, "cannot write the layer (at /%s): %s",
-                                  w->path,
+            return sbx__set_error(w->err, SBX_EIO, "cannot write the layer (at /%s): %s", w->path,
                                   w->werr ? strerror(w->werr) : archive_error_string(w->a));
         done += (uint64_t)k;
     }
@@ -290,8 +289,8 @@ static int walk_dir(struct walk *w, int dfd, int depth);
 static int walk_entry(struct walk *w, int dfd, const char *name, int depth)
 {
     size_t dir_len = strlen(w->path);
-    int n = snprintf(w->path + dir_len, sizeof(w->path) - dir_len, "%s%s", dir_len ? "/" : "",
-                     name);
+    int n =
+        snprintf(w->path + dir_len, sizeof(w->path) - dir_len, "%s%s", dir_len ? "/" : "", name);
     if (n < 0 || (size_t)n >= sizeof(w->path) - dir_len)
         return sbx__set_error(w->err, SBX_EINVAL, "a path in the box is longer than %zu bytes",
                               sizeof(w->path) - 1);
@@ -310,8 +309,7 @@ static int walk_entry(struct walk *w, int dfd, const char *name, int depth)
         /* Gone since it was listed (a running box): not in the layer. */
         w->path[dir_len] = 0;
         return errno == ENOENT ? SBX_OK
-                               : sbx__set_errno(w->err, SBX_EIO, errno, "cannot stat /%s",
-                                                w->path);
+                               : sbx__set_errno(w->err, SBX_EIO, errno, "cannot stat /%s", w->path);
     }
     if (st.st_dev != w->dev) {
         rc = sbx__set_error(w->err, SBX_EINVAL, "/%s is another filesystem: refused", w->path);
@@ -323,8 +321,7 @@ static int walk_entry(struct walk *w, int dfd, const char *name, int depth)
             return sbx__set_error(w->err, SBX_EINVAL,
                                   "/%s is more than %d directories deep: not committed", w->path,
                                   MAX_DEPTH);
-        _cleanup_close_ int fd =
-            openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        _cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         struct stat fs;
         if (fd < 0 || fstat(fd, &fs) < 0 || fs.st_ino != st.st_ino || fs.st_dev != st.st_dev) {
             rc = sbx__set_error(w->err, SBX_EIO, "/%s changed while it was read", w->path);
@@ -452,7 +449,7 @@ static bool freeze(const char *cg, bool on)
             break;
         if (strstr(t, "frozen 1"))
             return true;
-        struct timespec ts = { 0, 10 * 1000 * 1000 };
+        struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
     freeze(cg, false);
@@ -477,16 +474,14 @@ static int write_blob(const char *layout, const char *text, char hex[65], sbx_er
 static int open_upper(const sbx_linux_record *rec, json_t *raw, sbx_error **err)
 {
     json_t *ufd = json_object_get(raw, "upper_fd");
-    if (!json_is_integer(ufd) || json_integer_value(ufd) < 0 ||
-        json_integer_value(ufd) > 1 << 20)
+    if (!json_is_integer(ufd) || json_integer_value(ufd) < 0 || json_integer_value(ufd) > 1 << 20)
         return sbx__set_error(err, SBX_ENOTSUP,
                               "box %s has no known writable layer (created by an older sbx-shim): "
                               "it cannot be committed; create it again",
                               rec->id);
     int pfd = -1;
     if (!sbx__linux_shim_pidfd(rec, &pfd))
-        return sbx__set_error(err, SBX_ESTATE, "box %s is not running (its shim is gone)",
-                              rec->id);
+        return sbx__set_error(err, SBX_ESTATE, "box %s is not running (its shim is gone)", rec->id);
     char p[64];
     snprintf(p, sizeof(p), "/proc/%d/fd/%d", (int)rec->shim_pid, (int)json_integer_value(ufd));
     int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -499,9 +494,8 @@ static int open_upper(const sbx_linux_record *rec, json_t *raw, sbx_error **err)
     struct statfs sf;
     if (fd >= 0 && (!same || fstatfs(fd, &sf) < 0 || sf.f_type != TMPFS_MAGIC)) {
         close(fd);
-        return sbx__set_error(err, SBX_ESTATE,
-                              "box %s's writable layer is not where its shim said (%s)", rec->id,
-                              p);
+        return sbx__set_error(
+            err, SBX_ESTATE, "box %s's writable layer is not where its shim said (%s)", rec->id, p);
     }
     if (fd < 0)
         return sbx__set_errno(err, e == EACCES || e == EPERM ? SBX_EPERM : SBX_ESTATE, e,
@@ -598,15 +592,15 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
         _cleanup_close_ int dfd = open(bd, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         _cleanup_free_ char *text = NULL;
         size_t n = 0;
-        if (dfd < 0 || sbx__read_private_file(dfd, "record.json", bd, SBX_RECORD_MAX, &text, &n,
-                                              err) < 0) {
+        if (dfd < 0 ||
+            sbx__read_private_file(dfd, "record.json", bd, SBX_RECORD_MAX, &text, &n, err) < 0) {
             sbx__linux_record_free(&rec);
             return err && *err ? sbx_error_code(*err) : SBX_EIO;
         }
         raw = json_loadb(text, n, 0, NULL);
     }
     json_t *uid = json_object_get(raw, "userns_uid");
-    struct walk w = { .out = -1, .err = err };
+    struct walk w = {.out = -1, .err = err};
     w.userns = json_is_integer(uid);
     w.uid_base = w.userns ? (unsigned)json_integer_value(uid) : 0;
     w.xprefix = w.userns ? "user.overlay." : "trusted.overlay.";
@@ -636,8 +630,10 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
     char layer_hex[65] = "", id_hex[65] = "";
     /* "creating" too: the shim marks a box "running" a moment after its creator returns. */
     if (!rec.state || (strcmp(rec.state, "running") != 0 && strcmp(rec.state, "creating") != 0)) {
-        rc = sbx__set_error(err, SBX_ESTATE, "box %s is %s, not running: only a running box "
-                            "can be committed", id, rec.state ? rec.state : "in no known state");
+        rc = sbx__set_error(err, SBX_ESTATE,
+                            "box %s is %s, not running: only a running box "
+                            "can be committed",
+                            id, rec.state ? rec.state : "in no known state");
         goto out;
     }
     if (!rec.image || !*rec.image || !strcmp(rec.image, "none")) {
@@ -669,10 +665,9 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
 
     /* The new config: the base image's, the changes applied. */
     json_t *bc = json_object_get(base, "config");
-    cfgblob =
-        json_is_object(bc) ? json_deep_copy(bc)
-                           : json_pack("{s:s, s:s, s:{}}", "architecture", "amd64", "os", "linux",
-                                       "config");
+    cfgblob = json_is_object(bc)
+                  ? json_deep_copy(bc)
+                  : json_pack("{s:s, s:s, s:{}}", "architecture", "amd64", "os", "linux", "config");
     if (!cfgblob) {
         rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
         goto out;
@@ -739,8 +734,7 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
     archive_write_set_format_pax_restricted(w.a);
     archive_write_set_bytes_per_block(w.a, 10240);
     if (archive_write_open(w.a, &w, NULL, tar_write, NULL) != ARCHIVE_OK) {
-        rc = sbx__set_error(err, SBX_EIO, "cannot start the layer: %s",
-                            archive_error_string(w.a));
+        rc = sbx__set_error(err, SBX_EIO, "cannot start the layer: %s", archive_error_string(w.a));
         goto out;
     }
     /* Docker pauses too: what a running box writes meanwhile would tear the layer. */
@@ -781,10 +775,9 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
     json_array_foreach(diff_ids, i, l)
     {
         bool last = i + 1 == json_array_size(diff_ids);
-        json_array_append_new(
-            mlayers, json_pack("{s:s, s:O, s:I}", "mediaType",
-                               "application/vnd.oci.image.layer.v1.tar", "digest", l, "size",
-                               (json_int_t)(last ? tst.st_size : 0)));
+        json_array_append_new(mlayers, json_pack("{s:s, s:O, s:I}", "mediaType",
+                                                 "application/vnd.oci.image.layer.v1.tar", "digest",
+                                                 l, "size", (json_int_t)(last ? tst.st_size : 0)));
     }
     json_object_set_new(cfgblob, "rootfs",
                         json_pack("{s:s, s:O}", "type", "layers", "diff_ids", diff_ids));
@@ -793,8 +786,8 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
     json_t *hist = json_object_get(cfgblob, "history");
     if (json_is_array(hist)) {
         _cleanup_free_ char *by = sbx__printf("sbx commit %s", id);
-        json_array_append_new(hist, json_pack("{s:s, s:s}", "created", now ? now : "",
-                                              "created_by", by ? by : "sbx commit"));
+        json_array_append_new(hist, json_pack("{s:s, s:s}", "created", now ? now : "", "created_by",
+                                              by ? by : "sbx commit"));
     }
     ctext = json_dumps(cfgblob, JSON_COMPACT | JSON_SORT_KEYS);
     char chex[65], mhex[65];
@@ -804,11 +797,10 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
     }
     if ((rc = write_blob(layout, ctext, chex, err)) < 0)
         goto out;
-    man = json_pack(
-        "{s:i, s:s, s:{s:s, s:s+, s:I}, s:O}", "schemaVersion", 2, "mediaType",
-        "application/vnd.oci.image.manifest.v1+json", "config", "mediaType",
-        "application/vnd.oci.image.config.v1+json", "digest", "sha256:", chex, "size",
-        (json_int_t)strlen(ctext), "layers", mlayers);
+    man = json_pack("{s:i, s:s, s:{s:s, s:s+, s:I}, s:O}", "schemaVersion", 2, "mediaType",
+                    "application/vnd.oci.image.manifest.v1+json", "config", "mediaType",
+                    "application/vnd.oci.image.config.v1+json", "digest", "sha256:", chex, "size",
+                    (json_int_t)strlen(ctext), "layers", mlayers);
     mtext = man ? json_dumps(man, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     if (!mtext) {
         rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
@@ -816,10 +808,9 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
     }
     if ((rc = write_blob(layout, mtext, mhex, err)) < 0)
         goto out;
-    index = json_pack(
-        "{s:i, s:[{s:s, s:s+, s:I}]}", "schemaVersion", 2, "manifests", "mediaType",
-        "application/vnd.oci.image.manifest.v1+json", "digest", "sha256:", mhex, "size",
-        (json_int_t)strlen(mtext));
+    index = json_pack("{s:i, s:[{s:s, s:s+, s:I}]}", "schemaVersion", 2, "manifests", "mediaType",
+                      "application/vnd.oci.image.manifest.v1+json", "digest", "sha256:", mhex,
+                      "size", (json_int_t)strlen(mtext));
     itext = index ? json_dumps(index, JSON_COMPACT) : NULL;
     ip = sbx__printf("%s/index.json", layout);
     op = sbx__printf("%s/oci-layout", layout);
