@@ -236,7 +236,20 @@ static void test_commit_sees_changes_and_stacks(void)
                           "{\"changes\": [\"ENV B=2 A=3\", \"WORKDIR /d\", "
                           "\"CMD [\\\"/bin/echo\\\", \\\"hi\\\"]\"]}");
     TAP_EQ_INT(json_integer_value(json_object_get(j, "layers")), 2);
-    TAP_TRUE(json_is_true(json_object_get(j, "paused")) || sbx__cg_mode() != SBX_CG_V2);
+    /* Frozen for the copy: cgroup v2's cgroup.freeze, or a v1 freezer group. */
+    bool can_freeze =
+        sbx__cg_mode() == SBX_CG_V2 ||
+        (sbx__cg_mode() == SBX_CG_V1 && have_file("/sys/fs/cgroup/freezer/cgroup.procs"));
+    TAP_EQ_INT(json_is_true(json_object_get(j, "paused")), can_freeze);
+    json_decref(j);
+    /* Thawed after: the box runs on, and the v1 freezer group is gone. */
+    TAP_EQ_STR(out_of(b, "echo alive"), "alive\n");
+    char fg[600];
+    snprintf(fg, sizeof(fg), "/sys/fs/cgroup/freezer/sbx/%s", sbx_sandbox_id(b));
+    TAP_TRUE(!have_file(fg));
+    /* --no-pause: not frozen. */
+    j = commit_ok(p, b, "c1:nopause", "{\"pause\": false}");
+    TAP_TRUE(json_is_false(json_object_get(j, "paused")));
     json_decref(j);
     stop_free(b);
     TAP_EQ_INT(json_array_size(lowers_of("c1:v1")), 2);

@@ -456,6 +456,130 @@ static bool freeze(const char *cg, bool on)
     return false;
 }
 
+/*
+ * cgroup v1: the box's groups (memory, pids, cpu) have no freezer, so its
+ * processes are moved into a freezer group of their own for the copy,
+ * <freezer>/sbx/<box id>, frozen, then thawed and moved back to the
+ * freezer hierarchy's root (where they were: sbx makes no v1 freezer
+ * groups) and the group removed. A process forked meanwhile by one not
+ * yet moved is found by the next pass; one forked by a moved process is
+ * born in the group.
+ */
+#define V1_FREEZER "/sys/fs/cgroup/freezer"
+
+static int write_pid(const char *procs, const char *pid)
+{
+    int fd = open(procs, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = write(fd, pid, strlen(pid));
+    close(fd);
+    return n == (ssize_t)strlen(pid) ? 0 : -1;
+}
+
+/* Whether the cgroup.procs text `list` (`n` bytes) names `pid`. */
+static bool has_pid(const char *list, size_t n, const char *pid)
+{
+    size_t l = strlen(pid);
+    for (const char *p = list; p && p < list + n;) {
+        const char *e = memchr(p, '\n', (size_t)(list + n - p));
+        size_t k = e ? (size_t)(e - p) : (size_t)(list + n - p);
+        if (k == l && !memcmp(p, pid, l))
+            return true;
+        p = e ? e + 1 : NULL;
+    }
+    return false;
+}
+
+/*
+ * Moves each process `from_procs` lists that `to_procs` does not into it
+ * (one pid a write: cgroup v1). Returns how many were missing, -1 when a
+ * list cannot be read.
+ */
+static int move_procs(const char *from_procs, const char *to_procs)
+{
+    _cleanup_free_ char *t = NULL;
+    _cleanup_free_ char *have = NULL;
+    size_t n = 0, hn = 0;
+    if (sbx__read_file(from_procs, &t, &n) < 0 || sbx__read_file(to_procs, &have, &hn) < 0)
+        return -1;
+    int missing = 0;
+    for (char *save = NULL, *pid = strtok_r(t, "\n", &save); pid;
+         pid = strtok_r(NULL, "\n", &save)) {
+        if (has_pid(have, hn, pid))
+            continue;
+        char p[64];
+        snprintf(p, sizeof(p), "/proc/%s", pid);
+        if (write_pid(to_procs, pid) == 0 || access(p, F_OK) == 0)
+            missing++; /* moved now, or still there and not movable: checked again */
+    }
+    return missing;
+}
+
+static void v1_thaw(const char *group)
+{
+    _cleanup_free_ char *state = sbx__printf("%s/freezer.state", group);
+    _cleanup_free_ char *procs = sbx__printf("%s/cgroup.procs", group);
+    if (!state || !procs)
+        return;
+    write_pid(state, "THAWED");
+    for (int i = 0; i < 100 && move_procs(procs, V1_FREEZER "/cgroup.procs") > 0; i++)
+        ;
+    for (int i = 0; i < 100 && rmdir(group) < 0 && errno == EBUSY; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Freezes the processes of v1 group `box_cg`; *group is set once a freezer group was made. */
+static bool v1_freeze(const char *box_cg, const char *id, char **group)
+{
+    *group = NULL;
+    struct stat st;
+    if (sbx__cg_mode() != SBX_CG_V1 || stat(V1_FREEZER "/freezer.state", &st) == 0 ||
+        stat(V1_FREEZER "/cgroup.procs", &st) < 0)
+        return false; /* no v1 freezer hierarchy mounted (its root has no freezer.state) */
+    _cleanup_free_ char *from = sbx__printf("%s/cgroup.procs", box_cg);
+    char *g = sbx__printf(V1_FREEZER "/sbx/%s", id);
+    _cleanup_free_ char *procs = g ? sbx__printf("%s/cgroup.procs", g) : NULL;
+    _cleanup_free_ char *state = g ? sbx__printf("%s/freezer.state", g) : NULL;
+    if (!from || !procs || !state || (mkdir(V1_FREEZER "/sbx", 0755) < 0 && errno != EEXIST) ||
+        mkdir(g, 0755) < 0) {
+        free(g);
+        return false;
+    }
+    *group = g;
+    int moved = 0;
+    for (int i = 0; i < 100 && (moved = move_procs(from, procs)) > 0; i++)
+        ;
+    if (moved != 0 || write_pid(state, "FROZEN") < 0)
+        return false;
+    for (int i = 0; i < 500; i++) {
+        _cleanup_free_ char *t = NULL;
+        size_t n = 0;
+        if (sbx__read_file(state, &t, &n) < 0)
+            return false;
+        if (!strncmp(t, "FROZEN", 6))
+            /* Every process of the box is in the group (none was left to move). */
+            return move_procs(from, procs) == 0;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return false;
+}
+
+/* Undoes freeze or v1_freeze (also a v1_freeze that failed half way). */
+static void thaw(const char *cg, char **v1group, bool frozen)
+{
+    if (*v1group) {
+        v1_thaw(*v1group);
+        free(*v1group);
+        *v1group = NULL;
+    } else if (frozen) {
+        freeze(cg, false);
+    }
+}
+
 /* --- the commit ---------------------------------------------------------- */
 
 static int write_blob(const char *layout, const char *text, char hex[65], sbx_error **err)
@@ -610,6 +734,7 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
     _cleanup_free_ char *storedir = sbx__linux_image_store_dir(state_dir, store);
     _cleanup_close_ int upper = -1;
     bool frozen = false;
+    char *v1group = NULL; /* cgroup v1: the freezer group the box was moved into */
     _cleanup_json_ json_t *cfgblob = NULL;
     _cleanup_free_ char *blobs = NULL;
     _cleanup_free_ char *tarp = NULL;
@@ -738,11 +863,13 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
         goto out;
     }
     /* Docker pauses too: what a running box writes meanwhile would tear the layer. */
-    if (pause && cg)
+    if (pause && cg) {
         frozen = was_frozen = freeze(cg, true);
+        if (!frozen)
+            frozen = was_frozen = v1_freeze(cg, id, &v1group);
+    }
     rc = walk_dir(&w, upper, 0);
-    if (frozen)
-        freeze(cg, false);
+    thaw(cg, &v1group, frozen);
     frozen = false;
     if (rc == SBX_OK && archive_write_close(w.a) != ARCHIVE_OK)
         rc = sbx__set_error(err, SBX_EIO, "cannot finish the layer: %s",
@@ -835,8 +962,7 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
             rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
 out:
-    if (frozen)
-        freeze(cg, false);
+    thaw(cg, &v1group, frozen);
     if (w.a)
         archive_write_free(w.a);
     if (w.out >= 0)
