@@ -241,6 +241,8 @@ static void test_commit_sees_changes_and_stacks(void)
         sbx__cg_mode() == SBX_CG_V2 ||
         (sbx__cg_mode() == SBX_CG_V1 && have_file("/sys/fs/cgroup/freezer/cgroup.procs"));
     TAP_EQ_INT(json_is_true(json_object_get(j, "paused")), can_freeze);
+    char layer1[80];
+    snprintf(layer1, sizeof(layer1), "%s", json_string_value(json_object_get(j, "layer")));
     json_decref(j);
     /* Thawed after: the box runs on, and the v1 freezer group is gone. */
     TAP_EQ_STR(out_of(b, "echo alive"), "alive\n");
@@ -250,6 +252,8 @@ static void test_commit_sees_changes_and_stacks(void)
     /* --no-pause: not frozen. */
     j = commit_ok(p, b, "c1:nopause", "{\"pause\": false}");
     TAP_TRUE(json_is_false(json_object_get(j, "paused")));
+    /* Deterministic: the same tree gives the same tar, so the same diff_id. */
+    TAP_EQ_STR(json_string_value(json_object_get(j, "layer")), layer1);
     json_decref(j);
     stop_free(b);
     TAP_EQ_INT(json_array_size(lowers_of("c1:v1")), 2);
