@@ -87,6 +87,7 @@ struct copy_item {
     char *host; /* the file or directory on the host */
     char *dest; /* where it goes in the box */
     bool dir;
+    bool into_dir; /* a lone file to a DEST without '/': into DEST when it is a directory */
     mode_t mode;
 };
 
@@ -208,6 +209,7 @@ static int copy_plan(const struct build *b, const sbx_sbxfile_step *s, struct co
             _cleanup_free_ char *d = to_dir ? sbx__printf("%s/%s", dbase, base) : strdup(dbase);
             if (!d || !push_item(l, real, d, false, st.st_mode))
                 return CLI_EXIT_SBX;
+            l->v[l->n - 1].into_dir = !to_dir;
         } else {
             return fail_step(b, s, "%s is not a regular file or a directory", s->words[i]);
         }
@@ -353,8 +355,28 @@ static int do_copy(const struct build *b, const sbx_sbxfile_step *s, sbx_sandbox
 {
     for (size_t i = 0; i < l->n; i++) {
         const struct copy_item *it = &l->v[i];
-        _cleanup_free_ char *q = sq(it->dest);
-        _cleanup_free_ char *parent = strdup(it->dest);
+        _cleanup_free_ char *dest = strdup(it->dest);
+        if (!dest)
+            return CLI_EXIT_SBX;
+        if (it->into_dir) {
+            /* As Docker: `COPY f /etc` puts f in /etc when /etc is a directory. */
+            _cleanup_free_ char *qd = sq(dest);
+            _cleanup_free_ char *t = qd ? sbx__printf("test -d %s", qd) : NULL;
+            sbx_error *te = NULL;
+            sbx_exec_result *r = t ? box_exec(sb, t, b, false, &te) : NULL;
+            sbx_error_free(te);
+            if (r && sbx_exec_result_return_code(r) == 0) {
+                const char *base = strrchr(it->host, '/');
+                char *nd = sbx__printf("%s/%s", dest, base ? base + 1 : it->host);
+                free(dest);
+                dest = nd;
+            }
+            sbx_exec_result_free(r);
+            if (!dest)
+                return CLI_EXIT_SBX;
+        }
+        _cleanup_free_ char *q = sq(dest);
+        _cleanup_free_ char *parent = strdup(dest);
         char *slash = parent ? strrchr(parent, '/') : NULL;
         if (slash)
             *slash = 0;
@@ -371,8 +393,8 @@ static int do_copy(const struct build *b, const sbx_sbxfile_step *s, sbx_sandbox
         if (it->dir)
             continue;
         sbx_error *e = NULL;
-        if (sbx_sandbox_upload(sb, it->host, it->dest, &e) != SBX_OK) {
-            rc = fail_step(b, s, "cannot copy %s to %s: %s", it->host, it->dest,
+        if (sbx_sandbox_upload(sb, it->host, dest, &e) != SBX_OK) {
+            rc = fail_step(b, s, "cannot copy %s to %s: %s", it->host, dest,
                            e ? sbx_error_message(e) : "?");
             sbx_error_free(e);
             return rc;

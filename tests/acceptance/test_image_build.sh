@@ -47,6 +47,7 @@ FROM bb
 RUN echo built > /built && \
     echo "$((1+1))" > /two
 COPY a.txt /data/
+COPY a.txt /etc
 ENV MODE=prod
 WORKDIR /app
 COPY dir /app/
@@ -54,17 +55,17 @@ RUN ./s.sh > /ran && cat /data/a.txt > copied && echo "$MODE" > /mode
 CMD ["cat", "/app/copied"]
 SBX
 run "build" 0 "$SBX" image build -t app:1 $ctx
-check "  every step shown" has "$OUT" "Step 8/8 : CMD"
+check "  every step shown" has "$OUT" "Step 9/9 : CMD"
 check "  nothing cached the first time" [ "$(grep -c CACHED <<<"$OUT")" = 0 ]
 check "  tagged" has "$OUT" "Successfully tagged app:1"
-run "run the built image" 0 "$SBX" run --image app:1 -- sh -c 'cat /built /two /data/a.txt /app/copied /ran /mode /app/sub/d.txt; pwd; echo $MODE; test -x /app/s.sh && echo exec'
-check "  output" [ "$OUT" = "$(printf 'built\n2\none\none\nscript ran\nprod\ndeep\n/app\nprod\nexec')" ]
+run "run the built image" 0 "$SBX" run --image app:1 -- sh -c 'cat /built /two /data/a.txt /etc/a.txt /app/copied /ran /mode /app/sub/d.txt; pwd; echo $MODE; test -x /app/s.sh && echo exec'
+check "  output" [ "$OUT" = "$(printf 'built\n2\none\none\none\nscript ran\nprod\ndeep\n/app\nprod\nexec')" ]
 run "inspect the built image" 0 "$SBX" image inspect app:1
 check "  CMD" has "$OUT" '"/app/copied"'
 images_before=$("$SBX" image ls -q | sort)
 layers_before=$(ls "$SBX_STATE_DIR/linux/images/layers" | sort)
 run "rebuild" 0 "$SBX" image build -t app:1 $ctx
-check "  every RUN and COPY CACHED" [ "$(grep -c -- '---> CACHED' <<<"$OUT")" = 5 ]
+check "  every RUN and COPY CACHED" [ "$(grep -c -- '---> CACHED' <<<"$OUT")" = 6 ]
 check "  no step ran: no new image, no new layer" [ "$("$SBX" image ls -q | sort)" = "$images_before" -a "$(ls "$SBX_STATE_DIR/linux/images/layers" | sort)" = "$layers_before" ]
 echo two > $ctx/a.txt
 run "rebuild after a COPY'd file changed" 0 "$SBX" image build -t app:2 $ctx
