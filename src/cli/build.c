@@ -35,6 +35,7 @@ struct build {
     char *workdir;    /* NULL: / */
     char *user;       /* NULL: the image's */
     json_t *pending;  /* config changes for the next commit */
+    bool no_cache;    /* --no-cache: run every step (its result still fills the cache) */
 };
 
 static void hash_hex(struct sha256_ctx *s, char out[65])
@@ -580,7 +581,7 @@ static int run_build(struct build *b, const sbx_sbxfile *f)
         next_key(b, s->text, chex);
         char name[128];
         snprintf(name, sizeof(name), CACHE_PREFIX "%.48s", b->key);
-        if (image_exists(b->p, name, NULL)) {
+        if (!b->no_cache && image_exists(b->p, name, NULL)) {
             printf(" ---> CACHED\n");
             free(b->parent);
             b->parent = strdup(name);
@@ -601,7 +602,7 @@ static int run_build(struct build *b, const sbx_sbxfile *f)
         next_key(b, "sbx-build-config", NULL);
         char name[128];
         snprintf(name, sizeof(name), CACHE_PREFIX "%.48s", b->key);
-        if (image_exists(b->p, name, NULL)) {
+        if (!b->no_cache && image_exists(b->p, name, NULL)) {
             printf(" ---> CACHED (config)\n");
             free(b->parent);
             b->parent = strdup(name);
@@ -619,10 +620,12 @@ int cli_image_build(int argc, char **argv, sbx_provider *p)
     static const struct option longs[] = {
         {"file", required_argument, NULL, 'f'},
         {"tag", required_argument, NULL, 't'},
+        {"no-cache", no_argument, NULL, 'N'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *file = NULL, *tag = NULL;
+    bool no_cache = false;
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "+f:t:h", longs, NULL)) != -1) {
@@ -632,6 +635,9 @@ int cli_image_build(int argc, char **argv, sbx_provider *p)
             break;
         case 't':
             tag = optarg;
+            break;
+        case 'N':
+            no_cache = true;
             break;
         case 'h':
             cli_help("image");
@@ -643,7 +649,7 @@ int cli_image_build(int argc, char **argv, sbx_provider *p)
     if (argc - optind > 1)
         return cli_usage_error("image", "image build takes at most one CONTEXT directory");
     const char *ctx = optind < argc ? argv[optind] : ".";
-    struct build b = {.p = p};
+    struct build b = {.p = p, .no_cache = no_cache};
     b.context = realpath(ctx, NULL);
     struct stat st;
     if (!b.context || stat(b.context, &st) < 0 || !S_ISDIR(st.st_mode)) {

@@ -117,7 +117,7 @@ static const struct command commands[] = {
       "  sbx image prune [--dry-run]\n"
       "                         remove layers and images no name uses, and what dead\n"
       "                         imports left; --dry-run only lists them\n"
-      "  sbx image build [-f SBXFILE] [-t NAME[:TAG]] [CONTEXT]\n"
+      "  sbx image build [-f SBXFILE] [-t NAME[:TAG]] [--no-cache] [CONTEXT]\n"
       "                         run a Sbxfile (FROM, RUN, ENV, WORKDIR, COPY, USER,\n"
       "                         ENTRYPOINT, CMD) with a box per RUN/COPY, committed\n"
       "                         after each; unchanged steps are CACHED\n",

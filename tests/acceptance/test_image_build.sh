@@ -67,6 +67,10 @@ layers_before=$(ls "$SBX_STATE_DIR/linux/images/layers" | sort)
 run "rebuild" 0 "$SBX" image build -t app:1 $ctx
 check "  every RUN and COPY CACHED" [ "$(grep -c -- '---> CACHED' <<<"$OUT")" = 6 ]
 check "  no step ran: no new image, no new layer" [ "$("$SBX" image ls -q | sort)" = "$images_before" -a "$(ls "$SBX_STATE_DIR/linux/images/layers" | sort)" = "$layers_before" ]
+run "rebuild --no-cache" 0 "$SBX" image build --no-cache -t app:nc $ctx
+check "  nothing CACHED" [ "$(grep -c CACHED <<<"$OUT")" = 0 ]
+run "  same result" 0 "$SBX" run --image app:nc -- cat /app/copied /mode
+check "  output" [ "$OUT" = "$(printf 'one\nprod')" ]
 echo two > $ctx/a.txt
 run "rebuild after a COPY'd file changed" 0 "$SBX" image build -t app:2 $ctx
 check "  the steps before it cached" [ "$(grep -c -- '---> CACHED' <<<"$OUT")" = 1 ]
