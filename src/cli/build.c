@@ -119,6 +119,7 @@ static bool push_item(struct copy_list *l, const char *host, const char *dest, b
     it->host = strdup(host);
     it->dest = strdup(dest);
     it->dir = dir;
+    it->into_dir = false;
     it->mode = mode & 07777;
     if (!it->host || !it->dest) {
         free(it->host);

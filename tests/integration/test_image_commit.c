@@ -256,7 +256,9 @@ static void test_commit_sees_changes_and_stacks(void)
     TAP_EQ_STR(json_string_value(json_object_get(j, "layer")), layer1);
     json_decref(j);
     stop_free(b);
-    TAP_EQ_INT(json_array_size(lowers_of("c1:v1")), 2);
+    json_t *lw = lowers_of("c1:v1");
+    TAP_EQ_INT(json_array_size(lw), 2);
+    json_decref(lw);
 
     sbx_sandbox *c = box_of(p, "c1:v1");
     TAP_EQ_STR(out_of(c, "cat /new"), "hello\n");
