@@ -528,6 +528,19 @@ SBX_EXPORT int sbx_provider_image_inspect(sbx_provider *p, const char *name, cha
 SBX_EXPORT int sbx_provider_image_tag(sbx_provider *p, const char *src, const char *name,
                                       sbx_error **err);
 
+/*
+ * Turns running box `box_id`'s writable layer into a new image `name`
+ * (NAME[:TAG]): the box image's layers plus one layer of what the box
+ * changed (files, deletions, replaced directories), with the box image's
+ * config and `opts_json`'s changes ({"changes": ["ENV K=V", "WORKDIR /d",
+ * "USER u", "ENTRYPOINT [..]", "CMD [..]"], "pause": true}; NULL: none).
+ * *json_out (may be NULL): {"id", "name", "layer", "layers"}. SBX_ENOTSUP:
+ * the provider cannot commit. Blocking. (docs/images.md "Commit and build")
+ */
+SBX_EXPORT int sbx_provider_image_commit(sbx_provider *p, const char *box_id, const char *name,
+                                         const char *opts_json, char **json_out,
+                                         sbx_error **err);
+
 /* Sorted names of every provider (registered, built in, plugins). */
 SBX_EXPORT int sbx_list_providers(char ***names_out, sbx_error **err);
 /* SBX_OK when `name` resolves; the reference's "Unknown sandbox provider" otherwise. */

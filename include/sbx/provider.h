@@ -165,6 +165,15 @@ struct sbx_provider_ops {
      * progress per blob (stage "pull:STATE:KIND:HEX12").
      */
     void (*image_pull)(sbx_op *op, void *state, const char *ref, const char *opts_json);
+    /*
+     * [img-commit] Turns running box `box_id`'s writable layer into a new
+     * layer over its image, named `name` (as `docker commit`). `opts_json`:
+     * {"changes": ["ENV K=V", "WORKDIR /d", "USER u", "ENTRYPOINT ...",
+     * "CMD ..."], "pause": bool}. Completes with a malloc'd JSON object
+     * text {"id", "name", "layer", "layers"}.
+     */
+    void (*image_commit)(sbx_op *op, void *state, const char *box_id, const char *name,
+                         const char *opts_json);
 };
 
 /* --- Operations ---------------------------------------------------------- */

@@ -142,6 +142,7 @@ for _name, _res, _args in [
     ("sbx_provider_image_prune", c_int, (_P, c_int, _PP, _ERR)),
     ("sbx_provider_image_pull", c_int, (_P, c_char_p, c_char_p, _PP, _ERR)),
     ("sbx_provider_image_remove", c_int, (_P, c_char_p, c_int, _ERR)),
+    ("sbx_provider_image_commit", c_int, (_P, c_char_p, c_char_p, c_char_p, _PP, _ERR)),
     ("sbx_list_providers", c_int, (_PP, _ERR)),
     ("sbx_provider_lookup", c_int, (c_char_p, _ERR)),
     ("sbx_sandbox_new", c_int, (_P, _P, _PP, _ERR)),

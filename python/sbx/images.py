@@ -1,6 +1,6 @@
 """A provider's images (the linux provider's store), over the C calls
-`sbx_provider_image_*`: pull, list, import, inspect, tag, remove, prune. As the CLI's
-`sbx image`, these only pass the request and parse the JSON answer; the
+`sbx_provider_image_*`: pull, list, import, inspect, tag, remove, prune,
+commit. As the CLI's `sbx image`, these only pass the request and parse the JSON answer; the
 rules are the C library's (docs/images.md).
 
     from sbx import images
@@ -85,5 +85,30 @@ def prune_images(config: Mapping[str, Any] | str, *, dry_run: bool = False) -> l
     return json.loads(_blocking(config, lib.sbx_provider_image_prune, int(dry_run), out=True))
 
 
+def commit_image(
+    config: Mapping[str, Any] | str,
+    box_id: str,
+    name: str,
+    changes: list[str] | None = None,
+    *,
+    pause: bool = True,
+) -> dict[str, Any]:
+    """Makes image `name` of running box `box_id`'s changes over its image (as
+    `sbx commit`); `changes` are Dockerfile config instructions ("ENV K=V",
+    "WORKDIR /d", "USER u", "ENTRYPOINT [...]", "CMD [...]"). Returns
+    {"id", "name", "layer", "layers", "paused", "size"}."""
+    opts = json.dumps({"changes": list(changes or []), "pause": bool(pause)})
+    return json.loads(
+        _blocking(
+            config,
+            lib.sbx_provider_image_commit,
+            _lib.cstr(box_id),
+            _lib.cstr(name),
+            _lib.cstr(opts),
+            out=True,
+        )
+    )
+
+
 __all__ = ["pull_image", "list_images", "import_image", "inspect_image", "tag_image", "remove_image",
-           "prune_images"]
+           "prune_images", "commit_image"]

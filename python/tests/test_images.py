@@ -105,3 +105,13 @@ def test_pull_reaches_the_c_client(tmp_path):
         images.pull_image(cfg, f"127.0.0.1:{port}/nobody/here:1")
     assert f"127.0.0.1:{port}" in str(e.value), str(e.value)
     assert images.list_images(cfg) == []
+
+
+def test_commit_needs_a_box(tmp_path):
+    """commit_image passes the request through; the C library's refusals arrive
+    as exceptions (tests/integration/test_image_commit.c covers real boxes)."""
+    cfg = {"linux": {"state_dir": str(tmp_path / "state")}}
+    with pytest.raises(SandboxError, match="no box"):
+        images.commit_image(cfg, "no-such-box", "x", ["ENV A=1"])
+    with pytest.raises(ValueError, match="invalid image name"):
+        images.commit_image(cfg, "some-box", "Bad Name")

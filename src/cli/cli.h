@@ -326,5 +326,7 @@ int cli_cmd_stop(int argc, char **argv);
 int cli_cmd_gc(int argc, char **argv);
 int cli_cmd_providers(int argc, char **argv);
 int cli_cmd_image(int argc, char **argv);
+int cli_cmd_commit(int argc, char **argv); /* [img-commit] */
+int cli_image_build(int argc, char **argv, sbx_provider *p); /* [img-commit] build.c */
 
 #endif

@@ -592,10 +592,11 @@ int cli_cmd_image(int argc, char **argv)
     }
     bool known = !strcmp(sub, "pull") || !strcmp(sub, "import") || !strcmp(sub, "ls") ||
                  !strcmp(sub, "list") || !strcmp(sub, "rm") || !strcmp(sub, "remove") ||
-                 !strcmp(sub, "inspect") || !strcmp(sub, "tag") || !strcmp(sub, "prune");
+                 !strcmp(sub, "inspect") || !strcmp(sub, "tag") || !strcmp(sub, "prune") ||
+                 !strcmp(sub, "build");
     if (!known)
         return cli_usage_error("image",
-                               "unknown image command '%s' (pull, import, ls, inspect, tag, rm "
+                               "unknown image command '%s' (pull, build, import, ls, inspect, tag, rm "
                                "or prune)",
                                sub);
     _cleanup_free_ char *config = cli_default_config();
@@ -613,6 +614,7 @@ int cli_cmd_image(int argc, char **argv)
     /* Each subcommand parses its own argv, with its name as argv[0]. */
     optind = 1;
     int rc = !strcmp(sub, "pull")     ? cmd_pull(argc - 1, argv + 1, p)
+             : !strcmp(sub, "build")  ? cli_image_build(argc - 1, argv + 1, p)
              : !strcmp(sub, "import") ? cmd_import(argc - 1, argv + 1, p)
              : !strcmp(sub, "ls") || !strcmp(sub, "list") ? cmd_ls(argc - 1, argv + 1, p)
              : !strcmp(sub, "inspect")                    ? cmd_inspect(argc - 1, argv + 1, p)

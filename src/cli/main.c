@@ -122,10 +122,25 @@ static const struct command commands[] = {
       "                         them); refused while a box runs it, unless --force\n"
       "  sbx image prune [--dry-run]\n"
       "                         remove layers and images no name uses, and what dead\n"
-      "                         imports left; --dry-run only lists them\n",
+      "                         imports left; --dry-run only lists them\n"
+      "  sbx image build [-f SBXFILE] [-t NAME[:TAG]] [--no-cache] [CONTEXT]\n"
+      "                         run a Sbxfile (FROM, RUN, ENV, WORKDIR, COPY, USER,\n"
+      "                         ENTRYPOINT, CMD) with a box per RUN/COPY, committed\n"
+      "                         after each; unchanged steps are CACHED\n",
       "Images live in the linux provider's image store: $SBX_STATE_DIR/linux/images\n"
       "when SBX_STATE_DIR is set, else /var/lib/sbx/linux/images as root (the\n"
       "image_store key sets it). `--image NAME` on run/create uses them.\n" },
+    /* [img-commit] */
+    { "commit", cli_cmd_commit, "sbx commit [--change INSTR]... [--no-pause] [--json] BOX NAME[:TAG]",
+      "make a new image of a running box's changes (as docker commit)",
+      "  -c, --change INSTR     apply a Dockerfile instruction to the image's config:\n"
+      "                         ENV K=V, WORKDIR D, USER U, ENTRYPOINT/CMD (JSON exec\n"
+      "                         form [\"a\",\"b\"] or a shell command) (repeatable)\n"
+      "  --no-pause             do not freeze the box while its changes are copied\n"
+      "  --json                 print {id, name, layer, layers, paused, size}\n",
+      "The new image is the box image's layers plus one layer of what the box\n"
+      "changed (added and changed files, deletions, replaced directories), with the\n"
+      "box image's config. Prints the new image's id. Linux provider, as root.\n" },
     { "providers", cli_cmd_providers, "sbx providers [--json]", "list the available providers",
       "  --json                 print a JSON array\n", NULL },
 };

@@ -23,6 +23,7 @@ enum pcall_kind {
     PC_IMAGE_TAG,
     PC_IMAGE_PRUNE,
     PC_IMAGE_PULL,
+    PC_IMAGE_COMMIT, /* [img-commit] */
 };
 
 static const char *const pcall_names[] = {
@@ -36,6 +37,7 @@ static const char *const pcall_names[] = {
     [PC_IMAGE_TAG] = "image_tag",
     [PC_IMAGE_PRUNE] = "image_prune",
     [PC_IMAGE_PULL] = "image_pull",
+    [PC_IMAGE_COMMIT] = "image_commit",
 };
 
 struct pcall {
@@ -74,7 +76,7 @@ static int check_answer(struct pcall *c, char **value, sbx_error **err)
     json_error_t je;
     _cleanup_json_ json_t *j = *value ? json_loads(*value, JSON_REJECT_DUPLICATES, &je) : NULL;
     bool obj = c->kind == PC_IMAGE_IMPORT || c->kind == PC_IMAGE_INSPECT ||
-               c->kind == PC_IMAGE_PULL;
+               c->kind == PC_IMAGE_PULL || c->kind == PC_IMAGE_COMMIT;
     const char *want = obj ? "a JSON object" : "a JSON array";
     bool ok = obj ? json_is_object(j) : json_is_array(j);
     if (ok && !obj) {
@@ -174,6 +176,9 @@ static void pcall_run(void *data)
     case PC_IMAGE_PULL:
         o->image_pull(c->op, st, c->a, c->c);
         break;
+    case PC_IMAGE_COMMIT:
+        o->image_commit(c->op, st, c->a, c->b, c->c);
+        break;
     }
 }
 
@@ -201,6 +206,8 @@ static bool has_op(const sbx_provider *p, enum pcall_kind k)
         return o->image_prune != NULL;
     case PC_IMAGE_PULL:
         return o->image_pull != NULL;
+    case PC_IMAGE_COMMIT:
+        return o->image_commit != NULL;
     }
     return false;
 }
@@ -441,6 +448,21 @@ int sbx_provider_image_prune(sbx_provider *p, int dry_run, char **removed_json_o
 {
     return pcall_sync("sbx_provider_image_prune", p, PC_IMAGE_PRUNE,
                       dry_run ? "{\"dry_run\":true}" : "{}", NULL, NULL, 0, removed_json_out, err);
+}
+
+/* [img-commit] */
+int sbx_provider_image_commit(sbx_provider *p, const char *box_id, const char *name,
+                              const char *opts_json, char **json_out, sbx_error **err)
+{
+    if (!box_id || !*box_id || !name || !*name)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "sbx_provider_image_commit: a box id and an image name are "
+                              "required");
+    int rc = check_object_arg("the commit options", opts_json, err);
+    if (rc < 0)
+        return rc;
+    return pcall_sync("sbx_provider_image_commit", p, PC_IMAGE_COMMIT, box_id, name,
+                      opts_json ? opts_json : "{}", 0, json_out, err);
 }
 
 /* --- capabilities ---------------------------------------------------------- */

@@ -604,7 +604,7 @@ static void wait_go(const struct child_fds *f, struct shim_idmapped *idm)
     ssize_t n = recvmsg(f->sync_r, &m, MSG_CMSG_CLOEXEC);
     if (n < 1 || data[0] != 'g')
         _exit(127);
-    close(f->sync_r);
+    /* [img-commit] sync_r stays open: the upper dir's descriptor goes back over it. */
     if (m.msg_flags & (MSG_CTRUNC | MSG_TRUNC))
         die("the shim's go message was truncated");
     data[n] = 0;
@@ -635,6 +635,36 @@ static void wait_go(const struct child_fds *f, struct shim_idmapped *idm)
             if (!strcmp(name, shim_host_system_dirs[i]))
                 idm->sys[i] = fds[k];
     }
+}
+
+/*
+ * [img-commit] Hands the shim a descriptor of the upper dir ("u" + an
+ * O_PATH fd): after pivot_root nothing on the host reaches this tmpfs, and
+ * `sbx commit` reads the box's writable layer as /proc/<shim>/fd/<N>. A
+ * failure costs only the box's commit, so it is not fatal.
+ */
+static void send_upper(int sock, const char *upper)
+{
+    int fd = open(upper, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        union {
+            struct cmsghdr h;
+            char buf[CMSG_SPACE(sizeof(int))];
+        } u;
+        memset(&u, 0, sizeof(u));
+        char tag[] = "u";
+        struct iovec iov = { tag, 1 };
+        struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                            .msg_controllen = sizeof(u.buf) };
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+        (void)sendmsg(sock, &m, MSG_NOSIGNAL);
+        close(fd);
+    }
+    close(sock);
 }
 
 void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
@@ -746,6 +776,7 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     mkdirs(upper, 0755);
     mkdirs(work, 0700);
     mkdirs(root, 0755);
+    send_upper(f->sync_r, upper);
     /*
      * With a user namespace the lower layer is the shim's idmapped copy of
      * the image (host uid 0 shows as the box's root, and files the box

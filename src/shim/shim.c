@@ -63,6 +63,7 @@ struct shim {
     double ready_deadline;   /* monotonic seconds */
     char errbuf[1024];
     size_t errlen;
+    int upper_fd; /* [img-commit] the box's overlay upper dir (O_PATH), or -1 */
 };
 
 static double mono(void)
@@ -191,6 +192,10 @@ static int write_record(struct shim *s, const char *state)
     /* The host uid (and gid) box root maps to; null: no user namespace. */
     json_object_set_new(r, "userns_uid", c->userns ? json_integer(c->uid_base) : json_null());
     json_object_set_new(r, "cgroups", s->cgroups ? json_incref(s->cgroups) : json_array());
+    /* [img-commit] The upper dir as /proc/<shim_pid>/fd/<upper_fd>; null: not known. */
+    json_object_set_new(r, "upper_fd", s->upper_fd >= 0 ? json_integer(s->upper_fd) : json_null());
+    /* [img-commit] The layers the box stacks, top first: what a commit builds on. */
+    json_object_set_new(r, "lowers", c->lowers ? json_incref(c->lowers) : json_null());
     _cleanup_free_ char *text = json_dumps(r, JSON_COMPACT);
     _cleanup_free_ char *path = sbx__printf("%s/record.json", c->box_dir);
     if (!text || !path)
@@ -394,6 +399,32 @@ static void send_idmapped(struct shim *s, int sock)
         fail(s, SBX_ECREATE, "the box's first process died before it started");
 }
 
+/*
+ * [img-commit] The upper dir's descriptor the child sends once it made it
+ * (box.c send_upper); kept for `sbx commit`. A child that dies first
+ * closes the socket: no descriptor, and its error arrives on the err pipe.
+ */
+static void recv_upper(struct shim *s, int sock)
+{
+    struct timeval tv = { 30, 0 };
+    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char b[4];
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } u;
+    struct iovec iov = { b, sizeof(b) };
+    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                        .msg_controllen = sizeof(u.buf) };
+    ssize_t n;
+    while ((n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+        ;
+    struct cmsghdr *cm = n == 1 && b[0] == 'u' ? CMSG_FIRSTHDR(&m) : NULL;
+    if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+        cm->cmsg_len == CMSG_LEN(sizeof(int)))
+        memcpy(&s->upper_fd, CMSG_DATA(cm), sizeof(int));
+}
+
 /* Everything up to the agent's exec; fills s->init and the pipes. */
 static void start_box(struct shim *s)
 {
@@ -519,6 +550,7 @@ static void start_box(struct shim *s)
     } else if (!self_attached && write(sync[1], "g", 1) != 1) {
         fail(s, SBX_ECREATE, "the box's first process died before it started");
     }
+    recv_upper(s, sync[1]);
     close(sync[1]);
     if (write_record(s, "creating") < 0)
         fail(s, SBX_ECREATE, "cannot write the box record: %s", strerror(errno));
@@ -729,7 +761,8 @@ int main(int argc, char **argv)
         _exit(0);
     setsid();
 
-    struct shim s = { .ctl = CTL_FD, .err_r = -1, .ready_r = -1, .slot_fd = -1 };
+    struct shim s = { .ctl = CTL_FD, .err_r = -1, .ready_r = -1, .slot_fd = -1,
+                      .upper_fd = -1 /* [img-commit] */ };
     json_error_t je;
     json_t *j = json_loads(buf, 0, &je);
     char msg[256];

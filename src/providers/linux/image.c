@@ -3388,3 +3388,55 @@ static void pull_sweep(const struct store *s, json_t *removed, bool dry_run)
     if (d)
         closedir(d);
 }
+/* --- [img-commit] hooks for image_commit.c -------------------------------- */
+
+json_t *sbx__linux_image_record(const char *state_dir, const char *store, const char *image,
+                                sbx_error **err)
+{
+    struct store s;
+    if (store_open(state_dir, store, LOCK_SH, &s, err) < 0)
+        return NULL;
+    _cleanup_free_ char *id = NULL;
+    _cleanup_free_ char *dir = NULL;
+    json_t *rec = NULL;
+    if (lookup(&s, image, NULL, &id, &dir, err) == SBX_OK) {
+        rec = id ? load_record(&s, id) : NULL;
+        if (!rec)
+            sbx__set_error(err, SBX_ENOTSUP,
+                           "image %s is %s, not an image of layers: only a box of a layered "
+                           "image (imported from a tarball or an OCI layout) can be committed",
+                           image, dir ? "a plain directory" : "gone from the store");
+    }
+    store_close(&s);
+    return rec;
+}
+
+int sbx__linux_image_import_layout(const char *state_dir, const char *store, const char *name,
+                                   const char *layout, const char *source, uint64_t max_bytes,
+                                   char id_out[65], sbx_error **err)
+{
+    if (!sbx__linux_image_name_ok(name))
+        return sbx__set_error(err, SBX_EINVAL,
+                              "invalid image name %s: use [HOST[:PORT]/]PATH[:TAG][@sha256:HEX] "
+                              "with lowercase path components [a-z0-9._-], at most 255 bytes",
+                              name ? name : "(null)");
+    struct store s;
+    int rc = store_open(state_dir, store, LOCK_SH, &s, err);
+    if (rc < 0)
+        return rc;
+    struct import_ctl ctl = { .max_bytes = max_bytes ? max_bytes : DEFAULT_MAX_IMAGE_BYTES,
+                              .max_is_default = !max_bytes };
+    rc = import_oci(&s, layout, NULL, &ctl, id_out, NULL, err);
+    if (rc == BAD_SOURCE)
+        rc = SBX_ECREATE;
+    if (rc == SBX_OK) {
+        json_t *j = json_pack("{s:s, s:s+, s:s, s:f}", "name", name, "image", "sha256:", id_out,
+                              "source", source, "created", now_unix());
+        _cleanup_free_ char *np = ref_path(&s, name);
+        if (!j || !np || write_json(np, j) < 0)
+            rc = sbx__set_errno(err, SBX_EIO, errno, "cannot record image name %s", name);
+        json_decref(j);
+    }
+    store_close(&s);
+    return rc;
+}

@@ -395,4 +395,32 @@ SBX_INTERNAL int sbx__cdi_parse(const char *text, size_t len, const char *shown,
 SBX_INTERNAL int sbx__cdi_resolve(const char *const *dirs, long long count, const char *gpu_type,
                                   json_t **out, sbx_error **err);
 
+/* --- [img-commit] commit a box's writable layer (image_commit.c) ------------ */
+
+/* The store record ({"id", "layers", "config", ...}) of a layered `image`, or NULL and *err. */
+SBX_INTERNAL json_t *sbx__linux_image_record(const char *state_dir, const char *store,
+                                             const char *image, sbx_error **err);
+/*
+ * Imports the OCI layout `layout` (a commit's temporary) under `name`
+ * without indexing its path as a source; the ref's "source" is `source`.
+ * `max_bytes` 0: the default cap. `id_out`: the new image's hex.
+ */
+SBX_INTERNAL int sbx__linux_image_import_layout(const char *state_dir, const char *store,
+                                                const char *name, const char *layout,
+                                                const char *source, uint64_t max_bytes,
+                                                char id_out[65], sbx_error **err);
+/*
+ * Turns running box `id`'s writable layer into a new layer over its image
+ * and names the result `name`. `opts_json`: {"changes": ["ENV K=V", ...],
+ * "pause": bool (default true)}. *json_out: {"id", "name", "layer", "layers"}.
+ */
+SBX_INTERNAL int sbx__linux_image_commit(const char *state_dir, const char *store,
+                                         const char *id, const char *name,
+                                         const char *opts_json, uint64_t max_bytes,
+                                         char **json_out, sbx_error **err);
+SBX_INTERNAL void sbx__linux_op_image_commit(sbx_op *op, const char *state_dir,
+                                             const char *store, const char *id,
+                                             const char *name, const char *opts_json,
+                                             unsigned long long max_image_bytes);
+
 #endif /* SBX_LINUX_H */

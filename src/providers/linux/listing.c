@@ -424,3 +424,28 @@ void sbx__linux_op_image_pull(sbx_op *op, const char *state_dir, const char *sto
     }
     submit(op, c, image_pull_work);
 }
+
+/* [img-commit] image_commit: the work is in image_commit.c. */
+static void image_commit_work(sbx_op *op, void *data)
+{
+    struct listing_call *c = data;
+    sbx_error *e = NULL;
+    char *text = NULL;
+    _cleanup_free_ char *opts = json_dumps(c->opts, JSON_COMPACT);
+    int rc = sbx__linux_image_commit(c->state_dir, c->store, c->a, c->b, opts,
+                                     c->max_image_bytes, &text, &e);
+    call_free(c);
+    sbx_op_complete(op, rc, e, rc == SBX_OK ? text : NULL);
+    if (rc != SBX_OK)
+        free(text);
+}
+
+void sbx__linux_op_image_commit(sbx_op *op, const char *state_dir, const char *store,
+                                const char *id, const char *name, const char *opts_json,
+                                unsigned long long max_image_bytes)
+{
+    struct listing_call *c = with_store(call_new(state_dir, id, name, opts_json), store);
+    if (c)
+        c->max_image_bytes = max_image_bytes;
+    submit(op, c, image_commit_work);
+}

@@ -2240,6 +2240,15 @@ static void linux_image_tag(sbx_op *op, void *state, const char *src, const char
     sbx__linux_op_image_tag(op, st->state_dir, st->image_store, src, name);
 }
 
+/* [img-commit] */
+static void linux_image_commit(sbx_op *op, void *state, const char *box_id, const char *name,
+                               const char *opts_json)
+{
+    struct linux_state *st = state;
+    sbx__linux_op_image_commit(op, st->state_dir, st->image_store, box_id, name, opts_json,
+                               st->max_image_bytes);
+}
+
 const struct sbx_provider_ops sbx__linux_provider = {
     SBX_PROVIDER_OPS_HEADER,
     .name = "linux",
@@ -2265,6 +2274,7 @@ const struct sbx_provider_ops sbx__linux_provider = {
     .image_tag = linux_image_tag,
     .image_prune = linux_image_prune,
     .image_pull = linux_image_pull,
+    .image_commit = linux_image_commit, /* [img-commit] */
     /* Exec goes through the agent client, which streams output as its frames arrive. */
     .capabilities = SBX_CAP_EXEC_STREAM,
 };
