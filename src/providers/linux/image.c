@@ -62,28 +62,12 @@ static void sha256_hex(struct sha256_ctx *s, char out[65])
  * sbx (0755) is tightened here; one owned by someone else, or a link, is
  * refused.
  */
+static int check_dir(const char *p, sbx_error **err);
+
 static int check_store(const char *state_dir, sbx_error **err)
 {
     _cleanup_free_ char *p = sbx__printf("%s/images", state_dir);
-    if (!p)
-        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    /* The state directory's own mode is state.c's business; images/ is made 0700 here. */
-    if ((sbx__mkdir_p(state_dir, 0755) < 0 || mkdir(p, 0700) < 0) && errno != EEXIST)
-        return sbx__set_errno(err, SBX_ECREATE, errno, "cannot create the image store %s", p);
-    _cleanup_close_ int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0)
-        return sbx__set_errno(err, SBX_ECREATE, errno,
-                              "the image store %s is not a directory (a link?): remove it", p);
-    if (st.st_uid != geteuid())
-        return sbx__set_error(err, SBX_ECREATE,
-                              "the image store %s belongs to uid %u, not to this user (%u): "
-                              "remove it or use another state_dir",
-                              p, (unsigned)st.st_uid, (unsigned)geteuid());
-    if ((st.st_mode & 077) && fchmod(fd, 0700) < 0)
-        return sbx__set_errno(err, SBX_ECREATE, errno, "cannot make the image store %s private",
-                              p);
-    return SBX_OK;
+    return p ? check_dir(p, err) : sbx__set_error(err, SBX_ENOMEM, "out of memory");
 }
 
 static int mkdir_for(const char *state_dir, const char *sub, char **out, sbx_error **err)
@@ -1309,7 +1293,7 @@ char *sbx__linux_image_store_default(const char *state_dir_configured)
     return home && home[0] == '/' ? sbx__printf("%s/.local/share/sbx/linux/images", home) : NULL;
 }
 
-/* The same checks as check_store, on the store's own directory. */
+/* The store's directory `p` (made with its parents): 0700, the caller's, not a link. */
 static int check_dir(const char *p, sbx_error **err)
 {
     _cleanup_free_ char *parent = strdup(p);
