@@ -13,6 +13,7 @@
 
 #include "providers/linux/linux.h"
 
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -145,6 +146,42 @@ static inline int import(const char *name, const char *source)
     if (sbx__linux_image_import(state_dir, NULL, name, source, &io, &e) != SBX_OK)
         TAP_FAIL("import %s from %s: %s", name, source, e ? sbx_error_message(e) : "?");
     return c.unpacked;
+}
+
+/* The overlay lower dirs of `image`, top first. */
+static inline json_t *lowers_of(const char *image)
+{
+    char *rootfs = NULL;
+    json_t *l = NULL;
+    bool none = false;
+    sbx_error *e = NULL;
+    if (sbx__linux_image_resolve(state_dir, NULL, image, NULL, &rootfs, &l, &none, &e) != SBX_OK)
+        TAP_FAIL("resolve %s: %s", image, e ? sbx_error_message(e) : "?");
+    free(rootfs);
+    return l;
+}
+
+static inline int count_dir(const char *sub, const char *prefix)
+{
+    char p[900];
+    snprintf(p, sizeof(p), "%s/images/%s", state_dir, sub);
+    DIR *d = opendir(p);
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        n += de->d_name[0] != '.' && !strncmp(de->d_name, prefix, strlen(prefix));
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static inline sbx_sandbox *box_of(sbx_provider *p, const char *image)
+{
+    sbx_spec *s = sbx_spec_new();
+    sbx_spec_set_image(s, image);
+    sbx_sandbox *sb = start(p, s);
+    sbx_spec_free(s);
+    return sb;
 }
 
 #endif

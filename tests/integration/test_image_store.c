@@ -22,42 +22,6 @@
 #include "image_fixture.h"
 
 
-/* The overlay lower dirs of `image`, top first. */
-static json_t *lowers_of(const char *image)
-{
-    char *rootfs = NULL;
-    json_t *l = NULL;
-    bool none = false;
-    sbx_error *e = NULL;
-    if (sbx__linux_image_resolve(state_dir, NULL, image, NULL, &rootfs, &l, &none, &e) != SBX_OK)
-        TAP_FAIL("resolve %s: %s", image, e ? sbx_error_message(e) : "?");
-    free(rootfs);
-    return l;
-}
-
-static int count_dir(const char *sub, const char *prefix)
-{
-    char p[900];
-    snprintf(p, sizeof(p), "%s/images/%s", state_dir, sub);
-    DIR *d = opendir(p);
-    int n = 0;
-    struct dirent *de;
-    while (d && (de = readdir(d)))
-        n += de->d_name[0] != '.' && !strncmp(de->d_name, prefix, strlen(prefix));
-    if (d)
-        closedir(d);
-    return n;
-}
-
-static sbx_sandbox *box_of(sbx_provider *p, const char *image)
-{
-    sbx_spec *s = sbx_spec_new();
-    sbx_spec_set_image(s, image);
-    sbx_sandbox *sb = start(p, s);
-    sbx_spec_free(s);
-    return sb;
-}
-
 /* --- tests ---------------------------------------------------------------- */
 
 /*
