@@ -929,6 +929,47 @@ static bool env_has(const json_t *env, const char *kv)
 }
 
 /*
+ * Puts the "K=V" strings of `entries` that the spec's env does not set
+ * (nor an earlier entry) under it: first in the box's base environment and
+ * before the spec's entries in the description, so the spec wins per name.
+ * CDI devices' env and the image config's Env come in this way.
+ */
+static int env_under(struct create *c, json_t *entries, sbx_error **err)
+{
+    json_t *env = json_object_get(c->desc, "env");
+    _cleanup_json_ json_t *added = json_array();
+    size_t i;
+    json_t *v;
+    json_array_foreach(entries, i, v)
+    {
+        if (!env_has(env, json_string_value(v)) && !env_has(added, json_string_value(v)))
+            json_array_append(added, v);
+    }
+    if (!added)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (!json_array_size(added))
+        return SBX_OK;
+    size_t n_base = 0;
+    while (c->box->base_env[n_base])
+        n_base++;
+    char **be = calloc(n_base + json_array_size(added) + 1, sizeof(char *));
+    if (!be)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    size_t k = 0;
+    json_array_foreach(added, i, v) be[k++] = strdup(json_string_value(v));
+    for (size_t j = 0; j < n_base; j++)
+        be[k++] = c->box->base_env[j];
+    free(c->box->base_env);
+    c->box->base_env = be;
+    json_array_extend(added, env);
+    json_object_set(c->desc, "env", added);
+    for (size_t j = 0; j < k; j++)
+        if (!be[j])
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    return SBX_OK;
+}
+
+/*
  * Worker thread: the CDI edits for resources.gpu (src/providers/linux/cdi.c),
  * into the box description (the shim binds the device nodes and mounts) and
  * the box's environment. The spec's own env wins over a CDI variable of the
@@ -949,37 +990,13 @@ static int add_gpus(struct create *c, sbx_error **err)
         }
         return sbx__fail(err, ce);
     }
-    json_t *env = json_object_get(c->desc, "env");
-    _cleanup_json_ json_t *added = json_array();
-    size_t i;
-    json_t *v;
-    json_array_foreach(json_object_get(edits, "env"), i, v)
-    {
-        if (!env_has(env, json_string_value(v)) && !env_has(added, json_string_value(v)))
-            json_array_append(added, v);
-    }
-    size_t n_base = 0;
-    while (c->box->base_env[n_base])
-        n_base++;
-    char **be = calloc(n_base + json_array_size(added) + 1, sizeof(char *));
-    if (!be || !added) {
-        free(be);
+    rc = env_under(c, json_object_get(edits, "env"), err);
+    if (rc < 0) {
         json_decref(edits);
-        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        return rc;
     }
-    size_t k = 0;
-    json_array_foreach(added, i, v) be[k++] = strdup(json_string_value(v));
-    for (size_t j = 0; j < n_base; j++)
-        be[k++] = c->box->base_env[j];
-    free(c->box->base_env);
-    c->box->base_env = be;
-    json_array_extend(added, env);
-    json_object_set(c->desc, "env", added);
     json_object_del(edits, "env");
     json_object_set_new(c->desc, "cdi", edits);
-    for (size_t j = 0; j < k; j++)
-        if (!be[j])
-            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     return SBX_OK;
 }
 
@@ -1051,37 +1068,7 @@ static int apply_image_config(struct create *c, sbx_error **err)
     if (user && *user)
         json_object_set_new(c->desc, "user", json_string(user));
     /* Env: the image's entries the spec does not set, then the spec's (as add_gpus does). */
-    json_t *env = json_object_get(c->desc, "env");
-    _cleanup_json_ json_t *added = json_array();
-    size_t i;
-    json_t *v;
-    json_array_foreach(json_object_get(cfg, "Env"), i, v)
-    {
-        if (!env_has(env, json_string_value(v)) && !env_has(added, json_string_value(v)))
-            json_array_append(added, v);
-    }
-    if (!added)
-        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    if (!json_array_size(added))
-        return SBX_OK;
-    size_t n_base = 0;
-    while (c->box->base_env[n_base])
-        n_base++;
-    char **be = calloc(n_base + json_array_size(added) + 1, sizeof(char *));
-    if (!be)
-        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    size_t k = 0;
-    json_array_foreach(added, i, v) be[k++] = strdup(json_string_value(v));
-    for (size_t j = 0; j < n_base; j++)
-        be[k++] = c->box->base_env[j];
-    free(c->box->base_env);
-    c->box->base_env = be;
-    json_array_extend(added, env);
-    json_object_set(c->desc, "env", added);
-    for (size_t j = 0; j < k; j++)
-        if (!be[j])
-            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    return SBX_OK;
+    return env_under(c, json_object_get(cfg, "Env"), err);
 }
 
 /* Worker thread: resolve (maybe unpack) the image. */
