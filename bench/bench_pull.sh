@@ -124,3 +124,18 @@ unpacked=$(($(ls "$sd/linux/images/layers" | wc -l) - nl0))
 printf '%-44s %8.2f s   %d MiB fetched, %d layers cached, %d unpacked\n' \
   "sbx pull of an image sharing 2 of 3 layers" "$(echo "$t1 - $t0" | bc)" "$((fetched >> 20))" \
   "$cached" "$unpacked"
+
+# A box from the pulled image against a box from the same rootfs imported as
+# a tarball (one layer): create+exec+stop, alternated, median of 20 each.
+# A pulled image is an image of the store like any other, so the two should
+# match (issue #10's goal: within 10%).
+SBX_STATE_DIR="$sd" "$SBX" image import bench-imported base.tar >/dev/null
+run_once() { local t0 t1; t0=$(now); SBX_STATE_DIR="$sd" "$SBX" run --image "$1" -- true >/dev/null; t1=$(now); echo "$t1 - $t0" | bc; }
+for _ in $(seq 1 20); do
+  run_once "$REG/bench/a:1" >>pulled.t
+  run_once bench-imported >>imported.t
+done
+p=$(median <pulled.t); i=$(median <imported.t)
+printf '%-44s %8.4f s\n' "sbx run from the imported tarball" "$i"
+printf '%-44s %8.4f s   pulled/imported %.2f\n' "sbx run from the pulled image (3 layers)" "$p" \
+  "$(echo "$p / $i" | bc -l)"
