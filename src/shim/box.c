@@ -801,7 +801,7 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
         if (idm.nlowers < 1)
             die("the shim sent no idmapped image for the box's user namespace");
         for (size_t i = 0; i < idm.nlowers; i++) {
-            char name[16];
+            char name[24]; /* "l" and a size_t */
             snprintf(name, sizeof(name), "l%zu", i);
             mkdirs(name, 0755);
             attach_detached(idm.lowers[i], name);

@@ -104,7 +104,7 @@ static void test_planted_link_not_followed(void)
     _cleanup_free_ char *d = fresh_layout();
     _cleanup_free_ char *victim = sbx__printf("%s/victim", d);
     write_text(victim, "keep");
-    _cleanup_free_ char *lnk = sbx__printf("%s/blobs/sha256/%s.partial", d, HELLO + 7);
+    _cleanup_free_ char *lnk = sbx__printf("%s/blobs/sha256/%s.partial", d, &HELLO[7]);
     TAP_EQ_INT(symlink(victim, lnk), 0);
     sbx_blob_writer *w = NULL;
     sbx_error *e = NULL;

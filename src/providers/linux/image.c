@@ -1351,7 +1351,7 @@ static int store_open(const char *state_dir, const char *store, int lock, struct
     if (lock) {
         _cleanup_free_ char *lp = sbx__printf("%s/locks/store.lock", s->dir);
         s->lockfd = lp ? open(lp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
-        int r;
+        int r = -1;
         while (s->lockfd >= 0 && (r = flock(s->lockfd, lock)) < 0 && errno == EINTR)
             ;
         if (s->lockfd < 0 || r < 0) {
