@@ -93,7 +93,7 @@ static const struct command commands[] = {
       "Also runs the default provider's own collector ($SBX_PROVIDER, or linux): for\n"
       "linux, what dead boxes left (orphans: shim gone), boxes whose TTL passed, and\n"
       "the temporary trees of image imports whose process is gone.\n" },
-    { "image", cli_cmd_image, "sbx image pull|import|ls|inspect|tag|rm ...",
+    { "image", cli_cmd_image, "sbx image pull|build|import|ls|inspect|tag|rm|prune ...",
       "manage the default provider's images ($SBX_PROVIDER, or linux)",
       "  sbx image pull [--platform OS/ARCH[/VARIANT]] [--json] REF\n"
       "                         fetch REF (python:3.12, host:5000/org/x:tag,\n"
