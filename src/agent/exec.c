@@ -14,6 +14,7 @@
  * the agent (~0.1 ms each), not N complete execs one after the other.
  */
 #include "agent/agent.h"
+#include "agent/tar.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -528,6 +529,14 @@ static void child(int in_fd, int out_fd, int err_fd, int report, const sbx_msg_e
             ce = (struct child_err){STAGE_USER, EPERM};
             goto fail;
         }
+    }
+    if (m->flags & SBX_EXEC_BUILTIN) {
+        /*
+         * A transfer built-in (tar.c): no program is run, so a box needs
+         * neither a shell nor tar. Closing the report pipe says it started.
+         */
+        close(report);
+        _exit(agent_builtin(m->argv));
     }
     if (m->flags & SBX_EXEC_SHELL) {
         /* The box's shell, chosen once at startup (agent_choose_shell): bash when it has one. */

@@ -265,6 +265,8 @@ struct sbx_exec_opts {
     bool has_out_fd[2]; /* [0] stdout, [1] stderr */
     int out_fd[2];      /* borrowed */
     bool drop_output;   /* sbx_exec_opts_set_keep_output(o, 0) */
+    /* An agent built-in instead of a command (src/core/transfer.c, src/agent/tar.h). */
+    char **builtin_argv;
 };
 
 SBX_INTERNAL sbx_exec_opts *sbx__exec_opts_copy(const sbx_exec_opts *o);
