@@ -18,6 +18,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,6 +299,22 @@ static char *under(const char *dir, const char *name)
     return sbx__printf("%s/%s", dir, name);
 }
 
+/* A name relative to the target: not absolute, no ".." component. */
+static bool safe_name(const char *n)
+{
+    if (!n || n[0] == '/')
+        return false;
+    for (const char *p = n; *p;) {
+        size_t len = strcspn(p, "/");
+        if (len == 2 && p[0] == '.' && p[1] == '.')
+            return false;
+        p += len;
+        while (*p == '/')
+            p++;
+    }
+    return true;
+}
+
 /*
  * Reads a tar stream from s->fd into host directory s->dir. libarchive's
  * secure flags refuse "..", absolute names and writing through a link; the
@@ -308,14 +325,16 @@ static void *unpack_thread(void *arg)
     struct side *s = arg;
     struct archive *a = archive_read_new();
     struct archive *w = archive_write_disk_new();
+    bool root_seen = false;
+    mode_t root_mode = 0;
+    time_t root_mtime = 0;
     if (!a || !w) {
         side_fail(s, SBX_ENOMEM, "out of memory");
         goto out;
     }
     archive_read_support_format_tar(a);
     int opts = ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-               ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS |
-               ARCHIVE_EXTRACT_UNLINK;
+               ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_UNLINK;
     if (s->flags & SBX_TRANSFER_PRESERVE_OWNER)
         opts |= ARCHIVE_EXTRACT_OWNER;
     archive_write_disk_set_options(w, opts);
@@ -334,13 +353,20 @@ static void *unpack_thread(void *arg)
             break;
         }
         const char *name = archive_entry_pathname(e);
-        if (!name || name[0] == '/' || strstr(name, "..")) {
-            /* libarchive refuses these too; said plainly here. */
-            side_fail(s, SBX_EPROTO, "the box sent an unsafe name '%s'", name ? name : "");
+        const char *hl = archive_entry_hardlink(e);
+        if (!safe_name(name) || (hl && !safe_name(hl))) {
+            side_fail(s, SBX_EPROTO, "the box sent an unsafe name '%s'",
+                      !safe_name(name) ? (name ? name : "") : hl);
             break;
         }
+        if (!strcmp(name, ".") || !strcmp(name, "./")) {
+            /* The directory itself: its mode and mtime are set after everything below it. */
+            root_seen = true;
+            root_mode = archive_entry_perm(e);
+            root_mtime = archive_entry_mtime(e);
+            continue;
+        }
         char *dst = under(s->dir, name);
-        const char *hl = archive_entry_hardlink(e);
         char *hdst = hl ? under(s->dir, hl) : NULL;
         if (!dst || (hl && !hdst)) {
             free(dst);
@@ -389,6 +415,12 @@ out:
     }
     if (a)
         archive_read_free(a);
+    if (root_seen && !s->code) {
+        struct timespec ts[2] = {{root_mtime, 0}, {root_mtime, 0}};
+        if (chmod(s->dir, root_mode & 07777) < 0 || utimensat(AT_FDCWD, s->dir, ts, 0) < 0)
+            side_fail(s, SBX_EIO, "cannot set the mode and mtime of '%s': %s", s->dir,
+                      strerror(errno));
+    }
     /*
      * Closing the read end early makes the exec's output fail with EPIPE,
      * which kills the box's side: a failed download stops at once.
@@ -504,12 +536,21 @@ int sbx_sandbox_download_dir(sbx_sandbox *sb, const char *remote_dir, const char
         return sbx__set_errno(err, sbx__code_from_errno(errno), errno,
                               "downloading to '%s': cannot create it: %s", local_dir,
                               strerror(errno));
+    /*
+     * Entries are written as LOCAL/NAME with absolute paths, and libarchive's
+     * SECURE_SYMLINKS refuses a link anywhere on such a path: the directory
+     * is named without links so only links in the archive can trip it.
+     */
+    _cleanup_free_ char *real = realpath(local_dir, NULL);
+    if (!real)
+        return sbx__set_errno(err, sbx__code_from_errno(errno), errno,
+                              "downloading to '%s': %s", local_dir, strerror(errno));
     _cleanup_free_ char *remote = box_path(sb, remote_dir);
     int p[2];
     if (!remote || pipe2(p, O_CLOEXEC) < 0)
         return sbx__set_errno(err, SBX_EIO, errno, "downloading '%s': cannot make a pipe",
                               remote_dir);
-    struct side s = {.fd = p[0], .dir = local_dir, .flags = flags};
+    struct side s = {.fd = p[0], .dir = real, .flags = flags};
     pthread_t t;
     if (pthread_create(&t, NULL, unpack_thread, &s) != 0) {
         close(p[0]);
@@ -521,7 +562,8 @@ int sbx_sandbox_download_dir(sbx_sandbox *sb, const char *remote_dir, const char
     rc = download_stream(sb, remote, p[1], &e);
     close(p[1]); /* EOF for the unpacker */
     pthread_join(t, NULL);
-    if (s.code) {
+    /* The host's failure explains the box's EPIPE; a box's failure explains a short archive. */
+    if (s.code && (rc == SBX_OK || rc == SBX_EIO)) {
         sbx_error_free(e);
         return sbx__set_error(err, s.code, "downloading '%s' to '%s': %s", remote, local_dir,
                               s.msg);
@@ -562,7 +604,7 @@ int sbx_sandbox_remote_kind(sbx_sandbox *sb, const char *remote_path, const char
     sbx_exec_opts *o = sbx_exec_opts_new();
     if (!o)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    sbx_exec_opts_set_output_limit(o, 64);
+    sbx_exec_opts_set_output_limit(o, STDERR_KEEP);
     struct errbuf eb = {.len = 0};
     sbx_exec_result *res = NULL;
     rc = run_builtin(sb, o, argv, "probing", remote, &eb, &res, err);
@@ -634,7 +676,8 @@ int sbx_sandbox_read_file(sbx_sandbox *sb, const char *remote_path, size_t max_b
     sbx_exec_opts *o = sbx_exec_opts_new();
     if (!o)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    sbx_exec_opts_set_output_limit(o, max_bytes + 1);
+    /* Per stream: stderr needs room for the reason too. */
+    sbx_exec_opts_set_output_limit(o, max_bytes < STDERR_KEEP ? STDERR_KEEP : max_bytes + 1);
     struct errbuf eb = {.len = 0};
     sbx_exec_result *res = NULL;
     rc = run_builtin(sb, o, argv, "reading", remote, &eb, &res, err);
