@@ -362,10 +362,21 @@ static void *unpack_thread(void *arg)
         if (!strcmp(name, ".") || !strcmp(name, "./")) {
             /* The directory itself: its mode and mtime are set after everything below it. */
             root_seen = true;
-            root_mode = archive_entry_perm(e);
+            root_mode = archive_entry_perm(e) & 01777;
             root_mtime = archive_entry_mtime(e);
             continue;
         }
+        /*
+         * Only files, directories and links are made: a device node or a FIFO
+         * from the box is skipped, so no box can hand the host a device. The
+         * setuid and setgid bits are dropped (the sticky bit on files): as
+         * root, libarchive would otherwise recreate a box's setuid-root
+         * binary on the host.
+         */
+        mode_t type = archive_entry_filetype(e);
+        if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK)
+            continue;
+        archive_entry_set_perm(e, archive_entry_perm(e) & (type == AE_IFDIR ? 01777 : 0777));
         char *dst = under(s->dir, name);
         char *hdst = hl ? under(s->dir, hl) : NULL;
         if (!dst || (hl && !hdst)) {
