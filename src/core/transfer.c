@@ -374,7 +374,7 @@ static void *unpack_thread(void *arg)
          * binary on the host.
          */
         mode_t type = archive_entry_filetype(e);
-        if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK)
+        if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK && !hl)
             continue;
         archive_entry_set_perm(e, archive_entry_perm(e) & (type == AE_IFDIR ? 01777 : 0777));
         char *dst = under(s->dir, name);
