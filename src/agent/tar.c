@@ -53,23 +53,6 @@ static void setmsg(char *msg, size_t len, const char *fmt, ...)
 
 /* --- I/O ----------------------------------------------------------------- */
 
-/* Reads exactly n bytes; returns n, fewer at EOF, or -1. */
-static ssize_t read_full(int fd, void *buf, size_t n)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, (char *)buf + got, n - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -1;
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    return (ssize_t)got;
-}
-
 static int write_full(int fd, const void *buf, size_t n)
 {
     while (n) {
@@ -336,14 +319,42 @@ struct xstate {
     uint8_t *buf;
     char *msg;
     size_t ml;
+    /* Input read TAR_IO at a time: a 512-byte header is not a syscall of its own. */
+    uint8_t *ibuf;
+    size_t ilen, ioff;
 };
+
+/* read_full through the input buffer. */
+static ssize_t rd(struct xstate *s, void *dst, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        if (s->ioff == s->ilen) {
+            ssize_t r;
+            do
+                r = read(s->in, s->ibuf, TAR_IO);
+            while (r < 0 && errno == EINTR);
+            if (r < 0)
+                return -1;
+            s->ilen = (size_t)r;
+            s->ioff = 0;
+            if (r == 0)
+                break;
+        }
+        size_t k = s->ilen - s->ioff < n - got ? s->ilen - s->ioff : n - got;
+        memcpy((char *)dst + got, s->ibuf + s->ioff, k);
+        s->ioff += k;
+        got += k;
+    }
+    return (ssize_t)got;
+}
 
 /* Skips `n` bytes of the stream (padding included by the caller). */
 static int skip_bytes(struct xstate *s, uint64_t n)
 {
     while (n) {
         size_t want = n < TAR_IO ? (size_t)n : TAR_IO;
-        ssize_t r = read_full(s->in, s->buf, want);
+        ssize_t r = rd(s, s->buf, want);
         if (r != (ssize_t)want) {
             setmsg(s->msg, s->ml, "the archive ends in the middle of an entry");
             return -1;
@@ -379,7 +390,7 @@ static int put_regular(struct xstate *s, int pfd, const char *base, const struct
     uint64_t left = e->size;
     while (left) {
         size_t want = left < TAR_IO ? (size_t)left : TAR_IO;
-        ssize_t r = read_full(s->in, s->buf, want);
+        ssize_t r = rd(s, s->buf, want);
         if (r != (ssize_t)want) {
             setmsg(s->msg, s->ml, "the archive ends in the middle of '%s'", e->name);
             close(fd);
@@ -570,7 +581,7 @@ static int read_ext_data(struct xstate *s, uint64_t size, char **out)
         setmsg(s->msg, s->ml, "out of memory");
         return -1;
     }
-    if (read_full(s->in, d, (size_t)padded(size)) != (ssize_t)padded(size)) {
+    if (rd(s, d, (size_t)padded(size)) != (ssize_t)padded(size)) {
         free(d);
         setmsg(s->msg, s->ml, "the archive ends in the middle of an extended header");
         return -1;
@@ -587,12 +598,12 @@ int tar_extract_fd(int in, int dirfd, const struct tar_limits *lim, char *msg, s
     struct entry *e = malloc(sizeof(*e));
     uint8_t h[TAR_BLOCK];
     int rc = -1, zeros = 0;
-    if (!e || !(s.buf = malloc(TAR_IO))) {
+    if (!e || !(s.buf = malloc(TAR_IO)) || !(s.ibuf = malloc(TAR_IO))) {
         setmsg(msg, ml, "out of memory");
         goto out;
     }
     for (;;) {
-        ssize_t r = read_full(in, h, sizeof(h));
+        ssize_t r = rd(&s, h, sizeof(h));
         if (r == 0 && zeros == 0 && s.entries == 0) {
             setmsg(msg, ml, "the archive is empty");
             goto out;
@@ -727,6 +738,7 @@ out:
         free(s.dirs[i].name);
     free(s.dirs);
     free(s.buf);
+    free(s.ibuf);
     free(e);
     return rc;
 }
@@ -747,7 +759,32 @@ struct wstate {
     struct ino_seen *seen;
     size_t n_seen, cap_seen;
     uint8_t *buf;
+    /* Output is gathered into TAR_IO-sized writes: one exec STDOUT frame each, not three per file. */
+    uint8_t *obuf;
+    size_t olen;
 };
+
+static int wflush(struct wstate *w)
+{
+    if (w->olen && write_full(w->out, w->obuf, w->olen) < 0)
+        return -1;
+    w->olen = 0;
+    return 0;
+}
+
+static int wput(struct wstate *w, const void *p, size_t n)
+{
+    while (n) {
+        size_t k = TAR_IO - w->olen < n ? TAR_IO - w->olen : n;
+        memcpy(w->obuf + w->olen, p, k);
+        w->olen += k;
+        p = (const char *)p + k;
+        n -= k;
+        if (w->olen == TAR_IO && wflush(w) < 0)
+            return -1;
+    }
+    return 0;
+}
 
 static void put_octal(uint8_t *f, size_t n, uint64_t v)
 {
@@ -778,7 +815,7 @@ static size_t pax_rec(char *out, size_t cap, const char *k, const char *v)
 
 static int emit_block(struct wstate *w, const uint8_t *h)
 {
-    if (write_full(w->out, h, TAR_BLOCK) < 0) {
+    if (wput(w, h, TAR_BLOCK) < 0) {
         setmsg(w->msg, w->ml, "cannot write the archive: %s", strerror(errno));
         return -1;
     }
@@ -912,7 +949,7 @@ static int emit_file(struct wstate *w, int dfd, const char *base, const char *na
             memset(w->buf, 0, want);
             r = (ssize_t)want;
         }
-        if (write_full(w->out, w->buf, (size_t)r) < 0) {
+        if (wput(w, w->buf, (size_t)r) < 0) {
             setmsg(w->msg, w->ml, "cannot write the archive: %s", strerror(errno));
             close(fd);
             return -1;
@@ -923,7 +960,7 @@ static int emit_file(struct wstate *w, int dfd, const char *base, const char *na
     size_t pad = (size_t)(padded(size) - size);
     if (pad) {
         uint8_t z[TAR_BLOCK] = {0};
-        if (write_full(w->out, z, pad) < 0) {
+        if (wput(w, z, pad) < 0) {
             setmsg(w->msg, w->ml, "cannot write the archive: %s", strerror(errno));
             return -1;
         }
@@ -1003,7 +1040,8 @@ int tar_create_fd(int out, int dirfd, char *msg, size_t ml)
     struct wstate w = {.out = out, .msg = msg, .ml = ml};
     struct stat st;
     int rc = -1;
-    if (!(w.buf = malloc(TAR_IO))) {
+    if (!(w.buf = malloc(TAR_IO)) || !(w.obuf = malloc(TAR_IO))) {
+        free(w.buf);
         setmsg(msg, ml, "out of memory");
         return -1;
     }
@@ -1016,6 +1054,10 @@ int tar_create_fd(int out, int dirfd, char *msg, size_t ml)
     uint8_t z[TAR_BLOCK] = {0};
     if (emit_block(&w, z) < 0 || emit_block(&w, z) < 0)
         goto out;
+    if (wflush(&w) < 0) {
+        setmsg(msg, ml, "cannot write the archive: %s", strerror(errno));
+        goto out;
+    }
     rc = w.err ? 1 : 0;
     if (rc)
         setmsg(msg, ml, "some entries were skipped or changed while they were read");
@@ -1024,6 +1066,7 @@ out:
         free(w.seen[i].name);
     free(w.seen);
     free(w.buf);
+    free(w.obuf);
     return rc;
 }
 
