@@ -325,6 +325,7 @@ static void *unpack_thread(void *arg)
     struct side *s = arg;
     struct archive *a = archive_read_new();
     struct archive *w = archive_write_disk_new();
+    uint64_t entries = 0, bytes = 0;
     bool root_seen = false;
     mode_t root_mode = 0;
     time_t root_mtime = 0;
@@ -350,6 +351,12 @@ static void *unpack_thread(void *arg)
         if (r < ARCHIVE_WARN) {
             side_fail(s, SBX_EPROTO, "the archive from the box is malformed: %s",
                       archive_error_string(a));
+            break;
+        }
+        /* The box chooses how much comes: the host holds it to the upload limits. */
+        if (++entries > SBX_TRANSFER_DEFAULT_MAX_ENTRIES) {
+            side_fail(s, SBX_EPROTO, "the box sent more than %llu entries",
+                      SBX_TRANSFER_DEFAULT_MAX_ENTRIES);
             break;
         }
         const char *name = archive_entry_pathname(e);
@@ -398,6 +405,11 @@ static void *unpack_thread(void *arg)
         size_t len;
         int64_t off;
         while ((r = archive_read_data_block(a, &blk, &len, &off)) == ARCHIVE_OK) {
+            if ((bytes += len) > SBX_TRANSFER_DEFAULT_MAX_BYTES) {
+                side_fail(s, SBX_EPROTO, "the box sent more than %llu bytes of files",
+                          SBX_TRANSFER_DEFAULT_MAX_BYTES);
+                break;
+            }
             if (archive_write_data_block(w, blk, len, off) < ARCHIVE_WARN) {
                 side_fail(s, SBX_EIO, "cannot write '%s': %s", archive_entry_pathname(e),
                           archive_error_string(w));
