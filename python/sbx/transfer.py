@@ -70,6 +70,9 @@ class SandboxUnavailableError(RuntimeError):
         self.error_type = error_type
 
 
+# An ETRANSFER raised by any call (not only these) is a SandboxTransferError.
+_lib._EXCEPTIONS["ETRANSFER"] = SandboxTransferError
+
 _P = c_void_p
 _ERR = POINTER(c_void_p)
 for _name, _res, _args in (
