@@ -220,7 +220,8 @@ int main(int argc, char **argv)
             die("a round trip differs from the source");
     }
     printf("\n# directory transfer: 10,000 files (100 dirs x 100, 16-200 B), median of %d, "
-           "linux box (busybox image for the tar|exec baseline)\n", n);
+           "linux box (busybox image for the tar|exec baseline)\n",
+           n);
     double cpm = bench_pct(cp, n, 50);
     row("upload_dir (host -> box)", bench_pct(up, n, 50), bench_pct(oup, n, 50), cpm);
     row("download_dir (box -> host)", bench_pct(down, n, 50), bench_pct(odown, n, 50), cpm);

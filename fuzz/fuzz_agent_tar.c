@@ -48,7 +48,8 @@ static void setup(void)
 {
     if (rootfd >= 0)
         return;
-    snprintf(base, sizeof(base), "%s/sbx-fuzz-tar-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(base, sizeof(base), "%s/sbx-fuzz-tar-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(base))
         abort();
     rootfd = open(base, O_PATH | O_DIRECTORY | O_CLOEXEC);

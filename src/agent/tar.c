@@ -36,13 +36,14 @@
 #include <unistd.h>
 
 #define TAR_BLOCK 512
-#define TAR_NAME_MAX 4096   /* a whole entry name */
-#define TAR_COMP_MAX 255    /* one component */
+#define TAR_NAME_MAX 4096       /* a whole entry name */
+#define TAR_COMP_MAX 255        /* one component */
 #define TAR_EXT_MAX (64u << 10) /* a pax or GNU long-name header's data */
 #define TAR_DEPTH_MAX 256
 #define TAR_IO (256u << 10)
 
-static void setmsg(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void setmsg(char *msg, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void setmsg(char *msg, size_t len, const char *fmt, ...)
 {
     va_list ap;
@@ -89,7 +90,8 @@ static int clean_name(const char *in, char *out, size_t outsz, char *msg, size_t
             return -1;
         }
         if (n > TAR_COMP_MAX) {
-            setmsg(msg, ml, "a name component in the archive is longer than %d bytes", TAR_COMP_MAX);
+            setmsg(msg, ml, "a name component in the archive is longer than %d bytes",
+                   TAR_COMP_MAX);
             return -1;
         }
         if (n && !(n == 1 && p[0] == '.')) {
@@ -265,7 +267,8 @@ static int parse_pax(const char *d, size_t n, struct ext *x, char *msg, size_t m
         size_t len = 0, i = off;
         while (i < n && d[i] >= '0' && d[i] <= '9' && len < TAR_EXT_MAX)
             len = len * 10 + (size_t)(d[i++] - '0');
-        if (i >= n || d[i] != ' ' || len <= i - off + 1 || len > n - off || d[off + len - 1] != '\n')
+        if (i >= n || d[i] != ' ' || len <= i - off + 1 || len > n - off ||
+            d[off + len - 1] != '\n')
             goto bad;
         const char *k = d + i + 1, *end = d + off + len - 1;
         const char *eq = memchr(k, '=', (size_t)(end - k));
@@ -634,7 +637,11 @@ int tar_extract_fd(int in, int dirfd, const struct tar_limits *lim, char *msg, s
             setmsg(msg, ml, "not a tar archive (a header's checksum is wrong)");
             goto out;
         }
-        if (memcmp(h + 257, "ustar\0" "00", 8) != 0 && memcmp(h + 257, "ustar  \0", 8) != 0) {
+        if (memcmp(h + 257,
+                   "ustar\0"
+                   "00",
+                   8) != 0 &&
+            memcmp(h + 257, "ustar  \0", 8) != 0) {
             setmsg(msg, ml, "not a ustar/pax archive (unknown header magic)");
             goto out;
         }
@@ -707,8 +714,10 @@ int tar_extract_fd(int in, int dirfd, const struct tar_limits *lim, char *msg, s
         if (e->type == '7')
             e->type = '0'; /* contiguous file: a regular file */
         if (e->type != '0' && e->type != '5' && e->type != '2' && e->type != '1') {
-            setmsg(msg, ml, "entry '%.200s' has an unsupported type '%c' (only files, "
-                   "directories, symlinks and hard links are transferred)", e->name, e->type);
+            setmsg(msg, ml,
+                   "entry '%.200s' has an unsupported type '%c' (only files, "
+                   "directories, symlinks and hard links are transferred)",
+                   e->name, e->type);
             goto out;
         }
         if (e->type != '0' && e->size) {
@@ -718,7 +727,8 @@ int tar_extract_fd(int in, int dirfd, const struct tar_limits *lim, char *msg, s
         }
         if (e->type == '0') {
             if (e->size > lim->max_bytes - s.bytes || s.bytes > lim->max_bytes) {
-                setmsg(msg, ml, "the archive holds more than %" PRIu64 " bytes of files (the limit)",
+                setmsg(msg, ml,
+                       "the archive holds more than %" PRIu64 " bytes of files (the limit)",
                        lim->max_bytes);
                 goto out;
             }
@@ -759,7 +769,8 @@ struct wstate {
     struct ino_seen *seen;
     size_t n_seen, cap_seen;
     uint8_t *buf;
-    /* Output is gathered into TAR_IO-sized writes: one exec STDOUT frame each, not three per file. */
+    /* Output is gathered into TAR_IO-sized writes: one exec STDOUT frame each, not three per file.
+     */
     uint8_t *obuf;
     size_t olen;
 };
@@ -824,7 +835,10 @@ static int emit_block(struct wstate *w, const uint8_t *h)
 
 static void finish_header(uint8_t *h)
 {
-    memcpy(h + 257, "ustar\0" "00", 8);
+    memcpy(h + 257,
+           "ustar\0"
+           "00",
+           8);
     memset(h + 148, ' ', 8);
     uint64_t sum = 0;
     for (size_t i = 0; i < TAR_BLOCK; i++)
@@ -990,7 +1004,8 @@ static int walk(struct wstate *w, int dfd, const char *prefix, int depth)
         char name[TAR_NAME_MAX + 2];
         int n = snprintf(name, sizeof(name), "%s%s", prefix, de->d_name);
         if (n < 0 || (size_t)n >= TAR_NAME_MAX) {
-            setmsg(w->msg, w->ml, "a name under '%s' is longer than %d bytes", prefix, TAR_NAME_MAX);
+            setmsg(w->msg, w->ml, "a name under '%s' is longer than %d bytes", prefix,
+                   TAR_NAME_MAX);
             rc = -1;
             break;
         }
@@ -1095,7 +1110,8 @@ static int bi_extract(char **argv)
 {
     struct tar_limits lim = {0};
     uint64_t po;
-    if (!argv[1] || parse_u64(argv[2], &po, 10) < 0 || parse_u64(argv[3], &lim.max_entries, 10) < 0 ||
+    if (!argv[1] || parse_u64(argv[2], &po, 10) < 0 ||
+        parse_u64(argv[3], &lim.max_entries, 10) < 0 ||
         parse_u64(argv[4], &lim.max_bytes, 10) < 0) {
         fprintf(stderr, "usage: tar-extract DIR PRESERVE_OWNER MAX_ENTRIES MAX_BYTES\n");
         return 2;

@@ -118,7 +118,8 @@ static int run_builtin(sbx_sandbox *sb, sbx_exec_opts *opts, const char *const *
         else if (status == 127 && !eb->len)
             rc = sbx__set_error(err, SBX_ENOTSUP,
                                 "%s '%s': the box's sbx-agent has no transfer built-ins (an "
-                                "older agent?): %.*s", what, path, (int)ml, msg);
+                                "older agent?): %.*s",
+                                what, path, (int)ml, msg);
         else
             rc = sbx__set_error(err, SBX_ETRANSFER, "%s '%s': %.*s", what, path, (int)ml,
                                 ml ? msg : "the transfer failed in the sandbox");
@@ -135,10 +136,10 @@ static int run_builtin(sbx_sandbox *sb, sbx_exec_opts *opts, const char *const *
 /* --- host side: libarchive on a thread ------------------------------------ */
 
 struct side {
-    int fd;           /* our end of the pipe (closed by the thread when done) */
-    const char *dir;  /* the host directory */
+    int fd;          /* our end of the pipe (closed by the thread when done) */
+    const char *dir; /* the host directory */
     unsigned flags;
-    int code;         /* SBX_OK, or what failed on the host */
+    int code; /* SBX_OK, or what failed on the host */
     char msg[512];
 };
 
@@ -186,8 +187,8 @@ static void *pack_thread(void *arg)
                                              ARCHIVE_READDISK_NO_SPARSE);
     archive_write_set_format_pax_restricted(a);
     archive_write_set_bytes_per_block(a, 0); /* no blocking: every write goes out */
-    archive_entry_linkresolver_set_strategy(lr, archive_format(a) ? archive_format(a)
-                                                                  : ARCHIVE_FORMAT_TAR_PAX_RESTRICTED);
+    archive_entry_linkresolver_set_strategy(
+        lr, archive_format(a) ? archive_format(a) : ARCHIVE_FORMAT_TAR_PAX_RESTRICTED);
     if (archive_write_open_fd(a, s->fd) != ARCHIVE_OK) {
         side_fail(s, SBX_EIO, "%s", archive_error_string(a));
         goto out;
@@ -476,18 +477,23 @@ int sbx_sandbox_upload_dir(sbx_sandbox *sb, const char *local_dir, const char *r
                            unsigned flags, sbx_error **err)
 {
     if (!sb || !local_dir || !remote_dir || !remote_dir[0])
-        return sbx__set_error(err, SBX_EINVAL, "upload_dir: a sandbox, a local and a remote "
-                                               "directory are needed");
+        return sbx__set_error(err, SBX_EINVAL,
+                              "upload_dir: a sandbox, a local and a remote "
+                              "directory are needed");
     int rc = check_provider(sb, "uploading to", remote_dir, err);
     if (rc < 0)
         return rc;
     struct stat st;
     if (stat(local_dir, &st) < 0)
-        return sbx__set_errno(err, sbx__code_from_errno(errno), errno, "uploading '%s': cannot "
-                              "read it: %s", local_dir, strerror(errno));
+        return sbx__set_errno(err, sbx__code_from_errno(errno), errno,
+                              "uploading '%s': cannot "
+                              "read it: %s",
+                              local_dir, strerror(errno));
     if (!S_ISDIR(st.st_mode))
-        return sbx__set_error(err, SBX_EINVAL, "uploading '%s': not a directory (use upload for "
-                              "a file)", local_dir);
+        return sbx__set_error(err, SBX_EINVAL,
+                              "uploading '%s': not a directory (use upload for "
+                              "a file)",
+                              local_dir);
     _cleanup_free_ char *remote = box_path(sb, remote_dir);
     int p[2];
     if (!remote || pipe2(p, O_CLOEXEC) < 0)
@@ -520,8 +526,9 @@ int sbx_sandbox_upload_archive(sbx_sandbox *sb, int fd, const char *remote_dir, 
                                sbx_error **err)
 {
     if (!sb || fd < 0 || !remote_dir || !remote_dir[0])
-        return sbx__set_error(err, SBX_EINVAL, "upload_archive: a sandbox, an fd and a remote "
-                                               "directory are needed");
+        return sbx__set_error(err, SBX_EINVAL,
+                              "upload_archive: a sandbox, an fd and a remote "
+                              "directory are needed");
     int rc = check_provider(sb, "uploading to", remote_dir, err);
     if (rc < 0)
         return rc;
@@ -550,8 +557,9 @@ int sbx_sandbox_download_dir(sbx_sandbox *sb, const char *remote_dir, const char
                              unsigned flags, sbx_error **err)
 {
     if (!sb || !local_dir || !local_dir[0] || !remote_dir || !remote_dir[0])
-        return sbx__set_error(err, SBX_EINVAL, "download_dir: a sandbox, a remote and a local "
-                                               "directory are needed");
+        return sbx__set_error(err, SBX_EINVAL,
+                              "download_dir: a sandbox, a remote and a local "
+                              "directory are needed");
     int rc = check_provider(sb, "downloading", remote_dir, err);
     if (rc < 0)
         return rc;
@@ -566,8 +574,8 @@ int sbx_sandbox_download_dir(sbx_sandbox *sb, const char *remote_dir, const char
      */
     _cleanup_free_ char *real = realpath(local_dir, NULL);
     if (!real)
-        return sbx__set_errno(err, sbx__code_from_errno(errno), errno,
-                              "downloading to '%s': %s", local_dir, strerror(errno));
+        return sbx__set_errno(err, sbx__code_from_errno(errno), errno, "downloading to '%s': %s",
+                              local_dir, strerror(errno));
     _cleanup_free_ char *remote = box_path(sb, remote_dir);
     int p[2];
     if (!remote || pipe2(p, O_CLOEXEC) < 0)
@@ -601,8 +609,9 @@ int sbx_sandbox_download_dir(sbx_sandbox *sb, const char *remote_dir, const char
 int sbx_sandbox_download_archive(sbx_sandbox *sb, const char *remote_dir, int fd, sbx_error **err)
 {
     if (!sb || fd < 0 || !remote_dir || !remote_dir[0])
-        return sbx__set_error(err, SBX_EINVAL, "download_archive: a sandbox, a remote directory "
-                                               "and an fd are needed");
+        return sbx__set_error(err, SBX_EINVAL,
+                              "download_archive: a sandbox, a remote directory "
+                              "and an fd are needed");
     int rc = check_provider(sb, "downloading", remote_dir, err);
     if (rc < 0)
         return rc;
@@ -643,8 +652,8 @@ int sbx_sandbox_remote_kind(sbx_sandbox *sb, const char *remote_path, const char
     else if (out && !strcmp(out, "other\n"))
         k = "other";
     else if (!out || strcmp(out, "missing\n") != 0)
-        rc = sbx__set_error(err, SBX_EPROTO, "probing '%s': unexpected answer from the box",
-                            remote);
+        rc =
+            sbx__set_error(err, SBX_EPROTO, "probing '%s': unexpected answer from the box", remote);
     sbx_exec_result_free(res);
     if (rc == SBX_OK)
         *kind_out = k;
@@ -655,8 +664,9 @@ int sbx_sandbox_write_file(sbx_sandbox *sb, const char *remote_path, const void 
                            unsigned mode, sbx_error **err)
 {
     if (!sb || !remote_path || !remote_path[0] || (!data && len) || mode > 07777)
-        return sbx__set_error(err, SBX_EINVAL, "write_file: a sandbox, a path, the bytes and a "
-                                               "mode (at most 07777) are needed");
+        return sbx__set_error(err, SBX_EINVAL,
+                              "write_file: a sandbox, a path, the bytes and a "
+                              "mode (at most 07777) are needed");
     int rc = check_provider(sb, "writing", remote_path, err);
     if (rc < 0)
         return rc;

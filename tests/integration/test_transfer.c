@@ -165,7 +165,10 @@ static void test_tree_of_10000_files_round_trips(void)
             char text[64];
             snprintf(text, sizeof(text), "file %d/%d\n", d, f);
             snprintf(path, sizeof(path), "%s/d%02d/%s%03d", src, d, f % 2 ? "sub/f" : "f", f);
-            write_file_at(path, text, f % 3 == 0 ? 0755 : f % 3 == 1 ? 0600 : 0640,
+            write_file_at(path, text,
+                          f % 3 == 0   ? 0755
+                          : f % 3 == 1 ? 0600
+                                       : 0640,
                           1600000000 + d * 100 + f);
         }
     }
@@ -270,7 +273,10 @@ static void tar_entry(FILE *f, const char *name, char type, const char *link, co
     h[156] = (unsigned char)type;
     if (link)
         snprintf((char *)h + 157, 100, "%s", link);
-    memcpy(h + 257, "ustar\0" "00", 8);
+    memcpy(h + 257,
+           "ustar\0"
+           "00",
+           8);
     memset(h + 148, ' ', 8);
     unsigned sum = 0;
     for (int i = 0; i < 512; i++)
@@ -332,9 +338,14 @@ static void test_hostile_archives_write_nothing_outside(void)
         const char *what;
         const char *want; /* in the error message */
     } cases[] = {
-        {"dotdot", "'..'"},      {"absolute", "absolute"}, {"symlink-then-write", "in the way"},
-        {"hardlink-shadow", "'..'"}, {"hardlink-abs", "absolute"}, {"huge-pax", "larger than"},
-        {"bad-checksum", "checksum"}, {"device", "unsupported type"},
+        {"dotdot", "'..'"},
+        {"absolute", "absolute"},
+        {"symlink-then-write", "in the way"},
+        {"hardlink-shadow", "'..'"},
+        {"hardlink-abs", "absolute"},
+        {"huge-pax", "larger than"},
+        {"bad-checksum", "checksum"},
+        {"device", "unsupported type"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s.tar", tap_tmpdir(), cases[i].what);
@@ -360,7 +371,10 @@ static void test_hostile_archives_write_nothing_outside(void)
             snprintf((char *)h + 100, 8, "%07o", 0644);
             snprintf((char *)h + 124, 12, "%011o", 07777777777);
             h[156] = 'x';
-            memcpy(h + 257, "ustar\0" "00", 8);
+            memcpy(h + 257,
+                   "ustar\0"
+                   "00",
+                   8);
             memset(h + 148, ' ', 8);
             unsigned sum = 0;
             for (int k = 0; k < 512; k++)
