@@ -706,6 +706,18 @@ SBX_EXPORT int sbx_sandbox_upload_dir(sbx_sandbox *sb, const char *local_dir,
 SBX_EXPORT int sbx_sandbox_download_dir(sbx_sandbox *sb, const char *remote_dir,
                                         const char *local_dir, unsigned flags, sbx_error **err);
 /*
+ * Async forms of the two above: *out is a future (caller frees) completing
+ * with no value and the same codes. The transfer runs on a thread of its
+ * own; it cannot be cancelled yet (sbx_future_cancel has no effect on it).
+ * The sandbox must not be stopped or freed before the future completes.
+ */
+SBX_EXPORT int sbx_sandbox_upload_dir_async(sbx_sandbox *sb, const char *local_dir,
+                                            const char *remote_dir, unsigned flags,
+                                            sbx_future **out, sbx_error **err);
+SBX_EXPORT int sbx_sandbox_download_dir_async(sbx_sandbox *sb, const char *remote_dir,
+                                              const char *local_dir, unsigned flags,
+                                              sbx_future **out, sbx_error **err);
+/*
  * Replays a tar stream read from `fd` (borrowed; read to EOF) into
  * `remote_dir`, byte for byte as given (the reference's upload_archive).
  * The box's reader is strict: ustar/pax (GNU long names accepted), regular

@@ -460,4 +460,9 @@ SBX_INTERNAL int sbx__unknown_provider(const char *name, sbx_error **err);
 /* --- logging ------------------------------------------------------------- */
 SBX_INTERNAL bool sbx__log_enabled(sbx_log_level level);
 
+/* --- transfer (src/core/transfer.c) ---------------------------------------- */
+/* A reference that keeps a sandbox object alive while a transfer thread uses it. */
+SBX_INTERNAL void sbx__sandbox_hold(sbx_sandbox *sb);
+SBX_INTERNAL void sbx__sandbox_release(sbx_sandbox *sb);
+
 #endif /* SBX_INTERNAL_H */

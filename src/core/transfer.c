@@ -737,3 +737,89 @@ int sbx_sandbox_read_file(sbx_sandbox *sb, const char *remote_path, size_t max_b
     *len_out = n;
     return SBX_OK;
 }
+
+/* --- async forms ----------------------------------------------------------- */
+
+/*
+ * A transfer is a blocking exec plus a libarchive thread, so its async form
+ * runs the blocking call on a thread of its own (not the context's pool,
+ * which a long transfer would hold) and completes the future from there.
+ */
+struct tjob {
+    bool up;
+    sbx_sandbox *sb;
+    char *local, *remote;
+    unsigned flags;
+    sbx_future *f;
+};
+
+static void *tjob_main(void *arg)
+{
+    struct tjob *j = arg;
+    sbx_error *e = NULL;
+    int rc = j->up ? sbx_sandbox_upload_dir(j->sb, j->local, j->remote, j->flags, &e)
+                   : sbx_sandbox_download_dir(j->sb, j->remote, j->local, j->flags, &e);
+    sbx__future_complete(j->f, rc, e, NULL);
+    sbx_future_free(j->f);
+    sbx__sandbox_release(j->sb);
+    free(j->local);
+    free(j->remote);
+    free(j);
+    return NULL;
+}
+
+static int dir_async(sbx_sandbox *sb, bool up, const char *local, const char *remote,
+                     unsigned flags, sbx_future **out, sbx_error **err)
+{
+    if (!sb || !local || !remote || !out)
+        return sbx__set_error(err, SBX_EINVAL, "%s_dir_async: a sandbox, both directories and "
+                                               "out are needed", up ? "upload" : "download");
+    int rc = check_provider(sb, up ? "uploading to" : "downloading", remote, err);
+    if (rc < 0)
+        return rc;
+    struct tjob *j = calloc(1, sizeof(*j));
+    if (!j || !(j->local = strdup(local)) || !(j->remote = strdup(remote)) ||
+        !(j->f = sbx__future_new(sbx_sandbox_provider(sb)->ctx, SBX_VALUE_NONE))) {
+        if (j) {
+            free(j->local);
+            free(j->remote);
+        }
+        free(j);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    j->up = up;
+    j->sb = sb;
+    j->flags = flags;
+    sbx__future_ref(j->f); /* the thread's; the caller's is *out */
+    sbx__sandbox_hold(sb);
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &attr, tjob_main, j) != 0) {
+        pthread_attr_destroy(&attr);
+        sbx__sandbox_release(sb);
+        sbx_future_free(j->f);
+        sbx_future_free(j->f);
+        free(j->local);
+        free(j->remote);
+        free(j);
+        return sbx__set_error(err, SBX_ENOMEM, "cannot start a transfer thread");
+    }
+    pthread_attr_destroy(&attr);
+    *out = j->f;
+    return SBX_OK;
+}
+
+int sbx_sandbox_upload_dir_async(sbx_sandbox *sb, const char *local_dir, const char *remote_dir,
+                                 unsigned flags, sbx_future **out, sbx_error **err)
+{
+    return dir_async(sb, true, local_dir, remote_dir, flags, out, err);
+}
+
+int sbx_sandbox_download_dir_async(sbx_sandbox *sb, const char *remote_dir,
+                                   const char *local_dir, unsigned flags, sbx_future **out,
+                                   sbx_error **err)
+{
+    return dir_async(sb, false, local_dir, remote_dir, flags, out, err);
+}

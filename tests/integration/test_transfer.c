@@ -525,6 +525,53 @@ static void test_bytes_kinds_and_errors(void)
     census_check(state_dir);
 }
 
+/* The async forms: four uploads and four downloads at once on one box. */
+static void test_async_transfers_run_at_once(void)
+{
+    need_boxes();
+    char src[600], path[800];
+    snprintf(src, sizeof(src), "%s/asrc", tap_tmpdir());
+    snprintf(path, sizeof(path), "%s/sub", src);
+    mkdirs(path);
+    for (int i = 0; i < 200; i++) {
+        snprintf(path, sizeof(path), "%s/sub/f%d", src, i);
+        write_file_at(path, "async\n", 0640, 1600000000 + i);
+    }
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = bare_spec();
+    sbx_sandbox *sb = start(p, s);
+    sbx_future *f[4];
+    char remote[4][64], local[4][700];
+    for (int i = 0; i < 4; i++) {
+        snprintf(remote[i], sizeof(remote[i]), "/work/a%d", i);
+        TAP_OK(sbx_sandbox_upload_dir_async(sb, src, remote[i], 0, &f[i], &e_));
+    }
+    for (int i = 0; i < 4; i++) {
+        TAP_OK(sbx_future_wait(f[i], -1, &e_));
+        sbx_future_free(f[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        snprintf(local[i], sizeof(local[i]), "%s/aback%d", tap_tmpdir(), i);
+        TAP_OK(sbx_sandbox_download_dir_async(sb, remote[i], local[i], 0, &f[i], &e_));
+    }
+    for (int i = 0; i < 4; i++) {
+        TAP_OK(sbx_future_wait(f[i], -1, &e_));
+        sbx_future_free(f[i]);
+        same_tree(src, local[i]);
+    }
+    /* A failure completes the future with the box's reason. */
+    sbx_error *e = NULL;
+    TAP_OK(sbx_sandbox_download_dir_async(sb, "/no/such", local[0], 0, &f[0], &e_));
+    TAP_EQ_INT(sbx_future_wait(f[0], -1, &e), SBX_ETRANSFER);
+    TAP_CONTAINS(sbx_error_message(e), "/no/such");
+    sbx_error_free(e);
+    sbx_future_free(f[0]);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 int main(int argc, char **argv)
 {
     static const struct tap_test tests[] = {
@@ -533,6 +580,7 @@ int main(int argc, char **argv)
         TAP(test_hostile_archives_write_nothing_outside),
         TAP(test_download_of_link_to_root_stays_a_link),
         TAP(test_bytes_kinds_and_errors),
+        TAP(test_async_transfers_run_at_once),
     };
     return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
 }
