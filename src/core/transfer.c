@@ -494,11 +494,16 @@ int sbx_sandbox_upload_dir(sbx_sandbox *sb, const char *local_dir, const char *r
                               "uploading '%s': not a directory (use upload for "
                               "a file)",
                               local_dir);
+    /* A link to a directory is followed here (as stat did), never below it. */
+    _cleanup_free_ char *real = realpath(local_dir, NULL);
+    if (!real)
+        return sbx__set_errno(err, sbx__code_from_errno(errno), errno,
+                              "uploading '%s': cannot resolve it: %s", local_dir, strerror(errno));
     _cleanup_free_ char *remote = box_path(sb, remote_dir);
     int p[2];
     if (!remote || pipe2(p, O_CLOEXEC) < 0)
         return sbx__set_errno(err, SBX_EIO, errno, "uploading '%s': cannot make a pipe", local_dir);
-    struct side s = {.fd = p[1], .dir = local_dir, .flags = flags};
+    struct side s = {.fd = p[1], .dir = real, .flags = flags};
     pthread_t t;
     if (pthread_create(&t, NULL, pack_thread, &s) != 0) {
         close(p[0]);

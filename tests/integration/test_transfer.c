@@ -505,6 +505,13 @@ static void test_bytes_kinds_and_errors(void)
     write_file_at(path, "x\n", 0644, 1600000000);
     TAP_EQ_INT(chown(path, 1234, 4321), 0);
     TAP_OK(sbx_sandbox_upload_dir(sb, src, "/own-default", 0, &e_));
+    /* A link to a directory as the source is followed (only at the top). */
+    char via[700];
+    snprintf(via, sizeof(via), "%s/own-link", tap_tmpdir());
+    TAP_EQ_INT(symlink(src, via), 0);
+    TAP_OK(sbx_sandbox_upload_dir(sb, via, "/via-link", 0, &e_));
+    TAP_OK(sbx_sandbox_remote_kind(sb, "/via-link/f", &k, &e_));
+    TAP_EQ_STR(k, "file");
     TAP_OK(sbx_sandbox_upload_dir(sb, src, "/own-kept", SBX_TRANSFER_PRESERVE_OWNER, &e_));
     char back[600];
     struct stat st;
