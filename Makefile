@@ -101,6 +101,9 @@ $(B)/fuzz/%-replay: $(B)/obj/fuzz/%.o $(B)/obj/fuzz/replay.o $(B)/libsbx.a
 # exec.c itself, so no command ever runs): those agent objects link in too.
 FUZZ_AGENT_OBJ := $(patsubst %.c,$(B)/obj/%.o,src/agent/conn.c src/agent/files.c src/agent/users.c)
 $(B)/fuzz/fuzz_agent-replay: $(FUZZ_AGENT_OBJ)
+# fuzz_agent_tar runs the agent's tar reader and writer (src/agent/tar.c).
+FUZZ_AGENT_TAR_OBJ := $(B)/obj/src/agent/tar.o
+$(B)/fuzz/fuzz_agent_tar-replay: $(FUZZ_AGENT_TAR_OBJ)
 
 $(B)/examples/%: examples/%.c $(B)/libsbx.so
 	@mkdir -p $(@D)
@@ -181,6 +184,7 @@ $(B)/fuzz/bin/%: $(B)/obj/fuzz/%.o $(B)/libsbx.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS_ALL) -fsanitize=fuzzer -o $@ $(filter %.o,$^) $(B)/libsbx.a $(LIBS)
 $(B)/fuzz/bin/fuzz_agent: $(FUZZ_AGENT_OBJ)
+$(B)/fuzz/bin/fuzz_agent_tar: $(FUZZ_AGENT_TAR_OBJ)
 
 fuzz: fuzz-build
 	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \

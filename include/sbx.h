@@ -67,7 +67,8 @@ SBX_EXPORT const char *sbx_version(void);
     X(EPERM, -13, "permission denied")                                                \
     X(EPROTO, -14, "protocol error")                                                  \
     X(EAUTH, -15, "authentication failed")                                            \
-    X(ECANCELED, -16, "operation cancelled")
+    X(ECANCELED, -16, "operation cancelled")                                          \
+    X(ETRANSFER, -17, "transfer failed inside the sandbox")
 
 typedef enum {
     SBX_OK = 0,
@@ -664,6 +665,84 @@ SBX_EXPORT void sbx_sandbox_free(sbx_sandbox *sb);
  * descriptor is the only way back to the box.
  */
 SBX_EXPORT void sbx_sandbox_detach(sbx_sandbox *sb);
+
+/*
+ * Transfer (the reference's `transfer` module; docs/transfer.md). Whole
+ * directories move as a tar stream through the box's sbx-agent, which reads
+ * and writes it itself: the box needs neither a shell nor tar. Every path in
+ * the box is resolved inside the box's root; a relative one is relative to
+ * the sandbox's workdir. Modes and mtimes are kept; owners only with
+ * SBX_TRANSFER_PRESERVE_OWNER (else the files belong to the exec user, root
+ * in a box). Links are kept as links and never followed, in either
+ * direction. Memory stays bounded whatever the size.
+ *
+ * Providers: those whose boxes run sbx-agent (linux, and plugins built on
+ * src/kit/box.c); others fail with SBX_ENOTSUP.
+ *
+ * Errors (the reference's taxonomy, for bindings): SBX_ETRANSFER, the
+ * transfer failed inside the box (the message says why: a name with "..",
+ * a link in the way, a limit, a full disk) = SandboxTransferError;
+ * SBX_EIO / SBX_ETIMEDOUT, the box's agent went away or did not answer =
+ * SandboxProbeError; SBX_ENOTSUP / SBX_EPROVIDER, the provider could not
+ * run it at all = SandboxUnavailableError. Host-side problems (a missing
+ * local directory, a local write failing) keep their own codes
+ * (SBX_ENOENT, SBX_EINVAL, SBX_EIO with the local path named).
+ *
+ * Blocking; thread-safe across sandboxes and on one sandbox (each call is
+ * its own exec channel). Not callable on the loop thread.
+ */
+#define SBX_TRANSFER_PRESERVE_OWNER 1u
+/* Limits the box applies to an upload (0: the default). */
+#define SBX_TRANSFER_DEFAULT_MAX_ENTRIES 1000000ull
+#define SBX_TRANSFER_DEFAULT_MAX_BYTES (64ull << 30)
+/*
+ * Copies the contents of host directory `local_dir` into `remote_dir`
+ * (created, with missing parents; existing entries of the same names are
+ * replaced, others kept), as `docker cp DIR/. box:REMOTE` does.
+ */
+SBX_EXPORT int sbx_sandbox_upload_dir(sbx_sandbox *sb, const char *local_dir,
+                                      const char *remote_dir, unsigned flags, sbx_error **err);
+/* Copies the contents of box directory `remote_dir` into host directory `local_dir` (created). */
+SBX_EXPORT int sbx_sandbox_download_dir(sbx_sandbox *sb, const char *remote_dir,
+                                        const char *local_dir, unsigned flags, sbx_error **err);
+/*
+ * Async forms of the two above: *out is a future (caller frees) completing
+ * with no value and the same codes. The transfer runs on a thread of its
+ * own; it cannot be cancelled yet (sbx_future_cancel has no effect on it).
+ * The sandbox must not be stopped or freed before the future completes.
+ */
+SBX_EXPORT int sbx_sandbox_upload_dir_async(sbx_sandbox *sb, const char *local_dir,
+                                            const char *remote_dir, unsigned flags,
+                                            sbx_future **out, sbx_error **err);
+SBX_EXPORT int sbx_sandbox_download_dir_async(sbx_sandbox *sb, const char *remote_dir,
+                                              const char *local_dir, unsigned flags,
+                                              sbx_future **out, sbx_error **err);
+/*
+ * Replays a tar stream read from `fd` (borrowed; read to EOF) into
+ * `remote_dir`, byte for byte as given (the reference's upload_archive).
+ * The box's reader is strict: ustar/pax (GNU long names accepted), regular
+ * files, directories, symlinks and hard links within the tree only.
+ */
+SBX_EXPORT int sbx_sandbox_upload_archive(sbx_sandbox *sb, int fd, const char *remote_dir,
+                                          unsigned flags, sbx_error **err);
+/* Writes a tar stream of box directory `remote_dir` to `fd` (borrowed, never closed). */
+SBX_EXPORT int sbx_sandbox_download_archive(sbx_sandbox *sb, const char *remote_dir, int fd,
+                                            sbx_error **err);
+/*
+ * What `remote_path` is (links followed inside the box): *kind_out is
+ * "file", "dir", "other" or NULL when nothing is there (static strings).
+ */
+SBX_EXPORT int sbx_sandbox_remote_kind(sbx_sandbox *sb, const char *remote_path,
+                                       const char **kind_out, sbx_error **err);
+/* Writes `len` bytes to `remote_path` with permission bits `mode` (parents made; atomic). */
+SBX_EXPORT int sbx_sandbox_write_file(sbx_sandbox *sb, const char *remote_path, const void *data,
+                                      size_t len, unsigned mode, sbx_error **err);
+/*
+ * Reads `remote_path` (a regular file of at most `max_bytes`, 0: 64 MiB)
+ * into an allocated buffer (*data_out, NUL-terminated beyond *len_out; free()).
+ */
+SBX_EXPORT int sbx_sandbox_read_file(sbx_sandbox *sb, const char *remote_path, size_t max_bytes,
+                                     char **data_out, size_t *len_out, sbx_error **err);
 
 /* Async forms: on success `*out` is a future the caller frees. */
 SBX_EXPORT int sbx_sandbox_start_async(sbx_sandbox *sb, const sbx_spec *spec, sbx_future **out,

@@ -53,6 +53,7 @@ from .cprovider import CProvider
 from .registry import create_provider, get_provider_class, list_providers, register_provider
 from .utils import rewrite_image
 from . import providers  # noqa: E402,F401  (the reference's module paths)
+from . import transfer  # noqa: E402,F401  (the newer reference's transfer module)
 
 __version__ = version()
 

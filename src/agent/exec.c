@@ -14,8 +14,10 @@
  * the agent (~0.1 ms each), not N complete execs one after the other.
  */
 #include "agent/agent.h"
+#include "agent/tar.h"
 
 #include <errno.h>
+#include <sys/syscall.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
@@ -494,6 +496,18 @@ static ssize_t env_merge(char **env, size_t n)
     return (ssize_t)kept;
 }
 
+/* Closes descriptors from `lo` to `hi` (close_range, or one by one up to the limit). */
+static void close_fds_from(unsigned lo, unsigned hi)
+{
+    if (syscall(SYS_close_range, lo, hi == ~0U ? ~0U : hi - 1, 0) == 0)
+        return;
+    long max = sysconf(_SC_OPEN_MAX);
+    if (max < 0 || max > 65536)
+        max = 65536;
+    for (long fd = lo; fd < max && (unsigned long)fd < hi; fd++)
+        close((int)fd);
+}
+
 /* Runs in the child between fork and exec: only async-signal-safe calls. */
 static void child(int in_fd, int out_fd, int err_fd, int report, const sbx_msg_exec *m,
                   const struct user_ids *u, char **envp)
@@ -528,6 +542,20 @@ static void child(int in_fd, int out_fd, int err_fd, int report, const sbx_msg_e
             ce = (struct child_err){STAGE_USER, EPERM};
             goto fail;
         }
+    }
+    if (m->flags & SBX_EXEC_BUILTIN) {
+        /*
+         * A transfer built-in (tar.c): no program is run, so a box needs
+         * neither a shell nor tar. Closing the report pipe says it started.
+         */
+        int keep = files_root_fd();
+        /* Without an exec, the close-on-exec descriptors (other pipe ends, the
+         * agent's sockets) would stay open: the stdin pipe's write end among
+         * them, so stdin would never end. Only the root stays. */
+        if (keep > 3)
+            close_fds_from(3, keep);
+        close_fds_from(keep > 2 ? keep + 1 : 3, ~0U);
+        _exit(agent_builtin(m->argv));
     }
     if (m->flags & SBX_EXEC_SHELL) {
         /* The box's shell, chosen once at startup (agent_choose_shell): bash when it has one. */

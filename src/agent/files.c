@@ -9,6 +9,7 @@
  * is replaced, never followed.
  */
 #include "agent/agent.h"
+#include "agent/tar.h"
 #include "core/inroot.h"
 
 #include <errno.h>
@@ -32,6 +33,11 @@ int files_set_root(const char *root)
     if (force && *force && strcmp(force, "0") != 0)
         sbx__inroot_force_walk(true);
     return rootfd < 0 ? -1 : 0;
+}
+
+int files_root_fd(void)
+{
+    return rootfd;
 }
 
 int root_open(const char *path, int flags, mode_t mode)

@@ -1,11 +1,14 @@
 /*
  * sbx cp: files and directories into and out of a recorded box.
  *
- * Files go through the provider's upload/download. A directory travels as
- * one tar archive: made here with libarchive (modes kept) and unpacked in
- * the box with its `tar -xpf`, or made in the box with `tar -cf` and
- * unpacked here with libarchive, refusing entries that would land outside
- * the destination. So a box needs `sh`, `mktemp` and `tar` for directories.
+ * Files go through the provider's upload/download. A directory streams as
+ * a tar through the box's sbx-agent (sbx_sandbox_upload_dir/download_dir,
+ * docs/transfer.md), which needs no shell or tar in the box. For a provider
+ * without the agent it falls back to one tar archive: made here with
+ * libarchive (modes kept) and unpacked in the box with its `tar -xpf`, or
+ * made in the box with `tar -cf` and unpacked here with libarchive,
+ * refusing entries that would land outside the destination; that path
+ * needs `sh`, `mktemp` and `tar` in the box.
  */
 #include "cli/cli.h"
 
@@ -380,8 +383,37 @@ static char *box_temp(struct box_conn *c)
     return path;
 }
 
+/*
+ * A directory through the agent's tar built-ins (no shell or tar in the
+ * box; docs/transfer.md). SBX_ENOTSUP (a provider without sbx-agent, an
+ * older agent) falls back to the box's own sh and tar below.
+ */
+static int agent_dir(struct box_conn *c, bool up, const char *src, const char *dst, bool *done)
+{
+    sbx_error *e = NULL;
+    unsigned flags = c->archive ? SBX_TRANSFER_PRESERVE_OWNER : 0;
+    int rc = up ? sbx_sandbox_upload_dir(c->sb, src, dst, flags, &e)
+                : sbx_sandbox_download_dir(c->sb, src, dst, flags, &e);
+    *done = rc != SBX_ENOTSUP;
+    if (rc == SBX_ENOTSUP) {
+        sbx_error_free(e);
+        return CLI_EXIT_OK;
+    }
+    if (rc < 0) {
+        int code = rc == SBX_ETRANSFER || rc == SBX_ENOENT || rc == SBX_EINVAL ? CLI_EXIT_FAIL
+                                                                               : CLI_EXIT_SBX;
+        cli_sbx_error(e, up ? "upload" : "download");
+        return code;
+    }
+    return CLI_EXIT_OK;
+}
+
 static int upload_dir(struct box_conn *c, const char *src, const char *dst)
 {
+    bool done = false;
+    int arc = agent_dir(c, true, src, dst, &done);
+    if (done)
+        return arc;
     _cleanup_free_ char *local = NULL;
     _cleanup_close_ int fd = local_temp(&local);
     if (fd < 0) {
@@ -413,6 +445,14 @@ static int upload_dir(struct box_conn *c, const char *src, const char *dst)
 
 static int download_dir(struct box_conn *c, const char *src, const char *dst)
 {
+    bool done = false;
+    if (sbx__mkdir_p(dst, 0755) < 0) {
+        cli_error("cannot create %s: %s", dst, strerror(errno));
+        return CLI_EXIT_FAIL;
+    }
+    int arc = agent_dir(c, false, src, dst, &done);
+    if (done)
+        return arc;
     _cleanup_free_ char *remote = box_temp(c);
     if (!remote)
         return CLI_EXIT_SBX;
@@ -454,6 +494,19 @@ static int download_dir(struct box_conn *c, const char *src, const char *dst)
 /* "dir", "file", "missing", or NULL when the box cannot say (then: try as a file). */
 static const char *box_kind(struct box_conn *c, const char *path, int *fail)
 {
+    const char *k = NULL;
+    sbx_error *e = NULL;
+    int krc = sbx_sandbox_remote_kind(c->sb, path, &k, &e);
+    if (krc == SBX_OK) {
+        *fail = 0;
+        return !k ? "missing" : !strcmp(k, "dir") ? "dir" : "file";
+    }
+    if (krc != SBX_ENOTSUP) {
+        *fail = 1;
+        cli_sbx_error(e, "looking at the box path");
+        return NULL;
+    }
+    sbx_error_free(e);
     _cleanup_free_ char *q = sbx_shell_quote(path);
     _cleanup_free_ char *cmd = sbx__printf(
         "if [ -d %s ]; then echo dir; elif [ -e %s ]; then echo file; else echo missing; fi", q, q);

@@ -265,6 +265,8 @@ struct sbx_exec_opts {
     bool has_out_fd[2]; /* [0] stdout, [1] stderr */
     int out_fd[2];      /* borrowed */
     bool drop_output;   /* sbx_exec_opts_set_keep_output(o, 0) */
+    /* An agent built-in instead of a command (src/core/transfer.c, src/agent/tar.h). */
+    char **builtin_argv;
 };
 
 SBX_INTERNAL sbx_exec_opts *sbx__exec_opts_copy(const sbx_exec_opts *o);
@@ -457,5 +459,10 @@ SBX_INTERNAL int sbx__unknown_provider(const char *name, sbx_error **err);
 
 /* --- logging ------------------------------------------------------------- */
 SBX_INTERNAL bool sbx__log_enabled(sbx_log_level level);
+
+/* --- transfer (src/core/transfer.c) ---------------------------------------- */
+/* A reference that keeps a sandbox object alive while a transfer thread uses it. */
+SBX_INTERNAL void sbx__sandbox_hold(sbx_sandbox *sb);
+SBX_INTERNAL void sbx__sandbox_release(sbx_sandbox *sb);
 
 #endif /* SBX_INTERNAL_H */

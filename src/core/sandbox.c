@@ -1237,3 +1237,13 @@ int sbx_sandbox_stop(sbx_sandbox *sb, sbx_error **err)
         return rc;
     WAIT_NONE(f, err);
 }
+
+void sbx__sandbox_hold(sbx_sandbox *sb)
+{
+    sandbox_ref(sb);
+}
+
+void sbx__sandbox_release(sbx_sandbox *sb)
+{
+    sandbox_unref(sb);
+}

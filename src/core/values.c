@@ -48,6 +48,7 @@ void sbx_exec_opts_free(sbx_exec_opts *o)
     sbx__kv_free(&o->env);
     free(o->user);
     free(o->stdin_data);
+    sbx_strv_free(o->builtin_argv);
     free(o);
 }
 
@@ -117,6 +118,20 @@ int sbx_exec_opts_set_output_limit(sbx_exec_opts *o, size_t bytes)
     return SBX_OK;
 }
 
+static char **strv_dup(char *const *v)
+{
+    size_t n = 0;
+    while (v[n])
+        n++;
+    char **c = calloc(n + 1, sizeof(*c));
+    for (size_t i = 0; c && i < n; i++)
+        if (!(c[i] = strdup(v[i]))) {
+            sbx_strv_free(c);
+            return NULL;
+        }
+    return c;
+}
+
 sbx_exec_opts *sbx__exec_opts_copy(const sbx_exec_opts *o)
 {
     sbx_exec_opts *c = sbx_exec_opts_new();
@@ -135,7 +150,8 @@ sbx_exec_opts *sbx__exec_opts_copy(const sbx_exec_opts *o)
     }
     if (replace_str(&c->cwd, o->cwd) < 0 || replace_str(&c->user, o->user) < 0 ||
         sbx__kv_copy(&c->env, &o->env) < 0 ||
-        (o->has_stdin && sbx_exec_opts_set_stdin(c, o->stdin_data, o->stdin_len) < 0)) {
+        (o->has_stdin && sbx_exec_opts_set_stdin(c, o->stdin_data, o->stdin_len) < 0) ||
+        (o->builtin_argv && !(c->builtin_argv = strv_dup(o->builtin_argv)))) {
         sbx_exec_opts_free(c);
         return NULL;
     }

@@ -792,8 +792,12 @@ void sbx__agent_exec(sbx_agent_conn *c, sbx_op *op, const char *command, const c
     size_t stdin_len = 0;
     const char *stdin_data = sbx_exec_opts_stdin(opts, &stdin_len);
     int stdin_fd = sbx_exec_opts_stdin_fd(opts);
-    uint32_t flags =
-        (argv ? 0 : SBX_EXEC_SHELL) | (stdin_data || stdin_fd >= 0 ? SBX_EXEC_STDIN : 0);
+    /* A transfer built-in of the agent (src/core/transfer.c) runs in place of a command. */
+    bool builtin = opts && opts->builtin_argv;
+    if (builtin)
+        argv = (const char *const *)opts->builtin_argv;
+    uint32_t flags = (builtin ? SBX_EXEC_BUILTIN : argv ? 0 : SBX_EXEC_SHELL) |
+                     (stdin_data || stdin_fd >= 0 ? SBX_EXEC_STDIN : 0);
     int64_t timeout_ms = ch->timeout_s < 0 ? -1 : (int64_t)(ch->timeout_s * 1000.0 + 0.5);
     if (timeout_ms >= 0 && !chan_arm(ch, (uint64_t)timeout_ms + EXEC_GRACE_MS)) {
         sbx_strv_free(env);

@@ -147,6 +147,7 @@ int sbx__proto_negotiate(const sbx_msg_hello *a, const sbx_msg_hello *b);
 enum {
     SBX_EXEC_STDIN = 1u << 0, /* STDIN frames follow (else the command reads /dev/null) */
     SBX_EXEC_SHELL = 1u << 1, /* argv[0] is a shell command run with /bin/sh -c */
+    SBX_EXEC_BUILTIN = 1u << 2, /* argv[0] names an agent built-in (src/agent/tar.h) */
 };
 
 typedef struct {

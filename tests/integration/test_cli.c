@@ -1389,6 +1389,54 @@ static void test_linux_create_exec_cp_ls_stop(void)
     census_check(linux_state());
 }
 
+/*
+ * sbx cp of a directory both ways into a box whose image has no sh and no
+ * tar: it goes through the agent's tar built-ins (docs/transfer.md), with
+ * modes and links kept, and -a keeping owners.
+ */
+static void test_linux_cp_dir_without_sh_or_tar(void)
+{
+    need_linux();
+    char img[PATH_MAX], file[PATH_MAX];
+    snprintf(img, sizeof(img), "%s/bare", tap_tmpdir());
+    char out[1024];
+    TAP_EQ_INT(run_cmd(out, sizeof(out),
+                       "mkdir -p %s/etc && echo 'root:x:0:0::/:/nope' > %s/etc/passwd && "
+                       "echo 'root:x:0:' > %s/etc/group", img, img, img), 0);
+    char id[256];
+    create_into(id, sizeof(id),
+                (const char *const[]){ "create", "--image", img, "--workdir", "/work", NULL });
+    const char *tree = path_in_tmp("tree");
+    snprintf(file, sizeof(file), "%s/sub", tree);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "mkdir -p %s && ln -s / %s/root-link", file, tree), 0);
+    snprintf(file, sizeof(file), "%s/sub/run.sh", tree);
+    write_file(file, "#!/bin/sh\necho ran\n", 0751);
+    TAP_EQ_INT(chown(file, 1234, 4321), 0);
+    SBX_EXPECT(0, "cp", tree, box_path(id, "d/tree"));
+    /* Relative to the workdir; the box has no shell to check with: back out again. */
+    SBX_EXPECT(0, "cp", "-a", box_path(id, "/work/d/tree"), path_in_tmp("out"));
+    snprintf(file, sizeof(file), "%s/out/sub/run.sh", tap_tmpdir());
+    TAP_EQ_INT(mode_of(file), 0751);
+    struct stat st;
+    TAP_EQ_INT(lstat(file, &st), 0);
+    TAP_EQ_INT((int)st.st_uid, 0); /* not kept on the way in without -a */
+    snprintf(file, sizeof(file), "%s/out/root-link", tap_tmpdir());
+    TAP_EQ_INT(lstat(file, &st), 0);
+    TAP_TRUE(S_ISLNK(st.st_mode));
+    SBX_EXPECT(0, "cp", "-a", tree, box_path(id, "kept"));
+    SBX_EXPECT(0, "cp", "-a", box_path(id, "kept"), path_in_tmp("kept-out"));
+    snprintf(file, sizeof(file), "%s/kept-out/sub/run.sh", tap_tmpdir());
+    TAP_EQ_INT(lstat(file, &st), 0);
+    TAP_EQ_INT((int)st.st_uid, 1234);
+    TAP_EQ_INT((int)st.st_gid, 4321);
+    /* A missing box directory: the box's reason, exit 1. */
+    struct proc p = SBX("cp", box_path(id, "/no/such/dir/"), path_in_tmp("none"));
+    TAP_NE_INT(p.code, 0);
+    proc_free(&p);
+    SBX_EXPECT(0, "stop", id);
+    census_check(linux_state());
+}
+
 /* Starts a linux box through the library in this process and lets it go (its id in `id`). */
 static void library_box(char *id, size_t n, const char *label_key, const char *label_value)
 {
@@ -1656,5 +1704,6 @@ TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_
          TAP(test_default_provider_is_linux), TAP(test_linux_run_exit_codes_and_streams),
          TAP(test_linux_run_quoting_stdin_timeout_json),
          TAP_T(test_linux_image_import_ls_run_rm, 120), TAP_T(test_linux_create_exec_cp_ls_stop, 120),
+         TAP_T(test_linux_cp_dir_without_sh_or_tar, 120),
          TAP(test_linux_library_box_seen_by_cli), TAP_T(test_linux_gc_expired_orphan_and_label, 120),
          TAP(test_linux_sigint_run_leaves_nothing), TAP_T(test_linux_run_streams_as_it_arrives, 120))
