@@ -262,6 +262,15 @@ static int handle(sbx_pty *p, const sbx_frame *f)
     if (f->channel != p->channel)
         return 0; /* a channel this handle no longer has */
     switch (f->type) {
+    case SBX_MSG_PTY_INFO: {
+        sbx_msg_pty_info info;
+        if (sbx__msg_pty_info_decode(f, &info) < 0 || info.id == 0)
+            break;
+        p->id = info.id;
+        p->out[0].offset = info.out_offset;
+        p->out[1].offset = info.err_offset;
+        return 0;
+    }
     case SBX_MSG_PTY_OUT:
     case SBX_MSG_PTY_ERR: {
         uint64_t off;
