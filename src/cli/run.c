@@ -216,12 +216,20 @@ int cli_cmd_exec(int argc, char **argv)
     struct exec_args a = { 0 };
     sbx_kv env = { 0 };
     const char *id = NULL;
+    bool tty = false;
     int c, rc = CLI_EXIT_OK;
     opterr = 0;
     /* Options may come before the ID and between it and the command. */
     for (int phase = 0; phase < 2; phase++) {
-        while ((c = getopt_long(argc, argv, "+:he:", longopts, NULL)) != -1) {
+        while ((c = getopt_long(argc, argv, "+:he:it", longopts, NULL)) != -1) {
             int r;
+            /* -i: stdin is passed anyway (--no-stdin turns it off); -t: a terminal. */
+            if (c == 'i')
+                continue;
+            if (c == 't') {
+                tty = true;
+                continue;
+            }
             if (c == 'h') {
                 cli_help("exec");
                 sbx__kv_free(&env);
@@ -259,6 +267,11 @@ int cli_cmd_exec(int argc, char **argv)
         return cli_usage_error("exec", "no command given");
     }
     _cleanup_free_ char *command = cli_join_argv(argv + optind, argc - optind);
+    if (tty) {
+        rc = command ? cli_pty_exec(id, command, a.cwd, a.user, &env) : CLI_EXIT_SBX;
+        sbx__kv_free(&env);
+        return rc;
+    }
     _cleanup_json_ json_t *rec = NULL;
     if ((rc = cli_box_find(id, &rec)) != CLI_EXIT_OK) {
         sbx__kv_free(&env);
