@@ -781,3 +781,36 @@ void sbx_pty_free(sbx_pty *p)
     free(p->gone_msg);
     free(p);
 }
+
+/*
+ * For fuzz/fuzz_pty.c: feeds `data` as what a box's agent sent on a handle's
+ * connection (after HELLO), then reads everything out of both streams and
+ * waits, as a caller would. No socket: the handle's fd is -1.
+ */
+void sbx__pty_fuzz(const uint8_t *data, size_t len)
+{
+    sbx_pty *p = calloc(1, sizeof(*p));
+    if (!p)
+        return;
+    p->fd = -1;
+    p->channel = 1;
+    /* A small payload limit, so the "too large" path is cheap to reach. */
+    sbx__proto_reader_init(&p->rd, 1 << 16);
+    if (sbx__proto_reader_feed(&p->rd, data, len) == 0) {
+        char buf[4096];
+        for (int k = 0; k < 2; k++) {
+            size_t n = 0;
+            sbx_error *e = NULL;
+            while (sbx_pty_read(p, k ? SBX_STREAM_STDERR : SBX_STREAM_STDOUT, buf, sizeof(buf), 0,
+                                &n, NULL, &e) == SBX_OK &&
+                   n)
+                ;
+            sbx_error_free(e);
+        }
+        int code;
+        sbx_error *e = NULL;
+        sbx_pty_wait(p, 0, &code, &e);
+        sbx_error_free(e);
+    }
+    sbx_pty_free(p);
+}
