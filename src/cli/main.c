@@ -45,7 +45,8 @@ static const struct command commands[] = {
                         "  --user U               user to run CMD as (name or uid[:gid])\n"
                         "  --no-stdin             do not pass stdin to CMD\n"
                         "  --output-limit BYTES   stdout/stderr bytes kept (default 16 MiB each)\n"
-                        "  --json                 print the result as JSON\n",
+                        "  --json                 print the result as JSON\n"
+                        "  -t                     run CMD on a terminal (stdin must be one); -i is accepted\n",
       "CMD's words are quoted and joined into one shell command (use sh -c '...'\n"
       "for pipes). stdin, when it is not a terminal, is streamed to CMD as it comes.\n"
       "The box is stopped on exit, also on SIGINT/SIGTERM.\n" },

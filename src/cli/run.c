@@ -135,12 +135,20 @@ int cli_cmd_run(int argc, char **argv)
     static const struct option longopts[] = { CLI_SPEC_LONGOPTS, EXEC_LONGOPTS, { 0 } };
     _cleanup_spec_opts_ struct cli_spec_opts so = { 0 };
     struct exec_args a = { 0 };
+    bool tty = false;
     int c, rc = CLI_EXIT_OK;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+:he:", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+:he:it", longopts, NULL)) != -1) {
         if (c == 'h') {
             cli_help("run");
             return CLI_EXIT_OK;
+        }
+        /* -i: stdin is passed anyway; -t: CMD runs on a terminal. */
+        if (c == 'i')
+            continue;
+        if (c == 't') {
+            tty = true;
+            continue;
         }
         int r = cli_spec_opt("run", &so, c, optarg);
         if (r == 0)
@@ -152,6 +160,8 @@ int cli_cmd_run(int argc, char **argv)
     }
     if (optind >= argc)
         return cli_usage_error("run", "no command given");
+    if (tty && (rc = cli_pty_need_tty("run -t")) != CLI_EXIT_OK)
+        return rc;
     _cleanup_free_ char *command = cli_join_argv(argv + optind, argc - optind);
     _cleanup_free_ char *config = NULL;
     sbx_spec *spec = NULL;
@@ -189,6 +199,18 @@ int cli_cmd_run(int argc, char **argv)
     }
 
     sbx_exec_result *r = NULL;
+    if (tty) {
+        /* The box dies with this process: no detach keys (they would leave nothing to attach to). */
+        rc = cli_pty_run(sb, sbx_sandbox_id(sb), command, a.cwd, a.user, NULL, false);
+        if (sbx_sandbox_stop(sb, &e) < 0) {
+            cli_error("stopping box %s failed: %s", sbx_sandbox_id(sb),
+                      e ? sbx_error_message(e) : "unknown error");
+            sbx_error_free(e);
+        }
+        sbx_sandbox_free(sb);
+        sbx_provider_free(p);
+        return rc;
+    }
     rc = exec_and_print(sb, command, &a, NULL, &r);
     /* Stop before printing: the box is gone whatever happens to our stdout. */
     if (sbx_sandbox_stop(sb, &e) < 0) {

@@ -76,7 +76,7 @@ enum { SESSION_DETACHED = -1000 };
  * status, 128+N for a signal), the user detaches (SESSION_DETACHED), or a
  * signal / error ends it (CLI_EXIT_SBX, or 128+signal).
  */
-static int terminal_loop(sbx_pty *p)
+static int terminal_loop(sbx_pty *p, bool detach_keys)
 {
     struct sigaction sa = { .sa_handler = on_winch };
     sigemptyset(&sa.sa_mask);
@@ -142,7 +142,7 @@ static int terminal_loop(sbx_pty *p)
                         return SESSION_DETACHED;
                     fwd[m++] = 0x10; /* a lone Ctrl-P goes through */
                 }
-                if (ch == 0x10) {
+                if (ch == 0x10 && detach_keys) {
                     prefix = true;
                     continue;
                 }
@@ -158,7 +158,7 @@ static int terminal_loop(sbx_pty *p)
 }
 
 /* Runs `p` on this terminal and turns the outcome into sbx's exit code. */
-static int run_terminal(const char *id, sbx_pty *p)
+static int run_terminal(const char *id, sbx_pty *p, bool detach_keys)
 {
     if (raw_mode() < 0) {
         cli_error("cannot put the terminal in raw mode: %s", strerror(errno));
@@ -168,7 +168,7 @@ static int run_terminal(const char *id, sbx_pty *p)
     unsigned rows, cols;
     window_size(&rows, &cols);
     sbx_pty_resize(p, rows, cols, NULL);
-    int code = terminal_loop(p);
+    int code = terminal_loop(p, detach_keys);
     restore_tty();
     if (code == SESSION_DETACHED) {
         fprintf(stderr, "\r\nsbx: detached from session %u; come back with: sbx attach %s %u\n",
@@ -211,21 +211,16 @@ static int connect_box(const char *cmd, const char *id, sbx_provider **p, sbx_sa
     return CLI_EXIT_OK;
 }
 
-int cli_pty_exec(const char *id, const char *command, const char *cwd, const char *user,
-                 const sbx_kv *env)
+int cli_pty_need_tty(const char *cmd) { return need_tty(cmd); }
+
+int cli_pty_run(sbx_sandbox *sb, const char *id, const char *command, const char *cwd,
+                const char *user, const sbx_kv *env, bool detach_keys)
 {
-    int rc = need_tty("exec -t");
-    if (rc != CLI_EXIT_OK)
-        return rc;
-    sbx_provider *prov = NULL;
-    sbx_sandbox *sb = NULL;
-    if ((rc = connect_box("exec", id, &prov, &sb)) != CLI_EXIT_OK)
-        return rc;
-    if (cli_signals_install() < 0) {
-        cli_error("cannot set up: %s", strerror(errno));
+    sbx_pty_opts *o = sbx_pty_opts_new();
+    if (!o) {
+        cli_error("out of memory");
         return CLI_EXIT_SBX;
     }
-    sbx_pty_opts *o = sbx_pty_opts_new();
     unsigned rows, cols;
     window_size(&rows, &cols);
     sbx_pty_opts_set_size(o, rows, cols);
@@ -241,13 +236,30 @@ int cli_pty_exec(const char *id, const char *command, const char *cwd, const cha
         sbx_pty_opts_set_env(o, env->keys[i], env->values[i]);
     sbx_pty *p = NULL;
     sbx_error *e = NULL;
-    rc = sbx_pty_open(sb, o, &p, &e);
+    int rc = sbx_pty_open(sb, o, &p, &e);
     sbx_pty_opts_free(o);
     if (rc < 0) {
         cli_sbx_error(e, "opening a terminal");
+        return CLI_EXIT_SBX;
+    }
+    return run_terminal(id, p, detach_keys);
+}
+
+int cli_pty_exec(const char *id, const char *command, const char *cwd, const char *user,
+                 const sbx_kv *env)
+{
+    int rc = need_tty("exec -t");
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    sbx_provider *prov = NULL;
+    sbx_sandbox *sb = NULL;
+    if ((rc = connect_box("exec", id, &prov, &sb)) != CLI_EXIT_OK)
+        return rc;
+    if (cli_signals_install() < 0) {
+        cli_error("cannot set up: %s", strerror(errno));
         rc = CLI_EXIT_SBX;
     } else {
-        rc = run_terminal(id, p);
+        rc = cli_pty_run(sb, id, command, cwd, user, env, true);
     }
     sbx_sandbox_free(sb);
     sbx_provider_free(prov);
@@ -298,7 +310,7 @@ int cli_cmd_attach(int argc, char **argv)
         cli_sbx_error(e, "attaching");
         rc = CLI_EXIT_SBX;
     } else {
-        rc = run_terminal(argv[optind], p);
+        rc = run_terminal(argv[optind], p, true);
     }
     sbx_sandbox_free(sb);
     sbx_provider_free(prov);

@@ -20,11 +20,11 @@ wait_screen() {
     sleep 0.1
   done
 }
+# pane NAME COLS ROWS CMD: runs CMD in a new tmux session of that size; its exit
+# status lands in $T/st.NAME (tmux itself does not always report it).
+pane() { rm -f "$T/st.$1"; tm new-session -d -s "$1" -x "$2" -y "$3" "$4; echo \$? > $T/st.$1.tmp; mv $T/st.$1.tmp $T/st.$1"; }
 # waits until pane $1's command ended; prints its exit status.
-wait_dead() {
-  while [ "$(tm list-panes -t "$1" -F '#{pane_dead}' 2>/dev/null)" != 1 ]; do sleep 0.1; done
-  tm list-panes -t "$1" -F '#{pane_dead_status}'
-}
+wait_dead() { while [ ! -s "$T/st.$1" ]; do sleep 0.1; done; cat "$T/st.$1"; }
 
 ID=$("$SBX" create 2>"$T/err") || { not_ok "create" "$(cat "$T/err")"; finish; exit 1; }
 ok "create $ID"
@@ -37,7 +37,7 @@ check "the refusal says why" has "$ERR" "the input device is not a TTY"
 # A tmux server of our own (no user config); panes stay after their command ends.
 tm -f /dev/null new-session -d -s base
 tm set-option -g remain-on-exit on
-tm new-session -d -s sh -x 100 -y 30 "$SBX shell $ID"
+pane sh 100 30 "$SBX shell $ID"
 check "the shell shows a prompt" wait_screen sh '[#$] *$'
 tm send-keys -t sh 'echo hello-$((6*7))' Enter
 check "a command's output shows" wait_screen sh 'hello-42'
@@ -58,14 +58,14 @@ if [ "$st" = 3 ]; then ok "exit 3 gives status 3"; else not_ok "exit 3 gives sta
 tm kill-session -t sh
 
 # exec -it: a command on a terminal, its status passed through.
-tm new-session -d -s ex -x 80 -y 24 "$SBX exec -it $ID -- sh -c 'test -t 0 && echo on-a-tty; exit 4'"
+pane ex 80 24 "$SBX exec -it $ID -- sh -c 'test -t 0 && echo on-a-tty; exit 4'"
 st=$(wait_dead ex)
 if [ "$st" = 4 ]; then ok "exec -it passes the status"; else not_ok "exec -it passes the status" "got $st" "$(screen ex)"; fi
 check "exec -it runs on a terminal" wait_screen ex 'on-a-tty'
 tm kill-session -t ex
 
 # Detach with Ctrl-P Ctrl-Q, then attach back: the output printed meanwhile is replayed.
-tm new-session -d -s dt -x 80 -y 24 "$SBX shell $ID"
+pane dt 80 24 "$SBX shell $ID"
 check "second shell prompt" wait_screen dt '[#$] *$'
 tm send-keys -t dt 'echo before-detach; (sleep 0.5; echo while-detached-$((3*3))) &' Enter
 check "before detach" wait_screen dt '^before-detach'
@@ -76,13 +76,22 @@ if [ "$st" = 0 ]; then ok "detach exits 0"; else not_ok "detach exits 0" "got $s
 SESSION=$(screen dt | sed -n 's/.*come back with: sbx attach [^ ]* \([0-9]*\).*/\1/p' | tail -1)
 tm kill-session -t dt
 while ! "$SBX" exec "$ID" -- sh -c '! pgrep -x sleep' >/dev/null 2>&1; do sleep 0.1; done
-tm new-session -d -s at -x 80 -y 24 "$SBX attach $ID $SESSION"
+pane at 80 24 "$SBX attach $ID $SESSION"
 check "attach replays what came while detached" wait_screen at 'while-detached-9'
 tm send-keys -t at 'echo back-$((5+5))' Enter
 check "the attached shell takes commands" wait_screen at 'back-10'
 tm send-keys -t at 'exit 6' Enter
 st=$(wait_dead at)
 if [ "$st" = 6 ]; then ok "the attached session's status"; else not_ok "the attached session's status" "got $st" "$(screen at)"; fi
+
+# run -it: a new box, CMD on a terminal of the pane's size, its status, the box gone after.
+run "run -t without a TTY is refused" 2 "$SBX" run -t -- true
+check "the refusal says why (run)" has "$ERR" "the input device is not a TTY"
+pane rn 90 20 "$SBX run -it -- sh -c 'stty size; exit 5'"
+st=$(wait_dead rn)
+if [ "$st" = 5 ]; then ok "run -it passes the status"; else not_ok "run -it passes the status" "got $st" "$(screen rn)"; fi
+check "run -it has the pane's size" wait_screen rn '^20 90'
+tm kill-session -t rn
 tm kill-server 2>/dev/null
 
 run "stop" 0 "$SBX" stop "$ID"
