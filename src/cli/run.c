@@ -289,8 +289,7 @@ int cli_cmd_exec(int argc, char **argv)
         return cli_usage_error("exec", "no command given");
     }
     _cleanup_free_ char *command = cli_join_argv(argv + optind, argc - optind);
-    if (tty) {
-        rc = command ? cli_pty_exec(id, command, a.cwd, a.user, &env) : CLI_EXIT_SBX;
+    if (tty && (rc = cli_pty_need_tty("exec -t")) != CLI_EXIT_OK) {
         sbx__kv_free(&env);
         return rc;
     }
@@ -330,6 +329,14 @@ int cli_cmd_exec(int argc, char **argv)
     for (size_t i = 0; i < env.len; i++)
         sbx__kv_set(&all_env, env.keys[i], env.values[i]);
     sbx__kv_free(&env);
+    if (tty) {
+        /* The same box env and -e as a plain exec, on a terminal. */
+        rc = cli_pty_run(sb, id, command, a.cwd, a.user, &all_env, true);
+        sbx__kv_free(&all_env);
+        sbx_sandbox_free(sb);
+        sbx_provider_free(p);
+        return rc;
+    }
     sbx_exec_result *r = NULL;
     rc = exec_and_print(sb, command, &a, &all_env, &r);
     sbx__kv_free(&all_env);

@@ -248,19 +248,38 @@ int cli_pty_run(sbx_sandbox *sb, const char *id, const char *command, const char
 int cli_pty_exec(const char *id, const char *command, const char *cwd, const char *user,
                  const sbx_kv *env)
 {
-    int rc = need_tty("exec -t");
+    int rc = need_tty(command ? "exec -t" : "shell");
     if (rc != CLI_EXIT_OK)
+        return rc;
+    _cleanup_json_ json_t *rec = NULL;
+    if ((rc = cli_box_find(id, &rec)) != CLI_EXIT_OK)
         return rc;
     sbx_provider *prov = NULL;
     sbx_sandbox *sb = NULL;
-    if ((rc = connect_box("exec", id, &prov, &sb)) != CLI_EXIT_OK)
-        return rc;
+    sbx_error *e = NULL;
+    if (cli_box_connect(rec, &prov, &sb, &e) < 0) {
+        int code = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_SBX;
+        cli_sbx_error(e, "connecting to the box");
+        return code;
+    }
+    /* The box's own env (from create), then the caller's, as a plain exec has. */
+    sbx_kv all_env = { 0 };
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(rec, "env"), k, v)
+    {
+        if (json_is_string(v))
+            sbx__kv_set(&all_env, k, json_string_value(v));
+    }
+    for (size_t i = 0; env && i < env->len; i++)
+        sbx__kv_set(&all_env, env->keys[i], env->values[i]);
     if (cli_signals_install() < 0) {
         cli_error("cannot set up: %s", strerror(errno));
         rc = CLI_EXIT_SBX;
     } else {
-        rc = cli_pty_run(sb, id, command, cwd, user, env, true);
+        rc = cli_pty_run(sb, id, command, cwd, user, &all_env, true);
     }
+    sbx__kv_free(&all_env);
     sbx_sandbox_free(sb);
     sbx_provider_free(prov);
     return rc;

@@ -26,7 +26,7 @@ pane() { rm -f "$T/st.$1"; tm new-session -d -s "$1" -x "$2" -y "$3" "$4; echo \
 # waits until pane $1's command ended; prints its exit status.
 wait_dead() { while [ ! -s "$T/st.$1" ]; do sleep 0.1; done; cat "$T/st.$1"; }
 
-ID=$("$SBX" create 2>"$T/err") || { not_ok "create" "$(cat "$T/err")"; finish; exit 1; }
+ID=$("$SBX" create -e GREETING=from-create 2>"$T/err") || { not_ok "create" "$(cat "$T/err")"; finish; exit 1; }
 ok "create $ID"
 
 # Not a terminal: refused as docker refuses it.
@@ -39,8 +39,8 @@ tm -f /dev/null new-session -d -s base
 tm set-option -g remain-on-exit on
 pane sh 100 30 "$SBX shell $ID"
 check "the shell shows a prompt" wait_screen sh '[#$] *$'
-tm send-keys -t sh 'echo hello-$((6*7))' Enter
-check "a command's output shows" wait_screen sh 'hello-42'
+tm send-keys -t sh 'echo hello-$((6*7)) $GREETING' Enter
+check "a command's output shows, with the box's env" wait_screen sh 'hello-42 from-create'
 tm send-keys -t sh 'stty size' Enter
 check "the terminal has the pane's size" wait_screen sh '^30 100'
 tm resize-window -t sh -x 120 -y 40
