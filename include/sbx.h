@@ -772,8 +772,9 @@ SBX_EXPORT int sbx_pty_wait(sbx_pty *p, double timeout_s, int *code, sbx_error *
 /* Leaves the session running and ends this handle's hold (it can be attached again). */
 SBX_EXPORT int sbx_pty_detach(sbx_pty *p, sbx_error **err);
 /*
- * Ends the handle: a session this handle opened is ended (hung up, then
- * killed) and waited for; an attached one is only detached. Frees `p`.
+ * Ends the handle: a session this handle opened is ended (its processes,
+ * background jobs included, are killed) and waited for (up to 30 s, else
+ * SBX_ETIMEDOUT); an attached one is only detached. Frees `p` either way.
  */
 SBX_EXPORT int sbx_pty_close(sbx_pty *p, sbx_error **err);
 /* Frees the handle without ending the session (the connection closes: it detaches). */

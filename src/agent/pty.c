@@ -14,6 +14,7 @@
 #include "agent/agent.h"
 #include "proto/pty.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -70,8 +71,10 @@ static uint64_t ring_start(const struct ring *r)
 
 static void ring_put(struct ring *r, const uint8_t *p, size_t n)
 {
-    if (!r->buf && !(r->buf = malloc(SBX_PTY_WINDOW)))
-        return; /* out of memory: these bytes are lost, the offsets stay true */
+    if (!r->buf && !(r->buf = malloc(SBX_PTY_WINDOW))) {
+        r->end += n; /* out of memory: these bytes are lost, the offsets stay true */
+        return;
+    }
     if (n > SBX_PTY_WINDOW) {
         r->end += n - SBX_PTY_WINDOW;
         p += n - SBX_PTY_WINDOW;
@@ -82,6 +85,43 @@ static void ring_put(struct ring *r, const uint8_t *p, size_t n)
     memcpy(r->buf + at, p, first);
     memcpy(r->buf, p + first, n - first);
     r->end += n;
+}
+
+/*
+ * Ends everything of a session: its process group, and every other process
+ * of its terminal session (a shell's background jobs have groups of their
+ * own and would keep the terminal, and so the session, open).
+ */
+static void kill_session(const struct session *s)
+{
+    kill(-s->pid, SIGKILL);
+    DIR *d = opendir("/proc");
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end || pid <= 1)
+            continue;
+        char path[64], buf[512];
+        snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        buf[n] = 0;
+        /* pid (comm) state ppid pgrp session: comm may hold spaces, so start after its ')'. */
+        const char *rp = strrchr(buf, ')');
+        int ppid, pgrp, sid;
+        char st;
+        if (rp && sscanf(rp + 1, " %c %d %d %d", &st, &ppid, &pgrp, &sid) == 4 && sid == s->pid)
+            kill((pid_t)pid, SIGKILL);
+    }
+    closedir(d);
 }
 
 static void send_status(struct conn *c, uint32_t ch, int errnum, const char *msg)
@@ -150,8 +190,8 @@ static void pump(struct session *s)
         return;
     for (int k = 0; k < 2; k++) {
         struct ring *r = &s->r[k];
-        if (h->sent[k] < ring_start(r))
-            h->sent[k] = ring_start(r); /* fell out of the window: those bytes are gone */
+        if (h->sent[k] < ring_start(r) || !r->buf)
+            h->sent[k] = r->buf ? ring_start(r) : r->end; /* gone from the window (or never kept) */
         while (h->sent[k] < r->end && !h->conn->throttled && !h->conn->dead) {
             uint64_t n = r->end - h->sent[k];
             if (n > SBX_PROTO_CHUNK)
@@ -496,12 +536,8 @@ int pty_frame(struct conn *c, struct chan *ch, const sbx_frame *f)
             holder_end(h);
             return 0;
         }
-        /* Close by the opener: hang up the session; EXIT follows when it is gone. */
-        if (!s->exited) {
-            kill(-s->pid, SIGHUP);
-            kill(-s->pid, SIGCONT);
-            kill(-s->pid, SIGKILL);
-        }
+        /* Close by the opener: end the session; EXIT follows when it is gone. */
+        kill_session(s);
         return 0;
     default:
         return 0;
@@ -547,6 +583,5 @@ bool pty_reaped(pid_t pid, int status)
 void pty_kill_all(void)
 {
     for (struct session *s = sessions; s; s = s->next)
-        if (!s->exited)
-            kill(-s->pid, SIGKILL);
+        kill_session(s);
 }

@@ -138,6 +138,28 @@ static void test_size_resize_and_exit_codes(void)
     census_check(state_dir);
 }
 
+/* Closing an opened shell ends its background jobs too (they hold its terminal). */
+static void test_close_ends_background_jobs(void)
+{
+    need_boxes();
+    sbx_provider *prov = provider(NULL);
+    sbx_spec *s = spec_work();
+    sbx_sandbox *sb = start(prov, s);
+    sbx_pty *p = open_cmd(sb, NULL, 0, 0, 0);
+    struct text t = {0};
+    TAP_OK(sbx_pty_write(p, "sleep 1000 & echo STARTED-$((1+2))\n", 35, NULL));
+    read_until(p, SBX_STREAM_STDOUT, &t, "STARTED-3");
+    TAP_OK(sbx_pty_close(p, NULL));
+    sbx_exec_result *r = NULL;
+    TAP_OK(sbx_sandbox_exec(sb, "pgrep -x sleep", NULL, &r, NULL));
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 1);
+    sbx_exec_result_free(r);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(prov);
+    census_check(state_dir);
+}
+
 /* signal INT interrupts a foreground `sleep` and the shell carries on. */
 static void test_ctrl_c_interrupts_sleep(void)
 {
@@ -357,7 +379,8 @@ static void test_fifty_sessions(void)
 int main(int argc, char **argv)
 {
     static const struct tap_test tests[] = {
-        TAP(test_size_resize_and_exit_codes), TAP(test_ctrl_c_interrupts_sleep),
+        TAP(test_size_resize_and_exit_codes), TAP(test_close_ends_background_jobs),
+        TAP(test_ctrl_c_interrupts_sleep),
         TAP(test_pipe_mode_keeps_stderr_apart), TAP(test_attach_replay_and_takeover),
         TAP(test_window_is_bounded_with_true_offsets), TAP_T(test_fifty_sessions, 120),
     };
