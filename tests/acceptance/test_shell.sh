@@ -64,6 +64,22 @@ if [ "$st" = 4 ]; then ok "exec -it passes the status"; else not_ok "exec -it pa
 check "exec -it runs on a terminal" wait_screen ex 'on-a-tty'
 tm kill-session -t ex
 
+# A full-screen program draws and quits: less pages a numbered file, 'q' ends it.
+if "$SBX" exec "$ID" -- sh -c 'command -v less' >/dev/null 2>&1; then
+  "$SBX" exec "$ID" -- sh -c 'seq 1 500 | sed "s/^/line-/" > /tmp/lines' >/dev/null
+  pane ls 80 24 "$SBX exec -it $ID -- less /tmp/lines"
+  check "less draws its first screen" wait_screen ls '^line-23$'
+  check "and only one screen of it" sh -c "! tmux -S '$TMUX_SOCK' capture-pane -p -t ls | grep -q '^line-30$'"
+  tm send-keys -t ls G
+  check "less jumps to the end" wait_screen ls '^line-500$'
+  tm send-keys -t ls q
+  st=$(wait_dead ls)
+  if [ "$st" = 0 ]; then ok "less quits with q"; else not_ok "less quits with q" "got $st" "$(screen ls)"; fi
+  tm kill-session -t ls
+else
+  not_ok "less is in the box" "the box (host /usr) has no less: install it (scripts/deps.sh)"
+fi
+
 # Detach with Ctrl-P Ctrl-Q, then attach back: the output printed meanwhile is replayed.
 pane dt 80 24 "$SBX shell $ID"
 check "second shell prompt" wait_screen dt '[#$] *$'
