@@ -5,6 +5,7 @@
  * and a malformed frame must stop the stream.
  */
 #include "proto/proto.h"
+#include "proto/pty.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -52,6 +53,24 @@ static void decode_all(const sbx_frame *f)
     uint64_t v;
     (void)sbx__msg_u64_decode(f, &v);
     (void)sbx__proto_type_name(f->type);
+    /* PTY sessions (protocol version 3). */
+    sbx_msg_pty_open po = {0};
+    if (sbx__msg_pty_open_decode(f, &po) == 0) {
+        for (char **p = po.exec->argv; *p; p++)
+            (void)strlen(*p);
+        sbx__msg_pty_open_free(&po);
+    }
+    sbx_msg_pty_info pi;
+    (void)sbx__msg_pty_info_decode(f, &pi);
+    sbx_msg_pty_attach pa;
+    (void)sbx__msg_pty_attach_decode(f, &pa);
+    uint32_t a, b;
+    (void)sbx__msg_pty_resize_decode(f, &a, &b);
+    (void)sbx__msg_pty_signal_decode(f, &a);
+    uint64_t off;
+    const uint8_t *d;
+    if (sbx__msg_pty_data_decode(f, &off, &d, &a) == 0 && a)
+        (void)(d[0] + d[a - 1]);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

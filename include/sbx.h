@@ -765,6 +765,100 @@ SBX_EXPORT int sbx_sandbox_connect_async(sbx_provider *p, const char *descriptor
                                          sbx_future **out, sbx_error **err);
 SBX_EXPORT int sbx_sandbox_stop_async(sbx_sandbox *sb, sbx_future **out, sbx_error **err);
 
+/* ------------------------------------------------------------------------ */
+/* PTY sessions (docs/terminals.md)                                          */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A terminal (or, in pipe mode, a command with stdout and stderr apart) that
+ * lives in the box's agent, not in this process: it keeps running when its
+ * handle goes away, keeps the last SBX_PTY_WINDOW_BYTES of each output
+ * stream with absolute byte offsets, and another handle (in any process)
+ * can attach to it and replay from an offset. Providers with SBX_CAP_PTY
+ * ("pty") have them: linux today. Each handle holds its own connection to
+ * the box's agent; its calls block the calling thread (never the context's
+ * loop) and one thread at a time may use a handle.
+ */
+#define SBX_PTY_WINDOW_BYTES (1u << 20)
+#define SBX_PTY_MAX_SESSIONS 256
+
+typedef struct sbx_pty_opts sbx_pty_opts;
+SBX_EXPORT sbx_pty_opts *sbx_pty_opts_new(void);
+SBX_EXPORT void sbx_pty_opts_free(sbx_pty_opts *o);
+/* The command, run by the box's shell (`SHELL -c`). Neither this nor argv: the box's shell. */
+SBX_EXPORT int sbx_pty_opts_set_command(sbx_pty_opts *o, const char *command);
+/* The command as an argv (NULL-terminated, copied); replaces set_command. */
+SBX_EXPORT int sbx_pty_opts_set_argv(sbx_pty_opts *o, const char *const *argv);
+SBX_EXPORT int sbx_pty_opts_set_cwd(sbx_pty_opts *o, const char *cwd);
+SBX_EXPORT int sbx_pty_opts_set_user(sbx_pty_opts *o, const char *user);
+/* Adds K=V to the session's environment (later wins). SBX_EINVAL for an empty key or one with '='. */
+SBX_EXPORT int sbx_pty_opts_set_env(sbx_pty_opts *o, const char *key, const char *value);
+/* The terminal's size (default 24x80); 1..4096 each, else SBX_EINVAL. */
+SBX_EXPORT int sbx_pty_opts_set_size(sbx_pty_opts *o, unsigned rows, unsigned cols);
+/* Non-zero: pipe mode (no terminal; stdout and stderr apart). */
+SBX_EXPORT int sbx_pty_opts_set_pipes(sbx_pty_opts *o, int pipes);
+
+typedef struct sbx_pty sbx_pty;
+/*
+ * Opens a session in the started sandbox `sb` (opts NULL: the box's shell on
+ * a 24x80 terminal). Blocks until the command runs. Errors: SBX_ENOTSUP (the
+ * provider has no PTYs), SBX_ESTATE, SBX_EPTY (the command could not start:
+ * the message says why; the box already holds SBX_PTY_MAX_SESSIONS), SBX_EIO.
+ * `*out` is freed with sbx_pty_close or sbx_pty_free.
+ */
+SBX_EXPORT int sbx_pty_open(sbx_sandbox *sb, const sbx_pty_opts *opts, sbx_pty **out,
+                            sbx_error **err);
+/*
+ * Attaches to session `id` of `sb` from a new connection: output replays from
+ * byte offset `since` (or the oldest byte still kept), then follows live.
+ * A session held by another handle is refused (SBX_EPTY) unless `takeover`,
+ * which evicts that handle (its next read fails with SBX_EPTY, "taken over").
+ * SBX_EPTY also when there is no such session.
+ */
+SBX_EXPORT int sbx_pty_attach(sbx_sandbox *sb, unsigned id, int takeover, unsigned long long since,
+                              sbx_pty **out, sbx_error **err);
+/* The session's id in its box (for sbx_pty_attach). */
+SBX_EXPORT unsigned sbx_pty_id(const sbx_pty *p);
+/* A descriptor that is readable when a read may have something (for poll loops). */
+SBX_EXPORT int sbx_pty_fd(const sbx_pty *p);
+/*
+ * Reads output of `stream` (SBX_STREAM_STDOUT: the terminal, or stdout in
+ * pipe mode; SBX_STREAM_STDERR: pipe mode's stderr). Waits up to `timeout_s`
+ * (< 0: forever, 0: not at all) for bytes. SBX_OK with *n > 0 bytes, their
+ * offset in *offset (optional; a gap from the last read means bytes fell out
+ * of the window); SBX_OK with *n == 0 once the session ended and everything
+ * was read; SBX_ETIMEDOUT when nothing came in time; SBX_EPTY when the
+ * handle was taken over or detached, SBX_EIO when the box went away.
+ */
+SBX_EXPORT int sbx_pty_read(sbx_pty *p, int stream, void *buf, size_t cap, double timeout_s,
+                            size_t *n, unsigned long long *offset, sbx_error **err);
+/* Writes stdin bytes (len 0: EOF: pipe mode closes stdin, a terminal gets ^D). */
+SBX_EXPORT int sbx_pty_write(sbx_pty *p, const void *data, size_t len, sbx_error **err);
+/* The terminal's new size (the foreground job gets SIGWINCH); ignored in pipe mode. */
+SBX_EXPORT int sbx_pty_resize(sbx_pty *p, unsigned rows, unsigned cols, sbx_error **err);
+/*
+ * Sends a signal by name ("INT", "SIGINT", "TERM", "KILL", "HUP", "QUIT",
+ * "USR1", "USR2", "STOP", "CONT", "WINCH", "ALRM", or a number) to the
+ * terminal's foreground group, or the session's group in pipe mode.
+ */
+SBX_EXPORT int sbx_pty_signal(sbx_pty *p, const char *name, sbx_error **err);
+/*
+ * Waits up to `timeout_s` (< 0: forever) for the session to end, keeping its
+ * output for sbx_pty_read (up to the window). *code: the exit status, or
+ * 128+N for a signal N. SBX_ETIMEDOUT, SBX_EPTY, SBX_EIO as for read.
+ */
+SBX_EXPORT int sbx_pty_wait(sbx_pty *p, double timeout_s, int *code, sbx_error **err);
+/* Leaves the session running and ends this handle's hold (it can be attached again). */
+SBX_EXPORT int sbx_pty_detach(sbx_pty *p, sbx_error **err);
+/*
+ * Ends the handle: a session this handle opened is ended (its processes,
+ * background jobs included, are killed) and waited for (up to 30 s, else
+ * SBX_ETIMEDOUT); an attached one is only detached. Frees `p` either way.
+ */
+SBX_EXPORT int sbx_pty_close(sbx_pty *p, sbx_error **err);
+/* Frees the handle without ending the session (the connection closes: it detaches). */
+SBX_EXPORT void sbx_pty_free(sbx_pty *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,7 +16,7 @@ _sbx()
         case ${words[i]} in -*) ;; *) cmd=${words[i]}; break ;; esac
     done
     if [ -z "$cmd" ]; then
-        COMPREPLY=($(compgen -W 'run create exec cp ls status stop gc image providers help
+        COMPREPLY=($(compgen -W 'run create exec shell attach cp ls status stop gc image providers help
           --version --help' -- "$cur"))
         return
     fi
@@ -34,15 +34,17 @@ _sbx()
     esac
     case $cmd in
         run)
-            COMPREPLY=($(compgen -W "$_sbx_box_opts --timeout --user --no-stdin --json" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "$_sbx_box_opts --timeout --user --no-stdin --json -i -t" -- "$cur")) ;;
         create)
             COMPREPLY=($(compgen -W "$_sbx_box_opts --json" -- "$cur")) ;;
         exec)
             if [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W '--cwd -e --env --user --timeout --no-stdin --json --help' -- "$cur"))
+                COMPREPLY=($(compgen -W '-i -t --cwd -e --env --user --timeout --no-stdin --json --help' -- "$cur"))
             else
                 COMPREPLY=($(compgen -W "$(sbx ls -q 2>/dev/null)" -- "$cur"))
             fi ;;
+        shell|attach)
+            [[ $cur == -* ]] || COMPREPLY=($(compgen -W "$(sbx ls -q 2>/dev/null)" -- "$cur")) ;;
         status|stop)
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W '--json --force --help' -- "$cur"))
@@ -74,7 +76,7 @@ _sbx()
         providers)
             COMPREPLY=($(compgen -W '--json --help' -- "$cur")) ;;
         help)
-            COMPREPLY=($(compgen -W 'run create exec cp ls status stop gc image providers' -- "$cur")) ;;
+            COMPREPLY=($(compgen -W 'run create exec shell attach cp ls status stop gc image providers' -- "$cur")) ;;
     esac
 }
 complete -F _sbx sbx

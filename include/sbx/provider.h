@@ -174,6 +174,15 @@ struct sbx_provider_ops {
      */
     void (*image_commit)(sbx_op *op, void *state, const char *box_id, const char *name,
                          const char *opts_json);
+    /*
+     * [pty] Where box `box`'s sbx-agent listens, for a new connection of its
+     * own (PTY sessions hold one each): completes with a malloc'd JSON object
+     * text {"socket": "/path/to/unix/socket", "pid": N}, where `pid` (> 0)
+     * is the process that must be listening there (checked with
+     * SO_PEERCRED before a byte is sent). A provider with it declares
+     * SBX_CAP_PTY; the agent must speak protocol version 3.
+     */
+    void (*agent_address)(sbx_op *op, void *state, void *box);
 };
 
 /* --- Operations ---------------------------------------------------------- */

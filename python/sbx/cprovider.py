@@ -8,6 +8,7 @@ awaited on the running asyncio loop.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import json
 import threading
@@ -273,6 +274,9 @@ class CProvider:
         if lib.sbx_provider_supports(self._ptr, b"connect"):
             self.serialize_handle = self._serialize_handle
             self.connect = self._connect
+        if lib.sbx_provider_supports(self._ptr, b"pty"):
+            self.create_pty = self._create_pty
+            self.attach_pty = self._attach_pty
 
     _classes: dict[str, type[CProvider]] = {}
     # Providers made by shared(), by (class, canonical config); an entry goes
@@ -385,6 +389,18 @@ class CProvider:
     async def _serialize_handle(self, handle: SandboxHandle, *, scope: str | None = None) -> dict[str, Any]:
         f = _lib.submit(lib.sbx_sandbox_serialize_async, _box(handle), _lib.cstr(scope))
         return json.loads(await _lib.await_future(f, _lib.TAKE_STRING))
+
+    async def _create_pty(self, handle: SandboxHandle, spec: Any) -> Any:
+        from .cpty import open_session  # noqa: PLC0415 (loaded with the first session)
+
+        return await asyncio.to_thread(open_session, _box(handle), spec)
+
+    async def _attach_pty(
+        self, handle: SandboxHandle, session_id: str, *, takeover: bool = True, since: int | None = None
+    ) -> Any:
+        from .cpty import attach_session  # noqa: PLC0415
+
+        return await asyncio.to_thread(attach_session, _box(handle), session_id, takeover, since)
 
     async def _connect(self, descriptor: Mapping[str, Any]) -> SandboxHandle:
         text = json.dumps(dict(descriptor), default=str)

@@ -7,6 +7,7 @@
  *   exec.c   commands: fork, process groups, pipes, timeouts, exit status
  *   files.c  uploads and downloads confined to the box root
  *   users.c  user and group lookup in the box's /etc/passwd and /etc/group
+ *   pty.c    PTY sessions: terminals and pipe-mode sessions that outlive a stream
  */
 #ifndef SBX_AGENT_H
 #define SBX_AGENT_H
@@ -61,7 +62,7 @@ extern const char *agent_default_user;
 
 /* --- connections --------------------------------------------------------- */
 
-enum chan_kind { CHAN_EXEC, CHAN_PUT, CHAN_GET };
+enum chan_kind { CHAN_EXEC, CHAN_PUT, CHAN_GET, CHAN_PTY };
 
 /* The head of every per-channel object, linked in its connection. */
 struct chan {
@@ -122,6 +123,26 @@ bool exec_reaped(pid_t pid, int status);
 int exec_check_timeouts(void);
 /* Kills every command's process group (SIGTERM path). */
 void exec_kill_all(void);
+
+/*
+ * Starts `m`'s command (user, cwd, env exactly as an exec's) on the given
+ * fds; `ctty`: in_fd is a terminal that becomes its controlling terminal.
+ * Waits for the execve (not the command). Returns the pid, or -1 with `msg`.
+ */
+pid_t exec_spawn(const sbx_msg_exec *m, int in_fd, int out_fd, int err_fd, bool ctty, char *msg,
+                 size_t msg_len);
+
+/* --- PTY sessions (pty.c) ------------------------------------------------ */
+
+/* Handles a PTY frame (PTY_OPEN, PTY_ATTACH, STDIN, CANCEL, ... on a PTY channel). -1: malformed. */
+int pty_frame(struct conn *c, struct chan *ch, const sbx_frame *f);
+/* The stream closed: its sessions are detached (they keep running). */
+void pty_detach(struct chan *ch);
+void pty_resume(struct chan *ch);
+/* A reaped child: true when it was a session's. */
+bool pty_reaped(pid_t pid, int status);
+/* SIGTERM path: hang up every session. */
+void pty_kill_all(void);
 
 /* --- files --------------------------------------------------------------- */
 

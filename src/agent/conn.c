@@ -5,6 +5,7 @@
  * else: other connections and their commands carry on.
  */
 #include "agent/agent.h"
+#include "proto/pty.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -204,6 +205,8 @@ void conn_resume(struct conn *c)
         next = ch->next; /* resuming may finish the exec and unlink it */
         if (ch->kind == CHAN_EXEC)
             exec_resume(ch);
+        else if (ch->kind == CHAN_PTY)
+            pty_resume(ch);
     }
     /* Downloads restart from conns_pump() after this batch. */
 }
@@ -222,6 +225,8 @@ void conn_close(struct conn *c, const char *why)
         ch->next = NULL;
         if (ch->kind == CHAN_EXEC)
             exec_detach(ch);
+        else if (ch->kind == CHAN_PTY)
+            pty_detach(ch);
         else
             file_abort(c, ch);
     }
@@ -303,7 +308,29 @@ static void dispatch(struct conn *c, const sbx_frame *f)
         if (rc < 0)
             proto_error(c, "malformed %s payload", sbx__proto_type_name(f->type));
         return;
+    case SBX_MSG_PTY_OPEN:
+    case SBX_MSG_PTY_ATTACH:
+        if (f->channel == 0 || ch) {
+            proto_error(c, "%s on channel %u, which is 0 or already open",
+                        sbx__proto_type_name(f->type), f->channel);
+            return;
+        }
+        /* fall through */
+    case SBX_MSG_PTY_RESIZE:
+    case SBX_MSG_PTY_SIGNAL:
+    case SBX_MSG_PTY_DETACH:
+        if (c->version < 3) {
+            proto_error(c, "%s needs protocol version 3", sbx__proto_type_name(f->type));
+            return;
+        }
+        if (pty_frame(c, ch, f) < 0)
+            proto_error(c, "malformed %s payload", sbx__proto_type_name(f->type));
+        return;
     case SBX_MSG_STDIN:
+        if (ch && ch->kind == CHAN_PTY) {
+            pty_frame(c, ch, f);
+            return;
+        }
         /* Frames for a channel that already ended are expected (races): ignored. */
         if (ch && ch->kind == CHAN_EXEC)
             exec_stdin(c, ch, f);
@@ -315,6 +342,8 @@ static void dispatch(struct conn *c, const sbx_frame *f)
     case SBX_MSG_CANCEL:
         if (ch && ch->kind == CHAN_EXEC)
             exec_cancel(ch);
+        else if (ch && ch->kind == CHAN_PTY)
+            pty_frame(c, ch, f);
         else if (ch) {
             conn_chan_remove(c, ch);
             file_abort(c, ch);

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -510,7 +511,7 @@ static void close_fds_from(unsigned lo, unsigned hi)
 
 /* Runs in the child between fork and exec: only async-signal-safe calls. */
 static void child(int in_fd, int out_fd, int err_fd, int report, const sbx_msg_exec *m,
-                  const struct user_ids *u, char **envp)
+                  const struct user_ids *u, char **envp, bool ctty)
 {
     sigset_t none;
     sigemptyset(&none);
@@ -526,6 +527,9 @@ static void child(int in_fd, int out_fd, int err_fd, int report, const sbx_msg_e
     dup2(in_fd, 0);
     dup2(out_fd, 1);
     dup2(err_fd, 2);
+    /* A PTY session: after setsid() the terminal on fd 0 becomes the new session's own. */
+    if (ctty)
+        ioctl(0, TIOCSCTTY, 0);
     struct child_err ce = {0, 0};
     if (m->cwd && m->cwd[0] && chdir(m->cwd) < 0) {
         ce = (struct child_err){STAGE_CHDIR, errno};
@@ -606,6 +610,60 @@ static int set_nonblock(int fd)
     return fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
+/*
+ * The command's environment: the agent's, the user's identity, then the
+ * request's (later entries win), and a PATH when none is set. The strings
+ * belong to environ, `m` and idvars[] (freed by the caller). NULL: out of memory.
+ */
+static char **make_env(const sbx_msg_exec *m, const char *user, bool have_user,
+                       const struct user_ids *uids, char *idvars[3])
+{
+    size_t n_env = 0, n_req = 0;
+    while (environ && environ[n_env])
+        n_env++;
+    while (m->env[n_req])
+        n_req++;
+    char **envp = calloc(n_env + n_req + 8, sizeof(char *));
+    size_t n = 0;
+    if (!envp)
+        return NULL;
+    envp[0] = NULL;
+    for (size_t i = 0; i < n_env; i++)
+        envp[n++] = environ[i];
+    if (have_user) {
+        const char *name = uids->name ? uids->name : user;
+        idvars[0] = malloc(strlen(uids->home) + 6);
+        idvars[1] = malloc(strlen(name) + 6);
+        idvars[2] = malloc(strlen(name) + 9);
+        if (!idvars[0] || !idvars[1] || !idvars[2]) {
+            free(envp);
+            return NULL;
+        }
+        snprintf(idvars[0], strlen(uids->home) + 6, "HOME=%s", uids->home);
+        snprintf(idvars[1], strlen(name) + 6, "USER=%s", name);
+        snprintf(idvars[2], strlen(name) + 9, "LOGNAME=%s", name);
+        for (int i = 0; i < 3; i++)
+            envp[n++] = idvars[i];
+    }
+    for (size_t i = 0; i < n_req; i++)
+        envp[n++] = m->env[i];
+    envp[n] = NULL;
+    ssize_t merged = env_merge(envp, n);
+    if (merged < 0) {
+        free(envp);
+        return NULL;
+    }
+    n = (size_t)merged;
+    bool has_path = false;
+    for (size_t i = 0; i < n; i++)
+        has_path |= strncmp(envp[i], "PATH=", 5) == 0;
+    if (!has_path) {
+        envp[n++] = (char *)"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+        envp[n] = NULL;
+    }
+    return envp;
+}
+
 int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f)
 {
     sbx_msg_exec *m = NULL;
@@ -621,48 +679,11 @@ int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f)
         return 0;
     }
 
-    /* The command's environment: the agent's, the user's identity, then the request's. */
-    size_t n_env = 0, n_req = 0;
-    while (environ && environ[n_env])
-        n_env++;
-    while (m->env[n_req])
-        n_req++;
-    char **envp = calloc(n_env + n_req + 8, sizeof(char *));
     char *idvars[3] = {NULL, NULL, NULL};
-    size_t n = 0;
     int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1}, rep[2] = {-1, -1};
+    char **envp = make_env(m, user, have_user, &uids, idvars);
     if (!envp)
         goto oom;
-    envp[0] = NULL;
-    for (size_t i = 0; i < n_env; i++)
-        envp[n++] = environ[i];
-    if (have_user) {
-        const char *name = uids.name ? uids.name : user;
-        idvars[0] = malloc(strlen(uids.home) + 6);
-        idvars[1] = malloc(strlen(name) + 6);
-        idvars[2] = malloc(strlen(name) + 9);
-        if (!idvars[0] || !idvars[1] || !idvars[2])
-            goto oom;
-        snprintf(idvars[0], strlen(uids.home) + 6, "HOME=%s", uids.home);
-        snprintf(idvars[1], strlen(name) + 6, "USER=%s", name);
-        snprintf(idvars[2], strlen(name) + 9, "LOGNAME=%s", name);
-        for (int i = 0; i < 3; i++)
-            envp[n++] = idvars[i];
-    }
-    for (size_t i = 0; i < n_req; i++)
-        envp[n++] = m->env[i];
-    envp[n] = NULL;
-    ssize_t merged = env_merge(envp, n);
-    if (merged < 0)
-        goto oom;
-    n = (size_t)merged;
-    bool has_path = false;
-    for (size_t i = 0; i < n; i++)
-        has_path |= strncmp(envp[i], "PATH=", 5) == 0;
-    if (!has_path) {
-        envp[n++] = (char *)"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-        envp[n] = NULL;
-    }
 
     if (pipe2(pin, O_CLOEXEC) < 0 || pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0 ||
         pipe2(rep, O_CLOEXEC) < 0) {
@@ -676,7 +697,7 @@ int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f)
         goto failed;
     }
     if (pid == 0)
-        child(pin[0], pout[1], perr[1], rep[1], m, have_user ? &uids : NULL, envp);
+        child(pin[0], pout[1], perr[1], rep[1], m, have_user ? &uids : NULL, envp, false);
     close(pin[0]);
     close(pout[1]);
     close(perr[1]);
@@ -750,4 +771,74 @@ done:
     users_free(&uids);
     free(m);
     return 0;
+}
+
+pid_t exec_spawn(const sbx_msg_exec *m, int in_fd, int out_fd, int err_fd, bool ctty, char *msg,
+                 size_t msg_len)
+{
+    struct user_ids uids = {0};
+    const char *user = m->user && m->user[0] ? m->user : agent_default_user;
+    bool have_user = user && user[0];
+    if (have_user && users_resolve(user, &uids, msg, msg_len) < 0)
+        return -1;
+    char *idvars[3] = {NULL, NULL, NULL};
+    int rep[2] = {-1, -1};
+    pid_t pid = -1;
+    char **envp = make_env(m, user, have_user, &uids, idvars);
+    if (!envp) {
+        snprintf(msg, msg_len, "out of memory");
+        goto out;
+    }
+    if (pipe2(rep, O_CLOEXEC) < 0) {
+        snprintf(msg, msg_len, "cannot create a pipe: %s", strerror(errno));
+        goto out;
+    }
+    pid = fork();
+    if (pid < 0) {
+        snprintf(msg, msg_len, "cannot fork: %s", strerror(errno));
+        goto out;
+    }
+    if (pid == 0)
+        child(in_fd, out_fd, err_fd, rep[1], m, have_user ? &uids : NULL, envp, ctty);
+    close(rep[1]);
+    rep[1] = -1;
+    /*
+     * The report pipe closes at execve (close-on-exec) or carries why the
+     * child could not get there; either comes right after the fork, so this
+     * read waits for one execve, not for the command.
+     */
+    struct child_err ce;
+    size_t got = 0;
+    while (got < sizeof(ce)) {
+        ssize_t r = read(rep[0], (char *)&ce + got, sizeof(ce) - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    if (got == sizeof(ce)) {
+        int st;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+            ;
+        if (ce.stage == STAGE_CHDIR)
+            snprintf(msg, msg_len, "cannot change to directory %s: %s", m->cwd ? m->cwd : "",
+                     strerror(ce.err));
+        else if (ce.stage == STAGE_USER)
+            snprintf(msg, msg_len, "cannot switch to user %s: %s", user ? user : "",
+                     strerror(ce.err));
+        else
+            snprintf(msg, msg_len, "cannot run %s: %s", m->argv[0],
+                     ce.err == ENOENT ? "command not found" : strerror(ce.err));
+        pid = -1;
+    }
+out:
+    for (int i = 0; i < 2; i++)
+        if (rep[i] >= 0)
+            close(rep[i]);
+    for (int i = 0; i < 3; i++)
+        free(idvars[i]);
+    free(envp);
+    users_free(&uids);
+    return pid;
 }

@@ -315,7 +315,7 @@ static void reap_all(void)
         pid_t pid = waitpid(-1, &status, WNOHANG);
         if (pid <= 0)
             return;
-        if (exec_reaped(pid, status))
+        if (exec_reaped(pid, status) || pty_reaped(pid, status))
             continue;
         if (pid == service_pid) {
             if (WIFEXITED(status))
@@ -331,6 +331,7 @@ static void reap_all(void)
 static void kill_everything(void)
 {
     exec_kill_all();
+    pty_kill_all();
     if (service_pid > 0)
         kill(-service_pid, SIGKILL), kill(service_pid, SIGKILL);
     /*

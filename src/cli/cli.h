@@ -276,6 +276,23 @@ int cli_die_with_creator(sbx_spec *spec, sbx_error **err);
 
 /* Installs SIGINT/SIGTERM/SIGHUP handlers that only record the signal. */
 int cli_signals_install(void);
+
+/* --- shell.c: terminals in boxes ------------------------------------------ */
+
+/*
+ * A terminal on this one for `command` (NULL: the box's shell) in box `id`:
+ * raw mode, size, detach keys. Returns the command's exit status, or the
+ * CLI's code for a failure (said on stderr). Refuses a stdin that is not a TTY.
+ */
+int cli_pty_exec(const char *id, const char *command, const char *cwd, const char *user,
+                 const sbx_kv *env);
+/* The same on a box already at hand (`sbx run -it`); detach_keys: Ctrl-P Ctrl-Q detaches. */
+int cli_pty_run(sbx_sandbox *sb, const char *id, const char *command, const char *cwd,
+                const char *user, const sbx_kv *env, bool detach_keys);
+/* CLI_EXIT_OK when stdin is a terminal, else says so (as docker) and CLI_EXIT_USAGE. */
+int cli_pty_need_tty(const char *cmd);
+int cli_cmd_shell(int argc, char **argv);
+int cli_cmd_attach(int argc, char **argv);
 /* The first signal received, or 0. */
 int cli_signal_received(void);
 /*

@@ -45,7 +45,8 @@ static const struct command commands[] = {
                         "  --user U               user to run CMD as (name or uid[:gid])\n"
                         "  --no-stdin             do not pass stdin to CMD\n"
                         "  --output-limit BYTES   stdout/stderr bytes kept (default 16 MiB each)\n"
-                        "  --json                 print the result as JSON\n",
+                        "  --json                 print the result as JSON\n"
+                        "  -t                     run CMD on a terminal (stdin must be one); -i is accepted\n",
       "CMD's words are quoted and joined into one shell command (use sh -c '...'\n"
       "for pipes). stdin, when it is not a terminal, is streamed to CMD as it comes.\n"
       "The box is stopped on exit, also on SIGINT/SIGTERM.\n" },
@@ -55,8 +56,9 @@ static const struct command commands[] = {
                         "  --json                 print the box's record as JSON\n",
       "The box keeps running until 'sbx stop ID', 'sbx gc' after its TTL, or the\n"
       "provider ends it.\n" },
-    { "exec", cli_cmd_exec, "sbx exec [--cwd D] [-e K=V] [--user U] [--timeout S] ID [--] CMD...",
+    { "exec", cli_cmd_exec, "sbx exec [-it] [--cwd D] [-e K=V] [--user U] [--timeout S] ID [--] CMD...",
       "run CMD in a box (see `sbx ls`); exit with CMD's status",
+      "  -t                     run CMD on a terminal (stdin must be one); -i is accepted\n"
       "  --cwd DIR              working directory (default: the box's workdir)\n"
       "  -e, --env K=V|K        environment variable; K alone: $K's value (repeatable)\n"
       "  --user U               user to run CMD as (name or uid[:gid])\n"
@@ -65,6 +67,13 @@ static const struct command commands[] = {
       "  --output-limit BYTES   stdout/stderr bytes kept (default 16 MiB each)\n"
       "  --json                 print the result as JSON\n",
       "Options may also come between ID and CMD. The box keeps running.\n" },
+    { "shell", cli_cmd_shell, "sbx shell ID",
+      "open the box's shell on this terminal (exit with its status)", "",
+      "Ctrl-P Ctrl-Q detaches and leaves the shell running: `sbx attach ID N` comes\n"
+      "back to session N, replaying what it printed meanwhile (the last 1 MiB).\n" },
+    { "attach", cli_cmd_attach, "sbx attach ID SESSION",
+      "come back to a terminal session left with Ctrl-P Ctrl-Q", "",
+      "Takes the session over from whoever holds it; replays its kept output first.\n" },
     { "cp", cli_cmd_cp, "sbx cp [-a] SRC DST",
       "copy a file or directory into or out of a box (one side is ID:PATH)",
       "  -a, --archive          keep numeric owners of a directory copied out of a box\n",

@@ -135,12 +135,20 @@ int cli_cmd_run(int argc, char **argv)
     static const struct option longopts[] = { CLI_SPEC_LONGOPTS, EXEC_LONGOPTS, { 0 } };
     _cleanup_spec_opts_ struct cli_spec_opts so = { 0 };
     struct exec_args a = { 0 };
+    bool tty = false;
     int c, rc = CLI_EXIT_OK;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+:he:", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+:he:it", longopts, NULL)) != -1) {
         if (c == 'h') {
             cli_help("run");
             return CLI_EXIT_OK;
+        }
+        /* -i: stdin is passed anyway; -t: CMD runs on a terminal. */
+        if (c == 'i')
+            continue;
+        if (c == 't') {
+            tty = true;
+            continue;
         }
         int r = cli_spec_opt("run", &so, c, optarg);
         if (r == 0)
@@ -152,6 +160,8 @@ int cli_cmd_run(int argc, char **argv)
     }
     if (optind >= argc)
         return cli_usage_error("run", "no command given");
+    if (tty && (rc = cli_pty_need_tty("run -t")) != CLI_EXIT_OK)
+        return rc;
     _cleanup_free_ char *command = cli_join_argv(argv + optind, argc - optind);
     _cleanup_free_ char *config = NULL;
     sbx_spec *spec = NULL;
@@ -189,6 +199,18 @@ int cli_cmd_run(int argc, char **argv)
     }
 
     sbx_exec_result *r = NULL;
+    if (tty) {
+        /* The box dies with this process: no detach keys (they would leave nothing to attach to). */
+        rc = cli_pty_run(sb, sbx_sandbox_id(sb), command, a.cwd, a.user, NULL, false);
+        if (sbx_sandbox_stop(sb, &e) < 0) {
+            cli_error("stopping box %s failed: %s", sbx_sandbox_id(sb),
+                      e ? sbx_error_message(e) : "unknown error");
+            sbx_error_free(e);
+        }
+        sbx_sandbox_free(sb);
+        sbx_provider_free(p);
+        return rc;
+    }
     rc = exec_and_print(sb, command, &a, NULL, &r);
     /* Stop before printing: the box is gone whatever happens to our stdout. */
     if (sbx_sandbox_stop(sb, &e) < 0) {
@@ -216,12 +238,20 @@ int cli_cmd_exec(int argc, char **argv)
     struct exec_args a = { 0 };
     sbx_kv env = { 0 };
     const char *id = NULL;
+    bool tty = false;
     int c, rc = CLI_EXIT_OK;
     opterr = 0;
     /* Options may come before the ID and between it and the command. */
     for (int phase = 0; phase < 2; phase++) {
-        while ((c = getopt_long(argc, argv, "+:he:", longopts, NULL)) != -1) {
+        while ((c = getopt_long(argc, argv, "+:he:it", longopts, NULL)) != -1) {
             int r;
+            /* -i: stdin is passed anyway (--no-stdin turns it off); -t: a terminal. */
+            if (c == 'i')
+                continue;
+            if (c == 't') {
+                tty = true;
+                continue;
+            }
             if (c == 'h') {
                 cli_help("exec");
                 sbx__kv_free(&env);
@@ -259,6 +289,10 @@ int cli_cmd_exec(int argc, char **argv)
         return cli_usage_error("exec", "no command given");
     }
     _cleanup_free_ char *command = cli_join_argv(argv + optind, argc - optind);
+    if (tty && (rc = cli_pty_need_tty("exec -t")) != CLI_EXIT_OK) {
+        sbx__kv_free(&env);
+        return rc;
+    }
     _cleanup_json_ json_t *rec = NULL;
     if ((rc = cli_box_find(id, &rec)) != CLI_EXIT_OK) {
         sbx__kv_free(&env);
@@ -295,6 +329,14 @@ int cli_cmd_exec(int argc, char **argv)
     for (size_t i = 0; i < env.len; i++)
         sbx__kv_set(&all_env, env.keys[i], env.values[i]);
     sbx__kv_free(&env);
+    if (tty) {
+        /* The same box env and -e as a plain exec, on a terminal. */
+        rc = cli_pty_run(sb, id, command, a.cwd, a.user, &all_env, true);
+        sbx__kv_free(&all_env);
+        sbx_sandbox_free(sb);
+        sbx_provider_free(p);
+        return rc;
+    }
     sbx_exec_result *r = NULL;
     rc = exec_and_print(sb, command, &a, &all_env, &r);
     sbx__kv_free(&all_env);

@@ -412,6 +412,13 @@ enum sbx__value_kind {
     SBX_VALUE_SANDBOX,
 };
 
+/* [pty] The box's agent address (a JSON object text future; provider.h agent_address). */
+SBX_INTERNAL int sbx__sandbox_agent_address_async(sbx_sandbox *sb, sbx_future **out,
+                                                  sbx_error **err);
+
+/* fuzz/fuzz_pty.c: runs a PTY handle over `data` as the agent's bytes. */
+SBX_INTERNAL void sbx__pty_fuzz(const uint8_t *data, size_t len);
+
 SBX_INTERNAL sbx_future *sbx__future_new(sbx_context *ctx, enum sbx__value_kind kind);
 /* Another reference (dropped with sbx_future_free). */
 SBX_INTERNAL void sbx__future_ref(sbx_future *f);

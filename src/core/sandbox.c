@@ -45,6 +45,7 @@ enum call_kind {
     CALL_ENDPOINT,
     CALL_SERIALIZE,
     CALL_CONNECT,
+    CALL_AGENT_ADDRESS,
 };
 
 /* One async operation on a sandbox, possibly several provider steps long. */
@@ -629,6 +630,9 @@ static void simple_run(void *data)
     case CALL_SERIALIZE:
         o->serialize(op, st, box, c->a);
         break;
+    case CALL_AGENT_ADDRESS:
+        o->agent_address(op, st, box);
+        break;
     default:
         sbx_op_complete(op, SBX_EINVAL, NULL, NULL);
         break;
@@ -767,6 +771,22 @@ int sbx_sandbox_endpoint_async(sbx_sandbox *sb, int port, sbx_future **out, sbx_
     if (rc < 0)
         return rc;
     c->port = port;
+    return submit(c, simple_run, out, err);
+}
+
+int sbx__sandbox_agent_address_async(sbx_sandbox *sb, sbx_future **out, sbx_error **err)
+{
+    if (!sb || !out)
+        return sbx__set_error(err, SBX_EINVAL, "a sandbox and out are required");
+    if (!sb->p->ops->agent_address) {
+        _cleanup_free_ char *r = provider_repr(sb->p);
+        return sbx__set_error(err, SBX_ENOTSUP,
+                              "Sandbox provider %s does not support PTY sessions", r);
+    }
+    struct call *c;
+    int rc = begin_simple(sb, CALL_AGENT_ADDRESS, SBX_VALUE_STRING, &c, err);
+    if (rc < 0)
+        return rc;
     return submit(c, simple_run, out, err);
 }
 

@@ -4,6 +4,7 @@
  * an error return, never a crash (fuzz/fuzz_frames.c holds it to that).
  */
 #include "proto/proto.h"
+#include "proto/pty.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +58,7 @@ const char *sbx__proto_type_name(uint8_t type)
     case SBX_MSG_STATUS:
         return "STATUS";
     default:
-        return NULL;
+        return sbx__proto_pty_type_name(type);
     }
 }
 

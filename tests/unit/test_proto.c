@@ -3,6 +3,7 @@
 #include "common.h"
 
 #include "proto/proto.h"
+#include "proto/pty.h"
 
 #include <stdint.h>
 
@@ -385,7 +386,88 @@ static void test_strings_with_nul_or_lying_lengths_rejected(void)
     sbx__pbuf_free(&b);
 }
 
-TAP_MAIN(TAP(test_header_layout), TAP(test_hello_roundtrip_and_negotiation),
+/* PTY messages (version 3): round trips, and every bound checked. */
+static void test_pty_messages(void)
+{
+    const char *argv[] = {"bash", "-l", NULL}, *env[] = {"TERM=xterm", NULL};
+    sbx__pbuf_begin(&b);
+    TAP_EQ_INT(sbx__msg_pty_open_encode(&b, 40, 120, SBX_PTY_PIPES, "/w", "u", argv, env, NULL), 0);
+    sbx_frame f = reparse(SBX_MSG_PTY_OPEN, 7);
+    sbx_msg_pty_open o = {0};
+    TAP_EQ_INT(sbx__msg_pty_open_decode(&f, &o), 0);
+    TAP_EQ_INT(o.rows, 40);
+    TAP_EQ_INT(o.cols, 120);
+    TAP_EQ_INT(o.exec->flags, SBX_PTY_PIPES);
+    TAP_EQ_STR(o.exec->argv[1], "-l");
+    TAP_EQ_STR(o.exec->env[0], "TERM=xterm");
+    TAP_EQ_STR(o.exec->cwd, "/w");
+    sbx__msg_pty_open_free(&o);
+    /* A terminal larger than 4096 either way is refused. */
+    sbx__pbuf_begin(&b);
+    sbx__msg_pty_open_encode(&b, 4097, 80, 0, NULL, NULL, argv, NULL, NULL);
+    f = reparse(SBX_MSG_PTY_OPEN, 7);
+    TAP_EQ_INT(sbx__msg_pty_open_decode(&f, &o), -1);
+    sbx__pbuf_begin(&b);
+    sbx__pbuf_u32(&b, 24); /* no cols, no EXEC payload */
+    f = reparse(SBX_MSG_PTY_OPEN, 7);
+    TAP_EQ_INT(sbx__msg_pty_open_decode(&f, &o), -1);
+
+    sbx__pbuf_begin(&b);
+    sbx_msg_pty_info info = {9, 1ull << 40, 5}, gi;
+    TAP_EQ_INT(sbx__msg_pty_info_encode(&b, &info), 0);
+    f = reparse(SBX_MSG_PTY_INFO, 7);
+    TAP_EQ_INT(sbx__msg_pty_info_decode(&f, &gi), 0);
+    TAP_EQ_INT(gi.id, 9);
+    TAP_TRUE(gi.out_offset == 1ull << 40 && gi.err_offset == 5);
+
+    sbx__pbuf_begin(&b);
+    sbx_msg_pty_attach a = {3, SBX_PTY_ATTACH_TAKEOVER, 77}, ga;
+    TAP_EQ_INT(sbx__msg_pty_attach_encode(&b, &a), 0);
+    f = reparse(SBX_MSG_PTY_ATTACH, 8);
+    TAP_EQ_INT(sbx__msg_pty_attach_decode(&f, &ga), 0);
+    TAP_TRUE(ga.id == 3 && ga.flags == 1 && ga.since == 77);
+    a.flags = 2; /* unknown flag bits are refused */
+    sbx__pbuf_begin(&b);
+    sbx__msg_pty_attach_encode(&b, &a);
+    f = reparse(SBX_MSG_PTY_ATTACH, 8);
+    TAP_EQ_INT(sbx__msg_pty_attach_decode(&f, &ga), -1);
+
+    uint32_t r, c;
+    sbx__pbuf_begin(&b);
+    sbx__pbuf_u32(&b, 50);
+    sbx__pbuf_u32(&b, 132);
+    f = reparse(SBX_MSG_PTY_RESIZE, 8);
+    TAP_EQ_INT(sbx__msg_pty_resize_decode(&f, &r, &c), 0);
+    TAP_TRUE(r == 50 && c == 132);
+    sbx__pbuf_u32(&b, 1); /* trailing bytes */
+    f = reparse(SBX_MSG_PTY_RESIZE, 8);
+    TAP_EQ_INT(sbx__msg_pty_resize_decode(&f, &r, &c), -1);
+    uint32_t sig;
+    for (uint32_t v = 0; v <= 65; v += 65) {
+        sbx__pbuf_begin(&b);
+        sbx__pbuf_u32(&b, v); /* 0 and 65: outside 1..64 */
+        f = reparse(SBX_MSG_PTY_SIGNAL, 8);
+        TAP_EQ_INT(sbx__msg_pty_signal_decode(&f, &sig), -1);
+    }
+    sbx__pbuf_begin(&b);
+    sbx__pbuf_u64(&b, 1000);
+    sbx__pbuf_bytes(&b, "abc", 3);
+    f = reparse(SBX_MSG_PTY_OUT, 8);
+    uint64_t off;
+    const uint8_t *d;
+    uint32_t n;
+    TAP_EQ_INT(sbx__msg_pty_data_decode(&f, &off, &d, &n), 0);
+    TAP_TRUE(off == 1000 && n == 3 && !memcmp(d, "abc", 3));
+    sbx__pbuf_begin(&b);
+    sbx__pbuf_u64(&b, UINT64_MAX); /* an offset no stream reaches: the sum would wrap */
+    f = reparse(SBX_MSG_PTY_OUT, 8);
+    TAP_EQ_INT(sbx__msg_pty_data_decode(&f, &off, &d, &n), -1);
+    TAP_EQ_STR(sbx__proto_type_name(SBX_MSG_PTY_DETACH), "PTY_DETACH");
+    TAP_NULL(sbx__proto_type_name(0x38));
+    sbx__pbuf_free(&b);
+}
+
+TAP_MAIN(TAP(test_header_layout), TAP(test_pty_messages), TAP(test_hello_roundtrip_and_negotiation),
          TAP(test_exec_roundtrip), TAP(test_exit_status_file_messages), TAP(test_type_names),
          TAP(test_reader_byte_by_byte), TAP(test_oversized_and_short_frames_rejected),
          TAP(test_truncated_payloads_rejected),

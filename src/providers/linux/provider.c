@@ -2236,6 +2236,27 @@ static void linux_image_commit(sbx_op *op, void *state, const char *box_id, cons
                                st->max_image_bytes);
 }
 
+/* [pty] PTY sessions hold their own connection to the box's agent: where it is. */
+static void linux_agent_address(sbx_op *op, void *state, void *box)
+{
+    (void)state;
+    struct linux_box *b = box;
+    if (!b->socket || b->agent.peer_pid <= 0) {
+        sbx_op_complete(op, SBX_ESTATE,
+                        sbx_error_new(SBX_ESTATE, "box %s: its agent is not reachable", b->id),
+                        NULL);
+        return;
+    }
+    json_t *j = json_pack("{s:s, s:I}", "socket", b->socket, "pid", (json_int_t)b->agent.peer_pid);
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!text) {
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    sbx_op_complete(op, SBX_OK, NULL, text);
+}
+
 const struct sbx_provider_ops sbx__linux_provider = {
     SBX_PROVIDER_OPS_HEADER,
     .name = "linux",
@@ -2262,6 +2283,7 @@ const struct sbx_provider_ops sbx__linux_provider = {
     .image_prune = linux_image_prune,
     .image_pull = linux_image_pull,
     .image_commit = linux_image_commit, /* [img-commit] */
+    .agent_address = linux_agent_address, /* [pty] */
     /* Exec goes through the agent client, which streams output as its frames arrive. */
-    .capabilities = SBX_CAP_EXEC_STREAM,
+    .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_PTY,
 };

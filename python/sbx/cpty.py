@@ -1,0 +1,205 @@
+"""PTY sessions of C providers (sbx_pty_* in include/sbx.h, docs/terminals.md)
+behind the reference's SandboxPtySession protocol. A session holds its own
+connection to the box's agent; its blocking C calls run in worker threads,
+one at a time per session (the C handle is not thread-safe), in short slices
+so that read(), read_stderr() and wait_exit() awaited together all progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator
+from ctypes import POINTER, byref, c_char_p, c_double, c_int, c_size_t, c_uint, c_ulonglong, c_void_p
+from ctypes import create_string_buffer
+from typing import Any
+
+from . import _lib
+from ._lib import lib
+from .base import SandboxPtyError, SandboxPtySpec
+
+_P, _PP, _ERR = c_void_p, POINTER(c_void_p), POINTER(c_void_p)
+for _name, _res, _args in [
+    ("sbx_pty_opts_new", _P, ()),
+    ("sbx_pty_opts_free", None, (_P,)),
+    ("sbx_pty_opts_set_command", c_int, (_P, c_char_p)),
+    ("sbx_pty_opts_set_cwd", c_int, (_P, c_char_p)),
+    ("sbx_pty_opts_set_user", c_int, (_P, c_char_p)),
+    ("sbx_pty_opts_set_env", c_int, (_P, c_char_p, c_char_p)),
+    ("sbx_pty_opts_set_size", c_int, (_P, c_uint, c_uint)),
+    ("sbx_pty_opts_set_pipes", c_int, (_P, c_int)),
+    ("sbx_pty_open", c_int, (_P, _P, _PP, _ERR)),
+    ("sbx_pty_attach", c_int, (_P, c_uint, c_int, c_ulonglong, _PP, _ERR)),
+    ("sbx_pty_id", c_uint, (_P,)),
+    ("sbx_pty_read", c_int, (_P, c_int, c_char_p, c_size_t, c_double, POINTER(c_size_t), POINTER(c_ulonglong), _ERR)),
+    ("sbx_pty_write", c_int, (_P, c_char_p, c_size_t, _ERR)),
+    ("sbx_pty_resize", c_int, (_P, c_uint, c_uint, _ERR)),
+    ("sbx_pty_signal", c_int, (_P, c_char_p, _ERR)),
+    ("sbx_pty_wait", c_int, (_P, c_double, POINTER(c_int), _ERR)),
+    ("sbx_pty_close", c_int, (_P, _ERR)),
+    ("sbx_pty_free", None, (_P,)),
+]:
+    _fn = getattr(lib, _name)
+    _fn.restype = _res
+    _fn.argtypes = list(_args)
+
+_SLICE = 0.05  # seconds one C call may hold the session's lock
+_ETIMEDOUT = -7
+
+
+def open_session(sb: c_void_p, spec: SandboxPtySpec) -> CPtySession:
+    o = lib.sbx_pty_opts_new()
+    if not o:
+        raise MemoryError("out of memory")
+    try:
+        if spec.command is not None:
+            _lib.check(lib.sbx_pty_opts_set_command(o, _lib.cstr(spec.command, "command")), c_void_p())
+        if spec.cwd is not None:
+            _lib.check(lib.sbx_pty_opts_set_cwd(o, _lib.cstr(spec.cwd, "cwd")), c_void_p())
+        if spec.user is not None:
+            _lib.check(lib.sbx_pty_opts_set_user(o, _lib.cstr(str(spec.user), "user")), c_void_p())
+        for k, v in (spec.env or {}).items():
+            if lib.sbx_pty_opts_set_env(o, _lib.cstr(k, "an env name"), _lib.cstr(v, f"env[{k!r}]")) < 0:
+                raise ValueError(f"env[{k!r}] is not valid: a name is not empty and has no '='")
+        if lib.sbx_pty_opts_set_size(o, int(spec.rows), int(spec.cols)) < 0:
+            raise ValueError(f"rows and cols must be 1..4096, got {spec.rows}x{spec.cols}")
+        lib.sbx_pty_opts_set_pipes(o, 0 if spec.pty else 1)
+        p = c_void_p()
+        _lib.call(lib.sbx_pty_open, sb, o, byref(p))
+    finally:
+        lib.sbx_pty_opts_free(o)
+    return CPtySession(p, "pty" if spec.pty else "pipe")
+
+
+def attach_session(sb: c_void_p, session_id: str, takeover: bool, since: int | None) -> CPtySession:
+    try:
+        sid = int(session_id)
+    except (TypeError, ValueError):
+        raise SandboxPtyError(f"no PTY session {session_id!r} in this box") from None
+    if not 0 < sid < 1 << 32:
+        raise SandboxPtyError(f"no PTY session {session_id!r} in this box")
+    p = c_void_p()
+    _lib.call(lib.sbx_pty_attach, sb, sid, 1 if takeover else 0, int(since or 0), byref(p))
+    return CPtySession(p, "pty")
+
+
+class CPtySession:
+    """One PTY session of a C provider (SandboxPtySession)."""
+
+    def __init__(self, ptr: c_void_p, mode: str) -> None:
+        self._ptr = ptr
+        self._lock = threading.Lock()
+        self.session_id = str(lib.sbx_pty_id(ptr))
+        self.mode: str | None = mode
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _live(self) -> c_void_p:
+        if self._closed or not self._ptr:
+            raise SandboxPtyError(f"PTY session {self.session_id} is closed")
+        return self._ptr
+
+    def _read_slice(self, stream: int, timeout: float) -> bytes | None:
+        buf = create_string_buffer(65536)
+        n = c_size_t(0)
+        err = c_void_p()
+        with self._lock:
+            rc = lib.sbx_pty_read(self._live(), stream, buf, len(buf), timeout, byref(n), None, byref(err))
+        if rc == _ETIMEDOUT:
+            lib.sbx_error_free(err)
+            return None
+        _lib.check(rc, err)
+        return buf.raw[: n.value]
+
+    async def _read(self, stream: int, timeout_s: float | None) -> bytes:
+        deadline = None if timeout_s is None else time.monotonic() + max(0.0, float(timeout_s))
+        while True:
+            left = _SLICE if deadline is None else min(_SLICE, max(0.0, deadline - time.monotonic()))
+            data = await asyncio.to_thread(self._read_slice, stream, left)
+            if data is not None:
+                return data
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"PTY session {self.session_id}: no output within {timeout_s}s")
+
+    async def read(self, *, timeout_s: float | None = None) -> bytes:
+        """The next output bytes (b"" once the session ended and all was read)."""
+        return await self._read(1, timeout_s)
+
+    async def read_stderr(self, *, timeout_s: float | None = None) -> bytes:
+        """The next stderr bytes of a pipe-mode session (b"" at its end; always b"" for a PTY)."""
+        if self.mode == "pty":
+            return b""
+        return await self._read(2, timeout_s)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:  # type: ignore[override]
+        while True:
+            chunk = await self.read()
+            if not chunk:
+                return
+            yield chunk
+
+    def _locked(self, fn: Any, *args: Any) -> None:
+        err = c_void_p()
+        with self._lock:
+            rc = fn(self._live(), *args, byref(err))
+        _lib.check(rc, err)
+
+    async def write(self, data: bytes) -> None:
+        data = bytes(data)
+        await asyncio.to_thread(self._locked, lib.sbx_pty_write, data, len(data))
+
+    async def resize(self, rows: int, cols: int) -> None:
+        await asyncio.to_thread(self._locked, lib.sbx_pty_resize, int(rows), int(cols))
+
+    async def send_signal(self, signal: str) -> None:
+        await asyncio.to_thread(self._locked, lib.sbx_pty_signal, _lib.cstr(signal, "signal"))
+
+    def _wait_slice(self, timeout: float) -> int | None:
+        code = c_int(0)
+        err = c_void_p()
+        with self._lock:
+            rc = lib.sbx_pty_wait(self._live(), timeout, byref(code), byref(err))
+        if rc == _ETIMEDOUT:
+            lib.sbx_error_free(err)
+            return None
+        _lib.check(rc, err)
+        return code.value
+
+    async def wait_exit(self, *, timeout_s: float | None = None) -> int:
+        deadline = None if timeout_s is None else time.monotonic() + max(0.0, float(timeout_s))
+        while True:
+            left = _SLICE if deadline is None else min(_SLICE, max(0.0, deadline - time.monotonic()))
+            code = await asyncio.to_thread(self._wait_slice, left)
+            if code is not None:
+                return code
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"PTY session {self.session_id} did not end within {timeout_s}s")
+
+    def _close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            ptr, self._ptr = self._ptr, c_void_p()
+        if ptr:
+            lib.sbx_pty_close(ptr, None)
+
+    async def close(self) -> None:
+        """Ends a session this handle opened; only detaches an attached one. Idempotent."""
+        await asyncio.to_thread(self._close)
+
+    async def __aenter__(self) -> CPtySession:
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        await self.close()
+
+    def __del__(self) -> None:
+        ptr = getattr(self, "_ptr", None)
+        if ptr and lib is not None:
+            lib.sbx_pty_free(ptr)  # the session runs on, detached
+            self._ptr = c_void_p()
