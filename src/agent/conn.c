@@ -315,7 +315,7 @@ static void dispatch(struct conn *c, const sbx_frame *f)
                         sbx__proto_type_name(f->type), f->channel);
             return;
         }
-        /* fall through */
+        __attribute__((fallthrough)); /* clang does not read the comment form */
     case SBX_MSG_PTY_RESIZE:
     case SBX_MSG_PTY_SIGNAL:
     case SBX_MSG_PTY_DETACH:
