@@ -172,7 +172,7 @@ bench: all $(BENCH_BIN)
 # build/fuzz/new/ only. A crash leaves build/fuzz/<target>-crash-* behind.
 FUZZ_B := build/fuzz
 FUZZ_TIME ?= 30
-FUZZ_CI_TIME ?= 20
+FUZZ_CI_TIME ?= 10
 FUZZ_FLAGS := -rss_limit_mb=2048 -timeout=10 -print_final_stats=0
 FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/bin/%)
 .PHONY: fuzz-ci fuzz-build fuzz-bins

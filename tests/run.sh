@@ -88,6 +88,9 @@ for t in tests/unit/test_*.sh tests/integration/test_*.sh tests/acceptance/test_
     case "$t" in
       tests/acceptance/*)
         grep -q 'SBX_NO_VALGRIND_CLI=1' "$t" && { echo "== $(basename "$t"): not under valgrind (needs the real process)"; continue; }
+        # A script may say why memcheck is not worth its time there: SBX_VALGRIND_SKIP="why".
+        why=$(grep -o 'SBX_VALGRIND_SKIP="[^"]*"' "$t" | head -1 | cut -d'"' -f2)
+        [ -n "$why" ] && { echo "== $(basename "$t"): not under valgrind ($why)"; continue; }
         vglogs=$(mktemp -d /tmp/sbx-vglogs.XXXXXX); chmod 0777 "$vglogs"
         run_native=1 run_one "$(basename "$t") (sbx under memcheck)" env B="$B" SBX_PLUGIN_PATH="$FAKES" SBX_VG_LOGS="$vglogs" "$t"
         # What memcheck said about the CLI (the failing checks exited 99).

@@ -6,6 +6,7 @@
 # Checks what a user sees: pull by tag and digest, boxes from pulled
 # images, platform selection, auth and TLS refused and accepted, corrupted
 # blobs refused, broken connections resumed, concurrent pulls, --pull.
+# SBX_VALGRIND_SKIP="its hundred pulls take memcheck 3 minutes; the ASan run and the fuzzers cover the client"
 . "$(dirname "$0")/lib.sh"
 need_root
 for tool in docker-registry skopeo htpasswd openssl curl; do
