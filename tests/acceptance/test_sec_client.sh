@@ -7,6 +7,10 @@
 # files, leftover temporaries. Nothing here asserts how long anything takes.
 . "$(dirname "$0")/lib.sh"
 need_root
+# These attacks come through the box's own tar: `sbx cp` of a directory
+# takes that path only for providers without the agent's tar built-ins
+# (docs/transfer.md), so it is forced here to keep its defences tested.
+export SBX_CP_BOX_TAR=1
 export SBX_LIB="$B/libsbx.so" PYTHONPATH="$ROOT/python"
 H="$T/host"
 CANARY="$T/canary"
