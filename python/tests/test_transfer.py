@@ -16,10 +16,16 @@ from conftest import need_provider
 
 
 @pytest.fixture(autouse=True)
-def _linux():
+def _linux(monkeypatch):
     need_provider("linux")
     if os.geteuid() != 0:
         pytest.skip("linux boxes need root")
+    # A sanitizer build's sbx-agent is linked dynamically and cannot run in
+    # an image: use the plain build's static one, as tests/linux_fixture.h
+    # does (the agent is not what these tests sanitize).
+    static = os.path.join(os.path.dirname(__file__), "..", "..", "build", "sbx-agent")
+    if "SBX_AGENT" not in os.environ and os.path.exists(static):
+        monkeypatch.setenv("SBX_AGENT", os.path.realpath(static))
 
 
 @pytest.fixture
