@@ -109,7 +109,8 @@ uint8_t *sbx__proto_reader_space(sbx_proto_reader *r, size_t want, size_t *avail
         memmove(r->buf, r->buf + r->start, r->len);
         r->start = 0;
     }
-    if (r->start + r->len + want > r->cap) {
+    /* No buffer yet (even for want == 0: NULL + 0 is no pointer to hand out). */
+    if (!r->buf || r->start + r->len + want > r->cap) {
         size_t cap = r->cap ? r->cap : 64 * 1024;
         while (cap < r->start + r->len + want)
             cap *= 2;
