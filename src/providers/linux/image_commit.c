@@ -529,6 +529,8 @@ static void v1_thaw(const char *group)
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    /* <freezer>/sbx too, unless another commit's group is in it (then EBUSY: it stays). */
+    rmdir(V1_FREEZER "/sbx");
 }
 
 /* Freezes the processes of v1 group `box_cg`; *group is set once a freezer group was made. */
