@@ -1917,6 +1917,15 @@ static bool valid_name(const char *name)
     return true;
 }
 
+/* The refusal of a name that is not Docker's grammar, saying what is. */
+static int bad_name(const char *name, sbx_error **err)
+{
+    return sbx__set_error(err, SBX_EINVAL,
+                          "invalid image name %s: use [HOST[:PORT]/]PATH[:TAG][@sha256:HEX] "
+                          "with lowercase path components [a-z0-9._-], at most 255 bytes",
+                          name ? name : "(null)");
+}
+
 bool sbx__linux_image_name_ok(const char *name)
 {
     return valid_name(name) && strcmp(name, "none") != 0;
@@ -2339,10 +2348,7 @@ int sbx__linux_image_import(const char *state_dir, const char *store, const char
                             const char *source, const sbx_linux_image_opts *opts, sbx_error **err)
 {
     if (!sbx__linux_image_name_ok(name))
-        return sbx__set_error(err, SBX_EINVAL,
-                              "invalid image name %s: use [HOST[:PORT]/]PATH[:TAG][@sha256:HEX] "
-                              "with lowercase path components [a-z0-9._-], at most 255 bytes",
-                              name ? name : "(null)");
+        return bad_name(name, err);
     if (!source || !*source)
         return sbx__set_error(err, SBX_EINVAL, "an image source is required");
     _cleanup_free_ char *abs = NULL;
@@ -2438,10 +2444,7 @@ int sbx__linux_image_import_layers(const char *state_dir, const char *store, con
                                    sbx_error **err)
 {
     if (!sbx__linux_image_name_ok(name))
-        return sbx__set_error(err, SBX_EINVAL,
-                              "invalid image name %s: use [HOST[:PORT]/]PATH[:TAG][@sha256:HEX] "
-                              "with lowercase path components [a-z0-9._-], at most 255 bytes",
-                              name ? name : "(null)");
+        return bad_name(name, err);
     if (!layers || n < 1 || n > MAX_LAYERS)
         return sbx__set_error(err, SBX_EINVAL, "an image has 1 to %d layers, not %zu",
                               MAX_LAYERS, n);
@@ -3161,10 +3164,7 @@ int sbx__linux_image_tag(const char *state_dir, const char *store, const char *s
     if (!valid_name(src))
         return sbx__set_error(err, SBX_EINVAL, "invalid image name %s", src ? src : "(null)");
     if (!sbx__linux_image_name_ok(name))
-        return sbx__set_error(err, SBX_EINVAL,
-                              "invalid image name %s: use [HOST[:PORT]/]PATH[:TAG][@sha256:HEX] "
-                              "with lowercase path components [a-z0-9._-], at most 255 bytes",
-                              name ? name : "(null)");
+        return bad_name(name, err);
     struct store s;
     int rc = store_open(state_dir, store, LOCK_SH, &s, err);
     if (rc < 0)
@@ -3400,10 +3400,7 @@ int sbx__linux_image_import_layout(const char *state_dir, const char *store, con
                                    char id_out[65], sbx_error **err)
 {
     if (!sbx__linux_image_name_ok(name))
-        return sbx__set_error(err, SBX_EINVAL,
-                              "invalid image name %s: use [HOST[:PORT]/]PATH[:TAG][@sha256:HEX] "
-                              "with lowercase path components [a-z0-9._-], at most 255 bytes",
-                              name ? name : "(null)");
+        return bad_name(name, err);
     struct store s;
     int rc = store_open(state_dir, store, LOCK_SH, &s, err);
     if (rc < 0)
