@@ -31,6 +31,7 @@ struct progress {
     bool show;        /* print progress (else the callback only polls for a signal) */
     bool tty;         /* redraw one line with \r; otherwise a line per step */
     long long bucket; /* the step last printed */
+    char stage[48];   /* ... and its stage: a new stage always gets its line */
     bool printed;
 };
 
@@ -50,8 +51,9 @@ static void on_progress(const char *stage, unsigned long long done, unsigned lon
         pct = 100;
     /* Without a total, a step is 16 MiB read. */
     long long bucket = pct >= 0 ? pct / (p->tty ? 1 : 10) : (long long)(done >> 24);
-    if (p->printed && bucket == p->bucket)
+    if (p->printed && bucket == p->bucket && !strncmp(stage, p->stage, sizeof(p->stage) - 1))
         return;
+    snprintf(p->stage, sizeof(p->stage), "%s", stage);
     char d[32], t[32];
     human_bytes(done, d, sizeof(d));
     human_bytes(total, t, sizeof(t));

@@ -754,7 +754,10 @@ static pid_t spawn_import(const char *name, const char *src, const char *max, in
     return pid;
 }
 
-/* Reads the child's stderr until its first progress line (the unpack runs). */
+/*
+ * Reads the child's stderr until its first line of the unpack stage: the
+ * "archive" stage before it (the format scan) makes no temporary yet.
+ */
 static void wait_progress(int fd, char *buf, size_t n)
 {
     size_t got = 0;
@@ -762,7 +765,7 @@ static void wait_progress(int fd, char *buf, size_t n)
     while (got + 1 < n && (k = read(fd, buf + got, n - 1 - got)) > 0) {
         got += (size_t)k;
         buf[got] = 0;
-        if (strstr(buf, "importing"))
+        if (strstr(buf, "importing big: unpack"))
             return;
     }
     buf[got] = 0;
