@@ -471,5 +471,13 @@ SBX_INTERNAL bool sbx__log_enabled(sbx_log_level level);
 /* A reference that keeps a sandbox object alive while a transfer thread uses it. */
 SBX_INTERNAL void sbx__sandbox_hold(sbx_sandbox *sb);
 SBX_INTERNAL void sbx__sandbox_release(sbx_sandbox *sb);
+/*
+ * The host side of a download: extracts the tar stream a box sends on `fd`
+ * into the existing, link-free host directory `dir` (closing `fd`). Every
+ * byte is the box's choice; nothing lands outside `dir`. SBX_OK, or the
+ * code with what was wrong in `msg`. Apart for its tests and fuzz target.
+ */
+SBX_INTERNAL int sbx__transfer_unpack_fd(int fd, const char *dir, unsigned flags, char *msg,
+                                         size_t msglen);
 
 #endif /* SBX_INTERNAL_H */

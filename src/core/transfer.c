@@ -341,7 +341,12 @@ static void *unpack_thread(void *arg)
         opts |= ARCHIVE_EXTRACT_OWNER;
     archive_write_disk_set_options(w, opts);
     if (archive_read_open_fd(a, s->fd, 256 << 10) != ARCHIVE_OK) {
-        side_fail(s, SBX_EIO, "%s", archive_error_string(a));
+        /* Not a tar is the box's doing; a failed read is the host's. */
+        if (archive_errno(a) == EILSEQ || archive_errno(a) <= 0) /* FILE_FORMAT, MISC */
+            side_fail(s, SBX_EPROTO, "the archive from the box is malformed: %s",
+                      archive_error_string(a));
+        else
+            side_fail(s, SBX_EIO, "%s", archive_error_string(a));
         goto out;
     }
     for (;;) {
@@ -451,6 +456,15 @@ out:
      */
     close(s->fd);
     return NULL;
+}
+
+int sbx__transfer_unpack_fd(int fd, const char *dir, unsigned flags, char *msg, size_t msglen)
+{
+    struct side s = {.fd = fd, .dir = dir, .flags = flags};
+    unpack_thread(&s);
+    if (msg && msglen)
+        snprintf(msg, msglen, "%s", s.msg);
+    return s.code;
 }
 
 /* --- the calls ------------------------------------------------------------ */
