@@ -132,9 +132,25 @@ def test_async_sandbox(tmp_path, bare_image):
     asyncio.run(go())
 
 
-def test_provider_without_agent_is_unavailable(tmp_path):
+def test_local_transfers_through_the_host_agent(tmp_path):
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub/f").write_text("1")
+    os.chmod(src / "sub/f", 0o751)
+    with Sandbox({"local": {}}, SandboxSpec(workdir=str(tmp_path / "w"))) as sb:
+        sb.start()
+        transfer.upload_dir(sb, src, "t")
+        assert (tmp_path / "w/t/sub/f").read_text() == "1"
+        transfer.download_dir(sb, "t", tmp_path / "back")
+        assert (tmp_path / "back/sub/f").read_text() == "1"
+        assert os.stat(tmp_path / "back/sub/f").st_mode & 0o7777 == 0o751
+
+
+def test_provider_without_agent_is_unavailable(tmp_path, monkeypatch):
+    monkeypatch.setenv("SBX_AGENT", str(tmp_path / "no-such-agent"))
     with Sandbox({"local": {}}, SandboxSpec(workdir=str(tmp_path / "w"))) as sb:
         sb.start()
         with pytest.raises(SandboxUnavailableError) as ei:
             transfer.upload_dir(sb, tmp_path, "/x")
         assert ei.value.error_type == "unsupported"
+        assert "sbx-agent" in str(ei.value)

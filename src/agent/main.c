@@ -5,12 +5,14 @@
  *                  [--user USER]
  *                  [-- ENTRYPOINT...]
  *   sbx-agent serve --stdio [--root DIR] [--shell SH]
+ *   sbx-agent builtin [--root DIR] NAME ARGS...   (one transfer built-in, tar.c)
  *
  * As PID 1 of a box (init) it reaps every zombie, runs the optional
  * entrypoint as a supervised service, and on SIGTERM kills every process and
  * exits 0. docs/agent-protocol.md has the protocol it serves.
  */
 #include "agent/agent.h"
+#include "agent/tar.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -367,6 +369,7 @@ static void usage(void)
             "usage: sbx-agent init (--listen PATH | --listen-fd N) [--ready-fd N] [--root DIR]\n"
             "                      [--shell SH] [--user USER] [-- ENTRYPOINT...]\n"
             "       sbx-agent serve --stdio [--root DIR] [--shell SH]\n"
+            "       sbx-agent builtin [--root DIR] NAME ARGS...\n"
             "       sbx-agent --version\n");
 }
 
@@ -464,6 +467,38 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
         printf("%s (protocol %d)\n", AGENT_VERSION, SBX_PROTO_VERSION);
         return 0;
+    }
+    /*
+     * One transfer built-in (tar.c) as a plain command, on stdin and stdout:
+     * how providers without an agent in their boxes (local) run the same
+     * transfer code as the agent's EXEC_BUILTIN.
+     */
+    if (argc >= 3 && strcmp(argv[1], "builtin") == 0) {
+        int i = 2;
+        const char *root = "/";
+        if (strcmp(argv[i], "--root") == 0 && i + 2 < argc) {
+            root = argv[i + 1];
+            i += 2;
+        }
+        if (files_set_root(root) < 0) {
+            fprintf(stderr, "sbx-agent: cannot open the root %s: %s\n", root, strerror(errno));
+            return 2;
+        }
+        /* Every built-in's first argument is its path: a relative one is the cwd's. */
+        char cwd[PATH_MAX], *abs = NULL;
+        if (i + 1 < argc && argv[i + 1][0] != '/' && getcwd(cwd, sizeof(cwd))) {
+            size_t need = strlen(cwd) + strlen(argv[i + 1]) + 2;
+            abs = malloc(need);
+            if (!abs) {
+                fprintf(stderr, "sbx-agent: out of memory\n");
+                return 2;
+            }
+            snprintf(abs, need, "%s/%s", cwd, argv[i + 1]);
+            argv[i + 1] = abs;
+        }
+        int rc = agent_builtin(argv + i);
+        free(abs);
+        return rc;
     }
     if (argc < 2 || (strcmp(argv[1], "init") != 0 && strcmp(argv[1], "serve") != 0)) {
         usage();

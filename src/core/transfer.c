@@ -33,7 +33,8 @@ static int check_provider(sbx_sandbox *sb, const char *what, const char *path, s
 {
     sbx_provider *p = sb ? sbx_sandbox_provider(sb) : NULL;
     const char *name = p ? sbx_provider_name(p) : NULL;
-    static const char *const ok[] = {"linux", "docker", "apptainer", "enroot", NULL};
+    /* local runs the host's sbx-agent for each transfer (`sbx-agent builtin`). */
+    static const char *const ok[] = {"linux", "docker", "apptainer", "enroot", "local", NULL};
     for (size_t i = 0; name && ok[i]; i++)
         if (!strcmp(name, ok[i]))
             return SBX_OK;

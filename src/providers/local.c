@@ -21,6 +21,7 @@
  */
 #include "core/internal.h"
 #include "providers/local.h"
+#include "kit/kit.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -462,6 +463,7 @@ struct lexec {
     enum ex_phase phase;
     enum ex_end end;
     char *command;
+    char **argv; /* a transfer built-in: sbx-agent builtin NAME ARGS..., no shell; else NULL */
     char *cwd;
     sbx_kv env;       /* spec.env, then the call's env on top */
     double timeout_s; /* < 0: none */
@@ -493,6 +495,7 @@ static void exec_free(struct lexec *e)
     free(e->out.data);
     free(e->err.data);
     free(e->command);
+    sbx_strv_free(e->argv);
     free(e->cwd);
     sbx__kv_free(&e->env);
     free(e->stdin_data);
@@ -882,6 +885,31 @@ static void free_env(char **envp)
     free(envp);
 }
 
+/*
+ * A transfer built-in (src/core/transfer.c) runs as the host's sbx-agent
+ * with the same code the agent runs in a box, rooted at / (local has no
+ * box root: its paths are the host's, as its exec's are).
+ */
+static char **builtin_argv(char *const *bi)
+{
+    size_t n = 0;
+    while (bi[n])
+        n++;
+    char **v = calloc(n + 5, sizeof(*v));
+    if (!v)
+        return NULL;
+    v[0] = sbx__kit_find_helper("sbx-agent", "SBX_AGENT");
+    bool ok = v[0] && (v[1] = strdup("builtin")) && (v[2] = strdup("--root")) &&
+              (v[3] = strdup("/"));
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (v[4 + i] = strdup(bi[i])) != NULL;
+    if (!ok) {
+        sbx_strv_free(v);
+        return NULL;
+    }
+    return v;
+}
+
 static void start_exec(struct lexec *e)
 {
     struct local_state *st = e->st;
@@ -921,7 +949,8 @@ static void start_exec(struct lexec *e)
         pfd[2][0] = -1;
 
     char **envp = prc ? NULL : build_env(&e->env);
-    char *args[] = {st->shell, (char *)"-c", e->command, NULL};
+    char *shell_args[] = {st->shell, (char *)"-c", e->command, NULL};
+    char **args = e->argv ? e->argv : shell_args;
     uv_stdio_container_t io[3];
     io[0].flags = e->has_stdin || e->stdin_fd >= 0 ? UV_INHERIT_FD : UV_IGNORE; /* ignored: /dev/null */
     /* A streamed stdin is the caller's descriptor itself: nothing is buffered. */
@@ -932,7 +961,7 @@ static void start_exec(struct lexec *e)
     io[2].data.fd = pfd[2][1];
     uv_process_options_t o = {
         .exit_cb = on_proc_exit,
-        .file = st->shell,
+        .file = args[0],
         .args = args,
         .env = envp,
         .cwd = e->cwd,
@@ -958,6 +987,11 @@ static void start_exec(struct lexec *e)
                                       "local exec: working directory '%s' does not exist; "
                                       "create it or pass an existing cwd",
                                       e->cwd);
+        else if (e->argv && (rc == UV_ENOENT || rc == UV_EACCES))
+            err = sbx_error_new(SBX_ENOTSUP,
+                                "local transfer: cannot run the sbx-agent helper '%s': %s; "
+                                "install sbx's helpers or set SBX_AGENT to sbx-agent",
+                                args[0], uv_strerror(rc));
         else if (rc == UV_ENOENT || rc == UV_EACCES)
             err = sbx_error_new(SBX_EPROVIDER,
                                 "local exec: cannot run the shell '%s': %s; set the provider's "
@@ -1055,6 +1089,8 @@ static void local_exec(sbx_op *op, void *state, void *box, const char *command,
     e->box = b;
     e->op = op;
     e->command = strdup(command);
+    if (opts && opts->builtin_argv && e->command)
+        e->argv = builtin_argv(opts->builtin_argv);
     const char *cwd = sbx_exec_opts_cwd(opts);
     if (!cwd || (b->workdir_arg && !strcmp(cwd, b->workdir_arg)))
         e->cwd = strdup(b->workspace);
@@ -1069,7 +1105,8 @@ static void local_exec(sbx_op *op, void *state, void *box, const char *command,
     size_t inlen = 0;
     const void *in = sbx_exec_opts_stdin(opts, &inlen);
     e->stdin_fd = sbx_exec_opts_stdin_fd(opts);
-    bool ok = e->command && e->cwd && sbx__kv_copy(&e->env, &b->env) == 0;
+    bool ok = e->command && e->cwd && (!opts || !opts->builtin_argv || e->argv) &&
+              sbx__kv_copy(&e->env, &b->env) == 0;
     for (size_t i = 0; ok && i < sbx_exec_opts_env_count(opts); i++) {
         const char *k, *v;
         sbx_exec_opts_env_at(opts, i, &k, &v);

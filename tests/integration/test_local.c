@@ -706,6 +706,72 @@ static void test_transfer(void)
     sbx_provider_free(p);
 }
 
+/*
+ * Directories, archives and bytes (src/core/transfer.c): local runs the
+ * host's sbx-agent built-ins, the same code as in a box, so modes, mtimes,
+ * links and the refusals are the same.
+ */
+static void test_transfer_dirs_and_bytes(void)
+{
+    sbx_provider *p = local(NULL);
+    sbx_sandbox *sb = started(p, NULL);
+    char *src = path_in(tap_tmpdir(), "src");
+    char cmd[8192], out[4096];
+    snprintf(cmd, sizeof(cmd),
+             "mkdir -p %s/sub/deep && printf one > %s/a && chmod 751 %s/a && "
+             "printf two > %s/sub/deep/b && ln -s ../a %s/sub/l && ln %s/a %s/hard && "
+             "touch -d @1500000000 %s/a",
+             src, src, src, src, src, src, src, src);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s", cmd), 0);
+    TAP_OK(sbx_sandbox_upload_dir(sb, src, "t", 0, &e_));
+    sbx_exec_result *r = run(sb, "stat -c '%a %Y' t/a; cat t/sub/deep/b; readlink t/sub/l; "
+                                 "stat -c %h t/hard",
+                             NULL);
+    TAP_EQ_STR(out_of(r), "751 1500000000\ntwo../a\n2\n");
+    sbx_exec_result_free(r);
+    /* Back out to a new host directory: the same tree. */
+    char *back = path_in(tap_tmpdir(), "back");
+    TAP_OK(sbx_sandbox_download_dir(sb, "t", back, 0, &e_));
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "diff -r --no-dereference %s %s && stat -c '%%a %%Y' %s/a",
+                       src, back, back),
+               0);
+    TAP_EQ_STR(out, "751 1500000000\n");
+    /* Bytes and kinds. */
+    TAP_OK(sbx_sandbox_write_file(sb, "t/new", "bytes\0in", 8, 0640, &e_));
+    char *data = NULL;
+    size_t n = 0;
+    TAP_OK(sbx_sandbox_read_file(sb, "t/new", 0, &data, &n, &e_));
+    TAP_EQ_INT((int)n, 8);
+    TAP_TRUE(memcmp(data, "bytes\0in", 8) == 0);
+    free(data);
+    const char *k = NULL;
+    TAP_OK(sbx_sandbox_remote_kind(sb, "t/sub", &k, &e_));
+    TAP_EQ_STR(k, "dir");
+    TAP_OK(sbx_sandbox_remote_kind(sb, "t/none", &k, &e_));
+    TAP_NULL(k);
+    /* A name leaving the target is refused, and nothing lands next to it. */
+    char *tarf = path_in(tap_tmpdir(), "evil.tar");
+    snprintf(cmd, sizeof(cmd),
+             "cd %s && printf x > evil && tar --transform 's,^,../,' -cf %s evil && rm evil",
+             tap_tmpdir(), tarf);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s", cmd), 0);
+    int fd = open(tarf, O_RDONLY | O_CLOEXEC);
+    TAP_TRUE(fd >= 0);
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_upload_archive(sb, fd, "t", 0, &e), SBX_ETRANSFER);
+    TAP_CONTAINS(sbx_error_message(e), "..");
+    sbx_error_free(e);
+    close(fd);
+    r = run(sb, "ls -A .. | grep -c '^evil$' || true", NULL);
+    TAP_EQ_STR(out_of(r), "0\n");
+    sbx_exec_result_free(r);
+    free(tarf);
+    free(back);
+    free(src);
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+}
+
 /* --- serialize / connect, status, endpoint ------------------------------- */
 
 static void test_serialize_connect_other_process(void)
@@ -1277,6 +1343,7 @@ int main(int argc, char **argv)
         TAP(test_binary_output_and_stdin),
         TAP(test_cwd),
         TAP_T(test_transfer, 120),
+        TAP_T(test_transfer_dirs_and_bytes, 120),
         TAP(test_serialize_connect_other_process),
         TAP(test_caller_workdir_connect),
         TAP(test_absolute_workdir_made_warns),
