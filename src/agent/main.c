@@ -498,7 +498,9 @@ int main(int argc, char **argv)
         }
         int rc = agent_builtin(argv + i);
         free(abs);
-        return rc;
+        /* As in the agent's fork (exec.c): the built-ins end with _exit, not exit. */
+        fflush(stdout);
+        _exit(rc);
     }
     if (argc < 2 || (strcmp(argv[1], "init") != 0 && strcmp(argv[1], "serve") != 0)) {
         usage();
