@@ -412,6 +412,9 @@ enum sbx__value_kind {
     SBX_VALUE_SANDBOX,
 };
 
+/* [svc-logs] Where the box's service log is (a JSON object text future; provider.h log_address). */
+SBX_INTERNAL int sbx__sandbox_log_address_async(sbx_sandbox *sb, sbx_future **out,
+                                                sbx_error **err);
 /* [pty] The box's agent address (a JSON object text future; provider.h agent_address). */
 SBX_INTERNAL int sbx__sandbox_agent_address_async(sbx_sandbox *sb, sbx_future **out,
                                                   sbx_error **err);
