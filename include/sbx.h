@@ -162,6 +162,13 @@ SBX_EXPORT int sbx_spec_set_ready_timeout(sbx_spec *spec, double seconds);
 SBX_EXPORT int sbx_spec_set_env(sbx_spec *spec, const char *key, const char *value);
 /* Adds or replaces a startup file written into the box after create. */
 SBX_EXPORT int sbx_spec_add_file(sbx_spec *spec, const char *path, const void *data, size_t len);
+/*
+ * [svc-logs] The same, with the file's permission bits (`mode` 0 to 0777;
+ * sbx_spec_add_file's files are 0600). SBX_EINVAL for a mode outside them
+ * (setuid, setgid and sticky bits are refused).
+ */
+SBX_EXPORT int sbx_spec_add_file_mode(sbx_spec *spec, const char *path, const void *data,
+                                      size_t len, unsigned mode);
 SBX_EXPORT int sbx_spec_set_metadata(sbx_spec *spec, const char *key, const char *value);
 /*
  * Resources; -1 clears the field (None). Another negative value, NaN, an

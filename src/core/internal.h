@@ -215,6 +215,7 @@ struct sbx_spec_file {
     char *path;
     char *data;
     size_t len;
+    int mode; /* [svc-logs] permission bits, or -1: the default (0600) */
 };
 
 struct sbx_spec {

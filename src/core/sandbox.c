@@ -368,7 +368,9 @@ static void stage_work(void *data)
     c->tmpfile = sbx__printf("%s/file-%zu", c->tmpdir, c->next_file);
     if (!c->tmpfile)
         c->stage_errno = ENOMEM;
-    else if (sbx__write_file_atomic(c->tmpfile, file->data, file->len, 0600) < 0)
+    /* [svc-logs] The providers' uploads keep the staged file's mode: it is the file's. */
+    else if (sbx__write_file_atomic(c->tmpfile, file->data, file->len,
+                                    file->mode >= 0 ? (mode_t)file->mode : 0600) < 0)
         c->stage_errno = errno ? errno : EIO;
 }
 
