@@ -423,6 +423,48 @@ static void test_hostile_file_refused(void)
     census_check(state_dir);
 }
 
+/* [svc-logs] Startup files with modes: an 0755 script runs, an 0600 file stays 0600. */
+static void check_file_modes(sbx_provider *p, const char *dir)
+{
+    char json[2048], path[1024], cmd[2048];
+    snprintf(json, sizeof(json),
+             "{\"workdir\": \"%s\", \"files\": {"
+             "\"%s/run.sh\": {\"content\": \"#!/bin/sh\\necho ran\\n\", \"mode\": \"0755\"},"
+             "\"%s/secret\": {\"content\": \"AP8=\", \"encoding\": \"base64\", \"mode\": \"0640\"},"
+             "\"%s/plain\": \"text\"}}",
+             dir, dir, dir, dir);
+    sbx_spec *s = NULL;
+    TAP_OK(sbx_spec_from_json(json, &s, &e_));
+    snprintf(path, sizeof(path), "%s/c.sh", dir);
+    TAP_OK(sbx_spec_add_file_mode(s, path, "#!/bin/sh\necho c\n", 17, 0700));
+    sbx_sandbox *sb = start(p, s);
+    sbx_spec_free(s);
+    snprintf(cmd, sizeof(cmd), "%s/run.sh && %s/c.sh", dir, dir);
+    TAP_EQ_STR(out_of_cmd(sb, cmd), "ran\nc\n");
+    snprintf(cmd, sizeof(cmd), "cd %s && stat -c '%%n %%a %%s' run.sh secret plain c.sh", dir);
+    TAP_EQ_STR(out_of_cmd(sb, cmd), "run.sh 755 19\nsecret 640 2\nplain 600 4\nc.sh 700 17\n");
+    snprintf(cmd, sizeof(cmd), "od -An -tx1 %s/secret | tr -d ' \\n'", dir);
+    TAP_EQ_STR(out_of_cmd(sb, cmd), "00ff");
+    stop_free(sb);
+}
+
+static void test_file_modes(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    check_file_modes(p, "/w");
+    sbx_provider_free(p);
+    census_check(state_dir);
+    /* The local provider writes them the same way (its paths are the host's: a private one). */
+    char dir[600];
+    snprintf(dir, sizeof(dir), "%s/localbox", tap_tmpdir());
+    sbx_provider *lp = NULL;
+    TAP_OK(sbx_provider_new("{\"local\": {}}", &lp, &e_));
+    check_file_modes(lp, dir);
+    sbx_provider_free(lp);
+}
+
 TAP_MAIN(TAP(test_stdout_stderr_tail_since), TAP(test_follow), TAP_T(test_rotation, 120),
          TAP(test_binary_and_huge_lines), TAP_T(test_flood_never_blocks, 300),
-         TAP(test_service_exit_code), TAP(test_hostile_file_refused))
+         TAP(test_service_exit_code), TAP(test_hostile_file_refused),
+         TAP(test_file_modes))
