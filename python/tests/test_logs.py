@@ -68,3 +68,28 @@ def test_logs_async_follow():
             assert [e.data for e in await sb.logs(since=entries[-1].time + 3600)] == []
 
     run(go())
+
+
+def test_startup_files_with_modes_and_bytes():
+    from sbx import SandboxFile
+
+    spec = SandboxSpec(
+        workdir="/w",
+        files={
+            "/w/run.sh": SandboxFile("#!/bin/sh\necho ran\n", mode=0o755),
+            "/w/key": SandboxFile(b"\x00\xff", mode=0o640),
+            "/w/blob": b"\x01\x02",
+            "/w/plain": "text",
+        },
+    )
+    with Sandbox({"linux": {}}, spec) as sb:
+        sb.start()
+        assert sb.exec("./run.sh").stdout == "ran\n"
+        r = sb.exec("stat -c '%n %a %s' run.sh key blob plain")
+        assert r.stdout == "run.sh 755 19\nkey 640 2\nblob 600 2\nplain 600 4\n"
+        assert sb.exec("od -An -tx1 key | tr -d ' \\n'").stdout == "00ff"
+    bad = SandboxSpec(files={"/w/x": SandboxFile("x", mode=0o4755)})
+    with pytest.raises(Exception, match="setuid, setgid and sticky bits are refused"):
+        Sandbox({"linux": {}}, bad)
+    with pytest.raises(TypeError):
+        Sandbox({"linux": {}}, SandboxSpec(files={"/w/x": SandboxFile("x", mode="755")}))
