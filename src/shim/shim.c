@@ -623,31 +623,27 @@ static void on_agent_line(struct shim *s, const char *line)
 {
     const char *state = NULL;
     const char *num = NULL;
+    /* One end per service: a box repeating the line gets no more record writes for it. */
+    if (!s->service || strcmp(s->service, "running"))
+        return;
     if (!strncmp(line, "exited ", 7))
         state = "exited", num = line + 7;
     else if (!strncmp(line, "killed ", 7))
         state = "killed", num = line + 7;
-    else if (!strcmp(line, "started"))
-        state = "running";
     if (!state)
         return;
-    long v = 0;
-    if (num) {
-        char *end;
-        errno = 0;
-        v = strtol(num, &end, 10);
-        if (errno || end == num || *end || v < 0 || v > 255)
-            return;
-    }
+    char *end;
+    errno = 0;
+    long v = strtol(num, &end, 10);
+    if (errno || end == num || *end || v < 0 || v > 255 || !(*num >= '0' && *num <= '9'))
+        return;
     s->service = state;
     s->service_code = (int)v;
-    if (num) {
-        /* The output the service wrote before it ended comes first, then the event. */
-        drain_logs(s);
-        char ev[32];
-        int n = snprintf(ev, sizeof(ev), "%s %ld", state, v);
-        shim_log_append(&s->log, SBX_LOG_EVENT, ev, (size_t)n);
-    }
+    /* The output the service wrote before it ended comes first, then the event. */
+    drain_logs(s);
+    char ev[32];
+    int n = snprintf(ev, sizeof(ev), "%s %ld", state, v);
+    shim_log_append(&s->log, SBX_LOG_EVENT, ev, (size_t)n);
     if (s->acked)
         write_record(s, "running");
 }
