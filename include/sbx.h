@@ -870,7 +870,10 @@ SBX_EXPORT void sbx_pty_free(sbx_pty *p);
 /* [svc-logs] Service logs                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* An event of the service log: the service ended ("exited N" or "killed N"). */
+/*
+ * An event of the service log: the service ended ("exited N" or "killed
+ * N"), or the box's agent died ("agent exited N", "agent killed N").
+ */
 #define SBX_STREAM_EVENT 3
 /* sbx_sandbox_logs flags: keep reading as the service writes. */
 #define SBX_LOGS_FOLLOW 1u

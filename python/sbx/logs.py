@@ -25,7 +25,8 @@ lib.sbx_sandbox_logs.argtypes = [c_void_p, c_double, c_longlong, c_uint, _CB, c_
 class LogEntry(NamedTuple):
     """One entry: `time` (unix seconds, when the provider read it), `stream`
     ("stdout", "stderr", or "event": the service ended, `data` b"exited 3" or
-    b"killed 9"), `data`: one line with its newline, or a piece of a line."""
+    b"killed 9"; or the box's agent died, b"agent killed 9"), `data`: one
+    line with its newline, or a piece of a line."""
 
     time: float
     stream: str

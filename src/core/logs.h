@@ -12,7 +12,8 @@
  *
  * Only the shim (on the host) writes headers; the box's bytes are payload
  * whose length the shim measured, so a box cannot forge a record boundary.
- * An event record's bytes are "exited N" or "killed N": the service ended.
+ * An event record's bytes are "exited N" or "killed N": the service ended;
+ * "agent exited N" or "agent killed N": the box's agent (PID 1) died.
  */
 #ifndef SBX_CORE_LOGS_H
 #define SBX_CORE_LOGS_H

@@ -690,6 +690,11 @@ static void on_init_exit(struct shim *s)
         sbx__cg_destroy(s->cgroups);
     json_decref(s->cgroups);
     s->cgroups = json_array();
+    /* [svc-logs] The log's last event: a follower stops here, and a reader sees why. */
+    char ev[48];
+    int n = snprintf(ev, sizeof(ev), "agent %s %d", WIFEXITED(st) ? "exited" : "killed",
+                     WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    shim_log_append(&s->log, SBX_LOG_EVENT, ev, (size_t)n);
     write_record(s, "error");
 }
 

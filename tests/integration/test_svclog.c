@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -467,7 +468,33 @@ static void test_file_modes(void)
     sbx_provider_free(lp);
 }
 
+/* When the box's agent dies, the shim's last event says so and a follow ends there. */
+static void test_agent_death_ends_follow(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_sandbox *sb = start_service(p, "echo up; sleep infinity");
+    struct got *g = wait_for_out(sb, "up\n");
+    got_free(g);
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/boxes/%s/record.json", state_dir, sbx_sandbox_id(sb));
+    json_t *rec = json_load_file(path, 0, NULL);
+    json_int_t pid = json_integer_value(json_object_get(rec, "init_pid"));
+    json_decref(rec);
+    TAP_TRUE(pid > 1);
+    TAP_EQ_INT(kill((pid_t)pid, SIGKILL), 0);
+    g = calloc(1, sizeof(*g));
+    TAP_OK(sbx_sandbox_logs(sb, 0, -1, SBX_LOGS_FOLLOW, collect, g, &e_));
+    TAP_EQ_INT(g->streams[g->n - 1], SBX_STREAM_EVENT);
+    TAP_TRUE(g->len >= 14 && !strcmp(g->text + g->len - 14, "agent killed 9"));
+    got_free(g);
+    wait_status(sb, SBX_STATUS_ERROR);
+    stop_free(sb);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 TAP_MAIN(TAP(test_stdout_stderr_tail_since), TAP_T(test_follow, 120), TAP_T(test_rotation, 120),
          TAP(test_binary_and_huge_lines), TAP_T(test_flood_never_blocks, 300),
          TAP(test_service_exit_code), TAP(test_hostile_file_refused),
-         TAP(test_file_modes))
+         TAP(test_file_modes), TAP(test_agent_death_ends_follow))
