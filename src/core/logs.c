@@ -348,7 +348,8 @@ int sbx_sandbox_logs(sbx_sandbox *sb, double since, long long tail, unsigned fla
     }
     if (rc == SBX_OK && cur >= 0)
         rc = collect_file(&r, cur, &c, err);
-    if (rc == SBX_OK) {
+    /* A malformed record ends the read with SBX_EIO, after the entries before it. */
+    if (rc == SBX_OK || rc == SBX_EIO) {
         /* `tail` output entries (events do not count), from the end. */
         size_t first = 0;
         if (tail >= 0) {

@@ -405,7 +405,7 @@ static void test_service_exit_code(void)
     census_check(state_dir);
 }
 
-/* A log file someone else may write is refused, not read. */
+/* Torn and malformed records, and a log file someone else may write. */
 static void test_hostile_file_refused(void)
 {
     need_boxes();
@@ -415,9 +415,33 @@ static void test_hostile_file_refused(void)
     got_free(g);
     char path[1200];
     snprintf(path, sizeof(path), "%s/boxes/%s/service.log", state_dir, sbx_sandbox_id(sb));
-    TAP_EQ_INT(chmod(path, 0622), 0);
+    /* A torn record at the end (one being written): the entries before it, no error. */
+    struct stat before;
+    TAP_EQ_INT(stat(path, &before), 0);
+    FILE *f = fopen(path, "ae");
+    TAP_TRUE(f != NULL);
+    fwrite("SL\001\000\005\000", 1, 6, f);
+    fclose(f);
+    g = logs(sb, 0, -1);
+    TAP_EQ_STR(g->text, "x\n");
+    got_free(g);
+    /* A malformed one (bad magic): the entries before it, then SBX_EIO. */
+    TAP_EQ_INT(truncate(path, before.st_size), 0);
+    f = fopen(path, "ae");
+    TAP_TRUE(f != NULL);
+    fwrite("XXXXXXXXXXXXXXXXXXXX", 1, 20, f);
+    fclose(f);
     g = calloc(1, sizeof(*g));
     sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_logs(sb, 0, -1, 0, collect, g, &e), SBX_EIO);
+    TAP_CONTAINS(sbx_error_message(e), "malformed record");
+    TAP_EQ_STR(g->text, "x\n");
+    sbx_error_free(e);
+    e = NULL;
+    got_free(g);
+    /* A file others may write is refused, not read. */
+    TAP_EQ_INT(chmod(path, 0622), 0);
+    g = calloc(1, sizeof(*g));
     TAP_EQ_INT(sbx_sandbox_logs(sb, 0, -1, 0, collect, g, &e), SBX_EPERM);
     TAP_CONTAINS(sbx_error_message(e), "refused");
     sbx_error_free(e);
