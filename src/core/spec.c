@@ -569,9 +569,13 @@ static int file_from_object(sbx_spec *s, const char *path, json_t *x, sbx_error 
         if (json_is_integer(m)) {
             mode = (long)json_integer_value(m);
         } else if (json_is_string(m) && json_string_value(m)[0]) {
+            /* "0755", "755", or Python's "0o755"; digits only (strtol would take a sign). */
+            const char *t = json_string_value(m);
+            if (t[0] == '0' && (t[1] == 'o' || t[1] == 'O'))
+                t += 2;
             errno = 0;
-            mode = strtol(json_string_value(m), &end, 8);
-            if (errno || *end)
+            mode = *t >= '0' && *t <= '7' ? strtol(t, &end, 8) : -2;
+            if (mode >= 0 && (errno || *end))
                 mode = -2;
         } else {
             mode = -2;

@@ -424,6 +424,15 @@ static void test_file_modes_and_bytes(void)
     sbx_spec_free(s);
     expect_error("{\"files\": {\"/x\": {\"content\": \"a\", \"mode\": \"4755\"}}}", SBX_EINVAL,
                  "files['/x'] mode '4755' is not valid");
+    sbx_spec *s3 = parse("{\"files\": {\"/o\": {\"content\": \"\", \"mode\": \"0o750\"}, "
+                         "\"/p\": {\"content\": \"\", \"mode\": \"640\"}}}");
+    TAP_EQ_INT(s3->files[0].mode, 0750);
+    TAP_EQ_INT(s3->files[1].mode, 0640);
+    sbx_spec_free(s3);
+    expect_error("{\"files\": {\"/x\": {\"content\": \"a\", \"mode\": \"-1\"}}}", SBX_EINVAL,
+                 "mode '-1' is not valid");
+    expect_error("{\"files\": {\"/x\": {\"content\": \"a\", \"mode\": \"0o\"}}}", SBX_EINVAL,
+                 "mode '0o' is not valid");
     expect_error("{\"files\": {\"/x\": {\"content\": \"a\", \"mode\": \"rwx\"}}}", SBX_EINVAL,
                  "octal string like \"0755\"");
     expect_error("{\"files\": {\"/x\": {\"content\": \"a\", \"mode\": -1}}}", SBX_EINVAL,
