@@ -377,7 +377,12 @@ class AsyncSandbox:
         with tempfile.TemporaryDirectory(prefix="nemo-gym-sandbox-upload-") as tmp:
             for index, (target, contents) in enumerate(files.items()):
                 source = Path(tmp) / f"file-{index}"
-                source.write_text(contents, encoding="utf-8")
+                if isinstance(contents, str):
+                    source.write_text(contents, encoding="utf-8")
+                else:  # [svc-logs] bytes or SandboxFile: the staged file's bytes and mode
+                    from .files import stage_file  # noqa: PLC0415
+
+                    stage_file(source, contents)
                 await self._provider.upload_file(handle, source, target)
 
     async def exec(

@@ -27,6 +27,23 @@ class SandboxFile:
     mode: int | None = None
 
 
+def stage_file(path: Any, value: Any) -> None:
+    """Writes a bytes or SandboxFile value to the temp file `path` (with the
+    mode) for a Python provider's upload_file; whether the mode reaches the
+    box is up to that provider's upload."""
+    import os
+    from pathlib import Path
+
+    content = value.content if isinstance(value, SandboxFile) else value
+    data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+    Path(path).write_bytes(data)
+    mode = value.mode if isinstance(value, SandboxFile) else None
+    if mode is not None:
+        if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777:
+            raise ValueError("SandboxFile mode must be an int from 0 to 0o777, such as 0o755")
+        os.chmod(path, mode)
+
+
 def file_to_json(value: Any) -> Any:
     """A SandboxSpec.files value as the C spec parser takes it."""
     if isinstance(value, SandboxFile):

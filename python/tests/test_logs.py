@@ -93,3 +93,19 @@ def test_startup_files_with_modes_and_bytes():
         Sandbox({"linux": {}}, bad)
     with pytest.raises(TypeError):
         Sandbox({"linux": {}}, SandboxSpec(files={"/w/x": SandboxFile("x", mode="755")}))
+
+
+def test_stage_file_for_python_providers(tmp_path):
+    import os
+    import stat
+
+    from sbx import SandboxFile
+    from sbx.files import stage_file
+
+    stage_file(tmp_path / "a", SandboxFile(b"\x00\xff", mode=0o750))
+    assert (tmp_path / "a").read_bytes() == b"\x00\xff"
+    assert stat.S_IMODE(os.stat(tmp_path / "a").st_mode) == 0o750
+    stage_file(tmp_path / "b", b"raw")
+    assert (tmp_path / "b").read_bytes() == b"raw"
+    with pytest.raises(ValueError):
+        stage_file(tmp_path / "c", SandboxFile("x", mode=0o4755))
