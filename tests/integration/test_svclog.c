@@ -518,7 +518,9 @@ static void test_agent_death_ends_follow(void)
     census_check(state_dir);
 }
 
-TAP_MAIN(TAP(test_stdout_stderr_tail_since), TAP_T(test_follow, 120), TAP_T(test_rotation, 120),
-         TAP(test_binary_and_huge_lines), TAP_T(test_flood_never_blocks, 300),
-         TAP(test_service_exit_code), TAP(test_hostile_file_refused),
-         TAP(test_file_modes), TAP(test_agent_death_ends_follow))
+/* Boxes under ASan on a shared, loaded machine: room past the default 60 s (a hang guard). */
+TAP_MAIN(TAP_T(test_stdout_stderr_tail_since, 120), TAP_T(test_follow, 120),
+         TAP_T(test_rotation, 120), TAP_T(test_binary_and_huge_lines, 120),
+         TAP_T(test_flood_never_blocks, 300), TAP_T(test_service_exit_code, 120),
+         TAP_T(test_hostile_file_refused, 120), TAP_T(test_file_modes, 120),
+         TAP_T(test_agent_death_ends_follow, 120))
