@@ -162,6 +162,13 @@ SBX_EXPORT int sbx_spec_set_ready_timeout(sbx_spec *spec, double seconds);
 SBX_EXPORT int sbx_spec_set_env(sbx_spec *spec, const char *key, const char *value);
 /* Adds or replaces a startup file written into the box after create. */
 SBX_EXPORT int sbx_spec_add_file(sbx_spec *spec, const char *path, const void *data, size_t len);
+/*
+ * [svc-logs] The same, with the file's permission bits (`mode` 0 to 0777;
+ * sbx_spec_add_file's files are 0600). SBX_EINVAL for a mode outside them
+ * (setuid, setgid and sticky bits are refused).
+ */
+SBX_EXPORT int sbx_spec_add_file_mode(sbx_spec *spec, const char *path, const void *data,
+                                      size_t len, unsigned mode);
 SBX_EXPORT int sbx_spec_set_metadata(sbx_spec *spec, const char *key, const char *value);
 /*
  * Resources; -1 clears the field (None). Another negative value, NaN, an
@@ -858,6 +865,41 @@ SBX_EXPORT int sbx_pty_detach(sbx_pty *p, sbx_error **err);
 SBX_EXPORT int sbx_pty_close(sbx_pty *p, sbx_error **err);
 /* Frees the handle without ending the session (the connection closes: it detaches). */
 SBX_EXPORT void sbx_pty_free(sbx_pty *p);
+
+/* ------------------------------------------------------------------------ */
+/* [svc-logs] Service logs                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * An event of the service log: the service ended ("exited N" or "killed
+ * N"), or the box's agent died ("agent exited N", "agent killed N").
+ */
+#define SBX_STREAM_EVENT 3
+/* sbx_sandbox_logs flags: keep reading as the service writes. */
+#define SBX_LOGS_FOLLOW 1u
+
+/*
+ * One entry of a service log: `time` (unix seconds, when the provider read
+ * it), `stream` (SBX_STREAM_STDOUT, SBX_STREAM_STDERR or SBX_STREAM_EVENT),
+ * `data[0..len)` borrowed for the call only: one line with its newline, or a
+ * piece of a line (what one read held). Return non-zero to stop reading.
+ */
+typedef int (*sbx_service_log_cb)(double time, int stream, const char *data, size_t len,
+                                  void *user);
+
+/*
+ * Reads the output of the box's service (its entrypoint; the agent's own
+ * lines are on stderr too, prefixed "sbx-agent: "), oldest first, calling
+ * `cb` for each entry whose time is >= `since` (0: all). `tail` >= 0 gives
+ * only the last `tail` entries (events not counted); < 0 all. With
+ * SBX_LOGS_FOLLOW, then waits for new entries until the service ends, the
+ * box is stopped, or `cb` returns non-zero. Blocks; runs `cb` on the calling
+ * thread; not on the loop thread. Codes: SBX_ENOTSUP (the provider keeps no
+ * logs), SBX_EPERM (a log file that is not the caller's own), SBX_EIO (a
+ * malformed log; the entries before it were delivered).
+ */
+SBX_EXPORT int sbx_sandbox_logs(sbx_sandbox *sb, double since, long long tail, unsigned flags,
+                                sbx_service_log_cb cb, void *user, sbx_error **err);
 
 #ifdef __cplusplus
 }

@@ -183,6 +183,13 @@ struct sbx_provider_ops {
      * SBX_CAP_PTY; the agent must speak protocol version 3.
      */
     void (*agent_address)(sbx_op *op, void *state, void *box);
+    /*
+     * [svc-logs] Where box `box`'s service log is (the format of
+     * src/core/logs.h): completes with a malloc'd JSON object text
+     * {"path": "/dir/service.log", "old": "/dir/service.log.1"}, files the
+     * caller's uid owns. sbx_sandbox_logs reads them.
+     */
+    void (*log_address)(sbx_op *op, void *state, void *box);
 };
 
 /* --- Operations ---------------------------------------------------------- */

@@ -50,6 +50,8 @@ from .base import (
 )
 from .config import resolve_provider_config, resolve_provider_metadata
 from .cprovider import CProvider
+from .files import SandboxFile  # [svc-logs]
+from .logs import LogEntry  # [svc-logs]
 from .registry import create_provider, get_provider_class, list_providers, register_provider
 from .utils import rewrite_image
 from . import providers  # noqa: E402,F401  (the reference's module paths)

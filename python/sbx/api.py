@@ -377,7 +377,12 @@ class AsyncSandbox:
         with tempfile.TemporaryDirectory(prefix="nemo-gym-sandbox-upload-") as tmp:
             for index, (target, contents) in enumerate(files.items()):
                 source = Path(tmp) / f"file-{index}"
-                source.write_text(contents, encoding="utf-8")
+                if isinstance(contents, str):
+                    source.write_text(contents, encoding="utf-8")
+                else:  # [svc-logs] bytes or SandboxFile: the staged file's bytes and mode
+                    from .files import stage_file  # noqa: PLC0415
+
+                    stage_file(source, contents)
                 await self._provider.upload_file(handle, source, target)
 
     async def exec(
@@ -443,6 +448,29 @@ class AsyncSandbox:
         if self._stopped:
             return SandboxStatus.STOPPED
         return await self._provider.status(self._handle_)
+
+    async def logs(
+        self,
+        *,
+        since: Any = None,
+        tail: int | None = None,
+        follow: bool = False,
+        on_entry: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """[svc-logs] The service's output (sbx.logs.LogEntry: time, stream,
+        data), oldest first: a list, or None with `on_entry` (called per
+        entry on a worker thread; a true return stops). `since`: unix seconds
+        or a datetime; `tail`: the last N entries; `follow`: until the
+        service ends or the box is stopped. C providers that keep logs only."""
+        from . import logs as _logs
+
+        ptr = self._c_ptr("logs")
+        return await asyncio.to_thread(_logs.read, ptr, since=since, tail=tail, follow=follow, on_entry=on_entry)
+
+    def _c_ptr(self, what: str) -> Any:
+        if self._csb is not None:
+            return self._csb._live_ptr()
+        raise NotImplementedError(f"{what}() needs a C provider (such as linux)")
 
     async def endpoint(self, port: int) -> SandboxEndpoint:
         if self._csb is not None:
@@ -803,6 +831,20 @@ class Sandbox:
         if c is not None:
             return self._runner.wait("status", c.status)
         return self._runner.run("status", self._async_sandbox.status)
+
+    def logs(
+        self,
+        *,
+        since: Any = None,
+        tail: int | None = None,
+        follow: bool = False,
+        on_entry: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """[svc-logs] The blocking AsyncSandbox.logs(), in the calling thread."""
+        from . import logs as _logs
+
+        ptr = self._async_sandbox._c_ptr("logs")
+        return _logs.read(ptr, since=since, tail=tail, follow=follow, on_entry=on_entry)
 
     def endpoint(self, port: int) -> SandboxEndpoint:
         c = self._c()

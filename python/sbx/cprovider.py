@@ -205,7 +205,9 @@ def spec_to_json(spec: SandboxSpec, *, files: bool = True) -> str:
         "ports": list(spec.ports),
     }
     if files:
-        doc["files"] = dict(spec.files or {})
+        from .files import file_to_json  # noqa: PLC0415 ([svc-logs] modes and bytes)
+
+        doc["files"] = {k: file_to_json(v) for k, v in (spec.files or {}).items()}
     # Options may hold paths or other plain objects: send their str().
     return json.dumps(doc, default=str)
 

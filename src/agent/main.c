@@ -38,6 +38,10 @@ static int epfd = -1;
 static struct conn *conns;
 static pid_t service_pid = -1;
 static bool stopping;
+/* [svc-logs] The ready descriptor, kept after "R" to report the service's end; -1: none. */
+static int report_fd = -1;
+/* [svc-logs] Our own log lines: a non-blocking open of stderr, or stderr itself. */
+static int log_fd = STDERR_FILENO;
 
 struct grave {
     void *p;
@@ -54,7 +58,7 @@ void agent_log(const char *fmt, ...)
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
     /* One write per line so lines from the agent and its service do not interleave. */
-    dprintf(STDERR_FILENO, "sbx-agent: %s\n", line);
+    dprintf(log_fd, "sbx-agent: %s\n", line);
 }
 
 int64_t agent_now_ms(void)
@@ -324,6 +328,10 @@ static void reap_all(void)
                 agent_log("entrypoint exited with status %d", WEXITSTATUS(status));
             else if (WIFSIGNALED(status))
                 agent_log("entrypoint killed by signal %d", WTERMSIG(status));
+            /* [svc-logs] The shim records it: `sbx status` shows the service exited. */
+            if (report_fd >= 0 && !stopping)
+                dprintf(report_fd, "%s %d\n", WIFEXITED(status) ? "exited" : "killed",
+                        WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
             service_pid = -1;
         }
         /* Anything else was an orphan reparented to us: reaping it is all we owe it. */
@@ -604,8 +612,35 @@ int main(int argc, char **argv)
             return 1;
         watch_init(&listen_w, lfd, on_accept);
         watch_set(&listen_w, EPOLLIN);
+        /*
+         * [svc-logs] The ready descriptor stays ours (close-on-exec: the
+         * service must not write on it). Our own lines go through a second,
+         * non-blocking open of stderr (a pipe to the shim): a full pipe
+         * drops an agent line rather than stall every exec; the service
+         * keeps the blocking descriptor it expects.
+         */
+        if (ready_fd >= 0)
+            fcntl(ready_fd, F_SETFD, FD_CLOEXEC);
+        int lfd2 = open("/proc/self/fd/2", O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        struct stat lst;
+        if (lfd2 >= 0 && fstat(lfd2, &lst) == 0 && S_ISFIFO(lst.st_mode))
+            log_fd = lfd2;
+        else if (lfd2 >= 0)
+            close(lfd2);
         if (entry)
             service_pid = start_service(entry);
+        if (entry && service_pid < 0 && ready_fd >= 0) {
+            report_fd = ready_fd;
+            ready_fd = -1;
+            ssize_t n = write(report_fd, "R", 1);
+            (void)n;
+            dprintf(report_fd, "exited 127\n");
+        } else if (entry && ready_fd >= 0) {
+            report_fd = ready_fd;
+            ready_fd = -1;
+            ssize_t n = write(report_fd, "R", 1);
+            (void)n;
+        }
     } else {
         /* The host's pipe ends must not leak into commands. */
         fcntl(0, F_SETFD, FD_CLOEXEC);

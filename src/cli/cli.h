@@ -344,6 +344,9 @@ int cli_cmd_gc(int argc, char **argv);
 int cli_cmd_providers(int argc, char **argv);
 int cli_cmd_image(int argc, char **argv);
 int cli_cmd_commit(int argc, char **argv); /* [img-commit] */
+int cli_cmd_logs(int argc, char **argv);   /* [svc-logs] */
+/* [svc-logs] The service of a box its provider listed ({"state", "code"}), or NULL. Borrowed. */
+const json_t *cli_listed_service(const json_t *record);
 int cli_image_build(int argc, char **argv, sbx_provider *p); /* [img-commit] build.c */
 
 #endif

@@ -44,6 +44,21 @@ static const char *live_status(const json_t *rec, char **why)
     return sbx_status_name(st);
 }
 
+/*
+ * [svc-logs] What ls and status print for a box whose service ended:
+ * "exited(N)" or "killed(SIG)" (the API's status is "stopped"; the box
+ * still runs commands). Else `status` itself.
+ */
+static const char *shown_status(const json_t *rec, const char *status, char *buf, size_t len)
+{
+    const json_t *svc = strcmp(status, "stopped") ? NULL : cli_listed_service(rec);
+    const char *st = json_string_value(json_object_get(svc, "state"));
+    if (!st || !strcmp(st, "running"))
+        return status;
+    snprintf(buf, len, "%s(%d)", st, (int)json_integer_value(json_object_get(svc, "code")));
+    return buf;
+}
+
 /* The record plus its status (and the reason when unreachable), for --json. */
 static json_t *with_status(const json_t *rec, const char *status, const char *why)
 {
@@ -54,6 +69,10 @@ static json_t *with_status(const json_t *rec, const char *status, const char *wh
         json_object_set_new(o, "recorded", json_true());
     if (why)
         json_object_set_new(o, "error", json_string(why));
+    /* [svc-logs] The service's state and exit code, when the provider lists it. */
+    const json_t *svc = cli_listed_service(rec);
+    if (svc)
+        json_object_set_new(o, "service", json_deep_copy(svc));
     json_t *ttl = json_object_get(rec, "ttl_s");
     json_object_set_new(o, "expires",
                         json_is_number(ttl) ? json_real(json_number_value(json_object_get(
@@ -128,6 +147,8 @@ int cli_cmd_ls(int argc, char **argv)
             sbx__fmt_g(json_number_value(t), ttl, sizeof(ttl));
         _cleanup_free_ char *labels = labels_text(rec);
         const char *prov = json_string_value(json_object_get(rec, "provider"));
+        char sbuf[32];
+        status = shown_status(rec, status, sbuf, sizeof(sbuf));
         printf("%-40s %-10s %-12s %-6s %-8s %s\n", id, prov ? prov : "?", status, age, ttl,
                labels ? labels : "");
     }
@@ -152,7 +173,8 @@ int cli_cmd_status(int argc, char **argv)
         _cleanup_json_ json_t *v = with_status(rec, status, why);
         cli_print_json(v);
     } else {
-        printf("%s\n", status);
+        char sbuf[32];
+        printf("%s\n", shown_status(rec, status, sbuf, sizeof(sbuf)));
     }
     if (why) {
         cli_error("box %s is unreachable: %s", cli_box_id(rec), why);

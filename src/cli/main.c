@@ -89,6 +89,17 @@ static const struct command commands[] = {
       "  --json                 print a JSON array\n",
       "The default provider ($SBX_PROVIDER, or linux) lists its boxes, whoever made\n"
       "them (for linux: its state directory's); their labels are their metadata.\n" },
+    { "logs", cli_cmd_logs, "sbx logs [-f] [--since T] [--tail N] [-t] ID",
+      "print the output of a box's service (its entrypoint)",
+      "  -f, --follow           keep printing new output until the service ends or the\n"
+      "                         box is stopped\n"
+      "  --since T              only output since T: a duration back from now (90s,\n"
+      "                         5m, 2h, 1d), unix seconds, or 2026-01-01T00:00:00Z\n"
+      "  -n, --tail N           only the last N lines (or all)\n"
+      "  -t, --timestamps       start each line with the time it was read (UTC)\n",
+      "stdout goes to stdout, stderr to stderr. The agent's own lines are on stderr,\n"
+      "starting with 'sbx-agent: '. The linux provider keeps up to log_max_bytes\n"
+      "(8 MiB) and one older file of the same size.\n" },
     { "status", cli_cmd_status, "sbx status [--json] ID", "print a box's live status",
       "  --json                 print the record and status as JSON\n", NULL },
     { "stop", cli_cmd_stop, "sbx stop [--force] ID...", "stop boxes and forget them",

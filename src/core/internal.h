@@ -215,6 +215,7 @@ struct sbx_spec_file {
     char *path;
     char *data;
     size_t len;
+    int mode; /* [svc-logs] permission bits, or -1: the default (0600) */
 };
 
 struct sbx_spec {
@@ -412,6 +413,9 @@ enum sbx__value_kind {
     SBX_VALUE_SANDBOX,
 };
 
+/* [svc-logs] Where the box's service log is (a JSON object text future; provider.h log_address). */
+SBX_INTERNAL int sbx__sandbox_log_address_async(sbx_sandbox *sb, sbx_future **out,
+                                                sbx_error **err);
 /* [pty] The box's agent address (a JSON object text future; provider.h agent_address). */
 SBX_INTERNAL int sbx__sandbox_agent_address_async(sbx_sandbox *sb, sbx_future **out,
                                                   sbx_error **err);

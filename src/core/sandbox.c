@@ -46,6 +46,7 @@ enum call_kind {
     CALL_SERIALIZE,
     CALL_CONNECT,
     CALL_AGENT_ADDRESS,
+    CALL_LOG_ADDRESS, /* [svc-logs] */
 };
 
 /* One async operation on a sandbox, possibly several provider steps long. */
@@ -367,7 +368,9 @@ static void stage_work(void *data)
     c->tmpfile = sbx__printf("%s/file-%zu", c->tmpdir, c->next_file);
     if (!c->tmpfile)
         c->stage_errno = ENOMEM;
-    else if (sbx__write_file_atomic(c->tmpfile, file->data, file->len, 0600) < 0)
+    /* [svc-logs] The providers' uploads keep the staged file's mode: it is the file's. */
+    else if (sbx__write_file_atomic(c->tmpfile, file->data, file->len,
+                                    file->mode >= 0 ? (mode_t)file->mode : 0600) < 0)
         c->stage_errno = errno ? errno : EIO;
 }
 
@@ -633,6 +636,9 @@ static void simple_run(void *data)
     case CALL_AGENT_ADDRESS:
         o->agent_address(op, st, box);
         break;
+    case CALL_LOG_ADDRESS:
+        o->log_address(op, st, box);
+        break;
     default:
         sbx_op_complete(op, SBX_EINVAL, NULL, NULL);
         break;
@@ -785,6 +791,25 @@ int sbx__sandbox_agent_address_async(sbx_sandbox *sb, sbx_future **out, sbx_erro
     }
     struct call *c;
     int rc = begin_simple(sb, CALL_AGENT_ADDRESS, SBX_VALUE_STRING, &c, err);
+    if (rc < 0)
+        return rc;
+    return submit(c, simple_run, out, err);
+}
+
+/* [svc-logs] Where the box's service log is (a JSON object text future; provider.h log_address). */
+int sbx__sandbox_log_address_async(sbx_sandbox *sb, sbx_future **out, sbx_error **err)
+{
+    if (!sb || !out)
+        return sbx__set_error(err, SBX_EINVAL, "a sandbox and out are required");
+    if (!sb->p->ops->log_address) {
+        _cleanup_free_ char *r = provider_repr(sb->p);
+        return sbx__set_error(err, SBX_ENOTSUP,
+                              "Sandbox provider %s does not keep service logs (the linux "
+                              "provider does)",
+                              r);
+    }
+    struct call *c;
+    int rc = begin_simple(sb, CALL_LOG_ADDRESS, SBX_VALUE_STRING, &c, err);
     if (rc < 0)
         return rc;
     return submit(c, simple_run, out, err);

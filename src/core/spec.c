@@ -109,9 +109,9 @@ int sbx_spec_set_env(sbx_spec *s, const char *key, const char *value)
     return sbx__kv_set(&s->env, key, value);
 }
 
-int sbx_spec_add_file(sbx_spec *s, const char *path, const void *data, size_t len)
+static int add_file(sbx_spec *s, const char *path, const void *data, size_t len, int mode)
 {
-    if (!s || !path || !*path || (!data && len))
+    if (!s || !path || !*path || (!data && len) || mode > 0777)
         return SBX_EINVAL;
     char *copy = malloc(len + 1);
     if (!copy)
@@ -130,6 +130,7 @@ int sbx_spec_add_file(sbx_spec *s, const char *path, const void *data, size_t le
         free(f->data);
         f->data = copy;
         f->len = len;
+        f->mode = mode;
         return SBX_OK;
     }
     if (s->n_files == s->cap_files) {
@@ -149,8 +150,19 @@ int sbx_spec_add_file(sbx_spec *s, const char *path, const void *data, size_t le
         free(copy);
         return SBX_ENOMEM;
     }
-    s->files[s->n_files++] = (struct sbx_spec_file){ p, copy, len };
+    s->files[s->n_files++] = (struct sbx_spec_file){ p, copy, len, mode };
     return SBX_OK;
+}
+
+int sbx_spec_add_file(sbx_spec *s, const char *path, const void *data, size_t len)
+{
+    return add_file(s, path, data, len, -1);
+}
+
+int sbx_spec_add_file_mode(sbx_spec *s, const char *path, const void *data, size_t len,
+                           unsigned mode)
+{
+    return mode > 0777 ? SBX_EINVAL : add_file(s, path, data, len, (int)mode);
 }
 
 int sbx_spec_set_metadata(sbx_spec *s, const char *key, const char *value)
@@ -464,6 +476,138 @@ int sbx_spec_set_resources_json(sbx_spec *s, const char *text, sbx_error **err)
 
 /* --- from/to JSON -------------------------------------------------------- */
 
+/* [svc-logs] Strict base64 (RFC 4648, padded, no whitespace); NULL when it is not. */
+static unsigned char *base64_decode(const char *in, size_t n, size_t *out_len)
+{
+    static const char alpha[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    if (n % 4)
+        return NULL;
+    unsigned char *out = malloc(n / 4 * 3 + 1);
+    if (!out)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i += 4) {
+        unsigned v = 0;
+        int pad = 0;
+        for (int j = 0; j < 4; j++) {
+            char c = in[i + j];
+            const char *at = c ? strchr(alpha, c) : NULL;
+            /* '=' only at the end: at most two, in the last quantum. */
+            if (c == '=' && i + 4 == n && j >= 2 && (j == 3 || in[i + 3] == '=')) {
+                pad++;
+                v <<= 6;
+            } else if (at && !pad) {
+                v = (v << 6) | (unsigned)(at - alpha);
+            } else {
+                free(out);
+                return NULL;
+            }
+        }
+        out[k++] = (unsigned char)(v >> 16);
+        if (pad < 2)
+            out[k++] = (unsigned char)(v >> 8);
+        if (pad < 1)
+            out[k++] = (unsigned char)v;
+    }
+    *out_len = k;
+    return out;
+}
+
+static char *base64_encode(const unsigned char *in, size_t n)
+{
+    static const char alpha[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *out = malloc((n + 2) / 3 * 4 + 1);
+    if (!out)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)in[i] << 16 | (i + 1 < n ? (unsigned)in[i + 1] << 8 : 0) |
+                     (i + 2 < n ? in[i + 2] : 0);
+        out[k++] = alpha[(v >> 18) & 63];
+        out[k++] = alpha[(v >> 12) & 63];
+        out[k++] = i + 1 < n ? alpha[(v >> 6) & 63] : '=';
+        out[k++] = i + 2 < n ? alpha[v & 63] : '=';
+    }
+    out[k] = 0;
+    return out;
+}
+
+/*
+ * [svc-logs] A startup file given as an object: {"content": TEXT, "mode":
+ * "0755" | 493, "encoding": "utf-8" | "base64"}; only content is required.
+ */
+static int file_from_object(sbx_spec *s, const char *path, json_t *x, sbx_error **err)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(x, k, v)
+    {
+        if (strcmp(k, "content") && strcmp(k, "mode") && strcmp(k, "encoding"))
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "Sandbox spec files['%s'] has an unknown key '%s' (known: "
+                                  "content, mode, encoding)",
+                                  path, k);
+    }
+    json_t *content = json_object_get(x, "content");
+    if (!json_is_string(content))
+        return sbx__set_error(err, SBX_ETYPE,
+                              "Sandbox spec files['%s'] must have a string \"content\"", path);
+    const char *enc = "utf-8";
+    json_t *e = json_object_get(x, "encoding");
+    if (e && !json_is_null(e)) {
+        enc = json_string_value(e);
+        if (!enc || (strcmp(enc, "utf-8") && strcmp(enc, "base64")))
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "Sandbox spec files['%s'] encoding must be \"utf-8\" or "
+                                  "\"base64\"",
+                                  path);
+    }
+    long mode = -1;
+    json_t *m = json_object_get(x, "mode");
+    if (m && !json_is_null(m)) {
+        char *end = NULL;
+        if (json_is_integer(m)) {
+            mode = (long)json_integer_value(m);
+        } else if (json_is_string(m) && json_string_value(m)[0]) {
+            /* "0755", "755", or Python's "0o755"; digits only (strtol would take a sign). */
+            const char *t = json_string_value(m);
+            if (t[0] == '0' && (t[1] == 'o' || t[1] == 'O'))
+                t += 2;
+            errno = 0;
+            mode = *t >= '0' && *t <= '7' ? strtol(t, &end, 8) : -2;
+            if (mode >= 0 && (errno || *end))
+                mode = -2;
+        } else {
+            mode = -2;
+        }
+        if (mode < 0 || mode > 0777) {
+            _cleanup_free_ char *r = sbx__json_repr(m);
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "Sandbox spec files['%s'] mode %s is not valid: give the "
+                                  "permission bits as an octal string like \"0755\" or an "
+                                  "integer from 0 to 0777 (setuid, setgid and sticky bits are "
+                                  "refused)",
+                                  path, r ? r : "?");
+        }
+    }
+    const char *text = json_string_value(content);
+    size_t len = json_string_length(content);
+    _cleanup_free_ unsigned char *bytes = NULL;
+    if (!strcmp(enc, "base64")) {
+        bytes = base64_decode(text, len, &len);
+        if (!bytes)
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "Sandbox spec files['%s'] content is not valid base64 "
+                                  "(padded, no whitespace)",
+                                  path);
+        text = (const char *)bytes;
+    }
+    int rc = add_file(s, path, text, len, (int)mode);
+    if (rc < 0)
+        return sbx__set_error(err, rc, "Sandbox spec files key %s is not valid", path);
+    return SBX_OK;
+}
+
 /* str() of a scalar as Python would build an env value or a file body. */
 static char *scalar_text(const json_t *v)
 {
@@ -608,6 +752,12 @@ int sbx__spec_from_value(json_t *root, sbx_spec **out, sbx_error **err)
         size_t key_len;
         json_t *x;
         json_object_keylen_foreach(v, key, key_len, x) {
+            if (m == 1 && json_is_object(x)) {
+                if ((rc = no_nul("files key", key, key_len, err)) < 0 ||
+                    (rc = file_from_object(s, key, x, err)) < 0)
+                    goto fail;
+                continue;
+            }
             _cleanup_free_ char *text = scalar_text(x);
             if (!text) {
                 rc = sbx__set_error(err, SBX_ETYPE, "Sandbox spec %s['%s'] must be a string, got %s",
@@ -741,9 +891,32 @@ int sbx_spec_to_json(const sbx_spec *s, char **json_out, sbx_error **err)
     json_object_set_new(o, "workdir", opt_str(s->workdir));
     json_object_set_new(o, "env", kv_object(&s->env));
     json_t *files = json_object();
-    for (size_t i = 0; i < s->n_files; i++)
-        json_object_set_new(files, s->files[i].path,
-                            json_stringn_nocheck(s->files[i].data, s->files[i].len));
+    for (size_t i = 0; i < s->n_files; i++) {
+        const struct sbx_spec_file *f = &s->files[i];
+        /*
+         * [svc-logs] A plain string as before; an object when the file has a
+         * mode or bytes that are not UTF-8 (then base64: JSON holds text).
+         */
+        json_t *text = json_stringn(f->data, f->len);
+        if (text && f->mode < 0) {
+            json_object_set_new(files, f->path, text);
+            continue;
+        }
+        json_t *o2 = json_object();
+        if (text) {
+            json_object_set_new(o2, "content", text);
+        } else {
+            _cleanup_free_ char *b64 = base64_encode((const unsigned char *)f->data, f->len);
+            json_object_set_new(o2, "content", b64 ? json_string(b64) : json_null());
+            json_object_set_new(o2, "encoding", json_string("base64"));
+        }
+        if (f->mode >= 0) {
+            char mb[16];
+            snprintf(mb, sizeof(mb), "0%03o", (unsigned)f->mode);
+            json_object_set_new(o2, "mode", json_string(mb));
+        }
+        json_object_set_new(files, f->path, o2);
+    }
     json_object_set_new(o, "files", files);
     json_object_set_new(o, "metadata", kv_object(&s->metadata));
     json_t *res = json_object();
@@ -786,7 +959,8 @@ sbx_spec *sbx_spec_copy(const sbx_spec *src)
         sbx_spec_set_entrypoint(s, (const char *const *)src->entrypoint) < 0)
         goto fail;
     for (size_t i = 0; i < src->n_files; i++)
-        if (sbx_spec_add_file(s, src->files[i].path, src->files[i].data, src->files[i].len) < 0)
+        if (add_file(s, src->files[i].path, src->files[i].data, src->files[i].len,
+                     src->files[i].mode) < 0)
             goto fail;
     s->ttl_s = src->ttl_s;
     s->ready_timeout_s = src->ready_timeout_s;

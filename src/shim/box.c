@@ -916,6 +916,17 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
      */
     if (fcntl(f->ready_w, F_SETFD, 0) < 0 || fcntl(listen_fd, F_SETFD, 0) < 0)
         die_errno("fcntl");
+    /*
+     * [svc-logs] The service log pipes become the agent's stdout and stderr
+     * (dup2 clears close-on-exec): the agent's own lines and its service's
+     * output reach the shim, which keeps them in service.log.
+     */
+    if (f->out_w >= 0 && f->errl_w >= 0) {
+        if (dup2(f->out_w, STDOUT_FILENO) < 0 || dup2(f->errl_w, STDERR_FILENO) < 0)
+            die_errno("dup2 of the service log pipes");
+        close(f->out_w);
+        close(f->errl_w);
+    }
 
     /*
      * 13. The box's descriptor limit. The provider checked it against its own

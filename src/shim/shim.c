@@ -22,6 +22,7 @@
  * removed, so the provider can report an error that leaves nothing behind.
  */
 #include "shim/shim.h"
+#include "core/logs.h"
 
 #include <fcntl.h>
 #include <getopt.h>
@@ -64,6 +65,15 @@ struct shim {
     char errbuf[1024];
     size_t errlen;
     int upper_fd; /* [img-commit] the box's overlay upper dir (O_PATH), or -1 */
+    /* [svc-logs] The service's output pipes (read ends, non-blocking; -1 at EOF) and its log. */
+    int out_r, errl_r;
+    struct shim_log log;
+    /* [svc-logs] What the agent says on the ready pipe after "R": lines, at most 63 bytes. */
+    char rmsg[64];
+    size_t rmsg_len;
+    bool rmsg_skip;       /* dropping an overlong line up to its newline */
+    const char *service;  /* NULL: no service; "running", "exited", "killed" */
+    int service_code;     /* the exit status or the signal number */
 };
 
 static double mono(void)
@@ -137,6 +147,7 @@ static int parse_cfg(json_t *j, struct shim_cfg *c, char *msg, size_t len)
     c->seccomp = !json_is_false(json_object_get(j, "seccomp"));
     c->die_with_creator = json_is_true(json_object_get(j, "die_with_creator"));
     c->upper_size = (long long)jnum(j, "upper_size", 0);
+    c->log_max_bytes = (long long)jnum(j, "log_max_bytes", SBX_LINUX_DEFAULT_LOG_MAX_BYTES);
     c->nofile_soft = (long long)jnum(j, "nofile_soft", 0);
     c->nofile_hard = (long long)jnum(j, "nofile_hard", 0);
     c->ttl_s = jnum(j, "ttl_s", -1);
@@ -196,6 +207,16 @@ static int write_record(struct shim *s, const char *state)
     json_object_set_new(r, "upper_fd", s->upper_fd >= 0 ? json_integer(s->upper_fd) : json_null());
     /* [img-commit] The layers the box stacks, top first: what a commit builds on. */
     json_object_set_new(r, "lowers", c->lowers ? json_incref(c->lowers) : json_null());
+    /*
+     * [svc-logs] The service (entrypoint): {"state": "running" | "exited" |
+     * "killed", "code": exit status or signal}; null: the box has none. As
+     * the agent reported it on the ready pipe.
+     */
+    json_object_set_new(r, "service",
+                        s->service ? json_pack("{s:s, s:i}", "state", s->service, "code",
+                                               s->service_code)
+                                   : json_null());
+    json_object_set_new(r, "log_dropped", json_integer((json_int_t)s->log.dropped));
     _cleanup_free_ char *text = json_dumps(r, JSON_COMPACT);
     _cleanup_free_ char *path = sbx__printf("%s/record.json", c->box_dir);
     if (!text || !path)
@@ -454,10 +475,23 @@ static void start_box(struct shim *s)
         fail(s, SBX_ECREATE, "cannot open the agent binary %s: %s (build it with make)",
              c->agent, strerror(errno));
     /* sync is a socket: in userns mode the go message carries the idmapped mounts. */
-    int sync[2], errp[2], ready[2];
+    int sync[2], errp[2], ready[2], outp[2], errl[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync) < 0 ||
-        pipe_cloexec(errp) < 0 || pipe_cloexec(ready) < 0)
+        pipe_cloexec(errp) < 0 || pipe_cloexec(ready) < 0 || pipe_cloexec(outp) < 0 ||
+        pipe_cloexec(errl) < 0)
         fail(s, SBX_ECREATE, "pipe: %s", strerror(errno));
+    /*
+     * [svc-logs] Room for a burst while the shim is busy (best effort: the
+     * kernel may cap it); the read ends never block the shim's loop.
+     */
+    fcntl(outp[1], F_SETPIPE_SZ, 256 * 1024);
+    fcntl(errl[1], F_SETPIPE_SZ, 256 * 1024);
+    fcntl(outp[0], F_SETFL, O_NONBLOCK);
+    fcntl(errl[0], F_SETFL, O_NONBLOCK);
+    s->service = c->entrypoint ? "running" : NULL;
+    if (shim_log_open(&s->log, c->box_dir, c->log_max_bytes) < 0)
+        fail(s, SBX_ECREATE, "cannot create %s: %s", s->log.path ? s->log.path : "service.log",
+             strerror(errno));
 
     /*
      * One clone for every namespace: the child is PID 1 of the new pid
@@ -507,10 +541,15 @@ static void start_box(struct shim *s)
         close(sync[1]);
         close(errp[0]);
         close(ready[0]);
+        close(outp[0]);
+        close(errl[0]);
+        if (s->log.fd >= 0)
+            close(s->log.fd);
         /* v1: the child joins its groups itself (box.c step 2). */
         bool self = !attached && sbx__cg_mode() == SBX_CG_V1 && s->cgroups;
         struct child_fds f = { sync[0], errp[1], ready[1], agent_fd,
-                               self ? s->cgroups : NULL, filter.filter ? &filter : NULL };
+                               self ? s->cgroups : NULL, filter.filter ? &filter : NULL,
+                               outp[1], errl[1] };
         shim_box_child(c, &f);
     }
     s->init = pid;
@@ -521,9 +560,13 @@ static void start_box(struct shim *s)
     close(sync[0]);
     close(errp[1]);
     close(ready[1]);
+    close(outp[1]);
+    close(errl[1]);
     close(agent_fd);
     s->err_r = errp[0];
     s->ready_r = ready[0];
+    s->out_r = outp[0];
+    s->errl_r = errl[0];
 
     /*
      * Into the cgroups first (unless the child joins them itself), then the
@@ -556,10 +599,77 @@ static void start_box(struct shim *s)
         fail(s, SBX_ECREATE, "cannot write the box record: %s", strerror(errno));
 }
 
+/* [svc-logs] Everything the box wrote before it ended goes into the log first. */
+static void drain_logs(struct shim *s)
+{
+    for (int i = 0; i < 64 && (s->out_r >= 0 || s->errl_r >= 0); i++) {
+        int out = s->out_r, err = s->errl_r;
+        if (s->out_r >= 0)
+            shim_log_drain(&s->log, &s->out_r, SBX_LOG_STDOUT);
+        if (s->errl_r >= 0)
+            shim_log_drain(&s->log, &s->errl_r, SBX_LOG_STDERR);
+        if (out == s->out_r && err == s->errl_r)
+            break; /* both still open: drained up to EAGAIN, or a turn's share */
+    }
+}
+
+/*
+ * [svc-logs] One line from the agent after "R": "exited N" or "killed N"
+ * when its service ended. The agent runs as the box's root, so the line is
+ * the box's word: parsed strictly, and only ever changes the service's
+ * state in the record.
+ */
+static void on_agent_line(struct shim *s, const char *line)
+{
+    const char *state = NULL;
+    const char *num = NULL;
+    /* One end per service: a box repeating the line gets no more record writes for it. */
+    if (!s->service || strcmp(s->service, "running"))
+        return;
+    if (!strncmp(line, "exited ", 7))
+        state = "exited", num = line + 7;
+    else if (!strncmp(line, "killed ", 7))
+        state = "killed", num = line + 7;
+    if (!state)
+        return;
+    char *end;
+    errno = 0;
+    long v = strtol(num, &end, 10);
+    if (errno || end == num || *end || v < 0 || v > 255 || !(*num >= '0' && *num <= '9'))
+        return;
+    s->service = state;
+    s->service_code = (int)v;
+    /* The output the service wrote before it ended comes first, then the event. */
+    drain_logs(s);
+    char ev[32];
+    int n = snprintf(ev, sizeof(ev), "%s %ld", state, v);
+    shim_log_append(&s->log, SBX_LOG_EVENT, ev, (size_t)n);
+    if (s->acked)
+        write_record(s, "running");
+}
+
+static void on_ready_bytes(struct shim *s, const char *b, size_t k)
+{
+    for (size_t i = 0; i < k; i++) {
+        if (b[i] == '\n') {
+            s->rmsg[s->rmsg_len] = 0;
+            if (!s->rmsg_skip)
+                on_agent_line(s, s->rmsg);
+            s->rmsg_len = 0;
+            s->rmsg_skip = false;
+        } else if (s->rmsg_len + 1 < sizeof(s->rmsg)) {
+            s->rmsg[s->rmsg_len++] = b[i];
+        } else {
+            s->rmsg_skip = true; /* too long for any message: ignored up to its newline */
+        }
+    }
+}
+
 static void on_init_exit(struct shim *s)
 {
     int st = s->init_status;
     s->init = 0;
+    drain_logs(s);
     if (!s->ready) {
         if (s->errlen)
             fail(s, SBX_ECREATE, "%.*s", (int)s->errlen, s->errbuf);
@@ -580,6 +690,11 @@ static void on_init_exit(struct shim *s)
         sbx__cg_destroy(s->cgroups);
     json_decref(s->cgroups);
     s->cgroups = json_array();
+    /* [svc-logs] The log's last event: a follower stops here, and a reader sees why. */
+    char ev[48];
+    int n = snprintf(ev, sizeof(ev), "agent %s %d", WIFEXITED(st) ? "exited" : "killed",
+                     WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    shim_log_append(&s->log, SBX_LOG_EVENT, ev, (size_t)n);
     write_record(s, "error");
 }
 
@@ -600,10 +715,18 @@ static void handle_signals(struct shim *s)
 static void supervise(struct shim *s)
 {
     for (;;) {
-        struct pollfd p[5];
+        struct pollfd p[7];
         int n = 0;
         p[n++] = (struct pollfd){ .fd = s->sfd, .events = POLLIN };
-        int i_ctl = -1, i_err = -1, i_ready = -1;
+        int i_ctl = -1, i_err = -1, i_ready = -1, i_out = -1, i_errl = -1;
+        if (s->out_r >= 0) {
+            i_out = n;
+            p[n++] = (struct pollfd){ .fd = s->out_r, .events = POLLIN };
+        }
+        if (s->errl_r >= 0) {
+            i_errl = n;
+            p[n++] = (struct pollfd){ .fd = s->errl_r, .events = POLLIN };
+        }
         if (s->ctl >= 0) {
             i_ctl = n;
             p[n++] = (struct pollfd){ .fd = s->ctl, .events = POLLIN };
@@ -656,6 +779,11 @@ static void supervise(struct shim *s)
                 teardown(s, 0); /* TTL */
             continue;
         }
+        /* The output first: a service's last lines are logged before its exit is. */
+        if (i_out >= 0 && p[i_out].revents)
+            shim_log_drain(&s->log, &s->out_r, SBX_LOG_STDOUT);
+        if (i_errl >= 0 && p[i_errl].revents)
+            shim_log_drain(&s->log, &s->errl_r, SBX_LOG_STDERR);
         if (p[0].revents)
             handle_signals(s);
         if (i_err >= 0 && p[i_err].revents) {
@@ -671,16 +799,27 @@ static void supervise(struct shim *s)
                     fail(s, SBX_ECREATE, "%.*s", (int)s->errlen, s->errbuf);
             }
         }
-        if (i_ready >= 0 && p[i_ready].revents) {
+        if (i_ready >= 0 && s->ready_r >= 0 && p[i_ready].revents) {
             char b[64];
             ssize_t k = read(s->ready_r, b, sizeof(b));
-            close(s->ready_r);
-            s->ready_r = -1;
-            if (k <= 0)
-                fail(s, SBX_EVERIFY, "the agent closed its ready descriptor without being ready");
-            s->ready = true;
-            shim_trace("agent ready");
-            ctl_send(s, "ready");
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0) {
+                /* [svc-logs] After "R" the agent keeps it open to report its service; EOF: it ended. */
+                close(s->ready_r);
+                s->ready_r = -1;
+                if (!s->ready)
+                    fail(s, SBX_EVERIFY,
+                         "the agent closed its ready descriptor without being ready");
+            } else if (!s->ready) {
+                s->ready = true;
+                shim_trace("agent ready");
+                /* "R", then the agent's lines (a service that ends at once may follow). */
+                on_ready_bytes(s, b + 1, (size_t)k - 1);
+                ctl_send(s, "ready");
+            } else {
+                on_ready_bytes(s, b, (size_t)k);
+            }
         }
         if (i_ctl >= 0 && s->ctl >= 0 && p[i_ctl].revents) {
             char b[64];
@@ -761,7 +900,8 @@ int main(int argc, char **argv)
         _exit(0);
     setsid();
 
-    struct shim s = { .ctl = CTL_FD, .err_r = -1, .ready_r = -1, .slot_fd = -1,
+    struct shim s = { .ctl = CTL_FD, .err_r = -1, .ready_r = -1, .slot_fd = -1, .out_r = -1,
+                      .errl_r = -1, .log = { .fd = -1 },
                       .upper_fd = -1 /* [img-commit] */ };
     json_error_t je;
     json_t *j = json_loads(buf, 0, &je);

@@ -46,6 +46,7 @@ struct shim_cfg {
      * box along instead of leaving it running with nobody knowing its id.
      */
     bool die_with_creator;
+    long long log_max_bytes; /* [svc-logs] service.log's rotation bound; 0: no log kept */
 };
 
 /* The size of every box's uid and gid range in userns mode. */
@@ -79,6 +80,7 @@ struct child_fds {
     int agent_fd; /* O_PATH of the agent binary, executed with execveat */
     const json_t *self_attach; /* v1 group dirs the child joins itself, or NULL */
     const struct sock_fprog *filter; /* the compiled seccomp filter, or NULL */
+    int out_w, errl_w; /* [svc-logs] the service log pipes: the agent's fds 1 and 2, or -1 */
 };
 
 /* Runs in the cloned child: builds the box and execs the agent. Never returns. */
@@ -100,5 +102,28 @@ int shim_drop_privileges(const struct shim_cfg *c, const struct sock_fprog *filt
  * or compiled (and cached) now. `out->filter` is malloc'd. Returns -errno.
  */
 int shim_seccomp_filter(const struct shim_cfg *c, struct sock_fprog *out);
+
+/*
+ * [svc-logs] The service's output, kept by the shim in <box dir>/service.log
+ * (svclog.c; the format is src/core/logs.h). Writing never blocks on the
+ * box: a failed write drops the bytes and counts them.
+ */
+struct shim_log {
+    int fd;              /* service.log, O_APPEND; -1: not open (no log kept, or it failed) */
+    char *path, *old;    /* service.log and service.log.1 */
+    long long size, max; /* bytes in service.log; the rotation bound (0: no log) */
+    unsigned long long dropped; /* bytes lost to write errors */
+};
+/* Creates service.log (0600) in `box_dir`; returns -errno. max 0: keeps nothing. */
+int shim_log_open(struct shim_log *l, const char *box_dir, long long max);
+/* Appends one record (len <= SBX_LOG_MAX_RECORD), rotating first when it would pass the bound. */
+void shim_log_append(struct shim_log *l, int stream, const void *data, size_t len);
+/*
+ * Reads what the non-blocking pipe *fd holds now (a bounded number of
+ * reads, so other work is not starved) into records of `stream`. At EOF
+ * closes it and sets *fd to -1.
+ */
+void shim_log_drain(struct shim_log *l, int *fd, int stream);
+void shim_log_close(struct shim_log *l);
 
 #endif

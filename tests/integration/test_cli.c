@@ -567,7 +567,7 @@ static void test_version_and_help(void)
     TAP_EQ_STR(p.out, "sbx " SBX_VERSION_STRING "\n");
     proc_free(&p);
     const char *cmds[] = { "run",  "create", "exec", "cp",        "ls",
-                           "status", "stop", "gc",   "providers", "image" };
+                           "status", "stop", "gc",   "providers", "image", "logs" };
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         p = SBX(cmds[i], "--help");
         EXPECT_CODE(p, 0);
@@ -1692,6 +1692,76 @@ static void test_linux_sigint_run_leaves_nothing(void)
     census_check(linux_state());
 }
 
+/* [svc-logs] sbx logs: both streams apart, --tail, --since, -t, -f; the service's end in status/ls. */
+static void test_linux_logs_and_service_exit(void)
+{
+    need_linux();
+    const char *spec = path_in_tmp("svc.yaml");
+    TAP_EQ_INT(write_text(spec, "workdir: /work\nentrypoint: [sh, -c, 'echo out1; echo err1 >&2; "
+                                "echo out2; exit 3']\n"),
+               0);
+    char id[256];
+    create_into(id, sizeof(id), (const char *const[]){ "create", "--spec", spec, NULL });
+    struct proc p = { 0 };
+    for (int i = 0; i < 1200; i++) { /* a hang guard only */
+        p = SBX("status", id);
+        if (!strcmp(p.out, "exited(3)\n"))
+            break;
+        proc_free(&p);
+        struct timespec ts = { 0, 50 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "exited(3)\n");
+    proc_free(&p);
+    p = SBX("ls");
+    TAP_CONTAINS(p.out, "exited(3)");
+    proc_free(&p);
+    p = SBX("status", "--json", id);
+    TAP_CONTAINS(p.out, "\"service\": {");
+    TAP_CONTAINS(p.out, "\"status\": \"stopped\"");
+    proc_free(&p);
+    /* The box still runs commands. */
+    p = SBX("exec", id, "--", "echo", "alive");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "alive\n");
+    proc_free(&p);
+    p = SBX("logs", id);
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "out1\nout2\n");
+    TAP_EQ_STR(p.err, "err1\nsbx-agent: entrypoint exited with status 3\n");
+    proc_free(&p);
+    p = SBX("logs", "--tail", "1", id);
+    TAP_EQ_STR(p.out, "");
+    TAP_EQ_STR(p.err, "sbx-agent: entrypoint exited with status 3\n");
+    proc_free(&p);
+    p = SBX("logs", "--since", "1h", id);
+    TAP_EQ_STR(p.out, "out1\nout2\n");
+    proc_free(&p);
+    p = SBX("logs", "--since", "2999-01-01T00:00:00Z", id);
+    TAP_EQ_STR(p.out, "");
+    TAP_EQ_STR(p.err, "");
+    proc_free(&p);
+    p = SBX("logs", "-t", "--tail", "1", id);
+    /* 2026-01-02T03:04:05.123456789Z sbx-agent: ... */
+    TAP_TRUE(strlen(p.err) > 31 && p.err[4] == '-' && p.err[10] == 'T' && p.err[29] == 'Z' &&
+             p.err[30] == ' ');
+    TAP_CONTAINS(p.err, "Z sbx-agent: entrypoint exited");
+    proc_free(&p);
+    /* -f ends by itself: the service has ended. */
+    p = SBX("logs", "-f", id);
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "out1\nout2\n");
+    proc_free(&p);
+    p = SBX("logs", "--since", "yesterday", id);
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "--since 'yesterday'");
+    proc_free(&p);
+    SBX_EXPECT(0, "stop", id);
+    SBX_EXPECT(3, "logs", id);
+    census_check(linux_state());
+}
+
 TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_binary_output),
          TAP(test_run_quoting_and_stdin), TAP(test_run_timeout), TAP(test_run_json_shape),
          TAP(test_usage_errors), TAP(test_unknown_provider), TAP(test_provider_failure_is_125),
@@ -1706,4 +1776,5 @@ TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_
          TAP_T(test_linux_image_import_ls_run_rm, 120), TAP_T(test_linux_create_exec_cp_ls_stop, 120),
          TAP_T(test_linux_cp_dir_without_sh_or_tar, 120),
          TAP(test_linux_library_box_seen_by_cli), TAP_T(test_linux_gc_expired_orphan_and_label, 120),
-         TAP(test_linux_sigint_run_leaves_nothing), TAP_T(test_linux_run_streams_as_it_arrives, 120))
+         TAP(test_linux_sigint_run_leaves_nothing), TAP_T(test_linux_run_streams_as_it_arrives, 120),
+         TAP(test_linux_logs_and_service_exit))

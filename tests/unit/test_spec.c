@@ -393,10 +393,67 @@ static void test_setters_build_the_same_spec(void)
     sbx_spec_free(s);
 }
 
+/* [svc-logs] Startup files as objects: a mode, base64 bytes; kept through to_json and copies. */
+static void test_file_modes_and_bytes(void)
+{
+    sbx_spec *s = parse("{\"files\": {\"/a\": \"plain\", \"/b\": {\"content\": \"#!/bin/sh\\n\", "
+                        "\"mode\": \"0755\"}, \"/c\": {\"content\": \"AAH/\", \"encoding\": "
+                        "\"base64\", \"mode\": 384}}}");
+    TAP_EQ_INT((int)sbx_spec_file_count(s), 3);
+    TAP_EQ_INT(s->files[0].mode, -1);
+    TAP_EQ_INT(s->files[1].mode, 0755);
+    TAP_EQ_INT(s->files[2].mode, 0600);
+    TAP_EQ_INT((int)s->files[2].len, 3);
+    TAP_TRUE(!memcmp(s->files[2].data, "\0\1\377", 3));
+    char *out = dump(s);
+    TAP_CONTAINS(out, "\"/a\":\"plain\"");
+    TAP_CONTAINS(out, "\"/b\":{\"content\":\"#!/bin/sh\\n\",\"mode\":\"0755\"}");
+    TAP_CONTAINS(out, "\"/c\":{\"content\":\"AAH/\",\"encoding\":\"base64\",\"mode\":\"0600\"}");
+    /* Round trip: what to_json wrote parses to the same spec. */
+    sbx_spec *s2 = parse(out);
+    char *out2 = dump(s2);
+    TAP_EQ_STR(out2, out);
+    free(out2);
+    sbx_spec_free(s2);
+    free(out);
+    /* The setter: modes past 0777 are refused, the spec unchanged. */
+    TAP_EQ_INT(sbx_spec_add_file_mode(s, "/d", "x", 1, 04755), SBX_EINVAL);
+    TAP_EQ_INT(sbx_spec_add_file_mode(s, "/d", "x", 1, 0700), SBX_OK);
+    TAP_EQ_INT((int)sbx_spec_file_count(s), 4);
+    TAP_EQ_INT(s->files[3].mode, 0700);
+    sbx_spec_free(s);
+    expect_error("{\"files\": {\"/x\": {\"content\": \"a\", \"mode\": \"4755\"}}}", SBX_EINVAL,
+                 "files['/x'] mode '4755' is not valid");
+    sbx_spec *s3 = parse("{\"files\": {\"/o\": {\"content\": \"\", \"mode\": \"0o750\"}, "
+                         "\"/p\": {\"content\": \"\", \"mode\": \"640\"}}}");
+    TAP_EQ_INT(s3->files[0].mode, 0750);
+    TAP_EQ_INT(s3->files[1].mode, 0640);
+    sbx_spec_free(s3);
+    expect_error("{\"files\": {\"/x\": {\"content\": \"a\", \"mode\": \"-1\"}}}", SBX_EINVAL,
+                 "mode '-1' is not valid");
+    expect_error("{\"files\": {\"/x\": {\"content\": \"a\", \"mode\": \"0o\"}}}", SBX_EINVAL,
+                 "mode '0o' is not valid");
+    expect_error("{\"files\": {\"/x\": {\"content\": \"a\", \"mode\": \"rwx\"}}}", SBX_EINVAL,
+                 "octal string like \"0755\"");
+    expect_error("{\"files\": {\"/x\": {\"content\": \"a\", \"mode\": -1}}}", SBX_EINVAL,
+                 "mode -1 is not valid");
+    expect_error("{\"files\": {\"/x\": {\"content\": \"a\", \"mode\": true}}}", SBX_EINVAL,
+                 "mode True is not valid");
+    expect_error("{\"files\": {\"/x\": {\"mode\": \"0644\"}}}", SBX_ETYPE,
+                 "must have a string \"content\"");
+    expect_error("{\"files\": {\"/x\": {\"content\": \"a\", \"owner\": 0}}}", SBX_EINVAL,
+                 "unknown key 'owner'");
+    expect_error("{\"files\": {\"/x\": {\"content\": \"a=b\", \"encoding\": \"base64\"}}}",
+                 SBX_EINVAL, "not valid base64");
+    expect_error("{\"files\": {\"/x\": {\"content\": \"a\", \"encoding\": \"latin-1\"}}}",
+                 SBX_EINVAL, "encoding must be");
+}
+
 TAP_MAIN(TAP(test_status_names), TAP(test_float_repr_matches_python), TAP(test_exec_result_values),
          TAP(test_endpoint_values),
          TAP(test_defaults_and_field_order), TAP(test_json_round_trip), TAP(test_yaml_spec),
          TAP(test_spec_shape_errors), TAP(test_non_finite_numbers_refused),
          TAP(test_resources_from_mapping_converts), TAP(test_resources_setter),
          TAP(test_resources_errors), TAP(test_ports_normalised), TAP(test_invalid_ports),
-         TAP(test_add_port), TAP(test_setters_build_the_same_spec))
+         TAP(test_add_port), TAP(test_setters_build_the_same_spec),
+         TAP(test_file_modes_and_bytes))

@@ -30,6 +30,8 @@
 #define SBX_LINUX_DEFAULT_NOFILE_SOFT 1024
 #define SBX_LINUX_DEFAULT_NOFILE_HARD 4096
 #define SBX_LINUX_DEFAULT_READY_TIMEOUT_S 30.0
+/* [svc-logs] service.log rotates at this many bytes (one older file kept). */
+#define SBX_LINUX_DEFAULT_LOG_MAX_BYTES (8ll << 20)
 /* userns: box k's root is host uid BASE + slot * 65536 (see docs/providers/linux.md). */
 #define SBX_LINUX_USERNS_BASE 1000000000u
 #define SBX_LINUX_USERNS_SLOTS 16384u
@@ -63,6 +65,8 @@ typedef struct {
     pid_t init_pid;                /* the box's PID 1 (its agent) as the host sees it */
     json_t *metadata;              /* object, never NULL once read */
     json_t *cgroups;               /* array of cgroup directory paths */
+    char *service;    /* [svc-logs] "running", "exited", "killed"; NULL: no service */
+    int service_code; /* [svc-logs] its exit status or signal */
 } sbx_linux_record;
 
 /*

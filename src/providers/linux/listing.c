@@ -76,6 +76,9 @@ const char *sbx__linux_box_status(const sbx_linux_box_info *b)
     const sbx_linux_record *r = &b->rec;
     if (!b->shim_alive || !r->state || !strcmp(r->state, "error"))
         return "error";
+    /* [svc-logs] The service ended (docker's exited): the reference's STOPPED. */
+    if (!strcmp(r->state, "running") && r->service && strcmp(r->service, "running"))
+        return "stopped";
     return !strcmp(r->state, "running") ? "running" : "starting";
 }
 
@@ -94,6 +97,13 @@ static json_t *box_json(const char *state_dir, const sbx_linux_box_info *b)
                      "expired", b->expired, "hostname",
                      r->hostname ? json_string(r->hostname) : json_null(), "state",
                      r->state ? json_string(r->state) : json_null());
+    /* [svc-logs] {"state": "running" | "exited" | "killed", "code": N}, or null: no service. */
+    json_t *prov = json_object_get(o, "provider");
+    if (prov)
+        json_object_set_new(prov, "service",
+                            r->service ? json_pack("{s:s, s:i}", "state", r->service, "code",
+                                                   r->service_code)
+                                       : json_null());
     if (!o || !desc || json_object_set_new(o, "descriptor", desc) < 0) {
         json_decref(o);
         return NULL;

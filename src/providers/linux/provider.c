@@ -16,6 +16,7 @@
  */
 #include "providers/linux/linux.h"
 #include "kit/agentpool.h"
+#include "core/logs.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -54,6 +55,7 @@ struct linux_state {
     int agent_dynamic; /* -1 unknown, 0 static, 1 needs an interpreter */
     long long max_conns;     /* max_agent_connections */
     unsigned long long max_image_bytes; /* 0: image.c's default */
+    long long log_max_bytes; /* [svc-logs] service.log's rotation bound; 0: no log */
     sbx_kit_pool *pool; /* the agent connections of this provider's boxes */
     sbx_agent_limits limits; /* max_download_bytes, transfer_idle_timeout_s */
     char **cdi_dirs; /* cdi_spec_dirs, NULL-ended; NULL: sbx__cdi_default_dirs */
@@ -354,6 +356,7 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
     st->stop_timeout_s = 10;
     st->agent_dynamic = -1;
     st->max_conns = SBX_KIT_DEFAULT_MAX_AGENT_CONNECTIONS;
+    st->log_max_bytes = SBX_LINUX_DEFAULT_LOG_MAX_BYTES; /* [svc-logs] */
     const char *key;
     json_t *v;
     int rc = SBX_OK;
@@ -428,6 +431,16 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                 break;
             }
             st->max_image_bytes = (unsigned long long)json_integer_value(v);
+        } else if (!strcmp(key, "log_max_bytes")) {
+            /* [svc-logs] 0 keeps no service log; else at least one whole record fits. */
+            if (!json_is_integer(v) ||
+                (json_integer_value(v) != 0 && json_integer_value(v) < 2 * SBX_LOG_MAX_RECORD)) {
+                rc = cfg_error(err, key,
+                               "0 (keep no service log) or an integer of at least 131072 "
+                               "(bytes of service.log before it rotates)");
+                break;
+            }
+            st->log_max_bytes = json_integer_value(v);
         } else if (!strcmp(key, "stop_grace_s") || !strcmp(key, "stop_timeout_s")) {
             if (!json_is_number(v) || json_number_value(v) < 0) {
                 rc = cfg_error(err, key, "a non-negative number of seconds");
@@ -522,7 +535,7 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                                 "nofile, max_image_bytes, max_download_bytes, transfer_idle_timeout_s, "
                                 "cdi_spec_dirs, shell, image_store, pull, platform, "
                                 "registry_mirrors, insecure_registries, registry_certs_dirs, "
-                                "docker_config, pull_parallel)",
+                                "docker_config, pull_parallel, log_max_bytes)",
                                 key);
             break;
         }
@@ -1435,6 +1448,7 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     }
     if (c->die_with_creator)
         json_object_set_new(c->desc, "die_with_creator", json_true());
+    json_object_set_new(c->desc, "log_max_bytes", json_integer(st->log_max_bytes));
     if (st->shell)
         json_object_set_new(c->desc, "shell", json_string(st->shell));
     /* SBX_SHIM_STDERR=trace: the shim prints the timing of each step of its work. */
@@ -1635,7 +1649,7 @@ static void linux_download(sbx_op *op, void *state, void *box, const char *remot
  * a slow or stuck disk must not stall the loop); what the box's agent
  * connection says is read back on the loop, which owns it.
  */
-enum raw_status { RAW_GONE, RAW_UNREADABLE, RAW_SHIM_DEAD, RAW_LIVE, RAW_ENDED };
+enum raw_status { RAW_GONE, RAW_UNREADABLE, RAW_SHIM_DEAD, RAW_LIVE, RAW_ENDED, RAW_SERVICE_ENDED };
 
 struct status_job {
     sbx_op *op;
@@ -1656,6 +1670,8 @@ static void status_work(void *data)
     } else {
         if (!sbx__linux_shim_alive(&rec))
             j->raw = RAW_SHIM_DEAD; /* the supervisor died: an orphan for gc */
+        else if (!strcmp(rec.state, "running") && rec.service && strcmp(rec.service, "running"))
+            j->raw = RAW_SERVICE_ENDED; /* [svc-logs] */
         else if (!strcmp(rec.state, "creating") || !strcmp(rec.state, "running"))
             j->raw = RAW_LIVE;
         else
@@ -1686,6 +1702,14 @@ static void status_done(void *data, bool cancelled)
          * trouble; a dead one is.
          */
         s = sbx__kit_agent_gone(&b->agent) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
+        break;
+    case RAW_SERVICE_ENDED:
+        /*
+         * [svc-logs] The box's service (its entrypoint) ended: what docker
+         * calls exited and the reference maps to STOPPED. The agent still
+         * runs, so exec and transfers keep working until the box is stopped.
+         */
+        s = SBX_STATUS_STOPPED;
         break;
     case RAW_ENDED:
         s = SBX_STATUS_ERROR;
@@ -2257,6 +2281,23 @@ static void linux_agent_address(sbx_op *op, void *state, void *box)
     sbx_op_complete(op, SBX_OK, NULL, text);
 }
 
+/* [svc-logs] The service log the box's shim keeps in its directory (shim/svclog.c). */
+static void linux_log_address(sbx_op *op, void *state, void *box)
+{
+    (void)state;
+    struct linux_box *b = box;
+    _cleanup_free_ char *path = sbx__printf("%s/%s", b->box_dir, SBX_LOG_FILE);
+    _cleanup_free_ char *old = sbx__printf("%s/%s", b->box_dir, SBX_LOG_OLD_FILE);
+    json_t *j = path && old ? json_pack("{s:s, s:s}", "path", path, "old", old) : NULL;
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!text) {
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    sbx_op_complete(op, SBX_OK, NULL, text);
+}
+
 const struct sbx_provider_ops sbx__linux_provider = {
     SBX_PROVIDER_OPS_HEADER,
     .name = "linux",
@@ -2284,6 +2325,7 @@ const struct sbx_provider_ops sbx__linux_provider = {
     .image_pull = linux_image_pull,
     .image_commit = linux_image_commit, /* [img-commit] */
     .agent_address = linux_agent_address, /* [pty] */
+    .log_address = linux_log_address,     /* [svc-logs] */
     /* Exec goes through the agent client, which streams output as its frames arrive. */
     .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_PTY,
 };

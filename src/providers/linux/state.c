@@ -38,6 +38,7 @@ void sbx__linux_record_free(sbx_linux_record *r)
     free(r->box_dir);
     free(r->image);
     free(r->state);
+    free(r->service);
     free(r->hostname);
     free(r->socket);
     free(r->workdir);
@@ -118,6 +119,11 @@ int sbx__linux_record_read(const char *box_dir, sbx_linux_record *rec, sbx_error
     rec->env = json_is_array(env) ? json_incref(env) : json_array();
     json_t *cg = json_object_get(j, "cgroups");
     rec->cgroups = json_is_array(cg) ? json_incref(cg) : json_array();
+    /* [svc-logs] The service's end, as the shim recorded it. */
+    json_t *svc = json_object_get(j, "service");
+    rec->service = jstr(svc, "state");
+    json_int_t code = json_integer_value(json_object_get(svc, "code"));
+    rec->service_code = code >= 0 && code <= 255 ? (int)code : 0;
     if (!rec->id || !rec->box_dir || !rec->metadata || !rec->cgroups || !rec->env ||
         !rec->socket) {
         sbx__linux_record_free(rec);
