@@ -196,6 +196,10 @@ static int write_record(struct shim *s, const char *state)
     json_object_set_new(r, "upper_fd", s->upper_fd >= 0 ? json_integer(s->upper_fd) : json_null());
     /* [img-commit] The layers the box stacks, top first: what a commit builds on. */
     json_object_set_new(r, "lowers", c->lowers ? json_incref(c->lowers) : json_null());
+    /* [volumes] What the box mounts: `sbx volume rm` refuses a volume a running box uses. */
+    json_object_set_new(r, "volumes", json_is_array(json_object_get(c->json, "volumes"))
+                                          ? json_incref(json_object_get(c->json, "volumes"))
+                                          : json_array());
     _cleanup_free_ char *text = json_dumps(r, JSON_COMPACT);
     _cleanup_free_ char *path = sbx__printf("%s/record.json", c->box_dir);
     if (!text || !path)

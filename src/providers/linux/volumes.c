@@ -367,7 +367,7 @@ static json_t *volume_json(int vfd, const char *store, const char *name)
         rec = json_loadb(text, len, 0, NULL);
     free(text);
     json_t *created = json_object_get(rec, "created");
-    json_t *o = json_pack("{s:s, s:O?, s:s++}", "name", name, "created",
+    json_t *o = json_pack("{s:s, s:O?, s:s+++}", "name", name, "created",
                           json_is_number(created) ? created : json_null(), "mountpoint", store, "/",
                           name, "/data");
     json_decref(rec);
