@@ -6,11 +6,11 @@
  * A capability is addable when what it grants stays inside the box's own
  * namespaces and cgroups: NET_ADMIN configures only the box's own network
  * namespace (refused with network "host", where it would be the host's);
- * SYS_PTRACE traces only processes of the box's pid namespace (nothing from
- * the host ever joins it); IPC_LOCK locks memory its memory cgroup still
- * counts; NET_BROADCAST and LEASE are harmless. The rest reach the host's
- * kernel, clock, devices, security policy or limits, and a box cannot have
- * them whatever it asks: the table says which reach what, and the refusal
+ * IPC_LOCK locks memory its memory cgroup still counts; NET_BROADCAST and
+ * LEASE are harmless. The rest reach the host's kernel, clock, devices,
+ * security policy or limits, or the box's agent (SYS_PTRACE, which Docker
+ * users often add, is refused for that reason), and a box cannot have them
+ * whatever it asks: the table says which reach what, and the refusal
  * carries that reason.
  */
 #include "providers/linux/linux.h"
@@ -53,7 +53,11 @@ static const struct cap_rule {
     { "SYS_RAWIO", CAP_SYS_RAWIO, CAP_REFUSED,
       "it gives raw access to I/O ports and physical memory of the host" },
     { "SYS_CHROOT", CAP_SYS_CHROOT, CAP_KEPT, NULL },
-    { "SYS_PTRACE", CAP_SYS_PTRACE, CAP_ADDABLE, NULL },
+    { "SYS_PTRACE", CAP_SYS_PTRACE, CAP_REFUSED,
+      "it would let the box attach to its agent (PID 1), which sbx keeps undumpable: the "
+      "agent's /proc/1/exe is the host's sbx-agent binary, and a box that could make the agent "
+      "exec something else could then open that file for writing (the runc CVE-2019-5736 "
+      "escape)" },
     { "SYS_PACCT", CAP_SYS_PACCT, CAP_REFUSED,
       "it switches the host's process accounting on and off" },
     { "SYS_ADMIN", CAP_SYS_ADMIN, CAP_REFUSED,
