@@ -422,6 +422,12 @@ static void bind_in_root(const char *what, int rootfd, int src, const char *path
                          bool recursive, unsigned long long attrs)
 {
     int dst = sbx__inroot_open(rootfd, path, O_PATH, 0);
+    /*
+     * A missing directory (or one a link names that leads nowhere yet) is
+     * made as the workdir is: every component resolved inside the root.
+     */
+    if (dst < 0 && errno == ENOENT && want_dir)
+        dst = sbx__inroot_mkdir_p(rootfd, path, 0755);
     if (dst < 0 && errno == ENOENT) {
         _cleanup_free_ char *parent = strdup(path);
         if (!parent)

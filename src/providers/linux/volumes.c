@@ -475,7 +475,17 @@ static char *shared_root(const char *state_dir, const sbx_linux_extras *x)
 
 static int open_shared_root(const char *root, sbx_error **err)
 {
-    if (sbx__mkdir_p(root, 0755) < 0)
+    /*
+     * 0700 when sbx makes it: a box (root, without a user namespace) can
+     * leave setuid-root files there, harmless in boxes (nosuid) but not to
+     * other local users who could reach them on the host.
+     */
+    _cleanup_free_ char *parent = strdup(root);
+    char *slash = parent ? strrchr(parent, '/') : NULL;
+    if (slash)
+        *slash = 0;
+    if (!parent || (parent[0] && sbx__mkdir_p(parent, 0755) < 0) ||
+        (mkdir(root, 0700) < 0 && errno != EEXIST))
         return sbx__set_errno(err, SBX_ECREATE, errno, "cannot create the shared root %s", root);
     int fd = open(root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
