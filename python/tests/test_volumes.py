@@ -4,7 +4,8 @@ sbx.volumes: each call is the C library's, which owns the rules."""
 
 import pytest
 
-from sbx import AsyncSandbox, SandboxError, SandboxSpec, create_provider, volumes
+from sbx import (AsyncSandbox, SandboxError, SandboxSpec, SupportsSandboxRuntimeRequirements,
+                 SupportsSandboxSharedStorage, create_provider, volumes)
 from conftest import need_provider, run
 
 
@@ -22,6 +23,11 @@ def test_shared_volume_options_and_metadata(tmp_path):
         p.shared_volume_options("../up", "/x")
     with pytest.raises(ValueError, match="absolute"):
         p.shared_volume_options("a", "relative")
+    assert isinstance(p, SupportsSandboxSharedStorage) and isinstance(p, SupportsSandboxRuntimeRequirements)
+    # Only where the C provider has them: `local` boxes see the host's files already.
+    local = create_provider({"local": {}})
+    assert not isinstance(local, SupportsSandboxSharedStorage)
+    assert not hasattr(local, "validate_runtime_requirements")
     md = p.shared_volume_metadata()
     assert md["sbx.shared_root"] == str(tmp_path / "shared") and md["sbx.provider"] == "linux"
     assert all(isinstance(v, str) for v in md.values())

@@ -104,6 +104,12 @@ static void test_bind_read_write_and_read_only(void)
     const char *mi = ok_sh(sb, "grep ' /mnt/r[ow] ' /proc/self/mountinfo");
     TAP_CONTAINS(mi, "/mnt/rw rw,nosuid,nodev");
     TAP_CONTAINS(mi, "/mnt/ro ro,nosuid,nodev");
+    /* The box cannot make it writable again: no mount(2), no CAP_SYS_ADMIN. */
+    box_sh(sb, "mount -o remount,rw /mnt/ro", &rc);
+    TAP_NE_INT(rc, 0);
+    box_sh(sb, "mount --bind /mnt/rw /mnt/ro", &rc);
+    TAP_NE_INT(rc, 0);
+    TAP_CONTAINS(box_sh(sb, "echo x > /mnt/ro/h", &rc), "Read-only file system");
     stop_free(sb);
     sbx_spec_free(s);
 
@@ -325,6 +331,10 @@ static void test_cap_add_and_shm_size(void)
                                       NULL, 16);
     TAP_TRUE(eff & (1ull << 12)); /* CAP_NET_ADMIN */
     TAP_TRUE(!(eff & (1ull << 21))); /* never CAP_SYS_ADMIN */
+    /* Its own network namespace: loopback only, whatever NET_ADMIN allows there. */
+    const char *dev = ok_sh(sb, "cat /proc/net/dev");
+    TAP_CONTAINS(dev, "lo:");
+    TAP_TRUE(strstr(dev, "eth") == NULL && strstr(dev, "ens") == NULL);
     /* NET_ADMIN works on the box's own network (loopback's MTU), which the host never sees. */
     if (have_file("/usr/sbin/ip")) {
         ok_sh(sb, "/usr/sbin/ip link set lo mtu 1400");
