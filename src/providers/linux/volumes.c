@@ -931,12 +931,18 @@ int sbx_provider_validate_runtime_requirements(sbx_provider *p,
         return out_json(json_null(), json_out, err);
     json_t *md = json_object();
     if (md && json_array_size(caps) > 0) {
+        /* At most the few addable names (caps.c), each under 32 bytes: the buffer holds all. */
         size_t i, len = 0;
         json_t *c;
-        char buf[1024] = "";
+        char buf[512] = "";
         json_array_foreach(caps, i, c)
-            len += (size_t)snprintf(buf + len, sizeof(buf) - len > 0 ? sizeof(buf) - len : 0,
-                                    "%s%s", i ? "," : "", json_string_value(c));
+        {
+            int n = snprintf(buf + len, sizeof(buf) - len, "%s%s", i ? "," : "",
+                             json_string_value(c));
+            if (n < 0 || (size_t)n >= sizeof(buf) - len)
+                break;
+            len += (size_t)n;
+        }
         json_object_set_new(md, "sbx.cap_add", json_string(buf));
     }
     if (md && shm_size >= 0) {
