@@ -475,6 +475,23 @@ int cli_spec_build(const char *cmd, struct cli_spec_opts *o, char **config_json,
     } else if (!(s = sbx_spec_new())) {
         return CLI_EXIT_SBX;
     }
+    /*
+     * [volumes] Other providers ignore provider_options they do not know:
+     * a -v that mounts nothing must not pass in silence.
+     */
+    if (o->volumes || o->cap_add || o->shm_size) {
+        _cleanup_json_ json_t *cfg = json_loads(config, 0, NULL);
+        void *it = json_object_iter(cfg);
+        const char *name = it ? json_object_iter_key(it) : "";
+        if (strcmp(name, "linux")) {
+            sbx_spec_free(s);
+            return cli_usage_error(cmd, "%s: only the linux provider mounts volumes, adds "
+                                        "capabilities or sizes /dev/shm (provider %s)",
+                                   o->volumes ? "-v/--volume" : o->cap_add ? "--cap-add"
+                                                                          : "--shm-size",
+                                   name);
+        }
+    }
     if ((rc = apply_options(cmd, o, s, meta)) != CLI_EXIT_OK) {
         sbx_spec_free(s);
         return rc;

@@ -1165,6 +1165,10 @@ static void test_linux_volumes_caps_shm(void)
     SBX_EXPECT(0, "volume", "rm", "clivol");
     SBX_EXPECT(1, "volume", "inspect", "clivol");
     SBX_EXPECT(2, "volume", "frob");
+    p = SBX("run", "--provider", "local", "-v", arg, "--", "true");
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "only the linux provider");
+    proc_free(&p);
 
     /* Capabilities: one added, one refused with its reason; /dev/shm's size. */
     /* Bit 12 of CapEff is CAP_NET_ADMIN. */
