@@ -601,6 +601,12 @@ static void open_volumes(const struct shim_cfg *c, struct volume_fds *v)
  * them to their parent), and the attributes go on every one of them:
  * nosuid, nodev, and read-only when asked.
  */
+/* Whether the kernel has mount_setattr(2): ENOSYS says it has not; bad arguments, that it has. */
+static bool have_mount_setattr(void)
+{
+    return !(syscall(SYS_mount_setattr, -1, "", 0, NULL, 0) < 0 && errno == ENOSYS);
+}
+
 static void mount_volumes(const struct shim_cfg *c, const char *root, struct volume_fds *v)
 {
     _cleanup_close_ int rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -630,10 +636,18 @@ static void mount_volumes(const struct shim_cfg *c, const char *root, struct vol
                     target);
         }
         unsigned long long attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-        if (json_is_true(json_object_get(e, "read_only")))
+        bool ro = json_is_true(json_object_get(e, "read_only"));
+        if (ro)
             attrs |= MOUNT_ATTR_RDONLY;
         bool dir = !strcmp(json_string_value(json_object_get(e, "kind")), "dir");
-        bind_in_root("volume", rootfd, v->fd[i], target, dir, true, attrs);
+        /*
+         * Without mount_setattr (before 5.12) only the top mount of a bind
+         * can be remounted read-only: a read-only volume is then bound
+         * without its submounts, so none of them stays writable (where the
+         * kernel refuses that, in a user namespace, the bind fails).
+         */
+        bool recursive = !ro || have_mount_setattr();
+        bind_in_root("volume", rootfd, v->fd[i], target, dir, recursive, attrs);
         close(v->fd[i]);
         v->fd[i] = -1;
     }
