@@ -900,6 +900,56 @@ typedef int (*sbx_service_log_cb)(double time, int stream, const char *data, siz
  */
 SBX_EXPORT int sbx_sandbox_logs(sbx_sandbox *sb, double since, long long tail, unsigned flags,
                                 sbx_service_log_cb cb, void *user, sbx_error **err);
+/* --- Volumes and runtime requirements (linux; docs/volumes.md) ---------- */
+
+/*
+ * Named volumes of the linux provider: directories in its volume store
+ * that boxes mount by name (provider_options.volumes "NAME:/path"), several
+ * at once. Each call blocks on local file I/O, is safe from any thread, and
+ * returns SBX_ENOTSUP for a provider without volumes. *json_out (malloc'd;
+ * may be NULL where said) gets the answer:
+ *
+ * create: makes volume `name` (1-64 of [A-Za-z0-9_.-], starting with a
+ *   letter or digit) unless it exists; {"name", "created", "mountpoint"}.
+ * list: a JSON array of those, each with "used_by" (ids of running boxes
+ *   mounting it); json_out is required.
+ * inspect: one volume as list gives it; SBX_ENOENT when there is none.
+ * remove: deletes it and its files; SBX_ESTATE (naming the boxes) while
+ *   running boxes mount it, unless `force`.
+ */
+SBX_EXPORT int sbx_provider_volume_create(sbx_provider *p, const char *name, char **json_out,
+                                          sbx_error **err);
+SBX_EXPORT int sbx_provider_volume_list(sbx_provider *p, char **json_out, sbx_error **err);
+SBX_EXPORT int sbx_provider_volume_inspect(sbx_provider *p, const char *name, char **json_out,
+                                           sbx_error **err);
+SBX_EXPORT int sbx_provider_volume_remove(sbx_provider *p, const char *name, int force,
+                                          sbx_error **err);
+/*
+ * The newer API's SupportsSandboxSharedStorage. shared_volume_options:
+ * provider options {"volumes": [descriptor]} that mount `source` (relative
+ * to the provider's shared root; NULL: the root itself) at absolute
+ * `target` in the box, read-only when `read_only`; the descriptor is
+ * checked now (SBX_EINVAL) and the directory made at create.
+ * shared_volume_metadata: placement settings, a JSON object of strings
+ * ("sbx.provider", "sbx.host", "sbx.shared_root"). json_out is required.
+ */
+SBX_EXPORT int sbx_provider_shared_volume_options(sbx_provider *p, const char *source,
+                                                  const char *target, int read_only,
+                                                  char **json_out, sbx_error **err);
+SBX_EXPORT int sbx_provider_shared_volume_metadata(sbx_provider *p, char **json_out,
+                                                   sbx_error **err);
+/*
+ * The newer API's SupportsSandboxRuntimeRequirements: checks capabilities
+ * `cap_add` (NULL-ended; "NET_ADMIN", "CAP_SYS_PTRACE", any case; NULL: none)
+ * and `shm_size` (bytes; < 0: none). SBX_EPERM names a refused capability
+ * and why; SBX_EINVAL an unknown one or a bad size. *json_out (may be NULL)
+ * gets the create-time metadata to put in the spec ({"sbx.cap_add":
+ * "NET_ADMIN,...", "sbx.shm_size": "N"}), or "null" when nothing was asked.
+ */
+SBX_EXPORT int sbx_provider_validate_runtime_requirements(sbx_provider *p,
+                                                          const char *const *cap_add,
+                                                          long long shm_size, char **json_out,
+                                                          sbx_error **err);
 
 #ifdef __cplusplus
 }

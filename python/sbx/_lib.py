@@ -160,6 +160,15 @@ for _name, _res, _args in [
     ("sbx_sandbox_workdir", c_char_p, (_P,)),
     ("sbx_error_errno", c_int, (_P,)),
     ("sbx_sandbox_free", None, (_P,)),
+    # [volumes] linux: named volumes, shared storage, runtime requirements
+    ("sbx_provider_volume_create", c_int, (_P, c_char_p, _PP, _ERR)),
+    ("sbx_provider_volume_list", c_int, (_P, _PP, _ERR)),
+    ("sbx_provider_volume_inspect", c_int, (_P, c_char_p, _PP, _ERR)),
+    ("sbx_provider_volume_remove", c_int, (_P, c_char_p, c_int, _ERR)),
+    ("sbx_provider_shared_volume_options", c_int, (_P, c_char_p, c_char_p, c_int, _PP, _ERR)),
+    ("sbx_provider_shared_volume_metadata", c_int, (_P, _PP, _ERR)),
+    ("sbx_provider_validate_runtime_requirements", c_int,
+     (_P, POINTER(c_char_p), ctypes.c_longlong, _PP, _ERR)),
 ]:
     _proto(_name, _res, *_args)
 

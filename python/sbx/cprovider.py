@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import ctypes
 import json
 import threading
 import weakref
@@ -279,6 +280,13 @@ class CProvider:
         if lib.sbx_provider_supports(self._ptr, b"pty"):
             self.create_pty = self._create_pty
             self.attach_pty = self._attach_pty
+        # [volumes] SupportsSandboxSharedStorage and SupportsSandboxRuntimeRequirements,
+        # where the C provider has them (linux): the C call answers ENOTSUP otherwise.
+        if self._c_has_volumes():
+            self.shared_volume_options = self._shared_volume_options
+            self.shared_volume_metadata = self._shared_volume_metadata
+            self.validate_runtime_requirements = self._validate_runtime_requirements
+            self.configure_runtime = self._configure_runtime
 
     _classes: dict[str, type[CProvider]] = {}
     # Providers made by shared(), by (class, canonical config); an entry goes
@@ -403,6 +411,65 @@ class CProvider:
         from .cpty import attach_session  # noqa: PLC0415
 
         return await asyncio.to_thread(attach_session, _box(handle), session_id, takeover, since)
+
+    # --- [volumes] shared storage and runtime requirements (docs/volumes.md) ---
+
+    def _c_has_volumes(self) -> bool:
+        text, err = c_void_p(), c_void_p()
+        rc = lib.sbx_provider_shared_volume_metadata(self._ptr, byref(text), byref(err))
+        if rc == 0:
+            lib.sbx_free(text)
+        else:
+            lib.sbx_error_free(err)
+        return rc == 0
+
+    def _shared_volume_options(self, source: str | None, target: str, *, read_only: bool = False) -> dict[str, Any]:
+        """Provider options {"volumes": [descriptor]} mounting `source` (relative to
+        the provider's shared root; None: the root itself) at `target` in the box.
+        The C library checks the paths (no "..", absolute target)."""
+        text = c_void_p()
+        _lib.call(
+            lib.sbx_provider_shared_volume_options,
+            self._ptr,
+            _lib.cstr(source, "the source"),
+            _lib.cstr(target, "the target"),
+            int(bool(read_only)),
+            byref(text),
+        )
+        return json.loads(_lib.take_string(text))
+
+    def _shared_volume_metadata(self) -> dict[str, str]:
+        """Placement settings: boxes share files only on one host and shared root."""
+        text = c_void_p()
+        _lib.call(lib.sbx_provider_shared_volume_metadata, self._ptr, byref(text))
+        return json.loads(_lib.take_string(text))
+
+    def _validate_runtime_requirements(
+        self, *, cap_add: tuple[str, ...] = (), shm_size: int | None = None
+    ) -> dict[str, str] | None:
+        """Checks the capabilities and /dev/shm size (the C library's list says which
+        capabilities a box may add, and why the others are refused: PermissionError);
+        returns the create-time metadata that applies them, or None."""
+        names = [_lib.cstr(c, "a capability name") for c in cap_add]
+        arr = (ctypes.c_char_p * (len(names) + 1))(*names, None)
+        text = c_void_p()
+        _lib.call(
+            lib.sbx_provider_validate_runtime_requirements,
+            self._ptr,
+            arr,
+            -1 if shm_size is None else int(shm_size),
+            byref(text),
+        )
+        return json.loads(_lib.take_string(text))
+
+    async def _configure_runtime(
+        self, handle: SandboxHandle, *, cap_add: tuple[str, ...] = (), shm_size: int | None = None
+    ) -> None:
+        """A linux box gets its capabilities and /dev/shm at create, from the
+        metadata validate_runtime_requirements returned; a running box cannot
+        change them, so this only checks that they are allowed."""
+        _box(handle)
+        self._validate_runtime_requirements(cap_add=cap_add, shm_size=shm_size)
 
     async def _connect(self, descriptor: Mapping[str, Any]) -> SandboxHandle:
         text = json.dumps(dict(descriptor), default=str)

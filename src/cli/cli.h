@@ -128,6 +128,9 @@ struct cli_spec_opts {
     int *ports;
     size_t n_ports;
     const char **port_args;
+    json_t *volumes;      /* [volumes] -v/--volume SRC:DST[:ro], as strings */
+    json_t *cap_add;      /* [volumes] --cap-add CAP */
+    const char *shm_size; /* [volumes] --shm-size SIZE */
 };
 
 /* The long options every box-making command takes (run, create). */
@@ -141,7 +144,10 @@ struct cli_spec_opts {
         { "label", required_argument, NULL, CLI_OPT_LABEL },                                       \
         { "file", required_argument, NULL, 1013 },                                                 \
         { "ready-timeout", required_argument, NULL, 1014 },                                        \
-        { "pull", required_argument, NULL, 1016 }
+        { "pull", required_argument, NULL, 1016 },                                                 \
+        { "volume", required_argument, NULL, 'v' },                                                \
+        { "cap-add", required_argument, NULL, 1030 },                                              \
+        { "shm-size", required_argument, NULL, 1031 }
 
 /*
  * Handles one getopt result that belongs to the spec options. Returns 1 when
@@ -343,6 +349,7 @@ int cli_cmd_stop(int argc, char **argv);
 int cli_cmd_gc(int argc, char **argv);
 int cli_cmd_providers(int argc, char **argv);
 int cli_cmd_image(int argc, char **argv);
+int cli_cmd_volume(int argc, char **argv);
 int cli_cmd_commit(int argc, char **argv); /* [img-commit] */
 int cli_cmd_logs(int argc, char **argv);   /* [svc-logs] */
 /* [svc-logs] The service of a box its provider listed ({"state", "code"}), or NULL. Borrowed. */

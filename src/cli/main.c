@@ -26,7 +26,12 @@
     "  --ready-timeout S      seconds the box may take to become ready\n"                         \
     "  --port P               port to expose (repeatable)\n"                                      \
     "  --label K=V            label, also stored as spec metadata (repeatable)\n"                 \
-    "  --file REMOTE=LOCAL    copy LOCAL into the box at REMOTE at start (repeatable)\n"
+    "  --file REMOTE=LOCAL    copy LOCAL into the box at REMOTE at start (repeatable)\n"  \
+    "  -v, --volume SRC:DST[:ro]\n"                                                             \
+    "                         (linux) mount host path SRC (absolute) or named volume\n"       \
+    "                         SRC at DST in the box; :ro read-only (repeatable)\n"            \
+    "  --cap-add CAP          (linux) add capability CAP, e.g. NET_ADMIN (repeatable)\n"     \
+    "  --shm-size SIZE        (linux) size of /dev/shm, e.g. 256m, 1g\n"
 
 struct command {
     const char *name;
@@ -161,6 +166,21 @@ static const struct command commands[] = {
       "The new image is the box image's layers plus one layer of what the box\n"
       "changed (added and changed files, deletions, replaced directories), with the\n"
       "box image's config. Prints the new image's id. Linux provider, as root.\n" },
+    { "volume", cli_cmd_volume, "sbx volume create|ls|inspect|rm ...",
+      "manage the linux provider's named volumes",
+      "  sbx volume create [--json] NAME\n"
+      "                         make volume NAME (nothing when it exists)\n"
+      "  sbx volume ls [-q] [--json]\n"
+      "                         volumes: name, boxes using it, created, mountpoint\n"
+      "  sbx volume inspect NAME...\n"
+      "                         a JSON array: each volume's mountpoint and users\n"
+      "  sbx volume rm [--force] NAME...\n"
+      "                         remove NAME and its files; refused while a running\n"
+      "                         box mounts it, unless --force\n",
+      "A box mounts a volume with -v NAME:/path (made when missing). Volumes live in\n"
+      "the linux provider's volume store: /var/lib/sbx/linux/volumes as root,\n"
+      "$SBX_STATE_DIR/linux/volumes when SBX_STATE_DIR is set (the volume_store key\n"
+      "sets it). See docs/volumes.md.\n" },
     { "providers", cli_cmd_providers, "sbx providers [--json]", "list the available providers",
       "  --json                 print a JSON array\n", NULL },
 };

@@ -205,6 +205,15 @@ int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *ar
         }
         o->pull = arg;
         return 1;
+    case 'v':
+    case 1030: {
+        /* [volumes] Passed on as provider_options.volumes / cap_add: the provider checks them. */
+        json_t **list = c == 'v' ? &o->volumes : &o->cap_add;
+        if (!*list && !(*list = json_array()))
+            return -1;
+        return json_array_append_new(*list, json_string(arg)) < 0 ? -1 : 1;
+    }
+    case 1031: o->shm_size = arg; return 1;
     default: return 0;
     }
 }
@@ -215,6 +224,8 @@ void cli_spec_opts_free(struct cli_spec_opts *o)
     sbx__kv_free(&o->labels);
     sbx__kv_free(&o->files);
     free(o->ports);
+    json_decref(o->volumes);
+    json_decref(o->cap_add);
 }
 
 /* `{"name": {}}` for a provider name, after checking that it exists. */
@@ -347,6 +358,27 @@ static int apply_options(const char *cmd, struct cli_spec_opts *o, sbx_spec *spe
         if (!t || sbx_spec_set_provider_options(spec, t, NULL) < 0)
             return CLI_EXIT_SBX;
     }
+    /* [volumes] -v, --cap-add, --shm-size: added to provider_options (docs/volumes.md). */
+    if (o->volumes || o->cap_add || o->shm_size) {
+        _cleanup_json_ json_t *po = json_loads(sbx_spec_provider_options(spec), 0, NULL);
+        if (!json_is_object(po))
+            po = json_object();
+        const char *keys[] = { "volumes", "cap_add" };
+        json_t *lists[] = { o->volumes, o->cap_add };
+        for (size_t i = 0; po && i < 2; i++) {
+            if (!lists[i])
+                continue;
+            json_t *have = json_object_get(po, keys[i]);
+            if (!json_is_array(have))
+                json_object_set_new(po, keys[i], have = json_array());
+            json_array_extend(have, lists[i]);
+        }
+        if (po && o->shm_size)
+            json_object_set_new(po, "shm_size", json_string(o->shm_size));
+        _cleanup_free_ char *t = po ? sbx__json_dump(po) : NULL;
+        if (!t || sbx_spec_set_provider_options(spec, t, NULL) < 0)
+            return CLI_EXIT_SBX;
+    }
     /* A relative workdir is relative to nothing in the box: every exec failed with it. */
     if (o->workdir && sbx_spec_set_workdir(spec, o->workdir) < 0)
         return bad_value(cmd, "--workdir", o->workdir, "an absolute path in the box (from /)");
@@ -442,6 +474,23 @@ int cli_spec_build(const char *cmd, struct cli_spec_opts *o, char **config_json,
         }
     } else if (!(s = sbx_spec_new())) {
         return CLI_EXIT_SBX;
+    }
+    /*
+     * [volumes] Other providers ignore provider_options they do not know:
+     * a -v that mounts nothing must not pass in silence.
+     */
+    if (o->volumes || o->cap_add || o->shm_size) {
+        _cleanup_json_ json_t *cfg = json_loads(config, 0, NULL);
+        void *it = json_object_iter(cfg);
+        const char *name = it ? json_object_iter_key(it) : "";
+        if (strcmp(name, "linux")) {
+            sbx_spec_free(s);
+            return cli_usage_error(cmd, "%s: only the linux provider mounts volumes, adds "
+                                        "capabilities or sizes /dev/shm (provider %s)",
+                                   o->volumes ? "-v/--volume" : o->cap_add ? "--cap-add"
+                                                                          : "--shm-size",
+                                   name);
+        }
     }
     if ((rc = apply_options(cmd, o, s, meta)) != CLI_EXIT_OK) {
         sbx_spec_free(s);

@@ -257,3 +257,45 @@ int sbx__inroot_mkdir_p(int rootfd, const char *dir, mode_t mode)
 {
     return mkdir_p(rootfd, dir, mode, 0);
 }
+
+int sbx__beneath_open_nofollow(int dirfd, const char *path)
+{
+    int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+    const char *p = path;
+    while (fd >= 0) {
+        while (*p == '/')
+            p++;
+        if (!*p)
+            return fd;
+        size_t n = strcspn(p, "/");
+        char comp[NAME_MAX + 1];
+        if (n > NAME_MAX) {
+            close(fd);
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        memcpy(comp, p, n);
+        comp[n] = 0;
+        p += n;
+        if (!strcmp(comp, "."))
+            continue;
+        if (!strcmp(comp, "..")) {
+            close(fd);
+            errno = EXDEV;
+            return -1;
+        }
+        /* O_NOFOLLOW with O_PATH opens a link itself: fstat tells, and a link is refused. */
+        int next = openat(fd, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        int e = errno;
+        close(fd);
+        struct stat st;
+        if (next >= 0 && fstat(next, &st) == 0 && S_ISLNK(st.st_mode)) {
+            close(next);
+            errno = ELOOP;
+            return -1;
+        }
+        errno = e;
+        fd = next;
+    }
+    return -1;
+}

@@ -17,6 +17,15 @@ int sbx__inroot_open(int rootfd, const char *path, int flags, mode_t mode);
  * Returns an O_PATH fd of the directory, or -1 with errno.
  */
 int sbx__inroot_mkdir_p(int rootfd, const char *dir, mode_t mode);
+/*
+ * [volumes] Opens relative `path` under `dirfd` with O_PATH, one component
+ * at a time, refusing every symlink (ELOOP) and every ".." (EXDEV) on the
+ * way: for a host directory a box can write (a shared root), where a link
+ * planted by one box must not send another box's mount elsewhere. An empty
+ * path (or only "/" and ".") opens `dirfd` itself. Returns the fd, or -1
+ * with errno.
+ */
+int sbx__beneath_open_nofollow(int dirfd, const char *path);
 /* Always use the manual walk (tests check it matches the kernel's). */
 void sbx__inroot_force_walk(bool on);
 

@@ -38,6 +38,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -360,7 +362,7 @@ static void tmpfs_dir(const char *name, mode_t mode)
  * a mount of its own, which nodev on /dev does not reach), with a private
  * devpts instance and the usual links.
  */
-static void mount_dev(const char *root)
+static void mount_dev(const struct shim_cfg *c, const char *root)
 {
     _cleanup_free_ char *dev = path2(root, "/dev");
     tmpfs_dir("dev", 0755);
@@ -383,7 +385,19 @@ static void mount_dev(const char *root)
     /* newinstance: the box's ptys are its own, numbered from 0, invisible to the host. */
     do_mount("devpts", pts, "devpts", MS_NOSUID | MS_NOEXEC,
              "newinstance,ptmxmode=0666,mode=0620,gid=5");
-    bind_noexec("shm", shm);
+    long long shm_size = (long long)json_integer_value(json_object_get(c->json, "shm_size"));
+    if (shm_size > 0) {
+        /*
+         * [volumes] shm_size: a tmpfs of its own, of that size, on top of the
+         * disk limit (its pages are still charged to the box's memory
+         * cgroup); nosuid,nodev,noexec like the bind it replaces.
+         */
+        char o[96];
+        snprintf(o, sizeof(o), "mode=1777,uid=0,gid=0,size=%lld", shm_size);
+        do_mount("shm", shm, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, o);
+    } else {
+        bind_noexec("shm", shm);
+    }
     static const char *const links[][2] = { { "pts/ptmx", "ptmx" },
                                             { "/proc/self/fd", "fd" },
                                             { "/proc/self/fd/0", "stdin" },
@@ -404,10 +418,16 @@ static void mount_dev(const char *root)
  * missing, in the box's writable layer; a link or an entry of the other
  * kind in the way (in /dev, the box's own tmpfs) is an error, not replaced.
  */
-static void bind_in_root(int rootfd, int src, const char *path, bool want_dir, bool recursive,
-                         unsigned long long attrs)
+static void bind_in_root(const char *what, int rootfd, int src, const char *path, bool want_dir,
+                         bool recursive, unsigned long long attrs)
 {
     int dst = sbx__inroot_open(rootfd, path, O_PATH, 0);
+    /*
+     * A missing directory (or one a link names that leads nowhere yet) is
+     * made as the workdir is: every component resolved inside the root.
+     */
+    if (dst < 0 && errno == ENOENT && want_dir)
+        dst = sbx__inroot_mkdir_p(rootfd, path, 0755);
     if (dst < 0 && errno == ENOENT) {
         _cleanup_free_ char *parent = strdup(path);
         if (!parent)
@@ -417,18 +437,18 @@ static void bind_in_root(int rootfd, int src, const char *path, bool want_dir, b
         *(slash == parent ? slash + 1 : slash) = 0;
         _cleanup_close_ int pfd = sbx__inroot_mkdir_p(rootfd, parent, 0755);
         if (pfd < 0)
-            die_errno("CDI: cannot create %s in the box for %s", parent, path);
+            die_errno("%s: cannot create %s in the box for %s", what, parent, path);
         if (want_dir ? mkdirat(pfd, base, 0755) < 0
                      : mknodat(pfd, base, S_IFREG | 0644, 0) < 0)
             if (errno != EEXIST)
-                die_errno("CDI: cannot create the mount point %s in the box", path);
+                die_errno("%s: cannot create the mount point %s in the box", what, path);
         dst = sbx__inroot_open(rootfd, path, O_PATH, 0);
     }
     struct stat ds;
     if (dst < 0 || fstat(dst, &ds) < 0)
-        die_errno("CDI: cannot open the mount point %s in the box", path);
+        die_errno("%s: cannot open the mount point %s in the box", what, path);
     if (want_dir != !!S_ISDIR(ds.st_mode))
-        die("CDI: %s in the box is a %s, the host's source a %s", path,
+        die("%s: %s in the box is a %s, the host's source a %s", what, path,
             S_ISDIR(ds.st_mode) ? "directory" : "file", want_dir ? "directory" : "file");
     /*
      * Both ends by descriptor (/proc/self/fd/N is the host's proc until
@@ -442,7 +462,7 @@ static void bind_in_root(int rootfd, int src, const char *path, bool want_dir, b
     /* Opened again: now the path is the new mount's root, which the flags go on. */
     _cleanup_close_ int top = sbx__inroot_open(rootfd, path, O_PATH, 0);
     if (top < 0)
-        die_errno("CDI: cannot open %s after binding it", path);
+        die_errno("%s: cannot open %s after binding it", what, path);
     struct mount_attr attr = { .attr_set = attrs };
     if (syscall(SYS_mount_setattr, top, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0),
                 &attr, sizeof(attr)) == 0)
@@ -494,7 +514,7 @@ static void apply_cdi(const struct shim_cfg *c, const char *root)
             (json_int_t)major(st.st_rdev) != maj || (json_int_t)minor(st.st_rdev) != min)
             die("CDI: %s is no longer the %s device %lld:%lld it was", host,
                 chr ? "character" : "block", (long long)maj, (long long)min);
-        bind_in_root(rootfd, src, path, false, false, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC);
+        bind_in_root("CDI", rootfd, src, path, false, false, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC);
     }
     json_array_foreach(json_object_get(c->cdi, "mounts"), i, d)
     {
@@ -511,8 +531,125 @@ static void apply_cdi(const struct shim_cfg *c, const char *root)
         unsigned long long attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
         if (!json_is_true(json_object_get(d, "rw")))
             attrs |= MOUNT_ATTR_RDONLY;
-        bind_in_root(rootfd, src, path, S_ISDIR(st.st_mode),
+        bind_in_root("CDI", rootfd, src, path, S_ISDIR(st.st_mode),
                      json_is_true(json_object_get(d, "recursive")), attrs);
+    }
+}
+
+/*
+ * [volumes] The box's volumes (src/providers/linux/volumes.c resolved them),
+ * opened here before the box's first process becomes the box's root (step
+ * 7): until then its kernel uid is the shim's, which owns the private volume
+ * store. O_NOFOLLOW: a source that became a link since the provider looked
+ * is refused, never followed; a shared source is walked down from its root
+ * refusing every link and "..", since boxes write in that tree.
+ */
+#define MAX_VOLUMES 64
+
+struct volume_fds {
+    int fd[MAX_VOLUMES];
+    size_t n;
+};
+
+static void open_volumes(const struct shim_cfg *c, struct volume_fds *v)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(c->json, "volumes"), i, e)
+    {
+        if (i >= MAX_VOLUMES)
+            die("more than %d volumes", MAX_VOLUMES);
+        const char *src = json_string_value(json_object_get(e, "source"));
+        const char *beneath = json_string_value(json_object_get(e, "beneath"));
+        const char *kind = json_string_value(json_object_get(e, "kind"));
+        if (!src || !kind)
+            die("volume %zu: no source or kind in the box description", i);
+        int fd = open(src, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            die_errno("volume: cannot open the host path %s", src);
+        if (beneath) {
+            int sub = sbx__beneath_open_nofollow(fd, beneath);
+            if (sub < 0)
+                die_errno("volume: cannot open %s under the shared root %s without following "
+                          "a link",
+                          beneath, src);
+            close(fd);
+            fd = sub;
+        }
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+            die_errno("volume: cannot stat %s", src);
+        if (S_ISLNK(st.st_mode))
+            die("volume: the host path %s is a symbolic link: sbx never follows one at a "
+                "volume's source",
+                src);
+        bool dir = !strcmp(kind, "dir");
+        if (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
+            die("volume: the host path %s is no longer the %s it was", src,
+                dir ? "directory" : "file");
+        v->fd[v->n++] = fd;
+    }
+}
+
+/*
+ * Binds each volume at its target, resolved inside the root by the kernel
+ * (bind_in_root): a link the image planted at the target, absolute or
+ * relative, lands inside the box, never on the host. The target may not
+ * resolve to the root itself nor into the box's /proc or /sys (a link
+ * could lead there where the path did not). MS_REC: submounts of the
+ * source come along (and must, in a user namespace, where the kernel locks
+ * them to their parent), and the attributes go on every one of them:
+ * nosuid, nodev, and read-only when asked.
+ */
+/* Whether the kernel has mount_setattr(2): ENOSYS says it has not; bad arguments, that it has. */
+static bool have_mount_setattr(void)
+{
+    return !(syscall(SYS_mount_setattr, -1, "", 0, NULL, 0) < 0 && errno == ENOSYS);
+}
+
+static void mount_volumes(const struct shim_cfg *c, const char *root, struct volume_fds *v)
+{
+    _cleanup_close_ int rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    struct stat rs;
+    if (rootfd < 0 || fstat(rootfd, &rs) < 0)
+        die_errno("cannot open %s", root);
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(c->json, "volumes"), i, e)
+    {
+        if (i >= v->n)
+            break;
+        const char *target = json_string_value(json_object_get(e, "target"));
+        if (!target)
+            die("volume %zu: no target", i);
+        int at = sbx__inroot_open(rootfd, target, O_PATH, 0);
+        if (at >= 0) {
+            struct stat ts;
+            struct statfs fs;
+            if (fstat(at, &ts) < 0 || fstatfs(at, &fs) < 0)
+                die_errno("volume: cannot stat %s in the box", target);
+            close(at);
+            if (ts.st_dev == rs.st_dev && ts.st_ino == rs.st_ino)
+                die("volume: the target %s resolves to the box's root (a link?)", target);
+            if (fs.f_type == PROC_SUPER_MAGIC || fs.f_type == SYSFS_MAGIC)
+                die("volume: the target %s resolves into the box's /proc or /sys (a link?)",
+                    target);
+        }
+        unsigned long long attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+        bool ro = json_is_true(json_object_get(e, "read_only"));
+        if (ro)
+            attrs |= MOUNT_ATTR_RDONLY;
+        bool dir = !strcmp(json_string_value(json_object_get(e, "kind")), "dir");
+        /*
+         * Without mount_setattr (before 5.12) only the top mount of a bind
+         * can be remounted read-only: a read-only volume is then bound
+         * without its submounts, so none of them stays writable (where the
+         * kernel refuses that, in a user namespace, the bind fails).
+         */
+        bool recursive = !ro || have_mount_setattr();
+        bind_in_root("volume", rootfd, v->fd[i], target, dir, recursive, attrs);
+        close(v->fd[i]);
+        v->fd[i] = -1;
     }
 }
 
@@ -725,6 +862,9 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
 
     /* 4. The agent's socket, while we still have the shim's ids (see agent_socket). */
     int listen_fd = agent_socket(c);
+    /* [volumes] Their sources, while we still have the shim's ids (see open_volumes). */
+    struct volume_fds vols = { .n = 0 };
+    open_volumes(c, &vols);
 
     /*
      * 5. Stop mount events from leaking back to the host: the copy of the
@@ -869,11 +1009,19 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     shim_trace("child: proc");
     mount_sys(c, root);
     shim_trace("child: sys");
-    mount_dev(root);
+    mount_dev(c, root);
     shim_trace("child: dev");
     if (c->cdi) {
         apply_cdi(c, root);
         shim_trace("child: cdi");
+    }
+    /*
+     * [volumes] After /proc, /sys, /dev and the CDI mounts, so a volume may
+     * go anywhere in the box but cannot hide what sbx mounted beneath it.
+     */
+    if (vols.n) {
+        mount_volumes(c, root, &vols);
+        shim_trace("child: volumes");
     }
     _cleanup_free_ char *tmp = path2(root, "/tmp");
     if (!exists(tmp)) {

@@ -39,10 +39,42 @@ static const cap_value_t keep_caps[] = {
     CAP_SYS_CHROOT, CAP_KILL,     CAP_AUDIT_WRITE,
 };
 
-static bool kept(int cap)
+/*
+ * [caps] The kept list plus the box's cap_add, which the provider checked
+ * against src/providers/linux/caps.c's table (checked again here: a name
+ * not on it as addable is refused, never granted).
+ */
+struct capset {
+    cap_value_t v[64];
+    int n;
+};
+
+static int box_caps(const struct shim_cfg *c, struct capset *cs, char *msg, size_t msg_len)
 {
+    cs->n = 0;
     for (size_t i = 0; i < SBX_ARRAY_SIZE(keep_caps); i++)
-        if (keep_caps[i] == cap)
+        cs->v[cs->n++] = keep_caps[i];
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(c->json, "cap_add"), i, e)
+    {
+        _cleanup_json_ json_t *one = json_pack("[O]", e), *out = json_array();
+        int cap = sbx__linux_cap_number(json_string_value(e));
+        if (!one || !out || cap < 0 || cs->n >= (int)SBX_ARRAY_SIZE(cs->v) ||
+            sbx__linux_caps_parse(one, "cap_add", c->net_host, out, NULL) < 0) {
+            snprintf(msg, msg_len, "capability %s is not one a box may add",
+                     json_string_value(e) ? json_string_value(e) : "(not a string)");
+            return -EPERM;
+        }
+        cs->v[cs->n++] = cap;
+    }
+    return 0;
+}
+
+static bool kept(const struct capset *cs, int cap)
+{
+    for (int i = 0; i < cs->n; i++)
+        if (cs->v[i] == cap)
             return true;
     return false;
 }
@@ -307,9 +339,13 @@ int shim_drop_privileges(const struct shim_cfg *c, const struct sock_fprog *filt
      * last: the filter then governs the agent from its execve on, and nothing
      * above (prctl, capset) needs to be allowed by it.
      */
+    struct capset cs;
+    int rc = box_caps(c, &cs, msg, msg_len);
+    if (rc < 0)
+        return rc;
     int last = (int)cap_max_bits() - 1;
     for (int cap = 0; cap <= last; cap++) {
-        if (kept(cap))
+        if (kept(&cs, cap))
             continue;
         if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL) {
             snprintf(msg, msg_len, "cannot drop capability %d from the bounding set: %s", cap,
@@ -323,10 +359,10 @@ int shim_drop_privileges(const struct shim_cfg *c, const struct sock_fprog *filt
         snprintf(msg, msg_len, "cap_init: %s", strerror(errno));
         return -ENOMEM;
     }
-    int n = (int)SBX_ARRAY_SIZE(keep_caps);
-    if (cap_set_flag(caps, CAP_EFFECTIVE, n, keep_caps, CAP_SET) < 0 ||
-        cap_set_flag(caps, CAP_PERMITTED, n, keep_caps, CAP_SET) < 0 ||
-        cap_set_flag(caps, CAP_INHERITABLE, n, keep_caps, CAP_SET) < 0 || cap_set_proc(caps) < 0) {
+    int n = cs.n;
+    if (cap_set_flag(caps, CAP_EFFECTIVE, n, cs.v, CAP_SET) < 0 ||
+        cap_set_flag(caps, CAP_PERMITTED, n, cs.v, CAP_SET) < 0 ||
+        cap_set_flag(caps, CAP_INHERITABLE, n, cs.v, CAP_SET) < 0 || cap_set_proc(caps) < 0) {
         int e = errno;
         cap_free(caps);
         snprintf(msg, msg_len, "cannot set the box's capabilities: %s", strerror(e));
@@ -357,7 +393,7 @@ int shim_drop_privileges(const struct shim_cfg *c, const struct sock_fprog *filt
         snprintf(msg, msg_len, "seccomp_init failed");
         return -ENOMEM;
     }
-    int rc = build_filter(ctx);
+    rc = build_filter(ctx);
     if (rc == 0)
         rc = seccomp_load(ctx);
     seccomp_release(ctx);

@@ -217,6 +217,10 @@ static int write_record(struct shim *s, const char *state)
                                                s->service_code)
                                    : json_null());
     json_object_set_new(r, "log_dropped", json_integer((json_int_t)s->log.dropped));
+    /* [volumes] What the box mounts: `sbx volume rm` refuses a volume a running box uses. */
+    json_object_set_new(r, "volumes", json_is_array(json_object_get(c->json, "volumes"))
+                                          ? json_incref(json_object_get(c->json, "volumes"))
+                                          : json_array());
     _cleanup_free_ char *text = json_dumps(r, JSON_COMPACT);
     _cleanup_free_ char *path = sbx__printf("%s/record.json", c->box_dir);
     if (!text || !path)

@@ -1123,6 +1123,72 @@ static void test_default_provider_is_linux(void)
     census_check(linux_state());
 }
 
+/* [volumes] -v, --cap-add, --shm-size and sbx volume, against real boxes. */
+static void test_linux_volumes_caps_shm(void)
+{
+    need_linux();
+    const char *hv = path_in_tmp("hv");
+    TAP_EQ_INT(mkdir(hv, 0755), 0);
+    char file[PATH_MAX], arg[PATH_MAX + 16];
+    snprintf(file, sizeof(file), "%s/f", hv);
+    write_file(file, "host-file\n", 0644);
+    snprintf(arg, sizeof(arg), "%s:/h:ro", hv);
+    struct proc p = SBX("run", "-v", arg, "--", "sh", "-c", "cat /h/f; touch /h/x");
+    EXPECT_CODE(p, 1);
+    TAP_EQ_STR(p.out, "host-file\n");
+    TAP_CONTAINS(p.err, "Read-only file system");
+    proc_free(&p);
+    p = SBX("run", "--volume", "../rel:/h", "--", "true");
+    EXPECT_CODE(p, 125);
+    TAP_CONTAINS(p.err, "relative host path");
+    proc_free(&p);
+
+    /* A named volume: made by -v, used by a created box, rm refused until it stops. */
+    char id[256];
+    create_into(id, sizeof(id), (const char *const[]){ "create", "-v", "clivol:/d", NULL });
+    SBX_EXPECT(0, "exec", id, "--", "sh", "-c", "echo kept > /d/k");
+    p = SBX("volume", "ls");
+    EXPECT_CODE(p, 0);
+    TAP_CONTAINS(p.out, "clivol");
+    TAP_CONTAINS(p.out, id);
+    proc_free(&p);
+    p = SBX("volume", "rm", "clivol");
+    EXPECT_CODE(p, 1);
+    TAP_CONTAINS(p.err, "in use");
+    TAP_CONTAINS(p.err, id);
+    proc_free(&p);
+    SBX_EXPECT(0, "stop", id);
+    p = SBX("run", "-v", "clivol:/d", "--", "cat", "/d/k");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "kept\n");
+    proc_free(&p);
+    SBX_EXPECT(0, "volume", "rm", "clivol");
+    SBX_EXPECT(1, "volume", "inspect", "clivol");
+    SBX_EXPECT(2, "volume", "frob");
+    p = SBX("run", "--provider", "local", "-v", arg, "--", "true");
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "only the linux provider");
+    proc_free(&p);
+
+    /* Capabilities: one added, one refused with its reason; /dev/shm's size. */
+    /* Bit 12 of CapEff is CAP_NET_ADMIN. */
+    p = SBX("run", "--cap-add", "NET_ADMIN", "--", "sh", "-c",
+            "c=$(sed -n 's/^CapEff:[[:space:]]*//p' /proc/self/status); echo $(( 0x$c >> 12 & 1 ))");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "1\n");
+    proc_free(&p);
+    p = SBX("run", "--cap-add", "SYS_ADMIN", "--", "true");
+    EXPECT_CODE(p, 125);
+    TAP_CONTAINS(p.err, "SYS_ADMIN is refused");
+    proc_free(&p);
+    p = SBX("run", "--shm-size", "32m", "--", "sh", "-c", "df -k /dev/shm | tail -1");
+    EXPECT_CODE(p, 0);
+    TAP_CONTAINS(p.out, "32768");
+    proc_free(&p);
+    TAP_EQ_INT(records(), 0);
+    census_check(linux_state());
+}
+
 static void test_linux_run_exit_codes_and_streams(void)
 {
     need_linux();
@@ -1771,7 +1837,7 @@ TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_
          TAP_T(test_local_create_exec_cp_stop, 120), TAP(test_local_gc_after_ttl),
          TAP(test_local_library_boxes_ls_stop_gc),
          TAP(test_local_sigint_run_leaves_nothing), TAP(test_local_sigterm_run_leaves_nothing),
-         TAP(test_default_provider_is_linux), TAP(test_linux_run_exit_codes_and_streams),
+         TAP(test_default_provider_is_linux), TAP(test_linux_run_exit_codes_and_streams), TAP(test_linux_volumes_caps_shm),
          TAP(test_linux_run_quoting_stdin_timeout_json),
          TAP_T(test_linux_image_import_ls_run_rm, 120), TAP_T(test_linux_create_exec_cp_ls_stop, 120),
          TAP_T(test_linux_cp_dir_without_sh_or_tar, 120),

@@ -427,4 +427,81 @@ SBX_INTERNAL void sbx__linux_op_image_commit(sbx_op *op, const char *state_dir,
                                              const char *name, const char *opts_json,
                                              unsigned long long max_image_bytes);
 
+/* --- volumes, capabilities, shm (volumes.c, caps.c) --------------------- */
+
+/*
+ * The provider-wide settings of docs/volumes.md: the volume store (named
+ * volumes), the shared root (shared_volume_options), and the volumes,
+ * cap_add and shm_size every box gets.
+ */
+typedef struct {
+    char *store;       /* volume_store; NULL: the default (sbx__linux_volume_store) */
+    char *shared_root; /* shared_root; NULL: <store>/../shared */
+    json_t *volumes;   /* normalized entries (sbx__linux_volumes_parse), never NULL after init */
+    json_t *cap_add;   /* capability names ("NET_ADMIN"), never NULL after init */
+    long long shm_size; /* bytes; 0: /dev/shm shares the writable layer's limit */
+} sbx_linux_extras;
+
+/*
+ * Handles config key `key` when it is one of volumes, cap_add, shm_size,
+ * volume_store, shared_root: returns 1 (and SBX_OK in *rc or an error), 0
+ * when the key is not one of them.
+ */
+SBX_INTERNAL int sbx__linux_extras_key(sbx_linux_extras *x, const char *key, const json_t *v,
+                                       int *rc, sbx_error **err);
+/* Fills the defaults once the config is read; `state_dir_configured` as linux_init got it. */
+SBX_INTERNAL int sbx__linux_extras_init(sbx_linux_extras *x, const char *state_dir_configured,
+                                        sbx_error **err);
+SBX_INTERNAL void sbx__linux_extras_free(sbx_linux_extras *x);
+/*
+ * Appends the entries of `v` (a list of "SRC:DST[:ro]" strings or
+ * {source, target, read_only, type} objects) to `out`, each normalized to
+ * {"type": "bind"|"volume"|"shared", "source", "target", "read_only"}.
+ * Syntax only (no file is touched); `what` names the setting in messages.
+ */
+SBX_INTERNAL int sbx__linux_volumes_parse(const json_t *v, const char *what, json_t *out,
+                                          sbx_error **err);
+/*
+ * Resolves parsed entries for the shim (file I/O: a worker): a bind's host
+ * path must exist and not be a link; a named volume is made when missing
+ * in the store; a shared entry is made under the shared root without
+ * following any link. Adds "kind" ("dir"/"file"), "beneath" (shared) and
+ * "name" (volume). Returns SBX_ECREATE with a message naming the entry.
+ */
+SBX_INTERNAL int sbx__linux_volumes_resolve(const char *state_dir, const sbx_linux_extras *x,
+                                            json_t *vols, sbx_error **err);
+/* `v` a size in bytes (integer) or a string like "64m", "1g", "512k". */
+SBX_INTERNAL int sbx__linux_shm_parse(const json_t *v, const char *what, long long *out,
+                                      sbx_error **err);
+/*
+ * Appends the capability names of `v` (a list of strings: "NET_ADMIN",
+ * "CAP_SYS_PTRACE", any case) to `out`, normalized without the CAP_ prefix
+ * and without duplicates; SBX_EINVAL for an unknown name, SBX_EPERM for one
+ * sbx refuses (the message says why). `net_host`: the box shares the host's
+ * network, where NET_ADMIN would reach the host's interfaces.
+ */
+SBX_INTERNAL int sbx__linux_caps_parse(const json_t *v, const char *what, bool net_host,
+                                       json_t *out, sbx_error **err);
+/* The number of capability `name` (normalized), or -1. */
+SBX_INTERNAL int sbx__linux_cap_number(const char *name);
+/*
+ * provider_options key `key` (volumes, cap_add, shm_size) of one box,
+ * parsed into *vols / *caps (made on first use) or *shm.
+ */
+SBX_INTERNAL int sbx__linux_box_extras_option(const char *key, const json_t *v, json_t **vols,
+                                              json_t **caps, long long *shm, sbx_error **err);
+/*
+ * Sets the box description's "volumes", "cap_add" and "shm_size": the
+ * config's, then the metadata validate_runtime_requirements returned
+ * ("sbx.cap_add", "sbx.shm_size"), then the box's provider_options (`vols`,
+ * `caps`, `shm`; NULL/0 when absent). NET_ADMIN is refused with `net_host`.
+ */
+SBX_INTERNAL int sbx__linux_box_extras(const sbx_linux_extras *x, const sbx_spec *spec,
+                                       bool net_host, const json_t *vols, const json_t *caps,
+                                       long long shm, json_t *desc, sbx_error **err);
+/* The provider's extras and state dir when `p` is the linux provider, else NULL. */
+SBX_INTERNAL const sbx_linux_extras *sbx__linux_provider_extras(const sbx_provider *p,
+                                                                 const char **state_dir,
+                                                                 bool *net_host);
+
 #endif /* SBX_LINUX_H */

@@ -67,6 +67,7 @@ struct linux_state {
     char *docker_config;
     int pull_parallel;
     sbx_pull_opts registry; /* points into the fields above */
+    sbx_linux_extras x; /* [volumes] volumes, cap_add, shm_size, volume_store, shared_root */
 };
 
 struct linux_box {
@@ -151,6 +152,7 @@ static void state_free(struct linux_state *st)
     sbx_strv_free(st->certs_dirs);
     free(st->docker_config);
     sbx__kit_agent_pool_free(st->pool);
+    sbx__linux_extras_free(&st->x);
     free(st);
 }
 
@@ -527,6 +529,9 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                             err);
             if (rc < 0)
                 break;
+        } else if (sbx__linux_extras_key(&st->x, key, v, &rc, err)) {
+            if (rc < 0)
+                break;
         } else {
             rc = sbx__set_error(err, SBX_EINVAL,
                                 "linux provider: unknown option '%s' (known: state_dir, shim, "
@@ -535,7 +540,8 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                                 "nofile, max_image_bytes, max_download_bytes, transfer_idle_timeout_s, "
                                 "cdi_spec_dirs, shell, image_store, pull, platform, "
                                 "registry_mirrors, insecure_registries, registry_certs_dirs, "
-                                "docker_config, pull_parallel, log_max_bytes)",
+                                "docker_config, pull_parallel, log_max_bytes, volumes, cap_add, "
+                                "shm_size, volume_store, shared_root)",
                                 key);
             break;
         }
@@ -549,6 +555,8 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
         rc = check_userns_range(st->userns_base, st->userns_slots, err);
     if (rc == SBX_OK && !st->image_store)
         st->image_store = sbx__linux_image_store_default(st->state_dir);
+    if (rc == SBX_OK)
+        rc = sbx__linux_extras_init(&st->x, st->state_dir, err);
     if (rc == SBX_OK) {
         char *sd = sbx__linux_state_dir(st->state_dir);
         free(st->state_dir);
@@ -614,6 +622,8 @@ struct create {
     json_t *command;       /* provider_options.command: replaces the image's Cmd, or NULL */
     bool image_entrypoint; /* provider_options.image_entrypoint: run the image's Entrypoint+Cmd */
     json_t *desc; /* the box description sent to the shim */
+    json_t *volumes, *cap_add; /* [volumes] provider_options' own, parsed */
+    long long shm_size;        /* [volumes] provider_options.shm_size; 0: the config's */
     /* outputs of the worker step */
     int code;
     sbx_error *err;
@@ -644,6 +654,8 @@ static void create_free(struct create *c)
     free(c->gpu_type);
     json_decref(c->command);
     json_decref(c->desc);
+    json_decref(c->volumes);
+    json_decref(c->cap_add);
     sbx_error_free(c->err);
     box_free(c->box);
     free(c);
@@ -1119,8 +1131,12 @@ static void create_work(void *data)
     json_object_set_new(c->desc, "none_image", json_boolean(none));
     if ((c->code = apply_image_config(c, &c->err)) < 0)
         return;
-    if (c->gpu > 0)
-        c->code = add_gpus(c, &c->err);
+    if (c->gpu > 0 && (c->code = add_gpus(c, &c->err)) < 0)
+        return;
+    /* [volumes] host paths checked, named volumes made (file I/O: here, on the worker). */
+    if (json_array_size(json_object_get(c->desc, "volumes")) > 0)
+        c->code = sbx__linux_volumes_resolve(c->st->state_dir, &c->st->x,
+                                             json_object_get(c->desc, "volumes"), &c->err);
 }
 
 static int spawn_shim(struct create *c, int child_end)
@@ -1306,6 +1322,13 @@ static int read_options(const sbx_spec *spec, struct create *c, sbx_error **err)
                                       "\"never\"");
             free(c->pull);
             c->pull = strdup(json_string_value(v));
+        } else if (!strcmp(key, "volumes") || !strcmp(key, "cap_add") ||
+                   !strcmp(key, "shm_size")) {
+            /* [volumes] docs/volumes.md; NET_ADMIN is checked against the network at create. */
+            int rc = sbx__linux_box_extras_option(key, v, &c->volumes, &c->cap_add, &c->shm_size,
+                                                  err);
+            if (rc < 0)
+                return rc;
         }
         /* Other keys belong to other providers: ignored, as the reference does. */
     }
@@ -1449,6 +1472,10 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     if (c->die_with_creator)
         json_object_set_new(c->desc, "die_with_creator", json_true());
     json_object_set_new(c->desc, "log_max_bytes", json_integer(st->log_max_bytes));
+    /* [volumes] the config's volumes, caps and shm size, then the box's own. */
+    if (sbx__linux_box_extras(&st->x, spec, c->net_host, c->volumes, c->cap_add, c->shm_size,
+                              c->desc, &e) < 0)
+        goto fail;
     if (st->shell)
         json_object_set_new(c->desc, "shell", json_string(st->shell));
     /* SBX_SHIM_STDERR=trace: the shim prints the timing of each step of its work. */
@@ -2329,3 +2356,15 @@ const struct sbx_provider_ops sbx__linux_provider = {
     /* Exec goes through the agent client, which streams output as its frames arrive. */
     .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_PTY,
 };
+
+/* [volumes] The linux provider's extras, for the public calls of volumes.c. */
+const sbx_linux_extras *sbx__linux_provider_extras(const sbx_provider *p, const char **state_dir,
+                                                   bool *net_host)
+{
+    if (!p || p->ops != &sbx__linux_provider || !p->state)
+        return NULL;
+    const struct linux_state *st = p->state;
+    *state_dir = st->state_dir;
+    *net_host = st->net_host;
+    return &st->x;
+}
