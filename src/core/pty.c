@@ -59,6 +59,7 @@ struct sbx_pty {
     bool pipes;      /* opened in pipe mode (an attached handle does not know: false) */
     bool closed;     /* ended by the pty exec facade (pty_exec.c); only _free is left */
     struct sbx__pty_home *home; /* the sandbox whose default it is (pty_exec.c) */
+    char *workdir;   /* where the provider says sessions start (agent_address), or NULL */
 };
 
 /* --- options -------------------------------------------------------------- */
@@ -369,7 +370,7 @@ static int pump(sbx_pty *p, bool (*until)(const sbx_pty *, int), int arg, double
     }
 }
 
-static int connect_agent(sbx_sandbox *sb, int *out_fd, sbx_error **err)
+static int connect_agent(sbx_sandbox *sb, int *out_fd, char **workdir, sbx_error **err)
 {
     sbx_future *f = NULL;
     int rc = sbx__sandbox_agent_address_async(sb, &f, err);
@@ -426,6 +427,13 @@ static int connect_agent(sbx_sandbox *sb, int *out_fd, sbx_error **err)
                             path, (long long)pid);
         json_decref(j);
         return rc;
+    }
+    /* A provider whose boxes see host paths (local) names the directory sessions start in. */
+    const char *wd = json_string_value(json_object_get(j, "workdir"));
+    if (wd && !(*workdir = strdup(wd))) {
+        close(fd);
+        json_decref(j);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
     json_decref(j);
     *out_fd = fd;
@@ -493,7 +501,7 @@ static int pty_new(sbx_sandbox *sb, sbx_pty **out, sbx_error **err)
     p->fd = -1;
     p->channel = 1;
     sbx__proto_reader_init(&p->rd, SBX_PROTO_MAX_PAYLOAD);
-    int rc = connect_agent(sb, &p->fd, err);
+    int rc = connect_agent(sb, &p->fd, &p->workdir, err);
     if (rc >= 0)
         rc = hello(p, err);
     if (rc < 0) {
@@ -541,7 +549,7 @@ int sbx_pty_open(sbx_sandbox *sb, const sbx_pty_opts *opts, sbx_pty **out, sbx_e
         argv = one;
         flags |= SBX_PTY_BOX_SHELL;
     }
-    const char *cwd = o->cwd ? o->cwd : sbx_sandbox_workdir(sb);
+    const char *cwd = o->cwd ? o->cwd : p->workdir ? p->workdir : sbx_sandbox_workdir(sb);
     sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
     sbx__msg_pty_open_encode(&b, o->rows, o->cols, flags, cwd, o->user, argv, NULL,
@@ -798,6 +806,7 @@ void sbx_pty_free(sbx_pty *p)
     free(p->out[0].buf);
     free(p->out[1].buf);
     free(p->gone_msg);
+    free(p->workdir);
     free(p);
 }
 

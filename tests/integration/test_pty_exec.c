@@ -56,21 +56,55 @@ static sbx_sandbox *start_box(sbx_provider *p)
 /* The box's id, for the census of what the local provider left behind. */
 static char box_id[128];
 
+/* Whether `pid` runs (a zombie does not: it ended and only waits for its reaper). */
+static bool runs(long pid)
+{
+    char path[64], *data = NULL;
+    size_t n = 0;
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char buf[512];
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    data = strrchr(buf, ')');
+    return data && data[1] == ' ' && data[2] != 'Z' && data[2] != 'X';
+}
+
 static void finish(sbx_provider *p, sbx_sandbox *sb)
 {
     snprintf(box_id, sizeof(box_id), "%s", sbx_sandbox_id(sb) ? sbx_sandbox_id(sb) : "");
+    long agent = 0;
+    char rec[1024];
+    if (on_local) {
+        /* The box's host agent, as its record names it (local_agent.c). */
+        snprintf(rec, sizeof(rec), "%s/state/%s.agent", tap_tmpdir(), box_id);
+        FILE *f = fopen(rec, "r");
+        char text[512] = {0};
+        if (f) {
+            size_t got = fread(text, 1, sizeof(text) - 1, f);
+            text[got] = 0;
+            fclose(f);
+        }
+        const char *k = strstr(text, "\"pid\":");
+        agent = k ? strtol(k + 6, NULL, 10) : 0;
+        TAP_TRUE(agent > 0);
+        TAP_TRUE(runs(agent));
+    }
     stop_free(sb);
     sbx_provider_free(p);
     if (!on_local) {
         census_check(state_dir);
         return;
     }
-    /* Nothing of the box runs on: no host agent serves it any more. */
-    char cmd[512];
-    snprintf(cmd, sizeof(cmd), "pgrep -f 'sbx-agent init --listen %s/state/' >/dev/null",
-             tap_tmpdir());
-    int rc = system(cmd);
-    TAP_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 1);
+    /* Nothing of the box runs on: its agent ended, its files are gone. */
+    TAP_TRUE(!runs(agent));
+    TAP_TRUE(access(rec, F_OK) != 0);
+    char sock[1024];
+    snprintf(sock, sizeof(sock), "%s/state/%s.sock", tap_tmpdir(), box_id);
+    TAP_TRUE(access(sock, F_OK) != 0);
 }
 
 static sbx_pty *open_shell(sbx_sandbox *sb)
