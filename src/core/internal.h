@@ -488,5 +488,9 @@ SBX_INTERNAL void sbx__pty_home_forget(sbx_pty *p);
 SBX_INTERNAL struct sbx__pty_home **sbx__pty_home_slot(sbx_pty *p);
 SBX_INTERNAL bool sbx__pty_pipes(const sbx_pty *p);
 SBX_INTERNAL int sbx__pty_end(sbx_pty *p, sbx_error **err);
+/* Tests and fuzzing: a socketless handle fed `data`; a command's result read from frames. */
+SBX_INTERNAL sbx_pty *sbx__pty_from_bytes(const uint8_t *data, size_t len, int pipes);
+SBX_INTERNAL int sbx__pty_exec_replay(const uint8_t *frames, size_t len, int pipes, size_t cap,
+                                      sbx_exec_result **out, sbx_error **err);
 
 #endif /* SBX_INTERNAL_H */

@@ -857,3 +857,21 @@ int sbx__pty_end(sbx_pty *p, sbx_error **err)
 }
 
 struct sbx__pty_home **sbx__pty_home_slot(sbx_pty *p) { return &p->home; }
+
+/* For tests and fuzzing (pty_exec.c): a handle, no socket, that received `data`. */
+sbx_pty *sbx__pty_from_bytes(const uint8_t *data, size_t len, int pipes)
+{
+    sbx_pty *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    p->fd = -1;
+    p->channel = 1;
+    p->id = 1;
+    p->pipes = pipes != 0;
+    sbx__proto_reader_init(&p->rd, 1 << 16);
+    if (sbx__proto_reader_feed(&p->rd, data, len) < 0) {
+        sbx_pty_free(p);
+        return NULL;
+    }
+    return p;
+}

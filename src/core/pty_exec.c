@@ -441,11 +441,11 @@ static void pass_error(sbx_error **err, sbx_error *e)
 }
 
 /* Result of one step: SBX_OK, SBX_ETIMEDOUT (the deadline passed), or an error (err set). */
-static int read_out(sbx_pty *p, int stream, char *chunk, double timeout_s, size_t *n,
+static int read_out(sbx_pty *p, int stream, char *chunk, size_t cap, double timeout_s, size_t *n,
                     sbx_error **err)
 {
     sbx_error *e = NULL;
-    int rc = sbx_pty_read(p, stream, chunk, READ_CHUNK, timeout_s, n, NULL, &e);
+    int rc = sbx_pty_read(p, stream, chunk, cap, timeout_s, n, NULL, &e);
     if (rc == SBX_ETIMEDOUT) {
         sbx_error_free(e);
         return SBX_ETIMEDOUT;
@@ -466,14 +466,15 @@ static bool ascii_space(char c)
  * Runs `command` in session `p` (the caller holds the command lock) until
  * `deadline`. SBX_ETIMEDOUT without err when time ran out; *out otherwise.
  */
+static int read_result(sbx_pty *p, const char *hex, double deadline, size_t cap,
+                       sbx_exec_result **out, sbx_error **err);
+
 static int session_command(sbx_pty *p, const char *command, double deadline,
                            sbx_exec_result **out, sbx_error **err)
 {
     /* 12 hex of 6 random bytes (getrandom): a command cannot guess its marker. */
-    char hex[13], token[TOKEN_LEN + 2];
+    char hex[13];
     sbx__random_hex(hex, 6);
-    snprintf(token, sizeof(token), "NGPTY%s:", hex);
-    const size_t nlen = TOKEN_LEN + 1;
     /*
      * The brace group runs the command in the session's shell with stdin at
      * EOF (the session's never ends); the marker is printed from two
@@ -498,6 +499,22 @@ static int session_command(sbx_pty *p, const char *command, double deadline,
     if (rc < 0)
         return rc;
 
+    return read_result(p, hex, deadline, READ_CHUNK, out, err);
+}
+
+/*
+ * Reads a session command's output up to its marker NGPTY<hex>: and the
+ * status after it, then a pipe-mode session's stderr, into *out. `cap`
+ * bounds each read (READ_CHUNK; the fuzz target and tests make it small so
+ * that a marker is split across reads).
+ */
+static int read_result(sbx_pty *p, const char *hex, double deadline, size_t cap,
+                       sbx_exec_result **out, sbx_error **err)
+{
+    char token[TOKEN_LEN + 2];
+    snprintf(token, sizeof(token), "NGPTY%s:", hex);
+    const size_t nlen = TOKEN_LEN + 1;
+    int rc;
     /*
      * Output before the marker is kept up to the exec output limit (the
      * rest is drained, and the result says truncated); the scan runs over
@@ -514,7 +531,7 @@ static int session_command(sbx_pty *p, const char *command, double deadline,
     bool found = false, truncated = false;
     while (!found) {
         size_t n = 0;
-        rc = read_out(p, SBX_STREAM_STDOUT, scan + carry, left_s(deadline), &n, err);
+        rc = read_out(p, SBX_STREAM_STDOUT, scan + carry, cap, left_s(deadline), &n, err);
         if (rc < 0)
             goto done;
         if (n == 0) {
@@ -548,7 +565,7 @@ static int session_command(sbx_pty *p, const char *command, double deadline,
     /* The status runs to the end of its line, which may come in a later chunk (item 48). */
     while (!memchr(after.data ? after.data : "", '\n', after.len) && after.len < STATUS_LINE_MAX) {
         size_t n = 0;
-        rc = read_out(p, SBX_STREAM_STDOUT, scan, left_s(deadline), &n, err);
+        rc = read_out(p, SBX_STREAM_STDOUT, scan, cap, left_s(deadline), &n, err);
         if (rc < 0)
             goto done;
         if (n == 0)
@@ -578,7 +595,7 @@ static int session_command(sbx_pty *p, const char *command, double deadline,
         double l = left_s(deadline);
         double slice = l >= 0 && l < STDERR_SLICE_S ? l : STDERR_SLICE_S;
         size_t n = 0;
-        rc = read_out(p, SBX_STREAM_STDERR, scan, slice, &n, err);
+        rc = read_out(p, SBX_STREAM_STDERR, scan, cap, slice, &n, err);
         if (rc == SBX_ETIMEDOUT && slice < STDERR_SLICE_S) {
             free(errs.data);
             goto done; /* the deadline, not the slice, ran out */
@@ -714,7 +731,7 @@ static int one_shot(sbx_sandbox *sb, const char *command, const sbx_pty_exec_opt
             if (done[k])
                 continue;
             size_t n = 0;
-            rc = read_out(p, k ? SBX_STREAM_STDERR : SBX_STREAM_STDOUT, chunk, 0, &n, err);
+            rc = read_out(p, k ? SBX_STREAM_STDERR : SBX_STREAM_STDOUT, chunk, READ_CHUNK, 0, &n, err);
             if (rc == SBX_ETIMEDOUT)
                 continue;
             if (rc < 0)
@@ -818,4 +835,22 @@ int sbx_sandbox_pty_exec(sbx_sandbox *sb, const char *command, const sbx_pty_exe
         return in_session(sb, session, command, o->timeout_s, implicit, out, err);
     }
     return one_shot(sb, command, o, out, err);
+}
+
+/*
+ * For fuzz/fuzz_pty_exec.c and tests/unit/test_pty_marker.c: reads a
+ * session command's result from `frames` (what a box's agent sent, after
+ * HELLO) with marker hex "0123456789ab", reads of at most `cap` bytes, and
+ * a deadline already passed (nothing more will come). *out and the code as
+ * sbx_sandbox_pty_exec would give them (SBX_ETIMEDOUT: no marker in time).
+ */
+int sbx__pty_exec_replay(const uint8_t *frames, size_t len, int pipes, size_t cap,
+                         sbx_exec_result **out, sbx_error **err)
+{
+    sbx_pty *p = sbx__pty_from_bytes(frames, len, pipes);
+    if (!p)
+        return sbx__set_error(err, SBX_EPROTO, "not a frame stream");
+    int rc = read_result(p, "0123456789ab", 0, cap ? cap : 1, out, err);
+    sbx_pty_free(p);
+    return rc;
 }
