@@ -518,6 +518,63 @@ static void check_one_shot_results(void)
     finish(prov, sb);
 }
 
+/* Reads `p` until `needle` shows up (the test fails when the session ends first). */
+static void read_until(sbx_pty *p, const char *needle)
+{
+    char seen[1 << 16];
+    size_t len = 0;
+    for (;;) {
+        seen[len] = 0;
+        if (strstr(seen, needle))
+            return;
+        size_t n = 0;
+        sbx_error *e = NULL;
+        if (len + 4096 >= sizeof(seen))
+            TAP_FAIL("no '%s' in 60 KiB: %s", needle, seen);
+        if (sbx_pty_read(p, SBX_STREAM_STDOUT, seen + len, 4096, -1, &n, NULL, &e) != SBX_OK ||
+            n == 0)
+            TAP_FAIL("waiting for '%s': %s", needle, e ? sbx_error_message(e) : "ended");
+        len += n;
+    }
+}
+
+/* Another handle (as another process would: through serialize/connect) attaches to a session. */
+static void check_attach_from_a_connected_handle(void)
+{
+    sbx_provider *prov = make_provider();
+    sbx_sandbox *sb = start_box(prov);
+    sbx_pty *p = open_shell(sb);
+    TAP_OK(sbx_pty_write(p, "echo FROM-$((2+3))\n", strlen("echo FROM-$((2+3))\n"), NULL));
+    read_until(p, "FROM-5");
+    char *desc = NULL;
+    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, NULL));
+    sbx_provider *prov2 = make_provider();
+    sbx_sandbox *other = NULL;
+    TAP_OK(sbx_sandbox_connect(prov2, desc, &other, NULL));
+    free(desc);
+    sbx_pty *q = NULL;
+    TAP_OK(sbx_pty_attach(other, sbx_pty_id(p), 1, 0, &q, NULL));
+    read_until(q, "FROM-5"); /* replayed from the same agent */
+    TAP_OK(sbx_pty_write(q, "echo AGAIN-$((3+4))\n", strlen("echo AGAIN-$((3+4))\n"), NULL));
+    read_until(q, "AGAIN-7");
+    /* The connected handle has no default of its own: a one-shot. */
+    sbx_exec_result *r = px(other, "printf merged", NULL);
+    TAP_EQ_STR(sbx_exec_result_stdout(r, NULL), "merged");
+    sbx_exec_result_free(r);
+    sbx_pty_free(q);
+    sbx_sandbox_free(other); /* borrowed: the box runs on */
+    sbx_provider_free(prov2);
+    /* The first handle's default was taken over: the facade says so (an error, not a result). */
+    sbx_error *e = NULL;
+    r = NULL;
+    TAP_EQ_INT(sbx_sandbox_pty_exec(sb, "true", NULL, &r, &e), SBX_EPTY);
+    TAP_CONTAINS(sbx_error_message(e), "taken over");
+    TAP_NULL(r);
+    sbx_error_free(e);
+    sbx_pty_free(p);
+    finish(prov, sb);
+}
+
 #define BOTH(name, secs)                                                                           \
     static void test_linux_##name(void)                                                            \
     {                                                                                              \
@@ -536,6 +593,7 @@ BOTH(marker_and_exit_text, 60)
 BOTH(timeouts, 60)
 BOTH(lock_wait_times_out, 60)
 BOTH(one_shot_results, 60)
+BOTH(attach_from_a_connected_handle, 60)
 
 int main(int argc, char **argv)
 {
@@ -547,6 +605,8 @@ int main(int argc, char **argv)
         TAP(test_local_explicit_session),     TAP(test_local_concurrent_default),
         TAP(test_local_marker_and_exit_text), TAP(test_local_timeouts),
         TAP(test_local_lock_wait_times_out),  TAP(test_local_one_shot_results),
+        TAP(test_linux_attach_from_a_connected_handle),
+        TAP(test_local_attach_from_a_connected_handle),
     };
     return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
 }
