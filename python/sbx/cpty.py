@@ -256,10 +256,21 @@ def pty_exec(
             lib.sbx_pty_exec_opts_set_session(o, held)
         r = c_void_p()
         err = c_void_p()
-        # The session's own lock: no other call of this process uses its C handle meanwhile.
+        # The session's own lock: no other call of this process uses its C handle
+        # meanwhile. Its wait counts against the timeout, as C's lock's does.
         if session is not None:
-            with session._lock:
+            if not session._lock.acquire(timeout=-1 if timeout_s is None else max(0.0, float(timeout_s))):
+                return SandboxExecResult(
+                    stdout=None,
+                    stderr=f"PTY command timed out after {timeout_s}s: {command!r}; the command is still "
+                    "running and the session should be discarded",
+                    return_code=125,
+                    error_type="timeout",
+                )
+            try:
                 rc = lib.sbx_sandbox_pty_exec(sb, _lib.cstr(command, "command"), o, byref(r), byref(err))
+            finally:
+                session._lock.release()
         else:
             rc = lib.sbx_sandbox_pty_exec(sb, _lib.cstr(command, "command"), o, byref(r), byref(err))
         _lib.check(rc, err)

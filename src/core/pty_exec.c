@@ -664,6 +664,9 @@ static int in_session(sbx_sandbox *sb, sbx_pty *p, const char *command, double t
                     *sbx__pty_home_slot(p) = NULL;
                     now = true;
                 } else {
+                    /* An earlier doomed one (rare: two timeouts before a release) is only forgotten. */
+                    if (h->doomed && h->doomed != p)
+                        *sbx__pty_home_slot(h->doomed) = NULL;
                     h->doomed = p;
                 }
             } else if (locked && *sbx__pty_home_slot(p) == NULL) {
