@@ -39,6 +39,7 @@
 
 #define READY_TIMEOUT_MS 10000
 #define STOP_WAIT_MS 5000
+#define WATCH_INTERVAL_S "2" /* how often the agent's watcher looks for the box record */
 
 struct agent_job {
     char *canon, *id, *cwd, *shell;
@@ -186,9 +187,31 @@ static int start_agent(struct agent_job *j, const char *sock, pid_t *pid_out, sb
         }
         return sbx__set_errno(err, SBX_EIO, saved, "starting the box's host agent");
     }
-    /* Fixed descriptors in the agent: 3 the listener, 4 the ready pipe. */
-    char *argv[] = {agent, (char *)"init", (char *)"--listen-fd", (char *)"3", (char *)"--ready-fd",
-                    (char *)"4", j->shell ? (char *)"--shell" : NULL, j->shell, NULL};
+    _cleanup_free_ char *record = sbx__printf("%s/%s.json", j->canon, j->id);
+    if (!record)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    /*
+     * Fixed descriptors in the agent: 3 the listener, 4 the ready pipe. Its
+     * entrypoint (a service it supervises, its child) stops it once the box's
+     * record is gone: a box ended by something that did not stop the agent
+     * (its state directory removed, a process killed mid-stop) leaves no host
+     * agent running for long.
+     */
+    char *argv[] = {agent,
+                    (char *)"init",
+                    (char *)"--listen-fd",
+                    (char *)"3",
+                    (char *)"--ready-fd",
+                    (char *)"4",
+                    (char *)"--shell",
+                    j->shell ? j->shell : (char *)"auto",
+                    (char *)"--",
+                    (char *)"/bin/sh",
+                    (char *)"-c",
+                    (char *)"while [ -e \"$1\" ]; do sleep " WATCH_INTERVAL_S "; done; kill -TERM $PPID",
+                    (char *)"sbx-local-watch",
+                    record,
+                    NULL};
     /*
      * Two forks: the agent is nobody's child here (it outlives this process
      * and whoever reaps it, init or a subreaper, is not us), and setsid()
