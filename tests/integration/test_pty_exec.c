@@ -575,6 +575,42 @@ static void check_attach_from_a_connected_handle(void)
     finish(prov, sb);
 }
 
+/* Stop by id (another provider object, as `sbx stop ID` would) ends the local box's agent. */
+static void test_local_stop_by_id_ends_the_agent(void)
+{
+    on_local = true;
+    sbx_provider *prov = make_provider();
+    sbx_sandbox *sb = start_box(prov);
+    sbx_pty *p = open_shell(sb);
+    sbx_exec_result *r = px(sb, "sleep 1041 & echo started", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+    sbx_exec_result_free(r);
+    char rec[1024], text[512] = {0};
+    snprintf(rec, sizeof(rec), "%s/state/%s.agent", tap_tmpdir(), sbx_sandbox_id(sb));
+    FILE *f = fopen(rec, "r");
+    TAP_TRUE(f != NULL);
+    size_t got = fread(text, 1, sizeof(text) - 1, f);
+    text[got] = 0;
+    fclose(f);
+    const char *k = strstr(text, "\"pid\":");
+    long agent = k ? strtol(k + 6, NULL, 10) : 0;
+    TAP_TRUE(agent > 0 && runs(agent));
+    sbx_provider *other = make_provider();
+    TAP_OK(sbx_provider_stop_box(other, sbx_sandbox_id(sb), NULL));
+    sbx_provider_free(other);
+    TAP_TRUE(!runs(agent));
+    TAP_TRUE(access(rec, F_OK) != 0);
+    /* Its session's background job went with it. */
+    FILE *pg = popen("pgrep -f 'sleep 104[1]'", "r");
+    char line[64];
+    TAP_TRUE(pg && !fgets(line, sizeof(line), pg));
+    if (pg)
+        pclose(pg);
+    sbx_pty_free(p);
+    sbx_sandbox_detach(sb); /* the box is gone: release the handle only */
+    sbx_provider_free(prov);
+}
+
 #define BOTH(name, secs)                                                                           \
     static void test_linux_##name(void)                                                            \
     {                                                                                              \
@@ -607,6 +643,7 @@ int main(int argc, char **argv)
         TAP(test_local_lock_wait_times_out),  TAP(test_local_one_shot_results),
         TAP(test_linux_attach_from_a_connected_handle),
         TAP(test_local_attach_from_a_connected_handle),
+        TAP(test_local_stop_by_id_ends_the_agent),
     };
     return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
 }
