@@ -131,10 +131,11 @@ def _is_c_session(session: Any) -> bool:
 
 class SandboxPty:
     """`sandbox.pty`: interactive sessions and one-shot commands in a terminal.
-    Async only. No C provider offers PTYs yet, so with a C provider create(),
-    attach() and exec() without a session raise the reference's
-    NotImplementedError; exec(cmd, session=s) runs in the session given on
-    any provider, as in the reference."""
+    Async only. On a C provider with PTYs (linux, local) sessions are C
+    handles (cpty.py) and exec() is sbx_sandbox_pty_exec; on one without,
+    create(), attach() and exec() without a session raise the reference's
+    NotImplementedError. exec(cmd, session=s) runs in the session given on
+    any provider, as in the reference (here, for a session C does not know)."""
 
     def __init__(self, sandbox: AsyncSandbox) -> None:
         self._sandbox = sandbox

@@ -515,6 +515,8 @@ static int read_result(sbx_pty *p, const char *hex, double deadline, size_t cap,
     snprintf(token, sizeof(token), "NGPTY%s:", hex);
     const size_t nlen = TOKEN_LEN + 1;
     int rc;
+    if (cap > READ_CHUNK)
+        cap = READ_CHUNK; /* scan[] holds one read after the carried bytes */
     /*
      * Output before the marker is kept up to the exec output limit (the
      * rest is drained, and the result says truncated); the scan runs over
