@@ -351,13 +351,38 @@ static void check_marker_and_exit_text(void)
     finish(prov, sb);
 }
 
+/*
+ * The test's sleep: a number of its own (local boxes share the host's
+ * process list with everything else), and the pgrep pattern that finds it
+ * but not the pgrep's own shell ("sleep 1[2]345" does not match itself).
+ */
+static char sleep_cmd[32], sleep_pat[64];
+
+static void pick_sleep(void)
+{
+    unsigned n = 100000 + (unsigned)getpid() % 800000;
+    snprintf(sleep_cmd, sizeof(sleep_cmd), "sleep %u", n);
+    snprintf(sleep_pat, sizeof(sleep_pat), "pgrep -f 'sleep %u[%u]'", n / 10, n % 10);
+}
+
 static bool sleep_runs(sbx_sandbox *sb)
 {
     sbx_exec_result *r = NULL;
-    TAP_OK(sbx_sandbox_exec(sb, "pgrep -f 'sleep 103[7]'", NULL, &r, NULL));
+    TAP_OK(sbx_sandbox_exec(sb, sleep_pat, NULL, &r, NULL));
     int rc = sbx_exec_result_return_code(r);
     sbx_exec_result_free(r);
     return rc == 0;
+}
+
+/*
+ * Waits until the command runs (want) or is gone (!want): a SIGKILL is
+ * delivered asynchronously, so a killed process may still be listed for a
+ * moment after the call that killed it returned. Bounded by the test's alarm.
+ */
+static void await_sleep(sbx_sandbox *sb, bool want)
+{
+    while (sleep_runs(sb) != want)
+        usleep(10000);
 }
 
 /* Items 50-51: the three timeout paths and what each leaves. */
@@ -373,30 +398,33 @@ static void check_timeouts(void)
     sbx_pty_exec_opts *o = sbx_pty_exec_opts_new();
     TAP_OK(sbx_pty_exec_opts_set_session(o, p));
     TAP_OK(sbx_pty_exec_opts_set_timeout(o, 0.5));
-    sbx_exec_result *r = px(sb, "sleep 1037", o);
+    pick_sleep();
+    sbx_exec_result *r = px(sb, sleep_cmd, o);
     TAP_NULL(sbx_exec_result_stdout(r, NULL));
     TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
     TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
-    snprintf(want, sizeof(want), "PTY command timed out after 0.5s: 'sleep 1037'%s", suffix);
+    snprintf(want, sizeof(want), "PTY command timed out after 0.5s: '%s'%s", sleep_cmd, suffix);
     TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), want);
     sbx_exec_result_free(r);
     TAP_TRUE(!sbx_pty_closed(p));
-    TAP_TRUE(sleep_runs(sb)); /* still running, as the message says */
+    await_sleep(sb, true); /* still running, as the message says */
     TAP_OK(sbx_pty_close(p, NULL));
     sbx_pty_exec_opts_free(o);
-    TAP_TRUE(!sleep_runs(sb));
+    await_sleep(sb, false);
 
     /* The default: closed (its command killed) and forgotten; the next call is a one-shot. */
     sbx_pty *shell = open_shell(sb);
     o = sbx_pty_exec_opts_new();
     TAP_OK(sbx_pty_exec_opts_set_timeout(o, 1));
-    r = px(sb, "sleep 1037 # it's", o);
-    snprintf(want, sizeof(want), "PTY command timed out after 1s: \"sleep 1037 # it's\"%s", suffix);
+    char quoted[64];
+    snprintf(quoted, sizeof(quoted), "%s # it's", sleep_cmd);
+    r = px(sb, quoted, o);
+    snprintf(want, sizeof(want), "PTY command timed out after 1s: \"%s\"%s", quoted, suffix);
     TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), want);
     TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
     sbx_exec_result_free(r);
     TAP_TRUE(sbx_pty_closed(shell));
-    TAP_TRUE(!sleep_runs(sb));
+    await_sleep(sb, false);
     char b[16];
     size_t n;
     sbx_error *e = NULL;
@@ -411,12 +439,13 @@ static void check_timeouts(void)
     /* A one-shot: no "discarded" suffix, and its session is closed all the same. */
     TAP_OK(sbx_pty_exec_opts_set_timeout(o, 0.25));
     TAP_OK(sbx_pty_exec_opts_set_cwd(o, "/"));
-    r = px(sb, "sleep 1037", o);
-    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "PTY command timed out after 0.25s: 'sleep 1037'");
+    r = px(sb, sleep_cmd, o);
+    snprintf(want, sizeof(want), "PTY command timed out after 0.25s: '%s'", sleep_cmd);
+    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), want);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
     TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
     sbx_exec_result_free(r);
-    TAP_TRUE(!sleep_runs(sb));
+    await_sleep(sb, false);
     sbx_pty_exec_opts_free(o);
     finish(prov, sb);
 }
@@ -582,7 +611,10 @@ static void test_local_stop_by_id_ends_the_agent(void)
     sbx_provider *prov = make_provider();
     sbx_sandbox *sb = start_box(prov);
     sbx_pty *p = open_shell(sb);
-    sbx_exec_result *r = px(sb, "sleep 1041 & echo started", NULL);
+    pick_sleep();
+    char bg[64];
+    snprintf(bg, sizeof(bg), "%s & echo started", sleep_cmd);
+    sbx_exec_result *r = px(sb, bg, NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
     sbx_exec_result_free(r);
     char rec[1024], text[512] = {0};
@@ -600,12 +632,17 @@ static void test_local_stop_by_id_ends_the_agent(void)
     sbx_provider_free(other);
     TAP_TRUE(!runs(agent));
     TAP_TRUE(access(rec, F_OK) != 0);
-    /* Its session's background job went with it. */
-    FILE *pg = popen("pgrep -f 'sleep 104[1]'", "r");
-    char line[64];
-    TAP_TRUE(pg && !fgets(line, sizeof(line), pg));
-    if (pg)
+    /* Its session's background job went with it (killed: gone within the alarm). */
+    for (;;) {
+        FILE *pg = popen(sleep_pat, "r");
+        char line[64];
+        TAP_TRUE(pg != NULL);
+        bool listed = fgets(line, sizeof(line), pg) != NULL;
         pclose(pg);
+        if (!listed)
+            break;
+        usleep(10000);
+    }
     sbx_pty_free(p);
     sbx_sandbox_detach(sb); /* the box is gone: release the handle only */
     sbx_provider_free(prov);
