@@ -950,6 +950,65 @@ SBX_EXPORT int sbx_provider_validate_runtime_requirements(sbx_provider *p,
                                                           const char *const *cap_add,
                                                           long long shm_size, char **json_out,
                                                           sbx_error **err);
+/*
+ * The reference's `pty.exec` facade (docs/terminals.md "pty exec"): runs
+ * `command` in a PTY session and returns it as an exec result.
+ *
+ * - With no session given and nothing shaping the call (no cwd, env or
+ *   user, a 24x80 terminal, not pipe mode), the command runs in the
+ *   sandbox's default session if it has one: the first box-shell session
+ *   (sbx_pty_open with neither command nor argv) opened through `sb` while
+ *   no live default existed. The default stays the caller's handle; the
+ *   sandbox only remembers it until sbx_pty_free/sbx_pty_close or until
+ *   the facade closes it (below), and forgets it when `sb` is freed.
+ * - Otherwise, and when there is no default, it opens a one-shot session
+ *   for `command` (with those options), reads its output and exit status,
+ *   and always closes it: stdout, stderr (NULL on a terminal, the text in
+ *   pipe mode) and the exit code, or on timeout return code 125, error type
+ *   "timeout" and "PTY command timed out after {T}s: {command!r}".
+ * - In a session (the default, or sbx_pty_exec_opts_set_session) the
+ *   command runs between marker lines (the NGPTY protocol): stdout is what
+ *   the terminal printed before the marker, echo included; the exit code
+ *   is the marker's status (125 and error type "pty" when it is not a
+ *   number); stderr is what a pipe-mode session printed there (NULL if
+ *   none). One command at a time per sandbox: the lock is waited for within
+ *   the same timeout. On timeout: 125, "timeout", the message above plus
+ *   "; the command is still running and the session should be discarded";
+ *   a default session is then closed (sbx_pty_closed says so; the caller
+ *   still frees it) and forgotten, a session given is left as it is.
+ *
+ * {T} and {command!r} are printed as Python prints them for a float and a
+ * str (an integral T without ".0": the reference's default is the int 180).
+ * Errors: SBX_EINVAL (with a session: cwd, env or user given: "cwd/env/user
+ * apply only when pty.exec opens its own session; for an existing session
+ * they are fixed at pty.create() time"), SBX_EPTY ("PTY session ended before
+ * the command finished", or the session's own error), sbx_pty_open's codes
+ * for a one-shot session. Blocks the calling thread (never the loop's);
+ * thread-safe per sandbox, but a session given or the default must not be
+ * used by another thread meanwhile. `*out` (caller frees) on success only.
+ */
+typedef struct sbx_pty_exec_opts sbx_pty_exec_opts;
+SBX_EXPORT sbx_pty_exec_opts *sbx_pty_exec_opts_new(void);
+SBX_EXPORT void sbx_pty_exec_opts_free(sbx_pty_exec_opts *o);
+/* Runs in this session (borrowed; it must outlive the call). NULL: the default or one-shot. */
+SBX_EXPORT int sbx_pty_exec_opts_set_session(sbx_pty_exec_opts *o, sbx_pty *session);
+SBX_EXPORT int sbx_pty_exec_opts_set_cwd(sbx_pty_exec_opts *o, const char *cwd);
+SBX_EXPORT int sbx_pty_exec_opts_set_user(sbx_pty_exec_opts *o, const char *user);
+/* Adds K=V (SBX_EINVAL for an empty key or one with '='). Any call counts as "env given". */
+SBX_EXPORT int sbx_pty_exec_opts_set_env(sbx_pty_exec_opts *o, const char *key, const char *value);
+/* Marks the env as given even when empty (the reference's env={}). */
+SBX_EXPORT int sbx_pty_exec_opts_set_env_given(sbx_pty_exec_opts *o);
+/* The terminal's size for a one-shot session (default 24x80; 1..4096). */
+SBX_EXPORT int sbx_pty_exec_opts_set_size(sbx_pty_exec_opts *o, unsigned rows, unsigned cols);
+/* Non-zero: a one-shot session in pipe mode (the reference's pty=False). */
+SBX_EXPORT int sbx_pty_exec_opts_set_pipes(sbx_pty_exec_opts *o, int pipes);
+/* Seconds for the whole call (default 180); < 0: no limit. SBX_EINVAL: not finite or > 1e9. */
+SBX_EXPORT int sbx_pty_exec_opts_set_timeout(sbx_pty_exec_opts *o, double seconds);
+SBX_EXPORT int sbx_sandbox_pty_exec(sbx_sandbox *sb, const char *command,
+                                    const sbx_pty_exec_opts *opts, sbx_exec_result **out,
+                                    sbx_error **err);
+/* Non-zero once the pty exec facade closed this session (after a timeout); free it then. */
+SBX_EXPORT int sbx_pty_closed(const sbx_pty *p);
 
 #ifdef __cplusplus
 }

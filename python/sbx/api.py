@@ -123,12 +123,19 @@ async def _within(timeout_s: Any, awaitable: Awaitable[T]) -> T:
     return await asyncio.wait_for(awaitable, timeout=timeout_s)
 
 
+def _is_c_session(session: Any) -> bool:
+    from .cpty import CPtySession  # noqa: PLC0415
+
+    return isinstance(session, CPtySession)
+
+
 class SandboxPty:
     """`sandbox.pty`: interactive sessions and one-shot commands in a terminal.
-    Async only. No C provider offers PTYs yet, so with a C provider create(),
-    attach() and exec() without a session raise the reference's
-    NotImplementedError; exec(cmd, session=s) runs in the session given on
-    any provider, as in the reference."""
+    Async only. On a C provider with PTYs (linux, local) sessions are C
+    handles (cpty.py) and exec() is sbx_sandbox_pty_exec; on one without,
+    create(), attach() and exec() without a session raise the reference's
+    NotImplementedError. exec(cmd, session=s) runs in the session given on
+    any provider, as in the reference (here, for a session C does not know)."""
 
     def __init__(self, sandbox: AsyncSandbox) -> None:
         self._sandbox = sandbox
@@ -192,6 +199,10 @@ class SandboxPty:
         cols: int = 80,
         pty: bool = True,
     ) -> SandboxExecResult:
+        # On a C sandbox the rules run in C (sbx_sandbox_pty_exec), for the
+        # C sessions it knows; a session object from elsewhere runs here.
+        if self._sandbox._csb is not None and (session is None or _is_c_session(session)):
+            return await self._c_exec(command, session, cwd, env, timeout_s, user, rows, cols, pty)
         # No capability check here: a session passed in (from wherever it
         # came) runs without create_pty, as in the reference; opening a
         # session (the one-shot path) goes through create(), which checks.
@@ -210,6 +221,37 @@ class SandboxPty:
                 )
             return await self._in_session(session, command, timeout_s, implicit)
         return await self._one_shot(command, cwd, env, timeout_s, user, rows, cols, pty)
+
+    async def _c_exec(
+        self,
+        command: str,
+        session: Any,
+        cwd: Any,
+        env: Any,
+        timeout_s: Any,
+        user: Any,
+        rows: int,
+        cols: int,
+        pty: bool,
+    ) -> SandboxExecResult:
+        from .cpty import pty_exec  # noqa: PLC0415 (loaded with the first session)
+
+        if session is None:
+            # No default can exist without PTYs: this is create()'s check, in create()'s order.
+            if not hasattr(self._provider(), "create_pty"):
+                raise NotImplementedError(
+                    f"Sandbox provider {provider_display_name(self._provider())!r} does not support PTY "
+                    "sessions; use exec() instead"
+                )
+            self._sandbox._require_handle()
+        res = await asyncio.to_thread(
+            pty_exec, self._sandbox._csb.ptr, command, session, cwd, env, timeout_s, user, rows, cols, pty
+        )
+        if res.error_type == "timeout" and res.stdout is None and res.stderr is not None:
+            # C prints the timeout from a double; the reference prints the
+            # value it was given (2 and 2.0 differ): the same text, Python's way.
+            return _pty_timeout(command, timeout_s, discard=res.stderr.endswith("should be discarded"))
+        return res
 
     async def _in_session(
         self, session: SandboxPtySession, command: str, timeout_s: Any, implicit: bool

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import _lib
 from ._lib import lib
-from .base import SandboxPtyError, SandboxPtySpec
+from .base import SandboxExecResult, SandboxPtyError, SandboxPtySpec
 
 _P, _PP, _ERR = c_void_p, POINTER(c_void_p), POINTER(c_void_p)
 for _name, _res, _args in [
@@ -39,6 +39,18 @@ for _name, _res, _args in [
     ("sbx_pty_wait", c_int, (_P, c_double, POINTER(c_int), _ERR)),
     ("sbx_pty_close", c_int, (_P, _ERR)),
     ("sbx_pty_free", None, (_P,)),
+    ("sbx_pty_closed", c_int, (_P,)),
+    ("sbx_pty_exec_opts_new", _P, ()),
+    ("sbx_pty_exec_opts_free", None, (_P,)),
+    ("sbx_pty_exec_opts_set_session", c_int, (_P, _P)),
+    ("sbx_pty_exec_opts_set_cwd", c_int, (_P, c_char_p)),
+    ("sbx_pty_exec_opts_set_user", c_int, (_P, c_char_p)),
+    ("sbx_pty_exec_opts_set_env", c_int, (_P, c_char_p, c_char_p)),
+    ("sbx_pty_exec_opts_set_env_given", c_int, (_P,)),
+    ("sbx_pty_exec_opts_set_size", c_int, (_P, c_uint, c_uint)),
+    ("sbx_pty_exec_opts_set_pipes", c_int, (_P, c_int)),
+    ("sbx_pty_exec_opts_set_timeout", c_int, (_P, c_double)),
+    ("sbx_sandbox_pty_exec", c_int, (_P, c_char_p, _P, _PP, _ERR)),
 ]:
     _fn = getattr(lib, _name)
     _fn.restype = _res
@@ -96,7 +108,8 @@ class CPtySession:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        # The C facade closes a default session whose command timed out (item 50).
+        return self._closed or bool(self._ptr and lib.sbx_pty_closed(self._ptr))
 
     def _live(self) -> c_void_p:
         if self._closed or not self._ptr:
@@ -203,3 +216,64 @@ class CPtySession:
         if ptr and lib is not None:
             lib.sbx_pty_free(ptr)  # the session runs on, detached
             self._ptr = c_void_p()
+
+
+def pty_exec(
+    sb: c_void_p,
+    command: str,
+    session: CPtySession | None,
+    cwd: str | None,
+    env: dict[str, str] | None,
+    timeout_s: float | None,
+    user: str | int | None,
+    rows: int,
+    cols: int,
+    pty: bool,
+) -> SandboxExecResult:
+    """sbx_sandbox_pty_exec (blocking: run it in a worker thread): the
+    reference's pty.exec rules, written once in src/core/pty_exec.c."""
+    o = lib.sbx_pty_exec_opts_new()
+    if not o:
+        raise MemoryError("out of memory")
+    try:
+        if cwd is not None:
+            _lib.check(lib.sbx_pty_exec_opts_set_cwd(o, _lib.cstr(cwd, "cwd")), c_void_p())
+        if user is not None:
+            _lib.check(lib.sbx_pty_exec_opts_set_user(o, _lib.cstr(str(user), "user")), c_void_p())
+        if env is not None:
+            lib.sbx_pty_exec_opts_set_env_given(o)
+            for k, v in env.items():
+                if lib.sbx_pty_exec_opts_set_env(o, _lib.cstr(k, "an env name"), _lib.cstr(v, f"env[{k!r}]")) < 0:
+                    raise ValueError(f"env[{k!r}] is not valid: a name is not empty and has no '='")
+        if (int(rows), int(cols)) != (24, 80) and lib.sbx_pty_exec_opts_set_size(o, int(rows), int(cols)) < 0:
+            raise ValueError(f"rows and cols must be 1..4096, got {rows}x{cols}")
+        lib.sbx_pty_exec_opts_set_pipes(o, 0 if pty else 1)
+        if lib.sbx_pty_exec_opts_set_timeout(o, -1.0 if timeout_s is None else float(timeout_s)) < 0:
+            raise ValueError(f"timeout_s must be a finite number of seconds up to 1e9, got {timeout_s!r}")
+        held = None
+        if session is not None:
+            held = session._live()
+            lib.sbx_pty_exec_opts_set_session(o, held)
+        r = c_void_p()
+        err = c_void_p()
+        # The session's own lock: no other call of this process uses its C handle
+        # meanwhile. Its wait counts against the timeout, as C's lock's does.
+        if session is not None:
+            if not session._lock.acquire(timeout=-1 if timeout_s is None else max(0.0, float(timeout_s))):
+                return SandboxExecResult(
+                    stdout=None,
+                    stderr=f"PTY command timed out after {timeout_s}s: {command!r}; the command is still "
+                    "running and the session should be discarded",
+                    return_code=125,
+                    error_type="timeout",
+                )
+            try:
+                rc = lib.sbx_sandbox_pty_exec(sb, _lib.cstr(command, "command"), o, byref(r), byref(err))
+            finally:
+                session._lock.release()
+        else:
+            rc = lib.sbx_sandbox_pty_exec(sb, _lib.cstr(command, "command"), o, byref(r), byref(err))
+        _lib.check(rc, err)
+    finally:
+        lib.sbx_pty_exec_opts_free(o)
+    return _lib.exec_result_from(r)

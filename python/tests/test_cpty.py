@@ -65,3 +65,75 @@ def test_pty_sessions_through_the_binding():
                 await sb.pty.attach("99999")
 
     run(go())
+
+
+def _pid(stdout):
+    """The number after the first "PID=" that is followed by a digit (the echo shows "PID=$$")."""
+    import re
+
+    m = re.search(r"PID=(\d+)", stdout)
+    return int(m.group(1)) if m else None
+
+
+def test_pty_exec_runs_the_c_facade():
+    """pty.exec on a C provider is sbx_sandbox_pty_exec (src/core/pty_exec.c)."""
+
+    async def go():
+        async with AsyncSandbox({"linux": {}}, SandboxSpec(workdir="/work")) as sb:
+            await sb.start()
+            one = await sb.pty.exec("echo PID=$$")  # no default yet: a one-shot
+            s = await sb.pty.create()  # the default
+            r1 = await sb.pty.exec("echo PID=$$")
+            r2 = await sb.pty.exec("echo PID=$$; (exit 9)")
+            assert _pid(r1.stdout) == _pid(r2.stdout) != _pid(one.stdout)
+            assert (r2.return_code, r2.stderr, r2.error_type) == (9, None, None)
+            shaped = await sb.pty.exec("echo PID=$$", rows=30, cols=100)
+            assert _pid(shaped.stdout) != _pid(r1.stdout)
+            with pytest.raises(ValueError, match="fixed at pty.create"):
+                await sb.pty.exec("true", session=s, cwd="/")
+            # An explicit session keeps its shell; its timeout leaves it open.
+            e = await sb.pty.create("sh")
+            r = await sb.pty.exec("sleep 1000", session=e, timeout_s=0.5)
+            assert (r.stdout, r.return_code, r.error_type) == (None, 125, "timeout")
+            assert r.stderr == (
+                "PTY command timed out after 0.5s: 'sleep 1000'; the command is still running "
+                "and the session should be discarded"
+            )
+            assert not e.closed
+            await e.close()
+            # The default's timeout closes it (the reference prints 2.0 as given).
+            r = await sb.pty.exec("sleep 1000", timeout_s=2.0)
+            assert r.stderr.startswith("PTY command timed out after 2.0s: 'sleep 1000'; ")
+            assert s.closed
+            # A one-shot's timeout has no suffix.
+            r = await sb.pty.exec("sleep 1000", timeout_s=1, pty=False)
+            assert r.stderr == "PTY command timed out after 1s: 'sleep 1000'"
+            r = await sb.pty.exec("printf a; printf E >&2; printf b; exit 3", pty=False)
+            assert (r.stdout, r.stderr, r.return_code, r.error_type) == ("ab", "E", 3, None)
+
+    run(go())
+
+
+def test_pty_on_the_local_provider(tmp_path):
+    """The local provider's sessions run under a host sbx-agent (docs/providers/local.md)."""
+    need_provider("local")
+    cfg = {"local": {"workspace_root": str(tmp_path / "ws"), "state_dir": str(tmp_path / "state")}}
+
+    async def go():
+        async with AsyncSandbox(cfg, SandboxSpec()) as sb:
+            await sb.start()
+            s = await sb.pty.create()
+            r1 = await sb.pty.exec("echo PID=$$; pwd")
+            r2 = await sb.pty.exec("echo PID=$$")
+            assert _pid(r1.stdout) == _pid(r2.stdout)
+            assert str(tmp_path / "ws") in r1.stdout  # sessions start in the workspace
+            r = await sb.pty.exec("printf merged")
+            assert (r.return_code, r.error_type) == (0, None)
+            await s.close()
+            r = await sb.pty.exec("printf merged")
+            assert (r.stdout, r.stderr, r.return_code) == ("merged", None, 0)
+        # Stopped: the host agent and its files are gone.
+        assert not list((tmp_path / "state").glob("*.agent*"))
+        assert not list((tmp_path / "state").glob("*.sock"))
+
+    run(go())

@@ -484,4 +484,25 @@ SBX_INTERNAL void sbx__sandbox_release(sbx_sandbox *sb);
 SBX_INTERNAL int sbx__transfer_unpack_fd(int fd, const char *dir, unsigned flags, char *msg,
                                          size_t msglen);
 
+/* --- the pty exec facade (src/core/pty_exec.c) ------------------------------ */
+/* A sandbox's facade state: its default session and the lock over session commands. */
+struct sbx__pty_home;
+/* The sandbox's state, made on first use (sandbox.c); NULL only when out of memory. */
+SBX_INTERNAL struct sbx__pty_home *sbx__sandbox_pty_home(sbx_sandbox *sb);
+SBX_INTERNAL struct sbx__pty_home *sbx__pty_home_new(void);
+/* Frees it with the sandbox; its default handle (the user's) forgets it. */
+SBX_INTERNAL void sbx__pty_home_free(struct sbx__pty_home *h);
+/* A box-shell session opened on `sb`: the default unless a live one exists. */
+SBX_INTERNAL void sbx__pty_home_offer(sbx_sandbox *sb, sbx_pty *p);
+/* `p` is being freed: no sandbox keeps it as default any more. */
+SBX_INTERNAL void sbx__pty_home_forget(sbx_pty *p);
+/* pty.c's side: the handle's home slot, its mode, and closing without freeing. */
+SBX_INTERNAL struct sbx__pty_home **sbx__pty_home_slot(sbx_pty *p);
+SBX_INTERNAL bool sbx__pty_pipes(const sbx_pty *p);
+SBX_INTERNAL int sbx__pty_end(sbx_pty *p, sbx_error **err);
+/* Tests and fuzzing: a socketless handle fed `data`; a command's result read from frames. */
+SBX_INTERNAL sbx_pty *sbx__pty_from_bytes(const uint8_t *data, size_t len, int pipes);
+SBX_INTERNAL int sbx__pty_exec_replay(const uint8_t *frames, size_t len, int pipes, size_t cap,
+                                      sbx_exec_result **out, sbx_error **err);
+
 #endif /* SBX_INTERNAL_H */

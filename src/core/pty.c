@@ -56,6 +56,10 @@ struct sbx_pty {
     bool gone;       /* the channel ended without EXIT (taken over, detached, lost) */
     int gone_code;   /* SBX_EPTY or SBX_EIO */
     char *gone_msg;
+    bool pipes;      /* opened in pipe mode (an attached handle does not know: false) */
+    bool closed;     /* ended by the pty exec facade (pty_exec.c); only _free is left */
+    struct sbx__pty_home *home; /* the sandbox whose default it is (pty_exec.c) */
+    char *workdir;   /* where the provider says sessions start (agent_address), or NULL */
 };
 
 /* --- options -------------------------------------------------------------- */
@@ -366,7 +370,7 @@ static int pump(sbx_pty *p, bool (*until)(const sbx_pty *, int), int arg, double
     }
 }
 
-static int connect_agent(sbx_sandbox *sb, int *out_fd, sbx_error **err)
+static int connect_agent(sbx_sandbox *sb, int *out_fd, char **workdir, sbx_error **err)
 {
     sbx_future *f = NULL;
     int rc = sbx__sandbox_agent_address_async(sb, &f, err);
@@ -423,6 +427,13 @@ static int connect_agent(sbx_sandbox *sb, int *out_fd, sbx_error **err)
                             path, (long long)pid);
         json_decref(j);
         return rc;
+    }
+    /* A provider whose boxes see host paths (local) names the directory sessions start in. */
+    const char *wd = json_string_value(json_object_get(j, "workdir"));
+    if (wd && !(*workdir = strdup(wd))) {
+        close(fd);
+        json_decref(j);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
     json_decref(j);
     *out_fd = fd;
@@ -490,7 +501,7 @@ static int pty_new(sbx_sandbox *sb, sbx_pty **out, sbx_error **err)
     p->fd = -1;
     p->channel = 1;
     sbx__proto_reader_init(&p->rd, SBX_PROTO_MAX_PAYLOAD);
-    int rc = connect_agent(sb, &p->fd, err);
+    int rc = connect_agent(sb, &p->fd, &p->workdir, err);
     if (rc >= 0)
         rc = hello(p, err);
     if (rc < 0) {
@@ -538,7 +549,7 @@ int sbx_pty_open(sbx_sandbox *sb, const sbx_pty_opts *opts, sbx_pty **out, sbx_e
         argv = one;
         flags |= SBX_PTY_BOX_SHELL;
     }
-    const char *cwd = o->cwd ? o->cwd : sbx_sandbox_workdir(sb);
+    const char *cwd = o->cwd ? o->cwd : p->workdir ? p->workdir : sbx_sandbox_workdir(sb);
     sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
     sbx__msg_pty_open_encode(&b, o->rows, o->cols, flags, cwd, o->user, argv, NULL,
@@ -548,6 +559,10 @@ int sbx_pty_open(sbx_sandbox *sb, const sbx_pty_opts *opts, sbx_pty **out, sbx_e
         sbx_pty_free(p);
         return rc;
     }
+    p->pipes = o->pipes;
+    /* A box-shell session may become the sandbox's default for sbx_sandbox_pty_exec. */
+    if (!o->argv && !o->command)
+        sbx__pty_home_offer(sb, p);
     *out = p;
     return SBX_OK;
 }
@@ -593,6 +608,8 @@ int sbx_pty_read(sbx_pty *p, int stream, void *buf, size_t cap, double timeout_s
     if (!p || !buf || !n || (stream != SBX_STREAM_STDOUT && stream != SBX_STREAM_STDERR))
         return sbx__set_error(err, SBX_EINVAL, "sbx_pty_read: a handle, a stream, buf and n are "
                                                "required");
+    if (p->closed)
+        return sbx__set_error(err, SBX_EPTY, "PTY session %u is closed", p->id);
     int k = stream == SBX_STREAM_STDERR;
     int rc = SBX_OK;
     if (!p->out[k].len && !p->exited && !p->gone)
@@ -625,6 +642,8 @@ static int check_live(sbx_pty *p, const char *what, sbx_error **err)
 {
     if (!p)
         return sbx__set_error(err, SBX_EINVAL, "%s: a handle is required", what);
+    if (p->closed)
+        return sbx__set_error(err, SBX_EPTY, "PTY session %u is closed", p->id);
     if (p->gone)
         return gone_error(p, err);
     if (p->exited)
@@ -752,12 +771,11 @@ int sbx_pty_detach(sbx_pty *p, sbx_error **err)
                           "PTY session %u: detaching failed", p->id);
 }
 
-int sbx_pty_close(sbx_pty *p, sbx_error **err)
+/* Ends the session (an opener's) or detaches (an attacher's), keeping the handle. */
+static int end_session(sbx_pty *p, sbx_error **err)
 {
-    if (!p)
-        return SBX_OK;
     int rc = SBX_OK;
-    if (!p->gone && !p->exited) {
+    if (!p->gone && !p->exited && !p->closed) {
         sbx_pbuf b = {0};
         sbx__pbuf_begin(&b);
         /* CANCEL: the opener's ends the session (EXIT follows); an attached one's detaches. */
@@ -765,6 +783,14 @@ int sbx_pty_close(sbx_pty *p, sbx_error **err)
         if (rc >= 0 && pump(p, ended, 0, 30) == SBX_ETIMEDOUT)
             rc = sbx__set_error(err, SBX_ETIMEDOUT, "PTY session %u did not end in 30 s", p->id);
     }
+    return rc;
+}
+
+int sbx_pty_close(sbx_pty *p, sbx_error **err)
+{
+    if (!p)
+        return SBX_OK;
+    int rc = end_session(p, err);
     sbx_pty_free(p);
     return rc;
 }
@@ -773,12 +799,14 @@ void sbx_pty_free(sbx_pty *p)
 {
     if (!p)
         return;
+    sbx__pty_home_forget(p);
     if (p->fd >= 0)
         close(p->fd);
     sbx__proto_reader_free(&p->rd);
     free(p->out[0].buf);
     free(p->out[1].buf);
     free(p->gone_msg);
+    free(p->workdir);
     free(p);
 }
 
@@ -813,4 +841,37 @@ void sbx__pty_fuzz(const uint8_t *data, size_t len)
         sbx_error_free(e);
     }
     sbx_pty_free(p);
+}
+
+/* --- for the pty exec facade (src/core/pty_exec.c) -------------------------- */
+
+int sbx_pty_closed(const sbx_pty *p) { return p ? p->closed : 1; }
+
+bool sbx__pty_pipes(const sbx_pty *p) { return p->pipes; }
+
+int sbx__pty_end(sbx_pty *p, sbx_error **err)
+{
+    int rc = end_session(p, err);
+    p->closed = true;
+    return rc;
+}
+
+struct sbx__pty_home **sbx__pty_home_slot(sbx_pty *p) { return &p->home; }
+
+/* For tests and fuzzing (pty_exec.c): a handle, no socket, that received `data`. */
+sbx_pty *sbx__pty_from_bytes(const uint8_t *data, size_t len, int pipes)
+{
+    sbx_pty *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    p->fd = -1;
+    p->channel = 1;
+    p->id = 1;
+    p->pipes = pipes != 0;
+    sbx__proto_reader_init(&p->rd, 1 << 16);
+    if (sbx__proto_reader_feed(&p->rd, data, len) < 0) {
+        sbx_pty_free(p);
+        return NULL;
+    }
+    return p;
 }

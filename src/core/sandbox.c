@@ -34,6 +34,7 @@ struct sbx_sandbox {
     sbx_future *start_future; /* while starting: cancelled by a concurrent stop */
     bool box_closed;          /* the provider's close was called (loop thread only) */
     struct pending_stop *pending_stops;
+    struct sbx__pty_home *pty_home; /* pty exec facade state (pty_exec.c), made on first use */
 };
 
 enum call_kind {
@@ -98,6 +99,7 @@ static void sandbox_unref(sbx_sandbox *sb)
     void *box = sb->box;
     sbx_spec_free(sb->spec);
     free(sb->id);
+    sbx__pty_home_free(sb->pty_home);
     pthread_mutex_destroy(&sb->lock);
     free(sb);
     /*
@@ -1291,4 +1293,14 @@ void sbx__sandbox_hold(sbx_sandbox *sb)
 void sbx__sandbox_release(sbx_sandbox *sb)
 {
     sandbox_unref(sb);
+}
+
+struct sbx__pty_home *sbx__sandbox_pty_home(sbx_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    if (!sb->pty_home)
+        sb->pty_home = sbx__pty_home_new();
+    struct sbx__pty_home *h = sb->pty_home;
+    pthread_mutex_unlock(&sb->lock);
+    return h;
 }

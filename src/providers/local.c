@@ -22,6 +22,7 @@
 #include "core/internal.h"
 #include "providers/local.h"
 #include "kit/kit.h"
+#include "providers/local_agent.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -1410,6 +1411,9 @@ static void remove_work(sbx_op *op, void *data)
 {
     struct remove_job *j = data;
     sbx_error *err = NULL;
+    /* The box ends: so does its host agent (PTY sessions), before its workspace goes. */
+    if (j->state_dir)
+        sbx__local_agent_stop(j->state_dir, j->id);
     if (j->workspace && sbx__rm_rf(j->workspace) < 0)
         err = sbx_error_new_errno(SBX_EIO, errno,
                                   "local sandbox: cannot remove the workspace '%s'; remove it by "
@@ -1616,6 +1620,26 @@ static void local_gc(sbx_op *op, void *state, const char *opts_json)
     sbx__local_op_gc(op, ((struct local_state *)state)->state_dir, opts_json);
 }
 
+/* [pty] A host sbx-agent serves the box's PTY sessions (local_agent.c). */
+static void local_agent_address(sbx_op *op, void *state, void *box)
+{
+    struct local_state *st = state;
+    struct local_box *b = box;
+    if (!b->state_dir) {
+        sbx_op_complete(op, SBX_ESTATE,
+                        sbx_error_new(SBX_ESTATE, "local box %s has no record: no PTY sessions",
+                                      b->id),
+                        NULL);
+        return;
+    }
+    char **envp = build_env(&b->env);
+    if (!envp) {
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    sbx__local_agent_address(op, b->state_dir, b->id, b->workspace, st->shell, envp);
+}
+
 SBX_INTERNAL const struct sbx_provider_ops sbx__local_provider = {
     SBX_PROVIDER_OPS_HEADER,
     .name = "local",
@@ -1635,5 +1659,6 @@ SBX_INTERNAL const struct sbx_provider_ops sbx__local_provider = {
     .list = local_list,
     .stop_id = local_stop_id,
     .gc = local_gc,
-    .capabilities = SBX_CAP_EXEC_STREAM,
+    .agent_address = local_agent_address, /* [pty] */
+    .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_PTY,
 };

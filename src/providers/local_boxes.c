@@ -21,6 +21,7 @@
  * here runs on the worker pool.
  */
 #include "providers/local.h"
+#include "providers/local_agent.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -226,6 +227,8 @@ static int end_box(int dfd, const char *canon, const json_t *r, sbx_error **err)
             return sbx__set_errno(err, SBX_EIO, errno, "cannot look at the workspace %s", ws);
         }
     }
+    /* Its host agent (PTY sessions) ends with it (local_agent.c). */
+    sbx__local_agent_stop(canon, id);
     _cleanup_free_ char *name = sbx__printf("%s.json", id);
     if (!name)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
