@@ -189,16 +189,22 @@ $(B)/fuzz/bin/fuzz_agent_tar: $(FUZZ_AGENT_TAR_OBJ)
 fuzz: fuzz-build
 	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  mkdir -p fuzz/corpus/$$n; \
-	  $(FUZZ_B)/fuzz/bin/$$n $(FUZZ_FLAGS) -max_total_time=$(FUZZ_TIME) \
-	    -artifact_prefix=$(FUZZ_B)/$$n- fuzz/corpus/$$n || exit 1; \
+	  t=$$(mktemp -d /tmp/sbx-fuzz-run.XXXXXX); \
+	  TMPDIR=$$t $(FUZZ_B)/fuzz/bin/$$n $(FUZZ_FLAGS) -max_total_time=$(FUZZ_TIME) \
+	    -artifact_prefix=$(FUZZ_B)/$$n- fuzz/corpus/$$n; rc=$$?; \
+	  rm -rf $$t; [ $$rc = 0 ] || exit 1; \
 	done
 
+# Each run gets a TMPDIR of its own, removed after: libFuzzer's exit at
+# -max_total_time skips the targets' atexit cleanup of their temporaries.
 fuzz-ci: fuzz-build
 	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  mkdir -p $(FUZZ_B)/new/$$n; \
 	  echo "== fuzzing $$n for $(FUZZ_CI_TIME) s"; \
-	  $(FUZZ_B)/fuzz/bin/$$n $(FUZZ_FLAGS) -max_total_time=$(FUZZ_CI_TIME) \
-	    -artifact_prefix=$(FUZZ_B)/$$n- $(FUZZ_B)/new/$$n fuzz/corpus/$$n || exit 1; \
+	  t=$$(mktemp -d /tmp/sbx-fuzz-run.XXXXXX); \
+	  TMPDIR=$$t $(FUZZ_B)/fuzz/bin/$$n $(FUZZ_FLAGS) -max_total_time=$(FUZZ_CI_TIME) \
+	    -artifact_prefix=$(FUZZ_B)/$$n- $(FUZZ_B)/new/$$n fuzz/corpus/$$n; rc=$$?; \
+	  rm -rf $$t; [ $$rc = 0 ] || exit 1; \
 	done
 
 # Everything a user needs, under PREFIX (DESTDIR for staging): the library, its

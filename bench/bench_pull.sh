@@ -22,15 +22,11 @@ for t in docker-registry skopeo python3; do
 done
 [ "$(id -u)" = 0 ] || { echo "# bench_pull: needs root (the linux store), skipped"; exit 0; }
 . "$ROOT/tests/registry/fixture.sh"
+. "$ROOT/bench/docker.sh"
 W=$(mktemp -d /tmp/sbx-bench-pull.XXXXXX)
-started_docker=
 cleanup() {
   reg_stop "$W/reg"
-  if [ -n "$started_docker" ]; then
-    kill "$started_docker" 2>/dev/null
-    for _ in $(seq 1 100); do kill -0 "$started_docker" 2>/dev/null || break; sleep 0.1; done
-    umount -R "$W/docker-data" 2>/dev/null
-  fi
+  bench_docker_down
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -74,17 +70,7 @@ skopeo_once() {
   rm -rf "$W/sk"
   echo "$t1 - $t0" | bc
 }
-docker_ok() { docker info >/dev/null 2>&1; }
-if ! docker_ok && [ -z "${DOCKER_HOST:-}" ] && [ -S /run/sbx-test/docker.sock ]; then
-  export DOCKER_HOST=unix:///run/sbx-test/docker.sock
-fi
-if ! docker_ok && [ "${SBX_BENCH_DOCKER:-}" = 1 ] && command -v dockerd >/dev/null; then
-  dockerd --host "unix://$W/docker.sock" --data-root "$W/docker-data" --exec-root "$W/dx" \
-    --pidfile "$W/docker.pid" --bridge none --iptables=false >"$W/dockerd.log" 2>&1 &
-  started_docker=$!
-  export DOCKER_HOST="unix://$W/docker.sock"
-  for _ in $(seq 1 150); do docker_ok && break; sleep 0.2; done
-fi
+bench_docker_up "$W"
 docker_once() {
   docker rmi -f "$REG/bench/a:1" >/dev/null 2>&1
   local t0 t1

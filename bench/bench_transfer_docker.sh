@@ -19,32 +19,18 @@ SBX="$B/sbx"
 [ "$(id -u)" = 0 ] || { echo "# bench_transfer_docker: needs root, skipped"; exit 0; }
 command -v docker >/dev/null || { echo "# bench_transfer_docker: docker not installed, skipped"; exit 0; }
 W=$(mktemp -d /tmp/sbx-bench-xfer.XXXXXX)
-started_docker= box= ctr=
+box= ctr=
 export SBX_STATE_DIR="$W/state"
+. "$ROOT/bench/docker.sh"
 cleanup() {
   [ -n "$box" ] && "$SBX" stop "$box" >/dev/null 2>&1
   [ -n "$ctr" ] && docker rm -f "$ctr" >/dev/null 2>&1
-  if [ -n "$started_docker" ]; then
-    docker rmi -f sbx-bench-xfer >/dev/null 2>&1
-    kill "$started_docker" 2>/dev/null
-    for _ in $(seq 1 100); do kill -0 "$started_docker" 2>/dev/null || break; sleep 0.1; done
-    umount -R "$W/docker-data" 2>/dev/null
-  fi
+  [ -n "$bench_docker_started" ] && docker rmi -f sbx-bench-xfer >/dev/null 2>&1
+  bench_docker_down
   rm -rf "$W"
 }
 trap cleanup EXIT
-docker_ok() { docker info >/dev/null 2>&1; }
-if ! docker_ok && [ -z "${DOCKER_HOST:-}" ] && [ -S /run/sbx-test/docker.sock ]; then
-  export DOCKER_HOST=unix:///run/sbx-test/docker.sock
-fi
-if ! docker_ok && [ "${SBX_BENCH_DOCKER:-}" = 1 ] && command -v dockerd >/dev/null; then
-  dockerd --host "unix://$W/docker.sock" --data-root "$W/docker-data" --exec-root "$W/dx" \
-    --pidfile "$W/docker.pid" --bridge none --iptables=false >"$W/dockerd.log" 2>&1 &
-  started_docker=$!
-  export DOCKER_HOST="unix://$W/docker.sock"
-  for _ in $(seq 1 150); do docker_ok && break; sleep 0.2; done
-fi
-if ! docker_ok; then
+if ! bench_docker_up "$W"; then
   echo "# bench_transfer_docker: no docker daemon answers (SBX_BENCH_DOCKER=1 starts one), skipped"
   exit 0
 fi

@@ -188,7 +188,8 @@ static void setup(void)
 {
     if (root[0])
         return;
-    snprintf(root, sizeof(root), "/tmp/sbx-fuzz-agent.XXXXXX");
+    snprintf(root, sizeof(root), "%s/sbx-fuzz-agent.XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(root) || files_set_root(root) < 0)
         abort();
     atexit(remove_root);

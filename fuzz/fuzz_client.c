@@ -115,7 +115,8 @@ static void setup(void)
         return;
     if (sbx_provider_new("{\"local\": {}}", &P, NULL) != SBX_OK)
         abort();
-    snprintf(dir, sizeof(dir), "/tmp/sbx-fuzz-client.XXXXXX");
+    snprintf(dir, sizeof(dir), "%s/sbx-fuzz-client.XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(dir))
         abort();
     snprintf(up_path, sizeof(up_path), "%s/up.txt", dir);

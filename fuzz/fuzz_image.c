@@ -49,7 +49,8 @@ static void setup_once(void)
 {
     if (base[0])
         return;
-    snprintf(base, sizeof(base), "/tmp/sbx-fuzz-image-XXXXXX");
+    snprintf(base, sizeof(base), "%s/sbx-fuzz-image-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(base))
         abort();
     atexit(cleanup);

@@ -83,7 +83,8 @@ static void check_config(json_t *c)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!base[0]) {
-        snprintf(base, sizeof(base), "/tmp/sbx-fuzz-imgcfg-XXXXXX");
+        snprintf(base, sizeof(base), "%s/sbx-fuzz-imgcfg-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
         if (!mkdtemp(base))
             abort();
         atexit(cleanup);

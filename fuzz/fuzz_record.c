@@ -34,7 +34,8 @@ static void setup(void)
 {
     if (state[0])
         return;
-    snprintf(state, sizeof(state), "/tmp/sbx-fuzz-record.XXXXXX");
+    snprintf(state, sizeof(state), "%s/sbx-fuzz-record.XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(state))
         abort();
     snprintf(box, sizeof(box), "%s/boxes", state);

@@ -7,58 +7,19 @@
  * it in the base directory would be a finding.
  */
 #include "core/internal.h"
+#include "tree.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char base[256], target[300];
-
-static void cleanup(void)
-{
-    rmdir(base);
-}
-
-static void setup(void)
-{
-    if (base[0])
-        return;
-    snprintf(base, sizeof(base), "%s/sbx-fuzz-dl-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(base))
-        abort();
-    atexit(cleanup);
-    snprintf(target, sizeof(target), "%s/t", base);
-}
-
-/* Directories writable again so the tree can be removed. */
-static int unlock(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)f;
-    if (flag == FTW_D || (st && S_ISDIR(st->st_mode)))
-        chmod(p, 0700);
-    return 0;
-}
-
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st;
-    (void)f;
-    (void)flag;
-    return remove(p);
-}
+static char target[300];
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    setup();
+    if (!target[0])
+        snprintf(target, sizeof(target), "%s/t", fuzz_tree_base("dl"));
     mkdir(target, 0755);
     int in = memfd_create("tar", MFD_CLOEXEC);
     if (in < 0 || write(in, data, size) != (ssize_t)size)
@@ -66,15 +27,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     lseek(in, 0, SEEK_SET);
     char msg[512];
     sbx__transfer_unpack_fd(in, target, 0, msg, sizeof(msg)); /* closes `in` */
-    nftw(target, unlock, 16, FTW_PHYS);
-    nftw(target, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-    DIR *d = opendir(base);
-    if (!d)
-        abort();
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-            abort();
-    closedir(d);
+    fuzz_tree_empty_and_check(target);
     return 0;
 }
