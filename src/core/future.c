@@ -392,3 +392,22 @@ void sbx_future_free(sbx_future *f)
     if (f)
         future_unref(f);
 }
+
+int sbx__future_wait_json(sbx_future *f, json_t **out, sbx_error **err)
+{
+    char *text = NULL;
+    int rc = sbx_future_wait(f, -1, err);
+    if (rc == SBX_OK)
+        rc = sbx_future_take_string(f, &text, err);
+    sbx_future_free(f);
+    if (rc < 0)
+        return rc;
+    json_t *j = json_loads(text, 0, NULL);
+    free(text);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return sbx__set_error(err, SBX_EPROVIDER, "the provider's answer is not a JSON object");
+    }
+    *out = j;
+    return SBX_OK;
+}

@@ -424,6 +424,12 @@ SBX_INTERNAL int sbx__sandbox_agent_address_async(sbx_sandbox *sb, sbx_future **
 SBX_INTERNAL void sbx__pty_fuzz(const uint8_t *data, size_t len);
 
 SBX_INTERNAL sbx_future *sbx__future_new(sbx_context *ctx, enum sbx__value_kind kind);
+/*
+ * Waits for a JSON object text future (agent_address, log_address), frees
+ * it and parses its text: SBX_OK and *out (json_decref), or the future's
+ * error; an answer that is not a JSON object is SBX_EPROVIDER.
+ */
+SBX_INTERNAL int sbx__future_wait_json(sbx_future *f, json_t **out, sbx_error **err);
 /* Another reference (dropped with sbx_future_free). */
 SBX_INTERNAL void sbx__future_ref(sbx_future *f);
 /* Completes it (any thread); takes `err` and `value`. */

@@ -304,17 +304,10 @@ int sbx_sandbox_logs(sbx_sandbox *sb, double since, long long tail, unsigned fla
         return sbx__set_error(err, SBX_EINVAL, "sbx_sandbox_logs: unknown flags 0x%x",
                               flags & ~(unsigned)SBX_LOGS_FOLLOW);
     sbx_future *f = NULL;
+    _cleanup_json_ json_t *j = NULL;
     int rc = sbx__sandbox_log_address_async(sb, &f, err);
-    if (rc < 0)
+    if (rc < 0 || (rc = sbx__future_wait_json(f, &j, err)) < 0)
         return rc;
-    char *text = NULL;
-    if ((rc = sbx_future_wait(f, -1, err)) < 0 || (rc = sbx_future_take_string(f, &text, err)) < 0) {
-        sbx_future_free(f);
-        return rc;
-    }
-    sbx_future_free(f);
-    _cleanup_json_ json_t *j = json_loads(text, 0, NULL);
-    free(text);
     struct reader r = { .path = json_string_value(json_object_get(j, "path")),
                         .old = json_string_value(json_object_get(j, "old")),
                         .since = since,

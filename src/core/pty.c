@@ -373,17 +373,10 @@ static int pump(sbx_pty *p, bool (*until)(const sbx_pty *, int), int arg, double
 static int connect_agent(sbx_sandbox *sb, int *out_fd, char **workdir, sbx_error **err)
 {
     sbx_future *f = NULL;
+    json_t *j = NULL;
     int rc = sbx__sandbox_agent_address_async(sb, &f, err);
-    if (rc < 0)
+    if (rc < 0 || (rc = sbx__future_wait_json(f, &j, err)) < 0)
         return rc;
-    char *text = NULL;
-    if ((rc = sbx_future_wait(f, -1, err)) < 0 || (rc = sbx_future_take_string(f, &text, err)) < 0) {
-        sbx_future_free(f);
-        return rc;
-    }
-    sbx_future_free(f);
-    json_t *j = json_loads(text, 0, NULL);
-    free(text);
     const char *path = json_string_value(json_object_get(j, "socket"));
     json_int_t pid = json_integer_value(json_object_get(j, "pid"));
     if (!path || pid <= 0) {
