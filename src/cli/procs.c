@@ -252,7 +252,7 @@ static int print_so_far(sbx_sandbox *sb, unsigned n, json_t *entry)
     for (int k = 0; k < 2; k++) {
         int stream = k ? SBX_STREAM_STDERR : SBX_STREAM_STDOUT;
         /* Reads until the stream reaches the count the listing saw (the window may start later). */
-        for (;;) {
+        while (ends[k] > 0) {
             char buf[65536];
             size_t got = 0;
             unsigned long long off = 0;

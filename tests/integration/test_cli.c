@@ -1749,6 +1749,10 @@ static void test_linux_background_processes(void)
     char n2[32];
     snprintf(n2, sizeof(n2), "%.*s", (int)strcspn(p.out, "\n"), p.out);
     proc_free(&p);
+    p = SBX("attach", "--no-follow", id, n2); /* nothing printed yet: returns at once */
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "");
+    proc_free(&p);
     SBX_EXPECT(2, "kill", "-s", "NOPE", id, n2);
     SBX_EXPECT(0, "kill", "-s", "TERM", id, n2);
     p = SBX("wait", id, n2);
