@@ -436,6 +436,9 @@ SBX_INTERNAL int sbx__procs_ps_json(const uint8_t *payload, size_t len, char **o
                                     sbx_error **err);
 SBX_INTERNAL int sbx__pty_ask(sbx_sandbox *sb, uint8_t type, uint8_t answer, const char *what,
                               uint8_t **payload, size_t *len, sbx_error **err);
+/* [procs] The same over a connected stream `fd` (taken, closed): for tests with a fake agent. */
+SBX_INTERNAL int sbx__pty_ask_fd(int fd, uint8_t type, uint8_t answer, const char *what,
+                                 uint8_t **payload, size_t *len, sbx_error **err);
 
 SBX_INTERNAL sbx_future *sbx__future_new(sbx_context *ctx, enum sbx__value_kind kind);
 /* Another reference (dropped with sbx_future_free). */

@@ -876,15 +876,11 @@ static bool have_answer(const sbx_pty *p, int arg)
     return p->answered;
 }
 
-int sbx__pty_ask(sbx_sandbox *sb, uint8_t type, uint8_t answer, const char *what,
-                 uint8_t **payload, size_t *len, sbx_error **err)
+/* The question on handle `p` (hello done); frees `p`. */
+static int ask_on(sbx_pty *p, uint8_t type, uint8_t answer, const char *what, uint8_t **payload,
+                  size_t *len, sbx_error **err)
 {
-    if (!sb || !payload || !len)
-        return sbx__set_error(err, SBX_EINVAL, "%s: a sandbox is required", what);
-    sbx_pty *p;
-    int rc = pty_new(sb, &p, err);
-    if (rc < 0)
-        return rc;
+    int rc;
     if (p->version < SBX_PROTO_PROCS_VERSION) {
         rc = too_old(p, what, err);
         sbx_pty_free(p);
@@ -912,4 +908,33 @@ int sbx__pty_ask(sbx_sandbox *sb, uint8_t type, uint8_t answer, const char *what
     }
     sbx_pty_free(p);
     return rc;
+}
+
+int sbx__pty_ask(sbx_sandbox *sb, uint8_t type, uint8_t answer, const char *what,
+                 uint8_t **payload, size_t *len, sbx_error **err)
+{
+    if (!sb || !payload || !len)
+        return sbx__set_error(err, SBX_EINVAL, "%s: a sandbox is required", what);
+    sbx_pty *p;
+    int rc = pty_new(sb, &p, err);
+    return rc < 0 ? rc : ask_on(p, type, answer, what, payload, len, err);
+}
+
+int sbx__pty_ask_fd(int fd, uint8_t type, uint8_t answer, const char *what, uint8_t **payload,
+                    size_t *len, sbx_error **err)
+{
+    sbx_pty *p = calloc(1, sizeof(*p));
+    if (!p) {
+        close(fd);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    p->fd = fd;
+    p->channel = 1;
+    sbx__proto_reader_init(&p->rd, SBX_PROTO_MAX_PAYLOAD);
+    int rc = hello(p, err);
+    if (rc < 0) {
+        sbx_pty_free(p);
+        return rc;
+    }
+    return ask_on(p, type, answer, what, payload, len, err);
 }

@@ -11,9 +11,13 @@
 #include "proto/procs.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static sbx_frame frame_of(const sbx_pbuf *b, uint8_t type)
 {
@@ -199,12 +203,102 @@ static void test_ps_round_trip_and_bounds(void)
     sbx__pbuf_free(&b);
 }
 
+/*
+ * A fake agent in a child process: says HELLO with versions 1..`max`, then
+ * sends `then` (frames, may be empty) at once and reads until the host goes.
+ */
+static pid_t fake_agent(int fd, int host_fd, int max, const sbx_pbuf *then, bool hang_up)
+{
+    pid_t pid = fork();
+    TAP_TRUE(pid >= 0);
+    if (pid > 0)
+        return pid;
+    close(host_fd); /* else the host's end stays open here and the read below never ends */
+    sbx_pbuf h = {0};
+    sbx__pbuf_begin(&h);
+    sbx_msg_hello hello = {SBX_PROTO_MAGIC, 1, (uint32_t)max, SBX_PROTO_MAX_PAYLOAD,
+                           (char *)"fake agent"};
+    sbx__msg_hello_encode(&h, &hello);
+    sbx__pbuf_finish(&h, SBX_MSG_HELLO, 0);
+    if (write(fd, h.data, h.len) != (ssize_t)h.len)
+        _exit(1);
+    if (then && then->len && write(fd, then->data, then->len) != (ssize_t)then->len)
+        _exit(1);
+    char buf[4096];
+    while (!hang_up && read(fd, buf, sizeof(buf)) > 0)
+        ;
+    _exit(0);
+}
+
+/* Asks PTY_LIST of a fake agent; returns the code, the error in *e. */
+static int ask_fake(int max, const sbx_pbuf *then, bool hang_up, sbx_error **e)
+{
+    int sv[2];
+    TAP_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    pid_t pid = fake_agent(sv[1], sv[0], max, then, hang_up);
+    close(sv[1]);
+    uint8_t *payload = NULL;
+    size_t len = 0;
+    int rc = sbx__pty_ask_fd(sv[0], SBX_MSG_PTY_LIST, SBX_MSG_PTY_SESSIONS,
+                             "listing the box's sessions", &payload, &len, e);
+    if (rc == SBX_OK) {
+        char *json = NULL;
+        rc = sbx__procs_sessions_json(payload, len, &json, e);
+        free(json);
+        free(payload);
+    }
+    int st;
+    TAP_EQ_INT(waitpid(pid, &st, 0), pid);
+    return rc;
+}
+
+/* An older agent, one that does not know the message, and one that lies, each said plainly. */
+static void test_old_and_hostile_agents(void)
+{
+    sbx_error *e = NULL;
+    /* Protocol 3: refused before anything is sent, with what to do. */
+    TAP_EQ_INT(ask_fake(3, NULL, false, &e), SBX_ENOTSUP);
+    TAP_CONTAINS(sbx_error_message(e), "too old for listing the box's sessions");
+    TAP_CONTAINS(sbx_error_message(e), "restart the box");
+    sbx_error_free(e);
+    e = NULL;
+    /* An agent that says 4 but does not know the type: its ERROR is the message. */
+    sbx_pbuf b = {0};
+    sbx__pbuf_begin(&b);
+    sbx__msg_status_encode(&b, 71, "unknown frame type 0x40");
+    sbx__pbuf_finish(&b, SBX_MSG_ERROR, 0);
+    TAP_EQ_INT(ask_fake(4, &b, false, &e), SBX_EIO);
+    TAP_CONTAINS(sbx_error_message(e), "unknown frame type 0x40");
+    sbx_error_free(e);
+    e = NULL;
+    /* An over-long list: refused, nothing of it kept. */
+    sessions_payload(&b, SBX_PROCS_MAX_SESSIONS + 1, SBX_PROCS_MAX_SESSIONS + 1, 1);
+    sbx__pbuf_finish(&b, SBX_MSG_PTY_SESSIONS, 1);
+    TAP_EQ_INT(ask_fake(4, &b, false, &e), SBX_EPROTO);
+    TAP_CONTAINS(sbx_error_message(e), "over-long session list");
+    sbx_error_free(e);
+    e = NULL;
+    /* A well-formed answer on another channel is not the answer: the hang-up after it is. */
+    sessions_payload(&b, 1, 1, 1);
+    sbx__pbuf_finish(&b, SBX_MSG_PTY_SESSIONS, 2);
+    TAP_EQ_INT(ask_fake(4, &b, true, &e), SBX_EIO);
+    TAP_CONTAINS(sbx_error_message(e), "connection to the box's agent closed");
+    sbx_error_free(e);
+    e = NULL;
+    /* And the right one is. */
+    sessions_payload(&b, 1, 1, 1);
+    sbx__pbuf_finish(&b, SBX_MSG_PTY_SESSIONS, 1);
+    TAP_EQ_INT(ask_fake(4, &b, false, &e), SBX_OK);
+    sbx__pbuf_free(&b);
+}
+
 int main(int argc, char **argv)
 {
     static const struct tap_test tests[] = {
         TAP(test_sessions_round_trip),
         TAP(test_sessions_bounds),
         TAP(test_ps_round_trip_and_bounds),
+        TAP(test_old_and_hostile_agents),
     };
     return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
 }
