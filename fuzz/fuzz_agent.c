@@ -4,7 +4,8 @@
  * sends. They go through the real connection code — frame reader, HELLO
  * negotiation, channel table, PING, FILE_PUT/DATA/FILE_GET/CANCEL with the
  * real transfer code (src/agent/files.c) confined to a private temporary
- * root — and the agent's answers are read and decoded as the host would.
+ * root, PTY_LIST and PS (src/agent/ps.c reads this machine's /proc) — and
+ * the agent's answers are read and decoded as the host would.
  *
  * Commands are never run: this file stands in for src/agent/exec.c. Its
  * exec_start decodes the request and resolves the user in the temporary
@@ -17,6 +18,7 @@
  * there, and escaping it would be a finding.
  */
 #include "agent/agent.h"
+#include "proto/procs.h"
 
 #include <fcntl.h>
 #include <ftw.h>
@@ -242,6 +244,17 @@ static void drain(int fd, sbx_proto_reader *rd)
             sbx_msg_exit *x = NULL;
             if (f.type == SBX_MSG_EXIT && sbx__msg_exit_decode(&f, &x) == 0)
                 free(x);
+            /* The listings the agent builds must decode within their bounds. */
+            sbx_session_entry *se = NULL;
+            sbx_ps_entry *pe = NULL;
+            size_t ne = 0;
+            uint32_t pf = 0;
+            if (f.type == SBX_MSG_PTY_SESSIONS && sbx__msg_pty_sessions_decode(&f, &se, &ne) < 0)
+                abort();
+            if (f.type == SBX_MSG_PS_LIST && sbx__msg_ps_decode(&f, &pf, &pe, &ne) < 0)
+                abort();
+            free(se);
+            free(pe);
         }
     }
 }

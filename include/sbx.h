@@ -1010,6 +1010,83 @@ SBX_EXPORT int sbx_sandbox_pty_exec(sbx_sandbox *sb, const char *command,
 /* Non-zero once the pty exec facade closed this session (after a timeout); free it then. */
 SBX_EXPORT int sbx_pty_closed(const sbx_pty *p);
 
+/* ------------------------------------------------------------------------ */
+/* Background processes (docs/terminals.md, "Background processes")          */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A command started in the background: a pipe-mode PTY session of the box's
+ * agent (stdout and stderr apart, stdin a pipe), so it keeps running when
+ * its handle goes away and any process can attach to it again by id. The
+ * same providers as PTY sessions (SBX_CAP_PTY: linux), and the same rules:
+ * each handle holds its own connection, its calls block the calling thread,
+ * one thread at a time per handle. A box whose agent predates protocol
+ * version 4 refuses the KEEP flag and the listings with SBX_ENOTSUP ("the
+ * box's agent is too old ...: restart the box").
+ */
+typedef struct sbx_proc sbx_proc;
+/*
+ * Starts `opts`' command (set_command or set_argv; cwd, user, env as for a
+ * PTY; size and pipe mode are ignored: always pipes). `*out` holds the
+ * process: sbx_proc_free lets it go (it runs on), sbx_proc_signal(p, "KILL")
+ * ends it. Errors as sbx_pty_open: SBX_EPTY says why a command could not start.
+ */
+SBX_EXPORT int sbx_proc_start(sbx_sandbox *sb, const sbx_pty_opts *opts, sbx_proc **out,
+                              sbx_error **err);
+/* sbx_proc_attach flags. */
+#define SBX_PROC_TAKEOVER 1u /* take the process from the handle that holds it */
+#define SBX_PROC_KEEP 2u     /* reading its end does not collect it (it stays listed) */
+/*
+ * A new handle on background process `id` of `sb` (its own connection, any
+ * process): output replays from byte offset `since` (0: the oldest byte
+ * kept; each stream keeps its last SBX_PTY_WINDOW_BYTES) and then follows.
+ * Held by another handle: SBX_EPTY unless SBX_PROC_TAKEOVER. Without
+ * SBX_PROC_KEEP, once this handle has read the end of an ended process the
+ * box forgets it (as waitpid collects a child); with it, it stays listed
+ * with its exit code for a later attach. SBX_EPTY "no PTY session N" when
+ * there is no such process.
+ */
+SBX_EXPORT int sbx_proc_attach(sbx_sandbox *sb, unsigned id, unsigned flags,
+                               unsigned long long since, sbx_proc **out, sbx_error **err);
+/* The process's id in its box (for sbx_proc_attach, `sbx attach ID N`). */
+SBX_EXPORT unsigned sbx_proc_id(const sbx_proc *p);
+/* A descriptor readable when a read may have something (for poll loops). */
+SBX_EXPORT int sbx_proc_fd(const sbx_proc *p);
+/* Writes `len` bytes to its stdin (0 bytes: nothing; EOF is sbx_proc_close_stdin). */
+SBX_EXPORT int sbx_proc_write(sbx_proc *p, const void *data, size_t len, sbx_error **err);
+/* Closes its stdin: the command reads EOF. */
+SBX_EXPORT int sbx_proc_close_stdin(sbx_proc *p, sbx_error **err);
+/*
+ * Reads SBX_STREAM_STDOUT or SBX_STREAM_STDERR, as sbx_pty_read: waits up to
+ * `timeout_s` (0: only what already arrived, < 0: forever); SBX_OK with
+ * *n == 0 once the process ended and everything was read; SBX_ETIMEDOUT.
+ */
+SBX_EXPORT int sbx_proc_read(sbx_proc *p, int stream, void *buf, size_t cap, double timeout_s,
+                             size_t *n, unsigned long long *offset, sbx_error **err);
+/* Waits up to `timeout_s` (< 0 forever) for its end; *code: the status, 128+N for a signal N. */
+SBX_EXPORT int sbx_proc_wait(sbx_proc *p, double timeout_s, int *code, sbx_error **err);
+/* Sends a signal by name ("TERM", "SIGKILL", "9", ... as sbx_pty_signal) to its process group. */
+SBX_EXPORT int sbx_proc_signal(sbx_proc *p, const char *name, sbx_error **err);
+/* Lets the process go (it runs on, unheld: it can be attached without takeover). */
+SBX_EXPORT int sbx_proc_detach(sbx_proc *p, sbx_error **err);
+/* Frees the handle; the process runs on (the connection closes: it is let go). */
+SBX_EXPORT void sbx_proc_free(sbx_proc *p);
+/*
+ * The box's PTY sessions and background processes as a JSON array text
+ * (`*json_out`, free with sbx_free): [{id, pid, command, mode: "pipe"|"pty",
+ * attached, running, exit_code (null while running), started_ms (unix ms),
+ * stdout_bytes, stderr_bytes}]. At most SBX_PTY_MAX_SESSIONS. Blocks.
+ */
+SBX_EXPORT int sbx_proc_list(sbx_sandbox *sb, char **json_out, sbx_error **err);
+/*
+ * The box's processes, as its /proc shows them, as a JSON object text:
+ * {processes: [{pid, ppid, uid, user (null without a passwd entry), state,
+ * rss_kib, cpu_ms, started_ms, command}], truncated}. At most 4096
+ * processes (`truncated` when the box has more); commands cut at 512
+ * bytes. Blocks. Free with sbx_free.
+ */
+SBX_EXPORT int sbx_sandbox_top(sbx_sandbox *sb, char **json_out, sbx_error **err);
+
 #ifdef __cplusplus
 }
 #endif

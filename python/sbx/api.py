@@ -482,6 +482,54 @@ class AsyncSandbox:
             return await _lib.await_future(*self._csb.download(remote_path, local_path))
         await self._provider.download_file(self._require_handle(), remote_path, Path(local_path))
 
+    # --- background processes (C providers with PTYs; sbx.cproc) -------------
+    def _csb_ptr(self, what: str) -> Any:
+        if self._csb is None:
+            raise NotImplementedError(f"{what} needs a C provider with PTY sessions (linux)")
+        return self._csb._live_ptr()
+
+    async def spawn(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | int | None = None,
+    ) -> Any:
+        """Starts `command` in the background (pipes: stdout and stderr
+        apart) and returns an sbx.cproc.AsyncProcess: write/close_stdin,
+        read/stdout/stderr, wait/poll/returncode, signal/kill, detach. The
+        process outlives the handle: attach_process(id) comes back to it."""
+        from . import cproc
+
+        sb = self._csb_ptr("spawn")
+        return cproc.AsyncProcess(await asyncio.to_thread(cproc.start, sb, command, cwd, env, user))
+
+    exec_background = spawn
+
+    async def attach_process(
+        self, process_id: int | str, *, takeover: bool = False, keep: bool = False, since: int = 0
+    ) -> Any:
+        """A new handle on background process `process_id` (from spawn, `sbx
+        exec -d`, any process): output replays from byte offset `since`.
+        keep: reading its end does not make the box forget it."""
+        from . import cproc
+
+        sb = self._csb_ptr("attach_process")
+        return cproc.AsyncProcess(await asyncio.to_thread(cproc.attach, sb, process_id, takeover, keep, since))
+
+    async def processes(self) -> list[dict[str, Any]]:
+        """The box's sessions and background processes (sbx_proc_list)."""
+        from . import cproc
+
+        return await asyncio.to_thread(cproc.list_processes, self._csb_ptr("processes"))
+
+    async def top(self) -> dict[str, Any]:
+        """The box's processes, as its /proc shows them (sbx_sandbox_top)."""
+        from . import cproc
+
+        return await asyncio.to_thread(cproc.top, self._csb_ptr("top"))
+
     async def status(self) -> SandboxStatus:
         if self._csb is not None:
             return await _lib.await_future(*self._csb.status())
@@ -865,6 +913,45 @@ class Sandbox:
         if c is not None:
             return self._runner.wait("download", lambda: c.download(remote_path, local_path))
         self._runner.run("download", lambda: self._async_sandbox.download(remote_path, local_path))
+
+    # --- background processes (C providers with PTYs; sbx.cproc) -------------
+    def _csb_ptr(self, what: str) -> Any:
+        c = self._c()
+        if c is None:
+            raise NotImplementedError(f"{what} needs a C provider with PTY sessions (linux)")
+        return c._live_ptr()
+
+    def spawn(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | int | None = None,
+    ) -> Any:
+        """Starts `command` in the background; an sbx.cproc.Process (see AsyncSandbox.spawn)."""
+        from . import cproc
+
+        return cproc.Process(cproc.start(self._csb_ptr("spawn"), command, cwd, env, user))
+
+    exec_background = spawn
+
+    def attach_process(
+        self, process_id: int | str, *, takeover: bool = False, keep: bool = False, since: int = 0
+    ) -> Any:
+        from . import cproc
+
+        return cproc.Process(cproc.attach(self._csb_ptr("attach_process"), process_id, takeover, keep, since))
+
+    def processes(self) -> list[dict[str, Any]]:
+        from . import cproc
+
+        return cproc.list_processes(self._csb_ptr("processes"))
+
+    def top(self) -> dict[str, Any]:
+        from . import cproc
+
+        return cproc.top(self._csb_ptr("top"))
 
     def status(self) -> SandboxStatus:
         if self._closed:

@@ -8,6 +8,7 @@
  *   files.c  uploads and downloads confined to the box root
  *   users.c  user and group lookup in the box's /etc/passwd and /etc/group
  *   pty.c    PTY sessions: terminals and pipe-mode sessions that outlive a stream
+ *   ps.c     the box's processes, read from /proc, for PS
  */
 #ifndef SBX_AGENT_H
 #define SBX_AGENT_H
@@ -143,6 +144,13 @@ void pty_resume(struct chan *ch);
 bool pty_reaped(pid_t pid, int status);
 /* SIGTERM path: hang up every session. */
 void pty_kill_all(void);
+/* Answers PTY_LIST on channel `ch` with PTY_SESSIONS (which ends it). */
+void pty_list(struct conn *c, uint32_t ch);
+
+/* --- process listing (ps.c) ---------------------------------------------- */
+
+/* Answers PS on channel `ch` with PS_LIST: the processes /proc shows, bounded. */
+void ps_list(struct conn *c, uint32_t ch);
 
 /* --- files --------------------------------------------------------------- */
 

@@ -6,6 +6,7 @@
  */
 #include "agent/agent.h"
 #include "proto/pty.h"
+#include "proto/procs.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -325,6 +326,28 @@ static void dispatch(struct conn *c, const sbx_frame *f)
         }
         if (pty_frame(c, ch, f) < 0)
             proto_error(c, "malformed %s payload", sbx__proto_type_name(f->type));
+        return;
+    case SBX_MSG_PTY_LIST:
+    case SBX_MSG_PS:
+        /* A one-frame question: the answer ends the channel, nothing stays open. */
+        if (f->channel == 0 || ch) {
+            proto_error(c, "%s on channel %u, which is 0 or already open",
+                        sbx__proto_type_name(f->type), f->channel);
+            return;
+        }
+        if (c->version < SBX_PROTO_PROCS_VERSION) {
+            proto_error(c, "%s needs protocol version %d", sbx__proto_type_name(f->type),
+                        SBX_PROTO_PROCS_VERSION);
+            return;
+        }
+        if (f->len != 0) {
+            proto_error(c, "malformed %s payload", sbx__proto_type_name(f->type));
+            return;
+        }
+        if (f->type == SBX_MSG_PTY_LIST)
+            pty_list(c, f->channel);
+        else
+            ps_list(c, f->channel);
         return;
     case SBX_MSG_STDIN:
         if (ch && ch->kind == CHAN_PTY) {

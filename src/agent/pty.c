@@ -13,6 +13,7 @@
  */
 #include "agent/agent.h"
 #include "proto/pty.h"
+#include "proto/procs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -25,6 +26,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -47,6 +49,8 @@ struct session {
     struct ring r[2];          /* 0: terminal or stdout, 1: stderr */
     struct holder *holder;
     struct session *next;
+    int64_t started_ms;                        /* unix time, for PTY_LIST */
+    char command[SBX_PROCS_COMMAND_MAX + 1];   /* what runs, cut, for PTY_LIST */
 };
 
 /* A stream's channel on a session. */
@@ -55,6 +59,7 @@ struct holder {
     struct conn *conn;
     struct session *s;
     bool opener;      /* CANCEL ends the session (else it only detaches) */
+    bool keep;        /* PTY_ATTACH_KEEP: reading the end does not forget the session */
     uint64_t sent[2]; /* next offset to send per stream */
 };
 
@@ -209,9 +214,12 @@ static void pump(struct session *s)
     }
     if (session_done(s) && h->sent[0] == s->r[0].end && h->sent[1] == s->r[1].end &&
         !h->conn->dead) {
+        bool keep = h->keep;
         send_exit(h);
         holder_end(h);
-        session_free(s);
+        /* A KEEP holder only looked: the session stays listed for a later wait. */
+        if (!keep)
+            session_free(s);
     }
 }
 
@@ -293,6 +301,22 @@ static void send_failed(struct conn *c, uint32_t ch, const char *msg)
     conn_send(c, &b, SBX_MSG_EXIT, ch);
 }
 
+/* The command as PTY_LIST shows it: a shell command as given, an argv joined by spaces. */
+static void describe(struct session *s, const sbx_msg_exec *e)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    s->started_ms = (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+    size_t at = 0;
+    for (size_t i = 0; e->argv && e->argv[i] && at < SBX_PROCS_COMMAND_MAX; i++) {
+        int n = snprintf(s->command + at, sizeof(s->command) - at, "%s%s", i ? " " : "",
+                         e->argv[i]);
+        if (n < 0)
+            break;
+        at += (size_t)n;
+    }
+}
+
 static int set_nonblock(int fd) { return fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 static int pty_open(struct conn *c, uint32_t ch, const sbx_frame *f)
@@ -372,6 +396,7 @@ static int pty_open(struct conn *c, uint32_t ch, const sbx_frame *f)
     s->pid = pid;
     s->pipes = pipes;
     s->id = next_id++;
+    describe(s, &e);
     s->next = sessions;
     sessions = s;
     n_sessions++;
@@ -436,6 +461,7 @@ static int pty_attach(struct conn *c, uint32_t ch, const sbx_frame *f)
         send_status(c, ch, ENOMEM, "out of memory");
         return 0;
     }
+    h->keep = a.flags & SBX_PTY_ATTACH_KEEP;
     for (int k = 0; k < 2; k++) {
         uint64_t start = ring_start(&s->r[k]);
         h->sent[k] = a.since < start ? start : a.since > s->r[k].end ? s->r[k].end : a.since;
@@ -584,4 +610,32 @@ void pty_kill_all(void)
 {
     for (struct session *s = sessions; s; s = s->next)
         kill_session(s);
+}
+
+void pty_list(struct conn *c, uint32_t ch)
+{
+    sbx_session_entry *e = calloc(n_sessions ? n_sessions : 1, sizeof(*e));
+    size_t n = 0;
+    for (struct session *s = sessions; e && s && n < n_sessions; s = s->next, n++) {
+        e[n].id = s->id;
+        e[n].pid = (uint32_t)s->pid;
+        e[n].flags = (s->pipes ? SBX_SESSION_PIPES : 0) | (s->holder ? SBX_SESSION_HELD : 0) |
+                     (s->exited ? SBX_SESSION_ENDED : 0);
+        if (s->exited)
+            e[n].status = WIFSIGNALED(s->status) ? 128u + (uint32_t)WTERMSIG(s->status)
+                                                 : (uint32_t)WEXITSTATUS(s->status);
+        e[n].started_ms = (uint64_t)s->started_ms;
+        e[n].out_bytes = s->r[0].end;
+        e[n].err_bytes = s->r[1].end;
+        memcpy(e[n].command, s->command, sizeof(e[n].command));
+    }
+    if (!e) {
+        send_status(c, ch, ENOMEM, "out of memory");
+        return;
+    }
+    sbx_pbuf b = {0};
+    sbx__pbuf_begin(&b);
+    sbx__msg_pty_sessions_encode(&b, e, n);
+    free(e);
+    conn_send(c, &b, SBX_MSG_PTY_SESSIONS, ch);
 }

@@ -356,4 +356,19 @@ int cli_cmd_logs(int argc, char **argv);   /* [svc-logs] */
 const json_t *cli_listed_service(const json_t *record);
 int cli_image_build(int argc, char **argv, sbx_provider *p); /* [img-commit] build.c */
 
+/* --- procs.c: background processes (exec -d, top, wait, kill, attach of a pipe session) --- */
+
+/* `sbx exec -d`: starts `command` in the background, prints its number. Exit code. */
+int cli_proc_start(sbx_sandbox *sb, const char *command, const char *cwd, const char *user,
+                   const sbx_kv *env);
+/* True when process/session `n` of the box is a background process (pipe mode). */
+bool cli_proc_is_pipe(sbx_sandbox *sb, unsigned n);
+/* attach's options (--no-stdin, --no-follow); false: the command ends with *exit_code. */
+bool cli_attach_opts(int argc, char **argv, bool *no_stdin, bool *no_follow, int *exit_code);
+/* Follows (or, no_follow, prints so far) a background process's output; its status. */
+int cli_proc_attach(sbx_sandbox *sb, const char *id, unsigned n, bool no_stdin, bool no_follow);
+int cli_cmd_top(int argc, char **argv);
+int cli_cmd_wait(int argc, char **argv);
+int cli_cmd_kill(int argc, char **argv);
+
 #endif

@@ -61,9 +61,11 @@ static const struct command commands[] = {
                         "  --json                 print the box's record as JSON\n",
       "The box keeps running until 'sbx stop ID', 'sbx gc' after its TTL, or the\n"
       "provider ends it.\n" },
-    { "exec", cli_cmd_exec, "sbx exec [-it] [--cwd D] [-e K=V] [--user U] [--timeout S] ID [--] CMD...",
+    { "exec", cli_cmd_exec, "sbx exec [-it|-d] [--cwd D] [-e K=V] [--user U] [--timeout S] ID [--] CMD...",
       "run CMD in a box (see `sbx ls`); exit with CMD's status",
       "  -t                     run CMD on a terminal (stdin must be one); -i is accepted\n"
+      "  -d                     run CMD in the background: print its number, return at once\n"
+      "                         (see `sbx top --sessions`, `sbx attach`, `sbx wait`, `sbx kill`)\n"
       "  --cwd DIR              working directory (default: the box's workdir)\n"
       "  -e, --env K=V|K        environment variable; K alone: $K's value (repeatable)\n"
       "  --user U               user to run CMD as (name or uid[:gid])\n"
@@ -76,9 +78,27 @@ static const struct command commands[] = {
       "open the box's shell on this terminal (exit with its status)", "",
       "Ctrl-P Ctrl-Q detaches and leaves the shell running: `sbx attach ID N` comes\n"
       "back to session N, replaying what it printed meanwhile (the last 1 MiB).\n" },
-    { "attach", cli_cmd_attach, "sbx attach ID SESSION",
-      "come back to a terminal session left with Ctrl-P Ctrl-Q", "",
-      "Takes the session over from whoever holds it; replays its kept output first.\n" },
+    { "attach", cli_cmd_attach, "sbx attach [--no-stdin|--no-follow] ID SESSION",
+      "come back to a terminal session, or follow a background process",
+      "  --no-stdin             do not pass stdin to a background process\n"
+      "  --no-follow            print a background process's output so far and return\n",
+      "Takes the session over from whoever holds it; replays its kept output first.\n"
+      "A background process (`sbx exec -d`) is followed on stdout and stderr, stdin\n"
+      "passed to it (EOF closes its stdin), until it ends: sbx exits with its status.\n"
+      "--no-follow leaves it listed (`sbx wait` still gets its status).\n" },
+    /* [procs] background processes and the box's processes (procs.c) */
+    { "top", cli_cmd_top, "sbx top [--sessions] [--json] ID",
+      "list a box's processes (as docker top), or its sessions and background processes",
+      "  --sessions             list the PTY sessions and background processes instead:\n"
+      "                         number, pid, mode, held or not, running or exit status,\n"
+      "                         start, bytes of output, command\n"
+      "  --json                 print the JSON the C API returns\n",
+      "At most 4096 processes (said when the box has more); commands cut at 512 bytes.\n" },
+    { "wait", cli_cmd_wait, "sbx wait ID N", "wait for background process N to end; print its status",
+      "", "128+S for a signal S. The process is then forgotten by the box.\n" },
+    { "kill", cli_cmd_kill, "sbx kill [-s SIG] ID N", "send a signal to background process N",
+      "  -s, --signal SIG       the signal: TERM, INT, HUP, KILL (default), ... or a number\n",
+      NULL },
     { "cp", cli_cmd_cp, "sbx cp [-a] SRC DST",
       "copy a file or directory into or out of a box (one side is ID:PATH)",
       "  -a, --archive          keep numeric owners of a directory copied out of a box\n",

@@ -238,13 +238,17 @@ int cli_cmd_exec(int argc, char **argv)
     struct exec_args a = { 0 };
     sbx_kv env = { 0 };
     const char *id = NULL;
-    bool tty = false;
+    bool tty = false, detach = false;
     int c, rc = CLI_EXIT_OK;
     opterr = 0;
     /* Options may come before the ID and between it and the command. */
     for (int phase = 0; phase < 2; phase++) {
-        while ((c = getopt_long(argc, argv, "+:he:it", longopts, NULL)) != -1) {
+        while ((c = getopt_long(argc, argv, "+:he:itd", longopts, NULL)) != -1) {
             int r;
+            if (c == 'd') { /* [procs] a background process (procs.c) */
+                detach = true;
+                continue;
+            }
             /* -i: stdin is passed anyway (--no-stdin turns it off); -t: a terminal. */
             if (c == 'i')
                 continue;
@@ -289,6 +293,11 @@ int cli_cmd_exec(int argc, char **argv)
         return cli_usage_error("exec", "no command given");
     }
     _cleanup_free_ char *command = cli_join_argv(argv + optind, argc - optind);
+    if (tty && detach) {
+        sbx__kv_free(&env);
+        return cli_usage_error("exec", "-d and -t do not go together: a background process has "
+                                       "pipes, not a terminal (use -t, then Ctrl-P Ctrl-Q)");
+    }
     if (tty && (rc = cli_pty_need_tty("exec -t")) != CLI_EXIT_OK) {
         sbx__kv_free(&env);
         return rc;
@@ -329,9 +338,10 @@ int cli_cmd_exec(int argc, char **argv)
     for (size_t i = 0; i < env.len; i++)
         sbx__kv_set(&all_env, env.keys[i], env.values[i]);
     sbx__kv_free(&env);
-    if (tty) {
-        /* The same box env and -e as a plain exec, on a terminal. */
-        rc = cli_pty_run(sb, id, command, a.cwd, a.user, &all_env, true);
+    if (detach || tty) {
+        /* The same box env and -e as a plain exec, on a terminal or in the background. */
+        rc = detach ? cli_proc_start(sb, command, a.cwd, a.user, &all_env)
+                    : cli_pty_run(sb, id, command, a.cwd, a.user, &all_env, true);
         sbx__kv_free(&all_env);
         sbx_sandbox_free(sb);
         sbx_provider_free(p);

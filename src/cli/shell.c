@@ -299,11 +299,10 @@ int cli_cmd_shell(int argc, char **argv)
 
 int cli_cmd_attach(int argc, char **argv)
 {
-    struct cli_opts o;
     int code;
-    if (!cli_parse_opts("attach", argc, argv, 0, &o, &code))
+    bool no_stdin = false, no_follow = false; /* [procs] background processes (procs.c) */
+    if (!cli_attach_opts(argc, argv, &no_stdin, &no_follow, &code))
         return code;
-    cli_opts_free(&o);
     if (argc - optind != 2)
         return cli_usage_error("attach", "expects a box ID and a session number");
     char *end;
@@ -311,16 +310,26 @@ int cli_cmd_attach(int argc, char **argv)
     if (!*argv[optind + 1] || *end || sid == 0 || sid > 0xffffffffUL)
         return cli_usage_error("attach", "the session must be a number, got '%s'",
                                argv[optind + 1]);
-    int rc = need_tty("attach");
-    if (rc != CLI_EXIT_OK)
-        return rc;
     sbx_provider *prov = NULL;
     sbx_sandbox *sb = NULL;
-    if ((rc = connect_box("attach", argv[optind], &prov, &sb)) != CLI_EXIT_OK)
+    int rc = connect_box("attach", argv[optind], &prov, &sb);
+    if (rc != CLI_EXIT_OK)
         return rc;
     if (cli_signals_install() < 0) {
         cli_error("cannot set up: %s", strerror(errno));
         return CLI_EXIT_SBX;
+    }
+    /* [procs] A background process (pipe mode) is followed on stdout/stderr, no terminal. */
+    if (no_stdin || no_follow || cli_proc_is_pipe(sb, (unsigned)sid)) {
+        rc = cli_proc_attach(sb, argv[optind], (unsigned)sid, no_stdin, no_follow);
+        sbx_sandbox_free(sb);
+        sbx_provider_free(prov);
+        return rc;
+    }
+    if ((rc = need_tty("attach")) != CLI_EXIT_OK) {
+        sbx_sandbox_free(sb);
+        sbx_provider_free(prov);
+        return rc;
     }
     sbx_pty *p = NULL;
     sbx_error *e = NULL;

@@ -422,6 +422,27 @@ SBX_INTERNAL int sbx__sandbox_agent_address_async(sbx_sandbox *sb, sbx_future **
 
 /* fuzz/fuzz_pty.c: runs a PTY handle over `data` as the agent's bytes. */
 SBX_INTERNAL void sbx__pty_fuzz(const uint8_t *data, size_t len);
+/* [procs] sbx_pty_open in pipe mode whatever `opts` says (background processes, proc.c). */
+SBX_INTERNAL int sbx__pty_open_pipes(sbx_sandbox *sb, const sbx_pty_opts *opts, sbx_pty **out,
+                                     sbx_error **err);
+/* [procs] sbx_pty_attach with PTY_ATTACH flags (takeover 1, keep 2: version 4). */
+SBX_INTERNAL int sbx__pty_attach_flags(sbx_sandbox *sb, unsigned id, unsigned flags,
+                                       unsigned long long since, sbx_pty **out, sbx_error **err);
+/*
+ * [procs] Sends `type` (empty payload) on a connection of its own and returns
+ * the payload of the `answer` frame (malloc'd, caller frees). SBX_ENOTSUP
+ * when the box's agent speaks a version below 4.
+ */
+/* [procs] PTY_SESSIONS / PS_LIST payloads as sbx_proc_list / sbx_sandbox_top's JSON (proc.c). */
+SBX_INTERNAL int sbx__procs_sessions_json(const uint8_t *payload, size_t len, char **out,
+                                          sbx_error **err);
+SBX_INTERNAL int sbx__procs_ps_json(const uint8_t *payload, size_t len, char **out,
+                                    sbx_error **err);
+SBX_INTERNAL int sbx__pty_ask(sbx_sandbox *sb, uint8_t type, uint8_t answer, const char *what,
+                              uint8_t **payload, size_t *len, sbx_error **err);
+/* [procs] The same over a connected stream `fd` (taken, closed): for tests with a fake agent. */
+SBX_INTERNAL int sbx__pty_ask_fd(int fd, uint8_t type, uint8_t answer, const char *what,
+                                 uint8_t **payload, size_t *len, sbx_error **err);
 
 SBX_INTERNAL sbx_future *sbx__future_new(sbx_context *ctx, enum sbx__value_kind kind);
 /*

@@ -12,6 +12,7 @@
  */
 #include "core/internal.h"
 #include "proto/proto.h"
+#include "proto/procs.h"
 #include "proto/pty.h"
 
 #include <errno.h>
@@ -60,6 +61,12 @@ struct sbx_pty {
     bool closed;     /* ended by the pty exec facade (pty_exec.c); only _free is left */
     struct sbx__pty_home *home; /* the sandbox whose default it is (pty_exec.c) */
     char *workdir;   /* where the provider says sessions start (agent_address), or NULL */
+    int version;     /* the protocol version the hello settled on */
+    /* A one-frame question (sbx__pty_ask): the answer's type, and its payload once it came. */
+    uint8_t want;
+    uint8_t *answer;
+    size_t answer_len;
+    bool answered;
 };
 
 /* --- options -------------------------------------------------------------- */
@@ -265,6 +272,18 @@ static int handle(sbx_pty *p, const sbx_frame *f)
     }
     if (f->channel != p->channel)
         return 0; /* a channel this handle no longer has */
+    if (p->want && f->type == p->want && !p->answered) {
+        free(p->answer);
+        p->answer = malloc(f->len ? f->len : 1);
+        if (!p->answer) {
+            set_gone(p, SBX_ENOMEM, "out of memory");
+            return -1;
+        }
+        memcpy(p->answer, f->payload, f->len);
+        p->answer_len = f->len;
+        p->answered = true;
+        return 0;
+    }
     switch (f->type) {
     case SBX_MSG_PTY_INFO: {
         sbx_msg_pty_info info;
@@ -454,6 +473,7 @@ static int hello(sbx_pty *p, sbx_error **err)
                 return sbx__set_error(err, SBX_EPROTO, "the box's agent did not say HELLO");
             int v = sbx__proto_negotiate(&mine, h);
             free(h);
+            p->version = v;
             if (v < 3)
                 return sbx__set_error(err, SBX_EPTY,
                                       "the box's agent is too old for PTY sessions (it needs "
@@ -519,7 +539,8 @@ static int await_info(sbx_pty *p, const char *what, sbx_error **err)
     return sbx__set_error(err, SBX_EPTY, "%s: the session ended at once", what);
 }
 
-int sbx_pty_open(sbx_sandbox *sb, const sbx_pty_opts *opts, sbx_pty **out, sbx_error **err)
+static int pty_open(sbx_sandbox *sb, const sbx_pty_opts *opts, bool pipes, sbx_pty **out,
+                    sbx_error **err)
 {
     if (!sb || !out)
         return sbx__set_error(err, SBX_EINVAL, "sbx_pty_open: a sandbox and out are required");
@@ -530,7 +551,7 @@ int sbx_pty_open(sbx_sandbox *sb, const sbx_pty_opts *opts, sbx_pty **out, sbx_e
     if (rc < 0)
         return rc;
     p->opener = true;
-    uint32_t flags = o->pipes ? SBX_PTY_PIPES : 0;
+    uint32_t flags = o->pipes || pipes ? SBX_PTY_PIPES : 0;
     const char *one[2] = {NULL, NULL};
     const char *const *argv = (const char *const *)o->argv;
     if (!argv && o->command) {
@@ -560,8 +581,28 @@ int sbx_pty_open(sbx_sandbox *sb, const sbx_pty_opts *opts, sbx_pty **out, sbx_e
     return SBX_OK;
 }
 
-int sbx_pty_attach(sbx_sandbox *sb, unsigned id, int takeover, unsigned long long since,
-                   sbx_pty **out, sbx_error **err)
+int sbx_pty_open(sbx_sandbox *sb, const sbx_pty_opts *opts, sbx_pty **out, sbx_error **err)
+{
+    return pty_open(sb, opts, false, out, err);
+}
+
+int sbx__pty_open_pipes(sbx_sandbox *sb, const sbx_pty_opts *opts, sbx_pty **out,
+                        sbx_error **err)
+{
+    return pty_open(sb, opts, true, out, err);
+}
+
+/* The agent's version is too old for `what` (needs SBX_PROTO_PROCS_VERSION). */
+static int too_old(const sbx_pty *p, const char *what, sbx_error **err)
+{
+    return sbx__set_error(err, SBX_ENOTSUP,
+                          "the box's agent is too old for %s (it speaks protocol version %d, "
+                          "this needs %d): restart the box with this sbx",
+                          what, p->version, SBX_PROTO_PROCS_VERSION);
+}
+
+int sbx__pty_attach_flags(sbx_sandbox *sb, unsigned id, unsigned flags, unsigned long long since,
+                          sbx_pty **out, sbx_error **err)
 {
     if (!sb || !out || id == 0)
         return sbx__set_error(err, SBX_EINVAL,
@@ -570,7 +611,12 @@ int sbx_pty_attach(sbx_sandbox *sb, unsigned id, int takeover, unsigned long lon
     int rc = pty_new(sb, &p, err);
     if (rc < 0)
         return rc;
-    sbx_msg_pty_attach a = {id, takeover ? SBX_PTY_ATTACH_TAKEOVER : 0, since};
+    if ((flags & SBX_PTY_ATTACH_KEEP) && p->version < SBX_PROTO_PROCS_VERSION) {
+        rc = too_old(p, "reading a background process without ending it", err);
+        sbx_pty_free(p);
+        return rc;
+    }
+    sbx_msg_pty_attach a = {id, flags, since};
     sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
     sbx__msg_pty_attach_encode(&b, &a);
@@ -583,6 +629,12 @@ int sbx_pty_attach(sbx_sandbox *sb, unsigned id, int takeover, unsigned long lon
     }
     *out = p;
     return SBX_OK;
+}
+
+int sbx_pty_attach(sbx_sandbox *sb, unsigned id, int takeover, unsigned long long since,
+                   sbx_pty **out, sbx_error **err)
+{
+    return sbx__pty_attach_flags(sb, id, takeover ? SBX_PTY_ATTACH_TAKEOVER : 0, since, out, err);
 }
 
 unsigned sbx_pty_id(const sbx_pty *p) { return p ? p->id : 0; }
@@ -800,6 +852,7 @@ void sbx_pty_free(sbx_pty *p)
     free(p->out[1].buf);
     free(p->gone_msg);
     free(p->workdir);
+    free(p->answer);
     free(p);
 }
 
@@ -867,4 +920,75 @@ sbx_pty *sbx__pty_from_bytes(const uint8_t *data, size_t len, int pipes)
         return NULL;
     }
     return p;
+}
+
+/* --- one-frame questions (src/core/proc.c) ------------------------------- */
+
+static bool have_answer(const sbx_pty *p, int arg)
+{
+    (void)arg;
+    return p->answered;
+}
+
+/* The question on handle `p` (hello done); frees `p`. */
+static int ask_on(sbx_pty *p, uint8_t type, uint8_t answer, const char *what, uint8_t **payload,
+                  size_t *len, sbx_error **err)
+{
+    int rc;
+    if (p->version < SBX_PROTO_PROCS_VERSION) {
+        rc = too_old(p, what, err);
+        sbx_pty_free(p);
+        return rc;
+    }
+    p->want = answer;
+    sbx_pbuf b = {0};
+    sbx__pbuf_begin(&b);
+    if ((rc = send_frame(p, &b, type, p->channel, err)) < 0) {
+        sbx_pty_free(p);
+        return rc;
+    }
+    rc = pump(p, have_answer, 0, 60);
+    if (p->answered) {
+        *payload = p->answer;
+        *len = p->answer_len;
+        p->answer = NULL;
+        rc = SBX_OK;
+    } else if (p->gone) {
+        rc = sbx__set_error(err, p->gone_code == SBX_EPTY ? SBX_EIO : p->gone_code, "%s: %s",
+                            what, p->gone_msg);
+    } else {
+        rc = sbx__set_error(err, SBX_ETIMEDOUT, "%s: the box's agent did not answer in 60 s",
+                            what);
+    }
+    sbx_pty_free(p);
+    return rc;
+}
+
+int sbx__pty_ask(sbx_sandbox *sb, uint8_t type, uint8_t answer, const char *what,
+                 uint8_t **payload, size_t *len, sbx_error **err)
+{
+    if (!sb || !payload || !len)
+        return sbx__set_error(err, SBX_EINVAL, "%s: a sandbox is required", what);
+    sbx_pty *p;
+    int rc = pty_new(sb, &p, err);
+    return rc < 0 ? rc : ask_on(p, type, answer, what, payload, len, err);
+}
+
+int sbx__pty_ask_fd(int fd, uint8_t type, uint8_t answer, const char *what, uint8_t **payload,
+                    size_t *len, sbx_error **err)
+{
+    sbx_pty *p = calloc(1, sizeof(*p));
+    if (!p) {
+        close(fd);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    p->fd = fd;
+    p->channel = 1;
+    sbx__proto_reader_init(&p->rd, SBX_PROTO_MAX_PAYLOAD);
+    int rc = hello(p, err);
+    if (rc < 0) {
+        sbx_pty_free(p);
+        return rc;
+    }
+    return ask_on(p, type, answer, what, payload, len, err);
 }

@@ -5,6 +5,7 @@
  */
 #include "proto/proto.h"
 #include "proto/pty.h"
+#include "proto/procs.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -57,8 +58,10 @@ const char *sbx__proto_type_name(uint8_t type)
         return "DATA";
     case SBX_MSG_STATUS:
         return "STATUS";
-    default:
-        return sbx__proto_pty_type_name(type);
+    default: {
+        const char *pty = sbx__proto_pty_type_name(type);
+        return pty ? pty : sbx__proto_procs_type_name(type);
+    }
     }
 }
 

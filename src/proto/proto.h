@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define SBX_PROTO_MAGIC 0x53425831u /* "SBX1" */
-#define SBX_PROTO_VERSION 3 /* 2: STDIN_ACK; 3: PTY sessions (proto/pty.h) */
+#define SBX_PROTO_VERSION 4 /* 2: STDIN_ACK; 3: PTY sessions (proto/pty.h); 4: process listings (proto/procs.h) */
 #define SBX_PROTO_MIN_VERSION 1
 
 #define SBX_PROTO_HEADER 9u /* u32 length + u8 type + u32 channel */

@@ -106,7 +106,8 @@ int sbx__msg_pty_attach_decode(const sbx_frame *f, sbx_msg_pty_attach *out)
     out->id = get32(f->payload);
     out->flags = get32(f->payload + 4);
     out->since = get64(f->payload + 8);
-    return out->flags & ~SBX_PTY_ATTACH_TAKEOVER ? -1 : 0;
+    /* KEEP (2) is version 4's (proto/procs.h); other bits are refused. */
+    return out->flags & ~(SBX_PTY_ATTACH_TAKEOVER | 2u) ? -1 : 0;
 }
 
 int sbx__msg_pty_resize_decode(const sbx_frame *f, uint32_t *rows, uint32_t *cols)

@@ -1825,6 +1825,81 @@ static void test_linux_logs_and_service_exit(void)
     proc_free(&p);
     SBX_EXPECT(0, "stop", id);
     SBX_EXPECT(3, "logs", id);
+}
+
+/*
+ * [procs] Background processes: exec -d prints a number and returns at
+ * once; top lists the box's processes and, with --sessions, the process
+ * running; attach --no-follow prints output so far; attach passes stdin and
+ * exits with its status; kill, then wait prints 128+15.
+ */
+static void test_linux_background_processes(void)
+{
+    need_linux();
+    char id[256];
+    create_into(id, sizeof(id), (const char *const[]){ "create", "--workdir", "/work", NULL });
+    struct proc p = SBX("exec", "-d", id, "--", "sh", "-c",
+                        "echo out-$((2+3)); echo err-1 >&2; read x; echo got-$x; exit 6");
+    EXPECT_CODE(p, 0);
+    char n1[32];
+    snprintf(n1, sizeof(n1), "%.*s", (int)strcspn(p.out, "\n"), p.out);
+    TAP_TRUE(atoi(n1) > 0);
+    proc_free(&p);
+    p = SBX("top", "--sessions", "--json", id);
+    EXPECT_CODE(p, 0);
+    json_t *v = parse_json(p.out);
+    TAP_EQ_INT((int)json_array_size(v), 1);
+    TAP_EQ_STR(json_string_value(json_object_get(json_array_get(v, 0), "mode")), "pipe");
+    TAP_TRUE(json_is_true(json_object_get(json_array_get(v, 0), "running")));
+    json_decref(v);
+    proc_free(&p);
+    p = SBX("top", id);
+    EXPECT_CODE(p, 0);
+    TAP_CONTAINS(p.out, "COMMAND");
+    TAP_CONTAINS(p.out, "echo out-$((2+3))");
+    proc_free(&p);
+    /* Output so far: wait for it to be there (the listing counts the bytes). */
+    for (;;) {
+        p = SBX("attach", "--no-follow", id, n1);
+        EXPECT_CODE(p, 0);
+        bool both = strstr(p.out, "out-5\n") && strstr(p.err, "err-1\n");
+        proc_free(&p);
+        if (both)
+            break;
+        usleep(20000);
+    }
+    p = sbx_in("abc\n", 4, (const char *const[]){ "attach", id, n1, NULL });
+    EXPECT_CODE(p, 6);
+    TAP_EQ_STR(p.out, "out-5\ngot-abc\n");
+    TAP_EQ_STR(p.err, "err-1\n");
+    proc_free(&p);
+    p = SBX("top", "--sessions", "--json", id);
+    v = parse_json(p.out);
+    TAP_EQ_INT((int)json_array_size(v), 0); /* attach read its end: it is collected */
+    json_decref(v);
+    proc_free(&p);
+
+    p = SBX("exec", "-d", id, "--", "sleep", "1000");
+    EXPECT_CODE(p, 0);
+    char n2[32];
+    snprintf(n2, sizeof(n2), "%.*s", (int)strcspn(p.out, "\n"), p.out);
+    proc_free(&p);
+    p = SBX("attach", "--no-follow", id, n2); /* nothing printed yet: returns at once */
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "");
+    proc_free(&p);
+    SBX_EXPECT(2, "kill", "-s", "NOPE", id, n2);
+    SBX_EXPECT(0, "kill", "-s", "TERM", id, n2);
+    p = SBX("wait", id, n2);
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "143\n");
+    proc_free(&p);
+    p = SBX("wait", id, n2);
+    EXPECT_CODE(p, 125);
+    TAP_CONTAINS(p.err, "no PTY session");
+    proc_free(&p);
+    SBX_EXPECT(2, "exec", "-d", "-t", id, "--", "true");
+    SBX_EXPECT(0, "stop", id);
     census_check(linux_state());
 }
 
@@ -1843,4 +1918,5 @@ TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_
          TAP_T(test_linux_cp_dir_without_sh_or_tar, 120),
          TAP(test_linux_library_box_seen_by_cli), TAP_T(test_linux_gc_expired_orphan_and_label, 120),
          TAP(test_linux_sigint_run_leaves_nothing), TAP_T(test_linux_run_streams_as_it_arrives, 120),
-         TAP(test_linux_logs_and_service_exit))
+         TAP(test_linux_logs_and_service_exit),
+         TAP_T(test_linux_background_processes, 120))

@@ -426,7 +426,13 @@ static void test_pty_messages(void)
     f = reparse(SBX_MSG_PTY_ATTACH, 8);
     TAP_EQ_INT(sbx__msg_pty_attach_decode(&f, &ga), 0);
     TAP_TRUE(ga.id == 3 && ga.flags == 1 && ga.since == 77);
-    a.flags = 2; /* unknown flag bits are refused */
+    a.flags = 3; /* takeover | keep (version 4) */
+    sbx__pbuf_begin(&b);
+    sbx__msg_pty_attach_encode(&b, &a);
+    f = reparse(SBX_MSG_PTY_ATTACH, 8);
+    TAP_EQ_INT(sbx__msg_pty_attach_decode(&f, &ga), 0);
+    TAP_TRUE(ga.flags == 3);
+    a.flags = 4; /* unknown flag bits are refused */
     sbx__pbuf_begin(&b);
     sbx__msg_pty_attach_encode(&b, &a);
     f = reparse(SBX_MSG_PTY_ATTACH, 8);
