@@ -119,8 +119,12 @@ def test_pty_on_the_local_provider(tmp_path):
     need_provider("local")
     cfg = {"local": {"workspace_root": str(tmp_path / "ws"), "state_dir": str(tmp_path / "state")}}
 
+    # The host user's rc files are not what this checks (some wait: pyenv's rehash lock).
+    (tmp_path / "home").mkdir()
+    spec = SandboxSpec(env={"HOME": str(tmp_path / "home")})
+
     async def go():
-        async with AsyncSandbox(cfg, SandboxSpec()) as sb:
+        async with AsyncSandbox(cfg, spec) as sb:
             await sb.start()
             s = await sb.pty.create()
             r1 = await sb.pty.exec("echo PID=$$; pwd")

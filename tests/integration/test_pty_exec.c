@@ -44,6 +44,17 @@ static sbx_sandbox *start_box(sbx_provider *p)
     sbx_spec *s = sbx_spec_new();
     if (!on_local)
         sbx_spec_set_workdir(s, "/work");
+    /*
+     * A local session's bash is the host user's interactive shell: its rc
+     * files are not what these tests check, and some wait (pyenv's rehash
+     * waits up to a minute on a lock a killed shell left). An empty HOME.
+     */
+    if (on_local) {
+        char home[600];
+        snprintf(home, sizeof(home), "%s/home", tap_tmpdir());
+        mkdir(home, 0700);
+        sbx_spec_set_env(s, "HOME", home);
+    }
     sbx_sandbox *sb = NULL;
     sbx_error *e = NULL;
     TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
