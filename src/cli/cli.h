@@ -128,6 +128,7 @@ struct cli_spec_opts {
     int *ports;
     size_t n_ports;
     const char **port_args;
+    json_t *publish; /* [endpoint] -p mappings: provider_options.publish entries */
 };
 
 /* The long options every box-making command takes (run, create). */
@@ -141,7 +142,8 @@ struct cli_spec_opts {
         { "label", required_argument, NULL, CLI_OPT_LABEL },                                       \
         { "file", required_argument, NULL, 1013 },                                                 \
         { "ready-timeout", required_argument, NULL, 1014 },                                        \
-        { "pull", required_argument, NULL, 1016 }
+        { "pull", required_argument, NULL, 1016 },                                                 \
+        { "publish", required_argument, NULL, 'p' } /* [endpoint] */
 
 /*
  * Handles one getopt result that belongs to the spec options. Returns 1 when
@@ -345,5 +347,16 @@ int cli_cmd_providers(int argc, char **argv);
 int cli_cmd_image(int argc, char **argv);
 int cli_cmd_commit(int argc, char **argv); /* [img-commit] */
 int cli_image_build(int argc, char **argv, sbx_provider *p); /* [img-commit] build.c */
+
+/* --- forward.c: endpoints and port forwarding [endpoint] ------------------- */
+
+/*
+ * Parses [[HOSTADDR:]HOSTPORT:]PORT ([V6]:HOSTPORT:PORT for IPv6): *addr is
+ * malloc'd or NULL (none given), *host_port -1 when only PORT was given, 0
+ * for an empty HOSTPORT (any free port). -1 when malformed.
+ */
+int cli_parse_port_map(const char *arg, char **addr, int *host_port, int *port);
+int cli_cmd_endpoint(int argc, char **argv);
+int cli_cmd_port_forward(int argc, char **argv);
 
 #endif

@@ -138,7 +138,7 @@ int cli_cmd_run(int argc, char **argv)
     bool tty = false;
     int c, rc = CLI_EXIT_OK;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+:he:it", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+:he:itp:", longopts, NULL)) != -1) {
         if (c == 'h') {
             cli_help("run");
             return CLI_EXIT_OK;
@@ -243,7 +243,7 @@ int cli_cmd_exec(int argc, char **argv)
     opterr = 0;
     /* Options may come before the ID and between it and the command. */
     for (int phase = 0; phase < 2; phase++) {
-        while ((c = getopt_long(argc, argv, "+:he:it", longopts, NULL)) != -1) {
+        while ((c = getopt_long(argc, argv, "+:he:itp:", longopts, NULL)) != -1) {
             int r;
             /* -i: stdin is passed anyway (--no-stdin turns it off); -t: a terminal. */
             if (c == 'i')

@@ -5,6 +5,7 @@
  */
 #include "proto/proto.h"
 #include "proto/pty.h"
+#include "proto/forward.h" /* [endpoint] */
 
 #include <stdlib.h>
 #include <string.h>
@@ -58,7 +59,9 @@ const char *sbx__proto_type_name(uint8_t type)
     case SBX_MSG_STATUS:
         return "STATUS";
     default:
-        return sbx__proto_pty_type_name(type);
+        /* [endpoint] FORWARD (proto/forward.h) after the PTY family. */
+        return sbx__proto_pty_type_name(type) ? sbx__proto_pty_type_name(type)
+                                              : sbx__proto_forward_type_name(type);
     }
 }
 

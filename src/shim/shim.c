@@ -64,6 +64,8 @@ struct shim {
     char errbuf[1024];
     size_t errlen;
     int upper_fd; /* [img-commit] the box's overlay upper dir (O_PATH), or -1 */
+    struct shim_ports ports; /* [endpoint] published ports (forward.c) */
+    pid_t fwd;               /* [endpoint] the port forwarder, 0: none */
 };
 
 static double mono(void)
@@ -196,6 +198,9 @@ static int write_record(struct shim *s, const char *state)
     json_object_set_new(r, "upper_fd", s->upper_fd >= 0 ? json_integer(s->upper_fd) : json_null());
     /* [img-commit] The layers the box stacks, top first: what a commit builds on. */
     json_object_set_new(r, "lowers", c->lowers ? json_incref(c->lowers) : json_null());
+    /* [endpoint] The host listeners of the box's ports: what endpoint() reads. */
+    if (s->ports.record)
+        json_object_set_new(r, "ports", json_incref(s->ports.record));
     _cleanup_free_ char *text = json_dumps(r, JSON_COMPACT);
     _cleanup_free_ char *path = sbx__printf("%s/record.json", c->box_dir);
     if (!text || !path)
@@ -236,6 +241,9 @@ static void kill_box(struct shim *s)
 __attribute__((noreturn)) static void teardown(struct shim *s, int code)
 {
     shim_trace("teardown");
+    /* [endpoint] The listeners go first: no new connection into a dying box. */
+    shim_forwarder_stop(&s->fwd);
+    shim_ports_close(&s->ports);
     kill_box(s);
     shim_trace("box reaped");
     if (s->cgroups)
@@ -590,6 +598,9 @@ static void handle_signals(struct shim *s)
         if (si.ssi_signo == SIGCHLD) {
             if (s->init > 0 && waitpid(s->init, &s->init_status, WNOHANG) == s->init)
                 on_init_exit(s);
+            /* [endpoint] The forwarder ends on its own with the agent: reap it. */
+            if (s->fwd > 0 && waitpid(s->fwd, NULL, WNOHANG) == s->fwd)
+                s->fwd = 0;
             continue;
         }
         /* SIGTERM, SIGINT, SIGHUP: a stop. */
@@ -719,6 +730,9 @@ int main(int argc, char **argv)
 {
     static const struct option longopts[] = { { "box-dir", required_argument, NULL, 'b' },
                                               { NULL, 0, NULL, 0 } };
+    /* [endpoint] The port forwarder the shim re-executes (forward.c). */
+    if (argc > 1 && !strcmp(argv[1], "--forward"))
+        return shim_forward_main(argc, argv);
     int o;
     while ((o = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         if (o != 'b') {
@@ -823,7 +837,13 @@ int main(int argc, char **argv)
         (void)w;
         close(fd);
     }
+    /* [endpoint] Listeners before the box: a taken host port fails the create early. */
+    char pmsg[512];
+    if (shim_ports_open(json_object_get(j, "ports"), &s.ports, pmsg, sizeof(pmsg)) < 0)
+        fail(&s, SBX_ECREATE, "%s", pmsg);
     start_box(&s);
+    if ((s.fwd = shim_forwarder_start(&s.ports, s.cfg.box_dir, s.init, pmsg, sizeof(pmsg))) < 0)
+        fail(&s, SBX_ECREATE, "%s", pmsg);
     supervise(&s);
     return 0;
 }

@@ -63,6 +63,8 @@ typedef struct {
     pid_t init_pid;                /* the box's PID 1 (its agent) as the host sees it */
     json_t *metadata;              /* object, never NULL once read */
     json_t *cgroups;               /* array of cgroup directory paths */
+    /* [endpoint] published ports: [{"port", "host_ip", "host_port"}], or NULL */
+    json_t *ports;
 } sbx_linux_record;
 
 /*
