@@ -99,7 +99,7 @@ $(B)/fuzz/%-replay: $(B)/obj/fuzz/%.o $(B)/obj/fuzz/replay.o $(B)/libsbx.a
 
 # fuzz_agent drives the agent's connection code (it stands in for main.c and
 # exec.c itself, so no command ever runs): those agent objects link in too.
-FUZZ_AGENT_OBJ := $(patsubst %.c,$(B)/obj/%.o,src/agent/conn.c src/agent/files.c src/agent/users.c src/agent/pty.c src/agent/forward.c)
+FUZZ_AGENT_OBJ := $(patsubst %.c,$(B)/obj/%.o,src/agent/conn.c src/agent/files.c src/agent/users.c src/agent/pty.c)
 $(B)/fuzz/fuzz_agent-replay: $(FUZZ_AGENT_OBJ)
 # fuzz_agent_tar runs the agent's tar reader and writer (src/agent/tar.c).
 FUZZ_AGENT_TAR_OBJ := $(B)/obj/src/agent/tar.o
