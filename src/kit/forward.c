@@ -21,7 +21,15 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
+
+static time_t mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec;
+}
 
 int sbx__forward_listen(const char *addr, int port, int *bound, char *err, size_t err_len)
 {
@@ -171,9 +179,13 @@ struct ep {
     uint32_t registered; /* the epoll events it is registered for; 0: not in the set */
 };
 
+/* How long the agent may take to answer FORWARD (its connect in the box included). */
+#define HANDSHAKE_S 10
+
 struct fconn {
     struct ep client, agent;
     bool up;
+    time_t deadline; /* CLOCK_MONOTONIC seconds: the answer's deadline while !up */
     sbx_forward_reply reply;
     sbx_relay relay;
     struct fconn *prev, *next;
@@ -185,6 +197,7 @@ struct loop {
     struct fconn *conns;
     struct fconn *dead; /* ended in this batch of events, freed after it */
     unsigned n_conns, max;
+    unsigned n_pending; /* connections still waiting for the agent's answer */
     struct ep *listen;
     bool accepting;
 };
@@ -228,6 +241,8 @@ static void conn_end(struct loop *l, struct fconn *c)
     close(c->client.fd);
     close(c->agent.fd);
     c->client.fd = c->agent.fd = -1;
+    if (!c->up)
+        l->n_pending--;
     sbx__forward_reply_free(&c->reply);
     sbx__relay_free(&c->relay);
     if (c->prev)
@@ -297,6 +312,7 @@ static void conn_handshake(struct loop *l, struct fconn *c, uint16_t port)
         return;
     }
     c->up = true;
+    l->n_pending--;
     sbx__forward_reply_free(&c->reply);
     conn_pump(l, c, 0);
 }
@@ -325,6 +341,8 @@ static void on_accept(struct loop *l, size_t i)
         c->client = (struct ep){ EP_CLIENT, i, c, cfd, 0 };
         c->agent = (struct ep){ EP_AGENT, i, c, afd, 0 };
         sbx__forward_reply_init(&c->reply);
+        c->deadline = mono_s() + HANDSHAKE_S;
+        l->n_pending++;
         c->next = l->conns;
         if (l->conns)
             l->conns->prev = c;
@@ -361,7 +379,8 @@ int sbx__forward_run(const sbx_forward_opts *o, char *err, size_t err_len)
     int stopped = -1;
     struct epoll_event evs[64];
     while (stopped < 0) {
-        int n = epoll_wait(l.epfd, evs, 64, -1);
+        /* A box that never answers FORWARD must not hold a slot for ever: look each second. */
+        int n = epoll_wait(l.epfd, evs, 64, l.n_pending ? 1000 : -1);
         if (n < 0 && errno != EINTR) {
             snprintf(err, err_len, "epoll_wait: %s", strerror(errno));
             break;
@@ -388,6 +407,17 @@ int sbx__forward_run(const sbx_forward_opts *o, char *err, size_t err_len)
                     conn_handshake(&l, c, o->listeners[e->index].port);
                 else if (c->up)
                     conn_pump(&l, c, hup);
+            }
+        }
+        if (l.n_pending) {
+            time_t now = mono_s();
+            for (struct fconn *c = l.conns, *next; c; c = next) {
+                next = c->next;
+                if (!c->up && now >= c->deadline) {
+                    logf_(&l, "forwarding to box port %u: the agent did not answer within %d s",
+                          o->listeners[c->agent.index].port, HANDSHAKE_S);
+                    conn_end(&l, c);
+                }
             }
         }
         bury(&l);

@@ -8,9 +8,15 @@
 #include "common.h"
 
 #include "proto/forward.h"
+#include "kit/forward.h"
 
+#include <pthread.h>
+#include <sys/un.h>
+
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -207,5 +213,177 @@ static void test_relay_half_close_and_bounds(void)
     close(s[1]);
 }
 
+/* --- the host loop (src/kit/forward.c) against a fake agent ---------------- */
+
+/*
+ * The fake agent answers by the requested port: 1 echoes the connection's
+ * bytes (STATUS 0 first), 2 never answers, 3 refuses (ECONNREFUSED).
+ */
+static void *fake_stream(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    uint8_t buf[4096];
+    size_t len = 0;
+    sbx_frame f;
+    size_t used;
+    int seen = 0;
+    uint32_t port = 0, flags;
+    /* HELLO, then FORWARD. */
+    while (seen < 2) {
+        ssize_t n = read(fd, buf + len, sizeof(buf) - len);
+        if (n <= 0)
+            goto out;
+        len += (size_t)n;
+        while (seen < 2 && sbx__proto_parse(buf, len, 4096, &f, &used) == 1) {
+            if (seen == 1 && sbx__msg_forward_decode(&f, &port, &flags) < 0)
+                goto out;
+            memmove(buf, buf + used, len - used);
+            len -= used;
+            seen++;
+        }
+    }
+    uint8_t out[512];
+    size_t n = frame(out, SBX_MSG_HELLO, 0, fill_hello, NULL);
+    if (port == 2) {
+        (void)!write(fd, out, n);
+        while (read(fd, buf, sizeof(buf)) > 0)
+            ;
+        goto out;
+    }
+    int e = port == 3 ? ECONNREFUSED : 0;
+    n += frame(out + n, SBX_MSG_STATUS, SBX_FORWARD_CHANNEL, fill_status, &e);
+    (void)!write(fd, out, n);
+    if (port == 1) {
+        ssize_t k;
+        if (len)
+            (void)!write(fd, buf, len);
+        while ((k = read(fd, buf, sizeof(buf))) > 0)
+            (void)!write(fd, buf, (size_t)k);
+        shutdown(fd, SHUT_WR);
+    }
+out:
+    close(fd);
+    return NULL;
+}
+
+static void *fake_agent(void *arg)
+{
+    int l = (int)(intptr_t)arg;
+    for (;;) {
+        int c = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+        if (c < 0)
+            return NULL;
+        pthread_t t;
+        pthread_create(&t, NULL, fake_stream, (void *)(intptr_t)c);
+        pthread_detach(t);
+    }
+}
+
+static char logged[4096];
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void log_cb(void *data, const char *msg)
+{
+    (void)data;
+    pthread_mutex_lock(&log_lock);
+    size_t n = strlen(logged);
+    snprintf(logged + n, sizeof(logged) - n, "%s\n", msg);
+    pthread_mutex_unlock(&log_lock);
+}
+
+struct run_arg {
+    sbx_forward_opts *o;
+    int rc;
+};
+
+static void *run_loop(void *arg)
+{
+    struct run_arg *a = arg;
+    char err[200];
+    a->rc = sbx__forward_run(a->o, err, sizeof(err));
+    return NULL;
+}
+
+static int dial_port(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    TAP_EQ_INT(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return fd;
+}
+
+static void test_host_loop_relays_refuses_and_times_out(void)
+{
+    tap_allow_fd_changes(); /* the fake agent's threads close theirs on their own time */
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    if (snprintf(path, sizeof(path), "%s/agent.sock", tap_tmpdir()) >= (int)sizeof(path))
+        TAP_SKIP("the temporary directory's path is too long for a unix socket");
+    int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    memcpy(sa.sun_path, path, sizeof(path));
+    TAP_EQ_INT(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    TAP_EQ_INT(listen(l, 64), 0);
+    pthread_t agent;
+    pthread_create(&agent, NULL, fake_agent, (void *)(intptr_t)l);
+
+    sbx_forward_listener ls[3];
+    int host[3];
+    char err[300];
+    for (int i = 0; i < 3; i++) {
+        ls[i].fd = sbx__forward_listen(NULL, 0, &host[i], err, sizeof(err));
+        if (ls[i].fd < 0)
+            TAP_FAIL("listen: %s", err);
+        ls[i].port = (uint16_t)(i + 1);
+    }
+    /* A taken port is refused with what to do. */
+    TAP_EQ_INT(sbx__forward_listen("127.0.0.1", host[0], &host[0], err, sizeof(err)), -1);
+    TAP_CONTAINS(err, "Address already in use");
+    TAP_EQ_INT(sbx__forward_listen("not-an-address", 0, &host[0], err, sizeof(err)), -1);
+    int stop[2];
+    TAP_EQ_INT(pipe2(stop, O_CLOEXEC), 0);
+    sbx_forward_opts o = { .agent_socket = path, .agent_pid = 0, .listeners = ls, .n_listeners = 3,
+                           .stop_fds = stop, .n_stop_fds = 1, .log = log_cb };
+    struct run_arg ra = { &o, -2 };
+    pthread_t loop;
+    pthread_create(&loop, NULL, run_loop, &ra);
+
+    /* Echo with a half-close: the answer comes after our write side ended. */
+    int fd = dial_port(host[0]);
+    TAP_EQ_INT((int)write(fd, "ping", 4), 4);
+    TAP_EQ_INT(shutdown(fd, SHUT_WR), 0);
+    char buf[16] = { 0 };
+    size_t got = 0;
+    ssize_t n;
+    while ((n = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0)
+        got += (size_t)n;
+    TAP_EQ_STR(buf, "ping");
+    close(fd);
+    /* A refusal closes the client, and says why. */
+    fd = dial_port(host[2]);
+    TAP_EQ_INT((int)read(fd, buf, sizeof(buf)), 0);
+    close(fd);
+    /* An agent that never answers: the connection ends at the handshake deadline. */
+    fd = dial_port(host[1]);
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+    TAP_EQ_INT(poll(&p, 1, 30000), 1);
+    TAP_EQ_INT((int)read(fd, buf, sizeof(buf)), 0);
+    close(fd);
+    TAP_EQ_INT((int)write(stop[1], "x", 1), 1);
+    pthread_join(loop, NULL);
+    TAP_EQ_INT(ra.rc, 0);
+    pthread_mutex_lock(&log_lock);
+    TAP_CONTAINS(logged, "forwarding to box port 3: cannot connect to 127.0.0.1:8000 in the box");
+    TAP_CONTAINS(logged, "forwarding to box port 2: the agent did not answer within 10 s");
+    pthread_mutex_unlock(&log_lock);
+    for (int i = 0; i < 3; i++)
+        close(ls[i].fd);
+    close(stop[0]);
+    close(stop[1]);
+    shutdown(l, SHUT_RDWR);
+    pthread_join(agent, NULL);
+    close(l);
+}
+
 TAP_MAIN(TAP(test_forward_codec), TAP(test_reply_parser_split_anywhere),
-         TAP(test_relay_half_close_and_bounds))
+         TAP(test_relay_half_close_and_bounds), TAP(test_host_loop_relays_refuses_and_times_out))
