@@ -20,6 +20,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -414,6 +415,30 @@ static void test_endpoint_serves_a_box_without_network(void)
     census_check(state_dir);
 }
 
+/* The box's forwarder process (sbx-shim --forward BOX_DIR ...), or 0. */
+static pid_t forwarder_of(const char *sd, const char *id)
+{
+    char want[800], path[300], cmd[1024];
+    snprintf(want, sizeof(want), "sbx-shim --forward %s/boxes/%s ", sd, id);
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    pid_t found = 0;
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+        int n = census_read(path, cmd, sizeof(cmd));
+        for (int i = 0; i < n; i++)
+            if (!cmd[i])
+                cmd[i] = ' ';
+        if (n > 0 && !strncmp(cmd, want, strlen(want)))
+            found = (pid_t)atoi(de->d_name);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
 /* The forwarder ends with the box's agent: a box whose init died listens no more. */
 static void test_listeners_end_with_the_agent(void)
 {
@@ -435,12 +460,15 @@ static void test_listeners_end_with_the_agent(void)
     pid_t init = (pid_t)strtol(ip + 11, NULL, 10);
     free(rec);
     TAP_TRUE(init > 1);
+    pid_t fwd = forwarder_of(state_dir, sbx_sandbox_id(sb));
+    TAP_TRUE(fwd > 0);
+    int pfd = (int)syscall(SYS_pidfd_open, fwd, 0);
+    TAP_TRUE(pfd >= 0);
     TAP_EQ_INT(kill(init, SIGKILL), 0);
-    int i = 0;
-    while (listening(port) && i++ < 200) {
-        struct timespec ts = { 0, 50 * 1000 * 1000 };
-        nanosleep(&ts, NULL);
-    }
+    /* The forwarder notices the agent's end by itself (a hang guard, not a timing). */
+    struct pollfd pp = { .fd = pfd, .events = POLLIN };
+    TAP_EQ_INT(poll(&pp, 1, 60000), 1);
+    close(pfd);
     TAP_TRUE(!listening(port));
     stop_free(sb);
     sbx_spec_free(s);
