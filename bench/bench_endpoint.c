@@ -26,10 +26,13 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 
-#define MIB (1024.0 * 1024.0)
 #define BOX_PORT 9000
+
+static pid_t host_srv;       /* the direct baseline's server, killed on every way out */
+static char state_root[64];  /* SBX_STATE_DIR, removed on every way out */
 
 __attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...)
 {
@@ -39,6 +42,12 @@ __attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt,
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+    if (host_srv > 0) {
+        kill(host_srv, SIGKILL);
+        waitpid(host_srv, NULL, 0);
+    }
+    if (state_root[0])
+        sbx__rm_rf(state_root);
     exit(1);
 }
 
@@ -246,7 +255,6 @@ int main(int argc, char **argv)
         return 77;
     }
     signal(SIGPIPE, SIG_IGN);
-    char state_root[64];
     snprintf(state_root, sizeof(state_root), "/tmp/sbx-bench-XXXXXX");
     if (!mkdtemp(state_root))
         die("mkdtemp: %s", strerror(errno));
@@ -267,8 +275,10 @@ int main(int argc, char **argv)
     }
     char portbuf[16];
     snprintf(portbuf, sizeof(portbuf), "%d", direct_port);
-    pid_t host_srv = fork();
+    host_srv = fork();
     if (host_srv == 0) {
+        /* It must not outlive the bench, whatever ends it. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         execl("/proc/self/exe", "bench_endpoint", "--serve", portbuf, (char *)NULL);
         _exit(127);
     }
