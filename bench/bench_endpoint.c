@@ -84,7 +84,8 @@ static void *serve_one(void *arg)
 
 static int serve(int port)
 {
-    signal(SIGPIPE, SIG_IGN);
+    struct sigaction ign = { .sa_handler = SIG_IGN };
+    sigaction(SIGPIPE, &ign, NULL);
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -246,15 +247,16 @@ static int wait_up(int port)
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--serve"))
-        return serve(atoi(argv[2]));
-    int n = argc > 1 ? atoi(argv[1]) : 1000;
+        return serve((int)strtol(argv[2], NULL, 10));
+    int n = argc > 1 ? (int)strtol(argv[1], NULL, 10) : 1000;
     if (n < 10)
         n = 10;
     if (geteuid() != 0) {
         fprintf(stderr, "bench_endpoint: needs root (linux boxes)\n");
         return 77;
     }
-    signal(SIGPIPE, SIG_IGN);
+    struct sigaction ign = { .sa_handler = SIG_IGN };
+    sigaction(SIGPIPE, &ign, NULL);
     snprintf(state_root, sizeof(state_root), "/tmp/sbx-bench-XXXXXX");
     if (!mkdtemp(state_root))
         die("mkdtemp: %s", strerror(errno));
@@ -306,7 +308,7 @@ int main(int argc, char **argv)
     sbx_endpoint *ep = NULL;
     if (sbx_sandbox_endpoint(sb, BOX_PORT, &ep, &e) != SBX_OK)
         die("endpoint: %s", sbx_error_message(e));
-    int ep_port = atoi(strrchr(sbx_endpoint_url(ep), ':') + 1);
+    int ep_port = (int)strtol(strrchr(sbx_endpoint_url(ep), ':') + 1, NULL, 10);
     printf("# endpoint %s -> box 127.0.0.1:%d; direct 127.0.0.1:%d (the same server on the "
            "host)\n",
            sbx_endpoint_url(ep), BOX_PORT, direct_port);

@@ -202,7 +202,7 @@ static int url_port(const char *url)
     const char *c = strrchr(url, ':');
     if (strncmp(url, "http://127.0.0.1:", 17) != 0 || !c)
         TAP_FAIL("not a loopback URL: %s", url);
-    return atoi(c + 1);
+    return (int)strtol(c + 1, NULL, 10);
 }
 
 /* Waits until the box's server at host port `port` answers GET `path` (it starts in the background). */
@@ -432,7 +432,7 @@ static pid_t forwarder_of(const char *sd, const char *id)
             if (!cmd[i])
                 cmd[i] = ' ';
         if (n > 0 && !strncmp(cmd, want, strlen(want)))
-            found = (pid_t)atoi(de->d_name);
+            found = (pid_t)strtol(de->d_name, NULL, 10);
     }
     if (d)
         closedir(d);
@@ -524,7 +524,7 @@ static int forwarded_port(int fd)
     char *got = read_fd_until(fd, " -> 8000\n", 30);
     const char *f = strstr(got, "Forwarding from 127.0.0.1:");
     TAP_TRUE(f != NULL);
-    int port = atoi(f + strlen("Forwarding from 127.0.0.1:"));
+    int port = (int)strtol(f + strlen("Forwarding from 127.0.0.1:"), NULL, 10);
     free(got);
     return port;
 }
