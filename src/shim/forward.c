@@ -145,6 +145,8 @@ int shim_forward_main(int argc, char **argv)
                         "sbx-shim, listeners on fds 3...)\n");
         return 2;
     }
+    /* Exec'd through /proc/self/exe, it would be called "exe" in ps and top. */
+    prctl(PR_SET_NAME, "sbx-forward");
     /* Only the listeners past this point; a stray fd would keep something of the shim's open. */
     size_t n = (size_t)(argc - 4);
     syscall(SYS_close_range, 3 + n, ~0U, 0);
