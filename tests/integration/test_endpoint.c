@@ -476,6 +476,37 @@ static void test_listeners_end_with_the_agent(void)
     census_check(state_dir);
 }
 
+/* provider_options.publish is checked, and a bad address fails the create leaving nothing. */
+static void test_publish_checked(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    static const struct {
+        const char *opts, *want;
+    } bad[] = {
+        { "{\"publish\": [{\"port\": 9}]}", "publish[0]: port 9 is not in the spec's ports" },
+        { "{\"publish\": [{\"port\": 8000, \"host_port\": 70000}]}", "host_port\": 0..65535" },
+        { "{\"publish\": {\"port\": 8000}}", "must be a list of at most 64" },
+        { "{\"publish\": [{\"port\": 8000, \"host_ip\": \"bogus\"}]}",
+          "cannot publish box port 8000: 'bogus' is not an IPv4 or IPv6 address" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        sbx_spec *s = sbx_spec_new();
+        TAP_OK(sbx_spec_add_port(s, 8000, &e_));
+        TAP_OK(sbx_spec_set_provider_options(s, bad[i].opts, &e_));
+        sbx_sandbox *sb = NULL;
+        sbx_error *e = NULL;
+        TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
+        TAP_TRUE(sbx_sandbox_start(sb, NULL, &e) < 0);
+        TAP_CONTAINS(sbx_error_message(e), bad[i].want);
+        sbx_error_free(e);
+        sbx_sandbox_free(sb);
+        sbx_spec_free(s);
+    }
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 /* --- the CLI --------------------------------------------------------------- */
 
 static char sbx_path[PATH_MAX];
@@ -632,5 +663,5 @@ static void test_cli_endpoint_port_forward_and_publish(void)
 }
 
 TAP_MAIN(TAP_T(test_endpoint_serves_a_box_without_network, 180),
-         TAP(test_listeners_end_with_the_agent),
+         TAP(test_listeners_end_with_the_agent), TAP(test_publish_checked),
          TAP_T(test_cli_endpoint_port_forward_and_publish, 180))
