@@ -10,6 +10,7 @@
 
 #include <arpa/inet.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 
 static int parse_port(const char *s, size_t len, bool zero_ok, int *out)
@@ -229,6 +230,12 @@ int cli_cmd_port_forward(int argc, char **argv)
         sigprocmask(SIG_BLOCK, &set, NULL);
         struct sigaction ign = { .sa_handler = SIG_IGN };
         sigaction(SIGPIPE, &ign, NULL);
+        /* Two descriptors per forwarded connection: as many as this process may have. */
+        struct rlimit nf;
+        if (getrlimit(RLIMIT_NOFILE, &nf) == 0 && nf.rlim_cur < nf.rlim_max) {
+            nf.rlim_cur = nf.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &nf);
+        }
         stops[0] = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
         stops[1] = sbx__kit_pidfd_open(agent);
         int k = 0, fds[2];

@@ -198,6 +198,7 @@ struct loop {
     struct fconn *dead; /* ended in this batch of events, freed after it */
     unsigned n_conns, max;
     unsigned n_pending; /* connections still waiting for the agent's answer */
+    time_t starved;     /* out of descriptors: accepting paused until then (0: not) */
     struct ep *listen;
     bool accepting;
 };
@@ -256,6 +257,7 @@ static void conn_end(struct loop *l, struct fconn *c)
     c->next = l->dead;
     l->dead = c;
     l->n_conns--;
+    l->starved = 0;
     set_accepting(l, true);
 }
 
@@ -324,8 +326,18 @@ static void on_accept(struct loop *l, size_t i)
     for (int k = 0; k < 64 && l->n_conns < l->max; k++) {
         int cfd = accept4(li->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (cfd < 0) {
-            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /*
+                 * The pending connection stays queued and the listener
+                 * readable: without a pause the level-triggered loop would
+                 * spin. Accepting resumes when a connection ends, or in a second.
+                 */
+                logf_(l, "accept: %s; new connections wait", strerror(errno));
+                set_accepting(l, false);
+                l->starved = mono_s() + 1;
+            } else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
                 logf_(l, "accept: %s", strerror(errno));
+            }
             return;
         }
         char err[300];
@@ -380,7 +392,7 @@ int sbx__forward_run(const sbx_forward_opts *o, char *err, size_t err_len)
     struct epoll_event evs[64];
     while (stopped < 0) {
         /* A box that never answers FORWARD must not hold a slot for ever: look each second. */
-        int n = epoll_wait(l.epfd, evs, 64, l.n_pending ? 1000 : -1);
+        int n = epoll_wait(l.epfd, evs, 64, l.n_pending || l.starved ? 1000 : -1);
         if (n < 0 && errno != EINTR) {
             snprintf(err, err_len, "epoll_wait: %s", strerror(errno));
             break;
@@ -408,6 +420,11 @@ int sbx__forward_run(const sbx_forward_opts *o, char *err, size_t err_len)
                 else if (c->up)
                     conn_pump(&l, c, hup);
             }
+        }
+        if (l.starved && mono_s() >= l.starved) {
+            l.starved = 0;
+            if (l.n_conns < l.max)
+                set_accepting(&l, true);
         }
         if (l.n_pending) {
             time_t now = mono_s();

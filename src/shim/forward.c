@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -152,6 +153,12 @@ int shim_forward_main(int argc, char **argv)
     syscall(SYS_close_range, 3 + n, ~0U, 0);
     struct sigaction ign = { .sa_handler = SIG_IGN };
     sigaction(SIGPIPE, &ign, NULL);
+    /* Two descriptors per connection, up to SBX_FORWARD_MAX_CONNS: as many as allowed. */
+    struct rlimit nf;
+    if (getrlimit(RLIMIT_NOFILE, &nf) == 0 && nf.rlim_cur < nf.rlim_max) {
+        nf.rlim_cur = nf.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nf);
+    }
     char *end;
     long agent = strtol(argv[3], &end, 10);
     if (*end || agent <= 0)
