@@ -19,6 +19,7 @@
 #include <nettle/sha2.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -44,7 +45,7 @@ static const char echo_py[] =
     "s = socket.socket()\n"
     "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
     "s.bind(('127.0.0.1', 8001))\n"
-    "s.listen(128)\n"
+    "s.listen(1024)\n"
     "def serve(c):\n"
     "    n, buf = 0, b''\n"
     "    while True:\n"
@@ -476,6 +477,56 @@ static void test_listeners_end_with_the_agent(void)
     census_check(state_dir);
 }
 
+/* The forwarder's and the agent's limit: 1000 connections open at once, each answered. */
+static void test_thousand_connections_at_once(void)
+{
+    need_boxes();
+    struct rlimit nf;
+    TAP_EQ_INT(getrlimit(RLIMIT_NOFILE, &nf), 0);
+    if (nf.rlim_max < 1100)
+        TAP_SKIP("RLIMIT_NOFILE's hard limit is below 1100");
+    nf.rlim_cur = nf.rlim_max;
+    TAP_EQ_INT(setrlimit(RLIMIT_NOFILE, &nf), 0);
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = sbx_spec_new();
+    TAP_OK(sbx_spec_add_port(s, 8001, &e_));
+    sbx_sandbox *sb = start(p, s);
+    char py[600];
+    snprintf(py, sizeof(py), "%s/echo.py", tap_tmpdir());
+    TAP_EQ_INT(write_text(py, echo_py), 0);
+    TAP_OK(sbx_sandbox_upload(sb, py, "/tmp/echo.py", &e_));
+    /* A thread and a descriptor per connection in the box. */
+    out_of(sb, "ulimit -n 4096 && setsid -f python3 /tmp/echo.py >/dev/null 2>&1");
+    out_of(sb, "python3 -c 'import socket, time\n"
+               "for i in range(300):\n"
+               "    try:\n"
+               "        socket.create_connection((\"127.0.0.1\", 8001)).close(); break\n"
+               "    except OSError: time.sleep(0.05)'");
+    sbx_endpoint *ep = endpoint_of(sb, 8001);
+    int port = url_port(sbx_endpoint_url(ep));
+    sbx_endpoint_free(ep);
+    enum { N = 1000 };
+    static int fds[N];
+    for (int i = 0; i < N; i++)
+        if ((fds[i] = dial(port)) < 0)
+            TAP_FAIL("connection %d: %s", i, strerror(errno));
+    for (int i = 0; i < N; i++) {
+        char line[32];
+        snprintf(line, sizeof(line), "m%d\n", i);
+        send_all(fds[i], line, strlen(line));
+    }
+    for (int i = 0; i < N; i++) {
+        char want[32];
+        snprintf(want, sizeof(want), "echo m%d\n", i);
+        TAP_CONTAINS(read_until(fds[i], want), want);
+        close(fds[i]);
+    }
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 /* provider_options.publish is checked, and a bad address fails the create leaving nothing. */
 static void test_publish_checked(void)
 {
@@ -664,4 +715,5 @@ static void test_cli_endpoint_port_forward_and_publish(void)
 
 TAP_MAIN(TAP_T(test_endpoint_serves_a_box_without_network, 180),
          TAP(test_listeners_end_with_the_agent), TAP(test_publish_checked),
+         TAP_T(test_thousand_connections_at_once, 120),
          TAP_T(test_cli_endpoint_port_forward_and_publish, 180))
