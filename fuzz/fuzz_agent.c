@@ -19,6 +19,7 @@
  */
 #include "agent/agent.h"
 #include "proto/procs.h"
+#include "proto/forward.h"
 
 #include <fcntl.h>
 #include <ftw.h>
@@ -112,6 +113,29 @@ void conns_pump(void)
             file_get_pump(c, ch);
         ch = next;
     }
+}
+
+/* --- forwarded connections (forward.c), never connected [endpoint] ---------- */
+
+/*
+ * Stands in for src/agent/forward.c: no TCP connection is made from a fuzz
+ * input. The request is decoded and the stream handed over as the real one
+ * does (conn_hand_over), then closed.
+ */
+int forward_start(struct conn *c, uint32_t ch, const sbx_frame *f)
+{
+    uint32_t port, flags;
+    (void)ch;
+    if (sbx__msg_forward_decode(f, &port, &flags) < 0)
+        return -1;
+    uint8_t *pending = NULL, *rest = NULL;
+    size_t pending_len = 0, rest_len = 0;
+    int fd = conn_hand_over(c, &pending, &pending_len, &rest, &rest_len);
+    free(pending);
+    free(rest);
+    if (fd >= 0)
+        close(fd);
+    return 0;
 }
 
 /* --- commands (exec.c), never run ------------------------------------------ */

@@ -2,7 +2,7 @@
 # Box ids, image names and providers come from sbx itself (ls -q, image ls -q, providers).
 
 _sbx_box_opts='--provider --config --block --spec --image --workdir -e --env --cpu --memory
-  --disk --ttl --ready-timeout --port --label --file --help'
+  --disk --ttl --ready-timeout --port -p --publish --label --file --help'
 
 _sbx()
 {
@@ -17,7 +17,7 @@ _sbx()
     done
     if [ -z "$cmd" ]; then
         COMPREPLY=($(compgen -W 'run create exec shell attach cp ls status stop gc image providers help
-          --version --help' -- "$cur"))
+          endpoint port-forward --version --help' -- "$cur"))
         return
     fi
     case $prev in
@@ -28,7 +28,7 @@ _sbx()
         --image)
             COMPREPLY=($(compgen -W "none $(sbx image ls -q 2>/dev/null)" -- "$cur"))
             COMPREPLY+=($(compgen -f -- "$cur")); return ;;
-        --workdir|--cwd|--block|-e|--env|--cpu|--memory|--disk|--ttl|--ready-timeout|--port|\
+        --workdir|--cwd|--block|-e|--env|--cpu|--memory|--disk|--ttl|--ready-timeout|--port|-p|--publish|\
         --label|--file|--timeout|--user|--run-id)
             return ;;
     esac
@@ -43,7 +43,7 @@ _sbx()
             else
                 COMPREPLY=($(compgen -W "$(sbx ls -q 2>/dev/null)" -- "$cur"))
             fi ;;
-        shell|attach)
+        shell|attach|endpoint|port-forward)
             [[ $cur == -* ]] || COMPREPLY=($(compgen -W "$(sbx ls -q 2>/dev/null)" -- "$cur")) ;;
         status|stop)
             if [[ $cur == -* ]]; then
@@ -76,7 +76,7 @@ _sbx()
         providers)
             COMPREPLY=($(compgen -W '--json --help' -- "$cur")) ;;
         help)
-            COMPREPLY=($(compgen -W 'run create exec shell attach cp ls status stop gc image providers' -- "$cur")) ;;
+            COMPREPLY=($(compgen -W 'run create exec shell attach cp ls status stop gc image providers endpoint port-forward' -- "$cur")) ;;
     esac
 }
 complete -F _sbx sbx

@@ -184,4 +184,19 @@ struct user_ids {
 int users_resolve(const char *spec, struct user_ids *out, char *msg, size_t msg_len);
 void users_free(struct user_ids *u);
 
+/* --- forwarded TCP connections (forward.c) [endpoint] -------------------- */
+
+/*
+ * FORWARD on `channel`: connects to 127.0.0.1:port in the box and turns the
+ * stream into that connection (conn_hand_over). -1: a malformed payload.
+ */
+int forward_start(struct conn *c, uint32_t channel, const sbx_frame *f);
+/*
+ * Takes a socket stream's fd away from `c` (which closes without closing
+ * it): its unsent frames (*pending, malloc'd) and the bytes read past the
+ * current frame (*rest, malloc'd). Returns the fd, or -1.
+ */
+int conn_hand_over(struct conn *c, uint8_t **pending, size_t *pending_len, uint8_t **rest,
+                   size_t *rest_len);
+
 #endif /* SBX_AGENT_H */

@@ -7,6 +7,7 @@
 #include "agent/agent.h"
 #include "proto/pty.h"
 #include "proto/procs.h"
+#include "proto/forward.h" /* [endpoint] */
 
 #include <errno.h>
 #include <stdarg.h>
@@ -372,6 +373,14 @@ static void dispatch(struct conn *c, const sbx_frame *f)
             file_abort(c, ch);
         }
         return;
+    case SBX_MSG_FORWARD: /* [endpoint] forward.c; the stream turns into the connection */
+        if (f->channel == 0 || ch) {
+            proto_error(c, "FORWARD on channel %u, which is 0 or already open", f->channel);
+            return;
+        }
+        if (forward_start(c, f->channel, f) < 0)
+            proto_error(c, "malformed FORWARD payload");
+        return;
     case SBX_MSG_HELLO:
         proto_error(c, "a second HELLO");
         return;
@@ -436,4 +445,38 @@ static void on_writable(struct watch *w, uint32_t events)
     struct conn *c = (struct conn *)((char *)w - offsetof(struct conn, out));
     if (flush(c) < 0)
         conn_close(c, "write failed");
+}
+
+/* [endpoint] forward.c takes the socket over: see agent.h. */
+int conn_hand_over(struct conn *c, uint8_t **pending, size_t *pending_len, uint8_t **rest,
+                   size_t *rest_len)
+{
+    if (c->dead || !c->same_fd) {
+        conn_close(c, NULL);
+        return -1;
+    }
+    uint8_t *p = malloc(c->queued ? c->queued : 1);
+    uint8_t *r = malloc(c->rd.len ? c->rd.len : 1);
+    if (!p || !r) {
+        free(p);
+        free(r);
+        conn_close(c, "out of memory");
+        return -1;
+    }
+    size_t n = 0;
+    for (struct obuf *o = c->qhead; o; o = o->next) {
+        memcpy(p + n, o->data + o->off, o->len - o->off);
+        n += o->len - o->off;
+    }
+    if (c->rd.len)
+        memcpy(r, c->rd.buf + c->rd.start, c->rd.len);
+    *rest_len = c->rd.len;
+    *pending = p;
+    *pending_len = n;
+    *rest = r;
+    int fd = c->in.fd;
+    watch_set(&c->in, 0);
+    c->in.fd = -1; /* conn_close must not close it */
+    conn_close(c, NULL);
+    return fd;
 }

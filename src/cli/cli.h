@@ -131,6 +131,7 @@ struct cli_spec_opts {
     json_t *volumes;      /* [volumes] -v/--volume SRC:DST[:ro], as strings */
     json_t *cap_add;      /* [volumes] --cap-add CAP */
     const char *shm_size; /* [volumes] --shm-size SIZE */
+    json_t *publish; /* [endpoint] -p mappings: provider_options.publish entries */
 };
 
 /* The long options every box-making command takes (run, create). */
@@ -147,7 +148,8 @@ struct cli_spec_opts {
         { "pull", required_argument, NULL, 1016 },                                                 \
         { "volume", required_argument, NULL, 'v' },                                                \
         { "cap-add", required_argument, NULL, 1030 },                                              \
-        { "shm-size", required_argument, NULL, 1031 }
+        { "shm-size", required_argument, NULL, 1031 },                                             \
+        { "publish", required_argument, NULL, 'p' } /* [endpoint] */
 
 /*
  * Handles one getopt result that belongs to the spec options. Returns 1 when
@@ -370,5 +372,15 @@ int cli_proc_attach(sbx_sandbox *sb, const char *id, unsigned n, bool no_stdin, 
 int cli_cmd_top(int argc, char **argv);
 int cli_cmd_wait(int argc, char **argv);
 int cli_cmd_kill(int argc, char **argv);
+/* --- forward.c: endpoints and port forwarding [endpoint] ------------------- */
+
+/*
+ * Parses [[HOSTADDR:]HOSTPORT:]PORT ([V6]:HOSTPORT:PORT for IPv6): *addr is
+ * malloc'd or NULL (none given), *host_port -1 when only PORT was given, 0
+ * for an empty HOSTPORT (any free port). -1 when malformed.
+ */
+int cli_parse_port_map(const char *arg, char **addr, int *host_port, int *port);
+int cli_cmd_endpoint(int argc, char **argv);
+int cli_cmd_port_forward(int argc, char **argv);
 
 #endif

@@ -21,7 +21,7 @@ int cli_cmd_create(int argc, char **argv)
     bool json = false;
     int c, rc;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+:he:v:", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+:he:v:p:", longopts, NULL)) != -1) {
         int r = 1;
         if (c == 'h') {
             cli_help("create");

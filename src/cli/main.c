@@ -24,7 +24,9 @@
     "  --disk GIB             disk size in GiB\n"                                                 \
     "  --ttl S                seconds the box may live\n"                                         \
     "  --ready-timeout S      seconds the box may take to become ready\n"                         \
-    "  --port P               port to expose (repeatable)\n"                                      \
+    "  --port P               declare a box port (`sbx endpoint` reaches it) (repeatable)\n"      \
+    "  -p, --publish [[ADDR:]HOSTPORT:]PORT  declare PORT, listening on HOSTPORT of ADDR\n"     \
+    "                         (default 127.0.0.1; no HOSTPORT: any free port) (repeatable)\n"  \
     "  --label K=V            label, also stored as spec metadata (repeatable)\n"                 \
     "  --file REMOTE=LOCAL    copy LOCAL into the box at REMOTE at start (repeatable)\n"  \
     "  -v, --volume SRC:DST[:ro]\n"                                                             \
@@ -201,6 +203,20 @@ static const struct command commands[] = {
       "the linux provider's volume store: /var/lib/sbx/linux/volumes as root,\n"
       "$SBX_STATE_DIR/linux/volumes when SBX_STATE_DIR is set (the volume_store key\n"
       "sets it). See docs/volumes.md.\n" },
+    /* [endpoint] */
+    { "endpoint", cli_cmd_endpoint, "sbx endpoint [--json] ID PORT",
+      "print the URL a declared port of a box is reached at",
+      "  --json                 print {endpoint, headers}\n",
+      "PORT must be declared at create (--port or -p). The URL's connections are\n"
+      "carried into the box by its agent: a server listening on the box's own\n"
+      "127.0.0.1:PORT answers, with no network in the box.\n" },
+    { "port-forward", cli_cmd_port_forward, "sbx port-forward ID [[HOSTADDR:]HOSTPORT:]PORT...",
+      "forward host ports into a box until Ctrl-C", "",
+      "Listens on HOSTADDR:HOSTPORT (default 127.0.0.1; a bare PORT: the same port\n"
+      "number; an empty HOSTPORT, as in :PORT: any free port) and carries each\n"
+      "connection to 127.0.0.1:PORT in the box, declared or not. Prints\n"
+      "'Forwarding from ADDR:HOSTPORT -> PORT' per mapping, then runs until\n"
+      "SIGINT/SIGTERM (exit 130/143) or the box's end (exit 1).\n" },
     { "providers", cli_cmd_providers, "sbx providers [--json]", "list the available providers",
       "  --json                 print a JSON array\n", NULL },
 };

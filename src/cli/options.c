@@ -168,6 +168,43 @@ void cli_opts_free(struct cli_opts *o)
     sbx__kv_free(&o->labels);
 }
 
+/*
+ * [endpoint] -p/--publish [[HOSTADDR:]HOSTPORT:]PORT: declares PORT and fixes
+ * its host listener (docker's -p; loopback unless HOSTADDR is given; a bare
+ * PORT or an empty HOSTPORT: any free port, `sbx endpoint` tells which).
+ */
+static int publish_opt(const char *cmd, struct cli_spec_opts *o, const char *arg)
+{
+    char *addr = NULL;
+    int hp, port;
+    if (cli_parse_port_map(arg, &addr, &hp, &port) < 0) {
+        cli_usage_error(cmd,
+                        "-p expects [[HOSTADDR:]HOSTPORT:]PORT (ports 1..65535), got '%s'", arg);
+        return -1;
+    }
+    bool have = false;
+    for (size_t i = 0; i < o->n_ports; i++)
+        have |= o->ports[i] == port;
+    if (!have) {
+        int *n = realloc(o->ports, (o->n_ports + 1) * sizeof(*n));
+        if (!n) {
+            free(addr);
+            return -1;
+        }
+        o->ports = n;
+        o->ports[o->n_ports++] = port;
+    }
+    if (!o->publish)
+        o->publish = json_array();
+    json_t *e = json_pack("{s:i, s:i}", "port", port, "host_port", hp < 0 ? 0 : hp);
+    if (e && addr)
+        json_object_set_new(e, "host_ip", json_string(addr));
+    free(addr);
+    if (!o->publish || !e || json_array_append_new(o->publish, e) < 0)
+        return -1;
+    return 1;
+}
+
 int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *arg)
 {
     switch (c) {
@@ -195,6 +232,7 @@ int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *ar
         o->ports[o->n_ports++] = (int)port;
         return 1;
     }
+    case 'p': return publish_opt(cmd, o, arg); /* [endpoint] */
     case CLI_OPT_LABEL: return cli_add_kv(cmd, &o->labels, "--label", arg);
     case 1013: return cli_add_kv(cmd, &o->files, "--file", arg);
     case 1014: o->ready_timeout = arg; return 1;
@@ -226,6 +264,7 @@ void cli_spec_opts_free(struct cli_spec_opts *o)
     free(o->ports);
     json_decref(o->volumes);
     json_decref(o->cap_add);
+    json_decref(o->publish); /* [endpoint] */
 }
 
 /* `{"name": {}}` for a provider name, after checking that it exists. */
@@ -422,6 +461,16 @@ static int apply_options(const char *cmd, struct cli_spec_opts *o, sbx_spec *spe
             cli_sbx_error(e, "--port");
             return CLI_EXIT_USAGE;
         }
+    }
+    /* [endpoint] -p: provider_options.publish (the linux provider's host listeners). */
+    if (o->publish) {
+        _cleanup_json_ json_t *po = json_loads(sbx_spec_provider_options(spec), 0, NULL);
+        if (!json_is_object(po))
+            po = json_object();
+        json_object_set(po, "publish", o->publish);
+        _cleanup_free_ char *t = po ? sbx__json_dump(po) : NULL;
+        if (!t || sbx_spec_set_provider_options(spec, t, NULL) < 0)
+            return CLI_EXIT_SBX;
     }
     /* Metadata: the block's default_metadata, then the spec file's, then labels. */
     const char *k;

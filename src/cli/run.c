@@ -138,7 +138,7 @@ int cli_cmd_run(int argc, char **argv)
     bool tty = false;
     int c, rc = CLI_EXIT_OK;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+:he:v:it", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+:he:v:itp:", longopts, NULL)) != -1) {
         if (c == 'h') {
             cli_help("run");
             return CLI_EXIT_OK;

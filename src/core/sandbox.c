@@ -862,6 +862,19 @@ static void connect_done(int code, sbx_error *err, void *value, void *data)
     if (sb && (sb->spec = sbx_spec_new()) &&
         (!json_is_string(wd) ||
          (wrc = sbx_spec_set_workdir(sb->spec, json_string_value(wd))) == SBX_OK)) {
+        /*
+         * [endpoint] A descriptor that lists the box's declared ports (linux)
+         * declares them on this handle too, so endpoint() works after a
+         * connect; without "ports" none are declared, as the reference does.
+         */
+        json_t *ports = json_object_get(d, "ports");
+        size_t pi;
+        json_t *pv;
+        json_array_foreach(ports, pi, pv)
+        {
+            if (json_is_integer(pv) && pi < 1024)
+                (void)sbx_spec_add_port(sb->spec, (int)json_integer_value(pv), NULL);
+        }
         const char *id = c->p->ops->box_id(value);
         sb->box = value;
         sb->id = sbx__strdup0(id ? id : "");

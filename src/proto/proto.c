@@ -6,6 +6,7 @@
 #include "proto/proto.h"
 #include "proto/pty.h"
 #include "proto/procs.h"
+#include "proto/forward.h" /* [endpoint] */
 
 #include <stdlib.h>
 #include <string.h>
@@ -59,8 +60,11 @@ const char *sbx__proto_type_name(uint8_t type)
     case SBX_MSG_STATUS:
         return "STATUS";
     default: {
-        const char *pty = sbx__proto_pty_type_name(type);
-        return pty ? pty : sbx__proto_procs_type_name(type);
+        /* The PTY family, the process listings, then FORWARD (proto/forward.h). */
+        const char *n = sbx__proto_pty_type_name(type);
+        if (!n)
+            n = sbx__proto_procs_type_name(type);
+        return n ? n : sbx__proto_forward_type_name(type);
     }
     }
 }

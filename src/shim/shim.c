@@ -74,6 +74,8 @@ struct shim {
     bool rmsg_skip;       /* dropping an overlong line up to its newline */
     const char *service;  /* NULL: no service; "running", "exited", "killed" */
     int service_code;     /* the exit status or the signal number */
+    struct shim_ports ports; /* [endpoint] published ports (forward.c) */
+    pid_t fwd;               /* [endpoint] the port forwarder, 0: none */
 };
 
 static double mono(void)
@@ -221,6 +223,9 @@ static int write_record(struct shim *s, const char *state)
     json_object_set_new(r, "volumes", json_is_array(json_object_get(c->json, "volumes"))
                                           ? json_incref(json_object_get(c->json, "volumes"))
                                           : json_array());
+    /* [endpoint] The host listeners of the box's ports: what endpoint() reads. */
+    if (s->ports.record)
+        json_object_set_new(r, "ports", json_incref(s->ports.record));
     _cleanup_free_ char *text = json_dumps(r, JSON_COMPACT);
     _cleanup_free_ char *path = sbx__printf("%s/record.json", c->box_dir);
     if (!text || !path)
@@ -261,6 +266,9 @@ static void kill_box(struct shim *s)
 __attribute__((noreturn)) static void teardown(struct shim *s, int code)
 {
     shim_trace("teardown");
+    /* [endpoint] The listeners go first: no new connection into a dying box. */
+    shim_forwarder_stop(&s->fwd);
+    shim_ports_close(&s->ports);
     kill_box(s);
     shim_trace("box reaped");
     if (s->cgroups)
@@ -709,6 +717,9 @@ static void handle_signals(struct shim *s)
         if (si.ssi_signo == SIGCHLD) {
             if (s->init > 0 && waitpid(s->init, &s->init_status, WNOHANG) == s->init)
                 on_init_exit(s);
+            /* [endpoint] The forwarder ends on its own with the agent: reap it. */
+            if (s->fwd > 0 && waitpid(s->fwd, NULL, WNOHANG) == s->fwd)
+                s->fwd = 0;
             continue;
         }
         /* SIGTERM, SIGINT, SIGHUP: a stop. */
@@ -862,6 +873,9 @@ int main(int argc, char **argv)
 {
     static const struct option longopts[] = { { "box-dir", required_argument, NULL, 'b' },
                                               { NULL, 0, NULL, 0 } };
+    /* [endpoint] The port forwarder the shim re-executes (forward.c). */
+    if (argc > 1 && !strcmp(argv[1], "--forward"))
+        return shim_forward_main(argc, argv);
     int o;
     while ((o = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         if (o != 'b') {
@@ -967,7 +981,13 @@ int main(int argc, char **argv)
         (void)w;
         close(fd);
     }
+    /* [endpoint] Listeners before the box: a taken host port fails the create early. */
+    char pmsg[512];
+    if (shim_ports_open(json_object_get(j, "ports"), &s.ports, pmsg, sizeof(pmsg)) < 0)
+        fail(&s, SBX_ECREATE, "%s", pmsg);
     start_box(&s);
+    if ((s.fwd = shim_forwarder_start(&s.ports, s.cfg.box_dir, s.init, pmsg, sizeof(pmsg))) < 0)
+        fail(&s, SBX_ECREATE, "%s", pmsg);
     supervise(&s);
     return 0;
 }

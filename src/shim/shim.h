@@ -125,5 +125,26 @@ void shim_log_append(struct shim_log *l, int stream, const void *data, size_t le
  */
 void shim_log_drain(struct shim_log *l, int *fd, int stream);
 void shim_log_close(struct shim_log *l);
+/* --- published ports (forward.c) [endpoint] ------------------------------ */
+
+#define SHIM_MAX_PORTS 64
+
+struct shim_ports {
+    int fds[SHIM_MAX_PORTS]; /* host listeners, until the forwarder takes them */
+    uint16_t ports[SHIM_MAX_PORTS];
+    size_t n;
+    json_t *record; /* [{"port", "host_ip", "host_port"}] for the box record, or NULL */
+};
+
+/* Listens for each entry of the description's "ports" (NULL: none). -1 with `msg`. */
+int shim_ports_open(json_t *desc, struct shim_ports *p, char *msg, size_t len);
+void shim_ports_close(struct shim_ports *p);
+/* Starts the forwarder (0 when there are no ports), which takes the listeners. */
+pid_t shim_forwarder_start(struct shim_ports *p, const char *box_dir, pid_t agent, char *msg,
+                           size_t len);
+/* Kills and reaps it (*pid 0 afterwards). */
+void shim_forwarder_stop(pid_t *pid);
+/* `sbx-shim --forward ...`: the forwarder's main. */
+int shim_forward_main(int argc, char **argv);
 
 #endif

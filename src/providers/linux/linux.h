@@ -67,6 +67,8 @@ typedef struct {
     json_t *cgroups;               /* array of cgroup directory paths */
     char *service;    /* [svc-logs] "running", "exited", "killed"; NULL: no service */
     int service_code; /* [svc-logs] its exit status or signal */
+    /* [endpoint] published ports: [{"port", "host_ip", "host_port"}], or NULL */
+    json_t *ports;
 } sbx_linux_record;
 
 /*

@@ -87,6 +87,7 @@ struct linux_box {
      */
     int ctl;
     struct linux_state *st;
+    json_t *ports; /* [endpoint] the declared ports (numbers), for serialize; or NULL */
 };
 
 static const char *box_id(const void *box) { return ((const struct linux_box *)box)->id; }
@@ -111,6 +112,7 @@ static void box_free(void *box)
     json_decref(b->cgroups);
     sbx_strv_free(b->base_env);
     free(b->workdir);
+    json_decref(b->ports); /* [endpoint] */
     free(b);
 }
 
@@ -621,6 +623,7 @@ struct create {
     char *gpu_type; /* resources.gpu_type, or NULL */
     json_t *command;       /* provider_options.command: replaces the image's Cmd, or NULL */
     bool image_entrypoint; /* provider_options.image_entrypoint: run the image's Entrypoint+Cmd */
+    json_t *publish; /* [endpoint] provider_options.publish, checked, or NULL */
     json_t *desc; /* the box description sent to the shim */
     json_t *volumes, *cap_add; /* [volumes] provider_options' own, parsed */
     long long shm_size;        /* [volumes] provider_options.shm_size; 0: the config's */
@@ -648,6 +651,7 @@ static double spec_num(int (*get)(const sbx_spec *, double *), const sbx_spec *s
 
 static void create_free(struct create *c)
 {
+    json_decref(c->publish); /* [endpoint] */
     free(c->image);
     free(c->pull);
     free(c->hostname);
@@ -1250,6 +1254,66 @@ static char **env_strv(const sbx_spec *spec)
     return v;
 }
 
+/*
+ * [endpoint] provider_options.publish: [{"port": P, "host_port": H, "host_ip": A}],
+ * P one of spec.ports, H 0..65535 (0: any free port), A an address literal
+ * (default 127.0.0.1). Each declared port gets a listener; these fix where.
+ */
+static int check_publish(const sbx_spec *spec, const json_t *v, sbx_error **err)
+{
+    if (!json_is_array(v) || json_array_size(v) > 64)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "provider_options.publish must be a list of at most 64 "
+                              "{\"port\", \"host_port\", \"host_ip\"} objects");
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e)
+    {
+        json_t *port = json_object_get(e, "port"), *hp = json_object_get(e, "host_port");
+        json_t *ip = json_object_get(e, "host_ip");
+        bool declared = false;
+        for (size_t k = 0; json_is_integer(port) && k < sbx_spec_port_count(spec); k++)
+            declared |= sbx_spec_port_at(spec, k) == json_integer_value(port);
+        if (!json_is_object(e) || !json_is_integer(port) || (hp && !json_is_integer(hp)) ||
+            (hp && (json_integer_value(hp) < 0 || json_integer_value(hp) > 65535)) ||
+            (ip && !json_is_string(ip)))
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "provider_options.publish[%zu] must be {\"port\": a declared "
+                                  "port, \"host_port\": 0..65535, \"host_ip\": an address}",
+                                  i);
+        if (!declared)
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "provider_options.publish[%zu]: port %lld is not in the spec's "
+                                  "ports; declare it there too",
+                                  i, (long long)json_integer_value(port));
+    }
+    return SBX_OK;
+}
+
+/* [endpoint] The description's "ports": a listener per declared port, where publish says. */
+static json_t *ports_desc(const sbx_spec *spec, const json_t *publish)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < sbx_spec_port_count(spec); i++) {
+        int port = sbx_spec_port_at(spec, i);
+        json_int_t hp = 0;
+        const char *ip = "127.0.0.1";
+        size_t k;
+        json_t *e;
+        json_array_foreach(publish, k, e)
+        {
+            if (json_integer_value(json_object_get(e, "port")) != port)
+                continue;
+            hp = json_integer_value(json_object_get(e, "host_port"));
+            if (json_is_string(json_object_get(e, "host_ip")))
+                ip = json_string_value(json_object_get(e, "host_ip"));
+        }
+        json_array_append_new(a, json_pack("{s:i, s:I, s:s}", "port", port, "host_port", hp,
+                                           "host_ip", ip));
+    }
+    return a;
+}
+
 /* provider_options: hostname, network, userns, pids_limit, nofile, die_with_creator. */
 static int read_options(const sbx_spec *spec, struct create *c, sbx_error **err)
 {
@@ -1329,6 +1393,12 @@ static int read_options(const sbx_spec *spec, struct create *c, sbx_error **err)
                                                   err);
             if (rc < 0)
                 return rc;
+        } else if (!strcmp(key, "publish")) {
+            /* [endpoint] Fixed host listeners for declared ports (docs/networking.md). */
+            if (check_publish(spec, v, err) < 0)
+                return SBX_EINVAL;
+            json_decref(c->publish);
+            c->publish = json_incref(v);
         }
         /* Other keys belong to other providers: ignored, as the reference does. */
     }
@@ -1413,6 +1483,12 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->box->socket = sbx__printf("%s/run/agent.sock", c->box->box_dir);
     c->box->base_env = env_strv(spec);
     c->box->workdir = sbx__strdup0(sbx_spec_workdir(spec));
+    /* [endpoint] A connected handle knows the declared ports through the descriptor. */
+    if (sbx_spec_port_count(spec) > 0) {
+        c->box->ports = json_array();
+        for (size_t i = 0; c->box->ports && i < sbx_spec_port_count(spec); i++)
+            json_array_append_new(c->box->ports, json_integer(sbx_spec_port_at(spec, i)));
+    }
     sbx__kit_agent_init(&c->box->agent, st->pool, c->box->socket);
     if (!c->box->box_dir || !c->box->socket || !c->box->base_env) {
         e = sbx_error_new(SBX_ENOMEM, "out of memory");
@@ -1476,6 +1552,9 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     if (sbx__linux_box_extras(&st->x, spec, c->net_host, c->volumes, c->cap_add, c->shm_size,
                               c->desc, &e) < 0)
         goto fail;
+    /* [endpoint] Declared ports: the shim listens on the host for each (forward.c). */
+    if (sbx_spec_port_count(spec) > 0)
+        json_object_set_new(c->desc, "ports", ports_desc(spec, c->publish));
     if (st->shell)
         json_object_set_new(c->desc, "shell", json_string(st->shell));
     /* SBX_SHIM_STDERR=trace: the shim prints the timing of each step of its work. */
@@ -2007,6 +2086,9 @@ static void linux_serialize(sbx_op *op, void *state, void *box, const char *scop
     struct linux_state *st = state;
     struct linux_box *b = box;
     json_t *j = json_pack("{s:s, s:s}", "sandbox_id", b->id, "state_dir", st->state_dir);
+    /* [endpoint] sbx_sandbox_connect declares them again (core/sandbox.c connect_done). */
+    if (j && b->ports && json_array_size(b->ports))
+        json_object_set(j, "ports", b->ports);
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!s)
@@ -2150,6 +2232,18 @@ static void connect_work(void *data)
             b->base_env[k++] = strdup(kv);
     }
     b->workdir = sbx__strdup0(rec.workdir);
+    /* [endpoint] The ports the box was created with, from its (checked) record. */
+    if (rec.ports && json_array_size(rec.ports)) {
+        b->ports = json_array();
+        size_t i;
+        json_t *p;
+        json_array_foreach(rec.ports, i, p)
+        {
+            json_int_t port = json_integer_value(json_object_get(p, "port"));
+            if (b->ports && port >= 1 && port <= 65535)
+                json_array_append_new(b->ports, json_integer(port));
+        }
+    }
     sbx__linux_record_free(&rec);
     if (!alive || !b->socket || j->init_pid <= 0) {
         box_free(b);
@@ -2325,6 +2419,79 @@ static void linux_log_address(sbx_op *op, void *state, void *box)
     sbx_op_complete(op, SBX_OK, NULL, text);
 }
 
+/* --- endpoint [endpoint] ------------------------------------------------------ */
+
+struct endpoint_job {
+    char *box_dir;
+    char *id;
+    int port;
+};
+
+/* The box record's listener for `port` (the forwarder's), as a URL. */
+static void endpoint_work(sbx_op *op, void *data)
+{
+    struct endpoint_job *j = data;
+    sbx_linux_record rec;
+    sbx_error *e = NULL;
+    sbx_endpoint *ep = NULL;
+    int rc = sbx__linux_record_read(j->box_dir, &rec, &e);
+    if (rc < 0) {
+        sbx_error_prefix(e, "endpoint of box %s", j->id);
+    } else {
+        const char *ip = NULL;
+        json_int_t hp = 0;
+        size_t i;
+        json_t *p;
+        json_array_foreach(rec.ports, i, p)
+        {
+            if (json_integer_value(json_object_get(p, "port")) == j->port) {
+                ip = json_string_value(json_object_get(p, "host_ip"));
+                hp = json_integer_value(json_object_get(p, "host_port"));
+            }
+        }
+        if (!ip || hp < 1 || hp > 65535 || strlen(ip) > 64 ||
+            strspn(ip, "0123456789abcdefABCDEF.:") != strlen(ip)) {
+            rc = SBX_EPROVIDER;
+            e = sbx_error_new(SBX_EPROVIDER,
+                              "box %s has no host listener for port %d (a box created before "
+                              "sbx published ports, or its record is damaged); recreate it",
+                              j->id, j->port);
+        } else {
+            /* A wildcard listener is reached through loopback here. */
+            bool v6 = strchr(ip, ':') != NULL;
+            const char *host = !strcmp(ip, "0.0.0.0") ? "127.0.0.1" : !strcmp(ip, "::") ? "::1" : ip;
+            _cleanup_free_ char *url = sbx__printf(v6 ? "http://[%s]:%d" : "http://%s:%d", host,
+                                                   (int)hp);
+            rc = url ? sbx_endpoint_new(url, &ep, &e) : SBX_ENOMEM;
+        }
+        sbx__linux_record_free(&rec);
+    }
+    free(j->box_dir);
+    free(j->id);
+    free(j);
+    sbx_op_complete(op, rc < 0 ? rc : SBX_OK, rc < 0 ? e : NULL, rc < 0 ? NULL : ep);
+}
+
+static void linux_endpoint(sbx_op *op, void *state, void *box, int port)
+{
+    (void)state;
+    struct linux_box *b = box;
+    struct endpoint_job *j = calloc(1, sizeof(*j));
+    if (j) {
+        j->box_dir = strdup(b->box_dir);
+        j->id = strdup(b->id);
+        j->port = port;
+    }
+    if (!j || !j->box_dir || !j->id || sbx_op_run_blocking(op, endpoint_work, j) < 0) {
+        if (j) {
+            free(j->box_dir);
+            free(j->id);
+        }
+        free(j);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+    }
+}
+
 const struct sbx_provider_ops sbx__linux_provider = {
     SBX_PROVIDER_OPS_HEADER,
     .name = "linux",
@@ -2353,8 +2520,9 @@ const struct sbx_provider_ops sbx__linux_provider = {
     .image_commit = linux_image_commit, /* [img-commit] */
     .agent_address = linux_agent_address, /* [pty] */
     .log_address = linux_log_address,     /* [svc-logs] */
+    .endpoint = linux_endpoint,           /* [endpoint] */
     /* Exec goes through the agent client, which streams output as its frames arrive. */
-    .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_PTY,
+    .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_PTY | SBX_CAP_PORT_FORWARD /* [endpoint] */,
 };
 
 /* [volumes] The linux provider's extras, for the public calls of volumes.c. */

@@ -45,6 +45,7 @@ void sbx__linux_record_free(sbx_linux_record *r)
     json_decref(r->env);
     json_decref(r->metadata);
     json_decref(r->cgroups);
+    json_decref(r->ports); /* [endpoint] */
     memset(r, 0, sizeof(*r));
 }
 
@@ -124,6 +125,9 @@ int sbx__linux_record_read(const char *box_dir, sbx_linux_record *rec, sbx_error
     rec->service = jstr(svc, "state");
     json_int_t code = json_integer_value(json_object_get(svc, "code"));
     rec->service_code = code >= 0 && code <= 255 ? (int)code : 0;
+    /* [endpoint] Published ports; each entry is checked where it is used (provider.c). */
+    json_t *ports = json_object_get(j, "ports");
+    rec->ports = json_is_array(ports) ? json_incref(ports) : NULL;
     if (!rec->id || !rec->box_dir || !rec->metadata || !rec->cgroups || !rec->env ||
         !rec->socket) {
         sbx__linux_record_free(rec);

@@ -1,0 +1,719 @@
+/*
+ * Endpoints and port forwarding of linux boxes (docs/networking.md), with
+ * real boxes that have no network (loopback only): servers bound to the
+ * box's 127.0.0.1 are fetched from the host through the box's endpoint, `sbx
+ * port-forward` and `-p`. Every byte goes over loopback only. Each test ends
+ * with a census: no box, shim or forwarder process left, and no listener
+ * left on the host ports the box had.
+ */
+#include "tap.h"
+#include "common.h"
+#include "linux_census.h"
+#include "linux_fixture.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <nettle/sha2.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#define BIG_MIB 100
+
+/*
+ * python3 -m http.server with a real listen backlog: its default of 5 makes
+ * a burst of 100 connects lose some to the kernel's accept-queue overflow
+ * (a client's ACK dropped while it already sends), proxy or not.
+ */
+static const char web_py[] =
+    "import http.server, os, sys\n"
+    "os.chdir(sys.argv[2])\n"
+    "class S(http.server.ThreadingHTTPServer):\n"
+    "    request_queue_size = 1024\n"
+    "    daemon_threads = True\n"
+    "S(('127.0.0.1', int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()\n";
+
+static const char echo_py[] =
+    "import socket, threading\n"
+    "s = socket.socket()\n"
+    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind(('127.0.0.1', 8001))\n"
+    "s.listen(1024)\n"
+    "def serve(c):\n"
+    "    n, buf = 0, b''\n"
+    "    while True:\n"
+    "        d = c.recv(65536)\n"
+    "        if not d:\n"
+    "            break\n"
+    "        n += len(d)\n"
+    "        buf += d\n"
+    "        while b'\\n' in buf:\n"
+    "            line, buf = buf.split(b'\\n', 1)\n"
+    "            c.sendall(b'echo ' + line + b'\\n')\n"
+    "    c.sendall(b'bye %d\\n' % n)\n"
+    "    c.close()\n"
+    "while True:\n"
+    "    c, _ = s.accept()\n"
+    "    threading.Thread(target=serve, args=(c,), daemon=True).start()\n";
+
+/* Runs a command that must succeed; returns its stdout (static buffer). */
+static const char *out_of(sbx_sandbox *sb, const char *cmd)
+{
+    static char buf[4096];
+    sbx_exec_result *r = NULL;
+    sbx_error *e = NULL;
+    if (sbx_sandbox_exec(sb, cmd, NULL, &r, &e) != SBX_OK)
+        TAP_FAIL("exec %s: %s", cmd, sbx_error_message(e));
+    if (sbx_exec_result_return_code(r) != 0)
+        TAP_FAIL("%s exited %d: %s", cmd, sbx_exec_result_return_code(r),
+                 sbx_exec_result_stderr(r, NULL) ? sbx_exec_result_stderr(r, NULL) : "");
+    const char *o = sbx_exec_result_stdout(r, NULL);
+    snprintf(buf, sizeof(buf), "%s", o ? o : "");
+    sbx_exec_result_free(r);
+    return buf;
+}
+
+static int dial(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0)
+        TAP_FAIL("socket: %s", strerror(errno));
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+static void send_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            TAP_FAIL("send: %s", strerror(errno));
+        c += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Reads until `want` is in what came (or EOF); returns it (static buffer). */
+static const char *read_until(int fd, const char *want)
+{
+    static char buf[4096];
+    size_t len = 0;
+    buf[0] = 0;
+    while (!strstr(buf, want) && len + 1 < sizeof(buf)) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        if (poll(&p, 1, 20000) <= 0)
+            TAP_FAIL("no '%s' within 20 s; got '%s'", want, buf);
+        ssize_t n = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        buf[len] = 0;
+    }
+    return buf;
+}
+
+/*
+ * GET `path` over HTTP/1.0 on host port `port`: the status code, the body's
+ * length and its SHA-256 (hex, 65 bytes). A connection the box's side
+ * closed (or reset) before answering gives 0.
+ */
+static int http_get_fd(int fd, const char *path, size_t *body_len, char *hex)
+{
+    char req[256];
+    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: box\r\n\r\n", path);
+    send_all(fd, req, strlen(req));
+    struct sha256_ctx h;
+    sha256_init(&h);
+    char head[8192];
+    size_t hl = 0, body = 0;
+    bool in_body = false;
+    static char buf[1 << 16];
+    for (;;) {
+        ssize_t n = recv(fd, buf, sizeof(buf), 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        /* Closed unread: our request was still in the socket (a reset, not an EOF). */
+        if (n < 0 && errno == ECONNRESET && !in_body)
+            break;
+        if (n < 0)
+            TAP_FAIL("recv: %s", strerror(errno));
+        if (n == 0)
+            break;
+        size_t off = 0;
+        if (!in_body) {
+            size_t take = (size_t)n < sizeof(head) - 1 - hl ? (size_t)n : sizeof(head) - 1 - hl;
+            memcpy(head + hl, buf, take);
+            hl += take;
+            head[hl] = 0;
+            char *end = strstr(head, "\r\n\r\n");
+            if (!end) {
+                if (hl + 1 >= sizeof(head))
+                    TAP_FAIL("an HTTP head larger than %zu bytes", sizeof(head));
+                continue;
+            }
+            in_body = true;
+            size_t head_len = (size_t)(end + 4 - head);
+            /* What of this read was past the head: `take` bytes of it are in head. */
+            off = head_len - (hl - take);
+        }
+        sha256_update(&h, (size_t)n - off, (const uint8_t *)buf + off);
+        body += (size_t)n - off;
+    }
+    close(fd);
+    if (!in_body)
+        return 0;
+    uint8_t d[SHA256_DIGEST_SIZE];
+    sha256_digest(&h, sizeof(d), d);
+    for (size_t i = 0; i < sizeof(d); i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    *body_len = body;
+    int code = 0;
+    if (sscanf(head, "HTTP/%*s %d", &code) != 1)
+        TAP_FAIL("not an HTTP answer: %.200s", head);
+    return code;
+}
+
+static int http_get(int port, const char *path, size_t *body_len, char *hex)
+{
+    int fd = dial(port);
+    if (fd < 0)
+        TAP_FAIL("connect to 127.0.0.1:%d: %s", port, strerror(errno));
+    return http_get_fd(fd, path, body_len, hex);
+}
+
+static int url_port(const char *url)
+{
+    const char *c = strrchr(url, ':');
+    if (strncmp(url, "http://127.0.0.1:", 17) != 0 || !c)
+        TAP_FAIL("not a loopback URL: %s", url);
+    return (int)strtol(c + 1, NULL, 10);
+}
+
+/* Waits until the box's server at host port `port` answers GET `path` (it starts in the background). */
+static void wait_http(int port, const char *path)
+{
+    for (int i = 0; i < 300; i++) {
+        int fd = dial(port);
+        size_t n;
+        char hex[65];
+        if (fd >= 0 && http_get_fd(fd, path, &n, hex) == 200)
+            return;
+        struct timespec ts = { 0, 50 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    TAP_FAIL("the box's HTTP server on host port %d never answered", port);
+}
+
+/* 100 connections open at once, each with its request sent before any answer is read. */
+static void hundred_at_once(int port, const char *path, const char *want_hex)
+{
+    int fds[100];
+    char req[256];
+    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
+    for (int i = 0; i < 100; i++) {
+        if ((fds[i] = dial(port)) < 0)
+            TAP_FAIL("connection %d: %s", i, strerror(errno));
+    }
+    for (int i = 0; i < 100; i++) {
+        send_all(fds[i], req, strlen(req));
+    }
+    for (int i = 0; i < 100; i++) {
+        /* http_get_fd sends its own request: read this one's answer by hand. */
+        char all[8192];
+        size_t len = 0;
+        ssize_t n;
+        while ((n = recv(fds[i], all + len, sizeof(all) - 1 - len, 0)) > 0)
+            len += (size_t)n;
+        all[len] = 0;
+        close(fds[i]);
+        TAP_CONTAINS(all, " 200 ");
+        char *body = strstr(all, "\r\n\r\n");
+        TAP_TRUE(body != NULL);
+        struct sha256_ctx h;
+        sha256_init(&h);
+        sha256_update(&h, strlen(body + 4), (const uint8_t *)body + 4);
+        uint8_t d[SHA256_DIGEST_SIZE];
+        char hex[65];
+        sha256_digest(&h, sizeof(d), d);
+        for (size_t k = 0; k < sizeof(d); k++)
+            snprintf(hex + 2 * k, 3, "%02x", d[k]);
+        TAP_EQ_STR(hex, want_hex);
+    }
+}
+
+/* A long-lived connection: lines echoed one by one, then a half-close the server still answers. */
+static void echo_half_close(int port)
+{
+    int fd = dial(port);
+    if (fd < 0)
+        TAP_FAIL("connect: %s", strerror(errno));
+    for (int i = 0; i < 5; i++) {
+        char line[64], want[64];
+        snprintf(line, sizeof(line), "message %d\n", i);
+        snprintf(want, sizeof(want), "echo message %d\n", i);
+        send_all(fd, line, strlen(line));
+        TAP_CONTAINS(read_until(fd, want), want);
+    }
+    /* Our write side ends; the server sees EOF and still answers on the other half. */
+    TAP_EQ_INT(shutdown(fd, SHUT_WR), 0);
+    const char *got = read_until(fd, "bye");
+    TAP_CONTAINS(got, "bye 50\n");
+    char c;
+    TAP_EQ_INT((int)recv(fd, &c, 1, 0), 0); /* then a clean close */
+    close(fd);
+}
+
+/* Whether anything listens on host TCP port `port` (/proc/net/tcp{,6}, state 0A). */
+static bool listening(int port)
+{
+    const char *files[] = { "/proc/net/tcp", "/proc/net/tcp6" };
+    for (int f = 0; f < 2; f++) {
+        FILE *in = fopen(files[f], "re");
+        char line[512];
+        while (in && fgets(line, sizeof(line), in)) {
+            char local[128];
+            unsigned st;
+            if (sscanf(line, "%*d: %127s %*s %x", local, &st) != 2)
+                continue;
+            const char *c = strrchr(local, ':');
+            if (c && (int)strtol(c + 1, NULL, 16) == port && st == 0x0A) {
+                fclose(in);
+                return true;
+            }
+        }
+        if (in)
+            fclose(in);
+    }
+    return false;
+}
+
+static void start_servers(sbx_sandbox *sb, char *big_hex)
+{
+    char py[600];
+    snprintf(py, sizeof(py), "%s/echo.py", tap_tmpdir());
+    TAP_EQ_INT(write_text(py, echo_py), 0);
+    TAP_OK(sbx_sandbox_upload(sb, py, "/work/echo.py", &e_));
+    snprintf(py, sizeof(py), "%s/web.py", tap_tmpdir());
+    TAP_EQ_INT(write_text(py, web_py), 0);
+    TAP_OK(sbx_sandbox_upload(sb, py, "/work/web.py", &e_));
+    out_of(sb, "echo 'hello from the box' > /work/small && "
+               "head -c 100M /dev/urandom > /work/big");
+    snprintf(big_hex, 65, "%.64s", out_of(sb, "sha256sum /work/big"));
+    /* In sessions of their own: the exec that starts them ends at once. */
+    out_of(sb, "setsid -f python3 /work/web.py 8000 /work >/dev/null 2>&1; "
+               "setsid -f python3 /work/echo.py >/dev/null 2>&1");
+}
+
+static sbx_endpoint *endpoint_of(sbx_sandbox *sb, int port)
+{
+    sbx_endpoint *ep = NULL;
+    sbx_error *e = NULL;
+    if (sbx_sandbox_endpoint(sb, port, &ep, &e) != SBX_OK)
+        TAP_FAIL("endpoint %d: %s", port, sbx_error_message(e));
+    TAP_EQ_INT((int)sbx_endpoint_header_count(ep), 0);
+    return ep;
+}
+
+/* --- tests ---------------------------------------------------------------- */
+
+static void test_endpoint_serves_a_box_without_network(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = sbx_spec_new();
+    sbx_spec_set_workdir(s, "/work");
+    TAP_OK(sbx_spec_add_port(s, 8000, &e_));
+    TAP_OK(sbx_spec_add_port(s, 8001, &e_));
+    TAP_OK(sbx_spec_add_port(s, 8002, &e_)); /* declared, nothing listens */
+    sbx_sandbox *sb = start(p, s);
+    /* No network in the box: only its loopback. */
+    TAP_EQ_STR(out_of(sb, "ls /sys/class/net"), "lo\n");
+    char big_hex[65];
+    start_servers(sb, big_hex);
+
+    sbx_endpoint *ep = endpoint_of(sb, 8000);
+    int web = url_port(sbx_endpoint_url(ep));
+    sbx_endpoint_free(ep);
+    ep = endpoint_of(sb, 8001);
+    int echo = url_port(sbx_endpoint_url(ep));
+    sbx_endpoint_free(ep);
+    ep = endpoint_of(sb, 8002);
+    int none = url_port(sbx_endpoint_url(ep));
+    sbx_endpoint_free(ep);
+    TAP_TRUE(web != echo && web != none);
+
+    wait_http(web, "/small");
+    /* The small file's digest, as the box computes it. */
+    char small_hex[65];
+    snprintf(small_hex, sizeof(small_hex), "%.64s", out_of(sb, "sha256sum /work/small"));
+    hundred_at_once(web, "/small", small_hex);
+
+    size_t n = 0;
+    char hex[65];
+    TAP_EQ_INT(http_get(web, "/big", &n, hex), 200);
+    TAP_EQ_INT((long long)n, (long long)BIG_MIB << 20);
+    TAP_EQ_STR(hex, big_hex);
+
+    out_of(sb, "python3 -c 'import socket, time\n"
+               "for i in range(300):\n"
+               "    try:\n"
+               "        socket.create_connection((\"127.0.0.1\", 8001)).close(); break\n"
+               "    except OSError: time.sleep(0.05)'");
+    echo_half_close(echo);
+
+    /* A declared port where nothing listens: accepted on the host, then closed unanswered. */
+    int fd = dial(none);
+    TAP_TRUE(fd >= 0);
+    TAP_EQ_INT(http_get_fd(fd, "/", &n, hex), 0);
+
+    /* The reference's checks, in its order. */
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_endpoint(sb, 9999, &ep, &e), SBX_EINVAL);
+    TAP_CONTAINS(sbx_error_message(e), "Sandbox port 9999 was not declared in SandboxSpec.ports; "
+                                       "declared ports: [8000, 8001, 8002]");
+    sbx_error_free(e);
+    e = NULL;
+    TAP_EQ_INT(sbx_sandbox_endpoint(sb, 0, &ep, &e), SBX_EINVAL);
+    TAP_CONTAINS(sbx_error_message(e), "between 1 and 65535");
+    sbx_error_free(e);
+
+    /* A connected handle knows the declared ports (the descriptor carries them). */
+    char *desc = NULL;
+    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
+    sbx_sandbox *other = NULL;
+    TAP_OK(sbx_sandbox_connect(p, desc, &other, &e_));
+    free(desc);
+    ep = endpoint_of(other, 8000);
+    TAP_EQ_INT(url_port(sbx_endpoint_url(ep)), web);
+    sbx_endpoint_free(ep);
+    sbx_sandbox_free(other);
+
+    TAP_TRUE(listening(web) && listening(echo) && listening(none));
+    stop_free(sb);
+    /* Every listener went with the box. */
+    TAP_TRUE(!listening(web) && !listening(echo) && !listening(none));
+    TAP_EQ_INT(dial(web), -1);
+    TAP_EQ_INT(errno, ECONNREFUSED);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/* The box's forwarder process (sbx-shim --forward BOX_DIR ...), or 0. */
+static pid_t forwarder_of(const char *sd, const char *id)
+{
+    char want[800], path[300], cmd[1024];
+    snprintf(want, sizeof(want), "sbx-shim --forward %s/boxes/%s ", sd, id);
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    pid_t found = 0;
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+        int n = census_read(path, cmd, sizeof(cmd));
+        for (int i = 0; i < n; i++)
+            if (!cmd[i])
+                cmd[i] = ' ';
+        if (n > 0 && !strncmp(cmd, want, strlen(want)))
+            found = (pid_t)strtol(de->d_name, NULL, 10);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* The forwarder ends with the box's agent: a box whose init died listens no more. */
+static void test_listeners_end_with_the_agent(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = sbx_spec_new();
+    TAP_OK(sbx_spec_add_port(s, 8000, &e_));
+    sbx_sandbox *sb = start(p, s);
+    sbx_endpoint *ep = endpoint_of(sb, 8000);
+    int port = url_port(sbx_endpoint_url(ep));
+    sbx_endpoint_free(ep);
+    TAP_TRUE(listening(port));
+    char path[700];
+    snprintf(path, sizeof(path), "%s/boxes/%s/record.json", state_dir, sbx_sandbox_id(sb));
+    char *rec = read_text(path);
+    TAP_TRUE(rec != NULL);
+    const char *ip = strstr(rec, "\"init_pid\":");
+    TAP_TRUE(ip != NULL);
+    pid_t init = (pid_t)strtol(ip + 11, NULL, 10);
+    free(rec);
+    TAP_TRUE(init > 1);
+    pid_t fwd = forwarder_of(state_dir, sbx_sandbox_id(sb));
+    TAP_TRUE(fwd > 0);
+    int pfd = (int)syscall(SYS_pidfd_open, fwd, 0);
+    TAP_TRUE(pfd >= 0);
+    TAP_EQ_INT(kill(init, SIGKILL), 0);
+    /* The forwarder notices the agent's end by itself (a hang guard, not a timing). */
+    struct pollfd pp = { .fd = pfd, .events = POLLIN };
+    TAP_EQ_INT(poll(&pp, 1, 60000), 1);
+    close(pfd);
+    TAP_TRUE(!listening(port));
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/* The forwarder's and the agent's limit: 1000 connections open at once, each answered. */
+static void test_thousand_connections_at_once(void)
+{
+    need_boxes();
+    struct rlimit nf;
+    TAP_EQ_INT(getrlimit(RLIMIT_NOFILE, &nf), 0);
+    if (nf.rlim_max < 1100)
+        TAP_SKIP("RLIMIT_NOFILE's hard limit is below 1100");
+    nf.rlim_cur = nf.rlim_max;
+    TAP_EQ_INT(setrlimit(RLIMIT_NOFILE, &nf), 0);
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = sbx_spec_new();
+    TAP_OK(sbx_spec_add_port(s, 8001, &e_));
+    sbx_sandbox *sb = start(p, s);
+    char py[600];
+    snprintf(py, sizeof(py), "%s/echo.py", tap_tmpdir());
+    TAP_EQ_INT(write_text(py, echo_py), 0);
+    TAP_OK(sbx_sandbox_upload(sb, py, "/tmp/echo.py", &e_));
+    /* A thread and a descriptor per connection in the box. */
+    out_of(sb, "ulimit -n 4096 && setsid -f python3 /tmp/echo.py >/dev/null 2>&1");
+    out_of(sb, "python3 -c 'import socket, time\n"
+               "for i in range(300):\n"
+               "    try:\n"
+               "        socket.create_connection((\"127.0.0.1\", 8001)).close(); break\n"
+               "    except OSError: time.sleep(0.05)'");
+    sbx_endpoint *ep = endpoint_of(sb, 8001);
+    int port = url_port(sbx_endpoint_url(ep));
+    sbx_endpoint_free(ep);
+    enum { N = 1000 };
+    static int fds[N];
+    for (int i = 0; i < N; i++)
+        if ((fds[i] = dial(port)) < 0)
+            TAP_FAIL("connection %d: %s", i, strerror(errno));
+    for (int i = 0; i < N; i++) {
+        char line[32];
+        snprintf(line, sizeof(line), "m%d\n", i);
+        send_all(fds[i], line, strlen(line));
+    }
+    for (int i = 0; i < N; i++) {
+        char want[32];
+        snprintf(want, sizeof(want), "echo m%d\n", i);
+        TAP_CONTAINS(read_until(fds[i], want), want);
+        close(fds[i]);
+    }
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/* provider_options.publish is checked, and a bad address fails the create leaving nothing. */
+static void test_publish_checked(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    static const struct {
+        const char *opts, *want;
+    } bad[] = {
+        { "{\"publish\": [{\"port\": 9}]}", "publish[0]: port 9 is not in the spec's ports" },
+        { "{\"publish\": [{\"port\": 8000, \"host_port\": 70000}]}", "host_port\": 0..65535" },
+        { "{\"publish\": {\"port\": 8000}}", "must be a list of at most 64" },
+        { "{\"publish\": [{\"port\": 8000, \"host_ip\": \"bogus\"}]}",
+          "cannot publish box port 8000: 'bogus' is not an IPv4 or IPv6 address" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        sbx_spec *s = sbx_spec_new();
+        TAP_OK(sbx_spec_add_port(s, 8000, &e_));
+        TAP_OK(sbx_spec_set_provider_options(s, bad[i].opts, &e_));
+        sbx_sandbox *sb = NULL;
+        sbx_error *e = NULL;
+        TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
+        TAP_TRUE(sbx_sandbox_start(sb, NULL, &e) < 0);
+        TAP_CONTAINS(sbx_error_message(e), bad[i].want);
+        sbx_error_free(e);
+        sbx_sandbox_free(sb);
+        sbx_spec_free(s);
+    }
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/* --- the CLI --------------------------------------------------------------- */
+
+static char sbx_path[PATH_MAX];
+
+static const char *sbx_bin(void)
+{
+    char exe[PATH_MAX - 8];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        TAP_FAIL("readlink: %s", strerror(errno));
+    exe[n] = 0;
+    for (int i = 0; i < 3; i++)
+        *strrchr(exe, '/') = 0;
+    snprintf(sbx_path, sizeof(sbx_path), "%s/sbx", exe);
+    if (access(sbx_path, X_OK) != 0)
+        TAP_SKIP("build/sbx is not built");
+    return sbx_path;
+}
+
+/* Runs `sbx ARGS` (a shell line); its exit status, its output in `out`. */
+static int sbx_run(char *out, size_t n, const char *args)
+{
+    return run_cmd(out, n, "%s %s", sbx_bin(), args);
+}
+
+/* Starts `sbx port-forward ARGS` with stdout and stderr on a pipe; its pid. */
+static pid_t port_forward(const char *id, const char *map, int *out_fd)
+{
+    int pfd[2];
+    TAP_EQ_INT(pipe2(pfd, O_CLOEXEC), 0);
+    const char *bin = sbx_bin();
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pfd[1], 1);
+        dup2(pfd[1], 2);
+        execl(bin, "sbx", "port-forward", id, map, (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    *out_fd = pfd[0];
+    return pid;
+}
+
+static int forwarded_port(int fd)
+{
+    char *got = read_fd_until(fd, " -> 8000\n", 30);
+    const char *f = strstr(got, "Forwarding from 127.0.0.1:");
+    TAP_TRUE(f != NULL);
+    int port = (int)strtol(f + strlen("Forwarding from 127.0.0.1:"), NULL, 10);
+    free(got);
+    return port;
+}
+
+static int exit_of(pid_t pid)
+{
+    int st;
+    TAP_EQ_INT(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* A free host port now (bound, read, released): for -p with a fixed host port. */
+static int free_port(void)
+{
+    int bound;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof(sa);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &sl) < 0)
+        TAP_FAIL("a free port: %s", strerror(errno));
+    bound = ntohs(sa.sin_port);
+    close(fd);
+    return bound;
+}
+
+static void test_cli_endpoint_port_forward_and_publish(void)
+{
+    need_boxes();
+    unsetenv("SBX_PROVIDER");
+    char out[8192], id[64], cmd[1400];
+    /* sbx create -p HOSTPORT:PORT: the listener is where it was asked to be. */
+    int fixed = free_port();
+    snprintf(cmd, sizeof(cmd), "create --image none --port 8001 -p 127.0.0.1:%d:8000", fixed);
+    TAP_EQ_INT(sbx_run(out, sizeof(out), cmd), 0);
+    snprintf(id, sizeof(id), "%.*s", (int)strcspn(out, "\n"), out);
+    TAP_TRUE(strncmp(id, "sbx-", 4) == 0);
+    snprintf(cmd, sizeof(cmd), "endpoint %s 8000", id);
+    TAP_EQ_INT(sbx_run(out, sizeof(out), cmd), 0);
+    char want[64];
+    snprintf(want, sizeof(want), "http://127.0.0.1:%d\n", fixed);
+    TAP_EQ_STR(out, want);
+    /* Undeclared: the reference's error, a usage exit. */
+    snprintf(cmd, sizeof(cmd), "endpoint %s 8080", id);
+    TAP_EQ_INT(sbx_run(out, sizeof(out), cmd), 2);
+    TAP_CONTAINS(out, "Sandbox port 8080 was not declared in SandboxSpec.ports; declared ports: "
+                      "[8001, 8000]");
+    char py[600];
+    snprintf(py, sizeof(py), "%s/web.py", tap_tmpdir());
+    TAP_EQ_INT(write_text(py, web_py), 0);
+    snprintf(cmd, sizeof(cmd), "cp %s %s:/tmp/web.py", py, id);
+    TAP_EQ_INT(sbx_run(out, sizeof(out), cmd), 0);
+    snprintf(cmd, sizeof(cmd),
+             "exec %s -- sh -c 'mkdir -p /tmp/www && echo from-the-box > /tmp/www/f && "
+             "setsid -f python3 /tmp/web.py 8000 /tmp/www >/dev/null 2>&1'",
+             id);
+    TAP_EQ_INT(sbx_run(out, sizeof(out), cmd), 0);
+    wait_http(fixed, "/f");
+    char small_hex[65];
+    snprintf(cmd, sizeof(cmd), "exec %s -- sha256sum /tmp/www/f", id);
+    TAP_EQ_INT(sbx_run(out, sizeof(out), cmd), 0);
+    snprintf(small_hex, sizeof(small_hex), "%.64s", out);
+    hundred_at_once(fixed, "/f", small_hex);
+
+    /* port-forward to any free port; Ctrl-C ends it and its listener. */
+    int fd;
+    pid_t pf = port_forward(id, ":8000", &fd);
+    int port = forwarded_port(fd);
+    TAP_TRUE(port > 0 && port != fixed);
+    hundred_at_once(port, "/f", small_hex);
+    size_t n;
+    char hex[65];
+    TAP_EQ_INT(http_get(port, "/f", &n, hex), 200);
+    TAP_EQ_STR(hex, small_hex);
+    TAP_EQ_INT(kill(pf, SIGINT), 0);
+    TAP_EQ_INT(exit_of(pf), 130);
+    close(fd);
+    TAP_TRUE(!listening(port));
+
+    /* A host port that is taken fails the create, leaving nothing. */
+    int holder = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof(sa);
+    TAP_EQ_INT(bind(holder, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    TAP_EQ_INT(listen(holder, 1), 0);
+    TAP_EQ_INT(getsockname(holder, (struct sockaddr *)&sa, &sl), 0);
+    snprintf(cmd, sizeof(cmd), "create --image none -p %d:8000", ntohs(sa.sin_port));
+    TAP_EQ_INT(sbx_run(out, sizeof(out), cmd), 125);
+    TAP_CONTAINS(out, "cannot publish box port 8000");
+    close(holder);
+
+    /* A port-forward ends when its box does. */
+    pf = port_forward(id, "0:8000", &fd);
+    port = forwarded_port(fd);
+    snprintf(cmd, sizeof(cmd), "stop %s", id);
+    TAP_EQ_INT(sbx_run(out, sizeof(out), cmd), 0);
+    TAP_EQ_INT(exit_of(pf), 1);
+    char *rest = read_fd_until(fd, "stopped", 10);
+    free(rest);
+    close(fd);
+    TAP_TRUE(!listening(port) && !listening(fixed));
+    census_check(state_dir);
+}
+
+TAP_MAIN(TAP_T(test_endpoint_serves_a_box_without_network, 180),
+         TAP(test_listeners_end_with_the_agent), TAP(test_publish_checked),
+         TAP_T(test_thousand_connections_at_once, 120),
+         TAP_T(test_cli_endpoint_port_forward_and_publish, 180))
