@@ -388,3 +388,18 @@ int cli_box_start(sbx_provider *p, const sbx_spec *spec, sbx_sandbox **sb, sbx_e
     }
     return rc;
 }
+
+int cli_box_open(const char *cmd, const char *id, sbx_provider **p, sbx_sandbox **sb)
+{
+    _cleanup_json_ json_t *rec = NULL;
+    int rc = cli_box_find(id, &rec);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    sbx_error *e = NULL;
+    if (cli_box_connect(rec, p, sb, &e) < 0) {
+        int code = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_SBX;
+        cli_sbx_error(e, cmd);
+        return code;
+    }
+    return CLI_EXIT_OK;
+}

@@ -235,6 +235,12 @@ double cli_now(void);
  */
 int cli_box_connect(const json_t *record, sbx_provider **p, sbx_sandbox **sb, sbx_error **err);
 /*
+ * Finds box `id` and connects to it: CLI_EXIT_OK with *p and *sb (the
+ * caller frees both), else the exit code, the reason said as `cmd: ...`
+ * (no such box: CLI_EXIT_NOBOX).
+ */
+int cli_box_open(const char *cmd, const char *id, sbx_provider **p, sbx_sandbox **sb);
+/*
  * Makes a box of `spec` with `p` and starts it, waiting interruptibly. `*sb`
  * is set whenever the box was made, also when its start failed or was
  * interrupted: freeing it stops whatever the start left running.

@@ -70,23 +70,6 @@ int cli_parse_port_map(const char *arg, char **addr, int *host_port, int *port)
     return 0;
 }
 
-/* Connects to box `id`: CLI_EXIT_OK with *p and *sb, else the exit code (said). */
-static int connect_box(const char *cmd, const char *id, sbx_provider **p, sbx_sandbox **sb)
-{
-    _cleanup_json_ json_t *rec = NULL;
-    int rc = cli_box_find(id, &rec);
-    if (rc != CLI_EXIT_OK)
-        return rc;
-    sbx_error *e = NULL;
-    if (cli_box_connect(rec, p, sb, &e) < 0) {
-        int code = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_SBX;
-        cli_error("%s: %s", cmd, e ? sbx_error_message(e) : "cannot connect to the box");
-        sbx_error_free(e);
-        return code;
-    }
-    return CLI_EXIT_OK;
-}
-
 int cli_cmd_endpoint(int argc, char **argv)
 {
     struct cli_opts o;
@@ -102,7 +85,7 @@ int cli_cmd_endpoint(int argc, char **argv)
         return cli_usage_error("endpoint", "PORT must be a number, got '%s'", argv[optind + 1]);
     sbx_provider *p = NULL;
     sbx_sandbox *sb = NULL;
-    if ((rc = connect_box("endpoint", argv[optind], &p, &sb)) != CLI_EXIT_OK)
+    if ((rc = cli_box_open("endpoint", argv[optind], &p, &sb)) != CLI_EXIT_OK)
         return rc;
     sbx_endpoint *ep = NULL;
     sbx_error *e = NULL;
@@ -196,7 +179,7 @@ int cli_cmd_port_forward(int argc, char **argv)
     sbx_error *e = NULL;
     rc = cli_signals_install() < 0 ? CLI_EXIT_SBX : CLI_EXIT_OK;
     if (rc == CLI_EXIT_OK)
-        rc = connect_box("port-forward", argv[optind], &p, &sb);
+        rc = cli_box_open("port-forward", argv[optind], &p, &sb);
     if (rc == CLI_EXIT_OK && !sbx_provider_supports(p, "port-forward")) {
         cli_error("port-forward: the box's provider cannot forward ports");
         rc = CLI_EXIT_SBX;

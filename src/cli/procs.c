@@ -18,22 +18,6 @@
 #include <poll.h>
 #include <time.h>
 
-/* Connects to box `id`; CLI_EXIT_OK with *p and *sb, else the exit code (said). */
-static int connect_box(const char *cmd, const char *id, sbx_provider **p, sbx_sandbox **sb)
-{
-    _cleanup_json_ json_t *rec = NULL;
-    int rc = cli_box_find(id, &rec);
-    if (rc != CLI_EXIT_OK)
-        return rc;
-    sbx_error *e = NULL;
-    if (cli_box_connect(rec, p, sb, &e) < 0) {
-        int code = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_SBX;
-        cli_sbx_error(e, cmd);
-        return code;
-    }
-    return CLI_EXIT_OK;
-}
-
 static bool parse_number(const char *cmd, const char *s, unsigned *out)
 {
     char *end;
@@ -167,7 +151,7 @@ int cli_cmd_top(int argc, char **argv)
         return cli_usage_error("top", "expects one box ID");
     sbx_provider *prov = NULL;
     sbx_sandbox *sb = NULL;
-    int rc = connect_box("top", argv[optind], &prov, &sb);
+    int rc = cli_box_open("top", argv[optind], &prov, &sb);
     if (rc != CLI_EXIT_OK)
         return rc;
     char *text = NULL;
@@ -395,7 +379,7 @@ static int box_and_number(const char *cmd, int argc, char **argv, sbx_provider *
         return cli_usage_error(cmd, "expects a box ID and a process number");
     if (!parse_number(cmd, argv[optind + 1], n))
         return CLI_EXIT_USAGE;
-    return connect_box(cmd, argv[optind], prov, sb);
+    return cli_box_open(cmd, argv[optind], prov, sb);
 }
 
 int cli_cmd_wait(int argc, char **argv)

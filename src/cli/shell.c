@@ -195,22 +195,6 @@ static int need_tty(const char *cmd)
     return CLI_EXIT_OK;
 }
 
-/* Connects to box `id`; CLI_EXIT_OK with *p and *sb, else the exit code (said). */
-static int connect_box(const char *cmd, const char *id, sbx_provider **p, sbx_sandbox **sb)
-{
-    _cleanup_json_ json_t *rec = NULL;
-    int rc = cli_box_find(id, &rec);
-    if (rc != CLI_EXIT_OK)
-        return rc;
-    sbx_error *e = NULL;
-    if (cli_box_connect(rec, p, sb, &e) < 0) {
-        int code = sbx_error_code(e) == SBX_ENOENT ? CLI_EXIT_NOBOX : CLI_EXIT_SBX;
-        cli_sbx_error(e, cmd);
-        return code;
-    }
-    return CLI_EXIT_OK;
-}
-
 int cli_pty_need_tty(const char *cmd) { return need_tty(cmd); }
 
 int cli_pty_run(sbx_sandbox *sb, const char *id, const char *command, const char *cwd,
@@ -312,7 +296,7 @@ int cli_cmd_attach(int argc, char **argv)
                                argv[optind + 1]);
     sbx_provider *prov = NULL;
     sbx_sandbox *sb = NULL;
-    int rc = connect_box("attach", argv[optind], &prov, &sb);
+    int rc = cli_box_open("attach", argv[optind], &prov, &sb);
     if (rc != CLI_EXIT_OK)
         return rc;
     if (cli_signals_install() < 0) {
