@@ -75,48 +75,10 @@ int sbx__msg_ps_encode(sbx_pbuf *b, uint32_t flags, const sbx_ps_entry *e, size_
 
 /* --- decoding ------------------------------------------------------------ */
 
-struct cur {
-    const uint8_t *p;
-    size_t left;
-    int bad; /* latches any overrun or refused value */
-};
-
-static uint32_t u32(struct cur *c)
-{
-    if (c->bad || c->left < 4) {
-        c->bad = 1;
-        return 0;
-    }
-    uint32_t v = (uint32_t)c->p[0] << 24 | (uint32_t)c->p[1] << 16 | (uint32_t)c->p[2] << 8 |
-                 c->p[3];
-    c->p += 4;
-    c->left -= 4;
-    return v;
-}
-
-static uint64_t u64(struct cur *c)
-{
-    uint64_t hi = u32(c);
-    return hi << 32 | u32(c);
-}
-
-static uint8_t u8(struct cur *c)
-{
-    if (c->bad || c->left < 1) {
-        c->bad = 1;
-        return 0;
-    }
-    uint8_t v = c->p[0];
-    c->p++;
-    c->left--;
-    return v;
-}
-
-/* A string of at most `max` bytes, no NUL, into out[max + 1]; absent reads as "". */
-static void str(struct cur *c, char *out, size_t max)
+static void str(struct sbx_pcur *c, char *out, size_t max)
 {
     out[0] = 0;
-    uint32_t n = u32(c);
+    uint32_t n = sbx__pcur_u32(c);
     if (c->bad || n == UINT32_MAX)
         return;
     if (n > max || n > c->left || memchr(c->p, 0, n)) {
@@ -131,8 +93,8 @@ static void str(struct cur *c, char *out, size_t max)
 
 int sbx__msg_pty_sessions_decode(const sbx_frame *f, sbx_session_entry **out, size_t *n)
 {
-    struct cur c = {f->payload, f->len, 0};
-    uint32_t count = u32(&c);
+    struct sbx_pcur c = {f->payload, f->len, 0};
+    uint32_t count = sbx__pcur_u32(&c);
     /* Each entry takes at least 44 bytes: a count the payload cannot hold is a lie. */
     if (c.bad || count > SBX_PROCS_MAX_SESSIONS || count > c.left / 44)
         return -1;
@@ -140,13 +102,13 @@ int sbx__msg_pty_sessions_decode(const sbx_frame *f, sbx_session_entry **out, si
     if (!e)
         return -1;
     for (uint32_t i = 0; i < count && !c.bad; i++) {
-        e[i].id = u32(&c);
-        e[i].pid = u32(&c);
-        e[i].flags = u32(&c);
-        e[i].status = u32(&c);
-        e[i].started_ms = u64(&c);
-        e[i].out_bytes = u64(&c);
-        e[i].err_bytes = u64(&c);
+        e[i].id = sbx__pcur_u32(&c);
+        e[i].pid = sbx__pcur_u32(&c);
+        e[i].flags = sbx__pcur_u32(&c);
+        e[i].status = sbx__pcur_u32(&c);
+        e[i].started_ms = sbx__pcur_u64(&c);
+        e[i].out_bytes = sbx__pcur_u64(&c);
+        e[i].err_bytes = sbx__pcur_u64(&c);
         str(&c, e[i].command, SBX_PROCS_COMMAND_MAX);
         if (e[i].id == 0 || e[i].flags & ~7u)
             c.bad = 1;
@@ -162,9 +124,9 @@ int sbx__msg_pty_sessions_decode(const sbx_frame *f, sbx_session_entry **out, si
 
 int sbx__msg_ps_decode(const sbx_frame *f, uint32_t *flags, sbx_ps_entry **out, size_t *n)
 {
-    struct cur c = {f->payload, f->len, 0};
-    uint32_t fl = u32(&c);
-    uint32_t count = u32(&c);
+    struct sbx_pcur c = {f->payload, f->len, 0};
+    uint32_t fl = sbx__pcur_u32(&c);
+    uint32_t count = sbx__pcur_u32(&c);
     /* At least 45 bytes per entry (both strings empty). */
     if (c.bad || (fl & ~SBX_PS_TRUNCATED) || count > SBX_PROCS_MAX_PS || count > c.left / 45)
         return -1;
@@ -172,14 +134,14 @@ int sbx__msg_ps_decode(const sbx_frame *f, uint32_t *flags, sbx_ps_entry **out, 
     if (!e)
         return -1;
     for (uint32_t i = 0; i < count && !c.bad; i++) {
-        e[i].pid = u32(&c);
-        e[i].ppid = u32(&c);
-        e[i].uid = u32(&c);
+        e[i].pid = sbx__pcur_u32(&c);
+        e[i].ppid = sbx__pcur_u32(&c);
+        e[i].uid = sbx__pcur_u32(&c);
         str(&c, e[i].user, SBX_PROCS_USER_MAX);
-        e[i].state = (char)u8(&c);
-        e[i].rss_kib = u64(&c);
-        e[i].cpu_ms = u64(&c);
-        e[i].started_ms = u64(&c);
+        e[i].state = (char)sbx__pcur_u8(&c);
+        e[i].rss_kib = sbx__pcur_u64(&c);
+        e[i].cpu_ms = sbx__pcur_u64(&c);
+        e[i].started_ms = sbx__pcur_u64(&c);
         str(&c, e[i].cmdline, SBX_PROCS_CMDLINE_MAX);
         /* A state is one printable letter (the kernel's R, S, D, Z, T, t, X, I, ...). */
         if (e[i].state < 'A' || e[i].state > 'z')

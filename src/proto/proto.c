@@ -267,14 +267,7 @@ void sbx__pbuf_free(sbx_pbuf *b)
 
 /* --- decoding ------------------------------------------------------------ */
 
-/* A bounds-checked cursor over one payload; `bad` latches any overrun. */
-struct cur {
-    const uint8_t *p;
-    size_t left;
-    int bad;
-};
-
-static uint32_t cur_u32(struct cur *c)
+uint32_t sbx__pcur_u32(struct sbx_pcur *c)
 {
     if (c->bad || c->left < 4) {
         c->bad = 1;
@@ -286,13 +279,13 @@ static uint32_t cur_u32(struct cur *c)
     return v;
 }
 
-static uint64_t cur_u64(struct cur *c)
+uint64_t sbx__pcur_u64(struct sbx_pcur *c)
 {
-    uint64_t hi = cur_u32(c);
-    return hi << 32 | cur_u32(c);
+    uint64_t hi = sbx__pcur_u32(c);
+    return hi << 32 | sbx__pcur_u32(c);
 }
 
-static uint8_t cur_u8(struct cur *c)
+uint8_t sbx__pcur_u8(struct sbx_pcur *c)
 {
     if (c->bad || c->left < 1) {
         c->bad = 1;
@@ -308,9 +301,9 @@ static uint8_t cur_u8(struct cur *c)
  * A string view. Strings may not hold NUL bytes (paths, argv and env cannot),
  * so a decoded string is always a whole C string. *absent is set for NULL.
  */
-static const uint8_t *cur_str(struct cur *c, uint32_t *len, int *absent)
+static const uint8_t *cur_str(struct sbx_pcur *c, uint32_t *len, int *absent)
 {
-    uint32_t n = cur_u32(c);
+    uint32_t n = sbx__pcur_u32(c);
     *absent = 0;
     if (c->bad)
         return NULL;
@@ -364,9 +357,9 @@ static char *arena_str(struct arena *a, const uint8_t *s, uint32_t n, int absent
 }
 
 /* Measures the strings of a payload: returns the arena size they need, 0 when malformed. */
-static size_t measure_strv(struct cur *c, uint32_t *count)
+static size_t measure_strv(struct sbx_pcur *c, uint32_t *count)
 {
-    uint32_t n = cur_u32(c);
+    uint32_t n = sbx__pcur_u32(c);
     /* Each element takes at least 4 bytes: bounds n before any allocation. */
     if (c->bad || n > c->left / 4) {
         c->bad = 1;
@@ -387,9 +380,9 @@ static size_t measure_strv(struct cur *c, uint32_t *count)
     return need;
 }
 
-static char **arena_strv(struct arena *a, struct cur *c, uint32_t n)
+static char **arena_strv(struct arena *a, struct sbx_pcur *c, uint32_t n)
 {
-    (void)cur_u32(c);
+    (void)sbx__pcur_u32(c);
     char **v = arena_take(a, ((size_t)n + 1) * sizeof(char *));
     if (!v)
         return NULL;
@@ -405,7 +398,7 @@ static char **arena_strv(struct arena *a, struct cur *c, uint32_t n)
     return v;
 }
 
-static size_t str_need(struct cur *c)
+static size_t str_need(struct sbx_pcur *c)
 {
     uint32_t len;
     int absent;
@@ -413,7 +406,7 @@ static size_t str_need(struct cur *c)
     return absent ? 0 : (((size_t)len + 1 + 7) & ~(size_t)7);
 }
 
-static char *next_str(struct arena *a, struct cur *c)
+static char *next_str(struct arena *a, struct sbx_pcur *c)
 {
     uint32_t len;
     int absent;
@@ -443,10 +436,10 @@ int sbx__msg_hello_encode(sbx_pbuf *b, const sbx_msg_hello *m)
 
 int sbx__msg_hello_decode(const sbx_frame *f, sbx_msg_hello **out)
 {
-    struct cur c = {f->payload, f->len, 0};
-    uint32_t magic = cur_u32(&c);
-    uint32_t ver = cur_u32(&c);
-    uint32_t maxp = cur_u32(&c);
+    struct sbx_pcur c = {f->payload, f->len, 0};
+    uint32_t magic = sbx__pcur_u32(&c);
+    uint32_t ver = sbx__pcur_u32(&c);
+    uint32_t maxp = sbx__pcur_u32(&c);
     size_t need = str_need(&c);
     /* Later versions may append fields: trailing bytes are allowed in a hello. */
     if (c.bad || magic != SBX_PROTO_MAGIC)
@@ -455,7 +448,7 @@ int sbx__msg_hello_decode(const sbx_frame *f, sbx_msg_hello **out)
     sbx_msg_hello *m = alloc_msg(sizeof(*m), need + 8, &a);
     if (!m)
         return -1;
-    struct cur c2 = {f->payload + 12, f->len - 12, 0};
+    struct sbx_pcur c2 = {f->payload + 12, f->len - 12, 0};
     m->magic = magic;
     m->min_version = (uint16_t)(ver >> 16);
     m->max_version = (uint16_t)ver;
@@ -501,11 +494,11 @@ int sbx__msg_exec_encode(sbx_pbuf *b, uint32_t flags, int64_t timeout_ms, uint64
 
 int sbx__msg_exec_decode(const sbx_frame *f, sbx_msg_exec **out)
 {
-    struct cur c = {f->payload, f->len, 0};
-    uint32_t flags = cur_u32(&c);
-    uint64_t timeout = cur_u64(&c);
-    uint64_t limit = cur_u64(&c);
-    struct cur strs = c;
+    struct sbx_pcur c = {f->payload, f->len, 0};
+    uint32_t flags = sbx__pcur_u32(&c);
+    uint64_t timeout = sbx__pcur_u64(&c);
+    uint64_t limit = sbx__pcur_u64(&c);
+    struct sbx_pcur strs = c;
     size_t need = str_need(&c) + str_need(&c);
     uint32_t argc = 0, envc = 0;
     need += measure_strv(&c, &argc);
@@ -544,11 +537,11 @@ int sbx__msg_exit_encode(sbx_pbuf *b, uint8_t kind, int32_t code, uint32_t flags
 
 int sbx__msg_exit_decode(const sbx_frame *f, sbx_msg_exit **out)
 {
-    struct cur c = {f->payload, f->len, 0};
-    uint8_t kind = cur_u8(&c);
-    uint32_t code = cur_u32(&c);
-    uint32_t flags = cur_u32(&c);
-    struct cur strs = c;
+    struct sbx_pcur c = {f->payload, f->len, 0};
+    uint8_t kind = sbx__pcur_u8(&c);
+    uint32_t code = sbx__pcur_u32(&c);
+    uint32_t flags = sbx__pcur_u32(&c);
+    struct sbx_pcur strs = c;
     size_t need = str_need(&c);
     if (c.bad || c.left != 0 || kind > SBX_EXIT_FAILED)
         return -1;
@@ -575,9 +568,9 @@ int sbx__msg_status_encode(sbx_pbuf *b, int32_t errnum, const char *message)
 
 int sbx__msg_status_decode(const sbx_frame *f, sbx_msg_status **out)
 {
-    struct cur c = {f->payload, f->len, 0};
-    uint32_t errnum = cur_u32(&c);
-    struct cur strs = c;
+    struct sbx_pcur c = {f->payload, f->len, 0};
+    uint32_t errnum = sbx__pcur_u32(&c);
+    struct sbx_pcur strs = c;
     size_t need = str_need(&c);
     if (c.bad || c.left != 0)
         return -1;
@@ -603,10 +596,10 @@ int sbx__msg_file_encode(sbx_pbuf *b, uint32_t mode, uint32_t flags, const char 
 
 int sbx__msg_file_decode(const sbx_frame *f, sbx_msg_file **out)
 {
-    struct cur c = {f->payload, f->len, 0};
-    uint32_t mode = cur_u32(&c);
-    uint32_t flags = cur_u32(&c);
-    struct cur strs = c;
+    struct sbx_pcur c = {f->payload, f->len, 0};
+    uint32_t mode = sbx__pcur_u32(&c);
+    uint32_t flags = sbx__pcur_u32(&c);
+    struct sbx_pcur strs = c;
     uint32_t len = 0;
     int absent = 0;
     cur_str(&c, &len, &absent);
@@ -633,9 +626,9 @@ int sbx__msg_file_info_encode(sbx_pbuf *b, uint32_t mode, uint64_t size)
 
 int sbx__msg_file_info_decode(const sbx_frame *f, sbx_msg_file_info *out)
 {
-    struct cur c = {f->payload, f->len, 0};
-    uint32_t mode = cur_u32(&c);
-    uint64_t size = cur_u64(&c);
+    struct sbx_pcur c = {f->payload, f->len, 0};
+    uint32_t mode = sbx__pcur_u32(&c);
+    uint64_t size = sbx__pcur_u64(&c);
     if (c.bad || c.left != 0)
         return -1;
     out->mode = mode;
@@ -651,8 +644,8 @@ int sbx__msg_u64_encode(sbx_pbuf *b, uint64_t v)
 
 int sbx__msg_u64_decode(const sbx_frame *f, uint64_t *out)
 {
-    struct cur c = {f->payload, f->len, 0};
-    uint64_t v = cur_u64(&c);
+    struct sbx_pcur c = {f->payload, f->len, 0};
+    uint64_t v = sbx__pcur_u64(&c);
     if (c.bad || c.left != 0)
         return -1;
     *out = v;

@@ -65,6 +65,20 @@ typedef struct {
 void sbx__proto_put_header(uint8_t *out, uint8_t type, uint32_t channel, uint32_t payload_len);
 
 /*
+ * A bounds-checked cursor over one payload, for the message decoders:
+ * reading past its end (or a decoder refusing a value) latches `bad`, and
+ * every later read gives 0, so a decoder checks once at the end.
+ */
+struct sbx_pcur {
+    const uint8_t *p;
+    size_t left;
+    int bad;
+};
+uint32_t sbx__pcur_u32(struct sbx_pcur *c);
+uint64_t sbx__pcur_u64(struct sbx_pcur *c);
+uint8_t sbx__pcur_u8(struct sbx_pcur *c);
+
+/*
  * Parses one frame at the start of buf[0..len). Returns 1 with *frame and
  * *used set, 0 when more bytes are needed, or -1 when the bytes are not a
  * valid frame (length < 5 or payload > max_payload): the stream must close.
