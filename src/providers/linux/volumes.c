@@ -752,24 +752,38 @@ int sbx_provider_volume_create(sbx_provider *p, const char *name, char **json_ou
     return out_json(volume_json(vfd, store, name), json_out, err);
 }
 
+/*
+ * The existing volume `name` of p's store, for inspect and remove: *sd the
+ * state directory, *store the store's path (malloc'd), *storefd and *vfd
+ * the store's and the volume's directories. SBX_ENOENT when there is none.
+ */
+static int find_volume(sbx_provider *p, const char *what, const char *name, const char **sd,
+                       char **store, int *storefd, int *vfd, sbx_error **err)
+{
+    const sbx_linux_extras *x;
+    int rc = extras_of(p, what, &x, sd, NULL, err);
+    if (rc < 0 || (rc = check_name(name, err)) < 0)
+        return rc;
+    if ((rc = open_store(*sd, x, false, store, storefd, err)) < 0)
+        return rc;
+    if (*storefd < 0)
+        return sbx__set_error(err, SBX_ENOENT, "no volume named '%s' (sbx volume ls lists them)",
+                              name);
+    *vfd = open_volume(*storefd, *store, name, err);
+    if (*vfd < 0)
+        return errno == ENOENT ? SBX_ENOENT : SBX_EPERM;
+    return SBX_OK;
+}
+
 int sbx_provider_volume_inspect(sbx_provider *p, const char *name, char **json_out,
                                            sbx_error **err)
 {
-    const sbx_linux_extras *x;
     const char *sd = NULL;
-    int rc = extras_of(p, "sbx_provider_volume_inspect", &x, &sd, NULL, err);
-    if (rc < 0 || (rc = check_name(name, err)) < 0)
-        return rc;
     _cleanup_free_ char *store = NULL;
-    _cleanup_close_ int storefd = -1;
-    if ((rc = open_store(sd, x, false, &store, &storefd, err)) < 0)
+    _cleanup_close_ int storefd = -1, vfd = -1;
+    int rc = find_volume(p, "sbx_provider_volume_inspect", name, &sd, &store, &storefd, &vfd, err);
+    if (rc < 0)
         return rc;
-    if (storefd < 0)
-        return sbx__set_error(err, SBX_ENOENT, "no volume named '%s' (sbx volume ls lists them)",
-                              name);
-    _cleanup_close_ int vfd = open_volume(storefd, store, name, err);
-    if (vfd < 0)
-        return errno == ENOENT ? SBX_ENOENT : SBX_EPERM;
     json_t *j = volume_json(vfd, store, name);
     if (j)
         json_object_set_new(j, "used_by", used_by(sd, name));
@@ -820,21 +834,12 @@ int sbx_provider_volume_list(sbx_provider *p, char **json_out, sbx_error **err)
 int sbx_provider_volume_remove(sbx_provider *p, const char *name, int force,
                                           sbx_error **err)
 {
-    const sbx_linux_extras *x;
     const char *sd = NULL;
-    int rc = extras_of(p, "sbx_provider_volume_remove", &x, &sd, NULL, err);
-    if (rc < 0 || (rc = check_name(name, err)) < 0)
-        return rc;
     _cleanup_free_ char *store = NULL;
-    _cleanup_close_ int storefd = -1;
-    if ((rc = open_store(sd, x, false, &store, &storefd, err)) < 0)
+    _cleanup_close_ int storefd = -1, vfd = -1;
+    int rc = find_volume(p, "sbx_provider_volume_remove", name, &sd, &store, &storefd, &vfd, err);
+    if (rc < 0)
         return rc;
-    if (storefd < 0)
-        return sbx__set_error(err, SBX_ENOENT, "no volume named '%s' (sbx volume ls lists them)",
-                              name);
-    _cleanup_close_ int vfd = open_volume(storefd, store, name, err);
-    if (vfd < 0)
-        return errno == ENOENT ? SBX_ENOENT : SBX_EPERM;
     _cleanup_json_ json_t *users = used_by(sd, name);
     if (!force && json_array_size(users) > 0) {
         _cleanup_free_ char *ids = json_dumps(users, JSON_COMPACT);
