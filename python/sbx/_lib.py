@@ -285,6 +285,41 @@ def check(rc: int, err: c_void_p) -> None:
         raise take_error(rc, err)
 
 
+SBX_ETIMEDOUT = -7
+
+
+def read_slice(fn: Callable[..., int], lock: threading.Lock, live: Callable[[], c_void_p], stream: int,
+               timeout: float) -> bytes | None:
+    """One bounded read of a C session or process handle (sbx_pty_read,
+    sbx_proc_read): its bytes, or None when nothing came within `timeout`
+    seconds. `live()` gives the handle (or raises) under `lock`."""
+    buf = ctypes.create_string_buffer(65536)
+    n = c_size_t(0)
+    err = c_void_p()
+    with lock:
+        rc = fn(live(), stream, buf, len(buf), timeout, byref(n), None, byref(err))
+    if rc == SBX_ETIMEDOUT:
+        lib.sbx_error_free(err)
+        return None
+    check(rc, err)
+    return buf.raw[: n.value]
+
+
+def wait_slice(fn: Callable[..., int], lock: threading.Lock, live: Callable[[], c_void_p],
+               timeout: float) -> int | None:
+    """One bounded wait of a C session or process handle (sbx_pty_wait,
+    sbx_proc_wait): the exit status, or None when it did not end in time."""
+    code = c_int(0)
+    err = c_void_p()
+    with lock:
+        rc = fn(live(), timeout, byref(code), byref(err))
+    if rc == SBX_ETIMEDOUT:
+        lib.sbx_error_free(err)
+        return None
+    check(rc, err)
+    return code.value
+
+
 def call(fn: Callable[..., int], *args: Any) -> None:
     """Calls an sbx function whose last parameter is `sbx_error **`."""
     err = c_void_p()

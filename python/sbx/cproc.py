@@ -18,7 +18,6 @@ import json
 import threading
 import time
 from ctypes import POINTER, byref, c_char_p, c_double, c_int, c_size_t, c_uint, c_ulonglong, c_void_p
-from ctypes import create_string_buffer
 from typing import Any
 
 from . import _lib
@@ -50,7 +49,6 @@ for _name, _res, _args in [
     _fn.argtypes = list(_args)
 
 _SLICE = 0.05  # seconds one C call may hold the handle's lock (async handles)
-_ETIMEDOUT = -7
 _TAKEOVER, _KEEP = 1, 2
 _STREAMS = {"stdout": 1, "stderr": 2}
 # What `stdout`/`stderr` keep of what was read (the newest bytes).
@@ -150,16 +148,9 @@ class Process:
 
     # --- output ---
     def _read_once(self, k: int, timeout: float) -> bytes | None:
-        buf = create_string_buffer(65536)
-        n = c_size_t(0)
-        err = c_void_p()
-        with self._lock:
-            rc = lib.sbx_proc_read(self._live(), k, buf, len(buf), timeout, byref(n), None, byref(err))
-        if rc == _ETIMEDOUT:
-            lib.sbx_error_free(err)
+        data = _lib.read_slice(lib.sbx_proc_read, self._lock, self._live, k, timeout)
+        if data is None:
             return None
-        _lib.check(rc, err)
-        data = buf.raw[: n.value]
         seen = self._seen[k]
         seen += data
         if len(seen) > SEEN_LIMIT:
@@ -193,16 +184,10 @@ class Process:
     def _wait_once(self, timeout: float) -> int | None:
         if self._code is not None:
             return self._code
-        code = c_int(0)
-        err = c_void_p()
-        with self._lock:
-            rc = lib.sbx_proc_wait(self._live(), timeout, byref(code), byref(err))
-        if rc == _ETIMEDOUT:
-            lib.sbx_error_free(err)
-            return None
-        _lib.check(rc, err)
-        self._code = code.value
-        return self._code
+        code = _lib.wait_slice(lib.sbx_proc_wait, self._lock, self._live, timeout)
+        if code is not None:
+            self._code = code
+        return code
 
     def wait(self, timeout_s: float | None = None) -> int:
         """Waits for the end: the exit status (128+N for a signal N)."""

@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from ctypes import POINTER, byref, c_char_p, c_double, c_int, c_size_t, c_uint, c_ulonglong, c_void_p
-from ctypes import create_string_buffer
 from typing import Any
 
 from . import _lib
@@ -57,7 +56,6 @@ for _name, _res, _args in [
     _fn.argtypes = list(_args)
 
 _SLICE = 0.05  # seconds one C call may hold the session's lock
-_ETIMEDOUT = -7
 
 
 def open_session(sb: c_void_p, spec: SandboxPtySpec) -> CPtySession:
@@ -117,16 +115,7 @@ class CPtySession:
         return self._ptr
 
     def _read_slice(self, stream: int, timeout: float) -> bytes | None:
-        buf = create_string_buffer(65536)
-        n = c_size_t(0)
-        err = c_void_p()
-        with self._lock:
-            rc = lib.sbx_pty_read(self._live(), stream, buf, len(buf), timeout, byref(n), None, byref(err))
-        if rc == _ETIMEDOUT:
-            lib.sbx_error_free(err)
-            return None
-        _lib.check(rc, err)
-        return buf.raw[: n.value]
+        return _lib.read_slice(lib.sbx_pty_read, self._lock, self._live, stream, timeout)
 
     async def _read(self, stream: int, timeout_s: float | None) -> bytes:
         deadline = None if timeout_s is None else time.monotonic() + max(0.0, float(timeout_s))
@@ -172,15 +161,7 @@ class CPtySession:
         await asyncio.to_thread(self._locked, lib.sbx_pty_signal, _lib.cstr(signal, "signal"))
 
     def _wait_slice(self, timeout: float) -> int | None:
-        code = c_int(0)
-        err = c_void_p()
-        with self._lock:
-            rc = lib.sbx_pty_wait(self._live(), timeout, byref(code), byref(err))
-        if rc == _ETIMEDOUT:
-            lib.sbx_error_free(err)
-            return None
-        _lib.check(rc, err)
-        return code.value
+        return _lib.wait_slice(lib.sbx_pty_wait, self._lock, self._live, timeout)
 
     async def wait_exit(self, *, timeout_s: float | None = None) -> int:
         deadline = None if timeout_s is None else time.monotonic() + max(0.0, float(timeout_s))
