@@ -463,13 +463,19 @@ static void test_listeners_end_with_the_agent(void)
     TAP_TRUE(init > 1);
     pid_t fwd = forwarder_of(state_dir, sbx_sandbox_id(sb));
     TAP_TRUE(fwd > 0);
+    /* valgrind does not know pidfd_open: then poll the pid (the shim reaps its forwarder). */
     int pfd = (int)syscall(SYS_pidfd_open, fwd, 0);
-    TAP_TRUE(pfd >= 0);
+    TAP_TRUE(pfd >= 0 || errno == ENOSYS);
     TAP_EQ_INT(kill(init, SIGKILL), 0);
     /* The forwarder notices the agent's end by itself (a hang guard, not a timing). */
-    struct pollfd pp = { .fd = pfd, .events = POLLIN };
-    TAP_EQ_INT(poll(&pp, 1, 60000), 1);
-    close(pfd);
+    if (pfd >= 0) {
+        struct pollfd pp = { .fd = pfd, .events = POLLIN };
+        TAP_EQ_INT(poll(&pp, 1, 60000), 1);
+        close(pfd);
+    } else {
+        while (kill(fwd, 0) == 0)
+            usleep(10000); /* the test's alarm is the bound */
+    }
     TAP_TRUE(!listening(port));
     stop_free(sb);
     sbx_spec_free(s);
