@@ -283,6 +283,9 @@ static int follow(sbx_proc *p, bool no_stdin)
             }
             return code;
         }
+        /* A drain of stderr may have taken stdout's bytes (or the end) off the socket. */
+        if (sbx__proc_ready(p) && !(r0 == 1 && r1 == 1))
+            continue;
         struct pollfd pf[2] = {{.fd = in_open ? 0 : -1, .events = POLLIN},
                                {.fd = sbx_proc_fd(p), .events = POLLIN}};
         if (poll(pf, 2, -1) < 0)

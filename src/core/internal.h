@@ -526,6 +526,14 @@ SBX_INTERNAL void sbx__pty_home_forget(sbx_pty *p);
 /* pty.c's side: the handle's home slot, its mode, and closing without freeing. */
 SBX_INTERNAL struct sbx__pty_home **sbx__pty_home_slot(sbx_pty *p);
 SBX_INTERNAL bool sbx__pty_pipes(const sbx_pty *p);
+/*
+ * True when a read would not wait for the connection: output already
+ * decoded into the handle (a read of the other stream may have taken it
+ * off the socket), or the session ended or the connection is gone.
+ */
+SBX_INTERNAL bool sbx__pty_ready(const sbx_pty *p);
+/* The same for a background process's handle (proc.c). */
+SBX_INTERNAL bool sbx__proc_ready(const sbx_proc *p);
 SBX_INTERNAL int sbx__pty_end(sbx_pty *p, sbx_error **err);
 /* Tests and fuzzing: a socketless handle fed `data`; a command's result read from frames. */
 SBX_INTERNAL sbx_pty *sbx__pty_from_bytes(const uint8_t *data, size_t len, int pipes);

@@ -58,6 +58,7 @@ int sbx_proc_attach(sbx_sandbox *sb, unsigned id, unsigned flags, unsigned long 
 
 unsigned sbx_proc_id(const sbx_proc *p) { return p ? sbx_pty_id(p->pty) : 0; }
 int sbx_proc_fd(const sbx_proc *p) { return p ? sbx_pty_fd(p->pty) : -1; }
+bool sbx__proc_ready(const sbx_proc *p) { return p && sbx__pty_ready(p->pty); }
 
 int sbx_proc_write(sbx_proc *p, const void *data, size_t len, sbx_error **err)
 {

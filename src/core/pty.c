@@ -895,6 +895,11 @@ int sbx_pty_closed(const sbx_pty *p) { return p ? p->closed : 1; }
 
 bool sbx__pty_pipes(const sbx_pty *p) { return p->pipes; }
 
+bool sbx__pty_ready(const sbx_pty *p)
+{
+    return p->out[0].len || p->out[1].len || p->exited || p->gone || p->closed;
+}
+
 int sbx__pty_end(sbx_pty *p, sbx_error **err)
 {
     int rc = end_session(p, err);

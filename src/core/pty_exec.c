@@ -765,7 +765,14 @@ static int one_shot(sbx_sandbox *sb, const char *command, const sbx_pty_exec_opt
             rc = SBX_ETIMEDOUT;
             break;
         }
-        /* Nothing buffered: wait for the connection (a read decodes what came). */
+        /*
+         * Wait for the connection, unless a read of one stream already took
+         * the other's bytes (or the end) off the socket into the handle:
+         * then the socket has nothing more to say and a poll would sleep to
+         * the deadline.
+         */
+        if (sbx__pty_ready(p))
+            continue;
         struct pollfd pf = {.fd = sbx_pty_fd(p), .events = POLLIN};
         poll(&pf, 1, l < 0 ? -1 : (int)(l * 1000) + 1);
     }
