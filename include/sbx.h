@@ -1086,6 +1086,19 @@ SBX_EXPORT int sbx_proc_list(sbx_sandbox *sb, char **json_out, sbx_error **err);
  * bytes. Blocks. Free with sbx_free.
  */
 SBX_EXPORT int sbx_sandbox_top(sbx_sandbox *sb, char **json_out, sbx_error **err);
+/*
+ * The newer reference's run_detached: runs shell `command` as a background
+ * process (stderr into stdout, stdin at EOF), holding no connection to the
+ * box while it runs: every `poll_interval_s` (0 < s <= 86400) one listing
+ * asks whether it ended. Then `*out` (malloc'd, NUL-terminated beyond *len)
+ * is all it printed and `*code` its status (128+N for a signal N). More than
+ * SBX_PTY_WINDOW_BYTES of output is SBX_EPTY, never a cut result; past
+ * `timeout_s` (< 0: none) SBX_ETIMEDOUT; either way the process is killed
+ * and collected. Blocks the calling thread.
+ */
+SBX_EXPORT int sbx_proc_run_detached(sbx_sandbox *sb, const char *command, double poll_interval_s,
+                                     double timeout_s, char **out, size_t *len, int *code,
+                                     sbx_error **err);
 
 #ifdef __cplusplus
 }

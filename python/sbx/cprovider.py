@@ -403,14 +403,14 @@ class CProvider:
     async def _create_pty(self, handle: SandboxHandle, spec: Any) -> Any:
         from .cpty import open_session  # noqa: PLC0415 (loaded with the first session)
 
-        return await asyncio.to_thread(open_session, _box(handle), spec)
+        return await asyncio.to_thread(open_session, lambda: _box(handle), spec)
 
     async def _attach_pty(
         self, handle: SandboxHandle, session_id: str, *, takeover: bool = True, since: int | None = None
     ) -> Any:
         from .cpty import attach_session  # noqa: PLC0415
 
-        return await asyncio.to_thread(attach_session, _box(handle), session_id, takeover, since)
+        return await asyncio.to_thread(attach_session, lambda: _box(handle), session_id, takeover, since)
 
     # --- [volumes] shared storage and runtime requirements (docs/volumes.md) ---
 

@@ -8,11 +8,12 @@ so that read(), read_stderr() and wait_exit() awaited together all progress.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import threading
 import time
 from collections.abc import AsyncIterator
 from ctypes import POINTER, byref, c_char_p, c_double, c_int, c_size_t, c_uint, c_ulonglong, c_void_p
-from typing import Any
+from typing import Any, Callable
 
 from . import _lib
 from ._lib import lib
@@ -39,6 +40,7 @@ for _name, _res, _args in [
     ("sbx_pty_close", c_int, (_P, _ERR)),
     ("sbx_pty_free", None, (_P,)),
     ("sbx_pty_closed", c_int, (_P,)),
+    ("sbx_proc_run_detached", c_int, (_P, c_char_p, c_double, c_double, _PP, POINTER(c_size_t), POINTER(c_int), _ERR)),
     ("sbx_pty_exec_opts_new", _P, ()),
     ("sbx_pty_exec_opts_free", None, (_P,)),
     ("sbx_pty_exec_opts_set_session", c_int, (_P, _P)),
@@ -58,7 +60,20 @@ for _name, _res, _args in [
 _SLICE = 0.05  # seconds one C call may hold the session's lock
 
 
-def open_session(sb: c_void_p, spec: SandboxPtySpec) -> CPtySession:
+def _run_detached(sb: c_void_p, command: bytes | None, poll_interval_s: float) -> tuple[bytes, int]:
+    out = c_void_p()
+    n = c_size_t(0)
+    code = c_int(0)
+    _lib.call(lib.sbx_proc_run_detached, sb, command, poll_interval_s, -1.0, byref(out), byref(n), byref(code))
+    try:
+        return ctypes.string_at(out, n.value), code.value
+    finally:
+        lib.sbx_free(out)
+
+
+def open_session(box: Callable[[], c_void_p], spec: SandboxPtySpec) -> CPtySession:
+    """`box()` gives the sandbox's live pointer (it raises once the sandbox is gone)."""
+    sb = box()
     o = lib.sbx_pty_opts_new()
     if not o:
         raise MemoryError("out of memory")
@@ -79,10 +94,10 @@ def open_session(sb: c_void_p, spec: SandboxPtySpec) -> CPtySession:
         _lib.call(lib.sbx_pty_open, sb, o, byref(p))
     finally:
         lib.sbx_pty_opts_free(o)
-    return CPtySession(p, "pty" if spec.pty else "pipe")
+    return CPtySession(p, "pty" if spec.pty else "pipe", box)
 
 
-def attach_session(sb: c_void_p, session_id: str, takeover: bool, since: int | None) -> CPtySession:
+def attach_session(box: Callable[[], c_void_p], session_id: str, takeover: bool, since: int | None) -> CPtySession:
     try:
         sid = int(session_id)
     except (TypeError, ValueError):
@@ -90,15 +105,16 @@ def attach_session(sb: c_void_p, session_id: str, takeover: bool, since: int | N
     if not 0 < sid < 1 << 32:
         raise SandboxPtyError(f"no PTY session {session_id!r} in this box")
     p = c_void_p()
-    _lib.call(lib.sbx_pty_attach, sb, sid, 1 if takeover else 0, int(since or 0), byref(p))
-    return CPtySession(p, "pty")
+    _lib.call(lib.sbx_pty_attach, box(), sid, 1 if takeover else 0, int(since or 0), byref(p))
+    return CPtySession(p, "pty", box)
 
 
 class CPtySession:
     """One PTY session of a C provider (SandboxPtySession)."""
 
-    def __init__(self, ptr: c_void_p, mode: str) -> None:
+    def __init__(self, ptr: c_void_p, mode: str, box: Callable[[], c_void_p] | None = None) -> None:
         self._ptr = ptr
+        self._box = box  # the sandbox's live pointer, for run_detached
         self._lock = threading.Lock()
         self.session_id = str(lib.sbx_pty_id(ptr))
         self.mode: str | None = mode
@@ -113,6 +129,19 @@ class CPtySession:
         if self._closed or not self._ptr:
             raise SandboxPtyError(f"PTY session {self.session_id} is closed")
         return self._ptr
+
+    async def run_detached(self, command: str, *, poll_interval_s: float = 15.0) -> tuple[bytes, int | None]:
+        """The newer reference's run_detached: `command` runs in the box as a
+        background process, with no connection held while it runs but one
+        brief poll each `poll_interval_s`; returns its output (stderr merged)
+        and exit status. More output than the box keeps for it (1 MiB) raises
+        SandboxPtyError instead of a cut result. sbx_proc_run_detached owns
+        the rules (include/sbx.h)."""
+        if self._box is None:
+            raise SandboxPtyError("run_detached needs the session's sandbox")
+        sb = self._box()
+        cmd = _lib.cstr(command, "command")
+        return await asyncio.to_thread(_run_detached, sb, cmd, float(poll_interval_s))
 
     def _read_slice(self, stream: int, timeout: float) -> bytes | None:
         return _lib.read_slice(lib.sbx_pty_read, self._lock, self._live, stream, timeout)

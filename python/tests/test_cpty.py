@@ -141,3 +141,22 @@ def test_pty_on_the_local_provider(tmp_path):
         assert not list((tmp_path / "state").glob("*.sock"))
 
     run(go())
+
+
+def test_run_detached_on_a_session():
+    """The newer reference's SandboxPtySession.run_detached (sbx_proc_run_detached)."""
+
+    async def go():
+        async with AsyncSandbox({"linux": {}}, SandboxSpec(workdir="/work")) as sb:
+            await sb.start()
+            s = await sb.pty.create()
+            out, code = await s.run_detached("echo a; echo b >&2; exit 6", poll_interval_s=0.05)
+            assert (out, code) == (b"a\nb\n", 6)
+            with pytest.raises(SandboxPtyError, match="send its output to a file"):
+                await s.run_detached("head -c 2000000 /dev/zero", poll_interval_s=0.05)
+            await s.close()
+            await sb.stop()
+            with pytest.raises(RuntimeError, match="not been started"):
+                await s.run_detached("true")
+
+    run(go())

@@ -329,6 +329,78 @@ static void test_twenty_at_once(void)
     census_check(state_dir);
 }
 
+/* Any process of the box still running, by the listing (none may be left). */
+static int running_in(sbx_sandbox *sb)
+{
+    char *text = NULL;
+    TAP_OK(sbx_proc_list(sb, &text, NULL));
+    json_t *arr = json_loads(text, 0, NULL);
+    sbx_free(text);
+    int n = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(arr, i, e) n += json_is_true(json_object_get(e, "running"));
+    json_decref(arr);
+    return n;
+}
+
+/*
+ * run_detached: one merged stream and the status once it ended; more output
+ * than the window is an error (the process stopped), never a cut result; a
+ * timeout stops it too. Nothing is left listed after any of them.
+ */
+static void test_run_detached(void)
+{
+    need_boxes();
+    sbx_provider *prov = provider(NULL);
+    sbx_spec *s = spec_work();
+    sbx_sandbox *sb = start(prov, s);
+    char *out = NULL;
+    size_t len = 0;
+    int code = -1;
+    TAP_OK(sbx_proc_run_detached(sb, "echo a; sleep 0.3; echo b >&2; exit 4", 0.05, -1, &out,
+                                 &len, &code, &e_));
+    TAP_EQ_STR(out, "a\nb\n");
+    TAP_EQ_INT((int)len, 4);
+    TAP_EQ_INT(code, 4);
+    free(out);
+    /* A command that ends at once may end before the start's handle lets go: the same result. */
+    for (int i = 0; i < 20; i++) {
+        TAP_OK(sbx_proc_run_detached(sb, "echo quick; exit 2", 0.01, -1, &out, &len, &code, &e_));
+        TAP_EQ_STR(out, "quick\n");
+        TAP_EQ_INT(code, 2);
+        free(out);
+    }
+    /* Exactly the window is kept whole; one byte more is refused. */
+    TAP_OK(sbx_proc_run_detached(sb, "head -c 1048576 /dev/zero | tr '\\0' x", 0.05, -1, &out,
+                                 &len, &code, &e_));
+    TAP_EQ_INT((int)len, 1048576);
+    TAP_EQ_INT(code, 0);
+    TAP_TRUE(out[0] == 'x' && out[len - 1] == 'x');
+    free(out);
+    sbx_error *e = NULL;
+    out = NULL;
+    TAP_EQ_INT(sbx_proc_run_detached(sb, "head -c 1048577 /dev/zero; sleep 100", 0.05, -1, &out,
+                                     &len, &code, &e),
+               SBX_EPTY);
+    TAP_CONTAINS(sbx_error_message(e), "send its output to a file");
+    sbx_error_free(e);
+    e = NULL;
+    TAP_NULL(out);
+    TAP_EQ_INT(sbx_proc_run_detached(sb, "sleep 100", 0.05, 0.3, &out, &len, &code, &e),
+               SBX_ETIMEDOUT);
+    TAP_CONTAINS(sbx_error_message(e), "did not end within 0.3s");
+    sbx_error_free(e);
+    e = NULL;
+    TAP_EQ_INT(running_in(sb), 0);
+    TAP_EQ_INT(sbx_proc_run_detached(sb, "true", 0, -1, &out, &len, &code, &e), SBX_EINVAL);
+    sbx_error_free(e);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(prov);
+    census_check(state_dir);
+}
+
 int main(int argc, char **argv)
 {
     static const struct tap_test tests[] = {
@@ -336,6 +408,7 @@ int main(int argc, char **argv)
         TAP(test_reattach_and_list),
         TAP(test_signal_and_top),
         TAP_T(test_twenty_at_once, 120),
+        TAP_T(test_run_detached, 120),
     };
     return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
 }
