@@ -282,7 +282,8 @@ static void test_old_and_hostile_agents(void)
     sessions_payload(&b, 1, 1, 1);
     sbx__pbuf_finish(&b, SBX_MSG_PTY_SESSIONS, 2);
     TAP_EQ_INT(ask_fake(4, &b, true, &e), SBX_EIO);
-    TAP_CONTAINS(sbx_error_message(e), "connection to the box's agent closed");
+    /* Which end notices the hang-up first is the kernel's: a closed read, or EPIPE on send. */
+    TAP_CONTAINS(sbx_error_message(e), "the box's agent");
     sbx_error_free(e);
     e = NULL;
     /* And the right one is. */
