@@ -98,12 +98,16 @@ __attribute__((visibility("default"))) const char *__tsan_default_options(void)
  * gets the same number from opendir() (the local provider removing a
  * workspace), TSan pairs the loop's old epoll_ctl on the pipe with the
  * worker's closedir and reports a race on "file descriptor N" that is not
- * one: libuv removed the pipe from epoll before closing it.
+ * one: libuv removed the pipe from epoll before closing it. The same
+ * happens when a transfer thread's libarchive (not instrumented either)
+ * or the transfer thread itself opens and closes a descriptor whose number
+ * libuv's loop held and closed unseen (uv_pipe: the local provider's exec
+ * pipes during a directory transfer).
  */
 const char *__tsan_default_suppressions(void);
 __attribute__((visibility("default"))) const char *__tsan_default_suppressions(void)
 {
-    return "race:rm_rf_at\n";
+    return "race:rm_rf_at\nrace:libarchive.so\nrace:uv_pipe\n";
 }
 /*
  * Matching a race against that suppression starts TSan's symbolizer, a
