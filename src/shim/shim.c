@@ -677,12 +677,44 @@ static void on_ready_bytes(struct shim *s, const char *b, size_t k)
     }
 }
 
+/*
+ * One read of the child's setup-error pipe. EOF: the setup exec'd the
+ * agent (the write end is CLOEXEC), or it died after writing why, which
+ * fails the box with that reason.
+ */
+static void read_setup_error(struct shim *s)
+{
+    ssize_t k = read(s->err_r, s->errbuf + s->errlen, sizeof(s->errbuf) - 1 - s->errlen);
+    if (k < 0 && errno == EINTR)
+        return;
+    if (k > 0) {
+        s->errlen += (size_t)k;
+        return;
+    }
+    close(s->err_r);
+    s->err_r = -1;
+    shim_trace("agent exec'd");
+    if (s->errlen)
+        fail(s, SBX_ECREATE, "%.*s", (int)s->errlen, s->errbuf);
+}
+
 static void on_init_exit(struct shim *s)
 {
     int st = s->init_status;
     s->init = 0;
     drain_logs(s);
     if (!s->ready) {
+        /*
+         * The child wrote why it failed before it exited, but its exit may
+         * be seen in the same poll round as those bytes, before them: read
+         * what the pipe holds now, so the reason is never lost.
+         */
+        while (s->err_r >= 0) {
+            struct pollfd ep = { .fd = s->err_r, .events = POLLIN };
+            if (poll(&ep, 1, 0) <= 0)
+                break;
+            read_setup_error(s);
+        }
         if (s->errlen)
             fail(s, SBX_ECREATE, "%.*s", (int)s->errlen, s->errbuf);
         if (WIFEXITED(st))
@@ -801,19 +833,8 @@ static void supervise(struct shim *s)
             shim_log_drain(&s->log, &s->errl_r, SBX_LOG_STDERR);
         if (p[0].revents)
             handle_signals(s);
-        if (i_err >= 0 && p[i_err].revents) {
-            ssize_t k = read(s->err_r, s->errbuf + s->errlen, sizeof(s->errbuf) - 1 - s->errlen);
-            if (k > 0) {
-                s->errlen += (size_t)k;
-            } else {
-                /* EOF: the setup exec'd the agent (CLOEXEC), or it died reporting why. */
-                close(s->err_r);
-                s->err_r = -1;
-                shim_trace("agent exec'd");
-                if (s->errlen)
-                    fail(s, SBX_ECREATE, "%.*s", (int)s->errlen, s->errbuf);
-            }
-        }
+        if (i_err >= 0 && p[i_err].revents)
+            read_setup_error(s);
         if (i_ready >= 0 && s->ready_r >= 0 && p[i_ready].revents) {
             char b[64];
             ssize_t k = read(s->ready_r, b, sizeof(b));
