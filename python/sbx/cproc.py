@@ -22,15 +22,10 @@ from typing import Any
 
 from . import _lib
 from ._lib import lib
+from .cpty import pty_opts  # declares the sbx_pty_opts_* prototypes
 
 _P, _PP, _ERR = c_void_p, POINTER(c_void_p), POINTER(c_void_p)
 for _name, _res, _args in [
-    ("sbx_pty_opts_new", _P, ()),
-    ("sbx_pty_opts_free", None, (_P,)),
-    ("sbx_pty_opts_set_command", c_int, (_P, c_char_p)),
-    ("sbx_pty_opts_set_cwd", c_int, (_P, c_char_p)),
-    ("sbx_pty_opts_set_user", c_int, (_P, c_char_p)),
-    ("sbx_pty_opts_set_env", c_int, (_P, c_char_p, c_char_p)),
     ("sbx_proc_start", c_int, (_P, _P, _PP, _ERR)),
     ("sbx_proc_attach", c_int, (_P, c_uint, c_uint, c_ulonglong, _PP, _ERR)),
     ("sbx_proc_id", c_uint, (_P,)),
@@ -63,22 +58,9 @@ def _stream(stream: str) -> int:
 
 
 def start(sb: c_void_p, command: str, cwd: str | None, env: dict[str, str] | None, user: str | int | None) -> c_void_p:
-    o = lib.sbx_pty_opts_new()
-    if not o:
-        raise MemoryError("out of memory")
-    try:
-        _lib.check(lib.sbx_pty_opts_set_command(o, _lib.cstr(command, "command")), c_void_p())
-        if cwd is not None:
-            _lib.check(lib.sbx_pty_opts_set_cwd(o, _lib.cstr(cwd, "cwd")), c_void_p())
-        if user is not None:
-            _lib.check(lib.sbx_pty_opts_set_user(o, _lib.cstr(str(user), "user")), c_void_p())
-        for k, v in (env or {}).items():
-            if lib.sbx_pty_opts_set_env(o, _lib.cstr(k, "an env name"), _lib.cstr(v, f"env[{k!r}]")) < 0:
-                raise ValueError(f"env[{k!r}] is not valid: a name is not empty and has no '='")
-        p = c_void_p()
+    p = c_void_p()
+    with pty_opts(command, cwd, user, env, pipes=False) as o:
         _lib.call(lib.sbx_proc_start, sb, o, byref(p))
-    finally:
-        lib.sbx_pty_opts_free(o)
     return p
 
 

@@ -8,10 +8,11 @@ so that read(), read_stderr() and wait_exit() awaited together all progress.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from ctypes import POINTER, byref, c_char_p, c_double, c_int, c_size_t, c_uint, c_ulonglong, c_void_p
 from typing import Any, Callable
 
@@ -71,29 +72,44 @@ def _run_detached(sb: c_void_p, command: bytes | None, poll_interval_s: float) -
         lib.sbx_free(out)
 
 
-def open_session(box: Callable[[], c_void_p], spec: SandboxPtySpec) -> CPtySession:
-    """`box()` gives the sandbox's live pointer (it raises once the sandbox is gone)."""
-    sb = box()
+@contextlib.contextmanager
+def pty_opts(
+    command: str | None,
+    cwd: str | None,
+    user: str | int | None,
+    env: dict[str, str] | None,
+    size: tuple[int, int] | None = None,
+    pipes: bool = False,
+) -> Iterator[c_void_p]:
+    """A C `sbx_pty_opts` for a session or a background process, freed on exit."""
     o = lib.sbx_pty_opts_new()
     if not o:
         raise MemoryError("out of memory")
     try:
-        if spec.command is not None:
-            _lib.check(lib.sbx_pty_opts_set_command(o, _lib.cstr(spec.command, "command")), c_void_p())
-        if spec.cwd is not None:
-            _lib.check(lib.sbx_pty_opts_set_cwd(o, _lib.cstr(spec.cwd, "cwd")), c_void_p())
-        if spec.user is not None:
-            _lib.check(lib.sbx_pty_opts_set_user(o, _lib.cstr(str(spec.user), "user")), c_void_p())
-        for k, v in (spec.env or {}).items():
+        if command is not None:
+            _lib.check(lib.sbx_pty_opts_set_command(o, _lib.cstr(command, "command")), c_void_p())
+        if cwd is not None:
+            _lib.check(lib.sbx_pty_opts_set_cwd(o, _lib.cstr(cwd, "cwd")), c_void_p())
+        if user is not None:
+            _lib.check(lib.sbx_pty_opts_set_user(o, _lib.cstr(str(user), "user")), c_void_p())
+        for k, v in (env or {}).items():
             if lib.sbx_pty_opts_set_env(o, _lib.cstr(k, "an env name"), _lib.cstr(v, f"env[{k!r}]")) < 0:
                 raise ValueError(f"env[{k!r}] is not valid: a name is not empty and has no '='")
-        if lib.sbx_pty_opts_set_size(o, int(spec.rows), int(spec.cols)) < 0:
-            raise ValueError(f"rows and cols must be 1..4096, got {spec.rows}x{spec.cols}")
-        lib.sbx_pty_opts_set_pipes(o, 0 if spec.pty else 1)
-        p = c_void_p()
-        _lib.call(lib.sbx_pty_open, sb, o, byref(p))
+        if size is not None and lib.sbx_pty_opts_set_size(o, int(size[0]), int(size[1])) < 0:
+            raise ValueError(f"rows and cols must be 1..4096, got {size[0]}x{size[1]}")
+        if pipes:
+            lib.sbx_pty_opts_set_pipes(o, 1)
+        yield o
     finally:
         lib.sbx_pty_opts_free(o)
+
+
+def open_session(box: Callable[[], c_void_p], spec: SandboxPtySpec) -> CPtySession:
+    """`box()` gives the sandbox's live pointer (it raises once the sandbox is gone)."""
+    sb = box()
+    p = c_void_p()
+    with pty_opts(spec.command, spec.cwd, spec.user, spec.env, (spec.rows, spec.cols), not spec.pty) as o:
+        _lib.call(lib.sbx_pty_open, sb, o, byref(p))
     return CPtySession(p, "pty" if spec.pty else "pipe", box)
 
 
