@@ -891,7 +891,8 @@ typedef int (*sbx_service_log_cb)(double time, int stream, const char *data, siz
  * Reads the output of the box's service (its entrypoint; the agent's own
  * lines are on stderr too, prefixed "sbx-agent: "), oldest first, calling
  * `cb` for each entry whose time is >= `since` (0: all). `tail` >= 0 gives
- * only the last `tail` entries (events not counted); < 0 all. With
+ * only the entries of the last `tail` lines (a line read in pieces counts
+ * once; events not counted); < 0 all. With
  * SBX_LOGS_FOLLOW, then waits for new entries until the service ends, the
  * box is stopped, or `cb` returns non-zero. Blocks; runs `cb` on the calling
  * thread; not on the loop thread. Codes: SBX_ENOTSUP (the provider keeps no

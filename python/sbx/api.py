@@ -550,7 +550,7 @@ class AsyncSandbox:
         """[svc-logs] The service's output (sbx.logs.LogEntry: time, stream,
         data), oldest first: a list, or None with `on_entry` (called per
         entry on a worker thread; a true return stops). `since`: unix seconds
-        or a datetime; `tail`: the last N entries; `follow`: until the
+        or a datetime; `tail`: the last N lines (a line read in pieces counts once); `follow`: until the
         service ends or the box is stopped. C providers that keep logs only."""
         from . import logs as _logs
 

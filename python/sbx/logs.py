@@ -47,7 +47,7 @@ def _tail(tail: Any) -> int:
     if tail is None:
         return -1
     if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
-        raise ValueError("tail must be None (all) or a number of entries >= 0")
+        raise ValueError("tail must be None (all) or a number of lines >= 0")
     return tail
 
 

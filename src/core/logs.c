@@ -9,7 +9,9 @@
  *
  * Records are split into entries at newlines: an entry is one line (with its
  * newline), or the piece of a line one read of the pipe held. `tail` counts
- * entries; events (the service's end) are not counted.
+ * lines, as `docker logs --tail` does: the pieces of one line (a stream's
+ * entries up to one that ends in a newline) count once; events (the
+ * service's end) are not counted.
  */
 #include "core/internal.h"
 #include "core/logs.h"
@@ -27,6 +29,7 @@ struct entry {
     double t;
     int stream;
     size_t off, len;
+    bool starts; /* the first piece of a line of its stream */
 };
 
 struct reader {
@@ -172,6 +175,7 @@ struct collect {
     unsigned char *bytes;
     size_t blen, bcap;
     bool oom;
+    bool mid_line[4]; /* per stream (SBX_LOG_*): its last piece ended without a newline */
 };
 
 static bool piece_collect(struct reader *r, double t, int stream, const unsigned char *p,
@@ -204,7 +208,10 @@ static bool piece_collect(struct reader *r, double t, int stream, const unsigned
         c->bcap = cap;
     }
     memcpy(c->bytes + c->blen, p, n);
-    c->e[c->n++] = (struct entry){ t, stream, c->blen, n };
+    bool *mid = stream >= 0 && stream < 4 ? &c->mid_line[stream] : NULL;
+    c->e[c->n++] = (struct entry){ t, stream, c->blen, n, !mid || !*mid };
+    if (mid)
+        *mid = n > 0 && p[n - 1] != '\n';
     c->blen += n;
     return true;
 }
@@ -343,20 +350,32 @@ int sbx_sandbox_logs(sbx_sandbox *sb, double since, long long tail, unsigned fla
         rc = collect_file(&r, cur, &c, err);
     /* A malformed record ends the read with SBX_EIO, after the entries before it. */
     if (rc == SBX_OK || rc == SBX_EIO) {
-        /* `tail` output entries (events do not count), from the end. */
+        /* The last `tail` lines (events do not count), from the end. */
         size_t first = 0;
         if (tail >= 0) {
             size_t k = 0;
             first = c.n;
             while (first > 0 && k < (size_t)tail) {
                 first--;
-                if (c.e[first].stream != SBX_LOG_EVENT)
+                if (c.e[first].stream != SBX_LOG_EVENT && c.e[first].starts)
                     k++;
             }
             /* Events just before the window belong to nothing shown. */
         }
-        for (size_t i = first; i < c.n && !r.stopped; i++)
-            emit(&r, c.e[i].t, c.e[i].stream, c.bytes + c.e[i].off, c.e[i].len);
+        /*
+         * With a tail, the other stream's pieces whose line began before the
+         * window are not shown: only whole lines.
+         */
+        bool in_window[4] = { tail < 0, tail < 0, tail < 0, tail < 0 };
+        for (size_t i = first; i < c.n && !r.stopped; i++) {
+            const struct entry *en = &c.e[i];
+            bool known = en->stream >= 0 && en->stream < 4;
+            if (known && en->starts)
+                in_window[en->stream] = true;
+            if (known && en->stream != SBX_LOG_EVENT && !in_window[en->stream])
+                continue;
+            emit(&r, en->t, en->stream, c.bytes + en->off, en->len);
+        }
     }
     free(c.e);
     free(c.bytes);

@@ -222,6 +222,46 @@ static void test_stdout_stderr_tail_since(void)
     census_check(state_dir);
 }
 
+/* tail counts lines: a line read in pieces counts once, and a window never starts mid-line. */
+static void test_tail_counts_lines(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_sandbox *sb = start_service(
+        p, "echo first; printf 'par'; sleep 0.3; printf 'ti'; sleep 0.3; printf 'al\\n'; "
+           "printf 'e-' >&2; sleep 0.3; echo last; sleep 0.3; echo rr >&2; sleep infinity");
+    struct got *g = wait_for_out(sb, "first\npartial\nlast\n");
+    got_free(g);
+    for (int i = 0; i < 1200; i++) {
+        g = logs(sb, 0, -1);
+        bool has = strstr(g->err, "e-rr\n") != NULL;
+        got_free(g);
+        if (has)
+            break;
+        nap();
+    }
+    g = logs(sb, 0, -1);
+    /* The pieces are entries of their own (one per read of the pipe). */
+    TAP_TRUE(g->n >= 6);
+    got_free(g);
+    g = logs(sb, 0, 2);
+    TAP_EQ_STR(g->out, "last\n");
+    TAP_EQ_STR(g->err, "e-rr\n");
+    got_free(g);
+    g = logs(sb, 0, 3);
+    TAP_EQ_STR(g->out, "partial\nlast\n");
+    TAP_EQ_STR(g->err, "e-rr\n");
+    got_free(g);
+    /* Lines are ordered by where they begin: the last one is "last"; stderr's began before it. */
+    g = logs(sb, 0, 1);
+    TAP_EQ_STR(g->out, "last\n");
+    TAP_EQ_STR(g->err, "");
+    got_free(g);
+    stop_free(sb);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 struct follower {
     sbx_sandbox *sb;
     struct got g;
@@ -519,7 +559,8 @@ static void test_agent_death_ends_follow(void)
 }
 
 /* Boxes under ASan on a shared, loaded machine: room past the default 60 s (a hang guard). */
-TAP_MAIN(TAP_T(test_stdout_stderr_tail_since, 120), TAP_T(test_follow, 120),
+TAP_MAIN(TAP_T(test_stdout_stderr_tail_since, 120), TAP_T(test_tail_counts_lines, 120),
+         TAP_T(test_follow, 120),
          TAP_T(test_rotation, 120), TAP_T(test_binary_and_huge_lines, 120),
          TAP_T(test_flood_never_blocks, 300), TAP_T(test_service_exit_code, 120),
          TAP_T(test_hostile_file_refused, 120), TAP_T(test_file_modes, 120),
