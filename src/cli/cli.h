@@ -366,9 +366,13 @@ int cli_image_build(int argc, char **argv, sbx_provider *p); /* [img-commit] bui
 
 /* --- procs.c: background processes (exec -d, top, wait, kill, attach of a pipe session) --- */
 
-/* `sbx exec -d`: starts `command` in the background, prints its number. Exit code. */
+/*
+ * `sbx exec -d`: starts `command` in the background, prints its number. Exit
+ * code. `tty` (`exec -dt`): on a terminal of its own (a PTY session left
+ * running, for `sbx attach`), not pipes.
+ */
 int cli_proc_start(sbx_sandbox *sb, const char *command, const char *cwd, const char *user,
-                   const sbx_kv *env);
+                   const sbx_kv *env, bool tty);
 /* True when process/session `n` of the box is a background process (pipe mode). */
 bool cli_proc_is_pipe(sbx_sandbox *sb, unsigned n);
 /* attach's options (--no-stdin, --no-follow); false: the command ends with *exit_code. */

@@ -67,7 +67,8 @@ static const struct command commands[] = {
       "run CMD in a box (see `sbx ls`); exit with CMD's status",
       "  -t                     run CMD on a terminal (stdin must be one); -i is accepted\n"
       "  -d                     run CMD in the background: print its number, return at once\n"
-      "                         (see `sbx top --sessions`, `sbx attach`, `sbx wait`, `sbx kill`)\n"
+      "                         (see `sbx top --sessions`, `sbx attach`, `sbx wait`, `sbx kill`);\n"
+      "                         with -t, on a terminal of its own (`sbx attach` from a terminal)\n"
       "  --cwd DIR              working directory (default: the box's workdir)\n"
       "  -e, --env K=V|K        environment variable; K alone: $K's value (repeatable)\n"
       "  --user U               user to run CMD as (name or uid[:gid])\n"

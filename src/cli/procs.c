@@ -16,6 +16,7 @@
 
 #include <getopt.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <time.h>
 
 static bool parse_number(const char *cmd, const char *s, unsigned *out)
@@ -33,7 +34,7 @@ static bool parse_number(const char *cmd, const char *s, unsigned *out)
 }
 
 int cli_proc_start(sbx_sandbox *sb, const char *command, const char *cwd, const char *user,
-                   const sbx_kv *env)
+                   const sbx_kv *env, bool tty)
 {
     sbx_pty_opts *o = sbx_pty_opts_new();
     if (!o) {
@@ -47,9 +48,28 @@ int cli_proc_start(sbx_sandbox *sb, const char *command, const char *cwd, const 
         sbx_pty_opts_set_user(o, user);
     for (size_t i = 0; env && i < env->len; i++)
         sbx_pty_opts_set_env(o, env->keys[i], env->values[i]);
-    sbx_proc *p = NULL;
     sbx_error *e = NULL;
-    int rc = sbx_proc_start(sb, o, &p, &e);
+    int rc;
+    if (tty) {
+        /* The size of the terminal sbx runs on, if any, so an attach from it needs no resize. */
+        struct winsize ws;
+        if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row && ws.ws_col)
+            sbx_pty_opts_set_size(o, ws.ws_row, ws.ws_col);
+        sbx_pty *t = NULL;
+        rc = sbx_pty_open(sb, o, &t, &e);
+        sbx_pty_opts_free(o);
+        if (rc < 0) {
+            cli_sbx_error(e, "starting the command on a terminal");
+            return CLI_EXIT_SBX;
+        }
+        printf("%u\n", sbx_pty_id(t));
+        /* Unheld before we return, as a background process is, for an attach right after. */
+        sbx_pty_detach(t, NULL);
+        sbx_pty_free(t);
+        return CLI_EXIT_OK;
+    }
+    sbx_proc *p = NULL;
+    rc = sbx_proc_start(sb, o, &p, &e);
     sbx_pty_opts_free(o);
     if (rc < 0) {
         cli_sbx_error(e, "starting the process");

@@ -293,12 +293,7 @@ int cli_cmd_exec(int argc, char **argv)
         return cli_usage_error("exec", "no command given");
     }
     _cleanup_free_ char *command = cli_join_argv(argv + optind, argc - optind);
-    if (tty && detach) {
-        sbx__kv_free(&env);
-        return cli_usage_error("exec", "-d and -t do not go together: a background process has "
-                                       "pipes, not a terminal (use -t, then Ctrl-P Ctrl-Q)");
-    }
-    if (tty && (rc = cli_pty_need_tty("exec -t")) != CLI_EXIT_OK) {
+    if (tty && !detach && (rc = cli_pty_need_tty("exec -t")) != CLI_EXIT_OK) {
         sbx__kv_free(&env);
         return rc;
     }
@@ -340,7 +335,7 @@ int cli_cmd_exec(int argc, char **argv)
     sbx__kv_free(&env);
     if (detach || tty) {
         /* The same box env and -e as a plain exec, on a terminal or in the background. */
-        rc = detach ? cli_proc_start(sb, command, a.cwd, a.user, &all_env)
+        rc = detach ? cli_proc_start(sb, command, a.cwd, a.user, &all_env, tty)
                     : cli_pty_run(sb, id, command, a.cwd, a.user, &all_env, true);
         sbx__kv_free(&all_env);
         sbx_sandbox_free(sb);

@@ -1831,7 +1831,8 @@ static void test_linux_logs_and_service_exit(void)
  * [procs] Background processes: exec -d prints a number and returns at
  * once; top lists the box's processes and, with --sessions, the process
  * running; attach --no-follow prints output so far; attach passes stdin and
- * exits with its status; kill, then wait prints 128+15.
+ * exits with its status; kill, then wait prints 128+15; -dt puts one on
+ * a terminal of its own.
  */
 static void test_linux_background_processes(void)
 {
@@ -1898,7 +1899,43 @@ static void test_linux_background_processes(void)
     EXPECT_CODE(p, 125);
     TAP_CONTAINS(p.err, "no PTY session");
     proc_free(&p);
-    SBX_EXPECT(2, "exec", "-d", "-t", id, "--", "true");
+    /* -dt: on a terminal of its own (24x80: this test's stdout is no terminal), left running. */
+    p = SBX("exec", "-dt", id, "--", "sh", "-c", "tty; stty size; echo ready; sleep 1000");
+    EXPECT_CODE(p, 0);
+    char n3[32];
+    snprintf(n3, sizeof(n3), "%.*s", (int)strcspn(p.out, "\n"), p.out);
+    TAP_TRUE(atoi(n3) > 0);
+    proc_free(&p);
+    p = SBX("top", "--sessions", "--json", id);
+    v = parse_json(p.out);
+    TAP_EQ_INT((int)json_array_size(v), 1);
+    TAP_EQ_STR(json_string_value(json_object_get(json_array_get(v, 0), "mode")), "pty");
+    TAP_TRUE(json_is_false(json_object_get(json_array_get(v, 0), "attached")));
+    json_decref(v);
+    proc_free(&p);
+    for (;;) {
+        p = SBX("attach", "--no-follow", id, n3);
+        EXPECT_CODE(p, 0);
+        bool ready = strstr(p.out, "ready\r\n") != NULL;
+        if (ready) {
+            TAP_CONTAINS(p.out, "/dev/pts/");
+            TAP_CONTAINS(p.out, "24 80\r\n");
+        }
+        proc_free(&p);
+        if (ready)
+            break;
+        usleep(20000);
+    }
+    /* A terminal attach needs a terminal: said, and the session runs on. */
+    p = SBX("attach", id, n3);
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "not a TTY");
+    proc_free(&p);
+    SBX_EXPECT(0, "kill", "-s", "TERM", id, n3);
+    p = SBX("wait", id, n3);
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "143\n");
+    proc_free(&p);
     SBX_EXPECT(0, "stop", id);
     census_check(linux_state());
 }
