@@ -170,14 +170,12 @@ def _strip(result: SandboxExecResult) -> SandboxExecResult:
     return SandboxExecResult("", "", result.return_code, result.error_type)
 
 
-class ExecStream:
-    """An exec in progress: an async iterator of (stream, chunk), awaitable
-    for its result (calling on_output per chunk), an async context manager
-    that cancels the command when left early. Made by AsyncSandbox.exec_stream."""
+class _StreamBase:
+    """What ExecStream and SyncExecStream both hold: the command's arguments,
+    the decoder, the output options and the chunks read but not yet taken."""
 
     def __init__(
         self,
-        sandbox: Any,
         command: str,
         *,
         cwd: Any,
@@ -189,7 +187,6 @@ class ExecStream:
         on_output: OutputCallback | None = None,
         stdin: Any = None,
     ) -> None:
-        self._sandbox = sandbox
         self._stdin = stdin
         self._args = (command, cwd, env, timeout_s, user)
         self._dec = _Decoder(text)
@@ -200,11 +197,21 @@ class ExecStream:
         self._started = False
         self._finished = False
         self._queue: deque[Chunk] = deque()
+        self._readers: dict[int, str] = {}
+        self._writers: list[int] = []
+
+
+class ExecStream(_StreamBase):
+    """An exec in progress: an async iterator of (stream, chunk), awaitable
+    for its result (calling on_output per chunk), an async context manager
+    that cancels the command when left early. Made by AsyncSandbox.exec_stream."""
+
+    def __init__(self, sandbox: Any, command: str, **kw: Any) -> None:
+        super().__init__(command, **kw)
+        self._sandbox = sandbox
         self._error: BaseException | None = None
         # C path
         self._task: asyncio.Future[SandboxExecResult] | None = None
-        self._readers: dict[int, str] = {}
-        self._writers: list[int] = []
         self._paused = False
         self._wake: asyncio.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -364,39 +371,16 @@ class ExecStream:
                 pass
 
 
-class SyncExecStream:
+class SyncExecStream(_StreamBase):
     """The blocking twin of ExecStream (Sandbox.exec_stream): an iterator of
     (stream, chunk), .result after it, wait(), and a context manager that
     cancels the command when left early. Blocks in select() on the two pipes
     and the sbx future's descriptor; no event loop or thread."""
 
-    def __init__(
-        self,
-        sync_sandbox: Any,
-        command: str,
-        *,
-        cwd: Any,
-        env: Any,
-        timeout_s: Any,
-        user: Any,
-        text: bool = False,
-        keep_output: bool = True,
-        on_output: OutputCallback | None = None,
-        stdin: Any = None,
-    ) -> None:
+    def __init__(self, sync_sandbox: Any, command: str, **kw: Any) -> None:
+        super().__init__(command, **kw)
         self._sync = sync_sandbox
-        self._stdin = stdin
-        self._args = (command, cwd, env, timeout_s, user)
-        self._dec = _Decoder(text)
-        self._keep = keep_output
-        self._on_output = on_output
-        self.result: SandboxExecResult | None = None
-        self._started = False
-        self._finished = False
-        self._queue: deque[Chunk] = deque()
         self._f: c_void_p | None = None
-        self._readers: dict[int, str] = {}
-        self._writers: list[int] = []
         self._sel: selectors.BaseSelector | None = None
 
     def _start(self) -> None:
