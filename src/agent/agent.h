@@ -118,6 +118,7 @@ void exec_cancel(struct chan *ch);
 /* The stream closed: kill the group, forget the stream. */
 void exec_detach(struct chan *ch);
 void exec_resume(struct chan *ch);
+void exec_output_ack(struct chan *ch, uint64_t n);
 /* A reaped child: returns true when it was one of ours. */
 bool exec_reaped(pid_t pid, int status);
 /* Kills groups whose deadline passed; returns ms until the next deadline (-1: none). */

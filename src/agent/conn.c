@@ -359,6 +359,20 @@ static void dispatch(struct conn *c, const sbx_frame *f)
         if (ch && ch->kind == CHAN_EXEC)
             exec_stdin(c, ch, f);
         return;
+    case SBX_MSG_OUTPUT_ACK: {
+        uint64_t n;
+        if (c->version < 5) {
+            proto_error(c, "OUTPUT_ACK needs protocol version 5");
+            return;
+        }
+        if (sbx__msg_u64_decode(f, &n) < 0) {
+            proto_error(c, "malformed OUTPUT_ACK payload");
+            return;
+        }
+        if (ch && ch->kind == CHAN_EXEC)
+            exec_output_ack(ch, n);
+        return;
+    }
     case SBX_MSG_DATA:
         if (ch && ch->kind == CHAN_PUT)
             file_put_data(c, ch, f);

@@ -54,6 +54,7 @@ struct exec {
     struct obuf *inq;
     bool in_eof;
     uint64_t in_taken; /* stdin bytes written to the pipe and not yet acknowledged (v2) */
+    uint64_t out_unacked; /* output sent that the host has not said its caller took (v5) */
     uint64_t limit, n_out, n_err;
     bool trunc_out, trunc_err;
     int64_t deadline; /* monotonic ms, -1: none */
@@ -208,8 +209,13 @@ static void pump_output(struct exec *e, struct watch *w, bool is_err)
 {
     bool *paused = is_err ? &e->err_paused : &e->out_paused;
     for (int round = 0; round < 8 && w->fd >= 0; round++) {
-        if (e->conn && e->conn->throttled) {
-            /* The host reads slower than the command writes: stop reading (backpressure). */
+        if (e->conn && (e->conn->throttled || (e->conn->version >= 5 &&
+                                                e->out_unacked >= SBX_PROTO_OUTPUT_WINDOW))) {
+            /*
+             * The host reads slower than the command writes (the whole
+             * connection), or this exec's caller does (its window is full):
+             * stop reading (backpressure) until the host catches up.
+             */
             *paused = true;
             watch_set(w, 0);
             return;
@@ -242,8 +248,10 @@ static void pump_output(struct exec *e, struct watch *w, bool is_err)
                 e->trunc_out = true;
         }
         *count += keep;
-        if (keep && e->conn)
+        if (keep && e->conn) {
             conn_send_raw(e->conn, is_err ? SBX_MSG_STDERR : SBX_MSG_STDOUT, e->ch.id, buf, keep);
+            e->out_unacked += keep;
+        }
     }
 }
 
@@ -376,6 +384,16 @@ void exec_detach(struct chan *ch)
     struct exec *e = (struct exec *)ch;
     e->conn = NULL;
     kill_group(e);
+}
+
+/* OUTPUT_ACK (version 5): the caller took `n` bytes; a paused pipe may go on. */
+void exec_output_ack(struct chan *ch, uint64_t n)
+{
+    struct exec *e = (struct exec *)ch;
+    /* More than was sent is the host's mistake: the window is then simply empty. */
+    e->out_unacked -= n < e->out_unacked ? n : e->out_unacked;
+    if (e->conn && !e->conn->throttled && e->out_unacked < SBX_PROTO_OUTPUT_WINDOW)
+        exec_resume(ch);
 }
 
 void exec_resume(struct chan *ch)

@@ -71,6 +71,7 @@ struct hchan {
     size_t limit;
     bool keep;       /* the result carries the output (sbx_exec_opts_keep_output) */
     bool out_paused; /* the core asked us to stop reading: its fd reader is behind */
+    uint64_t out_unacked; /* version 5: output received and not yet acknowledged */
     bool truncated;
     bool cancelled;
     double timeout_s;
@@ -282,7 +283,7 @@ static void chan_finish(struct hchan *ch, int code, sbx_error *err, void *value)
     }
     ch->done = true;
     stdin_stop(ch);
-    if (ch->out_paused) {
+    if (ch->out_paused && ch->c->version < 5) {
         ch->out_paused = false;
         if (--ch->c->out_paused == 0 && ch->c->disk_pending < DISK_LOW)
             set_reading(ch->c, true);
@@ -663,11 +664,30 @@ static void exec_done(struct hchan *ch, const sbx_msg_exit *m)
     chan_finish(ch, SBX_OK, NULL, r);
 }
 
+/*
+ * Version 5: tells the agent the caller took what came (`all`: everything
+ * held, on a resume; else once a quarter of the window came, so a caller
+ * keeping up never sees the agent wait).
+ */
+static void output_ack(struct hchan *ch, bool all)
+{
+    if (ch->c->version < 5 || ch->out_paused || !ch->out_unacked ||
+        (!all && ch->out_unacked < SBX_PROTO_OUTPUT_WINDOW / 4))
+        return;
+    sbx_pbuf b = {0};
+    sbx__pbuf_begin(&b);
+    sbx__msg_u64_encode(&b, ch->out_unacked);
+    ch->out_unacked = 0;
+    send_pbuf(ch->c, &b, SBX_MSG_OUTPUT_ACK, ch->id);
+}
+
 static void exec_output(struct hchan *ch, sbx_buf *b, const sbx_frame *f)
 {
     if (ch->op && f->len)
         sbx_op_exec_output(ch->op, f->type == SBX_MSG_STDOUT ? SBX_STREAM_STDOUT : SBX_STREAM_STDERR,
                            f->payload, f->len);
+    ch->out_unacked += f->len;
+    output_ack(ch, false);
     if (!ch->keep)
         return;
     size_t keep = f->len;
@@ -681,10 +701,12 @@ static void exec_output(struct hchan *ch, sbx_buf *b, const sbx_frame *f)
 }
 
 /*
- * The core's fd reader fell behind (or caught up): stop (resume) reading the
- * box's connection. The agent then blocks writing to it and stops reading
- * the command's pipes, so the command blocks: nothing is dropped, memory
- * stays bounded; the box's other operations wait too (one stream per box).
+ * The core's fd reader fell behind (or caught up). Version 5: the exec's
+ * acknowledgements stop (resume), so the agent stops reading this command's
+ * pipes once a window is in flight; the connection goes on for the box's
+ * other operations. Before: stop (resume) reading the whole connection,
+ * which makes the agent stop reading every command's pipes. Either way the
+ * command blocks: nothing is dropped, memory stays bounded.
  */
 static void exec_flow_cb(sbx_op *op, int pause, void *data)
 {
@@ -694,6 +716,10 @@ static void exec_flow_cb(sbx_op *op, int pause, void *data)
     if (ch->done || ch->out_paused == (pause != 0))
         return;
     ch->out_paused = pause != 0;
+    if (c->version >= 5) {
+        output_ack(ch, true);
+        return;
+    }
     if (pause) {
         c->out_paused++;
         set_reading(c, false);

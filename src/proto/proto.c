@@ -41,6 +41,8 @@ const char *sbx__proto_type_name(uint8_t type)
         return "STDIN";
     case SBX_MSG_STDIN_ACK:
         return "STDIN_ACK";
+    case SBX_MSG_OUTPUT_ACK:
+        return "OUTPUT_ACK";
     case SBX_MSG_STDOUT:
         return "STDOUT";
     case SBX_MSG_STDERR:

@@ -18,7 +18,11 @@
 #include <stdint.h>
 
 #define SBX_PROTO_MAGIC 0x53425831u /* "SBX1" */
-#define SBX_PROTO_VERSION 4 /* 2: STDIN_ACK; 3: PTY sessions (proto/pty.h); 4: process listings (proto/procs.h) */
+/*
+ * 2: STDIN_ACK; 3: PTY sessions (proto/pty.h); 4: process listings
+ * (proto/procs.h); 5: OUTPUT_ACK, a window per exec on its output.
+ */
+#define SBX_PROTO_VERSION 5
 #define SBX_PROTO_MIN_VERSION 1
 
 #define SBX_PROTO_HEADER 9u /* u32 length + u8 type + u32 channel */
@@ -26,6 +30,8 @@
 #define SBX_PROTO_MAX_PAYLOAD (4u << 20)
 /* The data chunk size both sides send (stdin, stdout, file contents). */
 #define SBX_PROTO_CHUNK (256u << 10)
+/* Version 5: the output an exec may have in flight to a host that has not taken it. */
+#define SBX_PROTO_OUTPUT_WINDOW (1u << 20)
 
 enum sbx_proto_type {
     SBX_MSG_HELLO = 0x01, /* ch 0, both ways: sbx_msg_hello */
@@ -41,6 +47,14 @@ enum sbx_proto_type {
     SBX_MSG_CANCEL = 0x15, /* host -> agent: kill the exec's group / abort the transfer */
     /* agent -> host (version 2): u64 bytes of STDIN the command's pipe took since the last ACK */
     SBX_MSG_STDIN_ACK = 0x16,
+    /*
+     * host -> agent (version 5): u64 bytes of STDOUT and STDERR of the exec
+     * its caller took since the last ACK. The agent sends at most
+     * SBX_PROTO_OUTPUT_WINDOW unacknowledged bytes per exec, then stops
+     * reading that command's pipes: a slow reader holds back its own
+     * command, not the box's other operations on the same connection.
+     */
+    SBX_MSG_OUTPUT_ACK = 0x17,
 
     SBX_MSG_FILE_PUT = 0x20,  /* host -> agent: opens an upload, sbx_msg_file_put */
     SBX_MSG_FILE_GET = 0x21,  /* host -> agent: opens a download, sbx_msg_file_get */

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -428,6 +429,56 @@ static void slow_reader(enum kind k)
     sbx_provider_free(p);
 }
 
+/*
+ * A stream nobody reads holds back its own command only (protocol 5: a
+ * window per exec): the box's other execs on the same connection go on.
+ * Before, the whole connection stopped and this test waited forever.
+ */
+static void stalled_reader(enum kind k)
+{
+    sbx_provider *p = make(k);
+    sbx_sandbox *sb = box(p);
+    int pp[2];
+    TAP_EQ_INT(pipe2(pp, O_CLOEXEC), 0);
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    TAP_OK(sbx_exec_opts_set_output_fd(o, SBX_STREAM_STDOUT, pp[1]));
+    TAP_OK(sbx_exec_opts_set_keep_output(o, 0));
+    sbx_future *f = NULL;
+    TAP_OK(sbx_sandbox_exec_async(sb, "yes", o, &f, NULL));
+    /* The pipe fills (64 KiB) and the core's queue past its mark: the exec is paused. */
+    int queued = 0;
+    for (int i = 0; i < DEADLINE_S * 100 && queued < 65536; i++) {
+        TAP_EQ_INT(ioctl(pp[0], FIONREAD, &queued), 0);
+        if (queued < 65536)
+            usleep(10000);
+    }
+    TAP_TRUE(queued >= 65536);
+    for (int i = 0; i < 20; i++) {
+        sbx_exec_result *r = run(sb, "echo hi", NULL);
+        TAP_EQ_STR(sbx_exec_result_stdout(r, NULL), "hi\n");
+        sbx_exec_result_free(r);
+    }
+    TAP_TRUE(!sbx_future_done(f));
+    /* Drained, the stalled exec goes on: more bytes come than the pipe and the window held. */
+    char buf[65536];
+    size_t total = 0;
+    while (total < (size_t)8 << 20) {
+        ssize_t n = read(pp[0], buf, sizeof(buf));
+        TAP_TRUE(n > 0);
+        total += (size_t)n;
+    }
+    sbx_future_cancel(f);
+    sbx_error *e = NULL;
+    TAP_EQ_INT(wait_future(f, &e), SBX_ECANCELED);
+    sbx_error_free(e);
+    sbx_future_free(f);
+    close(pp[0]);
+    close(pp[1]);
+    sbx_exec_opts_free(o);
+    stop_free(sb);
+    sbx_provider_free(p);
+}
+
 /* --- cancel mid-stream --------------------------------------------------- */
 
 static void cancel_midstream(enum kind k)
@@ -483,6 +534,7 @@ BOTH(order)
 BOTH(timeout_partial)
 BOTH(slow_reader)
 BOTH(cancel_midstream)
+BOTH(stalled_reader)
 
 /* --- a provider that does not stream: the core's fallback ----------------- */
 
@@ -529,4 +581,5 @@ TAP_MAIN(TAP_T(test_linux_first_bytes_cb, 120), TAP_T(test_local_first_bytes_cb,
          TAP_T(test_linux_timeout_partial, 120), TAP_T(test_local_timeout_partial, 120),
          TAP_T(test_linux_slow_reader, 180), TAP_T(test_local_slow_reader, 180),
          TAP_T(test_linux_cancel_midstream, 120), TAP_T(test_local_cancel_midstream, 120),
+         TAP_T(test_linux_stalled_reader, 120), TAP_T(test_local_stalled_reader, 120),
          TAP(test_fake_fallback))
