@@ -325,8 +325,14 @@ class AsyncSandbox:
     the reference's rules to the provider object below.
     """
 
-    def __init__(self, provider: Mapping[str, Any] | Any, spec: SandboxSpec | None = None) -> None:
+    def __init__(
+        self, provider: Mapping[str, Any] | Any, spec: SandboxSpec | None = None, owns_provider: bool = True
+    ) -> None:
         self._provider = _c_provider(provider)
+        # The newer reference's owns_provider: False, stop() leaves the
+        # provider open for its other sandboxes (the caller closes it). A C
+        # provider is shared by reference count and never closed by stop().
+        self._owns_provider = bool(owns_provider)
         self._spec = spec  # C: the spec given last (informational; C keeps its own copy)
         # The C sandbox (C providers only): the one object C operations take.
         self._csb: CSandbox | None = None
@@ -408,7 +414,8 @@ class AsyncSandbox:
                 await self._provider.close(handle)
             finally:
                 self._closed = True
-                await self._provider.aclose()
+                if self._owns_provider:
+                    await self._provider.aclose()
             raise
         self._spec = wanted
         self._handle_ = handle
@@ -596,7 +603,8 @@ class AsyncSandbox:
         finally:
             # Closed only once aclose() succeeded: when it raises, a second
             # stop() retries it (the box itself is not closed twice).
-            await self._provider.aclose()
+            if self._owns_provider:
+                await self._provider.aclose()
             self._closed = True
 
     async def serialize(self, *, scope: str | None = None) -> dict[str, Any]:
@@ -621,6 +629,7 @@ class AsyncSandbox:
             csb = await _lib.await_future(*cprovider.connect(provider, descriptor))
             sandbox = cls.__new__(cls)
             sandbox._provider = provider
+            sandbox._owns_provider = True
             wd = lib.sbx_sandbox_workdir(csb.ptr)
             sandbox._spec = SandboxSpec(workdir=wd.decode() if wd is not None else None)
             sandbox._csb = csb
@@ -834,13 +843,17 @@ class Sandbox:
     is the C operation on `self._async_sandbox._csb`, waited for in the
     calling thread (_CallingThread)."""
 
-    def __init__(self, provider: Mapping[str, Any] | Any, spec: SandboxSpec | None = None) -> None:
+    def __init__(
+        self, provider: Mapping[str, Any] | Any, spec: SandboxSpec | None = None, owns_provider: bool = True
+    ) -> None:
         self._runner: _AsyncLoopRunner | _CallingThread = (
             _CallingThread() if _runs_on_c(provider) else _AsyncLoopRunner()
         )
         try:
             # Providers may bind loop-scoped resources: build them on the loop.
-            self._async_sandbox = self._runner.call("__init__", lambda: AsyncSandbox(provider, spec))
+            self._async_sandbox = self._runner.call(
+                "__init__", lambda: AsyncSandbox(provider, spec, owns_provider=owns_provider)
+            )
         except BaseException:
             self._runner.close()
             raise

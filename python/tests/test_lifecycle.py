@@ -109,6 +109,52 @@ def test_failed_startup_upload_closes_and_marks_closed():
     run(go())
 
 
+def test_owns_provider_false_leaves_the_shared_provider_open():
+    """The newer reference's owns_provider=False: stop() (and a failed start)
+    close the box, never the provider its other sandboxes share."""
+
+    async def go():
+        p = RecordingProvider()
+        a = AsyncSandbox(p, SandboxSpec(image="x"), owns_provider=False)
+        b = AsyncSandbox(p, SandboxSpec(image="x"), owns_provider=False)
+        await a.start()
+        await b.start()
+        await a.stop()
+        assert p.aclosed == 0 and len(p.closed) == 1
+        assert (await b.exec("echo hi")).return_code == 0
+        await b.stop()
+        assert p.aclosed == 0 and len(p.closed) == 2
+        failing = RecordingProvider(fail_upload=True)
+        c = AsyncSandbox(failing, SandboxSpec(files={"/x": "y"}), owns_provider=False)
+        with pytest.raises(RuntimeError, match="upload failed"):
+            await c.start()
+        assert len(failing.closed) == 1 and failing.aclosed == 0
+        await p.aclose()
+        assert p.aclosed == 1
+        # The default owns it, as before.
+        d = AsyncSandbox(RecordingProvider(), SandboxSpec(image="x"))
+        await d.start()
+        await d.stop()
+        assert d._provider.aclosed == 1
+
+    run(go())
+
+
+def test_owns_provider_false_on_a_c_provider_and_the_sync_facade():
+    async def go():
+        sb = AsyncSandbox({"fake": {}}, SandboxSpec(), owns_provider=False)
+        await sb.start()
+        assert (await sb.exec("echo hi")).return_code == 0
+        await sb.stop()
+        assert await sb.status() == SandboxStatus.STOPPED
+
+    run(go())
+    p = RecordingProvider()
+    with sbx.Sandbox(p, SandboxSpec(image="x"), owns_provider=False) as s:
+        s.start()
+    assert len(p.closed) == 1 and p.aclosed == 0
+
+
 def test_failed_create_cleans_nothing_and_stop_only_acloses():
     async def go():
         p = RecordingProvider(fail_create=sbx.SandboxCreateError("no capacity"))
