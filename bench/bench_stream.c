@@ -57,8 +57,12 @@ static void exec_ok(sbx_sandbox *sb, const char *cmd, const sbx_exec_opts *o)
     sbx_error *e = NULL;
     if (sbx_sandbox_exec(sb, cmd, o, &r, &e) != SBX_OK)
         die(cmd, e);
-    if (sbx_exec_result_return_code(r) != 0)
-        die(cmd, NULL);
+    if (sbx_exec_result_return_code(r) != 0) {
+        const char *er = sbx_exec_result_stderr(r, NULL);
+        fprintf(stderr, "bench_stream: %s exited %d: %s\n", cmd, sbx_exec_result_return_code(r),
+                er ? er : "");
+        exit(1);
+    }
     sbx_exec_result_free(r);
 }
 
