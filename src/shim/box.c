@@ -860,8 +860,10 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     /*
      * 3. Wait for the shim's go: it attached us (when we did not), and with a
      *    user namespace wrote our uid/gid maps and sends the idmapped mounts.
+     *    [nat] A nat box always waits: the shim loads its egress policy and
+     *    starts pasta first, so nothing of the box runs without them.
      */
-    if (!f->self_attach || c->userns)
+    if (!f->self_attach || c->userns || c->net == SBX_LINUX_NET_NAT)
         wait_go(f, &idm);
 
     /* 4. The agent's socket, while we still have the shim's ids (see agent_socket). */

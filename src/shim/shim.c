@@ -636,7 +636,7 @@ static void start_box(struct shim *s)
         shim_trace("uid maps written");
         send_idmapped(s, sync[1]);
         shim_trace("idmapped mounts sent");
-    } else if (!self_attached && write(sync[1], "g", 1) != 1) {
+    } else if ((!self_attached || c->net == SBX_LINUX_NET_NAT) && write(sync[1], "g", 1) != 1) {
         fail(s, SBX_ECREATE, "the box's first process died before it started");
     }
     recv_upper(s, sync[1]);
