@@ -290,6 +290,25 @@ static void test_nat_reaches_an_allowed_host_port_only(void)
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/", port);
     TAP_NE_INT(fetch(sb, url, out, sizeof(out)), 0);
     TAP_TRUE(!strstr(out, "nat-box-reached-the-host"));
+    /*
+     * The box cannot undo its policy: libnftables in the box (the host's
+     * library, bound read-only) is refused, and so is any change of its
+     * interface. Both need NET_ADMIN, which a nat box never has.
+     */
+    TAP_EQ_INT(box_sh(sb,
+                      "python3 -c 'import ctypes; l = ctypes.CDLL(\"libnftables.so.1\"); "
+                      "l.nft_ctx_new.restype = ctypes.c_void_p; "
+                      "l.nft_run_cmd_from_buffer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]; "
+                      "print(\"flush\", l.nft_run_cmd_from_buffer(l.nft_ctx_new(0), "
+                      "b\"flush ruleset\"))' 2>/dev/null",
+                      out, sizeof(out)),
+               0);
+    TAP_EQ_STR(out, "flush -1\n");
+    TAP_NE_INT(box_sh(sb, "ip link set eth0 down", out, sizeof(out)), 0);
+    TAP_CONTAINS(out, "Operation not permitted");
+    snprintf(url, sizeof(url), "http://" SBX_NAT_GATEWAY ":%d/", other);
+    TAP_NE_INT(fetch(sb, url, out, sizeof(out)), 0);
+    TAP_TRUE(!strstr(out, "must-not-be-reached"));
     /* The box resolves through pasta's forwarder. */
     TAP_EQ_INT(box_sh(sb, "cat /etc/resolv.conf", out, sizeof(out)), 0);
     TAP_EQ_STR(out, "nameserver " SBX_NAT_DNS "\n");
