@@ -3,21 +3,24 @@
  * network namespace, an nftables egress policy in it, and pasta (the passt
  * project's user-mode network stack) as its only way out.
  *
- * The order matters, and all of it happens while the box's first process
- * waits for the shim's go message, so no box code runs before it is done:
+ * All of it happens while the box's first process waits for the shim's go
+ * message, so no box code runs, and no packet can leave, before it is done:
  *
- *   1. the ruleset: sbx-nft, forked into the box's namespace (setns), loads
- *      it through libnftables. A box never holds NET_ADMIN (caps.c refuses
- *      it with nat), so it cannot remove it;
- *   2. pasta, with the namespace as /proc/self/fd/3: it makes the box's
+ *   1. pasta (started first: its start-up is the longer and overlaps 2),
+ *      with the namespace as /proc/self/fd/3: it makes the box's
  *      interface (eth0, 10.0.2.100/24, gateway 10.0.2.2, DNS forwarder
  *      10.0.2.3) and turns the box's packets into the host's own sockets.
  *      Its port forwarding is off both ways (-t/-u/-T/-U none): nothing on
  *      the host reaches into the box and the box's 127.0.0.1 is its own. The
  *      gateway maps to the host's loopback only when the policy allows
  *      "host"; else --no-map-gw, and the ruleset refuses the gateway anyway;
+ *   2. the ruleset: sbx-nft, forked into the box's namespace (setns), loads
+ *      it through libnftables. A box never holds NET_ADMIN (caps.c refuses
+ *      it with nat), so it cannot remove it;
  *   3. the shim waits for pasta's pid file: pasta writes it once the
- *      interface is configured, before its loop.
+ *      interface is configured, before its loop. Only then does the box's
+ *      first process go on: a service (entrypoint) starts with its network
+ *      up.
  *
  * pasta stays the shim's child (-f): it dies with the shim (PDEATHSIG; it
  * keeps uid 0, so the setting survives its exec and sandboxing) and the

@@ -586,19 +586,27 @@ static void start_box(struct shim *s)
     s->init = pid;
     shim_trace("cloned");
     /*
-     * [nat] The policy, then pasta, while the child still waits for its go
-     * message: no box code runs, and no packet leaves, before the rules hold
-     * (nat.c).
+     * [nat] pasta and the policy while the child still waits for its go
+     * message: no box code runs, so no packet can leave, before the rules
+     * hold (nat.c). pasta starts first so that its start-up (the longer)
+     * overlaps the ruleset's load.
      */
     if (c->net == SBX_LINUX_NET_NAT) {
         char nmsg[1024];
-        if (shim_nat_filter(c, pid, nmsg, sizeof(nmsg)) < 0)
-            fail(s, SBX_ECREATE, "%s", nmsg);
-        shim_trace("egress policy loaded");
         if ((s->pasta = shim_nat_start(c, pid, nmsg, sizeof(nmsg))) < 0) {
             s->pasta = 0;
             fail(s, SBX_ECREATE, "%s", nmsg);
         }
+        if (shim_nat_filter(c, pid, nmsg, sizeof(nmsg)) < 0)
+            fail(s, SBX_ECREATE, "%s", nmsg);
+        shim_trace("egress policy loaded");
+        int w = shim_nat_wait(c, s->pasta, c->ready_timeout_s > 0 ? c->ready_timeout_s : 30, nmsg,
+                              sizeof(nmsg));
+        if (w == -2)
+            s->pasta = 0;
+        if (w < 0)
+            fail(s, SBX_ECREATE, "%s", nmsg);
+        shim_trace("pasta ready");
     }
     /* The shim itself must not keep the box directory busy as its cwd. */
     if (chdir("/") < 0)
@@ -641,17 +649,6 @@ static void start_box(struct shim *s)
     }
     recv_upper(s, sync[1]);
     close(sync[1]);
-    if (s->pasta > 0) {
-        /* [nat] Before the record says "creating": the box's network is up when its agent is. */
-        char nmsg[1024];
-        int w = shim_nat_wait(c, s->pasta, c->ready_timeout_s > 0 ? c->ready_timeout_s : 30,
-                              nmsg, sizeof(nmsg));
-        if (w == -2)
-            s->pasta = 0;
-        if (w < 0)
-            fail(s, SBX_ECREATE, "%s", nmsg);
-        shim_trace("pasta ready");
-    }
     if (write_record(s, "creating") < 0)
         fail(s, SBX_ECREATE, "cannot write the box record: %s", strerror(errno));
 }
