@@ -433,6 +433,15 @@ static void test_nat_refusals(void)
         sbx_spec_free(s);
     }
     sbx_provider_free(p);
+    /* The config's network counts too: NET_ADMIN is refused up front (the newer API's check). */
+    p = provider("{\"network\": \"nat\"}");
+    const char *caps[] = { "NET_ADMIN", NULL };
+    char *json = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_provider_validate_runtime_requirements(p, caps, -1, &json, &e), SBX_EPERM);
+    TAP_CONTAINS(sbx_error_message(e), "refused with network \"nat\"");
+    sbx_error_free(e);
+    sbx_provider_free(p);
     census_check(state_dir);
 }
 
