@@ -228,7 +228,7 @@ install: all
 	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' sbx.pc.in \
 	    > $(DESTDIR)$(LIBDIR)/pkgconfig/sbx.pc
 	install -m 755 $(B)/sbx $(DESTDIR)$(BINDIR)/sbx
-	install -m 755 $(B)/sbx-shim $(B)/sbx-agent $(DESTDIR)$(LIBEXECDIR)/
+	install -m 755 $(B)/sbx-shim $(B)/sbx-agent $(B)/sbx-nft $(DESTDIR)$(LIBEXECDIR)/
 	install -m 644 docs/man/sbx.1 $(DESTDIR)$(MANDIR)/man1/sbx.1
 	install -m 644 contrib/completion/sbx.bash $(DESTDIR)$(BASHCOMPDIR)/sbx
 	install -m 644 contrib/completion/_sbx $(DESTDIR)$(ZSHCOMPDIR)/_sbx
@@ -247,6 +247,7 @@ uninstall:
 	    $(DESTDIR)$(LIBDIR)/libsbx.so.0 $(DESTDIR)$(LIBDIR)/libsbx.so \
 	    $(DESTDIR)$(LIBDIR)/pkgconfig/sbx.pc $(DESTDIR)$(BINDIR)/sbx \
 	    $(DESTDIR)$(LIBEXECDIR)/sbx-shim $(DESTDIR)$(LIBEXECDIR)/sbx-agent \
+	    $(DESTDIR)$(LIBEXECDIR)/sbx-nft \
 	    $(DESTDIR)$(MANDIR)/man1/sbx.1 $(DESTDIR)$(BASHCOMPDIR)/sbx $(DESTDIR)$(ZSHCOMPDIR)/_sbx
 	rm -rf $(DESTDIR)$(PYDIR)/sbx $(DESTDIR)$(PYDIR)/sbx-$(VERSION).dist-info
 	-rmdir $(DESTDIR)$(INCLUDEDIR)/sbx $(DESTDIR)$(LIBEXECDIR) 2>/dev/null
@@ -263,7 +264,7 @@ $(DEB): all $(wildcard packaging/*)
 	install -m 644 packaging/debian-triggers $(B)/deb-root/DEBIAN/triggers
 	sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@ARCH@|$(DEB_ARCH)|g' \
 	    -e "s|@SIZE@|$$(du -sk $(B)/deb-root | cut -f1)|g" \
-	    -e "s|@DEPENDS@|$$(packaging/deb-depends.sh $(B)/libsbx.so $(B)/sbx $(B)/sbx-shim)|g" \
+	    -e "s|@DEPENDS@|$$(packaging/deb-depends.sh $(B)/libsbx.so $(B)/sbx $(B)/sbx-shim $(B)/sbx-nft)|g" \
 	    packaging/debian-control.in \
 	    > $(B)/deb-root/DEBIAN/control
 	dpkg-deb --root-owner-group --build $(B)/deb-root $@
@@ -307,6 +308,16 @@ $(B)/sbx-shim: $(SHIM_OBJ) $(B)/libsbx.a
 all: $(B)/sbx-shim
 tests: $(B)/sbx-shim
 # --- end sbx-shim ---
+
+# --- sbx-nft --- [nat]
+# Loads a nat box's egress policy through libnftables, which has no static
+# library: a small dynamically linked helper the static shim executes.
+$(B)/sbx-nft: $(B)/obj/src/nft/main.o
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(shell pkg-config --libs libnftables 2>/dev/null)
+$(B)/obj/src/nft/main.o: CFLAGS_ALL += $(shell pkg-config --cflags libnftables 2>/dev/null)
+all: $(B)/sbx-nft
+tests: $(B)/sbx-nft
+# --- end sbx-nft ---
 
 # --- sbx-agent ---
 # The in-box agent: src/agent plus the protocol codec (the host client lives in src/kit),

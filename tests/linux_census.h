@@ -1,7 +1,7 @@
 /*
  * A census of what linux boxes leave on the host, run after every linux
  * test: no box directory in the state directory, no process whose command
- * line names it (shims), no mount that mentions it, no cgroup under an
+ * line names it (shims, a nat box's pasta), no mount that mentions it, no cgroup under an
  * sbx/ level without a live box (an empty group with no box is a leak), and
  * none of the box paths the tests use (workdirs such as /work) on the host.
  *
@@ -76,7 +76,8 @@ static const char *census_find(const char *state_dir, char *why, size_t why_len)
         for (int i = 0; i < n; i++)
             if (!cmd[i])
                 cmd[i] = ' ';
-        if (n > 0 && strstr(cmd, state_dir) && strstr(cmd, "sbx-shim")) {
+        /* [nat] pasta, a nat box's network, names its pid file in the box directory. */
+        if (n > 0 && strstr(cmd, state_dir) && (strstr(cmd, "sbx-shim") || strstr(cmd, "pasta"))) {
             snprintf(why, why_len, "process %.30s left: %.200s", de->d_name, cmd);
             closedir(d);
             return why;

@@ -131,6 +131,7 @@ struct cli_spec_opts {
     json_t *volumes;      /* [volumes] -v/--volume SRC:DST[:ro], as strings */
     json_t *cap_add;      /* [volumes] --cap-add CAP */
     const char *shm_size; /* [volumes] --shm-size SIZE */
+    const char *network;  /* [nat] --network none|host|nat */
     json_t *publish; /* [endpoint] -p mappings: provider_options.publish entries */
 };
 
@@ -149,6 +150,7 @@ struct cli_spec_opts {
         { "volume", required_argument, NULL, 'v' },                                                \
         { "cap-add", required_argument, NULL, 1030 },                                              \
         { "shm-size", required_argument, NULL, 1031 },                                             \
+        { "network", required_argument, NULL, 1032 } /* [nat] */,                                  \
         { "publish", required_argument, NULL, 'p' } /* [endpoint] */
 
 /*

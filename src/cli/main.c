@@ -33,7 +33,9 @@
     "                         (linux) mount host path SRC (absolute) or named volume\n"       \
     "                         SRC at DST in the box; :ro read-only (repeatable)\n"            \
     "  --cap-add CAP          (linux) add capability CAP, e.g. NET_ADMIN (repeatable)\n"     \
-    "  --shm-size SIZE        (linux) size of /dev/shm, e.g. 256m, 1g\n"
+    "  --shm-size SIZE        (linux) size of /dev/shm, e.g. 256m, 1g\n"                        \
+    "  --network MODE         (linux) none (loopback only), host, or nat (outbound through\n"  \
+    "                         user-mode NAT; see docs/networking.md)\n"
 
 struct command {
     const char *name;

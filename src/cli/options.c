@@ -252,6 +252,17 @@ int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *ar
         return json_array_append_new(*list, json_string(arg)) < 0 ? -1 : 1;
     }
     case 1031: o->shm_size = arg; return 1;
+    case 1032:
+        /*
+         * [nat] provider_options.network. A name of a box-to-box network
+         * will be taken here too; until then it is refused by name.
+         */
+        if (strcmp(arg, "none") && strcmp(arg, "host") && strcmp(arg, "nat")) {
+            cli_usage_error(cmd, "--network: unknown network '%s' (none, host or nat)", arg);
+            return -1;
+        }
+        o->network = arg;
+        return 1;
     default: return 0;
     }
 }
@@ -398,6 +409,16 @@ static int apply_options(const char *cmd, struct cli_spec_opts *o, sbx_spec *spe
             return CLI_EXIT_SBX;
     }
     /* [volumes] -v, --cap-add, --shm-size: added to provider_options (docs/volumes.md). */
+    if (o->network) {
+        /* [nat] docs/networking.md */
+        _cleanup_json_ json_t *po = json_loads(sbx_spec_provider_options(spec), 0, NULL);
+        if (!json_is_object(po))
+            po = json_object();
+        json_object_set_new(po, "network", json_string(o->network));
+        _cleanup_free_ char *t = po ? sbx__json_dump(po) : NULL;
+        if (!t || sbx_spec_set_provider_options(spec, t, NULL) < 0)
+            return CLI_EXIT_SBX;
+    }
     if (o->volumes || o->cap_add || o->shm_size) {
         _cleanup_json_ json_t *po = json_loads(sbx_spec_provider_options(spec), 0, NULL);
         if (!json_is_object(po))
@@ -528,16 +549,19 @@ int cli_spec_build(const char *cmd, struct cli_spec_opts *o, char **config_json,
      * [volumes] Other providers ignore provider_options they do not know:
      * a -v that mounts nothing must not pass in silence.
      */
-    if (o->volumes || o->cap_add || o->shm_size) {
+    if (o->volumes || o->cap_add || o->shm_size || o->network) {
         _cleanup_json_ json_t *cfg = json_loads(config, 0, NULL);
         void *it = json_object_iter(cfg);
         const char *name = it ? json_object_iter_key(it) : "";
         if (strcmp(name, "linux")) {
             sbx_spec_free(s);
             return cli_usage_error(cmd, "%s: only the linux provider mounts volumes, adds "
-                                        "capabilities or sizes /dev/shm (provider %s)",
-                                   o->volumes ? "-v/--volume" : o->cap_add ? "--cap-add"
-                                                                          : "--shm-size",
+                                        "capabilities, sizes /dev/shm or chooses the box's "
+                                        "network (provider %s)",
+                                   o->volumes   ? "-v/--volume"
+                                   : o->cap_add ? "--cap-add"
+                                   : o->network ? "--network"
+                                                : "--shm-size",
                                    name);
         }
     }

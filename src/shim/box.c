@@ -197,7 +197,8 @@ static void put_file(int dirfd, const char *name, const char *text)
  * name resolves (to loopback), so programs that look themselves up
  * (gethostbyname(gethostname()), Java's getLocalHost, Python's getfqdn)
  * work without a network. Sharing the host's network, the box keeps the
- * host's hosts entries and name servers and adds its own name.
+ * host's hosts entries and name servers and adds its own name. A nat box
+ * asks pasta's DNS forwarder.
  */
 static void write_etc(int rootfd, const struct shim_cfg *c)
 {
@@ -210,6 +211,9 @@ static void write_etc(int rootfd, const struct shim_cfg *c)
         sbx__read_file("/etc/hosts", &host_hosts, NULL);
         sbx__read_file("/etc/resolv.conf", &resolv, NULL);
     }
+    /* [nat] Names go to pasta's DNS forwarder, which asks the host's (or the given) servers. */
+    if (c->net == SBX_LINUX_NET_NAT)
+        resolv = sbx__printf("nameserver %s\n", SBX_NAT_DNS);
     _cleanup_free_ char *hosts =
         host_hosts
             ? sbx__printf("%s%s127.0.1.1\t%s\n", host_hosts,
@@ -856,8 +860,10 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
     /*
      * 3. Wait for the shim's go: it attached us (when we did not), and with a
      *    user namespace wrote our uid/gid maps and sends the idmapped mounts.
+     *    [nat] A nat box always waits: the shim loads its egress policy and
+     *    starts pasta first, so nothing of the box runs without them.
      */
-    if (!f->self_attach || c->userns)
+    if (!f->self_attach || c->userns || c->net == SBX_LINUX_NET_NAT)
         wait_go(f, &idm);
 
     /* 4. The agent's socket, while we still have the shim's ids (see agent_socket). */

@@ -61,7 +61,7 @@ static int box_caps(const struct shim_cfg *c, struct capset *cs, char *msg, size
         _cleanup_json_ json_t *one = json_pack("[O]", e), *out = json_array();
         int cap = sbx__linux_cap_number(json_string_value(e));
         if (!one || !out || cap < 0 || cs->n >= (int)SBX_ARRAY_SIZE(cs->v) ||
-            sbx__linux_caps_parse(one, "cap_add", c->net_host, out, NULL) < 0) {
+            sbx__linux_caps_parse(one, "cap_add", c->net, out, NULL) < 0) {
             snprintf(msg, msg_len, "capability %s is not one a box may add",
                      json_string_value(e) ? json_string_value(e) : "(not a string)");
             return -EPERM;

@@ -76,6 +76,7 @@ struct shim {
     int service_code;     /* the exit status or the signal number */
     struct shim_ports ports; /* [endpoint] published ports (forward.c) */
     pid_t fwd;               /* [endpoint] the port forwarder, 0: none */
+    pid_t pasta;             /* [nat] the box's user-mode network, 0: none */
 };
 
 static double mono(void)
@@ -143,6 +144,15 @@ static int parse_cfg(json_t *j, struct shim_cfg *c, char *msg, size_t len)
     c->user = jget(j, "user");
     c->none_image = json_is_true(json_object_get(j, "none_image"));
     c->net_host = json_is_true(json_object_get(j, "net_host"));
+    /* [nat] "net" names the mode; older providers sent only net_host. */
+    const char *net = jget(j, "net");
+    c->net = c->net_host ? SBX_LINUX_NET_HOST
+             : net && !strcmp(net, "nat") ? SBX_LINUX_NET_NAT
+                                          : SBX_LINUX_NET_NONE;
+    c->pasta = jget(j, "pasta");
+    c->nft = jget(j, "nft");
+    c->egress = json_object_get(j, "egress");
+    c->dns = json_object_get(j, "dns");
     c->userns = json_is_true(json_object_get(j, "userns"));
     c->userns_base = (unsigned)jnum(j, "userns_base", 0);
     c->userns_slots = (unsigned)jnum(j, "userns_slots", 0);
@@ -177,6 +187,11 @@ static int parse_cfg(json_t *j, struct shim_cfg *c, char *msg, size_t len)
         snprintf(msg, len, "the box description lacks id, box_dir, hostname, lower or agent");
         return -1;
     }
+    if (c->net == SBX_LINUX_NET_NAT && (!c->pasta || c->pasta[0] != '/' || !c->nft ||
+                                        c->nft[0] != '/')) {
+        snprintf(msg, len, "the box description of a nat box lacks the paths of pasta or sbx-nft");
+        return -1;
+    }
     return 0;
 }
 
@@ -201,7 +216,10 @@ static int write_record(struct shim *s, const char *state)
     json_object_set_new(r, "shim_start", json_integer((json_int_t)sbx__linux_proc_start(getpid())));
     json_object_set_new(r, "init_pid", json_integer(s->init));
     json_object_set_new(r, "agent_socket", json_string(sock));
-    json_object_set_new(r, "net", json_string(c->net_host ? "host" : "none"));
+    static const char *const nets[] = { "none", "host", "nat" };
+    json_object_set_new(r, "net", json_string(nets[c->net]));
+    /* [nat] pasta's pid: the box's helper process, while it runs. */
+    json_object_set_new(r, "pasta_pid", s->pasta > 0 ? json_integer(s->pasta) : json_null());
     /* The host uid (and gid) box root maps to; null: no user namespace. */
     json_object_set_new(r, "userns_uid", c->userns ? json_integer(c->uid_base) : json_null());
     json_object_set_new(r, "cgroups", s->cgroups ? json_incref(s->cgroups) : json_array());
@@ -269,6 +287,7 @@ __attribute__((noreturn)) static void teardown(struct shim *s, int code)
     /* [endpoint] The listeners go first: no new connection into a dying box. */
     shim_forwarder_stop(&s->fwd);
     shim_ports_close(&s->ports);
+    shim_nat_stop(&s->pasta); /* [nat] no packet leaves for a box being torn down */
     kill_box(s);
     shim_trace("box reaped");
     if (s->cgroups)
@@ -566,6 +585,29 @@ static void start_box(struct shim *s)
     }
     s->init = pid;
     shim_trace("cloned");
+    /*
+     * [nat] pasta and the policy while the child still waits for its go
+     * message: no box code runs, so no packet can leave, before the rules
+     * hold (nat.c). pasta starts first so that its start-up (the longer)
+     * overlaps the ruleset's load.
+     */
+    if (c->net == SBX_LINUX_NET_NAT) {
+        char nmsg[1024];
+        if ((s->pasta = shim_nat_start(c, pid, nmsg, sizeof(nmsg))) < 0) {
+            s->pasta = 0;
+            fail(s, SBX_ECREATE, "%s", nmsg);
+        }
+        if (shim_nat_filter(c, pid, nmsg, sizeof(nmsg)) < 0)
+            fail(s, SBX_ECREATE, "%s", nmsg);
+        shim_trace("egress policy loaded");
+        int w = shim_nat_wait(c, s->pasta, c->ready_timeout_s > 0 ? c->ready_timeout_s : 30, nmsg,
+                              sizeof(nmsg));
+        if (w == -2)
+            s->pasta = 0;
+        if (w < 0)
+            fail(s, SBX_ECREATE, "%s", nmsg);
+        shim_trace("pasta ready");
+    }
     /* The shim itself must not keep the box directory busy as its cwd. */
     if (chdir("/") < 0)
         fail(s, SBX_ECREATE, "chdir /: %s", strerror(errno));
@@ -602,7 +644,7 @@ static void start_box(struct shim *s)
         shim_trace("uid maps written");
         send_idmapped(s, sync[1]);
         shim_trace("idmapped mounts sent");
-    } else if (!self_attached && write(sync[1], "g", 1) != 1) {
+    } else if ((!self_attached || c->net == SBX_LINUX_NET_NAT) && write(sync[1], "g", 1) != 1) {
         fail(s, SBX_ECREATE, "the box's first process died before it started");
     }
     recv_upper(s, sync[1]);
@@ -734,6 +776,8 @@ static void on_init_exit(struct shim *s)
         sbx__cg_destroy(s->cgroups);
     json_decref(s->cgroups);
     s->cgroups = json_array();
+    /* [nat] pasta would keep the dead box's namespace (and itself) alive. */
+    shim_nat_stop(&s->pasta);
     /* [svc-logs] The log's last event: a follower stops here, and a reader sees why. */
     char ev[48];
     int n = snprintf(ev, sizeof(ev), "agent %s %d", WIFEXITED(st) ? "exited" : "killed",
@@ -752,6 +796,9 @@ static void handle_signals(struct shim *s)
             /* [endpoint] The forwarder ends on its own with the agent: reap it. */
             if (s->fwd > 0 && waitpid(s->fwd, NULL, WNOHANG) == s->fwd)
                 s->fwd = 0;
+            /* [nat] pasta died: the box has no way out any more, which is what it may keep. */
+            if (s->pasta > 0 && waitpid(s->pasta, NULL, WNOHANG) == s->pasta)
+                s->pasta = 0;
             continue;
         }
         /* SIGTERM, SIGINT, SIGHUP: a stop. */

@@ -19,6 +19,11 @@ struct shim_cfg {
     json_t *lowers;       /* the image's layers, top first (NULL: just `lower`) */
     bool none_image;      /* lower is the skeleton: bind the host's system dirs */
     bool net_host;        /* share the host's network namespace */
+    int net;              /* [nat] SBX_LINUX_NET_*: none, host or nat */
+    const char *pasta;    /* [nat] the pasta binary */
+    const char *nft;      /* [nat] the sbx-nft helper */
+    json_t *egress;       /* [nat] provider_options.egress, or NULL */
+    json_t *dns;          /* [nat] upstream name servers for pasta, or NULL */
     bool userns;          /* map root in the box to an unprivileged host range */
     unsigned userns_base;  /* first host uid of the first slot (userns) */
     unsigned userns_slots; /* how many 65536-id ranges follow it */
@@ -146,5 +151,16 @@ pid_t shim_forwarder_start(struct shim_ports *p, const char *box_dir, pid_t agen
 void shim_forwarder_stop(pid_t *pid);
 /* `sbx-shim --forward ...`: the forwarder's main. */
 int shim_forward_main(int argc, char **argv);
+
+/* --- network "nat" (nat.c) [nat] ----------------------------------------- */
+
+/* Loads the egress policy into the namespace of `init` (through sbx-nft). -1 with `msg`. */
+int shim_nat_filter(const struct shim_cfg *c, pid_t init, char *msg, size_t len);
+/* Starts pasta on the namespace of `init`; its pid, or -1 with `msg`. */
+pid_t shim_nat_start(const struct shim_cfg *c, pid_t init, char *msg, size_t len);
+/* Waits until pasta has configured the box's interface: 0; -1 (pasta still runs) or -2 (reaped). */
+int shim_nat_wait(const struct shim_cfg *c, pid_t pid, double timeout_s, char *msg, size_t len);
+/* Kills and reaps pasta (*pid 0 afterwards). */
+void shim_nat_stop(pid_t *pid);
 
 #endif

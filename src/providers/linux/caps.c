@@ -108,7 +108,7 @@ int sbx__linux_cap_number(const char *name)
     return r ? r->number : -1;
 }
 
-int sbx__linux_caps_parse(const json_t *v, const char *what, bool net_host, json_t *out,
+int sbx__linux_caps_parse(const json_t *v, const char *what, int net, json_t *out,
                           sbx_error **err)
 {
     if (json_is_null(v))
@@ -144,7 +144,14 @@ int sbx__linux_caps_parse(const json_t *v, const char *what, bool net_host, json
         if (r->rule == CAP_REFUSED)
             return sbx__set_error(err, SBX_EPERM, "%s: capability %s is refused: %s", what,
                                   r->name, r->why);
-        if (r->number == CAP_NET_ADMIN && net_host)
+        /* [nat] A nat box's egress policy is nftables rules in its own namespace. */
+        if (r->number == CAP_NET_ADMIN && net == SBX_LINUX_NET_NAT)
+            return sbx__set_error(err, SBX_EPERM,
+                                  "%s: capability NET_ADMIN is refused with network \"nat\": "
+                                  "the box could remove its egress policy (nftables rules in its "
+                                  "network namespace); use network \"none\" to get NET_ADMIN",
+                                  what);
+        if (r->number == CAP_NET_ADMIN && net == SBX_LINUX_NET_HOST)
             return sbx__set_error(err, SBX_EPERM,
                                   "%s: capability NET_ADMIN is refused with network \"host\": "
                                   "the box shares the host's network namespace, so it would "

@@ -479,10 +479,11 @@ SBX_INTERNAL int sbx__linux_shm_parse(const json_t *v, const char *what, long lo
  * Appends the capability names of `v` (a list of strings: "NET_ADMIN",
  * "CAP_SYS_PTRACE", any case) to `out`, normalized without the CAP_ prefix
  * and without duplicates; SBX_EINVAL for an unknown name, SBX_EPERM for one
- * sbx refuses (the message says why). `net_host`: the box shares the host's
- * network, where NET_ADMIN would reach the host's interfaces.
+ * sbx refuses (the message says why). `net`: SBX_LINUX_NET_*; NET_ADMIN is
+ * refused with the host's network (it would reach the host's interfaces) and
+ * with nat (it would undo the egress policy).
  */
-SBX_INTERNAL int sbx__linux_caps_parse(const json_t *v, const char *what, bool net_host,
+SBX_INTERNAL int sbx__linux_caps_parse(const json_t *v, const char *what, int net,
                                        json_t *out, sbx_error **err);
 /* The number of capability `name` (normalized), or -1. */
 SBX_INTERNAL int sbx__linux_cap_number(const char *name);
@@ -496,14 +497,55 @@ SBX_INTERNAL int sbx__linux_box_extras_option(const char *key, const json_t *v, 
  * Sets the box description's "volumes", "cap_add" and "shm_size": the
  * config's, then the metadata validate_runtime_requirements returned
  * ("sbx.cap_add", "sbx.shm_size"), then the box's provider_options (`vols`,
- * `caps`, `shm`; NULL/0 when absent). NET_ADMIN is refused with `net_host`.
+ * `caps`, `shm`; NULL/0 when absent). `net`: SBX_LINUX_NET_*, for NET_ADMIN.
  */
 SBX_INTERNAL int sbx__linux_box_extras(const sbx_linux_extras *x, const sbx_spec *spec,
-                                       bool net_host, const json_t *vols, const json_t *caps,
+                                       int net, const json_t *vols, const json_t *caps,
                                        long long shm, json_t *desc, sbx_error **err);
 /* The provider's extras and state dir when `p` is the linux provider, else NULL. */
 SBX_INTERNAL const sbx_linux_extras *sbx__linux_provider_extras(const sbx_provider *p,
                                                                  const char **state_dir,
-                                                                 bool *net_host);
+                                                                 int *net);
+
+/* --- [nat] network "nat": user-mode NAT by pasta, an egress policy (egress.c) --- */
+/* The box's network modes (provider_options.network). */
+enum { SBX_LINUX_NET_NONE = 0, SBX_LINUX_NET_HOST = 1, SBX_LINUX_NET_NAT = 2 };
+/*
+ * The addresses of a nat box's side of pasta: fixed, as slirp4netns and
+ * Podman use them, so a policy can name them. The gateway is the host's
+ * loopback when an allow rule names "host" (pasta maps it), else refused.
+ */
+#define SBX_NAT_ADDR "10.0.2.100"
+#define SBX_NAT_PREFIX 24
+#define SBX_NAT_GATEWAY "10.0.2.2"
+#define SBX_NAT_DNS "10.0.2.3"
+#define SBX_EGRESS_MAX_RULES 256
+#define SBX_EGRESS_RULE_MAX 64
+/* "A.B.C.D[/LEN][:PORT[-PORT]]" or "host[:PORT[-PORT]]"; ports 0: any port, any protocol. */
+struct sbx_egress_rule {
+    uint32_t net; /* host byte order */
+    uint8_t plen;
+    bool host; /* the host gateway (the host's loopback through pasta) */
+    uint16_t lo, hi;
+};
+struct sbx_egress {
+    bool deny_default;
+    size_t nallow, ndeny;
+    struct sbx_egress_rule allow[SBX_EGRESS_MAX_RULES], deny[SBX_EGRESS_MAX_RULES];
+};
+/* Parses one rule; -1 with `why` saying what is wrong. */
+SBX_INTERNAL int sbx__egress_rule_parse(const char *s, struct sbx_egress_rule *r, char *why,
+                                        size_t n);
+/* provider_options.egress (NULL: allow all but the host); -1 with `why`. */
+SBX_INTERNAL int sbx__egress_parse(const json_t *v, struct sbx_egress *out, char *why, size_t n);
+/* True when an allow rule names the host: pasta then maps the gateway to the host's loopback. */
+SBX_INTERNAL bool sbx__egress_host_allowed(const struct sbx_egress *e);
+/*
+ * The nftables ruleset (nft syntax, for libnftables) that enforces `e` in a
+ * box's namespace; `host_addrs` are the host's own IPv4 addresses (host byte
+ * order), always refused. Returns a malloc'd string, NULL without memory.
+ */
+SBX_INTERNAL char *sbx__egress_nft(const struct sbx_egress *e, const uint32_t *host_addrs,
+                                   size_t nhost);
 
 #endif /* SBX_LINUX_H */

@@ -18,6 +18,7 @@
 #include "kit/agentpool.h"
 #include "core/logs.h"
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
@@ -44,7 +45,8 @@ struct linux_state {
     char *shim;
     char *agent;
     long long pids;
-    bool net_host;
+    int net; /* SBX_LINUX_NET_*: the config's network */
+    char *pasta; /* [nat] the config's pasta binary, NULL: found in PATH */
     bool userns;
     unsigned userns_base;  /* host uid of slot 0's box root */
     unsigned userns_slots; /* how many 65536-id ranges boxes may take */
@@ -137,6 +139,17 @@ static int elf_dynamic(const char *path)
     return 0;
 }
 
+/* [nat] SBX_LINUX_NET_* of a network name, -1 for any other. */
+static int net_mode(const char *s)
+{
+    if (!s)
+        return -1;
+    return !strcmp(s, "none") ? SBX_LINUX_NET_NONE
+           : !strcmp(s, "host") ? SBX_LINUX_NET_HOST
+           : !strcmp(s, "nat")  ? SBX_LINUX_NET_NAT
+                                : -1;
+}
+
 static void state_free(struct linux_state *st)
 {
     if (!st)
@@ -145,6 +158,7 @@ static void state_free(struct linux_state *st)
     free(st->image_store);
     free(st->shim);
     free(st->agent);
+    free(st->pasta);
     sbx_strv_free(st->cdi_dirs);
     free(st->shell);
     free(st->pull);
@@ -367,7 +381,7 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
     json_object_foreach(cfg, key, v)
     {
         if (!strcmp(key, "state_dir") || !strcmp(key, "shim") || !strcmp(key, "agent") ||
-            !strcmp(key, "image_store")) {
+            !strcmp(key, "image_store") || !strcmp(key, "pasta")) {
             /* null: the default (as the shipped providers/linux/configs/linux.yaml writes it). */
             if (json_is_null(v))
                 continue;
@@ -378,6 +392,7 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             char **dst = !strcmp(key, "state_dir")     ? &st->state_dir
                          : !strcmp(key, "image_store") ? &st->image_store
                          : !strcmp(key, "shim")        ? &st->shim
+                         : !strcmp(key, "pasta")       ? &st->pasta
                                                        : &st->agent;
             /* A relative path would be resolved against whatever directory the program runs in. */
             if (json_string_value(v)[0] != '/') {
@@ -395,11 +410,11 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             st->pids = json_integer_value(v);
         } else if (!strcmp(key, "network")) {
             const char *s = json_string_value(v);
-            if (!s || (strcmp(s, "none") && strcmp(s, "host"))) {
-                rc = cfg_error(err, key, "\"none\" or \"host\"");
+            if (net_mode(s) < 0) {
+                rc = cfg_error(err, key, "\"none\", \"host\" or \"nat\"");
                 break;
             }
-            st->net_host = !strcmp(s, "host");
+            st->net = net_mode(s);
         } else if (!strcmp(key, "userns") || !strcmp(key, "seccomp")) {
             if (!json_is_boolean(v)) {
                 rc = cfg_error(err, key, "true or false");
@@ -543,7 +558,7 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                                 "cdi_spec_dirs, shell, image_store, pull, platform, "
                                 "registry_mirrors, insecure_registries, registry_certs_dirs, "
                                 "docker_config, pull_parallel, log_max_bytes, volumes, cap_add, "
-                                "shm_size, volume_store, shared_root)",
+                                "shm_size, volume_store, shared_root, pasta)",
                                 key);
             break;
         }
@@ -614,7 +629,9 @@ struct create {
     char *image;
     char *pull; /* provider_options.pull, else the config's */
     char *hostname;
-    bool net_host, userns;
+    int net; /* SBX_LINUX_NET_* */
+    json_t *egress, *dns; /* [nat] provider_options.egress and .dns, checked, or NULL */
+    bool userns;
     bool die_with_creator; /* provider_options.die_with_creator */
     long long pids;
     long long nofile_soft, nofile_hard; /* as asked for; hard 0: the default */
@@ -660,6 +677,8 @@ static void create_free(struct create *c)
     json_decref(c->desc);
     json_decref(c->volumes);
     json_decref(c->cap_add);
+    json_decref(c->egress); /* [nat] */
+    json_decref(c->dns);
     sbx_error_free(c->err);
     box_free(c->box);
     free(c);
@@ -1314,6 +1333,79 @@ static json_t *ports_desc(const sbx_spec *spec, const json_t *publish)
     return a;
 }
 
+/* [nat] provider_options.dns: the upstream resolvers of pasta's DNS forwarder. */
+static int check_dns(const json_t *v, sbx_error **err)
+{
+    bool ok = json_is_array(v) && json_array_size(v) >= 1 && json_array_size(v) <= 3;
+    size_t i;
+    json_t *a;
+    struct in_addr in;
+    json_array_foreach(v, i, a) ok = ok && json_is_string(a) &&
+                                     inet_pton(AF_INET, json_string_value(a), &in) == 1;
+    if (!ok)
+        return sbx__set_error(err, SBX_EINVAL,
+                              "provider_options.dns must be a list of 1 to 3 IPv4 addresses of "
+                              "name servers, like [\"192.0.2.53\"]");
+    return SBX_OK;
+}
+
+/* An executable named `name` in PATH, or NULL. */
+static char *find_in_path(const char *name)
+{
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    while (*path) {
+        size_t n = strcspn(path, ":");
+        char *cand = sbx__printf("%.*s/%s", (int)n, path, name);
+        if (cand && n > 0 && path[0] == '/' && access(cand, X_OK) == 0)
+            return cand;
+        free(cand);
+        path += n;
+        if (*path == ':')
+            path++;
+    }
+    return NULL;
+}
+
+/*
+ * [nat] The description's network part: "net", and for nat the helpers the
+ * shim runs (pasta, sbx-nft) and the policy. Options that only nat uses are
+ * refused without it rather than ignored: a policy that does nothing must
+ * not look like one that holds.
+ */
+static int nat_desc(struct linux_state *st, struct create *c, sbx_error **err)
+{
+    static const char *const names[] = { "none", "host", "nat" };
+    json_object_set_new(c->desc, "net", json_string(names[c->net]));
+    if (c->net != SBX_LINUX_NET_NAT) {
+        if (c->egress || c->dns)
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "provider_options.%s needs network \"nat\" (the box's network "
+                                  "is \"%s\")",
+                                  c->egress ? "egress" : "dns", names[c->net]);
+        return SBX_OK;
+    }
+    _cleanup_free_ char *pasta = st->pasta ? strdup(st->pasta) : find_in_path("pasta");
+    if (!pasta)
+        return sbx__set_error(err, SBX_ECREATE,
+                              "network \"nat\" needs pasta, which is not in PATH: install the "
+                              "passt package (apt-get install passt), or set the provider's "
+                              "pasta option");
+    _cleanup_free_ char *nft = sbx__kit_find_helper("sbx-nft", "SBX_NFT");
+    if (!nft)
+        return sbx__set_error(err, SBX_ECREATE,
+                              "network \"nat\" needs the sbx-nft helper (set SBX_NFT, or install "
+                              "sbx)");
+    json_object_set_new(c->desc, "pasta", json_string(pasta));
+    json_object_set_new(c->desc, "nft", json_string(nft));
+    if (c->egress)
+        json_object_set(c->desc, "egress", c->egress);
+    if (c->dns)
+        json_object_set(c->desc, "dns", c->dns);
+    return SBX_OK;
+}
+
 /* provider_options: hostname, network, userns, pids_limit, nofile, die_with_creator. */
 static int read_options(const sbx_spec *spec, struct create *c, sbx_error **err)
 {
@@ -1341,10 +1433,30 @@ static int read_options(const sbx_spec *spec, struct create *c, sbx_error **err)
             c->hostname = strdup(h);
         } else if (!strcmp(key, "network")) {
             const char *s = json_string_value(v);
-            if (!s || (strcmp(s, "none") && strcmp(s, "host")))
+            if (net_mode(s) < 0)
                 return sbx__set_error(err, SBX_EINVAL,
-                                      "provider_options.network must be \"none\" or \"host\"");
-            c->net_host = !strcmp(s, "host");
+                                      "provider_options.network must be \"none\", \"host\" or "
+                                      "\"nat\" (got %s%.64s%s)%s",
+                                      s ? "'" : "", s ? s : "a non-string", s ? "'" : "",
+                                      s ? "; named networks are not supported yet" : "");
+            c->net = net_mode(s);
+        } else if (!strcmp(key, "egress")) {
+            /* [nat] docs/networking.md: checked here for the user's error, again by the shim. */
+            struct sbx_egress *eg = malloc(sizeof(*eg));
+            char why[512];
+            int bad = !eg ? -2 : sbx__egress_parse(v, eg, why, sizeof(why));
+            free(eg);
+            if (bad == -2)
+                return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+            if (bad < 0)
+                return sbx__set_error(err, SBX_EINVAL, "provider_options.%s", why);
+            json_decref(c->egress);
+            c->egress = json_incref(v);
+        } else if (!strcmp(key, "dns")) {
+            if (check_dns(v, err) < 0)
+                return SBX_EINVAL;
+            json_decref(c->dns);
+            c->dns = json_incref(v);
         } else if (!strcmp(key, "userns")) {
             if (!json_is_boolean(v))
                 return sbx__set_error(err, SBX_EINVAL, "provider_options.userns must be a bool");
@@ -1417,7 +1529,7 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->op = op;
     c->st = st;
     c->ctl = -1;
-    c->net_host = st->net_host;
+    c->net = st->net;
     c->userns = st->userns;
     c->pids = st->pids;
     c->nofile_soft = st->nofile_soft;
@@ -1528,7 +1640,7 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
         "{s:s, s:s, s:s, s:s, s:s?, s:b, s:b, s:I, s:I, s:b, s:I, s:s?, s:s, s:f, s:f, s:f, s:I,"
         " s:I, s:f, s:o, s:o, s:o?}",
         "id", c->box->id, "state_dir", st->state_dir, "box_dir", c->box->box_dir, "hostname",
-        c->hostname, "image", c->image, "net_host", c->net_host, "userns", c->userns, "userns_base",
+        c->hostname, "image", c->image, "net_host", c->net == SBX_LINUX_NET_HOST, "userns", c->userns, "userns_base",
         (json_int_t)st->userns_base, "userns_slots", (json_int_t)st->userns_slots, "seccomp", st->seccomp, "upper_size",
         (json_int_t)(disk > 0 ? disk << 30 : 0), "workdir", sbx_spec_workdir(spec), "agent",
         st->agent, "ttl_s", ttl, "ready_timeout_s", c->ready_timeout_s, "stop_grace_s",
@@ -1549,7 +1661,9 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
         json_object_set_new(c->desc, "die_with_creator", json_true());
     json_object_set_new(c->desc, "log_max_bytes", json_integer(st->log_max_bytes));
     /* [volumes] the config's volumes, caps and shm size, then the box's own. */
-    if (sbx__linux_box_extras(&st->x, spec, c->net_host, c->volumes, c->cap_add, c->shm_size,
+    if (nat_desc(st, c, &e) < 0)
+        goto fail;
+    if (sbx__linux_box_extras(&st->x, spec, c->net, c->volumes, c->cap_add, c->shm_size,
                               c->desc, &e) < 0)
         goto fail;
     /* [endpoint] Declared ports: the shim listens on the host for each (forward.c). */
@@ -2527,12 +2641,12 @@ const struct sbx_provider_ops sbx__linux_provider = {
 
 /* [volumes] The linux provider's extras, for the public calls of volumes.c. */
 const sbx_linux_extras *sbx__linux_provider_extras(const sbx_provider *p, const char **state_dir,
-                                                   bool *net_host)
+                                                   int *net)
 {
     if (!p || p->ops != &sbx__linux_provider || !p->state)
         return NULL;
     const struct linux_state *st = p->state;
     *state_dir = st->state_dir;
-    *net_host = st->net_host;
+    *net = st->net;
     return &st->x;
 }

@@ -690,9 +690,9 @@ void sbx__linux_extras_free(sbx_linux_extras *x)
 /* --- the public calls ------------------------------------------------------------ */
 
 static int extras_of(sbx_provider *p, const char *fn, const sbx_linux_extras **x,
-                     const char **state_dir, bool *net_host, sbx_error **err)
+                     const char **state_dir, int *net_host, sbx_error **err)
 {
-    bool nh = false;
+    int nh = 0;
     const char *sd = NULL;
     *x = p ? sbx__linux_provider_extras(p, &sd, &nh) : NULL;
     if (!*x)
@@ -912,7 +912,7 @@ int sbx_provider_validate_runtime_requirements(sbx_provider *p,
 {
     const sbx_linux_extras *x;
     const char *sd = NULL;
-    bool net_host = false;
+    int net_host = 0;
     int rc = extras_of(p, "sbx_provider_validate_runtime_requirements", &x, &sd, &net_host, err);
     if (rc < 0)
         return rc;
@@ -975,7 +975,7 @@ int sbx__linux_box_extras_option(const char *key, const json_t *v, json_t **vols
     return sbx__linux_caps_parse(v, "provider_options.cap_add", false, *to, err);
 }
 
-int sbx__linux_box_extras(const sbx_linux_extras *x, const sbx_spec *spec, bool net_host,
+int sbx__linux_box_extras(const sbx_linux_extras *x, const sbx_spec *spec, int net_host,
                           const json_t *vols, const json_t *caps, long long shm, json_t *desc,
                           sbx_error **err)
 {
