@@ -252,6 +252,7 @@ int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *ar
         return json_array_append_new(*list, json_string(arg)) < 0 ? -1 : 1;
     }
     case 1031: o->shm_size = arg; return 1;
+    case 1040: o->network = arg; return 1; /* [netw] the provider checks the name */
     default: return 0;
     }
 }
@@ -463,11 +464,15 @@ static int apply_options(const char *cmd, struct cli_spec_opts *o, sbx_spec *spe
         }
     }
     /* [endpoint] -p: provider_options.publish (the linux provider's host listeners). */
-    if (o->publish) {
+    /* [netw] --network: provider_options.network. */
+    if (o->publish || o->network) {
         _cleanup_json_ json_t *po = json_loads(sbx_spec_provider_options(spec), 0, NULL);
         if (!json_is_object(po))
             po = json_object();
-        json_object_set(po, "publish", o->publish);
+        if (o->publish)
+            json_object_set(po, "publish", o->publish);
+        if (o->network)
+            json_object_set_new(po, "network", json_string(o->network));
         _cleanup_free_ char *t = po ? sbx__json_dump(po) : NULL;
         if (!t || sbx_spec_set_provider_options(spec, t, NULL) < 0)
             return CLI_EXIT_SBX;

@@ -19,6 +19,11 @@ struct shim_cfg {
     json_t *lowers;       /* the image's layers, top first (NULL: just `lower`) */
     bool none_image;      /* lower is the skeleton: bind the host's system dirs */
     bool net_host;        /* share the host's network namespace */
+    /* [netw] A box-to-box network (networks.c): its name and directory, NULL: none. */
+    const char *net_name;
+    const char *net_dir;
+    char *net_addr;       /* the box's address in it, once joined (malloc'd) */
+    unsigned net_prefix;
     bool userns;          /* map root in the box to an unprivileged host range */
     unsigned userns_base;  /* first host uid of the first slot (userns) */
     unsigned userns_slots; /* how many 65536-id ranges follow it */

@@ -614,6 +614,7 @@ struct create {
     char *image;
     char *pull; /* provider_options.pull, else the config's */
     char *hostname;
+    char *network; /* [netw] provider_options.network NAME: a box-to-box network, or NULL */
     bool net_host, userns;
     bool die_with_creator; /* provider_options.die_with_creator */
     long long pids;
@@ -655,6 +656,7 @@ static void create_free(struct create *c)
     free(c->image);
     free(c->pull);
     free(c->hostname);
+    free(c->network);
     free(c->gpu_type);
     json_decref(c->command);
     json_decref(c->desc);
@@ -1138,9 +1140,13 @@ static void create_work(void *data)
     if (c->gpu > 0 && (c->code = add_gpus(c, &c->err)) < 0)
         return;
     /* [volumes] host paths checked, named volumes made (file I/O: here, on the worker). */
-    if (json_array_size(json_object_get(c->desc, "volumes")) > 0)
-        c->code = sbx__linux_volumes_resolve(c->st->state_dir, &c->st->x,
-                                             json_object_get(c->desc, "volumes"), &c->err);
+    if (json_array_size(json_object_get(c->desc, "volumes")) > 0 &&
+        (c->code = sbx__linux_volumes_resolve(c->st->state_dir, &c->st->x,
+                                              json_object_get(c->desc, "volumes"), &c->err)) < 0)
+        return;
+    /* [netw] The network must exist: the shim joins it (networks.c). */
+    if (c->network)
+        c->code = sbx__linux_net_check(c->st->state_dir, c->network, &c->err);
 }
 
 static int spawn_shim(struct create *c, int child_end)
@@ -1341,10 +1347,16 @@ static int read_options(const sbx_spec *spec, struct create *c, sbx_error **err)
             c->hostname = strdup(h);
         } else if (!strcmp(key, "network")) {
             const char *s = json_string_value(v);
-            if (!s || (strcmp(s, "none") && strcmp(s, "host")))
+            /* [netw] Or the name of a box-to-box network (sbx network create NAME). */
+            if (!s || (strcmp(s, "none") && strcmp(s, "host") && !sbx__linux_net_name_ok(s)))
                 return sbx__set_error(err, SBX_EINVAL,
-                                      "provider_options.network must be \"none\" or \"host\"");
+                                      "provider_options.network must be \"none\", \"host\" or "
+                                      "the name of a network (sbx network create NAME)");
             c->net_host = !strcmp(s, "host");
+            free(c->network);
+            c->network = NULL;
+            if (strcmp(s, "none") && strcmp(s, "host") && !(c->network = strdup(s)))
+                return sbx__set_error(err, SBX_ENOMEM, "out of memory");
         } else if (!strcmp(key, "userns")) {
             if (!json_is_boolean(v))
                 return sbx__set_error(err, SBX_EINVAL, "provider_options.userns must be a bool");
@@ -1548,6 +1560,16 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     if (c->die_with_creator)
         json_object_set_new(c->desc, "die_with_creator", json_true());
     json_object_set_new(c->desc, "log_max_bytes", json_integer(st->log_max_bytes));
+    if (c->network) {
+        /* [netw] Where the shim finds the network it joins. */
+        char *dir = sbx__linux_net_dir(st->state_dir, c->network);
+        json_t *n = dir ? json_pack("{s:s, s:s}", "name", c->network, "dir", dir) : NULL;
+        free(dir);
+        if (!n || json_object_set_new(c->desc, "network", n) < 0) {
+            e = sbx_error_new(SBX_ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
     /* [volumes] the config's volumes, caps and shm size, then the box's own. */
     if (sbx__linux_box_extras(&st->x, spec, c->net_host, c->volumes, c->cap_add, c->shm_size,
                               c->desc, &e) < 0)
