@@ -653,7 +653,7 @@ static void start_box(struct shim *s)
     }
     if (c->net_addr) {
         /* [netw] The veth, now that the box's namespace exists; "n" lets the box set its end. */
-        if (sbx__linux_net_attach(c->net_dir, c->net_addr, pid, &e) < 0) {
+        if (sbx__linux_net_attach(c->net_dir, c->id, pid, &e) < 0) {
             char msg[1024];
             snprintf(msg, sizeof(msg), "%s", sbx_error_message(e));
             sbx_error_free(e);

@@ -530,9 +530,9 @@ SBX_INTERNAL int sbx__linux_net_join(const char *dir, const char *id, const char
 SBX_INTERNAL void sbx__linux_net_leave(const char *dir, const char *id);
 /*
  * After the clone: a veth pair, one end on the network's bridge (named for
- * the address), the other SBX_NET_BOX_IF in the namespace of `pid`.
+ * box `id`), the other SBX_NET_BOX_IF in the namespace of `pid`.
  */
-SBX_INTERNAL int sbx__linux_net_attach(const char *dir, const char *addr, pid_t pid,
+SBX_INTERNAL int sbx__linux_net_attach(const char *dir, const char *id, pid_t pid,
                                        sbx_error **err);
 /* The bookkeeping networks_api.c shares (networks.c has the details). */
 SBX_INTERNAL json_t *sbx__linux_net_record(const char *dir);

@@ -274,11 +274,31 @@ int sbx__linux_net_join(const char *dir, const char *id, const char *hostname,
         if (dot)
             used[strtoul(dot + 1, NULL, 10) & 255] = true;
     }
-    unsigned host = 2;
-    while (host < 255 && used[host])
-        host++;
-    if (host == 255)
+    /*
+     * Round robin from after the last address given, not the lowest free:
+     * a stopped box's namespace (and the ARP entries naming its end) may
+     * outlive its stop by a moment, and a new box must not take its
+     * address then.
+     */
+    unsigned start = 2, host = 0;
+    _cleanup_free_ char *nextp = sbx__printf("%s/next", dir);
+    char *text = NULL;
+    if (nextp && sbx__read_file(nextp, &text, NULL) == 0) {
+        unsigned long v = strtoul(text, NULL, 10);
+        start = v >= 2 && v <= 254 ? (unsigned)v : 2;
+    }
+    free(text);
+    for (unsigned k = 0; k < 253 && !host; k++) {
+        unsigned h = 2 + (start - 2 + k) % 253;
+        if (!used[h])
+            host = h;
+    }
+    if (!host)
         return sbx__set_error(err, SBX_ECREATE, "the network %s is full (253 boxes)", dir);
+    char next[16];
+    snprintf(next, sizeof(next), "%u", host == 254 ? 2 : host + 1);
+    if (!nextp || sbx__write_file_atomic(nextp, next, strlen(next), 0600) < 0)
+        return sbx__set_errno(err, SBX_ECREATE, errno, "cannot write %s/next", dir);
     char a[32];
     snprintf(a, sizeof(a), "10.89.%lld.%u",
              (long long)json_integer_value(json_object_get(rec, "index")), host);
@@ -312,7 +332,7 @@ void sbx__linux_net_leave(const char *dir, const char *id)
     rewrite_all(ms);
 }
 
-int sbx__linux_net_attach(const char *dir, const char *addr, pid_t pid, sbx_error **err)
+int sbx__linux_net_attach(const char *dir, const char *id, pid_t pid, sbx_error **err)
 {
     _cleanup_free_ char *ns = sbx__printf("%s/netns", dir);
     if (!ns)
@@ -347,9 +367,14 @@ int sbx__linux_net_attach(const char *dir, const char *addr, pid_t pid, sbx_erro
         return sbx__set_errno(err, SBX_ECREATE, nl ? ENODEV : e,
                               "cannot reach the bridge of the network %s", dir);
     }
-    const char *dot = strrchr(addr, '.');
+    /*
+     * Named for the box, not its address: a stopped box's end may live on
+     * for a moment in its dying namespace, and the next box's must not
+     * collide with it. "sbx" and the id's 12 hex digits fit IFNAMSIZ.
+     */
+    const char *dash = strrchr(id, '-');
     char name[IFNAMSIZ];
-    snprintf(name, sizeof(name), "sbx%s", dot ? dot + 1 : "x");
+    snprintf(name, sizeof(name), "sbx%.12s", dash ? dash + 1 : id);
     int rc = sbx__nl_veth_add(nl, name, br, SBX_NET_BOX_IF, pid);
     e = errno;
     sbx__nl_close(nl);
