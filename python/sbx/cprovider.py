@@ -287,6 +287,11 @@ class CProvider:
             self.shared_volume_metadata = self._shared_volume_metadata
             self.validate_runtime_requirements = self._validate_runtime_requirements
             self.configure_runtime = self._configure_runtime
+        # [netw] SupportsSandboxNetwork where the C provider has networks (linux).
+        if lib.sbx_provider_supports(self._ptr, b"network"):
+            self.validate_networking = self._validate_networking
+            self.network_address = self._network_address
+            self.set_hosts = self._set_hosts
 
     _classes: dict[str, type[CProvider]] = {}
     # Providers made by shared(), by (class, canonical config); an entry goes
@@ -470,6 +475,23 @@ class CProvider:
         change them, so this only checks that they are allowed."""
         _box(handle)
         self._validate_runtime_requirements(cap_add=cap_add, shm_size=shm_size)
+
+    def _validate_networking(self) -> None:
+        """Raises when boxes cannot be put in networks here (the linux provider
+        needs root for them: PermissionError says so)."""
+        _lib.call(lib.sbx_provider_validate_networking, self._ptr)
+
+    async def _network_address(self, handle: SandboxHandle) -> str:
+        """The address the box's network peers reach it at (C: a file read)."""
+        text = c_void_p()
+        _lib.call(lib.sbx_sandbox_network_address, _box(handle), byref(text))
+        return _lib.take_string(text)
+
+    async def _set_hosts(self, handle: SandboxHandle, hosts: Mapping[str, str]) -> None:
+        """Replaces the extra entries of the box's /etc/hosts (after its network
+        peers); the C library checks each name and address."""
+        text = json.dumps({str(k): v for k, v in dict(hosts).items()})
+        _lib.call(lib.sbx_sandbox_set_hosts, _box(handle), text.encode())
 
     async def _connect(self, descriptor: Mapping[str, Any]) -> SandboxHandle:
         text = json.dumps(dict(descriptor), default=str)

@@ -2544,7 +2544,8 @@ const struct sbx_provider_ops sbx__linux_provider = {
     .log_address = linux_log_address,     /* [svc-logs] */
     .endpoint = linux_endpoint,           /* [endpoint] */
     /* Exec goes through the agent client, which streams output as its frames arrive. */
-    .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_PTY | SBX_CAP_PORT_FORWARD /* [endpoint] */,
+    .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_PTY | SBX_CAP_PORT_FORWARD /* [endpoint] */ |
+                    SBX_CAP_NETWORK /* [netw] */,
 };
 
 /* [volumes] The linux provider's extras, for the public calls of volumes.c. */
