@@ -991,6 +991,21 @@ SBX_EXPORT int sbx_provider_validate_networking(sbx_provider *p, sbx_error **err
 SBX_EXPORT int sbx_sandbox_network_address(sbx_sandbox *sb, char **addr_out, sbx_error **err);
 SBX_EXPORT int sbx_sandbox_set_hosts(sbx_sandbox *sb, const char *hosts_json, sbx_error **err);
 /*
+ * The newer API's SupportsSandboxPortForwarding.forward_ports (linux):
+ * listens on the box's own 127.0.0.1:PORT for each of `ports` (1-64 of
+ * them) and carries each connection to `target_address`:PORT (an IPv4 or
+ * IPv6 literal, e.g. another box's network_address) from the box's network
+ * namespace, so a program in the box reaches a peer's ports on its
+ * loopback. Once listening it writes an empty `ready_file` in the box (NULL
+ * or "": none). Blocks until `cancel_fd` is readable (returns SBX_OK) or
+ * the box ends (SBX_ESTATE); a connection the target refuses is closed.
+ * Not on the loop thread. SBX_EINVAL for a bad address or port,
+ * SBX_ESTATE for a stopped box or a port already taken in it.
+ */
+SBX_EXPORT int sbx_sandbox_forward_ports(sbx_sandbox *sb, const char *target_address,
+                                         const int *ports, size_t n_ports,
+                                         const char *ready_file, int cancel_fd, sbx_error **err);
+/*
  * The reference's `pty.exec` facade (docs/terminals.md "pty exec"): runs
  * `command` in a PTY session and returns it as an exec result.
  *

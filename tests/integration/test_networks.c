@@ -14,7 +14,9 @@
 
 #include "core/internal.h"
 
+#include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 
 static const char *box_sh(sbx_sandbox *sb, const char *cmd, int *rc)
 {
@@ -275,6 +277,70 @@ static void test_boxes_come_and_go(void)
     all_gone();
 }
 
+struct fwd {
+    sbx_sandbox *sb;
+    const char *target;
+    int cancel_r;
+    int rc;
+    char msg[512];
+};
+
+static void *fwd_thread(void *arg)
+{
+    struct fwd *w = arg;
+    int ports[] = { 8000 };
+    sbx_error *e = NULL;
+    w->rc = sbx_sandbox_forward_ports(w->sb, w->target, ports, 1, "/tmp/fwd-ready", w->cancel_r,
+                                      &e);
+    snprintf(w->msg, sizeof(w->msg), "%s", e ? sbx_error_message(e) : "");
+    sbx_error_free(e);
+    return NULL;
+}
+
+/* forward_ports: b's own 127.0.0.1:8000 reaches a's server, until cancelled. */
+static void test_forward_ports(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    net_create(p, "fp");
+    sbx_sandbox *a = start_opts(p, "{\"network\": \"fp\"}");
+    sbx_sandbox *b = start_opts(p, "{\"network\": \"fp\"}");
+    serve(a, "a");
+    _cleanup_free_ char *addr = address(a);
+    TAP_CONTAINS(fetch(b, "127.0.0.1"), "failed:");
+    int cancel[2];
+    TAP_EQ_INT(pipe2(cancel, O_CLOEXEC), 0);
+    struct fwd w = { .sb = b, .target = addr, .cancel_r = cancel[0] };
+    pthread_t t;
+    TAP_EQ_INT(pthread_create(&t, NULL, fwd_thread, &w), 0);
+    ok_sh(b, "for i in $(seq 200); do [ -e /tmp/fwd-ready ] && exit 0; sleep 0.05; done; exit 1");
+    for (int i = 0; i < 5; i++)
+        TAP_EQ_STR(fetch(b, "127.0.0.1"), "hi from a\n");
+    TAP_EQ_INT(write(cancel[1], "x", 1), 1);
+    pthread_join(t, NULL);
+    if (w.rc != SBX_OK)
+        TAP_FAIL("forward_ports: %d %s", w.rc, w.msg);
+    /* Cancelled: nothing listens in b any more. */
+    TAP_CONTAINS(fetch(b, "127.0.0.1"), "failed:");
+    close(cancel[0]);
+    close(cancel[1]);
+    /* Refusals: a bad target, a port out of range, a taken port. */
+    int ports[] = { 8000 }, bad[] = { 0 };
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_forward_ports(b, "web", ports, 1, NULL, 0, &e), SBX_EINVAL);
+    sbx_error_free(e);
+    TAP_EQ_INT(sbx_sandbox_forward_ports(b, addr, bad, 1, NULL, 0, NULL), SBX_EINVAL);
+    e = NULL;
+    TAP_EQ_INT(sbx_sandbox_forward_ports(a, addr, ports, 1, NULL, 0, &e), SBX_ESTATE);
+    TAP_CONTAINS(sbx_error_message(e), "taken");
+    sbx_error_free(e);
+    stop_free(a);
+    stop_free(b);
+    net_rm(p, "fp");
+    sbx_provider_free(p);
+    all_gone();
+}
+
 static char sbx_path[PATH_MAX];
 
 static const char *sbx_bin(void)
@@ -325,6 +391,7 @@ int main(int argc, char **argv)
         TAP(test_hosts_follow_joins_and_leaves),
         TAP(test_names_and_missing_networks),
         TAP(test_boxes_come_and_go),
+        TAP(test_forward_ports),
         TAP(test_cli),
     };
     return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
