@@ -177,6 +177,8 @@ for _name, _res, _args in [
     ("sbx_provider_validate_networking", c_int, (_P, _ERR)),
     ("sbx_sandbox_network_address", c_int, (_P, _PP, _ERR)),
     ("sbx_sandbox_set_hosts", c_int, (_P, c_char_p, _ERR)),
+    ("sbx_sandbox_forward_ports", c_int,
+     (_P, c_char_p, POINTER(c_int), ctypes.c_size_t, c_char_p, c_int, _ERR)),
 ]:
     _proto(_name, _res, *_args)
 

@@ -12,6 +12,7 @@ import asyncio
 import atexit
 import ctypes
 import json
+import os
 import threading
 import weakref
 from collections.abc import Mapping
@@ -292,6 +293,8 @@ class CProvider:
             self.validate_networking = self._validate_networking
             self.network_address = self._network_address
             self.set_hosts = self._set_hosts
+            self.validate_port_forwarding = self._validate_port_forwarding
+            self.forward_ports = self._forward_ports
 
     _classes: dict[str, type[CProvider]] = {}
     # Providers made by shared(), by (class, canonical config); an entry goes
@@ -492,6 +495,42 @@ class CProvider:
         peers); the C library checks each name and address."""
         text = json.dumps({str(k): v for k, v in dict(hosts).items()})
         _lib.call(lib.sbx_sandbox_set_hosts, _box(handle), text.encode())
+
+    def _validate_port_forwarding(self) -> None:
+        """Boxes reach another box's ports on their loopback through the box's own
+        network namespace: the same privilege as networks (root)."""
+        _lib.call(lib.sbx_provider_validate_networking, self._ptr)
+
+    async def _forward_ports(
+        self, handle: SandboxHandle, target_address: str, ports: tuple[int, ...], *, ready_file: str
+    ) -> None:
+        """Carries the box's own 127.0.0.1:PORT to target_address:PORT for each port
+        until cancelled; `ready_file` appears in the box once listening. The C call
+        blocks in a thread; cancelling this task ends it through a pipe."""
+        box = _box(handle)
+        arr = (ctypes.c_int * len(ports))(*[int(p) for p in ports])
+        r, w = os.pipe2(os.O_CLOEXEC)
+        err = c_void_p()
+        fut = asyncio.get_running_loop().run_in_executor(
+            None,
+            lambda: lib.sbx_sandbox_forward_ports(
+                box, _lib.cstr(target_address, "the target address"), arr, len(ports),
+                _lib.cstr(ready_file, "the ready file"), r, byref(err)),
+        )
+        try:
+            rc = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            os.write(w, b"x")
+            await asyncio.wait([fut])
+            rc = fut.result()
+            if rc < 0:
+                lib.sbx_error_free(err)
+            raise
+        finally:
+            if fut.done():
+                os.close(r)
+                os.close(w)
+        _lib.check(rc, err)
 
     async def _connect(self, descriptor: Mapping[str, Any]) -> SandboxHandle:
         text = json.dumps(dict(descriptor), default=str)

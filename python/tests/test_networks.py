@@ -78,3 +78,39 @@ def test_network_names_refused(tmp_path):
     for bad in ("host", "none", "a/b", ""):
         with pytest.raises(ValueError, match="network name"):
             networks.create_network(cfg, bad)
+
+
+def test_forward_ports_until_cancelled(tmp_path):
+    """SupportsSandboxPortForwarding: b's own loopback reaches a's server (compose's
+    network_mode: service:a), until the task is cancelled."""
+    import asyncio
+
+    from sbx import SupportsSandboxPortForwarding
+
+    cfg = {"linux": {"state_dir": str(tmp_path / "state")}}
+    p = create_provider(cfg)
+    assert isinstance(p, SupportsSandboxPortForwarding)
+    p.validate_port_forwarding()
+    networks.create_network(cfg, "pyfw")
+
+    async def go():
+        opts = SandboxSpec(provider_options={"network": "pyfw"})
+        async with AsyncSandbox(p, opts) as a, AsyncSandbox(p, opts) as b:
+            await a.start()
+            await b.start()
+            assert (await a.exec(SERVE)).return_code == 0
+            addr = await p.network_address(a._handle)
+            task = asyncio.create_task(p.forward_ports(b._handle, addr, (8000,), ready_file="/tmp/fw-ready"))
+            wait = "for i in $(seq 200); do [ -e /tmp/fw-ready ] && exit 0; sleep 0.05; done; exit 1"
+            assert (await b.exec(wait)).return_code == 0
+            assert (await b.exec(FETCH + "127.0.0.1")).stdout == "hi\n"
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert (await b.exec(FETCH + "127.0.0.1")).stdout.startswith("failed")
+            with pytest.raises(ValueError, match="IPv4 or IPv6"):
+                await p.forward_ports(b._handle, "not-an-address", (8000,), ready_file="/tmp/x")
+    try:
+        run(go())
+    finally:
+        networks.remove_network(cfg, "pyfw")
