@@ -542,6 +542,11 @@ SBX_INTERNAL json_t *sbx__linux_net_member_ids(const json_t *members);
 SBX_INTERNAL int sbx__linux_net_write_member(const char *dir, const json_t *member);
 SBX_INTERNAL char *sbx__linux_net_hosts_text(const json_t *members, const json_t *self);
 SBX_INTERNAL int sbx__linux_net_write_hosts(const char *box_dir, const char *text);
+/*
+ * set_hosts' entries (caller's input, and a box's /etc/hosts lines): a JSON
+ * object of at most 256 RFC 1123 names, each an IPv4 or IPv6 literal.
+ */
+SBX_INTERNAL int sbx__linux_net_hosts_check(const json_t *hosts, sbx_error **err);
 /* netlink.c: a route socket in the caller's network namespace, and requests on it. */
 SBX_INTERNAL void *sbx__nl_open(void);
 SBX_INTERNAL void sbx__nl_close(void *nl);

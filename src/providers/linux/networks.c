@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #define NET_RECORD_MAX (64u << 10)
+#define NET_MAX_HOSTS 256
 
 /* --- names, paths, records ------------------------------------------------------ */
 
@@ -247,6 +248,42 @@ static void rewrite_all(const json_t *ms)
         if (t)
             sbx__linux_net_write_hosts(json_string_value(json_object_get(m, "box_dir")), t);
     }
+}
+
+/* An /etc/hosts name: RFC 1123 labels, as Docker's --add-host takes. */
+static bool host_name_ok(const char *n)
+{
+    size_t len = strlen(n);
+    return len >= 1 && len <= 253 && n[0] != '-' && n[0] != '.' &&
+           strspn(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._") == len;
+}
+
+int sbx__linux_net_hosts_check(const json_t *hosts, sbx_error **err)
+{
+    if (!json_is_object(hosts))
+        return sbx__set_error(err, SBX_EINVAL, "set_hosts: hosts must be a JSON object "
+                                               "{\"name\": \"address\"}");
+    if (json_object_size(hosts) > NET_MAX_HOSTS)
+        return sbx__set_error(err, SBX_EINVAL, "set_hosts: at most %d entries",
+                              NET_MAX_HOSTS);
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)hosts, k, v)
+    {
+        const char *a = json_string_value(v);
+        unsigned char buf[16];
+        if (!host_name_ok(k))
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "set_hosts: '%.64s' is not a host name (letters, digits, "
+                                  "'-', '.', '_', at most 253)",
+                                  k);
+        if (!a || (inet_pton(AF_INET, a, buf) != 1 && inet_pton(AF_INET6, a, buf) != 1))
+            return sbx__set_error(err, SBX_EINVAL,
+                                  "set_hosts: the address of '%s' must be an IPv4 or IPv6 "
+                                  "address (got %.64s)",
+                                  k, a ? a : "a non-string");
+    }
+    return SBX_OK;
 }
 
 /* --- a box joins and leaves (the shim, host root) ------------------------------------ */

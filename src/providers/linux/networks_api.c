@@ -17,7 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define NET_MAX_HOSTS 256
 
 static char *store_of(const char *state_dir) { return sbx__printf("%s/networks", state_dir); }
 
@@ -338,14 +337,6 @@ int sbx_sandbox_network_address(sbx_sandbox *sb, char **addr_out, sbx_error **er
     return SBX_OK;
 }
 
-/* An /etc/hosts name: RFC 1123 labels, as Docker's --add-host takes. */
-static bool host_name_ok(const char *n)
-{
-    size_t len = strlen(n);
-    return len >= 1 && len <= 253 && n[0] != '-' && n[0] != '.' &&
-           strspn(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._") == len;
-}
-
 int sbx_sandbox_set_hosts(sbx_sandbox *sb, const char *hosts_json, sbx_error **err)
 {
     json_error_t je;
@@ -353,29 +344,12 @@ int sbx_sandbox_set_hosts(sbx_sandbox *sb, const char *hosts_json, sbx_error **e
     if (!json_is_object(hosts))
         return sbx__set_error(err, SBX_EINVAL, "set_hosts: hosts must be a JSON object "
                                                "{\"name\": \"address\"}");
-    if (json_object_size(hosts) > NET_MAX_HOSTS)
-        return sbx__set_error(err, SBX_EINVAL, "set_hosts: at most %d entries",
-                              NET_MAX_HOSTS);
-    const char *k;
-    json_t *v;
-    json_object_foreach(hosts, k, v)
-    {
-        const char *a = json_string_value(v);
-        unsigned char buf[16];
-        if (!host_name_ok(k))
-            return sbx__set_error(err, SBX_EINVAL,
-                                  "set_hosts: '%.64s' is not a host name (letters, digits, "
-                                  "'-', '.', '_', at most 253)",
-                                  k);
-        if (!a || (inet_pton(AF_INET, a, buf) != 1 && inet_pton(AF_INET6, a, buf) != 1))
-            return sbx__set_error(err, SBX_EINVAL,
-                                  "set_hosts: the address of '%s' must be an IPv4 or IPv6 "
-                                  "address (got %.64s)",
-                                  k, a ? a : "a non-string");
-    }
+    int rc = sbx__linux_net_hosts_check(hosts, err);
+    if (rc < 0)
+        return rc;
     const char *sd;
     _cleanup_json_ json_t *rec = NULL;
-    int rc = box_record(sb, "set_hosts", &sd, &rec, err);
+    rc = box_record(sb, "set_hosts", &sd, &rec, err);
     if (rc < 0)
         return rc;
     const char *net = json_string_value(json_object_get(rec, "net"));
