@@ -146,7 +146,7 @@ static int parse_cfg(json_t *j, struct shim_cfg *c, char *msg, size_t len)
     json_t *net = json_object_get(j, "network");
     c->net_name = jget(net, "name");
     c->net_dir = jget(net, "dir");
-    if (!c->net_name != !c->net_dir || c->net_host) {
+    if (!c->net_name != !c->net_dir || (c->net_host && c->net_name)) {
         snprintf(msg, len, "the box description's network lacks a name or a directory");
         return -1;
     }

@@ -248,6 +248,11 @@ static void test_names_and_missing_networks(void)
     sbx_error_free(e);
     sbx_sandbox_free(sb);
     sbx_spec_free(s);
+    /* A box on the host's network: its services are at the host's loopback. */
+    sbx_sandbox *h = start_opts(p, "{\"network\": \"host\"}");
+    _cleanup_free_ char *ha = address(h);
+    TAP_EQ_STR(ha, "127.0.0.1");
+    stop_free(h);
     /* create is idempotent; rm of a missing one is ENOENT. */
     net_create(p, "twice");
     net_create(p, "twice");
