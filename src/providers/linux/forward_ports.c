@@ -242,10 +242,18 @@ int sbx_sandbox_forward_ports(sbx_sandbox *sb, const char *target_address, const
         char ns[64];
         snprintf(ns, sizeof(ns), "/proc/%lld/ns/net", (long long)pid);
         f->pidfd = pid > 0 ? sbx__linux_pidfd_open((pid_t)pid) : -1;
-        f->nsfd = f->pidfd >= 0 ? open(ns, O_RDONLY | O_CLOEXEC) : -1;
+        /*
+         * Without pidfds (kernels before 5.3, valgrind) the forward cannot
+         * see the box end by itself: it runs until cancelled (poll skips
+         * the -1), and the pid is checked by its start time instead.
+         */
+        bool no_pidfd = f->pidfd < 0 && errno == ENOSYS;
+        unsigned long long start = no_pidfd ? sbx__linux_proc_start((pid_t)pid) : 0;
+        f->nsfd = pid > 0 && (f->pidfd >= 0 || no_pidfd) ? open(ns, O_RDONLY | O_CLOEXEC) : -1;
         /* The pid is still the box's init once the namespace is open: not a recycled one. */
         struct pollfd pp = { .fd = f->pidfd, .events = POLLIN };
-        if (f->nsfd < 0 || poll(&pp, 1, 0) != 0)
+        if (f->nsfd < 0 || (no_pidfd ? sbx__linux_proc_start((pid_t)pid) != start
+                                     : poll(&pp, 1, 0) != 0))
             rc = sbx__set_error(err, SBX_ESTATE, "forward_ports: box %s is stopped", id);
     }
     pthread_t t;

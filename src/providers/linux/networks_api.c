@@ -89,7 +89,7 @@ static void *mk_netns_thread(void *arg)
         m->step = "cannot make a network namespace";
         return NULL;
     }
-    if (mount("/proc/thread-self/ns/net", m->path, NULL, MS_BIND, NULL) < 0) {
+    if (mount("/proc/thread-self/ns/net", m->path, "none", MS_BIND, NULL) < 0) {
         m->err = errno;
         m->step = "cannot bind-mount the network namespace";
         return NULL;
