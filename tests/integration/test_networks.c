@@ -13,6 +13,9 @@
 #include "linux_fixture.h"
 
 #include "core/internal.h"
+#include "providers/linux/linux.h"
+
+#include <signal.h>
 
 #include <fcntl.h>
 #include <limits.h>
@@ -346,6 +349,40 @@ static void test_forward_ports(void)
     all_gone();
 }
 
+/* A box whose shim was killed: stopping it (or gc) takes it out of its peers' names. */
+static void test_killed_shim_forgotten_at_stop(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    net_create(p, "kill");
+    sbx_sandbox *a = start_opts(p, "{\"network\": \"kill\", \"hostname\": \"victim\"}");
+    sbx_sandbox *b = start_opts(p, "{\"network\": \"kill\"}");
+    TAP_CONTAINS(ok_sh(b, "getent hosts victim"), "victim");
+    char box_dir[1024];
+    snprintf(box_dir, sizeof(box_dir), "%s/boxes/%s", state_dir, sbx_sandbox_id(a));
+    sbx_linux_record rec;
+    sbx_error *e = NULL;
+    if (sbx__linux_record_read(box_dir, &rec, &e) < 0)
+        TAP_FAIL("record: %s", sbx_error_message(e));
+    pid_t shim = rec.shim_pid;
+    sbx__linux_record_free(&rec);
+    TAP_TRUE(shim > 0);
+    TAP_EQ_INT(kill(shim, SIGKILL), 0);
+    for (int i = 0; i < 300 && kill(shim, 0) == 0; i++)
+        usleep(20 * 1000);
+    /* Its shim could not leave: the peer still names it. Stopping it cleans up. */
+    TAP_CONTAINS(ok_sh(b, "getent hosts victim"), "victim");
+    sbx_sandbox_stop(a, NULL);
+    sbx_sandbox_free(a);
+    int rc;
+    box_sh(b, "getent hosts victim", &rc);
+    TAP_NE_INT(rc, 0);
+    stop_free(b);
+    net_rm(p, "kill");
+    sbx_provider_free(p);
+    all_gone();
+}
+
 static char sbx_path[PATH_MAX];
 
 static const char *sbx_bin(void)
@@ -397,6 +434,7 @@ int main(int argc, char **argv)
         TAP(test_names_and_missing_networks),
         TAP(test_boxes_come_and_go),
         TAP(test_forward_ports),
+        TAP(test_killed_shim_forgotten_at_stop),
         TAP(test_cli),
     };
     return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));

@@ -529,6 +529,11 @@ SBX_INTERNAL int sbx__linux_net_join(const char *dir, const char *id, const char
 /* Drops box `id` from the network at `dir` and rewrites the others' hosts files. */
 SBX_INTERNAL void sbx__linux_net_leave(const char *dir, const char *id);
 /*
+ * The same for a box whose shim could not (killed): drops box `id` (whose
+ * directory is `box_dir`, <state>/boxes/<id>) from any network it is in.
+ */
+SBX_INTERNAL void sbx__linux_net_forget(const char *box_dir, const char *id);
+/*
  * After the clone: a veth pair, one end on the network's bridge (named for
  * box `id`), the other SBX_NET_BOX_IF in the namespace of `pid`.
  */

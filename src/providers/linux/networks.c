@@ -369,6 +369,35 @@ void sbx__linux_net_leave(const char *dir, const char *id)
     rewrite_all(ms);
 }
 
+void sbx__linux_net_forget(const char *box_dir, const char *id)
+{
+    /* <state>/boxes/<id> -> <state>/networks */
+    _cleanup_free_ char *sd = strdup(box_dir);
+    char *slash = sd ? strrchr(sd, '/') : NULL;
+    if (slash)
+        *slash = 0;
+    slash = sd ? strrchr(sd, '/') : NULL;
+    if (!slash || strcmp(slash, "/boxes") || !sbx__linux_id_ok(id))
+        return;
+    *slash = 0;
+    _cleanup_free_ char *store = sbx__printf("%s/networks", sd);
+    DIR *d = store ? opendir(store) : NULL;
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        if (!sbx__linux_net_name_ok(de->d_name))
+            continue;
+        _cleanup_free_ char *m = sbx__printf("%s/%s/members/%s.json", store, de->d_name, id);
+        struct stat st;
+        if (m && lstat(m, &st) == 0) {
+            _cleanup_free_ char *dir = sbx__printf("%s/%s", store, de->d_name);
+            if (dir)
+                sbx__linux_net_leave(dir, id);
+        }
+    }
+    if (d)
+        closedir(d);
+}
+
 int sbx__linux_net_attach(const char *dir, const char *id, pid_t pid, sbx_error **err)
 {
     _cleanup_free_ char *ns = sbx__printf("%s/netns", dir);
