@@ -94,6 +94,23 @@ static void *mk_netns_thread(void *arg)
         m->step = "cannot bind-mount the network namespace";
         return NULL;
     }
+    /*
+     * No IPv6 on the network's own devices (the bridge, the veths' bridge
+     * ends): nothing of the namespace gets an address boxes could talk to,
+     * and the first box's port does not wait on the bridge's address
+     * setup. Best effort (a kernel without IPv6 has no such file). The
+     * boxes' own eth0 keep their link-local IPv6, which reaches only peers.
+     */
+    static const char *const v6[] = { "/proc/sys/net/ipv6/conf/all/disable_ipv6",
+                                      "/proc/sys/net/ipv6/conf/default/disable_ipv6" };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(v6); i++) {
+        int fd = open(v6[i], O_WRONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            ssize_t w = write(fd, "1", 1);
+            (void)w;
+            close(fd);
+        }
+    }
     void *nl = sbx__nl_open();
     if (!nl || sbx__nl_bridge_add(nl, SBX_NET_BRIDGE) < 0) {
         m->err = errno;
