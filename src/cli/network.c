@@ -10,8 +10,8 @@
 
 static int fail(sbx_error *e, int r, const char *what)
 {
-    cli_error("%s%s", e ? sbx_error_message(e) : sbx_strerror(r),
-              r == SBX_ENOENT ? " (see 'sbx network ls')" : "");
+    /* The library's messages already say what to do (sbx network ls, create). */
+    cli_error("%s", e ? sbx_error_message(e) : sbx_strerror(r));
     sbx_error_free(e);
     (void)what;
     return r == SBX_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
