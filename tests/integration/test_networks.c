@@ -256,6 +256,11 @@ static void test_names_and_missing_networks(void)
     _cleanup_free_ char *ha = address(h);
     TAP_EQ_STR(ha, "127.0.0.1");
     stop_free(h);
+    /* "lock" is a name like any other (the store's lock file is ".lock"). */
+    net_create(p, "lock");
+    net_create(p, "after-lock");
+    net_rm(p, "lock");
+    net_rm(p, "after-lock");
     /* create is idempotent; rm of a missing one is ENOENT. */
     net_create(p, "twice");
     net_create(p, "twice");

@@ -10,7 +10,9 @@
  *   <state>/networks/<name>/netns          its network namespace, bind-mounted (as `ip netns`)
  *   <state>/networks/<name>/members/<id>.json  {"id", "hostname", "address", "box_dir",
  *                                           "hosts"}: one per box in it
- *   <state>/networks/<name>/lock           flock'd while members change
+ *   <state>/networks/<name>/.lock          flock'd while members change
+ *   <state>/networks/<name>/next           the next address to try (round robin)
+ *   <state>/networks/.lock                 flock'd while networks are made and removed
  *
  * The namespace holds one bridge (SBX_NET_BRIDGE) and no address, no route
  * and no other device: frames move between the boxes plugged into the
@@ -105,10 +107,11 @@ int sbx__linux_net_check(const char *state_dir, const char *name, sbx_error **er
     return SBX_OK;
 }
 
-/* An exclusive lock on `dir`/lock, held until the fd closes; -1 on failure. */
+/* An exclusive lock on `dir`/.lock, held until the fd closes; -1 on failure. */
 int sbx__linux_net_lock(const char *dir)
 {
-    _cleanup_free_ char *p = sbx__printf("%s/lock", dir);
+    /* ".lock": no network name starts with a dot, so the store's lock is never one. */
+    _cleanup_free_ char *p = sbx__printf("%s/.lock", dir);
     int fd = p ? open(p, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
     if (fd >= 0 && flock(fd, LOCK_EX) < 0) {
         close(fd);
