@@ -509,14 +509,20 @@ class CProvider:
         blocks in a thread; cancelling this task ends it through a pipe."""
         box = _box(handle)
         arr = (ctypes.c_int * len(ports))(*[int(p) for p in ports])
+        target = _lib.cstr(target_address, "the target address")
+        ready = _lib.cstr(ready_file, "the ready file")
         r, w = os.pipe2(os.O_CLOEXEC)
         err = c_void_p()
-        fut = asyncio.get_running_loop().run_in_executor(
-            None,
-            lambda: lib.sbx_sandbox_forward_ports(
-                box, _lib.cstr(target_address, "the target address"), arr, len(ports),
-                _lib.cstr(ready_file, "the ready file"), r, byref(err)),
-        )
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+
+        def forward() -> None:
+            # A thread of its own: a forward lasts as long as its task, and must
+            # not hold one of the default executor's few workers that long.
+            rc = lib.sbx_sandbox_forward_ports(box, target, arr, len(ports), ready, r, byref(err))
+            loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(rc))
+
+        threading.Thread(target=forward, name="sbx-forward-ports", daemon=True).start()
         try:
             rc = await asyncio.shield(fut)
         except asyncio.CancelledError:
