@@ -114,3 +114,32 @@ def test_forward_ports_until_cancelled(tmp_path):
         run(go())
     finally:
         networks.remove_network(cfg, "pyfw")
+
+
+def test_concurrent_joins_and_leaves(tmp_path):
+    """Boxes joining and leaving one network at once: distinct addresses, and
+    every member's /etc/hosts names exactly the boxes in the network."""
+    import asyncio
+
+    cfg = {"linux": {"state_dir": str(tmp_path / "state")}}
+    p = create_provider(cfg)
+    networks.create_network(cfg, "par")
+
+    async def go():
+        boxes = [AsyncSandbox(p, SandboxSpec(provider_options={"network": "par"})) for _ in range(8)]
+        try:
+            await asyncio.gather(*(b.start() for b in boxes))
+            ids = [b._handle.sandbox_id for b in boxes]
+            addrs = await asyncio.gather(*(p.network_address(b._handle) for b in boxes))
+            assert len(set(addrs)) == 8
+            for r in await asyncio.gather(*(b.exec("cat /etc/hosts") for b in boxes)):
+                assert all(i in r.stdout for i in ids)
+            await asyncio.gather(*(b.stop() for b in boxes[:4]))
+            for r in await asyncio.gather(*(b.exec("cat /etc/hosts") for b in boxes[4:])):
+                assert not any(i in r.stdout for i in ids[:4]) and all(i in r.stdout for i in ids[4:])
+        finally:
+            await asyncio.gather(*(b.stop() for b in boxes), return_exceptions=True)
+    try:
+        run(go())
+    finally:
+        networks.remove_network(cfg, "par")
