@@ -126,6 +126,29 @@ static void all_gone(void)
     TAP_EQ_STR(out, "0\n");
 }
 
+/*
+ * The devices in network `name`'s namespace other than lo and its bridge:
+ * the bridge ends of its boxes' veths. Their removal follows the box
+ * namespace's end, which the kernel finishes a moment after the stop:
+ * looks a few times before answering non-zero.
+ */
+static int veths_in(const char *name, int want)
+{
+    char out[4096];
+    int n = -1;
+    for (int i = 0; i < 100 && n != want; i++) {
+        if (i)
+            usleep(50 * 1000);
+        TAP_EQ_INT(run_cmd(out, sizeof(out),
+                           "nsenter --net=%s/networks/%s/netns cat /proc/net/dev | "
+                           "grep -c '^ *sbx[0-9a-f]\\{12\\}:' || true",
+                           state_dir, name),
+                   0);
+        n = (int)strtol(out, NULL, 10); /* the count grep printed */
+    }
+    return n;
+}
+
 static void test_two_boxes_talk_by_name_others_cannot(void)
 {
     need_boxes();
@@ -169,10 +192,15 @@ static void test_two_boxes_talk_by_name_others_cannot(void)
     TAP_CONTAINS(list, sbx_sandbox_id(b));
     free(list);
 
+    TAP_EQ_INT(veths_in("ep1", 2), 2);
+    TAP_EQ_INT(veths_in("ep2", 1), 1);
     stop_free(a);
     stop_free(b);
     stop_free(outside);
     stop_free(other);
+    /* The boxes' veths went with their namespaces: the bridges have no port left. */
+    TAP_EQ_INT(veths_in("ep1", 0), 0);
+    TAP_EQ_INT(veths_in("ep2", 0), 0);
     net_rm(p, "ep1");
     net_rm(p, "ep2");
     e = NULL;
