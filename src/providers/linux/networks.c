@@ -1,8 +1,9 @@
 /*
- * [netw] Box-to-box networks of the linux provider: `sbx network
- * create|ls|rm`, the boxes that join one (provider_options.network "NAME"),
- * and the newer API's SupportsSandboxNetwork. docs/networking.md ("Box-to-box
- * networks") is the user's side of this file.
+ * [netw] Box-to-box networks of the linux provider: the layout of a
+ * network, and the boxes that join and leave one (provider_options.network
+ * "NAME"). The public calls (`sbx network create|ls|rm`, the newer API's
+ * SupportsSandboxNetwork) are networks_api.c's; the shim links this file.
+ * docs/networking.md ("Box-to-box networks") is the user's side.
  *
  * A network is a directory in the provider's state directory:
  *
@@ -48,7 +49,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define NET_RECORD_MAX (64u << 10)
+/* A member record holds at most 256 set_hosts entries of at most ~300 bytes each. */
+#define NET_RECORD_MAX (256u << 10)
 #define NET_MAX_HOSTS 256
 
 /* --- names, paths, records ------------------------------------------------------ */
