@@ -129,6 +129,23 @@ static void test_join_leave_bookkeeping(void)
     free(text);
     char *ca = join(net, "sbx-00000000000c", c);
     TAP_EQ_STR(ca, "10.89.7.4");
+    /* The largest set_hosts a member may keep still reads back. */
+    json_t *big = json_object();
+    char name[260], key[300];
+    memset(name, 'n', 240);
+    name[240] = 0;
+    for (int i = 0; i < 256; i++) {
+        snprintf(key, sizeof(key), "%s%d", name, i);
+        json_object_set_new(big, key, json_string("fd00:1234:5678:9abc:def0:1234:5678:9abc"));
+    }
+    TAP_EQ_INT(sbx__linux_net_hosts_check(big, NULL), SBX_OK);
+    json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", "sbx-00000000000c", "hostname",
+                          "sbx-00000000000c", "address", "10.89.7.4", "box_dir", c, "hosts", big);
+    TAP_EQ_INT(sbx__linux_net_write_member(net, m), 0);
+    json_decref(m);
+    json_t *all = sbx__linux_net_members(net);
+    TAP_EQ_INT((int)json_array_size(all), 2);
+    json_decref(all);
     /* a's box directory goes without a leave (a killed shim): the next look drops it. */
     TAP_EQ_INT(sbx__rm_rf(a), 0);
     json_t *ms = sbx__linux_net_members(net);
