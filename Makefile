@@ -18,7 +18,7 @@ PYDIR ?= $(shell $(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; d
 B ?= build
 comma := ,
 CC ?= cc
-PKGS := libuv jansson yaml-0.1 libcurl libarchive libseccomp libcap nettle libsquashfs1
+PKGS := libuv jansson yaml-0.1 libcurl libarchive libseccomp libcap nettle libsquashfs1 libnl-route-3.0
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -301,7 +301,7 @@ help:
 # Sanitizer builds link it dynamically (ASan does not support -static).
 SHIM_SRC := $(sort $(wildcard src/shim/*.c))
 SHIM_OBJ := $(SHIM_SRC:%.c=$(B)/obj/%.o)
-SHIM_LIBS := $(shell pkg-config --libs jansson libseccomp libcap nettle 2>/dev/null) -lm
+SHIM_LIBS := $(shell pkg-config --libs jansson libseccomp libcap nettle libnl-route-3.0 2>/dev/null) -lpthread -lm
 $(B)/sbx-shim: $(SHIM_OBJ) $(B)/libsbx.a
 	$(CC) $(LDFLAGS_ALL) $(if $(SAN),-Wl$(comma)--as-needed,-static) -o $@ $(SHIM_OBJ) \
 	    $(B)/libsbx.a $(if $(SAN),$(LIBS),$(SHIM_LIBS))

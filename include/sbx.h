@@ -951,6 +951,61 @@ SBX_EXPORT int sbx_provider_validate_runtime_requirements(sbx_provider *p,
                                                           const char *const *cap_add,
                                                           long long shm_size, char **json_out,
                                                           sbx_error **err);
+/* --- Box-to-box networks (linux; docs/networking.md) ------------------- */
+
+/*
+ * Named networks of the linux provider: a network namespace with a bridge
+ * and no route out; boxes created with provider_options.network "NAME"
+ * join it, each with an address of its subnet, and reach each other by
+ * hostname or id (their /etc/hosts). Each call blocks on local file and
+ * netlink I/O, is safe from any thread, and returns SBX_ENOTSUP for a
+ * provider without networks. *json_out (malloc'd; may be NULL where said):
+ *
+ * create: makes network `name` (1-64 of [A-Za-z0-9_.-], starting with a
+ *   letter or digit; not none, host or nat) unless it exists: {"name",
+ *   "subnet", "created", "boxes"}. Needs root (SBX_EPERM says so).
+ * list: a JSON array of those ("boxes": ids of the boxes in it); json_out
+ *   is required.
+ * inspect: one network as list gives it; SBX_ENOENT when there is none.
+ * remove: deletes it; SBX_ESTATE (naming the boxes) while boxes are in it.
+ */
+SBX_EXPORT int sbx_provider_network_create(sbx_provider *p, const char *name, char **json_out,
+                                           sbx_error **err);
+SBX_EXPORT int sbx_provider_network_list(sbx_provider *p, char **json_out, sbx_error **err);
+SBX_EXPORT int sbx_provider_network_inspect(sbx_provider *p, const char *name, char **json_out,
+                                            sbx_error **err);
+SBX_EXPORT int sbx_provider_network_remove(sbx_provider *p, const char *name, sbx_error **err);
+/*
+ * The newer API's SupportsSandboxNetwork. validate_networking: SBX_OK when
+ * the provider can put boxes in networks here (linux, as root); SBX_ENOTSUP
+ * or SBX_EPERM saying why not. Does not block.
+ * network_address: the address other boxes of its network reach `sb` at
+ * (*addr_out malloc'd): its network address, or "127.0.0.1" for a box on
+ * the host's network; SBX_ESTATE for a box in no network. Blocks on a file
+ * read.
+ * set_hosts: `hosts_json` a JSON object {"name": "address"} that replaces
+ * the extra entries of the box's /etc/hosts (after its network peers);
+ * SBX_EINVAL for a bad name or address, SBX_ESTATE for a box in no
+ * network. Blocks on file I/O. All three are safe from any thread.
+ */
+SBX_EXPORT int sbx_provider_validate_networking(sbx_provider *p, sbx_error **err);
+SBX_EXPORT int sbx_sandbox_network_address(sbx_sandbox *sb, char **addr_out, sbx_error **err);
+SBX_EXPORT int sbx_sandbox_set_hosts(sbx_sandbox *sb, const char *hosts_json, sbx_error **err);
+/*
+ * The newer API's SupportsSandboxPortForwarding.forward_ports (linux):
+ * listens on the box's own 127.0.0.1:PORT for each of `ports` (1-64 of
+ * them) and carries each connection to `target_address`:PORT (an IPv4 or
+ * IPv6 literal, e.g. another box's network_address) from the box's network
+ * namespace, so a program in the box reaches a peer's ports on its
+ * loopback. Once listening it writes an empty `ready_file` in the box (NULL
+ * or "": none). Blocks until `cancel_fd` is readable (returns SBX_OK) or
+ * the box ends (SBX_ESTATE); a connection the target refuses is closed.
+ * Not on the loop thread. SBX_EINVAL for a bad address or port,
+ * SBX_ESTATE for a stopped box or a port already taken in it.
+ */
+SBX_EXPORT int sbx_sandbox_forward_ports(sbx_sandbox *sb, const char *target_address,
+                                         const int *ports, size_t n_ports,
+                                         const char *ready_file, int cancel_fd, sbx_error **err);
 /*
  * The reference's `pty.exec` facade (docs/terminals.md "pty exec"): runs
  * `command` in a PTY session and returns it as an exec result.

@@ -4,7 +4,7 @@
 set -eu
 pkgs=(build-essential pkg-config clang libclang-rt-14-dev valgrind
       libuv1-dev libcurl4-openssl-dev libjansson-dev libyaml-dev libarchive-dev
-      libseccomp-dev libcap-dev nettle-dev libsquashfs-dev libnftables-dev passt
+      libseccomp-dev libcap-dev nettle-dev libsquashfs-dev libnftables-dev passt libnl-route-3-dev
       skopeo squashfs-tools zstd
       python3 python3-pytest
       busybox-static bubblewrap docker.io iproute2 procps util-linux e2fsprogs tmux less

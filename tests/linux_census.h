@@ -1,9 +1,10 @@
 /*
  * A census of what linux boxes leave on the host, run after every linux
  * test: no box directory in the state directory, no process whose command
- * line names it (shims, a nat box's pasta), no mount that mentions it, no cgroup under an
- * sbx/ level without a live box (an empty group with no box is a leak), and
- * none of the box paths the tests use (workdirs such as /work) on the host.
+ * line names it (shims, a nat box's pasta), no mount that mentions it, no
+ * cgroup under an sbx/ level without a live box (an empty group with no box
+ * is a leak), no box network interface in the host's namespace, and none
+ * of the box paths the tests use (workdirs such as /work) on the host.
  *
  * Header-only (static functions): included by the linux tests and bench.
  */
@@ -117,6 +118,20 @@ static const char *census_find(const char *state_dir, char *why, size_t why_len)
         if (d)
             closedir(d);
     }
+    /*
+     * 6. [netw] A box network's veth in the host's namespace: both ends
+     *    belong in a network's namespace and a box's, never here.
+     */
+    d = opendir("/sys/class/net");
+    while (d && (de = readdir(d))) {
+        if (!strncmp(de->d_name, "sbx", 3) && strlen(de->d_name) == 15) {
+            snprintf(why, why_len, "network interface %.30s left on the host", de->d_name);
+            closedir(d);
+            return why;
+        }
+    }
+    if (d)
+        closedir(d);
     /* 5. Box paths on the host. */
     struct stat st;
     for (unsigned i = 0; i < sizeof(census_host_paths) / sizeof(census_host_paths[0]); i++) {

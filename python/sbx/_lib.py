@@ -169,6 +169,16 @@ for _name, _res, _args in [
     ("sbx_provider_shared_volume_metadata", c_int, (_P, _PP, _ERR)),
     ("sbx_provider_validate_runtime_requirements", c_int,
      (_P, POINTER(c_char_p), ctypes.c_longlong, _PP, _ERR)),
+    # [netw] linux: box-to-box networks, SupportsSandboxNetwork
+    ("sbx_provider_network_create", c_int, (_P, c_char_p, _PP, _ERR)),
+    ("sbx_provider_network_list", c_int, (_P, _PP, _ERR)),
+    ("sbx_provider_network_inspect", c_int, (_P, c_char_p, _PP, _ERR)),
+    ("sbx_provider_network_remove", c_int, (_P, c_char_p, _ERR)),
+    ("sbx_provider_validate_networking", c_int, (_P, _ERR)),
+    ("sbx_sandbox_network_address", c_int, (_P, _PP, _ERR)),
+    ("sbx_sandbox_set_hosts", c_int, (_P, c_char_p, _ERR)),
+    ("sbx_sandbox_forward_ports", c_int,
+     (_P, c_char_p, POINTER(c_int), ctypes.c_size_t, c_char_p, c_int, _ERR)),
 ]:
     _proto(_name, _res, *_args)
 

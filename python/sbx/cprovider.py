@@ -12,6 +12,7 @@ import asyncio
 import atexit
 import ctypes
 import json
+import os
 import threading
 import weakref
 from collections.abc import Mapping
@@ -287,6 +288,13 @@ class CProvider:
             self.shared_volume_metadata = self._shared_volume_metadata
             self.validate_runtime_requirements = self._validate_runtime_requirements
             self.configure_runtime = self._configure_runtime
+        # [netw] SupportsSandboxNetwork where the C provider has networks (linux).
+        if lib.sbx_provider_supports(self._ptr, b"network"):
+            self.validate_networking = self._validate_networking
+            self.network_address = self._network_address
+            self.set_hosts = self._set_hosts
+            self.validate_port_forwarding = self._validate_port_forwarding
+            self.forward_ports = self._forward_ports
 
     _classes: dict[str, type[CProvider]] = {}
     # Providers made by shared(), by (class, canonical config); an entry goes
@@ -470,6 +478,65 @@ class CProvider:
         change them, so this only checks that they are allowed."""
         _box(handle)
         self._validate_runtime_requirements(cap_add=cap_add, shm_size=shm_size)
+
+    def _validate_networking(self) -> None:
+        """Raises when boxes cannot be put in networks here (the linux provider
+        needs root for them: PermissionError says so)."""
+        _lib.call(lib.sbx_provider_validate_networking, self._ptr)
+
+    async def _network_address(self, handle: SandboxHandle) -> str:
+        """The address the box's network peers reach it at (C: a file read)."""
+        text = c_void_p()
+        _lib.call(lib.sbx_sandbox_network_address, _box(handle), byref(text))
+        return _lib.take_string(text)
+
+    async def _set_hosts(self, handle: SandboxHandle, hosts: Mapping[str, str]) -> None:
+        """Replaces the extra entries of the box's /etc/hosts (after its network
+        peers); the C library checks each name and address."""
+        text = json.dumps({str(k): v for k, v in dict(hosts).items()})
+        _lib.call(lib.sbx_sandbox_set_hosts, _box(handle), text.encode())
+
+    def _validate_port_forwarding(self) -> None:
+        """Boxes reach another box's ports on their loopback through the box's own
+        network namespace: the same privilege as networks (root)."""
+        _lib.call(lib.sbx_provider_validate_networking, self._ptr)
+
+    async def _forward_ports(
+        self, handle: SandboxHandle, target_address: str, ports: tuple[int, ...], *, ready_file: str
+    ) -> None:
+        """Carries the box's own 127.0.0.1:PORT to target_address:PORT for each port
+        until cancelled; `ready_file` appears in the box once listening. The C call
+        blocks in a thread; cancelling this task ends it through a pipe."""
+        box = _box(handle)
+        arr = (ctypes.c_int * len(ports))(*[int(p) for p in ports])
+        target = _lib.cstr(target_address, "the target address")
+        ready = _lib.cstr(ready_file, "the ready file")
+        r, w = os.pipe2(os.O_CLOEXEC)
+        err = c_void_p()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+
+        def forward() -> None:
+            # A thread of its own: a forward lasts as long as its task, and must
+            # not hold one of the default executor's few workers that long.
+            rc = lib.sbx_sandbox_forward_ports(box, target, arr, len(ports), ready, r, byref(err))
+            loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(rc))
+
+        threading.Thread(target=forward, name="sbx-forward-ports", daemon=True).start()
+        try:
+            rc = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            os.write(w, b"x")
+            await asyncio.wait([fut])
+            rc = fut.result()
+            if rc < 0:
+                lib.sbx_error_free(err)
+            raise
+        finally:
+            if fut.done():
+                os.close(r)
+                os.close(w)
+        _lib.check(rc, err)
 
     async def _connect(self, descriptor: Mapping[str, Any]) -> SandboxHandle:
         text = json.dumps(dict(descriptor), default=str)

@@ -131,8 +131,8 @@ struct cli_spec_opts {
     json_t *volumes;      /* [volumes] -v/--volume SRC:DST[:ro], as strings */
     json_t *cap_add;      /* [volumes] --cap-add CAP */
     const char *shm_size; /* [volumes] --shm-size SIZE */
-    const char *network;  /* [nat] --network none|host|nat */
     json_t *publish; /* [endpoint] -p mappings: provider_options.publish entries */
+    const char *network; /* [nat] [netw] --network none|host|nat|NAME: provider_options.network */
 };
 
 /* The long options every box-making command takes (run, create). */
@@ -150,7 +150,7 @@ struct cli_spec_opts {
         { "volume", required_argument, NULL, 'v' },                                                \
         { "cap-add", required_argument, NULL, 1030 },                                              \
         { "shm-size", required_argument, NULL, 1031 },                                             \
-        { "network", required_argument, NULL, 1032 } /* [nat] */,                                  \
+        { "network", required_argument, NULL, 1032 } /* [nat] [netw] */,                           \
         { "publish", required_argument, NULL, 'p' } /* [endpoint] */
 
 /*
@@ -360,6 +360,7 @@ int cli_cmd_gc(int argc, char **argv);
 int cli_cmd_providers(int argc, char **argv);
 int cli_cmd_image(int argc, char **argv);
 int cli_cmd_volume(int argc, char **argv);
+int cli_cmd_network(int argc, char **argv); /* [netw] */
 int cli_cmd_commit(int argc, char **argv); /* [img-commit] */
 int cli_cmd_logs(int argc, char **argv);   /* [svc-logs] */
 /* [svc-logs] The service of a box its provider listed ({"state", "code"}), or NULL. Borrowed. */

@@ -34,8 +34,9 @@
     "                         SRC at DST in the box; :ro read-only (repeatable)\n"            \
     "  --cap-add CAP          (linux) add capability CAP, e.g. NET_ADMIN (repeatable)\n"     \
     "  --shm-size SIZE        (linux) size of /dev/shm, e.g. 256m, 1g\n"                        \
-    "  --network MODE         (linux) none (loopback only), host, or nat (outbound through\n"  \
-    "                         user-mode NAT; see docs/networking.md)\n"
+    "  --network MODE         (linux) none (loopback only), host, nat (outbound through\n"    \
+    "                         user-mode NAT), or NAME, a box-to-box network (`sbx network\n"  \
+    "                         create NAME`); see docs/networking.md\n"
 
 struct command {
     const char *name;
@@ -206,6 +207,20 @@ static const struct command commands[] = {
       "the linux provider's volume store: /var/lib/sbx/linux/volumes as root,\n"
       "$SBX_STATE_DIR/linux/volumes when SBX_STATE_DIR is set (the volume_store key\n"
       "sets it). See docs/volumes.md.\n" },
+    /* [netw] */
+    { "network", cli_cmd_network, "sbx network create|ls|inspect|rm ...",
+      "manage the linux provider's box-to-box networks",
+      "  sbx network create [--json] NAME\n"
+      "                         make network NAME (nothing when it exists; root)\n"
+      "  sbx network ls [-q] [--json]\n"
+      "                         networks: name, subnet, boxes in it\n"
+      "  sbx network inspect NAME...\n"
+      "                         a JSON array: each network's subnet and boxes\n"
+      "  sbx network rm NAME...\n"
+      "                         remove NAME; refused while boxes are in it\n",
+      "A box joins a network with --network NAME on run or create\n"
+      "(provider_options.network). Boxes of one network reach each other by\n"
+      "hostname or id, and nothing else. See docs/networking.md.\n" },
     /* [endpoint] */
     { "endpoint", cli_cmd_endpoint, "sbx endpoint [--json] ID PORT",
       "print the URL a declared port of a box is reached at",

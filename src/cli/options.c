@@ -254,11 +254,11 @@ int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *ar
     case 1031: o->shm_size = arg; return 1;
     case 1032:
         /*
-         * [nat] provider_options.network. A name of a box-to-box network
-         * will be taken here too; until then it is refused by name.
+         * [nat] [netw] provider_options.network: none, host, nat, or the
+         * name of a box-to-box network, which the provider checks.
          */
-        if (strcmp(arg, "none") && strcmp(arg, "host") && strcmp(arg, "nat")) {
-            cli_usage_error(cmd, "--network: unknown network '%s' (none, host or nat)", arg);
+        if (!*arg) {
+            cli_usage_error(cmd, "--network: give none, host, nat or a network's name");
             return -1;
         }
         o->network = arg;

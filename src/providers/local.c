@@ -1660,5 +1660,6 @@ SBX_INTERNAL const struct sbx_provider_ops sbx__local_provider = {
     .stop_id = local_stop_id,
     .gc = local_gc,
     .agent_address = local_agent_address, /* [pty] */
-    .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_PTY,
+    /* [netw] port forwarding: the box's agent (local_agent.c) relays FORWARD streams. */
+    .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_PTY | SBX_CAP_PORT_FORWARD,
 };

@@ -917,6 +917,23 @@ void shim_box_child(const struct shim_cfg *c, const struct child_fds *f)
         die_errno("sethostname");
     if (!c->net_host)
         loopback_up();
+    if (c->net_addr) {
+        /*
+         * [netw] The shim plugs a veth into our namespace once it exists
+         * (after the clone) and says "n"; we give our end its address from
+         * inside, where we hold CAP_NET_ADMIN even in a user namespace. No
+         * route but the subnet's: the box reaches its network and nothing
+         * else.
+         */
+        char go;
+        if (read(f->sync_r, &go, 1) != 1 || go != 'n')
+            _exit(127);
+        void *nl = sbx__nl_open();
+        if (!nl || sbx__nl_addr_up(nl, SBX_NET_BOX_IF, c->net_addr, c->net_prefix) < 0)
+            die_errno("cannot set the address %s/%u of the box's %s", c->net_addr,
+                      c->net_prefix, SBX_NET_BOX_IF);
+        sbx__nl_close(nl);
+    }
 
     const char *upper = "upper", *work = "work", *root = "merged";
     mkdirs(upper, 0755);

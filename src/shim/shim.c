@@ -153,6 +153,13 @@ static int parse_cfg(json_t *j, struct shim_cfg *c, char *msg, size_t len)
     c->nft = jget(j, "nft");
     c->egress = json_object_get(j, "egress");
     c->dns = json_object_get(j, "dns");
+    json_t *netw = json_object_get(j, "network");
+    c->net_name = jget(netw, "name");
+    c->net_dir = jget(netw, "dir");
+    if (!c->net_name != !c->net_dir || (c->net_host && c->net_name)) {
+        snprintf(msg, len, "the box description's network lacks a name or a directory");
+        return -1;
+    }
     c->userns = json_is_true(json_object_get(j, "userns"));
     c->userns_base = (unsigned)jnum(j, "userns_base", 0);
     c->userns_slots = (unsigned)jnum(j, "userns_slots", 0);
@@ -217,9 +224,11 @@ static int write_record(struct shim *s, const char *state)
     json_object_set_new(r, "init_pid", json_integer(s->init));
     json_object_set_new(r, "agent_socket", json_string(sock));
     static const char *const nets[] = { "none", "host", "nat" };
-    json_object_set_new(r, "net", json_string(nets[c->net]));
+    json_object_set_new(r, "net", json_string(c->net_name ? c->net_name : nets[c->net]));
     /* [nat] pasta's pid: the box's helper process, while it runs. */
     json_object_set_new(r, "pasta_pid", s->pasta > 0 ? json_integer(s->pasta) : json_null());
+    /* [netw] The box's address in its network: what network_address answers. */
+    json_object_set_new(r, "address", c->net_addr ? json_string(c->net_addr) : json_null());
     /* The host uid (and gid) box root maps to; null: no user namespace. */
     json_object_set_new(r, "userns_uid", c->userns ? json_integer(c->uid_base) : json_null());
     json_object_set_new(r, "cgroups", s->cgroups ? json_incref(s->cgroups) : json_array());
@@ -295,6 +304,9 @@ __attribute__((noreturn)) static void teardown(struct shim *s, int code)
     shim_trace("cgroups removed");
     sbx__rm_rf(s->cfg.box_dir);
     shim_trace("directory removed");
+    /* [netw] After the box is gone (its veth died with its namespace): peers forget it. */
+    if (s->cfg.net_addr)
+        sbx__linux_net_leave(s->cfg.net_dir, s->cfg.id);
     if (s->ctl >= 0)
         close(s->ctl); /* the provider waits for this EOF: everything is gone */
     _exit(code);
@@ -478,6 +490,38 @@ static void recv_upper(struct shim *s, int sock)
 }
 
 /* Everything up to the agent's exec; fills s->init and the pipes. */
+/*
+ * [netw] Joins the box's network before the clone: an address, and the
+ * hosts file the box binds read-only at /etc/hosts (a volume entry, so the
+ * box mounts it the way it mounts every volume). Host root's: the box can
+ * read its peers' names but not change them.
+ */
+static void net_join(struct shim *s)
+{
+    struct shim_cfg *c = &s->cfg;
+    sbx_error *e = NULL;
+    if (sbx__linux_net_join(c->net_dir, c->id, c->hostname, c->box_dir, &c->net_addr,
+                            &c->net_prefix, &e) < 0) {
+        char msg[1024];
+        snprintf(msg, sizeof(msg), "%s", sbx_error_message(e));
+        sbx_error_free(e);
+        fail(s, SBX_ECREATE, "%s", msg);
+    }
+    json_t *vols = json_object_get(c->json, "volumes");
+    if (!json_is_array(vols)) {
+        vols = json_array();
+        json_object_set_new(c->json, "volumes", vols);
+    }
+    char *hosts = sbx__printf("%s/hosts", c->box_dir);
+    if (!vols || !hosts ||
+        json_array_append_new(vols, json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "bind",
+                                              "source", hosts, "target", "/etc/hosts",
+                                              "read_only", 1, "kind", "file")) < 0)
+        fail(s, SBX_ECREATE, "out of memory");
+    free(hosts);
+    shim_trace("network joined");
+}
+
 static void start_box(struct shim *s)
 {
     const struct shim_cfg *c = &s->cfg;
@@ -494,6 +538,8 @@ static void start_box(struct shim *s)
         fail(s, SBX_ECREATE, "%s", msg);
     }
     shim_trace("cgroups made");
+    if (c->net_name)
+        net_join(s);
     /*
      * The seccomp program, ready before the clone so the box only has to
      * load it. Without one (no memory, say) the box compiles its own.
@@ -646,6 +692,18 @@ static void start_box(struct shim *s)
         shim_trace("idmapped mounts sent");
     } else if ((!self_attached || c->net == SBX_LINUX_NET_NAT) && write(sync[1], "g", 1) != 1) {
         fail(s, SBX_ECREATE, "the box's first process died before it started");
+    }
+    if (c->net_addr) {
+        /* [netw] The veth, now that the box's namespace exists; "n" lets the box set its end. */
+        if (sbx__linux_net_attach(c->net_dir, c->id, pid, &e) < 0) {
+            char msg[1024];
+            snprintf(msg, sizeof(msg), "%s", sbx_error_message(e));
+            sbx_error_free(e);
+            fail(s, SBX_ECREATE, "%s", msg);
+        }
+        if (write(sync[1], "n", 1) != 1)
+            fail(s, SBX_ECREATE, "the box's first process died before it started");
+        shim_trace("network attached");
     }
     recv_upper(s, sync[1]);
     close(sync[1]);

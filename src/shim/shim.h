@@ -24,6 +24,11 @@ struct shim_cfg {
     const char *nft;      /* [nat] the sbx-nft helper */
     json_t *egress;       /* [nat] provider_options.egress, or NULL */
     json_t *dns;          /* [nat] upstream name servers for pasta, or NULL */
+    /* [netw] A box-to-box network (networks.c): its name and directory, NULL: none. */
+    const char *net_name;
+    const char *net_dir;
+    char *net_addr;       /* the box's address in it, once joined (malloc'd) */
+    unsigned net_prefix;
     bool userns;          /* map root in the box to an unprivileged host range */
     unsigned userns_base;  /* first host uid of the first slot (userns) */
     unsigned userns_slots; /* how many 65536-id ranges follow it */

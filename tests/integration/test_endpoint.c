@@ -719,7 +719,65 @@ static void test_cli_endpoint_port_forward_and_publish(void)
     census_check(state_dir);
 }
 
+/*
+ * [netw] sbx port-forward on a local box: its agent (a host process) relays
+ * each connection to the host's 127.0.0.1:PORT, which its box shares.
+ */
+static void test_cli_port_forward_local(void)
+{
+    need_boxes();
+    unsetenv("SBX_PROVIDER");
+    char out[8192], id[64], cmd[256], want[64];
+    int srv = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof(sa);
+    TAP_EQ_INT(bind(srv, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    TAP_EQ_INT(listen(srv, 4), 0);
+    TAP_EQ_INT(getsockname(srv, (struct sockaddr *)&sa, &sl), 0);
+    int box_port = ntohs(sa.sin_port);
+    pid_t server = fork();
+    if (server == 0) {
+        int c = accept(srv, NULL, NULL);
+        ssize_t w = c >= 0 ? write(c, "hi\n", 3) : -1;
+        _exit(w == 3 ? 0 : 1);
+    }
+    close(srv);
+    TAP_EQ_INT(sbx_run(out, sizeof(out), "create --provider local"), 0);
+    snprintf(id, sizeof(id), "%.*s", (int)strcspn(out, "\n"), out);
+    TAP_TRUE(strncmp(id, "local-", 6) == 0);
+    char map[32];
+    snprintf(map, sizeof(map), ":%d", box_port);
+    int fd;
+    pid_t pf = port_forward(id, map, &fd);
+    snprintf(want, sizeof(want), " -> %d\n", box_port);
+    char *got = read_fd_until(fd, want, 30);
+    const char *f = strstr(got, "Forwarding from 127.0.0.1:");
+    TAP_TRUE(f != NULL);
+    int port = (int)strtol(f + strlen("Forwarding from 127.0.0.1:"), NULL, 10);
+    free(got);
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    TAP_EQ_INT(connect(c, (struct sockaddr *)&to, sizeof(to)), 0);
+    char buf[8] = "";
+    size_t k = 0;
+    ssize_t r;
+    while (k < 3 && (r = read(c, buf + k, sizeof(buf) - 1 - k)) > 0)
+        k += (size_t)r;
+    TAP_EQ_STR(buf, "hi\n");
+    close(c);
+    TAP_EQ_INT(exit_of(server), 0);
+    TAP_EQ_INT(kill(pf, SIGINT), 0);
+    TAP_EQ_INT(exit_of(pf), 130);
+    close(fd);
+    TAP_TRUE(!listening(port));
+    snprintf(cmd, sizeof(cmd), "stop %s", id);
+    TAP_EQ_INT(sbx_run(out, sizeof(out), cmd), 0);
+}
+
 TAP_MAIN(TAP_T(test_endpoint_serves_a_box_without_network, 180),
          TAP(test_listeners_end_with_the_agent), TAP(test_publish_checked),
          TAP_T(test_thousand_connections_at_once, 120),
-         TAP_T(test_cli_endpoint_port_forward_and_publish, 180))
+         TAP_T(test_cli_endpoint_port_forward_and_publish, 180),
+         TAP_T(test_cli_port_forward_local, 60))

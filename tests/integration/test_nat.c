@@ -415,8 +415,12 @@ static void test_nat_refusals(void)
           SBX_EINVAL },
         { "{\"network\": \"nat\", \"dns\": [\"resolver.example\"]}",
           "provider_options.dns must be a list of 1 to 3 IPv4 addresses", SBX_EINVAL },
-        { "{\"network\": \"bridge0\"}", "must be \"none\", \"host\" or \"nat\" (got 'bridge0')",
+        { "{\"network\": \"bad name!\"}",
+          "must be \"none\", \"host\", \"nat\" or the name of a network (sbx network create "
+          "NAME) (got 'bad name!')",
           SBX_EINVAL },
+        { "{\"network\": \"bridge0\"}", "no network named 'bridge0' (create it with sbx network "
+          "create bridge0", SBX_ECREATE },
     };
     for (size_t i = 0; i < SBX_ARRAY_SIZE(cases); i++) {
         sbx_spec *s = sbx_spec_new();
@@ -504,8 +508,9 @@ static void test_cli_network(void)
                        bin),
                0);
     TAP_TRUE(!strstr(out, "eth0"));
-    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s create --provider linux --network backend", bin), 2);
-    TAP_CONTAINS(out, "--network: unknown network 'backend' (none, host or nat)");
+    /* Any other name is a box-to-box network's, which must exist. */
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s create --provider linux --network backend", bin), 125);
+    TAP_CONTAINS(out, "no network named 'backend' (create it with sbx network create backend");
     census_check(state_dir);
 }
 

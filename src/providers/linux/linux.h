@@ -548,4 +548,59 @@ SBX_INTERNAL bool sbx__egress_host_allowed(const struct sbx_egress *e);
 SBX_INTERNAL char *sbx__egress_nft(const struct sbx_egress *e, const uint32_t *host_addrs,
                                    size_t nhost);
 
+/* --- [netw] box-to-box networks (networks.c, netlink.c; docs/networking.md) --- */
+
+/* The bridge in every network's namespace, and a box's side of its veth pair. */
+#define SBX_NET_BRIDGE "sbx0"
+#define SBX_NET_BOX_IF "eth0"
+/* 1-64 of [A-Za-z0-9_.-], starting with a letter or digit, and not none/host/nat. */
+SBX_INTERNAL bool sbx__linux_net_name_ok(const char *name);
+/* <state_dir>/networks/<name> (malloc'd). */
+SBX_INTERNAL char *sbx__linux_net_dir(const char *state_dir, const char *name);
+/* SBX_OK when network `name` exists (its record and namespace); SBX_ECREATE saying what to do. */
+SBX_INTERNAL int sbx__linux_net_check(const char *state_dir, const char *name, sbx_error **err);
+/*
+ * The shim's side, host root, before the box's clone: takes a free address
+ * in the network at `dir` for box `id` (a member record), writes its hosts
+ * file <box_dir>/hosts and rewrites every member's. *addr (malloc'd) and
+ * *prefix receive the box's address.
+ */
+SBX_INTERNAL int sbx__linux_net_join(const char *dir, const char *id, const char *hostname,
+                                     const char *box_dir, char **addr, unsigned *prefix,
+                                     sbx_error **err);
+/* Drops box `id` from the network at `dir` and rewrites the others' hosts files. */
+SBX_INTERNAL void sbx__linux_net_leave(const char *dir, const char *id);
+/*
+ * The same for a box whose shim could not (killed): drops box `id` (whose
+ * directory is `box_dir`, <state>/boxes/<id>) from any network it is in.
+ */
+SBX_INTERNAL void sbx__linux_net_forget(const char *box_dir, const char *id);
+/*
+ * After the clone: a veth pair, one end on the network's bridge (named for
+ * box `id`), the other SBX_NET_BOX_IF in the namespace of `pid`.
+ */
+SBX_INTERNAL int sbx__linux_net_attach(const char *dir, const char *id, pid_t pid,
+                                       sbx_error **err);
+/* The bookkeeping networks_api.c shares (networks.c has the details). */
+SBX_INTERNAL json_t *sbx__linux_net_record(const char *dir);
+SBX_INTERNAL int sbx__linux_net_lock(const char *dir);
+SBX_INTERNAL json_t *sbx__linux_net_members(const char *dir);
+SBX_INTERNAL json_t *sbx__linux_net_member_ids(const json_t *members);
+SBX_INTERNAL int sbx__linux_net_write_member(const char *dir, const json_t *member);
+SBX_INTERNAL char *sbx__linux_net_hosts_text(const json_t *members, const json_t *self);
+SBX_INTERNAL int sbx__linux_net_write_hosts(const char *box_dir, const char *text);
+/*
+ * set_hosts' entries (caller's input, and a box's /etc/hosts lines): a JSON
+ * object of at most 256 RFC 1123 names, each an IPv4 or IPv6 literal.
+ */
+SBX_INTERNAL int sbx__linux_net_hosts_check(const json_t *hosts, sbx_error **err);
+/* netlink.c: a route socket in the caller's network namespace, and requests on it. */
+SBX_INTERNAL void *sbx__nl_open(void);
+SBX_INTERNAL void sbx__nl_close(void *nl);
+SBX_INTERNAL int sbx__nl_bridge_add(void *nl, const char *name);
+SBX_INTERNAL int sbx__nl_veth_add(void *nl, const char *name, int master, const char *peer,
+                                  pid_t peer_pid);
+SBX_INTERNAL int sbx__nl_addr_up(void *nl, const char *ifname, const char *addr,
+                                 unsigned prefix);
+
 #endif /* SBX_LINUX_H */

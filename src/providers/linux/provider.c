@@ -629,8 +629,9 @@ struct create {
     char *image;
     char *pull; /* provider_options.pull, else the config's */
     char *hostname;
-    int net; /* SBX_LINUX_NET_* */
+    int net; /* SBX_LINUX_NET_*; a box-to-box network is NONE plus `network` */
     json_t *egress, *dns; /* [nat] provider_options.egress and .dns, checked, or NULL */
+    char *network; /* [netw] provider_options.network NAME: a box-to-box network, or NULL */
     bool userns;
     bool die_with_creator; /* provider_options.die_with_creator */
     long long pids;
@@ -672,6 +673,7 @@ static void create_free(struct create *c)
     free(c->image);
     free(c->pull);
     free(c->hostname);
+    free(c->network);
     free(c->gpu_type);
     json_decref(c->command);
     json_decref(c->desc);
@@ -1157,9 +1159,13 @@ static void create_work(void *data)
     if (c->gpu > 0 && (c->code = add_gpus(c, &c->err)) < 0)
         return;
     /* [volumes] host paths checked, named volumes made (file I/O: here, on the worker). */
-    if (json_array_size(json_object_get(c->desc, "volumes")) > 0)
-        c->code = sbx__linux_volumes_resolve(c->st->state_dir, &c->st->x,
-                                             json_object_get(c->desc, "volumes"), &c->err);
+    if (json_array_size(json_object_get(c->desc, "volumes")) > 0 &&
+        (c->code = sbx__linux_volumes_resolve(c->st->state_dir, &c->st->x,
+                                              json_object_get(c->desc, "volumes"), &c->err)) < 0)
+        return;
+    /* [netw] The network must exist: the shim joins it (networks.c). */
+    if (c->network)
+        c->code = sbx__linux_net_check(c->st->state_dir, c->network, &c->err);
 }
 
 static int spawn_shim(struct create *c, int child_end)
@@ -1433,13 +1439,22 @@ static int read_options(const sbx_spec *spec, struct create *c, sbx_error **err)
             c->hostname = strdup(h);
         } else if (!strcmp(key, "network")) {
             const char *s = json_string_value(v);
-            if (net_mode(s) < 0)
+            free(c->network);
+            c->network = NULL;
+            if (net_mode(s) >= 0) {
+                c->net = net_mode(s);
+            } else if (sbx__linux_net_name_ok(s)) {
+                /* [netw] A box-to-box network: the box's own namespace, a veth into it. */
+                c->net = SBX_LINUX_NET_NONE;
+                if (!(c->network = strdup(s)))
+                    return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+            } else {
                 return sbx__set_error(err, SBX_EINVAL,
-                                      "provider_options.network must be \"none\", \"host\" or "
-                                      "\"nat\" (got %s%.64s%s)%s",
-                                      s ? "'" : "", s ? s : "a non-string", s ? "'" : "",
-                                      s ? "; named networks are not supported yet" : "");
-            c->net = net_mode(s);
+                                      "provider_options.network must be \"none\", \"host\", "
+                                      "\"nat\" or the name of a network (sbx network create "
+                                      "NAME) (got %s%.64s%s)",
+                                      s ? "'" : "", s ? s : "a non-string", s ? "'" : "");
+            }
         } else if (!strcmp(key, "egress")) {
             /* [nat] docs/networking.md: checked here for the user's error, again by the shim. */
             struct sbx_egress *eg = malloc(sizeof(*eg));
@@ -1660,6 +1675,16 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     if (c->die_with_creator)
         json_object_set_new(c->desc, "die_with_creator", json_true());
     json_object_set_new(c->desc, "log_max_bytes", json_integer(st->log_max_bytes));
+    if (c->network) {
+        /* [netw] Where the shim finds the network it joins. */
+        char *dir = sbx__linux_net_dir(st->state_dir, c->network);
+        json_t *n = dir ? json_pack("{s:s, s:s}", "name", c->network, "dir", dir) : NULL;
+        free(dir);
+        if (!n || json_object_set_new(c->desc, "network", n) < 0) {
+            e = sbx_error_new(SBX_ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
     /* [volumes] the config's volumes, caps and shm size, then the box's own. */
     if (nat_desc(st, c, &e) < 0)
         goto fail;
@@ -2636,7 +2661,8 @@ const struct sbx_provider_ops sbx__linux_provider = {
     .log_address = linux_log_address,     /* [svc-logs] */
     .endpoint = linux_endpoint,           /* [endpoint] */
     /* Exec goes through the agent client, which streams output as its frames arrive. */
-    .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_PTY | SBX_CAP_PORT_FORWARD /* [endpoint] */,
+    .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_PTY | SBX_CAP_PORT_FORWARD /* [endpoint] */ |
+                    SBX_CAP_NETWORK /* [netw] */,
 };
 
 /* [volumes] The linux provider's extras, for the public calls of volumes.c. */

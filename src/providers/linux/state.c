@@ -392,6 +392,9 @@ int sbx__linux_remove_leftovers(const char *box_dir, const sbx_linux_record *rec
             sbx__cg_destroy(g);
         json_decref(g);
     }
+    /* [netw] Its network peers forget it, if its shim could not tell them. */
+    if (rec && rec->id)
+        sbx__linux_net_forget(box_dir, rec->id);
     /*
      * The box's mounts lived in its own mount namespace and died with it; the
      * directory holds only the record, the socket and an empty mount point.

@@ -1,0 +1,474 @@
+/*
+ * [netw] Box-to-box networks against real boxes (root): two boxes of one
+ * network talk by id and by hostname, a box outside it and a box of another
+ * network cannot reach them, the peers' /etc/hosts follows joins and
+ * leaves, set_hosts and network_address, `sbx network rm` refused while
+ * boxes are in it, and the CLI. Traffic only ever flows between the test's
+ * own namespaces. Every test ends with the census: no box, no mount (the
+ * networks' namespaces included), no sbx interface on the host.
+ */
+#include "tap.h"
+#include "common.h"
+#include "linux_census.h"
+#include "linux_fixture.h"
+
+#include "core/internal.h"
+#include "providers/linux/linux.h"
+
+#include <signal.h>
+
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+
+static const char *box_sh(sbx_sandbox *sb, const char *cmd, int *rc)
+{
+    static char buf[65536];
+    sbx_exec_result *r = NULL;
+    sbx_error *e = NULL;
+    if (sbx_sandbox_exec(sb, cmd, NULL, &r, &e) != SBX_OK)
+        TAP_FAIL("exec %s: %s", cmd, sbx_error_message(e));
+    const char *o = sbx_exec_result_stdout(r, NULL);
+    const char *er = sbx_exec_result_stderr(r, NULL);
+    snprintf(buf, sizeof(buf), "%s%s", o ? o : "", er ? er : "");
+    *rc = sbx_exec_result_return_code(r);
+    sbx_exec_result_free(r);
+    return buf;
+}
+
+static const char *ok_sh(sbx_sandbox *sb, const char *cmd)
+{
+    int rc;
+    const char *o = box_sh(sb, cmd, &rc);
+    if (rc != 0)
+        TAP_FAIL("%s exited %d: %s", cmd, rc, o);
+    return o;
+}
+
+static sbx_sandbox *start_opts(sbx_provider *p, const char *opts)
+{
+    sbx_spec *s = sbx_spec_new();
+    if (opts && sbx_spec_set_provider_options(s, opts, NULL) != SBX_OK)
+        TAP_FAIL("provider_options %s refused", opts);
+    sbx_sandbox *sb = start(p, s);
+    sbx_spec_free(s);
+    return sb;
+}
+
+static void net_create(sbx_provider *p, const char *name)
+{
+    sbx_error *e = NULL;
+    char *out = NULL;
+    if (sbx_provider_network_create(p, name, &out, &e) != SBX_OK)
+        TAP_FAIL("network create %s: %s", name, sbx_error_message(e));
+    TAP_CONTAINS(out, "\"subnet\":\"10.89.");
+    free(out);
+}
+
+static void net_rm(sbx_provider *p, const char *name)
+{
+    sbx_error *e = NULL;
+    if (sbx_provider_network_remove(p, name, &e) != SBX_OK)
+        TAP_FAIL("network rm %s: %s", name, sbx_error_message(e));
+}
+
+static char *address(sbx_sandbox *sb)
+{
+    char *a = NULL;
+    sbx_error *e = NULL;
+    if (sbx_sandbox_network_address(sb, &a, &e) != SBX_OK)
+        TAP_FAIL("network_address: %s", sbx_error_message(e));
+    return a;
+}
+
+/* A one-line TCP server in the box on 0.0.0.0:8000 that answers "hi from NAME". */
+static void serve(sbx_sandbox *sb, const char *name)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "setsid -f python3 -c 'import socket\n"
+             "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+             "s.bind((\"0.0.0.0\", 8000)); s.listen(16); open(\"/tmp/up\", \"w\").close()\n"
+             "while True:\n"
+             "    c, _ = s.accept(); c.sendall(b\"hi from %s\\n\"); c.close()\n' "
+             ">/dev/null 2>&1; "
+             "for i in $(seq 100); do [ -e /tmp/up ] && exit 0; sleep 0.05; done; exit 1",
+             name);
+    ok_sh(sb, cmd);
+}
+
+/* What a connect from the box to HOST:8000 gets: the answer, or the error's name. */
+static const char *fetch(sbx_sandbox *sb, const char *host)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "python3 -c 'import socket, sys\n"
+             "try:\n"
+             "    s = socket.create_connection((sys.argv[1], 8000), timeout=3)\n"
+             "    print(s.recv(100).decode().strip())\n"
+             "except OSError as e:\n"
+             "    print(\"failed:\", type(e).__name__, e)\n' %s",
+             host);
+    return ok_sh(sb, cmd);
+}
+
+/* Nothing of this test's directory is mounted, no sbx interface on the host, census clean. */
+static void all_gone(void)
+{
+    census_check(state_dir);
+    char out[4096];
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "grep -c '%s' /proc/self/mountinfo || true",
+                       tap_tmpdir()),
+               0);
+    TAP_EQ_STR(out, "0\n");
+    /* The bridge side of every veth lives in a network's namespace, never in the host's. */
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "ls /sys/class/net | grep -c '^sbx[0-9a-f]' || true"), 0);
+    TAP_EQ_STR(out, "0\n");
+}
+
+/*
+ * The devices in network `name`'s namespace other than lo and its bridge:
+ * the bridge ends of its boxes' veths. Their removal follows the box
+ * namespace's end, which the kernel finishes a moment after the stop:
+ * looks a few times before answering non-zero.
+ */
+static int veths_in(const char *name, int want)
+{
+    char out[4096];
+    int n = -1;
+    for (int i = 0; i < 100 && n != want; i++) {
+        if (i)
+            usleep(50 * 1000);
+        TAP_EQ_INT(run_cmd(out, sizeof(out),
+                           "nsenter --net=%s/networks/%s/netns cat /proc/net/dev | "
+                           "grep -c '^ *sbx[0-9a-f]\\{12\\}:' || true",
+                           state_dir, name),
+                   0);
+        n = (int)strtol(out, NULL, 10); /* the count grep printed */
+    }
+    return n;
+}
+
+static void test_two_boxes_talk_by_name_others_cannot(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    net_create(p, "ep1");
+    net_create(p, "ep2");
+    sbx_sandbox *a = start_opts(p, "{\"network\": \"ep1\", \"hostname\": \"web\"}");
+    sbx_sandbox *b = start_opts(p, "{\"network\": \"ep1\"}");
+    sbx_sandbox *outside = start_opts(p, NULL);
+    sbx_sandbox *other = start_opts(p, "{\"network\": \"ep2\"}");
+    serve(a, "a");
+    _cleanup_free_ char *addr = address(a);
+    TAP_CONTAINS(addr, "10.89.");
+
+    /* By hostname, by id, by address. */
+    TAP_EQ_STR(fetch(b, "web"), "hi from a\n");
+    TAP_EQ_STR(fetch(b, sbx_sandbox_id(a)), "hi from a\n");
+    TAP_EQ_STR(fetch(b, addr), "hi from a\n");
+    /* The box's hosts name its peers; it cannot change them. */
+    const char *hosts = ok_sh(b, "cat /etc/hosts");
+    TAP_CONTAINS(hosts, "web");
+    TAP_CONTAINS(hosts, sbx_sandbox_id(a));
+    int rc;
+    box_sh(b, "echo 1.2.3.4 evil >> /etc/hosts", &rc);
+    TAP_NE_INT(rc, 0);
+
+    /* A box without a network, and one of another network, reach nothing of ep1. */
+    TAP_CONTAINS(fetch(outside, addr), "failed:");
+    TAP_CONTAINS(fetch(outside, "web"), "failed:");
+    TAP_CONTAINS(fetch(other, addr), "failed:");
+    /* Nothing routes out of a network: no default route in its boxes. */
+    TAP_EQ_STR(ok_sh(b, "grep -c '^eth0\t00000000' /proc/net/route || true"), "0\n");
+
+    /* rm refused while boxes are in it, naming them. */
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_provider_network_remove(p, "ep1", &e), SBX_ESTATE);
+    TAP_CONTAINS(sbx_error_message(e), sbx_sandbox_id(a));
+    sbx_error_free(e);
+    char *list = NULL;
+    TAP_EQ_INT(sbx_provider_network_list(p, &list, NULL), SBX_OK);
+    TAP_CONTAINS(list, sbx_sandbox_id(b));
+    free(list);
+
+    TAP_EQ_INT(veths_in("ep1", 2), 2);
+    TAP_EQ_INT(veths_in("ep2", 1), 1);
+    stop_free(a);
+    stop_free(b);
+    stop_free(outside);
+    stop_free(other);
+    /* The boxes' veths went with their namespaces: the bridges have no port left. */
+    TAP_EQ_INT(veths_in("ep1", 0), 0);
+    TAP_EQ_INT(veths_in("ep2", 0), 0);
+    net_rm(p, "ep1");
+    net_rm(p, "ep2");
+    e = NULL;
+    TAP_EQ_INT(sbx_provider_network_inspect(p, "ep1", NULL, &e), SBX_ENOENT);
+    sbx_error_free(e);
+    sbx_provider_free(p);
+    all_gone();
+}
+
+static void test_hosts_follow_joins_and_leaves(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    net_create(p, "hj");
+    sbx_sandbox *a = start_opts(p, "{\"network\": \"hj\"}");
+    TAP_EQ_STR(ok_sh(a, "grep -c late /etc/hosts || true"), "0\n");
+    sbx_sandbox *b = start_opts(p, "{\"network\": \"hj\", \"hostname\": \"late\"}");
+    /* a learns of b as it joins, and forgets it when it leaves. */
+    TAP_CONTAINS(ok_sh(a, "getent hosts late"), "late");
+    stop_free(b);
+    int rc;
+    box_sh(a, "getent hosts late", &rc);
+    TAP_NE_INT(rc, 0);
+
+    /* set_hosts: extra entries after the peers, replaced by the next call. */
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_set_hosts(a, "{\"db\": \"10.89.0.77\", \"v6\": \"fd00::1\"}", &e),
+               SBX_OK);
+    TAP_CONTAINS(ok_sh(a, "getent hosts db"), "10.89.0.77");
+    TAP_EQ_INT(sbx_sandbox_set_hosts(a, "{\"cache\": \"10.89.0.78\"}", NULL), SBX_OK);
+    box_sh(a, "getent hosts db", &rc);
+    TAP_NE_INT(rc, 0);
+    TAP_CONTAINS(ok_sh(a, "cat /etc/hosts"), "10.89.0.78\tcache");
+    /* Hostile entries: a newline in a name, a name that is not an address. */
+    TAP_EQ_INT(sbx_sandbox_set_hosts(a, "{\"x\\n1.2.3.4 evil\": \"10.0.0.1\"}", &e), SBX_EINVAL);
+    sbx_error_free(e);
+    e = NULL;
+    TAP_EQ_INT(sbx_sandbox_set_hosts(a, "{\"x\": \"10.0.0.1 evil\"}", &e), SBX_EINVAL);
+    TAP_CONTAINS(sbx_error_message(e), "IPv4 or IPv6");
+    sbx_error_free(e);
+    TAP_EQ_INT(sbx_sandbox_set_hosts(a, "[]", NULL), SBX_EINVAL);
+
+    /* network_address and set_hosts of a box in no network. */
+    sbx_sandbox *none = start_opts(p, NULL);
+    e = NULL;
+    TAP_EQ_INT(sbx_sandbox_network_address(none, NULL, &e), SBX_ESTATE);
+    TAP_CONTAINS(sbx_error_message(e), "in no network");
+    sbx_error_free(e);
+    TAP_EQ_INT(sbx_sandbox_set_hosts(none, "{}", NULL), SBX_ESTATE);
+    TAP_EQ_INT(sbx_provider_validate_networking(p, NULL), SBX_OK);
+    stop_free(none);
+    stop_free(a);
+    net_rm(p, "hj");
+    sbx_provider_free(p);
+    all_gone();
+}
+
+static void test_names_and_missing_networks(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_error *e = NULL;
+    static const char *const bad[] = { "none", "host", "nat", "", "-x", "a/b", "..", "a b" };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
+        TAP_EQ_INT(sbx_provider_network_create(p, bad[i], NULL, &e), SBX_EINVAL);
+        sbx_error_free(e);
+        e = NULL;
+    }
+    /* A box naming a network that does not exist fails its create, saying what to do. */
+    sbx_spec *s = sbx_spec_new();
+    TAP_EQ_INT(sbx_spec_set_provider_options(s, "{\"network\": \"nope\"}", NULL), SBX_OK);
+    sbx_sandbox *sb = NULL;
+    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
+    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ECREATE);
+    TAP_CONTAINS(sbx_error_message(e), "sbx network create nope");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(s);
+    /* A box on the host's network: its services are at the host's loopback. */
+    sbx_sandbox *h = start_opts(p, "{\"network\": \"host\"}");
+    _cleanup_free_ char *ha = address(h);
+    TAP_EQ_STR(ha, "127.0.0.1");
+    stop_free(h);
+    /* "lock" is a name like any other (the store's lock file is ".lock"). */
+    net_create(p, "lock");
+    net_create(p, "after-lock");
+    net_rm(p, "lock");
+    net_rm(p, "after-lock");
+    /* create is idempotent; rm of a missing one is ENOENT. */
+    net_create(p, "twice");
+    net_create(p, "twice");
+    net_rm(p, "twice");
+    e = NULL;
+    TAP_EQ_INT(sbx_provider_network_remove(p, "twice", &e), SBX_ENOENT);
+    sbx_error_free(e);
+    sbx_provider_free(p);
+    all_gone();
+}
+
+/* Boxes come and go: each gets a working eth0, and no name or address collides. */
+static void test_boxes_come_and_go(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    net_create(p, "reuse");
+    for (int i = 0; i < 3; i++) {
+        sbx_sandbox *a = start_opts(p, "{\"network\": \"reuse\"}");
+        _cleanup_free_ char *addr = address(a);
+        TAP_CONTAINS(addr, "10.89.");
+        TAP_CONTAINS(ok_sh(a, "cat /sys/class/net/eth0/operstate"), "up");
+        stop_free(a);
+    }
+    net_rm(p, "reuse");
+    sbx_provider_free(p);
+    all_gone();
+}
+
+struct fwd {
+    sbx_sandbox *sb;
+    const char *target;
+    int cancel_r;
+    int rc;
+    char msg[512];
+};
+
+static void *fwd_thread(void *arg)
+{
+    struct fwd *w = arg;
+    int ports[] = { 8000 };
+    sbx_error *e = NULL;
+    w->rc = sbx_sandbox_forward_ports(w->sb, w->target, ports, 1, "/tmp/fwd-ready", w->cancel_r,
+                                      &e);
+    snprintf(w->msg, sizeof(w->msg), "%s", e ? sbx_error_message(e) : "");
+    sbx_error_free(e);
+    return NULL;
+}
+
+/* forward_ports: b's own 127.0.0.1:8000 reaches a's server, until cancelled. */
+static void test_forward_ports(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    net_create(p, "fp");
+    sbx_sandbox *a = start_opts(p, "{\"network\": \"fp\"}");
+    sbx_sandbox *b = start_opts(p, "{\"network\": \"fp\"}");
+    serve(a, "a");
+    _cleanup_free_ char *addr = address(a);
+    TAP_CONTAINS(fetch(b, "127.0.0.1"), "failed:");
+    int cancel[2];
+    TAP_EQ_INT(pipe2(cancel, O_CLOEXEC), 0);
+    struct fwd w = { .sb = b, .target = addr, .cancel_r = cancel[0] };
+    pthread_t t;
+    TAP_EQ_INT(pthread_create(&t, NULL, fwd_thread, &w), 0);
+    ok_sh(b, "for i in $(seq 200); do [ -e /tmp/fwd-ready ] && exit 0; sleep 0.05; done; exit 1");
+    for (int i = 0; i < 5; i++)
+        TAP_EQ_STR(fetch(b, "127.0.0.1"), "hi from a\n");
+    TAP_EQ_INT(write(cancel[1], "x", 1), 1);
+    pthread_join(t, NULL);
+    if (w.rc != SBX_OK)
+        TAP_FAIL("forward_ports: %d %s", w.rc, w.msg);
+    /* Cancelled: nothing listens in b any more. */
+    TAP_CONTAINS(fetch(b, "127.0.0.1"), "failed:");
+    close(cancel[0]);
+    close(cancel[1]);
+    /* Refusals: a bad target, a port out of range, a taken port. */
+    int ports[] = { 8000 }, bad[] = { 0 };
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_forward_ports(b, "web", ports, 1, NULL, 0, &e), SBX_EINVAL);
+    sbx_error_free(e);
+    TAP_EQ_INT(sbx_sandbox_forward_ports(b, addr, bad, 1, NULL, 0, NULL), SBX_EINVAL);
+    e = NULL;
+    TAP_EQ_INT(sbx_sandbox_forward_ports(a, addr, ports, 1, NULL, 0, &e), SBX_ESTATE);
+    TAP_CONTAINS(sbx_error_message(e), "taken");
+    sbx_error_free(e);
+    stop_free(a);
+    stop_free(b);
+    net_rm(p, "fp");
+    sbx_provider_free(p);
+    all_gone();
+}
+
+/* A box whose shim was killed: stopping it (or gc) takes it out of its peers' names. */
+static void test_killed_shim_forgotten_at_stop(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    net_create(p, "kill");
+    sbx_sandbox *a = start_opts(p, "{\"network\": \"kill\", \"hostname\": \"victim\"}");
+    sbx_sandbox *b = start_opts(p, "{\"network\": \"kill\"}");
+    TAP_CONTAINS(ok_sh(b, "getent hosts victim"), "victim");
+    char box_dir[1024];
+    snprintf(box_dir, sizeof(box_dir), "%s/boxes/%s", state_dir, sbx_sandbox_id(a));
+    sbx_linux_record rec;
+    sbx_error *e = NULL;
+    if (sbx__linux_record_read(box_dir, &rec, &e) < 0)
+        TAP_FAIL("record: %s", sbx_error_message(e));
+    pid_t shim = rec.shim_pid;
+    sbx__linux_record_free(&rec);
+    TAP_TRUE(shim > 0);
+    TAP_EQ_INT(kill(shim, SIGKILL), 0);
+    for (int i = 0; i < 300 && kill(shim, 0) == 0; i++)
+        usleep(20 * 1000);
+    /* Its shim could not leave: the peer still names it. Stopping it cleans up. */
+    TAP_CONTAINS(ok_sh(b, "getent hosts victim"), "victim");
+    sbx_sandbox_stop(a, NULL);
+    sbx_sandbox_free(a);
+    int rc;
+    box_sh(b, "getent hosts victim", &rc);
+    TAP_NE_INT(rc, 0);
+    stop_free(b);
+    net_rm(p, "kill");
+    sbx_provider_free(p);
+    all_gone();
+}
+
+static char sbx_path[PATH_MAX];
+
+static const char *sbx_bin(void)
+{
+    char exe[PATH_MAX - 8];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        TAP_FAIL("readlink: %s", strerror(errno));
+    exe[n] = 0;
+    for (int i = 0; i < 3; i++)
+        *strrchr(exe, '/') = 0;
+    snprintf(sbx_path, sizeof(sbx_path), "%s/sbx", exe);
+    if (access(sbx_path, X_OK) != 0)
+        TAP_SKIP("build/sbx is not built");
+    return sbx_path;
+}
+
+static void test_cli(void)
+{
+    need_boxes();
+    const char *sbx = sbx_bin();
+    char out[8192];
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s network create cli1", sbx), 0);
+    TAP_EQ_STR(out, "cli1\n");
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s create --network cli1", sbx), 0);
+    char id[128];
+    snprintf(id, sizeof(id), "%.*s", (int)strcspn(out, "\n"), out);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s network ls --json", sbx), 0);
+    TAP_CONTAINS(out, id);
+    TAP_CONTAINS(out, "\"name\": \"cli1\"");
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s run --network cli1 -- getent hosts %s", sbx, id),
+               0);
+    TAP_CONTAINS(out, "10.89.");
+    TAP_NE_INT(run_cmd(out, sizeof(out), "%s network rm cli1 2>&1", sbx), 0);
+    TAP_CONTAINS(out, "in use by box");
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s stop %s", sbx, id), 0);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s network rm cli1", sbx), 0);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s network ls -q", sbx), 0);
+    TAP_EQ_STR(out, "");
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s run --network 'a b' -- true 2>&1", sbx), 125);
+    all_gone();
+}
+
+int main(int argc, char **argv)
+{
+    static const struct tap_test tests[] = {
+        TAP(test_two_boxes_talk_by_name_others_cannot),
+        TAP(test_hosts_follow_joins_and_leaves),
+        TAP(test_names_and_missing_networks),
+        TAP(test_boxes_come_and_go),
+        TAP(test_forward_ports),
+        TAP(test_killed_shim_forgotten_at_stop),
+        TAP(test_cli),
+    };
+    return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
+}
