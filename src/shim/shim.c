@@ -269,6 +269,15 @@ __attribute__((noreturn)) static void teardown(struct shim *s, int code)
     /* [endpoint] The listeners go first: no new connection into a dying box. */
     shim_forwarder_stop(&s->fwd);
     shim_ports_close(&s->ports);
+    /*
+     * Then a teardown slot: with thousands of boxes stopped at once, each
+     * teardown runs alongside a bounded few, and the stop's deadline counts
+     * from here (teardown.c). The lock goes with the process.
+     */
+    if (s->cfg.state_dir && s->cfg.box_dir && strcmp(s->cfg.box_dir, "/nonexistent"))
+        (void)sbx__linux_teardown_begin(s->cfg.state_dir, s->cfg.box_dir,
+                                        sbx__linux_teardown_slots());
+    shim_trace("teardown slot");
     kill_box(s);
     shim_trace("box reaped");
     if (s->cgroups)

@@ -1883,6 +1883,11 @@ struct stop {
     int code;
     sbx_error *err;
     double timeout_s;
+    double signalled_at; /* uv_now, ms */
+    double left_s;       /* the deadline check's answer */
+    bool checking;       /* a deadline check is on the pool */
+    bool ended;          /* stop_end ran: the handles are closing */
+    bool closed;         /* the handles closed while a check was out */
 };
 
 static void stop_free(struct stop *s)
@@ -1921,6 +1926,10 @@ static void stop_closed(uv_handle_t *h)
     struct stop *s = h->data;
     if (--s->handles > 0)
         return;
+    if (s->checking) { /* the deadline check still holds s: it finishes the stop */
+        s->closed = true;
+        return;
+    }
     if (s->pidfd >= 0)
         close(s->pidfd);
     s->pidfd = -1;
@@ -1931,6 +1940,9 @@ static void stop_closed(uv_handle_t *h)
 
 static void stop_end(struct stop *s)
 {
+    if (s->ended)
+        return;
+    s->ended = true;
     if (s->pidfd >= 0)
         uv_poll_stop(&s->w.poll);
     else
@@ -1954,15 +1966,54 @@ static void stop_exited(uv_poll_t *p, int status, int events)
     stop_end(p->data);
 }
 
+static void stop_timeout(uv_timer_t *t);
+
+/* Worker: how much longer this stop may wait (its shim may be queued for a teardown slot). */
+static void stop_deadline_work(void *data)
+{
+    struct stop *s = data;
+    s->left_s = sbx__linux_stop_time_left(s->box_dir, s->timeout_s, s->left_s);
+}
+
+static void stop_deadline_done(void *data, bool cancelled)
+{
+    struct stop *s = data;
+    s->checking = false;
+    if (s->closed) { /* the shim ended meanwhile: finish as stop_closed would have */
+        s->handles = 1;
+        stop_closed((uv_handle_t *)&s->timer);
+        return;
+    }
+    if (s->ended)
+        return;
+    if (!cancelled && s->left_s > 0) {
+        uv_timer_start(&s->timer, stop_timeout, (uint64_t)(s->left_s * 1000) + 1, 0);
+        return;
+    }
+    s->code = SBX_ETIMEDOUT;
+    s->err = sbx_error_new(SBX_ETIMEDOUT,
+                           "box %s: its shim did not finish its teardown within the stop timeout "
+                           "(stop_timeout_s); `sbx gc` removes what is left",
+                           s->id);
+    stop_end(s);
+}
+
+/*
+ * The deadline is counted from the start of the shim's own teardown, which
+ * may come long after the signal when thousands of boxes stop at once: at
+ * each expiry the pool reads the shim's marker and the timer is re-armed
+ * for what is left (teardown.c).
+ */
 static void stop_timeout(uv_timer_t *t)
 {
     struct stop *s = t->data;
-    s->code = SBX_ETIMEDOUT;
-    s->err = sbx_error_new(SBX_ETIMEDOUT,
-                           "box %s: its shim did not finish within the stop timeout; `sbx gc` "
-                           "removes what is left",
-                           s->id);
-    stop_end(s);
+    if (s->checking || s->ended)
+        return;
+    s->checking = true;
+    s->left_s = ((double)uv_now(t->loop) - s->signalled_at) / 1e3; /* waited so far, in */
+    if (sbx__context_submit(sbx__op_provider(s->op)->ctx, stop_deadline_work, stop_deadline_done,
+                            s, NULL) < 0)
+        stop_deadline_done(s, true);
 }
 
 /* Worker: find the box's shim and signal it; without one, remove what is left. */
@@ -2046,6 +2097,7 @@ static void stop_signal_done(void *data, bool cancelled)
         s->w.check.data = s;
         uv_timer_start(&s->w.check, stop_check, 5, 5);
     }
+    s->signalled_at = (double)uv_now(loop);
     uv_timer_start(&s->timer, stop_timeout, (uint64_t)(s->timeout_s * 1000), 0);
 }
 

@@ -1,0 +1,173 @@
+/*
+ * The linux provider with many boxes: a stop of many at once ends every box
+ * and reports success for each, however long it queued behind the others'
+ * teardowns, and leaves nothing (the census). Real boxes; root.
+ */
+#include "tap.h"
+#include "common.h"
+#include "linux_census.h"
+#include "linux_fixture.h"
+
+#include "core/internal.h"
+#include "providers/linux/linux.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <time.h>
+
+static sbx_sandbox **start_many(sbx_provider *p, int n)
+{
+    sbx_spec *s = sbx_spec_new();
+    sbx_sandbox **sbs = calloc((size_t)n, sizeof(*sbs));
+    sbx_future **fs = calloc((size_t)n, sizeof(*fs));
+    TAP_TRUE(sbs && fs);
+    for (int i = 0; i < n; i++) {
+        TAP_EQ_INT(sbx_sandbox_new(p, s, &sbs[i], NULL), SBX_OK);
+        TAP_OK(sbx_sandbox_start_async(sbs[i], NULL, &fs[i], &e_));
+    }
+    for (int i = 0; i < n; i++) {
+        sbx_error *e = NULL;
+        if (sbx_future_wait(fs[i], -1, &e) != SBX_OK)
+            TAP_FAIL("box %d: %s", i, sbx_error_message(e));
+        sbx_future_free(fs[i]);
+    }
+    free(fs);
+    sbx_spec_free(s);
+    return sbs;
+}
+
+/* Stops every box at once; each stop must report success. */
+static void stop_all(sbx_sandbox **sbs, sbx_future **fs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        sbx_error *e = NULL;
+        if (sbx_future_wait(fs[i], -1, &e) != SBX_OK)
+            TAP_FAIL("the stop of box %d of %d failed: %s", i, n, sbx_error_message(e));
+        sbx_future_free(fs[i]);
+        sbx_sandbox_free(sbs[i]);
+    }
+}
+
+/* Every stop of a mass stop reports success, and nothing of any box is left. */
+static void test_mass_stop_all_succeed(void)
+{
+    need_boxes();
+    const char *env = getenv("SBX_SCALE_N");
+    int n = env ? (int)strtol(env, NULL, 10) : 200;
+    sbx_provider *p = provider(NULL);
+    sbx_sandbox **sbs = start_many(p, n);
+    sbx_future **fs = calloc((size_t)n, sizeof(*fs));
+    for (int i = 0; i < n; i++)
+        TAP_OK(sbx_sandbox_stop_async(sbs[i], &fs[i], &e_));
+    stop_all(sbs, fs, n);
+    free(fs);
+    free(sbs);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/* Takes every teardown slot of the state directory, as a host busy tearing down would. */
+static int hold_slots(void)
+{
+    char path[700];
+    snprintf(path, sizeof(path), "%s/teardown.lock", state_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    TAP_TRUE(fd >= 0);
+    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0,
+                        .l_len = sbx__linux_teardown_slots() };
+    TAP_EQ_INT(fcntl(fd, F_OFD_SETLK, &fl), 0);
+    return fd;
+}
+
+static void wait_s(double s)
+{
+    struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
+    while (nanosleep(&ts, &ts) < 0)
+        ;
+}
+
+/*
+ * A stop whose shim waits for a teardown slot longer than stop_timeout_s
+ * still succeeds once its own teardown runs: the deadline covers the box's
+ * teardown, not its place in the queue. Both stop paths: the handle's stop
+ * and the stop by id (sbx stop, gc).
+ */
+static void test_stop_deadline_excludes_the_queue(void)
+{
+    need_boxes();
+    sbx_provider *p = provider("{\"stop_timeout_s\": 1}");
+    int n = 6;
+    sbx_sandbox **sbs = start_many(p, n + 1);
+    char id[256];
+    snprintf(id, sizeof(id), "%s", sbx_sandbox_id(sbs[n]));
+    int slots = hold_slots();
+    sbx_future **fs = calloc((size_t)n, sizeof(*fs));
+    for (int i = 0; i < n; i++)
+        TAP_OK(sbx_sandbox_stop_async(sbs[i], &fs[i], &e_));
+    /* Queued well past the 1 s deadline: no stop may have given up. */
+    wait_s(3);
+    for (int i = 0; i < n; i++)
+        TAP_EQ_INT(sbx_future_done(fs[i]), 0);
+    /* The stop by id, from another thread of control: a child blocked behind the slots. */
+    pid_t child = fork();
+    TAP_TRUE(child >= 0);
+    if (child == 0) {
+        close(slots); /* the OFD locks are the description's: the child must not hold them too */
+        sbx_error *e = NULL;
+        int rc = sbx__linux_stop_box(state_dir, id, 1, &e);
+        if (rc != SBX_OK)
+            fprintf(stderr, "stop by id: %s\n", sbx_error_message(e));
+        _exit(rc == SBX_OK ? 0 : 1);
+    }
+    wait_s(3);
+    int st = 0;
+    TAP_EQ_INT(waitpid(child, &st, WNOHANG), 0); /* still waiting, not timed out */
+    close(slots);
+    stop_all(sbs, fs, n);
+    TAP_EQ_INT(waitpid(child, &st, 0), child);
+    TAP_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    sbx_error *e = NULL;
+    if (sbx_sandbox_stop(sbs[n], &e) != SBX_OK) /* already gone: a no-op stop */
+        TAP_FAIL("stop after stop by id: %s", sbx_error_message(e));
+    sbx_sandbox_free(sbs[n]);
+    free(fs);
+    free(sbs);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/* The marker a shim writes is read strictly: garbage counts as no marker. */
+static void test_stop_time_left_reads_the_marker(void)
+{
+    const char *dir = tap_tmpdir();
+    char path[600];
+    snprintf(path, sizeof(path), "%s/teardown", dir);
+    /* No marker: the plain deadline from the signal. */
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 4) > 5.9);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 11) <= 0);
+    /* Garbage: the same. */
+    FILE *f = fopen(path, "we");
+    fputs("t 99999999999999999999999\n", f);
+    fclose(f);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 11) <= 0);
+    /* Queued: waited on past the deadline, up to the bound. */
+    f = fopen(path, "we");
+    fputs("q 00000000000000000001\n", f);
+    fclose(f);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 50) > 0);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 10 * SBX_LINUX_STOP_QUEUE_FACTOR + 1) <= 0);
+    /* Started long ago (boot time 1 ns): the deadline passed. */
+    f = fopen(path, "we");
+    fputs("t 00000000000000000001\n", f);
+    fclose(f);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 50) <= 0);
+    /* The shim's own marker, written just now: the whole deadline is left. */
+    unlink(path);
+    int lfd = sbx__linux_teardown_begin(dir, dir, 1);
+    TAP_TRUE(lfd >= 0);
+    close(lfd);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 1000, 5000) > 900);
+}
+
+TAP_MAIN(TAP(test_stop_time_left_reads_the_marker), TAP_T(test_stop_deadline_excludes_the_queue, 120),
+         TAP_T(test_mass_stop_all_succeed, 600))
