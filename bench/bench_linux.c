@@ -19,7 +19,7 @@
  *   build/bench/bench_linux [N]          (N iterations per latency row, default 100)
  *   build/bench/bench_linux --many K     K boxes alive at once (default 1000): create rate,
  *                                        memory per box, kernel memory, stop of all at once
- *   build/bench/bench_linux --churn K [--inflight W]
+ *   build/bench/bench_linux --churn K [--inflight W] [--cmd CMD]
  *                                        K create/exec/stop lifecycles, W at a time (100):
  *                                        what the kernel keeps after them
  *   build/bench/bench_linux --userns ... boxes in user namespaces (idmapped layers)
@@ -687,6 +687,7 @@ static int open_fds(void)
 struct kmem {
     double unreclaim, slab, avail; /* bytes, /proc/meminfo */
     long memcg;                    /* memory cgroups, /proc/cgroups (dying ones too) */
+    long memcg_live;               /* of them, the directories that exist */
     long nr_threads;               /* processes and threads on the host */
 };
 
@@ -694,6 +695,26 @@ static double meminfo_field(const char *text, const char *key)
 {
     const char *p = strstr(text, key);
     return p ? strtod(p + strlen(key), NULL) * 1024.0 : NAN;
+}
+
+/* Directories under a cgroup directory, itself included. */
+static long count_dirs(int dfd)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return 0;
+    }
+    long n = 1;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (de->d_type == DT_DIR && de->d_name[0] != '.') {
+            int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            if (sub >= 0)
+                n += count_dirs(sub);
+        }
+    closedir(d);
+    return n;
 }
 
 static void kmem_read(struct kmem *k)
@@ -718,6 +739,11 @@ static void kmem_read(struct kmem *k)
     }
     if (f)
         fclose(f);
+    /* The memory hierarchy: v1's own mount, else the unified one. */
+    int mfd = open("/sys/fs/cgroup/memory", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (mfd < 0)
+        mfd = open("/sys/fs/cgroup", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    k->memcg_live = mfd >= 0 ? count_dirs(mfd) : -1;
     f = fopen("/proc/loadavg", "re");
     long running = 0;
     if (f && fscanf(f, "%*s %*s %*s %ld/%ld", &running, &k->nr_threads) != 2)
@@ -728,9 +754,10 @@ static void kmem_read(struct kmem *k)
 
 static void kmem_print(const char *what, const struct kmem *a, const struct kmem *b, int per)
 {
-    printf("  kernel %s: memory cgroups %ld -> %ld (%+ld), SUnreclaim %.0f -> %.0f MiB (%+.1f), "
+    printf("  kernel %s: dying memory cgroups %ld -> %ld (%+ld), memory cgroups %ld -> %ld (%+ld), SUnreclaim %.0f -> %.0f MiB (%+.1f), "
            "Slab %+.1f MiB, threads %ld -> %ld",
-           what, a->memcg, b->memcg, b->memcg - a->memcg, a->unreclaim / MIB, b->unreclaim / MIB,
+           what, a->memcg - a->memcg_live, b->memcg - b->memcg_live,
+           (b->memcg - b->memcg_live) - (a->memcg - a->memcg_live), a->memcg, b->memcg, b->memcg - a->memcg, a->unreclaim / MIB, b->unreclaim / MIB,
            (b->unreclaim - a->unreclaim) / MIB, (b->slab - a->slab) / MIB, a->nr_threads,
            b->nr_threads);
     if (per > 0)
@@ -855,10 +882,10 @@ static void bench_many(int n)
 
 /* --- churn: create, exec, stop, over and over ---------------------------- */
 
-static void bench_churn(int total, int inflight)
+static void bench_churn(int total, int inflight, const char *cmd)
 {
-    printf("churn: %d create/exec/stop lifecycles, %d in flight (none image, net none)\n", total,
-           inflight);
+    printf("churn: %d create/exec/stop lifecycles, %d in flight (none image, net none), exec: %s\n",
+           total, inflight, cmd);
     sbx_sandbox **sbs = calloc((size_t)inflight, sizeof(*sbs));
     sbx_future **fs = calloc((size_t)inflight, sizeof(*fs));
     bool *ok = calloc((size_t)inflight, sizeof(*ok));
@@ -882,7 +909,7 @@ static void bench_churn(int total, int inflight)
             sbx_error_free(e);
             sbx_future_free(fs[i]);
             fs[i] = NULL;
-            if (ok[i] && sbx_sandbox_exec_async(sbs[i], "true", NULL, &fs[i], NULL) != SBX_OK)
+            if (ok[i] && sbx_sandbox_exec_async(sbs[i], cmd, NULL, &fs[i], NULL) != SBX_OK)
                 ok[i] = false;
         }
         for (int i = 0; i < w; i++) {
@@ -912,8 +939,8 @@ static void bench_churn(int total, int inflight)
     sleep(5);
     kmem_read(&k1);
     kmem_print("after the churn (+5 s)", &k0, &k1, 0);
-    printf("  per lifecycle: memory cgroups %+.3f, SUnreclaim %+.1f KiB\n",
-           (double)(k1.memcg - k0.memcg) / total, (k1.unreclaim - k0.unreclaim) / 1024 / total);
+    printf("  per lifecycle: dying memory cgroups %+.3f, SUnreclaim %+.1f KiB\n",
+           (double)((k1.memcg - k1.memcg_live) - (k0.memcg - k0.memcg_live)) / total, (k1.unreclaim - k0.unreclaim) / 1024 / total);
     free(sbs);
     free(fs);
     free(ok);
@@ -922,6 +949,7 @@ static void bench_churn(int total, int inflight)
 int main(int argc, char **argv)
 {
     int n = 100, many = 0, churn = 0, inflight = 100;
+    const char *churn_cmd = "true";
     bool userns = false;
     const char *shell = NULL;
     for (int i = 1; i < argc; i++) {
@@ -929,6 +957,8 @@ int main(int argc, char **argv)
             many = i + 1 < argc ? (int)strtol(argv[++i], NULL, 10) : 1000;
         else if (!strcmp(argv[i], "--churn"))
             churn = i + 1 < argc ? (int)strtol(argv[++i], NULL, 10) : 2000;
+        else if (!strcmp(argv[i], "--cmd") && i + 1 < argc)
+            churn_cmd = argv[++i];
         else if (!strcmp(argv[i], "--inflight") && i + 1 < argc)
             inflight = (int)strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--userns"))
@@ -958,7 +988,7 @@ int main(int argc, char **argv)
     if (inflight < 1)
         inflight = 1;
     if (churn > 0) {
-        bench_churn(churn, inflight);
+        bench_churn(churn, inflight, churn_cmd);
     } else if (many > 0) {
         bench_many(many);
     } else {

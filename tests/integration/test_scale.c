@@ -12,6 +12,7 @@
 #include "providers/linux/linux.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -169,5 +170,71 @@ static void test_stop_time_left_reads_the_marker(void)
     TAP_TRUE(sbx__linux_stop_time_left(dir, 1000, 5000) > 900);
 }
 
-TAP_MAIN(TAP(test_stop_time_left_reads_the_marker), TAP_T(test_stop_deadline_excludes_the_queue, 120),
+/* Pages of `path` in the page cache. */
+static long resident_pages(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    TAP_TRUE(fd >= 0);
+    struct stat st;
+    TAP_EQ_INT(fstat(fd, &st), 0);
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    TAP_TRUE(m != MAP_FAILED);
+    long pg = sysconf(_SC_PAGESIZE), n = (st.st_size + pg - 1) / pg, k = 0;
+    unsigned char *v = calloc((size_t)n, 1);
+    TAP_EQ_INT(mincore(m, (size_t)st.st_size, v), 0);
+    for (long i = 0; i < n; i++)
+        k += v[i] & 1;
+    free(v);
+    munmap(m, (size_t)st.st_size);
+    return k;
+}
+
+/*
+ * Churn leaves nothing charged: a file a box read first is charged to the
+ * box's memory cgroup, and would keep the removed group alive (a dying
+ * cgroup) while it stays cached. The stop reclaims it first, so the pages
+ * the box brought in are gone from the cache after the stop.
+ */
+static void test_stop_reclaims_the_box_memory(void)
+{
+    need_boxes();
+    if (!have_file("/sys/fs/cgroup/memory/memory.force_empty") &&
+        !have_file("/sys/fs/cgroup/memory.reclaim") && !have_file("/sys/fs/cgroup/sbx"))
+        TAP_SKIP("no memory.force_empty (cgroup v1) nor memory.reclaim (v2)");
+    /* A file no one has read: under /usr, which a box of the none image sees. */
+    char dir[] = "/usr/local/share/sbx-test-XXXXXX", path[64], cmd[128];
+    if (!mkdtemp(dir))
+        TAP_SKIP("cannot make a directory under /usr/local/share");
+    chmod(dir, 0755);
+    snprintf(path, sizeof(path), "%s/data", dir);
+    char out[256];
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "head -c 4194304 /dev/urandom > %s && sync", path), 0);
+    /* Written here, its pages are charged to us: drop them (they are clean after the sync). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    TAP_EQ_INT(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    close(fd);
+    long before = resident_pages(path);
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = sbx_spec_new();
+    sbx_sandbox *sb = start(p, s);
+    snprintf(cmd, sizeof(cmd), "cat %s > /dev/null", path);
+    sbx_exec_result *r = NULL;
+    TAP_OK(sbx_sandbox_exec(sb, cmd, NULL, &r, &e_));
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+    sbx_exec_result_free(r);
+    long in_box = resident_pages(path);
+    stop_free(sb);
+    long after = resident_pages(path);
+    unlink(path);
+    rmdir(dir);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    TAP_TRUE(before < 1024 / 2);  /* the file was not cached to begin with */
+    TAP_TRUE(in_box >= 1024 / 2); /* the box's read brought it in */
+    TAP_EQ_INT(after, 0);         /* and the stop reclaimed it */
+    census_check(state_dir);
+}
+
+TAP_MAIN(TAP(test_stop_reclaims_the_box_memory), TAP(test_stop_time_left_reads_the_marker), TAP_T(test_stop_deadline_excludes_the_queue, 120),
          TAP_T(test_mass_stop_all_succeed, 600))
