@@ -766,8 +766,61 @@ static void kmem_print(const char *what, const struct kmem *a, const struct kmem
     printf("\n");
 }
 
+/* /proc/slabinfo: bytes held per cache (active objects x object size). */
+struct slabs {
+    char name[400][64];
+    double bytes[400];
+    int n;
+};
+
+static void slabs_read(struct slabs *sl)
+{
+    sl->n = 0;
+    FILE *f = fopen("/proc/slabinfo", "re");
+    char line[512];
+    while (f && fgets(line, sizeof(line), f) && sl->n < 400) {
+        char name[64];
+        long active, total, size;
+        if (line[0] == '#' || !strncmp(line, "slabinfo", 8) ||
+            sscanf(line, "%63s %ld %ld %ld", name, &active, &total, &size) != 4)
+            continue;
+        snprintf(sl->name[sl->n], sizeof(sl->name[0]), "%s", name);
+        sl->bytes[sl->n++] = (double)active * (double)size;
+    }
+    if (f)
+        fclose(f);
+}
+
+/* The caches that grew most between a and b, per box. */
+static void slabs_print(const struct slabs *a, const struct slabs *b, int per)
+{
+    double d[400];
+    for (int i = 0; i < b->n; i++) {
+        d[i] = b->bytes[i];
+        for (int j = 0; j < a->n; j++)
+            if (!strcmp(a->name[j], b->name[i]))
+                d[i] -= a->bytes[j];
+    }
+    double sum = 0;
+    for (int i = 0; i < b->n; i++)
+        sum += d[i] > 0 ? d[i] : 0;
+    printf("  slab caches grew %.0f KiB per box; most:", sum / 1024 / (per > 0 ? per : 1));
+    for (int k = 0; k < 12; k++) {
+        int best = -1;
+        for (int i = 0; i < b->n; i++)
+            if (d[i] > 0 && (best < 0 || d[i] > d[best]))
+                best = i;
+        if (best < 0)
+            break;
+        printf(" %s %.1f KiB%s", b->name[best], d[best] / 1024 / (per > 0 ? per : 1), k < 11 ? "," : "");
+        d[best] = 0;
+    }
+    printf("\n");
+}
+
 static void bench_many(int n)
 {
+    static struct slabs sl0, sl1;
     printf("%d linux boxes alive at once (none image, net none)\n", n);
     /*
      * The limit is left as it is: the provider keeps at most
@@ -781,6 +834,7 @@ static void bench_many(int n)
     sbx_future **fs = calloc((size_t)n, sizeof(*fs));
     struct kmem k0, k1, k2;
     kmem_read(&k0);
+    slabs_read(&sl0);
     double avail0 = mem_available();
     double t0 = now_ms();
     int made = 0;
@@ -827,7 +881,9 @@ static void bench_many(int n)
     printf("  host memory used: %.0f MiB (%.2f MiB per box, MemAvailable before/after)\n",
            (avail0 - avail1) / MIB, made ? (avail0 - avail1) / MIB / made : 0);
     kmem_read(&k1);
+    slabs_read(&sl1);
     kmem_print("with the boxes alive", &k0, &k1, made);
+    slabs_print(&sl0, &sl1, made);
     if (counted)
         printf("  per box (sample of %d): RSS %.2f MiB, PSS %.2f MiB, cgroup %.2f MiB\n", counted,
                rss / counted / MIB, pss / counted / MIB, cg / counted / MIB);
