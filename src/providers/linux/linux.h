@@ -160,6 +160,13 @@ SBX_INTERNAL unsigned sbx__linux_teardown_slots(void);
 SBX_INTERNAL int sbx__linux_teardown_begin(const char *state_dir, const char *box_dir,
                                            unsigned slots);
 /*
+ * A teardown marker's bytes: 'q' (queued) or 't' (started) with *at its
+ * CLOCK_BOOTTIME ns, or 0 for anything else (the file is input: exact
+ * length, digits only, no overflow).
+ */
+SBX_INTERNAL char sbx__linux_teardown_marker_parse(const char *data, size_t len,
+                                                   unsigned long long *at);
+/*
  * Stop: seconds a stop that has waited `waited_s` for box_dir's shim may
  * still wait. The deadline `timeout_s` counts from the start of the shim's
  * own teardown; a shim queued for a slot is waited for up to

@@ -18,6 +18,7 @@
 #include "providers/linux/linux.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -85,22 +86,33 @@ int sbx__linux_teardown_begin(const char *state_dir, const char *box_dir, unsign
     return lfd;
 }
 
+char sbx__linux_teardown_marker_parse(const char *data, size_t len, unsigned long long *at)
+{
+    /* Exactly "<q|t> <20 digits>\n": anything else is no marker. */
+    if (len != MARKER_LEN || (data[0] != 'q' && data[0] != 't') || data[1] != ' ' ||
+        data[MARKER_LEN - 1] != '\n')
+        return 0;
+    unsigned long long v = 0;
+    for (size_t i = 2; i < MARKER_LEN - 1; i++) {
+        if (data[i] < '0' || data[i] > '9')
+            return 0;
+        unsigned d = (unsigned)(data[i] - '0');
+        if (v > (ULLONG_MAX - d) / 10)
+            return 0;
+        v = v * 10 + d;
+    }
+    *at = v;
+    return data[0];
+}
+
 double sbx__linux_stop_time_left(const char *box_dir, double timeout_s, double waited_s)
 {
     _cleanup_free_ char *p = box_dir ? sbx__printf("%s/teardown", box_dir) : NULL;
     _cleanup_close_ int fd = p ? open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
     char buf[MARKER_LEN + 1];
-    ssize_t n = fd >= 0 ? pread(fd, buf, MARKER_LEN, 0) : -1;
+    ssize_t n = fd >= 0 ? pread(fd, buf, sizeof(buf), 0) : -1;
     unsigned long long at = 0;
-    char state = 0;
-    if (n == MARKER_LEN && buf[1] == ' ' && buf[MARKER_LEN - 1] == '\n') {
-        buf[MARKER_LEN - 1] = 0;
-        char *end;
-        errno = 0;
-        at = strtoull(buf + 2, &end, 10);
-        if (!errno && *end == 0 && end == buf + MARKER_LEN - 1 && (buf[0] == 'q' || buf[0] == 't'))
-            state = buf[0];
-    }
+    char state = n > 0 ? sbx__linux_teardown_marker_parse(buf, (size_t)n, &at) : 0;
     if (state == 't') {
         unsigned long long now = boot_ns();
         double ran = now > at ? (double)(now - at) / 1e9 : 0;
