@@ -96,7 +96,7 @@ static void wait_s(double s)
 static void test_stop_deadline_excludes_the_queue(void)
 {
     need_boxes();
-    sbx_provider *p = provider("{\"stop_timeout_s\": 1}");
+    sbx_provider *p = provider("{\"stop_timeout_s\": 2}");
     int n = 6;
     sbx_sandbox **sbs = start_many(p, n + 1);
     char id[256];
@@ -105,8 +105,8 @@ static void test_stop_deadline_excludes_the_queue(void)
     sbx_future **fs = calloc((size_t)n, sizeof(*fs));
     for (int i = 0; i < n; i++)
         TAP_OK(sbx_sandbox_stop_async(sbs[i], &fs[i], &e_));
-    /* Queued well past the 1 s deadline: no stop may have given up. */
-    wait_s(3);
+    /* Queued well past the 2 s deadline: no stop may have given up. */
+    wait_s(4);
     for (int i = 0; i < n; i++)
         TAP_EQ_INT(sbx_future_done(fs[i]), 0);
     /* The stop by id, from another thread of control: a child blocked behind the slots. */
@@ -115,12 +115,12 @@ static void test_stop_deadline_excludes_the_queue(void)
     if (child == 0) {
         close(slots); /* the OFD locks are the description's: the child must not hold them too */
         sbx_error *e = NULL;
-        int rc = sbx__linux_stop_box(state_dir, id, 1, &e);
+        int rc = sbx__linux_stop_box(state_dir, id, 2, &e);
         if (rc != SBX_OK)
             fprintf(stderr, "stop by id: %s\n", sbx_error_message(e));
         _exit(rc == SBX_OK ? 0 : 1);
     }
-    wait_s(3);
+    wait_s(4);
     int st = 0;
     TAP_EQ_INT(waitpid(child, &st, WNOHANG), 0); /* still waiting, not timed out */
     close(slots);
@@ -146,6 +146,11 @@ static void test_stop_time_left_reads_the_marker(void)
     /* No marker: the plain deadline from the signal. */
     TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 4) > 5.9);
     TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 11) <= 0);
+    /* No marker and no box directory: the shim is on its way out; waited for within the bound. */
+    char gone[700];
+    snprintf(gone, sizeof(gone), "%s/gone", dir);
+    TAP_TRUE(sbx__linux_stop_time_left(gone, 10, 11) > 0);
+    TAP_TRUE(sbx__linux_stop_time_left(gone, 10, 10 * SBX_LINUX_STOP_QUEUE_FACTOR + 1) <= 0);
     /* Garbage: the same. */
     FILE *f = fopen(path, "we");
     fputs("t 99999999999999999999999\n", f);

@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -118,6 +119,13 @@ double sbx__linux_stop_time_left(const char *box_dir, double timeout_s, double w
         double ran = now > at ? (double)(now - at) / 1e9 : 0;
         return ran < timeout_s ? timeout_s - ran : 0;
     }
+    /*
+     * No marker and no box directory: the shim removed both on its way out
+     * and is about to exit. Like a queued one, waited for within the bound.
+     */
+    struct stat st;
+    if (!state && box_dir && stat(box_dir, &st) < 0 && errno == ENOENT)
+        state = 'q';
     if (state == 'q') {
         /*
          * Queued behind other boxes' teardowns: wait on, up to a bound that
