@@ -23,6 +23,7 @@
  *                                        K create/exec/stop lifecycles, W at a time (100):
  *                                        what the kernel keeps after them
  *   build/bench/bench_linux --userns ... boxes in user namespaces (idmapped layers)
+ *   build/bench/bench_linux --memcg limited ...  memory_cgroup "limited" (docs/scale.md)
  *   build/bench/bench_linux --shell sh   string commands through sh, not the default bash
  *
  * Needs root.
@@ -234,6 +235,9 @@ static double cgroup_mem(pid_t pid)
             continue;
         char file[1200];
         *c2 = 0;
+        /* Only the box's own group (memory_cgroup "limited" leaves it in its parent's). */
+        if (!strstr(c2 + 1, "/sbx/"))
+            continue;
         if (!strcmp(c1 + 1, "memory") || (line[0] == '0' && c1[1] == 0 && !isfinite(v))) {
             if (!strcmp(c1 + 1, "memory"))
                 snprintf(file, sizeof(file), "/sys/fs/cgroup/memory%s/memory.usage_in_bytes",
@@ -1005,7 +1009,7 @@ static void bench_churn(int total, int inflight, const char *cmd)
 int main(int argc, char **argv)
 {
     int n = 100, many = 0, churn = 0, inflight = 100;
-    const char *churn_cmd = "true";
+    const char *churn_cmd = "true", *memcg = "always";
     bool userns = false;
     const char *shell = NULL;
     for (int i = 1; i < argc; i++) {
@@ -1017,6 +1021,8 @@ int main(int argc, char **argv)
             churn_cmd = argv[++i];
         else if (!strcmp(argv[i], "--inflight") && i + 1 < argc)
             inflight = (int)strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--memcg") && i + 1 < argc)
+            memcg = argv[++i]; /* the provider's memory_cgroup: always | limited */
         else if (!strcmp(argv[i], "--userns"))
             userns = true;
         else if (!strcmp(argv[i], "--shell") && i + 1 < argc)
@@ -1036,8 +1042,9 @@ int main(int argc, char **argv)
     setenv("SBX_STATE_DIR", state_root, 1);
     sbx_error *e = NULL;
     char cfg[512];
-    snprintf(cfg, sizeof(cfg), "{\"linux\": {\"userns\": %s%s%s%s}}", userns ? "true" : "false",
-             shell ? ", \"shell\": \"" : "", shell ? shell : "", shell ? "\"" : "");
+    snprintf(cfg, sizeof(cfg), "{\"linux\": {\"userns\": %s, \"memory_cgroup\": \"%s\"%s%s%s}}",
+             userns ? "true" : "false", memcg, shell ? ", \"shell\": \"" : "", shell ? shell : "",
+             shell ? "\"" : "");
     if (sbx_provider_new(cfg, &P, &e) != SBX_OK)
         die("provider: %s", sbx_error_message(e));
     SPEC = sbx_spec_new();

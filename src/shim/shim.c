@@ -158,6 +158,7 @@ static int parse_cfg(json_t *j, struct shim_cfg *c, char *msg, size_t len)
     c->limits.memory_bytes = (long long)jnum(j, "memory_bytes", 0);
     c->limits.pids = (long long)jnum(j, "pids", 0);
     c->limits.cpu = jnum(j, "cpu", 0);
+    c->limits.memory_only_limited = json_is_true(json_object_get(j, "memory_cgroup_limited"));
     c->env = json_object_get(j, "env");
     c->entrypoint = json_object_get(j, "entrypoint");
     c->lowers = json_object_get(j, "lowers");

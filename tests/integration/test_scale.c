@@ -297,5 +297,53 @@ static void test_masks_add_no_superblock(void)
     census_check(state_dir);
 }
 
-TAP_MAIN(TAP(test_masks_add_no_superblock), TAP(test_stop_reclaims_the_box_memory), TAP(test_stop_time_left_reads_the_marker), TAP_T(test_stop_deadline_excludes_the_queue, 120),
+/* The memory line of a box's /proc/self/cgroup (v1), from inside the box's cgroup namespace. */
+static bool box_has_memory_group(sbx_sandbox *sb)
+{
+    sbx_exec_result *r = NULL;
+    TAP_OK(sbx_sandbox_exec(sb, "ls /sys/fs/cgroup", NULL, &r, &e_));
+    bool has = strstr(sbx_exec_result_stdout(r, NULL), "memory") != NULL;
+    sbx_exec_result_free(r);
+    return has;
+}
+
+/*
+ * memory_cgroup "limited": a box without a memory limit gets no memory
+ * cgroup (each costs kernel memory that grows with the number of boxes);
+ * one with a limit gets its group and the limit. Refused values say why.
+ */
+static void test_memory_cgroup_limited(void)
+{
+    need_boxes();
+    if (sbx__cg_mode() != SBX_CG_V1)
+        TAP_SKIP("memory_cgroup \"limited\" applies to cgroup v1 (this host is not v1)");
+    sbx_provider *bad = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_provider_new("{\"linux\": {\"memory_cgroup\": \"some\"}}", &bad, &e), SBX_EINVAL);
+    TAP_CONTAINS(sbx_error_message(e), "memory_cgroup");
+    sbx_error_free(e);
+    sbx_provider *p = provider("{\"memory_cgroup\": \"limited\"}");
+    sbx_spec *s = sbx_spec_new();
+    sbx_sandbox *plain = start(p, s);
+    sbx_spec_set_memory_mib(s, 64);
+    sbx_sandbox *limited = start(p, s);
+    TAP_TRUE(!box_has_memory_group(plain));
+    TAP_TRUE(box_has_memory_group(limited));
+    sbx_exec_result *r = NULL;
+    TAP_OK(sbx_sandbox_exec(limited, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes", NULL, &r,
+                            &e_));
+    TAP_EQ_STR(sbx_exec_result_stdout(r, NULL), "67108864\n");
+    sbx_exec_result_free(r);
+    /* Both still run commands, and stop clean. */
+    TAP_OK(sbx_sandbox_exec(plain, "true", NULL, &r, &e_));
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+    sbx_exec_result_free(r);
+    stop_free(plain);
+    stop_free(limited);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+TAP_MAIN(TAP(test_memory_cgroup_limited), TAP(test_masks_add_no_superblock), TAP(test_stop_reclaims_the_box_memory), TAP(test_stop_time_left_reads_the_marker), TAP_T(test_stop_deadline_excludes_the_queue, 120),
          TAP_T(test_mass_stop_all_succeed, 600))

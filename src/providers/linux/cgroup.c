@@ -167,12 +167,18 @@ static int setup_v1(const char *id, const sbx_cg_limits *lim, json_t *paths, sbx
 {
     char v[64];
     int e;
-    /* memory and pids always (pids carries the default cap), cpu when limited. */
-    _cleanup_free_ char *mem = make_group(CG_ROOT "/memory", id, err);
-    if (!mem)
-        return SBX_ECREATE;
-    json_array_append_new(paths, json_string(mem));
-    if (lim->memory_bytes > 0) {
+    /*
+     * memory (unless memory_cgroup is "limited" and there is no limit) and
+     * pids always (pids carries the default cap), cpu when limited.
+     */
+    _cleanup_free_ char *mem = NULL;
+    if (!(lim->memory_only_limited && lim->memory_bytes <= 0)) {
+        mem = make_group(CG_ROOT "/memory", id, err);
+        if (!mem)
+            return SBX_ECREATE;
+        json_array_append_new(paths, json_string(mem));
+    }
+    if (mem && lim->memory_bytes > 0) {
         snprintf(v, sizeof(v), "%lld", lim->memory_bytes);
         if ((e = write_str(mem, "memory.limit_in_bytes", v)) < 0)
             return limit_fail(err, e, mem, "memory.limit_in_bytes", v);
@@ -180,7 +186,8 @@ static int setup_v1(const char *id, const sbx_cg_limits *lim, json_t *paths, sbx
         write_str(mem, "memory.memsw.limit_in_bytes", v);
     }
     /* Keep the OOM killer on: it kills the offender, the box lives on. */
-    write_str(mem, "memory.oom_control", "0");
+    if (mem)
+        write_str(mem, "memory.oom_control", "0");
     _cleanup_free_ char *pids = make_group(CG_ROOT "/pids", id, err);
     if (!pids)
         return SBX_ECREATE;

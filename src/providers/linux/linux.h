@@ -191,6 +191,13 @@ typedef struct {
     long long memory_bytes; /* <= 0: none */
     long long pids;         /* <= 0: none */
     double cpu;             /* <= 0: none */
+    /*
+     * v1: no memory group without a memory limit (memory_cgroup: "limited").
+     * Every memory cgroup costs kernel memory that grows with the number of
+     * superblocks on the host (docs/scale.md); an unlimited box's group only
+     * accounts. v2 keeps one group with every controller.
+     */
+    bool memory_only_limited;
 } sbx_cg_limits;
 
 /* What is mounted, detected once per process. */

@@ -49,6 +49,7 @@ struct linux_state {
     unsigned userns_base;  /* host uid of slot 0's box root */
     unsigned userns_slots; /* how many 65536-id ranges boxes may take */
     bool seccomp;
+    bool memcg_limited; /* memory_cgroup: "limited": only boxes with a memory limit get one */
     double stop_grace_s;
     double stop_timeout_s;
     long long nofile_soft, nofile_hard; /* nofile; hard 0: the default */
@@ -445,6 +446,15 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                 break;
             }
             st->log_max_bytes = json_integer_value(v);
+        } else if (!strcmp(key, "memory_cgroup")) {
+            const char *m = json_string_value(v);
+            if (!m || (strcmp(m, "always") && strcmp(m, "limited"))) {
+                rc = cfg_error(err, key,
+                               "\"always\" (a memory cgroup per box) or \"limited\" (only for "
+                               "boxes with a memory limit; docs/scale.md)");
+                break;
+            }
+            st->memcg_limited = !strcmp(m, "limited");
         } else if (!strcmp(key, "stop_grace_s") || !strcmp(key, "stop_timeout_s")) {
             if (!json_is_number(v) || json_number_value(v) < 0) {
                 rc = cfg_error(err, key, "a non-negative number of seconds");
@@ -538,7 +548,7 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             rc = sbx__set_error(err, SBX_EINVAL,
                                 "linux provider: unknown option '%s' (known: state_dir, shim, "
                                 "agent, pids_limit, network, userns, userns_base, userns_slots, "
-                                "seccomp, stop_grace_s, stop_timeout_s, max_agent_connections, "
+                                "seccomp, memory_cgroup, stop_grace_s, stop_timeout_s, max_agent_connections, "
                                 "nofile, max_image_bytes, max_download_bytes, transfer_idle_timeout_s, "
                                 "cdi_spec_dirs, shell, image_store, pull, platform, "
                                 "registry_mirrors, insecure_registries, registry_certs_dirs, "
@@ -1536,7 +1546,8 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
         (json_int_t)c->pids, "cpu", cpu > 0 ? cpu : 0.0, "env", env, "metadata", md,
         "entrypoint", ep);
     if (c->desc &&
-        (json_object_set_new(c->desc, "nofile_soft", json_integer(nofile_soft)) < 0 ||
+        (json_object_set_new(c->desc, "memory_cgroup_limited", json_boolean(st->memcg_limited)) < 0 ||
+         json_object_set_new(c->desc, "nofile_soft", json_integer(nofile_soft)) < 0 ||
          json_object_set_new(c->desc, "nofile_hard", json_integer(nofile_hard)) < 0)) {
         json_decref(c->desc);
         c->desc = NULL;
