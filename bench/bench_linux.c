@@ -758,15 +758,15 @@ static void kmem_read(struct kmem *k)
 
 static void kmem_print(const char *what, const struct kmem *a, const struct kmem *b, int per)
 {
-    printf("  kernel %s: dying memory cgroups %ld -> %ld (%+ld), memory cgroups %ld -> %ld (%+ld), SUnreclaim %.0f -> %.0f MiB (%+.1f), "
-           "Slab %+.1f MiB, threads %ld -> %ld",
-           what, a->memcg - a->memcg_live, b->memcg - b->memcg_live,
-           (b->memcg - b->memcg_live) - (a->memcg - a->memcg_live), a->memcg, b->memcg, b->memcg - a->memcg, a->unreclaim / MIB, b->unreclaim / MIB,
-           (b->unreclaim - a->unreclaim) / MIB, (b->slab - a->slab) / MIB, a->nr_threads,
-           b->nr_threads);
+    long dying_a = a->memcg - a->memcg_live, dying_b = b->memcg - b->memcg_live;
+    printf("  kernel %s: dying memory cgroups %ld -> %ld (%+ld), memory cgroups %ld -> %ld "
+           "(%+ld), SUnreclaim %.0f -> %.0f MiB (%+.1f), Slab %+.1f MiB, threads %ld -> %ld",
+           what, dying_a, dying_b, dying_b - dying_a, a->memcg, b->memcg, b->memcg - a->memcg,
+           a->unreclaim / MIB, b->unreclaim / MIB, (b->unreclaim - a->unreclaim) / MIB,
+           (b->slab - a->slab) / MIB, a->nr_threads, b->nr_threads);
     if (per > 0)
-        printf("; per box: SUnreclaim %.0f KiB, Slab %.0f KiB", (b->unreclaim - a->unreclaim) / 1024 / per,
-               (b->slab - a->slab) / 1024 / per);
+        printf("; per box: SUnreclaim %.0f KiB, Slab %.0f KiB",
+               (b->unreclaim - a->unreclaim) / 1024 / per, (b->slab - a->slab) / 1024 / per);
     printf("\n");
 }
 
@@ -816,7 +816,8 @@ static void slabs_print(const struct slabs *a, const struct slabs *b, int per)
                 best = i;
         if (best < 0)
             break;
-        printf(" %s %.1f KiB%s", b->name[best], d[best] / 1024 / (per > 0 ? per : 1), k < 11 ? "," : "");
+        printf(" %s %.1f KiB%s", b->name[best], d[best] / 1024 / (per > 0 ? per : 1),
+               k < 11 ? "," : "");
         d[best] = 0;
     }
     printf("\n");
@@ -1000,7 +1001,8 @@ static void bench_churn(int total, int inflight, const char *cmd)
     kmem_read(&k1);
     kmem_print("after the churn (+5 s)", &k0, &k1, 0);
     printf("  per lifecycle: dying memory cgroups %+.3f, SUnreclaim %+.1f KiB\n",
-           (double)((k1.memcg - k1.memcg_live) - (k0.memcg - k0.memcg_live)) / total, (k1.unreclaim - k0.unreclaim) / 1024 / total);
+           (double)((k1.memcg - k1.memcg_live) - (k0.memcg - k0.memcg_live)) / total,
+           (k1.unreclaim - k0.unreclaim) / 1024 / total);
     free(sbs);
     free(fs);
     free(ok);

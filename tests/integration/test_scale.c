@@ -75,15 +75,17 @@ static int hold_slots(void)
     snprintf(path, sizeof(path), "%s/teardown.lock", state_dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     TAP_TRUE(fd >= 0);
-    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0,
-                        .l_len = sbx__linux_teardown_slots() };
+    struct flock fl = {.l_type = F_WRLCK,
+                       .l_whence = SEEK_SET,
+                       .l_start = 0,
+                       .l_len = sbx__linux_teardown_slots()};
     TAP_EQ_INT(fcntl(fd, F_OFD_SETLK, &fl), 0);
     return fd;
 }
 
 static void wait_s(double s)
 {
-    struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     while (nanosleep(&ts, &ts) < 0)
         ;
 }
@@ -127,7 +129,7 @@ static void test_stop_deadline_excludes_the_queue(void)
     for (int i = 0; i < n; i++)
         TAP_EQ_INT(sbx_future_done(fs[i]), 0);
     /* The stop by id (sbx stop, gc), blocking, on a thread of its own. */
-    struct by_id bi = { .id = id, .rc = 1 };
+    struct by_id bi = {.id = id, .rc = 1};
     pthread_t th;
     TAP_EQ_INT(pthread_create(&th, NULL, stop_by_id, &bi), 0);
     wait_s(4);
@@ -252,7 +254,8 @@ static void test_stop_reclaims_the_box_memory(void)
     sbx_provider_free(p);
     TAP_TRUE(before < 1024 / 2);  /* the file was not cached to begin with */
     TAP_TRUE(in_box >= 1024 / 2); /* the box's read brought it in */
-    /* And the stop reclaimed it (a few pages may be another group's: readahead, a racing reader). */
+    /* And the stop reclaimed it (a few pages may be another group's: readahead, a racing reader).
+     */
     if (after > in_box / 8)
         TAP_FAIL("%ld of the %ld pages the box brought in are still cached after its stop", after,
                  in_box);
@@ -292,7 +295,7 @@ static void test_masks_add_no_superblock(void)
     char dev[32], m[32];
     dev_of(mi, "/dev", dev, sizeof(dev));
     TAP_TRUE(dev[0] != 0);
-    const char *masks[] = { "/proc/acpi", "/sys/firmware", "/etc/ssl/private" };
+    const char *masks[] = {"/proc/acpi", "/sys/firmware", "/etc/ssl/private"};
     int seen = 0;
     for (size_t i = 0; i < sizeof(masks) / sizeof(masks[0]); i++) {
         if (!*dev_of(mi, masks[i], m, sizeof(m)))
@@ -337,7 +340,8 @@ static void test_memory_cgroup_limited(void)
         TAP_SKIP("memory_cgroup \"limited\" applies to cgroup v1 (this host is not v1)");
     sbx_provider *bad = NULL;
     sbx_error *e = NULL;
-    TAP_EQ_INT(sbx_provider_new("{\"linux\": {\"memory_cgroup\": \"some\"}}", &bad, &e), SBX_EINVAL);
+    TAP_EQ_INT(sbx_provider_new("{\"linux\": {\"memory_cgroup\": \"some\"}}", &bad, &e),
+               SBX_EINVAL);
     TAP_CONTAINS(sbx_error_message(e), "memory_cgroup");
     sbx_error_free(e);
     sbx_provider *p = provider("{\"memory_cgroup\": \"limited\"}");
@@ -363,5 +367,6 @@ static void test_memory_cgroup_limited(void)
     census_check(state_dir);
 }
 
-TAP_MAIN(TAP(test_memory_cgroup_limited), TAP(test_masks_add_no_superblock), TAP(test_stop_reclaims_the_box_memory), TAP(test_stop_time_left_reads_the_marker), TAP_T(test_stop_deadline_excludes_the_queue, 120),
-         TAP_T(test_mass_stop_all_succeed, 600))
+TAP_MAIN(TAP(test_memory_cgroup_limited), TAP(test_masks_add_no_superblock),
+         TAP(test_stop_reclaims_the_box_memory), TAP(test_stop_time_left_reads_the_marker),
+         TAP_T(test_stop_deadline_excludes_the_queue, 120), TAP_T(test_mass_stop_all_succeed, 600))

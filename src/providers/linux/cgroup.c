@@ -338,7 +338,8 @@ static long long cached_bytes(const char *dir, bool v1)
 static bool reclaim_memory(const char *dir)
 {
     bool v1 = !strncmp(dir, CG_ROOT "/memory/", strlen(CG_ROOT "/memory/"));
-    if (!v1 && (sbx__cg_mode() != SBX_CG_V2 || strncmp(dir, CG_ROOT "/sbx/", strlen(CG_ROOT "/sbx/"))))
+    if (!v1 && (sbx__cg_mode() != SBX_CG_V2 ||
+                strncmp(dir, CG_ROOT "/sbx/", strlen(CG_ROOT "/sbx/"))))
         return true;
     /*
      * Only when page cache is charged: reclaim walks every shrinker on the

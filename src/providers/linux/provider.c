@@ -548,7 +548,8 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             rc = sbx__set_error(err, SBX_EINVAL,
                                 "linux provider: unknown option '%s' (known: state_dir, shim, "
                                 "agent, pids_limit, network, userns, userns_base, userns_slots, "
-                                "seccomp, memory_cgroup, stop_grace_s, stop_timeout_s, max_agent_connections, "
+                                "seccomp, memory_cgroup, stop_grace_s, stop_timeout_s, "
+                                "max_agent_connections, "
                                 "nofile, max_image_bytes, max_download_bytes, transfer_idle_timeout_s, "
                                 "cdi_spec_dirs, shell, image_store, pull, platform, "
                                 "registry_mirrors, insecure_registries, registry_certs_dirs, "
@@ -1546,7 +1547,8 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
         (json_int_t)c->pids, "cpu", cpu > 0 ? cpu : 0.0, "env", env, "metadata", md,
         "entrypoint", ep);
     if (c->desc &&
-        (json_object_set_new(c->desc, "memory_cgroup_limited", json_boolean(st->memcg_limited)) < 0 ||
+        (json_object_set_new(c->desc, "memory_cgroup_limited",
+                             json_boolean(st->memcg_limited)) < 0 ||
          json_object_set_new(c->desc, "nofile_soft", json_integer(nofile_soft)) < 0 ||
          json_object_set_new(c->desc, "nofile_hard", json_integer(nofile_hard)) < 0)) {
         json_decref(c->desc);

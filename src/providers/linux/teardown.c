@@ -52,12 +52,14 @@ unsigned sbx__linux_teardown_slots(void)
      * without piling every box's teardown on top of the others.
      */
     long k = (cpus > 0 ? cpus : 1) * 4;
-    return (unsigned)(k < 8 ? 8 : k > SBX_LINUX_TEARDOWN_SLOTS_MAX ? SBX_LINUX_TEARDOWN_SLOTS_MAX : k);
+    return (unsigned)(k < 8                              ? 8
+                      : k > SBX_LINUX_TEARDOWN_SLOTS_MAX ? SBX_LINUX_TEARDOWN_SLOTS_MAX
+                                                         : k);
 }
 
 static bool lock_byte(int fd, unsigned i, bool wait)
 {
-    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = i, .l_len = 1 };
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = i, .l_len = 1};
     for (;;) {
         if (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) == 0)
             return true;
