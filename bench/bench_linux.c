@@ -17,8 +17,13 @@
  * smaller). Nothing here passes or fails on a number.
  *
  *   build/bench/bench_linux [N]          (N iterations per latency row, default 100)
- *   build/bench/bench_linux --many K     K boxes alive at once (default 1000)
+ *   build/bench/bench_linux --many K     K boxes alive at once (default 1000): create rate,
+ *                                        memory per box, kernel memory, stop of all at once
+ *   build/bench/bench_linux --churn K [--inflight W] [--cmd CMD]
+ *                                        K create/exec/stop lifecycles, W at a time (100):
+ *                                        what the kernel keeps after them
  *   build/bench/bench_linux --userns ... boxes in user namespaces (idmapped layers)
+ *   build/bench/bench_linux --memcg limited ...  memory_cgroup "limited" (docs/scale.md)
  *   build/bench/bench_linux --shell sh   string commands through sh, not the default bash
  *
  * Needs root.
@@ -230,6 +235,9 @@ static double cgroup_mem(pid_t pid)
             continue;
         char file[1200];
         *c2 = 0;
+        /* Only the box's own group (memory_cgroup "limited" leaves it in its parent's). */
+        if (!strstr(c2 + 1, "/sbx/"))
+            continue;
         if (!strcmp(c1 + 1, "memory") || (line[0] == '0' && c1[1] == 0 && !isfinite(v))) {
             if (!strcmp(c1 + 1, "memory"))
                 snprintf(file, sizeof(file), "/sys/fs/cgroup/memory%s/memory.usage_in_bytes",
@@ -679,8 +687,145 @@ static int open_fds(void)
     return k - 1; /* the directory's own */
 }
 
+/* Kernel memory and counts that grow with boxes or with churn. */
+struct kmem {
+    double unreclaim, slab, avail; /* bytes, /proc/meminfo */
+    long memcg;                    /* memory cgroups, /proc/cgroups (dying ones too) */
+    long memcg_live;               /* of them, the directories that exist */
+    long nr_threads;               /* processes and threads on the host */
+};
+
+static double meminfo_field(const char *text, const char *key)
+{
+    const char *p = strstr(text, key);
+    return p ? strtod(p + strlen(key), NULL) * 1024.0 : NAN;
+}
+
+/* Directories under a cgroup directory, itself included. */
+static long count_dirs(int dfd)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return 0;
+    }
+    long n = 1;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (de->d_type == DT_DIR && de->d_name[0] != '.') {
+            int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            if (sub >= 0)
+                n += count_dirs(sub);
+        }
+    closedir(d);
+    return n;
+}
+
+static void kmem_read(struct kmem *k)
+{
+    char buf[8192];
+    memset(k, 0, sizeof(*k));
+    FILE *f = fopen("/proc/meminfo", "re");
+    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = 0;
+    k->unreclaim = meminfo_field(buf, "\nSUnreclaim:");
+    k->slab = meminfo_field(buf, "\nSlab:");
+    k->avail = meminfo_field(buf, "\nMemAvailable:");
+    f = fopen("/proc/cgroups", "re");
+    char line[256];
+    while (f && fgets(line, sizeof(line), f)) {
+        char name[64];
+        long hier, num;
+        if (sscanf(line, "%63s %ld %ld", name, &hier, &num) == 3 && !strcmp(name, "memory"))
+            k->memcg = num;
+    }
+    if (f)
+        fclose(f);
+    /* The memory hierarchy: v1's own mount, else the unified one. */
+    int mfd = open("/sys/fs/cgroup/memory", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (mfd < 0)
+        mfd = open("/sys/fs/cgroup", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    k->memcg_live = mfd >= 0 ? count_dirs(mfd) : -1;
+    f = fopen("/proc/loadavg", "re");
+    long running = 0;
+    if (f && fscanf(f, "%*s %*s %*s %ld/%ld", &running, &k->nr_threads) != 2)
+        k->nr_threads = -1;
+    if (f)
+        fclose(f);
+}
+
+static void kmem_print(const char *what, const struct kmem *a, const struct kmem *b, int per)
+{
+    long dying_a = a->memcg - a->memcg_live, dying_b = b->memcg - b->memcg_live;
+    printf("  kernel %s: dying memory cgroups %ld -> %ld (%+ld), memory cgroups %ld -> %ld "
+           "(%+ld), SUnreclaim %.0f -> %.0f MiB (%+.1f), Slab %+.1f MiB, threads %ld -> %ld",
+           what, dying_a, dying_b, dying_b - dying_a, a->memcg, b->memcg, b->memcg - a->memcg,
+           a->unreclaim / MIB, b->unreclaim / MIB, (b->unreclaim - a->unreclaim) / MIB,
+           (b->slab - a->slab) / MIB, a->nr_threads, b->nr_threads);
+    if (per > 0)
+        printf("; per box: SUnreclaim %.0f KiB, Slab %.0f KiB",
+               (b->unreclaim - a->unreclaim) / 1024 / per, (b->slab - a->slab) / 1024 / per);
+    printf("\n");
+}
+
+/* /proc/slabinfo: bytes held per cache (active objects x object size). */
+struct slabs {
+    char name[400][64];
+    double bytes[400];
+    int n;
+};
+
+static void slabs_read(struct slabs *sl)
+{
+    sl->n = 0;
+    FILE *f = fopen("/proc/slabinfo", "re");
+    char line[512];
+    while (f && fgets(line, sizeof(line), f) && sl->n < 400) {
+        char name[64];
+        long active, total, size;
+        if (line[0] == '#' || !strncmp(line, "slabinfo", 8) ||
+            sscanf(line, "%63s %ld %ld %ld", name, &active, &total, &size) != 4)
+            continue;
+        snprintf(sl->name[sl->n], sizeof(sl->name[0]), "%s", name);
+        sl->bytes[sl->n++] = (double)active * (double)size;
+    }
+    if (f)
+        fclose(f);
+}
+
+/* The caches that grew most between a and b, per box. */
+static void slabs_print(const struct slabs *a, const struct slabs *b, int per)
+{
+    double d[400];
+    for (int i = 0; i < b->n; i++) {
+        d[i] = b->bytes[i];
+        for (int j = 0; j < a->n; j++)
+            if (!strcmp(a->name[j], b->name[i]))
+                d[i] -= a->bytes[j];
+    }
+    double sum = 0;
+    for (int i = 0; i < b->n; i++)
+        sum += d[i] > 0 ? d[i] : 0;
+    printf("  slab caches grew %.0f KiB per box; most:", sum / 1024 / (per > 0 ? per : 1));
+    for (int k = 0; k < 12; k++) {
+        int best = -1;
+        for (int i = 0; i < b->n; i++)
+            if (d[i] > 0 && (best < 0 || d[i] > d[best]))
+                best = i;
+        if (best < 0)
+            break;
+        printf(" %s %.1f KiB%s", b->name[best], d[best] / 1024 / (per > 0 ? per : 1),
+               k < 11 ? "," : "");
+        d[best] = 0;
+    }
+    printf("\n");
+}
+
 static void bench_many(int n)
 {
+    static struct slabs sl0, sl1;
     printf("%d linux boxes alive at once (none image, net none)\n", n);
     /*
      * The limit is left as it is: the provider keeps at most
@@ -692,6 +837,9 @@ static void bench_many(int n)
            (unsigned long long)rl.rlim_max);
     sbx_sandbox **sbs = calloc((size_t)n, sizeof(*sbs));
     sbx_future **fs = calloc((size_t)n, sizeof(*fs));
+    struct kmem k0, k1, k2;
+    kmem_read(&k0);
+    slabs_read(&sl0);
     double avail0 = mem_available();
     double t0 = now_ms();
     int made = 0;
@@ -737,6 +885,10 @@ static void bench_many(int n)
     }
     printf("  host memory used: %.0f MiB (%.2f MiB per box, MemAvailable before/after)\n",
            (avail0 - avail1) / MIB, made ? (avail0 - avail1) / MIB / made : 0);
+    kmem_read(&k1);
+    slabs_read(&sl1);
+    kmem_print("with the boxes alive", &k0, &k1, made);
+    slabs_print(&sl0, &sl1, made);
     if (counted)
         printf("  per box (sample of %d): RSS %.2f MiB, PSS %.2f MiB, cgroup %.2f MiB\n", counted,
                rss / counted / MIB, pss / counted / MIB, cg / counted / MIB);
@@ -764,27 +916,115 @@ static void bench_many(int n)
         if (sbx_sandbox_stop_async(sbs[i], &fs[i], NULL) != SBX_OK)
             fs[i] = NULL;
     int stopped = 0;
+    _cleanup_free_ char *stop_err = NULL;
     for (int i = 0; i < made; i++) {
-        if (fs[i] && sbx_future_wait(fs[i], -1, NULL) == SBX_OK)
+        sbx_error *e = NULL;
+        if (fs[i] && sbx_future_wait(fs[i], -1, &e) == SBX_OK)
             stopped++;
+        else if (!stop_err)
+            stop_err = sbx__printf("%s", e ? sbx_error_message(e) : "stop_async refused");
+        sbx_error_free(e);
         sbx_future_free(fs[i]);
         sbx_sandbox_free(sbs[i]);
     }
     for (int i = made; i < n; i++)
         sbx_sandbox_free(sbs[i]);
-    printf("  stopped %d in %.1f s\n", stopped, (now_ms() - t0) / 1e3);
+    double stop_s = (now_ms() - t0) / 1e3;
+    printf("  stop of all at once: %d of %d reported success in %.1f s (%.0f stops/s)%s%s\n",
+           stopped, made, stop_s, stop_s > 0 ? made / stop_s : 0,
+           stop_err ? "; first failure: " : "", stop_err ? stop_err : "");
+    /* What the kernel frees after the boxes goes asynchronously: give it a moment. */
+    sleep(5);
+    kmem_read(&k2);
+    kmem_print("after the stop (+5 s)", &k0, &k2, 0);
     free(sbs);
     free(fs);
 }
 
+/* --- churn: create, exec, stop, over and over ---------------------------- */
+
+static void bench_churn(int total, int inflight, const char *cmd)
+{
+    printf("churn: %d create/exec/stop lifecycles, %d in flight (none image, net none), exec: %s\n",
+           total, inflight, cmd);
+    sbx_sandbox **sbs = calloc((size_t)inflight, sizeof(*sbs));
+    sbx_future **fs = calloc((size_t)inflight, sizeof(*fs));
+    bool *ok = calloc((size_t)inflight, sizeof(*ok));
+    struct kmem k0, k1;
+    kmem_read(&k0);
+    double t0 = now_ms();
+    int done = 0, failed = 0;
+    _cleanup_free_ char *why = NULL;
+    while (done + failed < total) {
+        int w = total - done - failed < inflight ? total - done - failed : inflight;
+        for (int i = 0; i < w; i++) {
+            sbx_sandbox_new(P, SPEC, &sbs[i], NULL);
+            if (sbx_sandbox_start_async(sbs[i], NULL, &fs[i], NULL) != SBX_OK)
+                die("start_async");
+        }
+        for (int i = 0; i < w; i++) {
+            sbx_error *e = NULL;
+            ok[i] = sbx_future_wait(fs[i], -1, &e) == SBX_OK;
+            if (!ok[i] && !why)
+                why = sbx__printf("create: %s", sbx_error_message(e));
+            sbx_error_free(e);
+            sbx_future_free(fs[i]);
+            fs[i] = NULL;
+            if (ok[i] && sbx_sandbox_exec_async(sbs[i], cmd, NULL, &fs[i], NULL) != SBX_OK)
+                ok[i] = false;
+        }
+        for (int i = 0; i < w; i++) {
+            if (fs[i] && sbx_future_wait(fs[i], -1, NULL) != SBX_OK)
+                ok[i] = false;
+            sbx_future_free(fs[i]);
+            fs[i] = NULL;
+            if (sbx_sandbox_stop_async(sbs[i], &fs[i], NULL) != SBX_OK)
+                fs[i] = NULL;
+        }
+        for (int i = 0; i < w; i++) {
+            sbx_error *e = NULL;
+            if (!fs[i] || sbx_future_wait(fs[i], -1, &e) != SBX_OK) {
+                if (ok[i] && !why)
+                    why = sbx__printf("stop: %s", e ? sbx_error_message(e) : "refused");
+                ok[i] = false;
+            }
+            sbx_error_free(e);
+            sbx_future_free(fs[i]);
+            sbx_sandbox_free(sbs[i]);
+            ok[i] ? done++ : failed++;
+        }
+    }
+    double el = (now_ms() - t0) / 1e3;
+    printf("  %d lifecycles ended cleanly, %d failed, in %.1f s (%.1f/s)%s%s\n", done, failed, el,
+           (done + failed) / el, why ? "; first failure: " : "", why ? why : "");
+    sleep(5);
+    kmem_read(&k1);
+    kmem_print("after the churn (+5 s)", &k0, &k1, 0);
+    printf("  per lifecycle: dying memory cgroups %+.3f, SUnreclaim %+.1f KiB\n",
+           (double)((k1.memcg - k1.memcg_live) - (k0.memcg - k0.memcg_live)) / total,
+           (k1.unreclaim - k0.unreclaim) / 1024 / total);
+    free(sbs);
+    free(fs);
+    free(ok);
+}
+
 int main(int argc, char **argv)
 {
-    int n = 100, many = 0;
+    int n = 100, many = 0, churn = 0, inflight = 100;
+    const char *churn_cmd = "true", *memcg = "always";
     bool userns = false;
     const char *shell = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--many"))
             many = i + 1 < argc ? (int)strtol(argv[++i], NULL, 10) : 1000;
+        else if (!strcmp(argv[i], "--churn"))
+            churn = i + 1 < argc ? (int)strtol(argv[++i], NULL, 10) : 2000;
+        else if (!strcmp(argv[i], "--cmd") && i + 1 < argc)
+            churn_cmd = argv[++i];
+        else if (!strcmp(argv[i], "--inflight") && i + 1 < argc)
+            inflight = (int)strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--memcg") && i + 1 < argc)
+            memcg = argv[++i]; /* the provider's memory_cgroup: always | limited */
         else if (!strcmp(argv[i], "--userns"))
             userns = true;
         else if (!strcmp(argv[i], "--shell") && i + 1 < argc)
@@ -804,12 +1044,17 @@ int main(int argc, char **argv)
     setenv("SBX_STATE_DIR", state_root, 1);
     sbx_error *e = NULL;
     char cfg[512];
-    snprintf(cfg, sizeof(cfg), "{\"linux\": {\"userns\": %s%s%s%s}}", userns ? "true" : "false",
-             shell ? ", \"shell\": \"" : "", shell ? shell : "", shell ? "\"" : "");
+    snprintf(cfg, sizeof(cfg), "{\"linux\": {\"userns\": %s, \"memory_cgroup\": \"%s\"%s%s%s}}",
+             userns ? "true" : "false", memcg, shell ? ", \"shell\": \"" : "", shell ? shell : "",
+             shell ? "\"" : "");
     if (sbx_provider_new(cfg, &P, &e) != SBX_OK)
         die("provider: %s", sbx_error_message(e));
     SPEC = sbx_spec_new();
-    if (many > 0) {
+    if (inflight < 1)
+        inflight = 1;
+    if (churn > 0) {
+        bench_churn(churn, inflight, churn_cmd);
+    } else if (many > 0) {
         bench_many(many);
     } else {
         printf("linux provider against its baselines: %d iterations per latency row, none image "

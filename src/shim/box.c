@@ -117,6 +117,8 @@ const char *const shim_host_system_dirs[] = { "/usr", "/bin", "/sbin", "/lib", "
                                                "/etc/ssl", "/etc/ld.so.conf.d" };
 const size_t shim_n_host_system_dirs = SBX_ARRAY_SIZE(shim_host_system_dirs);
 
+static void mask_dir(const char *p);
+
 /* Attaches a detached mount (from open_tree/fsmount) at `dst`. */
 static void attach_detached(int fd, const char *dst)
 {
@@ -153,8 +155,7 @@ static void bind_host_system(const char *root, const struct shim_idmapped *idm)
      */
     _cleanup_free_ char *keys = path2(root, "/etc/ssl/private");
     if (is_dir(keys))
-        do_mount("tmpfs", keys, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                 "size=0,mode=0700");
+        mask_dir(keys);
 }
 
 /*
@@ -270,7 +271,7 @@ static void mount_proc(const char *root)
     for (size_t i = 0; i < SBX_ARRAY_SIZE(masked_dirs); i++) {
         _cleanup_free_ char *p = path2(proc, masked_dirs[i]);
         if (is_dir(p))
-            do_mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0");
+            mask_dir(p);
     }
 }
 
@@ -291,7 +292,7 @@ static void mount_sys(const struct shim_cfg *c, const char *root)
     for (size_t i = 0; i < SBX_ARRAY_SIZE(masked); i++) {
         _cleanup_free_ char *p = path2(sys, masked[i]);
         if (is_dir(p))
-            do_mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0");
+            mask_dir(p);
     }
 }
 
@@ -353,6 +354,23 @@ static void tmpfs_dir(const char *name, mode_t mode)
 {
     if ((mkdir(name, mode) < 0 && errno != EEXIST) || chmod(name, mode) < 0)
         die_errno("cannot create %s in the box's tmpfs", name);
+}
+
+/*
+ * Hides a directory under an empty read-only one, as Docker masks paths:
+ * a bind of the empty "mask" directory of the box's tmpfs (the cwd until
+ * pivot_root), not a tmpfs of its own. Every superblock registers a
+ * memory-cgroup-aware shrinker, and every memory cgroup on the host carries
+ * state for each one, so a superblock per mask made each box's kernel
+ * memory grow with the number of boxes (docs/scale.md). Nothing writes the
+ * directory: it shows in the box only through these read-only binds.
+ */
+static void mask_dir(const char *p)
+{
+    tmpfs_dir("mask", 0755);
+    do_mount("mask", p, NULL, MS_BIND, NULL);
+    do_mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+             NULL);
 }
 
 /*

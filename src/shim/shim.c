@@ -175,6 +175,7 @@ static int parse_cfg(json_t *j, struct shim_cfg *c, char *msg, size_t len)
     c->limits.memory_bytes = (long long)jnum(j, "memory_bytes", 0);
     c->limits.pids = (long long)jnum(j, "pids", 0);
     c->limits.cpu = jnum(j, "cpu", 0);
+    c->limits.memory_only_limited = json_is_true(json_object_get(j, "memory_cgroup_limited"));
     c->env = json_object_get(j, "env");
     c->entrypoint = json_object_get(j, "entrypoint");
     c->lowers = json_object_get(j, "lowers");
@@ -297,6 +298,15 @@ __attribute__((noreturn)) static void teardown(struct shim *s, int code)
     shim_forwarder_stop(&s->fwd);
     shim_ports_close(&s->ports);
     shim_nat_stop(&s->pasta); /* [nat] no packet leaves for a box being torn down */
+    /*
+     * Then a teardown slot: with thousands of boxes stopped at once, each
+     * teardown runs alongside a bounded few, and the stop's deadline counts
+     * from here (teardown.c). The lock goes with the process.
+     */
+    if (s->cfg.state_dir && s->cfg.box_dir && strcmp(s->cfg.box_dir, "/nonexistent"))
+        (void)sbx__linux_teardown_begin(s->cfg.state_dir, s->cfg.box_dir,
+                                        sbx__linux_teardown_slots());
+    shim_trace("teardown slot");
     kill_box(s);
     shim_trace("box reaped");
     if (s->cgroups)

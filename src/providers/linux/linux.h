@@ -14,6 +14,8 @@
  *   images/names/, images/sha256-<hex>/  an older sbx's names and flattened trees
  *   images/none-v2/          the skeleton lower layer of the "none" image
  *   userns/<slot>            flock'ed by a userns box's shim: reserves its uid range
+ *   teardown.lock            byte-range locks: the teardown slots (teardown.c)
+ *   boxes/<id>/teardown      the shim's teardown marker: queued or started, and when
  */
 #ifndef SBX_LINUX_H
 #define SBX_LINUX_H
@@ -141,6 +143,39 @@ SBX_INTERNAL int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *o
  */
 SBX_INTERNAL int sbx__linux_stop_box(const char *state_dir, const char *id, double timeout_s,
                                      sbx_error **err);
+/* --- teardown slots and the stop deadline (teardown.c) --------------------- */
+
+/* At most this many teardowns at once, whatever the CPU count. */
+#define SBX_LINUX_TEARDOWN_SLOTS_MAX 64
+/* A stop waits for a shim queued for a slot at most this many stop timeouts. */
+#define SBX_LINUX_STOP_QUEUE_FACTOR 30
+
+/* How many teardowns may run at once on this host (a few per CPU). */
+SBX_INTERNAL unsigned sbx__linux_teardown_slots(void);
+/*
+ * Shim: marks <box_dir>/teardown queued, waits for one of `slots` slots on
+ * <state_dir>/teardown.lock, marks it started. Returns the lock's fd (held
+ * until the shim exits), or -1 (the teardown then runs without a slot).
+ */
+SBX_INTERNAL int sbx__linux_teardown_begin(const char *state_dir, const char *box_dir,
+                                           unsigned slots);
+/*
+ * A teardown marker's bytes: 'q' (queued) or 't' (started) with *at its
+ * CLOCK_BOOTTIME ns, or 0 for anything else (the file is input: exact
+ * length, digits only, no overflow).
+ */
+SBX_INTERNAL char sbx__linux_teardown_marker_parse(const char *data, size_t len,
+                                                   unsigned long long *at);
+/*
+ * Stop: seconds a stop that has waited `waited_s` for box_dir's shim may
+ * still wait. The deadline `timeout_s` counts from the start of the shim's
+ * own teardown; a shim queued for a slot is waited for up to
+ * SBX_LINUX_STOP_QUEUE_FACTOR x timeout_s; without a marker, from the signal.
+ * 0: the deadline passed.
+ */
+SBX_INTERNAL double sbx__linux_stop_time_left(const char *box_dir, double timeout_s,
+                                              double waited_s);
+
 /* Removes what a box with a dead shim left: cgroups, then its directory. */
 SBX_INTERNAL int sbx__linux_remove_leftovers(const char *box_dir, const sbx_linux_record *rec);
 
@@ -156,6 +191,13 @@ typedef struct {
     long long memory_bytes; /* <= 0: none */
     long long pids;         /* <= 0: none */
     double cpu;             /* <= 0: none */
+    /*
+     * v1: no memory group without a memory limit (memory_cgroup: "limited").
+     * Every memory cgroup costs kernel memory that grows with the number of
+     * superblocks on the host (docs/scale.md); an unlimited box's group only
+     * accounts. v2 keeps one group with every controller.
+     */
+    bool memory_only_limited;
 } sbx_cg_limits;
 
 /* What is mounted, detected once per process. */

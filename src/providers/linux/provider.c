@@ -51,6 +51,7 @@ struct linux_state {
     unsigned userns_base;  /* host uid of slot 0's box root */
     unsigned userns_slots; /* how many 65536-id ranges boxes may take */
     bool seccomp;
+    bool memcg_limited; /* memory_cgroup: "limited": only boxes with a memory limit get one */
     double stop_grace_s;
     double stop_timeout_s;
     long long nofile_soft, nofile_hard; /* nofile; hard 0: the default */
@@ -460,6 +461,15 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
                 break;
             }
             st->log_max_bytes = json_integer_value(v);
+        } else if (!strcmp(key, "memory_cgroup")) {
+            const char *m = json_string_value(v);
+            if (!m || (strcmp(m, "always") && strcmp(m, "limited"))) {
+                rc = cfg_error(err, key,
+                               "\"always\" (a memory cgroup per box) or \"limited\" (only for "
+                               "boxes with a memory limit; docs/scale.md)");
+                break;
+            }
+            st->memcg_limited = !strcmp(m, "limited");
         } else if (!strcmp(key, "stop_grace_s") || !strcmp(key, "stop_timeout_s")) {
             if (!json_is_number(v) || json_number_value(v) < 0) {
                 rc = cfg_error(err, key, "a non-negative number of seconds");
@@ -553,7 +563,8 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             rc = sbx__set_error(err, SBX_EINVAL,
                                 "linux provider: unknown option '%s' (known: state_dir, shim, "
                                 "agent, pids_limit, network, userns, userns_base, userns_slots, "
-                                "seccomp, stop_grace_s, stop_timeout_s, max_agent_connections, "
+                                "seccomp, memory_cgroup, stop_grace_s, stop_timeout_s, "
+                                "max_agent_connections, "
                                 "nofile, max_image_bytes, max_download_bytes, transfer_idle_timeout_s, "
                                 "cdi_spec_dirs, shell, image_store, pull, platform, "
                                 "registry_mirrors, insecure_registries, registry_certs_dirs, "
@@ -1663,7 +1674,9 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
         (json_int_t)c->pids, "cpu", cpu > 0 ? cpu : 0.0, "env", env, "metadata", md,
         "entrypoint", ep);
     if (c->desc &&
-        (json_object_set_new(c->desc, "nofile_soft", json_integer(nofile_soft)) < 0 ||
+        (json_object_set_new(c->desc, "memory_cgroup_limited",
+                             json_boolean(st->memcg_limited)) < 0 ||
+         json_object_set_new(c->desc, "nofile_soft", json_integer(nofile_soft)) < 0 ||
          json_object_set_new(c->desc, "nofile_hard", json_integer(nofile_hard)) < 0)) {
         json_decref(c->desc);
         c->desc = NULL;
@@ -2022,6 +2035,11 @@ struct stop {
     int code;
     sbx_error *err;
     double timeout_s;
+    double signalled_at; /* uv_now, ms */
+    double left_s;       /* the deadline check's answer */
+    bool checking;       /* a deadline check is on the pool */
+    bool ended;          /* stop_end ran: the handles are closing */
+    bool closed;         /* the handles closed while a check was out */
 };
 
 static void stop_free(struct stop *s)
@@ -2060,6 +2078,10 @@ static void stop_closed(uv_handle_t *h)
     struct stop *s = h->data;
     if (--s->handles > 0)
         return;
+    if (s->checking) { /* the deadline check still holds s: it finishes the stop */
+        s->closed = true;
+        return;
+    }
     if (s->pidfd >= 0)
         close(s->pidfd);
     s->pidfd = -1;
@@ -2070,6 +2092,9 @@ static void stop_closed(uv_handle_t *h)
 
 static void stop_end(struct stop *s)
 {
+    if (s->ended)
+        return;
+    s->ended = true;
     if (s->pidfd >= 0)
         uv_poll_stop(&s->w.poll);
     else
@@ -2093,15 +2118,54 @@ static void stop_exited(uv_poll_t *p, int status, int events)
     stop_end(p->data);
 }
 
+static void stop_timeout(uv_timer_t *t);
+
+/* Worker: how much longer this stop may wait (its shim may be queued for a teardown slot). */
+static void stop_deadline_work(void *data)
+{
+    struct stop *s = data;
+    s->left_s = sbx__linux_stop_time_left(s->box_dir, s->timeout_s, s->left_s);
+}
+
+static void stop_deadline_done(void *data, bool cancelled)
+{
+    struct stop *s = data;
+    s->checking = false;
+    if (s->closed) { /* the shim ended meanwhile: finish as stop_closed would have */
+        s->handles = 1;
+        stop_closed((uv_handle_t *)&s->timer);
+        return;
+    }
+    if (s->ended)
+        return;
+    if (!cancelled && s->left_s > 0) {
+        uv_timer_start(&s->timer, stop_timeout, (uint64_t)(s->left_s * 1000) + 1, 0);
+        return;
+    }
+    s->code = SBX_ETIMEDOUT;
+    s->err = sbx_error_new(SBX_ETIMEDOUT,
+                           "box %s: its shim did not finish its teardown within the stop timeout "
+                           "(stop_timeout_s); `sbx gc` removes what is left",
+                           s->id);
+    stop_end(s);
+}
+
+/*
+ * The deadline is counted from the start of the shim's own teardown, which
+ * may come long after the signal when thousands of boxes stop at once: at
+ * each expiry the pool reads the shim's marker and the timer is re-armed
+ * for what is left (teardown.c).
+ */
 static void stop_timeout(uv_timer_t *t)
 {
     struct stop *s = t->data;
-    s->code = SBX_ETIMEDOUT;
-    s->err = sbx_error_new(SBX_ETIMEDOUT,
-                           "box %s: its shim did not finish within the stop timeout; `sbx gc` "
-                           "removes what is left",
-                           s->id);
-    stop_end(s);
+    if (s->checking || s->ended)
+        return;
+    s->checking = true;
+    s->left_s = ((double)uv_now(t->loop) - s->signalled_at) / 1e3; /* waited so far, in */
+    if (sbx__context_submit(sbx__op_provider(s->op)->ctx, stop_deadline_work, stop_deadline_done,
+                            s, NULL) < 0)
+        stop_deadline_done(s, true);
 }
 
 /* Worker: find the box's shim and signal it; without one, remove what is left. */
@@ -2185,6 +2249,7 @@ static void stop_signal_done(void *data, bool cancelled)
         s->w.check.data = s;
         uv_timer_start(&s->w.check, stop_check, 5, 5);
     }
+    s->signalled_at = (double)uv_now(loop);
     uv_timer_start(&s->timer, stop_timeout, (uint64_t)(s->timeout_s * 1000), 0);
 }
 

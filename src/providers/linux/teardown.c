@@ -1,0 +1,141 @@
+/*
+ * Teardown slots and the stop deadline.
+ *
+ * A stop of thousands of boxes at once signals thousands of shims, and each
+ * one's teardown (reaping its pid namespace, removing its cgroups, its
+ * directory) is kernel work that slows every other one down: run all at once,
+ * each takes as long as all of them together, and a stop that waits a fixed
+ * time from its signal reports failure for boxes that do end. So:
+ *
+ * - A shim tears down only while it holds one of a few slots, byte-range OFD
+ *   locks on <state_dir>/teardown.lock (released by the kernel when the shim
+ *   exits, however it exits): the teardowns in progress are bounded.
+ * - It says where it stands in <box_dir>/teardown, "q <ns>" while it waits for
+ *   a slot and "t <ns>" once its own teardown began (CLOCK_BOOTTIME), and a
+ *   stop's deadline counts from the "t": it covers the box's own teardown, not
+ *   its wait behind the others.
+ */
+#include "providers/linux/linux.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MARKER_LEN 23 /* "q " + 20 digits + "\n" */
+
+static unsigned long long boot_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+static void mark(int fd, char state)
+{
+    char line[MARKER_LEN + 1];
+    snprintf(line, sizeof(line), "%c %020llu\n", state, boot_ns());
+    /* Fixed width at offset 0: a reader sees the old line or the new one. */
+    if (fd >= 0 && pwrite(fd, line, MARKER_LEN, 0) != MARKER_LEN) {
+        /* Best effort: without the marker a stop keeps its plain deadline. */
+    }
+}
+
+unsigned sbx__linux_teardown_slots(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    /*
+     * Much of a teardown waits on the kernel (RCU grace periods, the pid
+     * namespace's reaper), not on a CPU: a few per core keep the cores busy
+     * without piling every box's teardown on top of the others.
+     */
+    long k = (cpus > 0 ? cpus : 1) * 4;
+    return (unsigned)(k < 8                              ? 8
+                      : k > SBX_LINUX_TEARDOWN_SLOTS_MAX ? SBX_LINUX_TEARDOWN_SLOTS_MAX
+                                                         : k);
+}
+
+static bool lock_byte(int fd, unsigned i, bool wait)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = i, .l_len = 1};
+    for (;;) {
+        if (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) == 0)
+            return true;
+        if (errno != EINTR)
+            return false;
+    }
+}
+
+int sbx__linux_teardown_begin(const char *state_dir, const char *box_dir, unsigned slots)
+{
+    _cleanup_free_ char *mpath = box_dir ? sbx__printf("%s/teardown", box_dir) : NULL;
+    _cleanup_close_ int mfd =
+        mpath ? open(mpath, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
+    mark(mfd, 'q');
+    _cleanup_free_ char *lpath = state_dir ? sbx__printf("%s/teardown.lock", state_dir) : NULL;
+    int lfd = lpath ? open(lpath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
+    if (lfd >= 0 && slots > 0) {
+        /* A free slot if there is one; else queue on one picked by pid. */
+        bool got = false;
+        for (unsigned i = 0; i < slots && !got; i++)
+            got = lock_byte(lfd, i, false);
+        if (!got && !lock_byte(lfd, (unsigned)getpid() % slots, true)) {
+            /* Locks refused (a filesystem without them): tear down unbounded. */
+        }
+    }
+    mark(mfd, 't');
+    return lfd;
+}
+
+char sbx__linux_teardown_marker_parse(const char *data, size_t len, unsigned long long *at)
+{
+    /* Exactly "<q|t> <20 digits>\n": anything else is no marker. */
+    if (len != MARKER_LEN || (data[0] != 'q' && data[0] != 't') || data[1] != ' ' ||
+        data[MARKER_LEN - 1] != '\n')
+        return 0;
+    unsigned long long v = 0;
+    for (size_t i = 2; i < MARKER_LEN - 1; i++) {
+        if (data[i] < '0' || data[i] > '9')
+            return 0;
+        unsigned d = (unsigned)(data[i] - '0');
+        if (v > (ULLONG_MAX - d) / 10)
+            return 0;
+        v = v * 10 + d;
+    }
+    *at = v;
+    return data[0];
+}
+
+double sbx__linux_stop_time_left(const char *box_dir, double timeout_s, double waited_s)
+{
+    _cleanup_free_ char *p = box_dir ? sbx__printf("%s/teardown", box_dir) : NULL;
+    _cleanup_close_ int fd = p ? open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    char buf[MARKER_LEN + 1];
+    ssize_t n = fd >= 0 ? pread(fd, buf, sizeof(buf), 0) : -1;
+    unsigned long long at = 0;
+    char state = n > 0 ? sbx__linux_teardown_marker_parse(buf, (size_t)n, &at) : 0;
+    if (state == 't') {
+        unsigned long long now = boot_ns();
+        double ran = now > at ? (double)(now - at) / 1e9 : 0;
+        return ran < timeout_s ? timeout_s - ran : 0;
+    }
+    /*
+     * No marker and no box directory: the shim removed both on its way out
+     * and is about to exit. Like a queued one, waited for within the bound.
+     */
+    struct stat st;
+    if (!state && box_dir && stat(box_dir, &st) < 0 && errno == ENOENT)
+        state = 'q';
+    if (state == 'q') {
+        /*
+         * Queued behind other boxes' teardowns: wait on, up to a bound that
+         * still ends a stop if a teardown ahead hangs in the kernel.
+         */
+        double cap = timeout_s * SBX_LINUX_STOP_QUEUE_FACTOR;
+        return waited_s < cap ? (cap - waited_s < timeout_s ? cap - waited_s : timeout_s) : 0;
+    }
+    /* No marker: the shim never took the signal in; the plain deadline holds. */
+    return waited_s < timeout_s ? timeout_s - waited_s : 0;
+}

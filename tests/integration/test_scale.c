@@ -1,0 +1,372 @@
+/*
+ * The linux provider with many boxes: a stop of many at once ends every box
+ * and reports success for each, however long it queued behind the others'
+ * teardowns, and leaves nothing (the census). Real boxes; root.
+ */
+#include "tap.h"
+#include "common.h"
+#include "linux_census.h"
+#include "linux_fixture.h"
+
+#include "core/internal.h"
+#include "providers/linux/linux.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/utsname.h>
+#include <time.h>
+
+static sbx_sandbox **start_many(sbx_provider *p, int n)
+{
+    sbx_spec *s = sbx_spec_new();
+    sbx_sandbox **sbs = calloc((size_t)n, sizeof(*sbs));
+    sbx_future **fs = calloc((size_t)n, sizeof(*fs));
+    TAP_TRUE(sbs && fs);
+    for (int i = 0; i < n; i++) {
+        TAP_EQ_INT(sbx_sandbox_new(p, s, &sbs[i], NULL), SBX_OK);
+        TAP_OK(sbx_sandbox_start_async(sbs[i], NULL, &fs[i], &e_));
+    }
+    for (int i = 0; i < n; i++) {
+        sbx_error *e = NULL;
+        if (sbx_future_wait(fs[i], -1, &e) != SBX_OK)
+            TAP_FAIL("box %d: %s", i, sbx_error_message(e));
+        sbx_future_free(fs[i]);
+    }
+    free(fs);
+    sbx_spec_free(s);
+    return sbs;
+}
+
+/* Stops every box at once; each stop must report success. */
+static void stop_all(sbx_sandbox **sbs, sbx_future **fs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        sbx_error *e = NULL;
+        if (sbx_future_wait(fs[i], -1, &e) != SBX_OK)
+            TAP_FAIL("the stop of box %d of %d failed: %s", i, n, sbx_error_message(e));
+        sbx_future_free(fs[i]);
+        sbx_sandbox_free(sbs[i]);
+    }
+}
+
+/* Every stop of a mass stop reports success, and nothing of any box is left. */
+static void test_mass_stop_all_succeed(void)
+{
+    need_boxes();
+    const char *env = getenv("SBX_SCALE_N");
+    int n = env ? (int)strtol(env, NULL, 10) : 200;
+    sbx_provider *p = provider(NULL);
+    sbx_sandbox **sbs = start_many(p, n);
+    sbx_future **fs = calloc((size_t)n, sizeof(*fs));
+    for (int i = 0; i < n; i++)
+        TAP_OK(sbx_sandbox_stop_async(sbs[i], &fs[i], &e_));
+    stop_all(sbs, fs, n);
+    free(fs);
+    free(sbs);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/* Takes every teardown slot of the state directory, as a host busy tearing down would. */
+static int hold_slots(void)
+{
+    char path[700];
+    snprintf(path, sizeof(path), "%s/teardown.lock", state_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    TAP_TRUE(fd >= 0);
+    struct flock fl = {.l_type = F_WRLCK,
+                       .l_whence = SEEK_SET,
+                       .l_start = 0,
+                       .l_len = sbx__linux_teardown_slots()};
+    TAP_EQ_INT(fcntl(fd, F_OFD_SETLK, &fl), 0);
+    return fd;
+}
+
+static void wait_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) < 0)
+        ;
+}
+
+struct by_id {
+    const char *id;
+    int rc;
+    char msg[512];
+};
+
+static void *stop_by_id(void *data)
+{
+    struct by_id *b = data;
+    sbx_error *e = NULL;
+    b->rc = sbx__linux_stop_box(state_dir, b->id, 2, &e);
+    snprintf(b->msg, sizeof(b->msg), "%s", e ? sbx_error_message(e) : "");
+    sbx_error_free(e);
+    return NULL;
+}
+
+/*
+ * A stop whose shim waits for a teardown slot longer than stop_timeout_s
+ * still succeeds once its own teardown runs: the deadline covers the box's
+ * teardown, not its place in the queue. Both stop paths: the handle's stop
+ * and the stop by id (sbx stop, gc).
+ */
+static void test_stop_deadline_excludes_the_queue(void)
+{
+    need_boxes();
+    sbx_provider *p = provider("{\"stop_timeout_s\": 2}");
+    int n = 6;
+    sbx_sandbox **sbs = start_many(p, n + 1);
+    char id[256];
+    snprintf(id, sizeof(id), "%s", sbx_sandbox_id(sbs[n]));
+    int slots = hold_slots();
+    sbx_future **fs = calloc((size_t)n, sizeof(*fs));
+    for (int i = 0; i < n; i++)
+        TAP_OK(sbx_sandbox_stop_async(sbs[i], &fs[i], &e_));
+    /* Queued well past the 2 s deadline: no stop may have given up. */
+    wait_s(4);
+    for (int i = 0; i < n; i++)
+        TAP_EQ_INT(sbx_future_done(fs[i]), 0);
+    /* The stop by id (sbx stop, gc), blocking, on a thread of its own. */
+    struct by_id bi = {.id = id, .rc = 1};
+    pthread_t th;
+    TAP_EQ_INT(pthread_create(&th, NULL, stop_by_id, &bi), 0);
+    wait_s(4);
+    TAP_EQ_INT(pthread_tryjoin_np(th, NULL), EBUSY); /* still waiting, not timed out */
+    close(slots);
+    stop_all(sbs, fs, n);
+    TAP_EQ_INT(pthread_join(th, NULL), 0);
+    if (bi.rc != SBX_OK)
+        TAP_FAIL("stop by id: %s", bi.msg);
+    sbx_error *e = NULL;
+    if (sbx_sandbox_stop(sbs[n], &e) != SBX_OK) /* already gone: a no-op stop */
+        TAP_FAIL("stop after stop by id: %s", sbx_error_message(e));
+    sbx_sandbox_free(sbs[n]);
+    free(fs);
+    free(sbs);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/* The marker a shim writes is read strictly: garbage counts as no marker. */
+static void test_stop_time_left_reads_the_marker(void)
+{
+    const char *dir = tap_tmpdir();
+    char path[600];
+    snprintf(path, sizeof(path), "%s/teardown", dir);
+    /* No marker: the plain deadline from the signal. */
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 4) > 5.9);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 11) <= 0);
+    /* No marker and no box directory: the shim is on its way out; waited for within the bound. */
+    char gone[700];
+    snprintf(gone, sizeof(gone), "%s/gone", dir);
+    TAP_TRUE(sbx__linux_stop_time_left(gone, 10, 11) > 0);
+    TAP_TRUE(sbx__linux_stop_time_left(gone, 10, 10 * SBX_LINUX_STOP_QUEUE_FACTOR + 1) <= 0);
+    /* Garbage: the same. */
+    FILE *f = fopen(path, "we");
+    fputs("t 99999999999999999999999\n", f);
+    fclose(f);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 11) <= 0);
+    /* Queued: waited on past the deadline, up to the bound. */
+    f = fopen(path, "we");
+    fputs("q 00000000000000000001\n", f);
+    fclose(f);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 50) > 0);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 10 * SBX_LINUX_STOP_QUEUE_FACTOR + 1) <= 0);
+    /* Started long ago (boot time 1 ns): the deadline passed. */
+    f = fopen(path, "we");
+    fputs("t 00000000000000000001\n", f);
+    fclose(f);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 50) <= 0);
+    /* The shim's own marker, written just now: the whole deadline is left. */
+    unlink(path);
+    int lfd = sbx__linux_teardown_begin(dir, dir, 1);
+    TAP_TRUE(lfd >= 0);
+    close(lfd);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 1000, 5000) > 900);
+}
+
+/* Pages of `path` in the page cache. */
+static long resident_pages(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    TAP_TRUE(fd >= 0);
+    struct stat st;
+    TAP_EQ_INT(fstat(fd, &st), 0);
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    TAP_TRUE(m != MAP_FAILED);
+    long pg = sysconf(_SC_PAGESIZE), n = (st.st_size + pg - 1) / pg, k = 0;
+    unsigned char *v = calloc((size_t)n, 1);
+    TAP_EQ_INT(mincore(m, (size_t)st.st_size, v), 0);
+    for (long i = 0; i < n; i++)
+        k += v[i] & 1;
+    free(v);
+    munmap(m, (size_t)st.st_size);
+    return k;
+}
+
+/*
+ * Churn leaves nothing charged: a file a box read first is charged to the
+ * box's memory cgroup, and would keep the removed group alive (a dying
+ * cgroup) while it stays cached. The stop reclaims it first, so the pages
+ * the box brought in are gone from the cache after the stop.
+ */
+static void test_stop_reclaims_the_box_memory(void)
+{
+    need_boxes();
+    struct utsname u;
+    int major = 0, minor = 0;
+    if (uname(&u) == 0)
+        sscanf(u.release, "%d.%d", &major, &minor);
+    bool v1 = sbx__cg_mode() == SBX_CG_V1 && have_file("/sys/fs/cgroup/memory/memory.force_empty");
+    bool v2 = sbx__cg_mode() == SBX_CG_V2 && (major > 5 || (major == 5 && minor >= 19));
+    if (!v1 && !v2)
+        TAP_SKIP("no memory.force_empty (cgroup v1) nor memory.reclaim (v2, Linux 5.19+)");
+    /* A file no one has read: under /usr, which a box of the none image sees. */
+    char dir[] = "/usr/local/share/sbx-test-XXXXXX", path[64], cmd[128];
+    if (!mkdtemp(dir))
+        TAP_SKIP("cannot make a directory under /usr/local/share");
+    chmod(dir, 0755);
+    snprintf(path, sizeof(path), "%s/data", dir);
+    char out[256];
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "head -c 4194304 /dev/urandom > %s && sync", path), 0);
+    /* Written here, its pages are charged to us: drop them (they are clean after the sync). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    TAP_EQ_INT(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    close(fd);
+    long before = resident_pages(path);
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = sbx_spec_new();
+    sbx_sandbox *sb = start(p, s);
+    snprintf(cmd, sizeof(cmd), "cat %s > /dev/null", path);
+    sbx_exec_result *r = NULL;
+    TAP_OK(sbx_sandbox_exec(sb, cmd, NULL, &r, &e_));
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+    sbx_exec_result_free(r);
+    long in_box = resident_pages(path);
+    stop_free(sb);
+    long after = resident_pages(path);
+    unlink(path);
+    rmdir(dir);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    TAP_TRUE(before < 1024 / 2);  /* the file was not cached to begin with */
+    TAP_TRUE(in_box >= 1024 / 2); /* the box's read brought it in */
+    /* And the stop reclaimed it (a few pages may be another group's: readahead, a racing reader).
+     */
+    if (after > in_box / 8)
+        TAP_FAIL("%ld of the %ld pages the box brought in are still cached after its stop", after,
+                 in_box);
+    census_check(state_dir);
+}
+
+/* The superblock (major:minor) mounted at `at` in a box's mountinfo, or "". */
+static const char *dev_of(const char *mountinfo, const char *at, char *buf, size_t n)
+{
+    buf[0] = 0;
+    const char *line = mountinfo;
+    while (line && *line) {
+        char dev[32], mp[512];
+        if (sscanf(line, "%*s %*s %31s %*s %511s", dev, mp) == 2 && !strcmp(mp, at))
+            snprintf(buf, n, "%s", dev);
+        line = strchr(line, '\n');
+        line = line ? line + 1 : NULL;
+    }
+    return buf;
+}
+
+/*
+ * A box's masked directories are read-only binds of its one tmpfs, not a
+ * tmpfs each: every superblock costs every memory cgroup on the host a
+ * shrinker slot, so superblocks per box make box N+1 dearer than box N.
+ */
+static void test_masks_add_no_superblock(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = sbx_spec_new();
+    sbx_sandbox *sb = start(p, s);
+    sbx_exec_result *r = NULL;
+    TAP_OK(sbx_sandbox_exec(sb, "cat /proc/self/mountinfo", NULL, &r, &e_));
+    char *mi = strdup(sbx_exec_result_stdout(r, NULL));
+    sbx_exec_result_free(r);
+    char dev[32], m[32];
+    dev_of(mi, "/dev", dev, sizeof(dev));
+    TAP_TRUE(dev[0] != 0);
+    const char *masks[] = {"/proc/acpi", "/sys/firmware", "/etc/ssl/private"};
+    int seen = 0;
+    for (size_t i = 0; i < sizeof(masks) / sizeof(masks[0]); i++) {
+        if (!*dev_of(mi, masks[i], m, sizeof(m)))
+            continue;
+        seen++;
+        TAP_EQ_STR(m, dev);
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "ls -A %s | wc -l; touch %s/x 2>/dev/null || echo ro", masks[i],
+                 masks[i]);
+        TAP_OK(sbx_sandbox_exec(sb, cmd, NULL, &r, &e_));
+        TAP_EQ_STR(sbx_exec_result_stdout(r, NULL), "0\nro\n");
+        sbx_exec_result_free(r);
+    }
+    free(mi);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    if (!seen)
+        TAP_SKIP("none of the masked directories exists on this host");
+    census_check(state_dir);
+}
+
+/* The memory line of a box's /proc/self/cgroup (v1), from inside the box's cgroup namespace. */
+static bool box_has_memory_group(sbx_sandbox *sb)
+{
+    sbx_exec_result *r = NULL;
+    TAP_OK(sbx_sandbox_exec(sb, "ls /sys/fs/cgroup", NULL, &r, &e_));
+    bool has = strstr(sbx_exec_result_stdout(r, NULL), "memory") != NULL;
+    sbx_exec_result_free(r);
+    return has;
+}
+
+/*
+ * memory_cgroup "limited": a box without a memory limit gets no memory
+ * cgroup (each costs kernel memory that grows with the number of boxes);
+ * one with a limit gets its group and the limit. Refused values say why.
+ */
+static void test_memory_cgroup_limited(void)
+{
+    need_boxes();
+    if (sbx__cg_mode() != SBX_CG_V1)
+        TAP_SKIP("memory_cgroup \"limited\" applies to cgroup v1 (this host is not v1)");
+    sbx_provider *bad = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_provider_new("{\"linux\": {\"memory_cgroup\": \"some\"}}", &bad, &e),
+               SBX_EINVAL);
+    TAP_CONTAINS(sbx_error_message(e), "memory_cgroup");
+    sbx_error_free(e);
+    sbx_provider *p = provider("{\"memory_cgroup\": \"limited\"}");
+    sbx_spec *s = sbx_spec_new();
+    sbx_sandbox *plain = start(p, s);
+    sbx_spec_set_memory_mib(s, 64);
+    sbx_sandbox *limited = start(p, s);
+    TAP_TRUE(!box_has_memory_group(plain));
+    TAP_TRUE(box_has_memory_group(limited));
+    sbx_exec_result *r = NULL;
+    TAP_OK(sbx_sandbox_exec(limited, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes", NULL, &r,
+                            &e_));
+    TAP_EQ_STR(sbx_exec_result_stdout(r, NULL), "67108864\n");
+    sbx_exec_result_free(r);
+    /* Both still run commands, and stop clean. */
+    TAP_OK(sbx_sandbox_exec(plain, "true", NULL, &r, &e_));
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+    sbx_exec_result_free(r);
+    stop_free(plain);
+    stop_free(limited);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+TAP_MAIN(TAP(test_memory_cgroup_limited), TAP(test_masks_add_no_superblock),
+         TAP(test_stop_reclaims_the_box_memory), TAP(test_stop_time_left_reads_the_marker),
+         TAP_T(test_stop_deadline_excludes_the_queue, 120), TAP_T(test_mass_stop_all_succeed, 600))
