@@ -1,0 +1,38 @@
+/* The docker provider's parts that tests and the fuzzer reach (provider.c). */
+#ifndef SBX_PROVIDERS_DOCKER_DOCKER_H
+#define SBX_PROVIDERS_DOCKER_DOCKER_H
+
+#include "core/internal.h"
+#include "providers/docker/engine.h"
+
+#include <arpa/inet.h>
+#include <stdbool.h>
+
+/* The provider config (docs/providers/docker.md), parsed and checked. */
+struct dk_config {
+    char *host, *api_version, *state_dir;
+    bool pull;
+    int max_connections;
+    /* create */
+    char *network;
+    bool read_only, apply_resource_limits;
+    json_t *cap_drop, *security_opt; /* arrays of strings, or NULL */
+    double pids_limit, start_timeout_s;
+    char *publish_host;
+    json_t *host_config; /* extra HostConfig fields, or NULL */
+    /* exec */
+    char *shell; /* the agent's --shell; NULL: auto (bash when the image has it) */
+};
+
+SBX_INTERNAL int sbx__dk_config_parse(const char *config_json, struct dk_config *c,
+                                      sbx_error **err);
+/* The engine's POST /containers/create body for `spec` (a new reference the caller frees). */
+SBX_INTERNAL json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec,
+                                         const char *id, const char *image,
+                                         const char *image_user, const char *agent,
+                                         const char *run_dir);
+SBX_INTERNAL sbx_status sbx__dk_status_of(const char *engine_status);
+SBX_INTERNAL int sbx__dk_inspect(sbx_dk_engine *e, const char *c, json_t **out, sbx_error **err);
+SBX_INTERNAL int sbx__dk_remove(sbx_dk_engine *e, const char *c, sbx_error **err);
+
+#endif

@@ -1,0 +1,995 @@
+/*
+ * The docker provider: boxes are ordinary containers made through the Docker
+ * Engine API (engine.c), with the static sbx-agent bind-mounted read-only
+ * and run as the container's init. The agent listens on a unix socket in a
+ * host directory (the box's directory in the kit's store) mounted into the
+ * container, so exec, files and status go through the agent at fork speed
+ * (the kit's client, as for linux and local) while `docker ps` shows the box
+ * and `docker rm -f` ends it. docs/providers/docker.md.
+ *
+ * Everything that talks to the engine blocks, so it runs on the worker pool;
+ * the agent is on the loop thread, as the kit requires.
+ */
+#include "providers/docker/docker.h"
+
+#include <sbx/box.h>
+
+#include <curl/curl.h>
+#include <math.h>
+#include <sys/stat.h>
+
+/* Where the agent and its socket directory appear inside the container. */
+#define AGENT_IN_BOX "/.sbx-agent"
+#define RUN_IN_BOX "/.sbx"
+#define SOCKET_IN_BOX RUN_IN_BOX "/agent.sock"
+
+/* --- config ------------------------------------------------------------------ */
+
+static void config_free(struct dk_config *c)
+{
+    free(c->host);
+    free(c->api_version);
+    free(c->state_dir);
+    free(c->network);
+    free(c->shell);
+    free(c->publish_host);
+    json_decref(c->cap_drop);
+    json_decref(c->security_opt);
+    json_decref(c->host_config);
+    memset(c, 0, sizeof(*c));
+}
+
+static int bad(sbx_error **err, int code, const char *fmt, const char *a, const char *b)
+{
+    return sbx__set_error(err, code, fmt, a, b);
+}
+
+/* A string or null at `key` of `o` into `*out` (malloc'd). */
+static int get_str(json_t *o, const char *sec, const char *key, char **out, sbx_error **err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return SBX_OK;
+    if (!json_is_string(v))
+        return bad(err, SBX_ETYPE, "docker: %s.%s must be a string", sec, key);
+    free(*out);
+    return (*out = strdup(json_string_value(v))) ? SBX_OK : SBX_ENOMEM;
+}
+
+static int get_bool(json_t *o, const char *sec, const char *key, bool *out, sbx_error **err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return SBX_OK;
+    if (!json_is_boolean(v))
+        return bad(err, SBX_ETYPE, "docker: %s.%s must be true or false", sec, key);
+    *out = json_is_true(v);
+    return SBX_OK;
+}
+
+/* A positive number or null (`*out` 0 then). */
+static int get_pos(json_t *o, const char *sec, const char *key, double *out, sbx_error **err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return SBX_OK;
+    if (!json_is_number(v) || json_number_value(v) <= 0)
+        return bad(err, SBX_EINVAL, "docker: %s.%s must be null or a number > 0", sec, key);
+    *out = json_number_value(v);
+    return SBX_OK;
+}
+
+/* A list of strings (a single string is a list of one, as the reference takes it). */
+static int get_list(json_t *o, const char *sec, const char *key, json_t **out, sbx_error **err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return SBX_OK;
+    json_t *arr = json_is_string(v) ? json_pack("[O]", v) : json_incref(v);
+    size_t i;
+    json_t *it;
+    if (!json_is_array(arr)) {
+        json_decref(arr);
+        return bad(err, SBX_ETYPE, "docker: %s.%s must be a list of strings", sec, key);
+    }
+    json_array_foreach(arr, i, it) if (!json_is_string(it))
+    {
+        json_decref(arr);
+        return bad(err, SBX_ETYPE, "docker: %s.%s must be a list of strings", sec, key);
+    }
+    json_decref(*out);
+    *out = arr;
+    return SBX_OK;
+}
+
+/* Every key of `o` must be one of `known` (the reference raises TypeError for others). */
+static int only_keys(json_t *o, const char *sec, const char *const *known, sbx_error **err)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v)
+    {
+        bool ok = false;
+        for (size_t i = 0; known[i] && !ok; i++)
+            ok = !strcmp(k, known[i]);
+        if (!ok)
+            return bad(err, SBX_ETYPE, "docker: unknown key '%s' in %s", k, sec);
+    }
+    return SBX_OK;
+}
+
+/* A CLI-flag list of the reference: not a thing the engine API takes; refused unless empty. */
+static int no_cli_args(json_t *o, const char *sec, const char *key, const char *instead,
+                       sbx_error **err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v) || (json_is_array(v) && json_array_size(v) == 0))
+        return SBX_OK;
+    return sbx__set_error(err, SBX_EINVAL,
+                          "docker: %s.%s are docker CLI flags, and sbx talks to the engine API, "
+                          "not the CLI; %s",
+                          sec, key, instead);
+}
+
+int sbx__dk_config_parse(const char *config_json, struct dk_config *c, sbx_error **err)
+{
+    memset(c, 0, sizeof(*c));
+    c->apply_resource_limits = true;
+    c->pull = true;
+    c->start_timeout_s = 600;
+    json_error_t je;
+    _cleanup_json_ json_t *root = json_loads(config_json ? config_json : "{}", 0, &je);
+    if (!json_is_object(root))
+        return sbx__set_error(err, SBX_ETYPE, "docker: the provider config must be a mapping");
+    static const char *const top[] = {"host",     "api_version", "state_dir", "pull",
+                                      "max_connections", "create", "exec", "probe", NULL};
+    static const char *const create_keys[] = {
+        "keepalive_shell", "keepalive_cmd", "start_timeout_s", "use_init", "network",
+        "read_only", "cap_drop", "security_opt", "pids_limit", "extra_run_args",
+        "apply_resource_limits", "publish_host", "host_config", NULL};
+    static const char *const exec_keys[] = {"default_timeout_s", "extra_exec_args", "concurrency",
+                                            "exec_shell", NULL};
+    static const char *const probe_keys[] = {"command", "expected_stdout", "timeout_s",
+                                             "deadline_s", "stable_count", "stable_delay_s", NULL};
+    int rc = only_keys(root, "the docker provider config", top, err);
+    json_t *cr = json_object_get(root, "create"), *ex = json_object_get(root, "exec"),
+           *pr = json_object_get(root, "probe");
+    const char *const names[] = {"create", "exec", "probe"};
+    json_t *secs[] = {cr, ex, pr};
+    for (int i = 0; rc == SBX_OK && i < 3; i++)
+        if (secs[i] && !json_is_null(secs[i]) && !json_is_object(secs[i]))
+            rc = bad(err, SBX_ETYPE, "docker: %s must be a mapping%s", names[i], "");
+    if (rc == SBX_OK && cr)
+        rc = only_keys(cr, "create", create_keys, err);
+    if (rc == SBX_OK && ex)
+        rc = only_keys(ex, "exec", exec_keys, err);
+    if (rc == SBX_OK && pr)
+        rc = only_keys(pr, "probe", probe_keys, err);
+    if (rc == SBX_OK && pr && json_object_get(pr, "command") &&
+        !json_is_null(json_object_get(pr, "command")))
+        rc = bad(err, SBX_EINVAL,
+                 "docker: probe.command is not supported yet: a box is ready when its sbx-agent "
+                 "answers; leave %s unset%s",
+                 "probe.command", "");
+    double mc = 0;
+    if (rc == SBX_OK)
+        rc = get_str(root, "docker", "host", &c->host, err);
+    if (rc == SBX_OK)
+        rc = get_str(root, "docker", "api_version", &c->api_version, err);
+    if (rc == SBX_OK)
+        rc = get_str(root, "docker", "state_dir", &c->state_dir, err);
+    if (rc == SBX_OK)
+        rc = get_bool(root, "docker", "pull", &c->pull, err);
+    if (rc == SBX_OK)
+        rc = get_pos(root, "docker", "max_connections", &mc, err);
+    c->max_connections = mc > 1e6 ? 1000000 : (int)mc;
+    if (rc == SBX_OK)
+        rc = get_str(cr, "create", "network", &c->network, err);
+    if (rc == SBX_OK)
+        rc = get_bool(cr, "create", "read_only", &c->read_only, err);
+    if (rc == SBX_OK)
+        rc = get_bool(cr, "create", "apply_resource_limits", &c->apply_resource_limits, err);
+    if (rc == SBX_OK)
+        rc = get_list(cr, "create", "cap_drop", &c->cap_drop, err);
+    if (rc == SBX_OK)
+        rc = get_list(cr, "create", "security_opt", &c->security_opt, err);
+    if (rc == SBX_OK)
+        rc = get_pos(cr, "create", "pids_limit", &c->pids_limit, err);
+    if (rc == SBX_OK)
+        rc = get_pos(cr, "create", "start_timeout_s", &c->start_timeout_s, err);
+    if (rc == SBX_OK)
+        rc = get_str(cr, "create", "publish_host", &c->publish_host, err);
+    if (rc == SBX_OK && c->publish_host) {
+        unsigned char a[16];
+        if (inet_pton(AF_INET, c->publish_host, a) != 1 &&
+            inet_pton(AF_INET6, c->publish_host, a) != 1)
+            rc = bad(err, SBX_EINVAL, "create.publish_host must be an IPv4 or IPv6 address%s%s",
+                     "", "");
+    }
+    if (rc == SBX_OK && cr && json_object_get(cr, "host_config") &&
+        !json_is_null(json_object_get(cr, "host_config"))) {
+        c->host_config = json_incref(json_object_get(cr, "host_config"));
+        if (!json_is_object(c->host_config))
+            rc = bad(err, SBX_ETYPE, "docker: create.host_config must be a mapping (the engine "
+                                     "API's HostConfig fields)%s%s",
+                     "", "");
+    }
+    if (rc == SBX_OK)
+        rc = no_cli_args(cr, "create", "extra_run_args",
+                         "put engine HostConfig fields in create.host_config instead", err);
+    if (rc == SBX_OK)
+        rc = no_cli_args(ex, "exec", "extra_exec_args", "leave them unset", err);
+    if (rc == SBX_OK)
+        rc = get_str(ex, "exec", "exec_shell", &c->shell, err);
+    if (rc == SBX_OK && c->shell && !c->shell[0])
+        rc = bad(err, SBX_EINVAL,
+                 "exec.exec_shell must be null (auto) or a non-empty shell name/path%s%s", "",
+                 "");
+    if (rc < 0)
+        config_free(c);
+    return rc;
+}
+
+/* --- provider state ------------------------------------------------------------- */
+
+struct docker {
+    struct dk_config cfg;
+    sbx_dk_engine *engine;
+    sbx_box_store *store;
+    sbx_box_pool *pool;
+    char *agent; /* the sbx-agent binary on this host */
+};
+
+struct dbox {
+    char *id;        /* the box id: also the container's name */
+    char *container; /* the container's id */
+    char *scope;     /* a connected handle's scope, or NULL */
+    sbx_box_agent *agent;
+};
+
+static void dbox_free(void *box)
+{
+    struct dbox *b = box;
+    if (!b)
+        return;
+    sbx_box_agent_free(b->agent);
+    free(b->id);
+    free(b->container);
+    free(b->scope);
+    free(b);
+}
+
+/* The container a record names: its id when the record has one, else its name (the box id). */
+static char *record_container(const sbx_box_record *r)
+{
+    _cleanup_json_ json_t *p = r->provider_json ? json_loads(r->provider_json, 0, NULL) : NULL;
+    const char *c = json_string_value(json_object_get(p, "container"));
+    return strdup(c && c[0] ? c : r->id);
+}
+
+/* Path-safe for a URL: container ids and names are [A-Za-z0-9_.-]; anything else is escaped. */
+static char *esc(const char *s)
+{
+    char *e = curl_easy_escape(NULL, s, 0);
+    char *out = e ? strdup(e) : NULL;
+    curl_free(e);
+    return out;
+}
+
+/*
+ * Removes container `c` with its anonymous volumes; a container already gone
+ * is success (close is idempotent, as the reference's "No such container").
+ */
+int sbx__dk_remove(sbx_dk_engine *e, const char *c, sbx_error **err)
+{
+    _cleanup_free_ char *ec = esc(c);
+    _cleanup_free_ char *path = ec ? sbx__printf("/containers/%s?force=1&v=1", ec) : NULL;
+    if (!path)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    long st = 0;
+    _cleanup_json_ json_t *resp = NULL;
+    int rc = sbx__dk_request(e, "DELETE", path, NULL, &st, &resp, err);
+    if (rc < 0)
+        return rc;
+    if (st == 204 || st == 200 || st == 404)
+        return SBX_OK;
+    /* 409 "removal already in progress": someone else is removing it. */
+    if (st == 409 && strstr(json_string_value(json_object_get(resp, "message")) ?: "", "in progress"))
+        return SBX_OK;
+    return sbx__dk_error(err, SBX_EPROVIDER, st, resp, "removing container %s", c);
+}
+
+/* GET /containers/C/json: SBX_ENOENT for a container that is not there. */
+int sbx__dk_inspect(sbx_dk_engine *e, const char *c, json_t **out, sbx_error **err)
+{
+    _cleanup_free_ char *ec = esc(c);
+    _cleanup_free_ char *path = ec ? sbx__printf("/containers/%s/json", ec) : NULL;
+    if (!path)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    long st = 0;
+    json_t *resp = NULL;
+    int rc = sbx__dk_request(e, "GET", path, NULL, &st, &resp, err);
+    if (rc < 0)
+        return rc;
+    if (st == 200 && json_is_object(resp)) {
+        *out = resp;
+        return SBX_OK;
+    }
+    rc = sbx__dk_error(err, st == 404 ? SBX_ENOENT : SBX_EPROVIDER, st, resp,
+                       "inspecting container %s", c);
+    json_decref(resp);
+    return rc;
+}
+
+/* The store's hooks: a box is its container, not a host process. Worker threads. */
+static int hook_alive(const sbx_box_record *r, void *data)
+{
+    struct docker *d = data;
+    _cleanup_free_ char *c = record_container(r);
+    json_t *j = NULL;
+    sbx_error *e = NULL;
+    int rc = c ? sbx__dk_inspect(d->engine, c, &j, &e) : SBX_ENOMEM;
+    sbx_error_free(e);
+    /* An engine that does not answer says nothing: the box is not taken for dead. */
+    int alive = rc == SBX_ENOENT ? 0
+                : rc < 0         ? 1
+                                 : json_is_true(json_object_get(json_object_get(j, "State"),
+                                                                "Running"));
+    json_decref(j);
+    return alive;
+}
+
+static int hook_stop(const sbx_box_record *r, void *data, sbx_error **err)
+{
+    struct docker *d = data;
+    _cleanup_free_ char *c = record_container(r);
+    if (!c)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    return sbx__dk_remove(d->engine, c, err);
+}
+
+static void dk_release(void *state)
+{
+    struct docker *d = state;
+    if (!d)
+        return;
+    sbx_box_pool_free(d->pool);
+    sbx_box_store_free(d->store);
+    sbx__dk_engine_free(d->engine);
+    config_free(&d->cfg);
+    free(d->agent);
+    free(d);
+}
+
+static int dk_init(const char *config_json, void **state, sbx_error **err)
+{
+    struct docker *d = calloc(1, sizeof(*d));
+    if (!d)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    int rc = sbx__dk_config_parse(config_json, &d->cfg, err);
+    if (rc < 0) {
+        free(d);
+        return rc;
+    }
+    if ((rc = sbx__dk_engine_new(d->cfg.host, d->cfg.api_version, &d->engine, err)) < 0)
+        goto fail;
+    if (!(d->agent = sbx_box_find_agent())) {
+        rc = sbx__set_error(err, SBX_EINVAL,
+                            "docker: cannot find the sbx-agent binary to mount into containers "
+                            "(install sbx, or set SBX_AGENT to its path)");
+        goto fail;
+    }
+    if ((rc = sbx_box_store_open("docker", d->cfg.state_dir, &d->store, err)) < 0)
+        goto fail;
+    if (!(d->pool = sbx_box_pool_new(d->cfg.max_connections))) {
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        goto fail;
+    }
+    sbx_box_store_set_hooks(d->store, hook_alive, hook_stop, d);
+    *state = d;
+    return SBX_OK;
+fail:
+    dk_release(d);
+    return rc;
+}
+
+/* --- create ------------------------------------------------------------------------ */
+
+/* The engine's name for the spec's image: a docker:// prefix is dropped, as the reference does. */
+static const char *engine_image(const sbx_spec *spec)
+{
+    const char *img = sbx_spec_image(spec);
+    if (img && !strncmp(img, "docker://", 9))
+        img += 9;
+    return img;
+}
+
+struct pull_progress {
+    const char *image;
+};
+
+static void pull_line(const char *status, const char *id, long long cur, long long tot,
+                      void *data)
+{
+    struct pull_progress *p = data;
+    if (status)
+        sbx_log(SBX_LOG_DEBUG, "docker: pulling %s: %s%s%s (%lld/%lld)", p->image, id ? id : "",
+                id ? ": " : "", status, cur, tot);
+}
+
+/*
+ * The image's config (inspect), pulling it through the engine first when it
+ * is missing and pulls are allowed.
+ */
+static int image_config(struct docker *d, const char *img, json_t **out, sbx_error **err)
+{
+    _cleanup_free_ char *ei = esc(img);
+    _cleanup_free_ char *path = ei ? sbx__printf("/images/%s/json", ei) : NULL;
+    if (!path)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    for (int attempt = 0;; attempt++) {
+        long st = 0;
+        json_t *resp = NULL;
+        int rc = sbx__dk_request(d->engine, "GET", path, NULL, &st, &resp, err);
+        if (rc < 0)
+            return rc;
+        if (st == 200 && json_is_object(resp)) {
+            *out = resp;
+            return SBX_OK;
+        }
+        if (st != 404 || attempt > 0 || !d->cfg.pull) {
+            rc = sbx__dk_error(err, st == 404 ? SBX_ENOENT : SBX_EPROVIDER, st, resp,
+                               "image '%s'%s", img,
+                               st == 404 ? " is not in the engine (and pull is off)" : "");
+            json_decref(resp);
+            return rc;
+        }
+        json_decref(resp);
+        /* Missing: the engine pulls it (its registry credentials, its mirrors). */
+        _cleanup_free_ char *q = sbx__printf("/images/create?fromImage=%s", ei);
+        if (!q)
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        struct pull_progress pp = {img};
+        sbx_error *pe = NULL;
+        rc = sbx__dk_request_stream(d->engine, "POST", q, &st, pull_line, &pp, &pe);
+        if (rc == SBX_OK && st != 200)
+            rc = sbx__set_error(&pe, SBX_EPROVIDER, "HTTP %ld", st);
+        if (rc < 0)
+            return sbx__fail(err, sbx_error_prefix(pe, "pulling image '%s' through the engine at %s",
+                                                   img, sbx__dk_engine_host(d->engine)));
+    }
+}
+
+/*
+ * The create body: the reference's mapping of the spec onto `docker run`
+ * flags, as engine API fields. The agent is the entrypoint; a spec
+ * entrypoint becomes the agent's service (it runs as the image's user).
+ */
+json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec, const char *id,
+                            const char *image, const char *image_user, const char *agent,
+                            const char *run_dir)
+{
+    json_t *b = json_object(), *hc = json_object(), *env = json_array(), *labels = json_object();
+    json_t *ep = json_pack("[ssss]", AGENT_IN_BOX, "init", "--listen", SOCKET_IN_BOX);
+    json_t *binds = json_array();
+    if (!b || !hc || !env || !labels || !ep || !binds) {
+        json_decref(b), json_decref(hc), json_decref(env), json_decref(labels);
+        json_decref(ep), json_decref(binds);
+        return NULL;
+    }
+    json_object_set_new(b, "Image", json_string(image));
+    for (size_t i = 0; i < sbx_spec_env_count(spec); i++) {
+        const char *k, *v;
+        sbx_spec_env_at(spec, i, &k, &v);
+        char *kv = sbx__printf("%s=%s", k, v ? v : "");
+        json_array_append_new(env, json_string(kv ? kv : ""));
+        free(kv);
+    }
+    json_object_set_new(b, "Env", env);
+    const char *wd = sbx_spec_workdir(spec);
+    if (wd && wd[0])
+        json_object_set_new(b, "WorkingDir", json_string(wd));
+    /* sbx-agent --shell; --user: commands run as the image's user, as `docker exec` does. */
+    if (c->shell)
+        json_array_append_new(ep, json_string("--shell")), json_array_append_new(ep, json_string(c->shell));
+    if (image_user && image_user[0])
+        json_array_append_new(ep, json_string("--user")),
+            json_array_append_new(ep, json_string(image_user));
+    const char *const *entry = sbx_spec_entrypoint(spec);
+    if (entry && entry[0]) {
+        json_array_append_new(ep, json_string("--"));
+        for (size_t i = 0; entry[i]; i++)
+            json_array_append_new(ep, json_string(entry[i]));
+    }
+    json_object_set_new(b, "Entrypoint", ep);
+    json_object_set_new(b, "Cmd", json_array());
+    /* The agent must be root in the container to run commands as any user. */
+    json_object_set_new(b, "User", json_string("0"));
+    json_object_set_new(labels, "sbx.sandbox", json_string("1"));
+    json_object_set_new(labels, "sbx.box", json_string(id));
+    for (size_t i = 0; i < sbx_spec_metadata_count(spec); i++) {
+        const char *k, *v;
+        sbx_spec_metadata_at(spec, i, &k, &v);
+        if (strncmp(k, "sbx.", 4)) /* ours stay ours */
+            json_object_set_new(labels, k, json_string(v ? v : ""));
+    }
+    json_object_set_new(b, "Labels", labels);
+
+    char *ab = sbx__printf("%s:%s:ro", agent, AGENT_IN_BOX);
+    char *rb = sbx__printf("%s:%s", run_dir, RUN_IN_BOX);
+    json_array_append_new(binds, json_string(ab ? ab : ""));
+    json_array_append_new(binds, json_string(rb ? rb : ""));
+    free(ab);
+    free(rb);
+    json_object_set_new(hc, "Binds", binds);
+    /* The agent is the init: it reaps, and a second one would only sit between. */
+    json_object_set_new(hc, "Init", json_false());
+    if (c->apply_resource_limits) {
+        double cpu;
+        long long mem;
+        if (sbx_spec_get_cpu(spec, &cpu) && cpu > 0)
+            json_object_set_new(hc, "NanoCpus", json_integer((json_int_t)llround(cpu * 1e9)));
+        if (sbx_spec_get_memory_mib(spec, &mem) && mem > 0) {
+            /* Swap equal to memory: a hard cap, as the reference's --memory-swap. */
+            json_object_set_new(hc, "Memory", json_integer((json_int_t)mem << 20));
+            json_object_set_new(hc, "MemorySwap", json_integer((json_int_t)mem << 20));
+        }
+    }
+    long long gpu;
+    if (sbx_spec_get_gpu(spec, &gpu) && gpu > 0)
+        json_object_set_new(hc, "DeviceRequests",
+                            json_pack("[{s:s,s:I,s:[[s]]}]", "Driver", "", "Count",
+                                      (json_int_t)gpu, "Capabilities", "gpu"));
+    if (c->network)
+        json_object_set_new(hc, "NetworkMode", json_string(c->network));
+    if (c->read_only)
+        json_object_set_new(hc, "ReadonlyRootfs", json_true());
+    if (c->cap_drop)
+        json_object_set(hc, "CapDrop", c->cap_drop);
+    if (c->security_opt)
+        json_object_set(hc, "SecurityOpt", c->security_opt);
+    if (c->pids_limit > 0)
+        json_object_set_new(hc, "PidsLimit", json_integer((json_int_t)c->pids_limit));
+    size_t np = sbx_spec_port_count(spec);
+    if (np) {
+        json_t *exposed = json_object(), *pb = json_object();
+        for (size_t i = 0; i < np; i++) {
+            char k[32];
+            snprintf(k, sizeof(k), "%d/tcp", sbx_spec_port_at(spec, i));
+            json_object_set_new(exposed, k, json_object());
+            json_object_set_new(pb, k,
+                                json_pack("[{s:s,s:s}]", "HostIp",
+                                          c->publish_host ? c->publish_host : "127.0.0.1",
+                                          "HostPort", ""));
+        }
+        json_object_set_new(b, "ExposedPorts", exposed);
+        json_object_set_new(hc, "PortBindings", pb);
+    }
+    /* The config's HostConfig fields last: the operator's word over the defaults above. */
+    if (c->host_config)
+        json_object_update(hc, c->host_config);
+    json_object_set_new(b, "HostConfig", hc);
+    return b;
+}
+
+/* The kit's start hook (worker thread): make and start the container, hand back its socket. */
+static int dk_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec, void *data,
+                    char **socket_path, pid_t *peer_pid, sbx_error **err)
+{
+    struct docker *d = data;
+    const char *img = engine_image(spec);
+    if (!img || !img[0])
+        return sbx__set_error(err, SBX_EINVAL, "spec.image is required for the docker provider");
+    if (!sbx__dk_engine_local(d->engine))
+        return sbx__set_error(err, SBX_ENOTSUP,
+                              "docker: the engine at %s is not on this machine, and reaching "
+                              "the agent through the engine (the remote path) is not built yet; "
+                              "use a local engine (unix socket or tcp on loopback)",
+                              sbx__dk_engine_host(d->engine));
+    _cleanup_json_ json_t *ic = NULL;
+    int rc = image_config(d, img, &ic, err);
+    if (rc < 0)
+        return rc == SBX_ENOENT ? SBX_ECREATE : rc;
+    const char *user = json_string_value(json_object_get(json_object_get(ic, "Config"), "User"));
+    _cleanup_free_ char *run = sbx__printf("%s/run", box_dir);
+    if (!run)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (mkdir(run, 0700) < 0 && errno != EEXIST)
+        return sbx__set_errno(err, SBX_ECREATE, errno, "docker: cannot make %s", run);
+    _cleanup_json_ json_t *body =
+        sbx__dk_create_body(&d->cfg, spec, r->id, img, user, d->agent, run);
+    _cleanup_free_ char *q = sbx__printf("/containers/create?name=%s", r->id);
+    if (!body || !q)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    long st = 0;
+    _cleanup_json_ json_t *resp = NULL;
+    if ((rc = sbx__dk_request(d->engine, "POST", q, body, &st, &resp, err)) < 0)
+        return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
+    const char *cid = json_string_value(json_object_get(resp, "Id"));
+    if (st != 201 || !cid)
+        return sbx__dk_error(err, SBX_ECREATE, st, resp, "creating a container of image '%s'",
+                             img);
+    /* From here on a failure removes the container: a failed create leaves nothing. */
+    if (!(r->provider_json = sbx__json_dump(json_pack("{s:s}", "container", cid))) ||
+        !(r->image = strdup(img))) {
+        sbx__dk_remove(d->engine, cid, NULL);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    _cleanup_free_ char *sp = sbx__printf("/containers/%s/start", cid);
+    _cleanup_json_ json_t *sresp = NULL;
+    json_t *info = NULL;
+    if (!sp)
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    else if ((rc = sbx__dk_request(d->engine, "POST", sp, NULL, &st, &sresp, err)) == SBX_OK &&
+             st != 204 && st != 304)
+        rc = sbx__dk_error(err, SBX_ECREATE, st, sresp,
+                           "starting container %.12s of image '%s'", cid, img);
+    if (rc == SBX_OK)
+        rc = sbx__dk_inspect(d->engine, cid, &info, err);
+    json_t *state = json_object_get(info, "State");
+    json_int_t pid = json_integer_value(json_object_get(state, "Pid"));
+    if (rc == SBX_OK && (!json_is_true(json_object_get(state, "Running")) || pid <= 0))
+        rc = sbx__set_error(err, SBX_ECREATE,
+                            "container %.12s of image '%s' stopped as it started (exit code "
+                            "%lld): its agent could not run; see `docker logs %s`",
+                            cid, img, (long long)json_integer_value(json_object_get(state, "ExitCode")),
+                            r->id);
+    json_decref(info);
+    if (rc == SBX_OK && !(*socket_path = sbx__printf("%s/agent.sock", run)))
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (rc < 0) {
+        sbx__dk_remove(d->engine, cid, NULL);
+        return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
+    }
+    /* The agent is PID 1 of the container: its pid here is the engine's State.Pid. */
+    *peer_pid = (pid_t)pid;
+    return SBX_OK;
+}
+
+static void dk_created(sbx_op *op, sbx_box_agent *agent, const sbx_box_record *r, int code,
+                       sbx_error *err, void *data)
+{
+    (void)data;
+    if (code < 0) {
+        sbx_op_complete(op, code, err, NULL);
+        return;
+    }
+    struct dbox *b = calloc(1, sizeof(*b));
+    if (b) {
+        b->agent = agent;
+        b->id = strdup(r->id);
+        b->container = record_container(r);
+    }
+    if (!b || !b->id || !b->container) {
+        if (!b)
+            sbx_box_agent_free(agent);
+        dbox_free(b);
+        /* The record and container stay for gc: there is no memory to end them now. */
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    sbx_op_complete(op, SBX_OK, NULL, b);
+}
+
+static void dk_create(sbx_op *op, void *state, const sbx_spec *spec)
+{
+    struct docker *d = state;
+    sbx_box_op_create_socket(op, d->store, d->pool, spec, "sbx", dk_start, d, dk_created, NULL);
+}
+
+/* --- a box's ops ---------------------------------------------------------------------- */
+
+static void dk_exec(sbx_op *op, void *state, void *box, const char *command,
+                    const sbx_exec_opts *opts)
+{
+    (void)state;
+    /* The spec's env is the container's: the agent and so every command has it already. */
+    sbx_box_exec(op, ((struct dbox *)box)->agent, command, opts, NULL);
+}
+
+static void dk_upload(sbx_op *op, void *state, void *box, const char *local_path,
+                      const char *remote_path)
+{
+    (void)state;
+    sbx_box_upload(op, ((struct dbox *)box)->agent, local_path, remote_path);
+}
+
+static void dk_download(sbx_op *op, void *state, void *box, const char *remote_path,
+                        const char *local_path)
+{
+    (void)state;
+    sbx_box_download(op, ((struct dbox *)box)->agent, remote_path, local_path);
+}
+
+/* The reference's status table, over the engine's State.Status. */
+sbx_status sbx__dk_status_of(const char *s)
+{
+    if (!s)
+        return SBX_STATUS_UNKNOWN;
+    if (!strcasecmp(s, "running") || !strcasecmp(s, "paused"))
+        return SBX_STATUS_RUNNING;
+    if (!strcasecmp(s, "created") || !strcasecmp(s, "restarting"))
+        return SBX_STATUS_STARTING;
+    if (!strcasecmp(s, "exited") || !strcasecmp(s, "removing") || !strcasecmp(s, "dead"))
+        return SBX_STATUS_STOPPED;
+    return SBX_STATUS_UNKNOWN;
+}
+
+struct status_job {
+    struct docker *d;
+    char *container;
+};
+
+static void status_work(sbx_op *op, void *data)
+{
+    struct status_job *j = data;
+    json_t *info = NULL;
+    sbx_error *e = NULL;
+    int rc = sbx__dk_inspect(j->d->engine, j->container, &info, &e);
+    sbx_status s = rc == SBX_ENOENT ? SBX_STATUS_STOPPED
+                   : rc < 0         ? SBX_STATUS_UNKNOWN
+                                    : sbx__dk_status_of(json_string_value(json_object_get(
+                                          json_object_get(info, "State"), "Status")));
+    if (rc < 0 && rc != SBX_ENOENT)
+        sbx_log(SBX_LOG_DEBUG, "docker status: %s", sbx_error_message(e));
+    sbx_error_free(e);
+    json_decref(info);
+    free(j->container);
+    free(j);
+    sbx_op_complete(op, SBX_OK, NULL, (void *)(intptr_t)s);
+}
+
+static void dk_status(sbx_op *op, void *state, void *box)
+{
+    struct dbox *b = box;
+    struct status_job *j = calloc(1, sizeof(*j));
+    if (!j || !(j->container = strdup(b->container))) {
+        free(j);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    j->d = state;
+    if (sbx_op_run_blocking(op, status_work, j) < 0) {
+        free(j->container);
+        free(j);
+        sbx_op_complete(op, SBX_EIO, NULL, NULL);
+    }
+}
+
+struct close_job {
+    struct docker *d;
+    char *id, *container;
+};
+
+/* An owned box with no record here (connected from elsewhere): its container goes. */
+static void close_work(sbx_op *op, void *data)
+{
+    struct close_job *j = data;
+    sbx_error *e = NULL;
+    int rc = sbx_box_store_stop(j->d->store, j->id, &e);
+    if (rc == SBX_ENOENT) {
+        sbx_error_free(e);
+        e = NULL;
+        rc = sbx__dk_remove(j->d->engine, j->container, &e);
+    }
+    free(j->id);
+    free(j->container);
+    free(j);
+    sbx_op_complete(op, rc, rc < 0 ? e : NULL, NULL);
+    if (rc >= 0)
+        sbx_error_free(e);
+}
+
+static void dk_close(sbx_op *op, void *state, void *box, int owned)
+{
+    struct dbox *b = box;
+    sbx_box_agent *a = b->agent;
+    b->agent = NULL;
+    sbx_box_agent_free(a);
+    /* A borrowed handle (connect) releases itself only; "owner" scope ends the box. */
+    if (!owned && !(b->scope && !strcmp(b->scope, "owner"))) {
+        sbx_op_complete(op, SBX_OK, NULL, NULL);
+        return;
+    }
+    struct close_job *j = calloc(1, sizeof(*j));
+    if (!j || !(j->id = strdup(b->id)) || !(j->container = strdup(b->container))) {
+        if (j)
+            free(j->id);
+        free(j);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    j->d = state;
+    if (sbx_op_run_blocking(op, close_work, j) < 0) {
+        free(j->id);
+        free(j->container);
+        free(j);
+        sbx_op_complete(op, SBX_EIO, NULL, NULL);
+    }
+}
+
+static const char *dk_box_id(const void *box)
+{
+    return ((const struct dbox *)box)->id;
+}
+
+/* --- serialize / connect ---------------------------------------------------------------- */
+
+static void dk_serialize(sbx_op *op, void *state, void *box, const char *scope)
+{
+    (void)state;
+    struct dbox *b = box;
+    json_t *d = json_pack("{s:s,s:s,s:s}", "provider", "docker", "sandbox_id", b->id,
+                          "container", b->container);
+    const char *sc = scope ? scope : b->scope;
+    if (d && sc)
+        json_object_set_new(d, "scope", json_string(sc));
+    char *s = d ? sbx__json_dump(d) : NULL;
+    json_decref(d);
+    sbx_op_complete(op, s ? SBX_OK : SBX_ENOMEM, NULL, s);
+}
+
+struct connect_job {
+    struct docker *d;
+    sbx_op *op;      /* the caller's */
+    char *descriptor;
+    struct dbox *b;
+    char *socket;
+    pid_t pid;
+};
+
+static void connect_job_free(struct connect_job *j)
+{
+    dbox_free(j->b);
+    free(j->descriptor);
+    free(j->socket);
+    free(j);
+}
+
+/*
+ * Finds the box's container by the descriptor (container id, else the box
+ * id as its name), checks that it runs, and where its agent listens: the
+ * host side of the container's /.sbx mount, its PID 1 the only listener.
+ */
+static void connect_work(sbx_op *op, void *data)
+{
+    struct connect_job *j = data;
+    sbx_error *e = NULL;
+    int rc = SBX_OK;
+    _cleanup_json_ json_t *d = json_loads(j->descriptor, 0, NULL);
+    const char *prov = json_string_value(json_object_get(d, "provider"));
+    const char *id = json_string_value(json_object_get(d, "sandbox_id"));
+    const char *c = json_string_value(json_object_get(d, "container"));
+    const char *scope = json_string_value(json_object_get(d, "scope"));
+    _cleanup_json_ json_t *info = NULL;
+    if (!json_is_object(d) || (!id && !c))
+        rc = sbx__set_error(&e, SBX_EINVAL,
+                            "docker sandbox descriptor needs a 'container' or 'sandbox_id' "
+                            "string, as serialize() returns");
+    else if (prov && strcmp(prov, "docker"))
+        rc = sbx__set_error(&e, SBX_EINVAL,
+                            "descriptor is for provider '%s', not 'docker'; connect with that "
+                            "provider",
+                            prov);
+    else
+        rc = sbx__dk_inspect(j->d->engine, c ? c : id, &info, &e);
+    if (rc == SBX_ENOENT)
+        e = sbx_error_prefix(e, "docker sandbox %s is gone (stopped, or removed behind sbx's back)",
+                             id ? id : c);
+    json_t *state = json_object_get(info, "State");
+    const char *run = NULL;
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(info, "Mounts"), i, m)
+    {
+        const char *dst = json_string_value(json_object_get(m, "Destination"));
+        if (dst && !strcmp(dst, RUN_IN_BOX))
+            run = json_string_value(json_object_get(m, "Source"));
+    }
+    const char *name = json_string_value(json_object_get(info, "Name"));
+    if (rc == SBX_OK && (!run || run[0] != '/'))
+        rc = sbx__set_error(&e, SBX_EINVAL, "container %s is not an sbx docker box (no %s mount)",
+                            c ? c : id, RUN_IN_BOX);
+    else if (rc == SBX_OK && (!json_is_true(json_object_get(state, "Running")) ||
+                              json_integer_value(json_object_get(state, "Pid")) <= 0))
+        rc = sbx__set_error(&e, SBX_ESTATE, "docker sandbox %s is not running (%s)", c ? c : id,
+                            json_string_value(json_object_get(state, "Status")) ?: "?");
+    if (rc == SBX_OK) {
+        j->pid = (pid_t)json_integer_value(json_object_get(state, "Pid"));
+        j->b = calloc(1, sizeof(*j->b));
+        if (!j->b || !(j->socket = sbx__printf("%s/agent.sock", run)) ||
+            !(j->b->container = strdup(json_string_value(json_object_get(info, "Id")) ?: "")) ||
+            !(j->b->id = strdup(id ? id : name && name[0] == '/' ? name + 1 : j->b->container)) ||
+            (scope && !(j->b->scope = strdup(scope))))
+            rc = sbx__set_error(&e, SBX_ENOMEM, "out of memory");
+    }
+    sbx_op_complete(op, rc, e, NULL);
+}
+
+static void connect_opened(sbx_box_agent *agent, int code, sbx_error *err, void *data)
+{
+    struct connect_job *j = data;
+    sbx_op *op = j->op;
+    if (!agent) {
+        connect_job_free(j);
+        sbx_op_complete(op, code, sbx_error_prefix(err, "connecting to the box's agent"), NULL);
+        return;
+    }
+    struct dbox *b = j->b;
+    j->b = NULL;
+    b->agent = agent;
+    connect_job_free(j);
+    sbx_op_complete(op, SBX_OK, NULL, b);
+}
+
+static void connect_found(int code, sbx_error *err, void *value, void *data)
+{
+    (void)value;
+    struct connect_job *j = data;
+    if (code < 0) {
+        sbx_op *op = j->op;
+        connect_job_free(j);
+        sbx_op_complete(op, code, err, NULL);
+        return;
+    }
+    sbx_error_free(err);
+    sbx_box_agent_open_socket(j->op, j->d->pool, j->socket, j->pid, 10.0, NULL, connect_opened, j);
+}
+
+static void dk_connect(sbx_op *op, void *state, const char *descriptor_json)
+{
+    struct connect_job *j = calloc(1, sizeof(*j));
+    if (j)
+        j->descriptor = strdup(descriptor_json ? descriptor_json : "");
+    sbx_op *inner = j && j->descriptor ? sbx__op_new(sbx__op_provider(op), connect_found, j) : NULL;
+    if (!inner) {
+        if (j)
+            free(j->descriptor);
+        free(j);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    j->d = state;
+    j->op = op;
+    if (sbx_op_run_blocking(inner, connect_work, j) < 0)
+        sbx_op_complete(inner, SBX_EIO, sbx_error_new(SBX_EIO, "cannot queue the connect"), NULL);
+}
+
+/* --- provider-wide: the kit's records, with the container as the box -------------------- */
+
+static void dk_list(sbx_op *op, void *state, const char *filter_json)
+{
+    sbx_box_op_list(op, ((struct docker *)state)->store, filter_json);
+}
+
+static void dk_stop_id(sbx_op *op, void *state, const char *id)
+{
+    sbx_box_op_stop_id(op, ((struct docker *)state)->store, id);
+}
+
+static void dk_gc(sbx_op *op, void *state, const char *opts_json)
+{
+    sbx_box_op_gc(op, ((struct docker *)state)->store, opts_json);
+}
+
+SBX_INTERNAL const struct sbx_provider_ops sbx__docker_provider = {
+    SBX_PROVIDER_OPS_HEADER,
+    .name = "docker",
+    .init = dk_init,
+    .release = dk_release,
+    .create = dk_create,
+    .exec = dk_exec,
+    .upload_file = dk_upload,
+    .download_file = dk_download,
+    .status = dk_status,
+    .close = dk_close,
+    .box_id = dk_box_id,
+    .box_free = dbox_free,
+    .serialize = dk_serialize,
+    .connect = dk_connect,
+    .list = dk_list,
+    .stop_id = dk_stop_id,
+    .gc = dk_gc,
+    .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_CONNECT | SBX_CAP_LIST | SBX_CAP_STOP_ID |
+                    SBX_CAP_GC,
+};
