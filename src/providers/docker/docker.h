@@ -11,6 +11,7 @@
 /* The provider config (docs/providers/docker.md), parsed and checked. */
 struct dk_config {
     char *host, *api_version, *state_dir;
+    char *image; /* used when a spec names none; NULL: a spec must */
     bool pull;
     int max_connections;
     /* create */

@@ -30,6 +30,7 @@ static void config_free(struct dk_config *c)
     free(c->host);
     free(c->api_version);
     free(c->state_dir);
+    free(c->image);
     free(c->network);
     free(c->shell);
     free(c->publish_host);
@@ -141,7 +142,7 @@ int sbx__dk_config_parse(const char *config_json, struct dk_config *c, sbx_error
     _cleanup_json_ json_t *root = json_loads(config_json ? config_json : "{}", 0, &je);
     if (!json_is_object(root))
         return sbx__set_error(err, SBX_ETYPE, "docker: the provider config must be a mapping");
-    static const char *const top[] = {"host",     "api_version", "state_dir", "pull",
+    static const char *const top[] = {"host",   "api_version", "state_dir", "pull",  "image",
                                       "max_connections", "create", "exec", "probe", NULL};
     static const char *const create_keys[] = {
         "keepalive_shell", "keepalive_cmd", "start_timeout_s", "use_init", "network",
@@ -180,6 +181,8 @@ int sbx__dk_config_parse(const char *config_json, struct dk_config *c, sbx_error
         rc = get_str(root, "docker", "state_dir", &c->state_dir, err);
     if (rc == SBX_OK)
         rc = get_bool(root, "docker", "pull", &c->pull, err);
+    if (rc == SBX_OK)
+        rc = get_str(root, "docker", "image", &c->image, err);
     if (rc == SBX_OK)
         rc = get_pos(root, "docker", "max_connections", &mc, err);
     c->max_connections = mc > 1e6 ? 1000000 : (int)mc;
@@ -396,9 +399,11 @@ fail:
 /* --- create ------------------------------------------------------------------------ */
 
 /* The engine's name for the spec's image: a docker:// prefix is dropped, as the reference does. */
-static const char *engine_image(const sbx_spec *spec)
+static const char *engine_image(const struct docker *d, const sbx_spec *spec)
 {
     const char *img = sbx_spec_image(spec);
+    if (!img || !img[0])
+        img = d->cfg.image; /* the config's default image */
     if (img && !strncmp(img, "docker://", 9))
         img += 9;
     return img;
@@ -577,9 +582,11 @@ static int dk_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec
                     char **socket_path, pid_t *peer_pid, sbx_error **err)
 {
     struct docker *d = data;
-    const char *img = engine_image(spec);
+    const char *img = engine_image(d, spec);
     if (!img || !img[0])
-        return sbx__set_error(err, SBX_EINVAL, "spec.image is required for the docker provider");
+        return sbx__set_error(err, SBX_EINVAL,
+                              "spec.image is required for the docker provider (or the "
+                              "provider config's 'image')");
     if (!sbx__dk_engine_local(d->engine))
         return sbx__set_error(err, SBX_ENOTSUP,
                               "docker: the engine at %s is not on this machine, and reaching "

@@ -1,0 +1,573 @@
+/*
+ * The docker provider against a real dockerd that this binary starts on a
+ * private socket, data root and exec root (no bridge, no iptables: the
+ * containers get loopback only), with a test image made here by `docker
+ * import` of a busybox-static rootfs (scripts/make-test-rootfs.sh). Skips,
+ * with the reason, where dockerd cannot start (not root, not installed).
+ *
+ * Cases: lifecycle and exec (exit codes, streams, env, cwd, user, stdin,
+ * the timeout sentinel), files, status, serialize/connect, the spec's
+ * mapping as the engine shows it (HostConfig), a missing image, a create
+ * that fails half-way leaving nothing, a container removed behind sbx's
+ * back, and list/gc. The provider-neutral suite runs on docker too:
+ * SBX_SUITE_PLUGIN=docker in test_provider_suite (docs/providers/docker.md).
+ */
+#include "tap.h"
+#include "common.h"
+
+#include <sbx.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define IMAGE "sbx-docker-test:1"
+
+static char dir[512];     /* the private dockerd's directory */
+static pid_t dockerd = -1;
+static char why_not[512]; /* set when dockerd could not start: every test skips with it */
+static char cfg_base[2048];
+
+static void need_engine(void)
+{
+    if (why_not[0])
+        TAP_SKIP(why_not);
+    tap_allow_fd_changes(); /* the loop's and curl's descriptors */
+    char st[1024];
+    snprintf(st, sizeof(st), "%s/state", tap_tmpdir());
+    setenv("SBX_STATE_DIR", st, 1);
+}
+
+/* A provider on the private engine; `extra` adds create keys ("" for none). */
+static sbx_provider *provider(const char *extra)
+{
+    char cfg[4096];
+    snprintf(cfg, sizeof(cfg),
+             "{\"docker\": {\"host\": \"unix://%s/docker.sock\", \"create\": "
+             "{\"network\": \"none\"%s%s}%s}}",
+             dir, extra && extra[0] ? ", " : "", extra ? extra : "", cfg_base);
+    sbx_provider *p = NULL;
+    sbx_error *e = NULL;
+    if (sbx_provider_new(cfg, &p, &e) != SBX_OK)
+        TAP_FAIL("provider: %s", sbx_error_message(e));
+    return p;
+}
+
+static sbx_sandbox *start(sbx_provider *p, sbx_spec *spec)
+{
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    if (sbx_sandbox_new(p, spec, &sb, &e) != SBX_OK || sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
+        TAP_FAIL("start: %s", sbx_error_message(e));
+    return sb;
+}
+
+static sbx_spec *image_spec(void)
+{
+    sbx_spec *s = sbx_spec_new();
+    sbx_spec_set_image(s, "docker://" IMAGE); /* the prefix is dropped, as the reference does */
+    return s;
+}
+
+static sbx_exec_result *run(sbx_sandbox *sb, const char *cmd, const sbx_exec_opts *o)
+{
+    sbx_exec_result *r = NULL;
+    sbx_error *e = NULL;
+    if (sbx_sandbox_exec(sb, cmd, o, &r, &e) != SBX_OK)
+        TAP_FAIL("exec %s: %s", cmd, sbx_error_message(e));
+    return r;
+}
+
+static const char *out_of(const sbx_exec_result *r)
+{
+    const char *s = sbx_exec_result_stdout(r, NULL);
+    return s ? s : "(null)";
+}
+
+/* `docker ...` against the private engine; its output (trimmed) in out. */
+static int docker(char *out, size_t n, const char *args)
+{
+    int rc = run_cmd(out, n, "DOCKER_HOST=unix://%s/docker.sock docker %s", dir, args);
+    size_t l = strlen(out);
+    while (l && (out[l - 1] == '\n' || out[l - 1] == ' '))
+        out[--l] = 0;
+    return rc;
+}
+
+static void stop_free(sbx_sandbox *sb)
+{
+    sbx_error *e = NULL;
+    if (sbx_sandbox_stop(sb, &e) != SBX_OK)
+        TAP_FAIL("stop: %s", sbx_error_message(e));
+    sbx_sandbox_free(sb);
+}
+
+/* --- cases ------------------------------------------------------------------------ */
+
+static void test_exec(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_env(spec, "A", "from-create");
+    sbx_spec_set_env(spec, "B", "base");
+    sbx_spec_set_workdir(spec, "/tmp");
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+
+    sbx_exec_result *r = run(sb, "echo out; echo err >&2; exit 7", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 7);
+    TAP_EQ_STR(out_of(r), "out\n");
+    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
+    TAP_NULL(sbx_exec_result_error_type(r));
+    sbx_exec_result_free(r);
+
+    /* The image's file, the workdir, and the call's env over the spec's (the reference's test). */
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_env(o, "A", "from-call");
+    r = run(sb, "cat /etc/image-name; pwd; echo $A $B", o);
+    TAP_EQ_STR(out_of(r), "sbx-test\n/tmp\nfrom-call base\n");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+
+    o = sbx_exec_opts_new();
+    sbx_exec_opts_set_cwd(o, "/etc");
+    sbx_exec_opts_set_user(o, "1000");
+    sbx_exec_opts_set_stdin(o, "piped", 5);
+    r = run(sb, "pwd; id -u; cat", o);
+    TAP_EQ_STR(out_of(r), "/etc\n1000\npiped");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+
+    /* The timeout sentinel: 125, "timeout", no stdout. */
+    o = sbx_exec_opts_new();
+    sbx_exec_opts_set_timeout(o, 0.5);
+    r = run(sb, "sleep 30", o);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+
+    /* The box is an ordinary container: docker sees it by its id, labelled. */
+    char out[4096];
+    char args[512];
+    snprintf(args, sizeof(args), "inspect -f '{{.State.Status}} {{index .Config.Labels \"sbx.sandbox\"}}' %s",
+             sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "running 1");
+    sbx_status st;
+    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+
+    stop_free(sb);
+    /* Gone from the engine. */
+    TAP_NE_INT(docker(out, sizeof(out), args), 0);
+    sbx_provider_free(p);
+}
+
+static void test_files(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    char src[1024], back[1024];
+    snprintf(src, sizeof(src), "%s/in.sh", tap_tmpdir());
+    snprintf(back, sizeof(back), "%s/back/out.sh", tap_tmpdir());
+    TAP_EQ_INT(write_text(src, "#!/bin/sh\necho ran\n"), 0);
+    chmod(src, 0750);
+    /* Parents are made; the mode is kept. */
+    TAP_OK(sbx_sandbox_upload(sb, src, "/opt/new/dir/run.sh", &e_));
+    sbx_exec_result *r = run(sb, "/opt/new/dir/run.sh; stat -c %a /opt/new/dir/run.sh", NULL);
+    TAP_EQ_STR(out_of(r), "ran\n750\n");
+    sbx_exec_result_free(r);
+    TAP_OK(sbx_sandbox_download(sb, "/opt/new/dir/run.sh", back, &e_));
+    char *text = read_text(back);
+    TAP_EQ_STR(text, "#!/bin/sh\necho ran\n");
+    free(text);
+    struct stat s;
+    TAP_EQ_INT(stat(back, &s), 0);
+    TAP_EQ_INT(s.st_mode & 07777, 0750);
+    sbx_error *e = NULL;
+    int rc = sbx_sandbox_download(sb, "/nope", back, &e);
+    TAP_EQ_INT(rc, SBX_ENOENT);
+    sbx_error_free(e);
+    stop_free(sb);
+    sbx_provider_free(p);
+}
+
+static void test_mapping(void)
+{
+    need_engine();
+    sbx_provider *p = provider("\"read_only\": true, \"cap_drop\": [\"NET_RAW\"], "
+                               "\"pids_limit\": 64, \"security_opt\": [\"no-new-privileges\"]");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_cpu(spec, 0.5);
+    sbx_spec_set_memory_mib(spec, 96);
+    sbx_spec_set_metadata(spec, "team", "rl");
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    char out[4096], args[1024];
+    snprintf(args, sizeof(args),
+             "inspect -f '{{.HostConfig.NanoCpus}} {{.HostConfig.Memory}} "
+             "{{.HostConfig.MemorySwap}} {{.HostConfig.PidsLimit}} {{.HostConfig.ReadonlyRootfs}} "
+             "{{.HostConfig.CapDrop}} {{.HostConfig.SecurityOpt}} {{.HostConfig.NetworkMode}} "
+             "{{index .Config.Labels \"team\"}} {{.Config.Image}} {{.HostConfig.Init}}' %s",
+             sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "500000000 100663296 100663296 64 true [NET_RAW] [no-new-privileges] none rl "
+                    IMAGE " false");
+    /* The agent's mount is read-only, and the root too (but for the agent's socket dir). */
+    sbx_exec_result *r = run(sb, "touch /x 2>/dev/null || echo ro; touch /.sbx-agent 2>/dev/null "
+                                 "|| echo agent-ro; echo $(cat /proc/1/cmdline | tr '\\0' ' ')",
+                             NULL);
+    TAP_EQ_STR(out_of(r), "ro\nagent-ro\n/.sbx-agent init --listen /.sbx/agent.sock\n");
+    sbx_exec_result_free(r);
+    stop_free(sb);
+    sbx_provider_free(p);
+}
+
+/* A create that fails after the container exists removes it, and its record. */
+static void test_half_created(void)
+{
+    need_engine();
+    sbx_provider *p =
+        provider("\"host_config\": {\"Devices\": [{\"PathOnHost\": \"/dev/sbx-no-such-device\", "
+                 "\"PathInContainer\": \"/dev/x\", \"CgroupPermissions\": \"rwm\"}]}");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_metadata(spec, "case", "half");
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    int rc = sbx_sandbox_start(sb, NULL, &e);
+    TAP_NE_INT(rc, SBX_OK);
+    TAP_CONTAINS(sbx_error_message(e), IMAGE);
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(spec);
+    char out[4096];
+    TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=half"), 0);
+    TAP_EQ_STR(out, "");
+    char *list = NULL;
+    TAP_OK(sbx_provider_list(p, NULL, &list, &e_));
+    TAP_EQ_STR(list, "[]");
+    free(list);
+    sbx_provider_free(p);
+}
+
+static void test_missing_image(void)
+{
+    need_engine();
+    char saved[2048];
+    snprintf(saved, sizeof(saved), "%s", cfg_base);
+    snprintf(cfg_base, sizeof(cfg_base), ", \"pull\": false");
+    sbx_provider *p = provider("");
+    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+    sbx_spec *spec = sbx_spec_new();
+    sbx_spec_set_image(spec, "sbx-no-such-image:9");
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ECREATE);
+    TAP_CONTAINS(sbx_error_message(e), "sbx-no-such-image:9");
+    TAP_CONTAINS(sbx_error_message(e), "pull is off");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    /* No image at all. */
+    sbx_spec_set_image(spec, NULL);
+    e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    TAP_NE_INT(sbx_sandbox_start(sb, NULL, &e), SBX_OK);
+    TAP_CONTAINS(sbx_error_message(e), "spec.image is required");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(spec);
+    sbx_provider_free(p);
+}
+
+static void test_bad_config(void)
+{
+    need_engine();
+    const char *bad[][2] = {
+        {"{\"docker\": {\"nope\": 1}}", "unknown key 'nope'"},
+        {"{\"docker\": {\"create\": {\"publish_host\": \"localhost\"}}}",
+         "create.publish_host must be an IPv4 or IPv6 address"},
+        {"{\"docker\": {\"exec\": {\"exec_shell\": \"\"}}}", "exec.exec_shell must be null"},
+        {"{\"docker\": {\"create\": {\"extra_run_args\": [\"--privileged\"]}}}",
+         "docker CLI flags"},
+        {"{\"docker\": {\"host\": \"ssh://me@there\"}}", "ssh://me@there"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        sbx_provider *p = NULL;
+        sbx_error *e = NULL;
+        TAP_NE_INT(sbx_provider_new(bad[i][0], &p, &e), SBX_OK);
+        TAP_CONTAINS(sbx_error_message(e), bad[i][1]);
+        sbx_error_free(e);
+    }
+    /* An engine nobody answers at: the error names it. */
+    sbx_provider *p = NULL;
+    char cfg[1024];
+    snprintf(cfg, sizeof(cfg), "{\"docker\": {\"host\": \"unix://%s/none.sock\"}}", tap_tmpdir());
+    TAP_OK(sbx_provider_new(cfg, &p, &e_));
+    sbx_spec *spec = image_spec();
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    TAP_NE_INT(sbx_sandbox_start(sb, NULL, &e), SBX_OK);
+    TAP_CONTAINS(sbx_error_message(e), "none.sock");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(spec);
+    sbx_provider_free(p);
+}
+
+static void test_serialize_connect(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_env(spec, "K", "v");
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    char *desc = NULL;
+    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
+    TAP_CONTAINS(desc, "\"container\"");
+    /* Another provider instance (as another process would) reaches the same box. */
+    sbx_provider *p2 = provider("");
+    sbx_sandbox *c = NULL;
+    TAP_OK(sbx_sandbox_connect(p2, desc, &c, &e_));
+    TAP_EQ_STR(sbx_sandbox_id(c), sbx_sandbox_id(sb));
+    sbx_exec_result *r = run(c, "echo $K; echo made > /tmp/f", NULL);
+    TAP_EQ_STR(out_of(r), "v\n");
+    sbx_exec_result_free(r);
+    /* A borrowed handle's stop leaves the box running. */
+    stop_free(c);
+    r = run(sb, "cat /tmp/f", NULL);
+    TAP_EQ_STR(out_of(r), "made\n");
+    sbx_exec_result_free(r);
+    stop_free(sb);
+    /* A descriptor of a box that is gone fails, saying so. */
+    sbx_error *e = NULL;
+    c = NULL;
+    TAP_NE_INT(sbx_sandbox_connect(p2, desc, &c, &e), SBX_OK);
+    TAP_CONTAINS(sbx_error_message(e), "is gone");
+    sbx_error_free(e);
+    free(desc);
+    sbx_provider_free(p2);
+    sbx_provider_free(p);
+}
+
+/* `docker rm -f` behind sbx's back: status, exec, stop and gc all cope. */
+static void test_removed_behind_back(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_metadata(spec, "case", "behind");
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    char out[4096], args[512];
+    snprintf(args, sizeof(args), "rm -f %s", sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    sbx_status st;
+    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    /* The reference's result for a container that is gone: 125, "sandbox". */
+    sbx_exec_result *r = run(sb, "echo hi", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+    sbx_exec_result_free(r);
+    /* Listed as not running; gc collects its record. */
+    char *list = NULL;
+    TAP_OK(sbx_provider_list(p, "{\"labels\": {\"case\": \"behind\"}}", &list, &e_));
+    TAP_CONTAINS(list, "\"error\"");
+    free(list);
+    char *removed = NULL;
+    TAP_OK(sbx_provider_gc(p, NULL, &removed, &e_));
+    TAP_CONTAINS(removed, sbx_sandbox_id(sb));
+    free(removed);
+    /* close is idempotent: a missing container is success. */
+    stop_free(sb);
+    sbx_provider_free(p);
+}
+
+static void test_list_stop_id(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_metadata(spec, "case", "list");
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    char id[128];
+    snprintf(id, sizeof(id), "%s", sbx_sandbox_id(sb));
+    char *list = NULL;
+    TAP_OK(sbx_provider_list(p, "{\"labels\": {\"case\": \"list\"}}", &list, &e_));
+    TAP_CONTAINS(list, id);
+    TAP_CONTAINS(list, "\"running\"");
+    free(list);
+    TAP_OK(sbx_provider_stop_box(p, id, &e_));
+    char out[4096], args[512];
+    snprintf(args, sizeof(args), "ps -aq --filter name=%s", id);
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "");
+    stop_free(sb);
+    sbx_provider_free(p);
+}
+
+/* A spec entrypoint runs as the agent's service; the box stays up for execs. */
+static void test_entrypoint(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    const char *const ep[] = {"sh", "-c", "echo served > /tmp/svc; exec sleep 100000", NULL};
+    sbx_spec_set_entrypoint(spec, ep);
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    sbx_exec_result *r = run(sb, "for i in $(seq 100); do [ -f /tmp/svc ] && break; sleep 0.05; "
+                                 "done; cat /tmp/svc",
+                             NULL);
+    TAP_EQ_STR(out_of(r), "served\n");
+    sbx_exec_result_free(r);
+    stop_free(sb);
+    sbx_provider_free(p);
+}
+
+/*
+ * The provider-neutral suite (test_provider_suite's plugin slot) on this
+ * engine; DOCKER_HOST for the CLI it runs (`sbx ls/stop/gc`).
+ */
+static void test_shared_suite(void)
+{
+    need_engine();
+    if (access("build/tests/integration/test_provider_suite", X_OK) != 0)
+        TAP_FAIL("build/tests/integration/test_provider_suite is not built (make tests)");
+    static char out[1 << 16];
+    int rc = run_cmd(out, sizeof(out),
+                     "DOCKER_HOST=unix://%s/docker.sock SBX_SUITE_PLUGIN=docker "
+                     "SBX_SUITE_PROVIDERS=docker "
+                     "SBX_SUITE_CONFIG_docker='{\"host\": \"unix://%s/docker.sock\", \"image\": "
+                     "\"" IMAGE "\", \"create\": {\"network\": \"none\"}}' "
+                     "build/tests/integration/test_provider_suite plugin 2>&1",
+                     dir, dir);
+    if (rc != 0)
+        TAP_FAIL("the shared suite failed on docker:\n%s", out);
+    TAP_CONTAINS(out, "8 passed, 0 failed");
+}
+
+/* --- the private dockerd ------------------------------------------------------------- */
+
+static void start_dockerd(void)
+{
+    if (geteuid() != 0) {
+        snprintf(why_not, sizeof(why_not), "dockerd needs root");
+        return;
+    }
+    char out[4096];
+    if (run_cmd(out, sizeof(out), "command -v dockerd && command -v docker") != 0) {
+        snprintf(why_not, sizeof(why_not), "dockerd or docker is not installed (docker.io)");
+        return;
+    }
+    char tmpl[] = "/tmp/sbx-test-docker.XXXXXX";
+    if (!mkdtemp(tmpl)) {
+        snprintf(why_not, sizeof(why_not), "cannot make a temporary directory");
+        return;
+    }
+    snprintf(dir, sizeof(dir), "%s", tmpl);
+    char sock[600], data[600], exec_root[600], pidf[600], log[600];
+    snprintf(sock, sizeof(sock), "unix://%s/docker.sock", dir);
+    snprintf(data, sizeof(data), "%s/data", dir);
+    snprintf(exec_root, sizeof(exec_root), "%s/exec", dir);
+    snprintf(pidf, sizeof(pidf), "%s/pid", dir);
+    snprintf(log, sizeof(log), "%s/dockerd.log", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        setsid();
+        execlp("dockerd", "dockerd", "--host", sock, "--data-root", data, "--exec-root",
+               exec_root, "--pidfile", pidf, "--bridge", "none", "--iptables=false", (char *)NULL);
+        _exit(127);
+    }
+    dockerd = pid;
+    for (int i = 0; i < 300; i++) {
+        if (docker(out, sizeof(out), "info --format '{{.ServerVersion}}'") == 0)
+            break;
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            dockerd = -1;
+            snprintf(why_not, sizeof(why_not), "dockerd exited at start; see %.400s", log);
+            return;
+        }
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (docker(out, sizeof(out), "info --format '{{.ServerVersion}}'") != 0) {
+        snprintf(why_not, sizeof(why_not), "dockerd did not answer within 30 s; see %.400s", log);
+        return;
+    }
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "scripts/make-test-rootfs.sh %s/base.tar", dir);
+    if (run_cmd(out, sizeof(out), "%s", cmd) != 0) {
+        snprintf(why_not, sizeof(why_not), "cannot make the test rootfs: %.200s", out);
+        return;
+    }
+    snprintf(cmd, sizeof(cmd), "import %s/base.tar " IMAGE, dir);
+    if (docker(out, sizeof(out), cmd) != 0)
+        snprintf(why_not, sizeof(why_not), "docker import failed: %.200s", out);
+}
+
+static void stop_dockerd(void)
+{
+    char out[4096];
+    if (dockerd > 0) {
+        /* Every container of ours first; then dockerd, which unmounts its layers as it ends. */
+        run_cmd(out, sizeof(out),
+                "export DOCKER_HOST=unix://%s/docker.sock; docker ps -aq | xargs -r docker rm -f",
+                dir);
+        kill(dockerd, SIGTERM);
+        int st;
+        for (int i = 0; i < 300 && waitpid(dockerd, &st, WNOHANG) == 0; i++) {
+            struct timespec ts = {0, 100 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        if (waitpid(dockerd, &st, WNOHANG) == 0) {
+            kill(dockerd, SIGKILL);
+            waitpid(dockerd, &st, 0);
+        }
+    }
+    if (dir[0]) {
+        /* Whatever dockerd left mounted under its roots (a crash), then the files. */
+        run_cmd(out, sizeof(out),
+                "grep -o ' %s[^ ]*' /proc/self/mounts | sort -r | xargs -r -n1 umount -l", dir);
+        rm_rf(dir);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static const struct tap_test tests[] = {
+        TAP_T(test_exec, 120),         TAP_T(test_files, 120),
+        TAP_T(test_mapping, 120),      TAP_T(test_half_created, 120),
+        TAP_T(test_missing_image, 120), TAP_T(test_bad_config, 120),
+        TAP_T(test_serialize_connect, 120), TAP_T(test_removed_behind_back, 120),
+        TAP_T(test_list_stop_id, 120), TAP_T(test_entrypoint, 120),
+        TAP_T(test_shared_suite, 600),
+    };
+    start_dockerd();
+    int rc = tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
+    stop_dockerd();
+    return rc;
+}
