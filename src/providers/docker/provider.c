@@ -113,8 +113,15 @@ static int only_keys(json_t *o, const char *sec, const char *const *known, sbx_e
         bool ok = false;
         for (size_t i = 0; known[i] && !ok; i++)
             ok = !strcmp(k, known[i]);
-        if (!ok)
-            return bad(err, SBX_ETYPE, "docker: unknown key '%s' in %s", k, sec);
+        if (!ok) {
+            sbx_buf b = {0};
+            for (size_t i = 0; known[i]; i++)
+                sbx__buf_printf(&b, "%s%s", i ? ", " : "", known[i]);
+            int rc = sbx__set_error(err, SBX_ETYPE, "docker: unknown key '%s' in %s (known: %s)", k,
+                                    sec, b.data ? b.data : "");
+            sbx__buf_free(&b);
+            return rc;
+        }
     }
     return SBX_OK;
 }
