@@ -27,6 +27,7 @@ struct dk_config {
 
 SBX_INTERNAL int sbx__dk_config_parse(const char *config_json, struct dk_config *c,
                                       sbx_error **err);
+SBX_INTERNAL void sbx__dk_config_free(struct dk_config *c);
 /* The engine's POST /containers/create body for `spec` (a new reference the caller frees). */
 SBX_INTERNAL json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec,
                                          const char *id, const char *image,

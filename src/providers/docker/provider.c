@@ -25,7 +25,7 @@
 
 /* --- config ------------------------------------------------------------------ */
 
-static void config_free(struct dk_config *c)
+void sbx__dk_config_free(struct dk_config *c)
 {
     free(c->host);
     free(c->api_version);
@@ -236,7 +236,7 @@ int sbx__dk_config_parse(const char *config_json, struct dk_config *c, sbx_error
                  "exec.exec_shell must be null (auto) or a non-empty shell name/path%s%s", "",
                  "");
     if (rc < 0)
-        config_free(c);
+        sbx__dk_config_free(c);
     return rc;
 }
 
@@ -366,7 +366,7 @@ static void dk_release(void *state)
     sbx_box_pool_free(d->pool);
     sbx_box_store_free(d->store);
     sbx__dk_engine_free(d->engine);
-    config_free(&d->cfg);
+    sbx__dk_config_free(&d->cfg);
     free(d->agent);
     free(d);
 }

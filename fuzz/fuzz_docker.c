@@ -1,0 +1,68 @@
+/*
+ * libFuzzer target for what the docker provider parses from outside
+ * (src/providers/docker): the engine's error bodies, the lines of its pull
+ * stream, API version strings, and the provider config. The first byte
+ * picks which; the rest is the input. An error text must be printable, one
+ * line and at most 512 bytes; a config that parses must free cleanly.
+ */
+#include "core/internal.h"
+#include "providers/docker/docker.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    const char *in = (const char *)data + 1;
+    size_t n = size - 1;
+    switch (data[0] % 4) {
+    case 0: {
+        char *t = sbx__dk_error_text(in, n);
+        if (!t || strlen(t) > 512)
+            abort();
+        for (const char *p = t; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                abort();
+        free(t);
+        break;
+    }
+    case 1: {
+        json_t *obj = NULL;
+        const char *status, *id;
+        long long cur, tot;
+        char *msg = NULL;
+        int r = sbx__dk_pull_line(in, n, &obj, &status, &id, &cur, &tot, &msg);
+        if ((r == 1) != (msg != NULL) || cur < 0 || tot < 0)
+            abort();
+        free(msg);
+        json_decref(obj);
+        break;
+    }
+    case 2: {
+        char *s = strndup(in, n);
+        if (s) {
+            int v = sbx__dk_version_num(s);
+            if (v < 0 || v > 9999)
+                abort();
+            free(s);
+        }
+        break;
+    }
+    case 3: {
+        char *s = strndup(in, n);
+        struct dk_config c;
+        sbx_error *e = NULL;
+        if (s && sbx__dk_config_parse(s, &c, &e) == SBX_OK)
+            sbx__dk_config_free(&c);
+        sbx_error_free(e);
+        free(s);
+        break;
+    }
+    }
+    return 0;
+}
