@@ -231,7 +231,20 @@ static void test_mapping(void)
                              NULL);
     TAP_EQ_STR(out_of(r), "ro\nagent-ro\n/.sbx-agent init --listen /.sbx/agent.sock\n");
     sbx_exec_result_free(r);
+    /* The socket directory is writable in the box, but a tiny tmpfs: it cannot fill the host. */
+    r = run(sb, "dd if=/dev/zero of=/.sbx/fill bs=1024 count=1024 2>/dev/null && echo filled; "
+                "rm -f /.sbx/fill",
+            NULL);
+    TAP_EQ_STR(out_of(r), "");
+    sbx_exec_result_free(r);
+    char mounts[8192];
+    TAP_EQ_INT(run_cmd(mounts, sizeof(mounts), "grep -c ' %s/' /proc/self/mounts", tap_tmpdir()),
+               0);
+    TAP_EQ_STR(mounts, "1\n");
     stop_free(sb);
+    /* Unmounted with the box. */
+    run_cmd(mounts, sizeof(mounts), "grep -c ' %s/' /proc/self/mounts", tap_tmpdir());
+    TAP_EQ_STR(mounts, "0\n");
     sbx_provider_free(p);
 }
 

@@ -16,6 +16,7 @@
 
 #include <curl/curl.h>
 #include <math.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 /* Where the agent and its socket directory appear inside the container. */
@@ -349,13 +350,45 @@ static int hook_alive(const sbx_box_record *r, void *data)
     return alive;
 }
 
+/* The host directory mounted at /.sbx in box `id`'s container (the agent's socket). */
+static char *run_dir(const struct docker *d, const char *id)
+{
+    return sbx__printf("%s/boxes/%s/run", sbx_box_store_path(d->store), id);
+}
+
+/*
+ * The socket directory is writable from inside the container (the agent
+ * makes its socket there), so it gets a tiny tmpfs of its own: a box cannot
+ * fill the host's /run through it. Where mounting is not allowed (no
+ * CAP_SYS_ADMIN: a rootless engine's user) it stays a plain directory.
+ */
+static void run_dir_mount(const char *run)
+{
+    if (mount("sbx-docker", run, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "size=64k,nr_inodes=64,mode=0700") < 0)
+        sbx_log(SBX_LOG_DEBUG, "docker: no tmpfs for %s (%s): a plain directory", run,
+                strerror(errno));
+}
+
+/* After the container is gone; not a mount point (never mounted, done already) is fine. */
+static void run_dir_umount(const char *run)
+{
+    if (umount2(run, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT &&
+        errno != EPERM)
+        sbx_log(SBX_LOG_WARNING, "docker: cannot unmount %s: %s", run, strerror(errno));
+}
+
 static int hook_stop(const sbx_box_record *r, void *data, sbx_error **err)
 {
     struct docker *d = data;
     _cleanup_free_ char *c = record_container(r);
-    if (!c)
+    _cleanup_free_ char *run = run_dir(d, r->id);
+    if (!c || !run)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    return sbx__dk_remove(d->engine, c, err);
+    int rc = sbx__dk_remove(d->engine, c, err);
+    if (rc == SBX_OK)
+        run_dir_umount(run); /* only once nothing in the container holds it */
+    return rc;
 }
 
 static void dk_release(void *state)
@@ -610,6 +643,8 @@ static int dk_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     if (mkdir(run, 0700) < 0 && errno != EEXIST)
         return sbx__set_errno(err, SBX_ECREATE, errno, "docker: cannot make %s", run);
+    /* Unmounted by the stop hook, which the kit runs on any failure from here on too. */
+    run_dir_mount(run);
     _cleanup_json_ json_t *body =
         sbx__dk_create_body(&d->cfg, spec, r->id, img, user, d->agent, run);
     _cleanup_free_ char *q = sbx__printf("/containers/create?name=%s", r->id);
