@@ -18,6 +18,7 @@
 #include <sbx.h>
 
 #include <fcntl.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,11 @@ static char dir[512];     /* the private dockerd's directory */
 static pid_t dockerd = -1;
 static char why_not[512]; /* set when dockerd could not start: every test skips with it */
 static char cfg_base[2048];
+
+static pid_t spawn_dockerd(void);
+static bool engine_up(pid_t pid);
+static pid_t dockerd_pid(void);
+static void end_dockerd(pid_t pid);
 
 static void need_engine(void)
 {
@@ -455,6 +461,89 @@ static void test_entrypoint(void)
     sbx_provider_free(p);
 }
 
+/* 50 boxes made, used and stopped at once: each its own container and agent. */
+static void test_many(void)
+{
+    need_engine();
+    enum { N = 50 };
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_metadata(spec, "case", "many");
+    sbx_sandbox *sb[N];
+    sbx_future *f[N];
+    for (int i = 0; i < N; i++) {
+        TAP_OK(sbx_sandbox_new(p, spec, &sb[i], &e_));
+        TAP_OK(sbx_sandbox_start_async(sb[i], NULL, &f[i], &e_));
+    }
+    for (int i = 0; i < N; i++) {
+        TAP_OK(sbx_future_wait(f[i], -1, &e_));
+        sbx_future_free(f[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        char cmd[64];
+        snprintf(cmd, sizeof(cmd), "echo %d", i);
+        TAP_OK(sbx_sandbox_exec_async(sb[i], cmd, NULL, &f[i], &e_));
+    }
+    for (int i = 0; i < N; i++) {
+        sbx_exec_result *r = NULL;
+        TAP_OK(sbx_future_wait(f[i], -1, &e_));
+        TAP_OK(sbx_future_take_exec_result(f[i], &r, &e_));
+        char want[64];
+        snprintf(want, sizeof(want), "%d\n", i);
+        TAP_EQ_STR(out_of(r), want);
+        sbx_exec_result_free(r);
+        sbx_future_free(f[i]);
+    }
+    char out[8192];
+    TAP_EQ_INT(docker(out, sizeof(out), "ps -q --filter label=case=many | wc -l"), 0);
+    TAP_EQ_STR(out, "50");
+    for (int i = 0; i < N; i++)
+        TAP_OK(sbx_sandbox_stop_async(sb[i], &f[i], &e_));
+    for (int i = 0; i < N; i++) {
+        TAP_OK(sbx_future_wait(f[i], -1, &e_));
+        sbx_future_free(f[i]);
+        sbx_sandbox_free(sb[i]);
+    }
+    TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=many"), 0);
+    TAP_EQ_STR(out, "");
+    sbx_spec_free(spec);
+    sbx_provider_free(p);
+}
+
+/*
+ * dockerd restarted under a live box: the engine stops its containers, so
+ * the box reads as stopped, exec gives the reference's 125 "sandbox", stop
+ * succeeds, and a new box works on the new engine.
+ */
+static void test_engine_restart(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_sandbox *sb = start(p, spec);
+    sbx_exec_result *r = run(sb, "echo before", NULL);
+    TAP_EQ_STR(out_of(r), "before\n");
+    sbx_exec_result_free(r);
+    end_dockerd(dockerd_pid());
+    pid_t again = spawn_dockerd();
+    TAP_TRUE(engine_up(again));
+    sbx_status st;
+    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    r = run(sb, "echo after", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+    sbx_exec_result_free(r);
+    stop_free(sb);
+    sb = start(p, spec);
+    r = run(sb, "echo new", NULL);
+    TAP_EQ_STR(out_of(r), "new\n");
+    sbx_exec_result_free(r);
+    stop_free(sb);
+    sbx_spec_free(spec);
+    sbx_provider_free(p);
+}
+
 /*
  * The provider-neutral suite (test_provider_suite's plugin slot) on this
  * engine; DOCKER_HOST for the CLI it runs (`sbx ls/stop/gc`).
@@ -479,6 +568,74 @@ static void test_shared_suite(void)
 
 /* --- the private dockerd ------------------------------------------------------------- */
 
+/* Starts dockerd on the private roots (its own session: it outlives a test child). */
+static pid_t spawn_dockerd(void)
+{
+    char sock[600], data[600], exec_root[600], pidf[600], log[600];
+    snprintf(sock, sizeof(sock), "unix://%s/docker.sock", dir);
+    snprintf(data, sizeof(data), "%s/data", dir);
+    snprintf(exec_root, sizeof(exec_root), "%s/exec", dir);
+    snprintf(pidf, sizeof(pidf), "%s/pid", dir);
+    snprintf(log, sizeof(log), "%s/dockerd.log", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        setsid();
+        execlp("dockerd", "dockerd", "--host", sock, "--data-root", data, "--exec-root",
+               exec_root, "--pidfile", pidf, "--bridge", "none", "--iptables=false", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits up to 30 s for the engine to answer; false when it does not (or `pid` exited). */
+static bool engine_up(pid_t pid)
+{
+    char out[4096];
+    for (int i = 0; i < 300; i++) {
+        if (docker(out, sizeof(out), "info --format '{{.ServerVersion}}'") == 0)
+            return true;
+        int st;
+        if (pid > 0 && waitpid(pid, &st, WNOHANG) == pid)
+            return false;
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return false;
+}
+
+/* The running dockerd's pid, from its pidfile (a test may have restarted it). */
+static pid_t dockerd_pid(void)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/pid", dir);
+    char *t = read_text(path);
+    pid_t pid = t ? (pid_t)strtol(t, NULL, 10) : -1;
+    free(t);
+    return pid;
+}
+
+/* SIGTERM, then SIGKILL after 30 s; waits until it is gone (reaping it when it is ours). */
+static void end_dockerd(pid_t pid)
+{
+    if (pid <= 0)
+        return;
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 600; i++) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid || kill(pid, 0) < 0)
+            return;
+        if (i == 300)
+            kill(pid, SIGKILL);
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void start_dockerd(void)
 {
     if (geteuid() != 0) {
@@ -496,39 +653,10 @@ static void start_dockerd(void)
         return;
     }
     snprintf(dir, sizeof(dir), "%s", tmpl);
-    char sock[600], data[600], exec_root[600], pidf[600], log[600];
-    snprintf(sock, sizeof(sock), "unix://%s/docker.sock", dir);
-    snprintf(data, sizeof(data), "%s/data", dir);
-    snprintf(exec_root, sizeof(exec_root), "%s/exec", dir);
-    snprintf(pidf, sizeof(pidf), "%s/pid", dir);
-    snprintf(log, sizeof(log), "%s/dockerd.log", dir);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        setsid();
-        execlp("dockerd", "dockerd", "--host", sock, "--data-root", data, "--exec-root",
-               exec_root, "--pidfile", pidf, "--bridge", "none", "--iptables=false", (char *)NULL);
-        _exit(127);
-    }
-    dockerd = pid;
-    for (int i = 0; i < 300; i++) {
-        if (docker(out, sizeof(out), "info --format '{{.ServerVersion}}'") == 0)
-            break;
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            dockerd = -1;
-            snprintf(why_not, sizeof(why_not), "dockerd exited at start; see %.400s", log);
-            return;
-        }
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    if (docker(out, sizeof(out), "info --format '{{.ServerVersion}}'") != 0) {
-        snprintf(why_not, sizeof(why_not), "dockerd did not answer within 30 s; see %.400s", log);
+    dockerd = spawn_dockerd();
+    if (!engine_up(dockerd)) {
+        snprintf(why_not, sizeof(why_not),
+                 "dockerd did not start or answer within 30 s; see %.400s/dockerd.log", dir);
         return;
     }
     char cmd[4096];
@@ -545,23 +673,15 @@ static void start_dockerd(void)
 static void stop_dockerd(void)
 {
     char out[4096];
-    if (dockerd > 0) {
+    if (dir[0]) {
         /* Every container of ours first; then dockerd, which unmounts its layers as it ends. */
         run_cmd(out, sizeof(out),
                 "export DOCKER_HOST=unix://%s/docker.sock; docker ps -aq | xargs -r docker rm -f",
                 dir);
-        kill(dockerd, SIGTERM);
-        int st;
-        for (int i = 0; i < 300 && waitpid(dockerd, &st, WNOHANG) == 0; i++) {
-            struct timespec ts = {0, 100 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-        if (waitpid(dockerd, &st, WNOHANG) == 0) {
-            kill(dockerd, SIGKILL);
-            waitpid(dockerd, &st, 0);
-        }
-    }
-    if (dir[0]) {
+        pid_t now = dockerd_pid();
+        end_dockerd(now);
+        if (dockerd > 0 && dockerd != now)
+            end_dockerd(dockerd);
         /* Whatever dockerd left mounted under its roots (a crash), then the files. */
         run_cmd(out, sizeof(out),
                 "grep -o ' %s[^ ]*' /proc/self/mounts | sort -r | xargs -r -n1 umount -l", dir);
@@ -577,6 +697,7 @@ int main(int argc, char **argv)
         TAP_T(test_missing_image, 120), TAP_T(test_bad_config, 120),
         TAP_T(test_serialize_connect, 120), TAP_T(test_removed_behind_back, 120),
         TAP_T(test_list_stop_id, 120), TAP_T(test_entrypoint, 120),
+        TAP_T(test_many, 600),         TAP_T(test_engine_restart, 300),
         TAP_T(test_shared_suite, 600),
     };
     start_dockerd();
