@@ -35,6 +35,7 @@ static char dir[512];     /* the private dockerd's directory */
 static pid_t dockerd = -1;
 static char why_not[512]; /* set when dockerd could not start: every test skips with it */
 static char cfg_base[2048];
+static int tls_port; /* > 0: dockerd also listens on tcp://127.0.0.1:PORT with TLS (certs in DIR/certs) */
 
 static pid_t spawn_dockerd(void);
 static bool engine_up(pid_t pid);
@@ -544,6 +545,47 @@ static void test_engine_restart(void)
     sbx_provider_free(p);
 }
 
+/* The engine over tcp with TLS (DOCKER_TLS_VERIFY, DOCKER_CERT_PATH); loopback counts as local. */
+static void test_tls(void)
+{
+    need_engine();
+    if (tls_port <= 0)
+        TAP_SKIP("no TLS certificates (openssl) for dockerd's tcp listener");
+    char certs[600], cfg[1024];
+    snprintf(certs, sizeof(certs), "%s/certs", dir);
+    setenv("DOCKER_TLS_VERIFY", "1", 1);
+    setenv("DOCKER_CERT_PATH", certs, 1);
+    snprintf(cfg, sizeof(cfg),
+             "{\"docker\": {\"host\": \"tcp://127.0.0.1:%d\", \"create\": {\"network\": "
+             "\"none\"}}}",
+             tls_port);
+    sbx_provider *p = NULL;
+    TAP_OK(sbx_provider_new(cfg, &p, &e_));
+    sbx_spec *spec = image_spec();
+    sbx_sandbox *sb = start(p, spec);
+    sbx_exec_result *r = run(sb, "echo over tls", NULL);
+    TAP_EQ_STR(out_of(r), "over tls\n");
+    sbx_exec_result_free(r);
+    sbx_status st;
+    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    stop_free(sb);
+    sbx_provider_free(p);
+    /* Without the client certificate the engine refuses, and the error says where. */
+    unsetenv("DOCKER_TLS_VERIFY");
+    TAP_OK(sbx_provider_new(cfg, &p, &e_));
+    sbx_error *e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    TAP_NE_INT(sbx_sandbox_start(sb, NULL, &e), SBX_OK);
+    char want[64];
+    snprintf(want, sizeof(want), "127.0.0.1:%d", tls_port);
+    TAP_CONTAINS(sbx_error_message(e), want);
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(spec);
+    sbx_provider_free(p);
+}
+
 /*
  * The provider-neutral suite (test_provider_suite's plugin slot) on this
  * engine; DOCKER_HOST for the CLI it runs (`sbx ls/stop/gc`).
@@ -568,6 +610,40 @@ static void test_shared_suite(void)
 
 /* --- the private dockerd ------------------------------------------------------------- */
 
+/*
+ * A CA, a server certificate for 127.0.0.1 and a client certificate (the
+ * names DOCKER_CERT_PATH expects), and a free loopback port: dockerd then
+ * also serves TLS on tcp. Without openssl the TLS case skips.
+ */
+static void make_tls(void)
+{
+    char out[8192];
+    int rc = run_cmd(
+        out, sizeof(out),
+        "set -e; d=%s/certs; mkdir -p $d; cd $d; "
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=sbx-test-ca "
+        "-keyout ca-key.pem -out ca.pem; "
+        "openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server-key.pem "
+        "-out server.csr; printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' "
+        "> server.ext; openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem "
+        "-CAcreateserial -days 1 -extfile server.ext -out server-cert.pem; "
+        "openssl req -newkey rsa:2048 -nodes -subj /CN=client -keyout key.pem -out client.csr; "
+        "printf 'extendedKeyUsage=clientAuth\\n' > client.ext; "
+        "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 1 "
+        "-extfile client.ext -out cert.pem; "
+        "python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0)); "
+        "print(s.getsockname()[1])'",
+        dir);
+    if (rc == 0) {
+        /* The port is the last line. */
+        char *last = out + strlen(out);
+        while (last > out && last[-1] == '\n')
+            *--last = 0;
+        char *l = strrchr(out, '\n');
+        tls_port = atoi(l ? l + 1 : out);
+    }
+}
+
 /* Starts dockerd on the private roots (its own session: it outlives a test child). */
 static pid_t spawn_dockerd(void)
 {
@@ -577,6 +653,11 @@ static pid_t spawn_dockerd(void)
     snprintf(exec_root, sizeof(exec_root), "%s/exec", dir);
     snprintf(pidf, sizeof(pidf), "%s/pid", dir);
     snprintf(log, sizeof(log), "%s/dockerd.log", dir);
+    char tcp[64], ca[600], cert[600], key[600];
+    snprintf(tcp, sizeof(tcp), "tcp://127.0.0.1:%d", tls_port);
+    snprintf(ca, sizeof(ca), "%s/certs/ca.pem", dir);
+    snprintf(cert, sizeof(cert), "%s/certs/server-cert.pem", dir);
+    snprintf(key, sizeof(key), "%s/certs/server-key.pem", dir);
     pid_t pid = fork();
     if (pid == 0) {
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -585,8 +666,15 @@ static pid_t spawn_dockerd(void)
             dup2(fd, 2);
         }
         setsid();
-        execlp("dockerd", "dockerd", "--host", sock, "--data-root", data, "--exec-root",
-               exec_root, "--pidfile", pidf, "--bridge", "none", "--iptables=false", (char *)NULL);
+        if (tls_port > 0)
+            execlp("dockerd", "dockerd", "--host", sock, "--host", tcp, "--tlsverify",
+                   "--tlscacert", ca, "--tlscert", cert, "--tlskey", key, "--data-root", data,
+                   "--exec-root", exec_root, "--pidfile", pidf, "--bridge", "none",
+                   "--iptables=false", (char *)NULL);
+        else
+            execlp("dockerd", "dockerd", "--host", sock, "--data-root", data, "--exec-root",
+                   exec_root, "--pidfile", pidf, "--bridge", "none", "--iptables=false",
+                   (char *)NULL);
         _exit(127);
     }
     return pid;
@@ -653,6 +741,7 @@ static void start_dockerd(void)
         return;
     }
     snprintf(dir, sizeof(dir), "%s", tmpl);
+    make_tls();
     dockerd = spawn_dockerd();
     if (!engine_up(dockerd)) {
         snprintf(why_not, sizeof(why_not),
@@ -698,7 +787,7 @@ int main(int argc, char **argv)
         TAP_T(test_serialize_connect, 120), TAP_T(test_removed_behind_back, 120),
         TAP_T(test_list_stop_id, 120), TAP_T(test_entrypoint, 120),
         TAP_T(test_many, 600),         TAP_T(test_engine_restart, 300),
-        TAP_T(test_shared_suite, 600),
+        TAP_T(test_tls, 120),          TAP_T(test_shared_suite, 600),
     };
     start_dockerd();
     int rc = tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
