@@ -545,6 +545,67 @@ static void test_engine_restart(void)
     sbx_provider_free(p);
 }
 
+/* A provider with probe settings (the reference's `probe` section). */
+static sbx_provider *probe_provider(const char *probe)
+{
+    char saved[2048];
+    snprintf(saved, sizeof(saved), "%s", cfg_base);
+    snprintf(cfg_base, sizeof(cfg_base), ", \"probe\": {%s}", probe);
+    sbx_provider *p = provider("");
+    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+    return p;
+}
+
+/* The reference's readiness probe, through the agent after its hello. */
+static void test_probe(void)
+{
+    need_engine();
+    char out[4096];
+    /* Passes: the expected text in stdout, stable twice. */
+    sbx_provider *p = probe_provider("\"command\": \"printf docker-sandbox-ready\", "
+                                     "\"expected_stdout\": \"sandbox-ready\", "
+                                     "\"stable_count\": 2");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_metadata(spec, "case", "probe");
+    sbx_sandbox *sb = start(p, spec);
+    stop_free(sb);
+    sbx_provider_free(p);
+    /* No deadline: one failure is fatal, and the box is gone. */
+    p = probe_provider("\"command\": \"echo bad >&2; exit 3\"");
+    sbx_error *e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_EVERIFY);
+    TAP_CONTAINS(sbx_error_message(e), "failed readiness probe: return_code=3, stderr='bad'");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=probe"), 0);
+    TAP_EQ_STR(out, "");
+    char *list = NULL;
+    TAP_OK(sbx_provider_list(p, NULL, &list, &e_));
+    TAP_EQ_STR(list, "[]");
+    free(list);
+    sbx_provider_free(p);
+    /* A deadline: retried (with the delay) until it passes... */
+    p = probe_provider("\"command\": \"test -f /tmp/ok || { touch /tmp/ok; exit 1; }\", "
+                       "\"deadline_s\": 30, \"stable_delay_s\": 0.05");
+    sb = start(p, spec);
+    stop_free(sb);
+    sbx_provider_free(p);
+    /* ...or fails when the deadline passes, saying so. */
+    p = probe_provider("\"command\": \"exit 1\", \"deadline_s\": 0.3, "
+                       "\"stable_delay_s\": 0.05");
+    e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_EVERIFY);
+    TAP_CONTAINS(sbx_error_message(e), "did not pass readiness probe within 0.3s: return_code=1");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=probe"), 0);
+    TAP_EQ_STR(out, "");
+    sbx_spec_free(spec);
+    sbx_provider_free(p);
+}
+
 /* The engine over tcp with TLS (DOCKER_TLS_VERIFY, DOCKER_CERT_PATH); loopback counts as local. */
 static void test_tls(void)
 {
@@ -787,7 +848,7 @@ int main(int argc, char **argv)
         TAP_T(test_serialize_connect, 120), TAP_T(test_removed_behind_back, 120),
         TAP_T(test_list_stop_id, 120), TAP_T(test_entrypoint, 120),
         TAP_T(test_many, 600),         TAP_T(test_engine_restart, 300),
-        TAP_T(test_tls, 120),          TAP_T(test_shared_suite, 600),
+        TAP_T(test_tls, 120),          TAP_T(test_probe, 120),          TAP_T(test_shared_suite, 600),
     };
     start_dockerd();
     int rc = tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));

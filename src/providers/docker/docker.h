@@ -23,6 +23,10 @@ struct dk_config {
     json_t *host_config; /* extra HostConfig fields, or NULL */
     /* exec */
     char *shell; /* the agent's --shell; NULL: auto (bash when the image has it) */
+    /* probe: the reference's readiness loop, after the agent's hello */
+    char *probe_command, *probe_expected; /* NULL: no probe */
+    double probe_timeout_s, probe_deadline_s, probe_stable_delay_s; /* deadline 0: none */
+    int probe_stable_count;
 };
 
 SBX_INTERNAL int sbx__dk_config_parse(const char *config_json, struct dk_config *c,
