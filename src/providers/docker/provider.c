@@ -683,8 +683,8 @@ static int dk_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec
         return sbx__dk_error(err, SBX_ECREATE, st, resp, "creating a container of image '%s'",
                              img);
     /* From here on a failure removes the container: a failed create leaves nothing. */
-    if (!(r->provider_json = sbx__json_dump(json_pack("{s:s}", "container", cid))) ||
-        !(r->image = strdup(img))) {
+    _cleanup_json_ json_t *pj = json_pack("{s:s}", "container", cid);
+    if (!pj || !(r->provider_json = sbx__json_dump(pj)) || !(r->image = strdup(img))) {
         sbx__dk_remove(d->engine, cid, NULL);
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
