@@ -1,7 +1,8 @@
 /*
  * libFuzzer target for what the docker provider parses from outside
  * (src/providers/docker): the engine's error bodies, the lines of its pull
- * stream, API version strings, and the provider config. The first byte
+ * stream, API version strings, the provider config, and an inspect answer's port
+ * bindings (the endpoint). The first byte
  * picks which; the rest is the input. An error text must be printable, one
  * line and at most 512 bytes; a config that parses must free cleanly.
  */
@@ -20,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const char *in = (const char *)data + 1;
     size_t n = size - 1;
-    switch (data[0] % 4) {
+    switch (data[0] % 5) {
     case 0: {
         char *t = sbx__dk_error_text(in, n);
         if (!t || strlen(t) > 512)
@@ -61,6 +62,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             sbx__dk_config_free(&c);
         sbx_error_free(e);
         free(s);
+        break;
+    }
+    case 4: {
+        /* An inspect answer's port bindings, port 8080. */
+        json_t *info = json_loadb(in, n, 0, NULL);
+        char *url = NULL;
+        sbx_error *e = NULL;
+        if (sbx__dk_endpoint_url(info, 8080, "::1", &url, &e) == SBX_OK &&
+            (!url || strncmp(url, "http://", 7) || strlen(url) > 100))
+            abort();
+        free(url);
+        sbx_error_free(e);
+        json_decref(info);
         break;
     }
     }

@@ -545,6 +545,49 @@ static void test_engine_restart(void)
     sbx_provider_free(p);
 }
 
+/* A declared port published on 127.0.0.1 by the engine; endpoint() names it (reference §1). */
+static void test_endpoint(void)
+{
+    need_engine();
+    char out[4096];
+    /* A network of our own: the engine's default bridge is off (--bridge none). */
+    docker(out, sizeof(out), "network rm sbx-test-net");
+    TAP_EQ_INT(docker(out, sizeof(out), "network create sbx-test-net"), 0);
+    sbx_provider *p = NULL;
+    char cfg[2048];
+    snprintf(cfg, sizeof(cfg),
+             "{\"docker\": {\"host\": \"unix://%s/docker.sock\", \"create\": {\"network\": "
+             "\"sbx-test-net\"}}}",
+             dir);
+    TAP_OK(sbx_provider_new(cfg, &p, &e_));
+    sbx_spec *spec = image_spec();
+    TAP_OK(sbx_spec_add_port(spec, 8080, &e_));
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    sbx_exec_result *r = run(sb, "mkdir -p /w && echo hello > /w/index.html && httpd -p 8080 -h /w",
+                             NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+    sbx_exec_result_free(r);
+    sbx_endpoint *ep = NULL;
+    TAP_OK(sbx_sandbox_endpoint(sb, 8080, &ep, &e_));
+    const char *url = sbx_endpoint_url(ep);
+    TAP_TRUE(!strncmp(url, "http://127.0.0.1:", 17));
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "curl -s --max-time 10 --retry 20 --retry-delay 0 "
+                                         "--retry-connrefused %s/",
+                       url),
+               0);
+    TAP_EQ_STR(out, "hello\n");
+    sbx_endpoint_free(ep);
+    /* A port not declared: the reference's error. */
+    sbx_error *e = NULL;
+    TAP_NE_INT(sbx_sandbox_endpoint(sb, 9090, &ep, &e), SBX_OK);
+    TAP_CONTAINS(sbx_error_message(e), "was not declared");
+    sbx_error_free(e);
+    stop_free(sb);
+    sbx_provider_free(p);
+    docker(out, sizeof(out), "network rm sbx-test-net");
+}
+
 /* A provider with probe settings (the reference's `probe` section). */
 static sbx_provider *probe_provider(const char *probe)
 {
@@ -848,7 +891,8 @@ int main(int argc, char **argv)
         TAP_T(test_serialize_connect, 120), TAP_T(test_removed_behind_back, 120),
         TAP_T(test_list_stop_id, 120), TAP_T(test_entrypoint, 120),
         TAP_T(test_many, 600),         TAP_T(test_engine_restart, 300),
-        TAP_T(test_tls, 120),          TAP_T(test_probe, 120),          TAP_T(test_shared_suite, 600),
+        TAP_T(test_tls, 120),          TAP_T(test_probe, 120),
+        TAP_T(test_endpoint, 120),          TAP_T(test_shared_suite, 600),
     };
     start_dockerd();
     int rc = tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));

@@ -37,6 +37,8 @@ SBX_INTERNAL json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_sp
                                          const char *id, const char *image,
                                          const char *image_user, const char *agent,
                                          const char *run_dir);
+SBX_INTERNAL int sbx__dk_endpoint_url(const json_t *info, int port, const char *publish_host,
+                                      char **url, sbx_error **err);
 SBX_INTERNAL sbx_status sbx__dk_status_of(const char *engine_status);
 SBX_INTERNAL int sbx__dk_inspect(sbx_dk_engine *e, const char *c, json_t **out, sbx_error **err);
 SBX_INTERNAL int sbx__dk_remove(sbx_dk_engine *e, const char *c, sbx_error **err);

@@ -1071,6 +1071,95 @@ static const char *dk_box_id(const void *box)
     return ((const struct dbox *)box)->id;
 }
 
+/* --- endpoint -------------------------------------------------------------------------------- */
+
+/*
+ * The reference's endpoint (providers-local.md §1): the engine's host
+ * binding of `port`/tcp in the container's inspect answer (`info`), the one
+ * on 127.0.0.1 preferred, a wildcard host replaced by `publish_host`, an
+ * IPv6 host bracketed. Writes the malloc'd URL.
+ */
+int sbx__dk_endpoint_url(const json_t *info, int port, const char *publish_host, char **url,
+                         sbx_error **err)
+{
+    char key[32];
+    snprintf(key, sizeof(key), "%d/tcp", port);
+    json_t *binds =
+        json_object_get(json_object_get(json_object_get(info, "NetworkSettings"), "Ports"), key);
+    const char *host = NULL, *hport = NULL;
+    size_t i;
+    json_t *b;
+    json_array_foreach(binds, i, b)
+    {
+        const char *h = json_string_value(json_object_get(b, "HostIp"));
+        const char *p = json_string_value(json_object_get(b, "HostPort"));
+        if (!p || !p[0])
+            continue;
+        if (!hport || (h && !strcmp(h, "127.0.0.1") && strcmp(host ? host : "", "127.0.0.1"))) {
+            host = h;
+            hport = p;
+        }
+    }
+    if (!hport)
+        return sbx__set_error(err, SBX_EPROVIDER,
+                              "Docker returned no host binding for sandbox port %d", port);
+    char *end;
+    errno = 0;
+    long pn = strtol(hport, &end, 10);
+    if (errno || *end || pn < 1 || pn > 65535 || strlen(host ? host : "") > 64)
+        return sbx__set_error(err, SBX_EPROVIDER,
+                              "Docker returned an invalid host binding for sandbox port %d", port);
+    if (!host || !host[0] || !strcmp(host, "0.0.0.0") || !strcmp(host, "::"))
+        host = publish_host ? publish_host : "127.0.0.1";
+    unsigned char a6[16];
+    bool v6 = inet_pton(AF_INET6, host, a6) == 1;
+    *url = sbx__printf("http://%s%s%s:%ld", v6 ? "[" : "", host, v6 ? "]" : "", pn);
+    return *url ? SBX_OK : sbx__set_error(err, SBX_ENOMEM, "out of memory");
+}
+
+struct endpoint_job {
+    struct docker *d;
+    char *container;
+    int port;
+};
+
+static void endpoint_work(sbx_op *op, void *data)
+{
+    struct endpoint_job *j = data;
+    sbx_error *e = NULL;
+    json_t *info = NULL;
+    char *url = NULL;
+    sbx_endpoint *ep = NULL;
+    int rc = sbx__dk_inspect(j->d->engine, j->container, &info, &e);
+    if (rc == SBX_OK)
+        rc = sbx__dk_endpoint_url(info, j->port, j->d->cfg.publish_host, &url, &e);
+    if (rc == SBX_OK)
+        rc = sbx_endpoint_new(url, &ep, &e);
+    json_decref(info);
+    free(url);
+    free(j->container);
+    free(j);
+    sbx_op_complete(op, rc, e, rc == SBX_OK ? ep : NULL);
+}
+
+static void dk_endpoint(sbx_op *op, void *state, void *box, int port)
+{
+    struct dbox *b = box;
+    struct endpoint_job *j = calloc(1, sizeof(*j));
+    if (!j || !(j->container = strdup(b->container))) {
+        free(j);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    j->d = state;
+    j->port = port;
+    if (sbx_op_run_blocking(op, endpoint_work, j) < 0) {
+        free(j->container);
+        free(j);
+        sbx_op_complete(op, SBX_EIO, NULL, NULL);
+    }
+}
+
 /* --- serialize / connect ---------------------------------------------------------------- */
 
 static void dk_serialize(sbx_op *op, void *state, void *box, const char *scope)
@@ -1243,6 +1332,7 @@ SBX_INTERNAL const struct sbx_provider_ops sbx__docker_provider = {
     .close = dk_close,
     .box_id = dk_box_id,
     .box_free = dbox_free,
+    .endpoint = dk_endpoint,
     .serialize = dk_serialize,
     .connect = dk_connect,
     .list = dk_list,
