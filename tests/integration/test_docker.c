@@ -588,6 +588,46 @@ static void test_endpoint(void)
     docker(out, sizeof(out), "network rm sbx-test-net");
 }
 
+/* A TTL: the agent ends the box when it passes, and the engine removes the container. */
+static void test_ttl(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_ttl(spec, 1.2); /* rounded up to 2 s, as the reference's sleep */
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    char out[4096], args[512];
+    snprintf(args, sizeof(args), "inspect -f '{{.HostConfig.AutoRemove}}' %s", sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "true");
+    sbx_exec_result *r = run(sb, "echo alive", NULL);
+    TAP_EQ_STR(out_of(r), "alive\n");
+    sbx_exec_result_free(r);
+    /* Waits for the end the TTL brings (the exec ends with the box: no timing asserted). */
+    r = run(sb, "sleep 600", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    sbx_exec_result_free(r);
+    sbx_status st = SBX_STATUS_RUNNING;
+    for (int i = 0; i < 600 && st != SBX_STATUS_STOPPED; i++) {
+        TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    snprintf(args, sizeof(args), "ps -aq --filter name=%s", sbx_sandbox_id(sb));
+    for (int i = 0; i < 600; i++) {
+        TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+        if (!out[0])
+            break;
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    TAP_EQ_STR(out, "");
+    stop_free(sb);
+    sbx_provider_free(p);
+}
+
 /* A provider with probe settings (the reference's `probe` section). */
 static sbx_provider *probe_provider(const char *probe)
 {
@@ -892,7 +932,7 @@ int main(int argc, char **argv)
         TAP_T(test_list_stop_id, 120), TAP_T(test_entrypoint, 120),
         TAP_T(test_many, 600),         TAP_T(test_engine_restart, 300),
         TAP_T(test_tls, 120),          TAP_T(test_probe, 120),
-        TAP_T(test_endpoint, 120),          TAP_T(test_shared_suite, 600),
+        TAP_T(test_endpoint, 120),     TAP_T(test_ttl, 120),          TAP_T(test_shared_suite, 600),
     };
     start_dockerd();
     int rc = tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));

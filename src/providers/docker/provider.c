@@ -564,6 +564,19 @@ json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec, con
     if (image_user && image_user[0])
         json_array_append_new(ep, json_string("--user")),
             json_array_append_new(ep, json_string(image_user));
+    /*
+     * A TTL: the agent, the container's init, ends the box when it passes,
+     * and the engine removes the container then (the reference's `sleep
+     * TTL` keepalive with --rm; here with an entrypoint too).
+     */
+    double ttl;
+    bool ttl_on = sbx_spec_get_ttl(spec, &ttl) && ttl > 0;
+    if (ttl_on) {
+        char t[32];
+        snprintf(t, sizeof(t), "%.0f", fmax(1.0, ceil(ttl)));
+        json_array_append_new(ep, json_string("--ttl"));
+        json_array_append_new(ep, json_string(t));
+    }
     const char *const *entry = sbx_spec_entrypoint(spec);
     if (entry && entry[0]) {
         json_array_append_new(ep, json_string("--"));
@@ -593,6 +606,8 @@ json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec, con
     json_object_set_new(hc, "Binds", binds);
     /* The agent is the init: it reaps, and a second one would only sit between. */
     json_object_set_new(hc, "Init", json_false());
+    if (ttl_on)
+        json_object_set_new(hc, "AutoRemove", json_true());
     if (c->apply_resource_limits) {
         double cpu;
         long long mem;
