@@ -1,8 +1,8 @@
 /*
  * libFuzzer target for what the docker provider parses from outside
  * (src/providers/docker): the engine's error bodies, the lines of its pull
- * stream, API version strings, the provider config, and an inspect answer's port
- * bindings (the endpoint). The first byte
+ * stream, API version strings, the provider config, an inspect answer's port
+ * bindings (the endpoint), and the exec session's multiplexed stream. The first byte
  * picks which; the rest is the input. An error text must be printable, one
  * line and at most 512 bytes; a config that parses must free cleanly.
  */
@@ -15,13 +15,23 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* Payload bytes must come from the input and name a stream 0..2. */
+static int count_out(int stream, const uint8_t *p, size_t n, void *data)
+{
+    (void)p;
+    if (stream < 0 || stream > 2)
+        abort();
+    *(size_t *)data += n;
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
     const char *in = (const char *)data + 1;
     size_t n = size - 1;
-    switch (data[0] % 5) {
+    switch (data[0] % 6) {
     case 0: {
         char *t = sbx__dk_error_text(in, n);
         if (!t || strlen(t) > 512)
@@ -62,6 +72,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             sbx__dk_config_free(&c);
         sbx_error_free(e);
         free(s);
+        break;
+    }
+    case 5: {
+        /* The multiplexed stream, fed in two pieces split at a point the input picks. */
+        struct sbx_dk_demux d;
+        sbx__dk_demux_init(&d);
+        size_t cut = n ? (unsigned char)in[0] % (n + 1) : 0;
+        size_t total = 0;
+        if (sbx__dk_demux_feed(&d, (const uint8_t *)in, cut, count_out, &total) == 0)
+            sbx__dk_demux_feed(&d, (const uint8_t *)in + cut, n - cut, count_out, &total);
+        if (total > n)
+            abort();
         break;
     }
     case 4: {

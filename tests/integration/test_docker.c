@@ -731,6 +731,79 @@ static void test_tls(void)
 }
 
 /*
+ * The remote path over tcp with TLS: the agent copied in through the
+ * archive API and reached through one exec session per handle (no bind
+ * mount of this machine). "remote": true forces it on a loopback engine.
+ */
+static void test_remote(void)
+{
+    need_engine();
+    if (tls_port <= 0)
+        TAP_SKIP("no TLS certificates (openssl) for dockerd's tcp listener");
+    char certs[600], cfg[1024];
+    snprintf(certs, sizeof(certs), "%s/certs", dir);
+    setenv("DOCKER_TLS_VERIFY", "1", 1);
+    setenv("DOCKER_CERT_PATH", certs, 1);
+    snprintf(cfg, sizeof(cfg),
+             "{\"docker\": {\"host\": \"tcp://127.0.0.1:%d\", \"remote\": true, "
+             "\"create\": {\"network\": \"none\", \"read_only\": true, \"host_config\": "
+             "{\"Tmpfs\": {\"/tmp\": \"size=16m\"}}}}}",
+             tls_port);
+    sbx_provider *p = NULL;
+    TAP_OK(sbx_provider_new(cfg, &p, &e_));
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_env(spec, "K", "v");
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    sbx_exec_result *r = run(sb, "echo $K; echo err >&2; exit 4", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 4);
+    TAP_EQ_STR(out_of(r), "v\n");
+    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
+    sbx_exec_result_free(r);
+    /* No bind mount: the agent is a file of the container, the socket dir its own tmpfs. */
+    char out[4096], args[512];
+    snprintf(args, sizeof(args),
+             "inspect -f '{{len .HostConfig.Binds}} {{.HostConfig.Tmpfs}} {{.HostConfig.ReadonlyRootfs}}' %s",
+             sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "0 map[/.sbx:size=64k,mode=0700 /tmp:size=16m] true");
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_timeout(o, 0.5);
+    sbx_exec_opts_set_stdin(o, "in", 2);
+    r = run(sb, "cat; sleep 30", o);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+    /* Files both ways, 3 MiB (several stream frames). */
+    char src[1024], back[1024];
+    snprintf(src, sizeof(src), "%s/big", tap_tmpdir());
+    snprintf(back, sizeof(back), "%s/big.back", tap_tmpdir());
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "head -c 3145728 /dev/urandom > %s", src), 0);
+    TAP_OK(sbx_sandbox_upload(sb, src, "/tmp/big", &e_));
+    TAP_OK(sbx_sandbox_download(sb, "/tmp/big", back, &e_));
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "cmp %s %s", src, back), 0);
+    /* Another handle: its own exec session. */
+    char *desc = NULL;
+    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
+    sbx_sandbox *c = NULL;
+    TAP_OK(sbx_sandbox_connect(p, desc, &c, &e_));
+    free(desc);
+    r = run(c, "ls -l /tmp/big | awk '{print $5}'", NULL);
+    TAP_EQ_STR(out_of(r), "3145728\n");
+    sbx_exec_result_free(r);
+    stop_free(c);
+    sbx_status st;
+    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    stop_free(sb);
+    /* The container and its anonymous volume (the agent's copy) are gone. */
+    TAP_EQ_INT(docker(out, sizeof(out), "volume ls -q"), 0);
+    TAP_EQ_STR(out, "");
+    sbx_provider_free(p);
+}
+
+/*
  * The provider-neutral suite (test_provider_suite's plugin slot) on this
  * engine; DOCKER_HOST for the CLI it runs (`sbx ls/stop/gc`).
  */
@@ -749,6 +822,17 @@ static void test_shared_suite(void)
                      dir, dir);
     if (rc != 0)
         TAP_FAIL("the shared suite failed on docker:\n%s", out);
+    TAP_CONTAINS(out, "8 passed, 0 failed");
+    /* Again with every box reached through an exec session (the remote path). */
+    rc = run_cmd(out, sizeof(out),
+                 "DOCKER_HOST=unix://%s/docker.sock SBX_SUITE_PLUGIN=docker "
+                 "SBX_SUITE_PROVIDERS=docker "
+                 "SBX_SUITE_CONFIG_docker='{\"host\": \"unix://%s/docker.sock\", \"image\": "
+                 "\"" IMAGE "\", \"remote\": true, \"create\": {\"network\": \"none\"}}' "
+                 "build/tests/integration/test_provider_suite plugin 2>&1",
+                 dir, dir);
+    if (rc != 0)
+        TAP_FAIL("the shared suite failed on docker's remote path:\n%s", out);
     TAP_CONTAINS(out, "8 passed, 0 failed");
 }
 
@@ -931,7 +1015,8 @@ int main(int argc, char **argv)
         TAP_T(test_serialize_connect, 120), TAP_T(test_removed_behind_back, 120),
         TAP_T(test_list_stop_id, 120), TAP_T(test_entrypoint, 120),
         TAP_T(test_many, 600),         TAP_T(test_engine_restart, 300),
-        TAP_T(test_tls, 120),          TAP_T(test_probe, 120),
+        TAP_T(test_tls, 120),          TAP_T(test_remote, 120),
+        TAP_T(test_probe, 120),
         TAP_T(test_endpoint, 120),     TAP_T(test_ttl, 120),          TAP_T(test_shared_suite, 600),
     };
     start_dockerd();

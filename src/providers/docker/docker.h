@@ -12,6 +12,7 @@
 struct dk_config {
     char *host, *api_version, *state_dir;
     char *image; /* used when a spec names none; NULL: a spec must */
+    int remote;  /* 1: the exec-session path; 0: the socket mount; -1: by where the engine is */
     bool pull;
     int max_connections;
     /* create */

@@ -212,24 +212,14 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
 }
 
 /* The raw exchange: `url_path` is the whole path (version prefix included). */
-static int exchange(sbx_dk_engine *e, const char *method, const char *url_path, const char *body,
-                    struct sink *s, long *status, sbx_error **err)
+int sbx__dk_engine_setup(sbx_dk_engine *e, void *curl, const char *url_path)
 {
-    CURL *c = curl_easy_init();
-    if (!c)
-        return sbx__set_error(err, SBX_ENOMEM, "out of memory (curl)");
+    CURL *c = curl;
     char *url = sbx__printf("%s%s", e->base, url_path);
-    struct curl_slist *hdr = NULL;
-    hdr = curl_slist_append(hdr, "Content-Type: application/json");
-    hdr = curl_slist_append(hdr, "Expect:");
-    char ebuf[CURL_ERROR_SIZE] = "";
-    if (!url || !hdr) {
-        free(url);
-        curl_slist_free_all(hdr);
-        curl_easy_cleanup(c);
-        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    }
-    curl_easy_setopt(c, CURLOPT_URL, url);
+    if (!url)
+        return SBX_ENOMEM;
+    curl_easy_setopt(c, CURLOPT_URL, url); /* curl copies it */
+    free(url);
     if (e->socket)
         curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, e->socket);
     if (e->cert) {
@@ -237,26 +227,50 @@ static int exchange(sbx_dk_engine *e, const char *method, const char *url_path, 
         curl_easy_setopt(c, CURLOPT_SSLKEY, e->key);
         curl_easy_setopt(c, CURLOPT_CAINFO, e->ca);
     }
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    if (body)
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    else if (!strcmp(method, "POST"))
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, 0L);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    return SBX_OK;
+}
+
+static int exchange(sbx_dk_engine *e, const char *method, const char *url_path, const char *body,
+                    size_t body_len, const char *content_type, struct sink *s, long *status,
+                    sbx_error **err)
+{
+    CURL *c = curl_easy_init();
+    if (!c)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory (curl)");
+    char *ct = sbx__printf("Content-Type: %s", content_type ? content_type : "application/json");
+    struct curl_slist *hdr = NULL;
+    if (ct)
+        hdr = curl_slist_append(hdr, ct);
+    free(ct);
+    hdr = hdr ? curl_slist_append(hdr, "Expect:") : NULL;
+    char ebuf[CURL_ERROR_SIZE] = "";
+    if (!hdr || sbx__dk_engine_setup(e, c, url_path) < 0) {
+        curl_slist_free_all(hdr);
+        curl_easy_cleanup(c);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    } else if (!strcmp(method, "POST") || !strcmp(method, "PUT")) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, 0L);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
+    }
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, s);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, s);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
     CURLcode cc = curl_easy_perform(c);
     long st = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
     curl_slist_free_all(hdr);
     curl_easy_cleanup(c);
-    free(url);
     if (s->line && cc == CURLE_OK)
         stream_lines(s, true);
     if (s->stream_err)
@@ -284,7 +298,7 @@ int sbx__dk_engine_version(sbx_dk_engine *e, const char **out, sbx_error **err)
     }
     struct sink s = {0};
     long st = 0;
-    int rc = exchange(e, "GET", "/_ping", NULL, &s, &st, err);
+    int rc = exchange(e, "GET", "/_ping", NULL, 0, NULL, &s, &st, err);
     if (rc == SBX_OK && st != 200)
         rc = sbx__set_error(err, SBX_EPROVIDER, "docker engine at %s: /_ping answered HTTP %ld",
                             e->host, st);
@@ -292,7 +306,7 @@ int sbx__dk_engine_version(sbx_dk_engine *e, const char **out, sbx_error **err)
         /* An engine without the header: /version's ApiVersion. */
         sbx__buf_free(&s.body);
         memset(&s, 0, sizeof(s));
-        rc = exchange(e, "GET", "/version", NULL, &s, &st, err);
+        rc = exchange(e, "GET", "/version", NULL, 0, NULL, &s, &st, err);
         json_t *j = rc == SBX_OK ? json_loadb(s.body.data, s.body.len, 0, NULL) : NULL;
         const char *v = json_string_value(json_object_get(j, "ApiVersion"));
         if (v && strlen(v) < sizeof(s.api_version))
@@ -320,16 +334,26 @@ int sbx__dk_engine_version(sbx_dk_engine *e, const char **out, sbx_error **err)
 int sbx__dk_request(sbx_dk_engine *e, const char *method, const char *path, json_t *body,
                     long *status, json_t **resp, sbx_error **err)
 {
+    _cleanup_free_ char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    if (body && !text)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    return sbx__dk_request_raw(e, method, path, text, text ? strlen(text) : 0, NULL, status, resp,
+                               err);
+}
+
+int sbx__dk_request_raw(sbx_dk_engine *e, const char *method, const char *path, const void *data,
+                        size_t len, const char *content_type, long *status, json_t **resp,
+                        sbx_error **err)
+{
     const char *v;
     int rc = sbx__dk_engine_version(e, &v, err);
     if (rc < 0)
         return rc;
     _cleanup_free_ char *url = sbx__printf("/v%s%s", v, path);
-    _cleanup_free_ char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    if (!url || (body && !text))
+    if (!url)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     struct sink s = {0};
-    rc = exchange(e, method, url, text, &s, status, err);
+    rc = exchange(e, method, url, data, len, content_type, &s, status, err);
     if (rc == SBX_OK && resp) {
         *resp = s.body.len ? json_loadb(s.body.data, s.body.len, 0, NULL) : NULL;
         /* A non-JSON error body (a proxy, an old engine) still gives its text. */
@@ -415,7 +439,7 @@ int sbx__dk_request_stream(sbx_dk_engine *e, const char *method, const char *pat
     if (!url)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     struct sink s = {.line = line, .data = data};
-    rc = exchange(e, method, url, NULL, &s, status, err);
+    rc = exchange(e, method, url, NULL, 0, NULL, &s, status, err);
     if (rc == SBX_OK && s.stream_err)
         rc = sbx__set_error(err, SBX_EPROVIDER, "%s", s.stream_err);
     else if (rc == SBX_OK && *status >= 400 && s.body.len) {

@@ -17,6 +17,7 @@
 #include "core/internal.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 
 typedef struct sbx_dk_engine sbx_dk_engine;
 
@@ -81,6 +82,40 @@ SBX_INTERNAL char *sbx__dk_error_text(const char *body, size_t len);
 SBX_INTERNAL int sbx__dk_pull_line(const char *line, size_t len, json_t **obj,
                                    const char **status, const char **id, long long *current,
                                    long long *total, char **errmsg);
+/*
+ * The engine's multiplexed stream (attach, exec without a tty): 8-byte
+ * headers (stream 0/1/2, three zero bytes, big-endian length) each followed
+ * by that many bytes. feed() passes each payload piece to `out`; -1 for a
+ * header that is not one (or `out` failing): the stream cannot go on.
+ */
+struct sbx_dk_demux {
+    uint8_t hdr[8];
+    size_t have;
+    int stream;
+    uint32_t left;
+};
+typedef int (*sbx_dk_out_fn)(int stream, const uint8_t *p, size_t n, void *data);
+SBX_INTERNAL void sbx__dk_demux_init(struct sbx_dk_demux *d);
+SBX_INTERNAL int sbx__dk_demux_feed(struct sbx_dk_demux *d, const uint8_t *in, size_t n,
+                                    sbx_dk_out_fn out, void *data);
+/*
+ * Starts exec `exec_id` (made with AttachStdin/AttachStdout) upgraded to a
+ * raw stream, and hands back one end of a socket pair that carries its
+ * stdin and stdout (a thread copies, demultiplexing; stderr goes to the
+ * debug log). Closing the fd ends the session. Blocking.
+ */
+SBX_INTERNAL int sbx__dk_session_open(sbx_dk_engine *e, const char *exec_id, int *fd,
+                                      sbx_error **err);
+/* Sets a curl handle's URL (`url_path` below the base), socket and TLS for the engine. */
+SBX_INTERNAL int sbx__dk_engine_setup(sbx_dk_engine *e, void *curl, const char *url_path);
+/*
+ * A request with a raw body (`len` bytes of `content_type`), as
+ * sbx__dk_request otherwise: PUT /containers/ID/archive takes a tar.
+ */
+SBX_INTERNAL int sbx__dk_request_raw(sbx_dk_engine *e, const char *method, const char *path,
+                                     const void *data, size_t len, const char *content_type,
+                                     long *status, json_t **resp, sbx_error **err);
+
 /* "1.41" as a comparable number (1041); 0 for a string that is not a version. */
 SBX_INTERNAL int sbx__dk_version_num(const char *v);
 

@@ -25,6 +25,12 @@
 #define AGENT_IN_BOX "/.sbx-agent"
 #define RUN_IN_BOX "/.sbx"
 #define SOCKET_IN_BOX RUN_IN_BOX "/agent.sock"
+/*
+ * The remote path's agent: copied (archive API) into an anonymous volume,
+ * which a read-only root still takes, and removed with the container.
+ */
+#define AGENT_DIR_REMOTE "/.sbx-bin"
+#define AGENT_REMOTE AGENT_DIR_REMOTE "/sbx-agent"
 
 /* --- config ------------------------------------------------------------------ */
 
@@ -157,7 +163,8 @@ int sbx__dk_config_parse(const char *config_json, struct dk_config *c, sbx_error
     if (!json_is_object(root))
         return sbx__set_error(err, SBX_ETYPE, "docker: the provider config must be a mapping");
     static const char *const top[] = {"host",   "api_version", "state_dir", "pull",  "image",
-                                      "max_connections", "create", "exec", "probe", NULL};
+                                      "remote", "max_connections", "create", "exec", "probe",
+                                      NULL};
     static const char *const create_keys[] = {
         "keepalive_shell", "keepalive_cmd", "start_timeout_s", "use_init", "network",
         "read_only", "cap_drop", "security_opt", "pids_limit", "extra_run_args",
@@ -215,6 +222,16 @@ int sbx__dk_config_parse(const char *config_json, struct dk_config *c, sbx_error
         rc = get_bool(root, "docker", "pull", &c->pull, err);
     if (rc == SBX_OK)
         rc = get_str(root, "docker", "image", &c->image, err);
+    json_t *rm = json_object_get(root, "remote");
+    if (rc == SBX_OK && rm && !json_is_null(rm)) {
+        if (!json_is_boolean(rm))
+            rc = bad(err, SBX_ETYPE, "docker: %s must be true, false or null (auto)%s", "remote",
+                     "");
+        else
+            c->remote = json_is_true(rm) ? 1 : 0;
+    } else {
+        c->remote = -1;
+    }
     if (rc == SBX_OK)
         rc = get_pos(root, "docker", "max_connections", &mc, err);
     c->max_connections = mc > 1e6 ? 1000000 : (int)mc;
@@ -539,7 +556,8 @@ json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec, con
                             const char *run_dir)
 {
     json_t *b = json_object(), *hc = json_object(), *env = json_array(), *labels = json_object();
-    json_t *ep = json_pack("[ssss]", AGENT_IN_BOX, "init", "--listen", SOCKET_IN_BOX);
+    json_t *ep = json_pack("[ssss]", agent ? AGENT_IN_BOX : AGENT_REMOTE, "init", "--listen",
+                           SOCKET_IN_BOX);
     json_t *binds = json_array();
     if (!b || !hc || !env || !labels || !ep || !binds) {
         json_decref(b), json_decref(hc), json_decref(env), json_decref(labels);
@@ -597,13 +615,24 @@ json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec, con
     }
     json_object_set_new(b, "Labels", labels);
 
-    char *ab = sbx__printf("%s:%s:ro", agent, AGENT_IN_BOX);
-    char *rb = sbx__printf("%s:%s", run_dir, RUN_IN_BOX);
-    json_array_append_new(binds, json_string(ab ? ab : ""));
-    json_array_append_new(binds, json_string(rb ? rb : ""));
-    free(ab);
-    free(rb);
-    json_object_set_new(hc, "Binds", binds);
+    if (agent && run_dir) {
+        char *ab = sbx__printf("%s:%s:ro", agent, AGENT_IN_BOX);
+        char *rb = sbx__printf("%s:%s", run_dir, RUN_IN_BOX);
+        json_array_append_new(binds, json_string(ab ? ab : ""));
+        json_array_append_new(binds, json_string(rb ? rb : ""));
+        free(ab);
+        free(rb);
+        json_object_set_new(hc, "Binds", binds);
+    } else {
+        /*
+         * The remote path: the agent is copied in (the archive API) and its
+         * socket directory is the container's own small tmpfs; sbx reaches
+         * it through an exec session instead.
+         */
+        json_decref(binds);
+        json_object_set_new(hc, "Tmpfs", json_pack("{s:s}", RUN_IN_BOX, "size=64k,mode=0700"));
+        json_object_set_new(b, "Volumes", json_pack("{s:{}}", AGENT_DIR_REMOTE));
+    }
     /* The agent is the init: it reaps, and a second one would only sit between. */
     json_object_set_new(hc, "Init", json_false());
     if (ttl_on)
@@ -649,43 +678,105 @@ json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec, con
         json_object_set_new(b, "ExposedPorts", exposed);
         json_object_set_new(hc, "PortBindings", pb);
     }
-    /* The config's HostConfig fields last: the operator's word over the defaults above. */
-    if (c->host_config)
-        json_object_update(hc, c->host_config);
+    /*
+     * The config's HostConfig fields last: the operator's word over the
+     * defaults above. Mappings (Tmpfs, Sysctls, ...) merge key by key and
+     * Binds/Mounts add to sbx's, so the agent's own mounts stay.
+     */
+    if (c->host_config) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(c->host_config, k, v)
+        {
+            json_t *have = json_object_get(hc, k);
+            if ((!strcmp(k, "Binds") || !strcmp(k, "Mounts")) && json_is_array(have) &&
+                json_is_array(v))
+                json_array_extend(have, v);
+            else if (json_is_object(have) && json_is_object(v))
+                json_object_update_recursive(have, v);
+            else
+                json_object_set(hc, k, v);
+        }
+    }
     json_object_set_new(b, "HostConfig", hc);
     return b;
 }
 
-/* The kit's start hook (worker thread): make and start the container, hand back its socket. */
-static int dk_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec, void *data,
-                    char **socket_path, pid_t *peer_pid, sbx_error **err)
+/* Whether boxes are reached through an exec session (config, else where the engine is). */
+static bool use_remote(const struct docker *d)
 {
-    struct docker *d = data;
+    return d->cfg.remote >= 0 ? d->cfg.remote == 1 : !sbx__dk_engine_local(d->engine);
+}
+
+/* The agent binary as a one-file tar (ustar) named sbx-agent, for the archive API. */
+static int agent_tar(const char *agent, char **out, size_t *out_len, sbx_error **err)
+{
+    char *bin = NULL;
+    size_t n = 0;
+    if (sbx__read_file(agent, &bin, &n) < 0)
+        return sbx__set_errno(err, SBX_ECREATE, errno, "docker: cannot read the agent %s", agent);
+    size_t padded = (n + 511) / 512 * 512;
+    size_t total = 512 + padded + 1024; /* header, data, two zero blocks */
+    char *t = calloc(1, total);
+    if (!t) {
+        free(bin);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    snprintf(t, 100, "%s", "sbx-agent");
+    snprintf(t + 100, 8, "%07o", 0755);
+    snprintf(t + 108, 8, "%07o", 0);
+    snprintf(t + 116, 8, "%07o", 0);
+    snprintf(t + 124, 12, "%011zo", n);
+    snprintf(t + 136, 12, "%011llo", (unsigned long long)time(NULL));
+    memset(t + 148, ' ', 8);
+    t[156] = '0';
+    memcpy(t + 257, "ustar", 6);
+    memcpy(t + 263, "00", 2);
+    unsigned sum = 0;
+    for (int i = 0; i < 512; i++)
+        sum += (unsigned char)t[i];
+    snprintf(t + 148, 8, "%06o", sum);
+    memcpy(t + 512, bin, n);
+    free(bin);
+    *out = t;
+    *out_len = total;
+    return SBX_OK;
+}
+
+/*
+ * Makes and starts box r's container (worker thread): the image (pulled
+ * when missing), the create body, for the remote path the agent copied in
+ * before the start; checks it runs. Writes its id (malloc'd) and its PID 1
+ * as the host sees it. On failure nothing is left (the container removed).
+ */
+static int make_container(struct docker *d, sbx_box_record *r, const char *box_dir,
+                          const sbx_spec *spec, bool remote, char **cid_out, pid_t *pid_out,
+                          sbx_error **err)
+{
     const char *img = engine_image(d, spec);
     if (!img || !img[0])
         return sbx__set_error(err, SBX_EINVAL,
                               "spec.image is required for the docker provider (or the "
                               "provider config's 'image')");
-    if (!sbx__dk_engine_local(d->engine))
-        return sbx__set_error(err, SBX_ENOTSUP,
-                              "docker: the engine at %s is not on this machine, and reaching "
-                              "the agent through the engine (the remote path) is not built yet; "
-                              "use a local engine (unix socket or tcp on loopback)",
-                              sbx__dk_engine_host(d->engine));
     _cleanup_json_ json_t *ic = NULL;
     int rc = image_config(d, img, &ic, err);
     if (rc < 0)
         return rc == SBX_ENOENT ? SBX_ECREATE : rc;
     const char *user = json_string_value(json_object_get(json_object_get(ic, "Config"), "User"));
-    _cleanup_free_ char *run = sbx__printf("%s/run", box_dir);
-    if (!run)
+    _cleanup_free_ char *run = remote ? NULL : sbx__printf("%s/run", box_dir);
+    if (!remote && !run)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    if (mkdir(run, 0700) < 0 && errno != EEXIST)
+    if (run && mkdir(run, 0700) < 0 && errno != EEXIST)
         return sbx__set_errno(err, SBX_ECREATE, errno, "docker: cannot make %s", run);
     /* Unmounted by the stop hook, which the kit runs on any failure from here on too. */
-    run_dir_mount(run);
+    if (run)
+        run_dir_mount(run);
+    _cleanup_free_ char *tar = NULL;
+    size_t tar_len = 0;
+    if (remote && (rc = agent_tar(d->agent, &tar, &tar_len, err)) < 0)
+        return rc;
     _cleanup_json_ json_t *body =
-        sbx__dk_create_body(&d->cfg, spec, r->id, img, user, d->agent, run);
+        sbx__dk_create_body(&d->cfg, spec, r->id, img, user, remote ? NULL : d->agent, run);
     _cleanup_free_ char *q = sbx__printf("/containers/create?name=%s", r->id);
     if (!body || !q)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
@@ -702,6 +793,22 @@ static int dk_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec
     if (!pj || !(r->provider_json = sbx__json_dump(pj)) || !(r->image = strdup(img))) {
         sbx__dk_remove(d->engine, cid, NULL);
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    if (tar) {
+        _cleanup_free_ char *ap = sbx__printf("/containers/%s/archive?path=%s", cid,
+                                              AGENT_DIR_REMOTE);
+        _cleanup_json_ json_t *aresp = NULL;
+        if (!ap)
+            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        else if ((rc = sbx__dk_request_raw(d->engine, "PUT", ap, tar, tar_len,
+                                           "application/x-tar", &st, &aresp, err)) == SBX_OK &&
+                 st != 200)
+            rc = sbx__dk_error(err, SBX_ECREATE, st, aresp,
+                               "copying sbx-agent into container %.12s of image '%s'", cid, img);
+        if (rc < 0) {
+            sbx__dk_remove(d->engine, cid, NULL);
+            return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
+        }
     }
     _cleanup_free_ char *sp = sbx__printf("/containers/%s/start", cid);
     _cleanup_json_ json_t *sresp = NULL;
@@ -720,17 +827,84 @@ static int dk_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec
         rc = sbx__set_error(err, SBX_ECREATE,
                             "container %.12s of image '%s' stopped as it started (exit code "
                             "%lld): its agent could not run; see `docker logs %s`",
-                            cid, img, (long long)json_integer_value(json_object_get(state, "ExitCode")),
+                            cid, img,
+                            (long long)json_integer_value(json_object_get(state, "ExitCode")),
                             r->id);
     json_decref(info);
-    if (rc == SBX_OK && !(*socket_path = sbx__printf("%s/agent.sock", run)))
+    if (rc == SBX_OK && !(*cid_out = strdup(cid)))
         rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
     if (rc < 0) {
         sbx__dk_remove(d->engine, cid, NULL);
         return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
     }
+    *pid_out = (pid_t)pid;
+    return SBX_OK;
+}
+
+/* The kit's start hook for a local engine (worker thread): the agent's socket on the mount. */
+static int dk_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec, void *data,
+                    char **socket_path, pid_t *peer_pid, sbx_error **err)
+{
+    struct docker *d = data;
+    _cleanup_free_ char *cid = NULL;
+    pid_t pid = 0;
+    int rc = make_container(d, r, box_dir, spec, false, &cid, &pid, err);
+    if (rc < 0)
+        return rc;
+    if (!(*socket_path = sbx__printf("%s/run/agent.sock", box_dir))) {
+        sbx__dk_remove(d->engine, cid, NULL);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
     /* The agent is PID 1 of the container: its pid here is the engine's State.Pid. */
-    *peer_pid = (pid_t)pid;
+    *peer_pid = pid;
+    return SBX_OK;
+}
+
+/*
+ * An exec session running `sbx-agent serve --stdio` in container `cid`:
+ * the stream to it (the remote path). Blocking.
+ */
+static int open_session(struct docker *d, const char *cid, int *fd, sbx_error **err)
+{
+    json_t *cmd = json_pack("[sss]", AGENT_REMOTE, "serve", "--stdio");
+    if (cmd && d->cfg.shell) {
+        json_array_append_new(cmd, json_string("--shell"));
+        json_array_append_new(cmd, json_string(d->cfg.shell));
+    }
+    _cleanup_json_ json_t *body =
+        cmd ? json_pack("{s:b,s:b,s:b,s:b,s:s,s:o}", "AttachStdin", 1, "AttachStdout", 1,
+                        "AttachStderr", 1, "Tty", 0, "User", "0", "Cmd", cmd)
+            : NULL;
+    _cleanup_free_ char *ec = esc(cid);
+    _cleanup_free_ char *q = ec ? sbx__printf("/containers/%s/exec", ec) : NULL;
+    if (!body || !q)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    long st = 0;
+    _cleanup_json_ json_t *resp = NULL;
+    int rc = sbx__dk_request(d->engine, "POST", q, body, &st, &resp, err);
+    if (rc < 0)
+        return rc;
+    const char *id = json_string_value(json_object_get(resp, "Id"));
+    if (st != 201 || !id)
+        return sbx__dk_error(err, st == 404 ? SBX_ENOENT : SBX_EPROVIDER, st, resp,
+                             "starting the agent's exec session in container %.12s", cid);
+    return sbx__dk_session_open(d->engine, id, fd, err);
+}
+
+/* The kit's start hook for the remote path (worker thread): the agent over an exec session. */
+static int dk_start_remote(sbx_box_record *r, const char *box_dir, const sbx_spec *spec,
+                           void *data, int *fd, sbx_error **err)
+{
+    struct docker *d = data;
+    _cleanup_free_ char *cid = NULL;
+    pid_t pid = 0;
+    int rc = make_container(d, r, box_dir, spec, true, &cid, &pid, err);
+    if (rc < 0)
+        return rc;
+    if ((rc = open_session(d, cid, fd, err)) < 0) {
+        sbx__dk_remove(d->engine, cid, NULL);
+        return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
+    }
     return SBX_OK;
 }
 
@@ -947,7 +1121,10 @@ static void dk_created(sbx_op *op, sbx_box_agent *agent, const sbx_box_record *r
 static void dk_create(sbx_op *op, void *state, const sbx_spec *spec)
 {
     struct docker *d = state;
-    sbx_box_op_create_socket(op, d->store, d->pool, spec, "sbx", dk_start, d, dk_created, d);
+    if (use_remote(d))
+        sbx_box_op_create(op, d->store, d->pool, spec, "sbx", dk_start_remote, d, dk_created, d);
+    else
+        sbx_box_op_create_socket(op, d->store, d->pool, spec, "sbx", dk_start, d, dk_created, d);
 }
 
 /* --- a box's ops ---------------------------------------------------------------------- */
@@ -1198,10 +1375,13 @@ struct connect_job {
     struct dbox *b;
     char *socket;
     pid_t pid;
+    int fd; /* the remote path: the exec session's stream; -1: none */
 };
 
 static void connect_job_free(struct connect_job *j)
 {
+    if (j->fd >= 0)
+        close(j->fd);
     dbox_free(j->b);
     free(j->descriptor);
     free(j->socket);
@@ -1249,7 +1429,8 @@ static void connect_work(sbx_op *op, void *data)
             run = json_string_value(json_object_get(m, "Source"));
     }
     const char *name = json_string_value(json_object_get(info, "Name"));
-    if (rc == SBX_OK && (!run || run[0] != '/'))
+    bool remote = use_remote(j->d);
+    if (rc == SBX_OK && !remote && (!run || run[0] != '/'))
         rc = sbx__set_error(&e, SBX_EINVAL, "container %s is not an sbx docker box (no %s mount)",
                             c ? c : id, RUN_IN_BOX);
     else if (rc == SBX_OK && (!json_is_true(json_object_get(state, "Running")) ||
@@ -1259,12 +1440,15 @@ static void connect_work(sbx_op *op, void *data)
     if (rc == SBX_OK) {
         j->pid = (pid_t)json_integer_value(json_object_get(state, "Pid"));
         j->b = calloc(1, sizeof(*j->b));
-        if (!j->b || !(j->socket = sbx__printf("%s/agent.sock", run)) ||
+        if (!j->b || (!remote && !(j->socket = sbx__printf("%s/agent.sock", run))) ||
             !(j->b->container = strdup(json_string_value(json_object_get(info, "Id")) ?: "")) ||
             !(j->b->id = strdup(id ? id : name && name[0] == '/' ? name + 1 : j->b->container)) ||
             (scope && !(j->b->scope = strdup(scope))))
             rc = sbx__set_error(&e, SBX_ENOMEM, "out of memory");
     }
+    /* The remote path: a new exec session of the agent, this handle's own. */
+    if (rc == SBX_OK && remote)
+        rc = open_session(j->d, j->b->container, &j->fd, &e);
     sbx_op_complete(op, rc, e, NULL);
 }
 
@@ -1295,6 +1479,12 @@ static void connect_found(int code, sbx_error *err, void *value, void *data)
         return;
     }
     sbx_error_free(err);
+    if (j->fd >= 0) {
+        int fd = j->fd;
+        j->fd = -1;
+        sbx_box_agent_open_fd(j->op, j->d->pool, fd, 10.0, NULL, connect_opened, j);
+        return;
+    }
     sbx_box_agent_open_socket(j->op, j->d->pool, j->socket, j->pid, 10.0, NULL, connect_opened, j);
 }
 
@@ -1313,6 +1503,7 @@ static void dk_connect(sbx_op *op, void *state, const char *descriptor_json)
     }
     j->d = state;
     j->op = op;
+    j->fd = -1;
     if (sbx_op_run_blocking(inner, connect_work, j) < 0)
         sbx_op_complete(inner, SBX_EIO, sbx_error_new(SBX_EIO, "cannot queue the connect"), NULL);
 }
