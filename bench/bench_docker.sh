@@ -3,7 +3,9 @@
 # image, through Python as NeMo Gym code runs both (the reference's docker
 # provider is a wrapper around these CLI calls): create (`docker run -d`),
 # exec `echo hi` p50 (`docker exec`), 50 execs at once, and a 64 MiB file
-# in and out (`docker cp`). Prints each with the ratio; not pass/fail.
+# in and out (`docker cp`); then the same over the remote path (the agent
+# through an Engine-API exec session, as for an engine on another machine).
+# Prints each with the ratio; not pass/fail.
 #
 #   bench/bench_docker.sh [N]    (N execs for the p50, default 50; needs root and docker)
 # docker: a daemon that already answers (DOCKER_HOST, or the private one of
@@ -86,6 +88,17 @@ async def main():
         t = now(); await box.download("/tmp/blob", os.path.join(W, "back1")); sdn = now() - t
         t = now(); await sh("docker", "cp", f"{cid}:/tmp/blob", os.path.join(W, "back2")); ddn = now() - t
         assert open(os.path.join(W, "back1"), "rb").read() == open(blob, "rb").read()
+        # The remote path (exec session per handle, as for an engine on another machine).
+        rbox = sbx.AsyncSandbox({"docker": {"remote": True, "create": {"network": "none"}}}, spec)
+        t = now(); await rbox.start(); rcreate = now() - t
+        re_ = []
+        for _ in range(N):
+            t = now(); r = await rbox.exec("echo hi"); re_.append(now() - t)
+            assert r.stdout == "hi\n", r
+        t = now(); rs = await asyncio.gather(*(rbox.exec("echo hi") for _ in range(50))); r50 = now() - t
+        assert all(r.stdout == "hi\n" for r in rs)
+        t = now(); await rbox.upload(blob, "/tmp/blob"); rup = now() - t
+        await rbox.stop()
     finally:
         await box.stop()
         await sh("docker", "rm", "-f", cid)
@@ -97,6 +110,10 @@ async def main():
         ("50 execs at once", s50, "50 docker exec at once", d50),
         ("upload 64 MiB", sup, "docker cp in", dup),
         ("download 64 MiB", sdn, "docker cp out", ddn),
+        ("remote path: create", rcreate, "docker run -d", statistics.median(dc)),
+        (f"remote path: exec p50", statistics.median(re_), "docker exec", statistics.median(de)),
+        ("remote path: 50 at once", r50, "50 docker exec at once", d50),
+        ("remote path: upload 64 MiB", rup, "docker cp in", dup),
     ]
     for name, s, dname, d in rows:
         print(f"{name:<26} sbx {s * 1000:9.2f} ms   {dname:<24} {d * 1000:9.2f} ms   {d / s:7.1f}x")
