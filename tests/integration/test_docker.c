@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #define IMAGE "sbx-docker-test:1"
+#define IMAGE_USER "sbx-docker-test:user"
 
 static char dir[512];     /* the private dockerd's directory */
 static pid_t dockerd = -1;
@@ -804,6 +805,54 @@ static void test_remote(void)
 }
 
 /*
+ * An image with a USER: commands without one run as it (as `docker exec`
+ * does), on both paths, and through a handle connected by a provider
+ * configured for the other path; the entrypoint too.
+ */
+static void test_image_user(void)
+{
+    need_engine();
+    for (int remote = 0; remote < 2; remote++) {
+        char saved[2048];
+        snprintf(saved, sizeof(saved), "%s", cfg_base);
+        snprintf(cfg_base, sizeof(cfg_base), ", \"remote\": %s", remote ? "true" : "false");
+        sbx_provider *p = provider("");
+        snprintf(cfg_base, sizeof(cfg_base), ", \"remote\": %s", remote ? "false" : "true");
+        sbx_provider *other = provider("");
+        snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+        sbx_spec *spec = sbx_spec_new();
+        sbx_spec_set_image(spec, IMAGE_USER);
+        const char *const ep[] = {"sh", "-c", "id -u > /tmp/svc-uid; exec sleep 100000", NULL};
+        sbx_spec_set_entrypoint(spec, ep);
+        sbx_sandbox *sb = start(p, spec);
+        sbx_spec_free(spec);
+        sbx_exec_result *r = run(sb, "id -u; for i in $(seq 100); do [ -s /tmp/svc-uid ] && "
+                                     "break; sleep 0.05; done; cat /tmp/svc-uid",
+                                 NULL);
+        TAP_EQ_STR(out_of(r), "1000\n1000\n");
+        sbx_exec_result_free(r);
+        sbx_exec_opts *o = sbx_exec_opts_new();
+        sbx_exec_opts_set_user(o, "root");
+        r = run(sb, "id -u", o);
+        TAP_EQ_STR(out_of(r), "0\n");
+        sbx_exec_result_free(r);
+        sbx_exec_opts_free(o);
+        char *desc = NULL;
+        TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
+        sbx_sandbox *c = NULL;
+        TAP_OK(sbx_sandbox_connect(other, desc, &c, &e_));
+        free(desc);
+        r = run(c, "id -u", NULL);
+        TAP_EQ_STR(out_of(r), "1000\n");
+        sbx_exec_result_free(r);
+        stop_free(c);
+        stop_free(sb);
+        sbx_provider_free(other);
+        sbx_provider_free(p);
+    }
+}
+
+/*
  * The provider-neutral suite (test_provider_suite's plugin slot) on this
  * engine; DOCKER_HOST for the CLI it runs (`sbx ls/stop/gc`).
  */
@@ -985,6 +1034,10 @@ static void start_dockerd(void)
     snprintf(cmd, sizeof(cmd), "import %s/base.tar " IMAGE, dir);
     if (docker(out, sizeof(out), cmd) != 0)
         snprintf(why_not, sizeof(why_not), "docker import failed: %.200s", out);
+    /* The same with a USER, as images that do not run as root have. */
+    snprintf(cmd, sizeof(cmd), "import --change 'USER 1000' %s/base.tar " IMAGE_USER, dir);
+    if (!why_not[0] && docker(out, sizeof(out), cmd) != 0)
+        snprintf(why_not, sizeof(why_not), "docker import failed: %.200s", out);
 }
 
 static void stop_dockerd(void)
@@ -999,6 +1052,10 @@ static void stop_dockerd(void)
         end_dockerd(now);
         if (dockerd > 0 && dockerd != now)
             end_dockerd(dockerd);
+        /* A failed test's boxes' socket-directory tmpfs (their tests' directories are gone). */
+        run_cmd(out, sizeof(out),
+                "awk '$1 == \"sbx-docker\" && $2 ~ /^\\/tmp\\/sbx-test-.*\\/state\\/docker\\/boxes\\// "
+                "{print $2}' /proc/self/mounts | xargs -r -n1 umount -l");
         /* Whatever dockerd left mounted under its roots (a crash), then the files. */
         run_cmd(out, sizeof(out),
                 "grep -o ' %s[^ ]*' /proc/self/mounts | sort -r | xargs -r -n1 umount -l", dir);
@@ -1016,6 +1073,7 @@ int main(int argc, char **argv)
         TAP_T(test_list_stop_id, 120), TAP_T(test_entrypoint, 120),
         TAP_T(test_many, 600),         TAP_T(test_engine_restart, 300),
         TAP_T(test_tls, 120),          TAP_T(test_remote, 120),
+        TAP_T(test_image_user, 120),
         TAP_T(test_probe, 120),
         TAP_T(test_endpoint, 120),     TAP_T(test_ttl, 120),          TAP_T(test_shared_suite, 600),
     };

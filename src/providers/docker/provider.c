@@ -607,6 +607,9 @@ json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec, con
     json_object_set_new(b, "User", json_string("0"));
     json_object_set_new(labels, "sbx.sandbox", json_string("1"));
     json_object_set_new(labels, "sbx.box", json_string(id));
+    /* The image's user, for the remote path's sessions (the container's User is root). */
+    if (image_user && image_user[0])
+        json_object_set_new(labels, "sbx.user", json_string(image_user));
     for (size_t i = 0; i < sbx_spec_metadata_count(spec); i++) {
         const char *k, *v;
         sbx_spec_metadata_at(spec, i, &k, &v);
@@ -751,7 +754,7 @@ static int agent_tar(const char *agent, char **out, size_t *out_len, sbx_error *
  */
 static int make_container(struct docker *d, sbx_box_record *r, const char *box_dir,
                           const sbx_spec *spec, bool remote, char **cid_out, pid_t *pid_out,
-                          sbx_error **err)
+                          char **user_out, sbx_error **err)
 {
     const char *img = engine_image(d, spec);
     if (!img || !img[0])
@@ -831,7 +834,7 @@ static int make_container(struct docker *d, sbx_box_record *r, const char *box_d
                             (long long)json_integer_value(json_object_get(state, "ExitCode")),
                             r->id);
     json_decref(info);
-    if (rc == SBX_OK && !(*cid_out = strdup(cid)))
+    if (rc == SBX_OK && (!(*cid_out = strdup(cid)) || (user && !(*user_out = strdup(user)))))
         rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
     if (rc < 0) {
         sbx__dk_remove(d->engine, cid, NULL);
@@ -846,9 +849,9 @@ static int dk_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec
                     char **socket_path, pid_t *peer_pid, sbx_error **err)
 {
     struct docker *d = data;
-    _cleanup_free_ char *cid = NULL;
+    _cleanup_free_ char *cid = NULL, *user = NULL;
     pid_t pid = 0;
-    int rc = make_container(d, r, box_dir, spec, false, &cid, &pid, err);
+    int rc = make_container(d, r, box_dir, spec, false, &cid, &pid, &user, err);
     if (rc < 0)
         return rc;
     if (!(*socket_path = sbx__printf("%s/run/agent.sock", box_dir))) {
@@ -861,15 +864,22 @@ static int dk_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec
 }
 
 /*
- * An exec session running `sbx-agent serve --stdio` in container `cid`:
- * the stream to it (the remote path). Blocking.
+ * An exec session running `AGENT serve --stdio` (the agent's path in the
+ * container) in container `cid`: the stream to it (the remote path).
+ * Blocking.
  */
-static int open_session(struct docker *d, const char *cid, int *fd, sbx_error **err)
+static int open_session(struct docker *d, const char *cid, const char *agent, const char *user,
+                        int *fd, sbx_error **err)
 {
-    json_t *cmd = json_pack("[sss]", AGENT_REMOTE, "serve", "--stdio");
+    json_t *cmd = json_pack("[sss]", agent, "serve", "--stdio");
     if (cmd && d->cfg.shell) {
         json_array_append_new(cmd, json_string("--shell"));
         json_array_append_new(cmd, json_string(d->cfg.shell));
+    }
+    /* Commands with no user run as the image's, as on the socket path. */
+    if (cmd && user && user[0]) {
+        json_array_append_new(cmd, json_string("--user"));
+        json_array_append_new(cmd, json_string(user));
     }
     _cleanup_json_ json_t *body =
         cmd ? json_pack("{s:b,s:b,s:b,s:b,s:s,s:o}", "AttachStdin", 1, "AttachStdout", 1,
@@ -896,12 +906,12 @@ static int dk_start_remote(sbx_box_record *r, const char *box_dir, const sbx_spe
                            void *data, int *fd, sbx_error **err)
 {
     struct docker *d = data;
-    _cleanup_free_ char *cid = NULL;
+    _cleanup_free_ char *cid = NULL, *user = NULL;
     pid_t pid = 0;
-    int rc = make_container(d, r, box_dir, spec, true, &cid, &pid, err);
+    int rc = make_container(d, r, box_dir, spec, true, &cid, &pid, &user, err);
     if (rc < 0)
         return rc;
-    if ((rc = open_session(d, cid, fd, err)) < 0) {
+    if ((rc = open_session(d, cid, AGENT_REMOTE, user, fd, err)) < 0) {
         sbx__dk_remove(d->engine, cid, NULL);
         return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
     }
@@ -1429,9 +1439,19 @@ static void connect_work(sbx_op *op, void *data)
             run = json_string_value(json_object_get(m, "Source"));
     }
     const char *name = json_string_value(json_object_get(info, "Name"));
-    bool remote = use_remote(j->d);
-    if (rc == SBX_OK && !remote && (!run || run[0] != '/'))
-        rc = sbx__set_error(&e, SBX_EINVAL, "container %s is not an sbx docker box (no %s mount)",
+    /*
+     * A box made on the remote path has no bind mount: a session reaches it
+     * from anywhere. One made on the socket path is reached on its socket
+     * where the engine is local, else through a session of its agent.
+     */
+    bool remote = !run || !sbx__dk_engine_local(j->d->engine);
+    json_t *labels = json_object_get(json_object_get(info, "Config"), "Labels");
+    if (rc == SBX_OK && !json_is_string(json_object_get(labels, "sbx.sandbox")))
+        rc = sbx__set_error(&e, SBX_EINVAL, "container %s is not an sbx docker box (no "
+                                            "sbx.sandbox label)",
+                            c ? c : id);
+    else if (rc == SBX_OK && !remote && run[0] != '/')
+        rc = sbx__set_error(&e, SBX_EINVAL, "container %s: its %s mount is not a host path",
                             c ? c : id, RUN_IN_BOX);
     else if (rc == SBX_OK && (!json_is_true(json_object_get(state, "Running")) ||
                               json_integer_value(json_object_get(state, "Pid")) <= 0))
@@ -1448,7 +1468,8 @@ static void connect_work(sbx_op *op, void *data)
     }
     /* The remote path: a new exec session of the agent, this handle's own. */
     if (rc == SBX_OK && remote)
-        rc = open_session(j->d, j->b->container, &j->fd, &e);
+        rc = open_session(j->d, j->b->container, run ? AGENT_IN_BOX : AGENT_REMOTE,
+                          json_string_value(json_object_get(labels, "sbx.user")), &j->fd, &e);
     sbx_op_complete(op, rc, e, NULL);
 }
 
