@@ -853,6 +853,62 @@ static void test_image_user(void)
 }
 
 /*
+ * No host and no DOCKER_HOST: the docker CLI's current context names the
+ * engine (config.json's currentContext, or DOCKER_CONTEXT), with its own
+ * TLS files for a tcp endpoint.
+ */
+static void test_context(void)
+{
+    need_engine();
+    char out[8192];
+    const char *t = tap_tmpdir();
+    unsetenv("DOCKER_HOST");
+    TAP_EQ_INT(
+        run_cmd(out, sizeof(out),
+                "set -e; c=%s/dcfg; mkdir -p $c; echo '{\"currentContext\": \"sbxctx\"}' > "
+                "$c/config.json; h=$(printf sbxctx | sha256sum | cut -d' ' -f1); "
+                "mkdir -p $c/contexts/meta/$h; echo '{\"Name\": \"sbxctx\", \"Endpoints\": "
+                "{\"docker\": {\"Host\": \"unix://%s/docker.sock\"}}}' > "
+                "$c/contexts/meta/$h/meta.json; "
+                "h=$(printf sbxtls | sha256sum | cut -d' ' -f1); mkdir -p $c/contexts/meta/$h "
+                "$c/contexts/tls/$h/docker; echo '{\"Name\": \"sbxtls\", \"Endpoints\": "
+                "{\"docker\": {\"Host\": \"tcp://127.0.0.1:%d\"}}}' > "
+                "$c/contexts/meta/$h/meta.json; "
+                "if [ -d %s/certs ]; then cp %s/certs/ca.pem %s/certs/cert.pem %s/certs/key.pem "
+                "$c/contexts/tls/$h/docker/; fi",
+                t, dir, tls_port, dir, dir, dir, dir),
+        0);
+    char cfgdir[1024];
+    snprintf(cfgdir, sizeof(cfgdir), "%s/dcfg", t);
+    setenv("DOCKER_CONFIG", cfgdir, 1);
+    const char *cfg = "{\"docker\": {\"create\": {\"network\": \"none\"}}}";
+    const char *ctxs[] = {NULL, "sbxtls"};
+    for (int i = 0; i < 2; i++) {
+        if (ctxs[i] && tls_port <= 0)
+            continue;
+        if (ctxs[i])
+            setenv("DOCKER_CONTEXT", ctxs[i], 1);
+        sbx_provider *p = NULL;
+        TAP_OK(sbx_provider_new(cfg, &p, &e_));
+        sbx_spec *spec = image_spec();
+        sbx_sandbox *sb = start(p, spec);
+        sbx_spec_free(spec);
+        sbx_exec_result *r = run(sb, "echo by context", NULL);
+        TAP_EQ_STR(out_of(r), "by context\n");
+        sbx_exec_result_free(r);
+        stop_free(sb);
+        sbx_provider_free(p);
+    }
+    /* A context that is not there: the constructor says which. */
+    setenv("DOCKER_CONTEXT", "sbx-no-such-context", 1);
+    sbx_provider *p = NULL;
+    sbx_error *e = NULL;
+    TAP_NE_INT(sbx_provider_new(cfg, &p, &e), SBX_OK);
+    TAP_CONTAINS(sbx_error_message(e), "sbx-no-such-context");
+    sbx_error_free(e);
+}
+
+/*
  * The provider-neutral suite (test_provider_suite's plugin slot) on this
  * engine; DOCKER_HOST for the CLI it runs (`sbx ls/stop/gc`).
  */
@@ -1073,7 +1129,7 @@ int main(int argc, char **argv)
         TAP_T(test_list_stop_id, 120), TAP_T(test_entrypoint, 120),
         TAP_T(test_many, 600),         TAP_T(test_engine_restart, 300),
         TAP_T(test_tls, 120),          TAP_T(test_remote, 120),
-        TAP_T(test_image_user, 120),
+        TAP_T(test_image_user, 120),   TAP_T(test_context, 120),
         TAP_T(test_probe, 120),
         TAP_T(test_endpoint, 120),     TAP_T(test_ttl, 120),          TAP_T(test_shared_suite, 600),
     };

@@ -4,6 +4,9 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <curl/curl.h>
+#include <fcntl.h>
+#include <nettle/sha2.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <stdarg.h>
 
@@ -81,12 +84,87 @@ void sbx__dk_engine_free(sbx_dk_engine *e)
     free(e);
 }
 
+/* A small JSON file of the docker CLI's (bounded: it is input like any other). */
+static json_t *load_small_json(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    if (fd < 0)
+        return NULL;
+    json_t *j = NULL;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= (1 << 20))
+        j = json_loadfd(fd, 0, NULL);
+    close(fd);
+    return j;
+}
+
+/*
+ * The engine of the docker CLI's current context, as the CLI finds it when
+ * DOCKER_HOST is unset: $DOCKER_CONTEXT, else config.json's
+ * currentContext (in $DOCKER_CONFIG, else ~/.docker); "default" or none
+ * means the default socket. A context's endpoint is in
+ * contexts/meta/<sha256 of its name>/meta.json, its TLS files in
+ * contexts/tls/<same>/docker/. Writes the host (malloc'd) and, when the
+ * context has TLS files, their directory (malloc'd). 0 when no context
+ * applies; -1 (with `err`) for a context named but not found.
+ */
+static int context_host(char **host, char **tls_dir, sbx_error **err)
+{
+    const char *cfgdir = getenv("DOCKER_CONFIG");
+    const char *home = getenv("HOME");
+    _cleanup_free_ char *dir =
+        cfgdir && cfgdir[0] ? strdup(cfgdir) : sbx__printf("%s/.docker", home ? home : "");
+    if (!dir)
+        return 0;
+    const char *name = getenv("DOCKER_CONTEXT");
+    _cleanup_json_ json_t *cfg = NULL;
+    if (!name || !name[0]) {
+        _cleanup_free_ char *cp = sbx__printf("%s/config.json", dir);
+        cfg = cp ? load_small_json(cp) : NULL;
+        name = json_string_value(json_object_get(cfg, "currentContext"));
+    }
+    if (!name || !name[0] || !strcmp(name, "default"))
+        return 0;
+    struct sha256_ctx ctx;
+    uint8_t dg[SHA256_DIGEST_SIZE];
+    char hex[2 * SHA256_DIGEST_SIZE + 1];
+    sha256_init(&ctx);
+    sha256_update(&ctx, strlen(name), (const uint8_t *)name);
+    sha256_digest(&ctx, sizeof(dg), dg);
+    for (size_t i = 0; i < sizeof(dg); i++)
+        snprintf(hex + 2 * i, 3, "%02x", dg[i]);
+    _cleanup_free_ char *mp = sbx__printf("%s/contexts/meta/%s/meta.json", dir, hex);
+    _cleanup_json_ json_t *meta = mp ? load_small_json(mp) : NULL;
+    const char *h = json_string_value(json_object_get(
+        json_object_get(json_object_get(meta, "Endpoints"), "docker"), "Host"));
+    if (!h || !h[0]) {
+        sbx__set_error(err, SBX_EINVAL,
+                       "docker: the docker context '%s' has no engine endpoint (%s); set "
+                       "DOCKER_HOST, or the provider's 'host'",
+                       name, mp ? mp : dir);
+        return -1;
+    }
+    *host = strdup(h);
+    char *td = sbx__printf("%s/contexts/tls/%s/docker", dir, hex);
+    struct stat st;
+    if (td && stat(td, &st) == 0 && S_ISDIR(st.st_mode))
+        *tls_dir = td;
+    else
+        free(td);
+    return *host ? 1 : 0;
+}
+
 int sbx__dk_engine_new(const char *host, const char *api_version, sbx_dk_engine **out,
                        sbx_error **err)
 {
     pthread_once(&curl_once, curl_init);
+    _cleanup_free_ char *ctx_host = NULL, *ctx_tls = NULL;
     if (!host || !host[0])
         host = getenv("DOCKER_HOST");
+    if ((!host || !host[0]) && context_host(&ctx_host, &ctx_tls, err) < 0)
+        return SBX_EINVAL;
+    if ((!host || !host[0]) && ctx_host)
+        host = ctx_host;
     if (!host || !host[0])
         host = "unix:///var/run/docker.sock";
     if (api_version && api_version[0] && sbx__dk_version_num(api_version) < ENGINE_API_MIN)
@@ -113,10 +191,11 @@ int sbx__dk_engine_new(const char *host, const char *api_version, sbx_dk_engine 
         size_t hn = colon && (!close || colon > close) ? (size_t)(colon - hp) : n;
         e->local = loopback(hp, hn);
         const char *tls = getenv("DOCKER_TLS_VERIFY");
-        bool use_tls = tls && tls[0] && strcmp(tls, "0");
+        bool use_tls = (tls && tls[0] && strcmp(tls, "0")) || (ctx_tls && host == ctx_host);
         e->base = sbx__printf("%s://%.*s", use_tls ? "https" : "http", (int)n, hp);
         if (use_tls) {
-            const char *dir = getenv("DOCKER_CERT_PATH");
+            /* A context's own TLS files, else the environment's. */
+            const char *dir = ctx_tls && host == ctx_host ? ctx_tls : getenv("DOCKER_CERT_PATH");
             const char *home = getenv("HOME");
             char *d = dir && dir[0] ? strdup(dir) : sbx__printf("%s/.docker", home ? home : "");
             if (d) {
