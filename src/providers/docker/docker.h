@@ -5,6 +5,8 @@
 #include "core/internal.h"
 #include "providers/docker/engine.h"
 
+#include <sbx/box.h>
+
 #include <arpa/inet.h>
 #include <stdbool.h>
 
@@ -29,6 +31,29 @@ struct dk_config {
     double probe_timeout_s, probe_deadline_s, probe_stable_delay_s; /* deadline 0: none */
     int probe_stable_count;
 };
+
+/* The provider's state, and a box of it (provider.c). */
+struct docker {
+    struct dk_config cfg;
+    sbx_dk_engine *engine;
+    sbx_box_store *store;
+    sbx_box_pool *pool;
+    char *agent; /* the sbx-agent binary on this host */
+};
+
+struct dbox {
+    char *id;        /* the box id: also the container's name */
+    char *container; /* the container's id */
+    char *scope;     /* a connected handle's scope, or NULL */
+    sbx_box_agent *agent;
+};
+SBX_INTERNAL void sbx__dk_box_free(void *box);
+/*
+ * After the agent's hello: runs the config's probe command (probe.c) and
+ * completes the create `op` with `b`, or ends the box and fails it
+ * (SBX_EVERIFY). Loop thread.
+ */
+SBX_INTERNAL void sbx__dk_probe_start(struct docker *d, sbx_op *op, struct dbox *b);
 
 SBX_INTERNAL int sbx__dk_config_parse(const char *config_json, struct dk_config *c,
                                       sbx_error **err);

@@ -19,7 +19,6 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <uv.h>
 
 /* Where the agent and its socket directory appear inside the container. */
 #define AGENT_IN_BOX "/.sbx-agent"
@@ -32,274 +31,11 @@
 #define AGENT_DIR_REMOTE "/.sbx-bin"
 #define AGENT_REMOTE AGENT_DIR_REMOTE "/sbx-agent"
 
-/* --- config ------------------------------------------------------------------ */
-
-void sbx__dk_config_free(struct dk_config *c)
-{
-    free(c->host);
-    free(c->api_version);
-    free(c->state_dir);
-    free(c->image);
-    free(c->network);
-    free(c->shell);
-    free(c->publish_host);
-    free(c->probe_command);
-    free(c->probe_expected);
-    json_decref(c->cap_drop);
-    json_decref(c->security_opt);
-    json_decref(c->host_config);
-    memset(c, 0, sizeof(*c));
-}
-
-static int bad(sbx_error **err, int code, const char *fmt, const char *a, const char *b)
-{
-    return sbx__set_error(err, code, fmt, a, b);
-}
-
-/* A string or null at `key` of `o` into `*out` (malloc'd). */
-static int get_str(json_t *o, const char *sec, const char *key, char **out, sbx_error **err)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v))
-        return SBX_OK;
-    if (!json_is_string(v))
-        return bad(err, SBX_ETYPE, "docker: %s.%s must be a string", sec, key);
-    free(*out);
-    return (*out = strdup(json_string_value(v))) ? SBX_OK : SBX_ENOMEM;
-}
-
-static int get_bool(json_t *o, const char *sec, const char *key, bool *out, sbx_error **err)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v))
-        return SBX_OK;
-    if (!json_is_boolean(v))
-        return bad(err, SBX_ETYPE, "docker: %s.%s must be true or false", sec, key);
-    *out = json_is_true(v);
-    return SBX_OK;
-}
-
-/* A positive number or null (`*out` 0 then). */
-static int get_pos(json_t *o, const char *sec, const char *key, double *out, sbx_error **err)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v))
-        return SBX_OK;
-    if (!json_is_number(v) || json_number_value(v) <= 0)
-        return bad(err, SBX_EINVAL, "docker: %s.%s must be null or a number > 0", sec, key);
-    *out = json_number_value(v);
-    return SBX_OK;
-}
-
-/* A list of strings (a single string is a list of one, as the reference takes it). */
-static int get_list(json_t *o, const char *sec, const char *key, json_t **out, sbx_error **err)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v))
-        return SBX_OK;
-    json_t *arr = json_is_string(v) ? json_pack("[O]", v) : json_incref(v);
-    size_t i;
-    json_t *it;
-    if (!json_is_array(arr)) {
-        json_decref(arr);
-        return bad(err, SBX_ETYPE, "docker: %s.%s must be a list of strings", sec, key);
-    }
-    json_array_foreach(arr, i, it) if (!json_is_string(it))
-    {
-        json_decref(arr);
-        return bad(err, SBX_ETYPE, "docker: %s.%s must be a list of strings", sec, key);
-    }
-    json_decref(*out);
-    *out = arr;
-    return SBX_OK;
-}
-
-/* Every key of `o` must be one of `known` (the reference raises TypeError for others). */
-static int only_keys(json_t *o, const char *sec, const char *const *known, sbx_error **err)
-{
-    const char *k;
-    json_t *v;
-    json_object_foreach(o, k, v)
-    {
-        bool ok = false;
-        for (size_t i = 0; known[i] && !ok; i++)
-            ok = !strcmp(k, known[i]);
-        if (!ok) {
-            sbx_buf b = {0};
-            for (size_t i = 0; known[i]; i++)
-                sbx__buf_printf(&b, "%s%s", i ? ", " : "", known[i]);
-            int rc = sbx__set_error(err, SBX_ETYPE, "docker: unknown key '%s' in %s (known: %s)", k,
-                                    sec, b.data ? b.data : "");
-            sbx__buf_free(&b);
-            return rc;
-        }
-    }
-    return SBX_OK;
-}
-
-/* A CLI-flag list of the reference: not a thing the engine API takes; refused unless empty. */
-static int no_cli_args(json_t *o, const char *sec, const char *key, const char *instead,
-                       sbx_error **err)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v) || (json_is_array(v) && json_array_size(v) == 0))
-        return SBX_OK;
-    return sbx__set_error(err, SBX_EINVAL,
-                          "docker: %s.%s are docker CLI flags, and sbx talks to the engine API, "
-                          "not the CLI; %s",
-                          sec, key, instead);
-}
-
-int sbx__dk_config_parse(const char *config_json, struct dk_config *c, sbx_error **err)
-{
-    memset(c, 0, sizeof(*c));
-    c->apply_resource_limits = true;
-    c->pull = true;
-    c->start_timeout_s = 600;
-    c->probe_timeout_s = 30;
-    c->probe_stable_count = 1;
-    json_error_t je;
-    _cleanup_json_ json_t *root = json_loads(config_json ? config_json : "{}", 0, &je);
-    if (!json_is_object(root))
-        return sbx__set_error(err, SBX_ETYPE, "docker: the provider config must be a mapping");
-    static const char *const top[] = {"host",   "api_version", "state_dir", "pull",  "image",
-                                      "remote", "max_connections", "create", "exec", "probe",
-                                      NULL};
-    static const char *const create_keys[] = {
-        "keepalive_shell", "keepalive_cmd", "start_timeout_s", "use_init", "network",
-        "read_only", "cap_drop", "security_opt", "pids_limit", "extra_run_args",
-        "apply_resource_limits", "publish_host", "host_config", NULL};
-    static const char *const exec_keys[] = {"default_timeout_s", "extra_exec_args", "concurrency",
-                                            "exec_shell", NULL};
-    static const char *const probe_keys[] = {"command", "expected_stdout", "timeout_s",
-                                             "deadline_s", "stable_count", "stable_delay_s", NULL};
-    int rc = only_keys(root, "the docker provider config", top, err);
-    json_t *cr = json_object_get(root, "create"), *ex = json_object_get(root, "exec"),
-           *pr = json_object_get(root, "probe");
-    const char *const names[] = {"create", "exec", "probe"};
-    json_t *secs[] = {cr, ex, pr};
-    for (int i = 0; rc == SBX_OK && i < 3; i++)
-        if (secs[i] && !json_is_null(secs[i]) && !json_is_object(secs[i]))
-            rc = bad(err, SBX_ETYPE, "docker: %s must be a mapping%s", names[i], "");
-    if (rc == SBX_OK && cr)
-        rc = only_keys(cr, "create", create_keys, err);
-    if (rc == SBX_OK && ex)
-        rc = only_keys(ex, "exec", exec_keys, err);
-    if (rc == SBX_OK && pr)
-        rc = only_keys(pr, "probe", probe_keys, err);
-    if (rc == SBX_OK)
-        rc = get_str(pr, "probe", "command", &c->probe_command, err);
-    if (rc == SBX_OK)
-        rc = get_str(pr, "probe", "expected_stdout", &c->probe_expected, err);
-    /* As the reference: timeout_s is checked only when there is a command. */
-    if (rc == SBX_OK && c->probe_command)
-        rc = get_pos(pr, "probe", "timeout_s", &c->probe_timeout_s, err);
-    if (rc == SBX_OK)
-        rc = get_pos(pr, "probe", "deadline_s", &c->probe_deadline_s, err);
-    json_t *sc = json_object_get(pr, "stable_count"), *sd = json_object_get(pr, "stable_delay_s");
-    if (rc == SBX_OK && sc && !json_is_null(sc)) {
-        if (!json_is_integer(sc) || json_integer_value(sc) < 1 || json_integer_value(sc) > 1000000)
-            rc = bad(err, SBX_EINVAL, "docker: %s.%s must be an integer >= 1", "probe",
-                     "stable_count");
-        else
-            c->probe_stable_count = (int)json_integer_value(sc);
-    }
-    if (rc == SBX_OK && sd && !json_is_null(sd)) {
-        if (!json_is_number(sd) || json_number_value(sd) < 0 || json_number_value(sd) > 86400)
-            rc = bad(err, SBX_EINVAL, "docker: %s.%s must be a number >= 0", "probe",
-                     "stable_delay_s");
-        else
-            c->probe_stable_delay_s = json_number_value(sd);
-    }
-    double mc = 0;
-    if (rc == SBX_OK)
-        rc = get_str(root, "docker", "host", &c->host, err);
-    if (rc == SBX_OK)
-        rc = get_str(root, "docker", "api_version", &c->api_version, err);
-    if (rc == SBX_OK)
-        rc = get_str(root, "docker", "state_dir", &c->state_dir, err);
-    if (rc == SBX_OK)
-        rc = get_bool(root, "docker", "pull", &c->pull, err);
-    if (rc == SBX_OK)
-        rc = get_str(root, "docker", "image", &c->image, err);
-    json_t *rm = json_object_get(root, "remote");
-    if (rc == SBX_OK && rm && !json_is_null(rm)) {
-        if (!json_is_boolean(rm))
-            rc = bad(err, SBX_ETYPE, "docker: %s must be true, false or null (auto)%s", "remote",
-                     "");
-        else
-            c->remote = json_is_true(rm) ? 1 : 0;
-    } else {
-        c->remote = -1;
-    }
-    if (rc == SBX_OK)
-        rc = get_pos(root, "docker", "max_connections", &mc, err);
-    c->max_connections = mc > 1e6 ? 1000000 : (int)mc;
-    if (rc == SBX_OK)
-        rc = get_str(cr, "create", "network", &c->network, err);
-    if (rc == SBX_OK)
-        rc = get_bool(cr, "create", "read_only", &c->read_only, err);
-    if (rc == SBX_OK)
-        rc = get_bool(cr, "create", "apply_resource_limits", &c->apply_resource_limits, err);
-    if (rc == SBX_OK)
-        rc = get_list(cr, "create", "cap_drop", &c->cap_drop, err);
-    if (rc == SBX_OK)
-        rc = get_list(cr, "create", "security_opt", &c->security_opt, err);
-    if (rc == SBX_OK)
-        rc = get_pos(cr, "create", "pids_limit", &c->pids_limit, err);
-    if (rc == SBX_OK)
-        rc = get_pos(cr, "create", "start_timeout_s", &c->start_timeout_s, err);
-    if (rc == SBX_OK)
-        rc = get_str(cr, "create", "publish_host", &c->publish_host, err);
-    if (rc == SBX_OK && c->publish_host) {
-        unsigned char a[16];
-        if (inet_pton(AF_INET, c->publish_host, a) != 1 &&
-            inet_pton(AF_INET6, c->publish_host, a) != 1)
-            rc = bad(err, SBX_EINVAL, "create.publish_host must be an IPv4 or IPv6 address%s%s",
-                     "", "");
-    }
-    if (rc == SBX_OK && cr && json_object_get(cr, "host_config") &&
-        !json_is_null(json_object_get(cr, "host_config"))) {
-        c->host_config = json_incref(json_object_get(cr, "host_config"));
-        if (!json_is_object(c->host_config))
-            rc = bad(err, SBX_ETYPE, "docker: create.host_config must be a mapping (the engine "
-                                     "API's HostConfig fields)%s%s",
-                     "", "");
-    }
-    if (rc == SBX_OK)
-        rc = no_cli_args(cr, "create", "extra_run_args",
-                         "put engine HostConfig fields in create.host_config instead", err);
-    if (rc == SBX_OK)
-        rc = no_cli_args(ex, "exec", "extra_exec_args", "leave them unset", err);
-    if (rc == SBX_OK)
-        rc = get_str(ex, "exec", "exec_shell", &c->shell, err);
-    if (rc == SBX_OK && c->shell && !c->shell[0])
-        rc = bad(err, SBX_EINVAL,
-                 "exec.exec_shell must be null (auto) or a non-empty shell name/path%s%s", "",
-                 "");
-    if (rc < 0)
-        sbx__dk_config_free(c);
-    return rc;
-}
-
 /* --- provider state ------------------------------------------------------------- */
 
-struct docker {
-    struct dk_config cfg;
-    sbx_dk_engine *engine;
-    sbx_box_store *store;
-    sbx_box_pool *pool;
-    char *agent; /* the sbx-agent binary on this host */
-};
 
-struct dbox {
-    char *id;        /* the box id: also the container's name */
-    char *container; /* the container's id */
-    char *scope;     /* a connected handle's scope, or NULL */
-    sbx_box_agent *agent;
-};
 
-static void dbox_free(void *box)
+void sbx__dk_box_free(void *box)
 {
     struct dbox *b = box;
     if (!b)
@@ -918,187 +654,6 @@ static int dk_start_remote(sbx_box_record *r, const char *box_dir, const sbx_spe
     return SBX_OK;
 }
 
-/*
- * The reference's readiness probe (providers-local.md §0), run through the
- * agent once it said hello: the command until it passes stable_count times
- * in a row; without a deadline one failure is fatal, with one it retries
- * until the deadline. A failure ends the box (container and record) and
- * completes the create with SBX_EVERIFY. Loop thread.
- */
-struct probe {
-    struct docker *d;
-    sbx_op *op; /* the create */
-    struct dbox *b;
-    sbx_exec_opts *opts;
-    int passed;
-    double deadline; /* monotonic seconds; 0: none */
-    char *detail;    /* the last failure */
-    uv_timer_t timer;
-    bool timer_on;
-    sbx_error *err; /* the failure being reported, while the box is ended */
-};
-
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void probe_free_cb(uv_handle_t *h)
-{
-    free(h->data);
-}
-
-static void probe_free(struct probe *pr)
-{
-    sbx_exec_opts_free(pr->opts);
-    free(pr->detail);
-    dbox_free(pr->b);
-    sbx_error_free(pr->err);
-    if (pr->timer_on) {
-        pr->timer.data = pr;
-        uv_close((uv_handle_t *)&pr->timer, probe_free_cb);
-    } else {
-        free(pr);
-    }
-}
-
-static void probe_failed_closed(int code, sbx_error *err, void *value, void *data)
-{
-    (void)code;
-    (void)value;
-    struct probe *pr = data;
-    if (err)
-        sbx_log(SBX_LOG_WARNING, "docker: ending box %s after its failed probe: %s", pr->b->id,
-                sbx_error_message(err));
-    sbx_error_free(err);
-    sbx_op *op = pr->op;
-    sbx_error *e = pr->err;
-    pr->err = NULL;
-    probe_free(pr);
-    sbx_op_complete(op, sbx_error_code(e), e, NULL);
-}
-
-/* Ends the box (the kit's close: container and record), then fails the create with `e`. */
-static void probe_fail(struct probe *pr, sbx_error *e)
-{
-    pr->err = e;
-    sbx_op *inner = sbx__op_new(sbx__op_provider(pr->op), probe_failed_closed, pr);
-    if (!inner) {
-        probe_failed_closed(SBX_ENOMEM, NULL, NULL, pr);
-        return;
-    }
-    sbx_box_agent *a = pr->b->agent;
-    pr->b->agent = NULL;
-    sbx_box_op_close(inner, pr->d->store, a, pr->b->id);
-}
-
-static void probe_attempt(struct probe *pr);
-
-static void probe_timer(uv_timer_t *t)
-{
-    probe_attempt(t->data);
-}
-
-static void probe_done(int code, sbx_error *err, void *value, void *data)
-{
-    struct probe *pr = data;
-    sbx_exec_result *r = value;
-    const char *want = pr->d->cfg.probe_expected;
-    const char *out = r ? sbx_exec_result_stdout(r, NULL) : NULL;
-    bool pass = code == SBX_OK && r && sbx_exec_result_return_code(r) == 0 &&
-                (!want || strstr(out ? out : "", want));
-    if (pass) {
-        pr->passed++;
-    } else {
-        pr->passed = 0;
-        char *stderr_text = r && sbx_exec_result_stderr(r, NULL)
-                                ? strdup(sbx_exec_result_stderr(r, NULL))
-                                : strdup(err ? sbx_error_message(err) : "");
-        if (stderr_text) {
-            /* Python's str.strip(), as the reference's detail shows it. */
-            size_t n = strlen(stderr_text);
-            while (n && strchr(" \t\r\n\v\f", stderr_text[n - 1]))
-                stderr_text[--n] = 0;
-            size_t lead = strspn(stderr_text, " \t\r\n\v\f");
-            memmove(stderr_text, stderr_text + lead, n - lead + 1);
-        }
-        _cleanup_free_ char *rep = stderr_text ? sbx__repr(stderr_text) : NULL;
-        free(stderr_text);
-        free(pr->detail);
-        pr->detail = sbx__printf("return_code=%d, stderr=%s",
-                                 r ? sbx_exec_result_return_code(r) : 125, rep ? rep : "''");
-    }
-    sbx_exec_result_free(r);
-    sbx_error_free(err);
-    if (pass && pr->passed >= pr->d->cfg.probe_stable_count) {
-        sbx_op *op = pr->op;
-        struct dbox *b = pr->b;
-        pr->b = NULL;
-        probe_free(pr);
-        sbx_op_complete(op, SBX_OK, NULL, b);
-        return;
-    }
-    if (sbx_op_cancelled(pr->op)) {
-        probe_fail(pr, sbx_error_new(SBX_ECANCELED, "create cancelled"));
-        return;
-    }
-    const char *detail = pr->detail ? pr->detail : "no probe attempt completed";
-    if (!pass && pr->deadline <= 0) {
-        probe_fail(pr, sbx_error_new(SBX_EVERIFY, "sandbox '%s' failed readiness probe: %s",
-                                     pr->b->id, detail));
-        return;
-    }
-    if (pr->deadline > 0 && mono() >= pr->deadline) {
-        char g[32];
-        sbx__fmt_g(pr->d->cfg.probe_deadline_s, g, sizeof(g));
-        probe_fail(pr, sbx_error_new(SBX_EVERIFY,
-                                     "sandbox '%s' did not pass readiness probe within %ss: %s",
-                                     pr->b->id, g, detail));
-        return;
-    }
-    double delay = pr->d->cfg.probe_stable_delay_s;
-    if (delay > 0) {
-        if (!pr->timer_on) {
-            uv_timer_init(sbx_op_loop(pr->op), &pr->timer);
-            pr->timer.data = pr;
-            pr->timer_on = true;
-        }
-        uv_timer_start(&pr->timer, probe_timer, (uint64_t)(delay * 1000.0), 0);
-        return;
-    }
-    probe_attempt(pr);
-}
-
-static void probe_attempt(struct probe *pr)
-{
-    sbx_op *inner = sbx__op_new(sbx__op_provider(pr->op), probe_done, pr);
-    if (!inner) {
-        probe_fail(pr, sbx_error_new(SBX_ENOMEM, "out of memory"));
-        return;
-    }
-    sbx_box_exec(inner, pr->b->agent, pr->d->cfg.probe_command, pr->opts, NULL);
-}
-
-static void probe_start(struct docker *d, sbx_op *op, struct dbox *b)
-{
-    struct probe *pr = calloc(1, sizeof(*pr));
-    sbx_exec_opts *o = pr ? sbx_exec_opts_new() : NULL;
-    if (!o) {
-        free(pr);
-        /* Out of memory: the container and record stay for gc, as in dk_created. */
-        dbox_free(b);
-        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
-        return;
-    }
-    sbx_exec_opts_set_timeout(o, d->cfg.probe_timeout_s);
-    *pr = (struct probe){.d = d, .op = op, .b = b, .opts = o};
-    if (d->cfg.probe_deadline_s > 0)
-        pr->deadline = mono() + d->cfg.probe_deadline_s;
-    probe_attempt(pr);
-}
-
 static void dk_created(sbx_op *op, sbx_box_agent *agent, const sbx_box_record *r, int code,
                        sbx_error *err, void *data)
 {
@@ -1116,13 +671,13 @@ static void dk_created(sbx_op *op, sbx_box_agent *agent, const sbx_box_record *r
     if (!b || !b->id || !b->container) {
         if (!b)
             sbx_box_agent_free(agent);
-        dbox_free(b);
+        sbx__dk_box_free(b);
         /* The record and container stay for gc: there is no memory to end them now. */
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return;
     }
     if (d->cfg.probe_command) {
-        probe_start(d, op, b);
+        sbx__dk_probe_start(d, op, b);
         return;
     }
     sbx_op_complete(op, SBX_OK, NULL, b);
@@ -1392,7 +947,7 @@ static void connect_job_free(struct connect_job *j)
 {
     if (j->fd >= 0)
         close(j->fd);
-    dbox_free(j->b);
+    sbx__dk_box_free(j->b);
     free(j->descriptor);
     free(j->socket);
     free(j);
@@ -1558,7 +1113,7 @@ SBX_INTERNAL const struct sbx_provider_ops sbx__docker_provider = {
     .status = dk_status,
     .close = dk_close,
     .box_id = dk_box_id,
-    .box_free = dbox_free,
+    .box_free = sbx__dk_box_free,
     .endpoint = dk_endpoint,
     .serialize = dk_serialize,
     .connect = dk_connect,
