@@ -5,7 +5,9 @@
  * host directory (the box's directory in the kit's store) mounted into the
  * container, so exec, files and status go through the agent at fork speed
  * (the kit's client, as for linux and local) while `docker ps` shows the box
- * and `docker rm -f` ends it. docs/providers/docker.md.
+ * and `docker rm -f` ends it. For an engine elsewhere (the remote path) the
+ * agent is copied in through the archive API instead and reached through an
+ * Engine-API exec session (session.c). docs/providers/docker.md.
  *
  * Everything that talks to the engine blocks, so it runs on the worker pool;
  * the agent is on the loop thread, as the kit requires.
