@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -332,6 +334,35 @@ static void test_bad_config(void)
         TAP_NE_INT(sbx_provider_new(bad[i][0], &p, &e), SBX_OK);
         TAP_CONTAINS(sbx_error_message(e), bad[i][1]);
         sbx_error_free(e);
+    }
+    /* An engine that accepts and never answers: bounded by create.start_timeout_s. */
+    {
+        char path[1024], hcfg[1400];
+        snprintf(path, sizeof(path), "%s/mute.sock", tap_tmpdir());
+        int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        if (strlen(path) >= sizeof(sa.sun_path))
+            TAP_SKIP("the temporary directory's path is too long for a unix socket");
+        memcpy(sa.sun_path, path, strlen(path) + 1);
+        TAP_EQ_INT(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        TAP_EQ_INT(listen(l, 16), 0);
+        snprintf(hcfg, sizeof(hcfg),
+                 "{\"docker\": {\"host\": \"unix://%s\", \"create\": {\"start_timeout_s\": "
+                 "0.5}}}",
+                 path);
+        sbx_provider *mp = NULL;
+        TAP_OK(sbx_provider_new(hcfg, &mp, &e_));
+        sbx_spec *ms = image_spec();
+        sbx_sandbox *msb = NULL;
+        sbx_error *me = NULL;
+        TAP_OK(sbx_sandbox_new(mp, ms, &msb, &e_));
+        TAP_EQ_INT(sbx_sandbox_start(msb, NULL, &me), SBX_ETIMEDOUT);
+        TAP_CONTAINS(sbx_error_message(me), "took more than 0.5s");
+        sbx_error_free(me);
+        sbx_sandbox_free(msb);
+        sbx_spec_free(ms);
+        sbx_provider_free(mp);
+        close(l);
     }
     /* An engine nobody answers at: the error names it. */
     sbx_provider *p = NULL;

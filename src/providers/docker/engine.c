@@ -24,6 +24,7 @@ struct sbx_dk_engine {
     char *base;   /* "http://localhost" (unix) or "http(s)://h:p" */
     char *cert, *key, *ca; /* TLS client files, or NULL */
     bool local;
+    long timeout_ms; /* a bound on each request (0: none); exec sessions are not bounded */
     pthread_mutex_t lock;
     char version[16]; /* negotiated, "" until then */
 };
@@ -225,6 +226,11 @@ int sbx__dk_engine_new(const char *host, const char *api_version, sbx_dk_engine 
     return SBX_OK;
 }
 
+void sbx__dk_engine_set_timeout(sbx_dk_engine *e, double seconds)
+{
+    e->timeout_ms = seconds > 0 ? (long)(seconds * 1000.0) : 0;
+}
+
 const char *sbx__dk_engine_host(const sbx_dk_engine *e)
 {
     return e->host;
@@ -345,6 +351,8 @@ static int exchange(sbx_dk_engine *e, const char *method, const char *url_path, 
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, s);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
+    if (e->timeout_ms > 0)
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, e->timeout_ms);
     CURLcode cc = curl_easy_perform(c);
     long st = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
@@ -358,6 +366,11 @@ static int exchange(sbx_dk_engine *e, const char *method, const char *url_path, 
         return sbx__set_error(err, SBX_EPROVIDER,
                               "docker engine at %s: the answer to %s %s passed %zu MiB; refused",
                               e->host, method, url_path, ENGINE_MAX_BODY >> 20);
+    if (cc == CURLE_OPERATION_TIMEDOUT)
+        return sbx__set_error(err, SBX_ETIMEDOUT,
+                              "docker engine at %s: %s %s took more than %gs "
+                              "(create.start_timeout_s)",
+                              e->host, method, url_path, e->timeout_ms / 1000.0);
     if (cc != CURLE_OK)
         return sbx__set_error(err, SBX_EPROVIDER,
                               "cannot reach the docker engine at %s (%s %s): %s; is dockerd "

@@ -29,6 +29,8 @@ typedef struct sbx_dk_engine sbx_dk_engine;
 SBX_INTERNAL int sbx__dk_engine_new(const char *host, const char *api_version,
                                     sbx_dk_engine **out, sbx_error **err);
 SBX_INTERNAL void sbx__dk_engine_free(sbx_dk_engine *e);
+/* Bounds every later request (but exec sessions) to `seconds` (<= 0: none). */
+SBX_INTERNAL void sbx__dk_engine_set_timeout(sbx_dk_engine *e, double seconds);
 /* The host as resolved ("unix:///var/run/docker.sock"). */
 SBX_INTERNAL const char *sbx__dk_engine_host(const sbx_dk_engine *e);
 /*

@@ -195,6 +195,8 @@ static int dk_init(const char *config_json, void **state, sbx_error **err)
     }
     if ((rc = sbx__dk_engine_new(d->cfg.host, d->cfg.api_version, &d->engine, err)) < 0)
         goto fail;
+    /* The reference bounds `docker run` (pull included) by it: here each engine request. */
+    sbx__dk_engine_set_timeout(d->engine, d->cfg.start_timeout_s);
     if (!(d->agent = sbx_box_find_agent())) {
         rc = sbx__set_error(err, SBX_EINVAL,
                             "docker: cannot find the sbx-agent binary to mount into containers "
