@@ -182,6 +182,28 @@ SBX_EXPORT void sbx_box_op_create(sbx_op *op, sbx_box_store *s, sbx_box_pool *po
                                   sbx_box_start_fn start, void *start_data, sbx_box_created_cb cb,
                                   void *cb_data);
 /*
+ * A start hook for a box whose agent listens on a unix socket (a container
+ * with the agent as its init, a VM) rather than on a stream handed back:
+ * as sbx_box_start_fn, but writes `*socket_path` (malloc'd; the caller frees
+ * it) and `*peer_pid`, the process that must be listening there (> 0: checked
+ * with SO_PEERCRED before a byte is sent; 0: unchecked, only for a socket in
+ * a directory nobody else can write).
+ */
+typedef int (*sbx_box_start_socket_fn)(sbx_box_record *r, const char *box_dir,
+                                       const sbx_spec *spec, void *data, char **socket_path,
+                                       pid_t *peer_pid, sbx_error **err);
+/*
+ * sbx_box_op_create for such a box: the agent is reached with
+ * sbx_box_agent_open_socket (retried until it listens, within the spec's
+ * ready_timeout), so its pooled connection may be closed when idle past the
+ * pool's cap and reopened on the next op. Everything else as
+ * sbx_box_op_create, failures included.
+ */
+SBX_EXPORT void sbx_box_op_create_socket(sbx_op *op, sbx_box_store *s, sbx_box_pool *pool,
+                                         const sbx_spec *spec, const char *id_prefix,
+                                         sbx_box_start_socket_fn start, void *start_data,
+                                         sbx_box_created_cb cb, void *cb_data);
+/*
  * A provider's close op for an owned box: frees `agent` (its connection
  * closes: an agent on stdio then exits), then on the worker pool ends box
  * `id` and removes its record as sbx_box_store_stop does, and completes `op`

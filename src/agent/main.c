@@ -375,7 +375,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: sbx-agent init (--listen PATH | --listen-fd N) [--ready-fd N] [--root DIR]\n"
-            "                      [--shell SH] [--user USER] [-- ENTRYPOINT...]\n"
+            "                      [--shell SH] [--user USER] [--ttl SECONDS] [-- ENTRYPOINT...]\n"
             "       sbx-agent serve --stdio [--root DIR] [--shell SH]\n"
             "       sbx-agent builtin [--root DIR] NAME ARGS...\n"
             "       sbx-agent --version\n");
@@ -410,6 +410,7 @@ static void raise_fd_limit(void)
 }
 
 const char *agent_default_user = NULL;
+static int64_t ttl_ms; /* --ttl in ms; 0: none */
 const char *agent_shell_path = "/bin/sh";
 const char *agent_shell_arg0 = "sh";
 
@@ -555,6 +556,16 @@ int main(int argc, char **argv)
             }
         } else if (strcmp(a, "--user") == 0 && i + 1 < argc) {
             agent_default_user = argv[++i];
+        } else if (strcmp(a, "--ttl") == 0 && i + 1 < argc) {
+            /* The box's time to live: the agent (its init) ends it when it passes. */
+            char *end;
+            errno = 0;
+            long long t = strtoll(argv[++i], &end, 10);
+            if (errno || *end || t < 1 || t > (1LL << 31)) {
+                fprintf(stderr, "sbx-agent: --ttl needs a number of seconds >= 1\n");
+                return 2;
+            }
+            ttl_ms = t * 1000;
         } else if (strcmp(a, "--stdio") == 0) {
             stdio = true;
         } else {
@@ -657,9 +668,19 @@ int main(int argc, char **argv)
         close(ready_fd);
     }
 
+    int64_t ttl_end = ttl_ms > 0 ? agent_now_ms() + ttl_ms : -1;
     struct epoll_event evs[64];
     while (!stopping && !exit_when_idle) {
         int timeout = exec_check_timeouts();
+        if (ttl_end >= 0) {
+            int64_t left = ttl_end - agent_now_ms();
+            if (left <= 0) {
+                agent_log("the box's ttl passed: stopping");
+                break;
+            }
+            if (timeout < 0 || left < timeout)
+                timeout = (int)(left > 1 << 30 ? 1 << 30 : left);
+        }
         int n = epoll_wait(epfd, evs, 64, timeout);
         if (n < 0 && errno != EINTR) {
             agent_log("epoll_wait: %s", strerror(errno));

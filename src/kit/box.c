@@ -1038,11 +1038,14 @@ struct create {
     const sbx_spec *spec;
     char prefix[40];
     sbx_box_start_fn start;
+    sbx_box_start_socket_fn start_socket; /* instead of start: the agent listens on a socket */
     void *start_data;
     sbx_box_created_cb cb;
     void *cb_data;
     sbx_box_record rec;
     int fd;
+    char *socket;   /* start_socket's agent socket */
+    pid_t peer_pid; /* and the process that must listen on it */
     int code;       /* of the failure being cleaned up */
     sbx_error *err; /* its error */
 };
@@ -1053,6 +1056,7 @@ static void create_free(struct create *k)
     if (k->fd >= 0)
         close(k->fd);
     sbx_error_free(k->err);
+    free(k->socket);
     free(k);
 }
 
@@ -1142,6 +1146,11 @@ static void create_started(int code, sbx_error *err, void *value, void *data)
     double t = 60.0;
     if (!sbx_spec_get_ready_timeout(k->spec, &t) || t <= 0)
         t = 60.0;
+    if (k->socket) {
+        sbx_box_agent_open_socket(k->op, k->pool, k->socket, k->peer_pid, t, k->rec.workdir,
+                                  create_ready, k);
+        return;
+    }
     int fd = k->fd;
     sbx_box_agent_open_fd(k->op, k->pool, fd, t, k->rec.workdir, create_ready, k);
 }
@@ -1171,7 +1180,9 @@ static void create_work(sbx_op *op, void *data)
      */
     k->rec.creating = 1;
     if ((rc = sbx_box_record_write(k->s, &k->rec, &e)) < 0 ||
-        (rc = k->start(&k->rec, dir, k->spec, k->start_data, &k->fd, &e)) < 0) {
+        (rc = k->start_socket ? k->start_socket(&k->rec, dir, k->spec, k->start_data,
+                                                &k->socket, &k->peer_pid, &e)
+                              : k->start(&k->rec, dir, k->spec, k->start_data, &k->fd, &e)) < 0) {
         sbx_op_complete(op, rc, e, NULL);
         return;
     }
@@ -1185,9 +1196,10 @@ static void create_work(sbx_op *op, void *data)
     sbx_op_complete(op, SBX_OK, NULL, NULL);
 }
 
-void sbx_box_op_create(sbx_op *op, sbx_box_store *s, sbx_box_pool *pool, const sbx_spec *spec,
-                       const char *id_prefix, sbx_box_start_fn start, void *start_data,
-                       sbx_box_created_cb cb, void *cb_data)
+static void op_create(sbx_op *op, sbx_box_store *s, sbx_box_pool *pool, const sbx_spec *spec,
+                      const char *id_prefix, sbx_box_start_fn start,
+                      sbx_box_start_socket_fn start_socket, void *start_data,
+                      sbx_box_created_cb cb, void *cb_data)
 {
     struct create *k = calloc(1, sizeof(*k));
     if (!k) {
@@ -1199,6 +1211,7 @@ void sbx_box_op_create(sbx_op *op, sbx_box_store *s, sbx_box_pool *pool, const s
                          .pool = pool,
                          .spec = spec,
                          .start = start,
+                         .start_socket = start_socket,
                          .start_data = start_data,
                          .cb = cb,
                          .cb_data = cb_data,
@@ -1212,6 +1225,21 @@ void sbx_box_op_create(sbx_op *op, sbx_box_store *s, sbx_box_pool *pool, const s
     }
     if (sbx_op_run_blocking(inner, create_work, k) < 0)
         sbx_op_complete(inner, SBX_EIO, sbx_error_new(SBX_EIO, "cannot queue the create"), NULL);
+}
+
+void sbx_box_op_create(sbx_op *op, sbx_box_store *s, sbx_box_pool *pool, const sbx_spec *spec,
+                       const char *id_prefix, sbx_box_start_fn start, void *start_data,
+                       sbx_box_created_cb cb, void *cb_data)
+{
+    op_create(op, s, pool, spec, id_prefix, start, NULL, start_data, cb, cb_data);
+}
+
+void sbx_box_op_create_socket(sbx_op *op, sbx_box_store *s, sbx_box_pool *pool,
+                              const sbx_spec *spec, const char *id_prefix,
+                              sbx_box_start_socket_fn start, void *start_data,
+                              sbx_box_created_cb cb, void *cb_data)
+{
+    op_create(op, s, pool, spec, id_prefix, NULL, start, start_data, cb, cb_data);
 }
 
 void sbx_box_op_close(sbx_op *op, sbx_box_store *s, sbx_box_agent *agent, const char *id)

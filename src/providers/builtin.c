@@ -3,10 +3,12 @@
 
 SBX_INTERNAL extern const struct sbx_provider_ops sbx__local_provider;
 SBX_INTERNAL extern const struct sbx_provider_ops sbx__linux_provider;
+SBX_INTERNAL extern const struct sbx_provider_ops sbx__docker_provider;
 
 static const struct sbx_provider_ops *const builtins[] = {
     &sbx__linux_provider,
     &sbx__local_provider,
+    &sbx__docker_provider,
     NULL,
 };
 

@@ -495,7 +495,7 @@ static void test_unknown_provider(void)
     struct proc p = SBX("run", "--provider", "nope", "--", "true");
     EXPECT_CODE(p, 2);
     TAP_CONTAINS(p.err, "sbx: Unknown sandbox provider 'nope'");
-    TAP_CONTAINS(p.err, "fake, fake_basic, linux, local");
+    TAP_CONTAINS(p.err, "docker, fake, fake_basic, linux, local");
     proc_free(&p);
     /* The same through SBX_PROVIDER, the default's override. */
     setenv("SBX_PROVIDER", "nope2", 1);
@@ -535,26 +535,28 @@ static void test_providers(void)
     unsetenv("SBX_PLUGIN_PATH");
     struct proc p = SBX("providers");
     EXPECT_CODE(p, 0);
-    TAP_EQ_STR(p.out, "linux\nlocal\n");
+    TAP_EQ_STR(p.out, "docker\nlinux\nlocal\n");
     proc_free(&p);
     p = SBX("run", "--provider", "fake", "--", "exit", "0");
     EXPECT_CODE(p, 2);
-    TAP_CONTAINS(p.err, "Unknown sandbox provider 'fake'. Available providers: linux, local");
+    TAP_CONTAINS(p.err,
+                 "Unknown sandbox provider 'fake'. Available providers: docker, linux, local");
     proc_free(&p);
     /* The plugin's providers join them. */
     setenv("SBX_PLUGIN_PATH", plugin, 1);
     free(plugin);
     p = SBX("providers");
     EXPECT_CODE(p, 0);
-    TAP_EQ_STR(p.out, "fake\nfake_basic\nlinux\nlocal\n");
+    TAP_EQ_STR(p.out, "docker\nfake\nfake_basic\nlinux\nlocal\n");
     proc_free(&p);
     p = SBX("providers", "--json");
     EXPECT_CODE(p, 0);
     json_t *v = parse_json(p.out);
-    TAP_EQ_INT(json_array_size(v), 4);
-    TAP_EQ_STR(json_string_value(json_array_get(v, 0)), "fake");
-    TAP_EQ_STR(json_string_value(json_array_get(v, 2)), "linux");
-    TAP_EQ_STR(json_string_value(json_array_get(v, 3)), "local");
+    TAP_EQ_INT(json_array_size(v), 5);
+    TAP_EQ_STR(json_string_value(json_array_get(v, 0)), "docker");
+    TAP_EQ_STR(json_string_value(json_array_get(v, 1)), "fake");
+    TAP_EQ_STR(json_string_value(json_array_get(v, 3)), "linux");
+    TAP_EQ_STR(json_string_value(json_array_get(v, 4)), "local");
     json_decref(v);
     proc_free(&p);
 }

@@ -59,8 +59,8 @@ else nok "the installed local.yaml runs a box" "$out"; fi
 
 # The test doubles (tests/fakes) are not part of what is installed.
 out=$(env -u SBX_PLUGIN_PATH "$prefix/bin/sbx" providers 2>&1)
-if [ "$out" = "$(printf 'linux\nlocal')" ] && ! find "$prefix" -name '*fake*' | grep -q .; then
-  ok "the installed sbx has no test providers: sbx providers lists linux and local"
+if [ "$out" = "$(printf 'docker\nlinux\nlocal')" ] && ! find "$prefix" -name '*fake*' | grep -q .; then
+  ok "the installed sbx has no test providers: sbx providers lists docker, linux and local"
 else nok "the installed sbx lists test providers" "$out" "$(find "$prefix" -name '*fake*')"; fi
 
 out=$(bash -c 'source "$1"; COMP_WORDS=(sbx ru); COMP_CWORD=1; _sbx; echo "${COMPREPLY[*]}";

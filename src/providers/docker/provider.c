@@ -1,0 +1,1129 @@
+/*
+ * The docker provider: boxes are ordinary containers made through the Docker
+ * Engine API (engine.c), with the static sbx-agent bind-mounted read-only
+ * and run as the container's init. The agent listens on a unix socket in a
+ * host directory (the box's directory in the kit's store) mounted into the
+ * container, so exec, files and status go through the agent at fork speed
+ * (the kit's client, as for linux and local) while `docker ps` shows the box
+ * and `docker rm -f` ends it. For an engine elsewhere (the remote path) the
+ * agent is copied in through the archive API instead and reached through an
+ * Engine-API exec session (session.c). docs/providers/docker.md.
+ *
+ * Everything that talks to the engine blocks, so it runs on the worker pool;
+ * the agent is on the loop thread, as the kit requires.
+ */
+#include "providers/docker/docker.h"
+
+#include <sbx/box.h>
+
+#include <curl/curl.h>
+#include <math.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/* Where the agent and its socket directory appear inside the container. */
+#define AGENT_IN_BOX "/.sbx-agent"
+#define RUN_IN_BOX "/.sbx"
+#define SOCKET_IN_BOX RUN_IN_BOX "/agent.sock"
+/*
+ * The remote path's agent: copied (archive API) into an anonymous volume,
+ * which a read-only root still takes, and removed with the container.
+ */
+#define AGENT_DIR_REMOTE "/.sbx-bin"
+#define AGENT_REMOTE AGENT_DIR_REMOTE "/sbx-agent"
+
+/* --- provider state ------------------------------------------------------------- */
+
+
+
+void sbx__dk_box_free(void *box)
+{
+    struct dbox *b = box;
+    if (!b)
+        return;
+    sbx_box_agent_free(b->agent);
+    free(b->id);
+    free(b->container);
+    free(b->scope);
+    free(b);
+}
+
+/* The container a record names: its id when the record has one, else its name (the box id). */
+static char *record_container(const sbx_box_record *r)
+{
+    _cleanup_json_ json_t *p = r->provider_json ? json_loads(r->provider_json, 0, NULL) : NULL;
+    const char *c = json_string_value(json_object_get(p, "container"));
+    return strdup(c && c[0] ? c : r->id);
+}
+
+/* Path-safe for a URL: container ids and names are [A-Za-z0-9_.-]; anything else is escaped. */
+static char *esc(const char *s)
+{
+    char *e = curl_easy_escape(NULL, s, 0);
+    char *out = e ? strdup(e) : NULL;
+    curl_free(e);
+    return out;
+}
+
+/*
+ * Removes container `c` with its anonymous volumes; a container already gone
+ * is success (close is idempotent, as the reference's "No such container").
+ */
+int sbx__dk_remove(sbx_dk_engine *e, const char *c, sbx_error **err)
+{
+    _cleanup_free_ char *ec = esc(c);
+    _cleanup_free_ char *path = ec ? sbx__printf("/containers/%s?force=1&v=1", ec) : NULL;
+    if (!path)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    long st = 0;
+    _cleanup_json_ json_t *resp = NULL;
+    int rc = sbx__dk_request(e, "DELETE", path, NULL, &st, &resp, err);
+    if (rc < 0)
+        return rc;
+    if (st == 204 || st == 200 || st == 404)
+        return SBX_OK;
+    /* 409 "removal already in progress": someone else is removing it. */
+    if (st == 409 && strstr(json_string_value(json_object_get(resp, "message")) ?: "", "in progress"))
+        return SBX_OK;
+    return sbx__dk_error(err, SBX_EPROVIDER, st, resp, "removing container %s", c);
+}
+
+/* GET /containers/C/json: SBX_ENOENT for a container that is not there. */
+int sbx__dk_inspect(sbx_dk_engine *e, const char *c, json_t **out, sbx_error **err)
+{
+    _cleanup_free_ char *ec = esc(c);
+    _cleanup_free_ char *path = ec ? sbx__printf("/containers/%s/json", ec) : NULL;
+    if (!path)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    long st = 0;
+    json_t *resp = NULL;
+    int rc = sbx__dk_request(e, "GET", path, NULL, &st, &resp, err);
+    if (rc < 0)
+        return rc;
+    if (st == 200 && json_is_object(resp)) {
+        *out = resp;
+        return SBX_OK;
+    }
+    rc = sbx__dk_error(err, st == 404 ? SBX_ENOENT : SBX_EPROVIDER, st, resp,
+                       "inspecting container %s", c);
+    json_decref(resp);
+    return rc;
+}
+
+/* The store's hooks: a box is its container, not a host process. Worker threads. */
+static int hook_alive(const sbx_box_record *r, void *data)
+{
+    struct docker *d = data;
+    _cleanup_free_ char *c = record_container(r);
+    json_t *j = NULL;
+    sbx_error *e = NULL;
+    int rc = c ? sbx__dk_inspect(d->engine, c, &j, &e) : SBX_ENOMEM;
+    sbx_error_free(e);
+    /* An engine that does not answer says nothing: the box is not taken for dead. */
+    int alive = rc == SBX_ENOENT ? 0
+                : rc < 0         ? 1
+                                 : json_is_true(json_object_get(json_object_get(j, "State"),
+                                                                "Running"));
+    json_decref(j);
+    return alive;
+}
+
+/* The host directory mounted at /.sbx in box `id`'s container (the agent's socket). */
+static char *run_dir(const struct docker *d, const char *id)
+{
+    return sbx__printf("%s/boxes/%s/run", sbx_box_store_path(d->store), id);
+}
+
+/*
+ * The socket directory is writable from inside the container (the agent
+ * makes its socket there), so it gets a tiny tmpfs of its own: a box cannot
+ * fill the host's /run through it. Where mounting is not allowed (no
+ * CAP_SYS_ADMIN: a rootless engine's user) it stays a plain directory.
+ */
+static void run_dir_mount(const char *run)
+{
+    if (mount("sbx-docker", run, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "size=64k,nr_inodes=64,mode=0700") < 0)
+        sbx_log(SBX_LOG_DEBUG, "docker: no tmpfs for %s (%s): a plain directory", run,
+                strerror(errno));
+}
+
+/* After the container is gone; not a mount point (never mounted, done already) is fine. */
+static void run_dir_umount(const char *run)
+{
+    if (umount2(run, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT &&
+        errno != EPERM)
+        sbx_log(SBX_LOG_WARNING, "docker: cannot unmount %s: %s", run, strerror(errno));
+}
+
+static int hook_stop(const sbx_box_record *r, void *data, sbx_error **err)
+{
+    struct docker *d = data;
+    _cleanup_free_ char *c = record_container(r);
+    _cleanup_free_ char *run = run_dir(d, r->id);
+    if (!c || !run)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    int rc = sbx__dk_remove(d->engine, c, err);
+    if (rc == SBX_OK)
+        run_dir_umount(run); /* only once nothing in the container holds it */
+    return rc;
+}
+
+static void dk_release(void *state)
+{
+    struct docker *d = state;
+    if (!d)
+        return;
+    sbx_box_pool_free(d->pool);
+    sbx_box_store_free(d->store);
+    sbx__dk_engine_free(d->engine);
+    sbx__dk_config_free(&d->cfg);
+    free(d->agent);
+    free(d);
+}
+
+static int dk_init(const char *config_json, void **state, sbx_error **err)
+{
+    struct docker *d = calloc(1, sizeof(*d));
+    if (!d)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    int rc = sbx__dk_config_parse(config_json, &d->cfg, err);
+    if (rc < 0) {
+        free(d);
+        return rc;
+    }
+    if ((rc = sbx__dk_engine_new(d->cfg.host, d->cfg.api_version, &d->engine, err)) < 0)
+        goto fail;
+    /* The reference bounds `docker run` (pull included) by it: here each engine request. */
+    sbx__dk_engine_set_timeout(d->engine, d->cfg.start_timeout_s);
+    if (!(d->agent = sbx_box_find_agent())) {
+        rc = sbx__set_error(err, SBX_EINVAL,
+                            "docker: cannot find the sbx-agent binary to mount into containers "
+                            "(install sbx, or set SBX_AGENT to its path)");
+        goto fail;
+    }
+    if ((rc = sbx_box_store_open("docker", d->cfg.state_dir, &d->store, err)) < 0)
+        goto fail;
+    if (!(d->pool = sbx_box_pool_new(d->cfg.max_connections))) {
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        goto fail;
+    }
+    sbx_box_store_set_hooks(d->store, hook_alive, hook_stop, d);
+    *state = d;
+    return SBX_OK;
+fail:
+    dk_release(d);
+    return rc;
+}
+
+/* --- create ------------------------------------------------------------------------ */
+
+/* The engine's name for the spec's image: a docker:// prefix is dropped, as the reference does. */
+static const char *engine_image(const struct docker *d, const sbx_spec *spec)
+{
+    const char *img = sbx_spec_image(spec);
+    if (!img || !img[0])
+        img = d->cfg.image; /* the config's default image */
+    if (img && !strncmp(img, "docker://", 9))
+        img += 9;
+    return img;
+}
+
+struct pull_progress {
+    const char *image;
+};
+
+static void pull_line(const char *status, const char *id, long long cur, long long tot,
+                      void *data)
+{
+    struct pull_progress *p = data;
+    if (status)
+        sbx_log(SBX_LOG_DEBUG, "docker: pulling %s: %s%s%s (%lld/%lld)", p->image, id ? id : "",
+                id ? ": " : "", status, cur, tot);
+}
+
+/*
+ * The image's config (inspect), pulling it through the engine first when it
+ * is missing and pulls are allowed.
+ */
+static int image_config(struct docker *d, const char *img, json_t **out, sbx_error **err)
+{
+    _cleanup_free_ char *ei = esc(img);
+    _cleanup_free_ char *path = ei ? sbx__printf("/images/%s/json", ei) : NULL;
+    if (!path)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    for (int attempt = 0;; attempt++) {
+        long st = 0;
+        json_t *resp = NULL;
+        int rc = sbx__dk_request(d->engine, "GET", path, NULL, &st, &resp, err);
+        if (rc < 0)
+            return rc;
+        if (st == 200 && json_is_object(resp)) {
+            *out = resp;
+            return SBX_OK;
+        }
+        if (st != 404 || attempt > 0 || !d->cfg.pull) {
+            rc = sbx__dk_error(err, st == 404 ? SBX_ENOENT : SBX_EPROVIDER, st, resp,
+                               "image '%s'%s", img,
+                               st == 404 ? " is not in the engine (and pull is off)" : "");
+            json_decref(resp);
+            return rc;
+        }
+        json_decref(resp);
+        /* Missing: the engine pulls it (its registry credentials, its mirrors). */
+        _cleanup_free_ char *q = sbx__printf("/images/create?fromImage=%s", ei);
+        if (!q)
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        struct pull_progress pp = {img};
+        sbx_error *pe = NULL;
+        rc = sbx__dk_request_stream(d->engine, "POST", q, &st, pull_line, &pp, &pe);
+        if (rc == SBX_OK && st != 200)
+            rc = sbx__set_error(&pe, SBX_EPROVIDER, "HTTP %ld", st);
+        if (rc < 0)
+            return sbx__fail(err, sbx_error_prefix(pe, "pulling image '%s' through the engine at %s",
+                                                   img, sbx__dk_engine_host(d->engine)));
+    }
+}
+
+/*
+ * The create body: the reference's mapping of the spec onto `docker run`
+ * flags, as engine API fields. The agent is the entrypoint; a spec
+ * entrypoint becomes the agent's service (it runs as the image's user).
+ */
+json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec, const char *id,
+                            const char *image, const char *image_user, const char *agent,
+                            const char *run_dir)
+{
+    json_t *b = json_object(), *hc = json_object(), *env = json_array(), *labels = json_object();
+    json_t *ep = json_pack("[ssss]", agent ? AGENT_IN_BOX : AGENT_REMOTE, "init", "--listen",
+                           SOCKET_IN_BOX);
+    json_t *binds = json_array();
+    if (!b || !hc || !env || !labels || !ep || !binds) {
+        json_decref(b), json_decref(hc), json_decref(env), json_decref(labels);
+        json_decref(ep), json_decref(binds);
+        return NULL;
+    }
+    json_object_set_new(b, "Image", json_string(image));
+    for (size_t i = 0; i < sbx_spec_env_count(spec); i++) {
+        const char *k, *v;
+        sbx_spec_env_at(spec, i, &k, &v);
+        char *kv = sbx__printf("%s=%s", k, v ? v : "");
+        json_array_append_new(env, json_string(kv ? kv : ""));
+        free(kv);
+    }
+    json_object_set_new(b, "Env", env);
+    const char *wd = sbx_spec_workdir(spec);
+    if (wd && wd[0])
+        json_object_set_new(b, "WorkingDir", json_string(wd));
+    /* sbx-agent --shell; --user: commands run as the image's user, as `docker exec` does. */
+    if (c->shell)
+        json_array_append_new(ep, json_string("--shell")), json_array_append_new(ep, json_string(c->shell));
+    if (image_user && image_user[0])
+        json_array_append_new(ep, json_string("--user")),
+            json_array_append_new(ep, json_string(image_user));
+    /*
+     * A TTL: the agent, the container's init, ends the box when it passes,
+     * and the engine removes the container then (the reference's `sleep
+     * TTL` keepalive with --rm; here with an entrypoint too).
+     */
+    double ttl;
+    bool ttl_on = sbx_spec_get_ttl(spec, &ttl) && ttl > 0;
+    if (ttl_on) {
+        char t[32];
+        snprintf(t, sizeof(t), "%.0f", fmax(1.0, ceil(ttl)));
+        json_array_append_new(ep, json_string("--ttl"));
+        json_array_append_new(ep, json_string(t));
+    }
+    const char *const *entry = sbx_spec_entrypoint(spec);
+    if (entry && entry[0]) {
+        json_array_append_new(ep, json_string("--"));
+        for (size_t i = 0; entry[i]; i++)
+            json_array_append_new(ep, json_string(entry[i]));
+    }
+    json_object_set_new(b, "Entrypoint", ep);
+    json_object_set_new(b, "Cmd", json_array());
+    /* The agent must be root in the container to run commands as any user. */
+    json_object_set_new(b, "User", json_string("0"));
+    json_object_set_new(labels, "sbx.sandbox", json_string("1"));
+    json_object_set_new(labels, "sbx.box", json_string(id));
+    /* The image's user, for the remote path's sessions (the container's User is root). */
+    if (image_user && image_user[0])
+        json_object_set_new(labels, "sbx.user", json_string(image_user));
+    for (size_t i = 0; i < sbx_spec_metadata_count(spec); i++) {
+        const char *k, *v;
+        sbx_spec_metadata_at(spec, i, &k, &v);
+        if (strncmp(k, "sbx.", 4)) /* ours stay ours */
+            json_object_set_new(labels, k, json_string(v ? v : ""));
+    }
+    json_object_set_new(b, "Labels", labels);
+
+    if (agent && run_dir) {
+        char *ab = sbx__printf("%s:%s:ro", agent, AGENT_IN_BOX);
+        char *rb = sbx__printf("%s:%s", run_dir, RUN_IN_BOX);
+        json_array_append_new(binds, json_string(ab ? ab : ""));
+        json_array_append_new(binds, json_string(rb ? rb : ""));
+        free(ab);
+        free(rb);
+        json_object_set_new(hc, "Binds", binds);
+    } else {
+        /*
+         * The remote path: the agent is copied in (the archive API) and its
+         * socket directory is the container's own small tmpfs; sbx reaches
+         * it through an exec session instead.
+         */
+        json_decref(binds);
+        json_object_set_new(hc, "Tmpfs", json_pack("{s:s}", RUN_IN_BOX, "size=64k,mode=0700"));
+        json_object_set_new(b, "Volumes", json_pack("{s:{}}", AGENT_DIR_REMOTE));
+    }
+    /* The agent is the init: it reaps, and a second one would only sit between. */
+    json_object_set_new(hc, "Init", json_false());
+    if (ttl_on)
+        json_object_set_new(hc, "AutoRemove", json_true());
+    if (c->apply_resource_limits) {
+        double cpu;
+        long long mem;
+        if (sbx_spec_get_cpu(spec, &cpu) && cpu > 0)
+            json_object_set_new(hc, "NanoCpus", json_integer((json_int_t)llround(cpu * 1e9)));
+        if (sbx_spec_get_memory_mib(spec, &mem) && mem > 0) {
+            /* Swap equal to memory: a hard cap, as the reference's --memory-swap. */
+            json_object_set_new(hc, "Memory", json_integer((json_int_t)mem << 20));
+            json_object_set_new(hc, "MemorySwap", json_integer((json_int_t)mem << 20));
+        }
+    }
+    long long gpu;
+    if (sbx_spec_get_gpu(spec, &gpu) && gpu > 0)
+        json_object_set_new(hc, "DeviceRequests",
+                            json_pack("[{s:s,s:I,s:[[s]]}]", "Driver", "", "Count",
+                                      (json_int_t)gpu, "Capabilities", "gpu"));
+    if (c->network)
+        json_object_set_new(hc, "NetworkMode", json_string(c->network));
+    if (c->read_only)
+        json_object_set_new(hc, "ReadonlyRootfs", json_true());
+    if (c->cap_drop)
+        json_object_set(hc, "CapDrop", c->cap_drop);
+    if (c->security_opt)
+        json_object_set(hc, "SecurityOpt", c->security_opt);
+    if (c->pids_limit > 0)
+        json_object_set_new(hc, "PidsLimit", json_integer((json_int_t)c->pids_limit));
+    size_t np = sbx_spec_port_count(spec);
+    if (np) {
+        json_t *exposed = json_object(), *pb = json_object();
+        for (size_t i = 0; i < np; i++) {
+            char k[32];
+            snprintf(k, sizeof(k), "%d/tcp", sbx_spec_port_at(spec, i));
+            json_object_set_new(exposed, k, json_object());
+            json_object_set_new(pb, k,
+                                json_pack("[{s:s,s:s}]", "HostIp",
+                                          c->publish_host ? c->publish_host : "127.0.0.1",
+                                          "HostPort", ""));
+        }
+        json_object_set_new(b, "ExposedPorts", exposed);
+        json_object_set_new(hc, "PortBindings", pb);
+    }
+    /*
+     * The config's HostConfig fields last: the operator's word over the
+     * defaults above. Mappings (Tmpfs, Sysctls, ...) merge key by key and
+     * Binds/Mounts add to sbx's, so the agent's own mounts stay.
+     */
+    if (c->host_config) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(c->host_config, k, v)
+        {
+            json_t *have = json_object_get(hc, k);
+            if ((!strcmp(k, "Binds") || !strcmp(k, "Mounts")) && json_is_array(have) &&
+                json_is_array(v))
+                json_array_extend(have, v);
+            else if (json_is_object(have) && json_is_object(v))
+                json_object_update_recursive(have, v);
+            else
+                json_object_set(hc, k, v);
+        }
+    }
+    json_object_set_new(b, "HostConfig", hc);
+    return b;
+}
+
+/* Whether boxes are reached through an exec session (config, else where the engine is). */
+static bool use_remote(const struct docker *d)
+{
+    return d->cfg.remote >= 0 ? d->cfg.remote == 1 : !sbx__dk_engine_local(d->engine);
+}
+
+/* The agent binary as a one-file tar (ustar) named sbx-agent, for the archive API. */
+static int agent_tar(const char *agent, char **out, size_t *out_len, sbx_error **err)
+{
+    char *bin = NULL;
+    size_t n = 0;
+    if (sbx__read_file(agent, &bin, &n) < 0)
+        return sbx__set_errno(err, SBX_ECREATE, errno, "docker: cannot read the agent %s", agent);
+    size_t padded = (n + 511) / 512 * 512;
+    size_t total = 512 + padded + 1024; /* header, data, two zero blocks */
+    char *t = calloc(1, total);
+    if (!t) {
+        free(bin);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    snprintf(t, 100, "%s", "sbx-agent");
+    snprintf(t + 100, 8, "%07o", 0755);
+    snprintf(t + 108, 8, "%07o", 0);
+    snprintf(t + 116, 8, "%07o", 0);
+    snprintf(t + 124, 12, "%011zo", n);
+    snprintf(t + 136, 12, "%011llo", (unsigned long long)time(NULL));
+    memset(t + 148, ' ', 8);
+    t[156] = '0';
+    memcpy(t + 257, "ustar", 6);
+    memcpy(t + 263, "00", 2);
+    unsigned sum = 0;
+    for (int i = 0; i < 512; i++)
+        sum += (unsigned char)t[i];
+    snprintf(t + 148, 8, "%06o", sum);
+    memcpy(t + 512, bin, n);
+    free(bin);
+    *out = t;
+    *out_len = total;
+    return SBX_OK;
+}
+
+/*
+ * Makes and starts box r's container (worker thread): the image (pulled
+ * when missing), the create body, for the remote path the agent copied in
+ * before the start; checks it runs. Writes its id (malloc'd) and its PID 1
+ * as the host sees it. On failure nothing is left (the container removed).
+ */
+static int make_container(struct docker *d, sbx_box_record *r, const char *box_dir,
+                          const sbx_spec *spec, bool remote, char **cid_out, pid_t *pid_out,
+                          char **user_out, sbx_error **err)
+{
+    const char *img = engine_image(d, spec);
+    if (!img || !img[0])
+        return sbx__set_error(err, SBX_EINVAL,
+                              "spec.image is required for the docker provider (or the "
+                              "provider config's 'image')");
+    _cleanup_json_ json_t *ic = NULL;
+    int rc = image_config(d, img, &ic, err);
+    if (rc < 0)
+        return rc == SBX_ENOENT ? SBX_ECREATE : rc;
+    const char *user = json_string_value(json_object_get(json_object_get(ic, "Config"), "User"));
+    _cleanup_free_ char *run = remote ? NULL : sbx__printf("%s/run", box_dir);
+    if (!remote && !run)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (run && mkdir(run, 0700) < 0 && errno != EEXIST)
+        return sbx__set_errno(err, SBX_ECREATE, errno, "docker: cannot make %s", run);
+    /* Unmounted by the stop hook, which the kit runs on any failure from here on too. */
+    if (run)
+        run_dir_mount(run);
+    _cleanup_free_ char *tar = NULL;
+    size_t tar_len = 0;
+    if (remote && (rc = agent_tar(d->agent, &tar, &tar_len, err)) < 0)
+        return rc;
+    _cleanup_json_ json_t *body =
+        sbx__dk_create_body(&d->cfg, spec, r->id, img, user, remote ? NULL : d->agent, run);
+    _cleanup_free_ char *q = sbx__printf("/containers/create?name=%s", r->id);
+    if (!body || !q)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    long st = 0;
+    _cleanup_json_ json_t *resp = NULL;
+    if ((rc = sbx__dk_request(d->engine, "POST", q, body, &st, &resp, err)) < 0)
+        return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
+    const char *cid = json_string_value(json_object_get(resp, "Id"));
+    if (st != 201 || !cid)
+        return sbx__dk_error(err, SBX_ECREATE, st, resp, "creating a container of image '%s'",
+                             img);
+    /* From here on a failure removes the container: a failed create leaves nothing. */
+    _cleanup_json_ json_t *pj = json_pack("{s:s}", "container", cid);
+    if (!pj || !(r->provider_json = sbx__json_dump(pj)) || !(r->image = strdup(img))) {
+        sbx__dk_remove(d->engine, cid, NULL);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    if (tar) {
+        _cleanup_free_ char *ap = sbx__printf("/containers/%s/archive?path=%s", cid,
+                                              AGENT_DIR_REMOTE);
+        _cleanup_json_ json_t *aresp = NULL;
+        if (!ap)
+            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        else if ((rc = sbx__dk_request_raw(d->engine, "PUT", ap, tar, tar_len,
+                                           "application/x-tar", &st, &aresp, err)) == SBX_OK &&
+                 st != 200)
+            rc = sbx__dk_error(err, SBX_ECREATE, st, aresp,
+                               "copying sbx-agent into container %.12s of image '%s'", cid, img);
+        if (rc < 0) {
+            sbx__dk_remove(d->engine, cid, NULL);
+            return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
+        }
+    }
+    _cleanup_free_ char *sp = sbx__printf("/containers/%s/start", cid);
+    _cleanup_json_ json_t *sresp = NULL;
+    json_t *info = NULL;
+    if (!sp)
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    else if ((rc = sbx__dk_request(d->engine, "POST", sp, NULL, &st, &sresp, err)) == SBX_OK &&
+             st != 204 && st != 304)
+        rc = sbx__dk_error(err, SBX_ECREATE, st, sresp,
+                           "starting container %.12s of image '%s'", cid, img);
+    if (rc == SBX_OK)
+        rc = sbx__dk_inspect(d->engine, cid, &info, err);
+    json_t *state = json_object_get(info, "State");
+    json_int_t pid = json_integer_value(json_object_get(state, "Pid"));
+    if (rc == SBX_OK && (!json_is_true(json_object_get(state, "Running")) || pid <= 0))
+        rc = sbx__set_error(err, SBX_ECREATE,
+                            "container %.12s of image '%s' stopped as it started (exit code "
+                            "%lld): its agent could not run; see `docker logs %s`",
+                            cid, img,
+                            (long long)json_integer_value(json_object_get(state, "ExitCode")),
+                            r->id);
+    json_decref(info);
+    if (rc == SBX_OK && (!(*cid_out = strdup(cid)) || (user && !(*user_out = strdup(user)))))
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (rc < 0) {
+        sbx__dk_remove(d->engine, cid, NULL);
+        return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
+    }
+    *pid_out = (pid_t)pid;
+    return SBX_OK;
+}
+
+/* The kit's start hook for a local engine (worker thread): the agent's socket on the mount. */
+static int dk_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec, void *data,
+                    char **socket_path, pid_t *peer_pid, sbx_error **err)
+{
+    struct docker *d = data;
+    _cleanup_free_ char *cid = NULL, *user = NULL;
+    pid_t pid = 0;
+    int rc = make_container(d, r, box_dir, spec, false, &cid, &pid, &user, err);
+    if (rc < 0)
+        return rc;
+    if (!(*socket_path = sbx__printf("%s/run/agent.sock", box_dir))) {
+        sbx__dk_remove(d->engine, cid, NULL);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    /* The agent is PID 1 of the container: its pid here is the engine's State.Pid. */
+    *peer_pid = pid;
+    return SBX_OK;
+}
+
+/*
+ * An exec session running `AGENT serve --stdio` (the agent's path in the
+ * container) in container `cid`: the stream to it (the remote path).
+ * Blocking.
+ */
+static int open_session(struct docker *d, const char *cid, const char *agent, const char *user,
+                        int *fd, sbx_error **err)
+{
+    json_t *cmd = json_pack("[sss]", agent, "serve", "--stdio");
+    if (cmd && d->cfg.shell) {
+        json_array_append_new(cmd, json_string("--shell"));
+        json_array_append_new(cmd, json_string(d->cfg.shell));
+    }
+    /* Commands with no user run as the image's, as on the socket path. */
+    if (cmd && user && user[0]) {
+        json_array_append_new(cmd, json_string("--user"));
+        json_array_append_new(cmd, json_string(user));
+    }
+    _cleanup_json_ json_t *body =
+        cmd ? json_pack("{s:b,s:b,s:b,s:b,s:s,s:o}", "AttachStdin", 1, "AttachStdout", 1,
+                        "AttachStderr", 1, "Tty", 0, "User", "0", "Cmd", cmd)
+            : NULL;
+    _cleanup_free_ char *ec = esc(cid);
+    _cleanup_free_ char *q = ec ? sbx__printf("/containers/%s/exec", ec) : NULL;
+    if (!body || !q)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    long st = 0;
+    _cleanup_json_ json_t *resp = NULL;
+    int rc = sbx__dk_request(d->engine, "POST", q, body, &st, &resp, err);
+    if (rc < 0)
+        return rc;
+    const char *id = json_string_value(json_object_get(resp, "Id"));
+    if (st != 201 || !id)
+        return sbx__dk_error(err, st == 404 ? SBX_ENOENT : SBX_EPROVIDER, st, resp,
+                             "starting the agent's exec session in container %.12s", cid);
+    return sbx__dk_session_open(d->engine, id, fd, err);
+}
+
+/* The kit's start hook for the remote path (worker thread): the agent over an exec session. */
+static int dk_start_remote(sbx_box_record *r, const char *box_dir, const sbx_spec *spec,
+                           void *data, int *fd, sbx_error **err)
+{
+    struct docker *d = data;
+    _cleanup_free_ char *cid = NULL, *user = NULL;
+    pid_t pid = 0;
+    int rc = make_container(d, r, box_dir, spec, true, &cid, &pid, &user, err);
+    if (rc < 0)
+        return rc;
+    if ((rc = open_session(d, cid, AGENT_REMOTE, user, fd, err)) < 0) {
+        sbx__dk_remove(d->engine, cid, NULL);
+        return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
+    }
+    return SBX_OK;
+}
+
+static void dk_created(sbx_op *op, sbx_box_agent *agent, const sbx_box_record *r, int code,
+                       sbx_error *err, void *data)
+{
+    struct docker *d = data;
+    if (code < 0) {
+        sbx_op_complete(op, code, err, NULL);
+        return;
+    }
+    struct dbox *b = calloc(1, sizeof(*b));
+    if (b) {
+        b->agent = agent;
+        b->id = strdup(r->id);
+        b->container = record_container(r);
+    }
+    if (!b || !b->id || !b->container) {
+        if (!b)
+            sbx_box_agent_free(agent);
+        sbx__dk_box_free(b);
+        /* The record and container stay for gc: there is no memory to end them now. */
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    if (d->cfg.probe_command) {
+        sbx__dk_probe_start(d, op, b);
+        return;
+    }
+    sbx_op_complete(op, SBX_OK, NULL, b);
+}
+
+static void dk_create(sbx_op *op, void *state, const sbx_spec *spec)
+{
+    struct docker *d = state;
+    if (use_remote(d))
+        sbx_box_op_create(op, d->store, d->pool, spec, "sbx", dk_start_remote, d, dk_created, d);
+    else
+        sbx_box_op_create_socket(op, d->store, d->pool, spec, "sbx", dk_start, d, dk_created, d);
+}
+
+/* --- a box's ops ---------------------------------------------------------------------- */
+
+static void dk_exec(sbx_op *op, void *state, void *box, const char *command,
+                    const sbx_exec_opts *opts)
+{
+    (void)state;
+    /* The spec's env is the container's: the agent and so every command has it already. */
+    sbx_box_exec(op, ((struct dbox *)box)->agent, command, opts, NULL);
+}
+
+static void dk_upload(sbx_op *op, void *state, void *box, const char *local_path,
+                      const char *remote_path)
+{
+    (void)state;
+    sbx_box_upload(op, ((struct dbox *)box)->agent, local_path, remote_path);
+}
+
+static void dk_download(sbx_op *op, void *state, void *box, const char *remote_path,
+                        const char *local_path)
+{
+    (void)state;
+    sbx_box_download(op, ((struct dbox *)box)->agent, remote_path, local_path);
+}
+
+/* The reference's status table, over the engine's State.Status. */
+sbx_status sbx__dk_status_of(const char *s)
+{
+    if (!s)
+        return SBX_STATUS_UNKNOWN;
+    if (!strcasecmp(s, "running") || !strcasecmp(s, "paused"))
+        return SBX_STATUS_RUNNING;
+    if (!strcasecmp(s, "created") || !strcasecmp(s, "restarting"))
+        return SBX_STATUS_STARTING;
+    if (!strcasecmp(s, "exited") || !strcasecmp(s, "removing") || !strcasecmp(s, "dead"))
+        return SBX_STATUS_STOPPED;
+    return SBX_STATUS_UNKNOWN;
+}
+
+struct status_job {
+    struct docker *d;
+    char *container;
+};
+
+static void status_work(sbx_op *op, void *data)
+{
+    struct status_job *j = data;
+    json_t *info = NULL;
+    sbx_error *e = NULL;
+    int rc = sbx__dk_inspect(j->d->engine, j->container, &info, &e);
+    sbx_status s = rc == SBX_ENOENT ? SBX_STATUS_STOPPED
+                   : rc < 0         ? SBX_STATUS_UNKNOWN
+                                    : sbx__dk_status_of(json_string_value(json_object_get(
+                                          json_object_get(info, "State"), "Status")));
+    if (rc < 0 && rc != SBX_ENOENT)
+        sbx_log(SBX_LOG_DEBUG, "docker status: %s", sbx_error_message(e));
+    sbx_error_free(e);
+    json_decref(info);
+    free(j->container);
+    free(j);
+    sbx_op_complete(op, SBX_OK, NULL, (void *)(intptr_t)s);
+}
+
+static void dk_status(sbx_op *op, void *state, void *box)
+{
+    struct dbox *b = box;
+    struct status_job *j = calloc(1, sizeof(*j));
+    if (!j || !(j->container = strdup(b->container))) {
+        free(j);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    j->d = state;
+    if (sbx_op_run_blocking(op, status_work, j) < 0) {
+        free(j->container);
+        free(j);
+        sbx_op_complete(op, SBX_EIO, NULL, NULL);
+    }
+}
+
+struct close_job {
+    struct docker *d;
+    char *id, *container;
+};
+
+/* An owned box with no record here (connected from elsewhere): its container goes. */
+static void close_work(sbx_op *op, void *data)
+{
+    struct close_job *j = data;
+    sbx_error *e = NULL;
+    int rc = sbx_box_store_stop(j->d->store, j->id, &e);
+    if (rc == SBX_ENOENT) {
+        sbx_error_free(e);
+        e = NULL;
+        rc = sbx__dk_remove(j->d->engine, j->container, &e);
+    }
+    free(j->id);
+    free(j->container);
+    free(j);
+    sbx_op_complete(op, rc, rc < 0 ? e : NULL, NULL);
+    if (rc >= 0)
+        sbx_error_free(e);
+}
+
+static void dk_close(sbx_op *op, void *state, void *box, int owned)
+{
+    struct dbox *b = box;
+    sbx_box_agent *a = b->agent;
+    b->agent = NULL;
+    sbx_box_agent_free(a);
+    /* A borrowed handle (connect) releases itself only; "owner" scope ends the box. */
+    if (!owned && !(b->scope && !strcmp(b->scope, "owner"))) {
+        sbx_op_complete(op, SBX_OK, NULL, NULL);
+        return;
+    }
+    struct close_job *j = calloc(1, sizeof(*j));
+    if (!j || !(j->id = strdup(b->id)) || !(j->container = strdup(b->container))) {
+        if (j)
+            free(j->id);
+        free(j);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    j->d = state;
+    if (sbx_op_run_blocking(op, close_work, j) < 0) {
+        free(j->id);
+        free(j->container);
+        free(j);
+        sbx_op_complete(op, SBX_EIO, NULL, NULL);
+    }
+}
+
+static const char *dk_box_id(const void *box)
+{
+    return ((const struct dbox *)box)->id;
+}
+
+/* --- endpoint -------------------------------------------------------------------------------- */
+
+/*
+ * The reference's endpoint (providers-local.md §1): the engine's host
+ * binding of `port`/tcp in the container's inspect answer (`info`), the one
+ * on 127.0.0.1 preferred, a wildcard host replaced by `publish_host`, an
+ * IPv6 host bracketed. Writes the malloc'd URL.
+ */
+int sbx__dk_endpoint_url(const json_t *info, int port, const char *publish_host, char **url,
+                         sbx_error **err)
+{
+    char key[32];
+    snprintf(key, sizeof(key), "%d/tcp", port);
+    json_t *binds =
+        json_object_get(json_object_get(json_object_get(info, "NetworkSettings"), "Ports"), key);
+    const char *host = NULL, *hport = NULL;
+    size_t i;
+    json_t *b;
+    json_array_foreach(binds, i, b)
+    {
+        const char *h = json_string_value(json_object_get(b, "HostIp"));
+        const char *p = json_string_value(json_object_get(b, "HostPort"));
+        if (!p || !p[0])
+            continue;
+        if (!hport || (h && !strcmp(h, "127.0.0.1") && strcmp(host ? host : "", "127.0.0.1"))) {
+            host = h;
+            hport = p;
+        }
+    }
+    if (!hport)
+        return sbx__set_error(err, SBX_EPROVIDER,
+                              "Docker returned no host binding for sandbox port %d", port);
+    char *end;
+    errno = 0;
+    long pn = strtol(hport, &end, 10);
+    if (errno || *end || pn < 1 || pn > 65535 || strlen(host ? host : "") > 64)
+        return sbx__set_error(err, SBX_EPROVIDER,
+                              "Docker returned an invalid host binding for sandbox port %d", port);
+    if (!host || !host[0] || !strcmp(host, "0.0.0.0") || !strcmp(host, "::"))
+        host = publish_host ? publish_host : "127.0.0.1";
+    unsigned char a6[16];
+    bool v6 = inet_pton(AF_INET6, host, a6) == 1;
+    *url = sbx__printf("http://%s%s%s:%ld", v6 ? "[" : "", host, v6 ? "]" : "", pn);
+    return *url ? SBX_OK : sbx__set_error(err, SBX_ENOMEM, "out of memory");
+}
+
+struct endpoint_job {
+    struct docker *d;
+    char *container;
+    int port;
+};
+
+static void endpoint_work(sbx_op *op, void *data)
+{
+    struct endpoint_job *j = data;
+    sbx_error *e = NULL;
+    json_t *info = NULL;
+    char *url = NULL;
+    sbx_endpoint *ep = NULL;
+    int rc = sbx__dk_inspect(j->d->engine, j->container, &info, &e);
+    if (rc == SBX_OK)
+        rc = sbx__dk_endpoint_url(info, j->port, j->d->cfg.publish_host, &url, &e);
+    if (rc == SBX_OK)
+        rc = sbx_endpoint_new(url, &ep, &e);
+    json_decref(info);
+    free(url);
+    free(j->container);
+    free(j);
+    sbx_op_complete(op, rc, e, rc == SBX_OK ? ep : NULL);
+}
+
+static void dk_endpoint(sbx_op *op, void *state, void *box, int port)
+{
+    struct dbox *b = box;
+    struct endpoint_job *j = calloc(1, sizeof(*j));
+    if (!j || !(j->container = strdup(b->container))) {
+        free(j);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    j->d = state;
+    j->port = port;
+    if (sbx_op_run_blocking(op, endpoint_work, j) < 0) {
+        free(j->container);
+        free(j);
+        sbx_op_complete(op, SBX_EIO, NULL, NULL);
+    }
+}
+
+/* --- serialize / connect ---------------------------------------------------------------- */
+
+static void dk_serialize(sbx_op *op, void *state, void *box, const char *scope)
+{
+    (void)state;
+    struct dbox *b = box;
+    json_t *d = json_pack("{s:s,s:s,s:s}", "provider", "docker", "sandbox_id", b->id,
+                          "container", b->container);
+    const char *sc = scope ? scope : b->scope;
+    if (d && sc)
+        json_object_set_new(d, "scope", json_string(sc));
+    char *s = d ? sbx__json_dump(d) : NULL;
+    json_decref(d);
+    sbx_op_complete(op, s ? SBX_OK : SBX_ENOMEM, NULL, s);
+}
+
+struct connect_job {
+    struct docker *d;
+    sbx_op *op;      /* the caller's */
+    char *descriptor;
+    struct dbox *b;
+    char *socket;
+    pid_t pid;
+    int fd; /* the remote path: the exec session's stream; -1: none */
+};
+
+static void connect_job_free(struct connect_job *j)
+{
+    if (j->fd >= 0)
+        close(j->fd);
+    sbx__dk_box_free(j->b);
+    free(j->descriptor);
+    free(j->socket);
+    free(j);
+}
+
+/*
+ * Finds the box's container by the descriptor (container id, else the box
+ * id as its name), checks that it runs, and where its agent listens: the
+ * host side of the container's /.sbx mount, its PID 1 the only listener.
+ */
+static void connect_work(sbx_op *op, void *data)
+{
+    struct connect_job *j = data;
+    sbx_error *e = NULL;
+    int rc = SBX_OK;
+    _cleanup_json_ json_t *d = json_loads(j->descriptor, 0, NULL);
+    const char *prov = json_string_value(json_object_get(d, "provider"));
+    const char *id = json_string_value(json_object_get(d, "sandbox_id"));
+    const char *c = json_string_value(json_object_get(d, "container"));
+    const char *scope = json_string_value(json_object_get(d, "scope"));
+    _cleanup_json_ json_t *info = NULL;
+    if (!json_is_object(d) || (!id && !c))
+        rc = sbx__set_error(&e, SBX_EINVAL,
+                            "docker sandbox descriptor needs a 'container' or 'sandbox_id' "
+                            "string, as serialize() returns");
+    else if (prov && strcmp(prov, "docker"))
+        rc = sbx__set_error(&e, SBX_EINVAL,
+                            "descriptor is for provider '%s', not 'docker'; connect with that "
+                            "provider",
+                            prov);
+    else
+        rc = sbx__dk_inspect(j->d->engine, c ? c : id, &info, &e);
+    if (rc == SBX_ENOENT)
+        e = sbx_error_prefix(e, "docker sandbox %s is gone (stopped, or removed behind sbx's back)",
+                             id ? id : c);
+    json_t *state = json_object_get(info, "State");
+    const char *run = NULL;
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(info, "Mounts"), i, m)
+    {
+        const char *dst = json_string_value(json_object_get(m, "Destination"));
+        if (dst && !strcmp(dst, RUN_IN_BOX))
+            run = json_string_value(json_object_get(m, "Source"));
+    }
+    const char *name = json_string_value(json_object_get(info, "Name"));
+    /*
+     * A box made on the remote path has no bind mount: a session reaches it
+     * from anywhere. One made on the socket path is reached on its socket
+     * where the engine is local, else through a session of its agent.
+     */
+    bool remote = !run || !sbx__dk_engine_local(j->d->engine);
+    json_t *labels = json_object_get(json_object_get(info, "Config"), "Labels");
+    if (rc == SBX_OK && !json_is_string(json_object_get(labels, "sbx.sandbox")))
+        rc = sbx__set_error(&e, SBX_EINVAL, "container %s is not an sbx docker box (no "
+                                            "sbx.sandbox label)",
+                            c ? c : id);
+    else if (rc == SBX_OK && !remote && run[0] != '/')
+        rc = sbx__set_error(&e, SBX_EINVAL, "container %s: its %s mount is not a host path",
+                            c ? c : id, RUN_IN_BOX);
+    else if (rc == SBX_OK && (!json_is_true(json_object_get(state, "Running")) ||
+                              json_integer_value(json_object_get(state, "Pid")) <= 0))
+        rc = sbx__set_error(&e, SBX_ESTATE, "docker sandbox %s is not running (%s)", c ? c : id,
+                            json_string_value(json_object_get(state, "Status")) ?: "?");
+    if (rc == SBX_OK) {
+        j->pid = (pid_t)json_integer_value(json_object_get(state, "Pid"));
+        j->b = calloc(1, sizeof(*j->b));
+        if (!j->b || (!remote && !(j->socket = sbx__printf("%s/agent.sock", run))) ||
+            !(j->b->container = strdup(json_string_value(json_object_get(info, "Id")) ?: "")) ||
+            !(j->b->id = strdup(id ? id : name && name[0] == '/' ? name + 1 : j->b->container)) ||
+            (scope && !(j->b->scope = strdup(scope))))
+            rc = sbx__set_error(&e, SBX_ENOMEM, "out of memory");
+    }
+    /* The remote path: a new exec session of the agent, this handle's own. */
+    if (rc == SBX_OK && remote)
+        rc = open_session(j->d, j->b->container, run ? AGENT_IN_BOX : AGENT_REMOTE,
+                          json_string_value(json_object_get(labels, "sbx.user")), &j->fd, &e);
+    sbx_op_complete(op, rc, e, NULL);
+}
+
+static void connect_opened(sbx_box_agent *agent, int code, sbx_error *err, void *data)
+{
+    struct connect_job *j = data;
+    sbx_op *op = j->op;
+    if (!agent) {
+        connect_job_free(j);
+        sbx_op_complete(op, code, sbx_error_prefix(err, "connecting to the box's agent"), NULL);
+        return;
+    }
+    struct dbox *b = j->b;
+    j->b = NULL;
+    b->agent = agent;
+    connect_job_free(j);
+    sbx_op_complete(op, SBX_OK, NULL, b);
+}
+
+static void connect_found(int code, sbx_error *err, void *value, void *data)
+{
+    (void)value;
+    struct connect_job *j = data;
+    if (code < 0) {
+        sbx_op *op = j->op;
+        connect_job_free(j);
+        sbx_op_complete(op, code, err, NULL);
+        return;
+    }
+    sbx_error_free(err);
+    if (j->fd >= 0) {
+        int fd = j->fd;
+        j->fd = -1;
+        sbx_box_agent_open_fd(j->op, j->d->pool, fd, 10.0, NULL, connect_opened, j);
+        return;
+    }
+    sbx_box_agent_open_socket(j->op, j->d->pool, j->socket, j->pid, 10.0, NULL, connect_opened, j);
+}
+
+static void dk_connect(sbx_op *op, void *state, const char *descriptor_json)
+{
+    struct connect_job *j = calloc(1, sizeof(*j));
+    if (j)
+        j->descriptor = strdup(descriptor_json ? descriptor_json : "");
+    sbx_op *inner = j && j->descriptor ? sbx__op_new(sbx__op_provider(op), connect_found, j) : NULL;
+    if (!inner) {
+        if (j)
+            free(j->descriptor);
+        free(j);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    j->d = state;
+    j->op = op;
+    j->fd = -1;
+    if (sbx_op_run_blocking(inner, connect_work, j) < 0)
+        sbx_op_complete(inner, SBX_EIO, sbx_error_new(SBX_EIO, "cannot queue the connect"), NULL);
+}
+
+/* --- provider-wide: the kit's records, with the container as the box -------------------- */
+
+static void dk_list(sbx_op *op, void *state, const char *filter_json)
+{
+    sbx_box_op_list(op, ((struct docker *)state)->store, filter_json);
+}
+
+static void dk_stop_id(sbx_op *op, void *state, const char *id)
+{
+    sbx_box_op_stop_id(op, ((struct docker *)state)->store, id);
+}
+
+static void dk_gc(sbx_op *op, void *state, const char *opts_json)
+{
+    sbx_box_op_gc(op, ((struct docker *)state)->store, opts_json);
+}
+
+SBX_INTERNAL const struct sbx_provider_ops sbx__docker_provider = {
+    SBX_PROVIDER_OPS_HEADER,
+    .name = "docker",
+    .init = dk_init,
+    .release = dk_release,
+    .create = dk_create,
+    .exec = dk_exec,
+    .upload_file = dk_upload,
+    .download_file = dk_download,
+    .status = dk_status,
+    .close = dk_close,
+    .box_id = dk_box_id,
+    .box_free = sbx__dk_box_free,
+    .endpoint = dk_endpoint,
+    .serialize = dk_serialize,
+    .connect = dk_connect,
+    .list = dk_list,
+    .stop_id = dk_stop_id,
+    .gc = dk_gc,
+    .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_CONNECT | SBX_CAP_LIST | SBX_CAP_STOP_ID |
+                    SBX_CAP_GC,
+};

@@ -1,0 +1,1274 @@
+/*
+ * The docker provider against a real dockerd that this binary starts on a
+ * private socket, data root and exec root (no bridge, no iptables: the
+ * containers get loopback only), with a test image made here by `docker
+ * import` of a busybox-static rootfs (scripts/make-test-rootfs.sh). Skips,
+ * with the reason, where dockerd cannot start (not root, not installed).
+ *
+ * Cases: lifecycle and exec (exit codes, streams, env, cwd, user, stdin,
+ * the timeout sentinel), files, status, serialize/connect, the spec's
+ * mapping as the engine shows it (HostConfig), a missing image, a create
+ * that fails half-way leaving nothing, a container removed behind sbx's
+ * back, and list/gc. The provider-neutral suite runs on docker too:
+ * SBX_SUITE_PLUGIN=docker in test_provider_suite (docs/providers/docker.md).
+ */
+#include "tap.h"
+#include "common.h"
+
+#include <sbx.h>
+
+#include <fcntl.h>
+#include <stdbool.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define IMAGE "sbx-docker-test:1"
+#define IMAGE_USER "sbx-docker-test:user"
+
+static char dir[512];     /* the private dockerd's directory */
+static pid_t dockerd = -1;
+static char why_not[512]; /* set when dockerd could not start: every test skips with it */
+static char cfg_base[2048];
+static int tls_port; /* > 0: dockerd also listens on tcp://127.0.0.1:PORT with TLS (certs in DIR/certs) */
+
+static pid_t spawn_dockerd(void);
+static bool engine_up(pid_t pid);
+static pid_t dockerd_pid(void);
+static void end_dockerd(pid_t pid);
+
+static void need_engine(void)
+{
+    if (why_not[0])
+        TAP_SKIP(why_not);
+    tap_allow_fd_changes(); /* the loop's and curl's descriptors */
+    char st[1024];
+    snprintf(st, sizeof(st), "%s/state", tap_tmpdir());
+    setenv("SBX_STATE_DIR", st, 1);
+}
+
+/* A provider on the private engine; `extra` adds create keys ("" for none). */
+static sbx_provider *provider(const char *extra)
+{
+    char cfg[4096];
+    snprintf(cfg, sizeof(cfg),
+             "{\"docker\": {\"host\": \"unix://%s/docker.sock\", \"create\": "
+             "{\"network\": \"none\"%s%s}%s}}",
+             dir, extra && extra[0] ? ", " : "", extra ? extra : "", cfg_base);
+    sbx_provider *p = NULL;
+    sbx_error *e = NULL;
+    if (sbx_provider_new(cfg, &p, &e) != SBX_OK)
+        TAP_FAIL("provider: %s", sbx_error_message(e));
+    return p;
+}
+
+static sbx_sandbox *start(sbx_provider *p, sbx_spec *spec)
+{
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    if (sbx_sandbox_new(p, spec, &sb, &e) != SBX_OK || sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
+        TAP_FAIL("start: %s", sbx_error_message(e));
+    return sb;
+}
+
+static sbx_spec *image_spec(void)
+{
+    sbx_spec *s = sbx_spec_new();
+    sbx_spec_set_image(s, "docker://" IMAGE); /* the prefix is dropped, as the reference does */
+    return s;
+}
+
+static sbx_exec_result *run(sbx_sandbox *sb, const char *cmd, const sbx_exec_opts *o)
+{
+    sbx_exec_result *r = NULL;
+    sbx_error *e = NULL;
+    if (sbx_sandbox_exec(sb, cmd, o, &r, &e) != SBX_OK)
+        TAP_FAIL("exec %s: %s", cmd, sbx_error_message(e));
+    return r;
+}
+
+static const char *out_of(const sbx_exec_result *r)
+{
+    const char *s = sbx_exec_result_stdout(r, NULL);
+    return s ? s : "(null)";
+}
+
+/* `docker ...` against the private engine; its output (trimmed) in out. */
+static int docker(char *out, size_t n, const char *args)
+{
+    int rc = run_cmd(out, n, "DOCKER_HOST=unix://%s/docker.sock docker %s", dir, args);
+    size_t l = strlen(out);
+    while (l && (out[l - 1] == '\n' || out[l - 1] == ' '))
+        out[--l] = 0;
+    return rc;
+}
+
+static void stop_free(sbx_sandbox *sb)
+{
+    sbx_error *e = NULL;
+    if (sbx_sandbox_stop(sb, &e) != SBX_OK)
+        TAP_FAIL("stop: %s", sbx_error_message(e));
+    sbx_sandbox_free(sb);
+}
+
+/* --- cases ------------------------------------------------------------------------ */
+
+static void test_exec(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_env(spec, "A", "from-create");
+    sbx_spec_set_env(spec, "B", "base");
+    sbx_spec_set_workdir(spec, "/tmp");
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+
+    sbx_exec_result *r = run(sb, "echo out; echo err >&2; exit 7", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 7);
+    TAP_EQ_STR(out_of(r), "out\n");
+    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
+    TAP_NULL(sbx_exec_result_error_type(r));
+    sbx_exec_result_free(r);
+
+    /* The image's file, the workdir, and the call's env over the spec's (the reference's test). */
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_env(o, "A", "from-call");
+    r = run(sb, "cat /etc/image-name; pwd; echo $A $B", o);
+    TAP_EQ_STR(out_of(r), "sbx-test\n/tmp\nfrom-call base\n");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+
+    o = sbx_exec_opts_new();
+    sbx_exec_opts_set_cwd(o, "/etc");
+    sbx_exec_opts_set_user(o, "1000");
+    sbx_exec_opts_set_stdin(o, "piped", 5);
+    r = run(sb, "pwd; id -u; cat", o);
+    TAP_EQ_STR(out_of(r), "/etc\n1000\npiped");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+
+    /* The timeout sentinel: 125, "timeout", no stdout. */
+    o = sbx_exec_opts_new();
+    sbx_exec_opts_set_timeout(o, 0.5);
+    r = run(sb, "sleep 30", o);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+
+    /* The box is an ordinary container: docker sees it by its id, labelled. */
+    char out[4096];
+    char args[512];
+    snprintf(args, sizeof(args), "inspect -f '{{.State.Status}} {{index .Config.Labels \"sbx.sandbox\"}}' %s",
+             sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "running 1");
+    sbx_status st;
+    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+
+    stop_free(sb);
+    /* Gone from the engine. */
+    TAP_NE_INT(docker(out, sizeof(out), args), 0);
+    sbx_provider_free(p);
+}
+
+static void test_files(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    char src[1024], back[1024];
+    snprintf(src, sizeof(src), "%s/in.sh", tap_tmpdir());
+    snprintf(back, sizeof(back), "%s/back/out.sh", tap_tmpdir());
+    TAP_EQ_INT(write_text(src, "#!/bin/sh\necho ran\n"), 0);
+    chmod(src, 0750);
+    /* Parents are made; the mode is kept. */
+    TAP_OK(sbx_sandbox_upload(sb, src, "/opt/new/dir/run.sh", &e_));
+    sbx_exec_result *r = run(sb, "/opt/new/dir/run.sh; stat -c %a /opt/new/dir/run.sh", NULL);
+    TAP_EQ_STR(out_of(r), "ran\n750\n");
+    sbx_exec_result_free(r);
+    TAP_OK(sbx_sandbox_download(sb, "/opt/new/dir/run.sh", back, &e_));
+    char *text = read_text(back);
+    TAP_EQ_STR(text, "#!/bin/sh\necho ran\n");
+    free(text);
+    struct stat s;
+    TAP_EQ_INT(stat(back, &s), 0);
+    TAP_EQ_INT(s.st_mode & 07777, 0750);
+    sbx_error *e = NULL;
+    int rc = sbx_sandbox_download(sb, "/nope", back, &e);
+    TAP_EQ_INT(rc, SBX_ENOENT);
+    sbx_error_free(e);
+    stop_free(sb);
+    sbx_provider_free(p);
+}
+
+static void test_mapping(void)
+{
+    need_engine();
+    sbx_provider *p = provider("\"read_only\": true, \"cap_drop\": [\"NET_RAW\"], "
+                               "\"pids_limit\": 64, \"security_opt\": [\"no-new-privileges\"]");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_cpu(spec, 0.5);
+    sbx_spec_set_memory_mib(spec, 96);
+    sbx_spec_set_metadata(spec, "team", "rl");
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    char out[4096], args[1024];
+    snprintf(args, sizeof(args),
+             "inspect -f '{{.HostConfig.NanoCpus}} {{.HostConfig.Memory}} "
+             "{{.HostConfig.MemorySwap}} {{.HostConfig.PidsLimit}} {{.HostConfig.ReadonlyRootfs}} "
+             "{{.HostConfig.CapDrop}} {{.HostConfig.SecurityOpt}} {{.HostConfig.NetworkMode}} "
+             "{{index .Config.Labels \"team\"}} {{.Config.Image}} {{.HostConfig.Init}}' %s",
+             sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "500000000 100663296 100663296 64 true [NET_RAW] [no-new-privileges] none rl "
+                    IMAGE " false");
+    /* The agent's mount is read-only, and the root too (but for the agent's socket dir). */
+    sbx_exec_result *r = run(sb, "touch /x 2>/dev/null || echo ro; touch /.sbx-agent 2>/dev/null "
+                                 "|| echo agent-ro; echo $(cat /proc/1/cmdline | tr '\\0' ' ')",
+                             NULL);
+    TAP_EQ_STR(out_of(r), "ro\nagent-ro\n/.sbx-agent init --listen /.sbx/agent.sock\n");
+    sbx_exec_result_free(r);
+    /* The socket directory is writable in the box, but a tiny tmpfs: it cannot fill the host. */
+    r = run(sb, "dd if=/dev/zero of=/.sbx/fill bs=1024 count=1024 2>/dev/null && echo filled; "
+                "rm -f /.sbx/fill",
+            NULL);
+    TAP_EQ_STR(out_of(r), "");
+    sbx_exec_result_free(r);
+    char mounts[8192];
+    TAP_EQ_INT(run_cmd(mounts, sizeof(mounts), "grep -c ' %s/' /proc/self/mounts", tap_tmpdir()),
+               0);
+    TAP_EQ_STR(mounts, "1\n");
+    stop_free(sb);
+    /* Unmounted with the box. */
+    run_cmd(mounts, sizeof(mounts), "grep -c ' %s/' /proc/self/mounts", tap_tmpdir());
+    TAP_EQ_STR(mounts, "0\n");
+    sbx_provider_free(p);
+}
+
+/* A create that fails after the container exists removes it, and its record. */
+static void test_half_created(void)
+{
+    need_engine();
+    sbx_provider *p =
+        provider("\"host_config\": {\"Devices\": [{\"PathOnHost\": \"/dev/sbx-no-such-device\", "
+                 "\"PathInContainer\": \"/dev/x\", \"CgroupPermissions\": \"rwm\"}]}");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_metadata(spec, "case", "half");
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    int rc = sbx_sandbox_start(sb, NULL, &e);
+    TAP_NE_INT(rc, SBX_OK);
+    TAP_CONTAINS(sbx_error_message(e), IMAGE);
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(spec);
+    char out[4096];
+    TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=half"), 0);
+    TAP_EQ_STR(out, "");
+    char *list = NULL;
+    TAP_OK(sbx_provider_list(p, NULL, &list, &e_));
+    TAP_EQ_STR(list, "[]");
+    free(list);
+    sbx_provider_free(p);
+}
+
+static void test_missing_image(void)
+{
+    need_engine();
+    char saved[2048];
+    snprintf(saved, sizeof(saved), "%s", cfg_base);
+    snprintf(cfg_base, sizeof(cfg_base), ", \"pull\": false");
+    sbx_provider *p = provider("");
+    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+    sbx_spec *spec = sbx_spec_new();
+    sbx_spec_set_image(spec, "sbx-no-such-image:9");
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ECREATE);
+    TAP_CONTAINS(sbx_error_message(e), "sbx-no-such-image:9");
+    TAP_CONTAINS(sbx_error_message(e), "pull is off");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    /* No image at all. */
+    sbx_spec_set_image(spec, NULL);
+    e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    TAP_NE_INT(sbx_sandbox_start(sb, NULL, &e), SBX_OK);
+    TAP_CONTAINS(sbx_error_message(e), "spec.image is required");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(spec);
+    sbx_provider_free(p);
+}
+
+static void test_bad_config(void)
+{
+    need_engine();
+    const char *bad[][2] = {
+        {"{\"docker\": {\"nope\": 1}}", "unknown key 'nope'"},
+        {"{\"docker\": {\"create\": {\"publish_host\": \"localhost\"}}}",
+         "create.publish_host must be an IPv4 or IPv6 address"},
+        {"{\"docker\": {\"exec\": {\"exec_shell\": \"\"}}}", "exec.exec_shell must be null"},
+        {"{\"docker\": {\"create\": {\"extra_run_args\": [\"--privileged\"]}}}",
+         "docker CLI flags"},
+        {"{\"docker\": {\"host\": \"ssh://me@there\"}}", "ssh://me@there"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        sbx_provider *p = NULL;
+        sbx_error *e = NULL;
+        TAP_NE_INT(sbx_provider_new(bad[i][0], &p, &e), SBX_OK);
+        TAP_CONTAINS(sbx_error_message(e), bad[i][1]);
+        sbx_error_free(e);
+    }
+    /* An engine that accepts and never answers: bounded by create.start_timeout_s. */
+    {
+        char path[1024], hcfg[1400];
+        snprintf(path, sizeof(path), "%s/mute.sock", tap_tmpdir());
+        int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        if (strlen(path) >= sizeof(sa.sun_path))
+            TAP_SKIP("the temporary directory's path is too long for a unix socket");
+        memcpy(sa.sun_path, path, strlen(path) + 1);
+        TAP_EQ_INT(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        TAP_EQ_INT(listen(l, 16), 0);
+        snprintf(hcfg, sizeof(hcfg),
+                 "{\"docker\": {\"host\": \"unix://%s\", \"create\": {\"start_timeout_s\": "
+                 "0.5}}}",
+                 path);
+        sbx_provider *mp = NULL;
+        TAP_OK(sbx_provider_new(hcfg, &mp, &e_));
+        sbx_spec *ms = image_spec();
+        sbx_sandbox *msb = NULL;
+        sbx_error *me = NULL;
+        TAP_OK(sbx_sandbox_new(mp, ms, &msb, &e_));
+        TAP_EQ_INT(sbx_sandbox_start(msb, NULL, &me), SBX_ETIMEDOUT);
+        TAP_CONTAINS(sbx_error_message(me), "took more than 0.5s");
+        sbx_error_free(me);
+        sbx_sandbox_free(msb);
+        sbx_spec_free(ms);
+        sbx_provider_free(mp);
+        close(l);
+    }
+    /* An engine nobody answers at: the error names it. */
+    sbx_provider *p = NULL;
+    char cfg[1024];
+    snprintf(cfg, sizeof(cfg), "{\"docker\": {\"host\": \"unix://%s/none.sock\"}}", tap_tmpdir());
+    TAP_OK(sbx_provider_new(cfg, &p, &e_));
+    sbx_spec *spec = image_spec();
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    TAP_NE_INT(sbx_sandbox_start(sb, NULL, &e), SBX_OK);
+    TAP_CONTAINS(sbx_error_message(e), "none.sock");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(spec);
+    sbx_provider_free(p);
+}
+
+static void test_serialize_connect(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_env(spec, "K", "v");
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    char *desc = NULL;
+    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
+    TAP_CONTAINS(desc, "\"container\"");
+    /* Another provider instance (as another process would) reaches the same box. */
+    sbx_provider *p2 = provider("");
+    sbx_sandbox *c = NULL;
+    TAP_OK(sbx_sandbox_connect(p2, desc, &c, &e_));
+    TAP_EQ_STR(sbx_sandbox_id(c), sbx_sandbox_id(sb));
+    sbx_exec_result *r = run(c, "echo $K; echo made > /tmp/f", NULL);
+    TAP_EQ_STR(out_of(r), "v\n");
+    sbx_exec_result_free(r);
+    /* A borrowed handle's stop leaves the box running. */
+    stop_free(c);
+    r = run(sb, "cat /tmp/f", NULL);
+    TAP_EQ_STR(out_of(r), "made\n");
+    sbx_exec_result_free(r);
+    stop_free(sb);
+    /* A descriptor of a box that is gone fails, saying so. */
+    sbx_error *e = NULL;
+    c = NULL;
+    TAP_NE_INT(sbx_sandbox_connect(p2, desc, &c, &e), SBX_OK);
+    TAP_CONTAINS(sbx_error_message(e), "is gone");
+    sbx_error_free(e);
+    free(desc);
+    sbx_provider_free(p2);
+    sbx_provider_free(p);
+}
+
+/* `docker rm -f` behind sbx's back: status, exec, stop and gc all cope. */
+static void test_removed_behind_back(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_metadata(spec, "case", "behind");
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    char out[4096], args[512];
+    snprintf(args, sizeof(args), "rm -f %s", sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    sbx_status st;
+    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    /* The reference's result for a container that is gone: 125, "sandbox". */
+    sbx_exec_result *r = run(sb, "echo hi", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+    sbx_exec_result_free(r);
+    /* Listed as not running; gc collects its record. */
+    char *list = NULL;
+    TAP_OK(sbx_provider_list(p, "{\"labels\": {\"case\": \"behind\"}}", &list, &e_));
+    TAP_CONTAINS(list, "\"error\"");
+    free(list);
+    char *removed = NULL;
+    TAP_OK(sbx_provider_gc(p, NULL, &removed, &e_));
+    TAP_CONTAINS(removed, sbx_sandbox_id(sb));
+    free(removed);
+    /* close is idempotent: a missing container is success. */
+    stop_free(sb);
+    sbx_provider_free(p);
+}
+
+static void test_list_stop_id(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_metadata(spec, "case", "list");
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    char id[128];
+    snprintf(id, sizeof(id), "%s", sbx_sandbox_id(sb));
+    char *list = NULL;
+    TAP_OK(sbx_provider_list(p, "{\"labels\": {\"case\": \"list\"}}", &list, &e_));
+    TAP_CONTAINS(list, id);
+    TAP_CONTAINS(list, "\"running\"");
+    free(list);
+    TAP_OK(sbx_provider_stop_box(p, id, &e_));
+    char out[4096], args[512];
+    snprintf(args, sizeof(args), "ps -aq --filter name=%s", id);
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "");
+    stop_free(sb);
+    sbx_provider_free(p);
+}
+
+/* A spec entrypoint runs as the agent's service; the box stays up for execs. */
+static void test_entrypoint(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    const char *const ep[] = {"sh", "-c", "echo served > /tmp/svc; exec sleep 100000", NULL};
+    sbx_spec_set_entrypoint(spec, ep);
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    sbx_exec_result *r = run(sb, "for i in $(seq 100); do [ -f /tmp/svc ] && break; sleep 0.05; "
+                                 "done; cat /tmp/svc",
+                             NULL);
+    TAP_EQ_STR(out_of(r), "served\n");
+    sbx_exec_result_free(r);
+    stop_free(sb);
+    sbx_provider_free(p);
+}
+
+/* 50 boxes made, used and stopped at once: each its own container and agent. */
+static void test_many(void)
+{
+    need_engine();
+    enum { N = 50 };
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_metadata(spec, "case", "many");
+    sbx_sandbox *sb[N];
+    sbx_future *f[N];
+    for (int i = 0; i < N; i++) {
+        TAP_OK(sbx_sandbox_new(p, spec, &sb[i], &e_));
+        TAP_OK(sbx_sandbox_start_async(sb[i], NULL, &f[i], &e_));
+    }
+    for (int i = 0; i < N; i++) {
+        TAP_OK(sbx_future_wait(f[i], -1, &e_));
+        sbx_future_free(f[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        char cmd[64];
+        snprintf(cmd, sizeof(cmd), "echo %d", i);
+        TAP_OK(sbx_sandbox_exec_async(sb[i], cmd, NULL, &f[i], &e_));
+    }
+    for (int i = 0; i < N; i++) {
+        sbx_exec_result *r = NULL;
+        TAP_OK(sbx_future_wait(f[i], -1, &e_));
+        TAP_OK(sbx_future_take_exec_result(f[i], &r, &e_));
+        char want[64];
+        snprintf(want, sizeof(want), "%d\n", i);
+        TAP_EQ_STR(out_of(r), want);
+        sbx_exec_result_free(r);
+        sbx_future_free(f[i]);
+    }
+    char out[8192];
+    TAP_EQ_INT(docker(out, sizeof(out), "ps -q --filter label=case=many | wc -l"), 0);
+    TAP_EQ_STR(out, "50");
+    for (int i = 0; i < N; i++)
+        TAP_OK(sbx_sandbox_stop_async(sb[i], &f[i], &e_));
+    for (int i = 0; i < N; i++) {
+        TAP_OK(sbx_future_wait(f[i], -1, &e_));
+        sbx_future_free(f[i]);
+        sbx_sandbox_free(sb[i]);
+    }
+    TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=many"), 0);
+    TAP_EQ_STR(out, "");
+    sbx_spec_free(spec);
+    sbx_provider_free(p);
+}
+
+/*
+ * dockerd restarted under a live box: the engine stops its containers, so
+ * the box reads as stopped, exec gives the reference's 125 "sandbox", stop
+ * succeeds, and a new box works on the new engine.
+ */
+static void test_engine_restart(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_sandbox *sb = start(p, spec);
+    sbx_exec_result *r = run(sb, "echo before", NULL);
+    TAP_EQ_STR(out_of(r), "before\n");
+    sbx_exec_result_free(r);
+    end_dockerd(dockerd_pid());
+    pid_t again = spawn_dockerd();
+    TAP_TRUE(engine_up(again));
+    sbx_status st;
+    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    r = run(sb, "echo after", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+    sbx_exec_result_free(r);
+    stop_free(sb);
+    sb = start(p, spec);
+    r = run(sb, "echo new", NULL);
+    TAP_EQ_STR(out_of(r), "new\n");
+    sbx_exec_result_free(r);
+    stop_free(sb);
+    sbx_spec_free(spec);
+    sbx_provider_free(p);
+}
+
+/* A declared port published on 127.0.0.1 by the engine; endpoint() names it (reference §1). */
+static void test_endpoint(void)
+{
+    need_engine();
+    char out[4096];
+    /* A network of our own: the engine's default bridge is off (--bridge none). */
+    docker(out, sizeof(out), "network rm sbx-test-net");
+    TAP_EQ_INT(docker(out, sizeof(out), "network create sbx-test-net"), 0);
+    sbx_provider *p = NULL;
+    char cfg[2048];
+    snprintf(cfg, sizeof(cfg),
+             "{\"docker\": {\"host\": \"unix://%s/docker.sock\", \"create\": {\"network\": "
+             "\"sbx-test-net\"}}}",
+             dir);
+    TAP_OK(sbx_provider_new(cfg, &p, &e_));
+    sbx_spec *spec = image_spec();
+    TAP_OK(sbx_spec_add_port(spec, 8080, &e_));
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    sbx_exec_result *r = run(sb, "mkdir -p /w && echo hello > /w/index.html && httpd -p 8080 -h /w",
+                             NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+    sbx_exec_result_free(r);
+    sbx_endpoint *ep = NULL;
+    TAP_OK(sbx_sandbox_endpoint(sb, 8080, &ep, &e_));
+    const char *url = sbx_endpoint_url(ep);
+    TAP_TRUE(!strncmp(url, "http://127.0.0.1:", 17));
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "curl -s --max-time 10 --retry 20 --retry-delay 0 "
+                                         "--retry-connrefused %s/",
+                       url),
+               0);
+    TAP_EQ_STR(out, "hello\n");
+    sbx_endpoint_free(ep);
+    /* A port not declared: the reference's error. */
+    sbx_error *e = NULL;
+    TAP_NE_INT(sbx_sandbox_endpoint(sb, 9090, &ep, &e), SBX_OK);
+    TAP_CONTAINS(sbx_error_message(e), "was not declared");
+    sbx_error_free(e);
+    stop_free(sb);
+    sbx_provider_free(p);
+    docker(out, sizeof(out), "network rm sbx-test-net");
+}
+
+/* A TTL: the agent ends the box when it passes, and the engine removes the container. */
+static void test_ttl(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_ttl(spec, 1.2); /* rounded up to 2 s, as the reference's sleep */
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    char out[4096], args[512];
+    snprintf(args, sizeof(args), "inspect -f '{{.HostConfig.AutoRemove}}' %s", sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "true");
+    sbx_exec_result *r = run(sb, "echo alive", NULL);
+    TAP_EQ_STR(out_of(r), "alive\n");
+    sbx_exec_result_free(r);
+    /* Waits for the end the TTL brings (the exec ends with the box: no timing asserted). */
+    r = run(sb, "sleep 600", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    sbx_exec_result_free(r);
+    sbx_status st = SBX_STATUS_RUNNING;
+    for (int i = 0; i < 600 && st != SBX_STATUS_STOPPED; i++) {
+        TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    snprintf(args, sizeof(args), "ps -aq --filter name=%s", sbx_sandbox_id(sb));
+    for (int i = 0; i < 600; i++) {
+        TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+        if (!out[0])
+            break;
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    TAP_EQ_STR(out, "");
+    stop_free(sb);
+    sbx_provider_free(p);
+}
+
+/* A provider with probe settings (the reference's `probe` section). */
+static sbx_provider *probe_provider(const char *probe)
+{
+    char saved[2048];
+    snprintf(saved, sizeof(saved), "%s", cfg_base);
+    snprintf(cfg_base, sizeof(cfg_base), ", \"probe\": {%s}", probe);
+    sbx_provider *p = provider("");
+    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+    return p;
+}
+
+/* The reference's readiness probe, through the agent after its hello. */
+static void test_probe(void)
+{
+    need_engine();
+    char out[4096];
+    /* Passes: the expected text in stdout, stable twice. */
+    sbx_provider *p = probe_provider("\"command\": \"printf docker-sandbox-ready\", "
+                                     "\"expected_stdout\": \"sandbox-ready\", "
+                                     "\"stable_count\": 2");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_metadata(spec, "case", "probe");
+    sbx_sandbox *sb = start(p, spec);
+    stop_free(sb);
+    sbx_provider_free(p);
+    /* No deadline: one failure is fatal, and the box is gone. */
+    p = probe_provider("\"command\": \"echo bad >&2; exit 3\"");
+    sbx_error *e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_EVERIFY);
+    TAP_CONTAINS(sbx_error_message(e), "failed readiness probe: return_code=3, stderr='bad'");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=probe"), 0);
+    TAP_EQ_STR(out, "");
+    char *list = NULL;
+    TAP_OK(sbx_provider_list(p, NULL, &list, &e_));
+    TAP_EQ_STR(list, "[]");
+    free(list);
+    sbx_provider_free(p);
+    /* A deadline: retried (with the delay) until it passes... */
+    p = probe_provider("\"command\": \"test -f /tmp/ok || { touch /tmp/ok; exit 1; }\", "
+                       "\"deadline_s\": 30, \"stable_delay_s\": 0.05");
+    sb = start(p, spec);
+    stop_free(sb);
+    sbx_provider_free(p);
+    /* ...or fails when the deadline passes, saying so. */
+    p = probe_provider("\"command\": \"exit 1\", \"deadline_s\": 0.3, "
+                       "\"stable_delay_s\": 0.05");
+    e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_EVERIFY);
+    TAP_CONTAINS(sbx_error_message(e), "did not pass readiness probe within 0.3s: return_code=1");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=probe"), 0);
+    TAP_EQ_STR(out, "");
+    sbx_spec_free(spec);
+    sbx_provider_free(p);
+}
+
+/* The engine over tcp with TLS (DOCKER_TLS_VERIFY, DOCKER_CERT_PATH); loopback counts as local. */
+static void test_tls(void)
+{
+    need_engine();
+    if (tls_port <= 0)
+        TAP_SKIP("no TLS certificates (openssl) for dockerd's tcp listener");
+    char certs[600], cfg[1024];
+    snprintf(certs, sizeof(certs), "%s/certs", dir);
+    setenv("DOCKER_TLS_VERIFY", "1", 1);
+    setenv("DOCKER_CERT_PATH", certs, 1);
+    snprintf(cfg, sizeof(cfg),
+             "{\"docker\": {\"host\": \"tcp://127.0.0.1:%d\", \"create\": {\"network\": "
+             "\"none\"}}}",
+             tls_port);
+    sbx_provider *p = NULL;
+    TAP_OK(sbx_provider_new(cfg, &p, &e_));
+    sbx_spec *spec = image_spec();
+    sbx_sandbox *sb = start(p, spec);
+    sbx_exec_result *r = run(sb, "echo over tls", NULL);
+    TAP_EQ_STR(out_of(r), "over tls\n");
+    sbx_exec_result_free(r);
+    sbx_status st;
+    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    stop_free(sb);
+    sbx_provider_free(p);
+    /* Without the client certificate the engine refuses, and the error says where. */
+    unsetenv("DOCKER_TLS_VERIFY");
+    TAP_OK(sbx_provider_new(cfg, &p, &e_));
+    sbx_error *e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    TAP_NE_INT(sbx_sandbox_start(sb, NULL, &e), SBX_OK);
+    char want[64];
+    snprintf(want, sizeof(want), "127.0.0.1:%d", tls_port);
+    TAP_CONTAINS(sbx_error_message(e), want);
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(spec);
+    sbx_provider_free(p);
+}
+
+/*
+ * The remote path over tcp with TLS: the agent copied in through the
+ * archive API and reached through one exec session per handle (no bind
+ * mount of this machine). "remote": true forces it on a loopback engine.
+ */
+static void test_remote(void)
+{
+    need_engine();
+    if (tls_port <= 0)
+        TAP_SKIP("no TLS certificates (openssl) for dockerd's tcp listener");
+    char certs[600], cfg[1024];
+    snprintf(certs, sizeof(certs), "%s/certs", dir);
+    setenv("DOCKER_TLS_VERIFY", "1", 1);
+    setenv("DOCKER_CERT_PATH", certs, 1);
+    snprintf(cfg, sizeof(cfg),
+             "{\"docker\": {\"host\": \"tcp://127.0.0.1:%d\", \"remote\": true, "
+             "\"create\": {\"network\": \"none\", \"read_only\": true, \"host_config\": "
+             "{\"Tmpfs\": {\"/tmp\": \"size=16m\"}}}}}",
+             tls_port);
+    sbx_provider *p = NULL;
+    TAP_OK(sbx_provider_new(cfg, &p, &e_));
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_env(spec, "K", "v");
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    sbx_exec_result *r = run(sb, "echo $K; echo err >&2; exit 4", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 4);
+    TAP_EQ_STR(out_of(r), "v\n");
+    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
+    sbx_exec_result_free(r);
+    /* No bind mount: the agent is a file of the container, the socket dir its own tmpfs. */
+    char out[4096], args[512];
+    snprintf(args, sizeof(args),
+             "inspect -f '{{len .HostConfig.Binds}} {{.HostConfig.Tmpfs}} {{.HostConfig.ReadonlyRootfs}}' %s",
+             sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "0 map[/.sbx:size=64k,mode=0700 /tmp:size=16m] true");
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_timeout(o, 0.5);
+    sbx_exec_opts_set_stdin(o, "in", 2);
+    r = run(sb, "cat; sleep 30", o);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+    /* Files both ways, 3 MiB (several stream frames). */
+    char src[1024], back[1024];
+    snprintf(src, sizeof(src), "%s/big", tap_tmpdir());
+    snprintf(back, sizeof(back), "%s/big.back", tap_tmpdir());
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "head -c 3145728 /dev/urandom > %s", src), 0);
+    TAP_OK(sbx_sandbox_upload(sb, src, "/tmp/big", &e_));
+    TAP_OK(sbx_sandbox_download(sb, "/tmp/big", back, &e_));
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "cmp %s %s", src, back), 0);
+    /* Another handle: its own exec session. */
+    char *desc = NULL;
+    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
+    sbx_sandbox *c = NULL;
+    TAP_OK(sbx_sandbox_connect(p, desc, &c, &e_));
+    free(desc);
+    r = run(c, "ls -l /tmp/big | awk '{print $5}'", NULL);
+    TAP_EQ_STR(out_of(r), "3145728\n");
+    sbx_exec_result_free(r);
+    stop_free(c);
+    sbx_status st;
+    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    stop_free(sb);
+    /* The container and its anonymous volume (the agent's copy) are gone. */
+    TAP_EQ_INT(docker(out, sizeof(out), "volume ls -q"), 0);
+    TAP_EQ_STR(out, "");
+    sbx_provider_free(p);
+}
+
+/*
+ * An image with a USER: commands without one run as it (as `docker exec`
+ * does), on both paths, and through a handle connected by a provider
+ * configured for the other path; the entrypoint too.
+ */
+static void test_image_user(void)
+{
+    need_engine();
+    for (int remote = 0; remote < 2; remote++) {
+        char saved[2048];
+        snprintf(saved, sizeof(saved), "%s", cfg_base);
+        snprintf(cfg_base, sizeof(cfg_base), ", \"remote\": %s", remote ? "true" : "false");
+        sbx_provider *p = provider("");
+        snprintf(cfg_base, sizeof(cfg_base), ", \"remote\": %s", remote ? "false" : "true");
+        sbx_provider *other = provider("");
+        snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+        sbx_spec *spec = sbx_spec_new();
+        sbx_spec_set_image(spec, IMAGE_USER);
+        const char *const ep[] = {"sh", "-c", "id -u > /tmp/svc-uid; exec sleep 100000", NULL};
+        sbx_spec_set_entrypoint(spec, ep);
+        sbx_sandbox *sb = start(p, spec);
+        sbx_spec_free(spec);
+        sbx_exec_result *r = run(sb, "id -u; for i in $(seq 100); do [ -s /tmp/svc-uid ] && "
+                                     "break; sleep 0.05; done; cat /tmp/svc-uid",
+                                 NULL);
+        TAP_EQ_STR(out_of(r), "1000\n1000\n");
+        sbx_exec_result_free(r);
+        sbx_exec_opts *o = sbx_exec_opts_new();
+        sbx_exec_opts_set_user(o, "root");
+        r = run(sb, "id -u", o);
+        TAP_EQ_STR(out_of(r), "0\n");
+        sbx_exec_result_free(r);
+        sbx_exec_opts_free(o);
+        char *desc = NULL;
+        TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
+        sbx_sandbox *c = NULL;
+        TAP_OK(sbx_sandbox_connect(other, desc, &c, &e_));
+        free(desc);
+        r = run(c, "id -u", NULL);
+        TAP_EQ_STR(out_of(r), "1000\n");
+        sbx_exec_result_free(r);
+        stop_free(c);
+        stop_free(sb);
+        sbx_provider_free(other);
+        sbx_provider_free(p);
+    }
+}
+
+/*
+ * No host and no DOCKER_HOST: the docker CLI's current context names the
+ * engine (config.json's currentContext, or DOCKER_CONTEXT), with its own
+ * TLS files for a tcp endpoint.
+ */
+static void test_context(void)
+{
+    need_engine();
+    char out[8192];
+    const char *t = tap_tmpdir();
+    unsetenv("DOCKER_HOST");
+    TAP_EQ_INT(
+        run_cmd(out, sizeof(out),
+                "set -e; c=%s/dcfg; mkdir -p $c; echo '{\"currentContext\": \"sbxctx\"}' > "
+                "$c/config.json; h=$(printf sbxctx | sha256sum | cut -d' ' -f1); "
+                "mkdir -p $c/contexts/meta/$h; echo '{\"Name\": \"sbxctx\", \"Endpoints\": "
+                "{\"docker\": {\"Host\": \"unix://%s/docker.sock\"}}}' > "
+                "$c/contexts/meta/$h/meta.json; "
+                "h=$(printf sbxtls | sha256sum | cut -d' ' -f1); mkdir -p $c/contexts/meta/$h "
+                "$c/contexts/tls/$h/docker; echo '{\"Name\": \"sbxtls\", \"Endpoints\": "
+                "{\"docker\": {\"Host\": \"tcp://127.0.0.1:%d\"}}}' > "
+                "$c/contexts/meta/$h/meta.json; "
+                "if [ -d %s/certs ]; then cp %s/certs/ca.pem %s/certs/cert.pem %s/certs/key.pem "
+                "$c/contexts/tls/$h/docker/; fi",
+                t, dir, tls_port, dir, dir, dir, dir),
+        0);
+    char cfgdir[1024];
+    snprintf(cfgdir, sizeof(cfgdir), "%s/dcfg", t);
+    setenv("DOCKER_CONFIG", cfgdir, 1);
+    const char *cfg = "{\"docker\": {\"create\": {\"network\": \"none\"}}}";
+    const char *ctxs[] = {NULL, "sbxtls"};
+    for (int i = 0; i < 2; i++) {
+        if (ctxs[i] && tls_port <= 0)
+            continue;
+        if (ctxs[i])
+            setenv("DOCKER_CONTEXT", ctxs[i], 1);
+        sbx_provider *p = NULL;
+        TAP_OK(sbx_provider_new(cfg, &p, &e_));
+        sbx_spec *spec = image_spec();
+        sbx_sandbox *sb = start(p, spec);
+        sbx_spec_free(spec);
+        sbx_exec_result *r = run(sb, "echo by context", NULL);
+        TAP_EQ_STR(out_of(r), "by context\n");
+        sbx_exec_result_free(r);
+        stop_free(sb);
+        sbx_provider_free(p);
+    }
+    /* A context that is not there: the constructor says which. */
+    setenv("DOCKER_CONTEXT", "sbx-no-such-context", 1);
+    sbx_provider *p = NULL;
+    sbx_error *e = NULL;
+    TAP_NE_INT(sbx_provider_new(cfg, &p, &e), SBX_OK);
+    TAP_CONTAINS(sbx_error_message(e), "sbx-no-such-context");
+    sbx_error_free(e);
+}
+
+/*
+ * The provider-neutral suite (test_provider_suite's plugin slot) on this
+ * engine; DOCKER_HOST for the CLI it runs (`sbx ls/stop/gc`).
+ */
+static void test_shared_suite(void)
+{
+    need_engine();
+    if (access("build/tests/integration/test_provider_suite", X_OK) != 0)
+        TAP_FAIL("build/tests/integration/test_provider_suite is not built (make tests)");
+    static char out[1 << 16];
+    int rc = run_cmd(out, sizeof(out),
+                     "DOCKER_HOST=unix://%s/docker.sock SBX_SUITE_PLUGIN=docker "
+                     "SBX_SUITE_PROVIDERS=docker "
+                     "SBX_SUITE_CONFIG_docker='{\"host\": \"unix://%s/docker.sock\", \"image\": "
+                     "\"" IMAGE "\", \"create\": {\"network\": \"none\"}}' "
+                     "build/tests/integration/test_provider_suite plugin 2>&1",
+                     dir, dir);
+    if (rc != 0)
+        TAP_FAIL("the shared suite failed on docker:\n%s", out);
+    TAP_CONTAINS(out, "8 passed, 0 failed");
+    /* Again with every box reached through an exec session (the remote path). */
+    rc = run_cmd(out, sizeof(out),
+                 "DOCKER_HOST=unix://%s/docker.sock SBX_SUITE_PLUGIN=docker "
+                 "SBX_SUITE_PROVIDERS=docker "
+                 "SBX_SUITE_CONFIG_docker='{\"host\": \"unix://%s/docker.sock\", \"image\": "
+                 "\"" IMAGE "\", \"remote\": true, \"create\": {\"network\": \"none\"}}' "
+                 "build/tests/integration/test_provider_suite plugin 2>&1",
+                 dir, dir);
+    if (rc != 0)
+        TAP_FAIL("the shared suite failed on docker's remote path:\n%s", out);
+    TAP_CONTAINS(out, "8 passed, 0 failed");
+}
+
+/*
+ * Podman's Docker-compatible service (`podman system service`) on a
+ * private socket and storage, with runc and ulimits at or under this
+ * machine's hard limits (containers.conf: Podman's defaults are higher and
+ * runc may not raise them here): the shared suite on both paths.
+ */
+static void test_podman(void)
+{
+    if (geteuid() != 0)
+        TAP_SKIP("podman's rootful service needs root");
+    char out[1 << 16];
+    if (run_cmd(out, sizeof(out), "command -v podman && command -v docker") != 0)
+        TAP_SKIP("podman is not installed (apt-get install podman)");
+    tap_allow_fd_changes();
+    const char *t = tap_tmpdir();
+    char st[1024];
+    snprintf(st, sizeof(st), "%s/state", t);
+    setenv("SBX_STATE_DIR", st, 1);
+    char conf[1024], sock[1024];
+    snprintf(conf, sizeof(conf), "%s/containers.conf", t);
+    snprintf(sock, sizeof(sock), "%s/podman.sock", t);
+    TAP_EQ_INT(write_text(conf, "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", "
+                                "\"nproc=1024:1024\"]\n"),
+               0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char root[1100], runroot[1100], url[1100], log[1100];
+        snprintf(root, sizeof(root), "%s/root", t);
+        snprintf(runroot, sizeof(runroot), "%s/runroot", t);
+        snprintf(url, sizeof(url), "unix://%s", sock);
+        snprintf(log, sizeof(log), "%s/podman.log", t);
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        setenv("CONTAINERS_CONF", conf, 1);
+        setsid();
+        execlp("podman", "podman", "--root", root, "--runroot", runroot, "--runtime", "runc",
+               "--cgroup-manager", "cgroupfs", "--events-backend", "file", "system", "service",
+               "--time=0", url, (char *)NULL);
+        _exit(127);
+    }
+    TAP_TRUE(pid > 0);
+    bool up = false;
+    for (int i = 0; i < 300 && !up; i++) {
+        up = run_cmd(out, sizeof(out), "DOCKER_HOST=unix://%s docker version >/dev/null", sock) ==
+             0;
+        if (!up) {
+            struct timespec ts = {0, 100 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    int rc = -1;
+    static char suite[1 << 16];
+    suite[0] = 0;
+    if (up &&
+        run_cmd(out, sizeof(out),
+                "scripts/make-test-rootfs.sh %s/base.tar && DOCKER_HOST=unix://%s docker import "
+                "%s/base.tar " IMAGE,
+                t, sock, t) == 0) {
+        rc = 0;
+        for (int remote = 0; remote < 2 && rc == 0; remote++)
+            rc = run_cmd(suite, sizeof(suite),
+                         "DOCKER_HOST=unix://%s SBX_SUITE_PLUGIN=docker SBX_SUITE_PROVIDERS=docker "
+                         "SBX_SUITE_CONFIG_docker='{\"host\": \"unix://%s\", \"image\": "
+                         "\"" IMAGE "\", \"remote\": %s, \"create\": {\"network\": "
+                         "\"none\"}}' build/tests/integration/test_provider_suite plugin 2>&1",
+                         sock, sock, remote ? "true" : "false");
+    }
+    /* Every container of ours, then the service (by its pid), then its layers. */
+    run_cmd(out, sizeof(out), "DOCKER_HOST=unix://%s docker ps -aq | DOCKER_HOST=unix://%s xargs "
+                              "-r docker rm -f",
+            sock, sock);
+    kill(pid, SIGTERM);
+    int wst;
+    waitpid(pid, &wst, 0);
+    /*
+     * Podman keeps an exec session's conmon for a while after it ends
+     * (--exit-delay): ours are found by this test's own storage path.
+     */
+    run_cmd(out, sizeof(out), "pgrep -f -- '-b %s/root/' | xargs -r kill", t);
+    /*
+     * Their exit commands (`podman container cleanup`, run as they end) may
+     * mount the storage again: until neither a process nor a mount of this
+     * test's storage is left.
+     */
+    for (int i = 0; i < 100; i++) {
+        run_cmd(out, sizeof(out),
+                "grep -o ' %s/[^ ]*' /proc/self/mounts | sort -r | xargs -r -n1 umount -l", t);
+        if (run_cmd(out, sizeof(out), "pgrep -f -- '%s/root' || grep -q ' %s/' /proc/self/mounts",
+                    t, t) != 0)
+            break;
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (!up)
+        TAP_FAIL("podman system service did not answer; see its log in %s", t);
+    if (rc != 0)
+        TAP_FAIL("the shared suite failed on podman:\n%s", suite);
+    TAP_CONTAINS(suite, "8 passed, 0 failed");
+}
+
+/* --- the private dockerd ------------------------------------------------------------- */
+
+/*
+ * A CA, a server certificate for 127.0.0.1 and a client certificate (the
+ * names DOCKER_CERT_PATH expects), and a free loopback port: dockerd then
+ * also serves TLS on tcp. Without openssl the TLS case skips.
+ */
+static void make_tls(void)
+{
+    char out[8192];
+    int rc = run_cmd(
+        out, sizeof(out),
+        "set -e; d=%s/certs; mkdir -p $d; cd $d; "
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=sbx-test-ca "
+        "-keyout ca-key.pem -out ca.pem; "
+        "openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server-key.pem "
+        "-out server.csr; printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' "
+        "> server.ext; openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem "
+        "-CAcreateserial -days 1 -extfile server.ext -out server-cert.pem; "
+        "openssl req -newkey rsa:2048 -nodes -subj /CN=client -keyout key.pem -out client.csr; "
+        "printf 'extendedKeyUsage=clientAuth\\n' > client.ext; "
+        "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 1 "
+        "-extfile client.ext -out cert.pem; "
+        "python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0)); "
+        "print(s.getsockname()[1])'",
+        dir);
+    if (rc == 0) {
+        /* The port is the last line. */
+        char *last = out + strlen(out);
+        while (last > out && last[-1] == '\n')
+            *--last = 0;
+        char *l = strrchr(out, '\n');
+        tls_port = atoi(l ? l + 1 : out);
+    }
+}
+
+/* Starts dockerd on the private roots (its own session: it outlives a test child). */
+static pid_t spawn_dockerd(void)
+{
+    char sock[600], data[600], exec_root[600], pidf[600], log[600];
+    snprintf(sock, sizeof(sock), "unix://%s/docker.sock", dir);
+    snprintf(data, sizeof(data), "%s/data", dir);
+    snprintf(exec_root, sizeof(exec_root), "%s/exec", dir);
+    snprintf(pidf, sizeof(pidf), "%s/pid", dir);
+    snprintf(log, sizeof(log), "%s/dockerd.log", dir);
+    char tcp[64], ca[600], cert[600], key[600];
+    snprintf(tcp, sizeof(tcp), "tcp://127.0.0.1:%d", tls_port);
+    snprintf(ca, sizeof(ca), "%s/certs/ca.pem", dir);
+    snprintf(cert, sizeof(cert), "%s/certs/server-cert.pem", dir);
+    snprintf(key, sizeof(key), "%s/certs/server-key.pem", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        setsid();
+        if (tls_port > 0)
+            execlp("dockerd", "dockerd", "--host", sock, "--host", tcp, "--tlsverify",
+                   "--tlscacert", ca, "--tlscert", cert, "--tlskey", key, "--data-root", data,
+                   "--exec-root", exec_root, "--pidfile", pidf, "--bridge", "none",
+                   "--iptables=false", (char *)NULL);
+        else
+            execlp("dockerd", "dockerd", "--host", sock, "--data-root", data, "--exec-root",
+                   exec_root, "--pidfile", pidf, "--bridge", "none", "--iptables=false",
+                   (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits up to 30 s for the engine to answer; false when it does not (or `pid` exited). */
+static bool engine_up(pid_t pid)
+{
+    char out[4096];
+    for (int i = 0; i < 300; i++) {
+        if (docker(out, sizeof(out), "info --format '{{.ServerVersion}}'") == 0)
+            return true;
+        int st;
+        if (pid > 0 && waitpid(pid, &st, WNOHANG) == pid)
+            return false;
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return false;
+}
+
+/* The running dockerd's pid, from its pidfile (a test may have restarted it). */
+static pid_t dockerd_pid(void)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/pid", dir);
+    char *t = read_text(path);
+    pid_t pid = t ? (pid_t)strtol(t, NULL, 10) : -1;
+    free(t);
+    return pid;
+}
+
+/* SIGTERM, then SIGKILL after 30 s; waits until it is gone (reaping it when it is ours). */
+static void end_dockerd(pid_t pid)
+{
+    if (pid <= 0)
+        return;
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 600; i++) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid || kill(pid, 0) < 0)
+            return;
+        if (i == 300)
+            kill(pid, SIGKILL);
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void start_dockerd(void)
+{
+    if (geteuid() != 0) {
+        snprintf(why_not, sizeof(why_not), "dockerd needs root");
+        return;
+    }
+    char out[4096];
+    if (run_cmd(out, sizeof(out), "command -v dockerd && command -v docker") != 0) {
+        snprintf(why_not, sizeof(why_not), "dockerd or docker is not installed (docker.io)");
+        return;
+    }
+    char tmpl[] = "/tmp/sbx-test-docker.XXXXXX";
+    if (!mkdtemp(tmpl)) {
+        snprintf(why_not, sizeof(why_not), "cannot make a temporary directory");
+        return;
+    }
+    snprintf(dir, sizeof(dir), "%s", tmpl);
+    make_tls();
+    dockerd = spawn_dockerd();
+    if (!engine_up(dockerd)) {
+        snprintf(why_not, sizeof(why_not),
+                 "dockerd did not start or answer within 30 s; see %.400s/dockerd.log", dir);
+        return;
+    }
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "scripts/make-test-rootfs.sh %s/base.tar", dir);
+    if (run_cmd(out, sizeof(out), "%s", cmd) != 0) {
+        snprintf(why_not, sizeof(why_not), "cannot make the test rootfs: %.200s", out);
+        return;
+    }
+    snprintf(cmd, sizeof(cmd), "import %s/base.tar " IMAGE, dir);
+    if (docker(out, sizeof(out), cmd) != 0)
+        snprintf(why_not, sizeof(why_not), "docker import failed: %.200s", out);
+    /* The same with a USER, as images that do not run as root have. */
+    snprintf(cmd, sizeof(cmd), "import --change 'USER 1000' %s/base.tar " IMAGE_USER, dir);
+    if (!why_not[0] && docker(out, sizeof(out), cmd) != 0)
+        snprintf(why_not, sizeof(why_not), "docker import failed: %.200s", out);
+}
+
+static void stop_dockerd(void)
+{
+    char out[4096];
+    if (dir[0]) {
+        /* Every container of ours first; then dockerd, which unmounts its layers as it ends. */
+        run_cmd(out, sizeof(out),
+                "export DOCKER_HOST=unix://%s/docker.sock; docker ps -aq | xargs -r docker rm -f",
+                dir);
+        pid_t now = dockerd_pid();
+        end_dockerd(now);
+        if (dockerd > 0 && dockerd != now)
+            end_dockerd(dockerd);
+        /* A failed test's boxes' socket-directory tmpfs (their tests' directories are gone). */
+        run_cmd(out, sizeof(out),
+                "awk '$1 == \"sbx-docker\" && $2 ~ /^\\/tmp\\/sbx-test-.*\\/state\\/docker\\/boxes\\// "
+                "{print $2}' /proc/self/mounts | xargs -r -n1 umount -l");
+        /* Whatever dockerd left mounted under its roots (a crash), then the files. */
+        run_cmd(out, sizeof(out),
+                "grep -o ' %s[^ ]*' /proc/self/mounts | sort -r | xargs -r -n1 umount -l", dir);
+        rm_rf(dir);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static const struct tap_test tests[] = {
+        TAP_T(test_exec, 120),         TAP_T(test_files, 120),
+        TAP_T(test_mapping, 120),      TAP_T(test_half_created, 120),
+        TAP_T(test_missing_image, 120), TAP_T(test_bad_config, 120),
+        TAP_T(test_serialize_connect, 120), TAP_T(test_removed_behind_back, 120),
+        TAP_T(test_list_stop_id, 120), TAP_T(test_entrypoint, 120),
+        TAP_T(test_many, 600),         TAP_T(test_engine_restart, 300),
+        TAP_T(test_tls, 120),          TAP_T(test_remote, 120),
+        TAP_T(test_image_user, 120),   TAP_T(test_context, 120),
+        TAP_T(test_probe, 120),
+        TAP_T(test_endpoint, 120),     TAP_T(test_ttl, 120),          TAP_T(test_shared_suite, 600), TAP_T(test_podman, 600),
+    };
+    start_dockerd();
+    int rc = tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
+    stop_dockerd();
+    return rc;
+}
