@@ -360,6 +360,22 @@ int cli_cmd_gc(int argc, char **argv);
 int cli_cmd_providers(int argc, char **argv);
 int cli_cmd_image(int argc, char **argv);
 int cli_cmd_volume(int argc, char **argv);
+
+/* --- named.c: the create/ls/inspect/rm subcommands of a provider's named objects --- */
+struct cli_named_kind {
+    const char *cmd; /* "volume", "network": the command, in messages and help */
+    int (*create)(sbx_provider *p, const char *name, char **json_out, sbx_error **err);
+    int (*list)(sbx_provider *p, char **json_out, sbx_error **err);
+    int (*inspect)(sbx_provider *p, const char *name, char **json_out, sbx_error **err);
+    int (*remove)(sbx_provider *p, const char *name, int force, sbx_error **err);
+    bool rm_takes_force;
+    /* One row of the ls table for an object of the list; NULL: the header. */
+    void (*print_row)(const json_t *item);
+};
+/* Runs `sbx CMD SUB ...` (argv[0] is CMD) for kind `k`. Exit code. */
+int cli_named_main(const struct cli_named_kind *k, int argc, char **argv);
+/* "-", the one box's id, or "N boxes": who uses an object, for an ls row. */
+void cli_named_users(const json_t *boxes, char *out, size_t cap);
 int cli_cmd_network(int argc, char **argv); /* [netw] */
 int cli_cmd_commit(int argc, char **argv); /* [img-commit] */
 int cli_cmd_logs(int argc, char **argv);   /* [svc-logs] */
