@@ -339,6 +339,21 @@ $(B)/sbx-agent: $(AGENT_OBJ)
 all: $(B)/sbx-agent
 tests: $(B)/sbx-agent
 
+# Under sanitizers, also the agent as every box that is not the host's own
+# system needs it (a container of another image cannot load the sanitizer
+# runtime): static, unsanitized. sbx_box_find_agent() takes it first.
+ifneq ($(SAN),)
+AGENT_STATIC_OBJ := $(patsubst %.c,$(B)/agent-static-obj/%.o,$(AGENT_SRC) $(AGENT_PROTO_SRC) src/core/inroot.c)
+$(B)/agent-static-obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -Isrc -MMD -MP $(CFLAGS) -c $< -o $@
+$(B)/sbx-agent-static: $(AGENT_STATIC_OBJ)
+	$(CC) -static $(LDFLAGS) -o $@ $^
+all: $(B)/sbx-agent-static
+tests: $(B)/sbx-agent-static
+-include $(shell find $(B)/agent-static-obj -name '*.d' 2>/dev/null)
+endif
+
 -include $(shell find $(B)/agent-obj -name '*.d' 2>/dev/null)
 
 # --- test doubles ---

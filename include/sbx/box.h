@@ -33,7 +33,9 @@ extern "C" {
 /*
  * The sbx-agent binary to put in a box: $SBX_AGENT, next to the program or
  * libsbx (a build tree), PREFIX/libexec/sbx of the install, then PATH. It is
- * linked statically, so it runs in any Linux box of the same architecture.
+ * linked statically, so it runs in any Linux box of the same architecture
+ * (a sanitizer build's own sbx-agent is not: its sbx-agent-static, found
+ * the same way, or $SBX_AGENT_STATIC, comes first).
  * Returns a malloc'd path (free it), or NULL when none was found. Blocking
  * (stats files); thread-safe.
  */

@@ -32,7 +32,15 @@ extern char **environ;
 
 char *sbx_box_find_agent(void)
 {
-    return sbx__kit_find_helper("sbx-agent", "SBX_AGENT");
+    /*
+     * A sanitizer build's sbx-agent is linked dynamically against the
+     * sanitizer's runtime, which another image's box cannot load: such a
+     * build also makes sbx-agent-static (Makefile), taken first unless
+     * $SBX_AGENT names the agent to use.
+     */
+    const char *env = getenv("SBX_AGENT");
+    char *a = env && *env ? NULL : sbx__kit_find_helper("sbx-agent-static", "SBX_AGENT_STATIC");
+    return a ? a : sbx__kit_find_helper("sbx-agent", "SBX_AGENT");
 }
 
 int sbx_box_spawn_stdio(const char *const *argv, const char *cwd, const char *const *envp,
