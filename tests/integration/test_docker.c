@@ -17,6 +17,7 @@
 
 #include <sbx.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <signal.h>
@@ -618,6 +619,221 @@ static void test_endpoint(void)
     stop_free(sb);
     sbx_provider_free(p);
     docker(out, sizeof(out), "network rm sbx-test-net");
+}
+
+/* --- connections of their own: PTYs, background processes, port forwarding -------------------- */
+
+/* Reads a PTY's `stream` until `needle` shows up (text kept in buf). Fails when it ends first. */
+static void pty_until(sbx_pty *pt, int stream, char *buf, size_t cap, size_t *len,
+                      const char *needle)
+{
+    for (;;) {
+        buf[*len] = 0;
+        if (strstr(buf, needle))
+            return;
+        if (*len + 1 >= cap)
+            TAP_FAIL("no '%s' in %zu bytes: %s", needle, *len, buf);
+        size_t n = 0;
+        sbx_error *e = NULL;
+        if (sbx_pty_read(pt, stream, buf + *len, cap - 1 - *len, -1, &n, NULL, &e) != SBX_OK)
+            TAP_FAIL("waiting for '%s': %s (read: %s)", needle, sbx_error_message(e), buf);
+        if (n == 0)
+            TAP_FAIL("the session ended before '%s' (read: %s)", needle, buf);
+        *len += n;
+    }
+}
+
+/*
+ * [pty] On the local-engine path the agent's socket is on this machine
+ * (agent_address): a terminal (size, resize, exit code), a command on a
+ * terminal of its own (sbx_sandbox_pty_exec), and a background process that
+ * outlives its handle and is attached again. The remote path says it has
+ * none of these.
+ */
+static void test_pty_and_procs(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_workdir(spec, "/tmp");
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+
+    sbx_pty_opts *o = sbx_pty_opts_new();
+    TAP_OK(sbx_pty_opts_set_size(o, 33, 101));
+    sbx_pty *pt = NULL;
+    TAP_OK(sbx_pty_open(sb, o, &pt, &e_)); /* the box's shell */
+    sbx_pty_opts_free(o);
+    TAP_TRUE(sbx_pty_id(pt) > 0);
+    char buf[16384];
+    size_t len = 0;
+    TAP_OK(sbx_pty_write(pt, "stty size; pwd; echo MARK-$((40+2))\n", 36, &e_));
+    pty_until(pt, SBX_STREAM_STDOUT, buf, sizeof(buf), &len, "MARK-42");
+    TAP_CONTAINS(buf, "33 101");
+    TAP_CONTAINS(buf, "/tmp");
+    TAP_OK(sbx_pty_resize(pt, 50, 132, &e_));
+    TAP_OK(sbx_pty_write(pt, "stty size; echo MARK-$((50+2))\n", 31, &e_));
+    pty_until(pt, SBX_STREAM_STDOUT, buf, sizeof(buf), &len, "MARK-52");
+    TAP_CONTAINS(buf, "50 132");
+    TAP_OK(sbx_pty_write(pt, "tty; exit 3\n", 12, &e_));
+    pty_until(pt, SBX_STREAM_STDOUT, buf, sizeof(buf), &len, "/dev/pts/");
+    int code = -1;
+    TAP_OK(sbx_pty_wait(pt, -1, &code, &e_));
+    TAP_EQ_INT(code, 3);
+    sbx_pty_free(pt);
+
+    /* One command on a terminal of its own. */
+    sbx_exec_result *r = NULL;
+    TAP_OK(sbx_sandbox_pty_exec(sb, "tty; exit 5", NULL, &r, &e_));
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 5);
+    TAP_CONTAINS(out_of(r), "/dev/pts/");
+    sbx_exec_result_free(r);
+
+    /* A background process: started, let go, attached again, fed, waited for. */
+    o = sbx_pty_opts_new();
+    TAP_OK(sbx_pty_opts_set_command(o, "echo started-$((1+1)); read x; echo got:$x; exit 4"));
+    sbx_proc *pr = NULL;
+    TAP_OK(sbx_proc_start(sb, o, &pr, &e_));
+    sbx_pty_opts_free(o);
+    unsigned id = sbx_proc_id(pr);
+    TAP_TRUE(id > 0);
+    sbx_proc_free(pr); /* it runs on */
+    pr = NULL;
+    TAP_OK(sbx_proc_attach(sb, id, 0, 0, &pr, &e_));
+    len = 0;
+    for (;;) {
+        buf[len] = 0;
+        if (strstr(buf, "started-2"))
+            break;
+        size_t n = 0;
+        TAP_OK(sbx_proc_read(pr, SBX_STREAM_STDOUT, buf + len, sizeof(buf) - 1 - len, -1, &n,
+                             NULL, &e_));
+        TAP_TRUE(n > 0);
+        len += n;
+    }
+    TAP_OK(sbx_proc_write(pr, "abc\n", 4, &e_));
+    TAP_OK(sbx_proc_wait(pr, -1, &code, &e_));
+    TAP_EQ_INT(code, 4);
+    for (;;) {
+        size_t n = 0;
+        TAP_OK(sbx_proc_read(pr, SBX_STREAM_STDOUT, buf + len, sizeof(buf) - 1 - len, -1, &n,
+                             NULL, &e_));
+        if (n == 0)
+            break;
+        len += n;
+    }
+    buf[len] = 0;
+    TAP_EQ_STR(buf, "started-2\ngot:abc\n");
+    sbx_proc_free(pr);
+
+    /* A handle connected by another provider instance reaches the same agent. */
+    char *desc = NULL;
+    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
+    sbx_provider *p2 = provider("");
+    sbx_sandbox *c = NULL;
+    TAP_OK(sbx_sandbox_connect(p2, desc, &c, &e_));
+    free(desc);
+    r = NULL;
+    TAP_OK(sbx_sandbox_pty_exec(c, "echo via-connect", NULL, &r, &e_));
+    TAP_CONTAINS(out_of(r), "via-connect");
+    sbx_exec_result_free(r);
+    stop_free(c);
+    sbx_provider_free(p2);
+    stop_free(sb);
+    sbx_provider_free(p);
+
+    /* The remote path: not available, saying why. */
+    char saved[2048];
+    snprintf(saved, sizeof(saved), "%s", cfg_base);
+    snprintf(cfg_base, sizeof(cfg_base), ", \"remote\": true");
+    p = provider("");
+    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+    spec = image_spec();
+    sb = start(p, spec);
+    sbx_spec_free(spec);
+    sbx_error *e = NULL;
+    pt = NULL;
+    TAP_EQ_INT(sbx_pty_open(sb, NULL, &pt, &e), SBX_ENOTSUP);
+    TAP_CONTAINS(sbx_error_message(e), "remote path");
+    sbx_error_free(e);
+    stop_free(sb);
+    sbx_provider_free(p);
+}
+
+/* The sbx CLI of this build (build/sbx), or a skip. */
+static const char *sbx_cli(void)
+{
+    static char path[1024];
+    char exe[900];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        TAP_FAIL("readlink: %s", strerror(errno));
+    exe[n] = 0;
+    for (int i = 0; i < 3; i++)
+        *strrchr(exe, '/') = 0;
+    snprintf(path, sizeof(path), "%s/sbx", exe);
+    if (access(path, X_OK) != 0)
+        TAP_SKIP("build/sbx is not built");
+    return path;
+}
+
+/*
+ * `sbx port-forward` into a docker box with no network (loopback only): a
+ * busybox httpd bound in the box is fetched from the host through the
+ * agent; Ctrl-C ends it. Also `sbx exec -d` and `sbx top` (background
+ * processes through the CLI).
+ */
+static void test_port_forward(void)
+{
+    need_engine();
+    const char *bin = sbx_cli();
+    char out[8192], cmd[4096], id[128];
+    snprintf(cmd, sizeof(cmd),
+             "%s create --provider '{\"docker\": {\"host\": \"unix://%s/docker.sock\", "
+             "\"create\": {\"network\": \"none\"}}}' --image " IMAGE,
+             bin, dir);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s", cmd), 0);
+    snprintf(id, sizeof(id), "%.*s", (int)strcspn(out, "\n"), out);
+    TAP_TRUE(!strncmp(id, "sbx-", 4));
+    TAP_EQ_INT(run_cmd(out, sizeof(out),
+                       "%s exec -d %s -- sh -c 'mkdir -p /w && echo from-the-box > /w/f && "
+                       "exec httpd -f -p 127.0.0.1:8000 -h /w'",
+                       bin, id),
+               0);
+    TAP_TRUE(atoi(out) > 0);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s top %s", bin, id), 0);
+    TAP_CONTAINS(out, "httpd");
+    int pfd[2];
+    TAP_EQ_INT(pipe2(pfd, O_CLOEXEC), 0);
+    pid_t pf = fork();
+    if (pf == 0) {
+        dup2(pfd[1], 1);
+        dup2(pfd[1], 2);
+        execl(bin, "sbx", "port-forward", id, "0:8000", (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    char *got = read_fd_until(pfd[0], " -> 8000\n", 60);
+    const char *f = strstr(got, "Forwarding from 127.0.0.1:");
+    TAP_TRUE(f != NULL);
+    int port = atoi(f + strlen("Forwarding from 127.0.0.1:"));
+    free(got);
+    TAP_TRUE(port > 0);
+    TAP_EQ_INT(run_cmd(out, sizeof(out),
+                       "curl -s --max-time 10 --retry 20 --retry-delay 0 --retry-connrefused "
+                       "http://127.0.0.1:%d/f",
+                       port),
+               0);
+    TAP_EQ_STR(out, "from-the-box\n");
+    TAP_EQ_INT(kill(pf, SIGINT), 0);
+    int st = 0;
+    TAP_EQ_INT(waitpid(pf, &st, 0), pf);
+    TAP_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 130);
+    close(pfd[0]);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s stop %s", bin, id), 0);
+    snprintf(cmd, sizeof(cmd), "ps -aq --filter name=%s", id);
+    TAP_EQ_INT(docker(out, sizeof(out), cmd), 0);
+    TAP_EQ_STR(out, "");
 }
 
 /* A TTL: the agent ends the box when it passes, and the engine removes the container. */
@@ -1264,7 +1480,8 @@ int main(int argc, char **argv)
         TAP_T(test_many, 600),         TAP_T(test_engine_restart, 300),
         TAP_T(test_tls, 120),          TAP_T(test_remote, 120),
         TAP_T(test_image_user, 120),   TAP_T(test_context, 120),
-        TAP_T(test_probe, 120),
+        TAP_T(test_probe, 120),        TAP_T(test_pty_and_procs, 120),
+        TAP_T(test_port_forward, 120),
         TAP_T(test_endpoint, 120),     TAP_T(test_ttl, 120),          TAP_T(test_shared_suite, 600), TAP_T(test_podman, 600),
     };
     start_dockerd();

@@ -46,6 +46,13 @@ struct dbox {
     char *container; /* the container's id */
     char *scope;     /* a connected handle's scope, or NULL */
     sbx_box_agent *agent;
+    /*
+     * The agent's socket on this machine and its pid here (the container's
+     * PID 1) for connections of their own (agent_address: PTYs, background
+     * processes, port forwarding); NULL, 0 on the remote path.
+     */
+    char *socket;
+    pid_t pid;
 };
 SBX_INTERNAL void sbx__dk_box_free(void *box);
 /*

@@ -46,6 +46,7 @@ void sbx__dk_box_free(void *box)
     free(b->id);
     free(b->container);
     free(b->scope);
+    free(b->socket);
     free(b);
 }
 
@@ -580,6 +581,13 @@ static int make_container(struct docker *d, sbx_box_record *r, const char *box_d
         sbx__dk_remove(d->engine, cid, NULL);
         return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
     }
+    /* The agent's pid here, for connections of their own (agent_address). */
+    json_object_set_new(pj, "pid", json_integer(pid));
+    char *pjs = sbx__json_dump(pj);
+    if (pjs) {
+        free(r->provider_json);
+        r->provider_json = pjs;
+    }
     *pid_out = (pid_t)pid;
     return SBX_OK;
 }
@@ -667,12 +675,20 @@ static void dk_created(sbx_op *op, sbx_box_agent *agent, const sbx_box_record *r
         return;
     }
     struct dbox *b = calloc(1, sizeof(*b));
+    bool oom = false;
     if (b) {
         b->agent = agent;
         b->id = strdup(r->id);
         b->container = record_container(r);
+        if (!use_remote(d)) {
+            _cleanup_json_ json_t *pj =
+                r->provider_json ? json_loads(r->provider_json, 0, NULL) : NULL;
+            b->pid = (pid_t)json_integer_value(json_object_get(pj, "pid"));
+            _cleanup_free_ char *run = run_dir(d, r->id);
+            oom = !run || !(b->socket = sbx__printf("%s/agent.sock", run));
+        }
     }
-    if (!b || !b->id || !b->container) {
+    if (!b || !b->id || !b->container || oom) {
         if (!b)
             sbx_box_agent_free(agent);
         sbx__dk_box_free(b);
@@ -1019,7 +1035,11 @@ static void connect_work(sbx_op *op, void *data)
     if (rc == SBX_OK) {
         j->pid = (pid_t)json_integer_value(json_object_get(state, "Pid"));
         j->b = calloc(1, sizeof(*j->b));
-        if (!j->b || (!remote && !(j->socket = sbx__printf("%s/agent.sock", run))) ||
+        if (j->b && !remote)
+            j->b->pid = j->pid;
+        if (!j->b ||
+            (!remote && (!(j->socket = sbx__printf("%s/agent.sock", run)) ||
+                         !(j->b->socket = strdup(j->socket)))) ||
             !(j->b->container = strdup(json_string_value(json_object_get(info, "Id")) ?: "")) ||
             !(j->b->id = strdup(id ? id : name && name[0] == '/' ? name + 1 : j->b->container)) ||
             (scope && !(j->b->scope = strdup(scope))))
@@ -1088,6 +1108,37 @@ static void dk_connect(sbx_op *op, void *state, const char *descriptor_json)
         sbx_op_complete(inner, SBX_EIO, sbx_error_new(SBX_EIO, "cannot queue the connect"), NULL);
 }
 
+/* --- connections of their own: PTYs, background processes, port forwarding ---------------- */
+
+/*
+ * [pty] Where the box's agent listens, for a connection of its own: the
+ * socket on the host directory mounted at /.sbx, the container's PID 1 the
+ * only process accepted there. The remote path has no such socket on this
+ * machine (the agent is reached through an exec session, one stream): what
+ * needs a connection of its own is not available there.
+ */
+static void dk_agent_address(sbx_op *op, void *state, void *box)
+{
+    (void)state;
+    struct dbox *b = box;
+    if (!b->socket || b->pid <= 0) {
+        sbx_op_complete(op, SBX_ENOTSUP,
+                        sbx_error_new(SBX_ENOTSUP,
+                                      "docker box %s is reached through an Engine-API exec "
+                                      "session (the remote path): PTY sessions, background "
+                                      "processes and port forwarding need the agent's socket "
+                                      "on this machine, which only a local engine gives "
+                                      "(docs/providers/docker.md)",
+                                      b->id),
+                        NULL);
+        return;
+    }
+    json_t *j = json_pack("{s:s, s:I}", "socket", b->socket, "pid", (json_int_t)b->pid);
+    char *text = j ? sbx__json_dump(j) : NULL;
+    json_decref(j);
+    sbx_op_complete(op, text ? SBX_OK : SBX_ENOMEM, NULL, text);
+}
+
 /* --- provider-wide: the kit's records, with the container as the box -------------------- */
 
 static void dk_list(sbx_op *op, void *state, const char *filter_json)
@@ -1124,6 +1175,7 @@ SBX_INTERNAL const struct sbx_provider_ops sbx__docker_provider = {
     .list = dk_list,
     .stop_id = dk_stop_id,
     .gc = dk_gc,
+    .agent_address = dk_agent_address, /* [pty] */
     .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_CONNECT | SBX_CAP_LIST | SBX_CAP_STOP_ID |
-                    SBX_CAP_GC,
+                    SBX_CAP_GC | SBX_CAP_PTY | SBX_CAP_PORT_FORWARD,
 };
