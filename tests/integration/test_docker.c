@@ -836,6 +836,168 @@ static void test_port_forward(void)
     TAP_EQ_STR(out, "");
 }
 
+/*
+ * agent: false: the reference's container (keepalive, --init), commands
+ * through the engine's exec API with the reference's sentinels, files
+ * through its archive API (parents made, mode kept, links followed only
+ * inside the box, directories refused), no PTYs; connect knows such a box
+ * by its label; provider_options picks it per box.
+ */
+static void test_noagent(void)
+{
+    need_engine();
+    char saved[2048];
+    snprintf(saved, sizeof(saved), "%s", cfg_base);
+    snprintf(cfg_base, sizeof(cfg_base), ", \"agent\": false");
+    sbx_provider *p = provider("");
+    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_env(spec, "A", "from-create");
+    sbx_spec_set_env(spec, "B", "base");
+    sbx_spec_set_workdir(spec, "/tmp");
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+
+    sbx_exec_result *r = run(sb, "echo out; echo err >&2; exit 7", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 7);
+    TAP_EQ_STR(out_of(r), "out\n");
+    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
+    TAP_NULL(sbx_exec_result_error_type(r));
+    sbx_exec_result_free(r);
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_env(o, "A", "from-call");
+    r = run(sb, "cat /etc/image-name; pwd; echo $A $B", o);
+    TAP_EQ_STR(out_of(r), "sbx-test\n/tmp\nfrom-call base\n");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+    o = sbx_exec_opts_new();
+    sbx_exec_opts_set_cwd(o, "/etc");
+    sbx_exec_opts_set_user(o, "1000");
+    sbx_exec_opts_set_stdin(o, "piped", 5);
+    r = run(sb, "pwd; id -u; cat", o);
+    TAP_EQ_STR(out_of(r), "/etc\n1000\npiped");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+    /* A signal: 128+N, as the engine reports it. */
+    r = run(sb, "kill -TERM $$", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 128 + 15);
+    sbx_exec_result_free(r);
+    /* The timeout sentinel, with what came before it. */
+    o = sbx_exec_opts_new();
+    sbx_exec_opts_set_timeout(o, 0.5);
+    r = run(sb, "echo partial; sleep 30", o);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
+    TAP_EQ_STR(out_of(r), "partial\n");
+    TAP_CONTAINS(sbx_exec_result_stderr(r, NULL), "docker command timed out after 0.5s");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+
+    /* The reference's container: no agent, its keepalive, the engine's init. */
+    char out[4096], args[1024];
+    snprintf(args, sizeof(args),
+             "inspect -f '{{.HostConfig.Init}} {{len .HostConfig.Binds}} {{.Config.Entrypoint}} "
+             "{{index .Config.Labels \"sbx.agent\"}}' %s",
+             sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "true 0 [/bin/sh] false");
+
+    /* Files: parents made, mode kept, relative to the workdir, onto a directory. */
+    char src[1024], back[1024];
+    snprintf(src, sizeof(src), "%s/in.sh", tap_tmpdir());
+    snprintf(back, sizeof(back), "%s/back/out.sh", tap_tmpdir());
+    TAP_EQ_INT(write_text(src, "#!/bin/sh\necho ran\n"), 0);
+    chmod(src, 0750);
+    TAP_OK(sbx_sandbox_upload(sb, src, "/opt/new/dir/run.sh", &e_));
+    TAP_OK(sbx_sandbox_upload(sb, src, "rel/x.sh", &e_));
+    TAP_OK(sbx_sandbox_upload(sb, src, "/etc", &e_));
+    r = run(sb, "/opt/new/dir/run.sh; stat -c %a /opt/new/dir/run.sh; cat /tmp/rel/x.sh "
+                "/etc/in.sh | wc -l",
+            NULL);
+    TAP_EQ_STR(out_of(r), "ran\n750\n4\n");
+    sbx_exec_result_free(r);
+    TAP_OK(sbx_sandbox_download(sb, "/opt/new/dir/run.sh", back, &e_));
+    char *text = read_text(back);
+    TAP_EQ_STR(text, "#!/bin/sh\necho ran\n");
+    free(text);
+    struct stat st;
+    TAP_EQ_INT(stat(back, &st), 0);
+    TAP_EQ_INT(st.st_mode & 07777, 0750);
+    /* A link is followed inside the box (the engine resolves it there), never out. */
+    sbx_exec_result_free(run(sb, "ln -s /opt/new/dir/run.sh /tmp/l; ln -s /etc /tmp/d", NULL));
+    unlink(back);
+    TAP_OK(sbx_sandbox_download(sb, "l", back, &e_));
+    text = read_text(back);
+    TAP_EQ_STR(text, "#!/bin/sh\necho ran\n");
+    free(text);
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_download(sb, "/nope", back, &e), SBX_ENOENT);
+    sbx_error_free(e);
+    e = NULL;
+    TAP_EQ_INT(sbx_sandbox_download(sb, "/tmp/d", back, &e), SBX_EINVAL);
+    TAP_CONTAINS(sbx_error_message(e), "directory");
+    sbx_error_free(e);
+    /* 3 MiB both ways. */
+    snprintf(src, sizeof(src), "%s/big", tap_tmpdir());
+    snprintf(back, sizeof(back), "%s/big.back", tap_tmpdir());
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "head -c 3145728 /dev/urandom > %s", src), 0);
+    TAP_OK(sbx_sandbox_upload(sb, src, "/tmp/big", &e_));
+    TAP_OK(sbx_sandbox_download(sb, "/tmp/big", back, &e_));
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "cmp %s %s", src, back), 0);
+
+    /* No agent, no PTY: said so. */
+    sbx_pty *pt = NULL;
+    e = NULL;
+    TAP_EQ_INT(sbx_pty_open(sb, NULL, &pt, &e), SBX_ENOTSUP);
+    TAP_CONTAINS(sbx_error_message(e), "agent: false");
+    sbx_error_free(e);
+
+    /* A provider configured with the agent connects to it as it was made. */
+    char *desc = NULL;
+    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
+    sbx_provider *p2 = provider("");
+    sbx_sandbox *c = NULL;
+    TAP_OK(sbx_sandbox_connect(p2, desc, &c, &e_));
+    free(desc);
+    r = run(c, "cat /tmp/rel/x.sh | wc -l", NULL);
+    TAP_EQ_STR(out_of(r), "2\n");
+    sbx_exec_result_free(r);
+    stop_free(c);
+
+    /* Removed behind sbx's back: the runtime sentinel. */
+    snprintf(args, sizeof(args), "rm -f %s", sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    r = run(sb, "true", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+    sbx_exec_result_free(r);
+    stop_free(sb);
+    sbx_provider_free(p);
+
+    /* Per box: provider_options {"agent": false} on a provider with the agent. */
+    spec = image_spec();
+    TAP_OK(sbx_spec_set_provider_options(spec, "{\"agent\": false}", &e_));
+    sb = start(p2, spec);
+    snprintf(args, sizeof(args), "inspect -f '{{index .Config.Labels \"sbx.agent\"}}' %s",
+             sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "false");
+    r = run(sb, "echo ok", NULL);
+    TAP_EQ_STR(out_of(r), "ok\n");
+    sbx_exec_result_free(r);
+    stop_free(sb);
+    e = NULL;
+    TAP_OK(sbx_spec_set_provider_options(spec, "{\"agent\": 1}", &e_));
+    sb = NULL;
+    TAP_OK(sbx_sandbox_new(p2, spec, &sb, &e_));
+    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_EINVAL);
+    TAP_CONTAINS(sbx_error_message(e), "provider_options['agent']");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(spec);
+    sbx_provider_free(p2);
+}
+
 /* A TTL: the agent ends the box when it passes, and the engine removes the container. */
 static void test_ttl(void)
 {
@@ -1186,6 +1348,17 @@ static void test_shared_suite(void)
     if (rc != 0)
         TAP_FAIL("the shared suite failed on docker's remote path:\n%s", out);
     TAP_CONTAINS(out, "8 passed, 0 failed");
+    /* And without the agent: the engine's exec and archive APIs. */
+    rc = run_cmd(out, sizeof(out),
+                 "DOCKER_HOST=unix://%s/docker.sock SBX_SUITE_PLUGIN=docker "
+                 "SBX_SUITE_PROVIDERS=docker "
+                 "SBX_SUITE_CONFIG_docker='{\"host\": \"unix://%s/docker.sock\", \"image\": "
+                 "\"" IMAGE "\", \"agent\": false, \"create\": {\"network\": \"none\"}}' "
+                 "build/tests/integration/test_provider_suite plugin 2>&1",
+                 dir, dir);
+    if (rc != 0)
+        TAP_FAIL("the shared suite failed on docker with agent: false:\n%s", out);
+    TAP_CONTAINS(out, "8 passed, 0 failed");
 }
 
 /*
@@ -1481,7 +1654,7 @@ int main(int argc, char **argv)
         TAP_T(test_tls, 120),          TAP_T(test_remote, 120),
         TAP_T(test_image_user, 120),   TAP_T(test_context, 120),
         TAP_T(test_probe, 120),        TAP_T(test_pty_and_procs, 120),
-        TAP_T(test_port_forward, 120),
+        TAP_T(test_port_forward, 120), TAP_T(test_noagent, 120),
         TAP_T(test_endpoint, 120),     TAP_T(test_ttl, 120),          TAP_T(test_shared_suite, 600), TAP_T(test_podman, 600),
     };
     start_dockerd();

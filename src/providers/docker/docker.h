@@ -109,6 +109,12 @@ SBX_INTERNAL void sbx__dk_box_exec(sbx_op *op, struct docker *d, struct dbox *b,
 SBX_INTERNAL int sbx__dk_tar_one(int fd, const char *name, unsigned mode, long long size,
                                  int out_fd, char *msg, size_t msg_len);
 SBX_INTERNAL int sbx__dk_untar_one(int in_fd, const char *out_path, char *msg, size_t msg_len);
+/*
+ * The engine's X-Docker-Container-Path-Stat header (base64 of a JSON
+ * object): its Go mode bits and link target (malloc'd, or NULL). -1 for one
+ * that does not parse. Fuzzed.
+ */
+SBX_INTERNAL int sbx__dk_path_stat_parse(const char *hdr, unsigned long long *mode, char **link);
 SBX_INTERNAL int sbx__dk_endpoint_url(const json_t *info, int port, const char *publish_host,
                                       char **url, sbx_error **err);
 SBX_INTERNAL sbx_status sbx__dk_status_of(const char *engine_status);

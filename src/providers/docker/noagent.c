@@ -355,12 +355,21 @@ static void exec_work(sbx_op *op, void *data)
     sbx_exec_result *r = NULL;
     int rc;
     if (end == X_TIMEOUT) {
-        /* The reference's sentinel: no stdout, stderr the TimeoutError's text. */
+        /*
+         * The reference's sentinel (rc 125, "timeout", stderr saying so), with
+         * what the command printed before it, as every sbx provider gives.
+         */
         char g[32];
         sbx__fmt_g(j->timeout, g, sizeof(g));
-        char *m = sbx__printf("docker command timed out after %ss: %s -c %s", g, j->shell,
-                              j->command);
-        rc = sbx_exec_result_new_take(NULL, 0, m, m ? strlen(m) : 0, 125, "timeout", &r);
+        char *o = j->keep ? strndup(j->out.data ? j->out.data : "", j->out.len) : NULL;
+        char *m = sbx__printf("%.*s%sdocker command timed out after %ss: %s -c %s",
+                              j->keep ? (int)j->err.len : 0, j->err.data ? j->err.data : "",
+                              j->keep && j->err.len && j->err.data[j->err.len - 1] != '\n'
+                                  ? "\n"
+                                  : "",
+                              g, j->shell, j->command);
+        rc = sbx_exec_result_new_take(o, o ? j->out.len : 0, m, m ? strlen(m) : 0, 125,
+                                      "timeout", &r);
     } else if (end == X_BROKEN) {
         /* The runtime failed (container gone, not running, engine away): 125, "sandbox". */
         char *m = strdup(msg);
@@ -617,8 +626,21 @@ static int stat_path(struct docker *d, const char *cid, const char *p, unsigned 
     if (st != 200 || !hdr)
         return sbx__dk_error(err, SBX_EPROVIDER, st, resp, "looking at %s in container %.12s",
                              p, cid);
+    if (sbx__dk_path_stat_parse(hdr, mode, link) < 0)
+        return sbx__set_error(err, SBX_EPROVIDER,
+                              "docker engine at %s gave no readable stat of %s",
+                              sbx__dk_engine_host(d->engine), p);
+    return SBX_OK;
+}
+
+int sbx__dk_path_stat_parse(const char *hdr, unsigned long long *mode, char **link)
+{
     /* base64 of a JSON object: {"name", "size", "mode", "mtime", "linkTarget"} */
+    *mode = 0;
+    *link = NULL;
     size_t hl = strlen(hdr);
+    if (hl > 8192)
+        return -1;
     uint8_t *raw = malloc(BASE64_DECODE_LENGTH(hl) + 1);
     struct base64_decode_ctx ctx;
     size_t dl = raw ? BASE64_DECODE_LENGTH(hl) : 0;
@@ -628,16 +650,18 @@ static int stat_path(struct docker *d, const char *cid, const char *p, unsigned 
     free(raw);
     json_t *m = json_object_get(j, "mode");
     const char *lt = json_string_value(json_object_get(j, "linkTarget"));
-    if (!json_is_integer(m)) {
+    if (!json_is_integer(m) || json_integer_value(m) < 0) {
         json_decref(j);
-        return sbx__set_error(err, SBX_EPROVIDER,
-                              "docker engine at %s gave no readable stat of %s",
-                              sbx__dk_engine_host(d->engine), p);
+        return -1;
     }
     *mode = (unsigned long long)json_integer_value(m);
-    *link = lt && lt[0] ? strdup(lt) : NULL;
+    /* A link target is a path in the box, bounded as one. */
+    if (lt && lt[0] && strlen(lt) < 4096 && !(*link = strdup(lt))) {
+        json_decref(j);
+        return -1;
+    }
     json_decref(j);
-    return SBX_OK;
+    return 0;
 }
 
 /* An archive answer that was not a success, as the kit's codes. */

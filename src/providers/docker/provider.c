@@ -619,6 +619,12 @@ static int make_container(struct docker *d, sbx_box_record *r, const char *box_d
                             cid, img,
                             (long long)json_integer_value(json_object_get(state, "ExitCode")),
                             noagent ? "entrypoint or keepalive" : "agent", r->id);
+    /* agent: false: relative paths join the container's workdir (the spec's or the image's). */
+    const char *cwd =
+        json_string_value(json_object_get(json_object_get(info, "Config"), "WorkingDir"));
+    if (rc == SBX_OK && noagent && cwd && cwd[0] == '/' && !r->workdir &&
+        !(r->workdir = strdup(cwd)))
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
     json_decref(info);
     if (rc == SBX_OK && (!(*cid_out = strdup(cid)) || (user && !(*user_out = strdup(user)))))
         rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
@@ -799,9 +805,7 @@ static void nacreate_work(sbx_op *inner, void *data)
         made = true;
     if (rc == SBX_OK)
         rc = make_container(d, &r, dir, j->spec, true, true, &cid, &pid, &user, &e);
-    const char *wd = sbx_spec_workdir(j->spec);
-    if (rc == SBX_OK && wd && wd[0] && !(r.workdir = strdup(wd)))
-        rc = sbx__set_error(&e, SBX_ENOMEM, "out of memory");
+    const char *wd = r.workdir; /* the container's, make_container says */
     r.creating = 0;
     if (rc == SBX_OK)
         rc = sbx_box_record_write(d->store, &r, &e);
