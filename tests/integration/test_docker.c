@@ -328,6 +328,9 @@ static void test_bad_config(void)
         {"{\"docker\": {\"create\": {\"extra_run_args\": [\"--privileged\"]}}}",
          "docker CLI flags"},
         {"{\"docker\": {\"host\": \"ssh://me@there\"}}", "ssh://me@there"},
+        {"{\"docker\": {\"image_rewrites\": [{\"from\": \"a/\"}]}}", "'from' and 'to'"},
+        {"{\"docker\": {\"image_rewrites\": {\"from\": \"a/\"}}}", "image_rewrites must be a list"},
+        {"{\"docker\": {\"agent\": \"no\"}}", "agent must be true or false"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         sbx_provider *p = NULL;
@@ -998,6 +1001,28 @@ static void test_noagent(void)
     sbx_provider_free(p2);
 }
 
+/* The config's image_rewrites (the reference's rewrite_image) name the image the engine gets. */
+static void test_image_rewrites(void)
+{
+    need_engine();
+    char saved[2048];
+    snprintf(saved, sizeof(saved), "%s", cfg_base);
+    snprintf(cfg_base, sizeof(cfg_base),
+             ", \"image_rewrites\": [{\"from\": \"mirror.invalid/x/\", \"to\": \"\"}]");
+    sbx_provider *p = provider("");
+    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+    sbx_spec *spec = sbx_spec_new();
+    sbx_spec_set_image(spec, "docker://mirror.invalid/x/" IMAGE);
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    char out[4096], args[512];
+    snprintf(args, sizeof(args), "inspect -f '{{.Config.Image}}' %s", sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, IMAGE);
+    stop_free(sb);
+    sbx_provider_free(p);
+}
+
 /* A TTL: the agent ends the box when it passes, and the engine removes the container. */
 static void test_ttl(void)
 {
@@ -1655,6 +1680,7 @@ int main(int argc, char **argv)
         TAP_T(test_image_user, 120),   TAP_T(test_context, 120),
         TAP_T(test_probe, 120),        TAP_T(test_pty_and_procs, 120),
         TAP_T(test_port_forward, 120), TAP_T(test_noagent, 120),
+        TAP_T(test_image_rewrites, 120),
         TAP_T(test_endpoint, 120),     TAP_T(test_ttl, 120),          TAP_T(test_shared_suite, 600), TAP_T(test_podman, 600),
     };
     start_dockerd();

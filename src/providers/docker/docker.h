@@ -14,6 +14,7 @@
 struct dk_config {
     char *host, *api_version, *state_dir;
     char *image; /* used when a spec names none; NULL: a spec must */
+    char *image_rewrites; /* JSON list of {from, to} (sbx_rewrite_image), or NULL */
     int remote;  /* 1: the exec-session path; 0: the socket mount; -1: by where the engine is */
     bool pull;
     bool agent; /* false: no agent; the engine's exec and archive APIs (noagent.c) */

@@ -224,35 +224,81 @@ fail:
 
 /* --- create ------------------------------------------------------------------------ */
 
-/* The engine's name for the spec's image: a docker:// prefix is dropped, as the reference does. */
-static const char *engine_image(const struct docker *d, const sbx_spec *spec)
+/*
+ * The engine's name for the spec's image (malloc'd, NULL with `err`): a
+ * docker:// prefix is dropped, as the reference does, then the config's
+ * image_rewrites apply (the reference's rewrite_image, first matching
+ * prefix wins).
+ */
+static int engine_image(const struct docker *d, const sbx_spec *spec, char **out,
+                        sbx_error **err)
 {
     const char *img = sbx_spec_image(spec);
     if (!img || !img[0])
         img = d->cfg.image; /* the config's default image */
-    if (img && !strncmp(img, "docker://", 9))
+    if (!img || !img[0])
+        return sbx__set_error(err, SBX_EINVAL,
+                              "spec.image is required for the docker provider (or the "
+                              "provider config's 'image')");
+    if (!strncmp(img, "docker://", 9))
         img += 9;
-    return img;
+    char *rw = NULL;
+    if (d->cfg.image_rewrites) {
+        int rc = sbx_rewrite_image(img, d->cfg.image_rewrites, &rw, err);
+        if (rc < 0)
+            return rc;
+    }
+    /* sbx_rewrite_image's string is sbx_free's; ours are free's: a copy. */
+    *out = strdup(rw ? rw : img);
+    sbx_free(rw);
+    return *out ? SBX_OK : sbx__set_error(err, SBX_ENOMEM, "out of memory");
 }
 
 struct pull_progress {
     const char *image;
+    sbx_op *op; /* the create's, for its progress; NULL: the debug log only */
 };
+
+/*
+ * The engine's pull states as the linux provider's pull stages name them
+ * ("pull:STATE:layer:ID12"); "extracting" is the engine's own.
+ */
+static const char *pull_state(const char *status)
+{
+    static const struct {
+        const char *engine, *ours;
+    } map[] = {{"Pulling fs layer", "waiting"},   {"Waiting", "waiting"},
+               {"Downloading", "downloading"},    {"Verifying Checksum", "verifying"},
+               {"Download complete", "verifying"}, {"Extracting", "extracting"},
+               {"Pull complete", "done"},          {"Already exists", "cached"}};
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+        if (!strcmp(status, map[i].engine))
+            return map[i].ours;
+    return NULL;
+}
 
 static void pull_line(const char *status, const char *id, long long cur, long long tot,
                       void *data)
 {
     struct pull_progress *p = data;
-    if (status)
-        sbx_log(SBX_LOG_DEBUG, "docker: pulling %s: %s%s%s (%lld/%lld)", p->image, id ? id : "",
-                id ? ": " : "", status, cur, tot);
+    if (!status)
+        return;
+    sbx_log(SBX_LOG_DEBUG, "docker: pulling %s: %s%s%s (%lld/%lld)", p->image, id ? id : "",
+            id ? ": " : "", status, cur, tot);
+    const char *st = pull_state(status);
+    if (p->op && st && id && strspn(id, "0123456789abcdef") == strlen(id)) {
+        char stage[64];
+        snprintf(stage, sizeof(stage), "pull:%s:layer:%.12s", st, id);
+        sbx_op_progress(p->op, stage, (unsigned long long)cur, (unsigned long long)tot);
+    }
 }
 
 /*
  * The image's config (inspect), pulling it through the engine first when it
  * is missing and pulls are allowed.
  */
-static int image_config(struct docker *d, const char *img, json_t **out, sbx_error **err)
+static int image_config(struct docker *d, const char *img, sbx_op *op, json_t **out,
+                        sbx_error **err)
 {
     _cleanup_free_ char *ei = esc(img);
     _cleanup_free_ char *path = ei ? sbx__printf("/images/%s/json", ei) : NULL;
@@ -280,7 +326,7 @@ static int image_config(struct docker *d, const char *img, json_t **out, sbx_err
         _cleanup_free_ char *q = sbx__printf("/images/create?fromImage=%s", ei);
         if (!q)
             return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-        struct pull_progress pp = {img};
+        struct pull_progress pp = {img, op};
         sbx_error *pe = NULL;
         rc = sbx__dk_request_stream(d->engine, "POST", q, &st, pull_line, &pp, &pe);
         if (rc == SBX_OK && st != 200)
@@ -483,6 +529,12 @@ json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec, con
     return b;
 }
 
+/* One create's start hook data: the provider and the caller's op (pull progress). */
+struct create_ctx {
+    struct docker *d;
+    sbx_op *op;
+};
+
 /* Whether boxes are reached through an exec session (config, else where the engine is). */
 static bool use_remote(const struct docker *d)
 {
@@ -530,19 +582,18 @@ static int agent_tar(const char *agent, char **out, size_t *out_len, sbx_error *
  * before the start; checks it runs. Writes its id (malloc'd) and its PID 1
  * as the host sees it. On failure nothing is left (the container removed).
  */
-static int make_container(struct docker *d, sbx_box_record *r, const char *box_dir,
+static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const char *box_dir,
                           const sbx_spec *spec, bool remote, bool noagent, char **cid_out,
                           pid_t *pid_out, char **user_out, sbx_error **err)
 {
     if (noagent)
         remote = true; /* nothing of this machine goes in: no socket directory, no agent */
-    const char *img = engine_image(d, spec);
-    if (!img || !img[0])
-        return sbx__set_error(err, SBX_EINVAL,
-                              "spec.image is required for the docker provider (or the "
-                              "provider config's 'image')");
+    _cleanup_free_ char *img = NULL;
+    int rc = engine_image(d, spec, &img, err);
+    if (rc < 0)
+        return rc;
     _cleanup_json_ json_t *ic = NULL;
-    int rc = image_config(d, img, &ic, err);
+    rc = image_config(d, img, op, &ic, err);
     if (rc < 0)
         return rc == SBX_ENOENT ? SBX_ECREATE : rc;
     const char *user = json_string_value(json_object_get(json_object_get(ic, "Config"), "User"));
@@ -647,10 +698,11 @@ static int make_container(struct docker *d, sbx_box_record *r, const char *box_d
 static int dk_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec, void *data,
                     char **socket_path, pid_t *peer_pid, sbx_error **err)
 {
-    struct docker *d = data;
+    struct create_ctx *cx = data;
+    struct docker *d = cx->d;
     _cleanup_free_ char *cid = NULL, *user = NULL;
     pid_t pid = 0;
-    int rc = make_container(d, r, box_dir, spec, false, false, &cid, &pid, &user, err);
+    int rc = make_container(d, cx->op, r, box_dir, spec, false, false, &cid, &pid, &user, err);
     if (rc < 0)
         return rc;
     if (!(*socket_path = sbx__printf("%s/run/agent.sock", box_dir))) {
@@ -704,10 +756,11 @@ static int open_session(struct docker *d, const char *cid, const char *agent, co
 static int dk_start_remote(sbx_box_record *r, const char *box_dir, const sbx_spec *spec,
                            void *data, int *fd, sbx_error **err)
 {
-    struct docker *d = data;
+    struct create_ctx *cx = data;
+    struct docker *d = cx->d;
     _cleanup_free_ char *cid = NULL, *user = NULL;
     pid_t pid = 0;
-    int rc = make_container(d, r, box_dir, spec, true, false, &cid, &pid, &user, err);
+    int rc = make_container(d, cx->op, r, box_dir, spec, true, false, &cid, &pid, &user, err);
     if (rc < 0)
         return rc;
     if ((rc = open_session(d, cid, AGENT_REMOTE, user, fd, err)) < 0) {
@@ -720,7 +773,8 @@ static int dk_start_remote(sbx_box_record *r, const char *box_dir, const sbx_spe
 static void dk_created(sbx_op *op, sbx_box_agent *agent, const sbx_box_record *r, int code,
                        sbx_error *err, void *data)
 {
-    struct docker *d = data;
+    struct docker *d = ((struct create_ctx *)data)->d;
+    free(data);
     if (code < 0) {
         sbx_op_complete(op, code, err, NULL);
         return;
@@ -804,7 +858,7 @@ static void nacreate_work(sbx_op *inner, void *data)
     if (rc == SBX_OK && (rc = sbx_box_record_write(d->store, &r, &e)) == SBX_OK)
         made = true;
     if (rc == SBX_OK)
-        rc = make_container(d, &r, dir, j->spec, true, true, &cid, &pid, &user, &e);
+        rc = make_container(d, j->op, &r, dir, j->spec, true, true, &cid, &pid, &user, &e);
     const char *wd = r.workdir; /* the container's, make_container says */
     r.creating = 0;
     if (rc == SBX_OK)
@@ -879,10 +933,17 @@ static void dk_create(sbx_op *op, void *state, const sbx_spec *spec)
                             NULL);
         return;
     }
+    /* The create's op rides along for the pull's progress; dk_created frees it. */
+    struct create_ctx *cx = calloc(1, sizeof(*cx));
+    if (!cx) {
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    *cx = (struct create_ctx){d, op};
     if (use_remote(d))
-        sbx_box_op_create(op, d->store, d->pool, spec, "sbx", dk_start_remote, d, dk_created, d);
+        sbx_box_op_create(op, d->store, d->pool, spec, "sbx", dk_start_remote, cx, dk_created, cx);
     else
-        sbx_box_op_create_socket(op, d->store, d->pool, spec, "sbx", dk_start, d, dk_created, d);
+        sbx_box_op_create_socket(op, d->store, d->pool, spec, "sbx", dk_start, cx, dk_created, cx);
 }
 
 /* --- a box's ops ---------------------------------------------------------------------- */
