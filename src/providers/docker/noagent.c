@@ -216,19 +216,8 @@ static enum xend run_exec(struct xjob *j, int *code, char *emsg, size_t emsg_len
     bool in_eof = !j->has_stdin, wr_closed = !j->has_stdin;
     char buf[65536];
     while (!broke) {
-        if (in_left == 0 && !in_eof && j->in_fd >= 0) {
-            ssize_t r = read(j->in_fd, inbuf, sizeof(inbuf));
-            if (r < 0 && (errno == EINTR || errno == EAGAIN)) {
-                r = -2;
-            } else if (r <= 0) {
-                in_eof = true;
-            } else {
-                in = inbuf;
-                in_left = (size_t)r;
-            }
-        } else if (in_left == 0 && j->in_fd < 0) {
+        if (in_left == 0 && j->in_fd < 0)
             in_eof = true;
-        }
         if (in_eof && in_left == 0 && !wr_closed) {
             shutdown(sock, SHUT_WR); /* the command reads EOF */
             wr_closed = true;
@@ -252,6 +241,16 @@ static enum xend run_exec(struct xjob *j, int *code, char *emsg, size_t emsg_len
         int npf = !in_eof && in_left == 0 && j->in_fd >= 0 ? 2 : 1;
         if (poll(pf, (nfds_t)npf, wait_ms) < 0 && errno != EINTR)
             break;
+        /* The caller's stdin descriptor: read only when it has something (never blocks here). */
+        if (npf == 2 && (pf[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+            ssize_t r = read(j->in_fd, inbuf, sizeof(inbuf));
+            if (r > 0) {
+                in = inbuf;
+                in_left = (size_t)r;
+            } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+                in_eof = true;
+            }
+        }
         if (in_left && (pf[0].revents & POLLOUT)) {
             size_t sent = 0;
             CURLcode cc = curl_easy_send(c, in, in_left, &sent);
@@ -731,11 +730,14 @@ static int put_file(struct docker *d, const char *cid, const char *dir, const ch
     int rc = sbx__dk_request_fd(d->engine, "PUT", q, sv[0], &w.failed, -1, &st, &resp, NULL, err);
     close(sv[0]); /* a writer still writing stops */
     pthread_join(t, NULL);
-    if (rc == SBX_OK && w.failed)
+    if ((rc == SBX_OK || rc == SBX_EIO) && w.failed) {
+        /* The local side's reason, not the request's "stopped". */
+        if (err) {
+            sbx_error_free(*err);
+            *err = NULL;
+        }
         rc = sbx__set_error(err, SBX_EIO, "uploading to %s/%s: %s", dir, name, w.msg);
-    else if (rc == SBX_EIO && w.failed)
-        rc = sbx__fail(err, sbx_error_new(SBX_EIO, "uploading to %s/%s: %s", dir, name, w.msg));
-    else if (rc == SBX_OK && st != 200)
+    } else if (rc == SBX_OK && st != 200)
         rc = archive_error(d, cid, st, resp, "uploading to", dir, err);
     return rc;
 }
@@ -885,9 +887,12 @@ static void download_work(sbx_op *op, void *data)
             close(sv[0]); /* a request still writing stops */
             sv[0] = -1;
             pthread_join(t, NULL);
-            if (g.rc < 0)
-                rc = sbx__fail(&e, g.err), g.err = NULL;
-            else if (g.st != 200)
+            /* The request's error, unless it only stopped because the tar reader did. */
+            bool reader_stopped = ur < 0 && g.rc == SBX_EIO;
+            if (g.rc < 0 && !reader_stopped) {
+                rc = sbx__fail(&e, g.err);
+                g.err = NULL;
+            } else if (g.rc == SBX_OK && g.st != 200)
                 rc = archive_error(x->d, x->container, g.st, g.resp, "downloading", path, &e);
             else if (ur == -2)
                 rc = sbx__set_error(&e, SBX_EINVAL, "%s is not a regular file", x->remote);
