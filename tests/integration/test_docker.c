@@ -940,6 +940,10 @@ static void test_noagent(void)
     TAP_EQ_INT(sbx_sandbox_download(sb, "/tmp/d", back, &e), SBX_EINVAL);
     TAP_CONTAINS(sbx_error_message(e), "directory");
     sbx_error_free(e);
+    e = NULL;
+    snprintf(src, sizeof(src), "%s/no-such-file", tap_tmpdir());
+    TAP_EQ_INT(sbx_sandbox_upload(sb, src, "/tmp/x", &e), SBX_ENOENT);
+    sbx_error_free(e);
     /* 3 MiB both ways. */
     snprintf(src, sizeof(src), "%s/big", tap_tmpdir());
     snprintf(back, sizeof(back), "%s/big.back", tap_tmpdir());

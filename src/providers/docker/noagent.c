@@ -768,7 +768,9 @@ static void upload_work(sbx_op *op, void *data)
     char *link = NULL;
     int srt = rc == SBX_OK ? stat_path(x->d, x->container, target, &mode, &link, &e) : rc;
     free(link);
-    if (srt == SBX_OK && (mode & GO_MODE_DIR)) {
+    if (rc < 0) {
+        /* the local file: said above */
+    } else if (srt == SBX_OK && (mode & GO_MODE_DIR)) {
         /* Onto a directory: DIR/NAME, NAME the host file's (as `docker cp`). */
         const char *b = strrchr(x->local, '/');
         dir = strdup(target);
