@@ -34,7 +34,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-/* An exec's end can lag its stream's by a little: how long to ask for the exit code. */
+/* An exec's end can lag its stream's by a little: how often to ask for the exit code (~5 s). */
 #define EXIT_WAIT_TRIES 500
 /* Links followed for a download (each one resolved by the engine, in the container). */
 #define MAX_LINK_HOPS 16
@@ -312,7 +312,8 @@ static enum xend run_exec(struct xjob *j, int *code, char *emsg, size_t emsg_len
             return X_DONE;
         }
         json_decref(resp);
-        struct timespec ts = {0, 10 * 1000 * 1000};
+        /* Usually a millisecond or two behind: ask again soon, then less often. */
+        struct timespec ts = {0, (i < 4 ? 1L << i : 10L) * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
     snprintf(emsg, emsg_len, "docker exec %.12s in container %.12s: no exit code from the engine",
