@@ -112,7 +112,7 @@ struct xjob {
     size_t limit;
     bool keep;
     /* the run */
-    sbx_op *op;      /* NULL: not streaming (quick_exec) */
+    sbx_op *op; /* NULL: not streaming (quick_exec) */
     sbx_buf out, err;
     bool truncated;
     struct capture *cap;
@@ -185,8 +185,7 @@ static enum xend run_exec(struct xjob *j, int *code, char *emsg, size_t emsg_len
     json_decref(body);
     const char *id = json_string_value(json_object_get(resp, "Id"));
     if (rc == SBX_OK && (st != 201 || !id))
-        sbx__dk_error(&e, SBX_EPROVIDER, st, resp, "docker exec in container %.12s",
-                      j->container);
+        sbx__dk_error(&e, SBX_EPROVIDER, st, resp, "docker exec in container %.12s", j->container);
     _cleanup_free_ char *exec_id = rc == SBX_OK && st == 201 && id ? strdup(id) : NULL;
     json_decref(resp);
     if (!exec_id) {
@@ -284,8 +283,9 @@ static enum xend run_exec(struct xjob *j, int *code, char *emsg, size_t emsg_len
     }
     curl_easy_cleanup(c);
     if (broke) {
-        snprintf(emsg, emsg_len, "docker exec in container %.12s: the engine's stream was not "
-                                 "in its multiplexed format",
+        snprintf(emsg, emsg_len,
+                 "docker exec in container %.12s: the engine's stream was not "
+                 "in its multiplexed format",
                  j->container);
         return X_BROKEN;
     }
@@ -362,25 +362,23 @@ static void exec_work(sbx_op *op, void *data)
         char g[32];
         sbx__fmt_g(j->timeout, g, sizeof(g));
         char *o = j->keep ? strndup(j->out.data ? j->out.data : "", j->out.len) : NULL;
-        char *m = sbx__printf("%.*s%sdocker command timed out after %ss: %s -c %s",
-                              j->keep ? (int)j->err.len : 0, j->err.data ? j->err.data : "",
-                              j->keep && j->err.len && j->err.data[j->err.len - 1] != '\n'
-                                  ? "\n"
-                                  : "",
-                              g, j->shell, j->command);
-        rc = sbx_exec_result_new_take(o, o ? j->out.len : 0, m, m ? strlen(m) : 0, 125,
-                                      "timeout", &r);
+        char *m =
+            sbx__printf("%.*s%sdocker command timed out after %ss: %s -c %s",
+                        j->keep ? (int)j->err.len : 0, j->err.data ? j->err.data : "",
+                        j->keep && j->err.len && j->err.data[j->err.len - 1] != '\n' ? "\n" : "", g,
+                        j->shell, j->command);
+        rc = sbx_exec_result_new_take(o, o ? j->out.len : 0, m, m ? strlen(m) : 0, 125, "timeout",
+                                      &r);
     } else if (end == X_BROKEN) {
         /* The runtime failed (container gone, not running, engine away): 125, "sandbox". */
         char *m = strdup(msg);
         char *o = j->keep ? strndup(j->out.data ? j->out.data : "", j->out.len) : NULL;
-        rc = sbx_exec_result_new_take(o, o ? j->out.len : 0, m, m ? strlen(m) : 0, 125,
-                                      "sandbox", &r);
+        rc = sbx_exec_result_new_take(o, o ? j->out.len : 0, m, m ? strlen(m) : 0, 125, "sandbox",
+                                      &r);
     } else {
         char *o = j->keep ? strndup(j->out.data ? j->out.data : "", j->out.len) : NULL;
         char *e = j->keep ? strndup(j->err.data ? j->err.data : "", j->err.len) : NULL;
-        rc = sbx_exec_result_new_take(o, o ? j->out.len : 0, e, e ? j->err.len : 0, code, NULL,
-                                      &r);
+        rc = sbx_exec_result_new_take(o, o ? j->out.len : 0, e, e ? j->err.len : 0, code, NULL, &r);
         if (rc == SBX_OK && j->truncated)
             sbx_exec_result_set_truncated(r, 1);
     }
@@ -459,8 +457,8 @@ static la_ssize_t sock_write(struct archive *a, void *data, const void *buf, siz
     return (la_ssize_t)n;
 }
 
-int sbx__dk_tar_one(int fd, const char *name, unsigned mode, long long size, int out_fd,
-                    char *msg, size_t msg_len)
+int sbx__dk_tar_one(int fd, const char *name, unsigned mode, long long size, int out_fd, char *msg,
+                    size_t msg_len)
 {
     struct archive *a = archive_write_new();
     struct archive_entry *en = archive_entry_new();
@@ -471,7 +469,7 @@ int sbx__dk_tar_one(int fd, const char *name, unsigned mode, long long size, int
         goto out;
     }
     archive_write_set_format_pax_restricted(a); /* long names and big files as needed */
-    archive_write_set_bytes_per_block(a, 0);     /* stream: no 10 KiB blocking */
+    archive_write_set_bytes_per_block(a, 0);    /* stream: no 10 KiB blocking */
     if (archive_write_open(a, &w, NULL, sock_write, NULL) != ARCHIVE_OK)
         goto fail;
     archive_entry_set_pathname(en, name);
@@ -495,8 +493,8 @@ int sbx__dk_tar_one(int fd, const char *name, unsigned mode, long long size, int
             continue;
         if (r <= 0) {
             free(chunk);
-            snprintf(msg, msg_len, "the file changed while it was read (%lld of %lld bytes)",
-                     done, size);
+            snprintf(msg, msg_len, "the file changed while it was read (%lld of %lld bytes)", done,
+                     size);
             goto out;
         }
         if ((long long)r > size - done)
@@ -612,7 +610,8 @@ static int stat_path(struct docker *d, const char *cid, const char *p, unsigned 
                      char **link, sbx_error **err)
 {
     _cleanup_free_ char *ec = esc(cid), *ep = esc(p);
-    _cleanup_free_ char *q = ec && ep ? sbx__printf("/containers/%s/archive?path=%s", ec, ep) : NULL;
+    _cleanup_free_ char *q =
+        ec && ep ? sbx__printf("/containers/%s/archive?path=%s", ec, ep) : NULL;
     if (!q)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     long st = 0;
@@ -624,11 +623,10 @@ static int stat_path(struct docker *d, const char *cid, const char *p, unsigned 
     if (st == 404)
         return SBX_ENOENT; /* the path, or the container: the caller's next request says */
     if (st != 200 || !hdr)
-        return sbx__dk_error(err, SBX_EPROVIDER, st, resp, "looking at %s in container %.12s",
-                             p, cid);
+        return sbx__dk_error(err, SBX_EPROVIDER, st, resp, "looking at %s in container %.12s", p,
+                             cid);
     if (sbx__dk_path_stat_parse(hdr, mode, link) < 0)
-        return sbx__set_error(err, SBX_EPROVIDER,
-                              "docker engine at %s gave no readable stat of %s",
+        return sbx__set_error(err, SBX_EPROVIDER, "docker engine at %s gave no readable stat of %s",
                               sbx__dk_engine_host(d->engine), p);
     return SBX_OK;
 }
@@ -669,8 +667,11 @@ static int archive_error(struct docker *d, const char *cid, long st, const json_
                          const char *what, const char *p, sbx_error **err)
 {
     (void)d;
-    return sbx__dk_error(err, st == 404 ? SBX_ENOENT : st == 403 ? SBX_EPERM : SBX_EIO, st, resp,
-                         "%s %s in container %.12s", what, p, cid);
+    return sbx__dk_error(err,
+                         st == 404   ? SBX_ENOENT
+                         : st == 403 ? SBX_EPERM
+                                     : SBX_EIO,
+                         st, resp, "%s %s in container %.12s", what, p, cid);
 }
 
 struct xfer {
@@ -718,8 +719,8 @@ static int put_file(struct docker *d, const char *cid, const char *dir, const ch
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
         return sbx__set_errno(err, SBX_EIO, errno, "socketpair");
-    struct tar_writer w = {.fd = fd, .out_fd = sv[1], .name = name, .mode = s->st_mode,
-                           .size = (long long)s->st_size};
+    struct tar_writer w = {
+        .fd = fd, .out_fd = sv[1], .name = name, .mode = s->st_mode, .size = (long long)s->st_size};
     pthread_t t;
     if (pthread_create(&t, NULL, tar_thread, &w) != 0) {
         close(sv[0]);
@@ -872,7 +873,8 @@ static void download_work(sbx_op *op, void *data)
         rc = sbx__set_errno(&e, SBX_EIO, errno, "making the directory of %s", x->local);
     free(parent);
     _cleanup_free_ char *ec = esc(x->container), *ep = path ? esc(path) : NULL;
-    _cleanup_free_ char *q = ec && ep ? sbx__printf("/containers/%s/archive?path=%s", ec, ep) : NULL;
+    _cleanup_free_ char *q =
+        ec && ep ? sbx__printf("/containers/%s/archive?path=%s", ec, ep) : NULL;
     if (rc == SBX_OK && !q)
         rc = sbx__set_error(&e, SBX_ENOMEM, "out of memory");
     int sv[2] = {-1, -1};
@@ -938,8 +940,8 @@ void sbx__dk_noagent_upload(sbx_op *op, struct docker *d, struct dbox *b, const 
     start_xfer(op, d, b, remote_path, local_path, upload_work);
 }
 
-void sbx__dk_noagent_download(sbx_op *op, struct docker *d, struct dbox *b,
-                              const char *remote_path, const char *local_path)
+void sbx__dk_noagent_download(sbx_op *op, struct docker *d, struct dbox *b, const char *remote_path,
+                              const char *local_path)
 {
     start_xfer(op, d, b, remote_path, local_path, download_work);
 }
