@@ -4,7 +4,8 @@
 # provider is a wrapper around these CLI calls): create (`docker run -d`),
 # exec `echo hi` p50 (`docker exec`), 50 execs at once, and a 64 MiB file
 # in and out (`docker cp`); then the same over the remote path (the agent
-# through an Engine-API exec session, as for an engine on another machine).
+# through an Engine-API exec session, as for an engine on another machine)
+# and with agent: false (the engine's exec and archive APIs).
 # Prints each with the ratio; not pass/fail.
 #
 #   bench/bench_docker.sh [N]    (N execs for the p50, default 50; needs root and docker)
@@ -99,6 +100,19 @@ async def main():
         assert all(r.stdout == "hi\n" for r in rs)
         t = now(); await rbox.upload(blob, "/tmp/blob"); rup = now() - t
         await rbox.stop()
+        # agent: false (the engine's exec and archive APIs, as the reference but without the CLI).
+        nbox = sbx.AsyncSandbox({"docker": {"agent": False, "create": {"network": "none"}}}, spec)
+        t = now(); await nbox.start(); ncreate = now() - t
+        ne = []
+        for _ in range(N):
+            t = now(); r = await nbox.exec("echo hi"); ne.append(now() - t)
+            assert r.stdout == "hi\n", r
+        t = now(); rs = await asyncio.gather(*(nbox.exec("echo hi") for _ in range(50))); n50 = now() - t
+        assert all(r.stdout == "hi\n" for r in rs)
+        t = now(); await nbox.upload(blob, "/tmp/blob"); nup = now() - t
+        t = now(); await nbox.download("/tmp/blob", os.path.join(W, "back3")); ndn = now() - t
+        assert open(os.path.join(W, "back3"), "rb").read() == open(blob, "rb").read()
+        await nbox.stop()
     finally:
         await box.stop()
         await sh("docker", "rm", "-f", cid)
@@ -114,6 +128,11 @@ async def main():
         (f"remote path: exec p50", statistics.median(re_), "docker exec", statistics.median(de)),
         ("remote path: 50 at once", r50, "50 docker exec at once", d50),
         ("remote path: upload 64 MiB", rup, "docker cp in", dup),
+        ("agent false: create", ncreate, "docker run -d", statistics.median(dc)),
+        (f"agent false: exec p50", statistics.median(ne), "docker exec", statistics.median(de)),
+        ("agent false: 50 at once", n50, "50 docker exec at once", d50),
+        ("agent false: upload 64MiB", nup, "docker cp in", dup),
+        ("agent false: download", ndn, "docker cp out", ddn),
     ]
     for name, s, dname, d in rows:
         print(f"{name:<26} sbx {s * 1000:9.2f} ms   {dname:<24} {d * 1000:9.2f} ms   {d / s:7.1f}x")

@@ -2,7 +2,8 @@
  * libFuzzer target for what the docker provider parses from outside
  * (src/providers/docker): the engine's error bodies, the lines of its pull
  * stream, API version strings, the provider config, an inspect answer's port
- * bindings (the endpoint), and the exec session's multiplexed stream. The first byte
+ * bindings (the endpoint), the exec session's multiplexed stream, the
+ * archive API's path stat header and its one-file tar (agent: false). The first byte
  * picks which; the rest is the input. An error text must be printable, one
  * line and at most 512 bytes; a config that parses must free cleanly.
  */
@@ -12,8 +13,18 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Case 7's directory: made once, removed (empty: each case unlinks its file) at exit. */
+static char untar_dir[64];
+static void untar_dir_remove(void)
+{
+    rmdir(untar_dir);
+}
 
 /* Payload bytes must come from the input and name a stream 0..2. */
 static int count_out(int stream, const uint8_t *p, size_t n, void *data)
@@ -31,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const char *in = (const char *)data + 1;
     size_t n = size - 1;
-    switch (data[0] % 6) {
+    switch (data[0] % 8) {
     case 0: {
         char *t = sbx__dk_error_text(in, n);
         if (!t || strlen(t) > 512)
@@ -84,6 +95,41 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             sbx__dk_demux_feed(&d, (const uint8_t *)in + cut, n - cut, count_out, &total);
         if (total > n)
             abort();
+        break;
+    }
+    case 6: {
+        char *s = strndup(in, n);
+        unsigned long long mode;
+        char *link = NULL;
+        if (s && sbx__dk_path_stat_parse(s, &mode, &link) < 0 && link)
+            abort();
+        if (link && strlen(link) >= 4096)
+            abort();
+        free(link);
+        free(s);
+        break;
+    }
+    case 7: {
+        /* A download's tar: only a regular file may come out, here, never a link. */
+        char *dir = untar_dir;
+        if (!dir[0]) {
+            snprintf(untar_dir, sizeof(untar_dir), "/tmp/sbx-fuzz-docker.XXXXXX");
+            if (!mkdtemp(untar_dir))
+                abort();
+            atexit(untar_dir_remove);
+        }
+        int fd = memfd_create("tar", MFD_CLOEXEC);
+        if (fd < 0 || write(fd, in, n) != (ssize_t)n || lseek(fd, 0, SEEK_SET) != 0)
+            abort();
+        char out[128], msg[256];
+        snprintf(out, sizeof(out), "%s/out", dir);
+        if (sbx__dk_untar_one(fd, out, msg, sizeof(msg)) == 0) {
+            struct stat st;
+            if (lstat(out, &st) < 0 || !S_ISREG(st.st_mode) || (st.st_mode & 07000))
+                abort();
+            unlink(out);
+        }
+        close(fd);
         break;
     }
     case 4: {

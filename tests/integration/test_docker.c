@@ -17,6 +17,7 @@
 
 #include <sbx.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <signal.h>
@@ -327,6 +328,9 @@ static void test_bad_config(void)
         {"{\"docker\": {\"create\": {\"extra_run_args\": [\"--privileged\"]}}}",
          "docker CLI flags"},
         {"{\"docker\": {\"host\": \"ssh://me@there\"}}", "ssh://me@there"},
+        {"{\"docker\": {\"image_rewrites\": [{\"from\": \"a/\"}]}}", "'from' and 'to'"},
+        {"{\"docker\": {\"image_rewrites\": {\"from\": \"a/\"}}}", "image_rewrites must be a list"},
+        {"{\"docker\": {\"agent\": \"no\"}}", "agent must be true or false"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         sbx_provider *p = NULL;
@@ -618,6 +622,409 @@ static void test_endpoint(void)
     stop_free(sb);
     sbx_provider_free(p);
     docker(out, sizeof(out), "network rm sbx-test-net");
+}
+
+/* --- connections of their own: PTYs, background processes, port forwarding -------------------- */
+
+/* Reads a PTY's `stream` until `needle` shows up (text kept in buf). Fails when it ends first. */
+static void pty_until(sbx_pty *pt, int stream, char *buf, size_t cap, size_t *len,
+                      const char *needle)
+{
+    for (;;) {
+        buf[*len] = 0;
+        if (strstr(buf, needle))
+            return;
+        if (*len + 1 >= cap)
+            TAP_FAIL("no '%s' in %zu bytes: %s", needle, *len, buf);
+        size_t n = 0;
+        sbx_error *e = NULL;
+        if (sbx_pty_read(pt, stream, buf + *len, cap - 1 - *len, -1, &n, NULL, &e) != SBX_OK)
+            TAP_FAIL("waiting for '%s': %s (read: %s)", needle, sbx_error_message(e), buf);
+        if (n == 0)
+            TAP_FAIL("the session ended before '%s' (read: %s)", needle, buf);
+        *len += n;
+    }
+}
+
+/*
+ * [pty] On the local-engine path the agent's socket is on this machine
+ * (agent_address): a terminal (size, resize, exit code), a command on a
+ * terminal of its own (sbx_sandbox_pty_exec), and a background process that
+ * outlives its handle and is attached again. The remote path says it has
+ * none of these.
+ */
+static void test_pty_and_procs(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_workdir(spec, "/tmp");
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+
+    sbx_pty_opts *o = sbx_pty_opts_new();
+    TAP_OK(sbx_pty_opts_set_size(o, 33, 101));
+    sbx_pty *pt = NULL;
+    TAP_OK(sbx_pty_open(sb, o, &pt, &e_)); /* the box's shell */
+    sbx_pty_opts_free(o);
+    TAP_TRUE(sbx_pty_id(pt) > 0);
+    char buf[16384];
+    size_t len = 0;
+    TAP_OK(sbx_pty_write(pt, "stty size; pwd; echo MARK-$((40+2))\n", 36, &e_));
+    pty_until(pt, SBX_STREAM_STDOUT, buf, sizeof(buf), &len, "MARK-42");
+    TAP_CONTAINS(buf, "33 101");
+    TAP_CONTAINS(buf, "/tmp");
+    TAP_OK(sbx_pty_resize(pt, 50, 132, &e_));
+    TAP_OK(sbx_pty_write(pt, "stty size; echo MARK-$((50+2))\n", 31, &e_));
+    pty_until(pt, SBX_STREAM_STDOUT, buf, sizeof(buf), &len, "MARK-52");
+    TAP_CONTAINS(buf, "50 132");
+    TAP_OK(sbx_pty_write(pt, "tty; exit 3\n", 12, &e_));
+    pty_until(pt, SBX_STREAM_STDOUT, buf, sizeof(buf), &len, "/dev/pts/");
+    int code = -1;
+    TAP_OK(sbx_pty_wait(pt, -1, &code, &e_));
+    TAP_EQ_INT(code, 3);
+    sbx_pty_free(pt);
+
+    /* One command on a terminal of its own. */
+    sbx_exec_result *r = NULL;
+    TAP_OK(sbx_sandbox_pty_exec(sb, "tty; exit 5", NULL, &r, &e_));
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 5);
+    TAP_CONTAINS(out_of(r), "/dev/pts/");
+    sbx_exec_result_free(r);
+
+    /* A background process: started, let go, attached again, fed, waited for. */
+    o = sbx_pty_opts_new();
+    TAP_OK(sbx_pty_opts_set_command(o, "echo started-$((1+1)); read x; echo got:$x; exit 4"));
+    sbx_proc *pr = NULL;
+    TAP_OK(sbx_proc_start(sb, o, &pr, &e_));
+    sbx_pty_opts_free(o);
+    unsigned id = sbx_proc_id(pr);
+    TAP_TRUE(id > 0);
+    sbx_proc_free(pr); /* it runs on */
+    pr = NULL;
+    TAP_OK(sbx_proc_attach(sb, id, 0, 0, &pr, &e_));
+    len = 0;
+    for (;;) {
+        buf[len] = 0;
+        if (strstr(buf, "started-2"))
+            break;
+        size_t n = 0;
+        TAP_OK(sbx_proc_read(pr, SBX_STREAM_STDOUT, buf + len, sizeof(buf) - 1 - len, -1, &n,
+                             NULL, &e_));
+        TAP_TRUE(n > 0);
+        len += n;
+    }
+    TAP_OK(sbx_proc_write(pr, "abc\n", 4, &e_));
+    TAP_OK(sbx_proc_wait(pr, -1, &code, &e_));
+    TAP_EQ_INT(code, 4);
+    for (;;) {
+        size_t n = 0;
+        TAP_OK(sbx_proc_read(pr, SBX_STREAM_STDOUT, buf + len, sizeof(buf) - 1 - len, -1, &n,
+                             NULL, &e_));
+        if (n == 0)
+            break;
+        len += n;
+    }
+    buf[len] = 0;
+    TAP_EQ_STR(buf, "started-2\ngot:abc\n");
+    sbx_proc_free(pr);
+
+    /* A handle connected by another provider instance reaches the same agent. */
+    char *desc = NULL;
+    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
+    sbx_provider *p2 = provider("");
+    sbx_sandbox *c = NULL;
+    TAP_OK(sbx_sandbox_connect(p2, desc, &c, &e_));
+    free(desc);
+    r = NULL;
+    TAP_OK(sbx_sandbox_pty_exec(c, "echo via-connect", NULL, &r, &e_));
+    TAP_CONTAINS(out_of(r), "via-connect");
+    sbx_exec_result_free(r);
+    stop_free(c);
+    sbx_provider_free(p2);
+    stop_free(sb);
+    sbx_provider_free(p);
+
+    /* The remote path: not available, saying why. */
+    char saved[2048];
+    snprintf(saved, sizeof(saved), "%s", cfg_base);
+    snprintf(cfg_base, sizeof(cfg_base), ", \"remote\": true");
+    p = provider("");
+    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+    spec = image_spec();
+    sb = start(p, spec);
+    sbx_spec_free(spec);
+    sbx_error *e = NULL;
+    pt = NULL;
+    TAP_EQ_INT(sbx_pty_open(sb, NULL, &pt, &e), SBX_ENOTSUP);
+    TAP_CONTAINS(sbx_error_message(e), "remote path");
+    sbx_error_free(e);
+    stop_free(sb);
+    sbx_provider_free(p);
+}
+
+/* The sbx CLI of this build (build/sbx), or a skip. */
+static const char *sbx_cli(void)
+{
+    static char path[1024];
+    char exe[900];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        TAP_FAIL("readlink: %s", strerror(errno));
+    exe[n] = 0;
+    for (int i = 0; i < 3; i++)
+        *strrchr(exe, '/') = 0;
+    snprintf(path, sizeof(path), "%s/sbx", exe);
+    if (access(path, X_OK) != 0)
+        TAP_SKIP("build/sbx is not built");
+    return path;
+}
+
+/*
+ * `sbx port-forward` into a docker box with no network (loopback only): a
+ * busybox httpd bound in the box is fetched from the host through the
+ * agent; Ctrl-C ends it. Also `sbx exec -d` and `sbx top` (background
+ * processes through the CLI).
+ */
+static void test_port_forward(void)
+{
+    need_engine();
+    const char *bin = sbx_cli();
+    char out[8192], cmd[4096], id[128];
+    snprintf(cmd, sizeof(cmd),
+             "%s create --provider '{\"docker\": {\"host\": \"unix://%s/docker.sock\", "
+             "\"create\": {\"network\": \"none\"}}}' --image " IMAGE,
+             bin, dir);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s", cmd), 0);
+    snprintf(id, sizeof(id), "%.*s", (int)strcspn(out, "\n"), out);
+    TAP_TRUE(!strncmp(id, "sbx-", 4));
+    TAP_EQ_INT(run_cmd(out, sizeof(out),
+                       "%s exec -d %s -- sh -c 'mkdir -p /w && echo from-the-box > /w/f && "
+                       "exec httpd -f -p 127.0.0.1:8000 -h /w'",
+                       bin, id),
+               0);
+    TAP_TRUE(atoi(out) > 0);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s top %s", bin, id), 0);
+    TAP_CONTAINS(out, "httpd");
+    int pfd[2];
+    TAP_EQ_INT(pipe2(pfd, O_CLOEXEC), 0);
+    pid_t pf = fork();
+    if (pf == 0) {
+        dup2(pfd[1], 1);
+        dup2(pfd[1], 2);
+        execl(bin, "sbx", "port-forward", id, "0:8000", (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    char *got = read_fd_until(pfd[0], " -> 8000\n", 60);
+    const char *f = strstr(got, "Forwarding from 127.0.0.1:");
+    TAP_TRUE(f != NULL);
+    int port = atoi(f + strlen("Forwarding from 127.0.0.1:"));
+    free(got);
+    TAP_TRUE(port > 0);
+    TAP_EQ_INT(run_cmd(out, sizeof(out),
+                       "curl -s --max-time 10 --retry 20 --retry-delay 0 --retry-connrefused "
+                       "http://127.0.0.1:%d/f",
+                       port),
+               0);
+    TAP_EQ_STR(out, "from-the-box\n");
+    TAP_EQ_INT(kill(pf, SIGINT), 0);
+    int st = 0;
+    TAP_EQ_INT(waitpid(pf, &st, 0), pf);
+    TAP_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 130);
+    close(pfd[0]);
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s stop %s", bin, id), 0);
+    snprintf(cmd, sizeof(cmd), "ps -aq --filter name=%s", id);
+    TAP_EQ_INT(docker(out, sizeof(out), cmd), 0);
+    TAP_EQ_STR(out, "");
+}
+
+/*
+ * agent: false: the reference's container (keepalive, --init), commands
+ * through the engine's exec API with the reference's sentinels, files
+ * through its archive API (parents made, mode kept, links followed only
+ * inside the box, directories refused), no PTYs; connect knows such a box
+ * by its label; provider_options picks it per box.
+ */
+static void test_noagent(void)
+{
+    need_engine();
+    char saved[2048];
+    snprintf(saved, sizeof(saved), "%s", cfg_base);
+    snprintf(cfg_base, sizeof(cfg_base), ", \"agent\": false");
+    sbx_provider *p = provider("");
+    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_env(spec, "A", "from-create");
+    sbx_spec_set_env(spec, "B", "base");
+    sbx_spec_set_workdir(spec, "/tmp");
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+
+    sbx_exec_result *r = run(sb, "echo out; echo err >&2; exit 7", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 7);
+    TAP_EQ_STR(out_of(r), "out\n");
+    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
+    TAP_NULL(sbx_exec_result_error_type(r));
+    sbx_exec_result_free(r);
+    sbx_exec_opts *o = sbx_exec_opts_new();
+    sbx_exec_opts_set_env(o, "A", "from-call");
+    r = run(sb, "cat /etc/image-name; pwd; echo $A $B", o);
+    TAP_EQ_STR(out_of(r), "sbx-test\n/tmp\nfrom-call base\n");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+    o = sbx_exec_opts_new();
+    sbx_exec_opts_set_cwd(o, "/etc");
+    sbx_exec_opts_set_user(o, "1000");
+    sbx_exec_opts_set_stdin(o, "piped", 5);
+    r = run(sb, "pwd; id -u; cat", o);
+    TAP_EQ_STR(out_of(r), "/etc\n1000\npiped");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+    /* A signal: 128+N, as the engine reports it. */
+    r = run(sb, "kill -TERM $$", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 128 + 15);
+    sbx_exec_result_free(r);
+    /* The timeout sentinel, with what came before it. */
+    o = sbx_exec_opts_new();
+    sbx_exec_opts_set_timeout(o, 0.5);
+    r = run(sb, "echo partial; sleep 30", o);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
+    TAP_EQ_STR(out_of(r), "partial\n");
+    TAP_CONTAINS(sbx_exec_result_stderr(r, NULL), "docker command timed out after 0.5s");
+    sbx_exec_result_free(r);
+    sbx_exec_opts_free(o);
+
+    /* The reference's container: no agent, its keepalive, the engine's init. */
+    char out[4096], args[1024];
+    snprintf(args, sizeof(args),
+             "inspect -f '{{.HostConfig.Init}} {{len .HostConfig.Binds}} {{.Config.Entrypoint}} "
+             "{{index .Config.Labels \"sbx.agent\"}}' %s",
+             sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "true 0 [/bin/sh] false");
+
+    /* Files: parents made, mode kept, relative to the workdir, onto a directory. */
+    char src[1024], back[1024];
+    snprintf(src, sizeof(src), "%s/in.sh", tap_tmpdir());
+    snprintf(back, sizeof(back), "%s/back/out.sh", tap_tmpdir());
+    TAP_EQ_INT(write_text(src, "#!/bin/sh\necho ran\n"), 0);
+    chmod(src, 0750);
+    TAP_OK(sbx_sandbox_upload(sb, src, "/opt/new/dir/run.sh", &e_));
+    TAP_OK(sbx_sandbox_upload(sb, src, "rel/x.sh", &e_));
+    TAP_OK(sbx_sandbox_upload(sb, src, "/etc", &e_));
+    r = run(sb, "/opt/new/dir/run.sh; stat -c %a /opt/new/dir/run.sh; cat /tmp/rel/x.sh "
+                "/etc/in.sh | wc -l",
+            NULL);
+    TAP_EQ_STR(out_of(r), "ran\n750\n4\n");
+    sbx_exec_result_free(r);
+    TAP_OK(sbx_sandbox_download(sb, "/opt/new/dir/run.sh", back, &e_));
+    char *text = read_text(back);
+    TAP_EQ_STR(text, "#!/bin/sh\necho ran\n");
+    free(text);
+    struct stat st;
+    TAP_EQ_INT(stat(back, &st), 0);
+    TAP_EQ_INT(st.st_mode & 07777, 0750);
+    /* A link is followed inside the box (the engine resolves it there), never out. */
+    sbx_exec_result_free(run(sb, "ln -s /opt/new/dir/run.sh /tmp/l; ln -s /etc /tmp/d", NULL));
+    unlink(back);
+    TAP_OK(sbx_sandbox_download(sb, "l", back, &e_));
+    text = read_text(back);
+    TAP_EQ_STR(text, "#!/bin/sh\necho ran\n");
+    free(text);
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_download(sb, "/nope", back, &e), SBX_ENOENT);
+    sbx_error_free(e);
+    e = NULL;
+    TAP_EQ_INT(sbx_sandbox_download(sb, "/tmp/d", back, &e), SBX_EINVAL);
+    TAP_CONTAINS(sbx_error_message(e), "directory");
+    sbx_error_free(e);
+    e = NULL;
+    snprintf(src, sizeof(src), "%s/no-such-file", tap_tmpdir());
+    TAP_EQ_INT(sbx_sandbox_upload(sb, src, "/tmp/x", &e), SBX_ENOENT);
+    sbx_error_free(e);
+    /* 3 MiB both ways. */
+    snprintf(src, sizeof(src), "%s/big", tap_tmpdir());
+    snprintf(back, sizeof(back), "%s/big.back", tap_tmpdir());
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "head -c 3145728 /dev/urandom > %s", src), 0);
+    TAP_OK(sbx_sandbox_upload(sb, src, "/tmp/big", &e_));
+    TAP_OK(sbx_sandbox_download(sb, "/tmp/big", back, &e_));
+    TAP_EQ_INT(run_cmd(out, sizeof(out), "cmp %s %s", src, back), 0);
+
+    /* No agent, no PTY: said so. */
+    sbx_pty *pt = NULL;
+    e = NULL;
+    TAP_EQ_INT(sbx_pty_open(sb, NULL, &pt, &e), SBX_ENOTSUP);
+    TAP_CONTAINS(sbx_error_message(e), "agent: false");
+    sbx_error_free(e);
+
+    /* A provider configured with the agent connects to it as it was made. */
+    char *desc = NULL;
+    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
+    sbx_provider *p2 = provider("");
+    sbx_sandbox *c = NULL;
+    TAP_OK(sbx_sandbox_connect(p2, desc, &c, &e_));
+    free(desc);
+    r = run(c, "cat /tmp/rel/x.sh | wc -l", NULL);
+    TAP_EQ_STR(out_of(r), "2\n");
+    sbx_exec_result_free(r);
+    stop_free(c);
+
+    /* Removed behind sbx's back: the runtime sentinel. */
+    snprintf(args, sizeof(args), "rm -f %s", sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    r = run(sb, "true", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
+    TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
+    sbx_exec_result_free(r);
+    stop_free(sb);
+    sbx_provider_free(p);
+
+    /* Per box: provider_options {"agent": false} on a provider with the agent. */
+    spec = image_spec();
+    TAP_OK(sbx_spec_set_provider_options(spec, "{\"agent\": false}", &e_));
+    sb = start(p2, spec);
+    snprintf(args, sizeof(args), "inspect -f '{{index .Config.Labels \"sbx.agent\"}}' %s",
+             sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "false");
+    r = run(sb, "echo ok", NULL);
+    TAP_EQ_STR(out_of(r), "ok\n");
+    sbx_exec_result_free(r);
+    stop_free(sb);
+    e = NULL;
+    TAP_OK(sbx_spec_set_provider_options(spec, "{\"agent\": 1}", &e_));
+    sb = NULL;
+    TAP_OK(sbx_sandbox_new(p2, spec, &sb, &e_));
+    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_EINVAL);
+    TAP_CONTAINS(sbx_error_message(e), "provider_options['agent']");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(spec);
+    sbx_provider_free(p2);
+}
+
+/* The config's image_rewrites (the reference's rewrite_image) name the image the engine gets. */
+static void test_image_rewrites(void)
+{
+    need_engine();
+    char saved[2048];
+    snprintf(saved, sizeof(saved), "%s", cfg_base);
+    snprintf(cfg_base, sizeof(cfg_base),
+             ", \"image_rewrites\": [{\"from\": \"mirror.invalid/x/\", \"to\": \"\"}]");
+    sbx_provider *p = provider("");
+    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+    sbx_spec *spec = sbx_spec_new();
+    sbx_spec_set_image(spec, "docker://mirror.invalid/x/" IMAGE);
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    char out[4096], args[512];
+    snprintf(args, sizeof(args), "inspect -f '{{.Config.Image}}' %s", sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, IMAGE);
+    stop_free(sb);
+    sbx_provider_free(p);
 }
 
 /* A TTL: the agent ends the box when it passes, and the engine removes the container. */
@@ -970,6 +1377,17 @@ static void test_shared_suite(void)
     if (rc != 0)
         TAP_FAIL("the shared suite failed on docker's remote path:\n%s", out);
     TAP_CONTAINS(out, "8 passed, 0 failed");
+    /* And without the agent: the engine's exec and archive APIs. */
+    rc = run_cmd(out, sizeof(out),
+                 "DOCKER_HOST=unix://%s/docker.sock SBX_SUITE_PLUGIN=docker "
+                 "SBX_SUITE_PROVIDERS=docker "
+                 "SBX_SUITE_CONFIG_docker='{\"host\": \"unix://%s/docker.sock\", \"image\": "
+                 "\"" IMAGE "\", \"agent\": false, \"create\": {\"network\": \"none\"}}' "
+                 "build/tests/integration/test_provider_suite plugin 2>&1",
+                 dir, dir);
+    if (rc != 0)
+        TAP_FAIL("the shared suite failed on docker with agent: false:\n%s", out);
+    TAP_CONTAINS(out, "8 passed, 0 failed");
 }
 
 /*
@@ -1264,7 +1682,9 @@ int main(int argc, char **argv)
         TAP_T(test_many, 600),         TAP_T(test_engine_restart, 300),
         TAP_T(test_tls, 120),          TAP_T(test_remote, 120),
         TAP_T(test_image_user, 120),   TAP_T(test_context, 120),
-        TAP_T(test_probe, 120),
+        TAP_T(test_probe, 120),        TAP_T(test_pty_and_procs, 120),
+        TAP_T(test_port_forward, 120), TAP_T(test_noagent, 120),
+        TAP_T(test_image_rewrites, 120),
         TAP_T(test_endpoint, 120),     TAP_T(test_ttl, 120),          TAP_T(test_shared_suite, 600), TAP_T(test_podman, 600),
     };
     start_dockerd();

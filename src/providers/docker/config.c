@@ -12,6 +12,9 @@ void sbx__dk_config_free(struct dk_config *c)
     free(c->publish_host);
     free(c->probe_command);
     free(c->probe_expected);
+    free(c->keepalive_shell);
+    free(c->image_rewrites);
+    free(c->keepalive_cmd);
     json_decref(c->cap_drop);
     json_decref(c->security_opt);
     json_decref(c->host_config);
@@ -122,6 +125,8 @@ int sbx__dk_config_parse(const char *config_json, struct dk_config *c, sbx_error
     memset(c, 0, sizeof(*c));
     c->apply_resource_limits = true;
     c->pull = true;
+    c->agent = true;
+    c->use_init = true;
     c->start_timeout_s = 600;
     c->probe_timeout_s = 30;
     c->probe_stable_count = 1;
@@ -129,8 +134,9 @@ int sbx__dk_config_parse(const char *config_json, struct dk_config *c, sbx_error
     _cleanup_json_ json_t *root = json_loads(config_json ? config_json : "{}", 0, &je);
     if (!json_is_object(root))
         return sbx__set_error(err, SBX_ETYPE, "docker: the provider config must be a mapping");
-    static const char *const top[] = {"host",   "api_version", "state_dir", "pull",  "image",
-                                      "remote", "max_connections", "create", "exec", "probe",
+    static const char *const top[] = {"host",   "api_version",     "state_dir", "pull",
+                                      "image",  "remote",          "agent",     "max_connections",
+                                      "create", "exec",            "probe",     "image_rewrites",
                                       NULL};
     static const char *const create_keys[] = {
         "keepalive_shell", "keepalive_cmd", "start_timeout_s", "use_init", "network",
@@ -189,6 +195,35 @@ int sbx__dk_config_parse(const char *config_json, struct dk_config *c, sbx_error
         rc = get_bool(root, "docker", "pull", &c->pull, err);
     if (rc == SBX_OK)
         rc = get_str(root, "docker", "image", &c->image, err);
+    if (rc == SBX_OK)
+        rc = get_bool(root, "docker", "agent", &c->agent, err);
+    json_t *rw = json_object_get(root, "image_rewrites");
+    if (rc == SBX_OK && rw && !json_is_null(rw)) {
+        /* Checked now (each entry's from and to), so a bad list fails the constructor. */
+        char *probe = NULL;
+        if (!json_is_array(rw) || !(c->image_rewrites = sbx__json_dump(rw)))
+            rc = bad(err, SBX_ETYPE, "docker: %s must be a list of {\"from\": ..., \"to\": ...}%s",
+                     "image_rewrites", "");
+        else if ((rc = sbx_rewrite_image("x", c->image_rewrites, &probe, err)) == SBX_OK) {
+            size_t i;
+            json_t *it;
+            json_array_foreach(rw, i, it)
+            {
+                if (rc == SBX_OK && (!json_is_string(json_object_get(it, "from")) ||
+                                     !json_is_string(json_object_get(it, "to"))))
+                    rc = bad(err, SBX_EINVAL,
+                             "docker: image_rewrites entries need string 'from' and 'to'%s%s", "",
+                             "");
+            }
+        }
+        sbx_free(probe);
+    }
+    if (rc == SBX_OK)
+        rc = get_str(cr, "create", "keepalive_shell", &c->keepalive_shell, err);
+    if (rc == SBX_OK)
+        rc = get_str(cr, "create", "keepalive_cmd", &c->keepalive_cmd, err);
+    if (rc == SBX_OK)
+        rc = get_bool(cr, "create", "use_init", &c->use_init, err);
     json_t *rm = json_object_get(root, "remote");
     if (rc == SBX_OK && rm && !json_is_null(rm)) {
         if (!json_is_boolean(rm))

@@ -14,8 +14,10 @@
 struct dk_config {
     char *host, *api_version, *state_dir;
     char *image; /* used when a spec names none; NULL: a spec must */
+    char *image_rewrites; /* JSON list of {from, to} (sbx_rewrite_image), or NULL */
     int remote;  /* 1: the exec-session path; 0: the socket mount; -1: by where the engine is */
     bool pull;
+    bool agent; /* false: no agent; the engine's exec and archive APIs (noagent.c) */
     int max_connections;
     /* create */
     char *network;
@@ -24,6 +26,9 @@ struct dk_config {
     double pids_limit, start_timeout_s;
     char *publish_host;
     json_t *host_config; /* extra HostConfig fields, or NULL */
+    /* agent: false only: what keeps the container running, and --init */
+    char *keepalive_shell, *keepalive_cmd;
+    bool use_init;
     /* exec */
     char *shell; /* the agent's --shell; NULL: auto (bash when the image has it) */
     /* probe: the reference's readiness loop, after the agent's hello */
@@ -46,6 +51,17 @@ struct dbox {
     char *container; /* the container's id */
     char *scope;     /* a connected handle's scope, or NULL */
     sbx_box_agent *agent;
+    /*
+     * The agent's socket on this machine and its pid here (the container's
+     * PID 1) for connections of their own (agent_address: PTYs, background
+     * processes, port forwarding); NULL, 0 on the remote path.
+     */
+    char *socket;
+    pid_t pid;
+    /* agent: false (noagent.c): the engine's exec and archive APIs instead */
+    bool noagent;
+    char *shell;   /* the exec shell: the config's, else bash when the image has it, else sh */
+    char *workdir; /* the container's WorkingDir (relative paths join it), or NULL */
 };
 SBX_INTERNAL void sbx__dk_box_free(void *box);
 /*
@@ -58,11 +74,48 @@ SBX_INTERNAL void sbx__dk_probe_start(struct docker *d, sbx_op *op, struct dbox 
 SBX_INTERNAL int sbx__dk_config_parse(const char *config_json, struct dk_config *c,
                                       sbx_error **err);
 SBX_INTERNAL void sbx__dk_config_free(struct dk_config *c);
-/* The engine's POST /containers/create body for `spec` (a new reference the caller frees). */
+/*
+ * The engine's POST /containers/create body for `spec` (a new reference the
+ * caller frees): `agent` and `run_dir` for the socket path, NULL for the
+ * remote path; `noagent` for agent: false (no agent at all).
+ */
 SBX_INTERNAL json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec,
                                          const char *id, const char *image,
                                          const char *image_user, const char *agent,
-                                         const char *run_dir);
+                                         const char *run_dir, bool noagent);
+/* Whether a spec's provider_options say agent: false (else the config's). SBX_EINVAL. */
+SBX_INTERNAL int sbx__dk_spec_noagent(const struct dk_config *c, const sbx_spec *spec,
+                                      bool *noagent, sbx_error **err);
+
+/* --- agent: false (noagent.c): the engine's exec and archive APIs ------------------ */
+
+/* The box's ops (loop thread; each runs on the worker pool and completes `op`). */
+SBX_INTERNAL void sbx__dk_noagent_exec(sbx_op *op, struct docker *d, struct dbox *b,
+                                       const char *command, const sbx_exec_opts *opts);
+SBX_INTERNAL void sbx__dk_noagent_upload(sbx_op *op, struct docker *d, struct dbox *b,
+                                         const char *local_path, const char *remote_path);
+SBX_INTERNAL void sbx__dk_noagent_download(sbx_op *op, struct docker *d, struct dbox *b,
+                                           const char *remote_path, const char *local_path);
+/* The exec shell of container `cid` (the reference's _resolve_shell): malloc'd. Blocking. */
+SBX_INTERNAL char *sbx__dk_noagent_shell(struct docker *d, const char *cid);
+/* One exec of a box's ops, whichever way it goes (the probe uses it). Loop thread. */
+SBX_INTERNAL void sbx__dk_box_exec(sbx_op *op, struct docker *d, struct dbox *b,
+                                   const char *command, const sbx_exec_opts *opts);
+/*
+ * A tar of one regular file `name` (mode, size) followed by the file's
+ * bytes from `fd`, written by libarchive to `out_fd`; and its reverse: the
+ * one regular file of the tar on `in_fd` written to `out_path`
+ * (atomically, mode kept). Fuzzed (fuzz_docker.c). Blocking.
+ */
+SBX_INTERNAL int sbx__dk_tar_one(int fd, const char *name, unsigned mode, long long size,
+                                 int out_fd, char *msg, size_t msg_len);
+SBX_INTERNAL int sbx__dk_untar_one(int in_fd, const char *out_path, char *msg, size_t msg_len);
+/*
+ * The engine's X-Docker-Container-Path-Stat header (base64 of a JSON
+ * object): its Go mode bits and link target (malloc'd, or NULL). -1 for one
+ * that does not parse. Fuzzed.
+ */
+SBX_INTERNAL int sbx__dk_path_stat_parse(const char *hdr, unsigned long long *mode, char **link);
 SBX_INTERNAL int sbx__dk_endpoint_url(const json_t *info, int port, const char *publish_host,
                                       char **url, sbx_error **err);
 SBX_INTERNAL sbx_status sbx__dk_status_of(const char *engine_status);

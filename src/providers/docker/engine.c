@@ -6,6 +6,7 @@
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <nettle/sha2.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -584,4 +585,157 @@ int sbx__dk_error(sbx_error **err, int code, long status, const json_t *resp, co
     _cleanup_free_ char *t = m ? sbx__dk_error_text(m, strlen(m)) : NULL;
     return sbx__set_error(err, code, "%s: docker engine answered HTTP %ld%s%s", what, status,
                           t ? ": " : "", t ? t : "");
+}
+
+/* --- streamed bodies (the archive API) ------------------------------------------ */
+
+struct fd_io {
+    CURL *c;
+    int in_fd, out_fd;
+    const int *in_failed;
+    sbx_buf err_body; /* a failed answer's body, bounded */
+    bool out_broke;
+    char *path_stat;
+};
+
+static size_t fd_read(char *p, size_t size, size_t n, void *arg)
+{
+    struct fd_io *io = arg;
+    for (;;) {
+        ssize_t r = read(io->in_fd, p, size * n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return CURL_READFUNC_ABORT;
+        /* The end: a writer that failed must not leave a short body looking whole. */
+        if (r == 0 && io->in_failed && __atomic_load_n(io->in_failed, __ATOMIC_ACQUIRE))
+            return CURL_READFUNC_ABORT;
+        return (size_t)r;
+    }
+}
+
+static size_t fd_write(char *p, size_t size, size_t n, void *arg)
+{
+    struct fd_io *io = arg;
+    size_t len = size * n;
+    long st = 0;
+    curl_easy_getinfo(io->c, CURLINFO_RESPONSE_CODE, &st);
+    if (st < 200 || st >= 300) {
+        if (io->err_body.len + len > 65536)
+            return len; /* the start of an error is enough */
+        return sbx__buf_append(&io->err_body, p, len) < 0 ? 0 : len;
+    }
+    if (io->out_fd < 0)
+        return len;
+    const char *b = p;
+    size_t left = len;
+    while (left) {
+        /* A socket pair: no SIGPIPE when the reader stopped early. */
+        ssize_t w = send(io->out_fd, b, left, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            io->out_broke = true;
+            return 0;
+        }
+        b += w;
+        left -= (size_t)w;
+    }
+    return len;
+}
+
+static size_t fd_header(char *p, size_t size, size_t n, void *arg)
+{
+    struct fd_io *io = arg;
+    size_t len = size * n;
+    static const char name[] = "x-docker-container-path-stat:";
+    if (len > sizeof(name) && len < 8192 && !strncasecmp(p, name, sizeof(name) - 1) &&
+        !io->path_stat) {
+        const char *v = p + sizeof(name) - 1;
+        size_t vl = len - (sizeof(name) - 1);
+        while (vl && (*v == ' ' || *v == '\t'))
+            v++, vl--;
+        while (vl && isspace((unsigned char)v[vl - 1]))
+            vl--;
+        io->path_stat = strndup(v, vl);
+    }
+    return len;
+}
+
+int sbx__dk_request_fd(sbx_dk_engine *e, const char *method, const char *path, int in_fd,
+                       const int *in_failed, int out_fd, long *status, json_t **resp,
+                       char **path_stat, sbx_error **err)
+{
+    const char *v;
+    int rc = sbx__dk_engine_version(e, &v, err);
+    if (rc < 0)
+        return rc;
+    _cleanup_free_ char *url = sbx__printf("/v%s%s", v, path);
+    CURL *c = url ? curl_easy_init() : NULL;
+    struct curl_slist *hdr = c ? curl_slist_append(NULL, "Content-Type: application/x-tar") : NULL;
+    hdr = hdr ? curl_slist_append(hdr, "Expect:") : NULL;
+    if (!hdr || sbx__dk_engine_setup(e, c, url) < 0) {
+        curl_slist_free_all(hdr);
+        if (c)
+            curl_easy_cleanup(c);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    struct fd_io io = {.c = c, .in_fd = in_fd, .out_fd = out_fd, .in_failed = in_failed};
+    char ebuf[CURL_ERROR_SIZE] = "";
+    if (!strcmp(method, "HEAD"))
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    else
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    if (in_fd >= 0) {
+        curl_easy_setopt(c, CURLOPT_UPLOAD, 1L); /* no size: chunked */
+        curl_easy_setopt(c, CURLOPT_READFUNCTION, fd_read);
+        curl_easy_setopt(c, CURLOPT_READDATA, &io);
+        /* UPLOAD means PUT; the method given wins. */
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    }
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, fd_write);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &io);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, fd_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &io);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
+    if (e->timeout_ms > 0)
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, e->timeout_ms);
+    CURLcode cc = curl_easy_perform(c);
+    long st = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+    curl_slist_free_all(hdr);
+    curl_easy_cleanup(c);
+    if (cc == CURLE_OPERATION_TIMEDOUT)
+        rc = sbx__set_error(err, SBX_ETIMEDOUT,
+                            "docker engine at %s: %s %s took more than %gs "
+                            "(create.start_timeout_s)",
+                            e->host, method, path, e->timeout_ms / 1000.0);
+    else if (cc == CURLE_ABORTED_BY_CALLBACK || (cc == CURLE_WRITE_ERROR && io.out_broke))
+        rc = sbx__set_error(err, SBX_EIO, "docker engine at %s: %s %s stopped (the local side "
+                                          "of the copy failed)",
+                            e->host, method, path);
+    else if (cc != CURLE_OK)
+        rc = sbx__set_error(err, SBX_EPROVIDER,
+                            "cannot reach the docker engine at %s (%s %s): %s; is dockerd "
+                            "running, and is DOCKER_HOST right?",
+                            e->host, method, path, ebuf[0] ? ebuf : curl_easy_strerror(cc));
+    if (rc == SBX_OK) {
+        *status = st;
+        if (resp) {
+            *resp = io.err_body.len ? json_loadb(io.err_body.data, io.err_body.len, 0, NULL)
+                                    : NULL;
+            if (!*resp && io.err_body.len) {
+                _cleanup_free_ char *t = sbx__dk_error_text(io.err_body.data, io.err_body.len);
+                *resp = json_pack("{s:s}", "message", t ? t : "");
+            }
+        }
+        if (path_stat) {
+            *path_stat = io.path_stat;
+            io.path_stat = NULL;
+        }
+    }
+    free(io.path_stat);
+    sbx__buf_free(&io.err_body);
+    return rc;
 }

@@ -108,6 +108,29 @@ SBX_INTERNAL int sbx__dk_demux_feed(struct sbx_dk_demux *d, const uint8_t *in, s
  */
 SBX_INTERNAL int sbx__dk_session_open(sbx_dk_engine *e, const char *exec_id, int *fd,
                                       sbx_error **err);
+/*
+ * Starts exec `exec_id` (POST /exec/ID/start upgraded to a raw stream) on a
+ * connection of its own: the curl handle (connect-only; curl_easy_send/recv
+ * on it, curl_easy_cleanup ends it), its socket, and the stream's bytes that
+ * came with the answer's head (`*early`, malloc'd). Blocking.
+ */
+SBX_INTERNAL int sbx__dk_exec_attach(sbx_dk_engine *e, const char *exec_id, void **curl,
+                                     int *sock, char **early, size_t *early_len,
+                                     sbx_error **err);
+/* Sends all of `p` on such a connection, waiting while it would block. -1: it broke. */
+SBX_INTERNAL int sbx__dk_conn_send(void *curl, int sock, const void *p, size_t n);
+/*
+ * A request streaming its body from `in_fd` (-1: none; read to EOF, sent
+ * chunked) and the answer's body into `out_fd` (-1: dropped): the archive
+ * API. An answer that is not a success has its body (bounded) parsed into
+ * `*resp` instead, as sbx__dk_request does. `*path_stat` (when not NULL)
+ * gets the X-Docker-Container-Path-Stat header (malloc'd, or NULL).
+ * `*in_failed` (when not NULL) is read once `in_fd` ends: non-zero aborts
+ * the request (the writer failed). Blocking.
+ */
+SBX_INTERNAL int sbx__dk_request_fd(sbx_dk_engine *e, const char *method, const char *path,
+                                    int in_fd, const int *in_failed, int out_fd, long *status,
+                                    json_t **resp, char **path_stat, sbx_error **err);
 /* Sets a curl handle's URL (`url_path` below the base), socket and TLS for the engine. */
 SBX_INTERNAL int sbx__dk_engine_setup(sbx_dk_engine *e, void *curl, const char *url_path);
 /*

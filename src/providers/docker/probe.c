@@ -166,7 +166,7 @@ static void probe_attempt(struct probe *pr)
         probe_fail(pr, sbx_error_new(SBX_ENOMEM, "out of memory"));
         return;
     }
-    sbx_box_exec(inner, pr->b->agent, pr->d->cfg.probe_command, pr->opts, NULL);
+    sbx__dk_box_exec(inner, pr->d, pr->b, pr->d->cfg.probe_command, pr->opts);
 }
 
 void sbx__dk_probe_start(struct docker *d, sbx_op *op, struct dbox *b)

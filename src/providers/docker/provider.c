@@ -32,6 +32,8 @@
  */
 #define AGENT_DIR_REMOTE "/.sbx-bin"
 #define AGENT_REMOTE AGENT_DIR_REMOTE "/sbx-agent"
+/* The reference's DEFAULT_KEEPALIVE_CMD (agent: false). */
+#define NOAGENT_KEEPALIVE "while :; do sleep 2147483647; done"
 
 /* --- provider state ------------------------------------------------------------- */
 
@@ -46,6 +48,9 @@ void sbx__dk_box_free(void *box)
     free(b->id);
     free(b->container);
     free(b->scope);
+    free(b->socket);
+    free(b->shell);
+    free(b->workdir);
     free(b);
 }
 
@@ -219,35 +224,81 @@ fail:
 
 /* --- create ------------------------------------------------------------------------ */
 
-/* The engine's name for the spec's image: a docker:// prefix is dropped, as the reference does. */
-static const char *engine_image(const struct docker *d, const sbx_spec *spec)
+/*
+ * The engine's name for the spec's image (malloc'd, NULL with `err`): a
+ * docker:// prefix is dropped, as the reference does, then the config's
+ * image_rewrites apply (the reference's rewrite_image, first matching
+ * prefix wins).
+ */
+static int engine_image(const struct docker *d, const sbx_spec *spec, char **out,
+                        sbx_error **err)
 {
     const char *img = sbx_spec_image(spec);
     if (!img || !img[0])
         img = d->cfg.image; /* the config's default image */
-    if (img && !strncmp(img, "docker://", 9))
+    if (!img || !img[0])
+        return sbx__set_error(err, SBX_EINVAL,
+                              "spec.image is required for the docker provider (or the "
+                              "provider config's 'image')");
+    if (!strncmp(img, "docker://", 9))
         img += 9;
-    return img;
+    char *rw = NULL;
+    if (d->cfg.image_rewrites) {
+        int rc = sbx_rewrite_image(img, d->cfg.image_rewrites, &rw, err);
+        if (rc < 0)
+            return rc;
+    }
+    /* sbx_rewrite_image's string is sbx_free's; ours are free's: a copy. */
+    *out = strdup(rw ? rw : img);
+    sbx_free(rw);
+    return *out ? SBX_OK : sbx__set_error(err, SBX_ENOMEM, "out of memory");
 }
 
 struct pull_progress {
     const char *image;
+    sbx_op *op; /* the create's, for its progress; NULL: the debug log only */
 };
+
+/*
+ * The engine's pull states as the linux provider's pull stages name them
+ * ("pull:STATE:layer:ID12"); "extracting" is the engine's own.
+ */
+static const char *pull_state(const char *status)
+{
+    static const struct {
+        const char *engine, *ours;
+    } map[] = {{"Pulling fs layer", "waiting"},   {"Waiting", "waiting"},
+               {"Downloading", "downloading"},    {"Verifying Checksum", "verifying"},
+               {"Download complete", "verifying"}, {"Extracting", "extracting"},
+               {"Pull complete", "done"},          {"Already exists", "cached"}};
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+        if (!strcmp(status, map[i].engine))
+            return map[i].ours;
+    return NULL;
+}
 
 static void pull_line(const char *status, const char *id, long long cur, long long tot,
                       void *data)
 {
     struct pull_progress *p = data;
-    if (status)
-        sbx_log(SBX_LOG_DEBUG, "docker: pulling %s: %s%s%s (%lld/%lld)", p->image, id ? id : "",
-                id ? ": " : "", status, cur, tot);
+    if (!status)
+        return;
+    sbx_log(SBX_LOG_DEBUG, "docker: pulling %s: %s%s%s (%lld/%lld)", p->image, id ? id : "",
+            id ? ": " : "", status, cur, tot);
+    const char *st = pull_state(status);
+    if (p->op && st && id && strspn(id, "0123456789abcdef") == strlen(id)) {
+        char stage[64];
+        snprintf(stage, sizeof(stage), "pull:%s:layer:%.12s", st, id);
+        sbx_op_progress(p->op, stage, (unsigned long long)cur, (unsigned long long)tot);
+    }
 }
 
 /*
  * The image's config (inspect), pulling it through the engine first when it
  * is missing and pulls are allowed.
  */
-static int image_config(struct docker *d, const char *img, json_t **out, sbx_error **err)
+static int image_config(struct docker *d, const char *img, sbx_op *op, json_t **out,
+                        sbx_error **err)
 {
     _cleanup_free_ char *ei = esc(img);
     _cleanup_free_ char *path = ei ? sbx__printf("/images/%s/json", ei) : NULL;
@@ -275,7 +326,7 @@ static int image_config(struct docker *d, const char *img, json_t **out, sbx_err
         _cleanup_free_ char *q = sbx__printf("/images/create?fromImage=%s", ei);
         if (!q)
             return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-        struct pull_progress pp = {img};
+        struct pull_progress pp = {img, op};
         sbx_error *pe = NULL;
         rc = sbx__dk_request_stream(d->engine, "POST", q, &st, pull_line, &pp, &pe);
         if (rc == SBX_OK && st != 200)
@@ -293,7 +344,7 @@ static int image_config(struct docker *d, const char *img, json_t **out, sbx_err
  */
 json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec, const char *id,
                             const char *image, const char *image_user, const char *agent,
-                            const char *run_dir)
+                            const char *run_dir, bool noagent)
 {
     json_t *b = json_object(), *hc = json_object(), *env = json_array(), *labels = json_object();
     json_t *ep = json_pack("[ssss]", agent ? AGENT_IN_BOX : AGENT_REMOTE, "init", "--listen",
@@ -341,14 +392,44 @@ json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec, con
         for (size_t i = 0; entry[i]; i++)
             json_array_append_new(ep, json_string(entry[i]));
     }
-    json_object_set_new(b, "Entrypoint", ep);
-    json_object_set_new(b, "Cmd", json_array());
-    /* The agent must be root in the container to run commands as any user. */
-    json_object_set_new(b, "User", json_string("0"));
+    if (noagent) {
+        /*
+         * No agent (agent: false): the reference's container. The spec's
+         * entrypoint, else the keepalive (`sleep TTL` with a TTL, which
+         * AutoRemove then removes), run as the image's user.
+         */
+        json_decref(ep);
+        ep = json_array();
+        json_t *cmd = json_array();
+        if (entry && entry[0]) {
+            json_array_append_new(ep, json_string(entry[0]));
+            for (size_t i = 1; entry[i]; i++)
+                json_array_append_new(cmd, json_string(entry[i]));
+        } else {
+            char keep[64];
+            if (ttl_on)
+                snprintf(keep, sizeof(keep), "sleep %.0f", fmax(1.0, ceil(ttl)));
+            json_array_append_new(ep, json_string(c->keepalive_shell ? c->keepalive_shell
+                                                                     : "/bin/sh"));
+            json_array_append_new(cmd, json_string("-c"));
+            json_array_append_new(cmd, json_string(ttl_on            ? keep
+                                                   : c->keepalive_cmd ? c->keepalive_cmd
+                                                                      : NOAGENT_KEEPALIVE));
+        }
+        json_object_set_new(b, "Entrypoint", ep);
+        json_object_set_new(b, "Cmd", cmd);
+    } else {
+        json_object_set_new(b, "Entrypoint", ep);
+        json_object_set_new(b, "Cmd", json_array());
+        /* The agent must be root in the container to run commands as any user. */
+        json_object_set_new(b, "User", json_string("0"));
+    }
     json_object_set_new(labels, "sbx.sandbox", json_string("1"));
     json_object_set_new(labels, "sbx.box", json_string(id));
+    if (noagent) /* connect() then knows there is no agent to reach */
+        json_object_set_new(labels, "sbx.agent", json_string("false"));
     /* The image's user, for the remote path's sessions (the container's User is root). */
-    if (image_user && image_user[0])
+    if (!noagent && image_user && image_user[0])
         json_object_set_new(labels, "sbx.user", json_string(image_user));
     for (size_t i = 0; i < sbx_spec_metadata_count(spec); i++) {
         const char *k, *v;
@@ -358,7 +439,9 @@ json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec, con
     }
     json_object_set_new(b, "Labels", labels);
 
-    if (agent && run_dir) {
+    if (noagent) {
+        json_decref(binds);
+    } else if (agent && run_dir) {
         char *ab = sbx__printf("%s:%s:ro", agent, AGENT_IN_BOX);
         char *rb = sbx__printf("%s:%s", run_dir, RUN_IN_BOX);
         json_array_append_new(binds, json_string(ab ? ab : ""));
@@ -377,8 +460,9 @@ json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec, con
         json_object_set_new(b, "Volumes", json_pack("{s:{}}", AGENT_DIR_REMOTE));
     }
     /* The agent is the init: it reaps, and a second one would only sit between. */
-    json_object_set_new(hc, "Init", json_false());
-    if (ttl_on)
+    json_object_set_new(hc, "Init", json_boolean(noagent && c->use_init));
+    /* Without an agent, as the reference: a TTL only without an entrypoint. */
+    if (ttl_on && !(noagent && entry && entry[0]))
         json_object_set_new(hc, "AutoRemove", json_true());
     if (c->apply_resource_limits) {
         double cpu;
@@ -445,6 +529,12 @@ json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec, con
     return b;
 }
 
+/* One create's start hook data: the provider and the caller's op (pull progress). */
+struct create_ctx {
+    struct docker *d;
+    sbx_op *op;
+};
+
 /* Whether boxes are reached through an exec session (config, else where the engine is). */
 static bool use_remote(const struct docker *d)
 {
@@ -492,17 +582,18 @@ static int agent_tar(const char *agent, char **out, size_t *out_len, sbx_error *
  * before the start; checks it runs. Writes its id (malloc'd) and its PID 1
  * as the host sees it. On failure nothing is left (the container removed).
  */
-static int make_container(struct docker *d, sbx_box_record *r, const char *box_dir,
-                          const sbx_spec *spec, bool remote, char **cid_out, pid_t *pid_out,
-                          char **user_out, sbx_error **err)
+static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const char *box_dir,
+                          const sbx_spec *spec, bool remote, bool noagent, char **cid_out,
+                          pid_t *pid_out, char **user_out, sbx_error **err)
 {
-    const char *img = engine_image(d, spec);
-    if (!img || !img[0])
-        return sbx__set_error(err, SBX_EINVAL,
-                              "spec.image is required for the docker provider (or the "
-                              "provider config's 'image')");
+    if (noagent)
+        remote = true; /* nothing of this machine goes in: no socket directory, no agent */
+    _cleanup_free_ char *img = NULL;
+    int rc = engine_image(d, spec, &img, err);
+    if (rc < 0)
+        return rc;
     _cleanup_json_ json_t *ic = NULL;
-    int rc = image_config(d, img, &ic, err);
+    rc = image_config(d, img, op, &ic, err);
     if (rc < 0)
         return rc == SBX_ENOENT ? SBX_ECREATE : rc;
     const char *user = json_string_value(json_object_get(json_object_get(ic, "Config"), "User"));
@@ -516,10 +607,16 @@ static int make_container(struct docker *d, sbx_box_record *r, const char *box_d
         run_dir_mount(run);
     _cleanup_free_ char *tar = NULL;
     size_t tar_len = 0;
-    if (remote && (rc = agent_tar(d->agent, &tar, &tar_len, err)) < 0)
+    if (remote && !noagent && (rc = agent_tar(d->agent, &tar, &tar_len, err)) < 0)
         return rc;
-    _cleanup_json_ json_t *body =
-        sbx__dk_create_body(&d->cfg, spec, r->id, img, user, remote ? NULL : d->agent, run);
+    const char *const *entry = sbx_spec_entrypoint(spec);
+    double ttl;
+    if (noagent && entry && entry[0] && sbx_spec_get_ttl(spec, &ttl) && ttl > 0)
+        sbx_log(SBX_LOG_WARNING, "ttl_s is not enforced when spec.entrypoint is set; it will be "
+                                 "ignored (docker, agent: false; sbx gc still collects the box "
+                                 "once it expired).");
+    _cleanup_json_ json_t *body = sbx__dk_create_body(&d->cfg, spec, r->id, img, user,
+                                                      remote ? NULL : d->agent, run, noagent);
     _cleanup_free_ char *q = sbx__printf("/containers/create?name=%s", r->id);
     if (!body || !q)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
@@ -569,16 +666,29 @@ static int make_container(struct docker *d, sbx_box_record *r, const char *box_d
     if (rc == SBX_OK && (!json_is_true(json_object_get(state, "Running")) || pid <= 0))
         rc = sbx__set_error(err, SBX_ECREATE,
                             "container %.12s of image '%s' stopped as it started (exit code "
-                            "%lld): its agent could not run; see `docker logs %s`",
+                            "%lld): its %s could not run; see `docker logs %s`",
                             cid, img,
                             (long long)json_integer_value(json_object_get(state, "ExitCode")),
-                            r->id);
+                            noagent ? "entrypoint or keepalive" : "agent", r->id);
+    /* agent: false: relative paths join the container's workdir (the spec's or the image's). */
+    const char *cwd =
+        json_string_value(json_object_get(json_object_get(info, "Config"), "WorkingDir"));
+    if (rc == SBX_OK && noagent && cwd && cwd[0] == '/' && !r->workdir &&
+        !(r->workdir = strdup(cwd)))
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
     json_decref(info);
     if (rc == SBX_OK && (!(*cid_out = strdup(cid)) || (user && !(*user_out = strdup(user)))))
         rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
     if (rc < 0) {
         sbx__dk_remove(d->engine, cid, NULL);
         return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
+    }
+    /* The agent's pid here, for connections of their own (agent_address). */
+    json_object_set_new(pj, "pid", json_integer(pid));
+    char *pjs = sbx__json_dump(pj);
+    if (pjs) {
+        free(r->provider_json);
+        r->provider_json = pjs;
     }
     *pid_out = (pid_t)pid;
     return SBX_OK;
@@ -588,10 +698,11 @@ static int make_container(struct docker *d, sbx_box_record *r, const char *box_d
 static int dk_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec, void *data,
                     char **socket_path, pid_t *peer_pid, sbx_error **err)
 {
-    struct docker *d = data;
+    struct create_ctx *cx = data;
+    struct docker *d = cx->d;
     _cleanup_free_ char *cid = NULL, *user = NULL;
     pid_t pid = 0;
-    int rc = make_container(d, r, box_dir, spec, false, &cid, &pid, &user, err);
+    int rc = make_container(d, cx->op, r, box_dir, spec, false, false, &cid, &pid, &user, err);
     if (rc < 0)
         return rc;
     if (!(*socket_path = sbx__printf("%s/run/agent.sock", box_dir))) {
@@ -645,10 +756,11 @@ static int open_session(struct docker *d, const char *cid, const char *agent, co
 static int dk_start_remote(sbx_box_record *r, const char *box_dir, const sbx_spec *spec,
                            void *data, int *fd, sbx_error **err)
 {
-    struct docker *d = data;
+    struct create_ctx *cx = data;
+    struct docker *d = cx->d;
     _cleanup_free_ char *cid = NULL, *user = NULL;
     pid_t pid = 0;
-    int rc = make_container(d, r, box_dir, spec, true, &cid, &pid, &user, err);
+    int rc = make_container(d, cx->op, r, box_dir, spec, true, false, &cid, &pid, &user, err);
     if (rc < 0)
         return rc;
     if ((rc = open_session(d, cid, AGENT_REMOTE, user, fd, err)) < 0) {
@@ -661,18 +773,27 @@ static int dk_start_remote(sbx_box_record *r, const char *box_dir, const sbx_spe
 static void dk_created(sbx_op *op, sbx_box_agent *agent, const sbx_box_record *r, int code,
                        sbx_error *err, void *data)
 {
-    struct docker *d = data;
+    struct docker *d = ((struct create_ctx *)data)->d;
+    free(data);
     if (code < 0) {
         sbx_op_complete(op, code, err, NULL);
         return;
     }
     struct dbox *b = calloc(1, sizeof(*b));
+    bool oom = false;
     if (b) {
         b->agent = agent;
         b->id = strdup(r->id);
         b->container = record_container(r);
+        if (!use_remote(d)) {
+            _cleanup_json_ json_t *pj =
+                r->provider_json ? json_loads(r->provider_json, 0, NULL) : NULL;
+            b->pid = (pid_t)json_integer_value(json_object_get(pj, "pid"));
+            _cleanup_free_ char *run = run_dir(d, r->id);
+            oom = !run || !(b->socket = sbx__printf("%s/agent.sock", run));
+        }
     }
-    if (!b || !b->id || !b->container) {
+    if (!b || !b->id || !b->container || oom) {
         if (!b)
             sbx_box_agent_free(agent);
         sbx__dk_box_free(b);
@@ -687,37 +808,179 @@ static void dk_created(sbx_op *op, sbx_box_agent *agent, const sbx_box_record *r
     sbx_op_complete(op, SBX_OK, NULL, b);
 }
 
+int sbx__dk_spec_noagent(const struct dk_config *c, const sbx_spec *spec, bool *noagent,
+                         sbx_error **err)
+{
+    *noagent = !c->agent;
+    const char *po = sbx_spec_provider_options(spec);
+    _cleanup_json_ json_t *o = po ? json_loads(po, 0, NULL) : NULL;
+    json_t *a = json_object_get(o, "agent");
+    if (!a || json_is_null(a))
+        return SBX_OK;
+    if (!json_is_boolean(a))
+        return sbx__set_error(err, SBX_EINVAL,
+                              "provider_options['agent'] must be true or false (docker)");
+    *noagent = !json_is_true(a);
+    return SBX_OK;
+}
+
+/*
+ * agent: false: the kit's records and the container, no agent to wait for.
+ * The record is written marked `creating` before the container exists (a
+ * gc elsewhere leaves it alone; a crash leaves something gc finds), then
+ * the container, then the shell check; any failure removes both.
+ */
+struct nacreate {
+    struct docker *d;
+    sbx_op *op; /* the caller's */
+    const sbx_spec *spec;
+    struct dbox *b;
+};
+
+static void nacreate_work(sbx_op *inner, void *data)
+{
+    struct nacreate *j = data;
+    struct docker *d = j->d;
+    sbx_error *e = NULL;
+    sbx_box_record r = {0};
+    char id[96];
+    _cleanup_free_ char *dir = NULL, *cid = NULL, *user = NULL;
+    pid_t pid = 0;
+    bool made = false;
+    int rc = sbx_box_new_id("sbx", id, sizeof(id));
+    if (rc < 0)
+        rc = sbx__set_error(&e, rc, "cannot make a box id");
+    if (rc == SBX_OK && (rc = sbx_box_record_init(&r, id, j->spec)) < 0)
+        rc = sbx__set_error(&e, rc, "cannot make the box record");
+    r.creating = 1;
+    if (rc == SBX_OK)
+        rc = sbx_box_store_box_dir(d->store, id, &dir, &e);
+    if (rc == SBX_OK && (rc = sbx_box_record_write(d->store, &r, &e)) == SBX_OK)
+        made = true;
+    if (rc == SBX_OK)
+        rc = make_container(d, j->op, &r, dir, j->spec, true, true, &cid, &pid, &user, &e);
+    const char *wd = r.workdir; /* the container's, make_container says */
+    r.creating = 0;
+    if (rc == SBX_OK)
+        rc = sbx_box_record_write(d->store, &r, &e);
+    if (rc == SBX_OK) {
+        struct dbox *b = calloc(1, sizeof(*b));
+        j->b = b;
+        if (!b || !(b->id = strdup(id)) || !(b->container = strdup(cid)) ||
+            (wd && wd[0] && !(b->workdir = strdup(wd))) ||
+            !(b->shell = sbx__dk_noagent_shell(d, cid)))
+            rc = sbx__set_error(&e, SBX_ENOMEM, "out of memory");
+        if (b)
+            b->noagent = true;
+    }
+    if (rc < 0 && made) {
+        /* The container (by the record) and the record: nothing is left. */
+        sbx_error *se = NULL;
+        if (sbx_box_store_stop(d->store, id, &se) < 0)
+            sbx_log(SBX_LOG_WARNING, "docker: cleaning up box %s: %s", id,
+                    sbx_error_message(se));
+        sbx_error_free(se);
+    }
+    if (rc < 0 && dir)
+        sbx_box_record_remove(d->store, id, NULL);
+    sbx_box_record_clear(&r);
+    sbx_op_complete(inner, rc, rc < 0 ? e : NULL, NULL);
+    if (rc >= 0)
+        sbx_error_free(e);
+}
+
+static void nacreate_done(int code, sbx_error *err, void *value, void *data)
+{
+    (void)value;
+    struct nacreate *j = data;
+    sbx_op *op = j->op;
+    struct dbox *b = j->b;
+    struct docker *d = j->d;
+    free(j);
+    if (code < 0) {
+        sbx__dk_box_free(b);
+        sbx_op_complete(op, code, err, NULL);
+        return;
+    }
+    sbx_error_free(err);
+    if (d->cfg.probe_command) {
+        sbx__dk_probe_start(d, op, b);
+        return;
+    }
+    sbx_op_complete(op, SBX_OK, NULL, b);
+}
+
 static void dk_create(sbx_op *op, void *state, const sbx_spec *spec)
 {
     struct docker *d = state;
+    bool noagent = false;
+    sbx_error *e = NULL;
+    if (sbx__dk_spec_noagent(&d->cfg, spec, &noagent, &e) < 0) {
+        sbx_op_complete(op, sbx_error_code(e), e, NULL);
+        return;
+    }
+    if (noagent) {
+        struct nacreate *j = calloc(1, sizeof(*j));
+        sbx_op *inner = j ? sbx__op_new(sbx__op_provider(op), nacreate_done, j) : NULL;
+        if (!inner) {
+            free(j);
+            sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+            return;
+        }
+        *j = (struct nacreate){.d = d, .op = op, .spec = spec};
+        if (sbx_op_run_blocking(inner, nacreate_work, j) < 0)
+            sbx_op_complete(inner, SBX_EIO, sbx_error_new(SBX_EIO, "cannot queue the create"),
+                            NULL);
+        return;
+    }
+    /* The create's op rides along for the pull's progress; dk_created frees it. */
+    struct create_ctx *cx = calloc(1, sizeof(*cx));
+    if (!cx) {
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    *cx = (struct create_ctx){d, op};
     if (use_remote(d))
-        sbx_box_op_create(op, d->store, d->pool, spec, "sbx", dk_start_remote, d, dk_created, d);
+        sbx_box_op_create(op, d->store, d->pool, spec, "sbx", dk_start_remote, cx, dk_created, cx);
     else
-        sbx_box_op_create_socket(op, d->store, d->pool, spec, "sbx", dk_start, d, dk_created, d);
+        sbx_box_op_create_socket(op, d->store, d->pool, spec, "sbx", dk_start, cx, dk_created, cx);
 }
 
 /* --- a box's ops ---------------------------------------------------------------------- */
 
+void sbx__dk_box_exec(sbx_op *op, struct docker *d, struct dbox *b, const char *command,
+                      const sbx_exec_opts *opts)
+{
+    if (b->noagent)
+        sbx__dk_noagent_exec(op, d, b, command, opts);
+    else /* the spec's env is the container's: the agent and every command have it already */
+        sbx_box_exec(op, b->agent, command, opts, NULL);
+}
+
 static void dk_exec(sbx_op *op, void *state, void *box, const char *command,
                     const sbx_exec_opts *opts)
 {
-    (void)state;
-    /* The spec's env is the container's: the agent and so every command has it already. */
-    sbx_box_exec(op, ((struct dbox *)box)->agent, command, opts, NULL);
+    sbx__dk_box_exec(op, state, box, command, opts);
 }
 
 static void dk_upload(sbx_op *op, void *state, void *box, const char *local_path,
                       const char *remote_path)
 {
-    (void)state;
-    sbx_box_upload(op, ((struct dbox *)box)->agent, local_path, remote_path);
+    struct dbox *b = box;
+    if (b->noagent)
+        sbx__dk_noagent_upload(op, state, b, local_path, remote_path);
+    else
+        sbx_box_upload(op, b->agent, local_path, remote_path);
 }
 
 static void dk_download(sbx_op *op, void *state, void *box, const char *remote_path,
                         const char *local_path)
 {
-    (void)state;
-    sbx_box_download(op, ((struct dbox *)box)->agent, remote_path, local_path);
+    struct dbox *b = box;
+    if (b->noagent)
+        sbx__dk_noagent_download(op, state, b, remote_path, local_path);
+    else
+        sbx_box_download(op, b->agent, remote_path, local_path);
 }
 
 /* The reference's status table, over the engine's State.Status. */
@@ -1003,13 +1266,16 @@ static void connect_work(sbx_op *op, void *data)
      * from anywhere. One made on the socket path is reached on its socket
      * where the engine is local, else through a session of its agent.
      */
-    bool remote = !run || !sbx__dk_engine_local(j->d->engine);
     json_t *labels = json_object_get(json_object_get(info, "Config"), "Labels");
+    /* A box made with agent: false has no agent to reach: the engine's APIs, as it was made. */
+    const char *agent_label = json_string_value(json_object_get(labels, "sbx.agent"));
+    bool noagent = agent_label && !strcmp(agent_label, "false");
+    bool remote = !noagent && (!run || !sbx__dk_engine_local(j->d->engine));
     if (rc == SBX_OK && !json_is_string(json_object_get(labels, "sbx.sandbox")))
         rc = sbx__set_error(&e, SBX_EINVAL, "container %s is not an sbx docker box (no "
                                             "sbx.sandbox label)",
                             c ? c : id);
-    else if (rc == SBX_OK && !remote && run[0] != '/')
+    else if (rc == SBX_OK && !remote && !noagent && run[0] != '/')
         rc = sbx__set_error(&e, SBX_EINVAL, "container %s: its %s mount is not a host path",
                             c ? c : id, RUN_IN_BOX);
     else if (rc == SBX_OK && (!json_is_true(json_object_get(state, "Running")) ||
@@ -1019,12 +1285,23 @@ static void connect_work(sbx_op *op, void *data)
     if (rc == SBX_OK) {
         j->pid = (pid_t)json_integer_value(json_object_get(state, "Pid"));
         j->b = calloc(1, sizeof(*j->b));
-        if (!j->b || (!remote && !(j->socket = sbx__printf("%s/agent.sock", run))) ||
+        if (j->b && !remote && !noagent)
+            j->b->pid = j->pid;
+        const char *wd = json_string_value(json_object_get(json_object_get(info, "Config"),
+                                                           "WorkingDir"));
+        if (j->b && noagent)
+            j->b->noagent = true;
+        if (!j->b || (noagent && wd && wd[0] && !(j->b->workdir = strdup(wd))) ||
+            (!remote && !noagent &&
+             (!(j->socket = sbx__printf("%s/agent.sock", run)) ||
+                         !(j->b->socket = strdup(j->socket)))) ||
             !(j->b->container = strdup(json_string_value(json_object_get(info, "Id")) ?: "")) ||
             !(j->b->id = strdup(id ? id : name && name[0] == '/' ? name + 1 : j->b->container)) ||
             (scope && !(j->b->scope = strdup(scope))))
             rc = sbx__set_error(&e, SBX_ENOMEM, "out of memory");
     }
+    if (rc == SBX_OK && noagent && !(j->b->shell = sbx__dk_noagent_shell(j->d, j->b->container)))
+        rc = sbx__set_error(&e, SBX_ENOMEM, "out of memory");
     /* The remote path: a new exec session of the agent, this handle's own. */
     if (rc == SBX_OK && remote)
         rc = open_session(j->d, j->b->container, run ? AGENT_IN_BOX : AGENT_REMOTE,
@@ -1059,6 +1336,14 @@ static void connect_found(int code, sbx_error *err, void *value, void *data)
         return;
     }
     sbx_error_free(err);
+    if (j->b->noagent) {
+        sbx_op *op = j->op;
+        struct dbox *b = j->b;
+        j->b = NULL;
+        connect_job_free(j);
+        sbx_op_complete(op, SBX_OK, NULL, b);
+        return;
+    }
     if (j->fd >= 0) {
         int fd = j->fd;
         j->fd = -1;
@@ -1086,6 +1371,47 @@ static void dk_connect(sbx_op *op, void *state, const char *descriptor_json)
     j->fd = -1;
     if (sbx_op_run_blocking(inner, connect_work, j) < 0)
         sbx_op_complete(inner, SBX_EIO, sbx_error_new(SBX_EIO, "cannot queue the connect"), NULL);
+}
+
+/* --- connections of their own: PTYs, background processes, port forwarding ---------------- */
+
+/*
+ * [pty] Where the box's agent listens, for a connection of its own: the
+ * socket on the host directory mounted at /.sbx, the container's PID 1 the
+ * only process accepted there. The remote path has no such socket on this
+ * machine (the agent is reached through an exec session, one stream): what
+ * needs a connection of its own is not available there.
+ */
+static void dk_agent_address(sbx_op *op, void *state, void *box)
+{
+    (void)state;
+    struct dbox *b = box;
+    if (b->noagent) {
+        sbx_op_complete(op, SBX_ENOTSUP,
+                        sbx_error_new(SBX_ENOTSUP,
+                                      "docker box %s runs without sbx's agent (agent: false): "
+                                      "PTY sessions, background processes and port forwarding "
+                                      "need it",
+                                      b->id),
+                        NULL);
+        return;
+    }
+    if (!b->socket || b->pid <= 0) {
+        sbx_op_complete(op, SBX_ENOTSUP,
+                        sbx_error_new(SBX_ENOTSUP,
+                                      "docker box %s is reached through an Engine-API exec "
+                                      "session (the remote path): PTY sessions, background "
+                                      "processes and port forwarding need the agent's socket "
+                                      "on this machine, which only a local engine gives "
+                                      "(docs/providers/docker.md)",
+                                      b->id),
+                        NULL);
+        return;
+    }
+    json_t *j = json_pack("{s:s, s:I}", "socket", b->socket, "pid", (json_int_t)b->pid);
+    char *text = j ? sbx__json_dump(j) : NULL;
+    json_decref(j);
+    sbx_op_complete(op, text ? SBX_OK : SBX_ENOMEM, NULL, text);
 }
 
 /* --- provider-wide: the kit's records, with the container as the box -------------------- */
@@ -1124,6 +1450,7 @@ SBX_INTERNAL const struct sbx_provider_ops sbx__docker_provider = {
     .list = dk_list,
     .stop_id = dk_stop_id,
     .gc = dk_gc,
+    .agent_address = dk_agent_address, /* [pty] */
     .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_CONNECT | SBX_CAP_LIST | SBX_CAP_STOP_ID |
-                    SBX_CAP_GC,
+                    SBX_CAP_GC | SBX_CAP_PTY | SBX_CAP_PORT_FORWARD,
 };

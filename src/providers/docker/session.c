@@ -91,20 +91,7 @@ static int to_pair(int stream, const uint8_t *p, size_t n, void *data)
 /* Sends all of p over the engine connection (waiting when it would block). */
 static int send_all(struct session *s, const char *p, size_t n)
 {
-    while (n) {
-        size_t sent = 0;
-        CURLcode cc = curl_easy_send(s->c, p, n, &sent);
-        if (cc == CURLE_AGAIN) {
-            struct pollfd pf = {.fd = s->sock, .events = POLLOUT};
-            poll(&pf, 1, 1000);
-            continue;
-        }
-        if (cc != CURLE_OK)
-            return -1;
-        p += sent;
-        n -= sent;
-    }
-    return 0;
+    return sbx__dk_conn_send(s->c, s->sock, p, n);
 }
 
 static void *pump(void *arg)
@@ -148,7 +135,27 @@ static void *pump(void *arg)
     return NULL;
 }
 
-int sbx__dk_session_open(sbx_dk_engine *e, const char *exec_id, int *fd, sbx_error **err)
+int sbx__dk_conn_send(void *curl, int sock, const void *p, size_t n)
+{
+    const char *b = p;
+    while (n) {
+        size_t sent = 0;
+        CURLcode cc = curl_easy_send(curl, b, n, &sent);
+        if (cc == CURLE_AGAIN) {
+            struct pollfd pf = {.fd = sock, .events = POLLOUT};
+            poll(&pf, 1, 1000);
+            continue;
+        }
+        if (cc != CURLE_OK)
+            return -1;
+        b += sent;
+        n -= sent;
+    }
+    return 0;
+}
+
+int sbx__dk_exec_attach(sbx_dk_engine *e, const char *exec_id, void **curl, int *sock_out,
+                        char **early, size_t *early_len, sbx_error **err)
 {
     const char *v;
     int rc = sbx__dk_engine_version(e, &v, err);
@@ -172,26 +179,18 @@ int sbx__dk_session_open(sbx_dk_engine *e, const char *exec_id, int *fd, sbx_err
         return sbx__set_error(err, SBX_EPROVIDER, "cannot reach the docker engine at %s: %s",
                               sbx__dk_engine_host(e), curl_easy_strerror(cc));
     }
-    struct session *s = calloc(1, sizeof(*s));
-    int sv[2] = {-1, -1};
-    if (!s || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-        free(s);
-        curl_easy_cleanup(c);
-        return sbx__set_errno(err, SBX_EIO, errno, "cannot make a socket pair");
-    }
-    *s = (struct session){.c = c, .sock = sock, .pair = sv[1]};
-    sbx__dk_demux_init(&s->dx);
     const char *body = "{\"Detach\":false,\"Tty\":false}";
     char *req = sbx__printf("POST /v%s/exec/%s/start HTTP/1.1\r\nHost: docker\r\n"
                             "Content-Type: application/json\r\nConnection: Upgrade\r\n"
                             "Upgrade: tcp\r\nContent-Length: %zu\r\n\r\n%s",
                             v, exec_id, strlen(body), body);
-    rc = req && send_all(s, req, strlen(req)) == 0 ? SBX_OK : SBX_EPROVIDER;
+    rc = req && sbx__dk_conn_send(c, sock, req, strlen(req)) == 0 ? SBX_OK : SBX_EPROVIDER;
     free(req);
     /* The answer's head, then the stream; bytes past the head are the stream's. */
     char head[4096];
     size_t hl = 0;
     char *end = NULL;
+    head[0] = 0;
     while (rc == SBX_OK && !end) {
         size_t got = 0;
         cc = curl_easy_recv(c, head + hl, sizeof(head) - 1 - hl, &got);
@@ -217,23 +216,60 @@ int sbx__dk_session_open(sbx_dk_engine *e, const char *exec_id, int *fd, sbx_err
         rc = SBX_EPROVIDER;
     if (rc == SBX_OK) {
         size_t off = (size_t)(end + 4 - head);
-        if (sbx__dk_demux_feed(&s->dx, (const uint8_t *)head + off, hl - off, to_pair, s) < 0)
-            rc = SBX_EPROVIDER;
+        *early_len = hl - off;
+        if (!(*early = malloc(*early_len + 1)))
+            rc = SBX_ENOMEM;
+        else
+            memcpy(*early, head + off, *early_len);
     }
-    pthread_t t;
-    if (rc == SBX_OK && pthread_create(&t, NULL, pump, s) != 0)
-        rc = SBX_EIO;
     if (rc < 0) {
         char *line = strndup(head, strcspn(head, "\r\n"));
-        close(sv[0]);
-        close(sv[1]);
         curl_easy_cleanup(c);
-        free(s);
-        rc = sbx__set_error(err, rc, "docker engine at %s: exec session %.12s did not start%s%s",
+        rc = sbx__set_error(err, rc, "docker engine at %s: exec %.12s did not start%s%s",
                             sbx__dk_engine_host(e), exec_id, line && line[0] ? ": " : "",
                             line ? line : "");
         free(line);
         return rc;
+    }
+    *curl = c;
+    *sock_out = (int)sock;
+    return SBX_OK;
+}
+
+int sbx__dk_session_open(sbx_dk_engine *e, const char *exec_id, int *fd, sbx_error **err)
+{
+    void *c = NULL;
+    int sock = -1;
+    char *early = NULL;
+    size_t early_len = 0;
+    int rc = sbx__dk_exec_attach(e, exec_id, &c, &sock, &early, &early_len, err);
+    if (rc < 0)
+        return rc;
+    struct session *s = calloc(1, sizeof(*s));
+    int sv[2] = {-1, -1};
+    if (!s || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        rc = sbx__set_errno(err, SBX_EIO, errno, "cannot make a socket pair");
+        free(s);
+        free(early);
+        curl_easy_cleanup(c);
+        return rc;
+    }
+    *s = (struct session){.c = c, .sock = sock, .pair = sv[1]};
+    sbx__dk_demux_init(&s->dx);
+    rc = sbx__dk_demux_feed(&s->dx, (const uint8_t *)early, early_len, to_pair, s) < 0
+             ? SBX_EPROVIDER
+             : SBX_OK;
+    free(early);
+    pthread_t t;
+    if (rc == SBX_OK && pthread_create(&t, NULL, pump, s) != 0)
+        rc = SBX_EIO;
+    if (rc < 0) {
+        close(sv[0]);
+        close(sv[1]);
+        curl_easy_cleanup(c);
+        free(s);
+        return sbx__set_error(err, rc, "docker engine at %s: exec session %.12s did not start",
+                              sbx__dk_engine_host(e), exec_id);
     }
     pthread_detach(t);
     *fd = sv[0];
