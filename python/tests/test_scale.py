@@ -195,7 +195,10 @@ def test_1000_live_linux_boxes_fit_in_ulimit_1024(tmp_path):
     # and the live boxes hold far fewer descriptors than one each.
     assert out["live"] < 1024 and out["peak"] < 1024
     assert out["live"] - out["base"] < BOXES // 2
-    assert out["after"] == out["base"]
+    # No descriptor kept after the stops. Fewer than the baseline is no leak:
+    # the warm-up box's stop may still have been closing one (its shim's
+    # watch) when the baseline was counted.
+    assert out["after"] <= out["base"]
     assert _wait_gone(state, out["ids"]) == {"processes": [], "cgroups": [], "box_dirs": []}
 
 
