@@ -782,7 +782,8 @@ SBX_EXPORT int sbx_sandbox_stop_async(sbx_sandbox *sb, sbx_future **out, sbx_err
  * handle goes away, keeps the last SBX_PTY_WINDOW_BYTES of each output
  * stream with absolute byte offsets, and another handle (in any process)
  * can attach to it and replay from an offset. Providers with SBX_CAP_PTY
- * ("pty") have them: linux today. Each handle holds its own connection to
+ * ("pty") have them: linux, local and docker (its local-engine path). Each
+ * handle holds its own connection to
  * the box's agent; its calls block the calling thread (never the context's
  * loop) and one thread at a time may use a handle.
  */
@@ -1074,7 +1075,7 @@ SBX_EXPORT int sbx_pty_closed(const sbx_pty *p);
  * A command started in the background: a pipe-mode PTY session of the box's
  * agent (stdout and stderr apart, stdin a pipe), so it keeps running when
  * its handle goes away and any process can attach to it again by id. The
- * same providers as PTY sessions (SBX_CAP_PTY: linux), and the same rules:
+ * same providers as PTY sessions (SBX_CAP_PTY: linux, local, docker), and the same rules:
  * each handle holds its own connection, its calls block the calling thread,
  * one thread at a time per handle. A box whose agent predates protocol
  * version 4 refuses the KEEP flag and the listings with SBX_ENOTSUP ("the
