@@ -783,9 +783,9 @@ SBX_EXPORT int sbx_sandbox_stop_async(sbx_sandbox *sb, sbx_future **out, sbx_err
  * stream with absolute byte offsets, and another handle (in any process)
  * can attach to it and replay from an offset. Providers with SBX_CAP_PTY
  * ("pty") have them: linux, local and docker (its local-engine path). Each
- * handle holds its own connection to
- * the box's agent; its calls block the calling thread (never the context's
- * loop) and one thread at a time may use a handle.
+ * handle holds its own connection to the box's agent; its calls block the
+ * calling thread (never the context's loop) and one thread at a time may
+ * use a handle.
  */
 #define SBX_PTY_WINDOW_BYTES (1u << 20)
 #define SBX_PTY_MAX_SESSIONS 256
@@ -1075,11 +1075,11 @@ SBX_EXPORT int sbx_pty_closed(const sbx_pty *p);
  * A command started in the background: a pipe-mode PTY session of the box's
  * agent (stdout and stderr apart, stdin a pipe), so it keeps running when
  * its handle goes away and any process can attach to it again by id. The
- * same providers as PTY sessions (SBX_CAP_PTY: linux, local, docker), and the same rules:
- * each handle holds its own connection, its calls block the calling thread,
- * one thread at a time per handle. A box whose agent predates protocol
- * version 4 refuses the KEEP flag and the listings with SBX_ENOTSUP ("the
- * box's agent is too old ...: restart the box").
+ * same providers as PTY sessions (SBX_CAP_PTY: linux, local, docker), and
+ * the same rules: each handle holds its own connection, its calls block
+ * the calling thread, one thread at a time per handle. A box whose agent
+ * predates protocol version 4 refuses the KEEP flag and the listings with
+ * SBX_ENOTSUP ("the box's agent is too old ...: restart the box").
  */
 typedef struct sbx_proc sbx_proc;
 /*
