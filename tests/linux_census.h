@@ -99,7 +99,8 @@ static const char *census_find(const char *state_dir, char *why, size_t why_len)
         }
     }
     /* 4. Empty box cgroups (a live box of someone else has processes in it). */
-    static const char *const roots[] = { "/sys/fs/cgroup/sbx", "/sys/fs/cgroup/memory/sbx",
+    static const char *const roots[] = { "/sys/fs/cgroup/sbx", "/sys/fs/cgroup/sbx/.nomem",
+                                         "/sys/fs/cgroup/memory/sbx",
                                          "/sys/fs/cgroup/pids/sbx", "/sys/fs/cgroup/cpu/sbx",
                                          "/sys/fs/cgroup/cpu,cpuacct/sbx" };
     for (size_t r = 0; r < sizeof(roots) / sizeof(roots[0]); r++) {

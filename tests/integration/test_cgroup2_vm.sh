@@ -8,7 +8,9 @@
 # idmapped tmpfs (6.3) or tmpfs user xattrs (6.6), and its root is 9p, which
 # has no idmapped mounts at all), and the 200-boxes-at-once test (the guest is
 # emulated: 200 creates at once there measure the emulator, and on a loaded
-# machine outlast the ready timeout). The host run covers both.
+# machine outlast the ready timeout). The host run covers both. Then
+# test_scale's memory_cgroup test: on v2 an unlimited box's group is in
+# sbx/.nomem, with no memory controller of its own.
 set -u
 cd "$(dirname "$0")/../.."
 B=${B:-build}
@@ -22,7 +24,8 @@ skip_all() {
 # tests/run.sh runs this for the plain build only: the guest is emulated, and the
 # sanitizer and valgrind variants check the same code on the host.
 [ "$(id -u)" = 0 ] || skip_all "the linux provider needs root"
-[ -x "$B/tests/integration/test_linux" ] || skip_all "$B/tests/integration/test_linux not built"
+[ -x "$B/tests/integration/test_linux" ] && [ -x "$B/tests/integration/test_scale" ] ||
+  skip_all "$B/tests/integration/test_linux or test_scale not built"
 scripts/cgroup2-vm.sh --check || skip_all "no guest can be made here (apt-get install qemu-system-x86 busybox-static)"
 
 export TAP_FILTER="-userns,-many_boxes"
@@ -37,7 +40,10 @@ SBX_VM_ENV="SBX_MUST_WORK TAP_FILTER SBX_TEST_TIMEOUT_SCALE" SBX_VM_TIMEOUT_S=${
        ! grep -qw memory /sys/fs/cgroup/cgroup.controllers || ! grep -qw pids /sys/fs/cgroup/cgroup.controllers; then
       echo "1..1"; echo "not ok 1 - the guest is not pure cgroup v2"; exit 1
     fi
-    exec "$0"' "$B/tests/integration/test_linux"
+    "$0"; a=$?
+    # memory_cgroup "limited" on v2: unlimited boxes in sbx/.nomem, no memory group of their own.
+    "$1" memory_cgroup; b=$?
+    [ $a = 0 ] && exit $b; exit $a' "$B/tests/integration/test_linux" "$B/tests/integration/test_scale"
 rc=$?
 if [ $rc = 125 ]; then
   echo "not ok 1 - the pure cgroup v2 guest gave no result (see above)"

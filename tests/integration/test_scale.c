@@ -239,6 +239,7 @@ static void test_stop_reclaims_the_box_memory(void)
     long before = resident_pages(path);
     sbx_provider *p = provider(NULL);
     sbx_spec *s = sbx_spec_new();
+    sbx_spec_set_memory_mib(s, 256); /* a box with a memory group (memory_cgroup "limited") */
     sbx_sandbox *sb = start(p, s);
     snprintf(cmd, sizeof(cmd), "cat %s > /dev/null", path);
     sbx_exec_result *r = NULL;
@@ -319,44 +320,83 @@ static void test_masks_add_no_superblock(void)
 }
 
 /* The memory line of a box's /proc/self/cgroup (v1), from inside the box's cgroup namespace. */
+/* Whether the box sees a memory group of its own: v1 a "memory" hierarchy, v2 memory.max. */
 static bool box_has_memory_group(sbx_sandbox *sb)
 {
     sbx_exec_result *r = NULL;
     TAP_OK(sbx_sandbox_exec(sb, "ls /sys/fs/cgroup", NULL, &r, &e_));
-    bool has = strstr(sbx_exec_result_stdout(r, NULL), "memory") != NULL;
+    const char *out = sbx_exec_result_stdout(r, NULL);
+    bool has = strstr(out, "memory.max") || !strncmp(out, "memory\n", 7) || strstr(out, "\nmemory\n");
     sbx_exec_result_free(r);
     return has;
 }
 
+/* The box's groups, from its record: "v2 .nomem" when its v2 group is in sbx/.nomem. */
+static bool box_in_nomem(sbx_sandbox *sb)
+{
+    char bd[900];
+    snprintf(bd, sizeof(bd), "%s/boxes/%s", state_dir, sbx_sandbox_id(sb));
+    sbx_linux_record rec;
+    TAP_OK(sbx__linux_record_read(bd, &rec, &e_));
+    bool in = false;
+    size_t i;
+    json_t *v;
+    json_array_foreach(rec.cgroups, i, v)
+        in |= strstr(json_string_value(v), "/sbx/.nomem/") != NULL;
+    sbx__linux_record_free(&rec);
+    return in;
+}
+
 /*
- * memory_cgroup "limited": a box without a memory limit gets no memory
- * cgroup (each costs kernel memory that grows with the number of boxes);
- * one with a limit gets its group and the limit. Refused values say why.
+ * memory_cgroup "limited", the default: a box without a memory limit gets no
+ * memory cgroup (each costs kernel memory that grows with the number of
+ * boxes); one with a limit gets its group and the limit; "always" gives
+ * every box one. On v2 the unlimited box's group sits in sbx/.nomem, whose
+ * subtree has no memory controller. Refused values say why.
  */
 static void test_memory_cgroup_limited(void)
 {
     need_boxes();
-    if (sbx__cg_mode() != SBX_CG_V1)
-        TAP_SKIP("memory_cgroup \"limited\" applies to cgroup v1 (this host is not v1)");
+    bool v2 = sbx__cg_mode() == SBX_CG_V2;
+    if (sbx__cg_mode() == SBX_CG_NONE)
+        TAP_SKIP("no cgroups here");
     sbx_provider *bad = NULL;
     sbx_error *e = NULL;
     TAP_EQ_INT(sbx_provider_new("{\"linux\": {\"memory_cgroup\": \"some\"}}", &bad, &e),
                SBX_EINVAL);
     TAP_CONTAINS(sbx_error_message(e), "memory_cgroup");
     sbx_error_free(e);
-    sbx_provider *p = provider("{\"memory_cgroup\": \"limited\"}");
+    sbx_provider *p = provider(NULL); /* the default */
     sbx_spec *s = sbx_spec_new();
     sbx_sandbox *plain = start(p, s);
     sbx_spec_set_memory_mib(s, 64);
     sbx_sandbox *limited = start(p, s);
     TAP_TRUE(!box_has_memory_group(plain));
     TAP_TRUE(box_has_memory_group(limited));
+    TAP_EQ_INT(box_in_nomem(plain), v2);
+    TAP_TRUE(!box_in_nomem(limited));
     sbx_exec_result *r = NULL;
-    TAP_OK(sbx_sandbox_exec(limited, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes", NULL, &r,
-                            &e_));
+    TAP_OK(sbx_sandbox_exec(limited,
+                            v2 ? "cat /sys/fs/cgroup/memory.max"
+                               : "cat /sys/fs/cgroup/memory/memory.limit_in_bytes",
+                            NULL, &r, &e_));
     TAP_EQ_STR(sbx_exec_result_stdout(r, NULL), "67108864\n");
     sbx_exec_result_free(r);
-    /* Both still run commands, and stop clean. */
+    /* The unlimited box keeps its other limits (pids here). */
+    TAP_OK(sbx_sandbox_exec(plain, v2 ? "cat /sys/fs/cgroup/pids.max" : "cat /sys/fs/cgroup/pids/pids.max",
+                            NULL, &r, &e_));
+    TAP_EQ_STR(sbx_exec_result_stdout(r, NULL), "4096\n");
+    sbx_exec_result_free(r);
+    /* "always": every box its group. */
+    sbx_provider *pa = provider("{\"memory_cgroup\": \"always\"}");
+    sbx_spec *s2 = sbx_spec_new();
+    sbx_sandbox *always = start(pa, s2);
+    TAP_TRUE(box_has_memory_group(always));
+    TAP_TRUE(!box_in_nomem(always));
+    stop_free(always);
+    sbx_spec_free(s2);
+    sbx_provider_free(pa);
+    /* Both still run commands, and stop clean: sbx/.nomem and sbx/ go with the last box. */
     TAP_OK(sbx_sandbox_exec(plain, "true", NULL, &r, &e_));
     TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
     sbx_exec_result_free(r);

@@ -87,25 +87,50 @@ static const char *v1_cpu_dir(void)
 }
 
 /*
- * mkdir <parent>/sbx (shared by the boxes, removed with the last one) and
- * <parent>/sbx/<id> (the box's).
+ * Pure v2 with memory_cgroup "limited": boxes without a memory limit live in
+ * sbx/.nomem, whose subtree enables pids and cpu but not memory, so their
+ * memory is charged to that one group instead of one of their own (each
+ * memory cgroup costs kernel memory that grows with the number of boxes:
+ * docs/scale.md). The leading dot keeps it apart from every box id.
  */
-static char *make_group(const char *parent, const char *id, sbx_error **err)
+#define NOMEM "/sbx/.nomem"
+
+/*
+ * mkdir <parent>/sbx (shared by the boxes, removed with the last one) and
+ * <parent>/sbx/<id> (the box's), or <parent>/sbx/.nomem/<id> (v2 only).
+ */
+static char *make_group(const char *parent, const char *id, bool nomem, sbx_error **err)
 {
     _cleanup_free_ char *base = sbx__printf("%s/sbx", parent);
-    char *dir = sbx__printf("%s/sbx/%s", parent, id);
-    if (!base || !dir) {
+    _cleanup_free_ char *mid = nomem ? sbx__printf("%s" NOMEM, parent) : NULL;
+    char *dir = sbx__printf("%s/%s", nomem ? mid : base, id);
+    if (!base || !dir || (nomem && !mid)) {
         free(dir);
         sbx__set_error(err, SBX_ENOMEM, "out of memory");
         return NULL;
     }
-    /* The last box of another process may remove sbx/ between our two mkdirs: retry. */
+    /* The last box of another process may remove sbx/ (or .nomem) between our mkdirs: retry. */
     for (int tries = 0;; tries++) {
-        if (mkdir(base, 0755) < 0 && errno != EEXIST) {
-            sbx__set_errno(err, SBX_ECREATE, errno,
+        const char *what = base;
+        int e = 0;
+        if (mkdir(base, 0755) < 0 && errno != EEXIST)
+            e = -errno;
+        /* .nomem's own controllers come from sbx/'s subtree; its subtree drops memory. */
+        if (!e && nomem &&
+            !(e = write_str(base, "cgroup.subtree_control", "+memory +pids +cpu"))) {
+            what = mid;
+            if (mkdir(mid, 0755) < 0 && errno != EEXIST)
+                e = -errno;
+            else
+                e = write_str(mid, "cgroup.subtree_control", "+pids +cpu");
+        }
+        if (e == -ENOENT && tries < 16)
+            continue;
+        if (e) {
+            sbx__set_errno(err, SBX_ECREATE, -e,
                            "cannot create cgroup %s (is the cgroup filesystem writable? run as "
                            "root)",
-                           base);
+                           what);
             free(dir);
             return NULL;
         }
@@ -133,7 +158,8 @@ static int setup_v2(const char *id, const sbx_cg_limits *lim, json_t *paths, sbx
      * delegated root may refuse, and the write into sbx/ then tells the truth.
      */
     write_str(CG_ROOT, "cgroup.subtree_control", "+memory +pids +cpu");
-    _cleanup_free_ char *dir = make_group(CG_ROOT, id, err);
+    bool nomem = lim->memory_only_limited && lim->memory_bytes <= 0;
+    _cleanup_free_ char *dir = make_group(CG_ROOT, id, nomem, err);
     if (!dir)
         return SBX_ECREATE;
     json_array_append_new(paths, json_string(dir));
@@ -173,7 +199,7 @@ static int setup_v1(const char *id, const sbx_cg_limits *lim, json_t *paths, sbx
      */
     _cleanup_free_ char *mem = NULL;
     if (!(lim->memory_only_limited && lim->memory_bytes <= 0)) {
-        mem = make_group(CG_ROOT "/memory", id, err);
+        mem = make_group(CG_ROOT "/memory", id, false, err);
         if (!mem)
             return SBX_ECREATE;
         json_array_append_new(paths, json_string(mem));
@@ -188,7 +214,7 @@ static int setup_v1(const char *id, const sbx_cg_limits *lim, json_t *paths, sbx
     /* Keep the OOM killer on: it kills the offender, the box lives on. */
     if (mem)
         write_str(mem, "memory.oom_control", "0");
-    _cleanup_free_ char *pids = make_group(CG_ROOT "/pids", id, err);
+    _cleanup_free_ char *pids = make_group(CG_ROOT "/pids", id, false, err);
     if (!pids)
         return SBX_ECREATE;
     json_array_append_new(paths, json_string(pids));
@@ -202,7 +228,7 @@ static int setup_v1(const char *id, const sbx_cg_limits *lim, json_t *paths, sbx
         if (!cpu_root)
             return sbx__set_error(err, SBX_ECREATE,
                                   "a cpu limit needs the cpu cgroup controller, which is not mounted");
-        _cleanup_free_ char *cpu = make_group(cpu_root, id, err);
+        _cleanup_free_ char *cpu = make_group(cpu_root, id, false, err);
         if (!cpu)
             return SBX_ECREATE;
         json_array_append_new(paths, json_string(cpu));
@@ -282,12 +308,13 @@ static void kill_procs(const char *dir)
     free(data);
 }
 
-const char *const *sbx__cg_roots(void)
+const char *const *sbx__cg_parents(void)
 {
-    static const char *const roots[] = { CG_ROOT,         CG_ROOT "/memory",
-                                         CG_ROOT "/pids", CG_ROOT "/cpu",
-                                         CG_ROOT "/cpu,cpuacct", NULL };
-    return roots;
+    static const char *const parents[] = { CG_ROOT "/sbx",          CG_ROOT NOMEM,
+                                           CG_ROOT "/memory/sbx",   CG_ROOT "/pids/sbx",
+                                           CG_ROOT "/cpu/sbx",      CG_ROOT "/cpu,cpuacct/sbx",
+                                           NULL };
+    return parents;
 }
 
 bool sbx__cg_path_ok(const char *path, const char *id)
@@ -295,10 +322,9 @@ bool sbx__cg_path_ok(const char *path, const char *id)
     if (!path || !sbx__linux_id_ok(id))
         return false;
     /* Compared as strings against the mounts: canonical by construction, no `..`, no link. */
-    for (const char *const *r = sbx__cg_roots(); *r; r++) {
-        size_t rl = strlen(*r);
-        if (!strncmp(path, *r, rl) && !strncmp(path + rl, "/sbx/", 5) &&
-            !strcmp(path + rl + 5, id))
+    for (const char *const *pp = sbx__cg_parents(); *pp; pp++) {
+        size_t pl = strlen(*pp);
+        if (!strncmp(path, *pp, pl) && path[pl] == '/' && !strcmp(path + pl + 1, id))
             return true;
     }
     return false;
@@ -384,13 +410,24 @@ int sbx__cg_destroy(const json_t *paths)
             if (!reclaimed)
                 reclaimed = reclaim_memory(dir);
             if (rmdir(dir) == 0 || errno == ENOENT) {
-                /* The shared sbx/ level goes with the last box (EBUSY while others live). */
+                /*
+                 * The shared levels go with the last box (EBUSY while others
+                 * live): sbx/.nomem, then sbx/.
+                 */
                 _cleanup_free_ char *parent = strdup(dir);
                 char *slash = parent ? strrchr(parent, '/') : NULL;
                 if (slash) {
                     *slash = 0;
-                    if (strlen(parent) >= 4 && !strcmp(parent + strlen(parent) - 4, "/sbx"))
+                    size_t pl = strlen(parent), nl = strlen(NOMEM);
+                    if (pl >= nl && !strcmp(parent + pl - nl, NOMEM) && rmdir(parent) == 0)
+                        parent[pl - nl + 4] = 0; /* ".../sbx" */
+                    pl = strlen(parent);
+                    if (pl >= 4 && !strcmp(parent + pl - 4, "/sbx")) {
+                        /* An empty .nomem would hold sbx/ (the last box may be a limited one). */
+                        if (!strcmp(parent, CG_ROOT "/sbx"))
+                            rmdir(CG_ROOT NOMEM);
                         rmdir(parent);
+                    }
                 }
                 break;
             }

@@ -175,6 +175,8 @@ SBX_INTERNAL char sbx__linux_teardown_marker_parse(const char *data, size_t len,
  */
 SBX_INTERNAL double sbx__linux_stop_time_left(const char *box_dir, double timeout_s,
                                               double waited_s);
+/* Where box_dir's shim stands in its teardown, in words, for a stop's error. */
+SBX_INTERNAL void sbx__linux_stop_where(const char *box_dir, char *buf, size_t len);
 
 /* Removes what a box with a dead shim left: cgroups, then its directory. */
 SBX_INTERNAL int sbx__linux_remove_leftovers(const char *box_dir, const sbx_linux_record *rec);
@@ -216,7 +218,8 @@ SBX_INTERNAL int sbx__cg_attach(const json_t *paths, pid_t pid, sbx_error **err)
  * is exactly <one of them>/sbx/<id>: a path from a record must be that box's
  * own group, nothing above, beside or through `..`.
  */
-SBX_INTERNAL const char *const *sbx__cg_roots(void);
+/* The directories that hold box groups (<mount>/sbx, and v2's sbx/.nomem), NULL-ended. */
+SBX_INTERNAL const char *const *sbx__cg_parents(void);
 SBX_INTERNAL bool sbx__cg_path_ok(const char *path, const char *id);
 /*
  * Kills what is left in the groups and removes them (retrying while busy).

@@ -376,6 +376,11 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
     st->agent_dynamic = -1;
     st->max_conns = SBX_KIT_DEFAULT_MAX_AGENT_CONNECTIONS;
     st->log_max_bytes = SBX_LINUX_DEFAULT_LOG_MAX_BYTES; /* [svc-logs] */
+    /*
+     * A memory cgroup only for a box with a memory limit (docs/scale.md): each
+     * costs kernel memory that grows with the number of boxes on the host.
+     */
+    st->memcg_limited = true;
     const char *key;
     json_t *v;
     int rc = SBX_OK;
@@ -465,8 +470,8 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             const char *m = json_string_value(v);
             if (!m || (strcmp(m, "always") && strcmp(m, "limited"))) {
                 rc = cfg_error(err, key,
-                               "\"always\" (a memory cgroup per box) or \"limited\" (only for "
-                               "boxes with a memory limit; docs/scale.md)");
+                               "\"limited\" (the default: a memory cgroup only for boxes with a "
+                               "memory limit) or \"always\" (one per box; docs/scale.md)");
                 break;
             }
             st->memcg_limited = !strcmp(m, "limited");
@@ -2040,6 +2045,7 @@ struct stop {
     bool checking;       /* a deadline check is on the pool */
     bool ended;          /* stop_end ran: the handles are closing */
     bool closed;         /* the handles closed while a check was out */
+    char where[96];      /* where the shim stood when the deadline passed */
 };
 
 static void stop_free(struct stop *s)
@@ -2125,6 +2131,8 @@ static void stop_deadline_work(void *data)
 {
     struct stop *s = data;
     s->left_s = sbx__linux_stop_time_left(s->box_dir, s->timeout_s, s->left_s);
+    if (s->left_s <= 0)
+        sbx__linux_stop_where(s->box_dir, s->where, sizeof(s->where));
 }
 
 static void stop_deadline_done(void *data, bool cancelled)
@@ -2145,8 +2153,8 @@ static void stop_deadline_done(void *data, bool cancelled)
     s->code = SBX_ETIMEDOUT;
     s->err = sbx_error_new(SBX_ETIMEDOUT,
                            "box %s: its shim did not finish its teardown within the stop timeout "
-                           "(stop_timeout_s); `sbx gc` removes what is left",
-                           s->id);
+                           "(stop_timeout_s %.0f: %s); `sbx gc` removes what is left",
+                           s->id, s->timeout_s, s->where[0] ? s->where : "not checked");
     stop_end(s);
 }
 

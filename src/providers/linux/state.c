@@ -359,9 +359,9 @@ int sbx__linux_list(const char *state_dir, const sbx_kv *labels, sbx_linux_box_i
 static json_t *guess_cgroups(const char *id)
 {
     json_t *a = json_array();
-    const char *const *roots = sbx__cg_roots();
-    for (size_t i = 0; a && roots[i]; i++) {
-        char *p = sbx__printf("%s/sbx/%s", roots[i], id);
+    const char *const *parents = sbx__cg_parents();
+    for (size_t i = 0; a && parents[i]; i++) {
+        char *p = sbx__printf("%s/%s", parents[i], id);
         struct stat st;
         if (p && stat(p, &st) == 0 && S_ISDIR(st.st_mode))
             json_array_append_new(a, json_string(p));
@@ -705,10 +705,10 @@ int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts, char ***
         push_id(&ids, &nid, id);
     }
     /* Only root makes (and can remove) cgroups. */
-    const char *const *roots = sbx__cg_roots();
-    for (size_t k = 0; geteuid() == 0 && roots[k]; k++) {
-        _cleanup_free_ char *sbxdir = sbx__printf("%s/sbx", roots[k]);
-        DIR *d = sbxdir ? opendir(sbxdir) : NULL;
+    const char *const *parents = sbx__cg_parents();
+    for (size_t k = 0; geteuid() == 0 && parents[k]; k++) {
+        const char *sbxdir = parents[k];
+        DIR *d = opendir(sbxdir);
         struct dirent *de;
         while (d && (de = readdir(d))) {
             if (de->d_type != DT_DIR || !sbx__linux_id_ok(de->d_name) ||

@@ -139,3 +139,23 @@ double sbx__linux_stop_time_left(const char *box_dir, double timeout_s, double w
     /* No marker: the shim never took the signal in; the plain deadline holds. */
     return waited_s < timeout_s ? timeout_s - waited_s : 0;
 }
+
+void sbx__linux_stop_where(const char *box_dir, char *buf, size_t len)
+{
+    _cleanup_free_ char *p = box_dir ? sbx__printf("%s/teardown", box_dir) : NULL;
+    _cleanup_close_ int fd = p ? open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    char m[MARKER_LEN + 1];
+    ssize_t n = fd >= 0 ? pread(fd, m, sizeof(m), 0) : -1;
+    unsigned long long at = 0, now = boot_ns();
+    char state = n > 0 ? sbx__linux_teardown_marker_parse(m, (size_t)n, &at) : 0;
+    double since = now > at ? (double)(now - at) / 1e9 : 0;
+    struct stat st;
+    if (state == 't')
+        snprintf(buf, len, "its teardown began %.1f s ago", since);
+    else if (state == 'q')
+        snprintf(buf, len, "it has waited %.1f s for a teardown slot", since);
+    else if (box_dir && stat(box_dir, &st) < 0 && errno == ENOENT)
+        snprintf(buf, len, "its directory is gone, the process not yet");
+    else
+        snprintf(buf, len, "it has not begun its teardown (no marker)");
+}
