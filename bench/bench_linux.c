@@ -22,8 +22,9 @@
  *   build/bench/bench_linux --churn K [--inflight W] [--cmd CMD]
  *                                        K create/exec/stop lifecycles, W at a time (100):
  *                                        what the kernel keeps after them
+ *   build/bench/bench_linux --memory MIB ... each box with a memory limit (its own memory cgroup)
  *   build/bench/bench_linux --userns ... boxes in user namespaces (idmapped layers)
- *   build/bench/bench_linux --memcg limited ...  memory_cgroup "limited" (docs/scale.md)
+ *   build/bench/bench_linux --memcg always ...   memory_cgroup "always" (default "limited": docs/scale.md)
  *   build/bench/bench_linux --shell sh   string commands through sh, not the default bash
  *
  * Needs root.
@@ -981,6 +982,7 @@ static void bench_churn(int total, int inflight, const char *cmd)
             if (sbx_sandbox_stop_async(sbs[i], &fs[i], NULL) != SBX_OK)
                 fs[i] = NULL;
         }
+        int before = done + failed;
         for (int i = 0; i < w; i++) {
             sbx_error *e = NULL;
             if (!fs[i] || sbx_future_wait(fs[i], -1, &e) != SBX_OK) {
@@ -992,6 +994,17 @@ static void bench_churn(int total, int inflight, const char *cmd)
             sbx_future_free(fs[i]);
             sbx_sandbox_free(sbs[i]);
             ok[i] ? done++ : failed++;
+        }
+        /* A line per 10,000: a long churn shows it is moving, and how the kernel fares. */
+        if ((done + failed) / 10000 != before / 10000) {
+            struct kmem kn;
+            kmem_read(&kn);
+            printf("  %d lifecycles (%d failed), %.0f s: SUnreclaim %+.1f MiB, dying memory "
+                   "cgroups %+ld\n",
+                   done + failed, failed, (now_ms() - t0) / 1e3,
+                   (kn.unreclaim - k0.unreclaim) / 1048576,
+                   (kn.memcg - kn.memcg_live) - (k0.memcg - k0.memcg_live));
+            fflush(stdout);
         }
     }
     double el = (now_ms() - t0) / 1e3;
@@ -1010,8 +1023,8 @@ static void bench_churn(int total, int inflight, const char *cmd)
 
 int main(int argc, char **argv)
 {
-    int n = 100, many = 0, churn = 0, inflight = 100;
-    const char *churn_cmd = "true", *memcg = "always";
+    int n = 100, many = 0, churn = 0, inflight = 100, memory_mib = 0;
+    const char *churn_cmd = "true", *memcg = "limited"; /* the provider's default */
     bool userns = false;
     const char *shell = NULL;
     for (int i = 1; i < argc; i++) {
@@ -1023,6 +1036,8 @@ int main(int argc, char **argv)
             churn_cmd = argv[++i];
         else if (!strcmp(argv[i], "--inflight") && i + 1 < argc)
             inflight = (int)strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--memory") && i + 1 < argc)
+            memory_mib = (int)strtol(argv[++i], NULL, 10); /* each box's memory limit */
         else if (!strcmp(argv[i], "--memcg") && i + 1 < argc)
             memcg = argv[++i]; /* the provider's memory_cgroup: always | limited */
         else if (!strcmp(argv[i], "--userns"))
@@ -1050,6 +1065,8 @@ int main(int argc, char **argv)
     if (sbx_provider_new(cfg, &P, &e) != SBX_OK)
         die("provider: %s", sbx_error_message(e));
     SPEC = sbx_spec_new();
+    if (memory_mib > 0)
+        sbx_spec_set_memory_mib(SPEC, memory_mib);
     if (inflight < 1)
         inflight = 1;
     if (churn > 0) {

@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char st = sbx__linux_teardown_marker_parse((const char *)data, size, &at);
     if (st) {
         /* Accepted: the exact shape, and the number it says. */
-        if (size != 23 || (st != 'q' && st != 't') || data[0] != (uint8_t)st)
+        if (size != 23 || (st != 'r' && st != 'q' && st != 't') || data[0] != (uint8_t)st)
             abort();
         char buf[24];
         memcpy(buf, data + 2, 20);

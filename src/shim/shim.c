@@ -49,6 +49,7 @@
 struct shim {
     struct shim_cfg cfg;
     int slot_fd; /* userns: the locked slot file that reserves our uid range, or -1 */
+    int teardown_fds[2]; /* the teardown marker and slot lock (teardown.c), -1: none yet */
     int ctl;     /* control socket, -1 once closed */
     int sfd;     /* signalfd */
     dev_t dir_dev; /* the box directory, to notice its removal */
@@ -305,7 +306,7 @@ __attribute__((noreturn)) static void teardown(struct shim *s, int code)
      */
     if (s->cfg.state_dir && s->cfg.box_dir && strcmp(s->cfg.box_dir, "/nonexistent"))
         (void)sbx__linux_teardown_begin(s->cfg.state_dir, s->cfg.box_dir,
-                                        sbx__linux_teardown_slots());
+                                        sbx__linux_teardown_slots(), s->teardown_fds);
     shim_trace("teardown slot");
     kill_box(s);
     shim_trace("box reaped");
@@ -1054,7 +1055,7 @@ int main(int argc, char **argv)
         _exit(0);
     setsid();
 
-    struct shim s = { .ctl = CTL_FD, .err_r = -1, .ready_r = -1, .slot_fd = -1, .out_r = -1,
+    struct shim s = { .ctl = CTL_FD, .err_r = -1, .ready_r = -1, .slot_fd = -1, .teardown_fds = { -1, -1 }, .out_r = -1,
                       .errl_r = -1, .log = { .fd = -1 },
                       .upper_fd = -1 /* [img-commit] */ };
     json_error_t je;
@@ -1109,6 +1110,8 @@ int main(int argc, char **argv)
     s.dir_dev = dst.st_dev;
     s.dir_ino = dst.st_ino;
     s.next_dir_check = mono() + DIR_CHECK_S;
+    /* The teardown marker and slot lock now, not when thousands of boxes stop at once. */
+    sbx__linux_teardown_prepare(s.cfg.state_dir, s.cfg.box_dir, s.teardown_fds);
 
     /* The supervisor is never the OOM killer's choice: it cleans up after the box. */
     int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);

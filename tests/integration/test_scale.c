@@ -13,8 +13,10 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <time.h>
 
 static sbx_sandbox **start_many(sbx_provider *p, int n)
@@ -155,36 +157,76 @@ static void test_stop_time_left_reads_the_marker(void)
     const char *dir = tap_tmpdir();
     char path[600];
     snprintf(path, sizeof(path), "%s/teardown", dir);
-    /* No marker: the plain deadline from the signal. */
-    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 4) > 5.9);
-    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 11) <= 0);
+    /* No marker, no shim process: the plain deadline from the signal. */
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 0, 10, 4) > 5.9);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 0, 10, 11) <= 0);
     /* No marker and no box directory: the shim is on its way out; waited for within the bound. */
     char gone[700];
     snprintf(gone, sizeof(gone), "%s/gone", dir);
-    TAP_TRUE(sbx__linux_stop_time_left(gone, 10, 11) > 0);
-    TAP_TRUE(sbx__linux_stop_time_left(gone, 10, 10 * SBX_LINUX_STOP_QUEUE_FACTOR + 1) <= 0);
+    TAP_TRUE(sbx__linux_stop_time_left(gone, 0, 10, 11) > 0);
+    TAP_TRUE(sbx__linux_stop_time_left(gone, 0, 10, 10 * SBX_LINUX_STOP_QUEUE_FACTOR + 1) <= 0);
     /* Garbage: the same. */
     FILE *f = fopen(path, "we");
     fputs("t 99999999999999999999999\n", f);
     fclose(f);
-    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 11) <= 0);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 0, 10, 11) <= 0);
     /* Queued: waited on past the deadline, up to the bound. */
     f = fopen(path, "we");
     fputs("q 00000000000000000001\n", f);
     fclose(f);
-    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 50) > 0);
-    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 10 * SBX_LINUX_STOP_QUEUE_FACTOR + 1) <= 0);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 0, 10, 50) > 0);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 0, 10, 10 * SBX_LINUX_STOP_QUEUE_FACTOR + 1) <= 0);
     /* Started long ago (boot time 1 ns): the deadline passed. */
     f = fopen(path, "we");
     fputs("t 00000000000000000001\n", f);
     fclose(f);
-    TAP_TRUE(sbx__linux_stop_time_left(dir, 10, 50) <= 0);
-    /* The shim's own marker, written just now: the whole deadline is left. */
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 0, 10, 50) <= 0);
+    /*
+     * Running, not stopping yet ('r', the shim's mark from its start): the
+     * plain deadline for a shim asleep in user space (this process sleeps
+     * in waitpid, S), but one that is in the kernel or waiting for a CPU
+     * (a busy loop here, R) is on its way, and waited for like a queued one.
+     */
+    f = fopen(path, "we");
+    fputs("r 00000000000000000001\n", f);
+    fclose(f);
+    pid_t sleeper = fork();
+    if (sleeper == 0) {
+        pause();
+        _exit(0);
+    }
+    pid_t spinner = fork();
+    if (spinner == 0)
+        for (;;)
+            ;
+    usleep(100 * 1000);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, sleeper, 10, 11) <= 0);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, spinner, 10, 11) > 0);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, spinner, 10, 10 * SBX_LINUX_STOP_QUEUE_FACTOR + 1) <=
+             0);
+    char where[200];
+    sbx__linux_stop_where(dir, sleeper, where, sizeof(where));
+    TAP_CONTAINS(where, "has not begun its teardown (state S");
+    kill(sleeper, SIGKILL);
+    kill(spinner, SIGKILL);
+    waitpid(sleeper, NULL, 0);
+    waitpid(spinner, NULL, 0);
+    /* The shim's own marks: 'r' at its start, then 'q' and 't': the whole deadline is left. */
     unlink(path);
-    int lfd = sbx__linux_teardown_begin(dir, dir, 1);
-    TAP_TRUE(lfd >= 0);
+    int fds[2];
+    sbx__linux_teardown_prepare(dir, dir, fds);
+    TAP_TRUE(fds[0] >= 0 && fds[1] >= 0);
+    char m[64] = "";
+    char *t = NULL;
+    TAP_OK(sbx__read_file(path, &t, NULL));
+    TAP_TRUE(t && t[0] == 'r' && strlen(t) == 23);
+    free(t);
+    int lfd = sbx__linux_teardown_begin(dir, dir, 1, fds);
+    TAP_EQ_INT(lfd, fds[1]);
     close(lfd);
-    TAP_TRUE(sbx__linux_stop_time_left(dir, 1000, 5000) > 900);
+    TAP_TRUE(sbx__linux_stop_time_left(dir, 0, 1000, 5000) > 900);
+    sbx__linux_stop_where(dir, 0, m, sizeof(m));
+    TAP_CONTAINS(m, "its teardown began");
 }
 
 /* Pages of `path` in the page cache. */

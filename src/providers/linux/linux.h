@@ -153,16 +153,27 @@ SBX_INTERNAL int sbx__linux_stop_box(const char *state_dir, const char *id, doub
 /* How many teardowns may run at once on this host (a few per CPU). */
 SBX_INTERNAL unsigned sbx__linux_teardown_slots(void);
 /*
+ * Shim, at its start: creates <box_dir>/teardown marked 'r' (running) and
+ * opens <state_dir>/teardown.lock, into fds[0] and fds[1] (-1 where it
+ * could not). Made while the host is calm: at a mass stop a file's creation
+ * waits on the filesystem's journal behind thousands of teardowns (seconds
+ * on ext4), and the marks then only overwrite bytes.
+ */
+SBX_INTERNAL void sbx__linux_teardown_prepare(const char *state_dir, const char *box_dir,
+                                              int fds[2]);
+/*
  * Shim: marks <box_dir>/teardown queued, waits for one of `slots` slots on
- * <state_dir>/teardown.lock, marks it started. Returns the lock's fd (held
- * until the shim exits), or -1 (the teardown then runs without a slot).
+ * <state_dir>/teardown.lock, marks it started. `prepared`: the descriptors
+ * of sbx__linux_teardown_prepare (taken over), or NULL to open them now.
+ * Returns the lock's fd (held until the shim exits), or -1 (the teardown
+ * then runs without a slot).
  */
 SBX_INTERNAL int sbx__linux_teardown_begin(const char *state_dir, const char *box_dir,
-                                           unsigned slots);
+                                           unsigned slots, const int prepared[2]);
 /*
- * A teardown marker's bytes: 'q' (queued) or 't' (started) with *at its
- * CLOCK_BOOTTIME ns, or 0 for anything else (the file is input: exact
- * length, digits only, no overflow).
+ * A teardown marker's bytes: 'r' (running, not stopping), 'q' (queued) or
+ * 't' (started) with *at its CLOCK_BOOTTIME ns, or 0 for anything else (the
+ * file is input: exact length, digits only, no overflow).
  */
 SBX_INTERNAL char sbx__linux_teardown_marker_parse(const char *data, size_t len,
                                                    unsigned long long *at);
@@ -170,13 +181,14 @@ SBX_INTERNAL char sbx__linux_teardown_marker_parse(const char *data, size_t len,
  * Stop: seconds a stop that has waited `waited_s` for box_dir's shim may
  * still wait. The deadline `timeout_s` counts from the start of the shim's
  * own teardown; a shim queued for a slot is waited for up to
- * SBX_LINUX_STOP_QUEUE_FACTOR x timeout_s; without a marker, from the signal.
+ * SBX_LINUX_STOP_QUEUE_FACTOR x timeout_s, as is one (`pid`) found in the
+ * kernel or waiting for a CPU before its first mark; otherwise from the signal.
  * 0: the deadline passed.
  */
-SBX_INTERNAL double sbx__linux_stop_time_left(const char *box_dir, double timeout_s,
+SBX_INTERNAL double sbx__linux_stop_time_left(const char *box_dir, pid_t pid, double timeout_s,
                                               double waited_s);
 /* Where box_dir's shim stands in its teardown, in words, for a stop's error. */
-SBX_INTERNAL void sbx__linux_stop_where(const char *box_dir, char *buf, size_t len);
+SBX_INTERNAL void sbx__linux_stop_where(const char *box_dir, pid_t pid, char *buf, size_t len);
 
 /* Removes what a box with a dead shim left: cgroups, then its directory. */
 SBX_INTERNAL int sbx__linux_remove_leftovers(const char *box_dir, const sbx_linux_record *rec);

@@ -2045,7 +2045,7 @@ struct stop {
     bool checking;       /* a deadline check is on the pool */
     bool ended;          /* stop_end ran: the handles are closing */
     bool closed;         /* the handles closed while a check was out */
-    char where[96];      /* where the shim stood when the deadline passed */
+    char where[160];     /* where the shim stood when the deadline passed */
 };
 
 static void stop_free(struct stop *s)
@@ -2130,9 +2130,9 @@ static void stop_timeout(uv_timer_t *t);
 static void stop_deadline_work(void *data)
 {
     struct stop *s = data;
-    s->left_s = sbx__linux_stop_time_left(s->box_dir, s->timeout_s, s->left_s);
+    s->left_s = sbx__linux_stop_time_left(s->box_dir, s->pid, s->timeout_s, s->left_s);
     if (s->left_s <= 0)
-        sbx__linux_stop_where(s->box_dir, s->where, sizeof(s->where));
+        sbx__linux_stop_where(s->box_dir, s->pid, s->where, sizeof(s->where));
 }
 
 static void stop_deadline_done(void *data, bool cancelled)

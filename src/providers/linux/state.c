@@ -442,7 +442,7 @@ static int stop_shim(const sbx_linux_record *rec, double timeout_s, sbx_error **
         double el = (double)(t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9;
         /* The deadline covers the shim's own teardown, not its wait for a slot. */
         if (timeout_s >= 0 && el > timeout_s &&
-            sbx__linux_stop_time_left(rec->box_dir, timeout_s, el) <= 0)
+            sbx__linux_stop_time_left(rec->box_dir, rec->shim_pid, timeout_s, el) <= 0)
             return sbx__set_error(err, SBX_ETIMEDOUT,
                                   "the shim of box %s (pid %d) did not finish within %.0fs",
                                   rec->id, (int)rec->shim_pid, timeout_s);

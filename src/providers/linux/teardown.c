@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -68,14 +69,25 @@ static bool lock_byte(int fd, unsigned i, bool wait)
     }
 }
 
-int sbx__linux_teardown_begin(const char *state_dir, const char *box_dir, unsigned slots)
+void sbx__linux_teardown_prepare(const char *state_dir, const char *box_dir, int fds[2])
 {
     _cleanup_free_ char *mpath = box_dir ? sbx__printf("%s/teardown", box_dir) : NULL;
-    _cleanup_close_ int mfd =
-        mpath ? open(mpath, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
-    mark(mfd, 'q');
     _cleanup_free_ char *lpath = state_dir ? sbx__printf("%s/teardown.lock", state_dir) : NULL;
-    int lfd = lpath ? open(lpath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
+    fds[0] = mpath ? open(mpath, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
+    fds[1] = lpath ? open(lpath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
+    /* Written to its full length now: the marks later overwrite it in place. */
+    mark(fds[0], 'r');
+}
+
+int sbx__linux_teardown_begin(const char *state_dir, const char *box_dir, unsigned slots,
+                              const int prepared[2])
+{
+    int fds[2] = { prepared ? prepared[0] : -1, prepared ? prepared[1] : -1 };
+    if (fds[0] < 0 && fds[1] < 0)
+        sbx__linux_teardown_prepare(state_dir, box_dir, fds);
+    _cleanup_close_ int mfd = fds[0];
+    mark(mfd, 'q');
+    int lfd = fds[1];
     if (lfd >= 0 && slots > 0) {
         /* A free slot if there is one; else queue on one picked by pid. */
         bool got = false;
@@ -91,8 +103,9 @@ int sbx__linux_teardown_begin(const char *state_dir, const char *box_dir, unsign
 
 char sbx__linux_teardown_marker_parse(const char *data, size_t len, unsigned long long *at)
 {
-    /* Exactly "<q|t> <20 digits>\n": anything else is no marker. */
-    if (len != MARKER_LEN || (data[0] != 'q' && data[0] != 't') || data[1] != ' ' ||
+    /* Exactly "<r|q|t> <20 digits>\n": anything else is no marker. */
+    if (len != MARKER_LEN || (data[0] != 'r' && data[0] != 'q' && data[0] != 't') ||
+        data[1] != ' ' ||
         data[MARKER_LEN - 1] != '\n')
         return 0;
     unsigned long long v = 0;
@@ -108,7 +121,27 @@ char sbx__linux_teardown_marker_parse(const char *data, size_t len, unsigned lon
     return data[0];
 }
 
-double sbx__linux_stop_time_left(const char *box_dir, double timeout_s, double waited_s)
+/*
+ * A process in the kernel (D: a filesystem under thousands of teardowns'
+ * metadata writes, say) or waiting for a CPU (R) is on its way, not stuck in
+ * user space: a shim so found before its first mark is waited for like a
+ * queued one.
+ */
+static bool busy_in_kernel(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    _cleanup_close_ int fd = pid > 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    const char *rp = strrchr(buf, ')'); /* the command name may hold anything */
+    return rp && rp[1] == ' ' && (rp[2] == 'D' || rp[2] == 'R');
+}
+
+double sbx__linux_stop_time_left(const char *box_dir, pid_t pid, double timeout_s,
+                                 double waited_s)
 {
     _cleanup_free_ char *p = box_dir ? sbx__printf("%s/teardown", box_dir) : NULL;
     _cleanup_close_ int fd = p ? open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
@@ -128,6 +161,8 @@ double sbx__linux_stop_time_left(const char *box_dir, double timeout_s, double w
     struct stat st;
     if (!state && box_dir && stat(box_dir, &st) < 0 && errno == ENOENT)
         state = 'q';
+    if ((!state || state == 'r') && busy_in_kernel(pid))
+        state = 'q';
     if (state == 'q') {
         /*
          * Queued behind other boxes' teardowns: wait on, up to a bound that
@@ -136,11 +171,11 @@ double sbx__linux_stop_time_left(const char *box_dir, double timeout_s, double w
         double cap = timeout_s * SBX_LINUX_STOP_QUEUE_FACTOR;
         return waited_s < cap ? (cap - waited_s < timeout_s ? cap - waited_s : timeout_s) : 0;
     }
-    /* No marker: the shim never took the signal in; the plain deadline holds. */
+    /* No mark since it started: the shim never took the signal in; the plain deadline holds. */
     return waited_s < timeout_s ? timeout_s - waited_s : 0;
 }
 
-void sbx__linux_stop_where(const char *box_dir, char *buf, size_t len)
+void sbx__linux_stop_where(const char *box_dir, pid_t pid, char *buf, size_t len)
 {
     _cleanup_free_ char *p = box_dir ? sbx__printf("%s/teardown", box_dir) : NULL;
     _cleanup_close_ int fd = p ? open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
@@ -154,8 +189,24 @@ void sbx__linux_stop_where(const char *box_dir, char *buf, size_t len)
         snprintf(buf, len, "its teardown began %.1f s ago", since);
     else if (state == 'q')
         snprintf(buf, len, "it has waited %.1f s for a teardown slot", since);
-    else if (box_dir && stat(box_dir, &st) < 0 && errno == ENOENT)
+    else if (state != 'r' && box_dir && stat(box_dir, &st) < 0 && errno == ENOENT)
         snprintf(buf, len, "its directory is gone, the process not yet");
-    else
-        snprintf(buf, len, "it has not begun its teardown (no marker)");
+    else {
+        /* What the process was doing: its state, and its CPU time and wait for a CPU so far. */
+        char path[64], st_buf[512] = "", sched[128] = "";
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        _cleanup_close_ int sfd = pid > 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+        ssize_t k = sfd >= 0 ? read(sfd, st_buf, sizeof(st_buf) - 1) : -1;
+        st_buf[k > 0 ? k : 0] = 0;
+        const char *rp = strrchr(st_buf, ')');
+        snprintf(path, sizeof(path), "/proc/%d/schedstat", (int)pid);
+        _cleanup_close_ int cfd = pid > 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+        k = cfd >= 0 ? read(cfd, sched, sizeof(sched) - 1) : -1;
+        sched[k > 0 ? k : 0] = 0;
+        unsigned long long run = 0, wait = 0;
+        sscanf(sched, "%llu %llu", &run, &wait);
+        snprintf(buf, len, "it has not begun its teardown (state %c, %.3f s run, %.3f s waited for "
+                 "a CPU)",
+                 rp && rp[1] == ' ' ? rp[2] : '?', (double)run / 1e9, (double)wait / 1e9);
+    }
 }
