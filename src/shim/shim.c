@@ -621,9 +621,13 @@ static void start_box(struct shim *s)
     }
     if (pid < 0)
         pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
-    if (pid < 0)
-        fail(s, SBX_ECREATE, "cannot create the box's namespaces (clone): %s%s", strerror(errno),
-             errno == EPERM ? " (run as root, or enable user namespaces)" : "");
+    if (pid < 0) {
+        int ce = errno;
+        char hint[256];
+        sbx__linux_pid_hint(ce, hint, sizeof(hint));
+        fail(s, SBX_ECREATE, "cannot create the box's namespaces (clone): %s%s%s", strerror(ce),
+             ce == EPERM ? " (run as root, or enable user namespaces)" : "", hint);
+    }
     if (pid == 0) {
         /* The child: keep only what it needs. */
         close(sync[1]);
@@ -1048,7 +1052,13 @@ int main(int argc, char **argv)
      */
     pid_t pid = fork();
     if (pid < 0) {
-        send(CTL_FD, "error -4 fork failed", 20, MSG_NOSIGNAL);
+        char msg[400], hint[256];
+        int e = errno;
+        sbx__linux_pid_hint(e, hint, sizeof(hint));
+        int len = snprintf(msg, sizeof(msg), "error -4 the box's supervisor cannot fork: %s%s",
+                           strerror(e), hint);
+        send(CTL_FD, msg, (size_t)len < sizeof(msg) ? (size_t)len : sizeof(msg) - 1,
+             MSG_NOSIGNAL);
         return 1;
     }
     if (pid > 0)

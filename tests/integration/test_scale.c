@@ -229,6 +229,21 @@ static void test_stop_time_left_reads_the_marker(void)
     TAP_CONTAINS(m, "its teardown began");
 }
 
+/*
+ * A fork refused for want of process ids names the host limit: only EAGAIN,
+ * and only near kernel.pid_max or threads-max (far from them here, so no
+ * hint: a box's own pids.max gives EAGAIN too, and must not blame the host).
+ */
+static void test_pid_hint_only_near_the_host_limit(void)
+{
+    char h[256] = "x";
+    sbx__linux_pid_hint(EPERM, h, sizeof(h));
+    TAP_EQ_STR(h, "");
+    strcpy(h, "x");
+    sbx__linux_pid_hint(EAGAIN, h, sizeof(h));
+    TAP_EQ_STR(h, "");
+}
+
 /* Pages of `path` in the page cache. */
 static long resident_pages(const char *path)
 {
@@ -449,6 +464,6 @@ static void test_memory_cgroup_limited(void)
     census_check(state_dir);
 }
 
-TAP_MAIN(TAP(test_memory_cgroup_limited), TAP(test_masks_add_no_superblock),
+TAP_MAIN(TAP(test_memory_cgroup_limited), TAP(test_pid_hint_only_near_the_host_limit), TAP(test_masks_add_no_superblock),
          TAP(test_stop_reclaims_the_box_memory), TAP(test_stop_time_left_reads_the_marker),
          TAP_T(test_stop_deadline_excludes_the_queue, 120), TAP_T(test_mass_stop_all_succeed, 600))

@@ -187,6 +187,12 @@ SBX_INTERNAL char sbx__linux_teardown_marker_parse(const char *data, size_t len,
  */
 SBX_INTERNAL double sbx__linux_stop_time_left(const char *box_dir, pid_t pid, double timeout_s,
                                               double waited_s);
+/*
+ * For a fork or clone that failed with `err`: when it is EAGAIN and the host
+ * is within a tenth of kernel.pid_max or threads-max, a hint naming the limit
+ * and how to raise it (" (...)"); else "".
+ */
+SBX_INTERNAL void sbx__linux_pid_hint(int err, char *buf, size_t len);
 /* Where box_dir's shim stands in its teardown, in words, for a stop's error. */
 SBX_INTERNAL void sbx__linux_stop_where(const char *box_dir, pid_t pid, char *buf, size_t len);
 

@@ -1239,8 +1239,10 @@ static void create_work_done(void *data, bool cancelled)
     close(sv[1]);
     if (rc < 0) {
         close(sv[0]);
+        char hint[256];
+        sbx__linux_pid_hint(-rc, hint, sizeof(hint));
         create_finish(c, SBX_ECREATE,
-                      sbx_error_new_errno(SBX_ECREATE, -rc, "cannot run %s", c->st->shim));
+                      sbx_error_new_errno(SBX_ECREATE, -rc, "cannot run %s%s", c->st->shim, hint));
         return;
     }
     c->ctl = sv[0];

@@ -17,9 +17,11 @@
  */
 #include "providers/linux/linux.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -209,4 +211,35 @@ void sbx__linux_stop_where(const char *box_dir, pid_t pid, char *buf, size_t len
                  "a CPU)",
                  rp && rp[1] == ' ' ? rp[2] : '?', (double)run / 1e9, (double)wait / 1e9);
     }
+}
+
+void sbx__linux_pid_hint(int err, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (err != EAGAIN)
+        return;
+    /* /proc/loadavg's fourth field: runnable/total threads on the host. */
+    char la[128] = "", pm[32] = "", tm[32] = "";
+    _cleanup_close_ int a = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    _cleanup_close_ int b = open("/proc/sys/kernel/pid_max", O_RDONLY | O_CLOEXEC);
+    _cleanup_close_ int c = open("/proc/sys/kernel/threads-max", O_RDONLY | O_CLOEXEC);
+    ssize_t n = a >= 0 ? read(a, la, sizeof(la) - 1) : -1;
+    la[n > 0 ? n : 0] = 0;
+    n = b >= 0 ? read(b, pm, sizeof(pm) - 1) : -1;
+    pm[n > 0 ? n : 0] = 0;
+    n = c >= 0 ? read(c, tm, sizeof(tm) - 1) : -1;
+    tm[n > 0 ? n : 0] = 0;
+    const char *slash = strchr(la, '/');
+    long long threads = slash ? strtoll(slash + 1, NULL, 10) : -1;
+    long long pid_max = strtoll(pm, NULL, 10), threads_max = strtoll(tm, NULL, 10);
+    /* Within a tenth of a host limit: that is what refused the fork, not this box. */
+    if (threads > 0 && pid_max > 0 && threads * 10 >= pid_max * 9)
+        snprintf(buf, len,
+                 " (the host is out of process ids: %lld threads, kernel.pid_max %lld; two per "
+                 "box: raise it, e.g. sysctl -w kernel.pid_max=4194304; docs/scale.md)",
+                 threads, pid_max);
+    else if (threads > 0 && threads_max > 0 && threads * 10 >= threads_max * 9)
+        snprintf(buf, len,
+                 " (the host is out of threads: %lld of kernel.threads-max %lld; docs/scale.md)",
+                 threads, threads_max);
 }
