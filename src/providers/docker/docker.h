@@ -8,6 +8,7 @@
 #include <sbx/box.h>
 
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <stdbool.h>
 
 /* The provider config (docs/providers/docker.md), parsed and checked. */
@@ -44,6 +45,15 @@ struct docker {
     sbx_box_store *store;
     sbx_box_pool *pool;
     char *agent; /* the sbx-agent binary on this host */
+    /*
+     * The remote path's agent volume (provider.c, agent_volume): named by
+     * the agent's SHA-256, made once per engine, filled atomically, checked
+     * once per process (vol_ok) under vol_lock.
+     */
+    pthread_mutex_t vol_lock;
+    char *vol_name;
+    long long agent_size;
+    bool vol_made, vol_ok;
 };
 
 struct dbox {
@@ -116,6 +126,8 @@ SBX_INTERNAL int sbx__dk_untar_one(int in_fd, const char *out_path, char *msg, s
  * that does not parse. Fuzzed.
  */
 SBX_INTERNAL int sbx__dk_path_stat_parse(const char *hdr, unsigned long long *mode, char **link);
+/* The same header's size field; -1 for a header that does not parse or has none. */
+SBX_INTERNAL long long sbx__dk_path_stat_size(const char *hdr);
 SBX_INTERNAL int sbx__dk_endpoint_url(const json_t *info, int port, const char *publish_host,
                                       char **url, sbx_error **err);
 SBX_INTERNAL sbx_status sbx__dk_status_of(const char *engine_status);

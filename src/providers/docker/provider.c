@@ -18,6 +18,7 @@
 
 #include <curl/curl.h>
 #include <math.h>
+#include <nettle/sha2.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -185,6 +186,8 @@ static void dk_release(void *state)
     sbx__dk_engine_free(d->engine);
     sbx__dk_config_free(&d->cfg);
     free(d->agent);
+    pthread_mutex_destroy(&d->vol_lock);
+    free(d->vol_name);
     free(d);
 }
 
@@ -193,8 +196,10 @@ static int dk_init(const char *config_json, void **state, sbx_error **err)
     struct docker *d = calloc(1, sizeof(*d));
     if (!d)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    pthread_mutex_init(&d->vol_lock, NULL);
     int rc = sbx__dk_config_parse(config_json, &d->cfg, err);
     if (rc < 0) {
+        pthread_mutex_destroy(&d->vol_lock);
         free(d);
         return rc;
     }
@@ -541,39 +546,195 @@ static bool use_remote(const struct docker *d)
     return d->cfg.remote >= 0 ? d->cfg.remote == 1 : !sbx__dk_engine_local(d->engine);
 }
 
-/* The agent binary as a one-file tar (ustar) named sbx-agent, for the archive API. */
-static int agent_tar(const char *agent, char **out, size_t *out_len, sbx_error **err)
+/* One ustar header at `t` (512 bytes, zeroed): a regular file of `size` bytes, or a hard link. */
+static void tar_header(char *t, const char *name, long long size, const char *link)
 {
-    char *bin = NULL;
-    size_t n = 0;
-    if (sbx__read_file(agent, &bin, &n) < 0)
-        return sbx__set_errno(err, SBX_ECREATE, errno, "docker: cannot read the agent %s", agent);
-    size_t padded = (n + 511) / 512 * 512;
-    size_t total = 512 + padded + 1024; /* header, data, two zero blocks */
-    char *t = calloc(1, total);
-    if (!t) {
-        free(bin);
-        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    }
-    snprintf(t, 100, "%s", "sbx-agent");
+    snprintf(t, 100, "%s", name);
     snprintf(t + 100, 8, "%07o", 0755);
     snprintf(t + 108, 8, "%07o", 0);
     snprintf(t + 116, 8, "%07o", 0);
-    snprintf(t + 124, 12, "%011zo", n);
+    snprintf(t + 124, 12, "%011llo", (unsigned long long)size);
     snprintf(t + 136, 12, "%011llo", (unsigned long long)time(NULL));
     memset(t + 148, ' ', 8);
-    t[156] = '0';
+    t[156] = link ? '1' : '0';
+    if (link)
+        snprintf(t + 157, 100, "%s", link);
     memcpy(t + 257, "ustar", 6);
     memcpy(t + 263, "00", 2);
     unsigned sum = 0;
     for (int i = 0; i < 512; i++)
         sum += (unsigned char)t[i];
     snprintf(t + 148, 8, "%06o", sum);
+}
+
+/*
+ * The agent volume's tar: the agent under a name of its own (`tmp`), then
+ * sbx-agent as a hard link to it. The engine writes the file whole before
+ * the link replaces sbx-agent, so sbx-agent is never a partial copy, even
+ * with another process filling the same volume at the same time.
+ */
+static int agent_tar(const char *agent, const char *tmp, char **out, size_t *out_len,
+                     sbx_error **err)
+{
+    char *bin = NULL;
+    size_t n = 0;
+    if (sbx__read_file(agent, &bin, &n) < 0)
+        return sbx__set_errno(err, SBX_ECREATE, errno, "docker: cannot read the agent %s", agent);
+    size_t padded = (n + 511) / 512 * 512;
+    size_t total = 512 + padded + 512 + 1024; /* file, link, two zero blocks */
+    char *t = calloc(1, total);
+    if (!t) {
+        free(bin);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    tar_header(t, tmp, (long long)n, NULL);
     memcpy(t + 512, bin, n);
+    tar_header(t + 512 + padded, "sbx-agent", 0, tmp);
     free(bin);
     *out = t;
     *out_len = total;
     return SBX_OK;
+}
+
+/*
+ * The remote path's agent volume: "sbx-agent-<SHA-256 of the agent>",
+ * made once per engine and mounted read-only into every box, so a create
+ * copies nothing. The name says what the content must be; the volume
+ * is made (idempotently) on first use in this process. Blocking.
+ */
+static int agent_volume(struct docker *d, sbx_error **err)
+{
+    pthread_mutex_lock(&d->vol_lock);
+    int rc = SBX_OK;
+    if (!d->vol_name) {
+        char *bin = NULL;
+        size_t n = 0;
+        if (sbx__read_file(d->agent, &bin, &n) < 0) {
+            rc = sbx__set_errno(err, SBX_ECREATE, errno, "docker: cannot read the agent %s",
+                                d->agent);
+        } else {
+            struct sha256_ctx ctx;
+            uint8_t dg[SHA256_DIGEST_SIZE];
+            char hex[2 * SHA256_DIGEST_SIZE + 1];
+            sha256_init(&ctx);
+            sha256_update(&ctx, n, (const uint8_t *)bin);
+            sha256_digest(&ctx, sizeof(dg), dg);
+            for (size_t i = 0; i < sizeof(dg); i++)
+                snprintf(hex + 2 * i, 3, "%02x", dg[i]);
+            d->agent_size = (long long)n;
+            if (!(d->vol_name = sbx__printf("sbx-agent-%s", hex)))
+                rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        }
+        free(bin);
+    }
+    if (rc == SBX_OK && !d->vol_made) {
+        _cleanup_json_ json_t *body = json_pack("{s:s,s:{s:s,s:s}}", "Name", d->vol_name, "Labels",
+                                                "sbx.agent-volume", "1", "sbx.agent-sha256",
+                                                d->vol_name + 10);
+        long st = 0;
+        _cleanup_json_ json_t *resp = NULL;
+        if (!body)
+            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        else if ((rc = sbx__dk_request(d->engine, "POST", "/volumes/create", body, &st, &resp,
+                                       err)) == SBX_OK &&
+                 st != 201 && st != 200)
+            rc = sbx__dk_error(err, SBX_ECREATE, st, resp, "making the agent volume %s",
+                               d->vol_name);
+        if (rc == SBX_OK)
+            d->vol_made = true;
+    }
+    pthread_mutex_unlock(&d->vol_lock);
+    return rc;
+}
+
+/* Whether container `cid` sees the whole agent at AGENT_REMOTE (its stat: a file of its size). */
+static int agent_volume_check(struct docker *d, const char *cid, bool *ok, sbx_error **err)
+{
+    _cleanup_free_ char *p = sbx__printf("/containers/%s/archive?path=%s", cid, AGENT_REMOTE);
+    if (!p)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    long st = 0;
+    _cleanup_json_ json_t *resp = NULL;
+    _cleanup_free_ char *ps = NULL;
+    int rc = sbx__dk_request_fd(d->engine, "HEAD", p, -1, NULL, -1, &st, &resp, &ps, err);
+    if (rc < 0)
+        return rc;
+    unsigned long long mode = 0;
+    _cleanup_free_ char *link = NULL;
+    /* Go's mode bits: any type bit set is not a regular file. */
+    *ok = st == 200 && ps && sbx__dk_path_stat_parse(ps, &mode, &link) == 0 &&
+          !(mode & 0xff000000ULL) && sbx__dk_path_stat_size(ps) == d->agent_size;
+    return SBX_OK;
+}
+
+/*
+ * Fills the agent volume (agent_tar) through a container of `img` made for
+ * that, never started, with the volume mounted writable. Blocking.
+ */
+static int agent_volume_fill(struct docker *d, const char *img, sbx_error **err)
+{
+    char tmp[64];
+    snprintf(tmp, sizeof(tmp), ".sbx-agent.%d.%lx", (int)getpid(), (unsigned long)random());
+    _cleanup_free_ char *tar = NULL;
+    size_t tar_len = 0;
+    int rc = agent_tar(d->agent, tmp, &tar, &tar_len, err);
+    if (rc < 0)
+        return rc;
+    _cleanup_json_ json_t *body = json_pack(
+        "{s:s,s:[s],s:[],s:{s:s},s:{s:s,s:[{s:s,s:s,s:s,s:b}]}}", "Image", img, "Entrypoint",
+        AGENT_REMOTE, "Cmd", "Labels", "sbx.agent-volume-filler", d->vol_name, "HostConfig",
+        "NetworkMode", "none", "Mounts", "Type", "volume", "Source", d->vol_name, "Target",
+        AGENT_DIR_REMOTE, "ReadOnly", 0);
+    long st = 0;
+    _cleanup_json_ json_t *resp = NULL;
+    if (!body)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if ((rc = sbx__dk_request(d->engine, "POST", "/containers/create", body, &st, &resp, err)) < 0)
+        return rc;
+    const char *cid = json_string_value(json_object_get(resp, "Id"));
+    if (st != 201 || !cid)
+        return sbx__dk_error(err, SBX_ECREATE, st, resp,
+                             "making a container of image '%s' to fill the agent volume %s", img,
+                             d->vol_name);
+    _cleanup_free_ char *ap = sbx__printf("/containers/%s/archive?path=%s", cid, AGENT_DIR_REMOTE);
+    _cleanup_json_ json_t *aresp = NULL;
+    if (!ap)
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    else if ((rc = sbx__dk_request_raw(d->engine, "PUT", ap, tar, tar_len, "application/x-tar",
+                                       &st, &aresp, err)) == SBX_OK &&
+             st != 200)
+        rc = sbx__dk_error(err, SBX_ECREATE, st, aresp, "copying sbx-agent into the volume %s",
+                           d->vol_name);
+    sbx__dk_remove(d->engine, cid, NULL);
+    return rc;
+}
+
+/*
+ * The agent volume as box container `cid` (made, not started) sees it:
+ * checked once per process, filled when it is not whole. SBX_ECREATE when
+ * it still is not.
+ */
+static int agent_volume_ready(struct docker *d, const char *cid, const char *img, sbx_error **err)
+{
+    pthread_mutex_lock(&d->vol_lock);
+    int rc = SBX_OK;
+    bool ok = d->vol_ok;
+    if (!ok)
+        rc = agent_volume_check(d, cid, &ok, err);
+    if (rc == SBX_OK && !ok) {
+        sbx_log(SBX_LOG_DEBUG, "docker: filling the agent volume %s", d->vol_name);
+        if ((rc = agent_volume_fill(d, img, err)) == SBX_OK &&
+            (rc = agent_volume_check(d, cid, &ok, err)) == SBX_OK && !ok)
+            rc = sbx__set_error(err, SBX_ECREATE,
+                                "docker: the agent volume %s does not hold the agent (%lld "
+                                "bytes at sbx-agent) after filling it; remove it "
+                                "(`docker volume rm %s`) and try again",
+                                d->vol_name, d->agent_size, d->vol_name);
+    }
+    if (rc == SBX_OK)
+        d->vol_ok = true;
+    pthread_mutex_unlock(&d->vol_lock);
+    return rc;
 }
 
 /*
@@ -605,9 +766,8 @@ static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const
     /* Unmounted by the stop hook, which the kit runs on any failure from here on too. */
     if (run)
         run_dir_mount(run);
-    _cleanup_free_ char *tar = NULL;
-    size_t tar_len = 0;
-    if (remote && !noagent && (rc = agent_tar(d->agent, &tar, &tar_len, err)) < 0)
+    bool agent_vol = remote && !noagent;
+    if (agent_vol && (rc = agent_volume(d, err)) < 0)
         return rc;
     const char *const *entry = sbx_spec_entrypoint(spec);
     double ttl;
@@ -620,6 +780,20 @@ static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const
     _cleanup_free_ char *q = sbx__printf("/containers/create?name=%s", r->id);
     if (!body || !q)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (agent_vol) {
+        /* The agent volume, read-only, in place of the anonymous one the body names. */
+        json_t *hc = json_object_get(body, "HostConfig");
+        json_t *mounts = json_object_get(hc, "Mounts");
+        json_t *m = json_pack("{s:s,s:s,s:s,s:b}", "Type", "volume", "Source", d->vol_name,
+                              "Target", AGENT_DIR_REMOTE, "ReadOnly", 1);
+        json_object_del(body, "Volumes");
+        if (!m)
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        if (json_is_array(mounts))
+            json_array_append_new(mounts, m);
+        else
+            json_object_set_new(hc, "Mounts", json_pack("[o]", m));
+    }
     long st = 0;
     _cleanup_json_ json_t *resp = NULL;
     if ((rc = sbx__dk_request(d->engine, "POST", q, body, &st, &resp, err)) < 0)
@@ -634,21 +808,9 @@ static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const
         sbx__dk_remove(d->engine, cid, NULL);
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
-    if (tar) {
-        _cleanup_free_ char *ap = sbx__printf("/containers/%s/archive?path=%s", cid,
-                                              AGENT_DIR_REMOTE);
-        _cleanup_json_ json_t *aresp = NULL;
-        if (!ap)
-            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
-        else if ((rc = sbx__dk_request_raw(d->engine, "PUT", ap, tar, tar_len,
-                                           "application/x-tar", &st, &aresp, err)) == SBX_OK &&
-                 st != 200)
-            rc = sbx__dk_error(err, SBX_ECREATE, st, aresp,
-                               "copying sbx-agent into container %.12s of image '%s'", cid, img);
-        if (rc < 0) {
-            sbx__dk_remove(d->engine, cid, NULL);
-            return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
-        }
+    if (agent_vol && (rc = agent_volume_ready(d, cid, img, err)) < 0) {
+        sbx__dk_remove(d->engine, cid, NULL);
+        return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
     }
     _cleanup_free_ char *sp = sbx__printf("/containers/%s/start", cid);
     _cleanup_json_ json_t *sresp = NULL;
