@@ -1199,13 +1199,18 @@ static void test_remote(void)
     TAP_EQ_STR(out_of(r), "v\n");
     TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
     sbx_exec_result_free(r);
-    /* No bind mount: the agent is a file of the container, the socket dir its own tmpfs. */
+    /* No bind mount: the agent from the engine's agent volume, the socket dir its own tmpfs. */
     char out[4096], args[512];
     snprintf(args, sizeof(args),
              "inspect -f '{{len .HostConfig.Binds}} {{.HostConfig.Tmpfs}} {{.HostConfig.ReadonlyRootfs}}' %s",
              sbx_sandbox_id(sb));
     TAP_EQ_INT(docker(out, sizeof(out), args), 0);
     TAP_EQ_STR(out, "0 map[/.sbx:size=64k,mode=0700 /tmp:size=16m] true");
+    snprintf(args, sizeof(args),
+             "inspect -f '{{range .Mounts}}{{.Type}} {{.Destination}} {{.RW}}{{end}}' %s",
+             sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "volume /.sbx-bin false");
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_timeout(o, 0.5);
     sbx_exec_opts_set_stdin(o, "in", 2);
@@ -1236,10 +1241,61 @@ static void test_remote(void)
     TAP_OK(sbx_sandbox_status(sb, &st, &e_));
     TAP_EQ_INT(st, SBX_STATUS_RUNNING);
     stop_free(sb);
-    /* The container and its anonymous volume (the agent's copy) are gone. */
+    /* The container is gone; the agent volume (one per agent build) stays for the next. */
     TAP_EQ_INT(docker(out, sizeof(out), "volume ls -q"), 0);
-    TAP_EQ_STR(out, "");
+    TAP_CONTAINS(out, "sbx-agent-");
+    TAP_EQ_INT(docker(out, sizeof(out), "volume ls -q | wc -l"), 0);
+    TAP_EQ_STR(out, "1");
     sbx_provider_free(p);
+}
+
+/*
+ * The remote path's agent volume: one per engine and agent build, shared
+ * read-only by every box; a damaged one (a short sbx-agent) is not trusted
+ * but filled again by the next provider's first create.
+ */
+static void test_remote_agent_volume(void)
+{
+    need_engine();
+    char saved[2048], out[4096], args[1024];
+    snprintf(saved, sizeof(saved), "%s", cfg_base);
+    snprintf(cfg_base, sizeof(cfg_base), ", \"remote\": true");
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_sandbox *a = start(p, spec), *b = start(p, spec);
+    TAP_EQ_INT(docker(out, sizeof(out), "volume ls -q --filter label=sbx.agent-volume=1"), 0);
+    TAP_CONTAINS(out, "sbx-agent-");
+    TAP_EQ_INT((int)strlen(out), 10 + 64);
+    char vol[128];
+    snprintf(vol, sizeof(vol), "%s", out);
+    /* Read-only in the box: a box cannot change the agent of the others. */
+    sbx_exec_result *r = run(a, "echo x > /.sbx-bin/sbx-agent; echo $?", NULL);
+    TAP_TRUE(strcmp(out_of(r), "0\n") != 0);
+    sbx_exec_result_free(r);
+    r = run(b, "echo ok", NULL);
+    TAP_EQ_STR(out_of(r), "ok\n");
+    sbx_exec_result_free(r);
+    stop_free(a);
+    stop_free(b);
+    sbx_provider_free(p);
+    /* Damaged behind sbx's back: the next provider fills it again before using it. */
+    snprintf(args, sizeof(args),
+             "run --rm --network none -v %s:/v --entrypoint /bin/sh " IMAGE
+             " -c 'echo short > /v/sbx-agent'",
+             vol);
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    p = provider("");
+    a = start(p, spec);
+    r = run(a, "echo again", NULL);
+    TAP_EQ_STR(out_of(r), "again\n");
+    sbx_exec_result_free(r);
+    r = run(a, "wc -c < /.sbx-bin/sbx-agent", NULL);
+    TAP_TRUE(atoll(out_of(r)) > 100000);
+    sbx_exec_result_free(r);
+    stop_free(a);
+    sbx_provider_free(p);
+    sbx_spec_free(spec);
+    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
 }
 
 /*
@@ -1700,6 +1756,7 @@ int main(int argc, char **argv)
         TAP_T(test_list_stop_id, 120), TAP_T(test_entrypoint, 120),
         TAP_T(test_many, 600),         TAP_T(test_engine_restart, 300),
         TAP_T(test_tls, 120),          TAP_T(test_remote, 120),
+        TAP_T(test_remote_agent_volume, 120),
         TAP_T(test_image_user, 120),   TAP_T(test_context, 120),
         TAP_T(test_probe, 120),        TAP_T(test_pty_and_procs, 120),
         TAP_T(test_port_forward, 120), TAP_T(test_noagent, 120),
