@@ -650,8 +650,8 @@ static void pty_until(sbx_pty *pt, int stream, char *buf, size_t cap, size_t *le
  * [pty] On the local-engine path the agent's socket is on this machine
  * (agent_address): a terminal (size, resize, exit code), a command on a
  * terminal of its own (sbx_sandbox_pty_exec), and a background process that
- * outlives its handle and is attached again. The remote path says it has
- * none of these.
+ * outlives its handle and is attached again. The same on the remote path,
+ * through exec sessions relaying to the box's init agent.
  */
 static void test_pty_and_procs(void)
 {
@@ -745,21 +745,69 @@ static void test_pty_and_procs(void)
     stop_free(sb);
     sbx_provider_free(p);
 
-    /* The remote path: not available, saying why. */
+    /*
+     * The remote path: each connection of its own is an exec session
+     * relaying to the box's init agent, so a background process outlives
+     * the handle that started it there too.
+     */
     char saved[2048];
     snprintf(saved, sizeof(saved), "%s", cfg_base);
     snprintf(cfg_base, sizeof(cfg_base), ", \"remote\": true");
     p = provider("");
+    p2 = provider("");
     snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
     spec = image_spec();
     sb = start(p, spec);
     sbx_spec_free(spec);
-    sbx_error *e = NULL;
+    o = sbx_pty_opts_new();
+    TAP_OK(sbx_pty_opts_set_size(o, 21, 77));
     pt = NULL;
-    TAP_EQ_INT(sbx_pty_open(sb, NULL, &pt, &e), SBX_ENOTSUP);
-    TAP_CONTAINS(sbx_error_message(e), "remote path");
-    sbx_error_free(e);
+    TAP_OK(sbx_pty_open(sb, o, &pt, &e_));
+    sbx_pty_opts_free(o);
+    len = 0;
+    TAP_OK(sbx_pty_write(pt, "stty size; echo MARK-$((60+2)); exit 6\n", 39, &e_));
+    pty_until(pt, SBX_STREAM_STDOUT, buf, sizeof(buf), &len, "MARK-62");
+    TAP_CONTAINS(buf, "21 77");
+    TAP_OK(sbx_pty_wait(pt, -1, &code, &e_));
+    TAP_EQ_INT(code, 6);
+    sbx_pty_free(pt);
+    r = NULL;
+    TAP_OK(sbx_sandbox_pty_exec(sb, "tty; exit 7", NULL, &r, &e_));
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 7);
+    TAP_CONTAINS(out_of(r), "/dev/pts/");
+    sbx_exec_result_free(r);
+    o = sbx_pty_opts_new();
+    TAP_OK(sbx_pty_opts_set_command(o, "read x; echo remote:$x; exit 8"));
+    pr = NULL;
+    TAP_OK(sbx_proc_start(sb, o, &pr, &e_));
+    sbx_pty_opts_free(o);
+    id = sbx_proc_id(pr);
+    sbx_proc_free(pr); /* it runs on in the box's init, past this connection */
+    /* Attached again through another provider's handle (its own relay). */
+    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
+    c = NULL;
+    TAP_OK(sbx_sandbox_connect(p2, desc, &c, &e_));
+    free(desc);
+    pr = NULL;
+    TAP_OK(sbx_proc_attach(c, id, 0, 0, &pr, &e_));
+    TAP_OK(sbx_proc_write(pr, "xyz\n", 4, &e_));
+    TAP_OK(sbx_proc_wait(pr, -1, &code, &e_));
+    TAP_EQ_INT(code, 8);
+    len = 0;
+    for (;;) {
+        size_t n = 0;
+        TAP_OK(sbx_proc_read(pr, SBX_STREAM_STDOUT, buf + len, sizeof(buf) - 1 - len, -1, &n,
+                             NULL, &e_));
+        if (n == 0)
+            break;
+        len += n;
+    }
+    buf[len] = 0;
+    TAP_CONTAINS(buf, "remote:xyz");
+    sbx_proc_free(pr);
+    stop_free(c);
     stop_free(sb);
+    sbx_provider_free(p2);
     sbx_provider_free(p);
 }
 

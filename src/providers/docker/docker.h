@@ -68,11 +68,21 @@ struct dbox {
      */
     char *socket;
     pid_t pid;
+    /*
+     * The remote path's connections of their own (agent_address): a socket
+     * of this process whose every connection an exec session of `sbx-agent
+     * relay` carries to the box's init agent; NULL until first asked for.
+     * bind_agent: the agent is the bind-mounted one (a box made on the
+     * socket path), not the agent volume's.
+     */
+    struct dk_relay *relay;
+    bool bind_agent;
     /* agent: false (noagent.c): the engine's exec and archive APIs instead */
     bool noagent;
     char *shell;   /* the exec shell: the config's, else bash when the image has it, else sh */
     char *workdir; /* the container's WorkingDir (relative paths join it), or NULL */
 };
+struct dk_relay;
 SBX_INTERNAL void sbx__dk_box_free(void *box);
 /*
  * After the agent's hello: runs the config's probe command (probe.c) and

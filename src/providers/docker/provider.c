@@ -20,7 +20,9 @@
 #include <math.h>
 #include <nettle/sha2.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 
 /* Where the agent and its socket directory appear inside the container. */
@@ -38,6 +40,8 @@
 
 /* --- provider state ------------------------------------------------------------- */
 
+static void relay_stop(struct dk_relay *r);
+
 
 
 void sbx__dk_box_free(void *box)
@@ -45,6 +49,7 @@ void sbx__dk_box_free(void *box)
     struct dbox *b = box;
     if (!b)
         return;
+    relay_stop(b->relay);
     sbx_box_agent_free(b->agent);
     free(b->id);
     free(b->container);
@@ -1453,6 +1458,8 @@ static void connect_work(sbx_op *op, void *data)
                                                            "WorkingDir"));
         if (j->b && noagent)
             j->b->noagent = true;
+        if (j->b && remote)
+            j->b->bind_agent = run != NULL;
         if (!j->b || (noagent && wd && wd[0] && !(j->b->workdir = strdup(wd))) ||
             (!remote && !noagent &&
              (!(j->socket = sbx__printf("%s/agent.sock", run)) ||
@@ -1538,6 +1545,137 @@ static void dk_connect(sbx_op *op, void *state, const char *descriptor_json)
 /* --- connections of their own: PTYs, background processes, port forwarding ---------------- */
 
 /*
+ * The remote path's relay: a unix socket of this process (a private
+ * directory under $TMPDIR), whose every connection (from this process only:
+ * SO_PEERCRED) gets an exec session of `sbx-agent relay` to the init
+ * agent's socket in the box. The core then speaks to the init agent as on
+ * the socket path, so PTY sessions and background processes live in the
+ * box's init and outlive the connection, as there.
+ */
+struct dk_relay {
+    struct docker *d;
+    char *container;
+    const char *agent; /* the agent's path in the box */
+    char *dir, *path;
+    int lfd;
+    pthread_t thread;
+};
+
+static void *relay_main(void *arg)
+{
+    struct dk_relay *r = arg;
+    for (;;) {
+        int c = accept4(r->lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (c < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            break; /* shut down: relay_stop */
+        }
+        struct ucred cred;
+        socklen_t cl = sizeof(cred);
+        if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 || cred.pid != getpid()) {
+            sbx_log(SBX_LOG_WARNING, "docker: refused a relay connection from pid %d (not this "
+                                     "process)",
+                    (int)cred.pid);
+            close(c);
+            continue;
+        }
+        json_t *cmd = json_pack("[sss]", r->agent, "relay", SOCKET_IN_BOX);
+        _cleanup_json_ json_t *body =
+            cmd ? json_pack("{s:b,s:b,s:b,s:b,s:s,s:o}", "AttachStdin", 1, "AttachStdout", 1,
+                            "AttachStderr", 1, "Tty", 0, "User", "0", "Cmd", cmd)
+                : NULL;
+        _cleanup_free_ char *ec = esc(r->container);
+        _cleanup_free_ char *q = ec ? sbx__printf("/containers/%s/exec", ec) : NULL;
+        sbx_error *e = NULL;
+        long st = 0;
+        _cleanup_json_ json_t *resp = NULL;
+        int rc = body && q ? sbx__dk_request(r->d->engine, "POST", q, body, &st, &resp, &e)
+                           : sbx__set_error(&e, SBX_ENOMEM, "out of memory");
+        const char *id = json_string_value(json_object_get(resp, "Id"));
+        if (rc == SBX_OK && (st != 201 || !id))
+            rc = sbx__dk_error(&e, SBX_EPROVIDER, st, resp,
+                               "starting a relay to the agent in container %.12s", r->container);
+        if (rc == SBX_OK) {
+            rc = sbx__dk_session_open_on(r->d->engine, id, c, &e); /* c is the session's */
+            c = -1;
+        }
+        if (rc < 0)
+            sbx_log(SBX_LOG_WARNING, "docker: a connection to the agent of container %.12s: %s",
+                    r->container, sbx_error_message(e));
+        sbx_error_free(e);
+        if (c >= 0)
+            close(c);
+    }
+    return NULL;
+}
+
+static int relay_start(struct docker *d, struct dbox *b, sbx_error **err)
+{
+    struct dk_relay *r = calloc(1, sizeof(*r));
+    if (!r)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    r->d = d;
+    r->lfd = -1;
+    r->agent = b->bind_agent ? AGENT_IN_BOX : AGENT_REMOTE;
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || tmp[0] != '/' || strlen(tmp) > 60)
+        tmp = "/tmp";
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int rc = SBX_OK;
+    if (!(r->container = strdup(b->container)) ||
+        !(r->dir = sbx__printf("%s/sbx-docker-relay-XXXXXX", tmp)))
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    else if (!mkdtemp(r->dir)) {
+        rc = sbx__set_errno(err, SBX_EIO, errno, "docker: cannot make %s", r->dir);
+        free(r->dir);
+        r->dir = NULL;
+    } else if (!(r->path = sbx__printf("%s/agent.sock", r->dir)))
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (rc == SBX_OK) {
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", r->path);
+        r->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (r->lfd < 0 || bind(r->lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+            listen(r->lfd, 64) < 0)
+            rc = sbx__set_errno(err, SBX_EIO, errno, "docker: cannot listen on %s", r->path);
+    }
+    if (rc == SBX_OK && pthread_create(&r->thread, NULL, relay_main, r) != 0)
+        rc = sbx__set_error(err, SBX_EIO, "docker: cannot start the relay thread");
+    if (rc < 0) {
+        if (r->lfd >= 0)
+            close(r->lfd);
+        if (r->path)
+            unlink(r->path);
+        if (r->dir)
+            rmdir(r->dir);
+        free(r->path);
+        free(r->dir);
+        free(r->container);
+        free(r);
+        return rc;
+    }
+    b->relay = r;
+    return SBX_OK;
+}
+
+/* Ends the listener (connections already relayed go on until either side ends them). */
+static void relay_stop(struct dk_relay *r)
+{
+    if (!r)
+        return;
+    shutdown(r->lfd, SHUT_RDWR); /* wakes the accept */
+    pthread_join(r->thread, NULL);
+    close(r->lfd);
+    unlink(r->path);
+    rmdir(r->dir);
+    free(r->path);
+    free(r->dir);
+    free(r->container);
+    free(r);
+}
+
+
+/*
  * [pty] Where the box's agent listens, for a connection of its own: the
  * socket on the host directory mounted at /.sbx, the container's PID 1 the
  * only process accepted there. The remote path has no such socket on this
@@ -1546,7 +1684,6 @@ static void dk_connect(sbx_op *op, void *state, const char *descriptor_json)
  */
 static void dk_agent_address(sbx_op *op, void *state, void *box)
 {
-    (void)state;
     struct dbox *b = box;
     if (b->noagent) {
         sbx_op_complete(op, SBX_ENOTSUP,
@@ -1559,15 +1696,17 @@ static void dk_agent_address(sbx_op *op, void *state, void *box)
         return;
     }
     if (!b->socket || b->pid <= 0) {
-        sbx_op_complete(op, SBX_ENOTSUP,
-                        sbx_error_new(SBX_ENOTSUP,
-                                      "docker box %s is reached through an Engine-API exec "
-                                      "session (the remote path): PTY sessions, background "
-                                      "processes and port forwarding need the agent's socket "
-                                      "on this machine, which only a local engine gives "
-                                      "(docs/providers/docker.md)",
-                                      b->id),
-                        NULL);
+        /* The remote path: a socket of this process, relayed to the box's agent. */
+        sbx_error *e = NULL;
+        int rc = b->relay ? SBX_OK : relay_start(state, b, &e);
+        json_t *j = rc == SBX_OK ? json_pack("{s:s, s:I}", "socket", b->relay->path, "pid",
+                                             (json_int_t)getpid())
+                                 : NULL;
+        char *text = j ? sbx__json_dump(j) : NULL;
+        json_decref(j);
+        if (rc == SBX_OK && !text)
+            rc = SBX_ENOMEM;
+        sbx_op_complete(op, rc, e, text);
         return;
     }
     json_t *j = json_pack("{s:s, s:I}", "socket", b->socket, "pid", (json_int_t)b->pid);

@@ -238,23 +238,37 @@ int sbx__dk_exec_attach(sbx_dk_engine *e, const char *exec_id, void **curl, int 
 
 int sbx__dk_session_open(sbx_dk_engine *e, const char *exec_id, int *fd, sbx_error **err)
 {
+    int sv[2] = {-1, -1};
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return sbx__set_errno(err, SBX_EIO, errno, "cannot make a socket pair");
+    int rc = sbx__dk_session_open_on(e, exec_id, sv[1], err);
+    if (rc < 0) {
+        close(sv[0]);
+        return rc;
+    }
+    *fd = sv[0];
+    return SBX_OK;
+}
+
+int sbx__dk_session_open_on(sbx_dk_engine *e, const char *exec_id, int pair, sbx_error **err)
+{
     void *c = NULL;
     int sock = -1;
     char *early = NULL;
     size_t early_len = 0;
     int rc = sbx__dk_exec_attach(e, exec_id, &c, &sock, &early, &early_len, err);
-    if (rc < 0)
-        return rc;
-    struct session *s = calloc(1, sizeof(*s));
-    int sv[2] = {-1, -1};
-    if (!s || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-        rc = sbx__set_errno(err, SBX_EIO, errno, "cannot make a socket pair");
-        free(s);
-        free(early);
-        curl_easy_cleanup(c);
+    if (rc < 0) {
+        close(pair);
         return rc;
     }
-    *s = (struct session){.c = c, .sock = sock, .pair = sv[1]};
+    struct session *s = calloc(1, sizeof(*s));
+    if (!s) {
+        free(early);
+        curl_easy_cleanup(c);
+        close(pair);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    *s = (struct session){.c = c, .sock = sock, .pair = pair};
     sbx__dk_demux_init(&s->dx);
     rc = sbx__dk_demux_feed(&s->dx, (const uint8_t *)early, early_len, to_pair, s) < 0
              ? SBX_EPROVIDER
@@ -264,14 +278,12 @@ int sbx__dk_session_open(sbx_dk_engine *e, const char *exec_id, int *fd, sbx_err
     if (rc == SBX_OK && pthread_create(&t, NULL, pump, s) != 0)
         rc = SBX_EIO;
     if (rc < 0) {
-        close(sv[0]);
-        close(sv[1]);
+        close(pair);
         curl_easy_cleanup(c);
         free(s);
         return sbx__set_error(err, rc, "docker engine at %s: exec session %.12s did not start",
                               sbx__dk_engine_host(e), exec_id);
     }
     pthread_detach(t);
-    *fd = sv[0];
     return SBX_OK;
 }
