@@ -838,53 +838,59 @@ static void test_port_forward(void)
 {
     need_engine();
     const char *bin = sbx_cli();
-    char out[8192], cmd[4096], id[128];
-    snprintf(cmd, sizeof(cmd),
-             "%s create --provider '{\"docker\": {\"host\": \"unix://%s/docker.sock\", "
-             "\"create\": {\"network\": \"none\"}}}' --image " IMAGE,
-             bin, dir);
-    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s", cmd), 0);
-    snprintf(id, sizeof(id), "%.*s", (int)strcspn(out, "\n"), out);
-    TAP_TRUE(!strncmp(id, "sbx-", 4));
-    TAP_EQ_INT(run_cmd(out, sizeof(out),
-                       "%s exec -d %s -- sh -c 'mkdir -p /w && echo from-the-box > /w/f && "
-                       "exec httpd -f -p 127.0.0.1:8000 -h /w'",
-                       bin, id),
-               0);
-    TAP_TRUE(atoi(out) > 0);
-    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s top %s", bin, id), 0);
-    TAP_CONTAINS(out, "httpd");
-    int pfd[2];
-    TAP_EQ_INT(pipe2(pfd, O_CLOEXEC), 0);
-    pid_t pf = fork();
-    if (pf == 0) {
-        dup2(pfd[1], 1);
-        dup2(pfd[1], 2);
-        execl(bin, "sbx", "port-forward", id, "0:8000", (char *)NULL);
-        _exit(127);
+    /* Both paths: the remote one relays each connection through an exec session. */
+    for (int remote = 0; remote < 2; remote++) {
+        char out[8192], cmd[4096], id[128];
+        snprintf(cmd, sizeof(cmd),
+                 "%s create --provider '{\"docker\": {\"host\": \"unix://%s/docker.sock\", "
+                 "\"remote\": %s, \"create\": {\"network\": \"none\"}}}' --image " IMAGE,
+                 bin, dir, remote ? "true" : "false");
+        TAP_EQ_INT(run_cmd(out, sizeof(out), "%s", cmd), 0);
+        snprintf(id, sizeof(id), "%.*s", (int)strcspn(out, "\n"), out);
+        TAP_TRUE(!strncmp(id, "sbx-", 4));
+        snprintf(cmd, sizeof(cmd), "inspect -f '{{len .HostConfig.Binds}}' %s", id);
+        TAP_EQ_INT(docker(out, sizeof(out), cmd), 0);
+        TAP_EQ_STR(out, remote ? "0" : "2"); /* the remote path mounts nothing of here */
+        TAP_EQ_INT(run_cmd(out, sizeof(out),
+                           "%s exec -d %s -- sh -c 'mkdir -p /w && echo from-the-box > /w/f && "
+                           "exec httpd -f -p 127.0.0.1:8000 -h /w'",
+                           bin, id),
+                   0);
+        TAP_TRUE(atoi(out) > 0);
+        TAP_EQ_INT(run_cmd(out, sizeof(out), "%s top %s", bin, id), 0);
+        TAP_CONTAINS(out, "httpd");
+        int pfd[2];
+        TAP_EQ_INT(pipe2(pfd, O_CLOEXEC), 0);
+        pid_t pf = fork();
+        if (pf == 0) {
+            dup2(pfd[1], 1);
+            dup2(pfd[1], 2);
+            execl(bin, "sbx", "port-forward", id, "0:8000", (char *)NULL);
+            _exit(127);
+        }
+        close(pfd[1]);
+        char *got = read_fd_until(pfd[0], " -> 8000\n", 60);
+        const char *f = strstr(got, "Forwarding from 127.0.0.1:");
+        TAP_TRUE(f != NULL);
+        int port = atoi(f + strlen("Forwarding from 127.0.0.1:"));
+        free(got);
+        TAP_TRUE(port > 0);
+        TAP_EQ_INT(run_cmd(out, sizeof(out),
+                           "curl -s --max-time 10 --retry 20 --retry-delay 0 --retry-connrefused "
+                           "http://127.0.0.1:%d/f",
+                           port),
+                   0);
+        TAP_EQ_STR(out, "from-the-box\n");
+        TAP_EQ_INT(kill(pf, SIGINT), 0);
+        int st = 0;
+        TAP_EQ_INT(waitpid(pf, &st, 0), pf);
+        TAP_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 130);
+        close(pfd[0]);
+        TAP_EQ_INT(run_cmd(out, sizeof(out), "%s stop %s", bin, id), 0);
+        snprintf(cmd, sizeof(cmd), "ps -aq --filter name=%s", id);
+        TAP_EQ_INT(docker(out, sizeof(out), cmd), 0);
+        TAP_EQ_STR(out, "");
     }
-    close(pfd[1]);
-    char *got = read_fd_until(pfd[0], " -> 8000\n", 60);
-    const char *f = strstr(got, "Forwarding from 127.0.0.1:");
-    TAP_TRUE(f != NULL);
-    int port = atoi(f + strlen("Forwarding from 127.0.0.1:"));
-    free(got);
-    TAP_TRUE(port > 0);
-    TAP_EQ_INT(run_cmd(out, sizeof(out),
-                       "curl -s --max-time 10 --retry 20 --retry-delay 0 --retry-connrefused "
-                       "http://127.0.0.1:%d/f",
-                       port),
-               0);
-    TAP_EQ_STR(out, "from-the-box\n");
-    TAP_EQ_INT(kill(pf, SIGINT), 0);
-    int st = 0;
-    TAP_EQ_INT(waitpid(pf, &st, 0), pf);
-    TAP_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 130);
-    close(pfd[0]);
-    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s stop %s", bin, id), 0);
-    snprintf(cmd, sizeof(cmd), "ps -aq --filter name=%s", id);
-    TAP_EQ_INT(docker(out, sizeof(out), cmd), 0);
-    TAP_EQ_STR(out, "");
 }
 
 /*
@@ -1275,6 +1281,12 @@ static void test_remote(void)
     TAP_OK(sbx_sandbox_upload(sb, src, "/tmp/big", &e_));
     TAP_OK(sbx_sandbox_download(sb, "/tmp/big", back, &e_));
     TAP_EQ_INT(run_cmd(out, sizeof(out), "cmp %s %s", src, back), 0);
+    /* A terminal of its own over TLS: the relay's exec session goes through curl too. */
+    r = NULL;
+    TAP_OK(sbx_sandbox_pty_exec(sb, "echo tls-$((3*3)); exit 2", NULL, &r, &e_));
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 2);
+    TAP_CONTAINS(out_of(r), "tls-9");
+    sbx_exec_result_free(r);
     /* Another handle: its own exec session. */
     char *desc = NULL;
     TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
