@@ -99,6 +99,8 @@ async def main():
         t = now(); rs = await asyncio.gather(*(rbox.exec("echo hi") for _ in range(50))); r50 = now() - t
         assert all(r.stdout == "hi\n" for r in rs)
         t = now(); await rbox.upload(blob, "/tmp/blob"); rup = now() - t
+        t = now(); await rbox.download("/tmp/blob", os.path.join(W, "back4")); rdn = now() - t
+        assert open(os.path.join(W, "back4"), "rb").read() == open(blob, "rb").read()
         await rbox.stop()
         # agent: false (the engine's exec and archive APIs, as the reference but without the CLI).
         nbox = sbx.AsyncSandbox({"docker": {"agent": False, "create": {"network": "none"}}}, spec)
@@ -128,6 +130,7 @@ async def main():
         (f"remote path: exec p50", statistics.median(re_), "docker exec", statistics.median(de)),
         ("remote path: 50 at once", r50, "50 docker exec at once", d50),
         ("remote path: upload 64 MiB", rup, "docker cp in", dup),
+        ("remote path: download", rdn, "docker cp out", ddn),
         ("agent false: create", ncreate, "docker run -d", statistics.median(dc)),
         (f"agent false: exec p50", statistics.median(ne), "docker exec", statistics.median(de)),
         ("agent false: 50 at once", n50, "50 docker exec at once", d50),

@@ -97,8 +97,10 @@ static int send_all(struct session *s, const char *p, size_t n)
 static void *pump(void *arg)
 {
     struct session *s = arg;
-    char buf[65536];
-    for (;;) {
+    /* Bulk transfers come in the engine's frames of up to 32 KiB: take many at once. */
+    enum { BUF = 1 << 20 };
+    char *buf = malloc(BUF);
+    for (; buf;) {
         struct pollfd pf[2] = {{.fd = s->pair, .events = POLLIN}, {.fd = s->sock, .events = POLLIN}};
         if (poll(pf, 2, -1) < 0) {
             if (errno == EINTR)
@@ -106,7 +108,7 @@ static void *pump(void *arg)
             break;
         }
         if (pf[0].revents) {
-            ssize_t r = read(s->pair, buf, sizeof(buf));
+            ssize_t r = read(s->pair, buf, BUF);
             if (r <= 0 || send_all(s, buf, (size_t)r) < 0)
                 break;
         }
@@ -115,7 +117,7 @@ static void *pump(void *arg)
             int done = 0;
             for (;;) {
                 size_t got = 0;
-                CURLcode cc = curl_easy_recv(s->c, buf, sizeof(buf), &got);
+                CURLcode cc = curl_easy_recv(s->c, buf, BUF, &got);
                 if (cc == CURLE_AGAIN)
                     break;
                 if (cc != CURLE_OK || got == 0 ||
@@ -129,6 +131,7 @@ static void *pump(void *arg)
         }
     }
     /* Either side ended: the kit sees the stream close, the engine ends the session. */
+    free(buf);
     close(s->pair);
     curl_easy_cleanup(s->c);
     free(s);
