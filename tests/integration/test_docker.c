@@ -1312,7 +1312,7 @@ static void test_remote(void)
 /*
  * The remote path's agent volume: one per engine and agent build, shared
  * read-only by every box; a damaged one (a short sbx-agent) is not trusted
- * but filled again by the next provider's first create.
+ * but filled again by the next create.
  */
 static void test_remote_agent_volume(void)
 {

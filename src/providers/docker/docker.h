@@ -48,12 +48,12 @@ struct docker {
     /*
      * The remote path's agent volume (provider.c, agent_volume): named by
      * the agent's SHA-256, made once per engine, filled atomically, checked
-     * once per process (vol_ok) under vol_lock.
+     * on every create; vol_lock guards these and serializes fills.
      */
     pthread_mutex_t vol_lock;
     char *vol_name;
     long long agent_size;
-    bool vol_made, vol_ok;
+    bool vol_made;
 };
 
 struct dbox {

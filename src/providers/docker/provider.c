@@ -715,17 +715,20 @@ static int agent_volume_fill(struct docker *d, const char *img, sbx_error **err)
 }
 
 /*
- * The agent volume as box container `cid` (made, not started) sees it:
- * checked once per process, filled when it is not whole. SBX_ECREATE when
- * it still is not.
+ * The agent volume as box container `cid` (made, not started) sees it,
+ * checked on every create (a HEAD, ~2 ms), filled when it is not whole:
+ * the fill is serialized in this process and checked again after it.
+ * SBX_ECREATE when it still is not whole.
  */
 static int agent_volume_ready(struct docker *d, const char *cid, const char *img, sbx_error **err)
 {
+    bool ok = false;
+    int rc = agent_volume_check(d, cid, &ok, err);
+    if (rc < 0 || ok)
+        return rc;
     pthread_mutex_lock(&d->vol_lock);
-    int rc = SBX_OK;
-    bool ok = d->vol_ok;
-    if (!ok)
-        rc = agent_volume_check(d, cid, &ok, err);
+    /* Another create of this process may have filled it meanwhile. */
+    rc = agent_volume_check(d, cid, &ok, err);
     if (rc == SBX_OK && !ok) {
         sbx_log(SBX_LOG_DEBUG, "docker: filling the agent volume %s", d->vol_name);
         if ((rc = agent_volume_fill(d, img, err)) == SBX_OK &&
@@ -736,8 +739,6 @@ static int agent_volume_ready(struct docker *d, const char *cid, const char *img
                                 "(`docker volume rm %s`) and try again",
                                 d->vol_name, d->agent_size, d->vol_name);
     }
-    if (rc == SBX_OK)
-        d->vol_ok = true;
     pthread_mutex_unlock(&d->vol_lock);
     return rc;
 }
