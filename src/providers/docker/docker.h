@@ -64,7 +64,7 @@ struct dbox {
     /*
      * The agent's socket on this machine and its pid here (the container's
      * PID 1) for connections of their own (agent_address: PTYs, background
-     * processes, port forwarding); NULL, 0 on the remote path.
+     * processes, port forwarding); NULL, 0 on the remote path (relay).
      */
     char *socket;
     pid_t pid;

@@ -6,8 +6,10 @@
  * container, so exec, files and status go through the agent at fork speed
  * (the kit's client, as for linux and local) while `docker ps` shows the box
  * and `docker rm -f` ends it. For an engine elsewhere (the remote path) the
- * agent is copied in through the archive API instead and reached through an
- * Engine-API exec session (session.c). docs/providers/docker.md.
+ * agent comes from a volume of the engine named by its hash (agent_volume)
+ * and is reached through Engine-API exec sessions (session.c): one per
+ * handle, and one more per connection of its own (relay_start).
+ * docs/providers/docker.md.
  *
  * Everything that talks to the engine blocks, so it runs on the worker pool;
  * the agent is on the loop thread, as the kit requires.
@@ -30,8 +32,8 @@
 #define RUN_IN_BOX "/.sbx"
 #define SOCKET_IN_BOX RUN_IN_BOX "/agent.sock"
 /*
- * The remote path's agent: copied (archive API) into an anonymous volume,
- * which a read-only root still takes, and removed with the container.
+ * The remote path's agent: the engine's volume sbx-agent-<sha256>
+ * (agent_volume), mounted read-only here in every box.
  */
 #define AGENT_DIR_REMOTE "/.sbx-bin"
 #define AGENT_REMOTE AGENT_DIR_REMOTE "/sbx-agent"
@@ -745,9 +747,10 @@ static int agent_volume_ready(struct docker *d, const char *cid, const char *img
 
 /*
  * Makes and starts box r's container (worker thread): the image (pulled
- * when missing), the create body, for the remote path the agent copied in
- * before the start; checks it runs. Writes its id (malloc'd) and its PID 1
- * as the host sees it. On failure nothing is left (the container removed).
+ * when missing), the create body, for the remote path the agent volume
+ * mounted and checked before the start; checks it runs. Writes its id
+ * (malloc'd) and its PID 1 as the host sees it. On failure nothing is left
+ * (the container removed).
  */
 static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const char *box_dir,
                           const sbx_spec *spec, bool remote, bool noagent, char **cid_out,
@@ -1675,13 +1678,11 @@ static void relay_stop(struct dk_relay *r)
     free(r);
 }
 
-
 /*
  * [pty] Where the box's agent listens, for a connection of its own: the
  * socket on the host directory mounted at /.sbx, the container's PID 1 the
  * only process accepted there. The remote path has no such socket on this
- * machine (the agent is reached through an exec session, one stream): what
- * needs a connection of its own is not available there.
+ * machine: the relay's socket of this process instead (relay_start).
  */
 static void dk_agent_address(sbx_op *op, void *state, void *box)
 {
