@@ -1312,7 +1312,9 @@ static void test_remote(void)
 /*
  * The remote path's agent volume: one per engine and agent build, shared
  * read-only by every box; a damaged one (a short sbx-agent) is not trusted
- * but filled again by the next create.
+ * but filled again by the next create; a missing one is made and filled by
+ * first creates at once from two providers without a box seeing a partial
+ * agent.
  */
 static void test_remote_agent_volume(void)
 {
@@ -1354,6 +1356,33 @@ static void test_remote_agent_volume(void)
     sbx_exec_result_free(r);
     stop_free(a);
     sbx_provider_free(p);
+    /*
+     * No volume at all, and first creates at once from two providers (two
+     * locks, as two processes): each fills or waits, every box runs.
+     */
+    snprintf(args, sizeof(args), "volume rm %s", vol);
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    enum { N = 6 };
+    sbx_provider *ps[2] = {provider(""), provider("")};
+    sbx_sandbox *sb[N];
+    sbx_future *f[N];
+    for (int i = 0; i < N; i++) {
+        TAP_OK(sbx_sandbox_new(ps[i % 2], spec, &sb[i], &e_));
+        TAP_OK(sbx_sandbox_start_async(sb[i], NULL, &f[i], &e_));
+    }
+    for (int i = 0; i < N; i++) {
+        TAP_OK(sbx_future_wait(f[i], -1, &e_));
+        sbx_future_free(f[i]);
+        r = run(sb[i], "echo up", NULL);
+        TAP_EQ_STR(out_of(r), "up\n");
+        sbx_exec_result_free(r);
+    }
+    for (int i = 0; i < N; i++)
+        stop_free(sb[i]);
+    sbx_provider_free(ps[0]);
+    sbx_provider_free(ps[1]);
+    TAP_EQ_INT(docker(out, sizeof(out), "volume ls -q --filter label=sbx.agent-volume=1"), 0);
+    TAP_EQ_STR(out, vol);
     sbx_spec_free(spec);
     snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
 }
