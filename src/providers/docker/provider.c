@@ -22,6 +22,7 @@
 #include <math.h>
 #include <nettle/sha2.h>
 #include <sys/mount.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -680,8 +681,12 @@ static int agent_volume_check(struct docker *d, const char *cid, bool *ok, sbx_e
  */
 static int agent_volume_fill(struct docker *d, const char *img, sbx_error **err)
 {
+    /* Unique across processes and machines sharing the engine: 64 random bits. */
+    unsigned long long rnd = 0;
+    if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+        rnd = (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32);
     char tmp[64];
-    snprintf(tmp, sizeof(tmp), ".sbx-agent.%d.%lx", (int)getpid(), (unsigned long)random());
+    snprintf(tmp, sizeof(tmp), ".sbx-agent.%016llx", rnd);
     _cleanup_free_ char *tar = NULL;
     size_t tar_len = 0;
     int rc = agent_tar(d->agent, tmp, &tar, &tar_len, err);
