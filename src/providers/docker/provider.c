@@ -1580,7 +1580,7 @@ static void *relay_main(void *arg)
                 continue;
             break; /* shut down: relay_stop */
         }
-        struct ucred cred;
+        struct ucred cred = {0};
         socklen_t cl = sizeof(cred);
         if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 || cred.pid != getpid()) {
             sbx_log(SBX_LOG_WARNING, "docker: refused a relay connection from pid %d (not this "
