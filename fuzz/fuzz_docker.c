@@ -105,6 +105,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (link && strlen(link) >= 4096)
             abort();
+        if (s && sbx__dk_path_stat_size(s) < -1)
+            abort();
         free(link);
         free(s);
         break;

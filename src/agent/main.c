@@ -6,6 +6,7 @@
  *                  [-- ENTRYPOINT...]
  *   sbx-agent serve --stdio [--root DIR] [--shell SH]
  *   sbx-agent builtin [--root DIR] NAME ARGS...   (one transfer built-in, tar.c)
+ *   sbx-agent relay PATH   (stdin and stdout to the agent listening on PATH)
  *
  * As PID 1 of a box (init) it reaps every zombie, runs the optional
  * entrypoint as a supervised service, and on SIGTERM kills every process and
@@ -18,6 +19,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -378,6 +380,7 @@ static void usage(void)
             "                      [--shell SH] [--user USER] [--ttl SECONDS] [-- ENTRYPOINT...]\n"
             "       sbx-agent serve --stdio [--root DIR] [--shell SH]\n"
             "       sbx-agent builtin [--root DIR] NAME ARGS...\n"
+            "       sbx-agent relay PATH\n"
             "       sbx-agent --version\n");
 }
 
@@ -471,8 +474,78 @@ static int parse_fd(const char *s)
     return (int)v;
 }
 
+/*
+ * relay PATH: a connection of its own to the agent listening on PATH (the
+ * box's init), carried over this process's stdin and stdout. How a host
+ * that reaches the box only through the engine's exec sessions (the docker
+ * provider's remote path) gets PTYs, background processes and port
+ * forwarding of the init agent, which outlive the session. Byte for byte,
+ * both ways; ends when either side ends (the other is shut down first, so
+ * what is in flight still arrives).
+ */
+static int write_full(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int relay(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        fprintf(stderr, "sbx-agent relay: path too long: %s\n", path);
+        return 2;
+    }
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        fprintf(stderr, "sbx-agent relay: cannot connect to %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    static char buf[1 << 17];
+    bool in_open = true, out_open = true;
+    while (out_open) {
+        struct pollfd pf[2] = {{.fd = in_open ? 0 : -1, .events = POLLIN},
+                               {.fd = fd, .events = POLLIN}};
+        if (poll(pf, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return 1;
+        }
+        if (pf[0].revents) {
+            ssize_t n = read(0, buf, sizeof(buf));
+            if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                continue;
+            if (n <= 0 || write_full(fd, buf, (size_t)n) < 0) {
+                /* The host is done: the agent sees the end; its answers still come. */
+                shutdown(fd, SHUT_WR);
+                in_open = false;
+            }
+        }
+        if (pf[1].revents) {
+            ssize_t n = read(fd, buf, sizeof(buf));
+            if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                continue;
+            if (n <= 0 || write_full(1, buf, (size_t)n) < 0)
+                out_open = false;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "relay") == 0)
+        return relay(argv[2]);
     if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
         printf("%s (protocol %d)\n", AGENT_VERSION, SBX_PROTO_VERSION);
         return 0;

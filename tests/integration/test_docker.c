@@ -650,8 +650,8 @@ static void pty_until(sbx_pty *pt, int stream, char *buf, size_t cap, size_t *le
  * [pty] On the local-engine path the agent's socket is on this machine
  * (agent_address): a terminal (size, resize, exit code), a command on a
  * terminal of its own (sbx_sandbox_pty_exec), and a background process that
- * outlives its handle and is attached again. The remote path says it has
- * none of these.
+ * outlives its handle and is attached again. The same on the remote path,
+ * through exec sessions relaying to the box's init agent.
  */
 static void test_pty_and_procs(void)
 {
@@ -745,21 +745,69 @@ static void test_pty_and_procs(void)
     stop_free(sb);
     sbx_provider_free(p);
 
-    /* The remote path: not available, saying why. */
+    /*
+     * The remote path: each connection of its own is an exec session
+     * relaying to the box's init agent, so a background process outlives
+     * the handle that started it there too.
+     */
     char saved[2048];
     snprintf(saved, sizeof(saved), "%s", cfg_base);
     snprintf(cfg_base, sizeof(cfg_base), ", \"remote\": true");
     p = provider("");
+    p2 = provider("");
     snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
     spec = image_spec();
     sb = start(p, spec);
     sbx_spec_free(spec);
-    sbx_error *e = NULL;
+    o = sbx_pty_opts_new();
+    TAP_OK(sbx_pty_opts_set_size(o, 21, 77));
     pt = NULL;
-    TAP_EQ_INT(sbx_pty_open(sb, NULL, &pt, &e), SBX_ENOTSUP);
-    TAP_CONTAINS(sbx_error_message(e), "remote path");
-    sbx_error_free(e);
+    TAP_OK(sbx_pty_open(sb, o, &pt, &e_));
+    sbx_pty_opts_free(o);
+    len = 0;
+    TAP_OK(sbx_pty_write(pt, "stty size; echo MARK-$((60+2)); exit 6\n", 39, &e_));
+    pty_until(pt, SBX_STREAM_STDOUT, buf, sizeof(buf), &len, "MARK-62");
+    TAP_CONTAINS(buf, "21 77");
+    TAP_OK(sbx_pty_wait(pt, -1, &code, &e_));
+    TAP_EQ_INT(code, 6);
+    sbx_pty_free(pt);
+    r = NULL;
+    TAP_OK(sbx_sandbox_pty_exec(sb, "tty; exit 7", NULL, &r, &e_));
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 7);
+    TAP_CONTAINS(out_of(r), "/dev/pts/");
+    sbx_exec_result_free(r);
+    o = sbx_pty_opts_new();
+    TAP_OK(sbx_pty_opts_set_command(o, "read x; echo remote:$x; exit 8"));
+    pr = NULL;
+    TAP_OK(sbx_proc_start(sb, o, &pr, &e_));
+    sbx_pty_opts_free(o);
+    id = sbx_proc_id(pr);
+    sbx_proc_free(pr); /* it runs on in the box's init, past this connection */
+    /* Attached again through another provider's handle (its own relay). */
+    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
+    c = NULL;
+    TAP_OK(sbx_sandbox_connect(p2, desc, &c, &e_));
+    free(desc);
+    pr = NULL;
+    TAP_OK(sbx_proc_attach(c, id, 0, 0, &pr, &e_));
+    TAP_OK(sbx_proc_write(pr, "xyz\n", 4, &e_));
+    TAP_OK(sbx_proc_wait(pr, -1, &code, &e_));
+    TAP_EQ_INT(code, 8);
+    len = 0;
+    for (;;) {
+        size_t n = 0;
+        TAP_OK(sbx_proc_read(pr, SBX_STREAM_STDOUT, buf + len, sizeof(buf) - 1 - len, -1, &n,
+                             NULL, &e_));
+        if (n == 0)
+            break;
+        len += n;
+    }
+    buf[len] = 0;
+    TAP_CONTAINS(buf, "remote:xyz");
+    sbx_proc_free(pr);
+    stop_free(c);
     stop_free(sb);
+    sbx_provider_free(p2);
     sbx_provider_free(p);
 }
 
@@ -790,53 +838,59 @@ static void test_port_forward(void)
 {
     need_engine();
     const char *bin = sbx_cli();
-    char out[8192], cmd[4096], id[128];
-    snprintf(cmd, sizeof(cmd),
-             "%s create --provider '{\"docker\": {\"host\": \"unix://%s/docker.sock\", "
-             "\"create\": {\"network\": \"none\"}}}' --image " IMAGE,
-             bin, dir);
-    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s", cmd), 0);
-    snprintf(id, sizeof(id), "%.*s", (int)strcspn(out, "\n"), out);
-    TAP_TRUE(!strncmp(id, "sbx-", 4));
-    TAP_EQ_INT(run_cmd(out, sizeof(out),
-                       "%s exec -d %s -- sh -c 'mkdir -p /w && echo from-the-box > /w/f && "
-                       "exec httpd -f -p 127.0.0.1:8000 -h /w'",
-                       bin, id),
-               0);
-    TAP_TRUE(atoi(out) > 0);
-    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s top %s", bin, id), 0);
-    TAP_CONTAINS(out, "httpd");
-    int pfd[2];
-    TAP_EQ_INT(pipe2(pfd, O_CLOEXEC), 0);
-    pid_t pf = fork();
-    if (pf == 0) {
-        dup2(pfd[1], 1);
-        dup2(pfd[1], 2);
-        execl(bin, "sbx", "port-forward", id, "0:8000", (char *)NULL);
-        _exit(127);
+    /* Both paths: the remote one relays each connection through an exec session. */
+    for (int remote = 0; remote < 2; remote++) {
+        char out[8192], cmd[4096], id[128];
+        snprintf(cmd, sizeof(cmd),
+                 "%s create --provider '{\"docker\": {\"host\": \"unix://%s/docker.sock\", "
+                 "\"remote\": %s, \"create\": {\"network\": \"none\"}}}' --image " IMAGE,
+                 bin, dir, remote ? "true" : "false");
+        TAP_EQ_INT(run_cmd(out, sizeof(out), "%s", cmd), 0);
+        snprintf(id, sizeof(id), "%.*s", (int)strcspn(out, "\n"), out);
+        TAP_TRUE(!strncmp(id, "sbx-", 4));
+        snprintf(cmd, sizeof(cmd), "inspect -f '{{len .HostConfig.Binds}}' %s", id);
+        TAP_EQ_INT(docker(out, sizeof(out), cmd), 0);
+        TAP_EQ_STR(out, remote ? "0" : "2"); /* the remote path mounts nothing of here */
+        TAP_EQ_INT(run_cmd(out, sizeof(out),
+                           "%s exec -d %s -- sh -c 'mkdir -p /w && echo from-the-box > /w/f && "
+                           "exec httpd -f -p 127.0.0.1:8000 -h /w'",
+                           bin, id),
+                   0);
+        TAP_TRUE(atoi(out) > 0);
+        TAP_EQ_INT(run_cmd(out, sizeof(out), "%s top %s", bin, id), 0);
+        TAP_CONTAINS(out, "httpd");
+        int pfd[2];
+        TAP_EQ_INT(pipe2(pfd, O_CLOEXEC), 0);
+        pid_t pf = fork();
+        if (pf == 0) {
+            dup2(pfd[1], 1);
+            dup2(pfd[1], 2);
+            execl(bin, "sbx", "port-forward", id, "0:8000", (char *)NULL);
+            _exit(127);
+        }
+        close(pfd[1]);
+        char *got = read_fd_until(pfd[0], " -> 8000\n", 60);
+        const char *f = strstr(got, "Forwarding from 127.0.0.1:");
+        TAP_TRUE(f != NULL);
+        int port = atoi(f + strlen("Forwarding from 127.0.0.1:"));
+        free(got);
+        TAP_TRUE(port > 0);
+        TAP_EQ_INT(run_cmd(out, sizeof(out),
+                           "curl -s --max-time 10 --retry 20 --retry-delay 0 --retry-connrefused "
+                           "http://127.0.0.1:%d/f",
+                           port),
+                   0);
+        TAP_EQ_STR(out, "from-the-box\n");
+        TAP_EQ_INT(kill(pf, SIGINT), 0);
+        int st = 0;
+        TAP_EQ_INT(waitpid(pf, &st, 0), pf);
+        TAP_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 130);
+        close(pfd[0]);
+        TAP_EQ_INT(run_cmd(out, sizeof(out), "%s stop %s", bin, id), 0);
+        snprintf(cmd, sizeof(cmd), "ps -aq --filter name=%s", id);
+        TAP_EQ_INT(docker(out, sizeof(out), cmd), 0);
+        TAP_EQ_STR(out, "");
     }
-    close(pfd[1]);
-    char *got = read_fd_until(pfd[0], " -> 8000\n", 60);
-    const char *f = strstr(got, "Forwarding from 127.0.0.1:");
-    TAP_TRUE(f != NULL);
-    int port = atoi(f + strlen("Forwarding from 127.0.0.1:"));
-    free(got);
-    TAP_TRUE(port > 0);
-    TAP_EQ_INT(run_cmd(out, sizeof(out),
-                       "curl -s --max-time 10 --retry 20 --retry-delay 0 --retry-connrefused "
-                       "http://127.0.0.1:%d/f",
-                       port),
-               0);
-    TAP_EQ_STR(out, "from-the-box\n");
-    TAP_EQ_INT(kill(pf, SIGINT), 0);
-    int st = 0;
-    TAP_EQ_INT(waitpid(pf, &st, 0), pf);
-    TAP_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 130);
-    close(pfd[0]);
-    TAP_EQ_INT(run_cmd(out, sizeof(out), "%s stop %s", bin, id), 0);
-    snprintf(cmd, sizeof(cmd), "ps -aq --filter name=%s", id);
-    TAP_EQ_INT(docker(out, sizeof(out), cmd), 0);
-    TAP_EQ_STR(out, "");
 }
 
 /*
@@ -1199,13 +1253,18 @@ static void test_remote(void)
     TAP_EQ_STR(out_of(r), "v\n");
     TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
     sbx_exec_result_free(r);
-    /* No bind mount: the agent is a file of the container, the socket dir its own tmpfs. */
+    /* No bind mount: the agent from the engine's agent volume, the socket dir its own tmpfs. */
     char out[4096], args[512];
     snprintf(args, sizeof(args),
              "inspect -f '{{len .HostConfig.Binds}} {{.HostConfig.Tmpfs}} {{.HostConfig.ReadonlyRootfs}}' %s",
              sbx_sandbox_id(sb));
     TAP_EQ_INT(docker(out, sizeof(out), args), 0);
     TAP_EQ_STR(out, "0 map[/.sbx:size=64k,mode=0700 /tmp:size=16m] true");
+    snprintf(args, sizeof(args),
+             "inspect -f '{{range .Mounts}}{{.Type}} {{.Destination}} {{.RW}}{{end}}' %s",
+             sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "volume /.sbx-bin false");
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_timeout(o, 0.5);
     sbx_exec_opts_set_stdin(o, "in", 2);
@@ -1222,6 +1281,12 @@ static void test_remote(void)
     TAP_OK(sbx_sandbox_upload(sb, src, "/tmp/big", &e_));
     TAP_OK(sbx_sandbox_download(sb, "/tmp/big", back, &e_));
     TAP_EQ_INT(run_cmd(out, sizeof(out), "cmp %s %s", src, back), 0);
+    /* A terminal of its own over TLS: the relay's exec session goes through curl too. */
+    r = NULL;
+    TAP_OK(sbx_sandbox_pty_exec(sb, "echo tls-$((3*3)); exit 2", NULL, &r, &e_));
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 2);
+    TAP_CONTAINS(out_of(r), "tls-9");
+    sbx_exec_result_free(r);
     /* Another handle: its own exec session. */
     char *desc = NULL;
     TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
@@ -1236,10 +1301,90 @@ static void test_remote(void)
     TAP_OK(sbx_sandbox_status(sb, &st, &e_));
     TAP_EQ_INT(st, SBX_STATUS_RUNNING);
     stop_free(sb);
-    /* The container and its anonymous volume (the agent's copy) are gone. */
+    /* The container is gone; the agent volume (one per agent build) stays for the next. */
     TAP_EQ_INT(docker(out, sizeof(out), "volume ls -q"), 0);
-    TAP_EQ_STR(out, "");
+    TAP_CONTAINS(out, "sbx-agent-");
+    TAP_EQ_INT(docker(out, sizeof(out), "volume ls -q | wc -l"), 0);
+    TAP_EQ_STR(out, "1");
     sbx_provider_free(p);
+}
+
+/*
+ * The remote path's agent volume: one per engine and agent build, shared
+ * read-only by every box; a damaged one (a short sbx-agent) is not trusted
+ * but filled again by the next create; a missing one is made and filled by
+ * first creates at once from two providers without a box seeing a partial
+ * agent.
+ */
+static void test_remote_agent_volume(void)
+{
+    need_engine();
+    char saved[2048], out[4096], args[1024];
+    snprintf(saved, sizeof(saved), "%s", cfg_base);
+    snprintf(cfg_base, sizeof(cfg_base), ", \"remote\": true");
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_sandbox *a = start(p, spec), *b = start(p, spec);
+    TAP_EQ_INT(docker(out, sizeof(out), "volume ls -q --filter label=sbx.agent-volume=1"), 0);
+    TAP_CONTAINS(out, "sbx-agent-");
+    TAP_EQ_INT((int)strlen(out), 10 + 64);
+    char vol[128];
+    snprintf(vol, sizeof(vol), "%s", out);
+    /* Read-only in the box: a box cannot change the agent of the others. */
+    sbx_exec_result *r = run(a, "echo x > /.sbx-bin/sbx-agent; echo $?", NULL);
+    TAP_TRUE(strcmp(out_of(r), "0\n") != 0);
+    sbx_exec_result_free(r);
+    r = run(b, "echo ok", NULL);
+    TAP_EQ_STR(out_of(r), "ok\n");
+    sbx_exec_result_free(r);
+    stop_free(a);
+    stop_free(b);
+    sbx_provider_free(p);
+    /* Damaged behind sbx's back: the next provider fills it again before using it. */
+    snprintf(args, sizeof(args),
+             "run --rm --network none -v %s:/v --entrypoint /bin/sh " IMAGE
+             " -c 'echo short > /v/sbx-agent'",
+             vol);
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    p = provider("");
+    a = start(p, spec);
+    r = run(a, "echo again", NULL);
+    TAP_EQ_STR(out_of(r), "again\n");
+    sbx_exec_result_free(r);
+    r = run(a, "wc -c < /.sbx-bin/sbx-agent", NULL);
+    TAP_TRUE(atoll(out_of(r)) > 100000);
+    sbx_exec_result_free(r);
+    stop_free(a);
+    sbx_provider_free(p);
+    /*
+     * No volume at all, and first creates at once from two providers (two
+     * locks, as two processes): each fills or waits, every box runs.
+     */
+    snprintf(args, sizeof(args), "volume rm %s", vol);
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    enum { N = 6 };
+    sbx_provider *ps[2] = {provider(""), provider("")};
+    sbx_sandbox *sb[N];
+    sbx_future *f[N];
+    for (int i = 0; i < N; i++) {
+        TAP_OK(sbx_sandbox_new(ps[i % 2], spec, &sb[i], &e_));
+        TAP_OK(sbx_sandbox_start_async(sb[i], NULL, &f[i], &e_));
+    }
+    for (int i = 0; i < N; i++) {
+        TAP_OK(sbx_future_wait(f[i], -1, &e_));
+        sbx_future_free(f[i]);
+        r = run(sb[i], "echo up", NULL);
+        TAP_EQ_STR(out_of(r), "up\n");
+        sbx_exec_result_free(r);
+    }
+    for (int i = 0; i < N; i++)
+        stop_free(sb[i]);
+    sbx_provider_free(ps[0]);
+    sbx_provider_free(ps[1]);
+    TAP_EQ_INT(docker(out, sizeof(out), "volume ls -q --filter label=sbx.agent-volume=1"), 0);
+    TAP_EQ_STR(out, vol);
+    sbx_spec_free(spec);
+    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
 }
 
 /*
@@ -1700,6 +1845,7 @@ int main(int argc, char **argv)
         TAP_T(test_list_stop_id, 120), TAP_T(test_entrypoint, 120),
         TAP_T(test_many, 600),         TAP_T(test_engine_restart, 300),
         TAP_T(test_tls, 120),          TAP_T(test_remote, 120),
+        TAP_T(test_remote_agent_volume, 120),
         TAP_T(test_image_user, 120),   TAP_T(test_context, 120),
         TAP_T(test_probe, 120),        TAP_T(test_pty_and_procs, 120),
         TAP_T(test_port_forward, 120), TAP_T(test_noagent, 120),

@@ -8,6 +8,7 @@
 #include <sbx/box.h>
 
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <stdbool.h>
 
 /* The provider config (docs/providers/docker.md), parsed and checked. */
@@ -44,6 +45,15 @@ struct docker {
     sbx_box_store *store;
     sbx_box_pool *pool;
     char *agent; /* the sbx-agent binary on this host */
+    /*
+     * The remote path's agent volume (provider.c, agent_volume): named by
+     * the agent's SHA-256, made once per engine, filled atomically, checked
+     * on every create; vol_lock guards these and serializes fills.
+     */
+    pthread_mutex_t vol_lock;
+    char *vol_name;
+    long long agent_size;
+    bool vol_made;
 };
 
 struct dbox {
@@ -54,15 +64,25 @@ struct dbox {
     /*
      * The agent's socket on this machine and its pid here (the container's
      * PID 1) for connections of their own (agent_address: PTYs, background
-     * processes, port forwarding); NULL, 0 on the remote path.
+     * processes, port forwarding); NULL, 0 on the remote path (relay).
      */
     char *socket;
     pid_t pid;
+    /*
+     * The remote path's connections of their own (agent_address): a socket
+     * of this process whose every connection an exec session of `sbx-agent
+     * relay` carries to the box's init agent; NULL until first asked for.
+     * bind_agent: the agent is the bind-mounted one (a box made on the
+     * socket path), not the agent volume's.
+     */
+    struct dk_relay *relay;
+    bool bind_agent;
     /* agent: false (noagent.c): the engine's exec and archive APIs instead */
     bool noagent;
     char *shell;   /* the exec shell: the config's, else bash when the image has it, else sh */
     char *workdir; /* the container's WorkingDir (relative paths join it), or NULL */
 };
+struct dk_relay;
 SBX_INTERNAL void sbx__dk_box_free(void *box);
 /*
  * After the agent's hello: runs the config's probe command (probe.c) and
@@ -116,6 +136,8 @@ SBX_INTERNAL int sbx__dk_untar_one(int in_fd, const char *out_path, char *msg, s
  * that does not parse. Fuzzed.
  */
 SBX_INTERNAL int sbx__dk_path_stat_parse(const char *hdr, unsigned long long *mode, char **link);
+/* The same header's size field; -1 for a header that does not parse or has none. */
+SBX_INTERNAL long long sbx__dk_path_stat_size(const char *hdr);
 SBX_INTERNAL int sbx__dk_endpoint_url(const json_t *info, int port, const char *publish_host,
                                       char **url, sbx_error **err);
 SBX_INTERNAL sbx_status sbx__dk_status_of(const char *engine_status);

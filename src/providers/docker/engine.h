@@ -108,6 +108,9 @@ SBX_INTERNAL int sbx__dk_demux_feed(struct sbx_dk_demux *d, const uint8_t *in, s
  */
 SBX_INTERNAL int sbx__dk_session_open(sbx_dk_engine *e, const char *exec_id, int *fd,
                                       sbx_error **err);
+/* The same on a stream of the caller's (`pair`: the session's from here on, failing too). */
+SBX_INTERNAL int sbx__dk_session_open_on(sbx_dk_engine *e, const char *exec_id, int pair,
+                                         sbx_error **err);
 /*
  * Starts exec `exec_id` (POST /exec/ID/start upgraded to a raw stream) on a
  * connection of its own: the curl handle (connect-only; curl_easy_send/recv

@@ -662,6 +662,25 @@ int sbx__dk_path_stat_parse(const char *hdr, unsigned long long *mode, char **li
     return 0;
 }
 
+long long sbx__dk_path_stat_size(const char *hdr)
+{
+    size_t hl = strlen(hdr);
+    if (hl > 8192)
+        return -1;
+    uint8_t *raw = malloc(BASE64_DECODE_LENGTH(hl) + 1);
+    struct base64_decode_ctx ctx;
+    size_t dl = raw ? BASE64_DECODE_LENGTH(hl) : 0;
+    base64_decode_init(&ctx);
+    bool ok = raw && base64_decode_update(&ctx, &dl, raw, hl, hdr) && base64_decode_final(&ctx);
+    json_t *j = ok ? json_loadb((const char *)raw, dl, 0, NULL) : NULL;
+    free(raw);
+    json_t *sz = json_object_get(j, "size");
+    long long size = json_is_integer(sz) && json_integer_value(sz) >= 0 ? json_integer_value(sz)
+                                                                        : -1;
+    json_decref(j);
+    return size;
+}
+
 /* An archive answer that was not a success, as the kit's codes. */
 static int archive_error(struct docker *d, const char *cid, long st, const json_t *resp,
                          const char *what, const char *p, sbx_error **err)

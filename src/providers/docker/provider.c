@@ -6,8 +6,10 @@
  * container, so exec, files and status go through the agent at fork speed
  * (the kit's client, as for linux and local) while `docker ps` shows the box
  * and `docker rm -f` ends it. For an engine elsewhere (the remote path) the
- * agent is copied in through the archive API instead and reached through an
- * Engine-API exec session (session.c). docs/providers/docker.md.
+ * agent comes from a volume of the engine named by its hash (agent_volume)
+ * and is reached through Engine-API exec sessions (session.c): one per
+ * handle, and one more per connection of its own (relay_start).
+ * docs/providers/docker.md.
  *
  * Everything that talks to the engine blocks, so it runs on the worker pool;
  * the agent is on the loop thread, as the kit requires.
@@ -18,8 +20,12 @@
 
 #include <curl/curl.h>
 #include <math.h>
+#include <nettle/sha2.h>
 #include <sys/mount.h>
+#include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 
 /* Where the agent and its socket directory appear inside the container. */
@@ -27,8 +33,8 @@
 #define RUN_IN_BOX "/.sbx"
 #define SOCKET_IN_BOX RUN_IN_BOX "/agent.sock"
 /*
- * The remote path's agent: copied (archive API) into an anonymous volume,
- * which a read-only root still takes, and removed with the container.
+ * The remote path's agent: the engine's volume sbx-agent-<sha256>
+ * (agent_volume), mounted read-only here in every box.
  */
 #define AGENT_DIR_REMOTE "/.sbx-bin"
 #define AGENT_REMOTE AGENT_DIR_REMOTE "/sbx-agent"
@@ -37,6 +43,8 @@
 
 /* --- provider state ------------------------------------------------------------- */
 
+static void relay_stop(struct dk_relay *r);
+
 
 
 void sbx__dk_box_free(void *box)
@@ -44,6 +52,7 @@ void sbx__dk_box_free(void *box)
     struct dbox *b = box;
     if (!b)
         return;
+    relay_stop(b->relay);
     sbx_box_agent_free(b->agent);
     free(b->id);
     free(b->container);
@@ -185,6 +194,8 @@ static void dk_release(void *state)
     sbx__dk_engine_free(d->engine);
     sbx__dk_config_free(&d->cfg);
     free(d->agent);
+    pthread_mutex_destroy(&d->vol_lock);
+    free(d->vol_name);
     free(d);
 }
 
@@ -193,8 +204,10 @@ static int dk_init(const char *config_json, void **state, sbx_error **err)
     struct docker *d = calloc(1, sizeof(*d));
     if (!d)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    pthread_mutex_init(&d->vol_lock, NULL);
     int rc = sbx__dk_config_parse(config_json, &d->cfg, err);
     if (rc < 0) {
+        pthread_mutex_destroy(&d->vol_lock);
         free(d);
         return rc;
     }
@@ -541,35 +554,50 @@ static bool use_remote(const struct docker *d)
     return d->cfg.remote >= 0 ? d->cfg.remote == 1 : !sbx__dk_engine_local(d->engine);
 }
 
-/* The agent binary as a one-file tar (ustar) named sbx-agent, for the archive API. */
-static int agent_tar(const char *agent, char **out, size_t *out_len, sbx_error **err)
+/* One ustar header at `t` (512 bytes, zeroed): a regular file of `size` bytes, or a hard link. */
+static void tar_header(char *t, const char *name, long long size, const char *link)
 {
-    char *bin = NULL;
-    size_t n = 0;
-    if (sbx__read_file(agent, &bin, &n) < 0)
-        return sbx__set_errno(err, SBX_ECREATE, errno, "docker: cannot read the agent %s", agent);
-    size_t padded = (n + 511) / 512 * 512;
-    size_t total = 512 + padded + 1024; /* header, data, two zero blocks */
-    char *t = calloc(1, total);
-    if (!t) {
-        free(bin);
-        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    }
-    snprintf(t, 100, "%s", "sbx-agent");
+    snprintf(t, 100, "%s", name);
     snprintf(t + 100, 8, "%07o", 0755);
     snprintf(t + 108, 8, "%07o", 0);
     snprintf(t + 116, 8, "%07o", 0);
-    snprintf(t + 124, 12, "%011zo", n);
+    snprintf(t + 124, 12, "%011llo", (unsigned long long)size);
     snprintf(t + 136, 12, "%011llo", (unsigned long long)time(NULL));
     memset(t + 148, ' ', 8);
-    t[156] = '0';
+    t[156] = link ? '1' : '0';
+    if (link)
+        snprintf(t + 157, 100, "%s", link);
     memcpy(t + 257, "ustar", 6);
     memcpy(t + 263, "00", 2);
     unsigned sum = 0;
     for (int i = 0; i < 512; i++)
         sum += (unsigned char)t[i];
     snprintf(t + 148, 8, "%06o", sum);
+}
+
+/*
+ * The agent volume's tar: the agent under a name of its own (`tmp`), then
+ * sbx-agent as a hard link to it. The engine writes the file whole before
+ * the link replaces sbx-agent, so sbx-agent is never a partial copy, even
+ * with another process filling the same volume at the same time.
+ */
+static int agent_tar(const char *agent, const char *tmp, char **out, size_t *out_len,
+                     sbx_error **err)
+{
+    char *bin = NULL;
+    size_t n = 0;
+    if (sbx__read_file(agent, &bin, &n) < 0)
+        return sbx__set_errno(err, SBX_ECREATE, errno, "docker: cannot read the agent %s", agent);
+    size_t padded = (n + 511) / 512 * 512;
+    size_t total = 512 + padded + 512 + 1024; /* file, link, two zero blocks */
+    char *t = calloc(1, total);
+    if (!t) {
+        free(bin);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    tar_header(t, tmp, (long long)n, NULL);
     memcpy(t + 512, bin, n);
+    tar_header(t + 512 + padded, "sbx-agent", 0, tmp);
     free(bin);
     *out = t;
     *out_len = total;
@@ -577,10 +605,157 @@ static int agent_tar(const char *agent, char **out, size_t *out_len, sbx_error *
 }
 
 /*
+ * The remote path's agent volume: "sbx-agent-<SHA-256 of the agent>",
+ * made once per engine and mounted read-only into every box, so a create
+ * copies nothing. The name says what the content must be; the volume
+ * is made (idempotently) on first use in this process. Blocking.
+ */
+static int agent_volume(struct docker *d, sbx_error **err)
+{
+    pthread_mutex_lock(&d->vol_lock);
+    int rc = SBX_OK;
+    if (!d->vol_name) {
+        char *bin = NULL;
+        size_t n = 0;
+        if (sbx__read_file(d->agent, &bin, &n) < 0) {
+            rc = sbx__set_errno(err, SBX_ECREATE, errno, "docker: cannot read the agent %s",
+                                d->agent);
+        } else {
+            struct sha256_ctx ctx;
+            uint8_t dg[SHA256_DIGEST_SIZE];
+            char hex[2 * SHA256_DIGEST_SIZE + 1];
+            sha256_init(&ctx);
+            sha256_update(&ctx, n, (const uint8_t *)bin);
+            sha256_digest(&ctx, sizeof(dg), dg);
+            for (size_t i = 0; i < sizeof(dg); i++)
+                snprintf(hex + 2 * i, 3, "%02x", dg[i]);
+            d->agent_size = (long long)n;
+            if (!(d->vol_name = sbx__printf("sbx-agent-%s", hex)))
+                rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        }
+        free(bin);
+    }
+    if (rc == SBX_OK && !d->vol_made) {
+        _cleanup_json_ json_t *body = json_pack("{s:s,s:{s:s,s:s}}", "Name", d->vol_name, "Labels",
+                                                "sbx.agent-volume", "1", "sbx.agent-sha256",
+                                                d->vol_name + 10);
+        long st = 0;
+        _cleanup_json_ json_t *resp = NULL;
+        if (!body)
+            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        else if ((rc = sbx__dk_request(d->engine, "POST", "/volumes/create", body, &st, &resp,
+                                       err)) == SBX_OK &&
+                 st != 201 && st != 200)
+            rc = sbx__dk_error(err, SBX_ECREATE, st, resp, "making the agent volume %s",
+                               d->vol_name);
+        if (rc == SBX_OK)
+            d->vol_made = true;
+    }
+    pthread_mutex_unlock(&d->vol_lock);
+    return rc;
+}
+
+/* Whether container `cid` sees the whole agent at AGENT_REMOTE (its stat: a file of its size). */
+static int agent_volume_check(struct docker *d, const char *cid, bool *ok, sbx_error **err)
+{
+    _cleanup_free_ char *p = sbx__printf("/containers/%s/archive?path=%s", cid, AGENT_REMOTE);
+    if (!p)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    long st = 0;
+    _cleanup_json_ json_t *resp = NULL;
+    _cleanup_free_ char *ps = NULL;
+    int rc = sbx__dk_request_fd(d->engine, "HEAD", p, -1, NULL, -1, &st, &resp, &ps, err);
+    if (rc < 0)
+        return rc;
+    unsigned long long mode = 0;
+    _cleanup_free_ char *link = NULL;
+    /* Go's mode bits: any type bit set is not a regular file. */
+    *ok = st == 200 && ps && sbx__dk_path_stat_parse(ps, &mode, &link) == 0 &&
+          !(mode & 0xff000000ULL) && sbx__dk_path_stat_size(ps) == d->agent_size;
+    return SBX_OK;
+}
+
+/*
+ * Fills the agent volume (agent_tar) through a container of `img` made for
+ * that, never started, with the volume mounted writable. Blocking.
+ */
+static int agent_volume_fill(struct docker *d, const char *img, sbx_error **err)
+{
+    /* Unique across processes and machines sharing the engine: 64 random bits. */
+    unsigned long long rnd = 0;
+    if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+        rnd = (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32);
+    char tmp[64];
+    snprintf(tmp, sizeof(tmp), ".sbx-agent.%016llx", rnd);
+    _cleanup_free_ char *tar = NULL;
+    size_t tar_len = 0;
+    int rc = agent_tar(d->agent, tmp, &tar, &tar_len, err);
+    if (rc < 0)
+        return rc;
+    _cleanup_json_ json_t *body = json_pack(
+        "{s:s,s:[s],s:[],s:{s:s},s:{s:s,s:[{s:s,s:s,s:s,s:b}]}}", "Image", img, "Entrypoint",
+        AGENT_REMOTE, "Cmd", "Labels", "sbx.agent-volume-filler", d->vol_name, "HostConfig",
+        "NetworkMode", "none", "Mounts", "Type", "volume", "Source", d->vol_name, "Target",
+        AGENT_DIR_REMOTE, "ReadOnly", 0);
+    long st = 0;
+    _cleanup_json_ json_t *resp = NULL;
+    if (!body)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if ((rc = sbx__dk_request(d->engine, "POST", "/containers/create", body, &st, &resp, err)) < 0)
+        return rc;
+    const char *cid = json_string_value(json_object_get(resp, "Id"));
+    if (st != 201 || !cid)
+        return sbx__dk_error(err, SBX_ECREATE, st, resp,
+                             "making a container of image '%s' to fill the agent volume %s", img,
+                             d->vol_name);
+    _cleanup_free_ char *ap = sbx__printf("/containers/%s/archive?path=%s", cid, AGENT_DIR_REMOTE);
+    _cleanup_json_ json_t *aresp = NULL;
+    if (!ap)
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    else if ((rc = sbx__dk_request_raw(d->engine, "PUT", ap, tar, tar_len, "application/x-tar",
+                                       &st, &aresp, err)) == SBX_OK &&
+             st != 200)
+        rc = sbx__dk_error(err, SBX_ECREATE, st, aresp, "copying sbx-agent into the volume %s",
+                           d->vol_name);
+    sbx__dk_remove(d->engine, cid, NULL);
+    return rc;
+}
+
+/*
+ * The agent volume as box container `cid` (made, not started) sees it,
+ * checked on every create (a HEAD, ~2 ms), filled when it is not whole:
+ * the fill is serialized in this process and checked again after it.
+ * SBX_ECREATE when it still is not whole.
+ */
+static int agent_volume_ready(struct docker *d, const char *cid, const char *img, sbx_error **err)
+{
+    bool ok = false;
+    int rc = agent_volume_check(d, cid, &ok, err);
+    if (rc < 0 || ok)
+        return rc;
+    pthread_mutex_lock(&d->vol_lock);
+    /* Another create of this process may have filled it meanwhile. */
+    rc = agent_volume_check(d, cid, &ok, err);
+    if (rc == SBX_OK && !ok) {
+        sbx_log(SBX_LOG_DEBUG, "docker: filling the agent volume %s", d->vol_name);
+        if ((rc = agent_volume_fill(d, img, err)) == SBX_OK &&
+            (rc = agent_volume_check(d, cid, &ok, err)) == SBX_OK && !ok)
+            rc = sbx__set_error(err, SBX_ECREATE,
+                                "docker: the agent volume %s does not hold the agent (%lld "
+                                "bytes at sbx-agent) after filling it; remove it "
+                                "(`docker volume rm %s`) and try again",
+                                d->vol_name, d->agent_size, d->vol_name);
+    }
+    pthread_mutex_unlock(&d->vol_lock);
+    return rc;
+}
+
+/*
  * Makes and starts box r's container (worker thread): the image (pulled
- * when missing), the create body, for the remote path the agent copied in
- * before the start; checks it runs. Writes its id (malloc'd) and its PID 1
- * as the host sees it. On failure nothing is left (the container removed).
+ * when missing), the create body, for the remote path the agent volume
+ * mounted and checked before the start; checks it runs. Writes its id
+ * (malloc'd) and its PID 1 as the host sees it. On failure nothing is left
+ * (the container removed).
  */
 static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const char *box_dir,
                           const sbx_spec *spec, bool remote, bool noagent, char **cid_out,
@@ -605,9 +780,8 @@ static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const
     /* Unmounted by the stop hook, which the kit runs on any failure from here on too. */
     if (run)
         run_dir_mount(run);
-    _cleanup_free_ char *tar = NULL;
-    size_t tar_len = 0;
-    if (remote && !noagent && (rc = agent_tar(d->agent, &tar, &tar_len, err)) < 0)
+    bool agent_vol = remote && !noagent;
+    if (agent_vol && (rc = agent_volume(d, err)) < 0)
         return rc;
     const char *const *entry = sbx_spec_entrypoint(spec);
     double ttl;
@@ -620,6 +794,20 @@ static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const
     _cleanup_free_ char *q = sbx__printf("/containers/create?name=%s", r->id);
     if (!body || !q)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (agent_vol) {
+        /* The agent volume, read-only, in place of the anonymous one the body names. */
+        json_t *hc = json_object_get(body, "HostConfig");
+        json_t *mounts = json_object_get(hc, "Mounts");
+        json_t *m = json_pack("{s:s,s:s,s:s,s:b}", "Type", "volume", "Source", d->vol_name,
+                              "Target", AGENT_DIR_REMOTE, "ReadOnly", 1);
+        json_object_del(body, "Volumes");
+        if (!m)
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        if (json_is_array(mounts))
+            json_array_append_new(mounts, m);
+        else
+            json_object_set_new(hc, "Mounts", json_pack("[o]", m));
+    }
     long st = 0;
     _cleanup_json_ json_t *resp = NULL;
     if ((rc = sbx__dk_request(d->engine, "POST", q, body, &st, &resp, err)) < 0)
@@ -634,21 +822,9 @@ static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const
         sbx__dk_remove(d->engine, cid, NULL);
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
-    if (tar) {
-        _cleanup_free_ char *ap = sbx__printf("/containers/%s/archive?path=%s", cid,
-                                              AGENT_DIR_REMOTE);
-        _cleanup_json_ json_t *aresp = NULL;
-        if (!ap)
-            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
-        else if ((rc = sbx__dk_request_raw(d->engine, "PUT", ap, tar, tar_len,
-                                           "application/x-tar", &st, &aresp, err)) == SBX_OK &&
-                 st != 200)
-            rc = sbx__dk_error(err, SBX_ECREATE, st, aresp,
-                               "copying sbx-agent into container %.12s of image '%s'", cid, img);
-        if (rc < 0) {
-            sbx__dk_remove(d->engine, cid, NULL);
-            return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
-        }
+    if (agent_vol && (rc = agent_volume_ready(d, cid, img, err)) < 0) {
+        sbx__dk_remove(d->engine, cid, NULL);
+        return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
     }
     _cleanup_free_ char *sp = sbx__printf("/containers/%s/start", cid);
     _cleanup_json_ json_t *sresp = NULL;
@@ -1291,6 +1467,8 @@ static void connect_work(sbx_op *op, void *data)
                                                            "WorkingDir"));
         if (j->b && noagent)
             j->b->noagent = true;
+        if (j->b && remote)
+            j->b->bind_agent = run != NULL;
         if (!j->b || (noagent && wd && wd[0] && !(j->b->workdir = strdup(wd))) ||
             (!remote && !noagent &&
              (!(j->socket = sbx__printf("%s/agent.sock", run)) ||
@@ -1376,15 +1554,143 @@ static void dk_connect(sbx_op *op, void *state, const char *descriptor_json)
 /* --- connections of their own: PTYs, background processes, port forwarding ---------------- */
 
 /*
+ * The remote path's relay: a unix socket of this process (a private
+ * directory under $TMPDIR), whose every connection (from this process only:
+ * SO_PEERCRED) gets an exec session of `sbx-agent relay` to the init
+ * agent's socket in the box. The core then speaks to the init agent as on
+ * the socket path, so PTY sessions and background processes live in the
+ * box's init and outlive the connection, as there.
+ */
+struct dk_relay {
+    struct docker *d;
+    char *container;
+    const char *agent; /* the agent's path in the box */
+    char *dir, *path;
+    int lfd;
+    pthread_t thread;
+};
+
+static void *relay_main(void *arg)
+{
+    struct dk_relay *r = arg;
+    for (;;) {
+        int c = accept4(r->lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (c < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            break; /* shut down: relay_stop */
+        }
+        struct ucred cred = {0};
+        socklen_t cl = sizeof(cred);
+        if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 || cred.pid != getpid()) {
+            sbx_log(SBX_LOG_WARNING, "docker: refused a relay connection from pid %d (not this "
+                                     "process)",
+                    (int)cred.pid);
+            close(c);
+            continue;
+        }
+        json_t *cmd = json_pack("[sss]", r->agent, "relay", SOCKET_IN_BOX);
+        _cleanup_json_ json_t *body =
+            cmd ? json_pack("{s:b,s:b,s:b,s:b,s:s,s:o}", "AttachStdin", 1, "AttachStdout", 1,
+                            "AttachStderr", 1, "Tty", 0, "User", "0", "Cmd", cmd)
+                : NULL;
+        _cleanup_free_ char *ec = esc(r->container);
+        _cleanup_free_ char *q = ec ? sbx__printf("/containers/%s/exec", ec) : NULL;
+        sbx_error *e = NULL;
+        long st = 0;
+        _cleanup_json_ json_t *resp = NULL;
+        int rc = body && q ? sbx__dk_request(r->d->engine, "POST", q, body, &st, &resp, &e)
+                           : sbx__set_error(&e, SBX_ENOMEM, "out of memory");
+        const char *id = json_string_value(json_object_get(resp, "Id"));
+        if (rc == SBX_OK && (st != 201 || !id))
+            rc = sbx__dk_error(&e, SBX_EPROVIDER, st, resp,
+                               "starting a relay to the agent in container %.12s", r->container);
+        if (rc == SBX_OK) {
+            rc = sbx__dk_session_open_on(r->d->engine, id, c, &e); /* c is the session's */
+            c = -1;
+        }
+        if (rc < 0)
+            sbx_log(SBX_LOG_WARNING, "docker: a connection to the agent of container %.12s: %s",
+                    r->container, sbx_error_message(e));
+        sbx_error_free(e);
+        if (c >= 0)
+            close(c);
+    }
+    return NULL;
+}
+
+static int relay_start(struct docker *d, struct dbox *b, sbx_error **err)
+{
+    struct dk_relay *r = calloc(1, sizeof(*r));
+    if (!r)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    r->d = d;
+    r->lfd = -1;
+    r->agent = b->bind_agent ? AGENT_IN_BOX : AGENT_REMOTE;
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || tmp[0] != '/' || strlen(tmp) > 60)
+        tmp = "/tmp";
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int rc = SBX_OK;
+    if (!(r->container = strdup(b->container)) ||
+        !(r->dir = sbx__printf("%s/sbx-docker-relay-XXXXXX", tmp)))
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    else if (!mkdtemp(r->dir)) {
+        rc = sbx__set_errno(err, SBX_EIO, errno, "docker: cannot make %s", r->dir);
+        free(r->dir);
+        r->dir = NULL;
+    } else if (!(r->path = sbx__printf("%s/agent.sock", r->dir)))
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (rc == SBX_OK) {
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", r->path);
+        r->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (r->lfd < 0 || bind(r->lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+            listen(r->lfd, 64) < 0)
+            rc = sbx__set_errno(err, SBX_EIO, errno, "docker: cannot listen on %s", r->path);
+    }
+    if (rc == SBX_OK && pthread_create(&r->thread, NULL, relay_main, r) != 0)
+        rc = sbx__set_error(err, SBX_EIO, "docker: cannot start the relay thread");
+    if (rc < 0) {
+        if (r->lfd >= 0)
+            close(r->lfd);
+        if (r->path)
+            unlink(r->path);
+        if (r->dir)
+            rmdir(r->dir);
+        free(r->path);
+        free(r->dir);
+        free(r->container);
+        free(r);
+        return rc;
+    }
+    b->relay = r;
+    return SBX_OK;
+}
+
+/* Ends the listener (connections already relayed go on until either side ends them). */
+static void relay_stop(struct dk_relay *r)
+{
+    if (!r)
+        return;
+    shutdown(r->lfd, SHUT_RDWR); /* wakes the accept */
+    pthread_join(r->thread, NULL);
+    close(r->lfd);
+    unlink(r->path);
+    rmdir(r->dir);
+    free(r->path);
+    free(r->dir);
+    free(r->container);
+    free(r);
+}
+
+/*
  * [pty] Where the box's agent listens, for a connection of its own: the
  * socket on the host directory mounted at /.sbx, the container's PID 1 the
  * only process accepted there. The remote path has no such socket on this
- * machine (the agent is reached through an exec session, one stream): what
- * needs a connection of its own is not available there.
+ * machine: the relay's socket of this process instead (relay_start).
  */
 static void dk_agent_address(sbx_op *op, void *state, void *box)
 {
-    (void)state;
     struct dbox *b = box;
     if (b->noagent) {
         sbx_op_complete(op, SBX_ENOTSUP,
@@ -1397,15 +1703,17 @@ static void dk_agent_address(sbx_op *op, void *state, void *box)
         return;
     }
     if (!b->socket || b->pid <= 0) {
-        sbx_op_complete(op, SBX_ENOTSUP,
-                        sbx_error_new(SBX_ENOTSUP,
-                                      "docker box %s is reached through an Engine-API exec "
-                                      "session (the remote path): PTY sessions, background "
-                                      "processes and port forwarding need the agent's socket "
-                                      "on this machine, which only a local engine gives "
-                                      "(docs/providers/docker.md)",
-                                      b->id),
-                        NULL);
+        /* The remote path: a socket of this process, relayed to the box's agent. */
+        sbx_error *e = NULL;
+        int rc = b->relay ? SBX_OK : relay_start(state, b, &e);
+        json_t *j = rc == SBX_OK ? json_pack("{s:s, s:I}", "socket", b->relay->path, "pid",
+                                             (json_int_t)getpid())
+                                 : NULL;
+        char *text = j ? sbx__json_dump(j) : NULL;
+        json_decref(j);
+        if (rc == SBX_OK && !text)
+            rc = SBX_ENOMEM;
+        sbx_op_complete(op, rc, e, text);
         return;
     }
     json_t *j = json_pack("{s:s, s:I}", "socket", b->socket, "pid", (json_int_t)b->pid);

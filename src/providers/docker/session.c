@@ -97,8 +97,10 @@ static int send_all(struct session *s, const char *p, size_t n)
 static void *pump(void *arg)
 {
     struct session *s = arg;
-    char buf[65536];
-    for (;;) {
+    /* Bulk transfers come in the engine's frames of up to 32 KiB: take many at once. */
+    enum { BUF = 1 << 20 };
+    char *buf = malloc(BUF);
+    for (; buf;) {
         struct pollfd pf[2] = {{.fd = s->pair, .events = POLLIN}, {.fd = s->sock, .events = POLLIN}};
         if (poll(pf, 2, -1) < 0) {
             if (errno == EINTR)
@@ -106,7 +108,7 @@ static void *pump(void *arg)
             break;
         }
         if (pf[0].revents) {
-            ssize_t r = read(s->pair, buf, sizeof(buf));
+            ssize_t r = read(s->pair, buf, BUF);
             if (r <= 0 || send_all(s, buf, (size_t)r) < 0)
                 break;
         }
@@ -115,7 +117,7 @@ static void *pump(void *arg)
             int done = 0;
             for (;;) {
                 size_t got = 0;
-                CURLcode cc = curl_easy_recv(s->c, buf, sizeof(buf), &got);
+                CURLcode cc = curl_easy_recv(s->c, buf, BUF, &got);
                 if (cc == CURLE_AGAIN)
                     break;
                 if (cc != CURLE_OK || got == 0 ||
@@ -129,6 +131,7 @@ static void *pump(void *arg)
         }
     }
     /* Either side ended: the kit sees the stream close, the engine ends the session. */
+    free(buf);
     close(s->pair);
     curl_easy_cleanup(s->c);
     free(s);
@@ -238,23 +241,37 @@ int sbx__dk_exec_attach(sbx_dk_engine *e, const char *exec_id, void **curl, int 
 
 int sbx__dk_session_open(sbx_dk_engine *e, const char *exec_id, int *fd, sbx_error **err)
 {
+    int sv[2] = {-1, -1};
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return sbx__set_errno(err, SBX_EIO, errno, "cannot make a socket pair");
+    int rc = sbx__dk_session_open_on(e, exec_id, sv[1], err);
+    if (rc < 0) {
+        close(sv[0]);
+        return rc;
+    }
+    *fd = sv[0];
+    return SBX_OK;
+}
+
+int sbx__dk_session_open_on(sbx_dk_engine *e, const char *exec_id, int pair, sbx_error **err)
+{
     void *c = NULL;
     int sock = -1;
     char *early = NULL;
     size_t early_len = 0;
     int rc = sbx__dk_exec_attach(e, exec_id, &c, &sock, &early, &early_len, err);
-    if (rc < 0)
-        return rc;
-    struct session *s = calloc(1, sizeof(*s));
-    int sv[2] = {-1, -1};
-    if (!s || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-        rc = sbx__set_errno(err, SBX_EIO, errno, "cannot make a socket pair");
-        free(s);
-        free(early);
-        curl_easy_cleanup(c);
+    if (rc < 0) {
+        close(pair);
         return rc;
     }
-    *s = (struct session){.c = c, .sock = sock, .pair = sv[1]};
+    struct session *s = calloc(1, sizeof(*s));
+    if (!s) {
+        free(early);
+        curl_easy_cleanup(c);
+        close(pair);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
+    *s = (struct session){.c = c, .sock = sock, .pair = pair};
     sbx__dk_demux_init(&s->dx);
     rc = sbx__dk_demux_feed(&s->dx, (const uint8_t *)early, early_len, to_pair, s) < 0
              ? SBX_EPROVIDER
@@ -264,14 +281,12 @@ int sbx__dk_session_open(sbx_dk_engine *e, const char *exec_id, int *fd, sbx_err
     if (rc == SBX_OK && pthread_create(&t, NULL, pump, s) != 0)
         rc = SBX_EIO;
     if (rc < 0) {
-        close(sv[0]);
-        close(sv[1]);
+        close(pair);
         curl_easy_cleanup(c);
         free(s);
         return sbx__set_error(err, rc, "docker engine at %s: exec session %.12s did not start",
                               sbx__dk_engine_host(e), exec_id);
     }
     pthread_detach(t);
-    *fd = sv[0];
     return SBX_OK;
 }
