@@ -19,12 +19,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/stat.h>
@@ -383,6 +385,111 @@ static void test_bad_config(void)
     sbx_sandbox_free(sb);
     sbx_spec_free(spec);
     sbx_provider_free(p);
+}
+
+/*
+ * A unix-socket proxy to the private engine that holds every request but
+ * the container's create for `delay_ms` before passing it on: each request
+ * stays well inside a bound that their sum passes. A child of its own
+ * (killed by the caller); one grandchild per connection.
+ */
+static pid_t slow_proxy(const char *path, int delay_ms)
+{
+    int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (l < 0 || strlen(path) >= sizeof(sa.sun_path))
+        TAP_FAIL("proxy socket %s", path);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    if (bind(l, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(l, 64) < 0)
+        TAP_FAIL("proxy bind %s: %s", path, strerror(errno));
+    struct sockaddr_un ua = {.sun_family = AF_UNIX};
+    char engine[600];
+    snprintf(engine, sizeof(engine), "%s/docker.sock", dir);
+    if (strlen(engine) >= sizeof(ua.sun_path))
+        TAP_SKIP("the engine's socket path is too long for a unix socket");
+    memcpy(ua.sun_path, engine, strlen(engine) + 1);
+    pid_t pid = fork();
+    if (pid != 0) {
+        close(l);
+        return pid;
+    }
+    /* It ends with the test (a failed assert exits it), and holds none of its output. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    dup2(null, STDOUT_FILENO);
+    dup2(null, STDERR_FILENO);
+    struct sigaction ign = {.sa_handler = SIG_IGN}; /* no zombies of the connections */
+    sigaction(SIGCHLD, &ign, NULL);
+    for (;;) {
+        int c = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+        if (c < 0)
+            continue;
+        if (fork() != 0) {
+            close(c);
+            continue;
+        }
+        char buf[65536];
+        ssize_t n = read(c, buf, sizeof(buf) - 1);
+        if (n <= 0)
+            _exit(0);
+        buf[n] = 0;
+        if (!strstr(buf, "/containers/create"))
+            usleep((useconds_t)delay_ms * 1000);
+        int u = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (connect(u, (struct sockaddr *)&ua, sizeof(ua)) < 0 || write(u, buf, (size_t)n) != n)
+            _exit(1);
+        struct pollfd pf[2] = {{.fd = c, .events = POLLIN}, {.fd = u, .events = POLLIN}};
+        while (poll(pf, 2, -1) > 0) {
+            for (int i = 0; i < 2; i++) {
+                if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                    continue;
+                n = read(pf[i].fd, buf, sizeof(buf));
+                if (n <= 0 || write(pf[1 - i].fd, buf, (size_t)n) != n)
+                    _exit(0);
+            }
+        }
+        _exit(0);
+    }
+}
+
+/*
+ * create.start_timeout_s bounds the whole create (the reference's `docker
+ * run`, pull included), not each request: through a proxy that holds each
+ * request 1 s, a create of five requests with 3.5 s fails, says in which
+ * step, and leaves no container and no record.
+ */
+static void test_create_deadline(void)
+{
+    need_engine();
+    char path[1024], cfg[1500];
+    snprintf(path, sizeof(path), "%s/slow.sock", tap_tmpdir());
+    pid_t proxy = slow_proxy(path, 1000);
+    snprintf(cfg, sizeof(cfg),
+             "{\"docker\": {\"host\": \"unix://%s\", \"create\": {\"network\": \"none\", "
+             "\"start_timeout_s\": 3.5}}}",
+             path);
+    sbx_provider *p = NULL;
+    TAP_OK(sbx_provider_new(cfg, &p, &e_));
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_metadata(spec, "case", "deadline");
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ETIMEDOUT);
+    TAP_CONTAINS(sbx_error_message(e), "create.start_timeout_s (3.5s) ran out while");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(spec);
+    char out[4096];
+    TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=deadline"), 0);
+    TAP_EQ_STR(out, "");
+    char *list = NULL;
+    TAP_OK(sbx_provider_list(p, NULL, &list, &e_));
+    TAP_EQ_STR(list, "[]");
+    free(list);
+    sbx_provider_free(p);
+    kill(proxy, SIGKILL);
+    waitpid(proxy, NULL, 0);
 }
 
 static void test_serialize_connect(void)
@@ -1696,6 +1803,7 @@ int main(int argc, char **argv)
         TAP_T(test_exec, 120),         TAP_T(test_files, 120),
         TAP_T(test_mapping, 120),      TAP_T(test_half_created, 120),
         TAP_T(test_missing_image, 120), TAP_T(test_bad_config, 120),
+        TAP_T(test_create_deadline, 120),
         TAP_T(test_serialize_connect, 120), TAP_T(test_removed_behind_back, 120),
         TAP_T(test_list_stop_id, 120), TAP_T(test_entrypoint, 120),
         TAP_T(test_many, 600),         TAP_T(test_engine_restart, 300),

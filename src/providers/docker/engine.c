@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <time.h>
 
 /* An engine answer larger than this is not one we asked for (inspect is a few KiB). */
 #define ENGINE_MAX_BODY ((size_t)8 << 20)
@@ -232,6 +233,73 @@ void sbx__dk_engine_set_timeout(sbx_dk_engine *e, double seconds)
     e->timeout_ms = seconds > 0 ? (long)(seconds * 1000.0) : 0;
 }
 
+/*
+ * A whole operation's deadline (a create's create.start_timeout_s), kept
+ * per thread: the create's engine requests all run on one worker thread,
+ * and nothing else on it is bounded by it.
+ */
+static _Thread_local struct sbx_dk_deadline tl_deadline;
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct sbx_dk_deadline sbx__dk_deadline_set(double seconds)
+{
+    struct sbx_dk_deadline old = tl_deadline;
+    tl_deadline = seconds > 0 ? (struct sbx_dk_deadline){mono_now() + seconds, seconds}
+                              : (struct sbx_dk_deadline){0, 0};
+    return old;
+}
+
+struct sbx_dk_deadline sbx__dk_deadline_swap(struct sbx_dk_deadline d)
+{
+    struct sbx_dk_deadline old = tl_deadline;
+    tl_deadline = d;
+    return old;
+}
+
+/*
+ * The bound of the next request: the engine's per-request one, cut to what
+ * is left of the thread's deadline. SBX_ETIMEDOUT when nothing is left.
+ */
+static int request_bound(const sbx_dk_engine *e, const char *method, const char *path,
+                         long *ms, sbx_error **err)
+{
+    *ms = e->timeout_ms;
+    if (tl_deadline.at <= 0)
+        return SBX_OK;
+    double left = tl_deadline.at - mono_now();
+    if (left <= 0.001)
+        return sbx__set_error(err, SBX_ETIMEDOUT,
+                              "docker engine at %s: no time was left for %s %s of the %gs "
+                              "(create.start_timeout_s)",
+                              e->host, method, path, tl_deadline.budget);
+    long lms = (long)(left * 1000.0);
+    if (*ms <= 0 || lms < *ms)
+        *ms = lms > 0 ? lms : 1;
+    return SBX_OK;
+}
+
+/* The timeout's message: the whole create's bound when that is what ran out. */
+static int timed_out(const sbx_dk_engine *e, const char *method, const char *path,
+                     sbx_error **err)
+{
+    /* Within a create every request's bound is what is left of the create's. */
+    if (tl_deadline.at > 0)
+        return sbx__set_error(err, SBX_ETIMEDOUT,
+                              "docker engine at %s: %s %s ran past the create's %gs "
+                              "(create.start_timeout_s)",
+                              e->host, method, path, tl_deadline.budget);
+    return sbx__set_error(err, SBX_ETIMEDOUT,
+                          "docker engine at %s: %s %s took more than %gs "
+                          "(create.start_timeout_s)",
+                          e->host, method, path, e->timeout_ms / 1000.0);
+}
+
 const char *sbx__dk_engine_host(const sbx_dk_engine *e)
 {
     return e->host;
@@ -352,8 +420,14 @@ static int exchange(sbx_dk_engine *e, const char *method, const char *url_path, 
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, s);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
-    if (e->timeout_ms > 0)
-        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, e->timeout_ms);
+    long ms = 0;
+    if (request_bound(e, method, url_path, &ms, err) < 0) {
+        curl_slist_free_all(hdr);
+        curl_easy_cleanup(c);
+        return SBX_ETIMEDOUT;
+    }
+    if (ms > 0)
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, ms);
     CURLcode cc = curl_easy_perform(c);
     long st = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
@@ -368,10 +442,7 @@ static int exchange(sbx_dk_engine *e, const char *method, const char *url_path, 
                               "docker engine at %s: the answer to %s %s passed %zu MiB; refused",
                               e->host, method, url_path, ENGINE_MAX_BODY >> 20);
     if (cc == CURLE_OPERATION_TIMEDOUT)
-        return sbx__set_error(err, SBX_ETIMEDOUT,
-                              "docker engine at %s: %s %s took more than %gs "
-                              "(create.start_timeout_s)",
-                              e->host, method, url_path, e->timeout_ms / 1000.0);
+        return timed_out(e, method, url_path, err);
     if (cc != CURLE_OK)
         return sbx__set_error(err, SBX_EPROVIDER,
                               "cannot reach the docker engine at %s (%s %s): %s; is dockerd "
@@ -699,18 +770,22 @@ int sbx__dk_request_fd(sbx_dk_engine *e, const char *method, const char *path, i
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, fd_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &io);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
-    if (e->timeout_ms > 0)
-        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, e->timeout_ms);
+    long ms = 0;
+    if (request_bound(e, method, path, &ms, err) < 0) {
+        curl_slist_free_all(hdr);
+        curl_easy_cleanup(c);
+        sbx__buf_free(&io.err_body);
+        return SBX_ETIMEDOUT;
+    }
+    if (ms > 0)
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, ms);
     CURLcode cc = curl_easy_perform(c);
     long st = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
     curl_slist_free_all(hdr);
     curl_easy_cleanup(c);
     if (cc == CURLE_OPERATION_TIMEDOUT)
-        rc = sbx__set_error(err, SBX_ETIMEDOUT,
-                            "docker engine at %s: %s %s took more than %gs "
-                            "(create.start_timeout_s)",
-                            e->host, method, path, e->timeout_ms / 1000.0);
+        rc = timed_out(e, method, path, err);
     else if (cc == CURLE_ABORTED_BY_CALLBACK || (cc == CURLE_WRITE_ERROR && io.out_broke))
         rc = sbx__set_error(err, SBX_EIO, "docker engine at %s: %s %s stopped (the local side "
                                           "of the copy failed)",

@@ -83,7 +83,10 @@ int sbx__dk_remove(sbx_dk_engine *e, const char *c, sbx_error **err)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     long st = 0;
     _cleanup_json_ json_t *resp = NULL;
+    /* A create out of time still removes what it made: not bounded by its deadline. */
+    struct sbx_dk_deadline dl = sbx__dk_deadline_swap((struct sbx_dk_deadline){0, 0});
     int rc = sbx__dk_request(e, "DELETE", path, NULL, &st, &resp, err);
+    sbx__dk_deadline_swap(dl);
     if (rc < 0)
         return rc;
     if (st == 204 || st == 200 || st == 404)
@@ -582,9 +585,10 @@ static int agent_tar(const char *agent, char **out, size_t *out_len, sbx_error *
  * before the start; checks it runs. Writes its id (malloc'd) and its PID 1
  * as the host sees it. On failure nothing is left (the container removed).
  */
-static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const char *box_dir,
-                          const sbx_spec *spec, bool remote, bool noagent, char **cid_out,
-                          pid_t *pid_out, char **user_out, sbx_error **err)
+static int make_container_steps(struct docker *d, sbx_op *op, sbx_box_record *r,
+                                const char *box_dir, const sbx_spec *spec, bool remote,
+                                bool noagent, char **cid_out, pid_t *pid_out, char **user_out,
+                                const char **step, sbx_error **err)
 {
     if (noagent)
         remote = true; /* nothing of this machine goes in: no socket directory, no agent */
@@ -593,6 +597,7 @@ static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const
     if (rc < 0)
         return rc;
     _cleanup_json_ json_t *ic = NULL;
+    *step = "inspecting (or pulling) the image";
     rc = image_config(d, img, op, &ic, err);
     if (rc < 0)
         return rc == SBX_ENOENT ? SBX_ECREATE : rc;
@@ -622,6 +627,7 @@ static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     long st = 0;
     _cleanup_json_ json_t *resp = NULL;
+    *step = "creating the container";
     if ((rc = sbx__dk_request(d->engine, "POST", q, body, &st, &resp, err)) < 0)
         return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
     const char *cid = json_string_value(json_object_get(resp, "Id"));
@@ -635,6 +641,7 @@ static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
     if (tar) {
+        *step = "copying the agent into the container";
         _cleanup_free_ char *ap = sbx__printf("/containers/%s/archive?path=%s", cid,
                                               AGENT_DIR_REMOTE);
         _cleanup_json_ json_t *aresp = NULL;
@@ -653,14 +660,17 @@ static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const
     _cleanup_free_ char *sp = sbx__printf("/containers/%s/start", cid);
     _cleanup_json_ json_t *sresp = NULL;
     json_t *info = NULL;
+    *step = "starting the container";
     if (!sp)
         rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
     else if ((rc = sbx__dk_request(d->engine, "POST", sp, NULL, &st, &sresp, err)) == SBX_OK &&
              st != 204 && st != 304)
         rc = sbx__dk_error(err, SBX_ECREATE, st, sresp,
                            "starting container %.12s of image '%s'", cid, img);
-    if (rc == SBX_OK)
+    if (rc == SBX_OK) {
+        *step = "inspecting the started container";
         rc = sbx__dk_inspect(d->engine, cid, &info, err);
+    }
     json_t *state = json_object_get(info, "State");
     json_int_t pid = json_integer_value(json_object_get(state, "Pid"));
     if (rc == SBX_OK && (!json_is_true(json_object_get(state, "Running")) || pid <= 0))
@@ -692,6 +702,30 @@ static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const
     }
     *pid_out = (pid_t)pid;
     return SBX_OK;
+}
+
+/*
+ * make_container_steps within create.start_timeout_s for the whole of it,
+ * as the reference bounds its `docker run` (the pull included): each
+ * request gets what is left. When it runs out, the half-made container is
+ * removed (the removal itself unbounded by it), the kit removes the
+ * record, and the error says which step it ran out in.
+ */
+static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const char *box_dir,
+                          const sbx_spec *spec, bool remote, bool noagent, char **cid_out,
+                          pid_t *pid_out, char **user_out, sbx_error **err)
+{
+    const char *step = "resolving the image";
+    struct sbx_dk_deadline old = sbx__dk_deadline_set(d->cfg.start_timeout_s);
+    int rc = make_container_steps(d, op, r, box_dir, spec, remote, noagent, cid_out, pid_out,
+                                  user_out, &step, err);
+    sbx__dk_deadline_swap(old);
+    if (rc == SBX_ETIMEDOUT && err && *err)
+        *err = sbx_error_prefix(*err,
+                                "creating docker box %s: create.start_timeout_s (%gs) ran out "
+                                "while %s",
+                                r->id, d->cfg.start_timeout_s, step);
+    return rc;
 }
 
 /* The kit's start hook for a local engine (worker thread): the agent's socket on the mount. */
