@@ -1420,15 +1420,24 @@ static void test_context(void)
                 "{\"docker\": {\"Host\": \"tcp://127.0.0.1:%d\"}}}' > "
                 "$c/contexts/meta/$h/meta.json; "
                 "if [ -d %s/certs ]; then cp %s/certs/ca.pem %s/certs/cert.pem %s/certs/key.pem "
-                "$c/contexts/tls/$h/docker/; fi",
-                t, dir, tls_port, dir, dir, dir, dir),
+                "$c/contexts/tls/$h/docker/; fi; "
+                /* No CA: with SkipTLSVerify (the engine's certificate unchecked), and without. */
+                "for n in sbxskip sbxnoca; do h=$(printf $n | sha256sum | cut -d' ' -f1); "
+                "mkdir -p $c/contexts/meta/$h $c/contexts/tls/$h/docker; "
+                "s=false; [ $n = sbxskip ] && s=true; echo \"{\\\"Name\\\": \\\"$n\\\", "
+                "\\\"Endpoints\\\": {\\\"docker\\\": {\\\"Host\\\": "
+                "\\\"tcp://127.0.0.1:%d\\\", \\\"SkipTLSVerify\\\": $s}}}\" > "
+                "$c/contexts/meta/$h/meta.json; "
+                "if [ -d %s/certs ]; then cp %s/certs/cert.pem %s/certs/key.pem "
+                "$c/contexts/tls/$h/docker/; fi; done",
+                t, dir, tls_port, dir, dir, dir, dir, tls_port, dir, dir, dir),
         0);
     char cfgdir[1024];
     snprintf(cfgdir, sizeof(cfgdir), "%s/dcfg", t);
     setenv("DOCKER_CONFIG", cfgdir, 1);
     const char *cfg = "{\"docker\": {\"create\": {\"network\": \"none\"}}}";
-    const char *ctxs[] = {NULL, "sbxtls"};
-    for (int i = 0; i < 2; i++) {
+    const char *ctxs[] = {NULL, "sbxtls", "sbxskip"};
+    for (int i = 0; i < 3; i++) {
         if (ctxs[i] && tls_port <= 0)
             continue;
         if (ctxs[i])
@@ -1444,10 +1453,27 @@ static void test_context(void)
         stop_free(sb);
         sbx_provider_free(p);
     }
-    /* A context that is not there: the constructor says which. */
-    setenv("DOCKER_CONTEXT", "sbx-no-such-context", 1);
     sbx_provider *p = NULL;
     sbx_error *e = NULL;
+    /* No CA and no SkipTLSVerify: the engine's certificate does not verify, and the error says what to do. */
+    if (tls_port > 0) {
+        setenv("DOCKER_CONTEXT", "sbxnoca", 1);
+        TAP_OK(sbx_provider_new(cfg, &p, &e_));
+        sbx_spec *spec = image_spec();
+        sbx_sandbox *sb = NULL;
+        TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+        TAP_NE_INT(sbx_sandbox_start(sb, NULL, &e), SBX_OK);
+        TAP_CONTAINS(sbx_error_message(e), "did not verify");
+        TAP_CONTAINS(sbx_error_message(e), "SkipTLSVerify");
+        sbx_error_free(e);
+        e = NULL;
+        sbx_sandbox_free(sb);
+        sbx_spec_free(spec);
+        sbx_provider_free(p);
+        p = NULL;
+    }
+    /* A context that is not there: the constructor says which. */
+    setenv("DOCKER_CONTEXT", "sbx-no-such-context", 1);
     TAP_NE_INT(sbx_provider_new(cfg, &p, &e), SBX_OK);
     TAP_CONTAINS(sbx_error_message(e), "sbx-no-such-context");
     sbx_error_free(e);

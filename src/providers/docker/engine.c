@@ -25,6 +25,8 @@ struct sbx_dk_engine {
     char *socket; /* unix socket path, or NULL */
     char *base;   /* "http://localhost" (unix) or "http(s)://h:p" */
     char *cert, *key, *ca; /* TLS client files, or NULL */
+    bool insecure;         /* a context's SkipTLSVerify: the engine's certificate is not checked */
+    char *tls_hint;        /* what to do when the engine's certificate fails to verify, or NULL */
     bool local;
     long timeout_ms; /* a bound on each request (0: none); exec sessions are not bounded */
     pthread_mutex_t lock;
@@ -84,6 +86,7 @@ void sbx__dk_engine_free(sbx_dk_engine *e)
     free(e->cert);
     free(e->key);
     free(e->ca);
+    free(e->tls_hint);
     free(e);
 }
 
@@ -101,6 +104,17 @@ static json_t *load_small_json(const char *path)
     return j;
 }
 
+/* dir/name when it is a readable file (malloc'd), else NULL. */
+static char *readable_file(const char *dir, const char *name)
+{
+    char *p = sbx__printf("%s/%s", dir, name);
+    if (p && access(p, R_OK) != 0) {
+        free(p);
+        p = NULL;
+    }
+    return p;
+}
+
 /*
  * The engine of the docker CLI's current context, as the CLI finds it when
  * DOCKER_HOST is unset: $DOCKER_CONTEXT, else config.json's
@@ -108,10 +122,11 @@ static json_t *load_small_json(const char *path)
  * means the default socket. A context's endpoint is in
  * contexts/meta/<sha256 of its name>/meta.json, its TLS files in
  * contexts/tls/<same>/docker/. Writes the host (malloc'd) and, when the
- * context has TLS files, their directory (malloc'd). 0 when no context
- * applies; -1 (with `err`) for a context named but not found.
+ * context has TLS files, their directory (malloc'd), and its
+ * SkipTLSVerify. 0 when no context applies; -1 (with `err`) for a context
+ * named but not found.
  */
-static int context_host(char **host, char **tls_dir, sbx_error **err)
+static int context_host(char **host, char **tls_dir, bool *skip_verify, sbx_error **err)
 {
     const char *cfgdir = getenv("DOCKER_CONFIG");
     const char *home = getenv("HOME");
@@ -148,6 +163,8 @@ static int context_host(char **host, char **tls_dir, sbx_error **err)
         return -1;
     }
     *host = strdup(h);
+    *skip_verify = json_is_true(json_object_get(
+        json_object_get(json_object_get(meta, "Endpoints"), "docker"), "SkipTLSVerify"));
     char *td = sbx__printf("%s/contexts/tls/%s/docker", dir, hex);
     struct stat st;
     if (td && stat(td, &st) == 0 && S_ISDIR(st.st_mode))
@@ -162,9 +179,10 @@ int sbx__dk_engine_new(const char *host, const char *api_version, sbx_dk_engine 
 {
     pthread_once(&curl_once, curl_init);
     _cleanup_free_ char *ctx_host = NULL, *ctx_tls = NULL;
+    bool ctx_skip = false;
     if (!host || !host[0])
         host = getenv("DOCKER_HOST");
-    if ((!host || !host[0]) && context_host(&ctx_host, &ctx_tls, err) < 0)
+    if ((!host || !host[0]) && context_host(&ctx_host, &ctx_tls, &ctx_skip, err) < 0)
         return SBX_EINVAL;
     if ((!host || !host[0]) && ctx_host)
         host = ctx_host;
@@ -194,11 +212,38 @@ int sbx__dk_engine_new(const char *host, const char *api_version, sbx_dk_engine 
         size_t hn = colon && (!close || colon > close) ? (size_t)(colon - hp) : n;
         e->local = loopback(hp, hn);
         const char *tls = getenv("DOCKER_TLS_VERIFY");
-        bool use_tls = (tls && tls[0] && strcmp(tls, "0")) || (ctx_tls && host == ctx_host);
-        e->base = sbx__printf("%s://%.*s", use_tls ? "https" : "http", (int)n, hp);
+        bool by_ctx = ctx_host && host == ctx_host;
+        /*
+         * As the docker CLI's context endpoints: TLS when the context has
+         * TLS files or SkipTLSVerify; each of ca.pem, cert.pem and key.pem
+         * used when there (no CA: the system's), and SkipTLSVerify takes
+         * the engine's certificate unchecked.
+         */
+        if (by_ctx && (ctx_tls || ctx_skip)) {
+            e->base = sbx__printf("https://%.*s", (int)n, hp);
+            e->insecure = ctx_skip;
+            if (ctx_tls) {
+                e->ca = readable_file(ctx_tls, "ca.pem");
+                e->cert = readable_file(ctx_tls, "cert.pem");
+                e->key = readable_file(ctx_tls, "key.pem");
+                if (!e->cert || !e->key) {
+                    free(e->cert), free(e->key);
+                    e->cert = e->key = NULL;
+                }
+            }
+            if (!e->ca && !ctx_skip)
+                e->tls_hint = sbx__printf(
+                    "the docker context has no ca.pem in %s: put the engine's CA there, or "
+                    "set the context's SkipTLSVerify (as `docker context create --docker "
+                    "skip-tls-verify=true` does) to take its certificate unchecked",
+                    ctx_tls ? ctx_tls : "its TLS directory");
+        }
+        bool use_tls = !by_ctx && tls && tls[0] && strcmp(tls, "0");
+        if (!e->base)
+            e->base = sbx__printf("%s://%.*s", use_tls ? "https" : "http", (int)n, hp);
         if (use_tls) {
             /* A context's own TLS files, else the environment's. */
-            const char *dir = ctx_tls && host == ctx_host ? ctx_tls : getenv("DOCKER_CERT_PATH");
+            const char *dir = getenv("DOCKER_CERT_PATH");
             const char *home = getenv("HOME");
             char *d = dir && dir[0] ? strdup(dir) : sbx__printf("%s/.docker", home ? home : "");
             if (d) {
@@ -379,7 +424,13 @@ int sbx__dk_engine_setup(sbx_dk_engine *e, void *curl, const char *url_path)
     if (e->cert) {
         curl_easy_setopt(c, CURLOPT_SSLCERT, e->cert);
         curl_easy_setopt(c, CURLOPT_SSLKEY, e->key);
+    }
+    if (e->ca)
         curl_easy_setopt(c, CURLOPT_CAINFO, e->ca);
+    if (e->insecure) {
+        /* The context's SkipTLSVerify, as the docker CLI's InsecureSkipVerify. */
+        curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
     }
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
@@ -443,6 +494,12 @@ static int exchange(sbx_dk_engine *e, const char *method, const char *url_path, 
                               e->host, method, url_path, ENGINE_MAX_BODY >> 20);
     if (cc == CURLE_OPERATION_TIMEDOUT)
         return timed_out(e, method, url_path, err);
+    if (cc == CURLE_PEER_FAILED_VERIFICATION && e->tls_hint)
+        return sbx__set_error(err, SBX_EPROVIDER,
+                              "docker engine at %s (%s %s): its TLS certificate did not verify "
+                              "(%s); %s",
+                              e->host, method, url_path, ebuf[0] ? ebuf : curl_easy_strerror(cc),
+                              e->tls_hint);
     if (cc != CURLE_OK)
         return sbx__set_error(err, SBX_EPROVIDER,
                               "cannot reach the docker engine at %s (%s %s): %s; is dockerd "
