@@ -363,7 +363,7 @@ static void test_bad_config(void)
         sbx_error *me = NULL;
         TAP_OK(sbx_sandbox_new(mp, ms, &msb, &e_));
         TAP_EQ_INT(sbx_sandbox_start(msb, NULL, &me), SBX_ETIMEDOUT);
-        TAP_CONTAINS(sbx_error_message(me), "took more than 0.5s");
+        TAP_CONTAINS(sbx_error_message(me), "create.start_timeout_s (0.5s) ran out while");
         sbx_error_free(me);
         sbx_sandbox_free(msb);
         sbx_spec_free(ms);
@@ -583,6 +583,68 @@ static void test_list_stop_id(void)
     TAP_EQ_INT(docker(out, sizeof(out), args), 0);
     TAP_EQ_STR(out, "");
     stop_free(sb);
+    sbx_provider_free(p);
+}
+
+/*
+ * Containers of sbx's with no record in this state directory (a crashed
+ * run, another state directory) are found by their label: listed (their
+ * provider object's "record" false), never collected while they run,
+ * collected by gc once stopped, and stopped by their box id.
+ */
+static void test_unrecorded(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_metadata(spec, "case", "unrecorded");
+    sbx_sandbox *a = start(p, spec), *b = start(p, spec);
+    sbx_spec_free(spec);
+    char ida[128], idb[128];
+    snprintf(ida, sizeof(ida), "%s", sbx_sandbox_id(a));
+    snprintf(idb, sizeof(idb), "%s", sbx_sandbox_id(b));
+    /* A provider of another state directory: no record of either. */
+    char saved[2048];
+    snprintf(saved, sizeof(saved), "%s", cfg_base);
+    if (snprintf(cfg_base, sizeof(cfg_base), "%.1024s, \"state_dir\": \"%.900s/other\"", saved,
+                 tap_tmpdir()) >= (int)sizeof(cfg_base))
+        TAP_FAIL("config too long");
+    sbx_provider *q = provider("");
+    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+    char *list = NULL;
+    TAP_OK(sbx_provider_list(q, "{\"labels\": {\"case\": \"unrecorded\"}}", &list, &e_));
+    TAP_CONTAINS(list, ida);
+    TAP_CONTAINS(list, idb);
+    TAP_CONTAINS(list, "\"record\":false");
+    TAP_CONTAINS(list, "\"status\":\"running\"");
+    free(list);
+    /* Running: another state directory's live boxes, not gc's. */
+    char *gone = NULL;
+    TAP_OK(sbx_provider_gc(q, NULL, &gone, &e_));
+    TAP_TRUE(!strstr(gone, ida) && !strstr(gone, idb));
+    free(gone);
+    /* b's container stopped behind sbx's back: gc collects it, and only it. */
+    char out[4096], args[512];
+    snprintf(args, sizeof(args), "kill %s", idb);
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_OK(sbx_provider_gc(q, NULL, &gone, &e_));
+    TAP_CONTAINS(gone, idb);
+    TAP_TRUE(!strstr(gone, ida));
+    free(gone);
+    snprintf(args, sizeof(args), "ps -aq --filter name=%s", idb);
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "");
+    /* a by its box id, from the provider with no record of it. */
+    TAP_OK(sbx_provider_stop_box(q, ida, &e_));
+    snprintf(args, sizeof(args), "ps -aq --filter name=%s", ida);
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "");
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_provider_stop_box(q, "sbx-no-such-box", &e), SBX_ENOENT);
+    sbx_error_free(e);
+    sbx_provider_free(q);
+    stop_free(a); /* gone already: still a success */
+    stop_free(b);
     sbx_provider_free(p);
 }
 
@@ -1831,7 +1893,8 @@ int main(int argc, char **argv)
         TAP_T(test_missing_image, 120), TAP_T(test_bad_config, 120),
         TAP_T(test_create_deadline, 120),
         TAP_T(test_serialize_connect, 120), TAP_T(test_removed_behind_back, 120),
-        TAP_T(test_list_stop_id, 120), TAP_T(test_entrypoint, 120),
+        TAP_T(test_list_stop_id, 120), TAP_T(test_unrecorded, 120),
+        TAP_T(test_entrypoint, 120),
         TAP_T(test_many, 600),         TAP_T(test_engine_restart, 300),
         TAP_T(test_tls, 120),          TAP_T(test_remote, 120),
         TAP_T(test_image_user, 120),   TAP_T(test_context, 120),
