@@ -40,7 +40,6 @@
 static char dir[512];     /* the private dockerd's directory */
 static pid_t dockerd = -1;
 static char why_not[512]; /* set when dockerd could not start: every test skips with it */
-static char cfg_base[2048];
 static int tls_port; /* > 0: dockerd also listens on tcp://127.0.0.1:PORT with TLS (certs in DIR/certs) */
 
 static pid_t spawn_dockerd(void);
@@ -58,19 +57,30 @@ static void need_engine(void)
     setenv("SBX_STATE_DIR", st, 1);
 }
 
-/* A provider on the private engine; `extra` adds create keys ("" for none). */
-static sbx_provider *provider(const char *extra)
+/*
+ * A provider on the private engine: `top` adds provider keys (", \"pull\":
+ * false"), `extra` create keys ("" or NULL for none).
+ */
+static sbx_provider *provider_with(const char *top, const char *extra)
 {
     char cfg[4096];
-    snprintf(cfg, sizeof(cfg),
-             "{\"docker\": {\"host\": \"unix://%s/docker.sock\", \"create\": "
-             "{\"network\": \"none\"%s%s}%s}}",
-             dir, extra && extra[0] ? ", " : "", extra ? extra : "", cfg_base);
+    if (snprintf(cfg, sizeof(cfg),
+                 "{\"docker\": {\"host\": \"unix://%s/docker.sock\", \"create\": "
+                 "{\"network\": \"none\"%s%s}%s}}",
+                 dir, extra && extra[0] ? ", " : "", extra ? extra : "", top ? top : "") >=
+        (int)sizeof(cfg))
+        TAP_FAIL("provider config too long");
     sbx_provider *p = NULL;
     sbx_error *e = NULL;
     if (sbx_provider_new(cfg, &p, &e) != SBX_OK)
         TAP_FAIL("provider: %s", sbx_error_message(e));
     return p;
+}
+
+/* A provider on the private engine; `extra` adds create keys ("" for none). */
+static sbx_provider *provider(const char *extra)
+{
+    return provider_with(NULL, extra);
 }
 
 static sbx_sandbox *start(sbx_provider *p, sbx_spec *spec)
@@ -87,6 +97,38 @@ static sbx_spec *image_spec(void)
     sbx_spec *s = sbx_spec_new();
     sbx_spec_set_image(s, "docker://" IMAGE); /* the prefix is dropped, as the reference does */
     return s;
+}
+
+/* A box of the test image with nothing else in its spec. */
+static sbx_sandbox *start_image(sbx_provider *p)
+{
+    sbx_spec *spec = image_spec();
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    return sb;
+}
+
+/*
+ * A create of `spec` on `p` that must fail: with `code` (0: any failure),
+ * its message holding each of `needles` (up to two; NULL ends them).
+ */
+static void start_fails(sbx_provider *p, const sbx_spec *spec, int code, const char *needle,
+                        const char *needle2)
+{
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    int rc = sbx_sandbox_start(sb, NULL, &e);
+    if (code)
+        TAP_EQ_INT(rc, code);
+    else
+        TAP_NE_INT(rc, SBX_OK);
+    if (needle)
+        TAP_CONTAINS(sbx_error_message(e), needle);
+    if (needle2)
+        TAP_CONTAINS(sbx_error_message(e), needle2);
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
 }
 
 static sbx_exec_result *run(sbx_sandbox *sb, const char *cmd, const sbx_exec_opts *o)
@@ -122,34 +164,38 @@ static void stop_free(sbx_sandbox *sb)
     sbx_sandbox_free(sb);
 }
 
-/* --- cases ------------------------------------------------------------------------ */
-
-static void test_exec(void)
+/* A box with env A=from-create, B=base and workdir /tmp, as check_exec_basics expects. */
+static sbx_sandbox *start_env_box(sbx_provider *p)
 {
-    need_engine();
-    sbx_provider *p = provider("");
     sbx_spec *spec = image_spec();
     sbx_spec_set_env(spec, "A", "from-create");
     sbx_spec_set_env(spec, "B", "base");
     sbx_spec_set_workdir(spec, "/tmp");
     sbx_sandbox *sb = start(p, spec);
     sbx_spec_free(spec);
+    return sb;
+}
 
+/*
+ * What every way of running a command must give (the agent's and the
+ * engine's exec): exit code and both streams, the image's file, the
+ * workdir, the call's env over the spec's (the reference's test), cwd,
+ * user and stdin.
+ */
+static void check_exec_basics(sbx_sandbox *sb)
+{
     sbx_exec_result *r = run(sb, "echo out; echo err >&2; exit 7", NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 7);
     TAP_EQ_STR(out_of(r), "out\n");
     TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
     TAP_NULL(sbx_exec_result_error_type(r));
     sbx_exec_result_free(r);
-
-    /* The image's file, the workdir, and the call's env over the spec's (the reference's test). */
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_env(o, "A", "from-call");
     r = run(sb, "cat /etc/image-name; pwd; echo $A $B", o);
     TAP_EQ_STR(out_of(r), "sbx-test\n/tmp\nfrom-call base\n");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
-
     o = sbx_exec_opts_new();
     sbx_exec_opts_set_cwd(o, "/etc");
     sbx_exec_opts_set_user(o, "1000");
@@ -158,6 +204,18 @@ static void test_exec(void)
     TAP_EQ_STR(out_of(r), "/etc\n1000\npiped");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
+}
+
+/* --- cases ------------------------------------------------------------------------ */
+
+static void test_exec(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_sandbox *sb = start_env_box(p);
+    check_exec_basics(sb);
+    sbx_exec_result *r;
+    sbx_exec_opts *o;
 
     /* The timeout sentinel: 125, "timeout", no stdout. */
     o = sbx_exec_opts_new();
@@ -189,9 +247,7 @@ static void test_files(void)
 {
     need_engine();
     sbx_provider *p = provider("");
-    sbx_spec *spec = image_spec();
-    sbx_sandbox *sb = start(p, spec);
-    sbx_spec_free(spec);
+    sbx_sandbox *sb = start_image(p);
     char src[1024], back[1024];
     snprintf(src, sizeof(src), "%s/in.sh", tap_tmpdir());
     snprintf(back, sizeof(back), "%s/back/out.sh", tap_tmpdir());
@@ -270,14 +326,7 @@ static void test_half_created(void)
                  "\"PathInContainer\": \"/dev/x\", \"CgroupPermissions\": \"rwm\"}]}");
     sbx_spec *spec = image_spec();
     sbx_spec_set_metadata(spec, "case", "half");
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
-    int rc = sbx_sandbox_start(sb, NULL, &e);
-    TAP_NE_INT(rc, SBX_OK);
-    TAP_CONTAINS(sbx_error_message(e), IMAGE);
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, spec, 0, IMAGE, NULL);
     sbx_spec_free(spec);
     char out[4096];
     TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=half"), 0);
@@ -292,29 +341,13 @@ static void test_half_created(void)
 static void test_missing_image(void)
 {
     need_engine();
-    char saved[2048];
-    snprintf(saved, sizeof(saved), "%s", cfg_base);
-    snprintf(cfg_base, sizeof(cfg_base), ", \"pull\": false");
-    sbx_provider *p = provider("");
-    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+    sbx_provider *p = provider_with(", \"pull\": false", "");
     sbx_spec *spec = sbx_spec_new();
     sbx_spec_set_image(spec, "sbx-no-such-image:9");
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ECREATE);
-    TAP_CONTAINS(sbx_error_message(e), "sbx-no-such-image:9");
-    TAP_CONTAINS(sbx_error_message(e), "pull is off");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, spec, SBX_ECREATE, "sbx-no-such-image:9", "pull is off");
     /* No image at all. */
     sbx_spec_set_image(spec, NULL);
-    e = NULL;
-    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
-    TAP_NE_INT(sbx_sandbox_start(sb, NULL, &e), SBX_OK);
-    TAP_CONTAINS(sbx_error_message(e), "spec.image is required");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, spec, 0, "spec.image is required", NULL);
     sbx_spec_free(spec);
     sbx_provider_free(p);
 }
@@ -359,13 +392,7 @@ static void test_bad_config(void)
         sbx_provider *mp = NULL;
         TAP_OK(sbx_provider_new(hcfg, &mp, &e_));
         sbx_spec *ms = image_spec();
-        sbx_sandbox *msb = NULL;
-        sbx_error *me = NULL;
-        TAP_OK(sbx_sandbox_new(mp, ms, &msb, &e_));
-        TAP_EQ_INT(sbx_sandbox_start(msb, NULL, &me), SBX_ETIMEDOUT);
-        TAP_CONTAINS(sbx_error_message(me), "create.start_timeout_s (0.5s) ran out while");
-        sbx_error_free(me);
-        sbx_sandbox_free(msb);
+        start_fails(mp, ms, SBX_ETIMEDOUT, "create.start_timeout_s (0.5s) ran out while", NULL);
         sbx_spec_free(ms);
         sbx_provider_free(mp);
         close(l);
@@ -376,13 +403,7 @@ static void test_bad_config(void)
     snprintf(cfg, sizeof(cfg), "{\"docker\": {\"host\": \"unix://%s/none.sock\"}}", tap_tmpdir());
     TAP_OK(sbx_provider_new(cfg, &p, &e_));
     sbx_spec *spec = image_spec();
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
-    TAP_NE_INT(sbx_sandbox_start(sb, NULL, &e), SBX_OK);
-    TAP_CONTAINS(sbx_error_message(e), "none.sock");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, spec, 0, "none.sock", NULL);
     sbx_spec_free(spec);
     sbx_provider_free(p);
 }
@@ -472,13 +493,7 @@ static void test_create_deadline(void)
     TAP_OK(sbx_provider_new(cfg, &p, &e_));
     sbx_spec *spec = image_spec();
     sbx_spec_set_metadata(spec, "case", "deadline");
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ETIMEDOUT);
-    TAP_CONTAINS(sbx_error_message(e), "create.start_timeout_s (3.5s) ran out while");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, spec, SBX_ETIMEDOUT, "create.start_timeout_s (3.5s) ran out while", NULL);
     sbx_spec_free(spec);
     char out[4096];
     TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=deadline"), 0);
@@ -604,13 +619,9 @@ static void test_unrecorded(void)
     snprintf(ida, sizeof(ida), "%s", sbx_sandbox_id(a));
     snprintf(idb, sizeof(idb), "%s", sbx_sandbox_id(b));
     /* A provider of another state directory: no record of either. */
-    char saved[2048];
-    snprintf(saved, sizeof(saved), "%s", cfg_base);
-    if (snprintf(cfg_base, sizeof(cfg_base), "%.1024s, \"state_dir\": \"%.900s/other\"", saved,
-                 tap_tmpdir()) >= (int)sizeof(cfg_base))
-        TAP_FAIL("config too long");
-    sbx_provider *q = provider("");
-    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+    char top[1100];
+    snprintf(top, sizeof(top), ", \"state_dir\": \"%.900s/other\"", tap_tmpdir());
+    sbx_provider *q = provider_with(top, "");
     char *list = NULL;
     TAP_OK(sbx_provider_list(q, "{\"labels\": {\"case\": \"unrecorded\"}}", &list, &e_));
     TAP_CONTAINS(list, ida);
@@ -915,14 +926,8 @@ static void test_pty_and_procs(void)
     sbx_provider_free(p);
 
     /* The remote path: not available, saying why. */
-    char saved[2048];
-    snprintf(saved, sizeof(saved), "%s", cfg_base);
-    snprintf(cfg_base, sizeof(cfg_base), ", \"remote\": true");
-    p = provider("");
-    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
-    spec = image_spec();
-    sb = start(p, spec);
-    sbx_spec_free(spec);
+    p = provider_with(", \"remote\": true", "");
+    sb = start_image(p);
     sbx_error *e = NULL;
     pt = NULL;
     TAP_EQ_INT(sbx_pty_open(sb, NULL, &pt, &e), SBX_ENOTSUP);
@@ -1018,38 +1023,12 @@ static void test_port_forward(void)
 static void test_noagent(void)
 {
     need_engine();
-    char saved[2048];
-    snprintf(saved, sizeof(saved), "%s", cfg_base);
-    snprintf(cfg_base, sizeof(cfg_base), ", \"agent\": false");
-    sbx_provider *p = provider("");
-    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
-    sbx_spec *spec = image_spec();
-    sbx_spec_set_env(spec, "A", "from-create");
-    sbx_spec_set_env(spec, "B", "base");
-    sbx_spec_set_workdir(spec, "/tmp");
-    sbx_sandbox *sb = start(p, spec);
-    sbx_spec_free(spec);
+    sbx_provider *p = provider_with(", \"agent\": false", "");
+    sbx_sandbox *sb = start_env_box(p);
 
-    sbx_exec_result *r = run(sb, "echo out; echo err >&2; exit 7", NULL);
-    TAP_EQ_INT(sbx_exec_result_return_code(r), 7);
-    TAP_EQ_STR(out_of(r), "out\n");
-    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
-    TAP_NULL(sbx_exec_result_error_type(r));
-    sbx_exec_result_free(r);
-    sbx_exec_opts *o = sbx_exec_opts_new();
-    sbx_exec_opts_set_env(o, "A", "from-call");
-    r = run(sb, "cat /etc/image-name; pwd; echo $A $B", o);
-    TAP_EQ_STR(out_of(r), "sbx-test\n/tmp\nfrom-call base\n");
-    sbx_exec_result_free(r);
-    sbx_exec_opts_free(o);
-    o = sbx_exec_opts_new();
-    sbx_exec_opts_set_cwd(o, "/etc");
-    sbx_exec_opts_set_user(o, "1000");
-    sbx_exec_opts_set_stdin(o, "piped", 5);
-    r = run(sb, "pwd; id -u; cat", o);
-    TAP_EQ_STR(out_of(r), "/etc\n1000\npiped");
-    sbx_exec_result_free(r);
-    sbx_exec_opts_free(o);
+    check_exec_basics(sb);
+    sbx_exec_result *r;
+    sbx_exec_opts *o;
     /* A signal: 128+N, as the engine reports it. */
     r = run(sb, "kill -TERM $$", NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 128 + 15);
@@ -1151,7 +1130,7 @@ static void test_noagent(void)
     sbx_provider_free(p);
 
     /* Per box: provider_options {"agent": false} on a provider with the agent. */
-    spec = image_spec();
+    sbx_spec *spec = image_spec();
     TAP_OK(sbx_spec_set_provider_options(spec, "{\"agent\": false}", &e_));
     sb = start(p2, spec);
     snprintf(args, sizeof(args), "inspect -f '{{index .Config.Labels \"sbx.agent\"}}' %s",
@@ -1178,12 +1157,8 @@ static void test_noagent(void)
 static void test_image_rewrites(void)
 {
     need_engine();
-    char saved[2048];
-    snprintf(saved, sizeof(saved), "%s", cfg_base);
-    snprintf(cfg_base, sizeof(cfg_base),
-             ", \"image_rewrites\": [{\"from\": \"mirror.invalid/x/\", \"to\": \"\"}]");
-    sbx_provider *p = provider("");
-    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+    sbx_provider *p =
+        provider_with(", \"image_rewrites\": [{\"from\": \"mirror.invalid/x/\", \"to\": \"\"}]", "");
     sbx_spec *spec = sbx_spec_new();
     sbx_spec_set_image(spec, "docker://mirror.invalid/x/" IMAGE);
     sbx_sandbox *sb = start(p, spec);
@@ -1239,12 +1214,9 @@ static void test_ttl(void)
 /* A provider with probe settings (the reference's `probe` section). */
 static sbx_provider *probe_provider(const char *probe)
 {
-    char saved[2048];
-    snprintf(saved, sizeof(saved), "%s", cfg_base);
-    snprintf(cfg_base, sizeof(cfg_base), ", \"probe\": {%s}", probe);
-    sbx_provider *p = provider("");
-    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
-    return p;
+    char top[2048];
+    snprintf(top, sizeof(top), ", \"probe\": {%s}", probe);
+    return provider_with(top, "");
 }
 
 /* The reference's readiness probe, through the agent after its hello. */
@@ -1420,13 +1392,9 @@ static void test_image_user(void)
 {
     need_engine();
     for (int remote = 0; remote < 2; remote++) {
-        char saved[2048];
-        snprintf(saved, sizeof(saved), "%s", cfg_base);
-        snprintf(cfg_base, sizeof(cfg_base), ", \"remote\": %s", remote ? "true" : "false");
-        sbx_provider *p = provider("");
-        snprintf(cfg_base, sizeof(cfg_base), ", \"remote\": %s", remote ? "false" : "true");
-        sbx_provider *other = provider("");
-        snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+        sbx_provider *p = provider_with(remote ? ", \"remote\": true" : ", \"remote\": false", "");
+        sbx_provider *other =
+            provider_with(remote ? ", \"remote\": false" : ", \"remote\": true", "");
         sbx_spec *spec = sbx_spec_new();
         sbx_spec_set_image(spec, IMAGE_USER);
         const char *const ep[] = {"sh", "-c", "id -u > /tmp/svc-uid; exec sleep 100000", NULL};
@@ -1506,9 +1474,7 @@ static void test_context(void)
             setenv("DOCKER_CONTEXT", ctxs[i], 1);
         sbx_provider *p = NULL;
         TAP_OK(sbx_provider_new(cfg, &p, &e_));
-        sbx_spec *spec = image_spec();
-        sbx_sandbox *sb = start(p, spec);
-        sbx_spec_free(spec);
+        sbx_sandbox *sb = start_image(p);
         sbx_exec_result *r = run(sb, "echo by context", NULL);
         TAP_EQ_STR(out_of(r), "by context\n");
         sbx_exec_result_free(r);
