@@ -1141,14 +1141,8 @@ static void test_noagent(void)
     TAP_EQ_STR(out_of(r), "ok\n");
     sbx_exec_result_free(r);
     stop_free(sb);
-    e = NULL;
     TAP_OK(sbx_spec_set_provider_options(spec, "{\"agent\": 1}", &e_));
-    sb = NULL;
-    TAP_OK(sbx_sandbox_new(p2, spec, &sb, &e_));
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_EINVAL);
-    TAP_CONTAINS(sbx_error_message(e), "provider_options['agent']");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p2, spec, SBX_EINVAL, "provider_options['agent']", NULL);
     sbx_spec_free(spec);
     sbx_provider_free(p2);
 }
@@ -1235,12 +1229,7 @@ static void test_probe(void)
     sbx_provider_free(p);
     /* No deadline: one failure is fatal, and the box is gone. */
     p = probe_provider("\"command\": \"echo bad >&2; exit 3\"");
-    sbx_error *e = NULL;
-    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_EVERIFY);
-    TAP_CONTAINS(sbx_error_message(e), "failed readiness probe: return_code=3, stderr='bad'");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, spec, SBX_EVERIFY, "failed readiness probe: return_code=3, stderr='bad'", NULL);
     TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=probe"), 0);
     TAP_EQ_STR(out, "");
     char *list = NULL;
@@ -1257,12 +1246,8 @@ static void test_probe(void)
     /* ...or fails when the deadline passes, saying so. */
     p = probe_provider("\"command\": \"exit 1\", \"deadline_s\": 0.3, "
                        "\"stable_delay_s\": 0.05");
-    e = NULL;
-    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_EVERIFY);
-    TAP_CONTAINS(sbx_error_message(e), "did not pass readiness probe within 0.3s: return_code=1");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, spec, SBX_EVERIFY, "did not pass readiness probe within 0.3s: return_code=1",
+                NULL);
     TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=probe"), 0);
     TAP_EQ_STR(out, "");
     sbx_spec_free(spec);
@@ -1298,14 +1283,9 @@ static void test_tls(void)
     /* Without the client certificate the engine refuses, and the error says where. */
     unsetenv("DOCKER_TLS_VERIFY");
     TAP_OK(sbx_provider_new(cfg, &p, &e_));
-    sbx_error *e = NULL;
-    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
-    TAP_NE_INT(sbx_sandbox_start(sb, NULL, &e), SBX_OK);
     char want[64];
     snprintf(want, sizeof(want), "127.0.0.1:%d", tls_port);
-    TAP_CONTAINS(sbx_error_message(e), want);
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, spec, 0, want, NULL);
     sbx_spec_free(spec);
     sbx_provider_free(p);
 }
@@ -1488,14 +1468,7 @@ static void test_context(void)
         setenv("DOCKER_CONTEXT", "sbxnoca", 1);
         TAP_OK(sbx_provider_new(cfg, &p, &e_));
         sbx_spec *spec = image_spec();
-        sbx_sandbox *sb = NULL;
-        TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
-        TAP_NE_INT(sbx_sandbox_start(sb, NULL, &e), SBX_OK);
-        TAP_CONTAINS(sbx_error_message(e), "did not verify");
-        TAP_CONTAINS(sbx_error_message(e), "SkipTLSVerify");
-        sbx_error_free(e);
-        e = NULL;
-        sbx_sandbox_free(sb);
+        start_fails(p, spec, 0, "did not verify", "SkipTLSVerify");
         sbx_spec_free(spec);
         sbx_provider_free(p);
         p = NULL;
