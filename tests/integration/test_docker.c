@@ -43,6 +43,7 @@ static char why_not[512]; /* set when dockerd could not start: every test skips 
 static int tls_port; /* > 0: dockerd also listens on tcp://127.0.0.1:PORT with TLS (certs in DIR/certs) */
 
 static pid_t spawn_dockerd(void);
+static const char *sbx_cli(void);
 static bool engine_up(pid_t pid);
 static pid_t dockerd_pid(void);
 static void end_dockerd(pid_t pid);
@@ -629,6 +630,15 @@ static void test_unrecorded(void)
     TAP_CONTAINS(list, "\"record\":false");
     TAP_CONTAINS(list, "\"status\":\"running\"");
     free(list);
+    /* `sbx ls` of a third state directory shows them, from the provider's list. */
+    static char cli[16384];
+    TAP_EQ_INT(run_cmd(cli, sizeof(cli),
+                       "SBX_PROVIDER=docker DOCKER_HOST=unix://%s/docker.sock "
+                       "SBX_STATE_DIR=%s/cli %s ls 2>&1",
+                       dir, tap_tmpdir(), sbx_cli()),
+               0);
+    TAP_CONTAINS(cli, ida);
+    TAP_CONTAINS(cli, idb);
     /* Running: another state directory's live boxes, not gc's. */
     char *gone = NULL;
     TAP_OK(sbx_provider_gc(q, NULL, &gone, &e_));
