@@ -19,12 +19,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/stat.h>
@@ -38,10 +40,10 @@
 static char dir[512];     /* the private dockerd's directory */
 static pid_t dockerd = -1;
 static char why_not[512]; /* set when dockerd could not start: every test skips with it */
-static char cfg_base[2048];
 static int tls_port; /* > 0: dockerd also listens on tcp://127.0.0.1:PORT with TLS (certs in DIR/certs) */
 
 static pid_t spawn_dockerd(void);
+static const char *sbx_cli(void);
 static bool engine_up(pid_t pid);
 static pid_t dockerd_pid(void);
 static void end_dockerd(pid_t pid);
@@ -56,19 +58,30 @@ static void need_engine(void)
     setenv("SBX_STATE_DIR", st, 1);
 }
 
-/* A provider on the private engine; `extra` adds create keys ("" for none). */
-static sbx_provider *provider(const char *extra)
+/*
+ * A provider on the private engine: `top` adds provider keys (", \"pull\":
+ * false"), `extra` create keys ("" or NULL for none).
+ */
+static sbx_provider *provider_with(const char *top, const char *extra)
 {
     char cfg[4096];
-    snprintf(cfg, sizeof(cfg),
-             "{\"docker\": {\"host\": \"unix://%s/docker.sock\", \"create\": "
-             "{\"network\": \"none\"%s%s}%s}}",
-             dir, extra && extra[0] ? ", " : "", extra ? extra : "", cfg_base);
+    if (snprintf(cfg, sizeof(cfg),
+                 "{\"docker\": {\"host\": \"unix://%s/docker.sock\", \"create\": "
+                 "{\"network\": \"none\"%s%s}%s}}",
+                 dir, extra && extra[0] ? ", " : "", extra ? extra : "", top ? top : "") >=
+        (int)sizeof(cfg))
+        TAP_FAIL("provider config too long");
     sbx_provider *p = NULL;
     sbx_error *e = NULL;
     if (sbx_provider_new(cfg, &p, &e) != SBX_OK)
         TAP_FAIL("provider: %s", sbx_error_message(e));
     return p;
+}
+
+/* A provider on the private engine; `extra` adds create keys ("" for none). */
+static sbx_provider *provider(const char *extra)
+{
+    return provider_with(NULL, extra);
 }
 
 static sbx_sandbox *start(sbx_provider *p, sbx_spec *spec)
@@ -85,6 +98,38 @@ static sbx_spec *image_spec(void)
     sbx_spec *s = sbx_spec_new();
     sbx_spec_set_image(s, "docker://" IMAGE); /* the prefix is dropped, as the reference does */
     return s;
+}
+
+/* A box of the test image with nothing else in its spec. */
+static sbx_sandbox *start_image(sbx_provider *p)
+{
+    sbx_spec *spec = image_spec();
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    return sb;
+}
+
+/*
+ * A create of `spec` on `p` that must fail: with `code` (0: any failure),
+ * its message holding each of `needles` (up to two; NULL ends them).
+ */
+static void start_fails(sbx_provider *p, const sbx_spec *spec, int code, const char *needle,
+                        const char *needle2)
+{
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    int rc = sbx_sandbox_start(sb, NULL, &e);
+    if (code)
+        TAP_EQ_INT(rc, code);
+    else
+        TAP_NE_INT(rc, SBX_OK);
+    if (needle)
+        TAP_CONTAINS(sbx_error_message(e), needle);
+    if (needle2)
+        TAP_CONTAINS(sbx_error_message(e), needle2);
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
 }
 
 static sbx_exec_result *run(sbx_sandbox *sb, const char *cmd, const sbx_exec_opts *o)
@@ -120,34 +165,38 @@ static void stop_free(sbx_sandbox *sb)
     sbx_sandbox_free(sb);
 }
 
-/* --- cases ------------------------------------------------------------------------ */
-
-static void test_exec(void)
+/* A box with env A=from-create, B=base and workdir /tmp, as check_exec_basics expects. */
+static sbx_sandbox *start_env_box(sbx_provider *p)
 {
-    need_engine();
-    sbx_provider *p = provider("");
     sbx_spec *spec = image_spec();
     sbx_spec_set_env(spec, "A", "from-create");
     sbx_spec_set_env(spec, "B", "base");
     sbx_spec_set_workdir(spec, "/tmp");
     sbx_sandbox *sb = start(p, spec);
     sbx_spec_free(spec);
+    return sb;
+}
 
+/*
+ * What every way of running a command must give (the agent's and the
+ * engine's exec): exit code and both streams, the image's file, the
+ * workdir, the call's env over the spec's (the reference's test), cwd,
+ * user and stdin.
+ */
+static void check_exec_basics(sbx_sandbox *sb)
+{
     sbx_exec_result *r = run(sb, "echo out; echo err >&2; exit 7", NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 7);
     TAP_EQ_STR(out_of(r), "out\n");
     TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
     TAP_NULL(sbx_exec_result_error_type(r));
     sbx_exec_result_free(r);
-
-    /* The image's file, the workdir, and the call's env over the spec's (the reference's test). */
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_env(o, "A", "from-call");
     r = run(sb, "cat /etc/image-name; pwd; echo $A $B", o);
     TAP_EQ_STR(out_of(r), "sbx-test\n/tmp\nfrom-call base\n");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
-
     o = sbx_exec_opts_new();
     sbx_exec_opts_set_cwd(o, "/etc");
     sbx_exec_opts_set_user(o, "1000");
@@ -156,6 +205,18 @@ static void test_exec(void)
     TAP_EQ_STR(out_of(r), "/etc\n1000\npiped");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
+}
+
+/* --- cases ------------------------------------------------------------------------ */
+
+static void test_exec(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_sandbox *sb = start_env_box(p);
+    check_exec_basics(sb);
+    sbx_exec_result *r;
+    sbx_exec_opts *o;
 
     /* The timeout sentinel: 125, "timeout", no stdout. */
     o = sbx_exec_opts_new();
@@ -187,9 +248,7 @@ static void test_files(void)
 {
     need_engine();
     sbx_provider *p = provider("");
-    sbx_spec *spec = image_spec();
-    sbx_sandbox *sb = start(p, spec);
-    sbx_spec_free(spec);
+    sbx_sandbox *sb = start_image(p);
     char src[1024], back[1024];
     snprintf(src, sizeof(src), "%s/in.sh", tap_tmpdir());
     snprintf(back, sizeof(back), "%s/back/out.sh", tap_tmpdir());
@@ -268,14 +327,7 @@ static void test_half_created(void)
                  "\"PathInContainer\": \"/dev/x\", \"CgroupPermissions\": \"rwm\"}]}");
     sbx_spec *spec = image_spec();
     sbx_spec_set_metadata(spec, "case", "half");
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
-    int rc = sbx_sandbox_start(sb, NULL, &e);
-    TAP_NE_INT(rc, SBX_OK);
-    TAP_CONTAINS(sbx_error_message(e), IMAGE);
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, spec, 0, IMAGE, NULL);
     sbx_spec_free(spec);
     char out[4096];
     TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=half"), 0);
@@ -290,29 +342,13 @@ static void test_half_created(void)
 static void test_missing_image(void)
 {
     need_engine();
-    char saved[2048];
-    snprintf(saved, sizeof(saved), "%s", cfg_base);
-    snprintf(cfg_base, sizeof(cfg_base), ", \"pull\": false");
-    sbx_provider *p = provider("");
-    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+    sbx_provider *p = provider_with(", \"pull\": false", "");
     sbx_spec *spec = sbx_spec_new();
     sbx_spec_set_image(spec, "sbx-no-such-image:9");
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ECREATE);
-    TAP_CONTAINS(sbx_error_message(e), "sbx-no-such-image:9");
-    TAP_CONTAINS(sbx_error_message(e), "pull is off");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, spec, SBX_ECREATE, "sbx-no-such-image:9", "pull is off");
     /* No image at all. */
     sbx_spec_set_image(spec, NULL);
-    e = NULL;
-    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
-    TAP_NE_INT(sbx_sandbox_start(sb, NULL, &e), SBX_OK);
-    TAP_CONTAINS(sbx_error_message(e), "spec.image is required");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, spec, 0, "spec.image is required", NULL);
     sbx_spec_free(spec);
     sbx_provider_free(p);
 }
@@ -357,13 +393,7 @@ static void test_bad_config(void)
         sbx_provider *mp = NULL;
         TAP_OK(sbx_provider_new(hcfg, &mp, &e_));
         sbx_spec *ms = image_spec();
-        sbx_sandbox *msb = NULL;
-        sbx_error *me = NULL;
-        TAP_OK(sbx_sandbox_new(mp, ms, &msb, &e_));
-        TAP_EQ_INT(sbx_sandbox_start(msb, NULL, &me), SBX_ETIMEDOUT);
-        TAP_CONTAINS(sbx_error_message(me), "took more than 0.5s");
-        sbx_error_free(me);
-        sbx_sandbox_free(msb);
+        start_fails(mp, ms, SBX_ETIMEDOUT, "create.start_timeout_s (0.5s) ran out while", NULL);
         sbx_spec_free(ms);
         sbx_provider_free(mp);
         close(l);
@@ -374,15 +404,108 @@ static void test_bad_config(void)
     snprintf(cfg, sizeof(cfg), "{\"docker\": {\"host\": \"unix://%s/none.sock\"}}", tap_tmpdir());
     TAP_OK(sbx_provider_new(cfg, &p, &e_));
     sbx_spec *spec = image_spec();
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
-    TAP_NE_INT(sbx_sandbox_start(sb, NULL, &e), SBX_OK);
-    TAP_CONTAINS(sbx_error_message(e), "none.sock");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, spec, 0, "none.sock", NULL);
     sbx_spec_free(spec);
     sbx_provider_free(p);
+}
+
+/*
+ * A unix-socket proxy to the private engine that holds every request but
+ * the container's create for `delay_ms` before passing it on: each request
+ * stays well inside a bound that their sum passes. A child of its own
+ * (killed by the caller); one grandchild per connection.
+ */
+static pid_t slow_proxy(const char *path, int delay_ms)
+{
+    int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (l < 0 || strlen(path) >= sizeof(sa.sun_path))
+        TAP_FAIL("proxy socket %s", path);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    if (bind(l, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(l, 64) < 0)
+        TAP_FAIL("proxy bind %s: %s", path, strerror(errno));
+    struct sockaddr_un ua = {.sun_family = AF_UNIX};
+    char engine[600];
+    snprintf(engine, sizeof(engine), "%s/docker.sock", dir);
+    if (strlen(engine) >= sizeof(ua.sun_path))
+        TAP_SKIP("the engine's socket path is too long for a unix socket");
+    memcpy(ua.sun_path, engine, strlen(engine) + 1);
+    pid_t pid = fork();
+    if (pid != 0) {
+        close(l);
+        return pid;
+    }
+    /* It ends with the test (a failed assert exits it), and holds none of its output. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    dup2(null, STDOUT_FILENO);
+    dup2(null, STDERR_FILENO);
+    struct sigaction ign = {.sa_handler = SIG_IGN}; /* no zombies of the connections */
+    sigaction(SIGCHLD, &ign, NULL);
+    for (;;) {
+        int c = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+        if (c < 0)
+            continue;
+        if (fork() != 0) {
+            close(c);
+            continue;
+        }
+        char buf[65536];
+        ssize_t n = read(c, buf, sizeof(buf) - 1);
+        if (n <= 0)
+            _exit(0);
+        buf[n] = 0;
+        if (!strstr(buf, "/containers/create"))
+            usleep((useconds_t)delay_ms * 1000);
+        int u = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (connect(u, (struct sockaddr *)&ua, sizeof(ua)) < 0 || write(u, buf, (size_t)n) != n)
+            _exit(1);
+        struct pollfd pf[2] = {{.fd = c, .events = POLLIN}, {.fd = u, .events = POLLIN}};
+        while (poll(pf, 2, -1) > 0) {
+            for (int i = 0; i < 2; i++) {
+                if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                    continue;
+                n = read(pf[i].fd, buf, sizeof(buf));
+                if (n <= 0 || write(pf[1 - i].fd, buf, (size_t)n) != n)
+                    _exit(0);
+            }
+        }
+        _exit(0);
+    }
+}
+
+/*
+ * create.start_timeout_s bounds the whole create (the reference's `docker
+ * run`, pull included), not each request: through a proxy that holds each
+ * request 1 s, a create of five requests with 3.5 s fails, says in which
+ * step, and leaves no container and no record.
+ */
+static void test_create_deadline(void)
+{
+    need_engine();
+    char path[1024], cfg[1500];
+    snprintf(path, sizeof(path), "%s/slow.sock", tap_tmpdir());
+    pid_t proxy = slow_proxy(path, 1000);
+    snprintf(cfg, sizeof(cfg),
+             "{\"docker\": {\"host\": \"unix://%s\", \"create\": {\"network\": \"none\", "
+             "\"start_timeout_s\": 3.5}}}",
+             path);
+    sbx_provider *p = NULL;
+    TAP_OK(sbx_provider_new(cfg, &p, &e_));
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_metadata(spec, "case", "deadline");
+    start_fails(p, spec, SBX_ETIMEDOUT, "create.start_timeout_s (3.5s) ran out while", NULL);
+    sbx_spec_free(spec);
+    char out[4096];
+    TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=deadline"), 0);
+    TAP_EQ_STR(out, "");
+    char *list = NULL;
+    TAP_OK(sbx_provider_list(p, NULL, &list, &e_));
+    TAP_EQ_STR(list, "[]");
+    free(list);
+    sbx_provider_free(p);
+    kill(proxy, SIGKILL);
+    waitpid(proxy, NULL, 0);
 }
 
 static void test_serialize_connect(void)
@@ -476,6 +599,73 @@ static void test_list_stop_id(void)
     TAP_EQ_INT(docker(out, sizeof(out), args), 0);
     TAP_EQ_STR(out, "");
     stop_free(sb);
+    sbx_provider_free(p);
+}
+
+/*
+ * Containers of sbx's with no record in this state directory (a crashed
+ * run, another state directory) are found by their label: listed (their
+ * provider object's "record" false), never collected while they run,
+ * collected by gc once stopped, and stopped by their box id.
+ */
+static void test_unrecorded(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    sbx_spec_set_metadata(spec, "case", "unrecorded");
+    sbx_sandbox *a = start(p, spec), *b = start(p, spec);
+    sbx_spec_free(spec);
+    char ida[128], idb[128];
+    snprintf(ida, sizeof(ida), "%s", sbx_sandbox_id(a));
+    snprintf(idb, sizeof(idb), "%s", sbx_sandbox_id(b));
+    /* A provider of another state directory: no record of either. */
+    char top[1100];
+    snprintf(top, sizeof(top), ", \"state_dir\": \"%.900s/other\"", tap_tmpdir());
+    sbx_provider *q = provider_with(top, "");
+    char *list = NULL;
+    TAP_OK(sbx_provider_list(q, "{\"labels\": {\"case\": \"unrecorded\"}}", &list, &e_));
+    TAP_CONTAINS(list, ida);
+    TAP_CONTAINS(list, idb);
+    TAP_CONTAINS(list, "\"record\":false");
+    TAP_CONTAINS(list, "\"status\":\"running\"");
+    free(list);
+    /* `sbx ls` of a third state directory shows them, from the provider's list. */
+    static char cli[16384];
+    TAP_EQ_INT(run_cmd(cli, sizeof(cli),
+                       "SBX_PROVIDER=docker DOCKER_HOST=unix://%s/docker.sock "
+                       "SBX_STATE_DIR=%s/cli %s ls 2>&1",
+                       dir, tap_tmpdir(), sbx_cli()),
+               0);
+    TAP_CONTAINS(cli, ida);
+    TAP_CONTAINS(cli, idb);
+    /* Running: another state directory's live boxes, not gc's. */
+    char *gone = NULL;
+    TAP_OK(sbx_provider_gc(q, NULL, &gone, &e_));
+    TAP_TRUE(!strstr(gone, ida) && !strstr(gone, idb));
+    free(gone);
+    /* b's container stopped behind sbx's back: gc collects it, and only it. */
+    char out[4096], args[512];
+    snprintf(args, sizeof(args), "kill %s", idb);
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_OK(sbx_provider_gc(q, NULL, &gone, &e_));
+    TAP_CONTAINS(gone, idb);
+    TAP_TRUE(!strstr(gone, ida));
+    free(gone);
+    snprintf(args, sizeof(args), "ps -aq --filter name=%s", idb);
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "");
+    /* a by its box id, from the provider with no record of it. */
+    TAP_OK(sbx_provider_stop_box(q, ida, &e_));
+    snprintf(args, sizeof(args), "ps -aq --filter name=%s", ida);
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "");
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_provider_stop_box(q, "sbx-no-such-box", &e), SBX_ENOENT);
+    sbx_error_free(e);
+    sbx_provider_free(q);
+    stop_free(a); /* gone already: still a success */
+    stop_free(b);
     sbx_provider_free(p);
 }
 
@@ -750,15 +940,9 @@ static void test_pty_and_procs(void)
      * relaying to the box's init agent, so a background process outlives
      * the handle that started it there too.
      */
-    char saved[2048];
-    snprintf(saved, sizeof(saved), "%s", cfg_base);
-    snprintf(cfg_base, sizeof(cfg_base), ", \"remote\": true");
-    p = provider("");
-    p2 = provider("");
-    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
-    spec = image_spec();
-    sb = start(p, spec);
-    sbx_spec_free(spec);
+    p = provider_with(", \"remote\": true", "");
+    p2 = provider_with(", \"remote\": true", "");
+    sb = start_image(p);
     o = sbx_pty_opts_new();
     TAP_OK(sbx_pty_opts_set_size(o, 21, 77));
     pt = NULL;
@@ -903,38 +1087,12 @@ static void test_port_forward(void)
 static void test_noagent(void)
 {
     need_engine();
-    char saved[2048];
-    snprintf(saved, sizeof(saved), "%s", cfg_base);
-    snprintf(cfg_base, sizeof(cfg_base), ", \"agent\": false");
-    sbx_provider *p = provider("");
-    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
-    sbx_spec *spec = image_spec();
-    sbx_spec_set_env(spec, "A", "from-create");
-    sbx_spec_set_env(spec, "B", "base");
-    sbx_spec_set_workdir(spec, "/tmp");
-    sbx_sandbox *sb = start(p, spec);
-    sbx_spec_free(spec);
+    sbx_provider *p = provider_with(", \"agent\": false", "");
+    sbx_sandbox *sb = start_env_box(p);
 
-    sbx_exec_result *r = run(sb, "echo out; echo err >&2; exit 7", NULL);
-    TAP_EQ_INT(sbx_exec_result_return_code(r), 7);
-    TAP_EQ_STR(out_of(r), "out\n");
-    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
-    TAP_NULL(sbx_exec_result_error_type(r));
-    sbx_exec_result_free(r);
-    sbx_exec_opts *o = sbx_exec_opts_new();
-    sbx_exec_opts_set_env(o, "A", "from-call");
-    r = run(sb, "cat /etc/image-name; pwd; echo $A $B", o);
-    TAP_EQ_STR(out_of(r), "sbx-test\n/tmp\nfrom-call base\n");
-    sbx_exec_result_free(r);
-    sbx_exec_opts_free(o);
-    o = sbx_exec_opts_new();
-    sbx_exec_opts_set_cwd(o, "/etc");
-    sbx_exec_opts_set_user(o, "1000");
-    sbx_exec_opts_set_stdin(o, "piped", 5);
-    r = run(sb, "pwd; id -u; cat", o);
-    TAP_EQ_STR(out_of(r), "/etc\n1000\npiped");
-    sbx_exec_result_free(r);
-    sbx_exec_opts_free(o);
+    check_exec_basics(sb);
+    sbx_exec_result *r;
+    sbx_exec_opts *o;
     /* A signal: 128+N, as the engine reports it. */
     r = run(sb, "kill -TERM $$", NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 128 + 15);
@@ -1036,7 +1194,7 @@ static void test_noagent(void)
     sbx_provider_free(p);
 
     /* Per box: provider_options {"agent": false} on a provider with the agent. */
-    spec = image_spec();
+    sbx_spec *spec = image_spec();
     TAP_OK(sbx_spec_set_provider_options(spec, "{\"agent\": false}", &e_));
     sb = start(p2, spec);
     snprintf(args, sizeof(args), "inspect -f '{{index .Config.Labels \"sbx.agent\"}}' %s",
@@ -1047,14 +1205,8 @@ static void test_noagent(void)
     TAP_EQ_STR(out_of(r), "ok\n");
     sbx_exec_result_free(r);
     stop_free(sb);
-    e = NULL;
     TAP_OK(sbx_spec_set_provider_options(spec, "{\"agent\": 1}", &e_));
-    sb = NULL;
-    TAP_OK(sbx_sandbox_new(p2, spec, &sb, &e_));
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_EINVAL);
-    TAP_CONTAINS(sbx_error_message(e), "provider_options['agent']");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p2, spec, SBX_EINVAL, "provider_options['agent']", NULL);
     sbx_spec_free(spec);
     sbx_provider_free(p2);
 }
@@ -1063,12 +1215,8 @@ static void test_noagent(void)
 static void test_image_rewrites(void)
 {
     need_engine();
-    char saved[2048];
-    snprintf(saved, sizeof(saved), "%s", cfg_base);
-    snprintf(cfg_base, sizeof(cfg_base),
-             ", \"image_rewrites\": [{\"from\": \"mirror.invalid/x/\", \"to\": \"\"}]");
-    sbx_provider *p = provider("");
-    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+    sbx_provider *p =
+        provider_with(", \"image_rewrites\": [{\"from\": \"mirror.invalid/x/\", \"to\": \"\"}]", "");
     sbx_spec *spec = sbx_spec_new();
     sbx_spec_set_image(spec, "docker://mirror.invalid/x/" IMAGE);
     sbx_sandbox *sb = start(p, spec);
@@ -1124,12 +1272,9 @@ static void test_ttl(void)
 /* A provider with probe settings (the reference's `probe` section). */
 static sbx_provider *probe_provider(const char *probe)
 {
-    char saved[2048];
-    snprintf(saved, sizeof(saved), "%s", cfg_base);
-    snprintf(cfg_base, sizeof(cfg_base), ", \"probe\": {%s}", probe);
-    sbx_provider *p = provider("");
-    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
-    return p;
+    char top[2048];
+    snprintf(top, sizeof(top), ", \"probe\": {%s}", probe);
+    return provider_with(top, "");
 }
 
 /* The reference's readiness probe, through the agent after its hello. */
@@ -1148,12 +1293,7 @@ static void test_probe(void)
     sbx_provider_free(p);
     /* No deadline: one failure is fatal, and the box is gone. */
     p = probe_provider("\"command\": \"echo bad >&2; exit 3\"");
-    sbx_error *e = NULL;
-    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_EVERIFY);
-    TAP_CONTAINS(sbx_error_message(e), "failed readiness probe: return_code=3, stderr='bad'");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, spec, SBX_EVERIFY, "failed readiness probe: return_code=3, stderr='bad'", NULL);
     TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=probe"), 0);
     TAP_EQ_STR(out, "");
     char *list = NULL;
@@ -1170,12 +1310,8 @@ static void test_probe(void)
     /* ...or fails when the deadline passes, saying so. */
     p = probe_provider("\"command\": \"exit 1\", \"deadline_s\": 0.3, "
                        "\"stable_delay_s\": 0.05");
-    e = NULL;
-    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_EVERIFY);
-    TAP_CONTAINS(sbx_error_message(e), "did not pass readiness probe within 0.3s: return_code=1");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, spec, SBX_EVERIFY, "did not pass readiness probe within 0.3s: return_code=1",
+                NULL);
     TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=probe"), 0);
     TAP_EQ_STR(out, "");
     sbx_spec_free(spec);
@@ -1211,14 +1347,9 @@ static void test_tls(void)
     /* Without the client certificate the engine refuses, and the error says where. */
     unsetenv("DOCKER_TLS_VERIFY");
     TAP_OK(sbx_provider_new(cfg, &p, &e_));
-    sbx_error *e = NULL;
-    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
-    TAP_NE_INT(sbx_sandbox_start(sb, NULL, &e), SBX_OK);
     char want[64];
     snprintf(want, sizeof(want), "127.0.0.1:%d", tls_port);
-    TAP_CONTAINS(sbx_error_message(e), want);
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, spec, 0, want, NULL);
     sbx_spec_free(spec);
     sbx_provider_free(p);
 }
@@ -1319,10 +1450,9 @@ static void test_remote(void)
 static void test_remote_agent_volume(void)
 {
     need_engine();
-    char saved[2048], out[4096], args[1024];
-    snprintf(saved, sizeof(saved), "%s", cfg_base);
-    snprintf(cfg_base, sizeof(cfg_base), ", \"remote\": true");
-    sbx_provider *p = provider("");
+    char out[4096], args[1024];
+    const char *remote = ", \"remote\": true";
+    sbx_provider *p = provider_with(remote, "");
     sbx_spec *spec = image_spec();
     sbx_sandbox *a = start(p, spec), *b = start(p, spec);
     TAP_EQ_INT(docker(out, sizeof(out), "volume ls -q --filter label=sbx.agent-volume=1"), 0);
@@ -1346,7 +1476,7 @@ static void test_remote_agent_volume(void)
              " -c 'echo short > /v/sbx-agent'",
              vol);
     TAP_EQ_INT(docker(out, sizeof(out), args), 0);
-    p = provider("");
+    p = provider_with(remote, "");
     a = start(p, spec);
     r = run(a, "echo again", NULL);
     TAP_EQ_STR(out_of(r), "again\n");
@@ -1363,7 +1493,7 @@ static void test_remote_agent_volume(void)
     snprintf(args, sizeof(args), "volume rm %s", vol);
     TAP_EQ_INT(docker(out, sizeof(out), args), 0);
     enum { N = 6 };
-    sbx_provider *ps[2] = {provider(""), provider("")};
+    sbx_provider *ps[2] = {provider_with(remote, ""), provider_with(remote, "")};
     sbx_sandbox *sb[N];
     sbx_future *f[N];
     for (int i = 0; i < N; i++) {
@@ -1384,7 +1514,6 @@ static void test_remote_agent_volume(void)
     TAP_EQ_INT(docker(out, sizeof(out), "volume ls -q --filter label=sbx.agent-volume=1"), 0);
     TAP_EQ_STR(out, vol);
     sbx_spec_free(spec);
-    snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
 }
 
 /*
@@ -1396,13 +1525,9 @@ static void test_image_user(void)
 {
     need_engine();
     for (int remote = 0; remote < 2; remote++) {
-        char saved[2048];
-        snprintf(saved, sizeof(saved), "%s", cfg_base);
-        snprintf(cfg_base, sizeof(cfg_base), ", \"remote\": %s", remote ? "true" : "false");
-        sbx_provider *p = provider("");
-        snprintf(cfg_base, sizeof(cfg_base), ", \"remote\": %s", remote ? "false" : "true");
-        sbx_provider *other = provider("");
-        snprintf(cfg_base, sizeof(cfg_base), "%s", saved);
+        sbx_provider *p = provider_with(remote ? ", \"remote\": true" : ", \"remote\": false", "");
+        sbx_provider *other =
+            provider_with(remote ? ", \"remote\": false" : ", \"remote\": true", "");
         sbx_spec *spec = sbx_spec_new();
         sbx_spec_set_image(spec, IMAGE_USER);
         const char *const ep[] = {"sh", "-c", "id -u > /tmp/svc-uid; exec sleep 100000", NULL};
@@ -1458,34 +1583,51 @@ static void test_context(void)
                 "{\"docker\": {\"Host\": \"tcp://127.0.0.1:%d\"}}}' > "
                 "$c/contexts/meta/$h/meta.json; "
                 "if [ -d %s/certs ]; then cp %s/certs/ca.pem %s/certs/cert.pem %s/certs/key.pem "
-                "$c/contexts/tls/$h/docker/; fi",
-                t, dir, tls_port, dir, dir, dir, dir),
+                "$c/contexts/tls/$h/docker/; fi; "
+                /* No CA: with SkipTLSVerify (the engine's certificate unchecked), and without. */
+                "for n in sbxskip sbxnoca; do h=$(printf $n | sha256sum | cut -d' ' -f1); "
+                "mkdir -p $c/contexts/meta/$h $c/contexts/tls/$h/docker; "
+                "s=false; [ $n = sbxskip ] && s=true; echo \"{\\\"Name\\\": \\\"$n\\\", "
+                "\\\"Endpoints\\\": {\\\"docker\\\": {\\\"Host\\\": "
+                "\\\"tcp://127.0.0.1:%d\\\", \\\"SkipTLSVerify\\\": $s}}}\" > "
+                "$c/contexts/meta/$h/meta.json; "
+                "if [ -d %s/certs ]; then cp %s/certs/cert.pem %s/certs/key.pem "
+                "$c/contexts/tls/$h/docker/; fi; done",
+                t, dir, tls_port, dir, dir, dir, dir, tls_port, dir, dir, dir),
         0);
     char cfgdir[1024];
     snprintf(cfgdir, sizeof(cfgdir), "%s/dcfg", t);
     setenv("DOCKER_CONFIG", cfgdir, 1);
     const char *cfg = "{\"docker\": {\"create\": {\"network\": \"none\"}}}";
-    const char *ctxs[] = {NULL, "sbxtls"};
-    for (int i = 0; i < 2; i++) {
+    const char *ctxs[] = {NULL, "sbxtls", "sbxskip"};
+    for (int i = 0; i < 3; i++) {
         if (ctxs[i] && tls_port <= 0)
             continue;
         if (ctxs[i])
             setenv("DOCKER_CONTEXT", ctxs[i], 1);
         sbx_provider *p = NULL;
         TAP_OK(sbx_provider_new(cfg, &p, &e_));
-        sbx_spec *spec = image_spec();
-        sbx_sandbox *sb = start(p, spec);
-        sbx_spec_free(spec);
+        sbx_sandbox *sb = start_image(p);
         sbx_exec_result *r = run(sb, "echo by context", NULL);
         TAP_EQ_STR(out_of(r), "by context\n");
         sbx_exec_result_free(r);
         stop_free(sb);
         sbx_provider_free(p);
     }
-    /* A context that is not there: the constructor says which. */
-    setenv("DOCKER_CONTEXT", "sbx-no-such-context", 1);
     sbx_provider *p = NULL;
     sbx_error *e = NULL;
+    /* No CA and no SkipTLSVerify: the engine's certificate does not verify, and the error says what to do. */
+    if (tls_port > 0) {
+        setenv("DOCKER_CONTEXT", "sbxnoca", 1);
+        TAP_OK(sbx_provider_new(cfg, &p, &e_));
+        sbx_spec *spec = image_spec();
+        start_fails(p, spec, 0, "did not verify", "SkipTLSVerify");
+        sbx_spec_free(spec);
+        sbx_provider_free(p);
+        p = NULL;
+    }
+    /* A context that is not there: the constructor says which. */
+    setenv("DOCKER_CONTEXT", "sbx-no-such-context", 1);
     TAP_NE_INT(sbx_provider_new(cfg, &p, &e), SBX_OK);
     TAP_CONTAINS(sbx_error_message(e), "sbx-no-such-context");
     sbx_error_free(e);
@@ -1841,8 +1983,10 @@ int main(int argc, char **argv)
         TAP_T(test_exec, 120),         TAP_T(test_files, 120),
         TAP_T(test_mapping, 120),      TAP_T(test_half_created, 120),
         TAP_T(test_missing_image, 120), TAP_T(test_bad_config, 120),
+        TAP_T(test_create_deadline, 120),
         TAP_T(test_serialize_connect, 120), TAP_T(test_removed_behind_back, 120),
-        TAP_T(test_list_stop_id, 120), TAP_T(test_entrypoint, 120),
+        TAP_T(test_list_stop_id, 120), TAP_T(test_unrecorded, 120),
+        TAP_T(test_entrypoint, 120),
         TAP_T(test_many, 600),         TAP_T(test_engine_restart, 300),
         TAP_T(test_tls, 120),          TAP_T(test_remote, 120),
         TAP_T(test_remote_agent_volume, 120),

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <time.h>
 
 /* An engine answer larger than this is not one we asked for (inspect is a few KiB). */
 #define ENGINE_MAX_BODY ((size_t)8 << 20)
@@ -24,6 +25,8 @@ struct sbx_dk_engine {
     char *socket; /* unix socket path, or NULL */
     char *base;   /* "http://localhost" (unix) or "http(s)://h:p" */
     char *cert, *key, *ca; /* TLS client files, or NULL */
+    bool insecure;         /* a context's SkipTLSVerify: the engine's certificate is not checked */
+    char *tls_hint;        /* what to do when the engine's certificate fails to verify, or NULL */
     bool local;
     long timeout_ms; /* a bound on each request (0: none); exec sessions are not bounded */
     pthread_mutex_t lock;
@@ -83,6 +86,7 @@ void sbx__dk_engine_free(sbx_dk_engine *e)
     free(e->cert);
     free(e->key);
     free(e->ca);
+    free(e->tls_hint);
     free(e);
 }
 
@@ -100,6 +104,17 @@ static json_t *load_small_json(const char *path)
     return j;
 }
 
+/* dir/name when it is a readable file (malloc'd), else NULL. */
+static char *readable_file(const char *dir, const char *name)
+{
+    char *p = sbx__printf("%s/%s", dir, name);
+    if (p && access(p, R_OK) != 0) {
+        free(p);
+        p = NULL;
+    }
+    return p;
+}
+
 /*
  * The engine of the docker CLI's current context, as the CLI finds it when
  * DOCKER_HOST is unset: $DOCKER_CONTEXT, else config.json's
@@ -107,10 +122,11 @@ static json_t *load_small_json(const char *path)
  * means the default socket. A context's endpoint is in
  * contexts/meta/<sha256 of its name>/meta.json, its TLS files in
  * contexts/tls/<same>/docker/. Writes the host (malloc'd) and, when the
- * context has TLS files, their directory (malloc'd). 0 when no context
- * applies; -1 (with `err`) for a context named but not found.
+ * context has TLS files, their directory (malloc'd), and its
+ * SkipTLSVerify. 0 when no context applies; -1 (with `err`) for a context
+ * named but not found.
  */
-static int context_host(char **host, char **tls_dir, sbx_error **err)
+static int context_host(char **host, char **tls_dir, bool *skip_verify, sbx_error **err)
 {
     const char *cfgdir = getenv("DOCKER_CONFIG");
     const char *home = getenv("HOME");
@@ -147,6 +163,8 @@ static int context_host(char **host, char **tls_dir, sbx_error **err)
         return -1;
     }
     *host = strdup(h);
+    *skip_verify = json_is_true(json_object_get(
+        json_object_get(json_object_get(meta, "Endpoints"), "docker"), "SkipTLSVerify"));
     char *td = sbx__printf("%s/contexts/tls/%s/docker", dir, hex);
     struct stat st;
     if (td && stat(td, &st) == 0 && S_ISDIR(st.st_mode))
@@ -161,9 +179,10 @@ int sbx__dk_engine_new(const char *host, const char *api_version, sbx_dk_engine 
 {
     pthread_once(&curl_once, curl_init);
     _cleanup_free_ char *ctx_host = NULL, *ctx_tls = NULL;
+    bool ctx_skip = false;
     if (!host || !host[0])
         host = getenv("DOCKER_HOST");
-    if ((!host || !host[0]) && context_host(&ctx_host, &ctx_tls, err) < 0)
+    if ((!host || !host[0]) && context_host(&ctx_host, &ctx_tls, &ctx_skip, err) < 0)
         return SBX_EINVAL;
     if ((!host || !host[0]) && ctx_host)
         host = ctx_host;
@@ -193,11 +212,38 @@ int sbx__dk_engine_new(const char *host, const char *api_version, sbx_dk_engine 
         size_t hn = colon && (!close || colon > close) ? (size_t)(colon - hp) : n;
         e->local = loopback(hp, hn);
         const char *tls = getenv("DOCKER_TLS_VERIFY");
-        bool use_tls = (tls && tls[0] && strcmp(tls, "0")) || (ctx_tls && host == ctx_host);
-        e->base = sbx__printf("%s://%.*s", use_tls ? "https" : "http", (int)n, hp);
+        bool by_ctx = ctx_host && host == ctx_host;
+        /*
+         * As the docker CLI's context endpoints: TLS when the context has
+         * TLS files or SkipTLSVerify; each of ca.pem, cert.pem and key.pem
+         * used when there (no CA: the system's), and SkipTLSVerify takes
+         * the engine's certificate unchecked.
+         */
+        if (by_ctx && (ctx_tls || ctx_skip)) {
+            e->base = sbx__printf("https://%.*s", (int)n, hp);
+            e->insecure = ctx_skip;
+            if (ctx_tls) {
+                e->ca = readable_file(ctx_tls, "ca.pem");
+                e->cert = readable_file(ctx_tls, "cert.pem");
+                e->key = readable_file(ctx_tls, "key.pem");
+                if (!e->cert || !e->key) {
+                    free(e->cert), free(e->key);
+                    e->cert = e->key = NULL;
+                }
+            }
+            if (!e->ca && !ctx_skip)
+                e->tls_hint = sbx__printf(
+                    "the docker context has no ca.pem in %s: put the engine's CA there, or "
+                    "set the context's SkipTLSVerify (as `docker context create --docker "
+                    "skip-tls-verify=true` does) to take its certificate unchecked",
+                    ctx_tls ? ctx_tls : "its TLS directory");
+        }
+        bool use_tls = !by_ctx && tls && tls[0] && strcmp(tls, "0");
+        if (!e->base)
+            e->base = sbx__printf("%s://%.*s", use_tls ? "https" : "http", (int)n, hp);
         if (use_tls) {
             /* A context's own TLS files, else the environment's. */
-            const char *dir = ctx_tls && host == ctx_host ? ctx_tls : getenv("DOCKER_CERT_PATH");
+            const char *dir = getenv("DOCKER_CERT_PATH");
             const char *home = getenv("HOME");
             char *d = dir && dir[0] ? strdup(dir) : sbx__printf("%s/.docker", home ? home : "");
             if (d) {
@@ -230,6 +276,73 @@ int sbx__dk_engine_new(const char *host, const char *api_version, sbx_dk_engine 
 void sbx__dk_engine_set_timeout(sbx_dk_engine *e, double seconds)
 {
     e->timeout_ms = seconds > 0 ? (long)(seconds * 1000.0) : 0;
+}
+
+/*
+ * A whole operation's deadline (a create's create.start_timeout_s), kept
+ * per thread: the create's engine requests all run on one worker thread,
+ * and nothing else on it is bounded by it.
+ */
+static _Thread_local struct sbx_dk_deadline tl_deadline;
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct sbx_dk_deadline sbx__dk_deadline_set(double seconds)
+{
+    struct sbx_dk_deadline old = tl_deadline;
+    tl_deadline = seconds > 0 ? (struct sbx_dk_deadline){mono_now() + seconds, seconds}
+                              : (struct sbx_dk_deadline){0, 0};
+    return old;
+}
+
+struct sbx_dk_deadline sbx__dk_deadline_swap(struct sbx_dk_deadline d)
+{
+    struct sbx_dk_deadline old = tl_deadline;
+    tl_deadline = d;
+    return old;
+}
+
+/*
+ * The bound of the next request: the engine's per-request one, cut to what
+ * is left of the thread's deadline. SBX_ETIMEDOUT when nothing is left.
+ */
+static int request_bound(const sbx_dk_engine *e, const char *method, const char *path,
+                         long *ms, sbx_error **err)
+{
+    *ms = e->timeout_ms;
+    if (tl_deadline.at <= 0)
+        return SBX_OK;
+    double left = tl_deadline.at - mono_now();
+    if (left <= 0.001)
+        return sbx__set_error(err, SBX_ETIMEDOUT,
+                              "docker engine at %s: no time was left for %s %s of the %gs "
+                              "(create.start_timeout_s)",
+                              e->host, method, path, tl_deadline.budget);
+    long lms = (long)(left * 1000.0);
+    if (*ms <= 0 || lms < *ms)
+        *ms = lms > 0 ? lms : 1;
+    return SBX_OK;
+}
+
+/* The timeout's message: the whole create's bound when that is what ran out. */
+static int timed_out(const sbx_dk_engine *e, const char *method, const char *path,
+                     sbx_error **err)
+{
+    /* Within a create every request's bound is what is left of the create's. */
+    if (tl_deadline.at > 0)
+        return sbx__set_error(err, SBX_ETIMEDOUT,
+                              "docker engine at %s: %s %s ran past the create's %gs "
+                              "(create.start_timeout_s)",
+                              e->host, method, path, tl_deadline.budget);
+    return sbx__set_error(err, SBX_ETIMEDOUT,
+                          "docker engine at %s: %s %s took more than %gs "
+                          "(create.start_timeout_s)",
+                          e->host, method, path, e->timeout_ms / 1000.0);
 }
 
 const char *sbx__dk_engine_host(const sbx_dk_engine *e)
@@ -311,7 +424,13 @@ int sbx__dk_engine_setup(sbx_dk_engine *e, void *curl, const char *url_path)
     if (e->cert) {
         curl_easy_setopt(c, CURLOPT_SSLCERT, e->cert);
         curl_easy_setopt(c, CURLOPT_SSLKEY, e->key);
+    }
+    if (e->ca)
         curl_easy_setopt(c, CURLOPT_CAINFO, e->ca);
+    if (e->insecure) {
+        /* The context's SkipTLSVerify, as the docker CLI's InsecureSkipVerify. */
+        curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
     }
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
@@ -352,8 +471,14 @@ static int exchange(sbx_dk_engine *e, const char *method, const char *url_path, 
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, s);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
-    if (e->timeout_ms > 0)
-        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, e->timeout_ms);
+    long ms = 0;
+    if (request_bound(e, method, url_path, &ms, err) < 0) {
+        curl_slist_free_all(hdr);
+        curl_easy_cleanup(c);
+        return SBX_ETIMEDOUT;
+    }
+    if (ms > 0)
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, ms);
     CURLcode cc = curl_easy_perform(c);
     long st = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
@@ -368,10 +493,13 @@ static int exchange(sbx_dk_engine *e, const char *method, const char *url_path, 
                               "docker engine at %s: the answer to %s %s passed %zu MiB; refused",
                               e->host, method, url_path, ENGINE_MAX_BODY >> 20);
     if (cc == CURLE_OPERATION_TIMEDOUT)
-        return sbx__set_error(err, SBX_ETIMEDOUT,
-                              "docker engine at %s: %s %s took more than %gs "
-                              "(create.start_timeout_s)",
-                              e->host, method, url_path, e->timeout_ms / 1000.0);
+        return timed_out(e, method, url_path, err);
+    if (cc == CURLE_PEER_FAILED_VERIFICATION && e->tls_hint)
+        return sbx__set_error(err, SBX_EPROVIDER,
+                              "docker engine at %s (%s %s): its TLS certificate did not verify "
+                              "(%s); %s",
+                              e->host, method, url_path, ebuf[0] ? ebuf : curl_easy_strerror(cc),
+                              e->tls_hint);
     if (cc != CURLE_OK)
         return sbx__set_error(err, SBX_EPROVIDER,
                               "cannot reach the docker engine at %s (%s %s): %s; is dockerd "
@@ -699,18 +827,22 @@ int sbx__dk_request_fd(sbx_dk_engine *e, const char *method, const char *path, i
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, fd_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &io);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
-    if (e->timeout_ms > 0)
-        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, e->timeout_ms);
+    long ms = 0;
+    if (request_bound(e, method, path, &ms, err) < 0) {
+        curl_slist_free_all(hdr);
+        curl_easy_cleanup(c);
+        sbx__buf_free(&io.err_body);
+        return SBX_ETIMEDOUT;
+    }
+    if (ms > 0)
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, ms);
     CURLcode cc = curl_easy_perform(c);
     long st = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
     curl_slist_free_all(hdr);
     curl_easy_cleanup(c);
     if (cc == CURLE_OPERATION_TIMEDOUT)
-        rc = sbx__set_error(err, SBX_ETIMEDOUT,
-                            "docker engine at %s: %s %s took more than %gs "
-                            "(create.start_timeout_s)",
-                            e->host, method, path, e->timeout_ms / 1000.0);
+        rc = timed_out(e, method, path, err);
     else if (cc == CURLE_ABORTED_BY_CALLBACK || (cc == CURLE_WRITE_ERROR && io.out_broke))
         rc = sbx__set_error(err, SBX_EIO, "docker engine at %s: %s %s stopped (the local side "
                                           "of the copy failed)",

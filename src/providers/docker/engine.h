@@ -31,6 +31,20 @@ SBX_INTERNAL int sbx__dk_engine_new(const char *host, const char *api_version,
 SBX_INTERNAL void sbx__dk_engine_free(sbx_dk_engine *e);
 /* Bounds every later request (but exec sessions) to `seconds` (<= 0: none). */
 SBX_INTERNAL void sbx__dk_engine_set_timeout(sbx_dk_engine *e, double seconds);
+/*
+ * A deadline for every request this thread makes from now on (a whole
+ * create's create.start_timeout_s): each request gets what is left of it
+ * (or the engine's own bound, when smaller), and one started with nothing
+ * left fails at once with SBX_ETIMEDOUT. `seconds` <= 0 clears it. Returns
+ * the one it replaced; _swap puts one back (or clears it for a cleanup
+ * that must not be bounded by it).
+ */
+struct sbx_dk_deadline {
+    double at;     /* CLOCK_MONOTONIC seconds; 0: none */
+    double budget; /* the seconds it was set for, for messages */
+};
+SBX_INTERNAL struct sbx_dk_deadline sbx__dk_deadline_set(double seconds);
+SBX_INTERNAL struct sbx_dk_deadline sbx__dk_deadline_swap(struct sbx_dk_deadline d);
 /* The host as resolved ("unix:///var/run/docker.sock"). */
 SBX_INTERNAL const char *sbx__dk_engine_host(const sbx_dk_engine *e);
 /*

@@ -15,6 +15,7 @@
  * the agent is on the loop thread, as the kit requires.
  */
 #include "providers/docker/docker.h"
+#include "kit/kit.h"
 
 #include <sbx/box.h>
 
@@ -92,7 +93,10 @@ int sbx__dk_remove(sbx_dk_engine *e, const char *c, sbx_error **err)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     long st = 0;
     _cleanup_json_ json_t *resp = NULL;
+    /* A create out of time still removes what it made: not bounded by its deadline. */
+    struct sbx_dk_deadline dl = sbx__dk_deadline_swap((struct sbx_dk_deadline){0, 0});
     int rc = sbx__dk_request(e, "DELETE", path, NULL, &st, &resp, err);
+    sbx__dk_deadline_swap(dl);
     if (rc < 0)
         return rc;
     if (st == 204 || st == 200 || st == 404)
@@ -757,9 +761,10 @@ static int agent_volume_ready(struct docker *d, const char *cid, const char *img
  * (malloc'd) and its PID 1 as the host sees it. On failure nothing is left
  * (the container removed).
  */
-static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const char *box_dir,
-                          const sbx_spec *spec, bool remote, bool noagent, char **cid_out,
-                          pid_t *pid_out, char **user_out, sbx_error **err)
+static int make_container_steps(struct docker *d, sbx_op *op, sbx_box_record *r,
+                                const char *box_dir, const sbx_spec *spec, bool remote,
+                                bool noagent, char **cid_out, pid_t *pid_out, char **user_out,
+                                const char **step, sbx_error **err)
 {
     if (noagent)
         remote = true; /* nothing of this machine goes in: no socket directory, no agent */
@@ -768,6 +773,7 @@ static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const
     if (rc < 0)
         return rc;
     _cleanup_json_ json_t *ic = NULL;
+    *step = "inspecting (or pulling) the image";
     rc = image_config(d, img, op, &ic, err);
     if (rc < 0)
         return rc == SBX_ENOENT ? SBX_ECREATE : rc;
@@ -810,6 +816,7 @@ static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const
     }
     long st = 0;
     _cleanup_json_ json_t *resp = NULL;
+    *step = "creating the container";
     if ((rc = sbx__dk_request(d->engine, "POST", q, body, &st, &resp, err)) < 0)
         return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
     const char *cid = json_string_value(json_object_get(resp, "Id"));
@@ -822,6 +829,8 @@ static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const
         sbx__dk_remove(d->engine, cid, NULL);
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
+    if (agent_vol)
+        *step = "checking the agent volume";
     if (agent_vol && (rc = agent_volume_ready(d, cid, img, err)) < 0) {
         sbx__dk_remove(d->engine, cid, NULL);
         return rc == SBX_EPROVIDER ? SBX_ECREATE : rc;
@@ -829,14 +838,17 @@ static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const
     _cleanup_free_ char *sp = sbx__printf("/containers/%s/start", cid);
     _cleanup_json_ json_t *sresp = NULL;
     json_t *info = NULL;
+    *step = "starting the container";
     if (!sp)
         rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
     else if ((rc = sbx__dk_request(d->engine, "POST", sp, NULL, &st, &sresp, err)) == SBX_OK &&
              st != 204 && st != 304)
         rc = sbx__dk_error(err, SBX_ECREATE, st, sresp,
                            "starting container %.12s of image '%s'", cid, img);
-    if (rc == SBX_OK)
+    if (rc == SBX_OK) {
+        *step = "inspecting the started container";
         rc = sbx__dk_inspect(d->engine, cid, &info, err);
+    }
     json_t *state = json_object_get(info, "State");
     json_int_t pid = json_integer_value(json_object_get(state, "Pid"));
     if (rc == SBX_OK && (!json_is_true(json_object_get(state, "Running")) || pid <= 0))
@@ -868,6 +880,30 @@ static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const
     }
     *pid_out = (pid_t)pid;
     return SBX_OK;
+}
+
+/*
+ * make_container_steps within create.start_timeout_s for the whole of it,
+ * as the reference bounds its `docker run` (the pull included): each
+ * request gets what is left. When it runs out, the half-made container is
+ * removed (the removal itself unbounded by it), the kit removes the
+ * record, and the error says which step it ran out in.
+ */
+static int make_container(struct docker *d, sbx_op *op, sbx_box_record *r, const char *box_dir,
+                          const sbx_spec *spec, bool remote, bool noagent, char **cid_out,
+                          pid_t *pid_out, char **user_out, sbx_error **err)
+{
+    const char *step = "resolving the image";
+    struct sbx_dk_deadline old = sbx__dk_deadline_set(d->cfg.start_timeout_s);
+    int rc = make_container_steps(d, op, r, box_dir, spec, remote, noagent, cid_out, pid_out,
+                                  user_out, &step, err);
+    sbx__dk_deadline_swap(old);
+    if (rc == SBX_ETIMEDOUT && err && *err)
+        *err = sbx_error_prefix(*err,
+                                "creating docker box %s: create.start_timeout_s (%gs) ran out "
+                                "while %s",
+                                r->id, d->cfg.start_timeout_s, step);
+    return rc;
 }
 
 /* The kit's start hook for a local engine (worker thread): the agent's socket on the mount. */
@@ -1724,19 +1760,236 @@ static void dk_agent_address(sbx_op *op, void *state, void *box)
 
 /* --- provider-wide: the kit's records, with the container as the box -------------------- */
 
+/*
+ * The records are this state directory's; a container of sbx's with no
+ * record here (a run that crashed before writing one, a box of another
+ * state directory or machine user) is still found by its label
+ * `sbx.sandbox=1`: list shows it (its provider object's "record" false),
+ * stop by its box or container id removes it, and gc collects it once it
+ * stopped (or by labels). A running one is never collected by age: it may
+ * be another state directory's live box.
+ */
+
+/* Every container with the label sbx.sandbox=1, in any state: a JSON array (new ref). Blocking. */
+static int label_containers(struct docker *d, json_t **out, sbx_error **err)
+{
+    _cleanup_free_ char *f = esc("{\"label\":[\"sbx.sandbox=1\"]}");
+    _cleanup_free_ char *q = f ? sbx__printf("/containers/json?all=1&filters=%s", f) : NULL;
+    if (!q)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    long st = 0;
+    json_t *resp = NULL;
+    int rc = sbx__dk_request(d->engine, "GET", q, NULL, &st, &resp, err);
+    if (rc < 0)
+        return rc;
+    if (st != 200 || !json_is_array(resp)) {
+        rc = sbx__dk_error(err, SBX_EPROVIDER, st, resp, "listing sbx's containers");
+        json_decref(resp);
+        return rc;
+    }
+    *out = resp;
+    return SBX_OK;
+}
+
+/*
+ * A listed container's box id (its sbx.box label, else its name) when it
+ * is one fit for a path and it has no record or box directory here; NULL
+ * for one this store has (or one not to be believed).
+ */
+static const char *unrecorded_id(struct docker *d, const json_t *c)
+{
+    json_t *labels = json_object_get(c, "Labels");
+    const char *id = json_string_value(json_object_get(labels, "sbx.box"));
+    const char *name = json_string_value(json_array_get(json_object_get(c, "Names"), 0));
+    if (!id && name)
+        id = name[0] == '/' ? name + 1 : name;
+    if (!id || !sbx__kit_id_ok(id))
+        return NULL;
+    _cleanup_free_ char *bd = sbx__printf("%s/boxes/%s", sbx_box_store_path(d->store), id);
+    struct stat sb;
+    if (!bd || lstat(bd, &sb) == 0 || errno != ENOENT)
+        return NULL;
+    return id;
+}
+
+/* Whether a container's labels hold every one of `want` (an object of strings; NULL: all). */
+static bool container_labels_match(const json_t *c, const json_t *want)
+{
+    json_t *have = json_object_get(c, "Labels");
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)want, k, v)
+    {
+        const char *h = json_string_value(json_object_get(have, k));
+        if (!h || !json_is_string(v) || strcmp(h, json_string_value(v)))
+            return false;
+    }
+    return true;
+}
+
+/* A listed container with no record here, as list gives a box. */
+static json_t *unrecorded_entry(const json_t *c, const char *id)
+{
+    const char *cid = json_string_value(json_object_get(c, "Id"));
+    const char *state = json_string_value(json_object_get(c, "State"));
+    json_t *labels = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(c, "Labels"), k, v)
+    {
+        if (strncmp(k, "sbx.", 4) && json_is_string(v))
+            json_object_set(labels, k, v);
+    }
+    json_t *created = json_object_get(c, "Created");
+    const char *image = json_string_value(json_object_get(c, "Image"));
+    return json_pack("{s:s, s:s, s:o, s:n, s:o, s:o, s:{s:s,s:s,s:s}, s:{s:s,s:s,s:b}}", "id",
+                     id, "status",
+                     state && !strcmp(state, "running")   ? "running"
+                     : state && !strcmp(state, "created") ? "starting"
+                                                          : "error",
+                     "created", json_is_integer(created) ? json_real((double)json_integer_value(created))
+                                                         : json_null(),
+                     "expires_at", "labels", labels, "image",
+                     image ? json_string(image) : json_null(), "descriptor", "provider", "docker",
+                     "sandbox_id", id, "container", cid ? cid : id, "provider", "container",
+                     cid ? cid : id, "state", state ? state : "?", "record", 0);
+}
+
+enum store_kind { DK_LIST, DK_STOP, DK_GC };
+struct store_job {
+    struct docker *d;
+    enum store_kind kind;
+    char *arg;
+};
+
+static void store_work(sbx_op *op, void *data)
+{
+    struct store_job *j = data;
+    struct docker *d = j->d;
+    sbx_error *e = NULL;
+    char *text = NULL;
+    int rc = j->kind == DK_LIST ? sbx_box_store_list(d->store, j->arg, &text, &e)
+             : j->kind == DK_GC ? sbx_box_store_gc(d->store, j->arg, &text, &e)
+                                : sbx_box_store_stop(d->store, j->arg, &e);
+    _cleanup_json_ json_t *opts = j->kind != DK_STOP && j->arg ? json_loads(j->arg, 0, NULL) : NULL;
+    json_t *want = json_object_get(opts, "labels");
+    bool dry = json_is_true(json_object_get(opts, "dry_run"));
+    _cleanup_json_ json_t *arr = text ? json_loads(text, 0, NULL) : NULL;
+    _cleanup_json_ json_t *cs = NULL;
+    if (j->kind == DK_STOP && rc == SBX_ENOENT) {
+        /* No record here: a container of sbx's by that box id (its name) or container id. */
+        json_t *info = NULL;
+        sbx_error *ie = NULL;
+        int irc = sbx__dk_inspect(d->engine, j->arg, &info, &ie);
+        json_t *labels = json_object_get(json_object_get(info, "Config"), "Labels");
+        if (irc == SBX_OK && !json_is_string(json_object_get(labels, "sbx.sandbox"))) {
+            sbx_error_free(e);
+            rc = sbx__set_error(&e, SBX_EINVAL,
+                                "container %s is not an sbx box (no sbx.sandbox label); sbx "
+                                "leaves it alone",
+                                j->arg);
+        } else if (irc == SBX_OK) {
+            sbx_error_free(e);
+            e = NULL;
+            const char *cid = json_string_value(json_object_get(info, "Id"));
+            rc = sbx__dk_remove(d->engine, cid ? cid : j->arg, &e);
+        } else if (irc != SBX_ENOENT) {
+            sbx_error_free(e);
+            e = ie, ie = NULL;
+            rc = irc;
+        }
+        sbx_error_free(ie);
+        json_decref(info);
+    } else if (rc == SBX_OK && j->kind != DK_STOP && json_is_array(arr)) {
+        sbx_error *le = NULL;
+        if (label_containers(d, &cs, &le) < 0)
+            sbx_log(SBX_LOG_DEBUG, "docker: containers without a record not %s: %s",
+                    j->kind == DK_LIST ? "listed" : "collected", sbx_error_message(le));
+        sbx_error_free(le);
+        double now = (double)time(NULL);
+        size_t i;
+        json_t *c;
+        json_array_foreach(cs, i, c)
+        {
+            const char *id = unrecorded_id(d, c);
+            if (!id)
+                continue;
+            bool match = container_labels_match(c, want);
+            if (j->kind == DK_LIST) {
+                if (match)
+                    json_array_append_new(arr, unrecorded_entry(c, id));
+                continue;
+            }
+            /* gc: a stopped one (a just-made one is some create's, in flight), or by labels. */
+            const char *state = json_string_value(json_object_get(c, "State")) ?: "";
+            json_int_t made = json_integer_value(json_object_get(c, "Created"));
+            bool young = !strcmp(state, "created") && now - (double)made < 60;
+            bool collect = (want && match) ||
+                           (!want && strcmp(state, "running") && strcmp(state, "paused") &&
+                            strcmp(state, "restarting") && !young);
+            const char *cid = json_string_value(json_object_get(c, "Id"));
+            if (!collect || !cid)
+                continue;
+            sbx_error *re = NULL;
+            if (!dry && sbx__dk_remove(d->engine, cid, &re) < 0) {
+                sbx_log(SBX_LOG_WARNING, "gc: container %.12s (box %s): %s", cid, id,
+                        sbx_error_message(re));
+                sbx_error_free(re);
+                continue;
+            }
+            json_array_append_new(arr, json_string(id));
+        }
+        free(text);
+        text = sbx__json_dump(arr);
+        if (!text)
+            rc = sbx__set_error(&e, SBX_ENOMEM, "out of memory");
+    }
+    enum store_kind kind = j->kind;
+    free(j->arg);
+    free(j);
+    if (rc < 0) {
+        free(text);
+        sbx_op_complete(op, rc, e, NULL);
+        return;
+    }
+    sbx_error_free(e);
+    if (kind == DK_STOP) {
+        free(text);
+        text = NULL;
+    }
+    sbx_op_complete(op, SBX_OK, NULL, text);
+}
+
+static void store_op(sbx_op *op, struct docker *d, enum store_kind kind, const char *arg)
+{
+    struct store_job *j = calloc(1, sizeof(*j));
+    if (!j || (arg && !(j->arg = strdup(arg)))) {
+        free(j);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    j->d = d;
+    j->kind = kind;
+    if (sbx_op_run_blocking(op, store_work, j) < 0) {
+        free(j->arg);
+        free(j);
+        sbx_op_complete(op, SBX_EIO, NULL, NULL);
+    }
+}
+
 static void dk_list(sbx_op *op, void *state, const char *filter_json)
 {
-    sbx_box_op_list(op, ((struct docker *)state)->store, filter_json);
+    store_op(op, state, DK_LIST, filter_json);
 }
 
 static void dk_stop_id(sbx_op *op, void *state, const char *id)
 {
-    sbx_box_op_stop_id(op, ((struct docker *)state)->store, id);
+    store_op(op, state, DK_STOP, id);
 }
 
 static void dk_gc(sbx_op *op, void *state, const char *opts_json)
 {
-    sbx_box_op_gc(op, ((struct docker *)state)->store, opts_json);
+    store_op(op, state, DK_GC, opts_json);
 }
 
 SBX_INTERNAL const struct sbx_provider_ops sbx__docker_provider = {
