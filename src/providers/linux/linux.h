@@ -147,6 +147,12 @@ SBX_INTERNAL int sbx__linux_stop_box(const char *state_dir, const char *id, doub
 
 /* At most this many teardowns at once, whatever the CPU count. */
 #define SBX_LINUX_TEARDOWN_SLOTS_MAX 64
+/*
+ * Stops of one provider that watch their shim at once (each holds a pidfd);
+ * the rest wait their turn. A few teardown slots' worth many times over.
+ */
+#define SBX_LINUX_STOPS_IN_FLIGHT 128
+
 /* A stop waits for a shim queued for a slot at most this many stop timeouts. */
 #define SBX_LINUX_STOP_QUEUE_FACTOR 30
 

@@ -52,6 +52,14 @@ struct linux_state {
     unsigned userns_slots; /* how many 65536-id ranges boxes may take */
     bool seccomp;
     bool memcg_limited; /* memory_cgroup: "limited": only boxes with a memory limit get one */
+    /*
+     * Stops watching a shim (each holds its pidfd until the shim exits), and
+     * those waiting for their turn: a stop of 10,000 boxes at once from a
+     * process with the usual 1024 descriptors must not run out of them.
+     */
+    unsigned stops_in_flight;
+    struct stop *stops_waiting, *stops_waiting_tail;
+    bool stops_draining;
     double stop_grace_s;
     double stop_timeout_s;
     long long nofile_soft, nofile_hard; /* nofile; hard 0: the default */
@@ -2048,14 +2056,36 @@ struct stop {
     bool ended;          /* stop_end ran: the handles are closing */
     bool closed;         /* the handles closed while a check was out */
     char where[160];     /* where the shim stood when the deadline passed */
+    struct linux_state *st;
+    bool counted;      /* one of st->stops_in_flight */
+    struct stop *next; /* st->stops_waiting */
 };
+
+static void stop_begin(struct stop *s);
 
 static void stop_free(struct stop *s)
 {
+    struct linux_state *st = s->counted ? s->st : NULL;
     sbx_error_free(s->err);
     free(s->box_dir);
     free(s->id);
     free(s);
+    if (!st)
+        return;
+    st->stops_in_flight--;
+    /* The next waiting stops take the freed places (a loop, not recursion: see draining). */
+    if (st->stops_draining)
+        return;
+    st->stops_draining = true;
+    while (st->stops_waiting && st->stops_in_flight < SBX_LINUX_STOPS_IN_FLIGHT) {
+        struct stop *n = st->stops_waiting;
+        st->stops_waiting = n->next;
+        if (!st->stops_waiting)
+            st->stops_waiting_tail = NULL;
+        n->next = NULL;
+        stop_begin(n);
+    }
+    st->stops_draining = false;
 }
 
 /* Worker: a shim that died uncleanly leaves its cgroups and directory: remove them. */
@@ -2284,11 +2314,32 @@ static void linux_close(sbx_op *op, void *state, void *box, int owned)
     s->b = b;
     s->pidfd = -1;
     s->timeout_s = st->stop_timeout_s;
-    int rc = sbx__context_submit(sbx__op_provider(op)->ctx, stop_signal_work, stop_signal_done, s,
-                                 NULL);
+    s->st = st;
+    if (st->stops_in_flight >= SBX_LINUX_STOPS_IN_FLIGHT || st->stops_waiting) {
+        /* Its turn comes when a stop in flight ends; its deadline starts at its signal. */
+        if (st->stops_waiting_tail)
+            st->stops_waiting_tail->next = s;
+        else
+            st->stops_waiting = s;
+        st->stops_waiting_tail = s;
+        return;
+    }
+    stop_begin(s);
+}
+
+/* Counts the stop in flight and sends it to the pool to signal the shim. */
+static void stop_begin(struct stop *s)
+{
+    sbx_op *op = s->op;
+    s->counted = true;
+    s->st->stops_in_flight++;
+    int rc = sbx_op_cancelled(op) ? SBX_ECANCELED
+                                  : sbx__context_submit(sbx__op_provider(op)->ctx,
+                                                        stop_signal_work, stop_signal_done, s,
+                                                        NULL);
     if (rc < 0) {
-        stop_free(s);
         sbx_op_complete(op, rc, NULL, NULL);
+        stop_free(s);
     }
 }
 
