@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 # bench_core measures sbx's own overhead on the in-memory `fake` provider, a
 # test double that is not in libsbx: it comes from the test plugin.
 export SBX_PLUGIN_PATH="${SBX_PLUGIN_PATH:+$SBX_PLUGIN_PATH:}$PWD/$B/tests/fakes/sbx-fake.so"
+# The docker comparisons start a private dockerd of their own when none
+# answers (bench/docker.sh), so `make bench` prints them on a fresh machine;
+# SBX_BENCH_DOCKER=0 skips them there instead.
+export SBX_BENCH_DOCKER=${SBX_BENCH_DOCKER:-1}
 echo "# machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r), $(date -u +%F)"
 for b in "$B"/bench/bench_*; do
   [ -x "$b" ] || continue
