@@ -836,6 +836,20 @@ static void pty_until(sbx_pty *pt, int stream, char *buf, size_t cap, size_t *le
     }
 }
 
+/* Reads a process's stdout to its end after the `*len` bytes already in buf; NUL-ends it. */
+static void proc_read_all(sbx_proc *pr, char *buf, size_t size, size_t *len)
+{
+    for (;;) {
+        size_t n = 0;
+        TAP_OK(sbx_proc_read(pr, SBX_STREAM_STDOUT, buf + *len, size - 1 - *len, -1, &n, NULL,
+                             &e_));
+        if (n == 0)
+            break;
+        *len += n;
+    }
+    buf[*len] = 0;
+}
+
 /*
  * [pty] On the local-engine path the agent's socket is on this machine
  * (agent_address): a terminal (size, resize, exit code), a command on a
@@ -907,15 +921,7 @@ static void test_pty_and_procs(void)
     TAP_OK(sbx_proc_write(pr, "abc\n", 4, &e_));
     TAP_OK(sbx_proc_wait(pr, -1, &code, &e_));
     TAP_EQ_INT(code, 4);
-    for (;;) {
-        size_t n = 0;
-        TAP_OK(sbx_proc_read(pr, SBX_STREAM_STDOUT, buf + len, sizeof(buf) - 1 - len, -1, &n,
-                             NULL, &e_));
-        if (n == 0)
-            break;
-        len += n;
-    }
-    buf[len] = 0;
+    proc_read_all(pr, buf, sizeof(buf), &len);
     TAP_EQ_STR(buf, "started-2\ngot:abc\n");
     sbx_proc_free(pr);
 
@@ -978,15 +984,7 @@ static void test_pty_and_procs(void)
     TAP_OK(sbx_proc_wait(pr, -1, &code, &e_));
     TAP_EQ_INT(code, 8);
     len = 0;
-    for (;;) {
-        size_t n = 0;
-        TAP_OK(sbx_proc_read(pr, SBX_STREAM_STDOUT, buf + len, sizeof(buf) - 1 - len, -1, &n,
-                             NULL, &e_));
-        if (n == 0)
-            break;
-        len += n;
-    }
-    buf[len] = 0;
+    proc_read_all(pr, buf, sizeof(buf), &len);
     TAP_CONTAINS(buf, "remote:xyz");
     sbx_proc_free(pr);
     stop_free(c);
