@@ -196,6 +196,12 @@ int cli_box_list_all(json_t **records, sbx_error **err)
 
 int cli_box_load(const char *id, json_t **record, sbx_error **err)
 {
+    _cleanup_json_ json_t *all = NULL;
+    return cli_box_load_cached(id, &all, record, err);
+}
+
+int cli_box_load_cached(const char *id, json_t **cache, json_t **record, sbx_error **err)
+{
     _cleanup_free_ char *dir = NULL;
     int rc = cli_boxes_dir(&dir, err);
     if (rc < 0)
@@ -207,11 +213,12 @@ int cli_box_load(const char *id, json_t **record, sbx_error **err)
     }
     /*
      * Then every box sbx can see (linux boxes made by any process included):
-     * the exact id, or a unique prefix of one, as with container ids.
+     * the exact id, or a unique prefix of one, as with container ids. Listed
+     * once per cache: `sbx stop` of thousands of ids listed them all for each.
      */
-    _cleanup_json_ json_t *all = NULL;
-    if ((rc = cli_box_list_all(&all, err)) < 0)
+    if (!*cache && (rc = cli_box_list_all(cache, err)) < 0)
         return rc;
+    json_t *all = *cache;
     json_t *found = NULL;
     size_t i, matches = 0;
     json_t *r;
@@ -242,8 +249,14 @@ int cli_box_load(const char *id, json_t **record, sbx_error **err)
 
 int cli_box_find(const char *id, json_t **record)
 {
+    _cleanup_json_ json_t *all = NULL;
+    return cli_box_find_cached(id, &all, record);
+}
+
+int cli_box_find_cached(const char *id, json_t **cache, json_t **record)
+{
     sbx_error *e = NULL;
-    if (cli_box_load(id, record, &e) == SBX_OK)
+    if (cli_box_load_cached(id, cache, record, &e) == SBX_OK)
         return CLI_EXIT_OK;
     int code = sbx_error_code(e);
     /* An ambiguous prefix is the user's to fix; a state directory refused is sbx's failure. */

@@ -206,6 +206,12 @@ int cli_box_load(const char *id, json_t **record, sbx_error **err);
  */
 int cli_box_find(const char *id, json_t **record);
 /*
+ * cli_box_load / cli_box_find for many ids: the list of every box, when one
+ * is needed, is made once into *cache (NULL at first; the caller frees it).
+ */
+int cli_box_load_cached(const char *id, json_t **cache, json_t **record, sbx_error **err);
+int cli_box_find_cached(const char *id, json_t **cache, json_t **record);
+/*
  * cli_parse_opts for a command whose operands are box IDs (status, stop):
  * at least one, exactly one with `one_id`; otherwise a usage error. Same
  * contract as cli_parse_opts (optind at the first ID).

@@ -50,9 +50,10 @@ int cli_cmd_stop(int argc, char **argv)
         return rc;
     cli_signals_install();
     rc = CLI_EXIT_OK;
+    _cleanup_json_ json_t *listed = NULL; /* every box, listed once if an id needs it */
     for (int i = optind; i < argc; i++) {
         _cleanup_json_ json_t *rec = NULL;
-        int found = cli_box_find(argv[i], &rec);
+        int found = cli_box_find_cached(argv[i], &listed, &rec);
         if (found != CLI_EXIT_OK) {
             if (rc == CLI_EXIT_OK)
                 rc = found;

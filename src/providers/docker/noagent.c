@@ -631,14 +631,16 @@ static int stat_path(struct docker *d, const char *cid, const char *p, unsigned 
     return SBX_OK;
 }
 
-int sbx__dk_path_stat_parse(const char *hdr, unsigned long long *mode, char **link)
+/*
+ * The engine's X-Docker-Container-Path-Stat header: base64 of a JSON object
+ * {"name", "size", "mode", "mtime", "linkTarget"}, bounded; NULL when it is
+ * not that.
+ */
+static json_t *path_stat_json(const char *hdr)
 {
-    /* base64 of a JSON object: {"name", "size", "mode", "mtime", "linkTarget"} */
-    *mode = 0;
-    *link = NULL;
     size_t hl = strlen(hdr);
     if (hl > 8192)
-        return -1;
+        return NULL;
     uint8_t *raw = malloc(BASE64_DECODE_LENGTH(hl) + 1);
     struct base64_decode_ctx ctx;
     size_t dl = raw ? BASE64_DECODE_LENGTH(hl) : 0;
@@ -646,6 +648,14 @@ int sbx__dk_path_stat_parse(const char *hdr, unsigned long long *mode, char **li
     bool ok = raw && base64_decode_update(&ctx, &dl, raw, hl, hdr) && base64_decode_final(&ctx);
     json_t *j = ok ? json_loadb((const char *)raw, dl, 0, NULL) : NULL;
     free(raw);
+    return j;
+}
+
+int sbx__dk_path_stat_parse(const char *hdr, unsigned long long *mode, char **link)
+{
+    *mode = 0;
+    *link = NULL;
+    json_t *j = path_stat_json(hdr);
     json_t *m = json_object_get(j, "mode");
     const char *lt = json_string_value(json_object_get(j, "linkTarget"));
     if (!json_is_integer(m) || json_integer_value(m) < 0) {
@@ -664,16 +674,7 @@ int sbx__dk_path_stat_parse(const char *hdr, unsigned long long *mode, char **li
 
 long long sbx__dk_path_stat_size(const char *hdr)
 {
-    size_t hl = strlen(hdr);
-    if (hl > 8192)
-        return -1;
-    uint8_t *raw = malloc(BASE64_DECODE_LENGTH(hl) + 1);
-    struct base64_decode_ctx ctx;
-    size_t dl = raw ? BASE64_DECODE_LENGTH(hl) : 0;
-    base64_decode_init(&ctx);
-    bool ok = raw && base64_decode_update(&ctx, &dl, raw, hl, hdr) && base64_decode_final(&ctx);
-    json_t *j = ok ? json_loadb((const char *)raw, dl, 0, NULL) : NULL;
-    free(raw);
+    json_t *j = path_stat_json(hdr);
     json_t *sz = json_object_get(j, "size");
     long long size = json_is_integer(sz) && json_integer_value(sz) >= 0 ? json_integer_value(sz)
                                                                         : -1;

@@ -614,9 +614,9 @@ static int agent_tar(const char *agent, const char *tmp, char **out, size_t *out
  * copies nothing. The name says what the content must be; the volume
  * is made (idempotently) on first use in this process. Blocking.
  */
-static int agent_volume(struct docker *d, sbx_error **err)
+/* d->vol_name, "sbx-agent-<sha256 of the agent>", computed once; under vol_lock. */
+static int agent_volume_name(struct docker *d, sbx_error **err)
 {
-    pthread_mutex_lock(&d->vol_lock);
     int rc = SBX_OK;
     if (!d->vol_name) {
         char *bin = NULL;
@@ -639,6 +639,13 @@ static int agent_volume(struct docker *d, sbx_error **err)
         }
         free(bin);
     }
+    return rc;
+}
+
+static int agent_volume(struct docker *d, sbx_error **err)
+{
+    pthread_mutex_lock(&d->vol_lock);
+    int rc = agent_volume_name(d, err);
     if (rc == SBX_OK && !d->vol_made) {
         _cleanup_json_ json_t *body = json_pack("{s:s,s:{s:s,s:s}}", "Name", d->vol_name, "Labels",
                                                 "sbx.agent-volume", "1", "sbx.agent-sha256",
@@ -1855,6 +1862,57 @@ static json_t *unrecorded_entry(const json_t *c, const char *id)
                      cid ? cid : id, "state", state ? state : "?", "record", 0);
 }
 
+/*
+ * gc: the agent volumes of other sbx builds (another hash) go, unless a
+ * container still uses one (the engine refuses: 409) or `dry`; each is
+ * logged (gc's answer lists boxes only). A box being made by another build
+ * meanwhile finds its volume gone, and fills it again (agent_volume_ready).
+ */
+static void gc_agent_volumes(struct docker *d, bool dry)
+{
+    sbx_error *e = NULL;
+    pthread_mutex_lock(&d->vol_lock);
+    int rc = agent_volume_name(d, &e);
+    pthread_mutex_unlock(&d->vol_lock);
+    _cleanup_free_ char *f = esc("{\"label\":[\"sbx.agent-volume=1\"]}");
+    _cleanup_free_ char *q = f ? sbx__printf("/volumes?filters=%s", f) : NULL;
+    long st = 0;
+    _cleanup_json_ json_t *resp = NULL;
+    if (rc < 0 || !q || sbx__dk_request(d->engine, "GET", q, NULL, &st, &resp, &e) < 0 ||
+        st != 200) {
+        sbx_log(SBX_LOG_DEBUG, "gc: agent volumes not looked at: %s",
+                e ? sbx_error_message(e) : "the engine's answer was not a list");
+        sbx_error_free(e);
+        return;
+    }
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(resp, "Volumes"), i, v)
+    {
+        const char *name = json_string_value(json_object_get(v, "Name"));
+        /* Only names of our own shape, never this build's. */
+        if (!name || strncmp(name, "sbx-agent-", 10) || strlen(name) != 10 + 64 ||
+            !strcmp(name, d->vol_name))
+            continue;
+        if (!dry) {
+            _cleanup_free_ char *dq = sbx__printf("/volumes/%s", name);
+            long dst = 0;
+            _cleanup_json_ json_t *dresp = NULL;
+            sbx_error *de = NULL;
+            if (!dq || sbx__dk_request(d->engine, "DELETE", dq, NULL, &dst, &dresp, &de) < 0 ||
+                (dst != 204 && dst != 404)) {
+                /* 409: a container (another build's live box) still has it. */
+                sbx_log(SBX_LOG_DEBUG, "gc: agent volume %s kept (%ld%s%s)", name, dst,
+                        de ? ": " : "", de ? sbx_error_message(de) : "");
+                sbx_error_free(de);
+                continue;
+            }
+        }
+        sbx_log(SBX_LOG_INFO, "gc: %s the agent volume %s of another sbx build",
+                dry ? "would remove" : "removed", name);
+    }
+}
+
 enum store_kind { DK_LIST, DK_STOP, DK_GC };
 struct store_job {
     struct docker *d;
@@ -1939,6 +1997,8 @@ static void store_work(sbx_op *op, void *data)
             }
             json_array_append_new(arr, json_string(id));
         }
+        if (j->kind == DK_GC && !want)
+            gc_agent_volumes(d, dry);
         free(text);
         text = sbx__json_dump(arr);
         if (!text)
