@@ -127,28 +127,45 @@ demo: deps
 	$(MAKE) all
 	$(B)/sbx run -- sh -c 'echo "hello from $$(hostname), pid $$$$ in the box"'
 
-# The fuzzers run beside the valgrind stage: each is one CPU-bound process,
-# and memcheck keeps one core busy, so on two cores they cost CI no time of
-# their own. Their output is printed after, in one piece.
+# CI's order. The builds run with one job per core (JOBS). The ASan, fuzz
+# and TSan trees build (niced) while the plain suite runs: the suite mostly
+# waits on boxes, so they cost little time of their own. The fuzzers run
+# beside the valgrind stage: each is one CPU-bound process, and memcheck
+# keeps one core busy. Their output is printed after, in one piece, and then
+# the valgrind stage's failures again: CI keeps only the tail of the log.
+# Each stage says how long it took (CI should stay under 30 minutes).
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+ASAN_VARS := B=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
+    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all"
+TSAN_VARS := CC=clang B=build/tsan OPT="-O1 -g" SAN="-fsanitize=thread"
+.PHONY: check-prebuild
 check: deps
-	$(MAKE) test
-	$(MAKE) check-asan
-	$(MAKE) fuzz-build
-	@mkdir -p $(FUZZ_B); \
+	@t=$$(date +%s); mkdir -p build; \
+	nice -n 19 $(MAKE) check-prebuild > build/check-prebuild.log 2>&1 & pb=$$!; \
+	$(MAKE) -j$(JOBS) test; rc=$$?; echo "== stage test: $$(($$(date +%s) - t)) s"; \
+	wait $$pb; pr=$$?; [ $$pr = 0 ] || { tail -n 60 build/check-prebuild.log; echo "check-prebuild failed"; }; \
+	echo "== the other trees built by $$(($$(date +%s) - t)) s"; [ $$rc = 0 ] && [ $$pr = 0 ]
+	@t=$$(date +%s); $(MAKE) check-asan; rc=$$?; echo "== stage check-asan: $$(($$(date +%s) - t)) s"; exit $$rc
+	@mkdir -p $(FUZZ_B); t=$$(date +%s); \
 	$(MAKE) fuzz-ci > $(FUZZ_B)/fuzz-ci.log 2>&1 & fz=$$!; \
-	$(MAKE) check-valgrind; vg=$$?; \
+	$(MAKE) check-valgrind > $(FUZZ_B)/valgrind.log 2>&1; vg=$$?; cat $(FUZZ_B)/valgrind.log; \
 	wait $$fz; fr=$$?; cat $(FUZZ_B)/fuzz-ci.log; \
-	[ $$vg = 0 ] || { echo "check-valgrind failed"; exit 1; }; \
+	echo "== stage check-valgrind and fuzz-ci: $$(($$(date +%s) - t)) s"; \
+	[ $$vg = 0 ] || { sed -n '/^== the failures again/,$$p' $(FUZZ_B)/valgrind.log; echo "check-valgrind failed"; exit 1; }; \
 	[ $$fr = 0 ] || { echo "fuzz-ci failed"; exit 1; }
-	$(MAKE) check-tsan-core
+	@t=$$(date +%s); $(MAKE) check-tsan-core; rc=$$?; echo "== stage check-tsan-core: $$(($$(date +%s) - t)) s"; exit $$rc
+
+check-prebuild:
+	$(MAKE) -j$(JOBS) $(ASAN_VARS) all tests fuzz-replay
+	$(MAKE) -j$(JOBS) fuzz-build
+	$(MAKE) -j$(JOBS) $(TSAN_VARS) tests
 
 # The whole suite: unit + integration binaries, fuzz corpus replay, Python tests.
 test: all tests fuzz-replay
 	B=$(B) PYTHON=$(PYTHON) tests/run.sh
 
 check-asan:
-	$(MAKE) B=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
-	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" test
+	$(MAKE) -j$(JOBS) $(ASAN_VARS) test
 
 # ThreadSanitizer (clang): races between the loop thread and callers. `make
 # check` runs the binaries that exercise the core's concurrency (futures, the
@@ -156,7 +173,7 @@ check-asan:
 # TSAN_TESTS="*" runs every C binary (slow: the linux suites wait on boxes).
 TSAN_TESTS ?= test_*
 check-tsan:
-	$(MAKE) CC=clang B=build/tsan OPT="-O1 -g" SAN="-fsanitize=thread" tests
+	$(MAKE) -j$(JOBS) $(TSAN_VARS) tests
 	B=build/tsan SBX_ONLY="$(TSAN_TESTS)" SBX_SKIP_PYTHON=1 SBX_SKIP_SCRIPTS=1 tests/run.sh
 
 check-tsan-core:
@@ -185,7 +202,7 @@ FUZZ_FLAGS := -rss_limit_mb=2048 -timeout=10 -print_final_stats=0
 FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/bin/%)
 .PHONY: fuzz-ci fuzz-build fuzz-bins
 fuzz-build:
-	$(MAKE) CC=clang B=$(FUZZ_B) OPT="-O1 -g -fno-omit-frame-pointer" \
+	$(MAKE) -j$(JOBS) CC=clang B=$(FUZZ_B) OPT="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" fuzz-bins
 fuzz-bins: $(FUZZ_BIN)
 $(B)/fuzz/bin/%: $(B)/obj/fuzz/%.o $(B)/libsbx.a
@@ -205,14 +222,19 @@ fuzz: fuzz-build
 
 # Each run gets a TMPDIR of its own, removed after: libFuzzer's exit at
 # -max_total_time skips the targets' atexit cleanup of their temporaries.
+# A target's chatter (its dictionary, its progress) is kept in
+# build/fuzz/<target>.log; only its last line is printed, or its last 60 if
+# it found something.
 fuzz-ci: fuzz-build
 	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  mkdir -p $(FUZZ_B)/new/$$n; \
-	  echo "== fuzzing $$n for $(FUZZ_CI_TIME) s"; \
 	  t=$$(mktemp -d /tmp/sbx-fuzz-run.XXXXXX); \
 	  TMPDIR=$$t $(FUZZ_B)/fuzz/bin/$$n $(FUZZ_FLAGS) -max_total_time=$(FUZZ_CI_TIME) \
-	    -artifact_prefix=$(FUZZ_B)/$$n- $(FUZZ_B)/new/$$n fuzz/corpus/$$n; rc=$$?; \
-	  rm -rf $$t; [ $$rc = 0 ] || exit 1; \
+	    -artifact_prefix=$(FUZZ_B)/$$n- $(FUZZ_B)/new/$$n fuzz/corpus/$$n \
+	    > $(FUZZ_B)/$$n.log 2>&1; rc=$$?; \
+	  rm -rf $$t; \
+	  if [ $$rc = 0 ]; then echo "== fuzzed $$n for $(FUZZ_CI_TIME) s: $$(tail -n 1 $(FUZZ_B)/$$n.log)"; \
+	  else echo "== fuzzing $$n FOUND SOMETHING (exit $$rc):"; tail -n 60 $(FUZZ_B)/$$n.log; exit 1; fi; \
 	done
 
 # Everything a user needs, under PREFIX (DESTDIR for staging): the library, its

@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 FAKES="${SBX_PLUGIN_PATH:+$SBX_PLUGIN_PATH:}$PWD/$B/tests/fakes/sbx-fake.so"
 passed=0 failed=0 skipped=0
 failed_names=()
+# What each failing test printed, printed again at the end: CI keeps only the
+# tail of a long log, and the failure must be in it.
+failures=$(mktemp); trap 'rm -f "$failures"' EXIT
 
 count() { # name, output file
   local p f s whole=0
@@ -40,7 +43,7 @@ run_one() { # name, command...
   else
     "$@" >"$out" 2>&1
   fi
-  local rc=$?
+  local rc=$? nfailed=${#failed_names[@]}
   grep -vE '^ok [0-9]+ |^--[0-9]+-- ' "$out" | sed 's/^/   /' | grep -v '^   1\.\.' || true
   # Where the suite's time goes (CI should stay under 30 minutes).
   echo "   # $((SECONDS - t0)) s"
@@ -48,6 +51,10 @@ run_one() { # name, command...
   # A binary that crashed outside a test, or printed no plan, fails as a whole.
   if [ $rc -ne 0 ] && ! grep -qE '^not ok ' "$out"; then
     failed=$((failed + 1)); failed_names+=("$name (exit $rc)")
+  fi
+  if [ ${#failed_names[@]} != "$nfailed" ]; then
+    { echo "== $name (exit $rc), its last 80 lines but passes:"
+      grep -vE '^ok [0-9]+ |^--[0-9]+-- ' "$out" | tail -n 80 | sed 's/^/   /'; } >> "$failures"
   fi
   rm -f "$out"
 }
@@ -95,7 +102,7 @@ for t in tests/unit/test_*.sh tests/integration/test_*.sh tests/acceptance/test_
         run_native=1 run_one "$(basename "$t") (sbx under memcheck)" env B="$B" SBX_PLUGIN_PATH="$FAKES" SBX_VG_LOGS="$vglogs" "$t"
         # What memcheck said about the CLI (the failing checks exited 99).
         for l in "$vglogs"/*.log; do
-          [ -s "$l" ] && grep -q '^==[0-9]*== ' "$l" && sed 's/^/   memcheck: /' "$l" | head -40
+          [ -s "$l" ] && grep -q '^==[0-9]*== ' "$l" && sed 's/^/   memcheck: /' "$l" | head -40 | tee -a "$failures"
         done
         rm -rf "$vglogs"; continue ;;
       *) echo "== $(basename "$t"): not under valgrind (runs no sbx code of its own there)"; continue ;;
@@ -133,10 +140,16 @@ if [ -d python/tests ] && [ -z "${SBX_SKIP_PYTHON:-}" ]; then
   s=$(echo "$line" | grep -oE '[0-9]+ skipped' | grep -oE '[0-9]+' || echo 0)
   passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0} + ${e:-0})); skipped=$((skipped + ${s:-0}))
   if [ $rc -ne 0 ] && [ "${f:-0}${e:-0}" = "00" ]; then failed=$((failed + 1)); fi
-  [ $rc -ne 0 ] && failed_names+=("python")
+  if [ $rc -ne 0 ]; then
+    failed_names+=("python")
+    { echo "== python (exit $rc), its last 60 lines:"; tail -n 60 "$out" | sed 's/^/   /'; } >> "$failures"
+  fi
   rm -f "$out"
 fi
 
-if [ ${#failed_names[@]} -gt 0 ]; then echo "failed: ${failed_names[*]}"; fi
+if [ ${#failed_names[@]} -gt 0 ]; then
+  echo "== the failures again"; cat "$failures"
+  echo "failed: ${failed_names[*]}"
+fi
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

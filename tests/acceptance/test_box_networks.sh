@@ -4,6 +4,7 @@
 # name (python3 sockets in the "none" image), a third box outside that cannot
 # reach them, `sbx network rm` refused while in use and accepted after.
 # Traffic only between the script's own boxes.
+# Under valgrind (make check-valgrind): SBX_VALGRIND_SKIP="the ASan run covers its CLI calls; it parses nothing hostile"
 . "$(dirname "$0")/lib.sh"
 need_root
 

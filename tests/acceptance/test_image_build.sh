@@ -4,6 +4,7 @@
 # starts no box; changing a COPY'd file reruns from that step; a failed RUN
 # stops with its status and output and leaves no box; a bad Sbxfile's error
 # names its line; COPY cannot leave the context. Busybox images built here.
+# Under valgrind (make check-valgrind): SBX_VALGRIND_SKIP="the ASan run covers its CLI calls; fuzz_sbxfile covers the Sbxfile parser"
 . "$(dirname "$0")/lib.sh"
 need_root
 [ -x /bin/busybox ] || skip_all "busybox-static is not installed"

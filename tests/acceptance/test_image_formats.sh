@@ -6,6 +6,7 @@
 # squashfs made by mksquashfs and a SIF written around it; each runs a
 # command in a box. Hostile archives and images fail with a clear message
 # and leave nothing: no temporary in the store, no name.
+# Under valgrind (make check-valgrind): SBX_VALGRIND_SKIP="the ASan run covers its CLI calls; fuzz_image, fuzz_manifest and fuzz_sif cover the parsers"
 . "$(dirname "$0")/lib.sh"
 need_root
 D="$ROOT/tests/acceptance/formats"
