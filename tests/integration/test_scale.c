@@ -272,6 +272,16 @@ static void test_pid_hint_only_near_the_host_limit(void)
     strcpy(h, "x");
     sbx__linux_pid_hint(EAGAIN, h, sizeof(h));
     TAP_EQ_STR(h, "");
+    /* Near each limit, from the counts: the limit named, with what to do. */
+    sbx__linux_pid_hint_for(32000, 32768, 1000000, h, sizeof(h));
+    TAP_TRUE(strstr(h, "out of process ids: 32000 threads, kernel.pid_max 32768") != NULL);
+    TAP_TRUE(strstr(h, "sysctl -w kernel.pid_max=4194304") != NULL);
+    sbx__linux_pid_hint_for(95000, 4194304, 96000, h, sizeof(h));
+    TAP_TRUE(strstr(h, "out of threads: 95000 of kernel.threads-max 96000") != NULL);
+    sbx__linux_pid_hint_for(1000, 32768, 96000, h, sizeof(h));
+    TAP_EQ_STR(h, "");
+    sbx__linux_pid_hint_for(-1, 0, 0, h, sizeof(h)); /* unreadable /proc: no guess */
+    TAP_EQ_STR(h, "");
 }
 
 /* Pages of `path` in the page cache. */

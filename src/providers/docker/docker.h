@@ -132,12 +132,20 @@ SBX_INTERNAL int sbx__dk_tar_one(int fd, const char *name, unsigned mode, long l
 SBX_INTERNAL int sbx__dk_untar_one(int in_fd, const char *out_path, char *msg, size_t msg_len);
 /*
  * The engine's X-Docker-Container-Path-Stat header (base64 of a JSON
- * object): its Go mode bits and link target (malloc'd, or NULL). -1 for one
- * that does not parse. Fuzzed.
+ * object): its Go mode bits, link target (malloc'd, or NULL) and, when
+ * `size` is not NULL, its size (-1 when it has none). -1 for one that does
+ * not parse. Fuzzed.
  */
-SBX_INTERNAL int sbx__dk_path_stat_parse(const char *hdr, unsigned long long *mode, char **link);
-/* The same header's size field; -1 for a header that does not parse or has none. */
-SBX_INTERNAL long long sbx__dk_path_stat_size(const char *hdr);
+SBX_INTERNAL int sbx__dk_path_stat_parse(const char *hdr, unsigned long long *mode, char **link,
+                                         long long *size);
+/*
+ * The engine's stat of path `p` in container `cid` (HEAD
+ * /containers/ID/archive), made or running: SBX_OK with what
+ * sbx__dk_path_stat_parse gives, SBX_ENOENT when nothing is there. Blocking.
+ */
+SBX_INTERNAL int sbx__dk_stat_path(struct docker *d, const char *cid, const char *p,
+                                   unsigned long long *mode, char **link, long long *size,
+                                   sbx_error **err);
 SBX_INTERNAL int sbx__dk_endpoint_url(const json_t *info, int port, const char *publish_host,
                                       char **url, sbx_error **err);
 SBX_INTERNAL sbx_status sbx__dk_status_of(const char *engine_status);

@@ -601,13 +601,8 @@ out:
 
 /* --- upload / download -------------------------------------------------------------- */
 
-/*
- * The engine's stat of container path `p` (HEAD /containers/ID/archive):
- * SBX_OK with its Go mode bits and link target (malloc'd, or NULL),
- * SBX_ENOENT when nothing is there.
- */
-static int stat_path(struct docker *d, const char *cid, const char *p, unsigned long long *mode,
-                     char **link, sbx_error **err)
+int sbx__dk_stat_path(struct docker *d, const char *cid, const char *p, unsigned long long *mode,
+                      char **link, long long *size, sbx_error **err)
 {
     _cleanup_free_ char *ec = esc(cid), *ep = esc(p);
     _cleanup_free_ char *q =
@@ -625,7 +620,7 @@ static int stat_path(struct docker *d, const char *cid, const char *p, unsigned 
     if (st != 200 || !hdr)
         return sbx__dk_error(err, SBX_EPROVIDER, st, resp, "looking at %s in container %.12s", p,
                              cid);
-    if (sbx__dk_path_stat_parse(hdr, mode, link) < 0)
+    if (sbx__dk_path_stat_parse(hdr, mode, link, size) < 0)
         return sbx__set_error(err, SBX_EPROVIDER, "docker engine at %s gave no readable stat of %s",
                               sbx__dk_engine_host(d->engine), p);
     return SBX_OK;
@@ -651,18 +646,23 @@ static json_t *path_stat_json(const char *hdr)
     return j;
 }
 
-int sbx__dk_path_stat_parse(const char *hdr, unsigned long long *mode, char **link)
+int sbx__dk_path_stat_parse(const char *hdr, unsigned long long *mode, char **link,
+                            long long *size)
 {
     *mode = 0;
     *link = NULL;
+    if (size)
+        *size = -1;
     json_t *j = path_stat_json(hdr);
-    json_t *m = json_object_get(j, "mode");
+    json_t *m = json_object_get(j, "mode"), *sz = json_object_get(j, "size");
     const char *lt = json_string_value(json_object_get(j, "linkTarget"));
     if (!json_is_integer(m) || json_integer_value(m) < 0) {
         json_decref(j);
         return -1;
     }
     *mode = (unsigned long long)json_integer_value(m);
+    if (size && json_is_integer(sz) && json_integer_value(sz) >= 0)
+        *size = json_integer_value(sz);
     /* A link target is a path in the box, bounded as one. */
     if (lt && lt[0] && strlen(lt) < 4096 && !(*link = strdup(lt))) {
         json_decref(j);
@@ -670,16 +670,6 @@ int sbx__dk_path_stat_parse(const char *hdr, unsigned long long *mode, char **li
     }
     json_decref(j);
     return 0;
-}
-
-long long sbx__dk_path_stat_size(const char *hdr)
-{
-    json_t *j = path_stat_json(hdr);
-    json_t *sz = json_object_get(j, "size");
-    long long size = json_is_integer(sz) && json_integer_value(sz) >= 0 ? json_integer_value(sz)
-                                                                        : -1;
-    json_decref(j);
-    return size;
 }
 
 /* An archive answer that was not a success, as the kit's codes. */
@@ -788,7 +778,7 @@ static void upload_work(sbx_op *op, void *data)
     }
     unsigned long long mode = 0;
     char *link = NULL;
-    int srt = rc == SBX_OK ? stat_path(x->d, x->container, target, &mode, &link, &e) : rc;
+    int srt = rc == SBX_OK ? sbx__dk_stat_path(x->d, x->container, target, &mode, &link, NULL, &e) : rc;
     free(link);
     if (rc < 0) {
         /* the local file: said above */
@@ -806,7 +796,7 @@ static void upload_work(sbx_op *op, void *data)
         /* Parents that are not there: from the deepest that is, the tar's path makes them. */
         while (rc == SBX_OK && dir && name && strcmp(dir, "/")) {
             link = NULL;
-            int pr = stat_path(x->d, x->container, dir, &mode, &link, &e);
+            int pr = sbx__dk_stat_path(x->d, x->container, dir, &mode, &link, NULL, &e);
             free(link);
             if (pr == SBX_OK)
                 break;
@@ -869,7 +859,7 @@ static void download_work(sbx_op *op, void *data)
     for (int hop = 0; rc == SBX_OK; hop++) {
         unsigned long long mode = 0;
         char *link = NULL;
-        rc = stat_path(x->d, x->container, path, &mode, &link, &e);
+        rc = sbx__dk_stat_path(x->d, x->container, path, &mode, &link, NULL, &e);
         if (rc == SBX_ENOENT)
             rc = sbx__set_error(&e, SBX_ENOENT, "no such file in the box: %s", x->remote);
         else if (rc == SBX_OK && (mode & GO_MODE_DIR))

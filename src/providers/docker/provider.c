@@ -669,21 +669,13 @@ static int agent_volume(struct docker *d, sbx_error **err)
 /* Whether container `cid` sees the whole agent at AGENT_REMOTE (its stat: a file of its size). */
 static int agent_volume_check(struct docker *d, const char *cid, bool *ok, sbx_error **err)
 {
-    _cleanup_free_ char *p = sbx__printf("/containers/%s/archive?path=%s", cid, AGENT_REMOTE);
-    if (!p)
-        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    long st = 0;
-    _cleanup_json_ json_t *resp = NULL;
-    _cleanup_free_ char *ps = NULL;
-    int rc = sbx__dk_request_fd(d->engine, "HEAD", p, -1, NULL, -1, &st, &resp, &ps, err);
-    if (rc < 0)
-        return rc;
     unsigned long long mode = 0;
+    long long size = -1;
     _cleanup_free_ char *link = NULL;
+    int rc = sbx__dk_stat_path(d, cid, AGENT_REMOTE, &mode, &link, &size, err);
     /* Go's mode bits: any type bit set is not a regular file. */
-    *ok = st == 200 && ps && sbx__dk_path_stat_parse(ps, &mode, &link) == 0 &&
-          !(mode & 0xff000000ULL) && sbx__dk_path_stat_size(ps) == d->agent_size;
-    return SBX_OK;
+    *ok = rc == SBX_OK && !(mode & 0xff000000ULL) && size == d->agent_size;
+    return rc == SBX_ENOENT ? SBX_OK : rc;
 }
 
 /*

@@ -364,8 +364,10 @@ static long long cached_bytes(const char *dir, bool v1)
 static bool reclaim_memory(const char *dir)
 {
     bool v1 = !strncmp(dir, CG_ROOT "/memory/", strlen(CG_ROOT "/memory/"));
+    /* A box under sbx/.nomem has no memory controller, so nothing to reclaim. */
     if (!v1 && (sbx__cg_mode() != SBX_CG_V2 ||
-                strncmp(dir, CG_ROOT "/sbx/", strlen(CG_ROOT "/sbx/"))))
+                strncmp(dir, CG_ROOT "/sbx/", strlen(CG_ROOT "/sbx/")) ||
+                !strncmp(dir, CG_ROOT NOMEM "/", strlen(CG_ROOT NOMEM "/"))))
         return true;
     /*
      * Only when page cache is charged: reclaim walks every shrinker on the

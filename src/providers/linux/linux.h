@@ -199,6 +199,9 @@ SBX_INTERNAL double sbx__linux_stop_time_left(const char *box_dir, pid_t pid, do
  * and how to raise it (" (...)"); else "".
  */
 SBX_INTERNAL void sbx__linux_pid_hint(int err, char *buf, size_t len);
+/* The hint from the counts themselves (threads on the host, its two limits). */
+SBX_INTERNAL void sbx__linux_pid_hint_for(long long threads, long long pid_max,
+                                          long long threads_max, char *buf, size_t len);
 /* Where box_dir's shim stands in its teardown, in words, for a stop's error. */
 SBX_INTERNAL void sbx__linux_stop_where(const char *box_dir, pid_t pid, char *buf, size_t len);
 

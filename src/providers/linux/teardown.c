@@ -230,8 +230,14 @@ void sbx__linux_pid_hint(int err, char *buf, size_t len)
     n = c >= 0 ? read(c, tm, sizeof(tm) - 1) : -1;
     tm[n > 0 ? n : 0] = 0;
     const char *slash = strchr(la, '/');
-    long long threads = slash ? strtoll(slash + 1, NULL, 10) : -1;
-    long long pid_max = strtoll(pm, NULL, 10), threads_max = strtoll(tm, NULL, 10);
+    sbx__linux_pid_hint_for(slash ? strtoll(slash + 1, NULL, 10) : -1, strtoll(pm, NULL, 10),
+                            strtoll(tm, NULL, 10), buf, len);
+}
+
+void sbx__linux_pid_hint_for(long long threads, long long pid_max, long long threads_max,
+                             char *buf, size_t len)
+{
+    buf[0] = 0;
     /* Within a tenth of a host limit: that is what refused the fork, not this box. */
     if (threads > 0 && pid_max > 0 && threads * 10 >= pid_max * 9)
         snprintf(buf, len,
