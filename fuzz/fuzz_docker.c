@@ -3,8 +3,8 @@
  * (src/providers/docker): the engine's error bodies, the lines of its pull
  * stream, API version strings, the provider config, an inspect answer's port
  * bindings (the endpoint), the exec session's multiplexed stream, the
- * archive API's path stat header and its one-file tar (agent: false). The first byte
- * picks which; the rest is the input. An error text must be printable, one
+ * archive API's path stat header and its one-file tar (agent: false), the time
+ * prefix of a log message (logs.c). The first byte picks which; the rest is the input. An error text must be printable, one
  * line and at most 512 bytes; a config that parses must free cleanly.
  */
 #include "core/internal.h"
@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const char *in = (const char *)data + 1;
     size_t n = size - 1;
-    switch (data[0] % 8) {
+    switch (data[0] % 9) {
     case 0: {
         char *t = sbx__dk_error_text(in, n);
         if (!t || strlen(t) > 512)
@@ -133,6 +133,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             unlink(out);
         }
         close(fd);
+        break;
+    }
+    case 8: {
+        /* A log message's time prefix: within the bytes, a sane time, or -1. */
+        double t = -1;
+        long k = sbx__dk_log_time(in, n, &t);
+        if (k != -1 && (k < 21 || (size_t)k > n || in[k - 1] != ' ' || !(t > -1e6 && t < 3e11)))
+            abort();
         break;
     }
     case 4: {

@@ -190,6 +190,21 @@ struct sbx_provider_ops {
      * caller's uid owns. sbx_sandbox_logs reads them.
      */
     void (*log_address)(sbx_op *op, void *state, void *box);
+    /*
+     * [svc-logs] The service log of box `box` for a provider whose runtime
+     * keeps it (a container engine), written as it is read: records of the
+     * src/core/logs.h format (16-byte header, then bytes; the provider writes
+     * every header, so the box cannot forge one) into `fd`, a stream socket
+     * the provider owns from the call on and closes when done. `since_s`
+     * (unix seconds, 0: all) and `tail` (the last lines, < 0: all) are what
+     * sbx_sandbox_logs was given; `flags` SBX_LOGS_FOLLOW keeps writing as the
+     * service does, until the box ends. The op completes when the writing
+     * ends: the log's end, the box's, or the reader's (a failed send: stop
+     * then, within about a second even while the box is silent). A provider
+     * has this or log_address.
+     */
+    void (*log_stream)(sbx_op *op, void *state, void *box, int fd, double since_s, long long tail,
+                       unsigned flags);
 };
 
 /* --- Operations ---------------------------------------------------------- */

@@ -416,6 +416,15 @@ enum sbx__value_kind {
 /* [svc-logs] Where the box's service log is (a JSON object text future; provider.h log_address). */
 SBX_INTERNAL int sbx__sandbox_log_address_async(sbx_sandbox *sb, sbx_future **out,
                                                 sbx_error **err);
+/*
+ * [svc-logs] Has the provider's log_stream write the box's log into `fd`
+ * (a future with no value that completes when the writing ends). `fd` is
+ * always taken: closed here when the call cannot be made.
+ */
+SBX_INTERNAL bool sbx__sandbox_has_log_stream(const sbx_sandbox *sb);
+SBX_INTERNAL int sbx__sandbox_log_stream_async(sbx_sandbox *sb, int fd, double since,
+                                               long long tail, unsigned flags,
+                                               sbx_future **out, sbx_error **err);
 /* [pty] The box's agent address (a JSON object text future; provider.h agent_address). */
 SBX_INTERNAL int sbx__sandbox_agent_address_async(sbx_sandbox *sb, sbx_future **out,
                                                   sbx_error **err);

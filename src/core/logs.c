@@ -2,7 +2,9 @@
  * [svc-logs] Reading a box's service log: sbx_sandbox_logs.
  *
  * The provider says where the log is (log_address); the files are read
- * here, in the caller's thread. They are treated as hostile input though the
+ * here, in the caller's thread. A provider whose runtime keeps the log (a
+ * container engine) writes it instead, in the same record format, into a
+ * socket this reads as it comes (log_stream). They are treated as hostile input though the
  * shim writes them: a file must be a regular file the caller's uid owns that
  * no one else may write, every record is bounded (SBX_LOG_MAX_RECORD), and
  * reading stops at the first torn or malformed record.
@@ -18,6 +20,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -301,6 +304,106 @@ static int follow(struct reader *r, sbx_error **err)
     return rc;
 }
 
+/* Emits the collected entries: all, or those of the last `tail` lines. */
+static void emit_collected(struct reader *r, const struct collect *c, long long tail)
+{
+    /* The last `tail` lines (events do not count), from the end. */
+    size_t first = 0;
+    if (tail >= 0) {
+        size_t k = 0;
+        first = c->n;
+        while (first > 0 && k < (size_t)tail) {
+            first--;
+            if (c->e[first].stream != SBX_LOG_EVENT && c->e[first].starts)
+                k++;
+        }
+        /* Events just before the window belong to nothing shown. */
+    }
+    /*
+     * With a tail, the other stream's pieces whose line began before the
+     * window are not shown: only whole lines.
+     */
+    bool in_window[4] = { tail < 0, tail < 0, tail < 0, tail < 0 };
+    for (size_t i = first; i < c->n && !r->stopped; i++) {
+        const struct entry *en = &c->e[i];
+        bool known = en->stream >= 0 && en->stream < 4;
+        if (known && en->starts)
+            in_window[en->stream] = true;
+        if (known && en->stream != SBX_LOG_EVENT && !in_window[en->stream])
+            continue;
+        emit(r, en->t, en->stream, c->bytes + en->off, en->len);
+    }
+}
+
+/*
+ * The log as the provider writes it into a socket (log_stream): read as it
+ * comes; without a follow, collected first so that `tail` applies here as
+ * it does to files (the provider was given it too). When the callback stops
+ * the read, the socket's close tells the provider, and the op's end is
+ * waited for, as is its outcome at the socket's end.
+ */
+static int logs_streamed(sbx_sandbox *sb, struct reader *r, long long tail, unsigned flags,
+                         sbx_error **err)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return sbx__set_errno(err, SBX_EIO, errno, "cannot make a socket for the service log");
+    sbx_future *f = NULL;
+    int rc = sbx__sandbox_log_stream_async(sb, sv[1], r->since, tail, flags, &f, err);
+    if (rc < 0) {
+        close(sv[0]);
+        return rc;
+    }
+    bool follow = flags & SBX_LOGS_FOLLOW;
+    struct collect c = { 0 };
+    for (;;) {
+        if (r->pcap - r->plen < 65536) {
+            size_t cap = r->pcap ? r->pcap * 2 : 131072;
+            unsigned char *p = r->pcap >= MAX_READ ? NULL : realloc(r->pend, cap);
+            if (!p) {
+                rc = sbx__set_error(err, SBX_ENOMEM, "out of memory reading the service log");
+                break;
+            }
+            r->pend = p;
+            r->pcap = cap;
+        }
+        ssize_t n = read(sv[0], r->pend + r->plen, r->pcap - r->plen);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = sbx__set_errno(err, SBX_EIO, errno, "cannot read the service log %s", r->path);
+            break;
+        }
+        if (n == 0)
+            break;
+        r->plen += (size_t)n;
+        rc = parse_pending(r, follow ? piece_emit : piece_collect, &c, err);
+        if (rc == SBX_OK && c.oom)
+            rc = sbx__set_error(err, SBX_ENOMEM, "out of memory reading the service log");
+        if (rc < 0 || r->stopped)
+            break;
+    }
+    /* Tells the provider when it still writes (a stop, or an error here). */
+    close(sv[0]);
+    if (!follow && (rc == SBX_OK || rc == SBX_EIO))
+        emit_collected(r, &c, tail);
+    free(c.e);
+    free(c.bytes);
+    sbx_error *fe = NULL;
+    int frc = sbx_future_wait(f, -1, &fe);
+    sbx_future_free(f);
+    /* The provider's failure, unless the read failed first or the caller stopped it. */
+    if (rc == SBX_OK && frc < 0 && !r->stopped) {
+        rc = frc;
+        if (err) {
+            *err = fe;
+            fe = NULL;
+        }
+    }
+    sbx_error_free(fe);
+    return rc;
+}
+
 int sbx_sandbox_logs(sbx_sandbox *sb, double since, long long tail, unsigned flags,
                      sbx_service_log_cb cb, void *user, sbx_error **err)
 {
@@ -310,6 +413,16 @@ int sbx_sandbox_logs(sbx_sandbox *sb, double since, long long tail, unsigned fla
     if (flags & ~(unsigned)SBX_LOGS_FOLLOW)
         return sbx__set_error(err, SBX_EINVAL, "sbx_sandbox_logs: unknown flags 0x%x",
                               flags & ~(unsigned)SBX_LOGS_FOLLOW);
+    if (sbx__sandbox_has_log_stream(sb)) {
+        struct reader rs = { .path = "(the provider's stream)",
+                             .since = since,
+                             .cb = cb,
+                             .user = user,
+                             .fd = -1 };
+        int rc = logs_streamed(sb, &rs, tail, flags, err);
+        free(rs.pend);
+        return rc < 0 ? rc : SBX_OK;
+    }
     sbx_future *f = NULL;
     _cleanup_json_ json_t *j = NULL;
     int rc = sbx__sandbox_log_address_async(sb, &f, err);
@@ -350,32 +463,7 @@ int sbx_sandbox_logs(sbx_sandbox *sb, double since, long long tail, unsigned fla
         rc = collect_file(&r, cur, &c, err);
     /* A malformed record ends the read with SBX_EIO, after the entries before it. */
     if (rc == SBX_OK || rc == SBX_EIO) {
-        /* The last `tail` lines (events do not count), from the end. */
-        size_t first = 0;
-        if (tail >= 0) {
-            size_t k = 0;
-            first = c.n;
-            while (first > 0 && k < (size_t)tail) {
-                first--;
-                if (c.e[first].stream != SBX_LOG_EVENT && c.e[first].starts)
-                    k++;
-            }
-            /* Events just before the window belong to nothing shown. */
-        }
-        /*
-         * With a tail, the other stream's pieces whose line began before the
-         * window are not shown: only whole lines.
-         */
-        bool in_window[4] = { tail < 0, tail < 0, tail < 0, tail < 0 };
-        for (size_t i = first; i < c.n && !r.stopped; i++) {
-            const struct entry *en = &c.e[i];
-            bool known = en->stream >= 0 && en->stream < 4;
-            if (known && en->starts)
-                in_window[en->stream] = true;
-            if (known && en->stream != SBX_LOG_EVENT && !in_window[en->stream])
-                continue;
-            emit(&r, en->t, en->stream, c.bytes + en->off, en->len);
-        }
+        emit_collected(&r, &c, tail);
     }
     free(c.e);
     free(c.bytes);

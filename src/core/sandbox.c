@@ -48,6 +48,7 @@ enum call_kind {
     CALL_CONNECT,
     CALL_AGENT_ADDRESS,
     CALL_LOG_ADDRESS, /* [svc-logs] */
+    CALL_LOG_STREAM,  /* [svc-logs] */
 };
 
 /* One async operation on a sandbox, possibly several provider steps long. */
@@ -60,6 +61,11 @@ struct call {
     char *a, *b;
     int port;
     sbx_exec_opts *opts;
+    /* log_stream: its socket (closed here unless handed to the provider: -1 then), its window */
+    int fd;
+    double since;
+    long long tail;
+    unsigned flags;
     /* exec: where its output streams; while it drains to slow fds, the outcome waits here */
     sbx__exec_sink *sink;
     bool draining;
@@ -158,6 +164,7 @@ static struct call *call_new(enum call_kind kind, sbx_sandbox *sb, enum sbx__val
     c->kind = kind;
     c->sb = sb;
     c->p = sb ? sb->p : NULL;
+    c->fd = -1;
     c->f = sbx__future_new(c->p->ctx, vk);
     if (!c->f) {
         free(c);
@@ -179,6 +186,8 @@ static void call_free(struct call *c)
         sbx_exec_result_free(c->drain_value);
     free(c->tmpfile);
     free(c->tmpdir);
+    if (c->fd >= 0)
+        close(c->fd);
     sbx_error_free(c->saved_err);
     if (c->sb)
         sandbox_unref(c->sb);
@@ -641,6 +650,12 @@ static void simple_run(void *data)
     case CALL_LOG_ADDRESS:
         o->log_address(op, st, box);
         break;
+    case CALL_LOG_STREAM: {
+        int fd = c->fd;
+        c->fd = -1; /* the provider's from here on */
+        o->log_stream(op, st, box, fd, c->since, c->tail, c->flags);
+        break;
+    }
     default:
         sbx_op_complete(op, SBX_EINVAL, NULL, NULL);
         break;
@@ -806,14 +821,33 @@ int sbx__sandbox_log_address_async(sbx_sandbox *sb, sbx_future **out, sbx_error 
     if (!sb->p->ops->log_address) {
         _cleanup_free_ char *r = provider_repr(sb->p);
         return sbx__set_error(err, SBX_ENOTSUP,
-                              "Sandbox provider %s does not keep service logs (the linux "
-                              "provider does)",
+                              "Sandbox provider %s does not keep service logs (linux and "
+                              "docker do)",
                               r);
     }
     struct call *c;
     int rc = begin_simple(sb, CALL_LOG_ADDRESS, SBX_VALUE_STRING, &c, err);
     if (rc < 0)
         return rc;
+    return submit(c, simple_run, out, err);
+}
+
+bool sbx__sandbox_has_log_stream(const sbx_sandbox *sb) { return sb->p->ops->log_stream; }
+
+/* [svc-logs] The provider writes the log into `fd` (always taken: closed on failure). */
+int sbx__sandbox_log_stream_async(sbx_sandbox *sb, int fd, double since, long long tail,
+                                  unsigned flags, sbx_future **out, sbx_error **err)
+{
+    struct call *c = NULL;
+    int rc = begin_simple(sb, CALL_LOG_STREAM, SBX_VALUE_NONE, &c, err);
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    c->fd = fd;
+    c->since = since;
+    c->tail = tail;
+    c->flags = flags;
     return submit(c, simple_run, out, err);
 }
 

@@ -17,7 +17,11 @@
 
 #include <sbx.h>
 
+#include "providers/docker/docker.h"
+
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdbool.h>
@@ -685,6 +689,187 @@ static void test_entrypoint(void)
                              NULL);
     TAP_EQ_STR(out_of(r), "served\n");
     sbx_exec_result_free(r);
+    stop_free(sb);
+    sbx_provider_free(p);
+}
+
+/* --- service logs (logs.c): the engine's log of the container, as records ------------ */
+
+/* What sbx_sandbox_logs gave: every entry's bytes per stream, the events, the entries' count. */
+struct dlogs {
+    char out[8192], err[8192], events[256];
+    size_t n;
+    double first_t;
+    int stop_after; /* > 0: stop the read at this many entries */
+    atomic_int seen;
+};
+
+static void cat_to(char *dst, size_t cap, const char *data, size_t len)
+{
+    size_t have = strlen(dst);
+    if (have + len < cap) {
+        memcpy(dst + have, data, len);
+        dst[have + len] = 0;
+    }
+}
+
+static int dlogs_cb(double t, int stream, const char *data, size_t len, void *user)
+{
+    struct dlogs *g = user;
+    if (!g->n)
+        g->first_t = t;
+    g->n++;
+    cat_to(stream == SBX_STREAM_STDOUT   ? g->out
+           : stream == SBX_STREAM_STDERR ? g->err
+                                         : g->events,
+           stream == SBX_STREAM_EVENT ? sizeof(g->events) : sizeof(g->out), data, len);
+    atomic_store(&g->seen, (int)g->n);
+    return g->stop_after > 0 && (int)g->n >= g->stop_after;
+}
+
+/* The log until its stdout holds `want` (bounded at 60 s against a hang, not a measurement). */
+static void dlogs_wait(sbx_sandbox *sb, struct dlogs *g, const char *want)
+{
+    for (int i = 0; i < 600; i++) {
+        memset(g, 0, sizeof(*g));
+        TAP_OK(sbx_sandbox_logs(sb, 0, -1, 0, dlogs_cb, g, &e_));
+        if (strstr(g->out, want))
+            return;
+        struct timespec ts = { 0, 100 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    TAP_FAIL("the log never held %s (stdout: %s)", want, g->out);
+}
+
+/*
+ * The entrypoint's stdout and stderr as the engine keeps them: each stream
+ * apart, with the engine's time; `tail` and `since`; bytes that look like a
+ * record header are only bytes; the agent's own line says the service ended.
+ */
+static void test_logs(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    const char *const ep[] = {"sh", "-c",
+                              "echo one; echo two >&2; printf 'SL\\003\\001\\004\\001\\001\\001"
+                              "forged\\n'; echo three; exit 3",
+                              NULL};
+    sbx_spec_set_entrypoint(spec, ep);
+    double before = (double)time(NULL) - 1;
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    struct dlogs *g = calloc(1, sizeof(*g));
+    dlogs_wait(sb, g, "three\n");
+    TAP_TRUE(!strncmp(g->out, "one\nSL\003\001\004\001\001\001forged\n", 16));
+    TAP_CONTAINS(g->out, "forged\nthree\n");
+    TAP_EQ_STR(g->events, ""); /* the forged header is payload */
+    TAP_CONTAINS(g->err, "two\n");
+    /* The agent says on stderr that the service ended, after the box's own lines. */
+    for (int i = 0; i < 600 && !strstr(g->err, "entrypoint exited with status 3"); i++) {
+        memset(g, 0, sizeof(*g));
+        TAP_OK(sbx_sandbox_logs(sb, 0, -1, 0, dlogs_cb, g, &e_));
+        struct timespec ts = { 0, 100 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    TAP_CONTAINS(g->err, "sbx-agent: entrypoint exited with status 3");
+    TAP_TRUE(g->first_t >= before && g->first_t < (double)time(NULL) + 5);
+    /* The last line only. */
+    memset(g, 0, sizeof(*g));
+    TAP_OK(sbx_sandbox_logs(sb, 0, 1, 0, dlogs_cb, g, &e_));
+    TAP_EQ_INT((int)g->n, 1);
+    TAP_CONTAINS(g->err, "entrypoint exited");
+    TAP_EQ_STR(g->out, "");
+    /* Nothing since a time to come; everything since before the box. */
+    memset(g, 0, sizeof(*g));
+    TAP_OK(sbx_sandbox_logs(sb, (double)time(NULL) + 3600, -1, 0, dlogs_cb, g, &e_));
+    TAP_EQ_INT((int)g->n, 0);
+    memset(g, 0, sizeof(*g));
+    TAP_OK(sbx_sandbox_logs(sb, before, -1, 0, dlogs_cb, g, &e_));
+    TAP_CONTAINS(g->out, "three\n");
+    free(g);
+    stop_free(sb);
+    sbx_provider_free(p);
+
+    /* The engine's time prefix, read exactly; what is not one is refused. */
+    double t = 0;
+    const char *ts = "2026-12-02T13:20:00.123456789Z x";
+    TAP_EQ_INT((int)sbx__dk_log_time(ts, strlen(ts), &t), 31);
+    TAP_TRUE(t > 1796217600.1234 && t < 1796217600.1235);
+    ts = "2026-12-02T13:20:00+01:30 x";
+    TAP_EQ_INT((int)sbx__dk_log_time(ts, strlen(ts), &t), 26);
+    TAP_TRUE(t == 1796217600.0 - 5400);
+    ts = "2026-13-02T13:20:00Z x";
+    TAP_EQ_INT((int)sbx__dk_log_time(ts, strlen(ts), &t), -1);
+    ts = "2026-12-02T13:20:00Z";
+    TAP_EQ_INT((int)sbx__dk_log_time(ts, strlen(ts), &t), -1); /* no space: not a prefix */
+}
+
+struct dfollow {
+    sbx_sandbox *sb;
+    struct dlogs g;
+    int rc;
+};
+
+static void *dfollow_thread(void *arg)
+{
+    struct dfollow *f = arg;
+    sbx_error *e = NULL;
+    f->rc = sbx_sandbox_logs(f->sb, 0, -1, SBX_LOGS_FOLLOW, dlogs_cb, &f->g, &e);
+    if (f->rc != SBX_OK)
+        fprintf(stderr, "# follow: %s\n", sbx_error_message(e));
+    sbx_error_free(e);
+    return NULL;
+}
+
+/*
+ * -f: lines as the service writes them; the read ends when the callback
+ * says so, even while the box is silent, and when the container stops,
+ * with the agent's end as an event.
+ */
+static void test_logs_follow(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    sbx_spec *spec = image_spec();
+    const char *const ep[] = {"sh", "-c",
+                              "echo first; while [ ! -e /tmp/go ]; do sleep 0.05; done; "
+                              "echo second; exec sleep 100000",
+                              NULL};
+    sbx_spec_set_entrypoint(spec, ep);
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    /* Stopped by the callback at its first entry, the box silent after it. */
+    struct dfollow *f = calloc(1, sizeof(*f));
+    f->sb = sb;
+    f->g.stop_after = 1;
+    pthread_t th;
+    TAP_EQ_INT(pthread_create(&th, NULL, dfollow_thread, f), 0);
+    TAP_EQ_INT(pthread_join(th, NULL), 0);
+    TAP_EQ_INT(f->rc, SBX_OK);
+    TAP_EQ_STR(f->g.out, "first\n");
+    /* Followed to the container's end. */
+    memset(f, 0, sizeof(*f));
+    f->sb = sb;
+    TAP_EQ_INT(pthread_create(&th, NULL, dfollow_thread, f), 0);
+    for (int i = 0; i < 600 && !atomic_load(&f->g.seen); i++) {
+        struct timespec ts = { 0, 100 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    sbx_exec_result *r = run(sb, "touch /tmp/go", NULL);
+    sbx_exec_result_free(r);
+    for (int i = 0; i < 600 && !strstr(f->g.out, "second"); i++) {
+        struct timespec ts = { 0, 100 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    TAP_EQ_STR(f->g.out, "first\nsecond\n");
+    char out[4096], cmd[256];
+    snprintf(cmd, sizeof(cmd), "kill -s KILL %s", sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), cmd), 0);
+    TAP_EQ_INT(pthread_join(th, NULL), 0);
+    TAP_EQ_INT(f->rc, SBX_OK);
+    TAP_EQ_STR(f->g.events, "agent killed 9");
+    free(f);
     stop_free(sb);
     sbx_provider_free(p);
 }
@@ -2013,7 +2198,8 @@ int main(int argc, char **argv)
         TAP_T(test_create_deadline, 120),
         TAP_T(test_serialize_connect, 120), TAP_T(test_removed_behind_back, 120),
         TAP_T(test_list_stop_id, 120), TAP_T(test_unrecorded, 120),
-        TAP_T(test_entrypoint, 120),
+        TAP_T(test_entrypoint, 120),  TAP_T(test_logs, 120),
+        TAP_T(test_logs_follow, 120),
         TAP_T(test_many, 600),         TAP_T(test_engine_restart, 300),
         TAP_T(test_tls, 120),          TAP_T(test_remote, 120),
         TAP_T(test_remote_agent_volume, 120),

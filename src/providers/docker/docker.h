@@ -146,6 +146,18 @@ SBX_INTERNAL int sbx__dk_path_stat_parse(const char *hdr, unsigned long long *mo
 SBX_INTERNAL int sbx__dk_stat_path(struct docker *d, const char *cid, const char *p,
                                    unsigned long long *mode, char **link, long long *size,
                                    sbx_error **err);
+/*
+ * [svc-logs] log_stream (logs.c): the container's output through the
+ * engine's logs API, as service-log records into `fd` (taken). Loop thread.
+ */
+SBX_INTERNAL void sbx__dk_log_stream(sbx_op *op, struct docker *d, struct dbox *b, int fd,
+                                     double since, long long tail, unsigned flags);
+/*
+ * The time prefix `timestamps=1` puts before each log message (RFC 3339,
+ * "2026-12-02T13:20:00.123456789Z "): unix seconds into *t and the prefix's
+ * length with its space, or -1 for bytes that do not start with one. Fuzzed.
+ */
+SBX_INTERNAL long sbx__dk_log_time(const char *p, size_t n, double *t);
 SBX_INTERNAL int sbx__dk_endpoint_url(const json_t *info, int port, const char *publish_host,
                                       char **url, sbx_error **err);
 SBX_INTERNAL sbx_status sbx__dk_status_of(const char *engine_status);

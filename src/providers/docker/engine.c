@@ -721,6 +721,10 @@ struct fd_io {
     CURL *c;
     int in_fd, out_fd;
     const int *in_failed;
+    /* Instead of out_fd: the body to a callback, and what is asked about stopping. */
+    sbx_dk_chunk_fn out_fn;
+    int (*stop_fn)(void *data);
+    void *out_data;
     sbx_buf err_body; /* a failed answer's body, bounded */
     bool out_broke;
     char *path_stat;
@@ -752,6 +756,13 @@ static size_t fd_write(char *p, size_t size, size_t n, void *arg)
         if (io->err_body.len + len > 65536)
             return len; /* the start of an error is enough */
         return sbx__buf_append(&io->err_body, p, len) < 0 ? 0 : len;
+    }
+    if (io->out_fn) {
+        if (io->out_fn(p, len, io->out_data) != 0) {
+            io->out_broke = true;
+            return 0;
+        }
+        return len;
     }
     if (io->out_fd < 0)
         return len;
@@ -790,9 +801,22 @@ static size_t fd_header(char *p, size_t size, size_t n, void *arg)
     return len;
 }
 
-int sbx__dk_request_fd(sbx_dk_engine *e, const char *method, const char *path, int in_fd,
-                       const int *in_failed, int out_fd, long *status, json_t **resp,
-                       char **path_stat, sbx_error **err)
+/* Called about once a second however silent the engine is: the caller may want to stop. */
+static int io_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    (void)dt, (void)dn, (void)ut, (void)un;
+    struct fd_io *io = arg;
+    if (io->stop_fn && io->stop_fn(io->out_data)) {
+        io->out_broke = true;
+        return 1;
+    }
+    return 0;
+}
+
+/* One request of the archive or log kind (io says where the bodies go); `unbounded`: no timeout. */
+static int request_io(sbx_dk_engine *e, const char *method, const char *path, struct fd_io *io,
+                      bool unbounded, long *status, json_t **resp, char **path_stat,
+                      sbx_error **err)
 {
     const char *v;
     int rc = sbx__dk_engine_version(e, &v, err);
@@ -808,30 +832,35 @@ int sbx__dk_request_fd(sbx_dk_engine *e, const char *method, const char *path, i
             curl_easy_cleanup(c);
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
-    struct fd_io io = {.c = c, .in_fd = in_fd, .out_fd = out_fd, .in_failed = in_failed};
+    io->c = c;
     char ebuf[CURL_ERROR_SIZE] = "";
     if (!strcmp(method, "HEAD"))
         curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
     else
         curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    if (in_fd >= 0) {
+    if (io->in_fd >= 0) {
         curl_easy_setopt(c, CURLOPT_UPLOAD, 1L); /* no size: chunked */
         curl_easy_setopt(c, CURLOPT_READFUNCTION, fd_read);
-        curl_easy_setopt(c, CURLOPT_READDATA, &io);
+        curl_easy_setopt(c, CURLOPT_READDATA, io);
         /* UPLOAD means PUT; the method given wins. */
         curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     }
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, fd_write);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &io);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, io);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, fd_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, &io);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, io);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
     long ms = 0;
-    if (request_bound(e, method, path, &ms, err) < 0) {
+    if (io->stop_fn) {
+        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, io_progress);
+        curl_easy_setopt(c, CURLOPT_XFERINFODATA, io);
+        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    }
+    if (!unbounded && request_bound(e, method, path, &ms, err) < 0) {
         curl_slist_free_all(hdr);
         curl_easy_cleanup(c);
-        sbx__buf_free(&io.err_body);
+        sbx__buf_free(&io->err_body);
         return SBX_ETIMEDOUT;
     }
     if (ms > 0)
@@ -843,7 +872,9 @@ int sbx__dk_request_fd(sbx_dk_engine *e, const char *method, const char *path, i
     curl_easy_cleanup(c);
     if (cc == CURLE_OPERATION_TIMEDOUT)
         rc = timed_out(e, method, path, err);
-    else if (cc == CURLE_ABORTED_BY_CALLBACK || (cc == CURLE_WRITE_ERROR && io.out_broke))
+    else if (io->out_fn && io->out_broke)
+        rc = SBX_ECANCELED; /* the caller stopped it: it knows why */
+    else if (cc == CURLE_ABORTED_BY_CALLBACK || (cc == CURLE_WRITE_ERROR && io->out_broke))
         rc = sbx__set_error(err, SBX_EIO, "docker engine at %s: %s %s stopped (the local side "
                                           "of the copy failed)",
                             e->host, method, path);
@@ -855,19 +886,36 @@ int sbx__dk_request_fd(sbx_dk_engine *e, const char *method, const char *path, i
     if (rc == SBX_OK) {
         *status = st;
         if (resp) {
-            *resp = io.err_body.len ? json_loadb(io.err_body.data, io.err_body.len, 0, NULL)
+            *resp = io->err_body.len ? json_loadb(io->err_body.data, io->err_body.len, 0, NULL)
                                     : NULL;
-            if (!*resp && io.err_body.len) {
-                _cleanup_free_ char *t = sbx__dk_error_text(io.err_body.data, io.err_body.len);
+            if (!*resp && io->err_body.len) {
+                _cleanup_free_ char *t = sbx__dk_error_text(io->err_body.data, io->err_body.len);
                 *resp = json_pack("{s:s}", "message", t ? t : "");
             }
         }
         if (path_stat) {
-            *path_stat = io.path_stat;
-            io.path_stat = NULL;
+            *path_stat = io->path_stat;
+            io->path_stat = NULL;
         }
     }
-    free(io.path_stat);
-    sbx__buf_free(&io.err_body);
+    free(io->path_stat);
+    sbx__buf_free(&io->err_body);
     return rc;
+}
+
+int sbx__dk_request_fd(sbx_dk_engine *e, const char *method, const char *path, int in_fd,
+                       const int *in_failed, int out_fd, long *status, json_t **resp,
+                       char **path_stat, sbx_error **err)
+{
+    struct fd_io io = { .in_fd = in_fd, .out_fd = out_fd, .in_failed = in_failed };
+    return request_io(e, method, path, &io, false, status, resp, path_stat, err);
+}
+
+int sbx__dk_request_each(sbx_dk_engine *e, const char *path, sbx_dk_chunk_fn out,
+                         int (*stop)(void *data), void *data, long *status, json_t **resp,
+                         sbx_error **err)
+{
+    struct fd_io io = { .in_fd = -1, .out_fd = -1, .out_fn = out, .stop_fn = stop,
+                        .out_data = data };
+    return request_io(e, "GET", path, &io, true, status, resp, NULL, err);
 }

@@ -148,6 +148,17 @@ SBX_INTERNAL int sbx__dk_conn_send(void *curl, int sock, const void *p, size_t n
 SBX_INTERNAL int sbx__dk_request_fd(sbx_dk_engine *e, const char *method, const char *path,
                                     int in_fd, const int *in_failed, int out_fd, long *status,
                                     json_t **resp, char **path_stat, sbx_error **err);
+/*
+ * A GET whose successful body goes to `out` as it arrives (non-zero from it
+ * stops the request), with no time bound: a followed log lasts as long as
+ * its container. `stop` (may be NULL) is asked about once a second, however
+ * silent the engine is; non-zero stops the request. Either stop is
+ * SBX_ECANCELED; otherwise as sbx__dk_request_fd. Blocking.
+ */
+typedef int (*sbx_dk_chunk_fn)(const char *p, size_t n, void *data);
+SBX_INTERNAL int sbx__dk_request_each(sbx_dk_engine *e, const char *path, sbx_dk_chunk_fn out,
+                                      int (*stop)(void *data), void *data, long *status,
+                                      json_t **resp, sbx_error **err);
 /* Sets a curl handle's URL (`url_path` below the base), socket and TLS for the engine. */
 SBX_INTERNAL int sbx__dk_engine_setup(sbx_dk_engine *e, void *curl, const char *url_path);
 /*

@@ -2044,6 +2044,12 @@ static void dk_gc(sbx_op *op, void *state, const char *opts_json)
     store_op(op, state, DK_GC, opts_json);
 }
 
+static void dk_log_stream(sbx_op *op, void *state, void *box, int fd, double since,
+                          long long tail, unsigned flags)
+{
+    sbx__dk_log_stream(op, state, box, fd, since, tail, flags);
+}
+
 SBX_INTERNAL const struct sbx_provider_ops sbx__docker_provider = {
     SBX_PROVIDER_OPS_HEADER,
     .name = "docker",
@@ -2064,6 +2070,7 @@ SBX_INTERNAL const struct sbx_provider_ops sbx__docker_provider = {
     .stop_id = dk_stop_id,
     .gc = dk_gc,
     .agent_address = dk_agent_address, /* [pty] */
+    .log_stream = dk_log_stream,       /* [svc-logs] */
     .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_CONNECT | SBX_CAP_LIST | SBX_CAP_STOP_ID |
                     SBX_CAP_GC | SBX_CAP_PTY | SBX_CAP_PORT_FORWARD,
 };
