@@ -1180,9 +1180,9 @@ static void test_pty_and_procs(void)
 }
 
 /* The sbx CLI of this build (build/sbx), or a skip. */
-static const char *sbx_cli(void)
+/* `rel` in this binary's build tree (build/, build/asan, ...): it is B/tests/integration/. */
+static const char *in_build(char *path, size_t len, const char *rel)
 {
-    static char path[1024];
     char exe[900];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n <= 0)
@@ -1190,9 +1190,24 @@ static const char *sbx_cli(void)
     exe[n] = 0;
     for (int i = 0; i < 3; i++)
         *strrchr(exe, '/') = 0;
-    snprintf(path, sizeof(path), "%s/sbx", exe);
-    if (access(path, X_OK) != 0)
+    snprintf(path, len, "%s/%s", exe, rel);
+    return path;
+}
+
+static const char *sbx_cli(void)
+{
+    static char path[1024];
+    if (access(in_build(path, sizeof(path), "sbx"), X_OK) != 0)
         TAP_SKIP("build/sbx is not built");
+    return path;
+}
+
+/* The provider-neutral suite of the same build (the sanitized one under check-asan). */
+static const char *suite_bin(void)
+{
+    static char path[1024];
+    if (access(in_build(path, sizeof(path), "tests/integration/test_provider_suite"), X_OK) != 0)
+        TAP_FAIL("%s is not built (make tests)", path);
     return path;
 }
 
@@ -1852,41 +1867,40 @@ static void test_context(void)
 static void test_shared_suite(void)
 {
     need_engine();
-    if (access("build/tests/integration/test_provider_suite", X_OK) != 0)
-        TAP_FAIL("build/tests/integration/test_provider_suite is not built (make tests)");
+    const char *suite = suite_bin();
     static char out[1 << 16];
     int rc = run_cmd(out, sizeof(out),
                      "DOCKER_HOST=unix://%s/docker.sock SBX_SUITE_PLUGIN=docker "
                      "SBX_SUITE_PROVIDERS=docker "
                      "SBX_SUITE_CONFIG_docker='{\"host\": \"unix://%s/docker.sock\", \"image\": "
                      "\"" IMAGE "\", \"create\": {\"network\": \"none\"}}' "
-                     "build/tests/integration/test_provider_suite plugin 2>&1",
-                     dir, dir);
+                     "%s plugin 2>&1",
+                     dir, dir, suite);
     if (rc != 0)
         TAP_FAIL("the shared suite failed on docker:\n%s", out);
-    TAP_CONTAINS(out, "8 passed, 0 failed");
+    TAP_CONTAINS(out, "9 passed, 0 failed");
     /* Again with every box reached through an exec session (the remote path). */
     rc = run_cmd(out, sizeof(out),
                  "DOCKER_HOST=unix://%s/docker.sock SBX_SUITE_PLUGIN=docker "
                  "SBX_SUITE_PROVIDERS=docker "
                  "SBX_SUITE_CONFIG_docker='{\"host\": \"unix://%s/docker.sock\", \"image\": "
                  "\"" IMAGE "\", \"remote\": true, \"create\": {\"network\": \"none\"}}' "
-                 "build/tests/integration/test_provider_suite plugin 2>&1",
-                 dir, dir);
+                 "%s plugin 2>&1",
+                 dir, dir, suite);
     if (rc != 0)
         TAP_FAIL("the shared suite failed on docker's remote path:\n%s", out);
-    TAP_CONTAINS(out, "8 passed, 0 failed");
+    TAP_CONTAINS(out, "9 passed, 0 failed");
     /* And without the agent: the engine's exec and archive APIs. */
     rc = run_cmd(out, sizeof(out),
                  "DOCKER_HOST=unix://%s/docker.sock SBX_SUITE_PLUGIN=docker "
                  "SBX_SUITE_PROVIDERS=docker "
                  "SBX_SUITE_CONFIG_docker='{\"host\": \"unix://%s/docker.sock\", \"image\": "
                  "\"" IMAGE "\", \"agent\": false, \"create\": {\"network\": \"none\"}}' "
-                 "build/tests/integration/test_provider_suite plugin 2>&1",
-                 dir, dir);
+                 "%s plugin 2>&1",
+                 dir, dir, suite);
     if (rc != 0)
         TAP_FAIL("the shared suite failed on docker with agent: false:\n%s", out);
-    TAP_CONTAINS(out, "8 passed, 0 failed");
+    TAP_CONTAINS(out, "9 passed, 0 failed");
 }
 
 /*
@@ -1956,8 +1970,8 @@ static void test_podman(void)
                          "DOCKER_HOST=unix://%s SBX_SUITE_PLUGIN=docker SBX_SUITE_PROVIDERS=docker "
                          "SBX_SUITE_CONFIG_docker='{\"host\": \"unix://%s\", \"image\": "
                          "\"" IMAGE "\", \"remote\": %s, \"create\": {\"network\": "
-                         "\"none\"}}' build/tests/integration/test_provider_suite plugin 2>&1",
-                         sock, sock, remote ? "true" : "false");
+                         "\"none\"}}' %s plugin 2>&1",
+                         sock, sock, remote ? "true" : "false", suite_bin());
     }
     /* Every container of ours, then the service (by its pid), then its layers. */
     run_cmd(out, sizeof(out), "DOCKER_HOST=unix://%s docker ps -aq | DOCKER_HOST=unix://%s xargs "
@@ -1989,7 +2003,7 @@ static void test_podman(void)
         TAP_FAIL("podman system service did not answer; see its log in %s", t);
     if (rc != 0)
         TAP_FAIL("the shared suite failed on podman:\n%s", suite);
-    TAP_CONTAINS(suite, "8 passed, 0 failed");
+    TAP_CONTAINS(suite, "9 passed, 0 failed");
 }
 
 /* --- the private dockerd ------------------------------------------------------------- */

@@ -9,8 +9,8 @@
  * Cases: exec (exit codes, stdout/stderr, cwd, env, stdin, timeout),
  * streaming (first bytes before the end, partial output on timeout),
  * upload/download round trip with modes, status before/after stop, stop
- * twice, list with labels, stop by id, gc by label and by expiry, and bad
- * input failing cleanly. A provider that cannot list must say so
+ * twice, list with labels, stop by id, gc by label and by expiry, bad
+ * input failing cleanly, and service logs (or a clear "not kept"). A provider that cannot list must say so
  * (SBX_ENOTSUP), never answer wrongly.
  */
 #include "tap.h"
@@ -493,6 +493,75 @@ static void case_cli(sbx_provider *p)
  * hostbox only: a box whose maker died (killed, no cleanup) lists as error,
  * and a plain gc collects it with its files; no agent stays behind.
  */
+/* What sbx_sandbox_logs gave, per stream (bounded), and how many entries. */
+struct slog {
+    char out[4096], err[4096];
+    size_t n;
+};
+
+static int slog_cb(double t, int stream, const char *data, size_t len, void *user)
+{
+    (void)t;
+    struct slog *g = user;
+    char *dst = stream == SBX_STREAM_STDOUT ? g->out : stream == SBX_STREAM_STDERR ? g->err : NULL;
+    size_t have = dst ? strlen(dst) : 0;
+    if (dst && have + len < sizeof(g->out)) {
+        memcpy(dst + have, data, len);
+        dst[have + len] = 0;
+    }
+    g->n++;
+    return 0;
+}
+
+/*
+ * Service logs: a provider that keeps them gives the entrypoint's stdout
+ * and stderr apart, and the last line alone with a tail of 1; one that
+ * keeps none says so (SBX_ENOTSUP), and one that runs no entrypoint
+ * refuses it, saying so: never an empty log that looks kept.
+ */
+static void case_service_logs(sbx_provider *p)
+{
+    sbx_spec *spec = sbx_spec_new();
+    const char *const ep[] = { "sh", "-c",
+                               "echo suite-out; echo suite-err >&2; exec sleep 100000", NULL };
+    TAP_OK(sbx_spec_set_entrypoint(spec, ep));
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    sbx_spec_free(spec);
+    if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK) {
+        TAP_CONTAINS(sbx_error_message(e), "entrypoint");
+        sbx_error_free(e);
+        sbx_sandbox_free(sb);
+        return;
+    }
+    struct slog *g = calloc(1, sizeof(*g));
+    /* Until both lines are there (bounded at 60 s against a hang, not a measurement). */
+    for (int i = 0; i < 600; i++) {
+        memset(g, 0, sizeof(*g));
+        int rc = sbx_sandbox_logs(sb, 0, -1, 0, slog_cb, g, &e);
+        if (rc == SBX_ENOTSUP) {
+            TAP_CONTAINS(sbx_error_message(e), "does not keep service logs");
+            sbx_error_free(e);
+            free(g);
+            stop_free(sb);
+            return;
+        }
+        if (rc != SBX_OK)
+            TAP_FAIL("%s: logs: %s", prov, sbx_error_message(e));
+        if (strstr(g->out, "suite-out\n") && strstr(g->err, "suite-err\n"))
+            break;
+        usleep(100 * 1000);
+    }
+    TAP_EQ_STR(g->out, "suite-out\n");
+    TAP_CONTAINS(g->err, "suite-err\n");
+    memset(g, 0, sizeof(*g));
+    TAP_OK(sbx_sandbox_logs(sb, 0, 1, 0, slog_cb, g, &e_));
+    TAP_EQ_INT((int)g->n, 1);
+    free(g);
+    stop_free(sb);
+}
+
 static void case_dead_maker(sbx_provider *p)
 {
     if (strcmp(prov, "hostbox") != 0)
@@ -583,12 +652,18 @@ static void case_dead_maker(sbx_provider *p)
         sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
         case_bad_input(p);                                                                         \
         sbx_provider_free(p);                                                                      \
+    }                                                                                              \
+    static void name##_service_logs(void)                                                          \
+    {                                                                                              \
+        sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
+        case_service_logs(p);                                                                      \
+        sbx_provider_free(p);                                                                      \
     }
 
 #define SUITE_TESTS(name)                                                                          \
     TAP_T(name##_exec, 120), TAP_T(name##_stream, 120), TAP_T(name##_transfer, 120),               \
         TAP_T(name##_status_stop, 120), TAP_T(name##_list_stop_id, 120), TAP_T(name##_gc, 120),    \
-        TAP_T(name##_cli, 120), TAP_T(name##_bad_input, 120)
+        TAP_T(name##_cli, 120), TAP_T(name##_bad_input, 120), TAP_T(name##_service_logs, 120)
 
 /* The plugin slot: hostbox, or the provider SBX_SUITE_PLUGIN names (see docs/provider-guide.md). */
 static const char *plugin_name(void)
