@@ -272,7 +272,7 @@ static int follow(struct reader *r, sbx_error **err)
             continue;
         }
         if (r->fd >= 0) {
-            /* Rotated (or removed): what was written before the rename is read, then the new file. */
+            /* Rotated (or removed): what came before the rename is read, then the new file. */
             if ((rc = read_more(r, r->fd, &got, err)) < 0 ||
                 (rc = parse_pending(r, piece_emit, NULL, err)) < 0)
                 return rc;
@@ -437,7 +437,7 @@ int sbx_sandbox_logs(sbx_sandbox *sb, double since, long long tail, unsigned fla
     if (!r.path)
         return sbx__set_error(err, SBX_EPROVIDER, "the provider's log_address gave no path");
 
-    /* The current file first (then the older): a rotation in between shows as the same file twice. */
+    /* The current file, then the older: a rotation in between shows as the same file twice. */
     bool missing, old_missing = true;
     int cur = open_log(r.path, &missing, err);
     if (cur < 0 && !missing)

@@ -39,7 +39,8 @@ struct dk_logs {
     char *cid, *query;
     int fd;
     bool follow;
-    bool bad; /* the body was not the multiplexed format */
+    bool bad;  /* the body was not the multiplexed format */
+    bool gone; /* a send failed: the reader closed its end */
     struct sbx_dk_demux dx;
     unsigned char frame[FRAME_MAX];
     size_t flen;
@@ -58,13 +59,12 @@ long sbx__dk_log_time(const char *p, size_t n, double *t)
         return -1;
     memcpy(buf, p, k);
     buf[k] = 0;
-    struct tm tm = { 0 };
+    struct tm tm = {0};
     int used = 0;
-    if (sscanf(buf, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-               &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &used) != 6 ||
-        used != 19 || tm.tm_year < 1970 || tm.tm_year > 9999 || tm.tm_mon < 1 ||
-        tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 ||
-        tm.tm_min > 59 || tm.tm_sec > 60)
+    if (sscanf(buf, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+               &tm.tm_min, &tm.tm_sec, &used) != 6 ||
+        used != 19 || tm.tm_year < 1970 || tm.tm_year > 9999 || tm.tm_mon < 1 || tm.tm_mon > 12 ||
+        tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60)
         return -1;
     tm.tm_year -= 1900;
     tm.tm_mon -= 1;
@@ -84,9 +84,8 @@ long sbx__dk_log_time(const char *p, size_t n, double *t)
     long off = 0;
     if (*q == 'Z')
         q++;
-    else if ((*q == '+' || *q == '-') && q[1] >= '0' && q[1] <= '9' && q[2] >= '0' &&
-             q[2] <= '9' && q[3] == ':' && q[4] >= '0' && q[4] <= '9' && q[5] >= '0' &&
-             q[5] <= '9') {
+    else if ((*q == '+' || *q == '-') && q[1] >= '0' && q[1] <= '9' && q[2] >= '0' && q[2] <= '9' &&
+             q[3] == ':' && q[4] >= '0' && q[4] <= '9' && q[5] >= '0' && q[5] <= '9') {
         off = ((q[1] - '0') * 10 + (q[2] - '0')) * 3600 + ((q[4] - '0') * 10 + (q[5] - '0')) * 60;
         if (*q == '-')
             off = -off;
@@ -106,7 +105,7 @@ static int send_all(int fd, const struct iovec *iov, int n)
 {
     struct iovec v[2];
     memcpy(v, iov, sizeof(*iov) * (size_t)n);
-    struct msghdr m = { .msg_iov = v, .msg_iovlen = (size_t)n };
+    struct msghdr m = {.msg_iov = v, .msg_iovlen = (size_t)n};
     for (;;) {
         ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR)
@@ -131,7 +130,7 @@ static int put_record(int fd, int stream, double t, const void *p, size_t n)
 {
     unsigned char hdr[SBX_LOG_HEADER];
     sbx__log_header(hdr, stream, (uint32_t)n, t > 0 ? (uint64_t)(t * 1e9) : 0);
-    struct iovec iov[2] = { { hdr, sizeof(hdr) }, { (void *)p, n } };
+    struct iovec iov[2] = {{hdr, sizeof(hdr)}, {(void *)p, n}};
     return send_all(fd, iov, n ? 2 : 1);
 }
 
@@ -155,9 +154,9 @@ static int flush_frame(struct dk_logs *l, int stream)
         l->timed = true;
     }
     int rc = 0;
-    if (l->flen > skip)
-        rc = put_record(l->fd, stream == 2 ? SBX_LOG_STDERR : SBX_LOG_STDOUT, l->ftime,
-                        l->frame + skip, l->flen - skip);
+    if (l->flen > skip && (rc = put_record(l->fd, stream == 2 ? SBX_LOG_STDERR : SBX_LOG_STDOUT,
+                                           l->ftime, l->frame + skip, l->flen - skip)) < 0)
+        l->gone = true;
     l->flen = 0;
     return rc;
 }
@@ -166,7 +165,8 @@ static int flush_frame(struct dk_logs *l, int stream)
 static int on_piece(int stream, const uint8_t *p, size_t n, void *data)
 {
     struct dk_logs *l = data;
-    /* Called before the demultiplexer counts it: this piece ends the frame when it is all that is left. */
+    /* Called before the demultiplexer counts it: the piece ends the frame if it is all that is
+     * left. */
     bool ends = l->dx.left == n;
     while (n) {
         size_t take = FRAME_MAX - l->flen < n ? FRAME_MAX - l->flen : n;
@@ -185,12 +185,11 @@ static int on_piece(int stream, const uint8_t *p, size_t n, void *data)
     return 0;
 }
 
-
 /* Asked about once a second: the reader closed its end (it stopped, or failed). */
 static int reader_gone(void *data)
 {
     struct dk_logs *l = data;
-    struct pollfd pf = { .fd = l->fd, .events = 0 };
+    struct pollfd pf = {.fd = l->fd, .events = 0};
     return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLHUP | POLLERR));
 }
 
@@ -199,9 +198,9 @@ static int on_body(const char *p, size_t n, void *data)
     struct dk_logs *l = data;
     if (l->bad)
         return -1;
-    /* -1 from on_piece is the reader gone; a frame header that is not one is the engine's. */
+    /* -1 is the reader gone (a send failed) or a frame header that is not one (the engine's). */
     if (sbx__dk_demux_feed(&l->dx, (const uint8_t *)p, n, on_piece, l) < 0) {
-        if (!reader_gone(l))
+        if (!l->gone)
             l->bad = true;
         return -1;
     }
@@ -220,9 +219,8 @@ static void put_end_event(struct dk_logs *l)
             long long c = json_integer_value(code);
             char ev[64];
             /* The engine's 128 + N for a process ended by signal N. */
-            int k = c > 128 && c < 128 + 65
-                        ? snprintf(ev, sizeof(ev), "agent killed %lld", c - 128)
-                        : snprintf(ev, sizeof(ev), "agent exited %lld", c);
+            int k = c > 128 && c < 128 + 65 ? snprintf(ev, sizeof(ev), "agent killed %lld", c - 128)
+                                            : snprintf(ev, sizeof(ev), "agent exited %lld", c);
             (void)put_record(l->fd, SBX_LOG_EVENT, now_s(), ev, (size_t)k);
         }
     }
@@ -238,8 +236,8 @@ static void *logs_thread(void *arg)
     sbx_error *e = NULL;
     int rc = sbx__dk_request_each(l->d->engine, l->query, on_body, reader_gone, l, &st, &resp, &e);
     if (rc == SBX_OK && st == 404)
-        rc = sbx__dk_error(&e, SBX_ENOENT, st, resp, "reading the logs of container %.12s: it is gone",
-                           l->cid);
+        rc = sbx__dk_error(&e, SBX_ENOENT, st, resp,
+                           "reading the logs of container %.12s: it is gone", l->cid);
     else if (rc == SBX_OK && (st < 200 || st >= 300))
         rc = sbx__dk_error(&e, SBX_EPROVIDER, st, resp, "reading the logs of container %.12s",
                            l->cid);
