@@ -8,6 +8,10 @@
 # package that dpkg accepts and that works unpacked. TAP output.
 set -u
 cd "$(dirname "$0")/../.."
+# The makes here are a user's, not sub-makes of the one running the suite:
+# an inherited MAKEFLAGS (its -w, its jobserver) would print into the
+# output this reads, whatever the command line says.
+unset MAKEFLAGS MFLAGS MAKELEVEL
 B=${B:-build}
 PY=${PYTHON:-/usr/bin/python3}
 top=$PWD
