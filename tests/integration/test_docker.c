@@ -113,6 +113,17 @@ static sbx_sandbox *start_image(sbx_provider *p)
     return sb;
 }
 
+/* A box of the test image whose entrypoint (its service) is `sh -c script`. */
+static sbx_sandbox *start_service(sbx_provider *p, const char *script)
+{
+    sbx_spec *spec = image_spec();
+    const char *const ep[] = {"sh", "-c", script, NULL};
+    sbx_spec_set_entrypoint(spec, ep);
+    sbx_sandbox *sb = start(p, spec);
+    sbx_spec_free(spec);
+    return sb;
+}
+
 /*
  * A create of `spec` on `p` that must fail: with `code` (0: any failure),
  * its message holding each of `needles` (up to two; NULL ends them).
@@ -679,11 +690,7 @@ static void test_entrypoint(void)
 {
     need_engine();
     sbx_provider *p = provider("");
-    sbx_spec *spec = image_spec();
-    const char *const ep[] = {"sh", "-c", "echo served > /tmp/svc; exec sleep 100000", NULL};
-    sbx_spec_set_entrypoint(spec, ep);
-    sbx_sandbox *sb = start(p, spec);
-    sbx_spec_free(spec);
+    sbx_sandbox *sb = start_service(p, "echo served > /tmp/svc; exec sleep 100000");
     sbx_exec_result *r = run(sb, "for i in $(seq 100); do [ -f /tmp/svc ] && break; sleep 0.05; "
                                  "done; cat /tmp/svc",
                              NULL);
@@ -750,15 +757,10 @@ static void test_logs(void)
 {
     need_engine();
     sbx_provider *p = provider("");
-    sbx_spec *spec = image_spec();
-    const char *const ep[] = {"sh", "-c",
-                              "echo one; echo two >&2; printf 'SL\\003\\001\\004\\001\\001\\001"
-                              "forged\\n'; echo three; exit 3",
-                              NULL};
-    sbx_spec_set_entrypoint(spec, ep);
     double before = (double)time(NULL) - 1;
-    sbx_sandbox *sb = start(p, spec);
-    sbx_spec_free(spec);
+    sbx_sandbox *sb = start_service(p, "echo one; echo two >&2; "
+                                       "printf 'SL\\003\\001\\004\\001\\001\\001forged\\n'; "
+                                       "echo three; exit 3");
     struct dlogs *g = calloc(1, sizeof(*g));
     dlogs_wait(sb, g, "three\n");
     TAP_TRUE(!strncmp(g->out, "one\nSL\003\001\004\001\001\001forged\n", 16));
@@ -831,14 +833,8 @@ static void test_logs_follow(void)
 {
     need_engine();
     sbx_provider *p = provider("");
-    sbx_spec *spec = image_spec();
-    const char *const ep[] = {"sh", "-c",
-                              "echo first; while [ ! -e /tmp/go ]; do sleep 0.05; done; "
-                              "echo second; exec sleep 100000",
-                              NULL};
-    sbx_spec_set_entrypoint(spec, ep);
-    sbx_sandbox *sb = start(p, spec);
-    sbx_spec_free(spec);
+    sbx_sandbox *sb = start_service(p, "echo first; while [ ! -e /tmp/go ]; do sleep 0.05; done; "
+                                       "echo second; exec sleep 100000");
     /* Stopped by the callback at its first entry, the box silent after it. */
     struct dfollow *f = calloc(1, sizeof(*f));
     f->sb = sb;

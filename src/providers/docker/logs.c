@@ -228,6 +228,15 @@ static void put_end_event(struct dk_logs *l)
     sbx_error_free(e);
 }
 
+static void logs_free(struct dk_logs *l)
+{
+    if (l) {
+        free(l->cid);
+        free(l->query);
+        free(l);
+    }
+}
+
 static void *logs_thread(void *arg)
 {
     struct dk_logs *l = arg;
@@ -259,9 +268,7 @@ static void *logs_thread(void *arg)
     json_decref(resp);
     close(l->fd);
     sbx_op *op = l->op;
-    free(l->cid);
-    free(l->query);
-    free(l);
+    logs_free(l);
     /* Last: the completion may be the provider's last use. */
     sbx_op_complete(op, rc, rc < 0 ? e : NULL, NULL);
     if (rc >= 0)
@@ -287,11 +294,7 @@ void sbx__dk_log_stream(sbx_op *op, struct docker *d, struct dbox *b, int fd, do
                                b->container, follow ? 1 : 0, sn, tl);
     }
     if (!l || !l->cid || !l->query) {
-        if (l) {
-            free(l->cid);
-            free(l->query);
-            free(l);
-        }
+        logs_free(l);
         close(fd);
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return;
@@ -309,9 +312,7 @@ void sbx__dk_log_stream(sbx_op *op, struct docker *d, struct dbox *b, int fd, do
     int e = pthread_create(&t, &a, logs_thread, l);
     pthread_attr_destroy(&a);
     if (e != 0) {
-        free(l->cid);
-        free(l->query);
-        free(l);
+        logs_free(l);
         close(fd);
         sbx_op_complete(op, SBX_EIO,
                         sbx_error_new(SBX_EIO, "cannot start a thread to read the logs"), NULL);
