@@ -61,8 +61,13 @@ struct call {
     char *a, *b;
     int port;
     sbx_exec_opts *opts;
-    /* log_stream: its socket (closed here unless handed to the provider: -1 then), its window */
+    /*
+     * log_stream: its socket, closed with the call while fd_held (a call
+     * made by calloc, as connect's is, holds none: fd 0 is stdin), and
+     * handed to the provider when the call runs; the window asked for.
+     */
     int fd;
+    bool fd_held;
     double since;
     long long tail;
     unsigned flags;
@@ -164,7 +169,6 @@ static struct call *call_new(enum call_kind kind, sbx_sandbox *sb, enum sbx__val
     c->kind = kind;
     c->sb = sb;
     c->p = sb ? sb->p : NULL;
-    c->fd = -1;
     c->f = sbx__future_new(c->p->ctx, vk);
     if (!c->f) {
         free(c);
@@ -186,7 +190,7 @@ static void call_free(struct call *c)
         sbx_exec_result_free(c->drain_value);
     free(c->tmpfile);
     free(c->tmpdir);
-    if (c->fd >= 0)
+    if (c->fd_held)
         close(c->fd);
     sbx_error_free(c->saved_err);
     if (c->sb)
@@ -651,9 +655,8 @@ static void simple_run(void *data)
         o->log_address(op, st, box);
         break;
     case CALL_LOG_STREAM: {
-        int fd = c->fd;
-        c->fd = -1; /* the provider's from here on */
-        o->log_stream(op, st, box, fd, c->since, c->tail, c->flags);
+        c->fd_held = false; /* the provider's from here on */
+        o->log_stream(op, st, box, c->fd, c->since, c->tail, c->flags);
         break;
     }
     default:
@@ -845,6 +848,7 @@ int sbx__sandbox_log_stream_async(sbx_sandbox *sb, int fd, double since, long lo
         return rc;
     }
     c->fd = fd;
+    c->fd_held = true;
     c->since = since;
     c->tail = tail;
     c->flags = flags;
