@@ -7,6 +7,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <sys/stat.h>
 
 static sbx_provider *fake(const char *cfg)
 {
@@ -240,6 +241,9 @@ static void test_serialize_connect(void)
     TAP_EQ_INT(sbx_sandbox_serialize(sb, NULL, &json, NULL), SBX_OK);
     TAP_CONTAINS(json, "\"workdir\":\"/w\"");
     TAP_CONTAINS(json, sbx_sandbox_id(sb));
+    /* A connect leaves the caller's descriptors alone (it once closed stdin). */
+    struct stat in0, in1;
+    TAP_EQ_INT(fstat(0, &in0), 0);
     TAP_EQ_INT(sbx_sandbox_connect(p, json, &other, NULL), SBX_OK);
     TAP_EQ_STR(sbx_sandbox_id(other), sbx_sandbox_id(sb));
     TAP_EQ_STR(sbx_sandbox_workdir(other), "/w");
@@ -249,6 +253,8 @@ static void test_serialize_connect(void)
     TAP_CONTAINS(sbx_exec_result_stdout(r, NULL), "\"cwd\":\"/w\"");
     sbx_exec_result_free(r);
     sbx_sandbox_free(other); /* only releases the handle */
+    TAP_EQ_INT(fstat(0, &in1), 0);
+    TAP_TRUE(in0.st_dev == in1.st_dev && in0.st_ino == in1.st_ino);
     char *log = sbx_fake_log();
     TAP_TRUE(strstr(log, "close:") == NULL);
     free(log);
