@@ -751,7 +751,13 @@ SBX_EXPORT int sbx_sandbox_write_file(sbx_sandbox *sb, const char *remote_path, 
 SBX_EXPORT int sbx_sandbox_read_file(sbx_sandbox *sb, const char *remote_path, size_t max_bytes,
                                      char **data_out, size_t *len_out, sbx_error **err);
 
-/* Async forms: on success `*out` is a future the caller frees. */
+/*
+ * Async forms: on success `*out` is a future the caller frees. The start's
+ * future reports what the provider's create reports through
+ * sbx_future_on_progress: an image pulled for it, per layer (docker: stage
+ * "pull:STATE:layer:ID12", STATE waiting, downloading, verifying, extracting,
+ * done or cached, with bytes done and total).
+ */
 SBX_EXPORT int sbx_sandbox_start_async(sbx_sandbox *sb, const sbx_spec *spec, sbx_future **out,
                                        sbx_error **err);
 SBX_EXPORT int sbx_sandbox_exec_async(sbx_sandbox *sb, const char *command,

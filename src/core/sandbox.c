@@ -488,6 +488,8 @@ static void start_run(void *data)
         start_settle(c, SB_NEW, SBX_ENOMEM, NULL);
         return;
     }
+    /* What the create reports (an image's pull) reaches the start's future (on_progress). */
+    sbx__op_set_progress_future(op, c->f);
     c->p->ops->create(op, c->p->state, c->sb->spec);
 }
 

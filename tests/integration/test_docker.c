@@ -375,6 +375,79 @@ static void test_missing_image(void)
     sbx_provider_free(p);
 }
 
+/* The pull reports a start's future got: how many, and whether a layer was downloaded. */
+struct pulled {
+    atomic_int reports, done;
+};
+
+static void on_pull(const char *stage, unsigned long long done, unsigned long long total,
+                    void *data)
+{
+    (void)done, (void)total;
+    struct pulled *p = data;
+    if (!strncmp(stage, "pull:", 5) && strstr(stage, ":layer:"))
+        atomic_fetch_add(&p->reports, 1);
+    if (!strncmp(stage, "pull:done:layer:", 16))
+        atomic_fetch_add(&p->done, 1);
+}
+
+/*
+ * A missing image is pulled through the engine from a registry (Debian's
+ * docker-registry on loopback, which dockerd reaches over plain HTTP), and
+ * the start's future reports the pull per layer: the image is the test
+ * image with a layer of its own on top, pushed, then removed from the
+ * engine, so that layer is downloaded and the base one is "cached".
+ */
+static void test_pull_progress(void)
+{
+    need_engine();
+    char out[8192], cmd[2048], reg[1024];
+    if (run_cmd(out, sizeof(out), "command -v docker-registry") != 0)
+        TAP_SKIP("docker-registry is not installed");
+    snprintf(reg, sizeof(reg), "%s/reg", tap_tmpdir());
+    if (run_cmd(out, sizeof(out),
+                "bash -c '. tests/registry/fixture.sh && reg_start %s plain none >/dev/null && "
+                "echo $REG_PORT'",
+                reg) != 0)
+        TAP_FAIL("the registry did not start: %s", out);
+    int port = atoi(out);
+    char ref[128];
+    snprintf(ref, sizeof(ref), "127.0.0.1:%d/sbx-pull:1", port);
+    snprintf(cmd, sizeof(cmd),
+             "run --name sbx-pull-src --network none " IMAGE " sh -c 'echo pulled > /pulled'");
+    TAP_EQ_INT(docker(out, sizeof(out), cmd), 0);
+    snprintf(cmd, sizeof(cmd), "commit sbx-pull-src %s", ref);
+    TAP_EQ_INT(docker(out, sizeof(out), cmd), 0);
+    snprintf(cmd, sizeof(cmd), "push %s", ref);
+    if (docker(out, sizeof(out), cmd) != 0)
+        TAP_FAIL("docker push to the loopback registry failed: %s", out);
+    snprintf(cmd, sizeof(cmd), "rm sbx-pull-src && DOCKER_HOST=unix://%s/docker.sock docker rmi %s",
+             dir, ref);
+    TAP_EQ_INT(docker(out, sizeof(out), cmd), 0);
+
+    sbx_provider *p = provider("");
+    sbx_spec *spec = sbx_spec_new();
+    sbx_spec_set_image(spec, ref);
+    sbx_sandbox *sb = NULL;
+    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
+    sbx_spec_free(spec);
+    sbx_future *f = NULL;
+    TAP_OK(sbx_sandbox_start_async(sb, NULL, &f, &e_));
+    struct pulled *pl = calloc(1, sizeof(*pl));
+    TAP_OK(sbx_future_on_progress(f, on_pull, pl));
+    TAP_OK(sbx_future_wait(f, -1, &e_));
+    sbx_future_free(f);
+    TAP_TRUE(atomic_load(&pl->reports) > 0);
+    TAP_TRUE(atomic_load(&pl->done) >= 1); /* the layer of its own, downloaded */
+    free(pl);
+    sbx_exec_result *r = run(sb, "cat /pulled", NULL);
+    TAP_EQ_STR(out_of(r), "pulled\n");
+    sbx_exec_result_free(r);
+    stop_free(sb);
+    sbx_provider_free(p);
+    run_cmd(out, sizeof(out), "kill $(cat %s/pid)", reg);
+}
+
 static void test_bad_config(void)
 {
     need_engine();
@@ -2203,7 +2276,8 @@ int main(int argc, char **argv)
     static const struct tap_test tests[] = {
         TAP_T(test_exec, 120),         TAP_T(test_files, 120),
         TAP_T(test_mapping, 120),      TAP_T(test_half_created, 120),
-        TAP_T(test_missing_image, 120), TAP_T(test_bad_config, 120),
+        TAP_T(test_missing_image, 120), TAP_T(test_pull_progress, 120),
+        TAP_T(test_bad_config, 120),
         TAP_T(test_create_deadline, 120),
         TAP_T(test_serialize_connect, 120), TAP_T(test_removed_behind_back, 120),
         TAP_T(test_list_stop_id, 120), TAP_T(test_unrecorded, 120),
