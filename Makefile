@@ -127,38 +127,57 @@ demo: deps
 	$(MAKE) all
 	$(B)/sbx run -- sh -c 'echo "hello from $$(hostname), pid $$$$ in the box"'
 
-# CI's order. The builds run with one job per core (JOBS). The ASan, fuzz
-# and TSan trees build (niced) while the plain suite runs: the suite mostly
-# waits on boxes, so they cost little time of their own. The fuzzers run
-# beside the valgrind stage: each is one CPU-bound process, and memcheck
-# keeps one core busy. Their output is printed after, in one piece, and then
-# the valgrind stage's failures again: CI keeps only the tail of the log.
-# Each stage says how long it took (CI should stay under 30 minutes).
+# CI's order, in three stages, each with a niced chain beside it (the suites
+# mostly wait on boxes, so the chains cost little time of their own):
+#   1. the plain suite; beside it the ASan, fuzz and TSan trees are built;
+#   2. the ASan suite; beside it each libFuzzer target runs FUZZ_CI_TIME s,
+#      then the core's concurrency tests under TSan, then memcheck over the
+#      parts that make no box (unit tests, fuzz corpora), which the suite's
+#      leak censuses therefore never see;
+#   3. memcheck over the integration tests and scripts.
+# Builds run with one job per core (JOBS). Each stage says how long it took
+# (CI should stay under 30 minutes). CI keeps only the tail of the log, so a
+# stage's failures are printed again last, after what its chain printed.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 ASAN_VARS := B=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
     SAN="-fsanitize=address,undefined -fno-sanitize-recover=all"
 TSAN_VARS := CC=clang B=build/tsan OPT="-O1 -g" SAN="-fsanitize=thread"
-.PHONY: check-prebuild
+# Runs stage $(1) (a make target) with chain $(2) (a make target, or none)
+# beside it at nice 19; the chain's output is in build/chain-$(2).log.
+define check_stage
+	@mkdir -p build; t=$$(date +%s); \
+	if [ "$(2)" != none ]; then nice -n 19 $(MAKE) --no-print-directory $(2) \
+	    > build/chain-$(2).log 2>&1 & ch=$$!; fi; \
+	{ $(MAKE) -j$(JOBS) $(1); echo $$? > build/stage.rc; } 2>&1 | tee build/stage.log; \
+	rc=$$(cat build/stage.rc); cr=0; \
+	if [ "$(2)" != none ]; then wait $$ch; cr=$$?; cat build/chain-$(2).log; fi; \
+	echo "== stage $(1) (beside it: $(2)): $$(($$(date +%s) - t)) s"; \
+	[ $$cr = 0 ] || echo "$(2) failed"; \
+	[ $$rc = 0 ] || { sed -n '/^== the failures again/,$$p' build/stage.log | tail -n 120; \
+	    echo "$(1) failed"; }; \
+	[ $$rc = 0 ] && [ $$cr = 0 ]
+endef
+.PHONY: check-prebuild check-beside-asan check-valgrind-quick check-valgrind-boxes
 check: deps
-	@t=$$(date +%s); mkdir -p build; \
-	nice -n 19 $(MAKE) check-prebuild > build/check-prebuild.log 2>&1 & pb=$$!; \
-	$(MAKE) -j$(JOBS) test; rc=$$?; echo "== stage test: $$(($$(date +%s) - t)) s"; \
-	wait $$pb; pr=$$?; [ $$pr = 0 ] || { tail -n 60 build/check-prebuild.log; echo "check-prebuild failed"; }; \
-	echo "== the other trees built by $$(($$(date +%s) - t)) s"; [ $$rc = 0 ] && [ $$pr = 0 ]
-	@t=$$(date +%s); $(MAKE) check-asan; rc=$$?; echo "== stage check-asan: $$(($$(date +%s) - t)) s"; exit $$rc
-	@mkdir -p $(FUZZ_B); t=$$(date +%s); \
-	$(MAKE) fuzz-ci > $(FUZZ_B)/fuzz-ci.log 2>&1 & fz=$$!; \
-	$(MAKE) check-valgrind > $(FUZZ_B)/valgrind.log 2>&1; vg=$$?; cat $(FUZZ_B)/valgrind.log; \
-	wait $$fz; fr=$$?; cat $(FUZZ_B)/fuzz-ci.log; \
-	echo "== stage check-valgrind and fuzz-ci: $$(($$(date +%s) - t)) s"; \
-	[ $$vg = 0 ] || { sed -n '/^== the failures again/,$$p' $(FUZZ_B)/valgrind.log; echo "check-valgrind failed"; exit 1; }; \
-	[ $$fr = 0 ] || { echo "fuzz-ci failed"; exit 1; }
-	@t=$$(date +%s); $(MAKE) check-tsan-core; rc=$$?; echo "== stage check-tsan-core: $$(($$(date +%s) - t)) s"; exit $$rc
+	$(call check_stage,test,check-prebuild)
+	$(call check_stage,check-asan,check-beside-asan)
+	$(call check_stage,check-valgrind-boxes,none)
 
 check-prebuild:
-	$(MAKE) -j$(JOBS) $(ASAN_VARS) all tests fuzz-replay
-	$(MAKE) -j$(JOBS) fuzz-build
-	$(MAKE) -j$(JOBS) $(TSAN_VARS) tests
+	@$(MAKE) -s -j$(JOBS) $(ASAN_VARS) all tests fuzz-replay
+	@$(MAKE) -s -j$(JOBS) fuzz-build
+	@$(MAKE) -s -j$(JOBS) $(TSAN_VARS) tests
+
+# The chain beside the ASan stage: what it prints is short unless it fails
+# (the TSan and memcheck runs say only their failures and summary then).
+check-beside-asan:
+	@$(MAKE) --no-print-directory fuzz-ci
+	@SBX_TEST_TIMEOUT_SCALE=3 $(MAKE) --no-print-directory check-tsan-core > build/tsan.log 2>&1; \
+	rc=$$?; grep -E '^(failed:|[0-9]+ passed)' build/tsan.log | sed 's/^/check-tsan-core: /'; \
+	[ $$rc = 0 ] || { sed -n '/^== the failures again/,$$p' build/tsan.log | tail -n 120; exit 1; }
+	@$(MAKE) --no-print-directory check-valgrind-quick > build/valgrind-quick.log 2>&1; \
+	rc=$$?; grep -E '^(failed:|[0-9]+ passed)' build/valgrind-quick.log | sed 's/^/check-valgrind-quick: /'; \
+	[ $$rc = 0 ] || { sed -n '/^== the failures again/,$$p' build/valgrind-quick.log | tail -n 120; exit 1; }
 
 # The whole suite: unit + integration binaries, fuzz corpus replay, Python tests.
 test: all tests fuzz-replay
@@ -181,8 +200,14 @@ check-tsan-core:
 
 # Every C test binary under memcheck (definite leaks and memory errors fail;
 # the Python step is skipped: CPython is not valgrind-clean by itself).
+# make check runs it in two parts: what makes no box (-quick) beside the ASan
+# stage, the rest (-boxes) after it.
 check-valgrind: tests
 	B=$(B) SBX_VALGRIND=1 SBX_SKIP_PYTHON=1 tests/run.sh
+check-valgrind-quick: tests fuzz-replay
+	B=$(B) SBX_VALGRIND=1 SBX_PARTS="unit corpora" tests/run.sh
+check-valgrind-boxes: tests
+	B=$(B) SBX_VALGRIND=1 SBX_PARTS="integration scripts" tests/run.sh
 
 bench: all $(BENCH_BIN)
 	B=$(B) bench/run.sh
@@ -312,7 +337,7 @@ help:
 	@echo "make            build libsbx, sbx, examples"
 	@echo "make test       build and run every test (unit, integration, fuzz corpus, python)"
 	@echo "make check-asan the same under ASan+UBSan"
-	@echo "make check      deps, test, check-asan, check-valgrind with fuzz-ci beside it, check-tsan-core (CI)"
+	@echo "make check      deps, test, check-asan (fuzz-ci, check-tsan-core beside it), check-valgrind (CI)"
 	@echo "make bench      benchmarks (ratios against baselines run alongside)"
 	@echo "make fuzz       run each libFuzzer target for FUZZ_TIME seconds (clang)"
 	@echo "make fuzz-ci    run each libFuzzer target for FUZZ_CI_TIME seconds, corpus unchanged"
