@@ -252,7 +252,7 @@ static void *logs_thread(void *arg)
                            l->cid);
     else if (rc == SBX_OK) {
         if (l->flen)
-            (void)flush_frame(l, 1); /* a stream cut inside a frame: what came */
+            (void)flush_frame(l, l->dx.stream); /* a stream cut inside a frame: what came */
         if (l->follow)
             put_end_event(l);
     } else if (rc == SBX_ECANCELED && l->bad) {
