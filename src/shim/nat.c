@@ -135,6 +135,18 @@ int shim_nat_filter(const struct shim_cfg *c, pid_t init, char *msg, size_t len)
         if (setns(nsfd, CLONE_NEWNET) < 0 || dup2(mfd, 0) < 0 || dup2(efd, 1) < 0 ||
             dup2(efd, 2) < 0)
             _exit(126);
+        /*
+         * ping without CAP_NET_RAW, which a nat box lacks (security.c):
+         * ICMP datagram sockets for every group, in this namespace only
+         * (net sysctls are the opener's namespace's), as Docker sets it.
+         */
+        int pfd = open("/proc/sys/net/ipv4/ping_group_range", O_WRONLY | O_CLOEXEC);
+        if (pfd < 0 || write(pfd, "0 2147483647", 12) != 12) {
+            dprintf(2, "cannot open ICMP datagram sockets to the box (ping_group_range): %s\n",
+                    strerror(errno));
+            _exit(1);
+        }
+        close(pfd);
         char *const argv[] = { (char *)"sbx-nft", NULL };
         execv(c->nft, argv);
         _exit(127);

@@ -44,6 +44,23 @@ static const cap_value_t keep_caps[] = {
  * against src/providers/linux/caps.c's table (checked again here: a name
  * not on it as addable is refused, never granted).
  */
+/*
+ * [nat] A nat box sends no frame of its own making: no CAP_NET_RAW (not even
+ * in the bounding set, so no file capability of /bin/ping brings it back)
+ * and no AF_PACKET socket. Docker keeps both because its policy is enforced
+ * on the host's bridge, which every frame crosses, forged or not; a nat
+ * box's only way out is pasta, a user-space stack that turns whatever frame
+ * reaches the tap into host sockets, to 127.0.0.1 included, and its policy
+ * is an nftables table that only the box's IP stack passes through. So the
+ * box may only send what that stack built: ping still works, through ICMP
+ * datagram sockets (the shim opens net.ipv4.ping_group_range in the box's
+ * namespace, as Docker and Podman do). docs/networking.md.
+ */
+static bool no_raw_frames(const struct shim_cfg *c)
+{
+    return c->net == SBX_LINUX_NET_NAT;
+}
+
 struct capset {
     cap_value_t v[64];
     int n;
@@ -52,8 +69,10 @@ struct capset {
 static int box_caps(const struct shim_cfg *c, struct capset *cs, char *msg, size_t msg_len)
 {
     cs->n = 0;
+    /* [nat] No NET_RAW: see no_raw_frames(). */
     for (size_t i = 0; i < SBX_ARRAY_SIZE(keep_caps); i++)
-        cs->v[cs->n++] = keep_caps[i];
+        if (keep_caps[i] != CAP_NET_RAW || !no_raw_frames(c))
+            cs->v[cs->n++] = keep_caps[i];
     size_t i;
     json_t *e;
     json_array_foreach(json_object_get(c->json, "cap_add"), i, e)
@@ -105,7 +124,7 @@ static const char *const denied[] = {
  * The socket address families a box may use: local, IPv4, IPv6, netlink
  * (ip, ss, getaddrinfo's interface queries) and packet (ping, DHCP tools;
  * it needs CAP_NET_RAW, which boxes keep as in Docker, and sees only the
- * box's own interfaces). Every other family is refused with EAFNOSUPPORT,
+ * box's own interfaces), but for a nat box (no_raw_frames()). Every other family is refused with EAFNOSUPPORT,
  * what a kernel built without it answers, so programs fall back as they
  * would there. Docker refuses only AF_VSOCK, which reaches the hypervisor
  * whatever the box's network; sbx refuses it and the rarely used families
@@ -113,6 +132,8 @@ static const char *const denied[] = {
  * the kernel's socket vulnerabilities have been.
  */
 static const int socket_families[] = { AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_PACKET };
+/* [nat] A nat box's: no AF_PACKET (no_raw_frames()). */
+static const int socket_families_nat[] = { AF_UNIX, AF_INET, AF_INET6, AF_NETLINK };
 
 #define NS_FLAGS                                                                                   \
     (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |    \
@@ -126,10 +147,12 @@ static const unsigned long ns_flags[] = { CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWI
  * Bump when build_filter() changes in a way the tables above do not show
  * (an action, an argument comparison): the cache key must change with it.
  */
-#define RULES_VERSION 2
+#define RULES_VERSION 3
 
-static int build_filter(scmp_filter_ctx ctx)
+static int build_filter(scmp_filter_ctx ctx, bool nat)
 {
+    const int *families = nat ? socket_families_nat : socket_families;
+    size_t nfamilies = nat ? SBX_ARRAY_SIZE(socket_families_nat) : SBX_ARRAY_SIZE(socket_families);
     int rc;
     for (size_t i = 0; i < SBX_ARRAY_SIZE(denied); i++) {
         int nr = seccomp_syscall_resolve_name(denied[i]);
@@ -159,8 +182,8 @@ static int build_filter(scmp_filter_ctx ctx)
      * truncate to an allowed family is refused, never the other way round.
      */
     int top = 0;
-    for (size_t i = 0; i < SBX_ARRAY_SIZE(socket_families); i++)
-        top = socket_families[i] > top ? socket_families[i] : top;
+    for (size_t i = 0; i < nfamilies; i++)
+        top = families[i] > top ? families[i] : top;
     static const char *const socket_calls[] = { "socket", "socketpair" };
     for (size_t k = 0; k < SBX_ARRAY_SIZE(socket_calls); k++) {
         int nr = seccomp_syscall_resolve_name(socket_calls[k]);
@@ -168,8 +191,8 @@ static int build_filter(scmp_filter_ctx ctx)
             continue;
         for (int fam = 0; fam < top; fam++) {
             bool allowed = false;
-            for (size_t i = 0; i < SBX_ARRAY_SIZE(socket_families); i++)
-                allowed |= socket_families[i] == fam;
+            for (size_t i = 0; i < nfamilies; i++)
+                allowed |= families[i] == fam;
             if (!allowed &&
                 (rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), nr, 1,
                                        SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)fam, 0))) < 0)
@@ -197,32 +220,33 @@ static void to_hex(const uint8_t *d, size_t n, char *out)
 }
 
 /* The cache key: everything the compiled program depends on. */
-static void filter_key(char hex[2 * SHA256_DIGEST_SIZE + 1])
+static void filter_key(bool nat, char hex[2 * SHA256_DIGEST_SIZE + 1])
 {
     struct sha256_ctx h;
     sha256_init(&h);
     const struct scmp_version *v = seccomp_version();
     char head[160];
-    snprintf(head, sizeof(head), "sbx-seccomp %d|arch %u|libseccomp %u.%u.%u|api %u|",
-             RULES_VERSION, seccomp_arch_native(), v ? v->major : 0, v ? v->minor : 0,
+    snprintf(head, sizeof(head), "sbx-seccomp %d%s|arch %u|libseccomp %u.%u.%u|api %u|",
+             RULES_VERSION, nat ? " nat" : "", seccomp_arch_native(), v ? v->major : 0, v ? v->minor : 0,
              v ? v->micro : 0, seccomp_api_get());
     sha256_update(&h, strlen(head), (const uint8_t *)head);
     for (size_t i = 0; i < SBX_ARRAY_SIZE(denied); i++)
         sha256_update(&h, strlen(denied[i]) + 1, (const uint8_t *)denied[i]);
     sha256_update(&h, sizeof(ns_flags), (const uint8_t *)ns_flags);
     sha256_update(&h, sizeof(socket_families), (const uint8_t *)socket_families);
+    sha256_update(&h, sizeof(socket_families_nat), (const uint8_t *)socket_families_nat);
     uint8_t d[SHA256_DIGEST_SIZE];
     sha256_digest(&h, sizeof(d), d);
     to_hex(d, sizeof(d), hex);
 }
 
 /* Compiles the rules with libseccomp into a malloc'd BPF program. */
-static int compile_filter(struct sock_fprog *out)
+static int compile_filter(bool nat, struct sock_fprog *out)
 {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
     if (!ctx)
         return -ENOMEM;
-    int rc = build_filter(ctx);
+    int rc = build_filter(ctx, nat);
     /* seccomp_export_bpf writes to a descriptor: a memfd keeps it off the disk. */
     int fd = rc < 0 ? -1 : memfd_create("sbx-seccomp", MFD_CLOEXEC);
     if (rc == 0 && fd < 0)
@@ -309,7 +333,7 @@ static int write_cached(const char *path, const struct sock_fprog *p)
 int shim_seccomp_filter(const struct shim_cfg *c, struct sock_fprog *out)
 {
     char key[2 * SHA256_DIGEST_SIZE + 1];
-    filter_key(key);
+    filter_key(no_raw_frames(c), key);
     _cleanup_free_ char *dir = sbx__printf("%s/seccomp", c->state_dir);
     _cleanup_free_ char *path = sbx__printf("%s/seccomp/%s.bpf", c->state_dir, key);
     if (!dir || !path)
@@ -318,7 +342,7 @@ int shim_seccomp_filter(const struct shim_cfg *c, struct sock_fprog *out)
         shim_trace("seccomp filter read from the cache");
         return 0;
     }
-    int rc = compile_filter(out);
+    int rc = compile_filter(no_raw_frames(c), out);
     if (rc < 0)
         return rc;
     /* A cache that cannot be written costs the next box a compile, nothing more. */
@@ -393,7 +417,7 @@ int shim_drop_privileges(const struct shim_cfg *c, const struct sock_fprog *filt
         snprintf(msg, msg_len, "seccomp_init failed");
         return -ENOMEM;
     }
-    rc = build_filter(ctx);
+    rc = build_filter(ctx, no_raw_frames(c));
     if (rc == 0)
         rc = seccomp_load(ctx);
     seccomp_release(ctx);

@@ -18,6 +18,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <poll.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -232,15 +233,45 @@ static void test_egress_policy_parse(void)
     TAP_TRUE(sbx__egress_host_allowed(eg));
     uint32_t hosts[] = { 0xc0000202u };
     char *rules = sbx__egress_nft(eg, hosts, 1);
-    TAP_CONTAINS(rules, "ip daddr 198.51.100.9/32 meta l4proto { tcp, udp } th dport 22-22 "
-                        "jump refuse");
-    TAP_CONTAINS(rules, "ip daddr 10.0.2.2/32 meta l4proto { tcp, udp } th dport 8080-8080 accept");
-    TAP_CONTAINS(rules, "ip daddr 192.0.2.2 jump refuse");
-    TAP_CONTAINS(rules, "ip daddr 198.51.100.0/24 accept");
+    const char *out = strstr(rules, "chain out {"), *in = strstr(rules, "chain in {");
+    TAP_TRUE(out && in && in < out);
+    TAP_CONTAINS(out, "ip daddr 198.51.100.9/32 meta l4proto { tcp, udp } th dport 22-22 "
+                      "jump refuse");
+    TAP_CONTAINS(out, "ip daddr 10.0.2.2/32 meta l4proto { tcp, udp } th dport 8080-8080 accept");
+    TAP_CONTAINS(out, "ip daddr 192.0.2.2 jump refuse");
+    TAP_CONTAINS(out, "ip daddr 198.51.100.0/24 accept");
     /* Deny before allow, the host refused before the allow list, the default last. */
-    TAP_TRUE(strstr(rules, "dport 22-22") < strstr(rules, "198.51.100.0/24 accept"));
-    TAP_TRUE(strstr(rules, "192.0.2.2 jump") < strstr(rules, "198.51.100.0/24 accept"));
-    TAP_CONTAINS(strstr(rules, "198.51.100.0/24 accept"), "jump refuse\n  }\n}\n");
+    TAP_TRUE(strstr(out, "dport 22-22") < strstr(out, "198.51.100.0/24 accept"));
+    TAP_TRUE(strstr(out, "192.0.2.2 jump") < strstr(out, "198.51.100.0/24 accept"));
+    TAP_CONTAINS(strstr(out, "198.51.100.0/24 accept"), "jump refuse\n  }\n}\n");
+    /* What no policy opens: a forged source, the host's loopback off lo, metadata addresses. */
+    TAP_CONTAINS(out, "ip saddr != " SBX_NAT_ADDR " drop\n");
+    TAP_CONTAINS(out, "ip daddr 127.0.0.0/8 jump refuse\n");
+    TAP_TRUE(strstr(out, "ip daddr 169.254.0.0/16 jump refuse") &&
+             strstr(out, "ip daddr 169.254.0.0/16 jump refuse") <
+                 strstr(out, "198.51.100.0/24 accept"));
+    /* Ingress: the same rules by source, dropped. */
+    TAP_TRUE(strstr(in, "ip saddr 198.51.100.9/32 meta l4proto { tcp, udp } th sport 22-22 drop") <
+             out);
+    TAP_TRUE(strstr(in, "ip saddr 192.0.2.2 drop") < out);
+    TAP_TRUE(strstr(in, "ip saddr 169.254.0.0/16 drop") < out);
+    TAP_TRUE(strstr(in, "ip saddr 198.51.100.0/24 accept") < out);
+    TAP_TRUE(strstr(in, "ip saddr 127.0.0.0/8 drop") < out);
+    free(rules);
+    json_decref(v);
+    /*
+     * Link-local (cloud metadata) addresses: refused by the default and by
+     * a wider allow rule; open only to an allow rule inside them.
+     */
+    v = json_loads("{\"allow\": [\"0.0.0.0/0\", \"169.254.169.254:80\"]}", 0, NULL);
+    TAP_EQ_INT(sbx__egress_parse(v, eg, why, sizeof(why)), 0);
+    rules = sbx__egress_nft(eg, NULL, 0);
+    out = strstr(rules, "chain out {");
+    const char *meta = strstr(out, "ip daddr 169.254.169.254/32 meta l4proto { tcp, udp } th "
+                                   "dport 80-80 accept"),
+               *ll = strstr(out, "ip daddr 169.254.0.0/16 jump refuse"),
+               *all = strstr(out, "ip daddr 0.0.0.0/0 accept");
+    TAP_TRUE(meta && ll && all && meta < ll && ll < all);
     free(rules);
     json_decref(v);
     static const struct {
@@ -409,6 +440,9 @@ static void test_nat_refusals(void)
     } cases[] = {
         { "{\"network\": \"nat\", \"cap_add\": [\"NET_ADMIN\"]}",
           "capability NET_ADMIN is refused with network \"nat\"", SBX_EPERM },
+        { "{\"network\": \"nat\", \"cap_add\": [\"NET_RAW\"]}",
+          "capability NET_RAW is refused with network \"nat\": raw and packet sockets would "
+          "send frames that bypass the egress policy", SBX_EPERM },
         { "{\"network\": \"nat\", \"egress\": {\"allow\": [\"10.0.0.0/8:65536\"]}}",
           "provider_options.egress.allow[0]: '10.0.0.0/8:65536': the port must be", SBX_EINVAL },
         { "{\"egress\": {\"default\": \"deny\"}}", "provider_options.egress needs network \"nat\"",
@@ -446,6 +480,84 @@ static void test_nat_refusals(void)
     TAP_CONTAINS(sbx_error_message(e), "refused with network \"nat\"");
     sbx_error_free(e);
     sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/*
+ * Frames the box's IP stack did not build: root in a nat box has no packet
+ * socket, no raw socket and no CAP_NET_RAW (not even in its bounding set),
+ * so a forged SYN to the host's 127.0.0.1 never reaches pasta, whatever the
+ * policy, with or without a user namespace. Before, pasta connected the
+ * forged SYN to the host's loopback server. ping keeps working through ICMP
+ * datagram sockets. A link-local (metadata) address is refused in the box.
+ */
+static void test_nat_raw_frames_stay_in_the_box(void)
+{
+    need_pasta();
+    char *probe = NULL;
+    size_t plen = 0;
+    if (sbx__read_file("tests/integration/nat_raw_probe.py", &probe, &plen) < 0)
+        TAP_FAIL("cannot read tests/integration/nat_raw_probe.py: %s", strerror(errno));
+    static const struct {
+        const char *cfg, *opts;
+    } cases[] = {
+        { NULL, "{\"network\": \"nat\"}" },
+        { NULL, "{\"network\": \"nat\", \"egress\": {\"default\": \"deny\"}}" },
+        { NULL, "{\"network\": \"nat\", \"egress\": {\"allow\": [\"host:1\"]}}" },
+        { "{\"userns\": true}", "{\"network\": \"nat\"}" },
+    };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(cases); i++) {
+        int port;
+        int lfd = listen_on(INADDR_LOOPBACK, &port);
+        sbx_provider *p = provider(cases[i].cfg);
+        sbx_sandbox *sb = nat_box(p, cases[i].opts);
+        TAP_OK(sbx_sandbox_write_file(sb, "/tmp/probe.py", probe, plen, 0644, &e_));
+        char cmd[128], out[4096];
+        snprintf(cmd, sizeof(cmd), "python3 /tmp/probe.py %d", port);
+        TAP_EQ_INT(box_sh(sb, cmd, out, sizeof(out)), 0);
+        printf("# case %zu: %s", i, out);
+        TAP_CONTAINS(out, "packet-refused 97\n");       /* EAFNOSUPPORT: seccomp */
+        TAP_CONTAINS(out, "packet-dgram-refused 97\n"); /* the same for SOCK_DGRAM */
+        TAP_CONTAINS(out, "raw-refused 1\n");           /* EPERM: no CAP_NET_RAW */
+        /* Not in any set, so no file capability or setuid program brings it back. */
+        TAP_EQ_INT(box_sh(sb, "grep -E '^Cap(Bnd|Prm)' /proc/self/status", out, sizeof(out)), 0);
+        for (char *l = out; (l = strchr(l, '\t'));) {
+            unsigned long long caps = strtoull(++l, NULL, 16);
+            TAP_TRUE(!(caps & (1ull << 13))); /* CAP_NET_RAW */
+        }
+        /*
+         * ICMP datagram sockets (ping without NET_RAW) are open to every
+         * group in the box (in a user namespace the range reads as unmapped
+         * ids: the socket below is what counts).
+         */
+        TAP_EQ_INT(box_sh(sb, "cat /proc/sys/net/ipv4/ping_group_range", out, sizeof(out)), 0);
+        if (!cases[i].cfg)
+            TAP_EQ_STR(out, "0\t2147483647\n");
+        TAP_EQ_INT(box_sh(sb,
+                          "python3 -c 'import socket; socket.socket(socket.AF_INET, "
+                          "socket.SOCK_DGRAM, socket.IPPROTO_ICMP); print(\"icmp ok\")'",
+                          out, sizeof(out)),
+                   0);
+        TAP_EQ_STR(out, "icmp ok\n");
+        if (i == 0) {
+            /* Cloud metadata: refused in the box by the default policy, before it leaves. */
+            TAP_EQ_INT(box_sh(sb,
+                              "python3 -c 'import socket, errno\n"
+                              "s = socket.socket(); s.settimeout(30)\n"
+                              "try: s.connect((\"169.254.169.254\", 80)); print(\"connected\")\n"
+                              "except OSError as e: print(errno.errorcode.get(e.errno, e))'",
+                              out, sizeof(out)),
+                       0);
+            TAP_EQ_STR(out, "ECONNREFUSED\n");
+        }
+        stop_free(sb);
+        sbx_provider_free(p);
+        /* The host's loopback server was never reached: no connection waits to be accepted. */
+        struct pollfd pf = { .fd = lfd, .events = POLLIN };
+        TAP_EQ_INT(poll(&pf, 1, 0), 0);
+        close(lfd);
+    }
+    free(probe);
     census_check(state_dir);
 }
 
@@ -517,4 +629,5 @@ static void test_cli_network(void)
 TAP_MAIN(TAP(test_egress_policy_parse), TAP_T(test_nat_reaches_an_allowed_host_port_only, 120),
          TAP_T(test_nat_host_closed_without_a_rule, 120),
          TAP_T(test_nat_resolves_through_the_given_resolver, 120), TAP_T(test_nat_refusals, 120),
+         TAP_T(test_nat_raw_frames_stay_in_the_box, 240),
          TAP_T(test_nat_pasta_ends_with_the_box, 120), TAP_T(test_cli_network, 120))

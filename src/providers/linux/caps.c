@@ -151,14 +151,26 @@ int sbx__linux_caps_parse(const json_t *v, const char *what, int net, json_t *ou
                                   "the box could remove its egress policy (nftables rules in its "
                                   "network namespace); use network \"none\" to get NET_ADMIN",
                                   what);
+        /* [nat] Nor NET_RAW: its frames would pass by the policy (src/shim/security.c). */
+        if (r->number == CAP_NET_RAW && net == SBX_LINUX_NET_NAT)
+            return sbx__set_error(err, SBX_EPERM,
+                                  "%s: capability NET_RAW is refused with network \"nat\": raw "
+                                  "and packet sockets would send frames that bypass the egress "
+                                  "policy, to the host's loopback too (ping works without it); "
+                                  "use network \"none\" or \"host\" for raw sockets", what);
         if (r->number == CAP_NET_ADMIN && net == SBX_LINUX_NET_HOST)
             return sbx__set_error(err, SBX_EPERM,
                                   "%s: capability NET_ADMIN is refused with network \"host\": "
                                   "the box shares the host's network namespace, so it would "
                                   "configure the host's interfaces, routes and firewall",
                                   what);
-        if (r->rule == CAP_KEPT)
-            continue; /* every box has it already */
+        /*
+         * Every box has a kept one already; but NET_RAW, which a nat box
+         * lacks, stays on the list so the check against the box's network
+         * (at create, where it is known) sees it asked for.
+         */
+        if (r->rule == CAP_KEPT && r->number != CAP_NET_RAW)
+            continue;
         bool dup = false;
         size_t j;
         json_t *o;

@@ -187,8 +187,19 @@ static bool add(char **s, size_t *len, const char *fmt, ...)
     return true;
 }
 
+/*
+ * One direction of the ruleset: `out` judges what the box sends by its
+ * destination, `in` what reaches the box by its source, with the same
+ * rules. Each is a chain's body after its own first lines.
+ */
+struct dir {
+    const char *addr, *port; /* "daddr"/"saddr", "dport"/"sport" */
+    const char *refuse;       /* the verdict of a refused packet */
+};
+
 /* One rule's match: "ip daddr A/L" or the gateway, then the ports (TCP and UDP) if any. */
-static bool add_rule(char **s, size_t *len, const struct sbx_egress_rule *r, const char *verdict)
+static bool add_rule(char **s, size_t *len, const struct dir *d, const struct sbx_egress_rule *r,
+                     const char *verdict)
 {
     char addr[INET_ADDRSTRLEN];
     struct in_addr a = { htonl(r->net) };
@@ -198,9 +209,48 @@ static bool add_rule(char **s, size_t *len, const struct sbx_egress_rule *r, con
         inet_ntop(AF_INET, &a, addr, sizeof(addr));
     char ports[64] = "";
     if (r->lo)
-        snprintf(ports, sizeof(ports), " meta l4proto { tcp, udp } th dport %u-%u", r->lo, r->hi);
-    return add(s, len, "    ip daddr %s/%u%s %s\n", addr, r->host ? 32u : r->plen, ports,
+        snprintf(ports, sizeof(ports), " meta l4proto { tcp, udp } th %s %u-%u", d->port, r->lo,
+                 r->hi);
+    return add(s, len, "    ip %s %s/%u%s %s\n", d->addr, addr, r->host ? 32u : r->plen, ports,
                verdict);
+}
+
+/*
+ * Link-local addresses (169.254.0.0/16) hold cloud metadata services
+ * (169.254.169.254 hands out credentials): refused unless an allow rule
+ * names an address inside them, never by the default or a wider rule.
+ */
+static bool link_local(const struct sbx_egress_rule *r)
+{
+    return !r->host && r->plen >= 16 && (r->net & 0xffff0000u) == 0xa9fe0000u;
+}
+
+static void add_body(char **s, size_t *len, const struct dir *d, const struct sbx_egress *e,
+                     const uint32_t *host_addrs, size_t nhost)
+{
+    add(s, len, "    ip %s %s meta l4proto { tcp, udp } th %s 53 accept\n", d->addr, SBX_NAT_DNS,
+        d->port);
+    for (size_t i = 0; i < e->ndeny; i++)
+        add_rule(s, len, d, &e->deny[i], d->refuse);
+    for (size_t i = 0; i < e->nallow; i++)
+        if (e->allow[i].host)
+            add_rule(s, len, d, &e->allow[i], "accept");
+    /* The gateway is the host's loopback (when mapped) and the host's own addresses its services. */
+    add(s, len, "    ip %s %s %s\n", d->addr, SBX_NAT_GATEWAY, d->refuse);
+    for (size_t i = 0; i < nhost; i++) {
+        struct in_addr a = { htonl(host_addrs[i]) };
+        char addr[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &a, addr, sizeof(addr));
+        add(s, len, "    ip %s %s %s\n", d->addr, addr, d->refuse);
+    }
+    for (size_t i = 0; i < e->nallow; i++)
+        if (link_local(&e->allow[i]))
+            add_rule(s, len, d, &e->allow[i], "accept");
+    add(s, len, "    ip %s 169.254.0.0/16 %s\n", d->addr, d->refuse);
+    for (size_t i = 0; i < e->nallow; i++)
+        if (!e->allow[i].host && !link_local(&e->allow[i]))
+            add_rule(s, len, d, &e->allow[i], "accept");
+    add(s, len, "    %s\n  }\n", e->deny_default ? d->refuse : "accept");
 }
 
 char *sbx__egress_nft(const struct sbx_egress *e, const uint32_t *host_addrs, size_t nhost)
@@ -208,12 +258,20 @@ char *sbx__egress_nft(const struct sbx_egress *e, const uint32_t *host_addrs, si
     size_t len = 0;
     char *s = strdup("");
     /*
-     * One table of its own in the box's namespace, hooked on output: every
-     * packet the box sends is judged before it reaches pasta. Order: the
-     * box's loopback, the DNS forwarder, the deny list (deny wins), the
-     * host (closed unless an allow rule names "host"), the allow list, the
-     * default. A refused TCP connection gets a reset and anything else an
-     * ICMP error, so programs fail at once instead of timing out.
+     * One table of its own in the box's namespace. `out` (the output hook)
+     * judges every packet the box's IP stack sends before it reaches pasta;
+     * a nat box has no way to send any other (no CAP_NET_RAW, no AF_PACKET:
+     * src/shim/security.c). Order: the box's loopback, what no policy opens
+     * (a source other than the box's address, 127.0.0.0/8 off loopback,
+     * IPv6), the DNS forwarder, the deny list (deny wins), the host (closed
+     * unless an allow rule names "host"), link-local addresses (closed
+     * unless an allow rule names one), the allow list, the default. A
+     * refused TCP connection gets a reset and anything else an ICMP error,
+     * so programs fail at once instead of timing out.
+     *
+     * `in` (the input hook) holds the same rules by source address, and
+     * drops: what pasta hands the box comes only from where the policy lets
+     * it go, whatever pasta or a host socket behind it would deliver.
      */
     add(&s, &len,
         "table inet sbx_egress {\n"
@@ -221,28 +279,23 @@ char *sbx__egress_nft(const struct sbx_egress *e, const uint32_t *host_addrs, si
         "    meta l4proto tcp reject with tcp reset\n"
         "    reject with icmpx type admin-prohibited\n"
         "  }\n"
+        "  chain in {\n"
+        "    type filter hook input priority 0; policy accept;\n"
+        "    iifname \"lo\" accept\n"
+        "    meta nfproto ipv6 drop\n"
+        "    ip saddr 127.0.0.0/8 drop\n");
+    static const struct dir in = { "saddr", "sport", "drop" }, out = { "daddr", "dport",
+                                                                         "jump refuse" };
+    add_body(&s, &len, &in, e, host_addrs, nhost);
+    add(&s, &len,
         "  chain out {\n"
         "    type filter hook output priority 0; policy accept;\n"
         "    oifname \"lo\" accept\n"
         "    meta nfproto ipv6 jump refuse\n"
-        "    ip daddr %s meta l4proto { tcp, udp } th dport 53 accept\n",
-        SBX_NAT_DNS);
-    for (size_t i = 0; i < e->ndeny; i++)
-        add_rule(&s, &len, &e->deny[i], "jump refuse");
-    for (size_t i = 0; i < e->nallow; i++)
-        if (e->allow[i].host)
-            add_rule(&s, &len, &e->allow[i], "accept");
-    /* The gateway is the host's loopback (when mapped) and the host's own addresses its services. */
-    add(&s, &len, "    ip daddr %s jump refuse\n", SBX_NAT_GATEWAY);
-    for (size_t i = 0; i < nhost; i++) {
-        struct in_addr a = { htonl(host_addrs[i]) };
-        char addr[INET_ADDRSTRLEN];
-        inet_ntop(AF_INET, &a, addr, sizeof(addr));
-        add(&s, &len, "    ip daddr %s jump refuse\n", addr);
-    }
-    for (size_t i = 0; i < e->nallow; i++)
-        if (!e->allow[i].host)
-            add_rule(&s, &len, &e->allow[i], "accept");
-    add(&s, &len, "    %s\n  }\n}\n", e->deny_default ? "jump refuse" : "accept");
+        "    ip saddr != %s drop\n"
+        "    ip daddr 127.0.0.0/8 jump refuse\n",
+        SBX_NAT_ADDR);
+    add_body(&s, &len, &out, e, host_addrs, nhost);
+    add(&s, &len, "}\n");
     return s;
 }
