@@ -289,6 +289,42 @@ static void test_files(void)
     sbx_provider_free(p);
 }
 
+/*
+ * Without cap_drop or security_opt in the config a box gets sbx's profile
+ * (no MKNOD, no_new_privs), as a linux box does; empty lists give Docker's
+ * defaults. Before: Docker's defaults always.
+ */
+static void test_default_profile(void)
+{
+    need_engine();
+    static const struct {
+        const char *cfg, *inspect, *inbox;
+    } cases[] = {
+        { NULL, "[MKNOD] [no-new-privileges]", "nnp=1 mknod=refused\n" },
+        { "\"cap_drop\": [], \"security_opt\": []", "[] []", "nnp=0 mknod=made\n" },
+    };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(cases); i++) {
+        sbx_provider *p = provider(cases[i].cfg);
+        sbx_spec *spec = image_spec();
+        sbx_sandbox *sb = start(p, spec);
+        sbx_spec_free(spec);
+        char out[4096], args[512];
+        snprintf(args, sizeof(args),
+                 "inspect -f '{{.HostConfig.CapDrop}} {{.HostConfig.SecurityOpt}}' %s",
+                 sbx_sandbox_id(sb));
+        TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+        TAP_EQ_STR(out, cases[i].inspect);
+        sbx_exec_result *r =
+            run(sb, "echo nnp=$(grep NoNewPrivs /proc/self/status | tr -dc 0-9) "
+                    "mknod=$(mknod /tmp/null c 1 3 2>/dev/null && echo made || echo refused)",
+                NULL);
+        TAP_EQ_STR(out_of(r), cases[i].inbox);
+        sbx_exec_result_free(r);
+        stop_free(sb);
+        sbx_provider_free(p);
+    }
+}
+
 static void test_mapping(void)
 {
     need_engine();
@@ -2283,7 +2319,7 @@ int main(int argc, char **argv)
 {
     static const struct tap_test tests[] = {
         TAP_T(test_exec, 120),         TAP_T(test_files, 120),
-        TAP_T(test_mapping, 120),      TAP_T(test_half_created, 120),
+        TAP_T(test_default_profile, 120), TAP_T(test_mapping, 120), TAP_T(test_half_created, 120),
         TAP_T(test_missing_image, 120), TAP_T(test_pull_progress, 120),
         TAP_T(test_bad_config, 120),
         TAP_T(test_create_deadline, 120),

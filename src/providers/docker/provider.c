@@ -501,10 +501,19 @@ json_t *sbx__dk_create_body(const struct dk_config *c, const sbx_spec *spec, con
         json_object_set_new(hc, "NetworkMode", json_string(c->network));
     if (c->read_only)
         json_object_set_new(hc, "ReadonlyRootfs", json_true());
+    /*
+     * sbx's own profile unless the config names lists (an empty one gives
+     * Docker's defaults): no MKNOD, and no_new_privs, so a setuid program in
+     * the image gains nothing, as in a linux box (docs/providers/docker.md).
+     */
     if (c->cap_drop)
         json_object_set(hc, "CapDrop", c->cap_drop);
+    else
+        json_object_set_new(hc, "CapDrop", json_pack("[s]", "MKNOD"));
     if (c->security_opt)
         json_object_set(hc, "SecurityOpt", c->security_opt);
+    else
+        json_object_set_new(hc, "SecurityOpt", json_pack("[s]", "no-new-privileges"));
     if (c->pids_limit > 0)
         json_object_set_new(hc, "PidsLimit", json_integer((json_int_t)c->pids_limit));
     size_t np = sbx_spec_port_count(spec);
