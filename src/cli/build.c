@@ -554,6 +554,17 @@ static int do_copy(const struct build *b, const sbx_sbxfile_step *s, sbx_sandbox
             ssize_t k = copy_file_range(l->spool, &from, tf, NULL, (size_t)left, 0);
             if (k < 0 && errno == EINTR)
                 continue;
+            if (k < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+                          errno == EOPNOTSUPP)) {
+                /* Not between these two files (another filesystem): by hand. */
+                char buf[65536];
+                k = pread(l->spool, buf, left < (off_t)sizeof(buf) ? (size_t)left : sizeof(buf),
+                          from);
+                if (k > 0 && write(tf, buf, (size_t)k) != k)
+                    k = -1;
+                if (k > 0)
+                    from += k;
+            }
             if (k <= 0) {
                 int e = k < 0 ? errno : EIO;
                 close(tf);
