@@ -865,7 +865,7 @@ int cli_image_build(int argc, char **argv, sbx_provider *p)
     b.file = file ? file : deffile;
     _cleanup_free_ char *text = NULL;
     size_t len = 0;
-    /* CONTEXT/Sbxfile is the context's, found as COPY finds its sources; -f FILE is the caller's. */
+    /* CONTEXT/Sbxfile is found as COPY finds its sources; -f FILE is the caller's own. */
     int oflags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
     _cleanup_close_ int fd = !b.context || !b.file ? -1
                              : file               ? open(file, oflags)

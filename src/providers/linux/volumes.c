@@ -599,7 +599,8 @@ int sbx__linux_volumes_resolve(const char *state_dir, const sbx_linux_extras *x,
          * no link at the end, nor beneath a shared root, and none on the way
          * that another user could have planted (sbx__open_trusted).
          */
-        _cleanup_free_ char *what = sbx__printf("volume %s -> %s", src[0] ? src : "(shared root)", tgt);
+        _cleanup_free_ char *what =
+            sbx__printf("volume %s -> %s", src[0] ? src : "(shared root)", tgt);
         sbx_error *te = NULL;
         _cleanup_close_ int fd = what ? sbx__open_trusted(host, false, what, &te) : -1;
         if (fd < 0) {
