@@ -14,12 +14,15 @@
 #include "cli/cli.h"
 #include "image/sbxfile.h"
 
+#include "core/inroot.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <nettle/sha2.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #define CACHE_PREFIX "sbx-build-cache:"
@@ -28,7 +31,8 @@
 struct build {
     sbx_provider *p;
     const char *file; /* the Sbxfile's path, for messages */
-    char *context;    /* canonical */
+    char *context;    /* the directory ctxfd is, for messages */
+    int ctxfd;        /* the context, opened once (sbx__open_trusted) */
     char key[65];     /* the current step's cache key */
     char *parent;     /* the image the next box starts from */
     json_t *env;      /* ["K=V"]: the image's Env, ENV steps applied */
@@ -84,30 +88,61 @@ static int fail_step(const struct build *b, const sbx_sbxfile_step *s, const cha
 
 /* --- COPY's sources ------------------------------------------------------- */
 
+/*
+ * The build context belongs to whoever made it, who may be another user
+ * racing this build: each source is opened once, by descriptor, beneath the
+ * context's descriptor (a link may lead elsewhere inside the context, never
+ * out of it), a directory's entries are opened from its descriptor without
+ * following a link, and each file's bytes are read once, into the step's
+ * spool (an unnamed temporary file only this process holds), while they are
+ * hashed. The box gets its copy from the spool: what the key covers is what
+ * the image holds, whatever the context's owner does meanwhile.
+ */
 struct copy_item {
-    char *host; /* the file or directory on the host */
+    char *src;  /* the source, relative to the context, for messages */
+    char *base; /* its name (the Sbxfile's word's last component), for `into_dir` */
     char *dest; /* where it goes in the box */
     bool dir;
     bool into_dir; /* a lone file to a DEST without '/': into DEST when it is a directory */
     mode_t mode;
+    off_t off, size; /* a file's bytes in the spool */
 };
 
 struct copy_list {
     struct copy_item *v;
     size_t n;
+    int spool; /* -1 until a file is copied */
+    off_t end;
 };
 
 static void copy_list_free(struct copy_list *l)
 {
     for (size_t i = 0; i < l->n; i++) {
-        free(l->v[i].host);
+        free(l->v[i].src);
+        free(l->v[i].base);
         free(l->v[i].dest);
     }
     free(l->v);
+    if (l->spool >= 0)
+        close(l->spool);
 }
 
-static bool push_item(struct copy_list *l, const char *host, const char *dest, bool dir,
-                      mode_t mode)
+/*
+ * An unnamed file for copies in $TMPDIR (else /var/tmp), 0600: no name
+ * anyone could open, and nothing left behind however the build ends; in
+ * memory where that directory's filesystem has no O_TMPFILE.
+ */
+static int temp_fd(void)
+{
+    const char *dir = getenv("TMPDIR");
+    int fd = open(dir && *dir ? dir : "/var/tmp", O_TMPFILE | O_RDWR | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        fd = memfd_create("sbx-build-copy", MFD_CLOEXEC);
+    return fd;
+}
+
+static bool push_item(struct copy_list *l, const char *src, const char *base, const char *dest,
+                      bool dir, mode_t mode, struct sha256_ctx *sha)
 {
     if (l->n >= COPY_MAX_FILES)
         return false;
@@ -116,54 +151,153 @@ static bool push_item(struct copy_list *l, const char *host, const char *dest, b
         return false;
     l->v = nv;
     struct copy_item *it = &l->v[l->n];
-    it->host = strdup(host);
+    memset(it, 0, sizeof(*it));
+    it->src = strdup(src);
+    it->base = strdup(base);
     it->dest = strdup(dest);
     it->dir = dir;
-    it->into_dir = false;
     it->mode = mode & 07777;
-    if (!it->host || !it->dest) {
-        free(it->host);
+    if (!it->src || !it->base || !it->dest) {
+        free(it->src);
+        free(it->base);
         free(it->dest);
         return false;
     }
     l->n++;
+    /* The key covers where each item goes, its mode and (spool_file) its bytes. */
+    char head[64];
+    snprintf(head, sizeof(head), "\n%c %o ", dir ? 'D' : 'F', (unsigned)it->mode);
+    sha256_update(sha, strlen(head), (const uint8_t *)head);
+    sha256_update(sha, strlen(it->dest) + 1, (const uint8_t *)it->dest);
     return true;
 }
 
-/* A directory's contents, sorted, without following links; a link is refused. */
-static int walk_tree(const struct build *b, const sbx_sbxfile_step *s, const char *host,
-                     const char *dest, struct copy_list *l, int depth)
+/*
+ * The st_size bytes of open file `fd` (the last item) into the spool, hashed
+ * on the way. A file that grows meanwhile is copied as it was when stat'ed;
+ * one that shrinks fails the step.
+ */
+static int spool_file(const struct build *b, const sbx_sbxfile_step *s, struct copy_list *l,
+                      int fd, const struct stat *st, struct sha256_ctx *sha)
 {
-    if (depth > 64)
-        return fail_step(b, s, "%s is more than 64 directories deep", host);
-    struct dirent **ents = NULL;
-    int n = scandir(host, &ents, NULL, alphasort);
-    if (n < 0)
-        return fail_step(b, s, "cannot list %s: %s", host, strerror(errno));
-    int rc = CLI_EXIT_OK;
-    for (int i = 0; i < n; i++) {
-        const char *nm = ents[i]->d_name;
-        if (rc == CLI_EXIT_OK && strcmp(nm, ".") && strcmp(nm, "..")) {
-            _cleanup_free_ char *h = sbx__printf("%s/%s", host, nm);
-            _cleanup_free_ char *d = sbx__printf("%s/%s", dest, nm);
-            struct stat st;
-            if (!h || !d)
-                rc = CLI_EXIT_SBX;
-            else if (lstat(h, &st) < 0)
-                rc = fail_step(b, s, "cannot stat %s: %s", h, strerror(errno));
-            else if (S_ISDIR(st.st_mode))
-                rc = push_item(l, h, d, true, st.st_mode) ? walk_tree(b, s, h, d, l, depth + 1)
-                                                          : fail_step(b, s, "too many files");
-            else if (S_ISREG(st.st_mode))
-                rc = push_item(l, h, d, false, st.st_mode) ? CLI_EXIT_OK
-                                                           : fail_step(b, s, "too many files");
-            else
-                rc = fail_step(b, s, "%s is %s: COPY copies regular files and directories only", h,
-                               S_ISLNK(st.st_mode) ? "a symbolic link" : "a special file");
+    struct copy_item *it = &l->v[l->n - 1];
+    if (l->spool < 0 && (l->spool = temp_fd()) < 0)
+        return fail_step(b, s, "cannot make a temporary file for the copy in %s: %s",
+                         getenv("TMPDIR") ? getenv("TMPDIR") : "/var/tmp", strerror(errno));
+    it->off = l->end;
+    it->size = st->st_size;
+    char buf[65536];
+    for (off_t left = st->st_size; left > 0;) {
+        ssize_t k = read(fd, buf, left < (off_t)sizeof(buf) ? (size_t)left : sizeof(buf));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return fail_step(b, s, k < 0 ? "cannot read %s: %s" : "%s%s shrank while it was read",
+                             it->src, k < 0 ? strerror(errno) : "");
+        sha256_update(sha, (size_t)k, (const uint8_t *)buf);
+        for (ssize_t done = 0; done < k;) {
+            ssize_t w = pwrite(l->spool, buf + done, (size_t)(k - done), l->end);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                return fail_step(b, s, "cannot keep a copy of %s: %s", it->src,
+                                 w < 0 ? strerror(errno) : "short write");
+            done += w;
+            l->end += w;
         }
-        free(ents[i]);
+        left -= k;
     }
-    free(ents);
+    return CLI_EXIT_OK;
+}
+
+static int cmp_names(const void *a, const void *c)
+{
+    return strcmp(*(char *const *)a, *(char *const *)c);
+}
+
+/*
+ * A directory's contents, by descriptor (`dfd`, read and closed here),
+ * sorted; a link or a special file is refused. Each entry is opened once,
+ * from `dfd`, never following a link; what that descriptor is decides.
+ */
+static int walk_tree(const struct build *b, const sbx_sbxfile_step *s, int dfd, const char *shown,
+                     const char *dest, struct copy_list *l, struct sha256_ctx *sha, int depth)
+{
+    if (depth > 64) {
+        close(dfd);
+        return fail_step(b, s, "%s is more than 64 directories deep", shown);
+    }
+    int lfd = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+    DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
+    if (!d) {
+        int e = errno;
+        if (lfd >= 0)
+            close(lfd);
+        close(dfd);
+        return fail_step(b, s, "cannot list %s: %s", shown, strerror(e));
+    }
+    char **names = NULL;
+    size_t n = 0;
+    int rc = CLI_EXIT_OK;
+    struct dirent *de;
+    errno = 0;
+    while (rc == CLI_EXIT_OK && (de = readdir(d)) != NULL) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char **nn = n < COPY_MAX_FILES ? realloc(names, (n + 1) * sizeof(*nn)) : NULL;
+        if (!nn || !(nn[n] = strdup(de->d_name))) {
+            if (nn)
+                names = nn;
+            rc = fail_step(b, s, "too many files");
+            break;
+        }
+        names = nn;
+        n++;
+    }
+    if (rc == CLI_EXIT_OK && errno)
+        rc = fail_step(b, s, "cannot list %s: %s", shown, strerror(errno));
+    closedir(d);
+    if (n)
+        qsort(names, n, sizeof(*names), cmp_names);
+    for (size_t i = 0; i < n && rc == CLI_EXIT_OK; i++) {
+        _cleanup_free_ char *h = sbx__printf("%s/%s", shown, names[i]);
+        _cleanup_free_ char *dd = sbx__printf("%s/%s", dest, names[i]);
+        if (!h || !dd) {
+            rc = CLI_EXIT_SBX;
+            break;
+        }
+        /* O_NONBLOCK: a FIFO is opened (and refused) without waiting for a writer. */
+        int fd = openat(dfd, names[i], O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0) {
+            int e = errno;
+            if (fd >= 0)
+                close(fd);
+            rc = e == ELOOP ? fail_step(b, s,
+                                        "%s is a symbolic link: COPY copies regular files and "
+                                        "directories only",
+                                        h)
+                            : fail_step(b, s, "cannot open %s: %s", h, strerror(e));
+        } else if (S_ISDIR(st.st_mode)) {
+            rc = push_item(l, h, names[i], dd, true, st.st_mode, sha)
+                     ? walk_tree(b, s, fd, h, dd, l, sha, depth + 1)
+                     : (close(fd), fail_step(b, s, "too many files"));
+        } else if (S_ISREG(st.st_mode)) {
+            rc = push_item(l, h, names[i], dd, false, st.st_mode, sha)
+                     ? spool_file(b, s, l, fd, &st, sha)
+                     : fail_step(b, s, "too many files");
+            close(fd);
+        } else {
+            close(fd);
+            rc = fail_step(b, s, "%s is a special file: COPY copies regular files and "
+                                 "directories only",
+                           h);
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    close(dfd);
     return rc;
 }
 
@@ -175,7 +309,19 @@ static char *in_box(const struct build *b, const char *p)
     return sbx__printf("%s/%s", b->workdir && *b->workdir ? b->workdir : "", p);
 }
 
-/* What COPY copies, each source confined to the context; hashed into `sha`. */
+/* The last component of a COPY source ("a/b/" -> "b"; "." and "" -> "."). */
+static char *last_name(const char *w)
+{
+    size_t len = strlen(w);
+    while (len > 0 && w[len - 1] == '/')
+        len--;
+    size_t start = len;
+    while (start > 0 && w[start - 1] != '/')
+        start--;
+    return len > start ? strndup(w + start, len - start) : strdup(".");
+}
+
+/* What COPY copies, each source confined to the context, spooled; hashed into `sha`. */
 static int copy_plan(const struct build *b, const sbx_sbxfile_step *s, struct copy_list *l,
                      struct sha256_ctx *sha)
 {
@@ -185,57 +331,62 @@ static int copy_plan(const struct build *b, const sbx_sbxfile_step *s, struct co
     _cleanup_free_ char *dbase = in_box(b, dst);
     if (!dbase)
         return CLI_EXIT_SBX;
-    size_t cl = strlen(b->context);
     for (size_t i = 0; i + 1 < s->nwords; i++) {
-        _cleanup_free_ char *joined = sbx__printf("%s/%s", b->context, s->words[i]);
-        _cleanup_free_ char *real = joined ? realpath(joined, NULL) : NULL;
-        if (!real)
-            return fail_step(b, s, "%s: not found in the build context %s", s->words[i],
-                             b->context);
-        /* Confined: the source, links resolved, lies inside the context. */
-        if (strncmp(real, b->context, cl) != 0 || (real[cl] != '/' && real[cl] != 0))
-            return fail_step(b, s, "%s resolves to %s, outside the build context %s", s->words[i],
-                             real, b->context);
+        const char *w = s->words[i];
+        const char *rel = w;
+        while (*rel == '/')
+            rel++; /* as Docker: a source is relative to the context, even "/x" */
+        /*
+         * Beneath the context by the kernel: a link inside it is followed
+         * while it stays inside; one that leads out (absolute, or "..")
+         * fails with EXDEV instead. One open: the descriptor is the source.
+         */
+        int fd = sbx__beneath_open(b->ctxfd, *rel ? rel : ".",
+                                   O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
         struct stat st;
-        if (stat(real, &st) < 0)
-            return fail_step(b, s, "cannot stat %s: %s", real, strerror(errno));
-        const char *base = strrchr(real, '/');
-        base = base ? base + 1 : real;
-        int rc = CLI_EXIT_OK;
+        if (fd < 0 || fstat(fd, &st) < 0) {
+            int e = errno;
+            if (fd >= 0)
+                close(fd);
+            if (e == EXDEV)
+                return fail_step(b, s,
+                                 "%s leads outside the build context %s (through a symbolic "
+                                 "link or '..'): COPY copies only what lies inside it",
+                                 w, b->context);
+            if (e == ENOENT || e == ENOTDIR)
+                return fail_step(b, s, "%s: not found in the build context %s", w, b->context);
+            return fail_step(b, s, "cannot open %s in the build context %s: %s", w, b->context,
+                             strerror(e));
+        }
+        _cleanup_free_ char *base = last_name(w);
+        if (!base) {
+            close(fd);
+            return CLI_EXIT_SBX;
+        }
         if (S_ISDIR(st.st_mode)) {
             /* As Docker: a directory's contents go into DEST. */
-            if (!push_item(l, real, dbase, true, st.st_mode))
+            if (!push_item(l, w, base, dbase, true, st.st_mode, sha)) {
+                close(fd);
                 return CLI_EXIT_SBX;
-            rc = walk_tree(b, s, real, dbase, l, 0);
+            }
+            int rc = walk_tree(b, s, fd, w, dbase, l, sha, 0);
+            if (rc != CLI_EXIT_OK)
+                return rc;
         } else if (S_ISREG(st.st_mode)) {
             _cleanup_free_ char *d = to_dir ? sbx__printf("%s/%s", dbase, base) : strdup(dbase);
-            if (!d || !push_item(l, real, d, false, st.st_mode))
+            if (!d || !push_item(l, w, base, d, false, st.st_mode, sha)) {
+                close(fd);
                 return CLI_EXIT_SBX;
+            }
             l->v[l->n - 1].into_dir = !to_dir;
+            int rc = spool_file(b, s, l, fd, &st, sha);
+            close(fd);
+            if (rc != CLI_EXIT_OK)
+                return rc;
         } else {
-            return fail_step(b, s, "%s is not a regular file or a directory", s->words[i]);
+            close(fd);
+            return fail_step(b, s, "%s is not a regular file or a directory", w);
         }
-        if (rc != CLI_EXIT_OK)
-            return rc;
-    }
-    /* The key covers where each item goes, its mode and its bytes. */
-    for (size_t i = 0; i < l->n; i++) {
-        char head[64];
-        snprintf(head, sizeof(head), "\n%c %o ", l->v[i].dir ? 'D' : 'F', (unsigned)l->v[i].mode);
-        sha256_update(sha, strlen(head), (const uint8_t *)head);
-        sha256_update(sha, strlen(l->v[i].dest) + 1, (const uint8_t *)l->v[i].dest);
-        if (l->v[i].dir)
-            continue;
-        int fd = open(l->v[i].host, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-            return fail_step(b, s, "cannot open %s: %s", l->v[i].host, strerror(errno));
-        char buf[65536];
-        ssize_t k;
-        while ((k = read(fd, buf, sizeof(buf))) > 0)
-            sha256_update(sha, (size_t)k, (const uint8_t *)buf);
-        close(fd);
-        if (k < 0)
-            return fail_step(b, s, "cannot read %s", l->v[i].host);
     }
     return CLI_EXIT_OK;
 }
@@ -368,8 +519,7 @@ static int do_copy(const struct build *b, const sbx_sbxfile_step *s, sbx_sandbox
             sbx_exec_result *r = t ? box_exec(sb, t, b, false, &te) : NULL;
             sbx_error_free(te);
             if (r && sbx_exec_result_return_code(r) == 0) {
-                const char *base = strrchr(it->host, '/');
-                char *nd = sbx__printf("%s/%s", dest, base ? base + 1 : it->host);
+                char *nd = sbx__printf("%s/%s", dest, it->base);
                 free(dest);
                 dest = nd;
             }
@@ -394,9 +544,44 @@ static int do_copy(const struct build *b, const sbx_sbxfile_step *s, sbx_sandbox
             return rc;
         if (it->dir)
             continue;
+        /*
+         * The upload reads a file of its own, filled from the spool: the
+         * bytes hashed, not the context's (which its owner may have changed).
+         */
+        _cleanup_close_ int tf = temp_fd();
+        loff_t from = it->off;
+        for (off_t left = it->size; tf >= 0 && left > 0;) {
+            ssize_t k = copy_file_range(l->spool, &from, tf, NULL, (size_t)left, 0);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+                          errno == EOPNOTSUPP)) {
+                /* Not between these two files (another filesystem): by hand. */
+                char buf[65536];
+                k = pread(l->spool, buf, left < (off_t)sizeof(buf) ? (size_t)left : sizeof(buf),
+                          from);
+                if (k > 0 && write(tf, buf, (size_t)k) != k)
+                    k = -1;
+                if (k > 0)
+                    from += k;
+            }
+            if (k <= 0) {
+                int e = k < 0 ? errno : EIO;
+                close(tf);
+                tf = -1;
+                errno = e;
+                break;
+            }
+            left -= k;
+        }
+        if (tf < 0)
+            return fail_step(b, s, "cannot copy %s to a temporary file: %s", it->src,
+                             strerror(errno));
+        char local[64];
+        snprintf(local, sizeof(local), "/proc/self/fd/%d", tf);
         sbx_error *e = NULL;
-        if (sbx_sandbox_upload(sb, it->host, dest, &e) != SBX_OK) {
-            rc = fail_step(b, s, "cannot copy %s to %s: %s", it->host, dest,
+        if (sbx_sandbox_upload(sb, local, dest, &e) != SBX_OK) {
+            rc = fail_step(b, s, "cannot copy %s to %s: %s", it->src, dest,
                            e ? sbx_error_message(e) : "?");
             sbx_error_free(e);
             return rc;
@@ -567,7 +752,7 @@ static int run_build(struct build *b, const sbx_sbxfile *f)
             json_array_append_new(b->pending, json_string(s->text));
             continue;
         }
-        struct copy_list l = {0};
+        struct copy_list l = {.spool = -1};
         char chex[65] = "";
         if (s->kind == SBXF_COPY) {
             struct sha256_ctx sha;
@@ -650,28 +835,71 @@ int cli_image_build(int argc, char **argv, sbx_provider *p)
     if (argc - optind > 1)
         return cli_usage_error("image", "image build takes at most one CONTEXT directory");
     const char *ctx = optind < argc ? argv[optind] : ".";
-    struct build b = {.p = p, .no_cache = no_cache};
-    b.context = realpath(ctx, NULL);
+    struct build b = {.p = p, .no_cache = no_cache, .ctxfd = -1};
+    /*
+     * The context, opened once: every COPY source is looked up beneath this
+     * descriptor. Its path may run through another user's directories (a
+     * root build of a user's tree): a link one of them could have swapped
+     * in is refused, never followed (sbx__open_trusted).
+     */
+    sbx_error *ce = NULL;
+    b.ctxfd = sbx__open_trusted(ctx, true, "the build context", &ce);
     struct stat st;
-    if (!b.context || stat(b.context, &st) < 0 || !S_ISDIR(st.st_mode)) {
-        cli_error("the build context %s is not a directory", ctx);
-        free(b.context);
+    if (b.ctxfd < 0 || fstat(b.ctxfd, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        if (b.ctxfd < 0)
+            cli_error("%s", ce ? sbx_error_message(ce) : "the build context: out of memory");
+        else
+            cli_error("the build context %s is not a directory", ctx);
+        sbx_error_free(ce);
+        if (b.ctxfd >= 0)
+            close(b.ctxfd);
         return CLI_EXIT_USAGE;
     }
+    char fdp[64], where[PATH_MAX];
+    snprintf(fdp, sizeof(fdp), "/proc/self/fd/%d", b.ctxfd);
+    ssize_t wl = readlink(fdp, where, sizeof(where) - 1);
+    if (wl > 0)
+        where[wl] = 0;
+    b.context = strdup(wl > 0 ? where : ctx);
     _cleanup_free_ char *deffile = file ? NULL : sbx__printf("%s/Sbxfile", b.context);
     b.file = file ? file : deffile;
     _cleanup_free_ char *text = NULL;
     size_t len = 0;
-    _cleanup_close_ int fd = b.file ? open(b.file, O_RDONLY | O_CLOEXEC) : -1;
+    /* CONTEXT/Sbxfile is found as COPY finds its sources; -f FILE is the caller's own. */
+    int oflags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+    _cleanup_close_ int fd = !b.context || !b.file ? -1
+                             : file               ? open(file, oflags)
+                                                  : sbx__beneath_open(b.ctxfd, "Sbxfile", oflags);
     int rc = CLI_EXIT_OK;
     if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
         st.st_size > SBX_SBXFILE_MAX_BYTES) {
         cli_error("cannot read the Sbxfile %s: %s", b.file ? b.file : "?",
-                  fd < 0 ? strerror(errno) : "not a regular file of at most 1 MiB");
+                  fd < 0 ? (errno == EXDEV ? "a link out of the build context" : strerror(errno))
+                         : "not a regular file of at most 1 MiB");
         rc = CLI_EXIT_USAGE;
-    } else if (sbx__read_file(b.file, &text, &len) < 0) {
-        cli_error("cannot read the Sbxfile %s: %s", b.file, strerror(errno));
-        rc = CLI_EXIT_USAGE;
+    } else if ((text = malloc(SBX_SBXFILE_MAX_BYTES + 1)) == NULL) {
+        rc = CLI_EXIT_SBX;
+    } else {
+        /* Read from the descriptor checked, at most the bound, whatever it grows to. */
+        for (;;) {
+            ssize_t k = read(fd, text + len, SBX_SBXFILE_MAX_BYTES + 1 - len);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k < 0) {
+                cli_error("cannot read the Sbxfile %s: %s", b.file, strerror(errno));
+                rc = CLI_EXIT_USAGE;
+            }
+            if (k <= 0)
+                break;
+            len += (size_t)k;
+            if (len > SBX_SBXFILE_MAX_BYTES) {
+                cli_error("cannot read the Sbxfile %s: it grew past 1 MiB", b.file);
+                rc = CLI_EXIT_USAGE;
+                break;
+            }
+        }
+        if (rc == CLI_EXIT_OK)
+            text[len] = 0;
     }
     sbx_sbxfile *f = NULL;
     sbx_error *e = NULL;
@@ -703,6 +931,7 @@ int cli_image_build(int argc, char **argv, sbx_provider *p)
         json_decref(info);
     }
     sbx__sbxfile_free(f);
+    close(b.ctxfd);
     free(b.context);
     free(b.parent);
     free(b.workdir);

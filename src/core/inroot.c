@@ -34,9 +34,17 @@ void sbx__inroot_force_walk(bool on)
 #define MAX_DEPTH 256
 #define MAX_LINKS 40
 
-/* Resolves `path` under rootfd by hand: see the file comment. */
-static int walk_open(int rootfd, const char *path, int flags, mode_t mode)
+/*
+ * Resolves `path` under rootfd by hand: see the file comment. `beneath`:
+ * as RESOLVE_BENEATH, a path that would leave the root (an absolute path or
+ * link, a ".." above it) fails with EXDEV instead of staying at the root.
+ */
+static int walk_open(int rootfd, const char *path, int flags, mode_t mode, bool beneath)
 {
+    if (beneath && path[0] == '/') {
+        errno = EXDEV;
+        return -1;
+    }
     int stack[MAX_DEPTH];
     int depth = 0, links = 0, fd = -1, err = 0;
     stack[0] = fcntl(rootfd, F_DUPFD_CLOEXEC, 3);
@@ -76,8 +84,12 @@ static int walk_open(int rootfd, const char *path, int flags, mode_t mode)
             continue;
         if (strcmp(comp, "..") == 0) {
             /* ".." at the root stays at the root, as RESOLVE_IN_ROOT does. */
-            if (depth > 0)
+            if (depth > 0) {
                 close(stack[depth--]);
+            } else if (beneath) {
+                err = EXDEV;
+                break;
+            }
             continue;
         }
         struct stat st;
@@ -86,8 +98,13 @@ static int walk_open(int rootfd, const char *path, int flags, mode_t mode)
         if (last) {
             is_link =
                 fstatat(stack[depth], comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
-            if (!is_link) {
-                /* O_NOFOLLOW: a link swapped in since the fstatat fails, never followed. */
+            if (!is_link || (flags & O_NOFOLLOW)) {
+                /*
+                 * O_NOFOLLOW: a link swapped in since the fstatat fails, never
+                 * followed; asked for by the caller, a link at the end is not
+                 * followed either (ELOOP, or the link itself with O_PATH), as
+                 * the kernel does.
+                 */
                 fd = openat(stack[depth], comp, flags | O_NOFOLLOW | O_CLOEXEC, mode);
                 err = errno;
                 break;
@@ -127,6 +144,10 @@ static int walk_open(int rootfd, const char *path, int flags, mode_t mode)
             break;
         }
         target[tl] = 0;
+        if (beneath && target[0] == '/') {
+            err = EXDEV;
+            break;
+        }
         size_t rl = strlen(p);
         char *nr = malloc((size_t)tl + rl + 2);
         if (!nr) {
@@ -151,20 +172,20 @@ static int walk_open(int rootfd, const char *path, int flags, mode_t mode)
     return fd;
 }
 
-int sbx__inroot_open(int rootfd, const char *path, int flags, mode_t mode)
+static int open_resolved(int rootfd, const char *path, int flags, mode_t mode, uint64_t resolve)
 {
     if (!no_openat2) {
         struct open_how how = {
             .flags = (uint64_t)(flags | O_CLOEXEC),
             .mode = (flags & O_CREAT) ? mode : 0,
             /* Magic links (/proc/PID/root, /proc/self/fd/N) would jump out of any root. */
-            .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+            .resolve = resolve | RESOLVE_NO_MAGICLINKS,
         };
         /*
-         * RESOLVE_IN_ROOT answers EAGAIN when a rename or mount anywhere on the
-         * system raced with the lookup (the kernel cannot prove it stayed
-         * inside the root). Retry; past a bound, the careful manual walk gives
-         * the same confinement without that check.
+         * RESOLVE_IN_ROOT and RESOLVE_BENEATH answer EAGAIN when a rename or
+         * mount anywhere on the system raced with the lookup (the kernel
+         * cannot prove it stayed inside the root). Retry; past a bound, the
+         * careful manual walk gives the same confinement without that check.
          */
         for (int tries = 0; tries < 32; tries++) {
             int fd = (int)syscall(SYS_openat2, rootfd, path, &how, sizeof(how));
@@ -176,7 +197,17 @@ int sbx__inroot_open(int rootfd, const char *path, int flags, mode_t mode)
             }
         }
     }
-    return walk_open(rootfd, path, flags, mode);
+    return walk_open(rootfd, path, flags, mode, resolve == RESOLVE_BENEATH);
+}
+
+int sbx__inroot_open(int rootfd, const char *path, int flags, mode_t mode)
+{
+    return open_resolved(rootfd, path, flags, mode, RESOLVE_IN_ROOT);
+}
+
+int sbx__beneath_open(int dirfd, const char *path, int flags)
+{
+    return open_resolved(dirfd, path, flags, 0, RESOLVE_BENEATH);
 }
 
 /*

@@ -11,6 +11,14 @@
  */
 int sbx__inroot_open(int rootfd, const char *path, int flags, mode_t mode);
 /*
+ * Opens relative `path` under `dirfd` (flags as openat, O_CLOEXEC added;
+ * no O_CREAT), following links only while they stay beneath it: an absolute
+ * path or link target, or a ".." above `dirfd`, fails with EXDEV
+ * (RESOLVE_BENEATH). A link at the end is followed unless O_NOFOLLOW. For a
+ * tree another user owns (a build context). Returns the fd, or -1 with errno.
+ */
+int sbx__beneath_open(int dirfd, const char *path, int flags);
+/*
  * Creates directory `dir` inside `rootfd` as mkdir -p would (missing
  * components get `mode`), resolving every component inside the root; a
  * link to a missing path gets its target created, inside the root too.

@@ -174,6 +174,21 @@ SBX_INTERNAL int sbx__private_dir(const char *path, bool create, char **canonica
  */
 SBX_INTERNAL int sbx__read_private_file(int dirfd, const char *name, const char *shown,
                                         size_t max, char **data, size_t *len, sbx_error **err);
+/*
+ * Opens `path` (absolute, or relative to the current directory) with O_PATH
+ * by walking it one component at a time, never letting another user steer
+ * the walk: a symbolic link on the way is followed only when nobody but root
+ * and the caller could have put it there (its directory belongs to root or
+ * the caller and nobody else may write it, or is sticky and the link is
+ * root's or the caller's); a link at the end is followed only with
+ * `follow_last`. Returns the descriptor of exactly what was checked, or a
+ * negative code (SBX_EPERM for a refused link, SBX_ENOENT, ...) with a message
+ * that starts with `what` and names the component, its directory and why.
+ * For host paths root uses on another user's behalf: volume sources, build
+ * contexts.
+ */
+SBX_INTERNAL int sbx__open_trusted(const char *path, bool follow_last, const char *what,
+                                   sbx_error **err);
 /* The same for an absolute path, parsed as a JSON object. */
 SBX_INTERNAL int sbx__load_private_json(const char *path, size_t max, json_t **out,
                                         sbx_error **err);

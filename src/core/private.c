@@ -264,3 +264,202 @@ int sbx__load_private_json(const char *path, size_t max, json_t **out, sbx_error
     *out = j;
     return SBX_OK;
 }
+
+/*
+ * The trusted walk (see internal.h). Who could have put a link where it is:
+ * the owner of its directory (who may rename or remove anything in it), and,
+ * unless the directory is sticky, anyone else who may write it; in a sticky
+ * directory only the link's own owner besides. A link is followed only when
+ * every one of them is root or the caller: the kernel's protected_symlinks
+ * rule, made strict (systemd's CHASE_SAFE and OpenSSH's StrictModes make the
+ * same call). Group-writable counts as writable by others: the group may hold
+ * anyone.
+ */
+static const char *link_untrusted(const struct stat *dir, const struct stat *lnk, uid_t me,
+                                  char *why, size_t n)
+{
+    char who[128];
+    if (dir->st_uid != 0 && dir->st_uid != me) {
+        uid_text(dir->st_uid, who, sizeof(who));
+        snprintf(why, n, "belongs to %s", who);
+        return why;
+    }
+    if (!(dir->st_mode & 022))
+        return NULL;
+    if ((dir->st_mode & S_ISVTX) && (lnk->st_uid == 0 || lnk->st_uid == me))
+        return NULL;
+    if (dir->st_mode & S_ISVTX) {
+        uid_text(lnk->st_uid, who, sizeof(who));
+        snprintf(why, n, "is writable by %s (mode %04o) and the link belongs to %s",
+                 (dir->st_mode & 002) ? "others" : "its group", (unsigned)(dir->st_mode & 07777),
+                 who);
+    } else {
+        snprintf(why, n, "is writable by %s (mode %04o)",
+                 (dir->st_mode & 002) ? "others" : "its group", (unsigned)(dir->st_mode & 07777));
+    }
+    return why;
+}
+
+/* `walked` + "/" + `comp` (or without the slash after "/"), for messages. */
+static char *walked_join(const char *walked, const char *comp)
+{
+    size_t wl = strlen(walked);
+    return sbx__printf("%s%s%s", walked, wl && walked[wl - 1] == '/' ? "" : "/", comp);
+}
+
+/* `walked` without its last component ("/" and "." stay). */
+static void walked_up(char *walked)
+{
+    char *s = strrchr(walked, '/');
+    if (!s)
+        return;
+    if (s == walked)
+        s[1] = 0;
+    else
+        *s = 0;
+}
+
+#define TRUSTED_MAX_LINKS 40
+
+int sbx__open_trusted(const char *path, bool follow_last, const char *what, sbx_error **err)
+{
+    if (!path || !*path)
+        return sbx__set_error(err, SBX_EINVAL, "%s: an empty path", what);
+    uid_t me = geteuid();
+    int cur = open(path[0] == '/' ? "/" : ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    struct stat cst;
+    if (cur < 0 || fstat(cur, &cst) < 0) {
+        int e = errno;
+        if (cur >= 0)
+            close(cur);
+        return sbx__set_errno(err, SBX_EIO, e, "%s: cannot open %s", what,
+                              path[0] == '/' ? "/" : "the current directory");
+    }
+    char *rest = strdup(path);
+    char *walked = strdup(path[0] == '/' ? "/" : ".");
+    char *p = rest;
+    int links = 0, rc = SBX_OK;
+    if (!rest || !walked) {
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (;;) {
+        while (*p == '/')
+            p++;
+        if (!*p)
+            break; /* the path names `cur` itself */
+        size_t len = strcspn(p, "/");
+        if (len > NAME_MAX) {
+            rc = sbx__set_errno(err, SBX_EINVAL, ENAMETOOLONG, "%s: a component of %s is too long",
+                                what, path);
+            goto out;
+        }
+        char comp[NAME_MAX + 1];
+        memcpy(comp, p, len);
+        comp[len] = 0;
+        p += len;
+        while (*p == '/')
+            p++;
+        bool last = !*p;
+        if (!strcmp(comp, "."))
+            continue;
+        /* `..` is the parent of where the walk is (as the kernel's, after a link too). */
+        int next = openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        _cleanup_free_ char *here = !strcmp(comp, "..") ? NULL : walked_join(walked, comp);
+        if (next < 0 || fstat(next, &st) < 0) {
+            int e = errno;
+            if (next >= 0)
+                close(next);
+            rc = sbx__set_errno(err, e == ENOENT ? SBX_ENOENT : SBX_EIO, e, "%s: cannot open %s%s",
+                                what, here ? here : walked,
+                                e == ENOENT ? ": it does not exist" : "");
+            goto out;
+        }
+        if (!strcmp(comp, "..")) {
+            walked_up(walked);
+        } else if (S_ISLNK(st.st_mode)) {
+            char target[PATH_MAX];
+            ssize_t tl = readlinkat(next, "", target, sizeof(target) - 1);
+            int e = errno;
+            close(next);
+            if (tl < 0) {
+                rc = sbx__set_errno(err, SBX_EIO, e, "%s: cannot read the link %s", what, here);
+                goto out;
+            }
+            target[tl] = 0;
+            if (last && !follow_last) {
+                rc = sbx__set_error(err, SBX_EPERM,
+                                    "%s: %s is a symbolic link (to %s): sbx never follows one at "
+                                    "the end of this path; name what it leads to",
+                                    what, here, target);
+                goto out;
+            }
+            char why[256];
+            if (link_untrusted(&cst, &st, me, why, sizeof(why))) {
+                char mine[128];
+                uid_text(me, mine, sizeof(mine));
+                rc = sbx__set_error(
+                    err, SBX_EPERM,
+                    "%s: %s is a symbolic link (to %s) in %s, which %s: someone other than root "
+                    "and you (%s) could aim it anywhere on the host, so sbx does not follow it. "
+                    "Name the path it leads to if you trust it, or keep the data under "
+                    "directories only root and you can write",
+                    what, here, target, walked, why, mine);
+                goto out;
+            }
+            if (++links > TRUSTED_MAX_LINKS) {
+                rc = sbx__set_errno(err, SBX_EINVAL, ELOOP, "%s: more than %d links in %s", what,
+                                    TRUSTED_MAX_LINKS, path);
+                goto out;
+            }
+            /* Its target, then what was left of the path. */
+            char *nr = sbx__printf("%s/%s", target, p);
+            if (!nr) {
+                rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+                goto out;
+            }
+            free(rest);
+            rest = p = nr;
+            if (target[0] == '/') {
+                int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+                if (root < 0 || fstat(root, &cst) < 0) {
+                    int e2 = errno;
+                    if (root >= 0)
+                        close(root);
+                    rc = sbx__set_errno(err, SBX_EIO, e2, "%s: cannot open /", what);
+                    goto out;
+                }
+                close(cur);
+                cur = root;
+                free(walked);
+                walked = strdup("/");
+                if (!walked) {
+                    rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+                    goto out;
+                }
+            }
+            continue;
+        } else {
+            if (!last && !S_ISDIR(st.st_mode)) {
+                close(next);
+                rc = sbx__set_errno(err, SBX_EINVAL, ENOTDIR, "%s: %s is not a directory", what,
+                                    here);
+                goto out;
+            }
+            free(walked);
+            walked = steal_pointer(&here);
+        }
+        close(cur);
+        cur = next;
+        cst = st;
+    }
+out:
+    free(rest);
+    free(walked);
+    if (rc < 0) {
+        close(cur);
+        return rc;
+    }
+    return cur;
+}

@@ -562,9 +562,12 @@ static void apply_cdi(const struct shim_cfg *c, const char *root)
  * [volumes] The box's volumes (src/providers/linux/volumes.c resolved them),
  * opened here before the box's first process becomes the box's root (step
  * 7): until then its kernel uid is the shim's, which owns the private volume
- * store. O_NOFOLLOW: a source that became a link since the provider looked
- * is refused, never followed; a shared source is walked down from its root
- * refusing every link and "..", since boxes write in that tree.
+ * store. The host path is walked from "/" by sbx__open_trusted, as the
+ * provider did: a source that became a link since the provider looked is
+ * refused, never followed, and so is a link on the way that a user other
+ * than root and the caller could have swapped in; a shared source is walked
+ * down from its root refusing every link and "..", since boxes write in
+ * that tree.
  */
 #define MAX_VOLUMES 64
 
@@ -586,9 +589,11 @@ static void open_volumes(const struct shim_cfg *c, struct volume_fds *v)
         const char *kind = json_string_value(json_object_get(e, "kind"));
         if (!src || !kind)
             die("volume %zu: no source or kind in the box description", i);
-        int fd = open(src, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        /* The descriptor walked and checked is the one bound (mount_volumes). */
+        sbx_error *oe = NULL;
+        int fd = sbx__open_trusted(src, false, "volume", &oe);
         if (fd < 0)
-            die_errno("volume: cannot open the host path %s", src);
+            die("%s", oe ? sbx_error_message(oe) : "volume: out of memory");
         if (beneath) {
             int sub = sbx__beneath_open_nofollow(fd, beneath);
             if (sub < 0)

@@ -1,7 +1,8 @@
 /*
  * src/core/inroot.c: paths opened and directories made inside a root, with
- * links planted in the tree. Every case runs with openat2(RESOLVE_IN_ROOT)
- * and again with the manual walk, which must agree.
+ * links planted in the tree. Every case runs with openat2(RESOLVE_IN_ROOT,
+ * or RESOLVE_BENEATH for sbx__beneath_open) and again with the manual walk,
+ * which must agree.
  */
 #include "tap.h"
 #include "common.h"
@@ -151,5 +152,52 @@ static void check_open(bool walk)
 static void test_open_openat2(void) { check_open(false); }
 static void test_open_walk(void) { check_open(true); }
 
+/* Beneath: links inside the tree are followed, any way out is EXDEV. */
+static void check_beneath(bool walk)
+{
+    setup(walk);
+    char secret[PATH_MAX + 16], in[PATH_MAX + 16], out[64];
+    snprintf(secret, sizeof(secret), "%s/secret", outside);
+    TAP_EQ_INT(run_cmd(NULL, 0, "echo host > %s", secret), 0);
+    snprintf(in, sizeof(in), "%s/in", root);
+    TAP_EQ_INT(run_cmd(NULL, 0, "mkdir -p %s/d && echo inside > %s/d/f", in, in), 0);
+    link_in_root("abs", secret);
+    link_in_root("rel", "../outside/secret");
+    link_in_root("absdir", outside);
+    link_in_root("ok", "in/d/../d/f");
+    link_in_root("okdir", "in");
+    const char *escapes[] = {"abs", "rel", "absdir/secret", "../outside/secret", "/in/d/f",
+                             "in/../../outside/secret"};
+    for (size_t i = 0; i < sizeof(escapes) / sizeof(*escapes); i++) {
+        errno = 0;
+        int fd = sbx__beneath_open(rootfd, escapes[i], O_RDONLY);
+        if (fd >= 0) {
+            close(fd);
+            TAP_FAIL("%s was opened beneath the root", escapes[i]);
+        }
+        if (errno != EXDEV)
+            TAP_FAIL("%s: errno %d (%s), wanted EXDEV", escapes[i], errno, strerror(errno));
+    }
+    const char *inside[] = {"ok", "okdir/d/f", "in/d/f", "./in/../in/d/f"};
+    for (size_t i = 0; i < sizeof(inside) / sizeof(*inside); i++) {
+        int fd = sbx__beneath_open(rootfd, inside[i], O_RDONLY);
+        if (fd < 0)
+            TAP_FAIL("%s: %s", inside[i], strerror(errno));
+        ssize_t n = read(fd, out, sizeof(out) - 1);
+        close(fd);
+        TAP_TRUE(n > 0);
+        out[n > 0 ? n : 0] = 0;
+        TAP_EQ_STR(out, "inside\n");
+    }
+    /* O_NOFOLLOW: a link at the end is not followed (ELOOP), as the kernel does. */
+    errno = 0;
+    TAP_EQ_INT(sbx__beneath_open(rootfd, "ok", O_RDONLY | O_NOFOLLOW), -1);
+    TAP_EQ_INT(errno, ELOOP);
+    teardown();
+}
+
+static void test_beneath_openat2(void) { check_beneath(false); }
+static void test_beneath_walk(void) { check_beneath(true); }
+
 TAP_MAIN(TAP(test_mkdir_p_openat2), TAP(test_mkdir_p_walk), TAP(test_open_openat2),
-         TAP(test_open_walk))
+         TAP(test_open_walk), TAP(test_beneath_openat2), TAP(test_beneath_walk))

@@ -8,8 +8,12 @@
  * on a worker at create (a bind's host path must exist and not be a link; a
  * named volume is made when missing), and mounted by the box's first process
  * (src/shim/box.c mount_volumes), which opens every source again without
- * following a final link and binds it at a target resolved inside the box's
- * root by the kernel, nosuid and nodev.
+ * following a final link and binds what it opened (by descriptor) at a
+ * target resolved inside the box's root by the kernel, nosuid and nodev.
+ * Both opens walk the host path with sbx__open_trusted: a link on the way
+ * is followed only where nobody but root and the caller could have put it,
+ * so another user who owns a directory on the way cannot aim the mount
+ * elsewhere, neither before the check nor between the check and the mount.
  *
  * The volume store (by default next to the image store:
  * /var/lib/sbx/linux/volumes for root) is private like the image store:
@@ -590,10 +594,23 @@ int sbx__linux_volumes_resolve(const char *state_dir, const sbx_linux_extras *x,
             rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
             break;
         }
-        /* Checked the way the shim opens it again: no link at the end, nor beneath the root. */
-        _cleanup_close_ int fd = open(host, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        /*
+         * Checked the way the shim opens it again (and mounts what it opened):
+         * no link at the end, nor beneath a shared root, and none on the way
+         * that another user could have planted (sbx__open_trusted).
+         */
+        _cleanup_free_ char *what =
+            sbx__printf("volume %s -> %s", src[0] ? src : "(shared root)", tgt);
+        sbx_error *te = NULL;
+        _cleanup_close_ int fd = what ? sbx__open_trusted(host, false, what, &te) : -1;
+        if (fd < 0) {
+            rc = sbx__set_error(err, SBX_ECREATE, "%s",
+                                te ? sbx_error_message(te) : "out of memory");
+            sbx_error_free(te);
+            break;
+        }
         const char *beneath = json_string_value(json_object_get(v, "beneath"));
-        if (fd >= 0 && beneath) {
+        if (beneath) {
             int sub = sbx__beneath_open_nofollow(fd, beneath);
             close(fd);
             fd = sub;
