@@ -24,6 +24,7 @@
 #include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -100,7 +101,8 @@ struct hchan {
     int fin_code;
     sbx_error *fin_err;
     void *fin_value;
-    char *tmp_path; /* download: the temp file until renamed */
+    char *tmp_path; /* download: the temp file until renamed (tmp_anon: its directory) */
+    bool tmp_anon;  /* download: the temp file is an O_TMPFILE, linked in at the end */
     uint32_t mode;
     int writes_pending;
     bool got_status;
@@ -188,14 +190,15 @@ static void chan_unref(struct hchan *ch)
         struct file_drop *d = malloc(sizeof(*d));
         if (d) {
             d->fd = ch->fd;
-            d->tmp = steal_pointer(&ch->tmp_path);
+            /* An O_TMPFILE goes with its descriptor: nothing to unlink. */
+            d->tmp = ch->tmp_anon ? NULL : steal_pointer(&ch->tmp_path);
             if (sbx__context_submit(sbx__context_of_uv(ch->c->loop), file_drop_work, NULL, d,
                                     NULL) < 0)
                 file_drop_work(d);
         } else {
             if (ch->fd >= 0)
                 close(ch->fd);
-            if (ch->tmp_path)
+            if (ch->tmp_path && !ch->tmp_anon)
                 unlink(ch->tmp_path);
         }
         ch->fd = -1;
@@ -925,7 +928,8 @@ struct fsreq {
     char *path;  /* open */
     ssize_t result; /* >= 0, or -errno */
     struct stat statbuf;
-    char *tmp;      /* download: the temp file made, or to rename */
+    char *tmp;      /* download: the temp file made, or to rename (anon: its directory) */
+    bool anon;      /* download: tmp is an O_TMPFILE's directory */
     uint32_t mode;  /* download: the file's mode at the end */
     uint64_t size;  /* download: its size at the end */
     struct fsreq *next; /* download: in ch->held */
@@ -1360,6 +1364,43 @@ static char *into_dir_path(const char *dir, const char *local)
 
 static void set_reading(sbx_agent_conn *c, bool on);
 
+/*
+ * An anonymous temp file (O_TMPFILE) given its name: linked in under a temp
+ * name next to the target, then renamed over it, so the target is replaced
+ * whole. Only a kill between the two leaves a name behind (sweep_temps
+ * removes it); a kill during the transfer leaves nothing. 0 or an errno.
+ */
+static int link_anon(struct fsreq *r)
+{
+    char proc[64];
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", r->fd);
+    _cleanup_free_ char *base_copy = strdup(r->path);
+    if (!base_copy)
+        return ENOMEM;
+    const char *base = basename(base_copy);
+    for (unsigned i = 0; i < 100; i++) {
+        uint8_t rnd[4] = { 0 };
+        if (getrandom(rnd, sizeof(rnd), 0) < 0)
+            return errno;
+        _cleanup_free_ char *name = sbx__printf("%s/.%s.sbx-%ld-%02x%02x%02x", r->tmp, base,
+                                                (long)getpid(), rnd[0], rnd[1], rnd[2]);
+        if (!name)
+            return ENOMEM;
+        if (linkat(AT_FDCWD, proc, AT_FDCWD, name, AT_SYMLINK_FOLLOW) < 0) {
+            if (errno == EEXIST)
+                continue;
+            return errno;
+        }
+        if (rename(name, r->path) < 0) {
+            int e = errno;
+            unlink(name);
+            return e;
+        }
+        return 0;
+    }
+    return EEXIST;
+}
+
 /* Worker: the end of a download, the temp file made the named one. */
 static void fs_finish_work(void *data)
 {
@@ -1370,10 +1411,12 @@ static void fs_finish_work(void *data)
         e = errno;
     if (!e && fchmod(r->fd, r->mode) < 0)
         e = errno;
+    if (!e && r->anon)
+        e = link_anon(r);
     if (close(r->fd) < 0 && !e)
         e = errno;
     r->fd = -1;
-    if (!e && rename(r->tmp, r->path) < 0)
+    if (!e && !r->anon && rename(r->tmp, r->path) < 0)
         e = errno;
     r->result = e ? -e : 0;
 }
@@ -1446,6 +1489,7 @@ static void download_finish(struct hchan *ch)
         return;
     }
     r->fd = ch->fd;
+    r->anon = ch->tmp_anon;
     ch->fd = -1; /* the worker closes it */
     r->mode = ch->mode & 0777;
     r->size = ch->size;
@@ -1527,6 +1571,24 @@ static void fs_mktemp_work(void *data)
         return;
     }
     sweep_temps(dir, base);
+    /*
+     * An unnamed file in the target's directory (O_TMPFILE) when the
+     * filesystem has them and /proc can name it at the end: a download
+     * killed mid-way (kill -9) leaves nothing in the destination.
+     */
+    if (access("/proc/self/fd", X_OK) == 0) {
+        int afd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (afd >= 0) {
+            if (!(r->tmp = strdup(dir))) {
+                close(afd);
+                r->result = -ENOMEM;
+                return;
+            }
+            r->anon = true;
+            r->result = afd;
+            return;
+        }
+    }
     r->tmp = sbx__printf("%s/.%s.sbx-%ld-XXXXXX", dir, base, (long)getpid());
     if (!r->tmp) {
         r->result = -ENOMEM;
@@ -1565,6 +1627,7 @@ static void download_opened(struct fsreq *r)
         /* The channel owns them now: chan_unref closes and removes them if it ends here. */
         ch->fd = (int)r->result;
         ch->tmp_path = steal_pointer(&r->tmp);
+        ch->tmp_anon = r->anon;
     }
     if (ch->done) {
         drop_held(ch);

@@ -114,16 +114,28 @@ check "the host file was not linked nor chmodded ($(stat -c '%h %a' "$CANARY/vic
 check "canary dir holds only its victim ($(ls "$CANARY" | tr '\n' ' '))" [ "$(ls "$CANARY")" = victim ]
 
 # --- temporaries left by kill -9 ------------------------------------------------
-# A download stopped by SIGKILL leaves its temp file; the next download removes it.
+# A download stopped by SIGKILL leaves nothing in the destination: its temp is
+# an unnamed file (O_TMPFILE) until the end. Before, it left ".f.sbx-<pid>-XXXXXX"
+# (714 MB in the attack), removed only by a later download to the same name.
 "$SBX" exec "$id" -- sh -c 'head -c 300000000 /dev/urandom >/big; echo small >/small' >/dev/null
 mkdir -p "$H/dl"
 "$SBX" cp "$id:/big" "$H/dl/f" >/dev/null 2>&1 & p=$!
-until ls -A "$H/dl" | grep -q . || ! kill -0 $p 2>/dev/null; do sleep 0.01; done
+# Killed once it holds its temp file open (an unnamed one shows as "#N (deleted)").
+until ls -l "/proc/$p/fd" 2>/dev/null | grep -q "$H/dl/" || ls -A "$H/dl" | grep -q . ||
+      ! kill -0 $p 2>/dev/null; do sleep 0.01; done
 kill -9 $p; wait $p 2>/dev/null
-left=$(ls -A "$H/dl")
-check "precondition: SIGKILL mid-download left a temp ($left)" has "$left" ".f.sbx-"
+check "SIGKILL mid-download left nothing in the destination ($(ls -A "$H/dl" | tr '\n' ' '))" \
+  [ -z "$(ls -A "$H/dl")" ]
+# Where the filesystem has no O_TMPFILE a named temp is used: a dead process's is
+# removed by the next download to the same name (another user's or a live one's is not).
+sleep 30 & live=$!
+( exit 0 ) & dead=$!; wait $dead
+touch "$H/dl/.f.sbx-$dead-abcdef" "$H/dl/.f.sbx-$live-abcdef"
 run "the next download to the same name" 0 "$SBX" cp "$id:/small" "$H/dl/f"
-check "it removed the dead process's temp ($(ls -A "$H/dl" | tr '\n' ' '))" [ "$(ls -A "$H/dl")" = f ]
+check "it removed the dead process's temp, kept the live one's ($(ls -A "$H/dl" | tr '\n' ' '))" \
+  [ "$(ls -A "$H/dl" | tr '\n' ' ')" = ".f.sbx-$live-abcdef f " ]
+kill $live 2>/dev/null; wait $live 2>/dev/null
+rm -f "$H/dl/.f.sbx-$live-abcdef"
 
 # A directory download stopped by SIGKILL leaves a temp in the box and in TMPDIR.
 "$SBX" exec "$id" -- sh -c 'mkdir -p /bigdir && head -c 300000000 /dev/urandom >/bigdir/x' >/dev/null
