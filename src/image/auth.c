@@ -135,6 +135,83 @@ bad:
     return -1;
 }
 
+/* --- where credentials may go ------------------------------------------------ */
+
+/*
+ * Splits an http(s) URL into its scheme and lower-case host (no port, no
+ * brackets). Anything a URL parser could read two ways is refused: user
+ * info ('@'), a backslash, a percent sign or any byte but letters, digits,
+ * '-', '.' (and ':' inside brackets) in the host, a port that is not digits.
+ */
+static bool url_host(const char *url, bool *https, char host[256])
+{
+    size_t skip;
+    if (!strncasecmp(url, "https://", 8)) {
+        *https = true;
+        skip = 8;
+    } else if (!strncasecmp(url, "http://", 7)) {
+        *https = false;
+        skip = 7;
+    } else {
+        return false;
+    }
+    const char *a = url + skip;
+    size_t n = strcspn(a, "/?#");
+    if (n == 0 || memchr(a, '@', n) || memchr(a, '\\', n) || memchr(a, '%', n))
+        return false;
+    const char *h = a, *end = a + n, *port = NULL;
+    size_t hn;
+    bool v6 = *h == '[';
+    if (v6) {
+        const char *close = memchr(h, ']', n);
+        if (!close)
+            return false;
+        h++;
+        hn = (size_t)(close - h);
+        port = close + 1 < end ? close + 1 : NULL;
+        if (port && *port != ':')
+            return false;
+    } else {
+        const char *colon = memchr(h, ':', n);
+        hn = colon ? (size_t)(colon - h) : n;
+        port = colon;
+    }
+    if (port) {
+        if (port + 1 >= end)
+            return false;
+        for (const char *p = port + 1; p < end; p++)
+            if (!isdigit((unsigned char)*p))
+                return false;
+    }
+    if (hn == 0 || hn >= 256)
+        return false;
+    for (size_t i = 0; i < hn; i++) {
+        char c = h[i];
+        if (!(isalnum((unsigned char)c) || c == '-' || c == '.' || (v6 && c == ':')))
+            return false;
+        host[i] = (char)tolower((unsigned char)c);
+    }
+    host[hn] = 0;
+    return true;
+}
+
+bool sbx__realm_may_get_credentials(const char *registry_base, const char *realm)
+{
+    char rh[256], th[256];
+    bool r_https, t_https;
+    if (!registry_base || !realm || !url_host(registry_base, &r_https, rh) ||
+        !url_host(realm, &t_https, th))
+        return false;
+    /* Never a weaker scheme than the registry's: https credentials stay on TLS. */
+    if (r_https && !t_https)
+        return false;
+    if (!strcmp(rh, th))
+        return true;
+    /* Docker Hub serves tokens from another host of its own. */
+    return !strcmp(th, "auth.docker.io") &&
+           (!strcmp(rh, "registry-1.docker.io") || !strcmp(rh, "index.docker.io"));
+}
+
 /* --- config.json ----------------------------------------------------------- */
 
 static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

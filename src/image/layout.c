@@ -120,19 +120,37 @@ int sbx__blob_writer_begin(const char *dir, const char *want, bool resume, sbx_b
         writer_free(w);
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
-    /* Never through a link someone planted at the partial's name. */
-    w->fd = open(w->partial, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (want ? 0 : O_EXCL),
-                 0600);
-    if (w->fd < 0) {
-        int rc = sbx__set_errno(err, SBX_EIO, errno, "cannot create %s", w->partial);
-        writer_free(w);
-        return rc;
-    }
     struct stat st;
-    if (flock(w->fd, LOCK_EX) < 0 || fstat(w->fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        int rc = sbx__set_errno(err, SBX_EIO, errno, "cannot lock %s", w->partial);
-        writer_free(w);
-        return rc;
+    for (int tries = 0;; tries++) {
+        /* Never through a link someone planted at the partial's name. */
+        w->fd = open(w->partial,
+                     O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (want ? 0 : O_EXCL), 0600);
+        if (w->fd < 0) {
+            int rc = sbx__set_errno(err, SBX_EIO, errno, "cannot create %s", w->partial);
+            writer_free(w);
+            return rc;
+        }
+        if (flock(w->fd, LOCK_EX) < 0 || fstat(w->fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+            int rc = sbx__set_errno(err, SBX_EIO, errno, "cannot lock %s", w->partial);
+            writer_free(w);
+            return rc;
+        }
+        /*
+         * The lock is on the file, the name may have moved on while this
+         * waited: the writer before removed it (a refused blob) or a sweep
+         * of abandoned partials did. Bytes written to an unlinked file are
+         * lost, so take the lock again on what the name holds now.
+         */
+        struct stat now;
+        if (lstat(w->partial, &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev)
+            break;
+        close(w->fd);
+        w->fd = -1;
+        if (tries == 16) {
+            writer_free(w);
+            return sbx__set_error(err, SBX_EIO, "%s keeps being removed while sbx waits for it",
+                                  want ? want : "a blob");
+        }
     }
     /*
      * Another writer finished it while this one waited for the lock: the

@@ -25,10 +25,14 @@
 #include <nettle/sha2.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #define TOKEN_MAX (1u << 20)
 #define CA_MAX (4u << 20)
+/* An error page in answer to a blob request is read this far, then the transfer stops. */
+#define ERROR_BODY_MAX (64u << 10)
 #define DEFAULT_PARALLEL 3
 #define DEFAULT_RETRIES 5
 #define USER_AGENT "sbx/0 (+oci-distribution)"
@@ -486,8 +490,21 @@ static int authenticate(struct client *c, const char *challenge, sbx_error **err
         _cleanup_free_ char *url =
             sbx__printf("%s%sscope=%s%s%s", a.realm, strchr(a.realm, '?') ? "&" : "?",
                         scope ? scope : "", service ? "&service=" : "", service ? service : "");
-        _cleanup_free_ char *basic = c->creds == 1 ? basic_header(c->user, c->secret) : NULL;
-        if (!url || !scope) {
+        /*
+         * The realm is the registry's word: its credentials go there only on
+         * the registry's own host and over a scheme no weaker than its own
+         * (sbx__realm_may_get_credentials); elsewhere the token is asked for
+         * anonymously, which still serves public images.
+         */
+        bool withheld = c->creds == 1 && !sbx__realm_may_get_credentials(c->base, a.realm);
+        if (withheld)
+            sbx_log(SBX_LOG_WARNING,
+                    "registry %s names the token realm %.200s, on another host or over a "
+                    "weaker scheme than %s: its credentials are not sent there",
+                    c->name, a.realm, c->base);
+        _cleanup_free_ char *basic =
+            c->creds == 1 && !withheld ? basic_header(c->user, c->secret) : NULL;
+        if (!url || !scope || (c->creds == 1 && !withheld && !basic)) {
             rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
             goto out;
         }
@@ -495,6 +512,17 @@ static int authenticate(struct client *c, const char *challenge, sbx_error **err
         long st = get_once(c, url, NULL, basic, TOKEN_MAX, &r, NULL, err);
         if (st < 0) {
             rc = (int)st;
+            resp_free(&r);
+            goto out;
+        }
+        if ((st == 401 || st == 403) && withheld) {
+            rc = sbx__set_error(err, SBX_EAUTH,
+                                "the token service of registry %s refused anonymous access (HTTP "
+                                "%ld); the credentials for %s were not sent to it because its "
+                                "realm %.200s is not on %s over a scheme at least as strong: "
+                                "the registry must name a realm on its own host (https for an "
+                                "https registry)",
+                                c->name, st, c->name, a.realm, c->base);
             resp_free(&r);
             goto out;
         }
@@ -696,6 +724,8 @@ struct xfer {
     double next_try;
     bool restart; /* the server ignored Range: start over */
     bool finished;
+    bool transient; /* err is a broken connection or 5xx given up on: the partial may stay */
+    size_t junk;    /* bytes of an error page so far */
     sbx_error *err; /* fatal */
     char ebuf[CURL_ERROR_SIZE];
 };
@@ -717,14 +747,39 @@ static size_t blob_cb(char *p, size_t sz, size_t n, void *data)
             x->restart = true;
             return 0;
         }
+        /* A Content-Length past the declared size is a lie told up front. */
+        curl_off_t cl = -1;
+        if ((x->status == 200 || x->status == 206) &&
+            curl_easy_getinfo(x->e, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) == CURLE_OK &&
+            cl >= 0 && (uint64_t)cl > x->d->size - x->offset) {
+            x->err = sbx_error_new(SBX_EIO,
+                                   "registry %s sends %llu bytes for blob %s of %s from byte "
+                                   "%llu, past the %llu bytes its manifest declares: refused",
+                                   x->c->name, (unsigned long long)cl, x->d->digest, x->c->repo,
+                                   (unsigned long long)x->offset,
+                                   (unsigned long long)x->d->size);
+            return 0;
+        }
     }
-    if (x->status != 200 && x->status != 206)
-        return n; /* an error page: discarded, judged at the end */
+    if (x->status != 200 && x->status != 206) {
+        /* An error page: discarded, judged at the end; an endless one is stopped. */
+        x->junk += n;
+        if (x->junk > ERROR_BODY_MAX) {
+            x->err = sbx_error_new(SBX_EIO,
+                                   "registry %s answered HTTP %ld for blob %s of %s with an "
+                                   "error page longer than %u KiB: refused",
+                                   x->c->name, x->status, x->d->digest, x->c->repo,
+                                   ERROR_BODY_MAX >> 10);
+            return 0;
+        }
+        return n;
+    }
     if (x->done + n > x->d->size) {
         x->err = sbx_error_new(SBX_EIO,
-                               "blob %s from registry %s is larger than the %llu bytes the "
-                               "manifest declares",
-                               x->d->digest, x->c->name, (unsigned long long)x->d->size);
+                               "registry %s sends more than the %llu bytes its manifest declares "
+                               "for blob %s of %s: refused (nothing of it is kept)",
+                               x->c->name, (unsigned long long)x->d->size, x->d->digest,
+                               x->c->repo);
         return 0;
     }
     sbx_error *e = NULL;
@@ -794,6 +849,7 @@ static bool xfer_start(struct xfer *x, CURLM *m, bool resume)
     }
     x->status = 0;
     x->restart = false;
+    x->junk = 0;
     x->ebuf[0] = 0;
     x->h = headers_for(NULL, x->c->auth);
     setup(x->c, x->e, url);
@@ -819,8 +875,9 @@ static void xfer_end(struct xfer *x, CURLM *m, CURLcode cc, int retries)
                                               : NULL;
     xfer_reset(x, m);
     if (x->err) {
+        /* A lie (more than declared), an endless error page, a failed write: nothing kept. */
         if (x->w)
-            sbx__blob_writer_abort(steal_pointer(&x->w), true);
+            sbx__blob_writer_abort(steal_pointer(&x->w), false);
         return;
     }
     if (x->restart) {
@@ -834,9 +891,11 @@ static void xfer_end(struct xfer *x, CURLM *m, CURLcode cc, int retries)
     }
     bool retry = cc != CURLE_OK ? retryable_curl(cc)
                                 : retryable_status(st) || st == 200 || st == 206;
+    /* Kept for a resume after a broken transfer; a refusal (401, 404, ...) keeps nothing. */
     if (x->w)
-        sbx__blob_writer_abort(steal_pointer(&x->w), true); /* keep for the resume */
+        sbx__blob_writer_abort(steal_pointer(&x->w), retry);
     if (!retry || ++x->attempts > retries) {
+        x->transient = retry;
         if (cc != CURLE_OK)
             x->err = sbx_error_new(SBX_EIO, "registry %s: blob %s of %s: %s%s", x->c->name,
                                    x->d->digest, x->c->repo, why ? why : "failed",
@@ -874,6 +933,11 @@ static int fetch_blobs(struct client *c, const char *layout, const sbx_descripto
         progress(c, descs[i].digest, kinds[i], 0, descs[i].size, SBX_PULL_WAITING);
     }
     int rc = SBX_OK;
+    /*
+     * What the other transfers leave when one fails: kept for the next pull
+     * after a cancel or a broken connection, removed after a refusal or a lie.
+     */
+    bool keep = true;
     for (;;) {
         if (cancelled(c)) {
             rc = sbx__set_error(err, SBX_ECANCELED, "pull cancelled (partial blobs are kept "
@@ -891,6 +955,7 @@ static int fetch_blobs(struct client *c, const char *layout, const sbx_descripto
             if (xs[i].err)
                 failed = &xs[i];
         if (failed) {
+            keep = failed->transient;
             rc = sbx__fail(err, steal_pointer(&failed->err));
             break;
         }
@@ -920,7 +985,7 @@ static int fetch_blobs(struct client *c, const char *layout, const sbx_descripto
     for (size_t i = 0; i < n; i++) {
         xfer_reset(&xs[i], m);
         if (xs[i].w)
-            sbx__blob_writer_abort(xs[i].w, true);
+            sbx__blob_writer_abort(xs[i].w, keep);
         sbx_error_free(xs[i].err);
     }
     curl_multi_cleanup(m);
@@ -929,6 +994,97 @@ static int fetch_blobs(struct client *c, const char *layout, const sbx_descripto
 }
 
 /* --- the pull -------------------------------------------------------------- */
+
+/* "1.5 GiB": a size for an error message, next to the exact count. */
+static const char *human(uint64_t n, char buf[32])
+{
+    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)n;
+    size_t u = 0;
+    while (v >= 1024 && u + 1 < SBX_ARRAY_SIZE(units)) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, 32, "%llu bytes", (unsigned long long)n);
+    else
+        snprintf(buf, 32, "%.1f %s", v, units[u]);
+    return buf;
+}
+
+/* Bytes a blob still needs: 0 when present, less what a partial of it holds. */
+static uint64_t still_needed(const char *layout, const sbx_descriptor *d)
+{
+    if (sbx__layout_has_blob(layout, d->digest))
+        return 0;
+    _cleanup_free_ char *p = sbx__printf("%s/blobs/sha256/%s.partial", layout, d->digest + 7);
+    struct stat st;
+    if (p && lstat(p, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size <= d->size)
+        return d->size - (uint64_t)st.st_size;
+    return d->size;
+}
+
+/*
+ * The sizes a manifest declares are the registry's word, and the only
+ * bound a blob's stream has (blob_cb stops at it): before a byte is
+ * fetched, each blob and their sum must be within opts->max_bytes, and what
+ * is still to fetch within the free space of the layout's filesystem.
+ */
+static int check_sizes(const struct client *c, const char *layout, const sbx_descriptor *all,
+                       const char *const *kinds, size_t n, const char *canonical,
+                       sbx_error **err)
+{
+    uint64_t max = c->o->max_bytes, sum = 0, need = 0;
+    const char *hint = c->o->max_bytes_hint ? c->o->max_bytes_hint : "";
+    const char *sep = *hint ? "; " : "";
+    char h1[32], h2[32];
+    size_t biggest = n;
+    uint64_t biggest_need = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (max && all[i].size > max)
+            return sbx__set_error(err, SBX_EIO,
+                                  "registry %s: %s %s of %s declares %llu bytes (%s), more "
+                                  "than the %llu bytes (%s) an image may have%s%s",
+                                  c->name, kinds[i], all[i].digest, canonical,
+                                  (unsigned long long)all[i].size, human(all[i].size, h1),
+                                  (unsigned long long)max, human(max, h2), sep, hint);
+        sum += all[i].size; /* at most 1001 blobs of at most 1 TiB each: no overflow */
+        uint64_t k = still_needed(layout, &all[i]);
+        need += k;
+        if (k > biggest_need) {
+            biggest_need = k;
+            biggest = i;
+        }
+    }
+    if (max && sum > max)
+        return sbx__set_error(err, SBX_EIO,
+                              "registry %s: the config and %zu layers of %s declare %llu bytes "
+                              "(%s) together, more than the %llu bytes (%s) an image may have%s%s",
+                              c->name, n - 1, canonical, (unsigned long long)sum,
+                              human(sum, h1), (unsigned long long)max, human(max, h2), sep,
+                              hint);
+    struct statvfs vfs;
+    if (need == 0 || statvfs(layout, &vfs) < 0)
+        return SBX_OK;
+    uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+    if (biggest < n && biggest_need > avail)
+        return sbx__set_error(err, SBX_EIO,
+                              "registry %s: %s %s of %s declares %llu bytes (%s), more than the "
+                              "%llu bytes (%s) free on the filesystem of %s: free space there "
+                              "or move the image store",
+                              c->name, kinds[biggest], all[biggest].digest, canonical,
+                              (unsigned long long)all[biggest].size,
+                              human(all[biggest].size, h1), (unsigned long long)avail,
+                              human(avail, h2), layout);
+    if (need > avail)
+        return sbx__set_error(err, SBX_EIO,
+                              "registry %s: the blobs of %s still to fetch declare %llu bytes "
+                              "(%s) together, more than the %llu bytes (%s) free on the "
+                              "filesystem of %s: free space there or move the image store",
+                              c->name, canonical, (unsigned long long)need, human(need, h1),
+                              (unsigned long long)avail, human(avail, h2), layout);
+    return SBX_OK;
+}
 
 static int pull_from(struct client *c, const char *layout, const sbx_image_ref *ref,
                      const char *canonical, sbx_error **err)
@@ -981,7 +1137,9 @@ static int pull_from(struct client *c, const char *layout, const sbx_image_ref *
             all[i + 1] = img->layers[i];
             kinds[i + 1] = "layer";
         }
-        rc = fetch_blobs(c, layout, all, kinds, n, err);
+        rc = check_sizes(c, layout, all, kinds, n, canonical, err);
+        if (rc == SBX_OK)
+            rc = fetch_blobs(c, layout, all, kinds, n, err);
         free(all);
         free(kinds);
     }

@@ -4,6 +4,12 @@
  * verified against its digest as it streams, layers fetched in parallel
  * (curl multi), resumed with HTTP Range after a broken connection, retried
  * with backoff. Blocking: run it on a worker thread.
+ *
+ * A registry is hostile: every document is bounded, a manifest whose
+ * declared sizes pass opts->max_bytes or the free space is refused before a
+ * byte of its blobs, a blob never grows past its declared size, and a pull
+ * that fails for anything but a broken connection or a cancel leaves no
+ * partial blob behind (those two keep theirs for the next pull to resume).
  */
 #ifndef SBX_IMAGE_REGISTRY_H
 #define SBX_IMAGE_REGISTRY_H
@@ -38,6 +44,14 @@ typedef struct sbx_pull_opts {
     sbx_pull_progress_cb progress;
     void *data;
     bool (*cancelled)(void *data); /* polled; true stops the pull (partials kept) */
+    /*
+     * Bytes the config and layers of one image may declare, each and all
+     * together; 0: no bound but the free space. A manifest past it, or past
+     * the free space of the layout's filesystem, is refused before any blob
+     * is fetched, with `max_bytes_hint` (what to raise) in the error.
+     */
+    uint64_t max_bytes;
+    const char *max_bytes_hint;
 } sbx_pull_opts;
 
 /*

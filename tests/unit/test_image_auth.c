@@ -115,6 +115,52 @@ static void test_credentials(void)
     TAP_EQ_INT(sbx__docker_credentials("/nonexistent-sbx", "r", &u, &s, NULL), 0);
 }
 
+/* Where a registry's credentials may go: its own host, over no weaker a scheme. */
+static void test_realm_rule(void)
+{
+    static const struct {
+        const char *base, *realm;
+        bool ok;
+    } cases[] = {
+        {"https://ghcr.io", "https://ghcr.io/token", true},
+        {"http://127.0.0.1:5000", "http://127.0.0.1:5001/token", true}, /* another port */
+        {"https://REG.example:5000", "https://reg.EXAMPLE/auth?x=1", true},
+        {"http://127.0.0.1:5000", "https://127.0.0.1/token", true},      /* stronger */
+        {"https://registry-1.docker.io", "https://auth.docker.io/token", true},
+        {"https://index.docker.io", "https://auth.docker.io/token", true},
+        {"https://[::1]:5000", "https://[::1]:6000/t", true},
+        /* Another host. */
+        {"http://127.0.0.1:5000", "http://127.0.0.2:5000/token", false},
+        {"https://ghcr.io", "https://ghcr.io.evil.example/token", false},
+        {"https://reg.example", "https://auth.reg.example/token", false},
+        {"https://evil.example", "https://auth.docker.io/token", false},
+        {"https://[::1]:5000", "https://[::2]:5000/t", false},
+        /* A weaker scheme: the credentials would cross in clear. */
+        {"https://127.0.0.1:5000", "http://127.0.0.1:5000/token", false},
+        {"https://registry-1.docker.io", "http://auth.docker.io/token", false},
+        /* Anything a URL parser could read two ways. */
+        {"https://reg.example", "https://reg.example@evil.example/token", false},
+        {"https://reg.example", "https://user:pw@reg.example/token", false},
+        {"https://reg.example", "https://evil.example\\@reg.example/", false},
+        {"https://reg.example", "https://reg.example%2f@evil/", false},
+        {"https://reg.example", "https://reg.example\\.evil.example/", false},
+        {"https://reg.example", "https://reg.example:x/token", false},
+        {"https://reg.example", "https://reg.example:/token", false},
+        {"https://reg.example", "https:///token", false},
+        {"https://reg.example", "ftp://reg.example/token", false},
+        {"https://reg.example", "https://reg example/token", false},
+        {"https://reg.example", "", false},
+        {"https://reg.example", NULL, false},
+        {"https://[::1", "https://[::1/t", false},
+    };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(cases); i++) {
+        bool got = sbx__realm_may_get_credentials(cases[i].base, cases[i].realm);
+        if (got != cases[i].ok)
+            TAP_FAIL("%s -> %s: %d, wanted %d", cases[i].base,
+                     cases[i].realm ? cases[i].realm : "(null)", got, cases[i].ok);
+    }
+}
+
 #define Z64 "0000000000000000000000000000000000000000000000000000000000000000"
 
 static void test_manifests(void)
@@ -154,4 +200,4 @@ static void test_manifests(void)
 }
 
 TAP_MAIN(TAP(test_challenges), TAP(test_hostile_challenges), TAP(test_credentials),
-         TAP(test_manifests))
+         TAP(test_realm_rule), TAP(test_manifests))

@@ -2954,6 +2954,10 @@ int sbx__linux_image_prune(const char *state_dir, const char *store, bool dry_ru
         store_close(&s);
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
+    /* Every partial blob no writer holds (no grace: prune is asked for the space). */
+    int parts = sbx__linux_image_gc_partials(s.dir, 0, dry_run);
+    for (int i = 0; i < parts; i++)
+        json_array_append_new(out, json_string("partial blob"));
     int tmps = sbx__linux_image_gc_dir(s.dir, dry_run) + sbx__linux_image_gc(state_dir, dry_run);
     for (int i = 0; i < tmps; i++)
         json_array_append_new(out, json_string("temporary"));
@@ -3257,9 +3261,25 @@ int sbx__linux_image_pull(const char *state_dir, const char *store, const char *
         return rc;
     _cleanup_free_ char *layout = NULL;
     rc = pull_layout_in(&s, &layout, err);
+    /* What killed or failed pulls left and nobody resumed within the grace. */
+    if (rc == SBX_OK)
+        sbx__linux_image_gc_partials(s.dir, SBX_PARTIAL_GRACE_S, false);
     sbx_pull_opts po = { 0 };
     if (io && io->registry)
         po = *io->registry;
+    /*
+     * The bound of the manifest's declared sizes: the import's cap
+     * (max_image_bytes, else min(16 GiB, half the free space)); compressed
+     * blobs past what may be unpacked are refused before their first byte.
+     */
+    struct import_ctl cap = { .max_bytes = io ? io->max_bytes : 0 };
+    default_cap(&cap, s.dir);
+    po.max_bytes = cap.max_bytes;
+    po.max_bytes_hint =
+        cap.max_is_default
+            ? "the default bound is the smaller of 16 GiB and half the free space of the image "
+              "store's filesystem: set the linux provider's max_image_bytes to allow more"
+            : "raise the linux provider's max_image_bytes to allow more";
     struct pull_bridge b = { .io = io };
     po.progress = pull_progress;
     po.cancelled = pull_cancelled;
@@ -3309,8 +3329,8 @@ static void pull_keep(const char *layout, const char *digest, json_t *keep, int 
 /*
  * Prune's part in the pull layout (under the store's exclusive lock: no
  * pull runs): index.json entries whose name no longer names an image go,
- * then every blob no kept entry reaches, and .partial files whose writer
- * is gone (none holds its lock).
+ * then every blob no kept entry reaches (prune removes the .partial files
+ * whose writer is gone before, through sbx__linux_image_gc_partials).
  */
 static void pull_sweep(const struct store *s, json_t *removed, bool dry_run)
 {
@@ -3355,13 +3375,7 @@ static void pull_sweep(const struct store *s, json_t *removed, bool dry_run)
         if (!p || n[0] == '.')
             continue;
         if (len > 8 && !strcmp(n + len - 8, ".partial")) {
-            _cleanup_close_ int fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-            if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
-                continue; /* its writer holds it */
-            if (!dry_run)
-                unlink(p);
-            if (removed)
-                json_array_append_new(removed, json_string("partial blob"));
+            continue; /* sbx__linux_image_gc_partials' */
         } else if (hex64(n) && !json_object_get(keep, n)) {
             if (!dry_run)
                 unlink(p);

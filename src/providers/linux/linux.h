@@ -397,8 +397,21 @@ SBX_INTERNAL void sbx__linux_image_list_free(sbx_linux_image_info *v, size_t n);
  * many (with `dry_run`, how many it would). Run by every import and by gc.
  */
 SBX_INTERNAL int sbx__linux_image_gc(const char *state_dir, bool dry_run);
-/* The same in the image store's directory `images` itself. */
+/*
+ * The same in the image store's directory `images` itself; it also sweeps
+ * the pull layout's abandoned partial blobs (sbx__linux_image_gc_partials
+ * with SBX_PARTIAL_GRACE_S), which the count leaves out.
+ */
 SBX_INTERNAL int sbx__linux_image_gc_dir(const char *images, bool dry_run);
+/*
+ * A partial blob (<images>/oci/blobs/sha256/<hex>.partial) is abandoned when no
+ * writer holds its lock and nothing has been written to it for `grace_s`
+ * seconds: a killed or failed pull's bytes. Younger ones stay for the next
+ * pull of the blob to resume. Removes those (with `dry_run`, counts them);
+ * returns how many. Run by gc, by prune (grace 0) and by every pull.
+ */
+#define SBX_PARTIAL_GRACE_S 3600
+SBX_INTERNAL int sbx__linux_image_gc_partials(const char *images, long grace_s, bool dry_run);
 /* Removes a name (and its cached tree when no other name points at it). */
 SBX_INTERNAL int sbx__linux_image_remove(const char *state_dir, const char *store,
                                          const char *name,
