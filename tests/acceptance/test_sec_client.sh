@@ -155,33 +155,33 @@ check "it removed the box temp ($(tr '\n' ' ' <"$T/out"))" [ -z "$(grep "sbx-cp\
 # --- an agent that stops answering ------------------------------------------------
 # `sleep 98.NNN` marks the command; its ancestor sbx-agent is this box's agent.
 agent_of() { # marker -> pid of the sbx-agent above the process running it
-  local q c pid=""
-  for q in /proc/[0-9]*; do
-    c=$( { tr '\0' ' ' <"$q/cmdline"; } 2>/dev/null) || continue
-    [ "$c" = "sleep $1 " ] && pid=${q#/proc/} && break
-  done
+  # pgrep: one pass over /proc in C (a shell loop over it took seconds on a
+  # loaded machine, past the command's timeout, and never found it).
+  local pid
+  pid=$(pgrep -xf "sleep $1" | head -1)
   while [ -n "$pid" ] && [ "$pid" != 1 ]; do
     [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = sbx-agent ] && { echo "$pid"; return; }
     pid=$(awk '/^PPid:/ {print $2}' "/proc/$pid/status" 2>/dev/null)
   done
 }
-wedge() { # marker: waits for the command, then stops its agent; prints the agent's pid
+wedge() { # marker, the sbx pid: waits for the command, then stops its agent; prints its pid
   local a=""
-  while [ -z "$a" ]; do a=$(agent_of "$1"); done
-  kill -STOP "$a"; echo "$a"
+  while [ -z "$a" ] && kill -0 "$2" 2>/dev/null; do a=$(agent_of "$1"); done
+  [ -n "$a" ] && kill -STOP "$a"; echo "$a"
 }
 # A watchdog bounds a run that would hang (the bug): it is not a timing assertion.
 watchdog() { ( sleep 120; kill -9 "$1" ) >/dev/null 2>&1 & W=$!; }
 m=98.$$1
-$DFL "$SBX" exec --timeout 2 "$id" -- sleep $m >"$T/out" 2>"$T/err" </dev/null & p=$!
+$DFL "$SBX" exec --timeout 5 "$id" -- sleep $m >"$T/out" 2>"$T/err" </dev/null & p=$!
 watchdog $p
-a=$(wedge $m); wait $p; rc=$?; kill -CONT "$a"; kill $W
-check "a silent agent: exec --timeout 2 still ends as a timeout (exit $rc: $(head -c 300 "$T/err"))" [ $rc = 124 ]
+a=$(wedge $m $p); wait $p; rc=$?; [ -n "$a" ] && kill -CONT "$a"; kill $W
+check "precondition: the command's agent was found and stopped ($a)" [ -n "$a" ]
+check "a silent agent: exec --timeout 5 still ends as a timeout (exit $rc: $(head -c 300 "$T/err"))" [ $rc = 124 ]
 for sig in TERM INT; do
   m=98.$$$([ $sig = TERM ] && echo 2 || echo 3)
   $DFL "$SBX" exec --timeout 0 "$id" -- sleep $m >"$T/out" 2>"$T/err" </dev/null & p=$!
   watchdog $p
-  a=$(wedge $m); kill -$sig $p; wait $p; rc=$?; kill -CONT "$a"; kill $W
+  a=$(wedge $m $p); kill -$sig $p; wait $p; rc=$?; [ -n "$a" ] && kill -CONT "$a"; kill $W
   want=$([ $sig = TERM ] && echo 143 || echo 130)
   check "a silent agent: SIG$sig ends exec (exit $rc, want $want: $(head -c 300 "$T/err"))" [ $rc = "$want" ]
 done
