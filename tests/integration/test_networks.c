@@ -9,6 +9,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/proc.h"
 #include "linux_census.h"
 #include "linux_fixture.h"
 
@@ -414,23 +415,6 @@ static void test_killed_shim_forgotten_at_stop(void)
     net_rm(p, "kill");
     sbx_provider_free(p);
     all_gone();
-}
-
-static char sbx_path[PATH_MAX];
-
-static const char *sbx_bin(void)
-{
-    char exe[PATH_MAX - 8];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n <= 0)
-        TAP_FAIL("readlink: %s", strerror(errno));
-    exe[n] = 0;
-    for (int i = 0; i < 3; i++)
-        *strrchr(exe, '/') = 0;
-    snprintf(sbx_path, sizeof(sbx_path), "%s/sbx", exe);
-    if (access(sbx_path, X_OK) != 0)
-        TAP_SKIP("build/sbx is not built");
-    return sbx_path;
 }
 
 static void test_cli(void)
