@@ -76,3 +76,26 @@ const char *stderr_of(const sbx_exec_result *r)
     const char *s = sbx_exec_result_stderr(r, NULL);
     return s ? s : "";
 }
+
+const char *output_of(sbx_sandbox *sb, const char *cmd, int *rc)
+{
+    static char buf[1 << 16];
+    sbx_exec_result *r = run(sb, cmd, NULL);
+    snprintf(buf, sizeof(buf), "%s%s", stdout_of(r), stderr_of(r));
+    int code = sbx_exec_result_return_code(r);
+    sbx_exec_result_free(r);
+    if (rc)
+        *rc = code;
+    else if (code != 0)
+        TAP_FAIL("'%s' exited %d: %s", cmd, code, buf);
+    return buf;
+}
+
+sbx_spec *spec_with(const char *opts)
+{
+    sbx_spec *s = sbx_spec_new();
+    sbx_error *e = NULL;
+    if (opts && sbx_spec_set_provider_options(s, opts, &e) != SBX_OK)
+        TAP_FAIL("provider_options %s refused: %s", opts, sbx_error_message(e));
+    return s;
+}

@@ -27,6 +27,16 @@ const char *out_as(sbx_sandbox *sb, const char *user, const char *cmd);
 /* out_as() as the box's default user. */
 const char *out_of(sbx_sandbox *sb, const char *cmd);
 
+/*
+ * Runs `cmd`; what it printed, stdout then stderr, in a static buffer that
+ * the next call overwrites. Its exit code in *rc; with rc NULL the command
+ * must exit 0 (else the test fails, with that output).
+ */
+const char *output_of(sbx_sandbox *sb, const char *cmd, int *rc);
+
+/* A spec with provider_options `opts` (JSON; NULL: none); fails the test if refused. */
+sbx_spec *spec_with(const char *opts);
+
 /* What a finished command printed: never NULL ("" when there was nothing). */
 const char *stdout_of(const sbx_exec_result *r);
 const char *stderr_of(const sbx_exec_result *r);
