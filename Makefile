@@ -43,6 +43,10 @@ TEST_COMMON := tests/common.c
 TEST_COMMON_OBJ := $(B)/obj/tests/common.o
 # The test doubles (tests/fakes), registered in every C test binary (see the end).
 TEST_COMMON_OBJ += $(B)/obj/tests/fakes/fake.o $(B)/obj/tests/fakes/static.o
+# tests/lib: the helpers the tests and benches share (docs/testing.md), an
+# archive so each binary takes only the objects it calls.
+TESTLIB_SRC := $(sort $(wildcard tests/lib/*.c))
+TESTLIB := $(B)/libsbxtest.a
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 INTEG_SRC := $(sort $(wildcard tests/integration/test_*.c))
 TEST_BIN := $(UNIT_SRC:tests/%.c=$(B)/tests/%) $(INTEG_SRC:tests/%.c=$(B)/tests/%)
@@ -83,11 +87,15 @@ $(B)/sbx: $(CLI_OBJ) $(B)/libsbx.a
 	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(CLI_OBJ) -Wl,--whole-archive $(B)/libsbx.a \
 	    -Wl,--no-whole-archive $(LIBS)
 
+$(TESTLIB): $(TESTLIB_SRC:%.c=$(B)/obj/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+
 # -rdynamic: test binaries link libsbx statically, so its exported API must be
 # in their dynamic symbol table for the test plugins (tests/plugins) to bind to.
-$(B)/tests/%: $(B)/obj/tests/%.o $(TEST_COMMON_OBJ) $(B)/libsbx.a
+$(B)/tests/%: $(B)/obj/tests/%.o $(TEST_COMMON_OBJ) $(TESTLIB) $(B)/libsbx.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $< $(TEST_COMMON_OBJ) $(B)/libsbx.a $(LIBS)
+	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $< $(TEST_COMMON_OBJ) $(TESTLIB) $(B)/libsbx.a $(LIBS)
 
 $(B)/tests/plugins/%.so: tests/plugins/%.c
 	@mkdir -p $(@D)
@@ -109,12 +117,14 @@ $(B)/examples/%: examples/%.c $(B)/libsbx.so
 	@mkdir -p $(@D)
 	$(CC) -std=c11 $(OPT) $(WARN) $(SAN) -Iinclude -o $@ $< -L$(B) -lsbx -Wl,-rpath,$(abspath $(B))
 
-$(B)/bench/%: $(B)/obj/bench/%.o $(B)/libsbx.a
+$(B)/bench/%: $(B)/obj/bench/%.o $(TESTLIB) $(B)/libsbx.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(B)/libsbx.a $(LIBS)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(TESTLIB) $(B)/libsbx.a $(LIBS)
 
 examples: $(EXAMPLE_BIN)
 tests: $(TEST_BIN) $(PLUGIN_SO) $(if $(CLI_SRC),$(B)/sbx) $(B)/libsbx.so
+# tests/acceptance/test_bench_dies.sh kills a bench mid-run.
+tests: $(B)/bench/bench_transfer
 fuzz-replay: $(FUZZ_REPLAY)
 
 $(B)/sbx.pc: sbx.pc.in
@@ -460,7 +470,7 @@ tests: $(HOSTBOX_SO)
 # --- end example plugin ---
 # The provider suite loads the hostbox plugin, which binds to the box kit: link it all.
 $(B)/tests/integration/test_provider_suite: $(B)/obj/tests/integration/test_provider_suite.o \
-    $(TEST_COMMON_OBJ) $(B)/libsbx.a $(HOSTBOX_SO)
+    $(TEST_COMMON_OBJ) $(TESTLIB) $(B)/libsbx.a $(HOSTBOX_SO)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $< $(TEST_COMMON_OBJ) -Wl,--whole-archive $(B)/libsbx.a \
+	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $< $(TEST_COMMON_OBJ) $(TESTLIB) -Wl,--whole-archive $(B)/libsbx.a \
 	    -Wl,--no-whole-archive $(LIBS)

@@ -5,7 +5,7 @@
  * test plugin build/tests/fakes/sbx-fake.so, which bench/run.sh puts on
  * SBX_PLUGIN_PATH.
  */
-#include "bench.h"
+#include "lib/bench.h"
 
 #include <sbx.h>
 

@@ -17,7 +17,7 @@
  *   build/bench/bench_endpoint [N]     (N iterations per latency row, default 1000)
  */
 #include "core/internal.h"
-#include "bench.h"
+#include "lib/bench.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -34,22 +34,17 @@
 static pid_t host_srv;       /* the direct baseline's server, killed on every way out */
 static char state_root[64];  /* SBX_STATE_DIR, removed on every way out */
 
-__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...)
+/* bench_die(): the server goes, and the state dir with it (the boxes die with the bench). */
+static void cleanup(void)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench_endpoint: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
     if (host_srv > 0) {
         kill(host_srv, SIGKILL);
         waitpid(host_srv, NULL, 0);
     }
     if (state_root[0])
         sbx__rm_rf(state_root);
-    exit(1);
 }
+
 
 /* --- the server: "E" echoes each byte; "S<u64 decimal>\n" sends that many bytes ----------- */
 
@@ -126,7 +121,7 @@ static void must_read(int fd, void *p, size_t n)
     while (n) {
         ssize_t r = read(fd, c, n);
         if (r <= 0)
-            die("read: %s", r < 0 ? strerror(errno) : "EOF");
+            bench_die("read: %s", r < 0 ? strerror(errno) : "EOF");
         c += r;
         n -= (size_t)r;
     }
@@ -138,10 +133,10 @@ static double one_request(int port)
     double t0 = bench_now();
     int fd = dial(port);
     if (fd < 0)
-        die("connect to %d: %s", port, strerror(errno));
+        bench_die("connect to %d: %s", port, strerror(errno));
     char c = 'x';
     if (write(fd, "Ex", 2) != 2)
-        die("write: %s", strerror(errno));
+        bench_die("write: %s", strerror(errno));
     must_read(fd, &c, 1);
     close(fd);
     return bench_now() - t0;
@@ -154,7 +149,7 @@ static double download(int port, unsigned long long bytes)
     char req[40];
     int n = snprintf(req, sizeof(req), "S%llu\n", bytes);
     if (fd < 0 || write(fd, req, (size_t)n) != n)
-        die("download request: %s", strerror(errno));
+        bench_die("download request: %s", strerror(errno));
     static char buf[1 << 17];
     unsigned long long got = 0;
     ssize_t r;
@@ -162,7 +157,7 @@ static double download(int port, unsigned long long bytes)
         got += (unsigned long long)r;
     close(fd);
     if (got != bytes)
-        die("download: %llu of %llu bytes", got, bytes);
+        bench_die("download: %llu of %llu bytes", got, bytes);
     return bench_now() - t0;
 }
 
@@ -183,7 +178,7 @@ static double hundred_at_once(int port)
     double t0 = bench_now();
     for (int i = 0; i < 100; i++)
         if (pthread_create(&t[i], NULL, many_one, &a) != 0)
-            die("pthread_create");
+            bench_die("pthread_create");
     for (int i = 0; i < 100; i++)
         pthread_join(t[i], NULL);
     return bench_now() - t0;
@@ -204,12 +199,12 @@ static void measure(int port, int n, struct rows *r)
     r->req_p99 = bench_pct(v, n, 99);
     int fd = dial(port);
     if (fd < 0 || write(fd, "E", 1) != 1)
-        die("echo connection: %s", strerror(errno));
+        bench_die("echo connection: %s", strerror(errno));
     for (int i = 0; i < n; i++) {
         double t0 = bench_now();
         char c = 'y';
         if (write(fd, &c, 1) != 1)
-            die("write: %s", strerror(errno));
+            bench_die("write: %s", strerror(errno));
         must_read(fd, &c, 1);
         v[i] = bench_now() - t0;
     }
@@ -246,6 +241,7 @@ static int wait_up(int port)
 
 int main(int argc, char **argv)
 {
+    bench_on_die(cleanup);
     if (argc == 3 && !strcmp(argv[1], "--serve"))
         return serve((int)strtol(argv[2], NULL, 10));
     int n = argc > 1 ? (int)strtol(argv[1], NULL, 10) : 1000;
@@ -259,7 +255,7 @@ int main(int argc, char **argv)
     sigaction(SIGPIPE, &ign, NULL);
     snprintf(state_root, sizeof(state_root), "/tmp/sbx-bench-XXXXXX");
     if (!mkdtemp(state_root))
-        die("mkdtemp: %s", strerror(errno));
+        bench_die("mkdtemp: %s", strerror(errno));
     setenv("SBX_STATE_DIR", state_root, 1);
 
     /* The direct baseline: the same server, a child process on the host, on a free port. */
@@ -271,7 +267,7 @@ int main(int argc, char **argv)
         socklen_t sl = sizeof(sa);
         if (bind(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
             getsockname(s, (struct sockaddr *)&sa, &sl) < 0)
-            die("a free port: %s", strerror(errno));
+            bench_die("a free port: %s", strerror(errno));
         direct_port = ntohs(sa.sin_port);
         close(s);
     }
@@ -288,33 +284,33 @@ int main(int argc, char **argv)
     sbx_provider *p = NULL;
     sbx_sandbox *sb = NULL;
     sbx_error *e = NULL;
-    sbx_spec *spec = sbx_spec_new();
+    sbx_spec *spec = bench_spec(NULL);
     sbx_spec_add_port(spec, BOX_PORT, NULL);
     if (sbx_provider_new("{\"linux\": {}}", &p, &e) != SBX_OK ||
         sbx_sandbox_new(p, spec, &sb, &e) != SBX_OK || sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
-        die("a box: %s", sbx_error_message(e));
+        bench_die("a box: %s", sbx_error_message(e));
     char self[4096];
     ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (sl <= 0)
-        die("readlink: %s", strerror(errno));
+        bench_die("readlink: %s", strerror(errno));
     self[sl] = 0;
     sbx_exec_result *r = NULL;
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "setsid -f /tmp/bench-srv --serve %d >/dev/null 2>&1", BOX_PORT);
     if (sbx_sandbox_upload(sb, self, "/tmp/bench-srv", &e) != SBX_OK ||
         sbx_sandbox_exec(sb, cmd, NULL, &r, &e) != SBX_OK)
-        die("the box's server: %s", sbx_error_message(e));
+        bench_die("the box's server: %s", sbx_error_message(e));
     sbx_exec_result_free(r);
     sbx_endpoint *ep = NULL;
     if (sbx_sandbox_endpoint(sb, BOX_PORT, &ep, &e) != SBX_OK)
-        die("endpoint: %s", sbx_error_message(e));
+        bench_die("endpoint: %s", sbx_error_message(e));
     int ep_port = (int)strtol(strrchr(sbx_endpoint_url(ep), ':') + 1, NULL, 10);
     printf("# endpoint %s -> box 127.0.0.1:%d; direct 127.0.0.1:%d (the same server on the "
            "host)\n",
            sbx_endpoint_url(ep), BOX_PORT, direct_port);
     sbx_endpoint_free(ep);
     if (wait_up(direct_port) < 0 || wait_up(ep_port) < 0)
-        die("a server did not come up");
+        bench_die("a server did not come up");
 
     struct rows d, b;
     measure(direct_port, n, &d);
@@ -336,7 +332,7 @@ int main(int argc, char **argv)
     kill(host_srv, SIGKILL);
     waitpid(host_srv, NULL, 0);
     if (sbx_sandbox_stop(sb, &e) != SBX_OK)
-        die("stop: %s", sbx_error_message(e));
+        bench_die("stop: %s", sbx_error_message(e));
     sbx_sandbox_free(sb);
     sbx_spec_free(spec);
     sbx_provider_free(p);

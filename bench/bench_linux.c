@@ -30,6 +30,7 @@
  * Needs root.
  */
 #include "core/internal.h"
+#include "lib/bench.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -54,36 +55,7 @@ static sbx_spec *SPEC;
 
 static double now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The p-th percentile (0..100) of v[0..n), nearest rank; sorts v. NAN when n is 0. */
-static double pct(double *v, int n, double p)
-{
-    if (n <= 0)
-        return NAN;
-    qsort(v, (size_t)n, sizeof(double), cmp);
-    int i = (int)(p / 100.0 * n + 0.5) - 1;
-    return v[i < 0 ? 0 : i >= n ? n - 1 : i];
-}
-
-__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "bench_linux: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
+    return bench_now() * 1e3;
 }
 
 /* --- processes ------------------------------------------------------------ */
@@ -266,7 +238,7 @@ static sbx_sandbox *box_start(void)
     sbx_error *e = NULL;
     sbx_sandbox_new(P, SPEC, &sb, NULL);
     if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
-        die("start: %s", sbx_error_message(e));
+        bench_die("start: %s", sbx_error_message(e));
     return sb;
 }
 
@@ -275,11 +247,11 @@ static void box_exec(sbx_sandbox *sb, const char *cmd)
     sbx_exec_result *r = NULL;
     sbx_error *e = NULL;
     if (sbx_sandbox_exec(sb, cmd, NULL, &r, &e) != SBX_OK)
-        die("exec: %s", sbx_error_message(e));
+        bench_die("exec: %s", sbx_error_message(e));
     int rc = sbx_exec_result_return_code(r);
     sbx_exec_result_free(r);
     if (rc != 0)
-        die("exec %s: exit %d", cmd, rc);
+        bench_die("exec %s: exit %d", cmd, rc);
 }
 
 /* The shim's and the agent's host pids, from the box record. */
@@ -311,7 +283,7 @@ static void wait_all(sbx_future **fs, int n, const char *what)
     for (int i = 0; i < n; i++) {
         sbx_error *e = NULL;
         if (sbx_future_wait(fs[i], -1, &e) != SBX_OK)
-            die("%s %d: %s", what, i, sbx_error_message(e));
+            bench_die("%s %d: %s", what, i, sbx_error_message(e));
         sbx_future_free(fs[i]);
     }
 }
@@ -424,7 +396,7 @@ static void bench_all(int n)
         double t0 = now_ms();
         sbx_error *err = NULL;
         if (sbx_sandbox_start(sb, NULL, &err) != SBX_OK)
-            die("start: %s", sbx_error_message(err));
+            bench_die("start: %s", sbx_error_message(err));
         a[i] = now_ms() - t0;
         box_exec(sb, "true");
         sbx_sandbox_stop(sb, NULL);
@@ -443,15 +415,15 @@ static void bench_all(int n)
         f[i] = run_ms(argv);
     }
     header("create->ready (ms)");
-    double fe50 = pct(c, n, 50), fe90 = pct(c, n, 90), fe99 = pct(c, n, 99);
-    double bw50 = have_bwrap ? pct(d, n, 50) : NAN, bw90 = have_bwrap ? pct(d, n, 90) : NAN,
-           bw99 = have_bwrap ? pct(d, n, 99) : NAN;
-    row("  p50", pct(a, n, 50), fe50, bw50, pct(e, ndr, 50));
-    row("  p90", pct(a, n, 90), fe90, bw90, pct(e, ndr, 90));
-    row("  p99", pct(a, n, 99), fe99, bw99, pct(e, ndr, 99));
+    double fe50 = bench_pct(c, n, 50), fe90 = bench_pct(c, n, 90), fe99 = bench_pct(c, n, 99);
+    double bw50 = have_bwrap ? bench_pct(d, n, 50) : NAN, bw90 = have_bwrap ? bench_pct(d, n, 90) : NAN,
+           bw99 = have_bwrap ? bench_pct(d, n, 99) : NAN;
+    row("  p50", bench_pct(a, n, 50), fe50, bw50, bench_pct(e, ndr, 50));
+    row("  p90", bench_pct(a, n, 90), fe90, bw90, bench_pct(e, ndr, 90));
+    row("  p99", bench_pct(a, n, 99), fe99, bw99, bench_pct(e, ndr, 99));
     header("one-shot: create+exec+stop (ms)");
-    row("  p50", pct(b, n, 50), fe50, bw50, docker_ok ? pct(f, nd, 50) : NAN);
-    row("  p99", pct(b, n, 99), fe99, bw99, docker_ok ? pct(f, nd, 99) : NAN);
+    row("  p50", bench_pct(b, n, 50), fe50, bw50, docker_ok ? bench_pct(f, nd, 50) : NAN);
+    row("  p99", bench_pct(b, n, 99), fe99, bw99, docker_ok ? bench_pct(f, nd, 99) : NAN);
 
     /* 2. exec round trip in a warm box. */
     sbx_sandbox *warm = box_start();
@@ -470,8 +442,8 @@ static void bench_all(int n)
         e[nde++] = run_ms(argv);
     }
     header("exec true round trip (ms)");
-    row("  p50", pct(a, n, 50), pct(c, n, 50), NAN, pct(e, nde, 50));
-    row("  p99", pct(a, n, 99), pct(c, n, 99), NAN, pct(e, nde, 99));
+    row("  p50", bench_pct(a, n, 50), bench_pct(c, n, 50), NAN, bench_pct(e, nde, 50));
+    row("  p99", bench_pct(a, n, 99), bench_pct(c, n, 99), NAN, bench_pct(e, nde, 99));
 
     /* 3. 50 concurrent execs on one box: wall time for all, and each one's latency. */
     enum { K = 50, ROUNDS = 3 };
@@ -484,7 +456,7 @@ static void bench_all(int n)
         for (int i = 0; i < K; i++) {
             sp[i] = (struct stamp){ t0, &lat[r * K + i] };
             if (sbx_sandbox_exec_async(warm, "true", NULL, &fs[i], NULL) != SBX_OK)
-                die("exec_async");
+                bench_die("exec_async");
             sbx_future_then(fs[i], stamp_cb, &sp[i]);
         }
         wait_all(fs, K, "concurrent exec");
@@ -498,10 +470,10 @@ static void bench_all(int n)
         }
     }
     header("50 concurrent execs, one box (ms)");
-    row("  all done, p50 of 3 rounds", pct(wall, ROUNDS, 50), pct(fwall, ROUNDS, 50), NAN,
-        pct(dwall, ndw, 50));
-    row("  each exec p50", pct(lat, K * ROUNDS, 50), NAN, NAN, NAN);
-    row("  each exec p99", pct(lat, K * ROUNDS, 99), NAN, NAN, NAN);
+    row("  all done, p50 of 3 rounds", bench_pct(wall, ROUNDS, 50), bench_pct(fwall, ROUNDS, 50), NAN,
+        bench_pct(dwall, ndw, 50));
+    row("  each exec p50", bench_pct(lat, K * ROUNDS, 50), NAN, NAN, NAN);
+    row("  each exec p99", bench_pct(lat, K * ROUNDS, 99), NAN, NAN, NAN);
 
     /* 4. upload / download 256 MiB. */
     const size_t big = 256u << 20;
@@ -516,7 +488,7 @@ static void bench_all(int n)
             buf[i] = (unsigned char)(buf[i - 1024] * 31 + i);
         for (size_t off = 0; off < big; off += 1 << 20)
             if (write(fd, buf, 1 << 20) != 1 << 20)
-                die("writing %s", src);
+                bench_die("writing %s", src);
         free(buf);
         close(fd);
     }
@@ -524,14 +496,14 @@ static void bench_all(int n)
     sbx_error *err = NULL;
     double t0 = now_ms();
     if (sbx_sandbox_upload(warm, src, "/tmp/big", &err) != SBX_OK)
-        die("upload: %s", sbx_error_message(err));
+        bench_die("upload: %s", sbx_error_message(err));
     up = now_ms() - t0;
     t0 = now_ms();
     if (sbx_sandbox_download(warm, "/tmp/big", dst, &err) != SBX_OK)
-        die("download: %s", sbx_error_message(err));
+        bench_die("download: %s", sbx_error_message(err));
     down = now_ms() - t0;
     if (stat(dst, &st) != 0 || (size_t)st.st_size != big)
-        die("download: wrong size");
+        bench_die("download: wrong size");
     box_exec(warm, "rm /tmp/big");
     const char *cpv[] = { "cp", src, cpd, NULL };
     cp = run_ms(cpv);
@@ -561,7 +533,7 @@ static void bench_all(int n)
     for (int i = 0; i < C; i++) {
         sbx_sandbox_new(P, SPEC, &sbs[i], NULL);
         if (sbx_sandbox_start_async(sbs[i], NULL, &fs[i], NULL) != SBX_OK)
-            die("start_async");
+            bench_die("start_async");
     }
     wait_all(fs, C, "concurrent create");
     double cwall = now_ms() - t0;
@@ -579,7 +551,7 @@ static void bench_all(int n)
     t0 = now_ms();
     for (int i = 0; i < C; i++)
         if (sbx_sandbox_stop_async(sbs[i], &fs[i], NULL) != SBX_OK)
-            die("stop_async");
+            bench_die("stop_async");
     wait_all(fs, C, "concurrent stop");
     double swall = now_ms() - t0;
     for (int i = 0; i < C; i++)
@@ -852,7 +824,7 @@ static void bench_many(int n)
         for (int i = base; i < end; i++) {
             sbx_sandbox_new(P, SPEC, &sbs[i], NULL);
             if (sbx_sandbox_start_async(sbs[i], NULL, &fs[i], NULL) != SBX_OK)
-                die("start_async");
+                bench_die("start_async");
         }
         for (int i = base; i < end; i++) {
             sbx_error *e = NULL;
@@ -961,7 +933,7 @@ static void bench_churn(int total, int inflight, const char *cmd)
         for (int i = 0; i < w; i++) {
             sbx_sandbox_new(P, SPEC, &sbs[i], NULL);
             if (sbx_sandbox_start_async(sbs[i], NULL, &fs[i], NULL) != SBX_OK)
-                die("start_async");
+                bench_die("start_async");
         }
         for (int i = 0; i < w; i++) {
             sbx_error *e = NULL;
@@ -1063,8 +1035,8 @@ int main(int argc, char **argv)
              userns ? "true" : "false", memcg, shell ? ", \"shell\": \"" : "", shell ? shell : "",
              shell ? "\"" : "");
     if (sbx_provider_new(cfg, &P, &e) != SBX_OK)
-        die("provider: %s", sbx_error_message(e));
-    SPEC = sbx_spec_new();
+        bench_die("provider: %s", sbx_error_message(e));
+    SPEC = bench_spec(NULL);
     if (memory_mib > 0)
         sbx_spec_set_memory_mib(SPEC, memory_mib);
     if (inflight < 1)

@@ -6,6 +6,7 @@
  *   build/bench/bench_local [iterations]
  */
 #include <sbx.h>
+#include "lib/bench.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,17 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void die(const char *what, sbx_error *e)
 {
-    fprintf(stderr, "bench_local: %s: %s\n", what, e ? sbx_error_message(e) : "failed");
-    exit(1);
+    bench_die("%s: %s", what, e ? sbx_error_message(e) : "failed");
 }
 
 int main(int argc, char **argv)
@@ -42,9 +35,9 @@ int main(int argc, char **argv)
     sbx_provider *p = NULL;
     if (sbx_provider_new(cfg, &p, &e))
         die("provider", e);
-    sbx_spec *spec = sbx_spec_new();
+    sbx_spec *spec = bench_spec(NULL);
 
-    double t0 = now();
+    double t0 = bench_now();
     for (int i = 0; i < n; i++) {
         sbx_sandbox *sb = NULL;
         if (sbx_sandbox_new(p, spec, &sb, &e) || sbx_sandbox_start(sb, NULL, &e) ||
@@ -52,24 +45,24 @@ int main(int argc, char **argv)
             die("create/stop", e);
         sbx_sandbox_free(sb);
     }
-    double dt = now() - t0;
+    double dt = bench_now() - t0;
     printf("create+stop           %8.1f us each  (%d)\n", dt / n * 1e6, n);
 
     sbx_sandbox *sb = NULL;
     if (sbx_sandbox_new(p, spec, &sb, &e) || sbx_sandbox_start(sb, NULL, &e))
         die("start", e);
-    t0 = now();
+    t0 = bench_now();
     for (int i = 0; i < n; i++) {
         sbx_exec_result *r = NULL;
         if (sbx_sandbox_exec(sb, "true", NULL, &r, &e))
             die("exec", e);
         sbx_exec_result_free(r);
     }
-    dt = now() - t0;
+    dt = bench_now() - t0;
     printf("exec 'true' serial    %8.1f us each  (%d)\n", dt / n * 1e6, n);
 
     sbx_future **fs = calloc((size_t)n, sizeof(*fs));
-    t0 = now();
+    t0 = bench_now();
     for (int i = 0; i < n; i++)
         if (sbx_sandbox_exec_async(sb, "echo hi", NULL, &fs[i], &e))
             die("exec_async", e);
@@ -78,17 +71,17 @@ int main(int argc, char **argv)
             die("wait", e);
         sbx_future_free(fs[i]);
     }
-    dt = now() - t0;
+    dt = bench_now() - t0;
     printf("exec 'echo' x%-4d     %8.1f execs/s (concurrency 64)\n", n, n / dt);
     free(fs);
 
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_timeout(o, -1);
-    t0 = now();
+    t0 = bench_now();
     sbx_exec_result *r = NULL;
     if (sbx_sandbox_exec(sb, "head -c 268435456 /dev/zero", o, &r, &e))
         die("exec big", e);
-    dt = now() - t0;
+    dt = bench_now() - t0;
     size_t len = 0;
     sbx_exec_result_stdout(r, &len);
     printf("stdout 256 MiB        %8.1f MiB/s   (%zu bytes)\n", len / dt / (1 << 20), len);
@@ -99,10 +92,10 @@ int main(int argc, char **argv)
     if (sbx_sandbox_exec(sb, "head -c 536870912 /dev/zero > ../big.bin", o, &r, &e))
         die("make file", e);
     sbx_exec_result_free(r);
-    t0 = now();
+    t0 = bench_now();
     if (sbx_sandbox_upload(sb, src, "in/big.bin", &e))
         die("upload", e);
-    dt = now() - t0;
+    dt = bench_now() - t0;
     printf("upload 512 MiB        %8.1f MiB/s\n", 512 / dt);
     unlink(src);
     sbx_exec_opts_free(o);

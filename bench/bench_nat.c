@@ -14,7 +14,7 @@
  *   build/bench/bench_nat [N]     (N boxes of each kind, default 10)
  */
 #include "core/internal.h"
-#include "bench.h"
+#include "lib/bench.h"
 #include "providers/linux/linux.h"
 
 #include <arpa/inet.h>
@@ -29,22 +29,17 @@
 static pid_t srv;           /* the host's server, killed on every way out */
 static char state_root[64]; /* SBX_STATE_DIR, removed on every way out */
 
-__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...)
+/* bench_die(): the server goes, and the state dir with it (the boxes die with the bench). */
+static void cleanup(void)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench_nat: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
     if (srv > 0) {
         kill(srv, SIGKILL);
         waitpid(srv, NULL, 0);
     }
     if (state_root[0])
         sbx__rm_rf(state_root);
-    exit(1);
 }
+
 
 /* The server: "<bytes>\n" in, that many zero bytes out, one connection at a time. */
 static void serve(int s)
@@ -97,21 +92,19 @@ static double fetch(const char *addr, int port, unsigned long long bytes)
 
 static double start_time(sbx_provider *p, const char *options, sbx_sandbox **out)
 {
-    sbx_spec *spec = sbx_spec_new();
+    sbx_spec *spec = bench_spec(options);
     sbx_sandbox *sb = NULL;
     sbx_error *e = NULL;
-    if (!spec || sbx_spec_set_provider_options(spec, options, &e) != SBX_OK)
-        die("spec: %s", e ? sbx_error_message(e) : "out of memory");
     double t0 = bench_now();
     if (sbx_sandbox_new(p, spec, &sb, &e) != SBX_OK || sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
-        die("a box (%s): %s", options, sbx_error_message(e));
+        bench_die("a box (%s): %s", options, sbx_error_message(e));
     double t = bench_now() - t0;
     sbx_spec_free(spec);
     if (out) {
         *out = sb;
     } else {
         if (sbx_sandbox_stop(sb, &e) != SBX_OK)
-            die("stop: %s", sbx_error_message(e));
+            bench_die("stop: %s", sbx_error_message(e));
         sbx_sandbox_free(sb);
     }
     return t;
@@ -119,6 +112,7 @@ static double start_time(sbx_provider *p, const char *options, sbx_sandbox **out
 
 int main(int argc, char **argv)
 {
+    bench_on_die(cleanup);
     if (argc == 5 && !strcmp(argv[1], "--fetch")) {
         /* In the box: the same client, its seconds on stdout. */
         double t = fetch(argv[2], (int)strtol(argv[3], NULL, 10), strtoull(argv[4], NULL, 10));
@@ -138,7 +132,7 @@ int main(int argc, char **argv)
     }
     snprintf(state_root, sizeof(state_root), "/tmp/sbx-bench-XXXXXX");
     if (!mkdtemp(state_root))
-        die("mkdtemp: %s", strerror(errno));
+        bench_die("mkdtemp: %s", strerror(errno));
     setenv("SBX_STATE_DIR", state_root, 1);
 
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -146,7 +140,7 @@ int main(int argc, char **argv)
     socklen_t sl = sizeof(sa);
     if (s < 0 || bind(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(s, 64) < 0 ||
         getsockname(s, (struct sockaddr *)&sa, &sl) < 0)
-        die("listen: %s", strerror(errno));
+        bench_die("listen: %s", strerror(errno));
     int port = ntohs(sa.sin_port);
     if ((srv = fork()) == 0)
         serve(s);
@@ -155,13 +149,13 @@ int main(int argc, char **argv)
     sbx_provider *p = NULL;
     sbx_error *e = NULL;
     if (sbx_provider_new("{\"linux\": {}}", &p, &e) != SBX_OK)
-        die("provider: %s", sbx_error_message(e));
+        bench_die("provider: %s", sbx_error_message(e));
     /* One of each first: the image and the caches are warm for both. */
     start_time(p, "{\"network\": \"none\"}", NULL);
     start_time(p, "{\"network\": \"nat\"}", NULL);
     double *none = calloc((size_t)n, sizeof(double)), *nat = calloc((size_t)n, sizeof(double));
     if (!none || !nat)
-        die("out of memory");
+        bench_die("out of memory");
     for (int i = 0; i < n; i++) {
         none[i] = start_time(p, "{\"network\": \"none\"}", NULL);
         nat[i] = start_time(p, "{\"network\": \"nat\"}", NULL);
@@ -170,7 +164,7 @@ int main(int argc, char **argv)
 
     double direct = fetch("127.0.0.1", port, DOWNLOAD);
     if (direct < 0)
-        die("the direct download failed");
+        bench_die("the direct download failed");
     char opts[128];
     snprintf(opts, sizeof(opts), "{\"network\": \"nat\", \"egress\": {\"allow\": [\"host:%d\"]}}",
              port);
@@ -179,7 +173,7 @@ int main(int argc, char **argv)
     char self[4096];
     ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (k <= 0)
-        die("readlink: %s", strerror(errno));
+        bench_die("readlink: %s", strerror(errno));
     self[k] = 0;
     char cmd[256];
     snprintf(cmd, sizeof(cmd), "/tmp/bench-nat --fetch " SBX_NAT_GATEWAY " %d %llu", port,
@@ -187,14 +181,14 @@ int main(int argc, char **argv)
     sbx_exec_result *r = NULL;
     if (sbx_sandbox_upload(sb, self, "/tmp/bench-nat", &e) != SBX_OK ||
         sbx_sandbox_exec(sb, cmd, NULL, &r, &e) != SBX_OK)
-        die("the box's client: %s", sbx_error_message(e));
+        bench_die("the box's client: %s", sbx_error_message(e));
     const char *o = sbx_exec_result_stdout(r, NULL);
     double boxed = o ? strtod(o, NULL) : -1;
     if (sbx_exec_result_return_code(r) != 0 || boxed <= 0)
-        die("the download in the box failed: %s", sbx_exec_result_stderr(r, NULL));
+        bench_die("the download in the box failed: %s", sbx_exec_result_stderr(r, NULL));
     sbx_exec_result_free(r);
     if (sbx_sandbox_stop(sb, &e) != SBX_OK)
-        die("stop: %s", sbx_error_message(e));
+        bench_die("stop: %s", sbx_error_message(e));
     sbx_sandbox_free(sb);
 
     double mib = (double)DOWNLOAD / (1 << 20);

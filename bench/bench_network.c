@@ -10,33 +10,20 @@
  *   build/bench/bench_network [N]     (N creates per row, default 30)
  */
 #include "core/internal.h"
-#include "bench.h"
+#include "lib/bench.h"
 
 #include <sbx.h>
 #include <stdarg.h>
 
 static char state_root[64];
 
-__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench_network: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
 static sbx_sandbox *start_box(sbx_provider *p, const char *opts)
 {
-    sbx_spec *s = sbx_spec_new();
+    sbx_spec *s = bench_spec(opts);
     sbx_sandbox *sb = NULL;
     sbx_error *e = NULL;
-    if (opts && sbx_spec_set_provider_options(s, opts, &e) < 0)
-        die("provider_options: %s", sbx_error_message(e));
     if (sbx_sandbox_new(p, s, &sb, &e) < 0 || sbx_sandbox_start(sb, NULL, &e) < 0)
-        die("start: %s", sbx_error_message(e));
+        bench_die("start: %s", sbx_error_message(e));
     sbx_spec_free(s);
     return sb;
 }
@@ -45,7 +32,7 @@ static void stop_box(sbx_sandbox *sb)
 {
     sbx_error *e = NULL;
     if (sbx_sandbox_stop(sb, &e) < 0)
-        die("stop: %s", sbx_error_message(e));
+        bench_die("stop: %s", sbx_error_message(e));
     sbx_sandbox_free(sb);
 }
 
@@ -72,34 +59,34 @@ int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 30; /* a benchmark's own argument, not outside input */
     if (n < 1 || n > 10000)
-        die("N must be 1..10000");
+        bench_die("N must be 1..10000");
     if (geteuid() != 0) {
         printf("bench_network: skipped (box-to-box networks need root)\n");
         return 0;
     }
     snprintf(state_root, sizeof(state_root), "/tmp/sbx-bench-net-XXXXXX");
     if (!mkdtemp(state_root))
-        die("mkdtemp: %s", strerror(errno));
+        bench_die("mkdtemp: %s", strerror(errno));
     setenv("SBX_STATE_DIR", state_root, 1);
     sbx_provider *p = NULL;
     sbx_error *e = NULL;
     if (sbx_provider_new("{\"linux\": {}}", &p, &e) < 0)
-        die("provider: %s", sbx_error_message(e));
+        bench_die("provider: %s", sbx_error_message(e));
     double *none = calloc((size_t)n, sizeof(double)), *net = calloc((size_t)n, sizeof(double));
     double *crowd = calloc((size_t)n, sizeof(double)), *mk = calloc((size_t)n, sizeof(double));
     if (!none || !net || !crowd || !mk)
-        die("out of memory");
+        bench_die("out of memory");
     /* network create / rm, N times. */
     for (int i = 0; i < n; i++) {
         double t0 = bench_now();
         if (sbx_provider_network_create(p, "b", NULL, &e) < 0)
-            die("network create: %s", sbx_error_message(e));
+            bench_die("network create: %s", sbx_error_message(e));
         mk[i] = bench_now() - t0;
         if (sbx_provider_network_remove(p, "b", &e) < 0)
-            die("network rm: %s", sbx_error_message(e));
+            bench_die("network rm: %s", sbx_error_message(e));
     }
     if (sbx_provider_network_create(p, "b", NULL, &e) < 0)
-        die("network create: %s", sbx_error_message(e));
+        bench_die("network create: %s", sbx_error_message(e));
     one(p, NULL); /* warm: the none image's skeleton, the seccomp cache */
     for (int i = 0; i < n; i++) {
         none[i] = one(p, NULL);
@@ -113,7 +100,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < 8; i++)
         stop_box(peers[i]);
     if (sbx_provider_network_remove(p, "b", &e) < 0)
-        die("network rm: %s", sbx_error_message(e));
+        bench_die("network rm: %s", sbx_error_message(e));
     printf("linux box create (start until ready), %d each, interleaved:\n", n);
     double base = bench_pct(none, n, 50);
     row("network none", none, n, 0);

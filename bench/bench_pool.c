@@ -7,7 +7,7 @@
  * uv_queue_work run on the caller's own loop does not pay. Comparisons, not
  * pass/fail.
  */
-#include "bench.h"
+#include "lib/bench.h"
 
 #include "core/internal.h"
 

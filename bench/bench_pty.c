@@ -9,6 +9,7 @@
  *   build/bench/bench_pty [iterations]   (default 200)
  */
 #include <sbx.h>
+#include "lib/bench.h"
 
 #include <ftw.h>
 #include <limits.h>
@@ -17,13 +18,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static int fail(const char *what, sbx_error *e)
 {
@@ -71,7 +65,7 @@ static int bench(const char *label, const char *cfg, int n)
     int rc = -1;
     if (sbx_provider_new(cfg, &p, &e))
         return fail("provider", e);
-    sbx_spec *spec = sbx_spec_new();
+    sbx_spec *spec = bench_spec(NULL);
     int started = sbx_sandbox_new(p, spec, &sb, &e) || sbx_sandbox_start(sb, NULL, &e);
     sbx_spec_free(spec);
     if (started) {
@@ -87,18 +81,18 @@ static int bench(const char *label, const char *cfg, int n)
     /* Interleaved rounds, so that drift on a shared machine hits both alike. */
     for (int i = 0; i < n; i++) {
         sbx_exec_result *r = NULL;
-        double t0 = now();
+        double t0 = bench_now();
         if (sbx_sandbox_exec(sb, "true", NULL, &r, &e)) {
             fail("exec", e);
             goto out;
         }
-        double t1 = now();
+        double t1 = bench_now();
         sbx_exec_result_free(r);
         if (sbx_sandbox_pty_exec(sb, "true", NULL, &r, &e)) {
             fail("pty exec", e);
             goto out;
         }
-        double t2 = now();
+        double t2 = bench_now();
         if (sbx_exec_result_return_code(r) != 0) {
             fprintf(stderr, "bench_pty: pty exec 'true' returned %d\n",
                     sbx_exec_result_return_code(r));

@@ -15,6 +15,7 @@
  * provider; prints a skip line otherwise.
  */
 #include <sbx.h>
+#include "lib/bench.h"
 
 #include <fcntl.h>
 #include <ftw.h>
@@ -27,28 +28,12 @@
 
 static double now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double pct(double *v, int n, double p)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp);
-    int i = (int)(p / 100.0 * (n - 1) + 0.5);
-    return v[i];
+    return bench_now() * 1e3;
 }
 
 static void die(const char *what, sbx_error *e)
 {
-    fprintf(stderr, "bench_stream: %s: %s\n", what, e ? sbx_error_message(e) : "failed");
-    exit(1);
+    bench_die("%s: %s", what, e ? sbx_error_message(e) : "failed");
 }
 
 static void exec_ok(sbx_sandbox *sb, const char *cmd, const sbx_exec_opts *o)
@@ -59,16 +44,14 @@ static void exec_ok(sbx_sandbox *sb, const char *cmd, const sbx_exec_opts *o)
         die(cmd, e);
     if (sbx_exec_result_return_code(r) != 0) {
         const char *er = sbx_exec_result_stderr(r, NULL);
-        fprintf(stderr, "bench_stream: %s exited %d: %s\n", cmd, sbx_exec_result_return_code(r),
-                er ? er : "");
-        exit(1);
+        bench_die("%s exited %d: %s", cmd, sbx_exec_result_return_code(r), er ? er : "");
     }
     sbx_exec_result_free(r);
 }
 
 static void row(const char *what, double *v, int n)
 {
-    printf("  %-30s %8.3f %8.3f\n", what, pct(v, n, 50), pct(v, n, 90));
+    printf("  %-30s %8.3f %8.3f\n", what, bench_pct(v, n, 50), bench_pct(v, n, 90));
 }
 
 #ifdef SBX_STREAM_STDOUT
@@ -120,7 +103,7 @@ int main(int argc, char **argv)
     sbx_error *e = NULL;
     if (sbx_provider_new("{\"linux\": {}}", &p, &e) != SBX_OK)
         die("provider", e);
-    sbx_spec *spec = sbx_spec_new();
+    sbx_spec *spec = bench_spec(NULL);
     double *v = calloc((size_t)n, sizeof(double));
 
     printf("\n# bench_stream: %d runs, warm linux box (ms)      %8s %8s\n", n, "p50", "p90");

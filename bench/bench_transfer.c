@@ -16,7 +16,7 @@
  *
  *   build/bench/bench_transfer [N]   (N repetitions, median reported; default 5)
  */
-#include "bench.h"
+#include "lib/bench.h"
 
 #include <sbx.h>
 
@@ -28,18 +28,6 @@
 #include <sys/stat.h>
 
 static char tmp[256];
-
-static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "bench_transfer: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
-}
 
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int sh(const char *fmt, ...)
@@ -65,12 +53,12 @@ static void make_tree(const char *root)
     for (int d = 0; d < 100; d++) {
         snprintf(path, sizeof(path), "%s/d%02d", root, d);
         if (mkdir(path, 0755) < 0 && errno != EEXIST)
-            die("mkdir %s: %s", path, strerror(errno));
+            bench_die("mkdir %s: %s", path, strerror(errno));
         for (int f = 0; f < 100; f++) {
             snprintf(path, sizeof(path), "%s/d%02d/f%03d.c", root, d, f);
             FILE *fp = fopen(path, "we");
             if (!fp)
-                die("create %s", path);
+                bench_die("create %s", path);
             int n = 16 + (d * 100 + f) % 185;
             for (int i = 0; i < n; i++)
                 fputc('a' + (i + f) % 26, fp);
@@ -94,9 +82,9 @@ static void box_exec(sbx_sandbox *sb, const char *cmd, int in, int out)
     sbx_exec_result *r = NULL;
     sbx_error *e = NULL;
     if (sbx_sandbox_exec(sb, cmd, o, &r, &e) != SBX_OK)
-        die("exec %s: %s", cmd, sbx_error_message(e));
+        bench_die("exec %s: %s", cmd, sbx_error_message(e));
     if (sbx_exec_result_return_code(r) != 0)
-        die("%s exited %d: %s", cmd, sbx_exec_result_return_code(r),
+        bench_die("%s exited %d: %s", cmd, sbx_exec_result_return_code(r),
             sbx_exec_result_stderr(r, NULL));
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
@@ -108,7 +96,7 @@ static double old_upload(sbx_sandbox *sb, const char *src, const char *dst)
     double t0 = bench_now();
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
-        die("pipe");
+        bench_die("pipe");
     pid_t pid = fork();
     if (pid == 0) {
         dup2(p[1], 1);
@@ -131,7 +119,7 @@ static double old_download(sbx_sandbox *sb, const char *src, const char *dst)
     mkdir(dst, 0755);
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
-        die("pipe");
+        bench_die("pipe");
     pid_t pid = fork();
     if (pid == 0) {
         dup2(p[0], 0);
@@ -146,7 +134,7 @@ static double old_download(sbx_sandbox *sb, const char *src, const char *dst)
     int st;
     waitpid(pid, &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st))
-        die("host tar -x failed");
+        bench_die("host tar -x failed");
     return bench_now() - t0;
 }
 
@@ -168,13 +156,13 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     snprintf(tmp, sizeof(tmp), "/tmp/sbx-bench-transfer-XXXXXX");
     if (!mkdtemp(tmp))
-        die("mkdtemp");
+        bench_die("mkdtemp");
     if (sh("set -e; mkdir -p %s/img/bin %s/img/etc %s/src; cp /bin/busybox %s/img/bin/; "
            "for a in sh tar mkdir; do ln -s busybox %s/img/bin/$a; done; "
            "echo 'root:x:0:0:root:/root:/bin/sh' > %s/img/etc/passwd; "
            "echo 'root:x:0:' > %s/img/etc/group",
            tmp, tmp, tmp, tmp, tmp, tmp, tmp) != 0)
-        die("building the busybox image (needs /bin/busybox)");
+        bench_die("building the busybox image (needs /bin/busybox)");
     char src[512], img[512];
     snprintf(src, sizeof(src), "%s/src", tmp);
     snprintf(img, sizeof(img), "%s/img", tmp);
@@ -183,14 +171,14 @@ int main(int argc, char **argv)
     sbx_provider *p = NULL;
     sbx_error *e = NULL;
     if (sbx_provider_new("{\"linux\": {}}", &p, &e) != SBX_OK)
-        die("provider: %s", sbx_error_message(e));
-    sbx_spec *spec = sbx_spec_new();
+        bench_die("provider: %s", sbx_error_message(e));
+    sbx_spec *spec = bench_spec(NULL);
     sbx_spec_set_image(spec, img);
     sbx_spec_set_workdir(spec, "/work");
     sbx_sandbox *sb = NULL;
     sbx_sandbox_new(p, spec, &sb, NULL);
     if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
-        die("start: %s", sbx_error_message(e));
+        bench_die("start: %s", sbx_error_message(e));
 
     double *up = calloc((size_t)n, sizeof(double)), *down = calloc((size_t)n, sizeof(double));
     double *oup = calloc((size_t)n, sizeof(double)), *odown = calloc((size_t)n, sizeof(double));
@@ -200,12 +188,12 @@ int main(int argc, char **argv)
         snprintf(dst, sizeof(dst), "/work/new%d", i);
         double t0 = bench_now();
         if (sbx_sandbox_upload_dir(sb, src, dst, 0, &e) != SBX_OK)
-            die("upload_dir: %s", sbx_error_message(e));
+            bench_die("upload_dir: %s", sbx_error_message(e));
         up[i] = bench_now() - t0;
         snprintf(local, sizeof(local), "%s/back-new%d", tmp, i);
         t0 = bench_now();
         if (sbx_sandbox_download_dir(sb, dst, local, 0, &e) != SBX_OK)
-            die("download_dir: %s", sbx_error_message(e));
+            bench_die("download_dir: %s", sbx_error_message(e));
         down[i] = bench_now() - t0;
         snprintf(dst, sizeof(dst), "/work/old%d", i);
         oup[i] = old_upload(sb, src, dst);
@@ -213,11 +201,11 @@ int main(int argc, char **argv)
         odown[i] = old_download(sb, dst, local);
         t0 = bench_now();
         if (sh("cp -a %s %s/cp%d", src, tmp, i) != 0)
-            die("cp -a");
+            bench_die("cp -a");
         cp[i] = bench_now() - t0;
         if (i == 0 && sh("diff -r %s %s/back-new0 >/dev/null && diff -r %s %s/back-old0 >/dev/null",
                          src, tmp, src, tmp) != 0)
-            die("a round trip differs from the source");
+            bench_die("a round trip differs from the source");
     }
     printf("\n# directory transfer: 10,000 files (100 dirs x 100, 16-200 B), median of %d, "
            "linux box (busybox image for the tar|exec baseline)\n",

@@ -10,42 +10,13 @@
 #include "tap.h"
 #include "common.h"
 #include "linux_fixture.h"
+#include "lib/box.h"
 
 #include "providers/linux/linux.h"
 
 #include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
-
-static inline sbx_exec_result *run(sbx_sandbox *sb, const char *cmd)
-{
-    sbx_exec_result *r = NULL;
-    sbx_error *e = NULL;
-    if (sbx_sandbox_exec(sb, cmd, NULL, &r, &e) != SBX_OK)
-        TAP_FAIL("exec %s: %s", cmd, sbx_error_message(e));
-    return r;
-}
-
-static inline const char *out_of(sbx_sandbox *sb, const char *cmd)
-{
-    static char buf[65536];
-    sbx_exec_result *r = run(sb, cmd);
-    const char *o = sbx_exec_result_stdout(r, NULL);
-    const char *er = sbx_exec_result_stderr(r, NULL);
-    if (sbx_exec_result_return_code(r) != 0)
-        TAP_FAIL("%s exited %d: %s", cmd, sbx_exec_result_return_code(r), er ? er : "");
-    snprintf(buf, sizeof(buf), "%s", o ? o : "");
-    sbx_exec_result_free(r);
-    return buf;
-}
-
-static inline int rc_of(sbx_sandbox *sb, const char *cmd)
-{
-    sbx_exec_result *r = run(sb, cmd);
-    int rc = sbx_exec_result_return_code(r);
-    sbx_exec_result_free(r);
-    return rc;
-}
 
 /* Runs a shell script; fails the test when it fails. */
 static inline void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

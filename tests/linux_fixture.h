@@ -9,6 +9,7 @@
 #define SBX_TESTS_LINUX_FIXTURE_H
 
 #include "tap.h"
+#include "lib/box.h"
 
 #include <sbx.h>
 
@@ -82,25 +83,6 @@ static inline sbx_provider *provider(const char *cfg)
     if (sbx_provider_new(text, &p, &e) != SBX_OK)
         TAP_FAIL("provider: %s", sbx_error_message(e));
     return p;
-}
-
-static inline sbx_sandbox *start(sbx_provider *p, sbx_spec *spec)
-{
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    TAP_EQ_INT(sbx_sandbox_new(p, spec, &sb, NULL), SBX_OK);
-    if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
-        TAP_FAIL("start: %s", sbx_error_message(e));
-    return sb;
-}
-
-/* Stops and frees a box, failing the test if the stop fails. */
-static inline void stop_free(sbx_sandbox *sb)
-{
-    sbx_error *e = NULL;
-    if (sbx_sandbox_stop(sb, &e) != SBX_OK)
-        TAP_FAIL("stop: %s", sbx_error_message(e));
-    sbx_sandbox_free(sb);
 }
 
 #endif

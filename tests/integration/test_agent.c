@@ -5,7 +5,8 @@
  */
 #include "tap.h"
 #include "common.h"
-#include "agent_fixture.h"
+#include "lib/agent.h"
+#include "lib/box.h"
 
 #include "core/internal.h"
 #include "kit/client.h"
@@ -45,85 +46,6 @@ static int conn_alive(sbx_agent_conn *c)
     return ac.alive;
 }
 
-struct exec_call {
-    sbx_agent_conn *c;
-    const char *cmd;
-    const char *const *argv;
-    const sbx_exec_opts *opts;
-    const char *const *base_env;
-    struct waiter *w;
-};
-
-static void do_exec(void *arg)
-{
-    struct exec_call *ec = arg;
-    ec->w->op = sbx__op_new(P, op_done, ec->w);
-    sbx__agent_exec(ec->c, ec->w->op, ec->cmd, ec->argv, ec->opts, ec->base_env);
-}
-
-/* Starts an exec; the waiter completes with the result. */
-static struct waiter *exec_start_async(sbx_agent_conn *c, const char *cmd, const char *const *argv,
-                                       const sbx_exec_opts *opts, const char *const *base_env)
-{
-    struct exec_call *ec = calloc(1, sizeof(*ec));
-    *ec = (struct exec_call){c, cmd, argv, opts, base_env, waiter_new()};
-    struct waiter *w = ec->w;
-    TAP_EQ_INT(sbx__context_post(P->ctx, do_exec, ec), SBX_OK);
-    sbx__context_drain(P->ctx);
-    free(ec);
-    return w;
-}
-
-static sbx_exec_result *exec_wait(struct waiter *w)
-{
-    waiter_wait(w);
-    if (w->code != SBX_OK)
-        TAP_FAIL("exec failed: %d %s", w->code, w->err ? sbx_error_message(w->err) : "");
-    sbx_exec_result *r = w->value;
-    waiter_free(w);
-    return r;
-}
-
-static sbx_exec_result *run(sbx_agent_conn *c, const char *cmd, const sbx_exec_opts *opts)
-{
-    return exec_wait(exec_start_async(c, cmd, NULL, opts, NULL));
-}
-
-struct file_call {
-    sbx_agent_conn *c;
-    const char *a, *b;
-    int download;
-    struct waiter *w;
-};
-
-static void do_file(void *arg)
-{
-    struct file_call *fc = arg;
-    fc->w->op = sbx__op_new(P, op_done, fc->w);
-    if (fc->download)
-        sbx__agent_download(fc->c, fc->w->op, fc->a, fc->b);
-    else
-        sbx__agent_upload(fc->c, fc->w->op, fc->a, fc->b);
-}
-
-/* Returns the op's code; *msg (optional) gets a copy of the error message. */
-static int transfer(sbx_agent_conn *c, int download, const char *a, const char *b, char **msg)
-{
-    struct file_call fc = {c, a, b, download, waiter_new()};
-    on_loop(do_file, &fc);
-    waiter_wait(fc.w);
-    int code = fc.w->code;
-    if (msg)
-        *msg = fc.w->err ? strdup(sbx_error_message(fc.w->err)) : NULL;
-    waiter_free(fc.w);
-    return code;
-}
-
-static void do_cancel(void *arg)
-{
-    sbx__op_cancel(arg);
-}
-
 struct ping_call {
     sbx_agent_conn *c;
     struct waiter *w;
@@ -144,27 +66,6 @@ static void do_connect_short(void *arg)
         waiter_signal(cc->w, rc, NULL, NULL);
 }
 
-static void teardown(sbx_agent_conn *c, struct agent *a)
-{
-    if (c)
-        close_conn(c);
-    if (a)
-        stop_agent(a);
-    if (a && a->stdio_fd >= 0)
-        close(a->stdio_fd);
-    sbx_provider_free(P);
-    P = NULL;
-}
-
-static const char *out_of(const sbx_exec_result *r)
-{
-    return sbx_exec_result_stdout(r, NULL);
-}
-static const char *err_of(const sbx_exec_result *r)
-{
-    return sbx_exec_result_stderr(r, NULL);
-}
-
 /* --- tests --------------------------------------------------------------- */
 
 static void test_exec_basics(void)
@@ -173,18 +74,18 @@ static void test_exec_basics(void)
     struct agent a = start_stdio(NULL, NULL);
     sbx_agent_conn *c = connect_agent(&a);
 
-    sbx_exec_result *r = run(c, "echo hello; echo oops >&2; exit 3", NULL);
-    TAP_EQ_STR(out_of(r), "hello\n");
-    TAP_EQ_STR(err_of(r), "oops\n");
+    sbx_exec_result *r = agent_run(c, "echo hello; echo oops >&2; exit 3", NULL);
+    TAP_EQ_STR(stdout_of(r), "hello\n");
+    TAP_EQ_STR(stderr_of(r), "oops\n");
     TAP_EQ_INT(sbx_exec_result_return_code(r), 3);
     TAP_NULL(sbx_exec_result_error_type(r));
     TAP_EQ_INT(sbx_exec_result_truncated(r), 0);
     sbx_exec_result_free(r);
 
     /* Empty streams are "", not None. */
-    r = run(c, "true", NULL);
-    TAP_EQ_STR(out_of(r), "");
-    TAP_EQ_STR(err_of(r), "");
+    r = agent_run(c, "true", NULL);
+    TAP_EQ_STR(stdout_of(r), "");
+    TAP_EQ_STR(stderr_of(r), "");
     TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
     sbx_exec_result_free(r);
 
@@ -195,37 +96,37 @@ static void test_exec_basics(void)
     sbx_exec_opts_set_stdin(o, "line1\nline2\n", 12);
     const char *base[] = {"A=from-base", "B=base", NULL};
     r = exec_wait(exec_start_async(c, "echo $A $B; pwd; wc -l", NULL, o, base));
-    TAP_EQ_STR(out_of(r), "from-call base\n/tmp\n2\n");
+    TAP_EQ_STR(stdout_of(r), "from-call base\n/tmp\n2\n");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
 
     /* argv mode, PATH search, and a command that does not exist. */
     const char *argv[] = {"printf", "%s|", "a b", "c", NULL};
     r = exec_wait(exec_start_async(c, NULL, argv, NULL, NULL));
-    TAP_EQ_STR(out_of(r), "a b|c|");
+    TAP_EQ_STR(stdout_of(r), "a b|c|");
     sbx_exec_result_free(r);
     const char *nope[] = {"no-such-command-sbx", NULL};
     r = exec_wait(exec_start_async(c, NULL, nope, NULL, NULL));
     TAP_EQ_INT(sbx_exec_result_return_code(r), 127);
-    TAP_CONTAINS(err_of(r), "no-such-command-sbx");
+    TAP_CONTAINS(stderr_of(r), "no-such-command-sbx");
     sbx_exec_result_free(r);
 
     /* A missing cwd is a clear result, not a crash. */
     o = sbx_exec_opts_new();
     sbx_exec_opts_set_cwd(o, "/no/such/dir");
-    r = run(c, "pwd", o);
+    r = agent_run(c, "pwd", o);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
     TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
-    TAP_CONTAINS(err_of(r), "/no/such/dir");
+    TAP_CONTAINS(stderr_of(r), "/no/such/dir");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
 
     /* Killed by a signal: 128 + the signal, as docker (the reference) and a shell report. */
-    r = run(c, "kill -TERM $$", NULL);
+    r = agent_run(c, "kill -TERM $$", NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 128 + SIGTERM);
     TAP_NULL(sbx_exec_result_error_type(r));
     sbx_exec_result_free(r);
-    r = run(c, "kill -9 $$", NULL);
+    r = agent_run(c, "kill -9 $$", NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 137);
     TAP_NULL(sbx_exec_result_error_type(r));
     sbx_exec_result_free(r);
@@ -237,8 +138,8 @@ static void test_exec_basics(void)
     memset(data, 'x', big);
     sbx_exec_opts_set_stdin(o, data, big);
     free(data);
-    r = run(c, "wc -c", o);
-    TAP_EQ_STR(out_of(r), "3145728\n");
+    r = agent_run(c, "wc -c", o);
+    TAP_EQ_STR(stdout_of(r), "3145728\n");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
 
@@ -249,33 +150,16 @@ static void test_exec_basics(void)
 /* init --listen with `--shell SH` (NULL: none) and the agent's own PATH set to `path` (NULL: ours). */
 static struct agent start_with_shell(const char *shell, const char *path)
 {
-    struct agent a = {.stdio_fd = -1};
-    snprintf(a.sock, sizeof(a.sock), "%s/run/sbx/agent.sock", tap_tmpdir());
-    int rp[2];
-    TAP_TRUE(pipe2(rp, O_CLOEXEC) == 0);
-    a.pid = fork();
-    TAP_TRUE(a.pid >= 0);
-    if (a.pid == 0) {
-        dup2(rp[1], 3);
-        if (path)
-            setenv("PATH", path, 1);
-        const char *argv[] = {agent_bin(), "init", "--listen", a.sock, "--ready-fd", "3",
-                              shell ? "--shell" : NULL, shell, NULL};
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(rp[1]);
-    char b;
-    TAP_EQ_INT(read(rp[0], &b, 1), 1);
-    close(rp[0]);
-    return a;
+    const char *opts[] = {"--shell", shell, NULL};
+    const char *env[] = {"PATH", path, NULL};
+    return start_listen_opts(shell ? opts : NULL, path ? env : NULL, NULL);
 }
 
 /* What runs a string command: $0, and whether bash features work. */
 static char *shell_of(sbx_agent_conn *c)
 {
-    sbx_exec_result *r = run(c, "echo \"$0 ${BASH_VERSION:+has-bash}\"", NULL);
-    char *s = strdup(out_of(r));
+    sbx_exec_result *r = agent_run(c, "echo \"$0 ${BASH_VERSION:+has-bash}\"", NULL);
+    char *s = strdup(stdout_of(r));
     sbx_exec_result_free(r);
     return s;
 }
@@ -300,9 +184,9 @@ static void test_shell_choice(void)
     TAP_EQ_INT(write_text(env_sh, "export FROM_ENV=sourced\n"), 0);
     char cmd[PATH_MAX + 64];
     snprintf(cmd, sizeof(cmd), "source %s && echo $FROM_ENV", env_sh);
-    sbx_exec_result *r = run(c, cmd, NULL);
+    sbx_exec_result *r = agent_run(c, cmd, NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
-    TAP_EQ_STR(out_of(r), "sourced\n");
+    TAP_EQ_STR(stdout_of(r), "sourced\n");
     sbx_exec_result_free(r);
     teardown(c, &a);
 
@@ -338,10 +222,10 @@ static void test_shell_choice(void)
     setup();
     a = start_with_shell("no-such-shell-sbx", "/usr/bin:/bin");
     c = connect_agent(&a);
-    r = run(c, "true", NULL);
+    r = agent_run(c, "true", NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
     TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
-    TAP_CONTAINS(err_of(r), "no-such-shell-sbx");
+    TAP_CONTAINS(stderr_of(r), "no-such-shell-sbx");
     sbx_exec_result_free(r);
     teardown(c, &a);
 }
@@ -351,7 +235,7 @@ static void test_binary_output(void)
     setup();
     struct agent a = start_stdio(NULL, NULL);
     sbx_agent_conn *c = connect_agent(&a);
-    sbx_exec_result *r = run(c, "printf 'a\\000b\\377\\001c'", NULL);
+    sbx_exec_result *r = agent_run(c, "printf 'a\\000b\\377\\001c'", NULL);
     size_t len = 0;
     const char *out = sbx_exec_result_stdout(r, &len);
     TAP_EQ_INT(len, 6);
@@ -394,12 +278,12 @@ static void test_timeout_kills_group(void)
     snprintf(cmd, sizeof(cmd), "sleep 1000 & echo $! > %s; echo started; sleep 1000", pidfile);
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_timeout(o, 0.5);
-    sbx_exec_result *r = run(c, cmd, o);
+    sbx_exec_result *r = agent_run(c, cmd, o);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
     TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
-    TAP_EQ_STR(out_of(r), "started\n"); /* the partial stdout, not None: issue 9 */
-    TAP_CONTAINS(err_of(r), "timed out after 0.5s");
-    TAP_CONTAINS(err_of(r), "sleep 1000");
+    TAP_EQ_STR(stdout_of(r), "started\n"); /* the partial stdout, not None: issue 9 */
+    TAP_CONTAINS(stderr_of(r), "timed out after 0.5s");
+    TAP_CONTAINS(stderr_of(r), "sleep 1000");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
     char *pid_text = read_text(pidfile);
@@ -409,8 +293,8 @@ static void test_timeout_kills_group(void)
     TAP_TRUE(bg > 0);
     wait_gone(bg);
     /* The connection is still fine. */
-    r = run(c, "echo still here", NULL);
-    TAP_EQ_STR(out_of(r), "still here\n");
+    r = agent_run(c, "echo still here", NULL);
+    TAP_EQ_STR(stdout_of(r), "still here\n");
     sbx_exec_result_free(r);
     teardown(c, &a);
 }
@@ -457,9 +341,9 @@ static void test_concurrent_execs(void)
         sbx_exec_result *r = exec_wait(ws[i]);
         char want[64];
         snprintf(want, sizeof(want), "out-%d\n", i);
-        TAP_EQ_STR(out_of(r), want);
+        TAP_EQ_STR(stdout_of(r), want);
         snprintf(want, sizeof(want), "err-%d\n", i);
-        TAP_EQ_STR(err_of(r), want);
+        TAP_EQ_STR(stderr_of(r), want);
         TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
         sbx_exec_result_free(r);
     }
@@ -496,15 +380,15 @@ static void test_concurrent_starts_with_failures(void)
         sbx_exec_result *r = exec_wait(ws[i]);
         if (i % 3 == 1) {
             TAP_EQ_INT(sbx_exec_result_return_code(r), 127);
-            TAP_CONTAINS(err_of(r), "no-such-command-sbx: command not found");
+            TAP_CONTAINS(stderr_of(r), "no-such-command-sbx: command not found");
         } else if (i % 3 == 2) {
             TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
             TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
-            TAP_CONTAINS(err_of(r), "/no/such/dir");
+            TAP_CONTAINS(stderr_of(r), "/no/such/dir");
         } else {
             char want[64];
             snprintf(want, sizeof(want), "out-%d\n", i);
-            TAP_EQ_STR(out_of(r), want);
+            TAP_EQ_STR(stdout_of(r), want);
             TAP_EQ_INT(sbx_exec_result_return_code(r), i % 7);
         }
         sbx_exec_result_free(r);
@@ -522,17 +406,17 @@ static void test_output_cap(void)
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_output_limit(o, 1u << 20);
     /* 100 MiB to stdout, 3 bytes to stderr: stdout is capped, stderr whole, rc real. */
-    sbx_exec_result *r = run(c, "head -c 104857600 /dev/zero; echo end >&2; exit 4", o);
+    sbx_exec_result *r = agent_run(c, "head -c 104857600 /dev/zero; echo end >&2; exit 4", o);
     size_t len = 0;
     sbx_exec_result_stdout(r, &len);
     TAP_EQ_INT(len, 1u << 20);
-    TAP_EQ_STR(err_of(r), "end\n");
+    TAP_EQ_STR(stderr_of(r), "end\n");
     TAP_EQ_INT(sbx_exec_result_truncated(r), 1);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 4);
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
     /* Below the cap: not truncated. */
-    r = run(c, "head -c 1000 /dev/zero", NULL);
+    r = agent_run(c, "head -c 1000 /dev/zero", NULL);
     sbx_exec_result_stdout(r, &len);
     TAP_EQ_INT(len, 1000);
     TAP_EQ_INT(sbx_exec_result_truncated(r), 0);
@@ -604,7 +488,7 @@ static void check_upload_download(const char *const *env)
     struct file_call fcs[4];
     for (int i = 0; i < 4; i++) {
         snprintf(dst[i], sizeof(dst[i]), "%s/host/par-%d.bin", tap_tmpdir(), i);
-        fcs[i] = (struct file_call){c, "/deep/new/dir/file.bin", dst[i], 1, waiter_new()};
+        fcs[i] = (struct file_call){c, "/deep/new/dir/file.bin", dst[i], 1, waiter_new(), NULL};
         TAP_EQ_INT(sbx__context_post(P->ctx, do_file, &fcs[i]), SBX_OK);
     }
     for (int i = 0; i < 4; i++) {
@@ -790,11 +674,11 @@ static void test_agent_killed_mid_exec(void)
     sbx_exec_result *r = exec_wait(w);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
     TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
-    TAP_CONTAINS(err_of(r), "went away");
+    TAP_CONTAINS(stderr_of(r), "went away");
     sbx_exec_result_free(r);
     TAP_EQ_INT(conn_alive(c), 0);
     /* Later ops fail the same way, at once. */
-    r = run(c, "true", NULL);
+    r = agent_run(c, "true", NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
     TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
     sbx_exec_result_free(r);
@@ -865,8 +749,8 @@ static void test_malformed_frame_closes_only_that_stream(void)
         close(fd);
     }
     /* The other connection and the agent carry on. */
-    sbx_exec_result *r = run(c, "echo alive", NULL);
-    TAP_EQ_STR(out_of(r), "alive\n");
+    sbx_exec_result *r = agent_run(c, "echo alive", NULL);
+    TAP_EQ_STR(stdout_of(r), "alive\n");
     sbx_exec_result_free(r);
     TAP_EQ_INT(kill(a.pid, 0), 0);
     teardown(c, &a);
@@ -897,31 +781,31 @@ static void test_user_switch(void)
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_user(o, "alice");
     sbx_exec_opts_set_cwd(o, "/");
-    sbx_exec_result *r = run(c, "id -u; id -g; id -G; echo $HOME $USER $LOGNAME", o);
-    TAP_EQ_STR(out_of(r), "4321\n4322\n4322 5000\n/home/alice alice alice\n");
+    sbx_exec_result *r = agent_run(c, "id -u; id -g; id -G; echo $HOME $USER $LOGNAME", o);
+    TAP_EQ_STR(stdout_of(r), "4321\n4322\n4322 5000\n/home/alice alice alice\n");
     sbx_exec_result_free(r);
 
     sbx_exec_opts_set_user(o, "4321:77");
-    r = run(c, "id -u; id -g", o);
-    TAP_EQ_STR(out_of(r), "4321\n77\n");
+    r = agent_run(c, "id -u; id -g", o);
+    TAP_EQ_STR(stdout_of(r), "4321\n77\n");
     sbx_exec_result_free(r);
 
     sbx_exec_opts_set_user(o, "alice:staff");
-    r = run(c, "id -u; id -g", o);
-    TAP_EQ_STR(out_of(r), "4321\n5000\n");
+    r = agent_run(c, "id -u; id -g", o);
+    TAP_EQ_STR(stdout_of(r), "4321\n5000\n");
     sbx_exec_result_free(r);
 
     /* A numeric uid without an entry works (gid 0, as Docker). */
     sbx_exec_opts_set_user(o, "6000");
-    r = run(c, "id -u; id -g", o);
-    TAP_EQ_STR(out_of(r), "6000\n0\n");
+    r = agent_run(c, "id -u; id -g", o);
+    TAP_EQ_STR(stdout_of(r), "6000\n0\n");
     sbx_exec_result_free(r);
 
     sbx_exec_opts_set_user(o, "mallory");
-    r = run(c, "id -u", o);
+    r = agent_run(c, "id -u", o);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
     TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
-    TAP_CONTAINS(err_of(r), "mallory");
+    TAP_CONTAINS(stderr_of(r), "mallory");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
     teardown(c, &a);
@@ -997,8 +881,8 @@ static void test_entrypoint_and_sigterm(void)
     pid_t service = (pid_t)strtol(pid_text, NULL, 10);
     free(pid_text);
     sbx_agent_conn *c = connect_agent(&a);
-    sbx_exec_result *r = run(c, "echo ok", NULL);
-    TAP_EQ_STR(out_of(r), "ok\n");
+    sbx_exec_result *r = agent_run(c, "echo ok", NULL);
+    TAP_EQ_STR(stdout_of(r), "ok\n");
     sbx_exec_result_free(r);
     close_conn(c);
     int st = stop_agent(&a);

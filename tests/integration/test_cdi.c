@@ -8,6 +8,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/box.h"
 #include "linux_census.h"
 #include "linux_fixture.h"
 
@@ -74,21 +75,6 @@ static void setup(void)
     snprintf(path, sizeof(path), "%s/nvidia.yaml", cdi_dir);
     put(path, spec);
     snprintf(cfg, sizeof(cfg), "{\"cdi_spec_dirs\": [\"%s\"]}", cdi_dir);
-}
-
-static const char *out_of(sbx_sandbox *sb, const char *cmd)
-{
-    static char buf[8192];
-    sbx_exec_result *r = NULL;
-    sbx_error *e = NULL;
-    if (sbx_sandbox_exec(sb, cmd, NULL, &r, &e) != SBX_OK)
-        TAP_FAIL("exec %s: %s", cmd, sbx_error_message(e));
-    if (sbx_exec_result_return_code(r) != 0)
-        TAP_FAIL("%s exited %d: %s", cmd, sbx_exec_result_return_code(r),
-                 sbx_exec_result_stderr(r, NULL));
-    snprintf(buf, sizeof(buf), "%s", sbx_exec_result_stdout(r, NULL));
-    sbx_exec_result_free(r);
-    return buf;
 }
 
 static void one_gpu(const char *provider_cfg)

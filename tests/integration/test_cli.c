@@ -12,6 +12,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/proc.h"
 #include "linux_census.h"
 
 #include <sbx.h>
@@ -38,30 +39,6 @@ struct proc {
     char *out, *err;
     size_t out_len, err_len;
 };
-
-static char sbx_path[PATH_MAX];
-
-/* build/sbx next to this binary's build/tests/integration/. */
-static const char *sbx_bin(void)
-{
-    if (sbx_path[0])
-        return sbx_path;
-    char exe[PATH_MAX - 8];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n <= 0)
-        TAP_FAIL("readlink /proc/self/exe: %s", strerror(errno));
-    exe[n] = 0;
-    for (int i = 0; i < 3; i++) {
-        char *s = strrchr(exe, '/');
-        if (!s)
-            TAP_FAIL("unexpected test binary path %s", exe);
-        *s = 0;
-    }
-    snprintf(sbx_path, sizeof(sbx_path), "%s/sbx", exe);
-    if (access(sbx_path, X_OK) != 0)
-        TAP_FAIL("%s is not built (make tests builds it)", sbx_path);
-    return sbx_path;
-}
 
 /* A private state dir and TMPDIR for this test. */
 static void setup(void)
@@ -98,7 +75,7 @@ static pid_t spawn(char *const *argv, int in_fd, int out_fd, int err_fd)
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
         signal(SIGHUP, SIG_DFL);
-        execv(sbx_path, argv);
+        execv(sbx_bin(), argv);
         _exit(127);
     }
     return pid;
@@ -954,8 +931,7 @@ static void need_linux(void)
         TAP_SKIP("linux boxes need root");
     setup();
     char path[PATH_MAX + 16];
-    snprintf(path, sizeof(path), "%.*s/sbx-shim", (int)(strrchr(sbx_path, '/') - sbx_path),
-             sbx_path);
+    snprintf(path, sizeof(path), "%s/sbx-shim", build_dir());
     if (access(path, X_OK) != 0)
         TAP_SKIP("sbx-shim is not built (make)");
     /*

@@ -14,6 +14,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/box.h"
 
 #include <sbx.h>
 
@@ -88,15 +89,6 @@ static sbx_provider *provider(const char *extra)
     return provider_with(NULL, extra);
 }
 
-static sbx_sandbox *start(sbx_provider *p, sbx_spec *spec)
-{
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    if (sbx_sandbox_new(p, spec, &sb, &e) != SBX_OK || sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
-        TAP_FAIL("start: %s", sbx_error_message(e));
-    return sb;
-}
-
 static sbx_spec *image_spec(void)
 {
     sbx_spec *s = sbx_spec_new();
@@ -147,21 +139,6 @@ static void start_fails(sbx_provider *p, const sbx_spec *spec, int code, const c
     sbx_sandbox_free(sb);
 }
 
-static sbx_exec_result *run(sbx_sandbox *sb, const char *cmd, const sbx_exec_opts *o)
-{
-    sbx_exec_result *r = NULL;
-    sbx_error *e = NULL;
-    if (sbx_sandbox_exec(sb, cmd, o, &r, &e) != SBX_OK)
-        TAP_FAIL("exec %s: %s", cmd, sbx_error_message(e));
-    return r;
-}
-
-static const char *out_of(const sbx_exec_result *r)
-{
-    const char *s = sbx_exec_result_stdout(r, NULL);
-    return s ? s : "(null)";
-}
-
 /* `docker ...` against the private engine; its output (trimmed) in out. */
 static int docker(char *out, size_t n, const char *args)
 {
@@ -170,14 +147,6 @@ static int docker(char *out, size_t n, const char *args)
     while (l && (out[l - 1] == '\n' || out[l - 1] == ' '))
         out[--l] = 0;
     return rc;
-}
-
-static void stop_free(sbx_sandbox *sb)
-{
-    sbx_error *e = NULL;
-    if (sbx_sandbox_stop(sb, &e) != SBX_OK)
-        TAP_FAIL("stop: %s", sbx_error_message(e));
-    sbx_sandbox_free(sb);
 }
 
 /* A box with env A=from-create, B=base and workdir /tmp, as check_exec_basics expects. */
@@ -202,14 +171,14 @@ static void check_exec_basics(sbx_sandbox *sb)
 {
     sbx_exec_result *r = run(sb, "echo out; echo err >&2; exit 7", NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 7);
-    TAP_EQ_STR(out_of(r), "out\n");
+    TAP_EQ_STR(stdout_of(r), "out\n");
     TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
     TAP_NULL(sbx_exec_result_error_type(r));
     sbx_exec_result_free(r);
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_env(o, "A", "from-call");
     r = run(sb, "cat /etc/image-name; pwd; echo $A $B", o);
-    TAP_EQ_STR(out_of(r), "sbx-test\n/tmp\nfrom-call base\n");
+    TAP_EQ_STR(stdout_of(r), "sbx-test\n/tmp\nfrom-call base\n");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
     o = sbx_exec_opts_new();
@@ -217,7 +186,7 @@ static void check_exec_basics(sbx_sandbox *sb)
     sbx_exec_opts_set_user(o, "1000");
     sbx_exec_opts_set_stdin(o, "piped", 5);
     r = run(sb, "pwd; id -u; cat", o);
-    TAP_EQ_STR(out_of(r), "/etc\n1000\npiped");
+    TAP_EQ_STR(stdout_of(r), "/etc\n1000\npiped");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
 }
@@ -272,7 +241,7 @@ static void test_files(void)
     /* Parents are made; the mode is kept. */
     TAP_OK(sbx_sandbox_upload(sb, src, "/opt/new/dir/run.sh", &e_));
     sbx_exec_result *r = run(sb, "/opt/new/dir/run.sh; stat -c %a /opt/new/dir/run.sh", NULL);
-    TAP_EQ_STR(out_of(r), "ran\n750\n");
+    TAP_EQ_STR(stdout_of(r), "ran\n750\n");
     sbx_exec_result_free(r);
     TAP_OK(sbx_sandbox_download(sb, "/opt/new/dir/run.sh", back, &e_));
     char *text = read_text(back);
@@ -350,13 +319,13 @@ static void test_mapping(void)
     sbx_exec_result *r = run(sb, "touch /x 2>/dev/null || echo ro; touch /.sbx-agent 2>/dev/null "
                                  "|| echo agent-ro; echo $(cat /proc/1/cmdline | tr '\\0' ' ')",
                              NULL);
-    TAP_EQ_STR(out_of(r), "ro\nagent-ro\n/.sbx-agent init --listen /.sbx/agent.sock\n");
+    TAP_EQ_STR(stdout_of(r), "ro\nagent-ro\n/.sbx-agent init --listen /.sbx/agent.sock\n");
     sbx_exec_result_free(r);
     /* The socket directory is writable in the box, but a tiny tmpfs: it cannot fill the host. */
     r = run(sb, "dd if=/dev/zero of=/.sbx/fill bs=1024 count=1024 2>/dev/null && echo filled; "
                 "rm -f /.sbx/fill",
             NULL);
-    TAP_EQ_STR(out_of(r), "");
+    TAP_EQ_STR(stdout_of(r), "");
     sbx_exec_result_free(r);
     char mounts[8192];
     TAP_EQ_INT(run_cmd(mounts, sizeof(mounts), "grep -c ' %s/' /proc/self/mounts", tap_tmpdir()),
@@ -474,7 +443,7 @@ static void test_pull_progress(void)
     sbx_future_free(f);
     sbx_exec_result *r = run(sb, "cat /pulled", NULL);
     char got[64];
-    snprintf(got, sizeof(got), "%s", out_of(r));
+    snprintf(got, sizeof(got), "%s", stdout_of(r));
     sbx_exec_result_free(r);
     /* The box and the registry go first: a failed check must leave neither to the next case. */
     stop_free(sb);
@@ -658,12 +627,12 @@ static void test_serialize_connect(void)
     TAP_OK(sbx_sandbox_connect(p2, desc, &c, &e_));
     TAP_EQ_STR(sbx_sandbox_id(c), sbx_sandbox_id(sb));
     sbx_exec_result *r = run(c, "echo $K; echo made > /tmp/f", NULL);
-    TAP_EQ_STR(out_of(r), "v\n");
+    TAP_EQ_STR(stdout_of(r), "v\n");
     sbx_exec_result_free(r);
     /* A borrowed handle's stop leaves the box running. */
     stop_free(c);
     r = run(sb, "cat /tmp/f", NULL);
-    TAP_EQ_STR(out_of(r), "made\n");
+    TAP_EQ_STR(stdout_of(r), "made\n");
     sbx_exec_result_free(r);
     stop_free(sb);
     /* A descriptor of a box that is gone fails, saying so. */
@@ -811,7 +780,7 @@ static void test_entrypoint(void)
     sbx_exec_result *r = run(sb, "for i in $(seq 100); do [ -f /tmp/svc ] && break; sleep 0.05; "
                                  "done; cat /tmp/svc",
                              NULL);
-    TAP_EQ_STR(out_of(r), "served\n");
+    TAP_EQ_STR(stdout_of(r), "served\n");
     sbx_exec_result_free(r);
     stop_free(sb);
     sbx_provider_free(p);
@@ -1015,7 +984,7 @@ static void test_many(void)
         TAP_OK(sbx_future_take_exec_result(f[i], &r, &e_));
         char want[64];
         snprintf(want, sizeof(want), "%d\n", i);
-        TAP_EQ_STR(out_of(r), want);
+        TAP_EQ_STR(stdout_of(r), want);
         sbx_exec_result_free(r);
         sbx_future_free(f[i]);
     }
@@ -1047,7 +1016,7 @@ static void test_engine_restart(void)
     sbx_spec *spec = image_spec();
     sbx_sandbox *sb = start(p, spec);
     sbx_exec_result *r = run(sb, "echo before", NULL);
-    TAP_EQ_STR(out_of(r), "before\n");
+    TAP_EQ_STR(stdout_of(r), "before\n");
     sbx_exec_result_free(r);
     end_dockerd(dockerd_pid());
     pid_t again = spawn_dockerd();
@@ -1062,7 +1031,7 @@ static void test_engine_restart(void)
     stop_free(sb);
     sb = start(p, spec);
     r = run(sb, "echo new", NULL);
-    TAP_EQ_STR(out_of(r), "new\n");
+    TAP_EQ_STR(stdout_of(r), "new\n");
     sbx_exec_result_free(r);
     stop_free(sb);
     sbx_spec_free(spec);
@@ -1191,7 +1160,7 @@ static void test_pty_and_procs(void)
     sbx_exec_result *r = NULL;
     TAP_OK(sbx_sandbox_pty_exec(sb, "tty; exit 5", NULL, &r, &e_));
     TAP_EQ_INT(sbx_exec_result_return_code(r), 5);
-    TAP_CONTAINS(out_of(r), "/dev/pts/");
+    TAP_CONTAINS(stdout_of(r), "/dev/pts/");
     sbx_exec_result_free(r);
 
     /* A background process: started, let go, attached again, fed, waited for. */
@@ -1232,7 +1201,7 @@ static void test_pty_and_procs(void)
     free(desc);
     r = NULL;
     TAP_OK(sbx_sandbox_pty_exec(c, "echo via-connect", NULL, &r, &e_));
-    TAP_CONTAINS(out_of(r), "via-connect");
+    TAP_CONTAINS(stdout_of(r), "via-connect");
     sbx_exec_result_free(r);
     stop_free(c);
     sbx_provider_free(p2);
@@ -1262,7 +1231,7 @@ static void test_pty_and_procs(void)
     r = NULL;
     TAP_OK(sbx_sandbox_pty_exec(sb, "tty; exit 7", NULL, &r, &e_));
     TAP_EQ_INT(sbx_exec_result_return_code(r), 7);
-    TAP_CONTAINS(out_of(r), "/dev/pts/");
+    TAP_CONTAINS(stdout_of(r), "/dev/pts/");
     sbx_exec_result_free(r);
     o = sbx_pty_opts_new();
     TAP_OK(sbx_pty_opts_set_command(o, "read x; echo remote:$x; exit 8"));
@@ -1414,7 +1383,7 @@ static void test_noagent(void)
     r = run(sb, "echo partial; sleep 30", o);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
     TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
-    TAP_EQ_STR(out_of(r), "partial\n");
+    TAP_EQ_STR(stdout_of(r), "partial\n");
     TAP_CONTAINS(sbx_exec_result_stderr(r, NULL), "docker command timed out after 0.5s");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
@@ -1440,7 +1409,7 @@ static void test_noagent(void)
     r = run(sb, "/opt/new/dir/run.sh; stat -c %a /opt/new/dir/run.sh; cat /tmp/rel/x.sh "
                 "/etc/in.sh | wc -l",
             NULL);
-    TAP_EQ_STR(out_of(r), "ran\n750\n4\n");
+    TAP_EQ_STR(stdout_of(r), "ran\n750\n4\n");
     sbx_exec_result_free(r);
     TAP_OK(sbx_sandbox_download(sb, "/opt/new/dir/run.sh", back, &e_));
     char *text = read_text(back);
@@ -1490,7 +1459,7 @@ static void test_noagent(void)
     TAP_OK(sbx_sandbox_connect(p2, desc, &c, &e_));
     free(desc);
     r = run(c, "cat /tmp/rel/x.sh | wc -l", NULL);
-    TAP_EQ_STR(out_of(r), "2\n");
+    TAP_EQ_STR(stdout_of(r), "2\n");
     sbx_exec_result_free(r);
     stop_free(c);
 
@@ -1513,7 +1482,7 @@ static void test_noagent(void)
     TAP_EQ_INT(docker(out, sizeof(out), args), 0);
     TAP_EQ_STR(out, "false");
     r = run(sb, "echo ok", NULL);
-    TAP_EQ_STR(out_of(r), "ok\n");
+    TAP_EQ_STR(stdout_of(r), "ok\n");
     sbx_exec_result_free(r);
     stop_free(sb);
     TAP_OK(sbx_spec_set_provider_options(spec, "{\"agent\": 1}", &e_));
@@ -1554,7 +1523,7 @@ static void test_ttl(void)
     TAP_EQ_INT(docker(out, sizeof(out), args), 0);
     TAP_EQ_STR(out, "true");
     sbx_exec_result *r = run(sb, "echo alive", NULL);
-    TAP_EQ_STR(out_of(r), "alive\n");
+    TAP_EQ_STR(stdout_of(r), "alive\n");
     sbx_exec_result_free(r);
     /* Waits for the end the TTL brings (the exec ends with the box: no timing asserted). */
     r = run(sb, "sleep 600", NULL);
@@ -1648,7 +1617,7 @@ static void test_tls(void)
     sbx_spec *spec = image_spec();
     sbx_sandbox *sb = start(p, spec);
     sbx_exec_result *r = run(sb, "echo over tls", NULL);
-    TAP_EQ_STR(out_of(r), "over tls\n");
+    TAP_EQ_STR(stdout_of(r), "over tls\n");
     sbx_exec_result_free(r);
     sbx_status st;
     TAP_OK(sbx_sandbox_status(sb, &st, &e_));
@@ -1692,7 +1661,7 @@ static void test_remote(void)
     sbx_spec_free(spec);
     sbx_exec_result *r = run(sb, "echo $K; echo err >&2; exit 4", NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 4);
-    TAP_EQ_STR(out_of(r), "v\n");
+    TAP_EQ_STR(stdout_of(r), "v\n");
     TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
     sbx_exec_result_free(r);
     /* No bind mount: the agent from the engine's agent volume, the socket dir its own tmpfs. */
@@ -1727,7 +1696,7 @@ static void test_remote(void)
     r = NULL;
     TAP_OK(sbx_sandbox_pty_exec(sb, "echo tls-$((3*3)); exit 2", NULL, &r, &e_));
     TAP_EQ_INT(sbx_exec_result_return_code(r), 2);
-    TAP_CONTAINS(out_of(r), "tls-9");
+    TAP_CONTAINS(stdout_of(r), "tls-9");
     sbx_exec_result_free(r);
     /* Another handle: its own exec session. */
     char *desc = NULL;
@@ -1736,7 +1705,7 @@ static void test_remote(void)
     TAP_OK(sbx_sandbox_connect(p, desc, &c, &e_));
     free(desc);
     r = run(c, "ls -l /tmp/big | awk '{print $5}'", NULL);
-    TAP_EQ_STR(out_of(r), "3145728\n");
+    TAP_EQ_STR(stdout_of(r), "3145728\n");
     sbx_exec_result_free(r);
     stop_free(c);
     sbx_status st;
@@ -1773,10 +1742,10 @@ static void test_remote_agent_volume(void)
     snprintf(vol, sizeof(vol), "%.127s", out);
     /* Read-only in the box: a box cannot change the agent of the others. */
     sbx_exec_result *r = run(a, "echo x > /.sbx-bin/sbx-agent; echo $?", NULL);
-    TAP_TRUE(strcmp(out_of(r), "0\n") != 0);
+    TAP_TRUE(strcmp(stdout_of(r), "0\n") != 0);
     sbx_exec_result_free(r);
     r = run(b, "echo ok", NULL);
-    TAP_EQ_STR(out_of(r), "ok\n");
+    TAP_EQ_STR(stdout_of(r), "ok\n");
     sbx_exec_result_free(r);
     stop_free(a);
     stop_free(b);
@@ -1790,10 +1759,10 @@ static void test_remote_agent_volume(void)
     p = provider_with(remote, "");
     a = start(p, spec);
     r = run(a, "echo again", NULL);
-    TAP_EQ_STR(out_of(r), "again\n");
+    TAP_EQ_STR(stdout_of(r), "again\n");
     sbx_exec_result_free(r);
     r = run(a, "wc -c < /.sbx-bin/sbx-agent", NULL);
-    TAP_TRUE(atoll(out_of(r)) > 100000);
+    TAP_TRUE(atoll(stdout_of(r)) > 100000);
     sbx_exec_result_free(r);
     stop_free(a);
     sbx_provider_free(p);
@@ -1815,7 +1784,7 @@ static void test_remote_agent_volume(void)
         TAP_OK(sbx_future_wait(f[i], -1, &e_));
         sbx_future_free(f[i]);
         r = run(sb[i], "echo up", NULL);
-        TAP_EQ_STR(out_of(r), "up\n");
+        TAP_EQ_STR(stdout_of(r), "up\n");
         sbx_exec_result_free(r);
     }
     for (int i = 0; i < N; i++)
@@ -1876,12 +1845,12 @@ static void test_image_user(void)
         sbx_exec_result *r = run(sb, "id -u; for i in $(seq 100); do [ -s /tmp/svc-uid ] && "
                                      "break; sleep 0.05; done; cat /tmp/svc-uid",
                                  NULL);
-        TAP_EQ_STR(out_of(r), "1000\n1000\n");
+        TAP_EQ_STR(stdout_of(r), "1000\n1000\n");
         sbx_exec_result_free(r);
         sbx_exec_opts *o = sbx_exec_opts_new();
         sbx_exec_opts_set_user(o, "root");
         r = run(sb, "id -u", o);
-        TAP_EQ_STR(out_of(r), "0\n");
+        TAP_EQ_STR(stdout_of(r), "0\n");
         sbx_exec_result_free(r);
         sbx_exec_opts_free(o);
         char *desc = NULL;
@@ -1890,7 +1859,7 @@ static void test_image_user(void)
         TAP_OK(sbx_sandbox_connect(other, desc, &c, &e_));
         free(desc);
         r = run(c, "id -u", NULL);
-        TAP_EQ_STR(out_of(r), "1000\n");
+        TAP_EQ_STR(stdout_of(r), "1000\n");
         sbx_exec_result_free(r);
         stop_free(c);
         stop_free(sb);
@@ -1948,7 +1917,7 @@ static void test_context(void)
         TAP_OK(sbx_provider_new(cfg, &p, &e_));
         sbx_sandbox *sb = start_image(p);
         sbx_exec_result *r = run(sb, "echo by context", NULL);
-        TAP_EQ_STR(out_of(r), "by context\n");
+        TAP_EQ_STR(stdout_of(r), "by context\n");
         sbx_exec_result_free(r);
         stop_free(sb);
         sbx_provider_free(p);

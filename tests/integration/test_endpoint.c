@@ -8,6 +8,8 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/box.h"
+#include "lib/proc.h"
 #include "linux_census.h"
 #include "linux_fixture.h"
 
@@ -62,23 +64,6 @@ static const char echo_py[] =
     "while True:\n"
     "    c, _ = s.accept()\n"
     "    threading.Thread(target=serve, args=(c,), daemon=True).start()\n";
-
-/* Runs a command that must succeed; returns its stdout (static buffer). */
-static const char *out_of(sbx_sandbox *sb, const char *cmd)
-{
-    static char buf[4096];
-    sbx_exec_result *r = NULL;
-    sbx_error *e = NULL;
-    if (sbx_sandbox_exec(sb, cmd, NULL, &r, &e) != SBX_OK)
-        TAP_FAIL("exec %s: %s", cmd, sbx_error_message(e));
-    if (sbx_exec_result_return_code(r) != 0)
-        TAP_FAIL("%s exited %d: %s", cmd, sbx_exec_result_return_code(r),
-                 sbx_exec_result_stderr(r, NULL) ? sbx_exec_result_stderr(r, NULL) : "");
-    const char *o = sbx_exec_result_stdout(r, NULL);
-    snprintf(buf, sizeof(buf), "%s", o ? o : "");
-    sbx_exec_result_free(r);
-    return buf;
-}
 
 static int dial(int port)
 {
@@ -565,23 +550,6 @@ static void test_publish_checked(void)
 }
 
 /* --- the CLI --------------------------------------------------------------- */
-
-static char sbx_path[PATH_MAX];
-
-static const char *sbx_bin(void)
-{
-    char exe[PATH_MAX - 8];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n <= 0)
-        TAP_FAIL("readlink: %s", strerror(errno));
-    exe[n] = 0;
-    for (int i = 0; i < 3; i++)
-        *strrchr(exe, '/') = 0;
-    snprintf(sbx_path, sizeof(sbx_path), "%s/sbx", exe);
-    if (access(sbx_path, X_OK) != 0)
-        TAP_SKIP("build/sbx is not built");
-    return sbx_path;
-}
 
 /* Runs `sbx ARGS` (a shell line); its exit status, its output in `out`. */
 static int sbx_run(char *out, size_t n, const char *args)

@@ -7,6 +7,8 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/proc.h"
+#include "lib/box.h"
 #include "linux_census.h"
 #include "linux_fixture.h"
 
@@ -14,32 +16,6 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
-
-/* Runs a command that must succeed in `sb`, as `user` (NULL: the box's default). */
-static const char *out_as(sbx_sandbox *sb, const char *cmd, const char *user)
-{
-    static char buf[65536];
-    sbx_exec_opts *o = sbx_exec_opts_new();
-    if (user)
-        sbx_exec_opts_set_user(o, user);
-    sbx_exec_result *r = NULL;
-    sbx_error *e = NULL;
-    if (sbx_sandbox_exec(sb, cmd, o, &r, &e) != SBX_OK)
-        TAP_FAIL("exec %s: %s", cmd, sbx_error_message(e));
-    sbx_exec_opts_free(o);
-    const char *out = sbx_exec_result_stdout(r, NULL);
-    const char *er = sbx_exec_result_stderr(r, NULL);
-    if (sbx_exec_result_return_code(r) != 0)
-        TAP_FAIL("%s exited %d: %s", cmd, sbx_exec_result_return_code(r), er ? er : "");
-    snprintf(buf, sizeof(buf), "%s", out ? out : "");
-    sbx_exec_result_free(r);
-    return buf;
-}
-
-static const char *out_of(sbx_sandbox *sb, const char *cmd)
-{
-    return out_as(sb, cmd, NULL);
-}
 
 /*
  * A busybox tree with a user "app" (1234:1234) and no /srv, packed as a
@@ -126,7 +102,7 @@ static void import_ok(sbx_provider *p, const char *name, const char *layout)
 /* The entrypoint's report (it writes /tmp/ep once, atomically, when it has run). */
 static const char *entrypoint_report(sbx_sandbox *sb)
 {
-    return out_as(sb, "while ! test -e /tmp/ep; do sleep 0.05; done; cat /tmp/ep", "0");
+    return out_as(sb, "0", "while ! test -e /tmp/ep; do sleep 0.05; done; cat /tmp/ep");
 }
 
 static void test_config_applies_in_a_box(void)
@@ -147,8 +123,8 @@ static void test_config_applies_in_a_box(void)
     TAP_EQ_STR(out_of(sb, "id -u; id -g"), "1234\n1234\n");
     TAP_EQ_STR(out_of(sb, "echo $HOME"), "/home/app\n");
     /* An exec that names a user wins over the image's. */
-    TAP_EQ_STR(out_as(sb, "id -u", "root"), "0\n");
-    TAP_EQ_STR(out_as(sb, "id -u", "0"), "0\n");
+    TAP_EQ_STR(out_as(sb, "root", "id -u"), "0\n");
+    TAP_EQ_STR(out_as(sb, "0", "id -u"), "0\n");
     /* Without image_entrypoint the image's command does not run (the reference's keepalive). */
     TAP_EQ_STR(out_of(sb, "test -e /tmp/ep && echo ran || echo none"), "none\n");
     stop_free(sb);
@@ -201,27 +177,12 @@ static void test_config_applies_in_a_box(void)
     census_check(state_dir);
 }
 
-/* The sbx binary next to this test's build tree. */
-static void sbx_bin(char *out, size_t n)
-{
-    char self[1024];
-    ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (k <= 0)
-        TAP_FAIL("readlink /proc/self/exe");
-    self[k] = 0;
-    for (int up = 0; up < 3; up++)
-        *strrchr(self, '/') = 0;
-    snprintf(out, n, "%s/sbx", self);
-    if (!have_file(out))
-        TAP_SKIP("the sbx CLI is not built (make)");
-}
-
 static void test_inspect_ls_format_tag(void)
 {
     need_boxes();
     char layout[600], sbx[1100], out[16384];
     make_layout(layout, sizeof(layout), "good", good_config, false);
-    sbx_bin(sbx, sizeof(sbx));
+    snprintf(sbx, sizeof(sbx), "%s", sbx_bin());
     sbx_provider *p = provider(NULL);
     import_ok(p, "cfg", layout);
 

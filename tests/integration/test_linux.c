@@ -27,38 +27,6 @@ static char self_path[4096] = "/proc/self/exe"; /* this binary, for re-exec */
 
 static long atoi_ok(const char *s) { return s ? strtol(s, NULL, 10) : -1; }
 
-/* Runs a command; returns its result (caller frees). */
-static sbx_exec_result *run(sbx_sandbox *sb, const char *cmd)
-{
-    sbx_exec_result *r = NULL;
-    sbx_error *e = NULL;
-    if (sbx_sandbox_exec(sb, cmd, NULL, &r, &e) != SBX_OK)
-        TAP_FAIL("exec %s: %s", cmd, sbx_error_message(e));
-    return r;
-}
-
-/* Runs a command that must succeed; returns its stdout (static buffer). */
-static const char *out_of(sbx_sandbox *sb, const char *cmd)
-{
-    static char buf[65536];
-    sbx_exec_result *r = run(sb, cmd);
-    const char *o = sbx_exec_result_stdout(r, NULL);
-    const char *er = sbx_exec_result_stderr(r, NULL);
-    if (sbx_exec_result_return_code(r) != 0)
-        TAP_FAIL("%s exited %d: %s", cmd, sbx_exec_result_return_code(r), er ? er : "");
-    snprintf(buf, sizeof(buf), "%s", o ? o : "");
-    sbx_exec_result_free(r);
-    return buf;
-}
-
-static int rc_of(sbx_sandbox *sb, const char *cmd)
-{
-    sbx_exec_result *r = run(sb, cmd);
-    int rc = sbx_exec_result_return_code(r);
-    sbx_exec_result_free(r);
-    return rc;
-}
-
 /* A tiny root filesystem from busybox-static, as a directory and a tarball. */
 /*
  * A busybox image: the applet links are made here, not by one `ln` per
@@ -211,7 +179,7 @@ static void test_memory_bomb_is_oom_and_box_lives(void)
     sbx_spec_set_memory_mib(s, 64);
     sbx_sandbox *sb = start(p, s);
     /* tail keeps the last line, and /dev/zero has no newline: it grows until killed. */
-    sbx_exec_result *r = run(sb, "exec tail -n 1 /dev/zero");
+    sbx_exec_result *r = run(sb, "exec tail -n 1 /dev/zero", NULL);
     if (!sbx_exec_result_error_type(r))
         TAP_FAIL("no oom: rc %d, stderr %s", sbx_exec_result_return_code(r),
                  sbx_exec_result_stderr(r, NULL));
@@ -236,7 +204,7 @@ static void test_fork_bomb_stopped_by_pids(void)
     sbx_spec *s = spec_none();
     sbx_sandbox *sb = start(p, s);
     sbx_exec_result *r =
-        run(sb, "i=0; while [ $i -lt 100 ]; do sleep 3 & i=$((i+1)); done; wait; echo finished");
+        run(sb, "i=0; while [ $i -lt 100 ]; do sleep 3 & i=$((i+1)); done; wait; echo finished", NULL);
     const char *er = sbx_exec_result_stderr(r, NULL);
     TAP_TRUE(er && (strstr(er, "fork") || strstr(er, "Resource temporarily unavailable")));
     sbx_exec_result_free(r);
@@ -254,7 +222,7 @@ static void test_disk_gib_enospc(void)
     sbx_spec *s = spec_none();
     sbx_spec_set_disk_gib(s, 1);
     sbx_sandbox *sb = start(p, s);
-    sbx_exec_result *r = run(sb, "dd if=/dev/zero of=/tmp/big bs=1M count=1200");
+    sbx_exec_result *r = run(sb, "dd if=/dev/zero of=/tmp/big bs=1M count=1200", NULL);
     TAP_NE_INT(sbx_exec_result_return_code(r), 0);
     TAP_CONTAINS(sbx_exec_result_stderr(r, NULL), "No space left on device");
     sbx_exec_result_free(r);
@@ -1099,7 +1067,7 @@ static void test_shell_signals_and_transfers_as_docker(void)
     /* A shell the box lacks: each string exec says so, rc 125 "sandbox". */
     p = provider("{\"shell\": \"/no/such/shell\"}");
     sb = start(p, bs);
-    sbx_exec_result *r = run(sb, "true");
+    sbx_exec_result *r = run(sb, "true", NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
     TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
     TAP_CONTAINS(sbx_exec_result_stderr(r, NULL), "/no/such/shell");
@@ -1292,7 +1260,7 @@ static void test_userns_image_limits_and_escapes(void)
     TAP_CONTAINS(out_of(b, "cat /etc/marker"), "bb-image");
     /* Limits still apply: the pids limit stops a fork bomb, the box lives. */
     sbx_exec_result *r =
-        run(a, "i=0; while [ $i -lt 100 ]; do sleep 3 & i=$((i+1)); done; wait; echo finished");
+        run(a, "i=0; while [ $i -lt 100 ]; do sleep 3 & i=$((i+1)); done; wait; echo finished", NULL);
     const char *er = sbx_exec_result_stderr(r, NULL);
     TAP_TRUE(er && (strstr(er, "fork") || strstr(er, "Resource temporarily unavailable")));
     sbx_exec_result_free(r);

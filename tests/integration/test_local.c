@@ -7,6 +7,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/box.h"
 
 #include <sbx.h>
 
@@ -46,38 +47,11 @@ static sbx_provider *local(const char *extra)
     return p;
 }
 
-static sbx_sandbox *started(sbx_provider *p, sbx_spec *spec)
-{
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    sbx_spec *own = spec ? NULL : sbx_spec_new();
-    if (sbx_sandbox_new(p, spec ? spec : own, &sb, &e) != SBX_OK ||
-        sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
-        TAP_FAIL("start: %s", sbx_error_message(e));
-    sbx_spec_free(own);
-    return sb;
-}
-
-/* Runs `cmd` and returns the result (the test fails on an sbx error). */
-static sbx_exec_result *run(sbx_sandbox *sb, const char *cmd, const sbx_exec_opts *o)
-{
-    sbx_exec_result *r = NULL;
-    sbx_error *e = NULL;
-    if (sbx_sandbox_exec(sb, cmd, o, &r, &e) != SBX_OK)
-        TAP_FAIL("exec '%s': %s", cmd, sbx_error_message(e));
-    return r;
-}
-
-static const char *out_of(const sbx_exec_result *r)
-{
-    return sbx_exec_result_stdout(r, NULL);
-}
-
 /* The workspace of a sandbox, as its commands see it. */
 static char *workspace_of(sbx_sandbox *sb)
 {
     sbx_exec_result *r = run(sb, "printf %s \"$PWD\"", NULL);
-    char *ws = strdup(out_of(r));
+    char *ws = strdup(stdout_of(r));
     sbx_exec_result_free(r);
     return ws;
 }
@@ -169,7 +143,7 @@ static void test_first_run_flow(void)
     sbx_spec_set_env(s, "GREETING", "hello");
     sbx_spec_add_file(s, "hello.txt", "hi there\n", 9);
     sbx_spec_add_file(s, "sub/dir/x.txt", "xx", 2);
-    sbx_sandbox *sb = started(p, s);
+    sbx_sandbox *sb = start(p, s);
     TAP_TRUE(strncmp(sbx_sandbox_id(sb), "local-", 6) == 0);
     TAP_EQ_INT(strlen(sbx_sandbox_id(sb)), 18);
     TAP_TRUE(is_dir(wd)); /* a missing workdir is created */
@@ -177,7 +151,7 @@ static void test_first_run_flow(void)
     sbx_exec_result *r = run(sb, "cat hello.txt sub/dir/x.txt; echo; echo $GREETING; pwd", NULL);
     char *want = NULL;
     TAP_TRUE(asprintf(&want, "hi there\nxx\nhello\n%s\n", wd) > 0);
-    TAP_EQ_STR(out_of(r), want);
+    TAP_EQ_STR(stdout_of(r), want);
     TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "");
     TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
     TAP_NULL(sbx_exec_result_error_type(r));
@@ -186,7 +160,7 @@ static void test_first_run_flow(void)
     sbx_exec_result_free(r);
 
     r = run(sb, "echo out; echo err >&2; exit 3", NULL);
-    TAP_EQ_STR(out_of(r), "out\n");
+    TAP_EQ_STR(stdout_of(r), "out\n");
     TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
     TAP_EQ_INT(sbx_exec_result_return_code(r), 3);
     sbx_exec_result_free(r);
@@ -210,7 +184,7 @@ static void test_first_run_flow(void)
     TAP_EQ_INT(st.st_mode & 07777, 0751);
     TAP_EQ_INT(st.st_mtim.tv_sec, 1000000000);
     r = run(sb, "cat a/b/c.bin | od -An -c | tr -s ' '", NULL);
-    TAP_CONTAINS(out_of(r), "p a y l o a d 001 002");
+    TAP_CONTAINS(stdout_of(r), "p a y l o a d 001 002");
     sbx_exec_result_free(r);
     char *dl = path_in(tap_tmpdir(), "dl/x/y.bin");
     TAP_OK(sbx_sandbox_download(sb, "a/b/c.bin", dl, &e_));
@@ -232,7 +206,7 @@ static void test_first_run_flow(void)
     sbx_spec_free(s);
 
     /* ... and removes one it allocated */
-    sb = started(p, NULL);
+    sb = start(p, NULL);
     char *ws = workspace_of(sb);
     char *prefix = path_in(tap_tmpdir(), "ws/");
     TAP_TRUE(strncmp(ws, prefix, strlen(prefix)) == 0);
@@ -244,7 +218,7 @@ static void test_first_run_flow(void)
     sbx_sandbox_free(sb);
 
     /* freeing an unstopped sandbox also removes its allocated workspace */
-    sb = started(p, NULL);
+    sb = start(p, NULL);
     char *ws2 = workspace_of(sb);
     TAP_TRUE(is_dir(ws2));
     sbx_sandbox_free(sb);
@@ -270,17 +244,17 @@ static void test_env_precedence(void)
     sbx_spec *s = sbx_spec_new();
     sbx_spec_set_env(s, "SBX_T_SPEC", "spec");
     sbx_spec_set_env(s, "SBX_T_CALL", "spec");
-    sbx_sandbox *sb = started(p, s);
+    sbx_sandbox *sb = start(p, s);
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_env(o, "SBX_T_CALL", "call");
     sbx_exec_opts_set_env(o, "SBX_T_EMPTY", "");
     sbx_exec_result *r =
         run(sb, "echo $SBX_T_PROC $SBX_T_SPEC $SBX_T_CALL \"[${SBX_T_EMPTY-unset}]\"", o);
-    TAP_EQ_STR(out_of(r), "proc spec call []\n");
+    TAP_EQ_STR(stdout_of(r), "proc spec call []\n");
     sbx_exec_result_free(r);
     /* without call env, spec env still applies */
     r = run(sb, "echo $SBX_T_CALL", NULL);
-    TAP_EQ_STR(out_of(r), "spec\n");
+    TAP_EQ_STR(stdout_of(r), "spec\n");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
     sbx_sandbox_free(sb);
@@ -291,7 +265,7 @@ static void test_env_precedence(void)
 static void test_user_rejected(void)
 {
     sbx_provider *p = local(NULL);
-    sbx_sandbox *sb = started(p, NULL);
+    sbx_sandbox *sb = start(p, NULL);
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_user(o, "root");
     sbx_exec_result *r = NULL;
@@ -317,7 +291,7 @@ static void test_user_rejected(void)
 static void test_timeout_kills_tree(void)
 {
     sbx_provider *p = local(NULL);
-    sbx_sandbox *sb = started(p, NULL);
+    sbx_sandbox *sb = start(p, NULL);
     char *ws = workspace_of(sb);
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_timeout(o, 1);
@@ -355,7 +329,7 @@ static void test_timeout_escaped_grandchild(void)
      * stdout open: the exec still comes back (after the reap bound).
      */
     sbx_provider *p = local(NULL);
-    sbx_sandbox *sb = started(p, NULL);
+    sbx_sandbox *sb = start(p, NULL);
     char *ws = workspace_of(sb);
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_timeout(o, 1);
@@ -380,7 +354,7 @@ static void test_timeout_escaped_grandchild(void)
 static void test_cancel_kills_tree(void)
 {
     sbx_provider *p = local(NULL);
-    sbx_sandbox *sb = started(p, NULL);
+    sbx_sandbox *sb = start(p, NULL);
     char *ws = workspace_of(sb);
     sbx_future *f = NULL;
     TAP_OK(sbx_sandbox_exec_async(sb, TREE_CMD, NULL, &f, &e_));
@@ -406,7 +380,7 @@ static void test_cancel_kills_tree(void)
 static void test_stop_kills_running_exec(void)
 {
     sbx_provider *p = local(NULL);
-    sbx_sandbox *sb = started(p, NULL);
+    sbx_sandbox *sb = start(p, NULL);
     char *ws = workspace_of(sb);
     sbx_future *f = NULL;
     TAP_OK(sbx_sandbox_exec_async(sb, TREE_CMD, NULL, &f, &e_));
@@ -434,7 +408,7 @@ static void test_stop_kills_running_exec(void)
 static void test_100_concurrent_execs(void)
 {
     sbx_provider *p = local("\"concurrency\": 100");
-    sbx_sandbox *sb = started(p, NULL);
+    sbx_sandbox *sb = start(p, NULL);
     enum { N = 100 };
     sbx_exec_result_free(run(sb, "mkdir bar", NULL));
     sbx_future *fs[N];
@@ -456,7 +430,7 @@ static void test_100_concurrent_execs(void)
         TAP_OK(sbx_future_take_exec_result(fs[i], &r, &e_));
         char want[32];
         snprintf(want, sizeof(want), "out-%d\n", i);
-        TAP_EQ_STR(out_of(r), want);
+        TAP_EQ_STR(stdout_of(r), want);
         TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
         sbx_exec_result_free(r);
         sbx_future_free(fs[i]);
@@ -468,7 +442,7 @@ static void test_100_concurrent_execs(void)
 static void test_default_concurrency_queues(void)
 {
     sbx_provider *p = local(NULL);
-    sbx_sandbox *sb = started(p, NULL);
+    sbx_sandbox *sb = start(p, NULL);
     enum { N = 40 };
     sbx_exec_result_free(run(sb, "mkdir running", NULL));
     sbx_future *fs[N];
@@ -493,7 +467,7 @@ static void test_default_concurrency_queues(void)
         TAP_OK(sbx_future_wait(fs[i], -1, &e_));
         TAP_OK(sbx_future_take_exec_result(fs[i], &r, &e_));
         int id = -1, seen = -1;
-        TAP_EQ_INT(sscanf(out_of(r), "%d %d", &id, &seen), 2);
+        TAP_EQ_INT(sscanf(stdout_of(r), "%d %d", &id, &seen), 2);
         TAP_EQ_INT(id, i);
         if (seen > max_seen)
             max_seen = seen;
@@ -510,7 +484,7 @@ static void test_default_concurrency_queues(void)
 static void test_large_output_and_cap(void)
 {
     sbx_provider *p = local(NULL);
-    sbx_sandbox *sb = started(p, NULL);
+    sbx_sandbox *sb = start(p, NULL);
     /*
      * 16-byte lines "0123456789abcde\n", 100 MiB of them; 16 MiB under
      * valgrind, still far past any pipe or read buffer (100 MiB took two of
@@ -550,7 +524,7 @@ static void test_large_output_and_cap(void)
     sbx_sandbox_free(sb);
     sbx_provider_free(p);
     p = local("\"max_output_bytes\": 10");
-    sb = started(p, NULL);
+    sb = start(p, NULL);
     r = run(sb, "echo 0123456789abcdef; echo short >&2", NULL);
     out = sbx_exec_result_stdout(r, &len);
     TAP_EQ_INT(len, 10);
@@ -565,7 +539,7 @@ static void test_large_output_and_cap(void)
 static void test_binary_output_and_stdin(void)
 {
     sbx_provider *p = local(NULL);
-    sbx_sandbox *sb = started(p, NULL);
+    sbx_sandbox *sb = start(p, NULL);
     sbx_exec_result *r = run(sb, "printf 'a\\0b\\0\\377c'", NULL);
     size_t len = 0;
     const char *out = sbx_exec_result_stdout(r, &len);
@@ -583,13 +557,13 @@ static void test_binary_output_and_stdin(void)
 
     /* stdin that is not read does not fail the command */
     r = run(sb, "echo ignored", o);
-    TAP_EQ_STR(out_of(r), "ignored\n");
+    TAP_EQ_STR(stdout_of(r), "ignored\n");
     sbx_exec_result_free(r);
 
     /* an empty stdin is an immediate EOF */
     sbx_exec_opts_set_stdin(o, "", 0);
     r = run(sb, "cat; echo end", o);
-    TAP_EQ_STR(out_of(r), "end\n");
+    TAP_EQ_STR(stdout_of(r), "end\n");
     sbx_exec_result_free(r);
 
     /* a large stdin streams through */
@@ -608,7 +582,7 @@ static void test_binary_output_and_stdin(void)
 
     /* no stdin: the command reads /dev/null */
     r = run(sb, "wc -c", NULL);
-    TAP_EQ_STR(out_of(r), "0\n");
+    TAP_EQ_STR(stdout_of(r), "0\n");
     sbx_exec_result_free(r);
     sbx_sandbox_free(sb);
     sbx_provider_free(p);
@@ -619,7 +593,7 @@ static void test_binary_output_and_stdin(void)
 static void test_cwd(void)
 {
     sbx_provider *p = local(NULL);
-    sbx_sandbox *sb = started(p, NULL);
+    sbx_sandbox *sb = start(p, NULL);
     char *ws = workspace_of(sb);
     sbx_exec_result_free(run(sb, "mkdir -p sub/inner", NULL));
     sbx_exec_opts *o = sbx_exec_opts_new();
@@ -627,13 +601,13 @@ static void test_cwd(void)
     sbx_exec_result *r = run(sb, "pwd", o);
     char *want = NULL;
     TAP_TRUE(asprintf(&want, "%s/sub/inner\n", ws) > 0);
-    TAP_EQ_STR(out_of(r), want);
+    TAP_EQ_STR(stdout_of(r), want);
     free(want);
     sbx_exec_result_free(r);
 
     sbx_exec_opts_set_cwd(o, "/");
     r = run(sb, "pwd", o);
-    TAP_EQ_STR(out_of(r), "/\n");
+    TAP_EQ_STR(stdout_of(r), "/\n");
     sbx_exec_result_free(r);
 
     sbx_exec_opts_set_cwd(o, "nope");
@@ -662,7 +636,7 @@ static void test_cwd(void)
 static void test_transfer(void)
 {
     sbx_provider *p = local(NULL);
-    sbx_sandbox *sb = started(p, NULL);
+    sbx_sandbox *sb = start(p, NULL);
     sbx_error *e = NULL;
     char *missing = path_in(tap_tmpdir(), "no-such-file");
     TAP_EQ_INT(sbx_sandbox_upload(sb, missing, "x", &e), SBX_ENOENT);
@@ -690,14 +664,14 @@ static void test_transfer(void)
     /* an existing directory as the target: the file lands inside it */
     TAP_OK(sbx_sandbox_upload(sb, dst, "d", &e_));
     r = run(sb, "cmp big d/out.bin && echo same", NULL);
-    TAP_EQ_STR(out_of(r), "same\n");
+    TAP_EQ_STR(stdout_of(r), "same\n");
     sbx_exec_result_free(r);
     /* overwriting an existing file */
     char *small = path_in(tap_tmpdir(), "small");
     write_text(small, "tiny");
     TAP_OK(sbx_sandbox_upload(sb, small, "big", &e_));
     r = run(sb, "cat big; ls -a | grep -c sbx- || true", NULL);
-    TAP_EQ_STR(out_of(r), "tiny0\n"); /* and no temp files left behind */
+    TAP_EQ_STR(stdout_of(r), "tiny0\n"); /* and no temp files left behind */
     sbx_exec_result_free(r);
     free(small);
     free(dst);
@@ -714,7 +688,7 @@ static void test_transfer(void)
 static void test_transfer_dirs_and_bytes(void)
 {
     sbx_provider *p = local(NULL);
-    sbx_sandbox *sb = started(p, NULL);
+    sbx_sandbox *sb = start(p, NULL);
     char *src = path_in(tap_tmpdir(), "src");
     char cmd[8192], out[4096];
     snprintf(cmd, sizeof(cmd),
@@ -727,7 +701,7 @@ static void test_transfer_dirs_and_bytes(void)
     sbx_exec_result *r = run(sb, "stat -c '%a %Y' t/a; cat t/sub/deep/b; readlink t/sub/l; "
                                  "stat -c %h t/hard",
                              NULL);
-    TAP_EQ_STR(out_of(r), "751 1500000000\ntwo../a\n2\n");
+    TAP_EQ_STR(stdout_of(r), "751 1500000000\ntwo../a\n2\n");
     sbx_exec_result_free(r);
     /* Back out to a new host directory: the same tree. */
     char *back = path_in(tap_tmpdir(), "back");
@@ -763,7 +737,7 @@ static void test_transfer_dirs_and_bytes(void)
     sbx_error_free(e);
     close(fd);
     r = run(sb, "ls -A .. | grep -c '^evil$' || true", NULL);
-    TAP_EQ_STR(out_of(r), "0\n");
+    TAP_EQ_STR(stdout_of(r), "0\n");
     sbx_exec_result_free(r);
     free(tarf);
     free(back);
@@ -777,7 +751,7 @@ static void test_transfer_dirs_and_bytes(void)
 static void test_serialize_connect_other_process(void)
 {
     sbx_provider *p = local(NULL);
-    sbx_sandbox *sb = started(p, NULL);
+    sbx_sandbox *sb = start(p, NULL);
     char *ws = workspace_of(sb);
     char *desc = NULL;
     TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
@@ -801,7 +775,7 @@ static void test_serialize_connect_other_process(void)
     TAP_TRUE(WIFEXITED(status));
     TAP_EQ_INT(WEXITSTATUS(status), 0);
     sbx_exec_result *r = run(sb, "cat from-child", NULL);
-    long cpid = strtol(out_of(r), NULL, 10);
+    long cpid = strtol(stdout_of(r), NULL, 10);
     TAP_TRUE(cpid > 0 && cpid != getpid());
     sbx_exec_result_free(r);
     TAP_TRUE(is_dir(ws)); /* the child's free did not end the box */
@@ -816,7 +790,7 @@ static void test_serialize_connect_other_process(void)
     r = run(c1, "pwd", NULL);
     char *want = NULL;
     TAP_TRUE(asprintf(&want, "%s\n", ws) > 0);
-    TAP_EQ_STR(out_of(r), want);
+    TAP_EQ_STR(stdout_of(r), want);
     sbx_exec_result_free(r);
 
     /* a narrower scope may not end the box; stop on it keeps the workspace */
@@ -890,7 +864,7 @@ static void test_absolute_workdir_made_warns(void)
     sbx_spec_set_workdir(s, wd);
     log_seen[0] = 0;
     sbx_set_log_cb(on_log, NULL, SBX_LOG_WARNING);
-    sbx_sandbox *a = started(p, s);
+    sbx_sandbox *a = start(p, s);
     pthread_mutex_lock(&log_lock);
     TAP_CONTAINS(log_seen, "made the host directory");
     TAP_CONTAINS(log_seen, wd);
@@ -899,7 +873,7 @@ static void test_absolute_workdir_made_warns(void)
     pthread_mutex_unlock(&log_lock);
     TAP_OK(sbx_sandbox_stop(a, &e_));
     TAP_TRUE(is_dir(wd));
-    sbx_sandbox *b = started(p, s); /* exists now: no warning */
+    sbx_sandbox *b = start(p, s); /* exists now: no warning */
     pthread_mutex_lock(&log_lock);
     TAP_TRUE(strstr(log_seen, "made the host directory") == NULL);
     pthread_mutex_unlock(&log_lock);
@@ -920,7 +894,7 @@ static void test_caller_workdir_connect(void)
     char *wd = path_in(tap_tmpdir(), "keep");
     sbx_spec *s = sbx_spec_new();
     sbx_spec_set_workdir(s, wd);
-    sbx_sandbox *sb = started(p, s);
+    sbx_sandbox *sb = start(p, s);
     char *desc = NULL;
     TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
     TAP_CONTAINS(desc, "\"owned_workspace\":false");
@@ -930,7 +904,7 @@ static void test_caller_workdir_connect(void)
     sbx_exec_result *r = run(c, "pwd", NULL);
     char *want = NULL;
     TAP_TRUE(asprintf(&want, "%s\n", wd) > 0);
-    TAP_EQ_STR(out_of(r), want);
+    TAP_EQ_STR(stdout_of(r), want);
     sbx_exec_result_free(r);
     TAP_OK(sbx_sandbox_stop(c, &e_));
     TAP_TRUE(is_dir(wd));
@@ -986,7 +960,7 @@ static void test_config_errors(void)
     e = NULL;
     /* a shell that does not exist: exec fails, naming it */
     p = local("\"shell\": \"/nonexistent/sh\"");
-    sbx_sandbox *sb = started(p, NULL);
+    sbx_sandbox *sb = start(p, NULL);
     sbx_exec_result *r = NULL;
     TAP_EQ_INT(sbx_sandbox_exec(sb, "true", NULL, &r, &e), SBX_EPROVIDER);
     TAP_CONTAINS(sbx_error_message(e), "/nonexistent/sh");
@@ -995,7 +969,7 @@ static void test_config_errors(void)
     sbx_provider_free(p);
     /* a configured shell is used; default_timeout_s applies when the exec has none */
     p = local("\"shell\": \"/bin/sh\", \"default_timeout_s\": 0.5");
-    sb = started(p, NULL);
+    sb = start(p, NULL);
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_timeout(o, -1);
     r = run(sb, "sleep 100", o);
@@ -1046,12 +1020,12 @@ static void test_list_stop_by_id_gc(void)
 
     sbx_spec *spec = sbx_spec_new();
     sbx_spec_set_metadata(spec, "run", "r1");
-    sbx_sandbox *a = started(p, spec);
+    sbx_sandbox *a = start(p, spec);
     sbx_spec_set_metadata(spec, "run", "r2");
     sbx_spec_set_ttl(spec, 3600);
     char *wd = path_in(tap_tmpdir(), "mine");
     sbx_spec_set_workdir(spec, wd);
-    sbx_sandbox *b = started(p, spec);
+    sbx_sandbox *b = start(p, spec);
     sbx_spec_free(spec);
     char *ws_a = workspace_of(a);
     TAP_EQ_INT(records_in_state(), 2);
@@ -1077,7 +1051,7 @@ static void test_list_stop_by_id_gc(void)
     sbx_sandbox *c = NULL;
     TAP_OK(sbx_sandbox_connect(q, desc, &c, &e_));
     sbx_exec_result *r = run(c, "printf %s \"$PWD\"", NULL);
-    TAP_EQ_STR(out_of(r), ws_a);
+    TAP_EQ_STR(stdout_of(r), ws_a);
     sbx_exec_result_free(r);
     sbx_sandbox_free(c);
     free(desc);
@@ -1109,12 +1083,12 @@ static void test_list_stop_by_id_gc(void)
     /* gc: expired and dead boxes always, labelled ones on request; dry_run only says. */
     spec = sbx_spec_new();
     sbx_spec_set_ttl(spec, 0);
-    sbx_sandbox *x = started(p, spec); /* expired at once */
+    sbx_sandbox *x = start(p, spec); /* expired at once */
     sbx_spec_free(spec);
     spec = sbx_spec_new();
     sbx_spec_set_metadata(spec, "run", "r3");
-    sbx_sandbox *y = started(p, spec);
-    sbx_sandbox *z = started(p, NULL); /* its workspace removed by hand: dead */
+    sbx_sandbox *y = start(p, spec);
+    sbx_sandbox *z = start(p, NULL); /* its workspace removed by hand: dead */
     sbx_spec_free(spec);
     char *ws_x = workspace_of(x), *ws_y = workspace_of(y), *ws_z = workspace_of(z);
     TAP_EQ_INT(rm_rf(ws_z), 0);
@@ -1161,7 +1135,7 @@ static void test_list_stop_by_id_gc(void)
 static void test_records_follow_the_box(void)
 {
     sbx_provider *p = local(NULL);
-    sbx_sandbox *a = started(p, NULL);
+    sbx_sandbox *a = start(p, NULL);
     TAP_EQ_INT(records_in_state(), 1);
     char *desc = NULL;
     TAP_OK(sbx_sandbox_serialize(a, "operate", &desc, &e_));
@@ -1187,7 +1161,7 @@ static void test_records_follow_the_box(void)
 static void test_hostile_records(void)
 {
     sbx_provider *p = local(NULL);
-    sbx_sandbox *a = started(p, NULL); /* makes the state directory */
+    sbx_sandbox *a = start(p, NULL); /* makes the state directory */
     char *state = path_in(tap_tmpdir(), "state");
     char *victim = path_in(tap_tmpdir(), "victim");
     TAP_EQ_INT(mkdir(victim, 0700), 0);
@@ -1274,13 +1248,13 @@ static void test_default_workspace_removed(void)
     int before = entries_in(root);
     sbx_spec *s = sbx_spec_new();
     TAP_OK(sbx_spec_add_file(s, "hello.py", "print('hi')\n", 12));
-    sbx_sandbox *a = started(p, s), *b = started(p, s);
+    sbx_sandbox *a = start(p, s), *b = start(p, s);
     char *ws = workspace_of(a), *wsb = workspace_of(b), *want = NULL;
     TAP_TRUE(asprintf(&want, "%s/%s", root, sbx_sandbox_id(a)) > 0);
     TAP_EQ_STR(ws, want);
     TAP_TRUE(strcmp(ws, wsb) != 0);
     sbx_exec_result *r = run(a, "cat hello.py; mkdir -p d/e; echo x > d/e/left.txt", NULL);
-    TAP_EQ_STR(out_of(r), "print('hi')\n");
+    TAP_EQ_STR(stdout_of(r), "print('hi')\n");
     sbx_exec_result_free(r);
     TAP_OK(sbx_sandbox_stop(a, &e_));
     TAP_TRUE(!is_dir(ws));

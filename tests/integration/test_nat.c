@@ -11,6 +11,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/proc.h"
 #include "linux_census.h"
 #include "linux_fixture.h"
 #include "providers/linux/linux.h"
@@ -587,22 +588,6 @@ static void test_nat_pasta_ends_with_the_box(void)
     sbx_sandbox_free(sb);
     sbx_provider_free(p);
     census_check(state_dir);
-}
-
-static char sbx_path[PATH_MAX];
-static const char *sbx_bin(void)
-{
-    char exe[PATH_MAX - 8];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n <= 0)
-        TAP_FAIL("readlink: %s", strerror(errno));
-    exe[n] = 0;
-    for (int i = 0; i < 3; i++)
-        *strrchr(exe, '/') = 0;
-    snprintf(sbx_path, sizeof(sbx_path), "%s/sbx", exe);
-    if (access(sbx_path, X_OK) != 0)
-        TAP_SKIP("build/sbx is not built");
-    return sbx_path;
 }
 
 /* `--network` on run: nat gives the box pasta's resolver; a name is refused for now. */

@@ -9,6 +9,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/proc.h"
 #include "linux_census.h"
 #include "linux_fixture.h"
 
@@ -21,35 +22,9 @@
 #include <limits.h>
 #include <pthread.h>
 
-static const char *box_sh(sbx_sandbox *sb, const char *cmd, int *rc)
-{
-    static char buf[65536];
-    sbx_exec_result *r = NULL;
-    sbx_error *e = NULL;
-    if (sbx_sandbox_exec(sb, cmd, NULL, &r, &e) != SBX_OK)
-        TAP_FAIL("exec %s: %s", cmd, sbx_error_message(e));
-    const char *o = sbx_exec_result_stdout(r, NULL);
-    const char *er = sbx_exec_result_stderr(r, NULL);
-    snprintf(buf, sizeof(buf), "%s%s", o ? o : "", er ? er : "");
-    *rc = sbx_exec_result_return_code(r);
-    sbx_exec_result_free(r);
-    return buf;
-}
-
-static const char *ok_sh(sbx_sandbox *sb, const char *cmd)
-{
-    int rc;
-    const char *o = box_sh(sb, cmd, &rc);
-    if (rc != 0)
-        TAP_FAIL("%s exited %d: %s", cmd, rc, o);
-    return o;
-}
-
 static sbx_sandbox *start_opts(sbx_provider *p, const char *opts)
 {
-    sbx_spec *s = sbx_spec_new();
-    if (opts && sbx_spec_set_provider_options(s, opts, NULL) != SBX_OK)
-        TAP_FAIL("provider_options %s refused", opts);
+    sbx_spec *s = spec_with(opts);
     sbx_sandbox *sb = start(p, s);
     sbx_spec_free(s);
     return sb;
@@ -94,7 +69,7 @@ static void serve(sbx_sandbox *sb, const char *name)
              ">/dev/null 2>&1; "
              "for i in $(seq 100); do [ -e /tmp/up ] && exit 0; sleep 0.05; done; exit 1",
              name);
-    ok_sh(sb, cmd);
+    output_of(sb, cmd, NULL);
 }
 
 /* What a connect from the box to HOST:8000 gets: the answer, or the error's name. */
@@ -109,7 +84,7 @@ static const char *fetch(sbx_sandbox *sb, const char *host)
              "except OSError as e:\n"
              "    print(\"failed:\", type(e).__name__, e)\n' %s",
              host);
-    return ok_sh(sb, cmd);
+    return output_of(sb, cmd, NULL);
 }
 
 /* Nothing of this test's directory is mounted, no sbx interface on the host, census clean. */
@@ -168,11 +143,11 @@ static void test_two_boxes_talk_by_name_others_cannot(void)
     TAP_EQ_STR(fetch(b, sbx_sandbox_id(a)), "hi from a\n");
     TAP_EQ_STR(fetch(b, addr), "hi from a\n");
     /* The box's hosts name its peers; it cannot change them. */
-    const char *hosts = ok_sh(b, "cat /etc/hosts");
+    const char *hosts = output_of(b, "cat /etc/hosts", NULL);
     TAP_CONTAINS(hosts, "web");
     TAP_CONTAINS(hosts, sbx_sandbox_id(a));
     int rc;
-    box_sh(b, "echo 1.2.3.4 evil >> /etc/hosts", &rc);
+    output_of(b, "echo 1.2.3.4 evil >> /etc/hosts", &rc);
     TAP_NE_INT(rc, 0);
 
     /* A box without a network, and one of another network, reach nothing of ep1. */
@@ -180,7 +155,7 @@ static void test_two_boxes_talk_by_name_others_cannot(void)
     TAP_CONTAINS(fetch(outside, "web"), "failed:");
     TAP_CONTAINS(fetch(other, addr), "failed:");
     /* Nothing routes out of a network: no default route in its boxes. */
-    TAP_EQ_STR(ok_sh(b, "grep -c '^eth0\t00000000' /proc/net/route || true"), "0\n");
+    TAP_EQ_STR(output_of(b, "grep -c '^eth0\t00000000' /proc/net/route || true", NULL), "0\n");
 
     /* rm refused while boxes are in it, naming them. */
     sbx_error *e = NULL;
@@ -216,24 +191,24 @@ static void test_hosts_follow_joins_and_leaves(void)
     sbx_provider *p = provider(NULL);
     net_create(p, "hj");
     sbx_sandbox *a = start_opts(p, "{\"network\": \"hj\"}");
-    TAP_EQ_STR(ok_sh(a, "grep -c late /etc/hosts || true"), "0\n");
+    TAP_EQ_STR(output_of(a, "grep -c late /etc/hosts || true", NULL), "0\n");
     sbx_sandbox *b = start_opts(p, "{\"network\": \"hj\", \"hostname\": \"late\"}");
     /* a learns of b as it joins, and forgets it when it leaves. */
-    TAP_CONTAINS(ok_sh(a, "getent hosts late"), "late");
+    TAP_CONTAINS(output_of(a, "getent hosts late", NULL), "late");
     stop_free(b);
     int rc;
-    box_sh(a, "getent hosts late", &rc);
+    output_of(a, "getent hosts late", &rc);
     TAP_NE_INT(rc, 0);
 
     /* set_hosts: extra entries after the peers, replaced by the next call. */
     sbx_error *e = NULL;
     TAP_EQ_INT(sbx_sandbox_set_hosts(a, "{\"db\": \"10.89.0.77\", \"v6\": \"fd00::1\"}", &e),
                SBX_OK);
-    TAP_CONTAINS(ok_sh(a, "getent hosts db"), "10.89.0.77");
+    TAP_CONTAINS(output_of(a, "getent hosts db", NULL), "10.89.0.77");
     TAP_EQ_INT(sbx_sandbox_set_hosts(a, "{\"cache\": \"10.89.0.78\"}", NULL), SBX_OK);
-    box_sh(a, "getent hosts db", &rc);
+    output_of(a, "getent hosts db", &rc);
     TAP_NE_INT(rc, 0);
-    TAP_CONTAINS(ok_sh(a, "cat /etc/hosts"), "10.89.0.78\tcache");
+    TAP_CONTAINS(output_of(a, "cat /etc/hosts", NULL), "10.89.0.78\tcache");
     /* Hostile entries: a newline in a name, a name that is not an address. */
     TAP_EQ_INT(sbx_sandbox_set_hosts(a, "{\"x\\n1.2.3.4 evil\": \"10.0.0.1\"}", &e), SBX_EINVAL);
     sbx_error_free(e);
@@ -310,7 +285,7 @@ static void test_boxes_come_and_go(void)
         sbx_sandbox *a = start_opts(p, "{\"network\": \"reuse\"}");
         _cleanup_free_ char *addr = address(a);
         TAP_CONTAINS(addr, "10.89.");
-        TAP_CONTAINS(ok_sh(a, "cat /sys/class/net/eth0/operstate"), "up");
+        TAP_CONTAINS(output_of(a, "cat /sys/class/net/eth0/operstate", NULL), "up");
         stop_free(a);
     }
     net_rm(p, "reuse");
@@ -354,7 +329,7 @@ static void test_forward_ports(void)
     struct fwd w = { .sb = b, .target = addr, .cancel_r = cancel[0] };
     pthread_t t;
     TAP_EQ_INT(pthread_create(&t, NULL, fwd_thread, &w), 0);
-    ok_sh(b, "for i in $(seq 200); do [ -e /tmp/fwd-ready ] && exit 0; sleep 0.05; done; exit 1");
+    output_of(b, "for i in $(seq 200); do [ -e /tmp/fwd-ready ] && exit 0; sleep 0.05; done; exit 1", NULL);
     for (int i = 0; i < 5; i++)
         TAP_EQ_STR(fetch(b, "127.0.0.1"), "hi from a\n");
     TAP_EQ_INT(write(cancel[1], "x", 1), 1);
@@ -390,7 +365,7 @@ static void test_killed_shim_forgotten_at_stop(void)
     net_create(p, "kill");
     sbx_sandbox *a = start_opts(p, "{\"network\": \"kill\", \"hostname\": \"victim\"}");
     sbx_sandbox *b = start_opts(p, "{\"network\": \"kill\"}");
-    TAP_CONTAINS(ok_sh(b, "getent hosts victim"), "victim");
+    TAP_CONTAINS(output_of(b, "getent hosts victim", NULL), "victim");
     char box_dir[1024];
     snprintf(box_dir, sizeof(box_dir), "%s/boxes/%s", state_dir, sbx_sandbox_id(a));
     sbx_linux_record rec;
@@ -404,33 +379,16 @@ static void test_killed_shim_forgotten_at_stop(void)
     for (int i = 0; i < 300 && kill(shim, 0) == 0; i++)
         usleep(20 * 1000);
     /* Its shim could not leave: the peer still names it. Stopping it cleans up. */
-    TAP_CONTAINS(ok_sh(b, "getent hosts victim"), "victim");
+    TAP_CONTAINS(output_of(b, "getent hosts victim", NULL), "victim");
     sbx_sandbox_stop(a, NULL);
     sbx_sandbox_free(a);
     int rc;
-    box_sh(b, "getent hosts victim", &rc);
+    output_of(b, "getent hosts victim", &rc);
     TAP_NE_INT(rc, 0);
     stop_free(b);
     net_rm(p, "kill");
     sbx_provider_free(p);
     all_gone();
-}
-
-static char sbx_path[PATH_MAX];
-
-static const char *sbx_bin(void)
-{
-    char exe[PATH_MAX - 8];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n <= 0)
-        TAP_FAIL("readlink: %s", strerror(errno));
-    exe[n] = 0;
-    for (int i = 0; i < 3; i++)
-        *strrchr(exe, '/') = 0;
-    snprintf(sbx_path, sizeof(sbx_path), "%s/sbx", exe);
-    if (access(sbx_path, X_OK) != 0)
-        TAP_SKIP("build/sbx is not built");
-    return sbx_path;
 }
 
 static void test_cli(void)

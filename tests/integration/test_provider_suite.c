@@ -15,6 +15,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/box.h"
 
 #include <sbx.h>
 
@@ -80,41 +81,6 @@ static sbx_provider *setup(const char *name)
     return p;
 }
 
-static sbx_sandbox *start(sbx_provider *p, sbx_spec *spec)
-{
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    sbx_spec *own = spec ? NULL : sbx_spec_new();
-    if (sbx_sandbox_new(p, spec ? spec : own, &sb, &e) != SBX_OK ||
-        sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
-        TAP_FAIL("%s: start: %s", prov, sbx_error_message(e));
-    sbx_spec_free(own);
-    return sb;
-}
-
-static sbx_exec_result *run(sbx_sandbox *sb, const char *cmd, const sbx_exec_opts *o)
-{
-    sbx_exec_result *r = NULL;
-    sbx_error *e = NULL;
-    if (sbx_sandbox_exec(sb, cmd, o, &r, &e) != SBX_OK)
-        TAP_FAIL("%s: exec %s: %s", prov, cmd, sbx_error_message(e));
-    return r;
-}
-
-static const char *out_of(const sbx_exec_result *r)
-{
-    const char *s = sbx_exec_result_stdout(r, NULL);
-    return s ? s : "(null)";
-}
-
-static void stop_free(sbx_sandbox *sb)
-{
-    sbx_error *e = NULL;
-    if (sbx_sandbox_stop(sb, &e) != SBX_OK)
-        TAP_FAIL("%s: stop: %s", prov, sbx_error_message(e));
-    sbx_sandbox_free(sb);
-}
-
 /* --- cases ------------------------------------------------------------------ */
 
 static void case_exec(sbx_provider *p)
@@ -126,7 +92,7 @@ static void case_exec(sbx_provider *p)
 
     sbx_exec_result *r = run(sb, "echo out; echo err >&2; exit 7", NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 7);
-    TAP_EQ_STR(out_of(r), "out\n");
+    TAP_EQ_STR(stdout_of(r), "out\n");
     TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
     sbx_exec_result_free(r);
 
@@ -134,7 +100,7 @@ static void case_exec(sbx_provider *p)
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_env(o, "SUITE_EXEC", "from-exec");
     r = run(sb, "echo $SUITE_SPEC $SUITE_EXEC", o);
-    TAP_EQ_STR(out_of(r), "from-spec from-exec\n");
+    TAP_EQ_STR(stdout_of(r), "from-spec from-exec\n");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
 
@@ -142,12 +108,12 @@ static void case_exec(sbx_provider *p)
     r = run(sb, "mkdir -p suite-sub/inner && cd suite-sub/inner && pwd", NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
     char want[4096];
-    snprintf(want, sizeof(want), "%s", out_of(r));
+    snprintf(want, sizeof(want), "%s", stdout_of(r));
     sbx_exec_result_free(r);
     o = sbx_exec_opts_new();
     sbx_exec_opts_set_cwd(o, "suite-sub/inner");
     r = run(sb, "pwd", o);
-    TAP_EQ_STR(out_of(r), want);
+    TAP_EQ_STR(stdout_of(r), want);
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
 
@@ -155,7 +121,7 @@ static void case_exec(sbx_provider *p)
     o = sbx_exec_opts_new();
     sbx_exec_opts_set_stdin(o, "line one\nline two\n", 18);
     r = run(sb, "wc -l", o);
-    TAP_CONTAINS(out_of(r), "2");
+    TAP_CONTAINS(stdout_of(r), "2");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
 
@@ -170,7 +136,7 @@ static void case_exec(sbx_provider *p)
 
     /* the box still works after a timeout */
     r = run(sb, "echo again", NULL);
-    TAP_EQ_STR(out_of(r), "again\n");
+    TAP_EQ_STR(stdout_of(r), "again\n");
     sbx_exec_result_free(r);
     stop_free(sb);
 }
@@ -204,7 +170,7 @@ static void case_stream(sbx_provider *p)
         TAP_FAIL("%s: streamed exec: %s", prov, sbx_error_message(e));
     sbx_exec_result *r = NULL;
     TAP_EQ_INT(sbx_future_take_exec_result(f, &r, &e), SBX_OK);
-    TAP_EQ_STR(out_of(r), "first\nsecond\n"); /* the result keeps it too */
+    TAP_EQ_STR(stdout_of(r), "first\nsecond\n"); /* the result keeps it too */
     sbx_exec_result_free(r);
     sbx_future_free(f);
     free(seen);
@@ -220,7 +186,7 @@ static void case_stream(sbx_provider *p)
     sbx_exec_opts_set_timeout(o, 0.5);
     r = run(sb, "echo partial; sleep 30", o);
     TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
-    TAP_EQ_STR(out_of(r), "partial\n");
+    TAP_EQ_STR(stdout_of(r), "partial\n");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
     stop_free(sb);
@@ -238,7 +204,7 @@ static void case_transfer(sbx_provider *p)
     if (sbx_sandbox_upload(sb, src, "up/d/run.sh", &e) != SBX_OK)
         TAP_FAIL("%s: upload: %s", prov, sbx_error_message(e));
     sbx_exec_result *r = run(sb, "./up/d/run.sh && stat -c %a up/d/run.sh", NULL);
-    TAP_EQ_STR(out_of(r), "ran\n751\n");
+    TAP_EQ_STR(stdout_of(r), "ran\n751\n");
     sbx_exec_result_free(r);
     r = run(sb, "printf 'made in the box' > made.txt && chmod 640 made.txt", NULL);
     sbx_exec_result_free(r);

@@ -10,6 +10,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/box.h"
 #include "linux_census.h"
 #include "linux_fixture.h"
 

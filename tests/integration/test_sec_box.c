@@ -130,15 +130,6 @@ static const char *run_as(sbx_sandbox *sb, const char *user, const char *cmd, in
     return buf;
 }
 
-static const char *out_of(sbx_sandbox *sb, const char *cmd)
-{
-    int rc;
-    const char *o = run_as(sb, NULL, cmd, &rc);
-    if (rc != 0)
-        TAP_FAIL("%s exited %d: %s", cmd, rc, o);
-    return o;
-}
-
 /* This binary, uploaded into the box as /tmp/probe. */
 static void upload_probe(sbx_sandbox *sb)
 {

@@ -9,7 +9,8 @@
  */
 #include "tap.h"
 #include "common.h"
-#include "agent_fixture.h"
+#include "lib/agent.h"
+#include "lib/box.h"
 
 #include "core/internal.h"
 #include "kit/client.h"
@@ -32,110 +33,6 @@
 
 #include <uv.h>
 
-
-struct exec_call {
-    sbx_agent_conn *c;
-    const char *cmd;
-    const char *const *argv;
-    const sbx_exec_opts *opts;
-    const char *const *base_env;
-    struct waiter *w;
-};
-
-static void do_exec(void *arg)
-{
-    struct exec_call *ec = arg;
-    ec->w->op = sbx__op_new(P, op_done, ec->w);
-    sbx__agent_exec(ec->c, ec->w->op, ec->cmd, ec->argv, ec->opts, ec->base_env);
-}
-
-/* Starts an exec; the waiter completes with the result. */
-static struct waiter *exec_start_async(sbx_agent_conn *c, const char *cmd, const char *const *argv,
-                                       const sbx_exec_opts *opts, const char *const *base_env)
-{
-    struct exec_call *ec = calloc(1, sizeof(*ec));
-    *ec = (struct exec_call){c, cmd, argv, opts, base_env, waiter_new()};
-    struct waiter *w = ec->w;
-    TAP_EQ_INT(sbx__context_post(P->ctx, do_exec, ec), SBX_OK);
-    sbx__context_drain(P->ctx);
-    free(ec);
-    return w;
-}
-
-static sbx_exec_result *exec_wait(struct waiter *w)
-{
-    waiter_wait(w);
-    if (w->code != SBX_OK)
-        TAP_FAIL("exec failed: %d %s", w->code, w->err ? sbx_error_message(w->err) : "");
-    sbx_exec_result *r = w->value;
-    waiter_free(w);
-    return r;
-}
-
-static sbx_exec_result *run(sbx_agent_conn *c, const char *cmd, const sbx_exec_opts *opts)
-{
-    return exec_wait(exec_start_async(c, cmd, NULL, opts, NULL));
-}
-
-struct file_call {
-    sbx_agent_conn *c;
-    const char *a, *b;
-    int download;
-    struct waiter *w;
-    const sbx_agent_limits *lim;
-};
-
-static void do_file(void *arg)
-{
-    struct file_call *fc = arg;
-    fc->w->op = sbx__op_new(P, op_done, fc->w);
-    if (fc->lim)
-        sbx__agent_set_limits(fc->c, fc->lim);
-    if (fc->download)
-        sbx__agent_download(fc->c, fc->w->op, fc->a, fc->b);
-    else
-        sbx__agent_upload(fc->c, fc->w->op, fc->a, fc->b);
-}
-
-/* Returns the op's code; *msg (optional) gets a copy of the error message. */
-static int transfer(sbx_agent_conn *c, int download, const char *a, const char *b, char **msg,
-                    const sbx_agent_limits *lim)
-{
-    struct file_call fc = {c, a, b, download, waiter_new(), lim};
-    on_loop(do_file, &fc);
-    waiter_wait(fc.w);
-    int code = fc.w->code;
-    if (msg)
-        *msg = fc.w->err ? strdup(sbx_error_message(fc.w->err)) : NULL;
-    waiter_free(fc.w);
-    return code;
-}
-
-static void do_cancel(void *arg)
-{
-    sbx__op_cancel(arg);
-}
-
-static void teardown(sbx_agent_conn *c, struct agent *a)
-{
-    if (c)
-        close_conn(c);
-    if (a)
-        stop_agent(a);
-    if (a && a->stdio_fd >= 0)
-        close(a->stdio_fd);
-    sbx_provider_free(P);
-    P = NULL;
-}
-
-static const char *out_of(const sbx_exec_result *r)
-{
-    return sbx_exec_result_stdout(r, NULL);
-}
-static const char *err_of(const sbx_exec_result *r)
-{
-    return sbx_exec_result_stderr(r, NULL);
-}
 
 /* --- a fake agent ---------------------------------------------------------- */
 
@@ -275,11 +172,11 @@ static void test_silent_agent_exec_deadline(void)
     sbx_agent_conn *c = connect_agent(&a);
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_timeout(o, 0.2);
-    sbx_exec_result *r = run(c, "sleep 100", o);
+    sbx_exec_result *r = agent_run(c, "sleep 100", o);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
     TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
-    TAP_EQ_STR(out_of(r), ""); /* partial stdout (none here), not None: issue 9 */
-    TAP_EQ_STR(err_of(r), "command timed out after 0.2s: 'sleep 100'");
+    TAP_EQ_STR(stdout_of(r), ""); /* partial stdout (none here), not None: issue 9 */
+    TAP_EQ_STR(stderr_of(r), "command timed out after 0.2s: 'sleep 100'");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
     close_conn(c);
@@ -318,7 +215,7 @@ static void test_stalled_download(void)
         sbx_agent_conn *c = connect_agent(&a);
         sbx_agent_limits lim = {.idle_timeout_s = 0.2};
         char *msg = NULL;
-        TAP_EQ_INT(transfer(c, 1, "/f", dst, &msg, &lim), SBX_ETIMEDOUT);
+        TAP_EQ_INT(transfer_limited(c, 1, "/f", dst, &msg, &lim), SBX_ETIMEDOUT);
         TAP_CONTAINS(msg, "made no progress for 0.2s");
         free(msg);
         TAP_EQ_INT(left_in(dir), 0);
@@ -340,7 +237,7 @@ static void test_lying_download_sizes(void)
         struct agent a = start_fake(modes[i]);
         sbx_agent_conn *c = connect_agent(&a);
         char *msg = NULL;
-        TAP_EQ_INT(transfer(c, 1, "/f", dst, &msg, NULL), SBX_EPROTO);
+        TAP_EQ_INT(transfer_limited(c, 1, "/f", dst, &msg, NULL), SBX_EPROTO);
         TAP_CONTAINS(msg, modes[i] == FAKE_MORE ? "announced 10 bytes" : "announced 100 bytes");
         free(msg);
         TAP_EQ_INT(left_in(dir), 0);
@@ -378,13 +275,13 @@ static void test_download_cap(void)
     sbx_agent_conn *c = connect_agent(&a);
     sbx_agent_limits lim = {.max_download_bytes = 1 << 20};
     char *msg = NULL;
-    TAP_EQ_INT(transfer(c, 1, "/big", dst, &msg, &lim), SBX_EINVAL);
+    TAP_EQ_INT(transfer_limited(c, 1, "/big", dst, &msg, &lim), SBX_EINVAL);
     TAP_CONTAINS(msg, "over the download limit of 1048576 bytes");
     free(msg);
     TAP_EQ_INT(left_in(dir), 0);
     /* Under the cap it works on the same connection. */
     lim.max_download_bytes = 4 << 20;
-    TAP_EQ_INT(transfer(c, 1, "/big", dst, NULL, &lim), SBX_OK);
+    TAP_EQ_INT(transfer_limited(c, 1, "/big", dst, NULL, &lim), SBX_OK);
     struct stat st;
     TAP_EQ_INT(stat(dst, &st), 0);
     TAP_EQ_INT(st.st_size, 2 << 20);
@@ -404,7 +301,7 @@ static void test_sparse_download_stays_sparse(void)
     make_file(src, size, "head", "tail");
     struct agent a = start_stdio(root, NULL);
     sbx_agent_conn *c = connect_agent(&a);
-    TAP_EQ_INT(transfer(c, 1, "/sparse", dst, NULL, NULL), SBX_OK);
+    TAP_EQ_INT(transfer_limited(c, 1, "/sparse", dst, NULL, NULL), SBX_OK);
     struct stat st;
     TAP_EQ_INT(stat(dst, &st), 0);
     TAP_EQ_INT(st.st_size, size);
@@ -513,8 +410,8 @@ static void test_stdin_streamed(void)
     close(p[1]);
     sbx_exec_opts *o = sbx_exec_opts_new();
     TAP_EQ_INT(sbx_exec_opts_set_stdin_fd(o, p[0]), SBX_OK);
-    sbx_exec_result *r = run(c, "echo ran", o);
-    TAP_EQ_STR(out_of(r), "ran\n");
+    sbx_exec_result *r = agent_run(c, "echo ran", o);
+    TAP_EQ_STR(stdout_of(r), "ran\n");
     sbx_exec_result_free(r);
     /* Order, not time: the command is done and the feeder has not ended. */
     TAP_EQ_INT(waitpid(feeder, NULL, WNOHANG), 0);
@@ -539,8 +436,8 @@ static void test_stdin_streamed(void)
     }
     close(p[1]);
     sbx_exec_opts_set_stdin_fd(o, p[0]);
-    r = run(c, "wc -c", o);
-    TAP_EQ_STR(out_of(r), "67108864\n");
+    r = agent_run(c, "wc -c", o);
+    TAP_EQ_STR(stdout_of(r), "67108864\n");
     sbx_exec_result_free(r);
     waitpid(feeder, NULL, 0);
     close(p[0]);
@@ -548,8 +445,8 @@ static void test_stdin_streamed(void)
     /* A device epoll refuses (/dev/zero) is read on the thread pool; it never ends by itself. */
     int z = open("/dev/zero", O_RDONLY | O_CLOEXEC);
     sbx_exec_opts_set_stdin_fd(o, z);
-    r = run(c, "head -c 1000000 | wc -c", o);
-    TAP_EQ_STR(out_of(r), "1000000\n");
+    r = agent_run(c, "head -c 1000000 | wc -c", o);
+    TAP_EQ_STR(stdout_of(r), "1000000\n");
     sbx_exec_result_free(r);
     close(z);
     sbx_exec_opts_free(o);
@@ -585,8 +482,8 @@ static void test_stdin_window(void)
                  (long long)read_so_far);
     /* A reader still gets all of it, acknowledged chunk by chunk. */
     TAP_EQ_INT(lseek(fd, 0, SEEK_SET), 0);
-    r = run(c, "wc -c", o);
-    TAP_EQ_STR(out_of(r), "268435456\n");
+    r = agent_run(c, "wc -c", o);
+    TAP_EQ_STR(stdout_of(r), "268435456\n");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
     close(fd);
@@ -599,19 +496,19 @@ static void test_default_output_cap(void)
     setup();
     struct agent a = start_stdio(NULL, NULL);
     sbx_agent_conn *c = connect_agent(&a);
-    sbx_exec_result *r = run(c, "head -c 20971520 /dev/zero; echo done >&2", NULL);
+    sbx_exec_result *r = agent_run(c, "head -c 20971520 /dev/zero; echo done >&2", NULL);
     size_t len = 0;
     sbx_exec_result_stdout(r, &len);
     TAP_EQ_INT(len, (size_t)16 << 20);
     TAP_EQ_INT(sbx_exec_result_truncated(r), 1);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
-    TAP_EQ_STR(err_of(r), "done\n");
+    TAP_EQ_STR(stderr_of(r), "done\n");
     sbx_exec_result_free(r);
     /* A command's own 124 is its exit status, not a timeout. */
-    r = run(c, "echo mine >&2; exit 124", NULL);
+    r = agent_run(c, "echo mine >&2; exit 124", NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 124);
     TAP_NULL(sbx_exec_result_error_type(r));
-    TAP_EQ_STR(err_of(r), "mine\n");
+    TAP_EQ_STR(stderr_of(r), "mine\n");
     sbx_exec_result_free(r);
     teardown(c, &a);
 }

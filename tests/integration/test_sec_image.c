@@ -9,6 +9,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/proc.h"
 
 #include "core/internal.h"
 #include "providers/linux/linux.h"
@@ -33,8 +34,6 @@
 #define ATTACKER "sbxatk-img"
 
 static char state_dir[2048]; /* <tmp>/st/linux */
-static char sbx_path[PATH_MAX];
-
 static void need_root(void)
 {
     if (geteuid() != 0)
@@ -59,22 +58,6 @@ static void setup(void)
         setenv("SBX_AGENT", agent, 1);
     free(agent);
     tap_allow_fd_changes();
-}
-
-/* build/sbx next to this binary's build/tests/integration/. */
-static const char *sbx_bin(void)
-{
-    char exe[PATH_MAX - 8];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n <= 0)
-        TAP_FAIL("readlink /proc/self/exe: %s", strerror(errno));
-    exe[n] = 0;
-    for (int i = 0; i < 3; i++)
-        *strrchr(exe, '/') = 0;
-    snprintf(sbx_path, sizeof(sbx_path), "%s/sbx", exe);
-    if (access(sbx_path, X_OK) != 0)
-        TAP_FAIL("%s is not built", sbx_path);
-    return sbx_path;
 }
 
 /* --- hostile archives ----------------------------------------------------- */

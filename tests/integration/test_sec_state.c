@@ -25,17 +25,6 @@
 #include <time.h>
 
 
-static int rc_of(sbx_sandbox *sb, const char *cmd)
-{
-    sbx_exec_result *r = NULL;
-    sbx_error *e = NULL;
-    if (sbx_sandbox_exec(sb, cmd, NULL, &r, &e) != SBX_OK)
-        TAP_FAIL("exec %s: %s", cmd, sbx_error_message(e));
-    int rc = sbx_exec_result_return_code(r);
-    sbx_exec_result_free(r);
-    return rc;
-}
-
 /* A box's record as JSON, read the plain way (the test is root). */
 static json_t *record_json(const char *id)
 {

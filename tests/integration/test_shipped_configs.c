@@ -14,6 +14,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/proc.h"
 
 #include <sbx.h>
 
@@ -218,28 +219,6 @@ static void test_unknown_key_is_caught(void)
 }
 
 /* --- through the CLI ------------------------------------------------------- */
-
-static char sbx_path[PATH_MAX];
-
-/* build/sbx, three levels above this binary (build/tests/integration/test_x). */
-static const char *sbx_bin(void)
-{
-    char exe[PATH_MAX - 8];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n <= 0)
-        TAP_FAIL("readlink /proc/self/exe: %s", strerror(errno));
-    exe[n] = 0;
-    for (int i = 0; i < 3; i++) {
-        char *s = strrchr(exe, '/');
-        if (!s)
-            TAP_FAIL("unexpected test binary path %s", exe);
-        *s = 0;
-    }
-    snprintf(sbx_path, sizeof(sbx_path), "%s/sbx", exe);
-    if (access(sbx_path, X_OK) != 0)
-        TAP_FAIL("%s is not built (make tests builds it)", sbx_path);
-    return sbx_path;
-}
 
 /* Runs argv, returning its exit status and stdout (stderr is passed through). */
 static int run_cli(const char *const argv[], char *out, size_t cap)

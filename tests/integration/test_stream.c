@@ -10,6 +10,7 @@
 #include "linux_fixture.h"
 #include "tap.h"
 #include "common.h"
+#include "lib/box.h"
 
 #include <sbx.h>
 
@@ -55,15 +56,6 @@ static sbx_sandbox *box(sbx_provider *p)
 
 /* Where a box's commands and the test agree to put a gate file (relative: the default cwd). */
 static const char *gate(enum kind k) { return k == LINUX ? "/tmp/sbx-gate" : "sbx-gate"; }
-
-static sbx_exec_result *run(sbx_sandbox *sb, const char *cmd, const sbx_exec_opts *o)
-{
-    sbx_exec_result *r = NULL;
-    sbx_error *e = NULL;
-    if (sbx_sandbox_exec(sb, cmd, o, &r, &e) != SBX_OK)
-        TAP_FAIL("exec '%s': %s", cmd, sbx_error_message(e));
-    return r;
-}
 
 static int wait_future(sbx_future *f, sbx_error **e)
 {

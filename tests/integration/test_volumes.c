@@ -17,40 +17,6 @@
 
 #include <sys/mount.h>
 
-/* Runs `cmd` in the box; its stdout (static buffer) and *rc. */
-static const char *box_sh(sbx_sandbox *sb, const char *cmd, int *rc)
-{
-    static char buf[65536];
-    sbx_exec_result *r = NULL;
-    sbx_error *e = NULL;
-    if (sbx_sandbox_exec(sb, cmd, NULL, &r, &e) != SBX_OK)
-        TAP_FAIL("exec %s: %s", cmd, sbx_error_message(e));
-    const char *o = sbx_exec_result_stdout(r, NULL);
-    const char *er = sbx_exec_result_stderr(r, NULL);
-    snprintf(buf, sizeof(buf), "%s%s", o ? o : "", er ? er : "");
-    *rc = sbx_exec_result_return_code(r);
-    sbx_exec_result_free(r);
-    return buf;
-}
-
-static const char *ok_sh(sbx_sandbox *sb, const char *cmd)
-{
-    int rc;
-    const char *o = box_sh(sb, cmd, &rc);
-    if (rc != 0)
-        TAP_FAIL("%s exited %d: %s", cmd, rc, o);
-    return o;
-}
-
-/* A spec of the "none" image with provider_options `opts` (JSON). */
-static sbx_spec *spec_with(const char *opts)
-{
-    sbx_spec *s = sbx_spec_new();
-    if (opts && sbx_spec_set_provider_options(s, opts, NULL) != SBX_OK)
-        TAP_FAIL("provider_options %s refused", opts);
-    return s;
-}
-
 /* Starting must fail with `code` and a message containing `want`. */
 static void start_fails(sbx_provider *p, sbx_spec *s, int code, const char *want)
 {
@@ -91,25 +57,25 @@ static void test_bind_read_write_and_read_only(void)
     sbx_provider *p = provider(NULL);
     sbx_spec *s = spec_with(opts);
     sbx_sandbox *sb = start(p, s);
-    TAP_EQ_STR(ok_sh(sb, "cat /mnt/rw/f"), "from-host\n");
-    ok_sh(sb, "echo from-box > /mnt/rw/g");
+    TAP_EQ_STR(output_of(sb, "cat /mnt/rw/f", NULL), "from-host\n");
+    output_of(sb, "echo from-box > /mnt/rw/g", NULL);
     snprintf(out, sizeof(out), "%s/g", host);
     char *g = read_text(out);
     TAP_EQ_STR(g, "from-box\n");
     free(g);
     int rc;
-    TAP_CONTAINS(box_sh(sb, "echo x > /mnt/ro/h", &rc), "Read-only file system");
+    TAP_CONTAINS(output_of(sb, "echo x > /mnt/ro/h", &rc), "Read-only file system");
     TAP_NE_INT(rc, 0);
     /* Both nosuid,nodev; the read-only one ro. */
-    const char *mi = ok_sh(sb, "grep ' /mnt/r[ow] ' /proc/self/mountinfo");
+    const char *mi = output_of(sb, "grep ' /mnt/r[ow] ' /proc/self/mountinfo", NULL);
     TAP_CONTAINS(mi, "/mnt/rw rw,nosuid,nodev");
     TAP_CONTAINS(mi, "/mnt/ro ro,nosuid,nodev");
     /* The box cannot make it writable again: no mount(2), no CAP_SYS_ADMIN. */
-    box_sh(sb, "mount -o remount,rw /mnt/ro", &rc);
+    output_of(sb, "mount -o remount,rw /mnt/ro", &rc);
     TAP_NE_INT(rc, 0);
-    box_sh(sb, "mount --bind /mnt/rw /mnt/ro", &rc);
+    output_of(sb, "mount --bind /mnt/rw /mnt/ro", &rc);
     TAP_NE_INT(rc, 0);
-    TAP_CONTAINS(box_sh(sb, "echo x > /mnt/ro/h", &rc), "Read-only file system");
+    TAP_CONTAINS(output_of(sb, "echo x > /mnt/ro/h", &rc), "Read-only file system");
     stop_free(sb);
     sbx_spec_free(s);
 
@@ -120,9 +86,9 @@ static void test_bind_read_write_and_read_only(void)
     snprintf(opts, sizeof(opts), "{\"volumes\": [\"%s:/mnt/ro:ro\"]}", host);
     s = spec_with(opts);
     sb = start(p, s);
-    TAP_CONTAINS(box_sh(sb, "echo x > /mnt/ro/sub/y", &rc), "Read-only file system");
+    TAP_CONTAINS(output_of(sb, "echo x > /mnt/ro/sub/y", &rc), "Read-only file system");
     TAP_NE_INT(rc, 0);
-    TAP_CONTAINS(ok_sh(sb, "grep ' /mnt/ro/sub ' /proc/self/mountinfo"), "ro,nosuid,nodev");
+    TAP_CONTAINS(output_of(sb, "grep ' /mnt/ro/sub ' /proc/self/mountinfo", NULL), "ro,nosuid,nodev");
     stop_free(sb);
     sbx_spec_free(s);
     TAP_EQ_INT(umount(sub), 0);
@@ -143,10 +109,10 @@ static void test_named_volume_two_boxes_and_rm_refused(void)
     sbx_spec *s = spec_with("{\"volumes\": [\"shared1:/data\"]}");
     sbx_sandbox *a = start(p, s);
     sbx_sandbox *b = start(p, s);
-    ok_sh(a, "echo written-by-a > /data/note");
-    TAP_EQ_STR(ok_sh(b, "cat /data/note"), "written-by-a\n");
-    ok_sh(b, "echo reply-from-b >> /data/note");
-    TAP_EQ_STR(ok_sh(a, "cat /data/note"), "written-by-a\nreply-from-b\n");
+    output_of(a, "echo written-by-a > /data/note", NULL);
+    TAP_EQ_STR(output_of(b, "cat /data/note", NULL), "written-by-a\n");
+    output_of(b, "echo reply-from-b >> /data/note", NULL);
+    TAP_EQ_STR(output_of(a, "cat /data/note", NULL), "written-by-a\nreply-from-b\n");
 
     /* In use: rm refused, naming the boxes; ls and inspect show them. */
     sbx_error *e = NULL;
@@ -204,9 +170,9 @@ static void test_link_at_target_stays_in_the_box(void)
     sbx_spec *s = spec_with(opts);
     sbx_spec_set_image(s, img);
     sbx_sandbox *sb = start(p, s);
-    TAP_EQ_STR(ok_sh(sb, "cat /abs/v"), "vol-file\n");
-    TAP_EQ_STR(ok_sh(sb, "cat /rel/deeper/v"), "vol-file\n");
-    ok_sh(sb, "echo in-box > /abs/w");
+    TAP_EQ_STR(output_of(sb, "cat /abs/v", NULL), "vol-file\n");
+    TAP_EQ_STR(output_of(sb, "cat /rel/deeper/v", NULL), "vol-file\n");
+    output_of(sb, "echo in-box > /abs/w", NULL);
     /* The host's directory the links name got nothing: no mount, no file. */
     TAP_EQ_INT(run_cmd(out, sizeof(out), "ls -A %s; grep -c '%s' /proc/self/mountinfo || true",
                        outside, outside),
@@ -266,7 +232,7 @@ static void test_sources_checked(void)
     s = spec_with(json);
     free(json);
     sbx_sandbox *sb = start(p, s);
-    ok_sh(sb, "ln -s /etc /shared/evil && mkdir -p /shared/ok/inner");
+    output_of(sb, "ln -s /etc /shared/evil && mkdir -p /shared/ok/inner", NULL);
     stop_free(sb);
     sbx_spec_free(s);
     TAP_OK(sbx_provider_shared_volume_options(p, "evil", "/x", 1, &json, &e_));
@@ -280,7 +246,7 @@ static void test_sources_checked(void)
     free(json);
     sb = start(p, s);
     int rc;
-    TAP_CONTAINS(box_sh(sb, "touch /x/f", &rc), "Read-only file system");
+    TAP_CONTAINS(output_of(sb, "touch /x/f", &rc), "Read-only file system");
     stop_free(sb);
     sbx_spec_free(s);
     sbx_error *e = NULL;
@@ -314,7 +280,7 @@ static void test_setuid_in_volume_gains_nothing(void)
     TAP_EQ_STR(sbx_exec_result_stdout(r, NULL), "1000\n4755\n");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(eo);
-    TAP_CONTAINS(ok_sh(sb, "grep ' /v ' /proc/self/mountinfo"), "nosuid,nodev");
+    TAP_CONTAINS(output_of(sb, "grep ' /v ' /proc/self/mountinfo", NULL), "nosuid,nodev");
     stop_free(sb);
     sbx_spec_free(s);
     sbx_provider_free(p);
@@ -327,31 +293,31 @@ static void test_cap_add_and_shm_size(void)
     sbx_provider *p = provider(NULL);
     sbx_spec *s = spec_with("{\"cap_add\": [\"net_admin\"], \"shm_size\": \"64m\"}");
     sbx_sandbox *sb = start(p, s);
-    unsigned long long eff = strtoull(ok_sh(sb, "sed -n 's/^CapEff:\\t//p' /proc/self/status"),
+    unsigned long long eff = strtoull(output_of(sb, "sed -n 's/^CapEff:\\t//p' /proc/self/status", NULL),
                                       NULL, 16);
     TAP_TRUE(eff & (1ull << 12)); /* CAP_NET_ADMIN */
     TAP_TRUE(!(eff & (1ull << 21))); /* never CAP_SYS_ADMIN */
     /* Its own network namespace: loopback only, whatever NET_ADMIN allows there. */
-    const char *dev = ok_sh(sb, "cat /proc/net/dev");
+    const char *dev = output_of(sb, "cat /proc/net/dev", NULL);
     TAP_CONTAINS(dev, "lo:");
     TAP_TRUE(strstr(dev, "eth") == NULL && strstr(dev, "ens") == NULL);
     /* NET_ADMIN works on the box's own network (loopback's MTU), which the host never sees. */
     if (have_file("/usr/sbin/ip")) {
-        ok_sh(sb, "/usr/sbin/ip link set lo mtu 1400");
-        TAP_EQ_STR(ok_sh(sb, "cat /sys/class/net/lo/mtu"), "1400\n");
+        output_of(sb, "/usr/sbin/ip link set lo mtu 1400", NULL);
+        TAP_EQ_STR(output_of(sb, "cat /sys/class/net/lo/mtu", NULL), "1400\n");
     }
-    TAP_EQ_STR(ok_sh(sb, "df -k /dev/shm | awk 'NR==2 {print $2}'"), "65536\n");
-    TAP_CONTAINS(ok_sh(sb, "grep ' /dev/shm ' /proc/self/mountinfo"), "nosuid,nodev,noexec");
+    TAP_EQ_STR(output_of(sb, "df -k /dev/shm | awk 'NR==2 {print $2}'", NULL), "65536\n");
+    TAP_CONTAINS(output_of(sb, "grep ' /dev/shm ' /proc/self/mountinfo", NULL), "nosuid,nodev,noexec");
     stop_free(sb);
     sbx_spec_free(s);
     /* Without them: the default set, /dev/shm on the writable layer. */
     s = spec_with(NULL);
     sb = start(p, s);
-    eff = strtoull(ok_sh(sb, "sed -n 's/^CapEff:\\t//p' /proc/self/status"), NULL, 16);
+    eff = strtoull(output_of(sb, "sed -n 's/^CapEff:\\t//p' /proc/self/status", NULL), NULL, 16);
     TAP_TRUE(!(eff & (1ull << 12)));
     int rc;
     if (have_file("/usr/sbin/ip")) {
-        box_sh(sb, "/usr/sbin/ip link set lo mtu 1400", &rc);
+        output_of(sb, "/usr/sbin/ip link set lo mtu 1400", &rc);
         TAP_NE_INT(rc, 0);
     }
     stop_free(sb);
@@ -393,9 +359,9 @@ static void test_cap_add_and_shm_size(void)
     sbx_spec_set_metadata(s, "sbx.cap_add", "NET_ADMIN");
     sbx_spec_set_metadata(s, "sbx.shm_size", "8388608");
     sb = start(p, s);
-    eff = strtoull(ok_sh(sb, "sed -n 's/^CapEff:\\t//p' /proc/self/status"), NULL, 16);
+    eff = strtoull(output_of(sb, "sed -n 's/^CapEff:\\t//p' /proc/self/status", NULL), NULL, 16);
     TAP_TRUE(eff & (1ull << 12));
-    TAP_EQ_STR(ok_sh(sb, "df -k /dev/shm | awk 'NR==2 {print $2}'"), "8192\n");
+    TAP_EQ_STR(output_of(sb, "df -k /dev/shm | awk 'NR==2 {print $2}'", NULL), "8192\n");
     stop_free(sb);
     sbx_spec_free(s);
     sbx_provider_free(p);
@@ -427,10 +393,10 @@ static void test_userns_bind(void)
             TAP_SKIP("user namespaces with idmapped mounts are not available here");
         TAP_FAIL("start: %s", m);
     }
-    TAP_EQ_STR(ok_sh(sb, "cat /u/f"), "u\n");
-    TAP_EQ_STR(ok_sh(sb, "stat -c %u /u/f"), "65534\n");
+    TAP_EQ_STR(output_of(sb, "cat /u/f", NULL), "u\n");
+    TAP_EQ_STR(output_of(sb, "stat -c %u /u/f", NULL), "65534\n");
     int rc;
-    box_sh(sb, "touch /u/new", &rc);
+    output_of(sb, "touch /u/new", &rc);
     TAP_NE_INT(rc, 0);
     stop_free(sb);
     sbx_spec_free(s);

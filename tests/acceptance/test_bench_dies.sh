@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# A benchmark killed mid-run leaves no box running: every bench box is made
+# from bench_spec() (tests/lib/bench.c), whose provider_options
+# die_with_creator make the shim tear the box down when the bench's end of
+# its control socket closes, however the bench ended (SIGKILL included).
+# bench_transfer keeps one box for its whole run, in $SBX_STATE_DIR; it is
+# killed once `sbx ls` lists that box running (past its create, which ends
+# with its creator anyway).
+. "$(dirname "$0")/lib.sh"
+need_root
+BENCH="$B/bench/bench_transfer"
+[ -x "$BENCH" ] || skip_all "$BENCH is not built (make tests builds it)"
+
+for sig in KILL TERM INT; do
+  before=$(echo /tmp/sbx-bench-transfer-*)
+  env --default-signal=INT,TERM "$BENCH" 1000000 >"$T/out" 2>"$T/err" </dev/null & p=$!
+  up=""
+  while kill -0 $p 2>/dev/null; do
+    "$SBX" ls 2>/dev/null | grep -q ' running ' && { up=1; break; }
+    sleep 0.2
+  done
+  if [ -z "$up" ]; then
+    wait $p
+    not_ok "SIG$sig: the bench made a box" "$(head -c 400 "$T/err")"
+    continue
+  fi
+  kill -$sig $p; wait $p 2>/dev/null
+  census "SIG$sig mid-run"
+  # What a failure left: stopped, so the next signal starts clean.
+  for id in $(ls "$SBX_STATE_DIR/linux/boxes" 2>/dev/null); do "$SBX" stop --force "$id" >/dev/null 2>&1; done
+  # Its work dir (the image and the tree it moves) is only files: a killed
+  # bench cannot remove it.
+  for d in /tmp/sbx-bench-transfer-*; do case " $before " in *" $d "*) ;; *) rm -rf "$d" ;; esac; done
+done
+finish

@@ -1,0 +1,45 @@
+/*
+ * What the benchmarks share (tests/lib/bench.c): a monotonic clock,
+ * percentiles, the fork+exec baseline every exec is compared with, a row
+ * printer, a way out that cleans up, and the spec of every box a bench
+ * makes: one that dies with the bench.
+ */
+#ifndef SBX_TESTS_LIB_BENCH_H
+#define SBX_TESTS_LIB_BENCH_H
+
+#include <sbx.h>
+
+/* What every bench uses beside these. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Seconds on the monotonic clock. */
+double bench_now(void);
+/* The p-th percentile (0..100) of v[0..n), nearest rank; sorts v. NAN when n is 0. */
+double bench_pct(double *v, int n, double p);
+/* One fork+exec+wait of /bin/true: the floor every exec is compared with (seconds). */
+double bench_fork_exec_true(void);
+/* `what  p50 .. ms  p99 .. ms  N x fork+exec` (seconds in). */
+void bench_row(const char *what, double p50, double p99, double base_p50);
+
+/*
+ * A spec for a bench's box: provider_options `options` (a JSON object, NULL
+ * for none) plus die_with_creator, so a bench that dies — die(), a signal,
+ * a crash, SIGKILL — leaves no linux box running (the shim tears the box
+ * down when the bench's end of its control socket closes). Providers that
+ * do not know the option (local) ignore it; for them a TTL
+ * (BENCH_BOX_TTL_S) is the backstop that `sbx gc` collects by. Exits
+ * through bench_die() when the spec cannot be made.
+ */
+#define BENCH_BOX_TTL_S 1800.0
+sbx_spec *bench_spec(const char *options);
+
+/* Runs `fn` on bench_die() (last registered first; at most 8). */
+void bench_on_die(void (*fn)(void));
+/* Prints "NAME: message" on stderr, runs the bench_on_die() hooks, exits 1. */
+__attribute__((noreturn, format(printf, 1, 2))) void bench_die(const char *fmt, ...);
+
+#endif
