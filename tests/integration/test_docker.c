@@ -287,7 +287,7 @@ static void test_default_profile(void)
             run(sb, "echo nnp=$(grep NoNewPrivs /proc/self/status | tr -dc 0-9) "
                     "mknod=$(mknod /tmp/null c 1 3 2>/dev/null && echo made || echo refused)",
                 NULL);
-        TAP_EQ_STR(out_of(r), cases[i].inbox);
+        TAP_EQ_STR(stdout_of(r), cases[i].inbox);
         sbx_exec_result_free(r);
         stop_free(sb);
         sbx_provider_free(p);
