@@ -112,6 +112,9 @@ $(B)/fuzz/fuzz_agent-replay: $(FUZZ_AGENT_OBJ)
 # fuzz_agent_tar runs the agent's tar reader and writer (src/agent/tar.c).
 FUZZ_AGENT_TAR_OBJ := $(B)/obj/src/agent/tar.o
 $(B)/fuzz/fuzz_agent_tar-replay: $(FUZZ_AGENT_TAR_OBJ)
+# fuzz_agent_direct: the agent's plain-words decision (src/agent/direct.c).
+FUZZ_AGENT_DIRECT_OBJ := $(B)/obj/src/agent/direct.o
+$(B)/fuzz/fuzz_agent_direct-replay: $(FUZZ_AGENT_DIRECT_OBJ)
 
 $(B)/examples/%: examples/%.c $(B)/libsbx.so
 	@mkdir -p $(@D)
@@ -245,6 +248,7 @@ $(B)/fuzz/bin/%: $(B)/obj/fuzz/%.o $(B)/libsbx.a
 	$(CC) $(LDFLAGS_ALL) -fsanitize=fuzzer -o $@ $(filter %.o,$^) $(B)/libsbx.a $(LIBS)
 $(B)/fuzz/bin/fuzz_agent: $(FUZZ_AGENT_OBJ)
 $(B)/fuzz/bin/fuzz_agent_tar: $(FUZZ_AGENT_TAR_OBJ)
+$(B)/fuzz/bin/fuzz_agent_direct: $(FUZZ_AGENT_DIRECT_OBJ)
 
 fuzz: fuzz-build
 	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \

@@ -430,11 +430,23 @@ static void bench_all(int n)
     char ctr[128] = "";
     if (docker_ok && docker_run_d(ctr, sizeof(ctr)) < 0)
         ctr[0] = 0;
+    /*
+     * [direct] `true` is plain words: the agent execs it without the shell.
+     * `true;` is the same command through the shell (what every string
+     * command cost before): alternated with it in the same loop, their
+     * ratio is what skipping the shell saves, whatever the machine's load.
+     */
+    double *sh = calloc((size_t)n, sizeof(double));
+    if (!sh)
+        bench_die("out of memory");
     for (int i = 0; i < n; i++) {
         double t0 = now_ms();
         box_exec(warm, "true");
         a[i] = now_ms() - t0;
         c[i] = run_ms(TRUE_);
+        t0 = now_ms();
+        box_exec(warm, "true;");
+        sh[i] = now_ms() - t0;
     }
     int nde = 0;
     for (int i = 0; ctr[0] && i < (n < 50 ? n : 50); i++) {
@@ -444,6 +456,11 @@ static void bench_all(int n)
     header("exec true round trip (ms)");
     row("  p50", bench_pct(a, n, 50), bench_pct(c, n, 50), NAN, bench_pct(e, nde, 50));
     row("  p99", bench_pct(a, n, 99), bench_pct(c, n, 99), NAN, bench_pct(e, nde, 99));
+    printf("  through the shell (`true;`): p50 %.2f ms, p99 %.2f ms; plain words / shell: "
+           "p50 %.2fx, p99 %.2fx\n",
+           bench_pct(sh, n, 50), bench_pct(sh, n, 99), bench_pct(a, n, 50) / bench_pct(sh, n, 50),
+           bench_pct(a, n, 99) / bench_pct(sh, n, 99));
+    free(sh);
 
     /* 3. 50 concurrent execs on one box: wall time for all, and each one's latency. */
     enum { K = 50, ROUNDS = 3 };

@@ -55,6 +55,26 @@ extern const char *agent_shell_arg0;
 /* Sets them from `want` ("auto" or NULL: bash if found, else /bin/sh; a name: found on PATH). */
 void agent_choose_shell(const char *want);
 /*
+ * [direct] A shell-form command of plain words, run without the shell
+ * (direct.c). direct_init() learns the shell's kind (bash, dash, other);
+ * direct_plan() says whether `cmd` may skip the shell with the environment
+ * `envp` (0, and *d filled; -1: the shell is needed; -2: out of memory);
+ * direct_exec() runs in the child and returns only when nothing could be
+ * exec'd, for the shell to run the command instead.
+ */
+struct direct {
+    char **argv;           /* the command's words (one block) */
+    char **envp;           /* the environment the shell would give, with its slots */
+    int pwd_slot, under_slot; /* envp slots filled in the child (-1: none) */
+    const char *pwd_given; /* the environment's PWD, kept when it names the directory */
+};
+void direct_init(const char *shell_path);
+int direct_words(const char *cmd, char ***argv_out);
+int direct_plan(const char *cmd, char *const *envp, struct direct *d);
+void direct_exec(struct direct *d, char *const *envp_for_path);
+void direct_free(struct direct *d);
+
+/*
  * The user of an exec that names none, and of the entrypoint: --user (the
  * image's User, "name", "uid", "uid:gid", "name:group"), NULL: the agent's
  * own (root). Resolved in the box's /etc/passwd at each use, as Docker does.

@@ -529,7 +529,7 @@ static void close_fds_from(unsigned lo, unsigned hi)
 
 /* Runs in the child between fork and exec: only async-signal-safe calls. */
 static void child(int in_fd, int out_fd, int err_fd, int report, const sbx_msg_exec *m,
-                  const struct user_ids *u, char **envp, bool ctty)
+                  const struct user_ids *u, char **envp, struct direct *direct, bool ctty)
 {
     sigset_t none;
     sigemptyset(&none);
@@ -580,6 +580,9 @@ static void child(int in_fd, int out_fd, int err_fd, int report, const sbx_msg_e
         _exit(agent_builtin(m->argv));
     }
     if (m->flags & SBX_EXEC_SHELL) {
+        /* Plain words: the program itself, as the shell would exec it (direct.c). */
+        if (direct && direct->argv)
+            direct_exec(direct, envp);
         /* The box's shell, chosen once at startup (agent_choose_shell): bash when it has one. */
         char *const sh[] = {(char *)agent_shell_arg0, (char *)"-c", m->argv[0], NULL};
         if (strchr(agent_shell_path, '/'))
@@ -700,7 +703,10 @@ int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f)
     char *idvars[3] = {NULL, NULL, NULL};
     int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1}, rep[2] = {-1, -1};
     char **envp = make_env(m, user, have_user, &uids, idvars);
+    struct direct direct = {0};
     if (!envp)
+        goto oom;
+    if ((m->flags & SBX_EXEC_SHELL) && direct_plan(m->argv[0], envp, &direct) == -2)
         goto oom;
 
     if (pipe2(pin, O_CLOEXEC) < 0 || pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0 ||
@@ -715,7 +721,7 @@ int exec_start(struct conn *c, uint32_t ch, const sbx_frame *f)
         goto failed;
     }
     if (pid == 0)
-        child(pin[0], pout[1], perr[1], rep[1], m, have_user ? &uids : NULL, envp, false);
+        child(pin[0], pout[1], perr[1], rep[1], m, have_user ? &uids : NULL, envp, &direct, false);
     close(pin[0]);
     close(pout[1]);
     close(perr[1]);
@@ -786,6 +792,7 @@ done:
     for (int i = 0; i < 3; i++)
         free(idvars[i]);
     free(envp);
+    direct_free(&direct);
     users_free(&uids);
     free(m);
     return 0;
@@ -803,7 +810,8 @@ pid_t exec_spawn(const sbx_msg_exec *m, int in_fd, int out_fd, int err_fd, bool 
     int rep[2] = {-1, -1};
     pid_t pid = -1;
     char **envp = make_env(m, user, have_user, &uids, idvars);
-    if (!envp) {
+    struct direct direct = {0};
+    if (!envp || ((m->flags & SBX_EXEC_SHELL) && direct_plan(m->argv[0], envp, &direct) == -2)) {
         snprintf(msg, msg_len, "out of memory");
         goto out;
     }
@@ -817,7 +825,7 @@ pid_t exec_spawn(const sbx_msg_exec *m, int in_fd, int out_fd, int err_fd, bool 
         goto out;
     }
     if (pid == 0)
-        child(in_fd, out_fd, err_fd, rep[1], m, have_user ? &uids : NULL, envp, ctty);
+        child(in_fd, out_fd, err_fd, rep[1], m, have_user ? &uids : NULL, envp, &direct, ctty);
     close(rep[1]);
     rep[1] = -1;
     /*
@@ -857,6 +865,7 @@ out:
     for (int i = 0; i < 3; i++)
         free(idvars[i]);
     free(envp);
+    direct_free(&direct);
     users_free(&uids);
     return pid;
 }

@@ -661,6 +661,7 @@ int main(int argc, char **argv)
     }
     raise_fd_limit();
     agent_choose_shell(shell);
+    direct_init(agent_shell_path);
 
     /*
      * Signals arrive through a signalfd: blocked first so none is lost

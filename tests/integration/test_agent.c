@@ -230,6 +230,124 @@ static void test_shell_choice(void)
     teardown(c, &a);
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The lines of `s` sorted, joined again: an environment compared whatever its order. */
+static char *sorted_lines(const char *s)
+{
+    char *copy = strdup(s), *save = NULL, *lines[512];
+    size_t n = 0, len = 0;
+    for (char *l = strtok_r(copy, "\n", &save); l && n < 512; l = strtok_r(NULL, "\n", &save))
+        lines[n++] = l, len += strlen(l) + 1;
+    qsort(lines, n, sizeof(char *), cmp_str);
+    char *out = calloc(1, len + 1);
+    for (size_t i = 0; i < n; i++)
+        strcat(strcat(out, lines[i]), "\n");
+    free(copy);
+    return out;
+}
+
+/*
+ * [direct] A command of plain words skips the shell and gives the program
+ * what the shell would have: the same stdout, stderr (the shell's own
+ * errors when nothing can be exec'd), exit code and environment (PWD, and
+ * SHLVL and _ for bash), under bash and dash, with PWD and SHLVL given or
+ * not. Each is compared with the same command through the shell
+ * (`exec SH -c 'CMD'`, quoted, so it cannot take the direct way).
+ */
+static void test_direct_exec_is_the_shells(void)
+{
+    if (access("/bin/bash", X_OK) != 0 || access("/bin/dash", X_OK) != 0)
+        TAP_SKIP("needs /bin/bash and /bin/dash");
+    /* The agents below inherit this environment: SHLVL absent is a case of its own. */
+    unsetenv("SHLVL");
+    char dir[PATH_MAX], script[PATH_MAX + 32], lnk[PATH_MAX + 32], notexec[PATH_MAX + 32];
+    snprintf(dir, sizeof(dir), "%s/direct", tap_tmpdir());
+    TAP_EQ_INT(mkdir(dir, 0755), 0);
+    snprintf(script, sizeof(script), "%s/noshebang", dir);
+    TAP_EQ_INT(write_text(script, "echo from-script $0\n"), 0);
+    TAP_EQ_INT(chmod(script, 0755), 0);
+    snprintf(notexec, sizeof(notexec), "%s/notexec", dir);
+    TAP_EQ_INT(write_text(notexec, "echo never\n"), 0);
+    snprintf(lnk, sizeof(lnk), "%s/lnk", dir);
+    TAP_EQ_INT(symlink(dir, lnk), 0);
+    const char *cmds[] = {
+        "env", "/usr/bin/env", "printenv PWD SHLVL _", "true", "false", "ls /no-such-dir-sbx",
+        "no-such-command-sbx a b", "/no/such/program", "/etc/passwd", "/tmp", script, notexec,
+        "env -u PWD printenv HOME",
+    };
+    static const struct {
+        const char *shell, *as;
+    } shells[] = { { "/bin/bash", "bash" }, { "/bin/dash", "dash" } };
+    for (size_t k = 0; k < SBX_ARRAY_SIZE(shells); k++) {
+        setup();
+        struct agent a = start_with_shell(shells[k].shell, "/usr/bin:/bin");
+        sbx_agent_conn *c = connect_agent(&a);
+        for (size_t v = 0; v < 4; v++) {
+            sbx_exec_opts *o = sbx_exec_opts_new();
+            sbx_exec_opts_set_cwd(o, dir);
+            if (v == 1)
+                sbx_exec_opts_set_env(o, "PWD", lnk); /* names the directory: kept */
+            if (v == 2)
+                sbx_exec_opts_set_env(o, "PWD", "/"); /* does not: replaced */
+            if (v == 3)
+                sbx_exec_opts_set_env(o, "SHLVL", "4");
+            for (size_t i = 0; i < SBX_ARRAY_SIZE(cmds); i++) {
+                char through[PATH_MAX + 128];
+                snprintf(through, sizeof(through), "exec %s -c '%s'", shells[k].as, cmds[i]);
+                sbx_exec_result *d = agent_run(c, cmds[i], o), *t = agent_run(c, through, o);
+                char *dout = sorted_lines(stdout_of(d)), *tout = sorted_lines(stdout_of(t));
+                if (strcmp(dout, tout) || strcmp(stderr_of(d), stderr_of(t)) ||
+                    sbx_exec_result_return_code(d) != sbx_exec_result_return_code(t))
+                    TAP_FAIL("%s, variant %zu, '%s': direct %d [%s|%s], shell %d [%s|%s]",
+                             shells[k].shell, v, cmds[i], sbx_exec_result_return_code(d),
+                             stdout_of(d), stderr_of(d), sbx_exec_result_return_code(t),
+                             stdout_of(t), stderr_of(t));
+                free(dout);
+                free(tout);
+                sbx_exec_result_free(d);
+                sbx_exec_result_free(t);
+            }
+            sbx_exec_opts_free(o);
+        }
+        teardown(c, &a);
+    }
+    /*
+     * The shell did not start for plain words: a shell that logs each start
+     * (named bash, so it is taken for bash) sees `true` not at all, and
+     * `true;` once.
+     */
+    char wrap[PATH_MAX + 32], logf[PATH_MAX + 32], text[2 * PATH_MAX + 64];
+    snprintf(wrap, sizeof(wrap), "%s/bin/bash", dir);
+    snprintf(logf, sizeof(logf), "%s/starts", dir);
+    snprintf(text, sizeof(text), "#!/bin/dash\necho started >> %s\nexec /bin/bash \"$@\"\n", logf);
+    snprintf(lnk, sizeof(lnk), "%s/bin", dir);
+    TAP_EQ_INT(mkdir(lnk, 0755), 0);
+    TAP_EQ_INT(write_text(wrap, text), 0);
+    TAP_EQ_INT(chmod(wrap, 0755), 0);
+    TAP_EQ_INT(write_text(logf, ""), 0);
+    setup();
+    struct agent a = start_with_shell(wrap, "/usr/bin:/bin");
+    sbx_agent_conn *c = connect_agent(&a);
+    sbx_exec_result *r = agent_run(c, "true", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+    sbx_exec_result_free(r);
+    char *got = NULL;
+    TAP_EQ_INT(sbx__read_file(logf, &got, NULL), 0);
+    TAP_EQ_STR(got, "");
+    free(got);
+    r = agent_run(c, "true;", NULL);
+    TAP_EQ_INT(sbx_exec_result_return_code(r), 0);
+    sbx_exec_result_free(r);
+    TAP_EQ_INT(sbx__read_file(logf, &got, NULL), 0);
+    TAP_EQ_STR(got, "started\n");
+    free(got);
+    teardown(c, &a);
+}
+
 static void test_binary_output(void)
 {
     setup();
@@ -894,7 +1012,7 @@ static void test_entrypoint_and_sigterm(void)
     sbx_provider_free(P);
 }
 
-TAP_MAIN(TAP(test_exec_basics), TAP(test_shell_choice), TAP(test_binary_output), TAP(test_timeout_kills_group),
+TAP_MAIN(TAP(test_exec_basics), TAP(test_shell_choice), TAP(test_direct_exec_is_the_shells), TAP(test_binary_output), TAP(test_timeout_kills_group),
          TAP(test_cancel_kills_group), TAP_T(test_concurrent_execs, 120), TAP(test_concurrent_starts_with_failures), TAP(test_output_cap),
          TAP_T(test_upload_download, 120), TAP_T(test_upload_download_fallback_walk, 120),
          TAP(test_path_escapes), TAP(test_path_escapes_fallback_walk),
