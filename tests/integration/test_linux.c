@@ -437,7 +437,10 @@ static void test_cgroup_limits_written(void)
     snprintf(bd, sizeof(bd), "%s/boxes/%s", state_dir, sbx_sandbox_id(sb));
     sbx_linux_record rec;
     TAP_OK(sbx__linux_record_read(bd, &rec, &e_));
-    /* What each hierarchy's group must hold: v1 one group per controller, v2 one for all. */
+    /*
+     * What each hierarchy's group must hold: v1 one group per controller, v2 one for
+     * all (under the cgroup level, sbx/ or SBX_LINUX_CGROUP).
+     */
     static const struct {
         const char *dir_part, *file, *want;
     } v1[] = {
@@ -445,10 +448,10 @@ static void test_cgroup_limits_written(void)
         { "/pids/", "pids.max", "4096" },
         { "/cpu", "cpu.cfs_quota_us", "50000" },
     }, v2[] = {
-        { "/sbx/", "memory.max", "134217728" },
-        { "/sbx/", "memory.swap.max", "0" },
-        { "/sbx/", "pids.max", "4096" },
-        { "/sbx/", "cpu.max", "50000 100000" },
+        { "/", "memory.max", "134217728" },
+        { "/", "memory.swap.max", "0" },
+        { "/", "pids.max", "4096" },
+        { "/", "cpu.max", "50000 100000" },
     };
     bool is_v2 = sbx__cg_mode() == SBX_CG_V2;
     size_t nwant = is_v2 ? sizeof(v2) / sizeof(v2[0]) : sizeof(v1) / sizeof(v1[0]);
