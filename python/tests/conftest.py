@@ -143,6 +143,7 @@ def _must_work_report(report: Any) -> None:
     pass it. An expected failure (xfail) is not a skip."""
     if must_work() and report.skipped and not hasattr(report, "wasxfail"):
         why = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        why = why[len("Skipped: "):] if why.startswith("Skipped: ") else why
         report.outcome = "failed"
         report.longrepr = f"skipped under SBX_MUST_WORK=1: {why}"
 
