@@ -425,6 +425,68 @@ static void test_box_resolves_its_own_name(void)
     census_check(state_dir);
 }
 
+/*
+ * SBX_LINUX_CGROUP names the level the boxes' groups live under (tests/run.sh
+ * gives each test its own): a wrong name is refused, saying what to do; a
+ * box's groups are <mount>/<level>/<id>, and the level goes with its last box.
+ */
+static void test_cgroup_level(void)
+{
+    need_boxes();
+    if (sbx__cg_mode() == SBX_CG_NONE)
+        TAP_SKIP("no cgroups here");
+    char level[64];
+    snprintf(level, sizeof(level), "sbxlvl-%d", (int)getpid());
+    static const char *const bad[] = { "../x", "a/b", "", ".nomem", "x y",
+                                       "a123456789012345678901234567890123" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("SBX_LINUX_CGROUP", bad[i], 1);
+        sbx_provider *no = NULL;
+        sbx_error *e = NULL;
+        TAP_EQ_INT(sbx_provider_new("{\"linux\": {}}", &no, &e), SBX_EINVAL);
+        TAP_CONTAINS(sbx_error_message(e), "is not a cgroup name: use 1-32 letters");
+        sbx_error_free(e);
+    }
+    /* Read once per process: this test's own process (the harness forks each). */
+    setenv("SBX_LINUX_CGROUP", level, 1);
+    TAP_EQ_STR(sbx__cg_name(), level);
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_spec_set_memory_mib(s, 64);
+    sbx_sandbox *sb = start(p, s);
+    char bd[900], want[200];
+    snprintf(bd, sizeof(bd), "%s/boxes/%s", state_dir, sbx_sandbox_id(sb));
+    snprintf(want, sizeof(want), "/%s/%s", level, sbx_sandbox_id(sb));
+    sbx_linux_record rec;
+    TAP_OK(sbx__linux_record_read(bd, &rec, &e_));
+    TAP_TRUE(json_array_size(rec.cgroups) > 0);
+    size_t i;
+    json_t *v;
+    json_array_foreach(rec.cgroups, i, v)
+    {
+        const char *dir = json_string_value(v);
+        TAP_TRUE(strlen(dir) > strlen(want) && !strcmp(dir + strlen(dir) - strlen(want), want));
+        TAP_TRUE(have_file(dir));
+    }
+    /* The box sees its own limit through the level. */
+    TAP_CONTAINS(out_of(sb, sbx__cg_mode() == SBX_CG_V2 ? "cat /sys/fs/cgroup/memory.max"
+                                                          : "cat /sys/fs/cgroup/memory/memory.limit_in_bytes"),
+                 "67108864");
+    stop_free(sb);
+    json_array_foreach(rec.cgroups, i, v)
+    {
+        char top[600];
+        snprintf(top, sizeof(top), "%s", json_string_value(v));
+        *strrchr(top, '/') = 0;
+        TAP_TRUE(!have_file(json_string_value(v)));
+        TAP_TRUE(!have_file(top));
+    }
+    sbx__linux_record_free(&rec);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 static void test_cgroup_limits_written(void)
 {
     need_boxes();
@@ -1726,6 +1788,7 @@ int main(int argc, char **argv)
         TAP(test_seccomp_filter_cached_and_checked),
         TAP(test_agent_cannot_be_ptraced_from_the_box),
         TAP(test_box_ends_when_its_directory_is_removed), TAP(test_cgroup_limits_written),
+        TAP(test_cgroup_level),
         TAP(test_box_sees_its_own_cgroup_limits), TAP(test_image_symlinks_cannot_reach_the_host),
         TAP(test_box_resolves_its_own_name), TAP(test_cpu_out_of_range_refused),
         TAP(test_agent_killed_gives_error), TAP(test_creator_killed_mid_create_leaves_nothing),
