@@ -131,12 +131,13 @@ demo: deps
 # it. Each check runs once, where it catches what the others cannot:
 #   1. the plain build, for what only it can check: install, the examples,
 #      the Python binding against a plain libsbx, the pure cgroup v2 guest
-#      (the scripts that say SBX_PLAIN_ONLY="why"); beside it the ASan, fuzz
-#      and TSan trees are built;
+#      (the scripts that say SBX_PLAIN_ONLY="why"); beside it the ASan tree
+#      is built;
 #   2. the whole suite (C binaries, scripts, corpora) under ASan+UBSan, built
-#      at -O2 so bugs only optimisation shows still show; beside it each
-#      libFuzzer target runs FUZZ_CI_TIME s, the core's concurrency tests
-#      run under TSan, and memcheck runs over the parsers and the protocol
+#      at -O2 so bugs only optimisation shows still show; beside it (each
+#      built there) each libFuzzer target runs FUZZ_CI_TIME s, the core's
+#      and the kit's concurrency tests run under TSan (TSAN_CORE), and
+#      memcheck runs over the parsers and the protocol
 #      (the unit tests, the fuzz corpora), the agent (test_agent) and the
 #      scripts that feed sbx hostile input (VALGRIND_CI_SCRIPTS).
 # tests/run.sh runs SBX_JOBS tests at once. Builds run with one job per core
@@ -165,7 +166,7 @@ define check_stage
 	    echo "$(1) failed"; }; \
 	[ $$rc = 0 ] && [ $$cr = 0 ]
 endef
-.PHONY: check-prebuild check-beside-asan check-valgrind-quick check-valgrind-boxes check-plain \
+.PHONY: check-plain-bins check-tsan-core-bins check-prebuild check-beside-asan check-valgrind-quick check-valgrind-boxes check-plain \
     check-asan-ci check-valgrind-ci check-full
 check: deps
 	$(call check_stage,check-plain,check-prebuild)
@@ -178,15 +179,15 @@ check-full: deps
 	$(call check_stage,check-valgrind-boxes,none)
 	$(MAKE) check-tsan
 
+# Beside the plain stage: the ASan tree (the fuzz and TSan trees are built
+# beside the ASan stage, which mostly waits on boxes).
 check-prebuild:
 	@$(MAKE) -s -j$(JOBS) $(ASAN_VARS) all tests fuzz-replay
-	@$(MAKE) -s -j$(JOBS) fuzz-build
-	@$(MAKE) -s -j$(JOBS) $(TSAN_VARS) tests
 
 # The chain beside the ASan stage: what it prints is short unless it fails
 # (the TSan and memcheck runs say only their failures and summary then).
 check-beside-asan:
-	@$(MAKE) --no-print-directory fuzz-ci
+	@$(MAKE) -s --no-print-directory fuzz-ci
 	@SBX_TEST_TIMEOUT_SCALE=3 $(MAKE) --no-print-directory check-tsan-core > build/tsan.log 2>&1; \
 	rc=$$?; grep -E '^(failed:|[0-9]+ passed)' build/tsan.log | sed 's/^/check-tsan-core: /'; \
 	[ $$rc = 0 ] || { sed -n '/^== the failures again/,$$p' build/tsan.log | tail -n 120; exit 1; }
@@ -198,8 +199,10 @@ check-beside-asan:
 test: all tests fuzz-replay
 	B=$(B) PYTHON=$(PYTHON) tests/run.sh
 
-# What only the plain build checks (make check's first stage).
-check-plain: all tests fuzz-replay
+# What only the plain build checks (make check's first stage): it builds
+# what those need (check-plain-bins), the rest of the tree is built beside
+# the ASan stage for memcheck.
+check-plain: all check-plain-bins
 	B=$(B) PYTHON=$(PYTHON) SBX_PARTS="scripts python" SBX_SCRIPTS=plain-only tests/run.sh
 
 check-asan:
@@ -219,8 +222,11 @@ check-tsan:
 	$(MAKE) -j$(JOBS) $(TSAN_VARS) tests
 	B=build/tsan SBX_ONLY="$(TSAN_TESTS)" SBX_SKIP_PYTHON=1 SBX_SKIP_SCRIPTS=1 tests/run.sh
 
+TSAN_CORE := test_core_stress test_future test_lifecycle test_registry test_proto test_pool \
+    test_agent test_local test_sec_client test_kit
 check-tsan-core:
-	$(MAKE) check-tsan TSAN_TESTS="test_core_stress test_future test_lifecycle test_registry test_proto test_pool test_agent test_local test_sec_client"
+	$(MAKE) -j$(JOBS) $(TSAN_VARS) TSAN_CORE="$(TSAN_CORE)" check-tsan-core-bins
+	B=build/tsan SBX_ONLY="$(TSAN_CORE)" SBX_SKIP_PYTHON=1 SBX_SKIP_SCRIPTS=1 tests/run.sh
 
 # Every C test binary under memcheck (definite leaks and memory errors fail;
 # the Python step is skipped: CPython is not valgrind-clean by itself).
@@ -494,3 +500,11 @@ $(B)/tests/integration/test_provider_suite: $(B)/obj/tests/integration/test_prov
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $< $(TEST_COMMON_OBJ) -Wl,--whole-archive $(B)/libsbx.a \
 	    -Wl,--no-whole-archive $(LIBS)
+
+# make check builds only what each of its parts runs: the plain stage the
+# suite's helpers and the two binaries the cgroup v2 guest runs, the TSan
+# run its binaries (and the helpers: the agent, the plugins).
+SUITE_HELPERS = $(PLUGIN_SO) $(B)/sbx $(B)/libsbx.so $(B)/sbx-shim $(B)/sbx-nft $(B)/sbx-agent \
+    $(if $(SAN),$(B)/sbx-agent-static) $(FAKE_PLUGIN) $(HOSTBOX_SO)
+check-plain-bins: $(SUITE_HELPERS) $(B)/tests/integration/test_linux $(B)/tests/integration/test_scale
+check-tsan-core-bins: $(SUITE_HELPERS) $(filter $(addprefix %/,$(TSAN_CORE)),$(TEST_BIN))
