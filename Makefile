@@ -166,7 +166,7 @@ define check_stage
 	    echo "$(1) failed"; }; \
 	[ $$rc = 0 ] && [ $$cr = 0 ]
 endef
-.PHONY: check-plain-bins check-tsan-core-bins check-prebuild check-beside-asan check-valgrind-quick check-valgrind-boxes check-plain \
+.PHONY: check-plain-bins check-tsan-core-bins check-valgrind-ci-bins check-prebuild check-beside-asan check-valgrind-quick check-valgrind-boxes check-plain \
     check-asan-ci check-valgrind-ci check-full
 check: deps
 	$(call check_stage,check-plain,check-prebuild)
@@ -237,12 +237,17 @@ check-valgrind-quick: tests fuzz-replay
 	B=$(B) SBX_VALGRIND=1 SBX_PARTS="unit corpora" tests/run.sh
 check-valgrind-boxes: tests
 	B=$(B) SBX_VALGRIND=1 SBX_PARTS="integration scripts" tests/run.sh
-# The parsers and the protocol (unit tests, fuzz corpora), the agent, and the
-# scripts that feed the CLI hostile input, with sbx under memcheck.
-check-valgrind-ci: tests fuzz-replay
-	B=$(B) SBX_VALGRIND=1 SBX_PARTS="unit corpora" tests/run.sh
-	B=$(B) SBX_VALGRIND=1 SBX_PARTS="integration scripts" \
-	    SBX_ONLY="test_agent $(VALGRIND_CI_SCRIPTS)" tests/run.sh
+# The parsers and the protocol (their unit tests, every fuzz corpus), the
+# agent, and the scripts that feed the CLI hostile input, with sbx under
+# memcheck. The core's machinery (futures, the pool, the registry, the
+# lifecycle, its stress test) is ASan's and TSan's.
+VALGRIND_CI_UNIT := test_attribution test_cdi_spec test_config test_forward test_image_auth \
+    test_image_ref test_inroot test_layout test_net_hosts test_proto test_proto_procs \
+    test_pty_marker test_rewrite_image test_sbxfile test_sec_input test_shell_quote test_sif \
+    test_spec test_transfer_host
+VALGRIND_CI := $(VALGRIND_CI_UNIT) test_agent
+check-valgrind-ci: check-valgrind-ci-bins
+	B=$(B) SBX_VALGRIND=1 SBX_SKIP_PYTHON=1 SBX_ONLY="$(VALGRIND_CI) $(VALGRIND_CI_SCRIPTS)" tests/run.sh
 
 bench: all $(BENCH_BIN)
 	B=$(B) bench/run.sh
@@ -508,3 +513,5 @@ SUITE_HELPERS = $(PLUGIN_SO) $(B)/sbx $(B)/libsbx.so $(B)/sbx-shim $(B)/sbx-nft 
     $(if $(SAN),$(B)/sbx-agent-static) $(FAKE_PLUGIN) $(HOSTBOX_SO)
 check-plain-bins: $(SUITE_HELPERS) $(B)/tests/integration/test_linux $(B)/tests/integration/test_scale
 check-tsan-core-bins: $(SUITE_HELPERS) $(filter $(addprefix %/,$(TSAN_CORE)),$(TEST_BIN))
+check-valgrind-ci-bins: $(SUITE_HELPERS) $(filter $(addprefix %/,$(VALGRIND_CI)),$(TEST_BIN)) \
+    $(FUZZ_REPLAY)
