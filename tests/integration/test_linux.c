@@ -487,6 +487,39 @@ static void test_cgroup_level(void)
     census_check(state_dir);
 }
 
+/*
+ * The leak census (tests/linux_census.h) counts only its own test's level:
+ * an empty box group under another level (another test's, running at the
+ * same time under tests/run.sh) is not this test's leak, one under its own is.
+ */
+static void test_census_counts_its_own_level(void)
+{
+    need_boxes();
+    if (sbx__cg_mode() == SBX_CG_NONE)
+        TAP_SKIP("no cgroups here");
+    const char *root = sbx__cg_mode() == SBX_CG_V2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/pids";
+    char other[64], lvl[300], grp[400], why[1024];
+    snprintf(other, sizeof(other), "sbxother-%d", (int)getpid());
+    snprintf(lvl, sizeof(lvl), "%s/%s", root, other);
+    snprintf(grp, sizeof(grp), "%s/sbx-0123456789ab", lvl);
+    TAP_EQ_INT(mkdir(lvl, 0755), 0);
+    TAP_EQ_INT(mkdir(grp, 0755), 0);
+    const char *mine = getenv("SBX_LINUX_CGROUP");
+    char saved[64];
+    snprintf(saved, sizeof(saved), "%s", mine ? mine : "");
+    const char *leak_elsewhere = census_find(state_dir, why, sizeof(why));
+    setenv("SBX_LINUX_CGROUP", other, 1);
+    const char *leak_here = census_find(state_dir, why, sizeof(why));
+    if (saved[0])
+        setenv("SBX_LINUX_CGROUP", saved, 1);
+    else
+        unsetenv("SBX_LINUX_CGROUP");
+    rmdir(grp);
+    rmdir(lvl);
+    TAP_TRUE(leak_elsewhere == NULL);
+    TAP_TRUE(leak_here != NULL && strstr(leak_here, "empty cgroup") && strstr(leak_here, other));
+}
+
 static void test_cgroup_limits_written(void)
 {
     need_boxes();
@@ -1788,7 +1821,7 @@ int main(int argc, char **argv)
         TAP(test_seccomp_filter_cached_and_checked),
         TAP(test_agent_cannot_be_ptraced_from_the_box),
         TAP(test_box_ends_when_its_directory_is_removed), TAP(test_cgroup_limits_written),
-        TAP(test_cgroup_level),
+        TAP(test_cgroup_level), TAP(test_census_counts_its_own_level),
         TAP(test_box_sees_its_own_cgroup_limits), TAP(test_image_symlinks_cannot_reach_the_host),
         TAP(test_box_resolves_its_own_name), TAP(test_cpu_out_of_range_refused),
         TAP(test_agent_killed_gives_error), TAP(test_creator_killed_mid_create_leaves_nothing),
