@@ -16,7 +16,8 @@
 # A test that cannot share the host (one that loads it on purpose, counts
 # host-wide, or is CPU bound) says so with a line SBX_TEST_SERIAL="why" (a
 # string in a C test binary, a line in a script): it runs alone, after the
-# others.
+# others. A C binary whose scale cases alone need that names them:
+# SBX_TEST_SERIAL_CASES="case,..." (TAP_FILTER substrings).
 set -u
 B=${B:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -159,6 +160,14 @@ for t in "$B"/tests/integration/test_* "$B"/tests/unit/test_*; do
   n=$(basename "$t")
   f=""; [ -n "${SBX_VALGRIND:-}" ] && f=$(vg_filter "$n")
   mapfile -t cmd < <(vg "$t")
+  # SBX_TEST_SERIAL_CASES="case,...": those cases of the binary run alone
+  # (a scale test inside a suite), the rest beside the others.
+  cases=$(grep -ao 'SBX_TEST_SERIAL_CASES="[^"]*"' "$t" 2>/dev/null | head -1 | cut -d'"' -f2)
+  if [ -n "$cases" ] && [ -z "$f" ] && [ -z "${TAP_FILTER:-}" ]; then
+    add_job "$n" tap "" env TAP_FILTER="-${cases//,/,-}" "${cmd[@]}"
+    add_job "$n ($cases)" tap "scale: $cases" env TAP_FILTER="$cases" "${cmd[@]}"
+    continue
+  fi
   add_job "$n" tap "$(serial_why "$t")" env TAP_FILTER="${f:-${TAP_FILTER:-}}" "${cmd[@]}"
 done
 

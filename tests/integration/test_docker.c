@@ -950,6 +950,9 @@ static void test_logs_follow(void)
     sbx_provider_free(p);
 }
 
+/* tests/run.sh runs this case alone, after the others (50 containers at once). */
+__attribute__((used)) static const char serial_cases[] = "SBX_TEST_SERIAL_CASES=\"test_many\"";
+
 /* 50 boxes made, used and stopped at once: each its own container and agent. */
 static void test_many(void)
 {

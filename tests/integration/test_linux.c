@@ -936,6 +936,9 @@ static void test_ready_timeout_is_everify_and_torn_down(void)
     census_check(state_dir);
 }
 
+/* tests/run.sh runs this case alone, after the others (200 boxes at once). */
+__attribute__((used)) static const char serial_cases[] = "SBX_TEST_SERIAL_CASES=\"many_boxes_at_once\"";
+
 static void test_many_boxes_at_once(void)
 {
     need_boxes();

@@ -67,5 +67,19 @@ runner 1 "1 passed, 2 failed, 0 skipped" "under SBX_MUST_WORK=1 skipped Python t
 grep -q 'skipped under SBX_MUST_WORK=1: deliberately' "$f/out" && ok "pytest says which skip failed" ||
   not_ok "pytest says which skip failed"
 
+# 4. A binary's scale cases (SBX_TEST_SERIAL_CASES) run alone, the rest beside the others.
+mkdir -p "$f/b/tests/integration"
+cat >"$f/b/tests/integration/test_fixture" <<'SH'
+#!/bin/sh
+# SBX_TEST_SERIAL_CASES="big,huge"
+echo "1..1"; echo "ok 1 - runs"; echo "# filter=$TAP_FILTER"
+SH
+chmod 0755 "$f/b/tests/integration/test_fixture"
+runner 0 "2 passed, 0 failed, 0 skipped" "a binary with scale cases runs twice" \
+  B="$f/b" SBX_TESTS_DIR="$f/empty" SBX_PARTS=integration
+grep -q '^   # filter=-big,-huge$' "$f/out" && ok "once without them" || not_ok "once without them"
+grep -q '^== test_fixture (big,huge): alone (scale: big,huge)$' "$f/out" &&
+  grep -q '^   # filter=big,huge$' "$f/out" && ok "once with them alone, after" || not_ok "once with them alone, after"
+
 echo "1..$n"
 [ "$failed" = 0 ]
