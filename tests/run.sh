@@ -17,7 +17,8 @@
 # host-wide, or is CPU bound) says so with a line SBX_TEST_SERIAL="why" (a
 # string in a C test binary, a line in a script): it runs alone, after the
 # others. A C binary whose scale cases alone need that names them:
-# SBX_TEST_SERIAL_CASES="case,..." (TAP_FILTER substrings).
+# SBX_TEST_SERIAL_CASES="case,..." (TAP_FILTER substrings). A long binary may
+# be split in parts run at once: SBX_TEST_PARTS="case,...;case,...".
 set -u
 B=${B:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -152,7 +153,12 @@ if [ -d "$PYTESTS" ] && [ -z "${SBX_SKIP_PYTHON:-}" ] && part python; then
     "$PYTHON" -m pytest -q -p no:cacheprovider "$PYTESTS"
 fi
 
+# Binaries split in parts (SBX_TEST_PARTS, below) first: they are the longest.
+bins=()
 for t in "$B"/tests/integration/test_* "$B"/tests/unit/test_*; do
+  grep -aq 'SBX_TEST_PARTS="' "$t" 2>/dev/null && bins=("$t" "${bins[@]}") || bins+=("$t")
+done
+for t in "${bins[@]}"; do
   [ -x "$t" ] && [ -f "$t" ] || continue
   case "$t" in *.d|*.o) continue;; esac
   case "$t" in */tests/unit/*) part unit || continue ;; *) part integration || continue ;; esac
@@ -163,9 +169,17 @@ for t in "$B"/tests/integration/test_* "$B"/tests/unit/test_*; do
   # SBX_TEST_SERIAL_CASES="case,...": those cases of the binary run alone
   # (a scale test inside a suite), the rest beside the others.
   cases=$(grep -ao 'SBX_TEST_SERIAL_CASES="[^"]*"' "$t" 2>/dev/null | head -1 | cut -d'"' -f2)
-  if [ -n "$cases" ] && [ -z "$f" ] && [ -z "${TAP_FILTER:-}" ]; then
-    add_job "$n" tap "" env TAP_FILTER="-${cases//,/,-}" "${cmd[@]}"
-    add_job "$n ($cases)" tap "scale: $cases" env TAP_FILTER="$cases" "${cmd[@]}"
+  # SBX_TEST_PARTS="case,...;case,...": a long binary whose cases can run in
+  # several processes at once (each makes what it needs, e.g. test_docker its
+  # own dockerd): each group is a job of its own, the rest another.
+  parts=$(grep -ao 'SBX_TEST_PARTS="[^"]*"' "$t" 2>/dev/null | head -1 | cut -d'"' -f2)
+  if [ -n "$cases$parts" ] && [ -z "$f" ] && [ -z "${TAP_FILTER:-}" ]; then
+    excl=""
+    for c in ${cases//,/ } ${parts//[;,]/ }; do excl="$excl,-$c"; done
+    add_job "$n" tap "" env TAP_FILTER="${excl#,}" "${cmd[@]}"
+    IFS=';' read -ra groups <<<"$parts"
+    for g in "${groups[@]}"; do add_job "$n ($g)" tap "" env TAP_FILTER="$g" "${cmd[@]}"; done
+    [ -z "$cases" ] || add_job "$n ($cases)" tap "scale: $cases" env TAP_FILTER="$cases" "${cmd[@]}"
     continue
   fi
   add_job "$n" tap "$(serial_why "$t")" env TAP_FILTER="${f:-${TAP_FILTER:-}}" "${cmd[@]}"

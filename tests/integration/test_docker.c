@@ -950,8 +950,13 @@ static void test_logs_follow(void)
     sbx_provider_free(p);
 }
 
-/* tests/run.sh runs this case alone, after the others (50 containers at once). */
+/*
+ * tests/run.sh runs this case alone, after the others (50 containers at
+ * once), and the rest in parts at once: each process starts its own dockerd.
+ */
 __attribute__((used)) static const char serial_cases[] = "SBX_TEST_SERIAL_CASES=\"test_many\"";
+__attribute__((used)) static const char parts[] =
+    "SBX_TEST_PARTS=\"shared_suite;podman;engine_restart,tls,remote;logs,port_forward,pty_and_procs\"";
 
 /* 50 boxes made, used and stopped at once: each its own container and agent. */
 static void test_many(void)

@@ -71,13 +71,15 @@ grep -q 'skipped under SBX_MUST_WORK=1: deliberately' "$f/out" && ok "pytest say
 mkdir -p "$f/b/tests/integration"
 cat >"$f/b/tests/integration/test_fixture" <<'SH'
 #!/bin/sh
-# SBX_TEST_SERIAL_CASES="big,huge"
+# SBX_TEST_SERIAL_CASES="big,huge" SBX_TEST_PARTS="p1;p2,p3"
 echo "1..1"; echo "ok 1 - runs"; echo "# filter=$TAP_FILTER"
 SH
 chmod 0755 "$f/b/tests/integration/test_fixture"
-runner 0 "2 passed, 0 failed, 0 skipped" "a binary with scale cases runs twice" \
+runner 0 "4 passed, 0 failed, 0 skipped" "a binary with scale cases and parts runs in four jobs" \
   B="$f/b" SBX_TESTS_DIR="$f/empty" SBX_PARTS=integration
-grep -q '^   # filter=-big,-huge$' "$f/out" && ok "once without them" || not_ok "once without them"
+grep -q '^   # filter=-big,-huge,-p1,-p2,-p3$' "$f/out" && ok "once without them" || not_ok "once without them"
+grep -q '^   # filter=p1$' "$f/out" && grep -q '^   # filter=p2,p3$' "$f/out" && ok "once per part" ||
+  not_ok "once per part"
 grep -q '^== test_fixture (big,huge): alone (scale: big,huge)$' "$f/out" &&
   grep -q '^   # filter=big,huge$' "$f/out" && ok "once with them alone, after" || not_ok "once with them alone, after"
 
