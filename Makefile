@@ -186,11 +186,19 @@ check-prebuild:
 
 # The chain beside the ASan stage: what it prints is short unless it fails
 # (the TSan and memcheck runs say only their failures and summary then).
+# Its three parts run at once (a build of one fills the CPU the others leave
+# while they wait), each printing its own lines whole.
+.PHONY: beside-fuzz beside-tsan beside-valgrind
 check-beside-asan:
-	@$(MAKE) -s --no-print-directory fuzz-ci
+	@$(MAKE) --no-print-directory -j3 beside-fuzz beside-tsan beside-valgrind
+beside-fuzz:
+	@$(MAKE) -s --no-print-directory fuzz-ci > build/fuzz-ci.log 2>&1; \
+	rc=$$?; cat build/fuzz-ci.log; exit $$rc
+beside-tsan:
 	@SBX_TEST_TIMEOUT_SCALE=3 $(MAKE) --no-print-directory check-tsan-core > build/tsan.log 2>&1; \
 	rc=$$?; grep -E '^(failed:|[0-9]+ passed)' build/tsan.log | sed 's/^/check-tsan-core: /'; \
 	[ $$rc = 0 ] || { sed -n '/^== the failures again/,$$p' build/tsan.log | tail -n 120; exit 1; }
+beside-valgrind:
 	@$(MAKE) --no-print-directory check-valgrind-ci > build/valgrind-ci.log 2>&1; \
 	rc=$$?; grep -E '^(failed:|[0-9]+ passed)' build/valgrind-ci.log | sed 's/^/check-valgrind-ci: /'; \
 	[ $$rc = 0 ] || { sed -n '/^== the failures again/,$$p' build/valgrind-ci.log | tail -n 120; exit 1; }
