@@ -28,6 +28,10 @@ TESTS=${SBX_TESTS_DIR:-tests}
 PYTESTS=${SBX_PYTHON_TESTS:-python/tests}
 cd "$(dirname "$0")/.."
 JOBS=${SBX_JOBS:-$(($(nproc 2>/dev/null || echo 2) + 2))}
+# A job still running after SBX_JOB_TIMEOUT s has hung (the C tests' own
+# alarms catch their hangs; a script's loop may not): it is killed and fails,
+# so CI ends with a report instead of at its own limit. Not a measure of speed.
+JOB_TIMEOUT=${SBX_JOB_TIMEOUT:-2400}
 # The test doubles `fake` and `fake_basic` are not in libsbx: the C binaries link
 # them, and what runs the CLI or Python (the scripts, the Python tests) loads
 # them as a plugin.
@@ -262,7 +266,7 @@ start_job() {
   # and for a script under memcheck its memcheck logs.
   [ "${J_KIND[$i]}" = vgacc ] && chmod 0777 "$W/$i.d"
   SBX_LINUX_CGROUP="sbxt-$$-$i" SBX_VG_LOGS="$W/$i.d" SBX_RUN_HOST_CENSUS=1 \
-    setsid bash "$W/$i.cmd" >"$W/$i.out" 2>&1 </dev/null &
+    setsid timeout -k 30 "$JOB_TIMEOUT" bash "$W/$i.cmd" >"$W/$i.out" 2>&1 </dev/null &
   PID_JOB[$!]=$i; T0[$i]=$SECONDS; running+=("$!")
 }
 
@@ -283,8 +287,11 @@ finish_job() { # index exit-code
   # Where the suite's time goes.
   echo "   # $((SECONDS - T0[$i])) s"
   count "$name" "$out"
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    echo "   # killed after SBX_JOB_TIMEOUT=$JOB_TIMEOUT s: it hung (exit $rc)" | tee -a "$out"
+    failed=$((failed + 1)); failed_names+=("$name (hung)")
   # A binary that crashed outside a test, or printed no plan, fails as a whole.
-  if [ "$rc" -ne 0 ] && ! grep -qE '^not ok ' "$out"; then
+  elif [ "$rc" -ne 0 ] && ! grep -qE '^not ok ' "$out"; then
     failed=$((failed + 1)); failed_names+=("$name (exit $rc)")
   fi
   if [ ${#failed_names[@]} != "$nfailed" ]; then

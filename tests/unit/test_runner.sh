@@ -83,5 +83,14 @@ grep -q '^   # filter=p1$' "$f/out" && grep -q '^   # filter=p2,p3$' "$f/out" &&
 grep -q '^== test_fixture (big,huge): alone (scale: big,huge)$' "$f/out" &&
   grep -q '^   # filter=big,huge$' "$f/out" && ok "once with them alone, after" || not_ok "once with them alone, after"
 
+# 5. A job that hangs is killed and fails the run, which ends.
+mkdir -p "$f/h/unit"
+printf '#!/bin/sh\necho 1..1\nwhile :; do sleep 1; done\n' >"$f/h/unit/test_hangs.sh"
+chmod 0755 "$f/h/unit/test_hangs.sh"
+runner 1 "0 passed, 1 failed, 0 skipped" "a hung script is killed and fails the run" \
+  B="$f/empty" SBX_TESTS_DIR="$f/h" SBX_PARTS=scripts SBX_JOB_TIMEOUT=2
+grep -q 'killed after SBX_JOB_TIMEOUT=2 s: it hung' "$f/out" && ok "the run says it hung" ||
+  not_ok "the run says it hung"
+
 echo "1..$n"
 [ "$failed" = 0 ]
