@@ -140,21 +140,30 @@ demo: deps
 	$(MAKE) all
 	$(B)/sbx run -- sh -c 'echo "hello from $$(hostname), pid $$$$ in the box"'
 
-# CI's order, in three stages, each with a niced chain beside it (the suites
-# mostly wait on boxes, so the chains cost little time of their own):
-#   1. the plain suite; beside it the ASan, fuzz and TSan trees are built;
-#   2. the ASan suite; beside it each libFuzzer target runs FUZZ_CI_TIME s,
-#      then the core's concurrency tests under TSan, then memcheck over the
-#      parts that make no box (unit tests, fuzz corpora), which the suite's
-#      leak censuses therefore never see;
-#   3. memcheck over the integration tests and scripts.
-# Builds run with one job per core (JOBS). Each stage says how long it took
-# (CI should stay under 30 minutes). CI keeps only the tail of the log, so a
-# stage's failures are printed again last, after what its chain printed.
+# CI's order (`make check`), in two stages, each with a niced chain beside
+# it. Each check runs once, where it catches what the others cannot:
+#   1. the plain build, for what only it can check: install, the examples,
+#      the Python binding against a plain libsbx, the pure cgroup v2 guest
+#      (the scripts that say SBX_PLAIN_ONLY="why"); beside it the ASan tree
+#      is built;
+#   2. the whole suite (C binaries, scripts, corpora) under ASan+UBSan, built
+#      at -O2 so bugs only optimisation shows still show; beside it (each
+#      built there) each libFuzzer target runs FUZZ_CI_TIME s, the core's
+#      and the kit's concurrency tests run under TSan (TSAN_CORE), and
+#      memcheck runs over the parsers and the protocol
+#      (the unit tests, the fuzz corpora), the agent (test_agent) and the
+#      scripts that feed sbx hostile input (VALGRIND_CI_SCRIPTS).
+# tests/run.sh runs SBX_JOBS tests at once. Builds run with one job per core
+# (JOBS). Each stage says how long it took (CI should stay under 15
+# minutes). CI keeps only the tail of the log, so a stage's failures are
+# printed again last, after what its chain printed. `make check-full` is the
+# whole matrix, for a release: the suite on the plain build, under ASan, and
+# under memcheck, TSan over every C binary, the fuzzers.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-ASAN_VARS := B=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
+ASAN_VARS := B=build/asan OPT="-O2 -g -fno-omit-frame-pointer" \
     SAN="-fsanitize=address,undefined -fno-sanitize-recover=all"
 TSAN_VARS := CC=clang B=build/tsan OPT="-O1 -g" SAN="-fsanitize=thread"
+VALGRIND_CI_SCRIPTS := test_bad_input.sh test_sec_input.sh test_sec_client.sh
 # Runs stage $(1) (a make target) with chain $(2) (a make target, or none)
 # beside it at nice 19; the chain's output is in build/chain-$(2).log.
 define check_stage
@@ -170,34 +179,60 @@ define check_stage
 	    echo "$(1) failed"; }; \
 	[ $$rc = 0 ] && [ $$cr = 0 ]
 endef
-.PHONY: check-prebuild check-beside-asan check-valgrind-quick check-valgrind-boxes
+.PHONY: check-plain-bins check-tsan-core-bins check-valgrind-ci-bins check-prebuild check-beside-asan check-valgrind-quick check-valgrind-boxes check-plain \
+    check-asan-ci check-valgrind-ci check-full
 check: deps
+	$(call check_stage,check-plain,check-prebuild)
+	$(call check_stage,check-asan-ci,check-beside-asan)
+
+# Today's whole matrix, each check on every part (a release; ~35 minutes here).
+check-full: deps
 	$(call check_stage,test,check-prebuild)
 	$(call check_stage,check-asan,check-beside-asan)
 	$(call check_stage,check-valgrind-boxes,none)
+	$(MAKE) check-tsan
 
+# Beside the plain stage: the ASan tree (the fuzz and TSan trees are built
+# beside the ASan stage, which mostly waits on boxes).
 check-prebuild:
 	@$(MAKE) -s -j$(JOBS) $(ASAN_VARS) all tests fuzz-replay
-	@$(MAKE) -s -j$(JOBS) fuzz-build
-	@$(MAKE) -s -j$(JOBS) $(TSAN_VARS) tests
 
 # The chain beside the ASan stage: what it prints is short unless it fails
 # (the TSan and memcheck runs say only their failures and summary then).
+# Its three parts run at once (a build of one fills the CPU the others leave
+# while they wait), each printing its own lines whole.
+.PHONY: beside-fuzz beside-tsan beside-valgrind
 check-beside-asan:
-	@$(MAKE) --no-print-directory fuzz-ci
+	@$(MAKE) --no-print-directory -j3 beside-fuzz beside-tsan beside-valgrind
+beside-fuzz:
+	@$(MAKE) -s --no-print-directory fuzz-ci > build/fuzz-ci.log 2>&1; \
+	rc=$$?; cat build/fuzz-ci.log; exit $$rc
+beside-tsan:
 	@SBX_TEST_TIMEOUT_SCALE=3 $(MAKE) --no-print-directory check-tsan-core > build/tsan.log 2>&1; \
 	rc=$$?; grep -E '^(failed:|[0-9]+ passed)' build/tsan.log | sed 's/^/check-tsan-core: /'; \
 	[ $$rc = 0 ] || { sed -n '/^== the failures again/,$$p' build/tsan.log | tail -n 120; exit 1; }
-	@$(MAKE) --no-print-directory check-valgrind-quick > build/valgrind-quick.log 2>&1; \
-	rc=$$?; grep -E '^(failed:|[0-9]+ passed)' build/valgrind-quick.log | sed 's/^/check-valgrind-quick: /'; \
-	[ $$rc = 0 ] || { sed -n '/^== the failures again/,$$p' build/valgrind-quick.log | tail -n 120; exit 1; }
+beside-valgrind:
+	@$(MAKE) --no-print-directory check-valgrind-ci > build/valgrind-ci.log 2>&1; \
+	rc=$$?; grep -E '^(failed:|[0-9]+ passed)' build/valgrind-ci.log | sed 's/^/check-valgrind-ci: /'; \
+	[ $$rc = 0 ] || { sed -n '/^== the failures again/,$$p' build/valgrind-ci.log | tail -n 120; exit 1; }
 
 # The whole suite: unit + integration binaries, fuzz corpus replay, Python tests.
 test: all tests fuzz-replay
 	B=$(B) PYTHON=$(PYTHON) tests/run.sh
 
+# What only the plain build checks (make check's first stage): it builds
+# what those need (check-plain-bins), the rest of the tree is built beside
+# the ASan stage for memcheck.
+check-plain: all check-plain-bins
+	B=$(B) PYTHON=$(PYTHON) SBX_PARTS="scripts python" SBX_SCRIPTS=plain-only tests/run.sh
+
 check-asan:
 	$(MAKE) -j$(JOBS) $(ASAN_VARS) test
+
+# The suite under ASan but what check-plain runs (make check's second stage).
+check-asan-ci:
+	$(MAKE) -j$(JOBS) $(ASAN_VARS) all tests fuzz-replay
+	B=build/asan SBX_PARTS="unit integration scripts corpora" SBX_SCRIPTS=checked tests/run.sh
 
 # ThreadSanitizer (clang): races between the loop thread and callers. `make
 # check` runs the binaries that exercise the core's concurrency (futures, the
@@ -208,19 +243,32 @@ check-tsan:
 	$(MAKE) -j$(JOBS) $(TSAN_VARS) tests
 	B=build/tsan SBX_ONLY="$(TSAN_TESTS)" SBX_SKIP_PYTHON=1 SBX_SKIP_SCRIPTS=1 tests/run.sh
 
+TSAN_CORE := test_core_stress test_future test_lifecycle test_registry test_proto test_pool \
+    test_agent test_local test_sec_client test_kit
 check-tsan-core:
-	$(MAKE) check-tsan TSAN_TESTS="test_core_stress test_future test_lifecycle test_registry test_proto test_pool test_agent test_local test_sec_client"
+	$(MAKE) -j$(JOBS) $(TSAN_VARS) TSAN_CORE="$(TSAN_CORE)" check-tsan-core-bins
+	B=build/tsan SBX_ONLY="$(TSAN_CORE)" SBX_SKIP_PYTHON=1 SBX_SKIP_SCRIPTS=1 tests/run.sh
 
 # Every C test binary under memcheck (definite leaks and memory errors fail;
 # the Python step is skipped: CPython is not valgrind-clean by itself).
-# make check runs it in two parts: what makes no box (-quick) beside the ASan
-# stage, the rest (-boxes) after it.
+# make check runs check-valgrind-ci: the parts that parse outside bytes.
 check-valgrind: tests
 	B=$(B) SBX_VALGRIND=1 SBX_SKIP_PYTHON=1 tests/run.sh
 check-valgrind-quick: tests fuzz-replay
 	B=$(B) SBX_VALGRIND=1 SBX_PARTS="unit corpora" tests/run.sh
 check-valgrind-boxes: tests
 	B=$(B) SBX_VALGRIND=1 SBX_PARTS="integration scripts" tests/run.sh
+# The parsers and the protocol (their unit tests, every fuzz corpus), the
+# agent, and the scripts that feed the CLI hostile input, with sbx under
+# memcheck. The core's machinery (futures, the pool, the registry, the
+# lifecycle, its stress test) is ASan's and TSan's.
+VALGRIND_CI_UNIT := test_attribution test_cdi_spec test_config test_forward test_image_auth \
+    test_image_ref test_inroot test_layout test_net_hosts test_proto test_proto_procs \
+    test_pty_marker test_rewrite_image test_sbxfile test_sec_input test_shell_quote test_sif \
+    test_spec test_transfer_host
+VALGRIND_CI := $(VALGRIND_CI_UNIT) test_agent
+check-valgrind-ci: check-valgrind-ci-bins
+	B=$(B) SBX_VALGRIND=1 SBX_SKIP_PYTHON=1 SBX_ONLY="$(VALGRIND_CI) $(VALGRIND_CI_SCRIPTS)" tests/run.sh
 
 bench: all $(BENCH_BIN)
 	B=$(B) bench/run.sh
@@ -351,7 +399,8 @@ help:
 	@echo "make            build libsbx, sbx, examples"
 	@echo "make test       build and run every test (unit, integration, fuzz corpus, python)"
 	@echo "make check-asan the same under ASan+UBSan"
-	@echo "make check      deps, test, check-asan (fuzz-ci, check-tsan-core beside it), check-valgrind (CI)"
+	@echo "make check      deps, check-plain, check-asan-ci (fuzz-ci, check-tsan-core, check-valgrind-ci beside it) (CI)"
+	@echo "make check-full the whole matrix (a release): test, check-asan, check-valgrind, check-tsan"
 	@echo "make bench      benchmarks (ratios against baselines run alongside)"
 	@echo "make fuzz       run each libFuzzer target for FUZZ_TIME seconds (clang)"
 	@echo "make fuzz-ci    run each libFuzzer target for FUZZ_CI_TIME seconds, corpus unchanged"
@@ -478,3 +527,13 @@ $(B)/tests/integration/test_provider_suite: $(B)/obj/tests/integration/test_prov
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $< $(TEST_COMMON_OBJ) $(TESTLIB) -Wl,--whole-archive $(B)/libsbx.a \
 	    -Wl,--no-whole-archive $(LIBS)
+
+# make check builds only what each of its parts runs: the plain stage the
+# suite's helpers and the two binaries the cgroup v2 guest runs, the TSan
+# run its binaries (and the helpers: the agent, the plugins).
+SUITE_HELPERS = $(PLUGIN_SO) $(B)/sbx $(B)/libsbx.so $(B)/sbx-shim $(B)/sbx-nft $(B)/sbx-agent \
+    $(if $(SAN),$(B)/sbx-agent-static) $(FAKE_PLUGIN) $(HOSTBOX_SO)
+check-plain-bins: $(SUITE_HELPERS) $(B)/tests/integration/test_linux $(B)/tests/integration/test_scale
+check-tsan-core-bins: $(SUITE_HELPERS) $(filter $(addprefix %/,$(TSAN_CORE)),$(TEST_BIN))
+check-valgrind-ci-bins: $(SUITE_HELPERS) $(filter $(addprefix %/,$(VALGRIND_CI)),$(TEST_BIN)) \
+    $(FUZZ_REPLAY)

@@ -130,6 +130,36 @@ def must_work() -> bool:
     return os.environ.get("SBX_MUST_WORK") == "1"
 
 
+def skip_or_fail(why: str) -> None:
+    """Skips a test this machine cannot run; under SBX_MUST_WORK=1 (CI) fails it."""
+    if must_work():
+        pytest.fail(f"skipped under SBX_MUST_WORK=1: {why}")
+    pytest.skip(why)
+
+
+def _must_work_report(report: Any) -> None:
+    """Under SBX_MUST_WORK=1 a skip is a failure, whoever raised it (a skip
+    mark, pytest.skip, importorskip): a machine that cannot run a test must not
+    pass it. An expected failure (xfail) is not a skip."""
+    if must_work() and report.skipped and not hasattr(report, "wasxfail"):
+        why = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        why = why[len("Skipped: "):] if why.startswith("Skipped: ") else why
+        report.outcome = "failed"
+        report.longrepr = f"skipped under SBX_MUST_WORK=1: {why}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _must_work_report(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    _must_work_report(outcome.get_result())
+
+
 def need_provider(name: str) -> None:
     """Skips when the C provider is not built (a failure in CI, where everything must run)."""
     if not c_provider_available(name):

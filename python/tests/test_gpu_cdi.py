@@ -10,14 +10,14 @@ import os
 import pytest
 
 from sbx import Sandbox, SandboxCreateError, SandboxResources, SandboxSpec
-from conftest import need_provider
+from conftest import need_provider, skip_or_fail
 
 
 @pytest.fixture(autouse=True)
 def _linux():
     need_provider("linux")
     if os.geteuid() != 0:
-        pytest.skip("linux boxes need root")
+        skip_or_fail("linux boxes need root")
 
 
 def _cdi_dir(tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sbx import AsyncSandbox, SandboxSpec, SandboxStatus
-from conftest import need_provider, run
+from conftest import need_provider, run, skip_or_fail
 
 
 @pytest.fixture(autouse=True)
@@ -97,7 +97,7 @@ def test_bash_when_the_box_has_it():
     """Item 11: `exec("source env.sh")` works (docker picks bash when the image
     has it); `shell: sh` in the provider config picks sh."""
     if not Path("/bin/bash").exists():
-        pytest.skip("the host has no bash for the default image")
+        skip_or_fail("the host has no bash for the default image")
 
     async def go():
         spec = SandboxSpec(workdir="/work", files={"/work/env.sh": "export FROM_ENV=sourced\n"})

@@ -15,7 +15,7 @@ import pytest
 import sbx
 from sbx import AsyncSandbox, Sandbox, SandboxSpec
 from sbx.stream import STDERR, STDOUT
-from conftest import RecordingProvider, need_provider, run
+from conftest import RecordingProvider, need_provider, run, skip_or_fail
 
 GUARD_S = 60  # a hang guard only
 
@@ -30,7 +30,7 @@ def providers():
 def config(name, tmp_path):
     need_provider(name)
     if name == "linux" and os.geteuid() != 0:
-        pytest.skip("linux boxes need root")
+        skip_or_fail("linux boxes need root")
     if name == "local":
         return {"local": {"workspace_root": str(tmp_path / "ws")}}
     return {"linux": {}}

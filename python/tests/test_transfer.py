@@ -12,14 +12,14 @@ import pytest
 from sbx import AsyncSandbox, Sandbox, SandboxSpec
 from sbx import transfer
 from sbx.transfer import SandboxTransferError, SandboxUnavailableError
-from conftest import need_provider
+from conftest import need_provider, skip_or_fail
 
 
 @pytest.fixture(autouse=True)
 def _linux(monkeypatch):
     need_provider("linux")
     if os.geteuid() != 0:
-        pytest.skip("linux boxes need root")
+        skip_or_fail("linux boxes need root")
     # A sanitizer build's sbx-agent is linked dynamically and cannot run in
     # an image: use the plain build's static one, as tests/linux_fixture.h
     # does (the agent is not what these tests sanitize).

@@ -321,9 +321,14 @@ static void mount_cgroup_view(const struct child_fds *f)
     json_t *v;
     json_array_foreach(f->self_attach, i, v)
     {
-        /* "/sys/fs/cgroup/<hierarchy>/sbx/<id>": the hierarchy's name lists its controllers. */
+        /*
+         * "/sys/fs/cgroup/<hierarchy>/sbx/<id>" (sbx: the level's name,
+         * sbx__cg_name): the hierarchy's name lists its controllers.
+         */
         const char *dir = json_string_value(v), *pre = "/sys/fs/cgroup/";
-        const char *end = dir ? strstr(dir, "/sbx/") : NULL;
+        char lvl[SBX_LINUX_CGROUP_NAME_MAX + 3];
+        snprintf(lvl, sizeof(lvl), "/%s/", sbx__cg_name());
+        const char *end = dir ? strstr(dir, lvl) : NULL;
         if (!end || strncmp(dir, pre, strlen(pre)) != 0)
             continue;
         char name[64], at[128];

@@ -69,7 +69,9 @@ leaks() {
   [ -n "$(ls -A "$SBX_STATE_DIR/linux/boxes" 2>/dev/null)" ] && l="$l box-dirs:$(ls "$SBX_STATE_DIR/linux/boxes" | tr '\n' ' ')"
   [ -n "$(ls -A "$SBX_STATE_DIR/boxes" 2>/dev/null)" ] && l="$l records:$(ls "$SBX_STATE_DIR/boxes" | tr '\n' ' ')"
   [ -n "$(ls -A "$SBX_STATE_DIR/local" 2>/dev/null)" ] && l="$l local-records:$(ls "$SBX_STATE_DIR/local" | tr '\n' ' ')"
-  local h; for h in $HOST_PATHS; do
+  # Box paths on the host: tests/run.sh, which runs several scripts at once,
+  # checks those once for the whole run (SBX_RUN_HOST_CENSUS=1).
+  local h; [ -n "${SBX_RUN_HOST_CENSUS:-}" ] || for h in $HOST_PATHS; do
     case "$host_before" in *" $h "*) continue ;; esac
     if [ -e "$h" ] || [ -L "$h" ]; then l="$l host-path:$h"; fi
   done
@@ -78,10 +80,12 @@ leaks() {
     case "$c" in *sbx-shim*"$T"*|*sbx-agent*"$T"*) l="$l process:${p#/proc/}:$c" ;; esac
   done
   grep -q "$T" /proc/self/mountinfo && l="$l mount:$(grep "$T" /proc/self/mountinfo | head -1)"
-  # Box cgroups are named by box id only, and other processes' boxes on this
-  # host may be starting (an empty group for a moment): census() retries, so
-  # only a group that stays empty is reported.
-  local g; for g in /sys/fs/cgroup/sbx/sbx-* /sys/fs/cgroup/*/sbx/sbx-*; do
+  # Box cgroups under this script's level (SBX_LINUX_CGROUP, which tests/run.sh
+  # sets for each test; else sbx/, where other processes' boxes may be
+  # starting, an empty group for a moment): census() retries, so only a group
+  # that stays empty is reported.
+  local lvl=${SBX_LINUX_CGROUP:-sbx}
+  local g; for g in /sys/fs/cgroup/"$lvl"/sbx-* /sys/fs/cgroup/*/"$lvl"/sbx-*; do
     [ -d "$g" ] || continue
     [ -n "$(cat "$g/cgroup.procs" 2>/dev/null)" ] || l="$l empty-cgroup:$g"
   done

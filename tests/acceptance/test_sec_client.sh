@@ -172,16 +172,19 @@ wedge() { # marker, the sbx pid: waits for the command, then stops its agent; pr
 # A watchdog bounds a run that would hang (the bug): it is not a timing assertion.
 watchdog() { ( sleep 120; kill -9 "$1" ) >/dev/null 2>&1 & W=$!; }
 m=98.$$1
-$DFL "$SBX" exec --timeout 5 "$id" -- sleep $m >"$T/out" 2>"$T/err" </dev/null & p=$!
+# The timeout must outlast the command's start (a loaded machine, ASan) so the
+# agent is silenced before it expires: 2 s did not when tests ran side by side.
+$DFL "$SBX" exec --timeout 20 "$id" -- sleep $m >"$T/out" 2>"$T/err" </dev/null & p=$!
 watchdog $p
-a=$(wedge $m $p); wait $p; rc=$?; [ -n "$a" ] && kill -CONT "$a"; kill $W
-check "precondition: the command's agent was found and stopped ($a)" [ -n "$a" ]
-check "a silent agent: exec --timeout 5 still ends as a timeout (exit $rc: $(head -c 300 "$T/err"))" [ $rc = 124 ]
+a=$(wedge $m $p); wait $p; rc=$?; [ -z "$a" ] || kill -CONT "$a"; kill $W
+check "the command ran before the timeout, and its agent was silenced" [ -n "$a" ]
+check "a silent agent: exec --timeout 20 still ends as a timeout (exit $rc: $(head -c 300 "$T/err"))" [ $rc = 124 ]
 for sig in TERM INT; do
   m=98.$$$([ $sig = TERM ] && echo 2 || echo 3)
   $DFL "$SBX" exec --timeout 0 "$id" -- sleep $m >"$T/out" 2>"$T/err" </dev/null & p=$!
   watchdog $p
-  a=$(wedge $m $p); kill -$sig $p; wait $p; rc=$?; [ -n "$a" ] && kill -CONT "$a"; kill $W
+  a=$(wedge $m $p); kill -$sig $p; wait $p; rc=$?; [ -z "$a" ] || kill -CONT "$a"; kill $W
+  check "SIG$sig: the command ran, and its agent was silenced" [ -n "$a" ]
   want=$([ $sig = TERM ] && echo 143 || echo 130)
   check "a silent agent: SIG$sig ends exec (exit $rc, want $want: $(head -c 300 "$T/err"))" [ $rc = "$want" ]
 done

@@ -12,6 +12,10 @@
 # test_scale's memory_cgroup test: on v2 an unlimited box's group is in
 # sbx/.nomem, with no memory controller of its own.
 set -u
+# tests/run.sh: the plain build only (the guest is emulated), and alone: the
+# emulator takes a core for minutes, and the suite beside it would starve.
+SBX_PLAIN_ONLY="an emulated guest: the host runs the sanitized suite"
+SBX_TEST_SERIAL="an emulated guest, CPU bound for minutes"
 cd "$(dirname "$0")/../.."
 B=${B:-build}
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The examples run as a user would run them, and leave nothing behind. TAP output.
 set -u
+# tests/run.sh: make check runs this on the plain build only.
+SBX_PLAIN_ONLY="the examples as a user builds them"
 cd "$(dirname "$0")/../.."
 B=${B:-build}
 case "$B" in /*) ;; *) B="$PWD/$B" ;; esac

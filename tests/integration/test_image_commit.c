@@ -91,7 +91,7 @@ static void test_commit_sees_changes_and_stacks(void)
     /* Thawed after: the box runs on, and the v1 freezer group is gone. */
     TAP_EQ_STR(out_of(b, "echo alive"), "alive\n");
     char fg[600];
-    snprintf(fg, sizeof(fg), "/sys/fs/cgroup/freezer/sbx/%s", sbx_sandbox_id(b));
+    snprintf(fg, sizeof(fg), "/sys/fs/cgroup/freezer/%s/%s", sbx__cg_name(), sbx_sandbox_id(b));
     TAP_TRUE(!have_file(fg));
     /* --no-pause: not frozen. */
     j = commit_ok(p, b, "c1:nopause", "{\"pause\": false}");

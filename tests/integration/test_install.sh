@@ -7,6 +7,8 @@
 # runs one. Then `make uninstall` leaves nothing, and `make deb` builds a
 # package that dpkg accepts and that works unpacked. TAP output.
 set -u
+# tests/run.sh: make check runs this on the plain build only.
+SBX_PLAIN_ONLY="installs the plain build, as a user would"
 cd "$(dirname "$0")/../.."
 # The makes here are a user's, not sub-makes of the one running the suite:
 # an inherited MAKEFLAGS (its -w, its jobserver) would print into the

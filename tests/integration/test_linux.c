@@ -393,6 +393,101 @@ static void test_box_resolves_its_own_name(void)
     census_check(state_dir);
 }
 
+/*
+ * SBX_LINUX_CGROUP names the level the boxes' groups live under (tests/run.sh
+ * gives each test its own): a wrong name is refused, saying what to do; a
+ * box's groups are <mount>/<level>/<id>, and the level goes with its last box.
+ */
+static void test_cgroup_level(void)
+{
+    need_boxes();
+    if (sbx__cg_mode() == SBX_CG_NONE)
+        TAP_SKIP("no cgroups here");
+    char level[64];
+    snprintf(level, sizeof(level), "sbxlvl-%d", (int)getpid());
+    static const char *const bad[] = { "../x", "a/b", "", ".nomem", "x y",
+                                       "a123456789012345678901234567890123" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("SBX_LINUX_CGROUP", bad[i], 1);
+        sbx_provider *no = NULL;
+        sbx_error *e = NULL;
+        TAP_EQ_INT(sbx_provider_new("{\"linux\": {}}", &no, &e), SBX_EINVAL);
+        TAP_CONTAINS(sbx_error_message(e), "is not a cgroup name: use 1-32 letters");
+        sbx_error_free(e);
+    }
+    /* Read once per process: this test's own process (the harness forks each). */
+    setenv("SBX_LINUX_CGROUP", level, 1);
+    TAP_EQ_STR(sbx__cg_name(), level);
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_spec_set_memory_mib(s, 64);
+    sbx_sandbox *sb = start(p, s);
+    char bd[900], want[200];
+    snprintf(bd, sizeof(bd), "%s/boxes/%s", state_dir, sbx_sandbox_id(sb));
+    snprintf(want, sizeof(want), "/%s/%s", level, sbx_sandbox_id(sb));
+    sbx_linux_record rec;
+    TAP_OK(sbx__linux_record_read(bd, &rec, &e_));
+    TAP_TRUE(json_array_size(rec.cgroups) > 0);
+    size_t i;
+    json_t *v;
+    json_array_foreach(rec.cgroups, i, v)
+    {
+        const char *dir = json_string_value(v);
+        TAP_TRUE(strlen(dir) > strlen(want) && !strcmp(dir + strlen(dir) - strlen(want), want));
+        TAP_TRUE(have_file(dir));
+    }
+    /* The box sees its own limit through the level. */
+    TAP_CONTAINS(out_of(sb, sbx__cg_mode() == SBX_CG_V2 ? "cat /sys/fs/cgroup/memory.max"
+                                                          : "cat /sys/fs/cgroup/memory/memory.limit_in_bytes"),
+                 "67108864");
+    stop_free(sb);
+    json_array_foreach(rec.cgroups, i, v)
+    {
+        char top[600];
+        snprintf(top, sizeof(top), "%s", json_string_value(v));
+        *strrchr(top, '/') = 0;
+        TAP_TRUE(!have_file(json_string_value(v)));
+        TAP_TRUE(!have_file(top));
+    }
+    sbx__linux_record_free(&rec);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/*
+ * The leak census (tests/linux_census.h) counts only its own test's level:
+ * an empty box group under another level (another test's, running at the
+ * same time under tests/run.sh) is not this test's leak, one under its own is.
+ */
+static void test_census_counts_its_own_level(void)
+{
+    need_boxes();
+    if (sbx__cg_mode() == SBX_CG_NONE)
+        TAP_SKIP("no cgroups here");
+    const char *root = sbx__cg_mode() == SBX_CG_V2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/pids";
+    char other[64], lvl[300], grp[400], why[1024];
+    snprintf(other, sizeof(other), "sbxother-%d", (int)getpid());
+    snprintf(lvl, sizeof(lvl), "%s/%s", root, other);
+    snprintf(grp, sizeof(grp), "%s/sbx-0123456789ab", lvl);
+    TAP_EQ_INT(mkdir(lvl, 0755), 0);
+    TAP_EQ_INT(mkdir(grp, 0755), 0);
+    const char *mine = getenv("SBX_LINUX_CGROUP");
+    char saved[64];
+    snprintf(saved, sizeof(saved), "%s", mine ? mine : "");
+    const char *leak_elsewhere = census_find(state_dir, why, sizeof(why));
+    setenv("SBX_LINUX_CGROUP", other, 1);
+    const char *leak_here = census_find(state_dir, why, sizeof(why));
+    if (saved[0])
+        setenv("SBX_LINUX_CGROUP", saved, 1);
+    else
+        unsetenv("SBX_LINUX_CGROUP");
+    rmdir(grp);
+    rmdir(lvl);
+    TAP_TRUE(leak_elsewhere == NULL);
+    TAP_TRUE(leak_here != NULL && strstr(leak_here, "empty cgroup") && strstr(leak_here, other));
+}
+
 static void test_cgroup_limits_written(void)
 {
     need_boxes();
@@ -405,7 +500,10 @@ static void test_cgroup_limits_written(void)
     snprintf(bd, sizeof(bd), "%s/boxes/%s", state_dir, sbx_sandbox_id(sb));
     sbx_linux_record rec;
     TAP_OK(sbx__linux_record_read(bd, &rec, &e_));
-    /* What each hierarchy's group must hold: v1 one group per controller, v2 one for all. */
+    /*
+     * What each hierarchy's group must hold: v1 one group per controller, v2 one for
+     * all (under the cgroup level, sbx/ or SBX_LINUX_CGROUP).
+     */
     static const struct {
         const char *dir_part, *file, *want;
     } v1[] = {
@@ -413,10 +511,10 @@ static void test_cgroup_limits_written(void)
         { "/pids/", "pids.max", "4096" },
         { "/cpu", "cpu.cfs_quota_us", "50000" },
     }, v2[] = {
-        { "/sbx/", "memory.max", "134217728" },
-        { "/sbx/", "memory.swap.max", "0" },
-        { "/sbx/", "pids.max", "4096" },
-        { "/sbx/", "cpu.max", "50000 100000" },
+        { "/", "memory.max", "134217728" },
+        { "/", "memory.swap.max", "0" },
+        { "/", "pids.max", "4096" },
+        { "/", "cpu.max", "50000 100000" },
     };
     bool is_v2 = sbx__cg_mode() == SBX_CG_V2;
     size_t nwant = is_v2 ? sizeof(v2) / sizeof(v2[0]) : sizeof(v1) / sizeof(v1[0]);
@@ -805,6 +903,9 @@ static void test_ready_timeout_is_everify_and_torn_down(void)
     sbx_provider_free(p);
     census_check(state_dir);
 }
+
+/* tests/run.sh runs this case alone, after the others (200 boxes at once). */
+__attribute__((used)) static const char serial_cases[] = "SBX_TEST_SERIAL_CASES=\"many_boxes_at_once\"";
 
 static void test_many_boxes_at_once(void)
 {
@@ -1691,6 +1792,7 @@ int main(int argc, char **argv)
         TAP(test_seccomp_filter_cached_and_checked),
         TAP(test_agent_cannot_be_ptraced_from_the_box),
         TAP(test_box_ends_when_its_directory_is_removed), TAP(test_cgroup_limits_written),
+        TAP(test_cgroup_level), TAP(test_census_counts_its_own_level),
         TAP(test_box_sees_its_own_cgroup_limits), TAP(test_image_symlinks_cannot_reach_the_host),
         TAP(test_box_resolves_its_own_name), TAP(test_cpu_out_of_range_refused),
         TAP(test_agent_killed_gives_error), TAP(test_creator_killed_mid_create_leaves_nothing),

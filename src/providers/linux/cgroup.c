@@ -7,6 +7,11 @@
  * Every box gets <root>/sbx/<id> in each hierarchy it uses. Groups are made
  * by the shim before the box's init runs, the init is moved in before it
  * execs anything, and the shim (or gc, when the shim died) removes them.
+ *
+ * The level's name, "sbx", can be changed with SBX_LINUX_CGROUP (a single
+ * name: letters, digits, '-', '_'): providers (and their shims, which inherit
+ * it) that use different names keep their groups apart, and each one's gc
+ * sees only its own. The test runner gives each test its own.
  */
 #include "providers/linux/linux.h"
 
@@ -27,6 +32,51 @@
 
 static sbx_cg_mode detected;
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
+
+/* The level's name and the paths made of it, set once per process. */
+static char cg_name[SBX_LINUX_CGROUP_NAME_MAX + 1] = "sbx";
+static char v2_base[64 + SBX_LINUX_CGROUP_NAME_MAX], v2_nomem[96 + SBX_LINUX_CGROUP_NAME_MAX];
+static char v1_parents[4][64 + SBX_LINUX_CGROUP_NAME_MAX];
+static const char *parents[7];
+static pthread_once_t name_once = PTHREAD_ONCE_INIT;
+
+bool sbx__cg_name_ok(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > SBX_LINUX_CGROUP_NAME_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_'))
+            return false;
+    }
+    return true;
+}
+
+static void pick_name(void)
+{
+    /* An invalid value is refused by sbx_provider_new (linux_new); here it falls back. */
+    const char *env = getenv("SBX_LINUX_CGROUP");
+    if (env && sbx__cg_name_ok(env))
+        snprintf(cg_name, sizeof(cg_name), "%s", env);
+    snprintf(v2_base, sizeof(v2_base), CG_ROOT "/%s", cg_name);
+    snprintf(v2_nomem, sizeof(v2_nomem), CG_ROOT "/%s/.nomem", cg_name);
+    static const char *const v1[] = { "memory", "pids", "cpu", "cpu,cpuacct" };
+    parents[0] = v2_base;
+    parents[1] = v2_nomem;
+    for (int i = 0; i < 4; i++) {
+        snprintf(v1_parents[i], sizeof(v1_parents[i]), CG_ROOT "/%s/%s", v1[i], cg_name);
+        parents[2 + i] = v1_parents[i];
+    }
+    parents[6] = NULL;
+}
+
+const char *sbx__cg_name(void)
+{
+    pthread_once(&name_once, pick_name);
+    return cg_name;
+}
 
 static bool exists(const char *p)
 {
@@ -93,7 +143,7 @@ static const char *v1_cpu_dir(void)
  * memory cgroup costs kernel memory that grows with the number of boxes:
  * docs/scale.md). The leading dot keeps it apart from every box id.
  */
-#define NOMEM "/sbx/.nomem"
+#define NOMEM "/.nomem"
 
 /*
  * mkdir <parent>/sbx (shared by the boxes, removed with the last one) and
@@ -101,8 +151,8 @@ static const char *v1_cpu_dir(void)
  */
 static char *make_group(const char *parent, const char *id, bool nomem, sbx_error **err)
 {
-    _cleanup_free_ char *base = sbx__printf("%s/sbx", parent);
-    _cleanup_free_ char *mid = nomem ? sbx__printf("%s" NOMEM, parent) : NULL;
+    _cleanup_free_ char *base = sbx__printf("%s/%s", parent, sbx__cg_name());
+    _cleanup_free_ char *mid = nomem ? sbx__printf("%s" NOMEM, base) : NULL;
     char *dir = sbx__printf("%s/%s", nomem ? mid : base, id);
     if (!base || !dir || (nomem && !mid)) {
         free(dir);
@@ -163,9 +213,9 @@ static int setup_v2(const char *id, const sbx_cg_limits *lim, json_t *paths, sbx
     if (!dir)
         return SBX_ECREATE;
     json_array_append_new(paths, json_string(dir));
-    int e = write_str(CG_ROOT "/sbx", "cgroup.subtree_control", "+memory +pids +cpu");
+    int e = write_str(v2_base, "cgroup.subtree_control", "+memory +pids +cpu");
     if (e < 0 && (lim->memory_bytes > 0 || lim->pids > 0 || lim->cpu > 0))
-        return limit_fail(err, e, CG_ROOT "/sbx", "cgroup.subtree_control", "+memory +pids +cpu");
+        return limit_fail(err, e, v2_base, "cgroup.subtree_control", "+memory +pids +cpu");
     char v[64];
     if (lim->memory_bytes > 0) {
         snprintf(v, sizeof(v), "%lld", lim->memory_bytes);
@@ -310,10 +360,7 @@ static void kill_procs(const char *dir)
 
 const char *const *sbx__cg_parents(void)
 {
-    static const char *const parents[] = { CG_ROOT "/sbx",          CG_ROOT NOMEM,
-                                           CG_ROOT "/memory/sbx",   CG_ROOT "/pids/sbx",
-                                           CG_ROOT "/cpu/sbx",      CG_ROOT "/cpu,cpuacct/sbx",
-                                           NULL };
+    pthread_once(&name_once, pick_name);
     return parents;
 }
 
@@ -364,10 +411,10 @@ static long long cached_bytes(const char *dir, bool v1)
 static bool reclaim_memory(const char *dir)
 {
     bool v1 = !strncmp(dir, CG_ROOT "/memory/", strlen(CG_ROOT "/memory/"));
+    size_t bl = strlen(v2_base), nl = strlen(v2_nomem);
     /* A box under sbx/.nomem has no memory controller, so nothing to reclaim. */
-    if (!v1 && (sbx__cg_mode() != SBX_CG_V2 ||
-                strncmp(dir, CG_ROOT "/sbx/", strlen(CG_ROOT "/sbx/")) ||
-                !strncmp(dir, CG_ROOT NOMEM "/", strlen(CG_ROOT NOMEM "/"))))
+    if (!v1 && (sbx__cg_mode() != SBX_CG_V2 || strncmp(dir, v2_base, bl) || dir[bl] != '/' ||
+                (!strncmp(dir, v2_nomem, nl) && dir[nl] == '/')))
         return true;
     /*
      * Only when page cache is charged: reclaim walks every shrinker on the
@@ -419,15 +466,14 @@ int sbx__cg_destroy(const json_t *paths)
                 _cleanup_free_ char *parent = strdup(dir);
                 char *slash = parent ? strrchr(parent, '/') : NULL;
                 if (slash) {
+                    /* sbx__cg_path_ok said the parent is one of sbx__cg_parents(). */
                     *slash = 0;
-                    size_t pl = strlen(parent), nl = strlen(NOMEM);
-                    if (pl >= nl && !strcmp(parent + pl - nl, NOMEM) && rmdir(parent) == 0)
-                        parent[pl - nl + 4] = 0; /* ".../sbx" */
-                    pl = strlen(parent);
-                    if (pl >= 4 && !strcmp(parent + pl - 4, "/sbx")) {
+                    if (!strcmp(parent, v2_nomem) && rmdir(parent) == 0)
+                        snprintf(parent, strlen(parent) + 1, "%s", v2_base);
+                    if (strcmp(parent, v2_nomem) != 0) {
                         /* An empty .nomem would hold sbx/ (the last box may be a limited one). */
-                        if (!strcmp(parent, CG_ROOT "/sbx"))
-                            rmdir(CG_ROOT NOMEM);
+                        if (!strcmp(parent, v2_base))
+                            rmdir(v2_nomem);
                         rmdir(parent);
                     }
                 }

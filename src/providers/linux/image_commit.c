@@ -530,7 +530,9 @@ static void v1_thaw(const char *group)
         nanosleep(&ts, NULL);
     }
     /* <freezer>/sbx too, unless another commit's group is in it (then EBUSY: it stays). */
-    rmdir(V1_FREEZER "/sbx");
+    _cleanup_free_ char *top = sbx__printf(V1_FREEZER "/%s", sbx__cg_name());
+    if (top)
+        rmdir(top);
 }
 
 /* Freezes the processes of v1 group `box_cg`; *group is set once a freezer group was made. */
@@ -542,10 +544,11 @@ static bool v1_freeze(const char *box_cg, const char *id, char **group)
         stat(V1_FREEZER "/cgroup.procs", &st) < 0)
         return false; /* no v1 freezer hierarchy mounted (its root has no freezer.state) */
     _cleanup_free_ char *from = sbx__printf("%s/cgroup.procs", box_cg);
-    char *g = sbx__printf(V1_FREEZER "/sbx/%s", id);
+    _cleanup_free_ char *top = sbx__printf(V1_FREEZER "/%s", sbx__cg_name());
+    char *g = top ? sbx__printf("%s/%s", top, id) : NULL;
     _cleanup_free_ char *procs = g ? sbx__printf("%s/cgroup.procs", g) : NULL;
     _cleanup_free_ char *state = g ? sbx__printf("%s/freezer.state", g) : NULL;
-    if (!from || !procs || !state || (mkdir(V1_FREEZER "/sbx", 0755) < 0 && errno != EEXIST) ||
+    if (!from || !procs || !state || (mkdir(top, 0755) < 0 && errno != EEXIST) ||
         mkdir(g, 0755) < 0) {
         free(g);
         return false;

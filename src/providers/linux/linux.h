@@ -232,6 +232,15 @@ typedef struct {
 /* What is mounted, detected once per process. */
 SBX_INTERNAL sbx_cg_mode sbx__cg_mode(void);
 /*
+ * The name of the level under each cgroup mount that holds the boxes' groups
+ * ("sbx" in the paths below): SBX_LINUX_CGROUP when it is a valid name
+ * (sbx__cg_name_ok: 1-32 letters, digits, '-', '_'), else "sbx". Read once
+ * per process; the shim inherits it.
+ */
+#define SBX_LINUX_CGROUP_NAME_MAX 32
+SBX_INTERNAL const char *sbx__cg_name(void);
+SBX_INTERNAL bool sbx__cg_name_ok(const char *name);
+/*
  * Creates the box's groups under <root>/sbx/<id> and writes the limits.
  * `paths` receives the created directories (JSON array of strings), so the
  * record can name them for removal. On failure nothing stays created.

@@ -368,6 +368,13 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
     _cleanup_json_ json_t *cfg = json_loads(config_json ? config_json : "{}", 0, &je);
     if (!json_is_object(cfg))
         return sbx__set_error(err, SBX_EINVAL, "linux provider config must be a mapping");
+    /* The cgroup level's name (cgroup.c): a wrong one is refused, not replaced by "sbx". */
+    const char *cg = getenv("SBX_LINUX_CGROUP");
+    if (cg && !sbx__cg_name_ok(cg))
+        return sbx__set_error(err, SBX_EINVAL,
+                              "SBX_LINUX_CGROUP='%.64s' is not a cgroup name: use 1-%d letters, "
+                              "digits, '-' or '_' (or unset it for \"sbx\")",
+                              cg, SBX_LINUX_CGROUP_NAME_MAX);
     struct linux_state *st = calloc(1, sizeof(*st));
     if (!st)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
@@ -1215,7 +1222,10 @@ static int spawn_shim(struct create *c, int child_end)
     char a0[] = "sbx-shim", a1[] = "--box-dir";
     static char path_env[] = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
     char *const argv[] = { a0, a1, (char *)box_dir, NULL };
-    char *const envp[] = { path_env, NULL };
+    /* The cgroup level's name (cgroup.c): the shim makes the box's groups under it. */
+    char cg_env[32 + SBX_LINUX_CGROUP_NAME_MAX];
+    snprintf(cg_env, sizeof(cg_env), "SBX_LINUX_CGROUP=%s", sbx__cg_name());
+    char *const envp[] = { path_env, cg_env, NULL };
     int rc = posix_spawn(&c->spawned, c->st->shim, &fa, &attr, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);

@@ -146,9 +146,9 @@ int sbx__linux_record_read(const char *box_dir, sbx_linux_record *rec, sbx_error
         if (!sbx__cg_path_ok(json_string_value(p), rec->id)) {
             sbx__set_error(err, SBX_EINVAL,
                            "box record %s names the cgroup '%s', which is not box %s's own group "
-                           "(<cgroup mount>/sbx/%s): refused",
+                           "(<cgroup mount>/%s/%s): refused",
                            path, json_string_value(p) ? json_string_value(p) : "(not a string)",
-                           rec->id, rec->id);
+                           rec->id, sbx__cg_name(), rec->id);
             sbx__linux_record_free(rec);
             return SBX_EINVAL;
         }
