@@ -11,17 +11,7 @@
 
 static void human_bytes(uint64_t n, char *buf, size_t len)
 {
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)n;
-    size_t u = 0;
-    while (v >= 1024 && u + 1 < SBX_ARRAY_SIZE(units)) {
-        v /= 1024;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, len, "%" PRIu64 " B", n);
-    else
-        snprintf(buf, len, "%.1f %s", v, units[u]);
+    sbx__human_bytes(n, buf, len);
 }
 
 /* --- import --------------------------------------------------------------- */

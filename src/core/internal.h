@@ -155,6 +155,8 @@ SBX_INTERNAL int sbx__read_file(const char *path, char **data, size_t *len);
  * Writes atomically: a fresh temp file (O_EXCL, never through a link) with
  * exactly `mode` (fchmod: the umask does not apply), then rename.
  */
+/* "1.5 GiB" ("512 B" below a KiB) into buf; returns buf. */
+SBX_INTERNAL const char *sbx__human_bytes(uint64_t n, char *buf, size_t len);
 SBX_INTERNAL int sbx__write_file_atomic(const char *path, const void *data, size_t len,
                                         mode_t mode);
 /*

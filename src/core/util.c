@@ -445,6 +445,22 @@ int sbx__read_file(const char *path, char **data, size_t *len)
     return 0;
 }
 
+const char *sbx__human_bytes(uint64_t n, char *buf, size_t len)
+{
+    static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+    double v = (double)n;
+    size_t u = 0;
+    while (v >= 1024 && u + 1 < SBX_ARRAY_SIZE(units)) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%llu B", (unsigned long long)n);
+    else
+        snprintf(buf, len, "%.1f %s", v, units[u]);
+    return buf;
+}
+
 int sbx__write_file_atomic(const char *path, const void *data, size_t len, mode_t mode)
 {
     /*

@@ -998,18 +998,7 @@ static int fetch_blobs(struct client *c, const char *layout, const sbx_descripto
 /* "1.5 GiB": a size for an error message, next to the exact count. */
 static const char *human(uint64_t n, char buf[32])
 {
-    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = (double)n;
-    size_t u = 0;
-    while (v >= 1024 && u + 1 < SBX_ARRAY_SIZE(units)) {
-        v /= 1024;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, 32, "%llu bytes", (unsigned long long)n);
-    else
-        snprintf(buf, 32, "%.1f %s", v, units[u]);
-    return buf;
+    return sbx__human_bytes(n, buf, 32);
 }
 
 /* Bytes a blob still needs: 0 when present, less what a partial of it holds. */
