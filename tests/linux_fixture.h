@@ -85,4 +85,15 @@ static inline sbx_provider *provider(const char *cfg)
     return p;
 }
 
+/* need_boxes(), then a started box whose workdir is /work on a new provider (*prov). */
+static inline sbx_sandbox *work_box(sbx_provider **prov)
+{
+    need_boxes();
+    *prov = provider(NULL);
+    sbx_spec *s = spec_in("/work");
+    sbx_sandbox *sb = start(*prov, s);
+    sbx_spec_free(s);
+    return sb;
+}
+
 #endif
