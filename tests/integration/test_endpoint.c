@@ -404,25 +404,9 @@ static void test_endpoint_serves_a_box_without_network(void)
 /* The box's forwarder process (sbx-shim --forward BOX_DIR ...), or 0. */
 static pid_t forwarder_of(const char *sd, const char *id)
 {
-    char want[800], path[300], cmd[1024];
+    char want[800];
     snprintf(want, sizeof(want), "sbx-shim --forward %s/boxes/%s ", sd, id);
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    pid_t found = 0;
-    while (d && (de = readdir(d))) {
-        if (de->d_name[0] < '1' || de->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
-        int n = census_read(path, cmd, sizeof(cmd));
-        for (int i = 0; i < n; i++)
-            if (!cmd[i])
-                cmd[i] = ' ';
-        if (n > 0 && !strncmp(cmd, want, strlen(want)))
-            found = (pid_t)strtol(de->d_name, NULL, 10);
-    }
-    if (d)
-        closedir(d);
-    return found;
+    return proc_named(want, NULL);
 }
 
 /* The forwarder ends with the box's agent: a box whose init died listens no more. */
