@@ -421,15 +421,7 @@ static void test_listeners_end_with_the_agent(void)
     int port = url_port(sbx_endpoint_url(ep));
     sbx_endpoint_free(ep);
     TAP_TRUE(listening(port));
-    char path[700];
-    snprintf(path, sizeof(path), "%s/boxes/%s/record.json", state_dir, sbx_sandbox_id(sb));
-    char *rec = read_text(path);
-    TAP_TRUE(rec != NULL);
-    const char *ip = strstr(rec, "\"init_pid\":");
-    TAP_TRUE(ip != NULL);
-    pid_t init = (pid_t)strtol(ip + 11, NULL, 10);
-    free(rec);
-    TAP_TRUE(init > 1);
+    pid_t init = init_pid_of(sb);
     pid_t fwd = forwarder_of(state_dir, sbx_sandbox_id(sb));
     TAP_TRUE(fwd > 0);
     /* valgrind does not know pidfd_open: then poll the pid (the shim reaps its forwarder). */

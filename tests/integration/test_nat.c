@@ -553,15 +553,7 @@ static void test_nat_pasta_ends_with_the_box(void)
     sbx_sandbox *sb = nat_box(p, "{\"network\": \"nat\"}");
     pid_t pasta = pasta_of_state();
     TAP_TRUE(pasta > 0);
-    char path[700];
-    snprintf(path, sizeof(path), "%s/boxes/%s/record.json", state_dir, sbx_sandbox_id(sb));
-    char *rec = read_text(path);
-    TAP_TRUE(rec != NULL);
-    const char *ip = strstr(rec, "\"init_pid\":");
-    TAP_TRUE(ip != NULL);
-    pid_t init = (pid_t)strtol(ip + 11, NULL, 10);
-    free(rec);
-    TAP_TRUE(init > 1);
+    pid_t init = init_pid_of(sb);
     TAP_EQ_INT(kill(init, SIGKILL), 0);
     /* The shim reaps both (a hang guard, not a timing: the alarm bounds it). */
     while (pasta_of_state() > 0)

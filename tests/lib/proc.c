@@ -105,3 +105,18 @@ pid_t proc_named(const char *prefix, const char *has)
     const struct named w = { prefix, has };
     return proc_find(is_named, &w, cmd, sizeof(cmd));
 }
+
+int mounts_naming(const char *text)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (!f)
+        TAP_FAIL("/proc/self/mountinfo: %s", strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    int n = 0;
+    while (getline(&line, &cap, f) > 0)
+        n += strstr(line, text) != NULL;
+    free(line);
+    fclose(f);
+    return n;
+}

@@ -27,6 +27,8 @@ const char *agent_bin(void);
  */
 pid_t proc_find(bool (*match)(const char *cmd, const void *arg), const void *arg, char *cmd,
                 size_t n);
+/* The lines of this process's /proc/self/mountinfo that hold `text`: mounts naming it. */
+int mounts_naming(const char *text);
 /* proc_find(): the command line starts with `prefix` and holds `has` (NULL: anything). */
 pid_t proc_named(const char *prefix, const char *has);
 
