@@ -26,25 +26,9 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 
 #define BOX_PORT 9000
-
-static pid_t host_srv;       /* the direct baseline's server, killed on every way out */
-static char state_root[64];  /* SBX_STATE_DIR, removed on every way out */
-
-/* bench_die(): the server goes, and the state dir with it (the boxes die with the bench). */
-static void cleanup(void)
-{
-    if (host_srv > 0) {
-        kill(host_srv, SIGKILL);
-        waitpid(host_srv, NULL, 0);
-    }
-    if (state_root[0])
-        sbx__rm_rf(state_root);
-}
-
 
 /* --- the server: "E" echoes each byte; "S<u64 decimal>\n" sends that many bytes ----------- */
 
@@ -59,19 +43,7 @@ static void *serve_one(void *arg)
             if (write(fd, b, (size_t)n) != n)
                 break;
     } else if (mode == 'S') {
-        char line[32];
-        size_t k = 0;
-        while (k + 1 < sizeof(line) && read(fd, line + k, 1) == 1 && line[k] != '\n')
-            k++;
-        line[k] = 0;
-        unsigned long long left = strtoull(line, NULL, 10);
-        static char zero[1 << 16];
-        while (left) {
-            ssize_t w = write(fd, zero, left < sizeof(zero) ? left : sizeof(zero));
-            if (w <= 0)
-                break;
-            left -= (unsigned long long)w;
-        }
+        bench_send_zeros(fd);
     }
     close(fd);
     return NULL;
@@ -150,12 +122,7 @@ static double download(int port, unsigned long long bytes)
     int n = snprintf(req, sizeof(req), "S%llu\n", bytes);
     if (fd < 0 || write(fd, req, (size_t)n) != n)
         bench_die("download request: %s", strerror(errno));
-    static char buf[1 << 17];
-    unsigned long long got = 0;
-    ssize_t r;
-    while ((r = read(fd, buf, sizeof(buf))) > 0)
-        got += (unsigned long long)r;
-    close(fd);
+    unsigned long long got = bench_drain(fd);
     if (got != bytes)
         bench_die("download: %llu of %llu bytes", got, bytes);
     return bench_now() - t0;
@@ -241,7 +208,6 @@ static int wait_up(int port)
 
 int main(int argc, char **argv)
 {
-    bench_on_die(cleanup);
     if (argc == 3 && !strcmp(argv[1], "--serve"))
         return serve((int)strtol(argv[2], NULL, 10));
     int n = argc > 1 ? (int)strtol(argv[1], NULL, 10) : 1000;
@@ -253,10 +219,7 @@ int main(int argc, char **argv)
     }
     struct sigaction ign = { .sa_handler = SIG_IGN };
     sigaction(SIGPIPE, &ign, NULL);
-    snprintf(state_root, sizeof(state_root), "/tmp/sbx-bench-XXXXXX");
-    if (!mkdtemp(state_root))
-        bench_die("mkdtemp: %s", strerror(errno));
-    setenv("SBX_STATE_DIR", state_root, 1);
+    bench_state_dir(); /* removed on every way out; the boxes die with the bench */
 
     /* The direct baseline: the same server, a child process on the host, on a free port. */
     int direct_port;
@@ -273,10 +236,8 @@ int main(int argc, char **argv)
     }
     char portbuf[16];
     snprintf(portbuf, sizeof(portbuf), "%d", direct_port);
-    host_srv = fork();
+    pid_t host_srv = bench_child(); /* killed on every way out */
     if (host_srv == 0) {
-        /* It must not outlive the bench, whatever ends it. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
         execl("/proc/self/exe", "bench_endpoint", "--serve", portbuf, (char *)NULL);
         _exit(127);
     }
@@ -329,13 +290,12 @@ int main(int argc, char **argv)
     printf("%-28s %10.3f s %10.3f s %7.2fx\n", "100 conns x 1 MiB at once", d.many_s, b.many_s,
            b.many_s / d.many_s);
 
-    kill(host_srv, SIGKILL);
-    waitpid(host_srv, NULL, 0);
+    bench_child_end(host_srv);
     if (sbx_sandbox_stop(sb, &e) != SBX_OK)
         bench_die("stop: %s", sbx_error_message(e));
     sbx_sandbox_free(sb);
     sbx_spec_free(spec);
     sbx_provider_free(p);
-    sbx__rm_rf(state_root);
+    bench_state_end();
     return 0;
 }

@@ -49,7 +49,7 @@ extern char **environ;
 #define MIB (1024.0 * 1024.0)
 #define IMG "sbx-bench/busybox"
 
-static char state_root[64]; /* SBX_STATE_DIR, a temp dir */
+static const char *state_root; /* SBX_STATE_DIR: bench_state_dir() */
 static sbx_provider *P;
 static sbx_spec *SPEC;
 
@@ -291,6 +291,11 @@ static void wait_all(sbx_future **fs, int n, const char *what)
 /* --- docker --------------------------------------------------------------- */
 
 static bool docker_ok, docker_started;
+/*
+ * The label of this run's containers (sbx-bench=PID): whatever ends the
+ * bench, bench_at_end() removes every container that carries it.
+ */
+static char docker_label[48];
 
 static bool docker_answers(void)
 {
@@ -315,6 +320,12 @@ static void docker_setup(void)
     }
     if (!docker_ok)
         return;
+    snprintf(docker_label, sizeof(docker_label), "sbx-bench=%d", (int)getpid());
+    char gone[512];
+    snprintf(gone, sizeof(gone),
+             "docker ps -aq --filter label=%s | xargs -r docker rm -f >/dev/null 2>&1%s",
+             docker_label, docker_started ? "; scripts/test-dockerd.sh stop >/dev/null 2>&1" : "");
+    bench_at_end(gone);
     const char *has[] = { "docker", "image", "inspect", IMG, NULL };
     if (run_ms(has) >= 0)
         return;
@@ -337,7 +348,8 @@ static void docker_rm(const char *id)
 /* docker run -d: returns when the container runs; its id in `id`. -1 on failure. */
 static double docker_run_d(char *id, size_t n)
 {
-    const char *argv[] = { "docker", "run", "-d", "--network", "none", IMG, "sleep", "3600", NULL };
+    const char *argv[] = { "docker", "run",  "-d",  "--label", docker_label, "--network",
+                           "none",   IMG,    "sleep", "3600",  NULL };
     double t0 = now_ms();
     if (capture(argv, id, n) != 0)
         return -1;
@@ -411,7 +423,8 @@ static void bench_all(int n)
         e[i] = docker_run_d(id, sizeof(id));
         if (e[i] >= 0)
             docker_rm(id), ndr++;
-        const char *argv[] = { "docker", "run", "--rm", "--network", "none", IMG, "true", NULL };
+        const char *argv[] = { "docker", "run", "--rm", "--label", docker_label, "--network",
+                               "none",   IMG,   "true", NULL };
         f[i] = run_ms(argv);
     }
     header("create->ready (ms)");
@@ -580,14 +593,18 @@ static void bench_all(int n)
     double dcw = NAN, dsw = NAN, drss = NAN, dpss = NAN, dcg = NAN;
     double brss = NAN, bpss = NAN, frss = NAN, fpss = NAN;
     if (docker_ok) {
-        const char *runv[] = { "sh", "-c",
-                               "for i in $(seq 20); do docker run -d --network none --label "
-                               "sbx-bench=1 " IMG " sleep 3600 & done; wait",
-                               NULL };
+        char many[256], rm_many[256];
+        snprintf(many, sizeof(many),
+                 "for i in $(seq 20); do docker run -d --network none --label %s " IMG
+                 " sleep 3600 & done; wait",
+                 docker_label);
+        const char *runv[] = { "sh", "-c", many, NULL };
         dcw = run_ms(runv);
         usleep(200 * 1000);
         char ids[8192];
-        const char *ps[] = { "docker", "ps", "-q", "--filter", "label=sbx-bench=1", NULL };
+        char filter[64];
+        snprintf(filter, sizeof(filter), "label=%s", docker_label);
+        const char *ps[] = { "docker", "ps", "-q", "--filter", filter, NULL };
         capture(ps, ids, sizeof(ids));
         int k = 0;
         drss = dpss = dcg = 0;
@@ -610,10 +627,10 @@ static void bench_all(int n)
         drss /= k ? k : 1;
         dpss /= k ? k : 1;
         dcg = k ? dcg / k : NAN;
-        const char *rmv[] = { "sh", "-c",
-                              "for c in $(docker ps -aq --filter label=sbx-bench=1); do docker rm "
-                              "-f $c & done; wait",
-                              NULL };
+        snprintf(rm_many, sizeof(rm_many),
+                 "for c in $(docker ps -aq --filter label=%s); do docker rm -f $c & done; wait",
+                 docker_label);
+        const char *rmv[] = { "sh", "-c", rm_many, NULL };
         dsw = run_ms(rmv);
     }
     /* An idle bwrap box (bwrap + sleep) and a bare idle process (sleep). */
@@ -1042,10 +1059,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_linux: needs root (namespaces, cgroups)\n");
         return 77;
     }
-    snprintf(state_root, sizeof(state_root), "/tmp/sbx-bench-XXXXXX");
-    if (!mkdtemp(state_root))
-        return 1;
-    setenv("SBX_STATE_DIR", state_root, 1);
+    state_root = bench_state_dir();
     sbx_error *e = NULL;
     char cfg[512];
     snprintf(cfg, sizeof(cfg), "{\"linux\": {\"userns\": %s, \"memory_cgroup\": \"%s\"%s%s%s}}",
@@ -1071,7 +1085,7 @@ int main(int argc, char **argv)
     }
     sbx_spec_free(SPEC);
     sbx_provider_free(P);
-    sbx__rm_rf(state_root);
+    bench_state_end();
     if (docker_started) {
         const char *stop[] = { "scripts/test-dockerd.sh", "stop", NULL };
         run_ms(stop);

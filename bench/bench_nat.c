@@ -26,43 +26,16 @@
 
 #define DOWNLOAD (256ull << 20)
 
-static pid_t srv;           /* the host's server, killed on every way out */
-static char state_root[64]; /* SBX_STATE_DIR, removed on every way out */
-
-/* bench_die(): the server goes, and the state dir with it (the boxes die with the bench). */
-static void cleanup(void)
-{
-    if (srv > 0) {
-        kill(srv, SIGKILL);
-        waitpid(srv, NULL, 0);
-    }
-    if (state_root[0])
-        sbx__rm_rf(state_root);
-}
-
-
 /* The server: "<bytes>\n" in, that many zero bytes out, one connection at a time. */
 static void serve(int s)
 {
     struct sigaction ign = { .sa_handler = SIG_IGN };
     sigaction(SIGPIPE, &ign, NULL);
-    static char zero[1 << 16];
     for (;;) {
         int c = accept4(s, NULL, NULL, SOCK_CLOEXEC);
         if (c < 0)
             continue;
-        char line[32];
-        size_t k = 0;
-        while (k + 1 < sizeof(line) && read(c, line + k, 1) == 1 && line[k] != '\n')
-            k++;
-        line[k] = 0;
-        unsigned long long left = strtoull(line, NULL, 10);
-        while (left) {
-            ssize_t w = write(c, zero, left < sizeof(zero) ? left : sizeof(zero));
-            if (w <= 0)
-                break;
-            left -= (unsigned long long)w;
-        }
+        bench_send_zeros(c);
         close(c);
     }
 }
@@ -81,13 +54,7 @@ static double fetch(const char *addr, int port, unsigned long long bytes)
         close(fd);
         return -1;
     }
-    static char buf[1 << 17];
-    unsigned long long got = 0;
-    ssize_t r;
-    while ((r = read(fd, buf, sizeof(buf))) > 0)
-        got += (unsigned long long)r;
-    close(fd);
-    return got == bytes ? bench_now() - t0 : -1;
+    return bench_drain(fd) == bytes ? bench_now() - t0 : -1;
 }
 
 static double start_time(sbx_provider *p, const char *options, sbx_sandbox **out)
@@ -112,7 +79,6 @@ static double start_time(sbx_provider *p, const char *options, sbx_sandbox **out
 
 int main(int argc, char **argv)
 {
-    bench_on_die(cleanup);
     if (argc == 5 && !strcmp(argv[1], "--fetch")) {
         /* In the box: the same client, its seconds on stdout. */
         double t = fetch(argv[2], (int)strtol(argv[3], NULL, 10), strtoull(argv[4], NULL, 10));
@@ -130,10 +96,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_nat: needs pasta (apt-get install passt)\n");
         return 0;
     }
-    snprintf(state_root, sizeof(state_root), "/tmp/sbx-bench-XXXXXX");
-    if (!mkdtemp(state_root))
-        bench_die("mkdtemp: %s", strerror(errno));
-    setenv("SBX_STATE_DIR", state_root, 1);
+    bench_state_dir(); /* removed on every way out; the boxes die with the bench */
 
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -142,7 +105,8 @@ int main(int argc, char **argv)
         getsockname(s, (struct sockaddr *)&sa, &sl) < 0)
         bench_die("listen: %s", strerror(errno));
     int port = ntohs(sa.sin_port);
-    if ((srv = fork()) == 0)
+    pid_t srv = bench_child(); /* killed on every way out */
+    if (srv == 0)
         serve(s);
     close(s);
 
@@ -205,8 +169,7 @@ int main(int argc, char **argv)
     free(none);
     free(nat);
     sbx_provider_free(p);
-    kill(srv, SIGKILL);
-    waitpid(srv, NULL, 0);
-    sbx__rm_rf(state_root);
+    bench_child_end(srv);
+    bench_state_end();
     return 0;
 }

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "tap.h"
+#include "lib/proc.h"
 
 static int census_read(const char *path, char *buf, size_t n)
 {
@@ -55,6 +56,12 @@ __attribute__((constructor)) static void census_host_snapshot(void)
             census_host_before |= 1u << i;
 }
 
+/* [nat] pasta, a nat box's network, names its pid file in the box directory. */
+static bool census_names_state(const char *cmd, const void *state_dir)
+{
+    return strstr(cmd, state_dir) && (strstr(cmd, "sbx-shim") || strstr(cmd, "pasta"));
+}
+
 /* Returns a description of the first leftover, or NULL when the host is clean. */
 static const char *census_find(const char *state_dir, char *why, size_t why_len)
 {
@@ -73,25 +80,12 @@ static const char *census_find(const char *state_dir, char *why, size_t why_len)
     if (d)
         closedir(d);
     /* 2. Processes naming the state directory (sbx-shim --box-dir <state>/boxes/ID). */
-    d = opendir("/proc");
     static char cmd[8192];
-    while (d && (de = readdir(d))) {
-        if (de->d_name[0] < '1' || de->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
-        int n = census_read(path, cmd, sizeof(cmd));
-        for (int i = 0; i < n; i++)
-            if (!cmd[i])
-                cmd[i] = ' ';
-        /* [nat] pasta, a nat box's network, names its pid file in the box directory. */
-        if (n > 0 && strstr(cmd, state_dir) && (strstr(cmd, "sbx-shim") || strstr(cmd, "pasta"))) {
-            snprintf(why, why_len, "process %.30s left: %.200s", de->d_name, cmd);
-            closedir(d);
-            return why;
-        }
+    pid_t pid = proc_find(census_names_state, state_dir, cmd, sizeof(cmd));
+    if (pid > 0) {
+        snprintf(why, why_len, "process %d left: %.200s", (int)pid, cmd);
+        return why;
     }
-    if (d)
-        closedir(d);
     /* 3. Mounts on the host mentioning the state directory. */
     static char mi[1 << 20];
     if (census_read("/proc/self/mountinfo", mi, sizeof(mi)) > 0) {

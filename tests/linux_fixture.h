@@ -9,6 +9,7 @@
 #define SBX_TESTS_LINUX_FIXTURE_H
 
 #include "tap.h"
+#include "common.h"
 #include "lib/box.h"
 
 #include <sbx.h>
@@ -16,6 +17,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -83,6 +85,31 @@ static inline sbx_provider *provider(const char *cfg)
     if (sbx_provider_new(text, &p, &e) != SBX_OK)
         TAP_FAIL("provider: %s", sbx_error_message(e));
     return p;
+}
+
+/* The host pid of the box's init, from its record (state_dir/boxes/ID/record.json). */
+static inline pid_t init_pid_of(sbx_sandbox *sb)
+{
+    char path[700];
+    snprintf(path, sizeof(path), "%s/boxes/%s/record.json", state_dir, sbx_sandbox_id(sb));
+    char *rec = read_text(path);
+    const char *ip = rec ? strstr(rec, "\"init_pid\":") : NULL;
+    pid_t init = ip ? (pid_t)strtol(ip + 11, NULL, 10) : 0;
+    free(rec);
+    if (init <= 1)
+        TAP_FAIL("no init pid in %s", path);
+    return init;
+}
+
+/* need_boxes(), then a started box whose workdir is /work on a new provider (*prov). */
+static inline sbx_sandbox *work_box(sbx_provider **prov)
+{
+    need_boxes();
+    *prov = provider(NULL);
+    sbx_spec *s = spec_in("/work");
+    sbx_sandbox *sb = start(*prov, s);
+    sbx_spec_free(s);
+    return sb;
 }
 
 #endif

@@ -76,11 +76,7 @@ static sbx_provider *provider_with(const char *top, const char *extra)
                  dir, extra && extra[0] ? ", " : "", extra ? extra : "", top ? top : "") >=
         (int)sizeof(cfg))
         TAP_FAIL("provider config too long");
-    sbx_provider *p = NULL;
-    sbx_error *e = NULL;
-    if (sbx_provider_new(cfg, &p, &e) != SBX_OK)
-        TAP_FAIL("provider: %s", sbx_error_message(e));
-    return p;
+    return provider_of(cfg);
 }
 
 /* A provider on the private engine; `extra` adds create keys ("" for none). */
@@ -116,29 +112,6 @@ static sbx_sandbox *start_service(sbx_provider *p, const char *script)
     return sb;
 }
 
-/*
- * A create of `spec` on `p` that must fail: with `code` (0: any failure),
- * its message holding each of `needles` (up to two; NULL ends them).
- */
-static void start_fails(sbx_provider *p, const sbx_spec *spec, int code, const char *needle,
-                        const char *needle2)
-{
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    TAP_OK(sbx_sandbox_new(p, spec, &sb, &e_));
-    int rc = sbx_sandbox_start(sb, NULL, &e);
-    if (code)
-        TAP_EQ_INT(rc, code);
-    else
-        TAP_NE_INT(rc, SBX_OK);
-    if (needle)
-        TAP_CONTAINS(sbx_error_message(e), needle);
-    if (needle2)
-        TAP_CONTAINS(sbx_error_message(e), needle2);
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
-}
-
 /* `docker ...` against the private engine; its output (trimmed) in out. */
 static int docker(char *out, size_t n, const char *args)
 {
@@ -169,15 +142,10 @@ static sbx_sandbox *start_env_box(sbx_provider *p)
  */
 static void check_exec_basics(sbx_sandbox *sb)
 {
-    sbx_exec_result *r = run(sb, "echo out; echo err >&2; exit 7", NULL);
-    TAP_EQ_INT(sbx_exec_result_return_code(r), 7);
-    TAP_EQ_STR(stdout_of(r), "out\n");
-    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
-    TAP_NULL(sbx_exec_result_error_type(r));
-    sbx_exec_result_free(r);
+    run_is(sb, "echo out; echo err >&2; exit 7", NULL, 7, "out\n", "err\n");
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_env(o, "A", "from-call");
-    r = run(sb, "cat /etc/image-name; pwd; echo $A $B", o);
+    sbx_exec_result *r = run(sb, "cat /etc/image-name; pwd; echo $A $B", o);
     TAP_EQ_STR(stdout_of(r), "sbx-test\n/tmp\nfrom-call base\n");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
@@ -199,17 +167,11 @@ static void test_exec(void)
     sbx_provider *p = provider("");
     sbx_sandbox *sb = start_env_box(p);
     check_exec_basics(sb);
-    sbx_exec_result *r;
-    sbx_exec_opts *o;
 
     /* The timeout sentinel: 125, "timeout", no stdout. */
-    o = sbx_exec_opts_new();
-    sbx_exec_opts_set_timeout(o, 0.5);
-    r = run(sb, "sleep 30", o);
-    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
-    TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
+    sbx_exec_result *r = timed_out(sb, "sleep 30", 0.5);
+    TAP_EQ_STR(stdout_of(r), "");
     sbx_exec_result_free(r);
-    sbx_exec_opts_free(o);
 
     /* The box is an ordinary container: docker sees it by its id, labelled. */
     char out[4096];
@@ -360,7 +322,7 @@ static void test_half_created(void)
                  "\"PathInContainer\": \"/dev/x\", \"CgroupPermissions\": \"rwm\"}]}");
     sbx_spec *spec = image_spec();
     sbx_spec_set_metadata(spec, "case", "half");
-    start_fails(p, spec, 0, IMAGE, NULL);
+    start_fails(p, spec, 0, IMAGE);
     sbx_spec_free(spec);
     nothing_left(p, "half");
     sbx_provider_free(p);
@@ -372,10 +334,10 @@ static void test_missing_image(void)
     sbx_provider *p = provider_with(", \"pull\": false", "");
     sbx_spec *spec = sbx_spec_new();
     sbx_spec_set_image(spec, "sbx-no-such-image:9");
-    start_fails(p, spec, SBX_ECREATE, "sbx-no-such-image:9", "pull is off");
+    TAP_CONTAINS(start_fails(p, spec, SBX_ECREATE, "sbx-no-such-image:9"), "pull is off");
     /* No image at all. */
     sbx_spec_set_image(spec, NULL);
-    start_fails(p, spec, 0, "spec.image is required", NULL);
+    start_fails(p, spec, 0, "spec.image is required");
     sbx_spec_free(spec);
     sbx_provider_free(p);
 }
@@ -501,7 +463,7 @@ static void test_bad_config(void)
         sbx_provider *mp = NULL;
         TAP_OK(sbx_provider_new(hcfg, &mp, &e_));
         sbx_spec *ms = image_spec();
-        start_fails(mp, ms, SBX_ETIMEDOUT, "create.start_timeout_s (0.5s) ran out while", NULL);
+        start_fails(mp, ms, SBX_ETIMEDOUT, "create.start_timeout_s (0.5s) ran out while");
         sbx_spec_free(ms);
         sbx_provider_free(mp);
         close(l);
@@ -512,7 +474,7 @@ static void test_bad_config(void)
     snprintf(cfg, sizeof(cfg), "{\"docker\": {\"host\": \"unix://%s/none.sock\"}}", tap_tmpdir());
     TAP_OK(sbx_provider_new(cfg, &p, &e_));
     sbx_spec *spec = image_spec();
-    start_fails(p, spec, 0, "none.sock", NULL);
+    start_fails(p, spec, 0, "none.sock");
     sbx_spec_free(spec);
     sbx_provider_free(p);
 }
@@ -602,7 +564,7 @@ static void test_create_deadline(void)
     TAP_OK(sbx_provider_new(cfg, &p, &e_));
     sbx_spec *spec = image_spec();
     sbx_spec_set_metadata(spec, "case", "deadline");
-    start_fails(p, spec, SBX_ETIMEDOUT, "create.start_timeout_s (3.5s) ran out while", NULL);
+    start_fails(p, spec, SBX_ETIMEDOUT, "create.start_timeout_s (3.5s) ran out while");
     sbx_spec_free(spec);
     nothing_left(p, "deadline");
     sbx_provider_free(p);
@@ -1379,22 +1341,13 @@ static void test_noagent(void)
     sbx_sandbox *sb = start_env_box(p);
 
     check_exec_basics(sb);
-    sbx_exec_result *r;
-    sbx_exec_opts *o;
     /* A signal: 128+N, as the engine reports it. */
-    r = run(sb, "kill -TERM $$", NULL);
-    TAP_EQ_INT(sbx_exec_result_return_code(r), 128 + 15);
-    sbx_exec_result_free(r);
+    TAP_EQ_INT(rc_of(sb, "kill -TERM $$"), 128 + 15);
     /* The timeout sentinel, with what came before it. */
-    o = sbx_exec_opts_new();
-    sbx_exec_opts_set_timeout(o, 0.5);
-    r = run(sb, "echo partial; sleep 30", o);
-    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
-    TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
+    sbx_exec_result *r = timed_out(sb, "echo partial; sleep 30", 0.5);
     TAP_EQ_STR(stdout_of(r), "partial\n");
     TAP_CONTAINS(sbx_exec_result_stderr(r, NULL), "docker command timed out after 0.5s");
     sbx_exec_result_free(r);
-    sbx_exec_opts_free(o);
 
     /* The reference's container: no agent, its keepalive, the engine's init. */
     char out[4096], args[1024];
@@ -1494,7 +1447,7 @@ static void test_noagent(void)
     sbx_exec_result_free(r);
     stop_free(sb);
     TAP_OK(sbx_spec_set_provider_options(spec, "{\"agent\": 1}", &e_));
-    start_fails(p2, spec, SBX_EINVAL, "provider_options['agent']", NULL);
+    start_fails(p2, spec, SBX_EINVAL, "provider_options['agent']");
     sbx_spec_free(spec);
     sbx_provider_free(p2);
 }
@@ -1581,7 +1534,7 @@ static void test_probe(void)
     sbx_provider_free(p);
     /* No deadline: one failure is fatal, and the box is gone. */
     p = probe_provider("\"command\": \"echo bad >&2; exit 3\"");
-    start_fails(p, spec, SBX_EVERIFY, "failed readiness probe: return_code=3, stderr='bad'", NULL);
+    start_fails(p, spec, SBX_EVERIFY, "failed readiness probe: return_code=3, stderr='bad'");
     TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=probe"), 0);
     TAP_EQ_STR(out, "");
     char *list = NULL;
@@ -1598,8 +1551,7 @@ static void test_probe(void)
     /* ...or fails when the deadline passes, saying so. */
     p = probe_provider("\"command\": \"exit 1\", \"deadline_s\": 0.3, "
                        "\"stable_delay_s\": 0.05");
-    start_fails(p, spec, SBX_EVERIFY, "did not pass readiness probe within 0.3s: return_code=1",
-                NULL);
+    start_fails(p, spec, SBX_EVERIFY, "did not pass readiness probe within 0.3s: return_code=1");
     TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=probe"), 0);
     TAP_EQ_STR(out, "");
     sbx_spec_free(spec);
@@ -1637,7 +1589,7 @@ static void test_tls(void)
     TAP_OK(sbx_provider_new(cfg, &p, &e_));
     char want[64];
     snprintf(want, sizeof(want), "127.0.0.1:%d", tls_port);
-    start_fails(p, spec, 0, want, NULL);
+    start_fails(p, spec, 0, want);
     sbx_spec_free(spec);
     sbx_provider_free(p);
 }
@@ -1667,11 +1619,7 @@ static void test_remote(void)
     sbx_spec_set_env(spec, "K", "v");
     sbx_sandbox *sb = start(p, spec);
     sbx_spec_free(spec);
-    sbx_exec_result *r = run(sb, "echo $K; echo err >&2; exit 4", NULL);
-    TAP_EQ_INT(sbx_exec_result_return_code(r), 4);
-    TAP_EQ_STR(stdout_of(r), "v\n");
-    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
-    sbx_exec_result_free(r);
+    run_is(sb, "echo $K; echo err >&2; exit 4", NULL, 4, "v\n", "err\n");
     /* No bind mount: the agent from the engine's agent volume, the socket dir its own tmpfs. */
     char out[4096], args[512];
     snprintf(args, sizeof(args),
@@ -1687,7 +1635,7 @@ static void test_remote(void)
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_timeout(o, 0.5);
     sbx_exec_opts_set_stdin(o, "in", 2);
-    r = run(sb, "cat; sleep 30", o);
+    sbx_exec_result *r = run(sb, "cat; sleep 30", o);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
     TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
     sbx_exec_result_free(r);
@@ -1937,7 +1885,7 @@ static void test_context(void)
         setenv("DOCKER_CONTEXT", "sbxnoca", 1);
         TAP_OK(sbx_provider_new(cfg, &p, &e_));
         sbx_spec *spec = image_spec();
-        start_fails(p, spec, 0, "did not verify", "SkipTLSVerify");
+        TAP_CONTAINS(start_fails(p, spec, 0, "did not verify"), "SkipTLSVerify");
         sbx_spec_free(spec);
         sbx_provider_free(p);
         p = NULL;

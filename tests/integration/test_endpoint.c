@@ -404,25 +404,9 @@ static void test_endpoint_serves_a_box_without_network(void)
 /* The box's forwarder process (sbx-shim --forward BOX_DIR ...), or 0. */
 static pid_t forwarder_of(const char *sd, const char *id)
 {
-    char want[800], path[300], cmd[1024];
+    char want[800];
     snprintf(want, sizeof(want), "sbx-shim --forward %s/boxes/%s ", sd, id);
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    pid_t found = 0;
-    while (d && (de = readdir(d))) {
-        if (de->d_name[0] < '1' || de->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
-        int n = census_read(path, cmd, sizeof(cmd));
-        for (int i = 0; i < n; i++)
-            if (!cmd[i])
-                cmd[i] = ' ';
-        if (n > 0 && !strncmp(cmd, want, strlen(want)))
-            found = (pid_t)strtol(de->d_name, NULL, 10);
-    }
-    if (d)
-        closedir(d);
-    return found;
+    return proc_named(want, NULL);
 }
 
 /* The forwarder ends with the box's agent: a box whose init died listens no more. */
@@ -437,15 +421,7 @@ static void test_listeners_end_with_the_agent(void)
     int port = url_port(sbx_endpoint_url(ep));
     sbx_endpoint_free(ep);
     TAP_TRUE(listening(port));
-    char path[700];
-    snprintf(path, sizeof(path), "%s/boxes/%s/record.json", state_dir, sbx_sandbox_id(sb));
-    char *rec = read_text(path);
-    TAP_TRUE(rec != NULL);
-    const char *ip = strstr(rec, "\"init_pid\":");
-    TAP_TRUE(ip != NULL);
-    pid_t init = (pid_t)strtol(ip + 11, NULL, 10);
-    free(rec);
-    TAP_TRUE(init > 1);
+    pid_t init = init_pid_of(sb);
     pid_t fwd = forwarder_of(state_dir, sbx_sandbox_id(sb));
     TAP_TRUE(fwd > 0);
     /* valgrind does not know pidfd_open: then poll the pid (the shim reaps its forwarder). */

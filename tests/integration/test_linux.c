@@ -914,29 +914,11 @@ static void test_many_boxes_at_once(void)
     int n = env ? (int)strtol(env, NULL, 10) : 200;
     sbx_provider *p = provider(NULL);
     sbx_spec *s = spec_none();
-    sbx_sandbox **sbs = calloc((size_t)n, sizeof(*sbs));
-    sbx_future **fs = calloc((size_t)n, sizeof(*fs));
-    for (int i = 0; i < n; i++) {
-        TAP_EQ_INT(sbx_sandbox_new(p, s, &sbs[i], NULL), SBX_OK);
-        TAP_OK(sbx_sandbox_start_async(sbs[i], NULL, &fs[i], &e_));
-    }
-    for (int i = 0; i < n; i++) {
-        sbx_error *e = NULL;
-        if (sbx_future_wait(fs[i], -1, &e) != SBX_OK)
-            TAP_FAIL("box %d: %s", i, sbx_error_message(e));
-        sbx_future_free(fs[i]);
-    }
+    sbx_sandbox **sbs = start_many(p, s, n);
     for (int i = 0; i < n; i++)
         TAP_CONTAINS(out_of(sbs[i], "hostname"), sbx_sandbox_id(sbs[i]));
-    for (int i = 0; i < n; i++)
-        TAP_OK(sbx_sandbox_stop_async(sbs[i], &fs[i], &e_));
-    for (int i = 0; i < n; i++) {
-        TAP_EQ_INT(sbx_future_wait(fs[i], -1, NULL), SBX_OK);
-        sbx_future_free(fs[i]);
-        sbx_sandbox_free(sbs[i]);
-    }
+    stop_many_wait(sbs, stop_many_begin(sbs, n), n);
     free(sbs);
-    free(fs);
     sbx_spec_free(s);
     sbx_provider_free(p);
     census_check(state_dir);

@@ -161,24 +161,7 @@ static sbx_sandbox *nat_box(sbx_provider *p, const char *options)
 /* The pid of a process whose command line names the state directory and pasta, or 0. */
 static pid_t pasta_of_state(void)
 {
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    pid_t found = 0;
-    char path[300], cmd[4096];
-    while (d && (de = readdir(d))) {
-        if (de->d_name[0] < '1' || de->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
-        int n = census_read(path, cmd, sizeof(cmd));
-        for (int i = 0; i < n; i++)
-            if (!cmd[i])
-                cmd[i] = ' ';
-        if (n > 0 && !strncmp(cmd, "pasta ", 6) && strstr(cmd, state_dir))
-            found = (pid_t)strtol(de->d_name, NULL, 10);
-    }
-    if (d)
-        closedir(d);
-    return found;
+    return proc_named("pasta ", state_dir);
 }
 
 /* The host's first IPv4 address that is not loopback (host order), or 0. */
@@ -570,15 +553,7 @@ static void test_nat_pasta_ends_with_the_box(void)
     sbx_sandbox *sb = nat_box(p, "{\"network\": \"nat\"}");
     pid_t pasta = pasta_of_state();
     TAP_TRUE(pasta > 0);
-    char path[700];
-    snprintf(path, sizeof(path), "%s/boxes/%s/record.json", state_dir, sbx_sandbox_id(sb));
-    char *rec = read_text(path);
-    TAP_TRUE(rec != NULL);
-    const char *ip = strstr(rec, "\"init_pid\":");
-    TAP_TRUE(ip != NULL);
-    pid_t init = (pid_t)strtol(ip + 11, NULL, 10);
-    free(rec);
-    TAP_TRUE(init > 1);
+    pid_t init = init_pid_of(sb);
     TAP_EQ_INT(kill(init, SIGKILL), 0);
     /* The shim reaps both (a hang guard, not a timing: the alarm bounds it). */
     while (pasta_of_state() > 0)

@@ -15,13 +15,6 @@
 #include <string.h>
 #include <sys/wait.h>
 
-static sbx_spec *spec_work(void)
-{
-    sbx_spec *s = sbx_spec_new();
-    sbx_spec_set_workdir(s, "/work");
-    return s;
-}
-
 static sbx_proc *start_cmd(sbx_sandbox *sb, const char *cmd)
 {
     sbx_pty_opts *o = sbx_pty_opts_new();
@@ -89,10 +82,8 @@ static json_t *listed(sbx_sandbox *sb, unsigned id)
 /* Output so far, stdin lines then EOF, stderr apart, the exit code. */
 static void test_stdin_output_and_exit_code(void)
 {
-    need_boxes();
-    sbx_provider *prov = provider(NULL);
-    sbx_spec *s = spec_work();
-    sbx_sandbox *sb = start(prov, s);
+    sbx_provider *prov;
+    sbx_sandbox *sb = work_box(&prov);
     sbx_proc *p = start_cmd(sb, "echo started-$((1+1)); while read l; do echo got:$l; done; "
                                 "echo bye >&2; exit 4");
     char out[8192], err[1024];
@@ -110,7 +101,6 @@ static void test_stdin_output_and_exit_code(void)
     TAP_EQ_STR(err, "bye\n");
     sbx_proc_free(p);
     stop_free(sb);
-    sbx_spec_free(s);
     sbx_provider_free(prov);
     census_check(state_dir);
 }
@@ -128,10 +118,8 @@ static sbx_sandbox *volatile parents_box;
 
 static void test_reattach_and_list(void)
 {
-    need_boxes();
-    sbx_provider *prov = provider(NULL);
-    sbx_spec *s = spec_work();
-    sbx_sandbox *sb = start(prov, s);
+    sbx_provider *prov;
+    sbx_sandbox *sb = work_box(&prov);
     sbx_proc *p = start_cmd(sb, "echo hello-$((6*7)); read x; echo after:$x; exit 3");
     unsigned id = sbx_proc_id(p);
     char out[4096];
@@ -231,7 +219,6 @@ static void test_reattach_and_list(void)
     TAP_CONTAINS(sbx_error_message(e), "no PTY session");
     sbx_error_free(e);
     stop_free(sb);
-    sbx_spec_free(s);
     sbx_provider_free(prov);
     census_check(state_dir);
 }
@@ -239,10 +226,8 @@ static void test_reattach_and_list(void)
 /* TERM ends it with 128+15; `top` lists the box's processes with their commands. */
 static void test_signal_and_top(void)
 {
-    need_boxes();
-    sbx_provider *prov = provider(NULL);
-    sbx_spec *s = spec_work();
-    sbx_sandbox *sb = start(prov, s);
+    sbx_provider *prov;
+    sbx_sandbox *sb = work_box(&prov);
     /* An argv: the process is sleep itself from the start (a shell would exec it later). */
     sbx_pty_opts *o = sbx_pty_opts_new();
     const char *argv[] = {"sleep", "777", NULL};
@@ -285,7 +270,6 @@ static void test_signal_and_top(void)
     TAP_EQ_INT(wait_code(p), 128 + 15);
     sbx_proc_free(p);
     stop_free(sb);
-    sbx_spec_free(s);
     sbx_provider_free(prov);
     census_check(state_dir);
 }
@@ -293,10 +277,8 @@ static void test_signal_and_top(void)
 /* 20 at once, each with its own output; left running, the box's stop ends them all. */
 static void test_twenty_at_once(void)
 {
-    need_boxes();
-    sbx_provider *prov = provider(NULL);
-    sbx_spec *s = spec_work();
-    sbx_sandbox *sb = start(prov, s);
+    sbx_provider *prov;
+    sbx_sandbox *sb = work_box(&prov);
     sbx_proc *ps[20];
     for (int i = 0; i < 20; i++) {
         char cmd[64];
@@ -324,7 +306,6 @@ static void test_twenty_at_once(void)
     for (int i = 0; i < 20; i++)
         sbx_proc_free(ps[i]);
     stop_free(sb);
-    sbx_spec_free(s);
     sbx_provider_free(prov);
     census_check(state_dir);
 }
@@ -351,10 +332,8 @@ static int running_in(sbx_sandbox *sb)
  */
 static void test_run_detached(void)
 {
-    need_boxes();
-    sbx_provider *prov = provider(NULL);
-    sbx_spec *s = spec_work();
-    sbx_sandbox *sb = start(prov, s);
+    sbx_provider *prov;
+    sbx_sandbox *sb = work_box(&prov);
     char *out = NULL;
     size_t len = 0;
     int code = -1;
@@ -396,7 +375,6 @@ static void test_run_detached(void)
     TAP_EQ_INT(sbx_proc_run_detached(sb, "true", 0, -1, &out, &len, &code, &e), SBX_EINVAL);
     sbx_error_free(e);
     stop_free(sb);
-    sbx_spec_free(s);
     sbx_provider_free(prov);
     census_check(state_dir);
 }

@@ -74,11 +74,7 @@ static sbx_provider *setup(const char *name)
         snprintf(cfg, sizeof(cfg), "{\"local\": {\"workspace_root\": \"%s/ws\"}}", tap_tmpdir());
     else
         snprintf(cfg, sizeof(cfg), "{\"%s\": {}}", name);
-    sbx_provider *p = NULL;
-    sbx_error *e = NULL;
-    if (sbx_provider_new(cfg, &p, &e) != SBX_OK)
-        TAP_FAIL("%s: provider: %s", name, sbx_error_message(e));
-    return p;
+    return provider_of(cfg);
 }
 
 /* --- cases ------------------------------------------------------------------ */
@@ -90,16 +86,12 @@ static void case_exec(sbx_provider *p)
     sbx_sandbox *sb = start(p, spec);
     sbx_spec_free(spec);
 
-    sbx_exec_result *r = run(sb, "echo out; echo err >&2; exit 7", NULL);
-    TAP_EQ_INT(sbx_exec_result_return_code(r), 7);
-    TAP_EQ_STR(stdout_of(r), "out\n");
-    TAP_EQ_STR(sbx_exec_result_stderr(r, NULL), "err\n");
-    sbx_exec_result_free(r);
+    run_is(sb, "echo out; echo err >&2; exit 7", NULL, 7, "out\n", "err\n");
 
     /* env: the spec's, and the exec's over it */
     sbx_exec_opts *o = sbx_exec_opts_new();
     sbx_exec_opts_set_env(o, "SUITE_EXEC", "from-exec");
-    r = run(sb, "echo $SUITE_SPEC $SUITE_EXEC", o);
+    sbx_exec_result *r = run(sb, "echo $SUITE_SPEC $SUITE_EXEC", o);
     TAP_EQ_STR(stdout_of(r), "from-spec from-exec\n");
     sbx_exec_result_free(r);
     sbx_exec_opts_free(o);
@@ -126,13 +118,7 @@ static void case_exec(sbx_provider *p)
     sbx_exec_opts_free(o);
 
     /* timeout: the reference's rc 125 and error_type "timeout" */
-    o = sbx_exec_opts_new();
-    sbx_exec_opts_set_timeout(o, 0.5);
-    r = run(sb, "sleep 30", o);
-    TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
-    TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
-    sbx_exec_result_free(r);
-    sbx_exec_opts_free(o);
+    sbx_exec_result_free(timed_out(sb, "sleep 30", 0.5));
 
     /* the box still works after a timeout */
     r = run(sb, "echo again", NULL);
@@ -182,13 +168,9 @@ static void case_stream(sbx_provider *p)
     sbx_exec_opts_free(o);
 
     /* a timeout returns what the command printed before it */
-    o = sbx_exec_opts_new();
-    sbx_exec_opts_set_timeout(o, 0.5);
-    r = run(sb, "echo partial; sleep 30", o);
-    TAP_EQ_STR(sbx_exec_result_error_type(r), "timeout");
+    r = timed_out(sb, "echo partial; sleep 30", 0.5);
     TAP_EQ_STR(stdout_of(r), "partial\n");
     sbx_exec_result_free(r);
-    sbx_exec_opts_free(o);
     stop_free(sb);
 }
 

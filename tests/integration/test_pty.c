@@ -13,13 +13,6 @@
 
 #include <string.h>
 
-static sbx_spec *spec_work(void)
-{
-    sbx_spec *s = sbx_spec_new();
-    sbx_spec_set_workdir(s, "/work");
-    return s;
-}
-
 /* Output of `stream` so far (appended to a growing buffer). */
 struct text {
     char buf[1 << 16];
@@ -84,10 +77,8 @@ static int wait_code(sbx_pty *p)
 /* The terminal has the size asked for, a resize reaches it, and exit codes pass through. */
 static void test_size_resize_and_exit_codes(void)
 {
-    need_boxes();
-    sbx_provider *prov = provider(NULL);
-    sbx_spec *s = spec_work();
-    sbx_sandbox *sb = start(prov, s);
+    sbx_provider *prov;
+    sbx_sandbox *sb = work_box(&prov);
     sbx_pty *p = open_cmd(sb, NULL, 0, 33, 101); /* the box's shell */
     TAP_TRUE(sbx_pty_id(p) > 0);
     struct text t = {0};
@@ -133,7 +124,6 @@ static void test_size_resize_and_exit_codes(void)
     TAP_OK(sbx_pty_close(p, NULL));
 
     stop_free(sb);
-    sbx_spec_free(s);
     sbx_provider_free(prov);
     census_check(state_dir);
 }
@@ -141,10 +131,8 @@ static void test_size_resize_and_exit_codes(void)
 /* Closing an opened shell ends its background jobs too (they hold its terminal). */
 static void test_close_ends_background_jobs(void)
 {
-    need_boxes();
-    sbx_provider *prov = provider(NULL);
-    sbx_spec *s = spec_work();
-    sbx_sandbox *sb = start(prov, s);
+    sbx_provider *prov;
+    sbx_sandbox *sb = work_box(&prov);
     sbx_pty *p = open_cmd(sb, NULL, 0, 0, 0);
     struct text t = {0};
     TAP_OK(sbx_pty_write(p, "sleep 1000 & echo STARTED-$((1+2))\n", 35, NULL));
@@ -155,7 +143,6 @@ static void test_close_ends_background_jobs(void)
     TAP_EQ_INT(sbx_exec_result_return_code(r), 1);
     sbx_exec_result_free(r);
     stop_free(sb);
-    sbx_spec_free(s);
     sbx_provider_free(prov);
     census_check(state_dir);
 }
@@ -163,10 +150,8 @@ static void test_close_ends_background_jobs(void)
 /* signal INT interrupts a foreground `sleep` and the shell carries on. */
 static void test_ctrl_c_interrupts_sleep(void)
 {
-    need_boxes();
-    sbx_provider *prov = provider(NULL);
-    sbx_spec *s = spec_work();
-    sbx_sandbox *sb = start(prov, s);
+    sbx_provider *prov;
+    sbx_sandbox *sb = work_box(&prov);
     sbx_pty *p = open_cmd(sb, NULL, 0, 0, 0);
     struct text t = {0};
     TAP_OK(sbx_pty_write(p, "echo GO; sleep 1000\n", 20, NULL));
@@ -188,7 +173,6 @@ static void test_ctrl_c_interrupts_sleep(void)
     TAP_EQ_INT(wait_code(p), 0); /* the last command, echo, succeeded */
     sbx_pty_free(p);
     stop_free(sb);
-    sbx_spec_free(s);
     sbx_provider_free(prov);
     census_check(state_dir);
 }
@@ -196,10 +180,8 @@ static void test_ctrl_c_interrupts_sleep(void)
 /* Pipe mode keeps stdout and stderr apart and passes stdin and EOF. */
 static void test_pipe_mode_keeps_stderr_apart(void)
 {
-    need_boxes();
-    sbx_provider *prov = provider(NULL);
-    sbx_spec *s = spec_work();
-    sbx_sandbox *sb = start(prov, s);
+    sbx_provider *prov;
+    sbx_sandbox *sb = work_box(&prov);
     sbx_pty *p = open_cmd(sb, "echo out-line; echo err-line >&2; test -t 0 || echo no-tty; "
                               "cat; exit 7",
                           1, 0, 0);
@@ -214,7 +196,6 @@ static void test_pipe_mode_keeps_stderr_apart(void)
     TAP_TRUE(!strstr(err.buf, "out-line"));
     sbx_pty_free(p);
     stop_free(sb);
-    sbx_spec_free(s);
     sbx_provider_free(prov);
     census_check(state_dir);
 }
@@ -226,10 +207,8 @@ static void test_pipe_mode_keeps_stderr_apart(void)
  */
 static void test_attach_replay_and_takeover(void)
 {
-    need_boxes();
-    sbx_provider *prov = provider(NULL);
-    sbx_spec *s = spec_work();
-    sbx_sandbox *sb = start(prov, s);
+    sbx_provider *prov;
+    sbx_sandbox *sb = work_box(&prov);
     sbx_pty *a = open_cmd(sb, NULL, 0, 0, 0);
     unsigned id = sbx_pty_id(a);
     struct text ta = {0};
@@ -279,7 +258,6 @@ static void test_attach_replay_and_takeover(void)
     TAP_EQ_INT(sbx_pty_attach(sb, id, 1, 0, &b, &e), SBX_EPTY);
     sbx_error_free(e);
     stop_free(sb);
-    sbx_spec_free(s);
     sbx_provider_free(prov);
     census_check(state_dir);
 }
@@ -287,10 +265,8 @@ static void test_attach_replay_and_takeover(void)
 /* More output than the window: the oldest bytes are gone and the offsets stay true. */
 static void test_window_is_bounded_with_true_offsets(void)
 {
-    need_boxes();
-    sbx_provider *prov = provider(NULL);
-    sbx_spec *s = spec_work();
-    sbx_sandbox *sb = start(prov, s);
+    sbx_provider *prov;
+    sbx_sandbox *sb = work_box(&prov);
     /* 3 MiB of digits in pipe mode (exact bytes: no terminal translation), then EXIT. */
     sbx_pty *p = open_cmd(sb, "head -c 3145728 /dev/zero | tr '\\0' 7; exit 0", 1, 0, 0);
     unsigned id = sbx_pty_id(p);
@@ -333,7 +309,6 @@ static void test_window_is_bounded_with_true_offsets(void)
     TAP_EQ_INT(code, 0);
     sbx_pty_free(p);
     stop_free(sb);
-    sbx_spec_free(s);
     sbx_provider_free(prov);
     census_check(state_dir);
 }
@@ -341,10 +316,8 @@ static void test_window_is_bounded_with_true_offsets(void)
 /* 50 sessions at once in one box, each its own terminal; then stop leaves nothing. */
 static void test_fifty_sessions(void)
 {
-    need_boxes();
-    sbx_provider *prov = provider(NULL);
-    sbx_spec *s = spec_work();
-    sbx_sandbox *sb = start(prov, s);
+    sbx_provider *prov;
+    sbx_sandbox *sb = work_box(&prov);
     sbx_pty *ps[50];
     for (int i = 0; i < 50; i++)
         ps[i] = open_cmd(sb, NULL, 0, 0, 0);
@@ -371,7 +344,6 @@ static void test_fifty_sessions(void)
     for (int i = 25; i < 50; i++)
         sbx_pty_free(ps[i]);
     stop_free(sb);
-    sbx_spec_free(s);
     sbx_provider_free(prov);
     census_check(state_dir);
 }

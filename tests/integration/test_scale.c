@@ -28,39 +28,6 @@
 __attribute__((used)) static const char serial_why[] =
     "SBX_TEST_SERIAL=\"hundreds of boxes at once; page cache checks\"";
 
-static sbx_sandbox **start_many(sbx_provider *p, int n)
-{
-    sbx_spec *s = sbx_spec_new();
-    sbx_sandbox **sbs = calloc((size_t)n, sizeof(*sbs));
-    sbx_future **fs = calloc((size_t)n, sizeof(*fs));
-    TAP_TRUE(sbs && fs);
-    for (int i = 0; i < n; i++) {
-        TAP_EQ_INT(sbx_sandbox_new(p, s, &sbs[i], NULL), SBX_OK);
-        TAP_OK(sbx_sandbox_start_async(sbs[i], NULL, &fs[i], &e_));
-    }
-    for (int i = 0; i < n; i++) {
-        sbx_error *e = NULL;
-        if (sbx_future_wait(fs[i], -1, &e) != SBX_OK)
-            TAP_FAIL("box %d: %s", i, sbx_error_message(e));
-        sbx_future_free(fs[i]);
-    }
-    free(fs);
-    sbx_spec_free(s);
-    return sbs;
-}
-
-/* Stops every box at once; each stop must report success. */
-static void stop_all(sbx_sandbox **sbs, sbx_future **fs, int n)
-{
-    for (int i = 0; i < n; i++) {
-        sbx_error *e = NULL;
-        if (sbx_future_wait(fs[i], -1, &e) != SBX_OK)
-            TAP_FAIL("the stop of box %d of %d failed: %s", i, n, sbx_error_message(e));
-        sbx_future_free(fs[i]);
-        sbx_sandbox_free(sbs[i]);
-    }
-}
-
 /* Takes every teardown slot of the state directory, as a host busy tearing down would. */
 static int hold_slots(void)
 {
@@ -108,8 +75,7 @@ static void test_mass_stop_all_succeed(void)
     int n = env ? (int)strtol(env, NULL, 10) : 200;
     /* Few agent connections kept open (each box's is dropped at its stop, freeing one). */
     sbx_provider *p = provider("{\"max_agent_connections\": 8}");
-    sbx_sandbox **sbs = start_many(p, n);
-    sbx_future **fs = calloc((size_t)n, sizeof(*fs));
+    sbx_sandbox **sbs = start_many(p, NULL, n);
     struct rlimit was;
     TAP_EQ_INT(getrlimit(RLIMIT_NOFILE, &was), 0);
     struct rlimit tight = { (rlim_t)open_fds() + SBX_LINUX_STOPS_IN_FLIGHT + 32, was.rlim_max };
@@ -117,13 +83,11 @@ static void test_mass_stop_all_succeed(void)
         TAP_EQ_INT(setrlimit(RLIMIT_NOFILE, &tight), 0);
     /* Every teardown slot held a moment: no shim ends, every stop would watch at once. */
     int slots = hold_slots();
-    for (int i = 0; i < n; i++)
-        TAP_OK(sbx_sandbox_stop_async(sbs[i], &fs[i], &e_));
+    sbx_future **fs = stop_many_begin(sbs, n);
     wait_s(2);
     close(slots);
-    stop_all(sbs, fs, n);
+    stop_many_wait(sbs, fs, n);
     setrlimit(RLIMIT_NOFILE, &was);
-    free(fs);
     free(sbs);
     sbx_provider_free(p);
     census_check(state_dir);
@@ -156,13 +120,11 @@ static void test_stop_deadline_excludes_the_queue(void)
     need_boxes();
     sbx_provider *p = provider("{\"stop_timeout_s\": 2}");
     int n = 6;
-    sbx_sandbox **sbs = start_many(p, n + 1);
+    sbx_sandbox **sbs = start_many(p, NULL, n + 1);
     char id[256];
     snprintf(id, sizeof(id), "%s", sbx_sandbox_id(sbs[n]));
     int slots = hold_slots();
-    sbx_future **fs = calloc((size_t)n, sizeof(*fs));
-    for (int i = 0; i < n; i++)
-        TAP_OK(sbx_sandbox_stop_async(sbs[i], &fs[i], &e_));
+    sbx_future **fs = stop_many_begin(sbs, n);
     /* Queued well past the 2 s deadline: no stop may have given up. */
     wait_s(4);
     for (int i = 0; i < n; i++)
@@ -174,7 +136,7 @@ static void test_stop_deadline_excludes_the_queue(void)
     wait_s(4);
     TAP_EQ_INT(pthread_tryjoin_np(th, NULL), EBUSY); /* still waiting, not timed out */
     close(slots);
-    stop_all(sbs, fs, n);
+    stop_many_wait(sbs, fs, n);
     TAP_EQ_INT(pthread_join(th, NULL), 0);
     if (bi.rc != SBX_OK)
         TAP_FAIL("stop by id: %s", bi.msg);
@@ -182,7 +144,6 @@ static void test_stop_deadline_excludes_the_queue(void)
     if (sbx_sandbox_stop(sbs[n], &e) != SBX_OK) /* already gone: a no-op stop */
         TAP_FAIL("stop after stop by id: %s", sbx_error_message(e));
     sbx_sandbox_free(sbs[n]);
-    free(fs);
     free(sbs);
     sbx_provider_free(p);
     census_check(state_dir);

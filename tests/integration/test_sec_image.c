@@ -10,6 +10,7 @@
 #include "tap.h"
 #include "common.h"
 #include "lib/proc.h"
+#include "lib/tar.h"
 
 #include "core/internal.h"
 #include "providers/linux/linux.h"
@@ -71,44 +72,7 @@ struct ent {
 
 static void add_entry(struct archive *a, const struct ent *x)
 {
-    struct archive_entry *e = archive_entry_new();
-    archive_entry_set_pathname(e, x->path);
-    archive_entry_set_uid(e, 0);
-    archive_entry_set_gid(e, 0);
-    archive_entry_set_mtime(e, 1000000000, 0);
-    mode_t perm = x->mode ? x->mode : 0644;
-    size_t len = 0;
-    switch (x->type) {
-    case 'f':
-        archive_entry_set_filetype(e, AE_IFREG);
-        len = x->arg ? strlen(x->arg) : 0;
-        archive_entry_set_size(e, (la_int64_t)len);
-        break;
-    case 'd':
-        archive_entry_set_filetype(e, AE_IFDIR);
-        break;
-    case 'l':
-        archive_entry_set_filetype(e, AE_IFLNK);
-        archive_entry_set_symlink(e, x->arg);
-        break;
-    case 'h':
-        archive_entry_set_filetype(e, AE_IFREG);
-        archive_entry_set_hardlink(e, x->arg);
-        break;
-    case 'c':
-        archive_entry_set_filetype(e, AE_IFCHR);
-        archive_entry_set_rdev(e, makedev(1, 3));
-        break;
-    case 'p':
-        archive_entry_set_filetype(e, AE_IFIFO);
-        break;
-    }
-    archive_entry_set_perm(e, perm);
-    if (archive_write_header(a, e) != ARCHIVE_OK)
-        TAP_FAIL("archive header %s: %s", x->path, archive_error_string(a));
-    if (len && archive_write_data(a, x->arg, len) != (la_ssize_t)len)
-        TAP_FAIL("archive data %s: %s", x->path, archive_error_string(a));
-    archive_entry_free(e);
+    tar_add(a, x->path, x->type, x->arg, x->mode);
 }
 
 static void make_tar(const char *out, const struct ent *v, size_t n)

@@ -17,30 +17,11 @@
 
 #include <sys/mount.h>
 
-/* Starting must fail with `code` and a message containing `want`. */
-static void start_fails(sbx_provider *p, sbx_spec *s, int code, const char *want)
-{
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
-    int rc = sbx_sandbox_start(sb, NULL, &e);
-    if (rc == SBX_OK)
-        TAP_FAIL("the box started; wanted %s", want);
-    TAP_EQ_INT(rc, code);
-    TAP_CONTAINS(sbx_error_message(e), want);
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
-}
-
 /* Nothing of this test's directory is mounted on the host, and the census is clean. */
 static void all_gone(void)
 {
     census_check(state_dir);
-    char out[4096];
-    TAP_EQ_INT(run_cmd(out, sizeof(out), "grep -c '%s' /proc/self/mountinfo || true",
-                       tap_tmpdir()),
-               0);
-    TAP_EQ_STR(out, "0\n");
+    TAP_EQ_INT(mounts_naming(tap_tmpdir()), 0);
 }
 
 static void test_bind_read_write_and_read_only(void)

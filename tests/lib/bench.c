@@ -7,9 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "core/internal.h"
 
 #include <jansson.h>
 
@@ -94,4 +99,139 @@ void bench_die(const char *fmt, ...)
     while (n_on_die > 0)
         on_die[--n_on_die]();
     exit(1);
+}
+
+static char state_dir[64];
+
+static void state_gone(void)
+{
+    bench_state_end();
+}
+
+const char *bench_state_dir(void)
+{
+    if (state_dir[0])
+        return state_dir;
+    snprintf(state_dir, sizeof(state_dir), "/tmp/sbx-bench-XXXXXX");
+    if (!mkdtemp(state_dir)) {
+        state_dir[0] = 0;
+        bench_die("a state directory: mkdtemp: %s", strerror(errno));
+    }
+    setenv("SBX_STATE_DIR", state_dir, 1);
+    bench_on_die(state_gone);
+    return state_dir;
+}
+
+void bench_state_end(void)
+{
+    if (state_dir[0])
+        sbx__rm_rf(state_dir);
+    state_dir[0] = 0;
+}
+
+static pid_t children[8];
+
+static void children_gone(void)
+{
+    for (size_t i = 0; i < sizeof(children) / sizeof(children[0]); i++)
+        if (children[i] > 0)
+            bench_child_end(children[i]);
+}
+
+pid_t bench_child(void)
+{
+    size_t i = 0;
+    while (i < sizeof(children) / sizeof(children[0]) && children[i] > 0)
+        i++;
+    if (i == sizeof(children) / sizeof(children[0]))
+        bench_die("more than %zu helper processes", i);
+    static bool hooked;
+    if (!hooked)
+        bench_on_die(children_gone);
+    hooked = true;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0)
+        bench_die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        /* It must not outlive the bench, whatever ends it. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+            _exit(1);
+        return 0;
+    }
+    children[i] = pid;
+    return pid;
+}
+
+void bench_child_end(pid_t pid)
+{
+    for (size_t i = 0; i < sizeof(children) / sizeof(children[0]); i++)
+        if (children[i] == pid)
+            children[i] = 0;
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+}
+
+void bench_at_end(const char *cmd)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        bench_die("pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0)
+        bench_die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        /*
+         * Its own session: a ^C to the bench's process group does not end
+         * it. It keeps none of the bench's descriptors (a box's control
+         * socket must close with the bench), nor its stdout.
+         */
+        setsid();
+        if (dup2(p[0], 3) < 0)
+            _exit(127);
+        close_range(4, ~0U, 0);
+        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (null >= 0)
+            dup2(null, 0), dup2(null, 1);
+        char c;
+        ssize_t r;
+        do
+            r = read(3, &c, 1);
+        while (r < 0 && errno == EINTR);
+        close(3);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    /* The write end stays open, unused, until the bench's last moment; never reaped. */
+    close(p[0]);
+}
+
+void bench_send_zeros(int fd)
+{
+    char line[32];
+    size_t k = 0;
+    while (k + 1 < sizeof(line) && read(fd, line + k, 1) == 1 && line[k] != '\n')
+        k++;
+    line[k] = 0;
+    unsigned long long left = strtoull(line, NULL, 10);
+    static char zero[1 << 16];
+    while (left) {
+        ssize_t w = write(fd, zero, left < sizeof(zero) ? left : sizeof(zero));
+        if (w <= 0)
+            break;
+        left -= (unsigned long long)w;
+    }
+}
+
+unsigned long long bench_drain(int fd)
+{
+    static char buf[1 << 17];
+    unsigned long long got = 0;
+    ssize_t r;
+    while ((r = read(fd, buf, sizeof(buf))) > 0)
+        got += (unsigned long long)r;
+    close(fd);
+    return got;
 }

@@ -42,4 +42,33 @@ void bench_on_die(void (*fn)(void));
 /* Prints "NAME: message" on stderr, runs the bench_on_die() hooks, exits 1. */
 __attribute__((noreturn, format(printf, 1, 2))) void bench_die(const char *fmt, ...);
 
+/*
+ * A private state directory for the bench's boxes (/tmp/sbx-bench-XXXXXX):
+ * SBX_STATE_DIR points at it, and bench_die() removes it, as
+ * bench_state_end() does at a good end. Its path (static).
+ */
+const char *bench_state_dir(void);
+void bench_state_end(void);
+
+/*
+ * fork() for a helper process of the bench (a server): the child dies with
+ * the bench (PR_SET_PDEATHSIG), and bench_die() kills and reaps it, as
+ * bench_child_end() does at a good end. 0 in the child.
+ */
+pid_t bench_child(void);
+void bench_child_end(pid_t pid);
+
+/*
+ * Runs `sh -c cmd` once the bench has ended, however it ended: exit,
+ * bench_die(), a signal, SIGKILL. A helper started now, in a session of its
+ * own, waits for the end of a pipe only the bench holds. For what the bench
+ * leaves outside its own processes and boxes (another engine's containers).
+ */
+void bench_at_end(const char *cmd);
+
+/* The download server's side: reads "<bytes>\n" from fd and writes that many zero bytes. */
+void bench_send_zeros(int fd);
+/* Reads fd to its end and closes it; the bytes read. */
+unsigned long long bench_drain(int fd);
+
 #endif

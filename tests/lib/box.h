@@ -8,13 +8,50 @@
 
 #include <sbx.h>
 
+/* A provider of config `cfg` (JSON: {"NAME": {...}}); fails the test if it is refused. */
+sbx_provider *provider_of(const char *cfg);
+/* The fake provider (tests/fakes/) of config `cfg` (NULL: {"fake": {}}). */
+sbx_provider *fake_provider(const char *cfg);
+/* A started box of image "img" on the fake provider `p`. */
+sbx_sandbox *fake_box(sbx_provider *p);
+
 /* A started box of `spec` (NULL: an empty spec) on `p`. */
 sbx_sandbox *start(sbx_provider *p, const sbx_spec *spec);
 /* Stops and frees a box; fails the test if the stop fails. */
 void stop_free(sbx_sandbox *sb);
 
+/*
+ * Starting a box of `spec` (NULL: an empty spec) on `p` must fail: with
+ * `code` (0: any failure), its message holding `want` (NULL: any). A box
+ * that starts is stopped and fails the test. The box is freed; its message
+ * is returned, in a static buffer that the next call overwrites.
+ */
+const char *start_fails(sbx_provider *p, const sbx_spec *spec, int code, const char *want);
+
+/*
+ * `n` boxes of `spec` (NULL: an empty spec) started at once; each must
+ * start. The array is the caller's to free (after stop_many_wait()).
+ */
+sbx_sandbox **start_many(sbx_provider *p, const sbx_spec *spec, int n);
+/* Starts the stop of each of the n boxes at once; their futures (see stop_many_wait()). */
+sbx_future **stop_many_begin(sbx_sandbox **sbs, int n);
+/* Waits for each stop stop_many_begin() started, which must succeed; frees fs and the boxes. */
+void stop_many_wait(sbx_sandbox **sbs, sbx_future **fs, int n);
+
 /* Runs `cmd` (opts may be NULL); the result, whatever its exit code (caller frees). */
 sbx_exec_result *run(sbx_sandbox *sb, const char *cmd, const sbx_exec_opts *opts);
+/*
+ * Runs `cmd` (opts may be NULL), which must exit `rc` having printed exactly
+ * `out` on stdout and `err` on stderr (NULL: not checked), with no error_type.
+ */
+void run_is(sbx_sandbox *sb, const char *cmd, const sbx_exec_opts *opts, int rc, const char *out,
+            const char *err);
+/*
+ * Runs `cmd` with a timeout of `secs`, which it must run out: the
+ * reference's sentinel, exit code 125 and error_type "timeout". The result,
+ * for what the command printed before (caller frees).
+ */
+sbx_exec_result *timed_out(sbx_sandbox *sb, const char *cmd, double secs);
 /* Runs `cmd`; its exit code. */
 int rc_of(sbx_sandbox *sb, const char *cmd);
 
@@ -36,6 +73,8 @@ const char *output_of(sbx_sandbox *sb, const char *cmd, int *rc);
 
 /* A spec with provider_options `opts` (JSON; NULL: none); fails the test if refused. */
 sbx_spec *spec_with(const char *opts);
+/* A spec whose workdir is `dir`. */
+sbx_spec *spec_in(const char *dir);
 
 /* What a finished command printed: never NULL ("" when there was nothing). */
 const char *stdout_of(const sbx_exec_result *r);

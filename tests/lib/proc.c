@@ -3,9 +3,12 @@
 
 #include "tap.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -51,4 +54,69 @@ const char *agent_bin(void)
     if (!path[0] && !built_path("sbx-agent", path, sizeof(path)))
         TAP_FAIL("no agent binary at %s (run make)", path);
     return path;
+}
+
+pid_t proc_find(bool (*match)(const char *cmd, const void *arg), const void *arg, char *cmd,
+                size_t n)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        TAP_FAIL("opendir /proc: %s", strerror(errno));
+    struct dirent *de;
+    pid_t found = 0;
+    while (!found && (de = readdir(d))) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        char path[300];
+        snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue; /* gone meanwhile */
+        ssize_t k = 0, r;
+        while ((size_t)k < n - 1 && (r = read(fd, cmd + k, n - 1 - (size_t)k)) > 0)
+            k += r;
+        close(fd);
+        if (k == 0)
+            continue; /* a kernel thread, or a zombie */
+        cmd[k] = 0;
+        for (ssize_t i = 0; i < k; i++)
+            if (!cmd[i])
+                cmd[i] = ' ';
+        if (match(cmd, arg))
+            found = (pid_t)strtol(de->d_name, NULL, 10);
+    }
+    closedir(d);
+    return found;
+}
+
+struct named {
+    const char *prefix, *has;
+};
+
+static bool is_named(const char *cmd, const void *arg)
+{
+    const struct named *w = arg;
+    return !strncmp(cmd, w->prefix, strlen(w->prefix)) && (!w->has || strstr(cmd, w->has));
+}
+
+pid_t proc_named(const char *prefix, const char *has)
+{
+    static char cmd[8192];
+    const struct named w = { prefix, has };
+    return proc_find(is_named, &w, cmd, sizeof(cmd));
+}
+
+int mounts_naming(const char *text)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (!f)
+        TAP_FAIL("/proc/self/mountinfo: %s", strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    int n = 0;
+    while (getline(&line, &cap, f) > 0)
+        n += strstr(line, text) != NULL;
+    free(line);
+    fclose(f);
+    return n;
 }

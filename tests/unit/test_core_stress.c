@@ -12,6 +12,7 @@
  */
 #include "common.h"
 #include "tap.h"
+#include "lib/box.h"
 
 #include "core/internal.h"
 #include "fakes/fake.h"
@@ -66,27 +67,6 @@ static void expect_threads(int want)
     while (thread_count() > want)
         usleep(1000);
     TAP_EQ_INT(thread_count(), want);
-}
-
-static sbx_provider *provider(const char *cfg)
-{
-    sbx_provider *p = NULL;
-    sbx_error *e = NULL;
-    if (sbx_provider_new(cfg ? cfg : "{\"fake\": {}}", &p, &e) != SBX_OK)
-        TAP_FAIL("provider: %s", sbx_error_message(e));
-    return p;
-}
-
-static sbx_sandbox *started(sbx_provider *p)
-{
-    sbx_spec *s = sbx_spec_new();
-    sbx_spec_set_image(s, "img");
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    if (sbx_sandbox_new(p, s, &sb, &e) != SBX_OK || sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
-        TAP_FAIL("start: %s", sbx_error_message(e));
-    sbx_spec_free(s);
-    return sb;
 }
 
 static sbx_future *exec_async(sbx_sandbox *sb, const char *cmd)
@@ -216,7 +196,7 @@ static void test_thousand_sandboxes_from_threads(void)
 {
     int threads0 = thread_count(), fds0 = fd_count();
     sbx_fake_log_reset();
-    sbx_provider *p = provider(NULL);
+    sbx_provider *p = fake_provider(NULL);
     pthread_t t[BOX_THREADS];
     struct box_worker w[BOX_THREADS];
     unsigned seed = seed_for("thousand");
@@ -337,11 +317,11 @@ static void *storm_main(void *arg)
 static void test_cancel_storm(void)
 {
     int threads0 = thread_count(), fds0 = fd_count();
-    sbx_provider *p = provider(NULL);
+    sbx_provider *p = fake_provider(NULL);
     enum { NSB = 4 };
     sbx_sandbox *sbs[NSB];
     for (int i = 0; i < NSB; i++)
-        sbs[i] = started(p);
+        sbs[i] = fake_box(p);
     static struct storm_item items[STORM_THREADS][STORM_PER_THREAD];
     storm_left = (struct countdown)COUNTDOWN_INIT(STORM_THREADS * STORM_PER_THREAD);
     pthread_t t[STORM_THREADS];
@@ -419,10 +399,10 @@ static void test_stop_races_inflight_calls(void)
     char path[512];
     snprintf(path, sizeof(path), "%s/payload", tap_tmpdir());
     TAP_EQ_INT(write_text(path, "payload"), 0);
-    sbx_provider *p = provider(NULL);
+    sbx_provider *p = fake_provider(NULL);
     unsigned seed = seed_for("stop-race");
     for (int round = 0; round < 40; round++) {
-        sbx_sandbox *sb = started(p);
+        sbx_sandbox *sb = fake_box(p);
         sbx_fake_log_reset();
         enum { R = 3 };
         struct racer r[R];
@@ -481,9 +461,9 @@ static void test_free_sandbox_with_inflight_calls(void)
     snprintf(path, sizeof(path), "%s/payload", tap_tmpdir());
     TAP_EQ_INT(write_text(path, "payload"), 0);
     sbx_fake_log_reset();
-    sbx_provider *p = provider(NULL);
+    sbx_provider *p = fake_provider(NULL);
     for (int round = 0; round < 20; round++) {
-        sbx_sandbox *sb = started(p);
+        sbx_sandbox *sb = fake_box(p);
         enum { N = 60 };
         sbx_future *f[N];
         for (int i = 0; i < N; i++) {
@@ -525,8 +505,8 @@ static void early_cb(sbx_future *f, void *data)
 
 static void test_future_freed_before_completion(void)
 {
-    sbx_provider *p = provider(NULL);
-    sbx_sandbox *sb = started(p);
+    sbx_provider *p = fake_provider(NULL);
+    sbx_sandbox *sb = fake_box(p);
     enum { N = 600 };
     early_left = (struct countdown)COUNTDOWN_INIT(N);
     atomic_store(&early_calls, 0);
@@ -594,11 +574,11 @@ static void chain_cb(sbx_future *f, void *data)
 
 static void test_callbacks_free_and_chain(void)
 {
-    sbx_provider *p = provider(NULL);
+    sbx_provider *p = fake_provider(NULL);
     enum { CHAINS = 8, STEPS = 200 };
     struct chain c[CHAINS];
     for (int i = 0; i < CHAINS; i++) {
-        c[i] = (struct chain){.sb = started(p), .left = STEPS, .done = COUNTDOWN_INIT(1)};
+        c[i] = (struct chain){.sb = fake_box(p), .left = STEPS, .done = COUNTDOWN_INIT(1)};
         sbx_future *f = exec_async(c[i].sb, "exit 0");
         TAP_EQ_INT(sbx_future_then(f, chain_cb, &c[i]), SBX_OK);
     }
@@ -634,13 +614,13 @@ static void test_provider_free_with_live_sandboxes(void)
     int threads0 = thread_count(), fds0 = fd_count();
     for (int round = 0; round < 30; round++) {
         sbx_fake_log_reset();
-        sbx_provider *p = provider(NULL);
+        sbx_provider *p = fake_provider(NULL);
         enum { N = 6 };
         sbx_sandbox *sbs[N];
         pthread_t t[N];
         struct exec_loop l[N];
         for (int i = 0; i < N; i++) {
-            sbs[i] = started(p);
+            sbs[i] = fake_box(p);
             l[i] = (struct exec_loop){sbs[i], 20};
             TAP_EQ_INT(pthread_create(&t[i], NULL, exec_loop_main, &l[i]), 0);
         }
@@ -699,7 +679,7 @@ static void test_explicit_contexts(void)
         for (int i = 0; i < C; i++) {
             TAP_OK(sbx_context_new(&ctx[i], &e_));
             TAP_OK(sbx_provider_new_in(ctx[i], "{\"fake\": {}}", &p[i], &e_));
-            sb[i] = started(p[i]);
+            sb[i] = fake_box(p[i]);
         }
         /* One loop thread per context. */
         TAP_EQ_INT(thread_count(), threads0 + C);
@@ -730,9 +710,9 @@ static void test_explicit_contexts(void)
 static void *churn_once(void *arg)
 {
     (void)arg;
-    sbx_provider *a = provider(NULL);
-    sbx_provider *b = provider("{\"fake_basic\": null}");
-    sbx_sandbox *sb = started(a);
+    sbx_provider *a = fake_provider(NULL);
+    sbx_provider *b = fake_provider("{\"fake_basic\": null}");
+    sbx_sandbox *sb = fake_box(a);
     sbx_exec_result *r = NULL;
     TAP_EQ_INT(sbx_sandbox_exec(sb, "exit 9", NULL, &r, NULL), SBX_OK);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 9);
@@ -753,7 +733,7 @@ static void test_default_context_churn(void)
     for (int i = 0; i < 200; i++) {
         if (i % 10 == 0) {
             /* Two providers share the one default context: one loop thread. */
-            sbx_provider *a = provider(NULL), *b = provider(NULL);
+            sbx_provider *a = fake_provider(NULL), *b = fake_provider(NULL);
             TAP_EQ_INT(thread_count(), threads0 + 1);
             sbx_provider_free(a);
             sbx_provider_free(b);
@@ -792,7 +772,7 @@ static int child_work(void)
     sbx_provider *p = NULL;
     if (sbx_provider_new("{\"fake\": {}}", &p, NULL) != SBX_OK)
         return 2;
-    sbx_sandbox *sb = started(p);
+    sbx_sandbox *sb = fake_box(p);
     sbx_exec_result *r = NULL;
     if (sbx_sandbox_exec(sb, "exit 5", NULL, &r, NULL) != SBX_OK ||
         sbx_exec_result_return_code(r) != 5)
@@ -856,8 +836,8 @@ static void wait_others_idle(void)
 
 static void test_fork_while_running(void)
 {
-    sbx_provider *p = provider(NULL);
-    sbx_sandbox *sb = started(p);
+    sbx_provider *p = fake_provider(NULL);
+    sbx_sandbox *sb = fake_box(p);
     enum { SLEEPERS = 30 };
     sbx_future *sleeping[SLEEPERS];
     for (int i = 0; i < SLEEPERS; i++)
@@ -897,11 +877,11 @@ static void test_fork_while_running(void)
 
 static void test_future_fd_epoll(void)
 {
-    sbx_provider *p = provider(NULL);
+    sbx_provider *p = fake_provider(NULL);
     enum { NSB = 5, N = 500 };
     sbx_sandbox *sbs[NSB];
     for (int i = 0; i < NSB; i++)
-        sbs[i] = started(p);
+        sbs[i] = fake_box(p);
     int ep = epoll_create1(EPOLL_CLOEXEC);
     TAP_TRUE(ep >= 0);
     static sbx_future *f[N];
@@ -973,7 +953,7 @@ static sbx_provider *local_provider(void)
     char cfg[600];
     snprintf(cfg, sizeof(cfg), "{\"local\": {\"workspace_root\": \"%s\", \"concurrency\": 64}}",
              tap_tmpdir());
-    return provider(cfg);
+    return provider_of(cfg);
 }
 
 /* Processes whose parent is this one (execs not yet reaped). */
@@ -1012,7 +992,7 @@ static void test_local_cancel_and_free_inflight(void)
     sbx_provider *p = local_provider();
     unsigned seed = seed_for("local");
     for (int round = 0; round < 4; round++) {
-        sbx_sandbox *sb = started(p);
+        sbx_sandbox *sb = fake_box(p);
         enum { N = 48 };
         sbx_future *f[N];
         bool forever[N];

@@ -6,32 +6,13 @@
  */
 #include "common.h"
 #include "tap.h"
+#include "lib/box.h"
 
 #include "core/internal.h"
 
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
-
-static sbx_provider *fake(const char *cfg)
-{
-    sbx_provider *p = NULL;
-    sbx_error *e = NULL;
-    if (sbx_provider_new(cfg ? cfg : "{\"fake\": {}}", &p, &e) != SBX_OK)
-        TAP_FAIL("provider: %s", sbx_error_message(e));
-    return p;
-}
-
-static sbx_sandbox *started(sbx_provider *p)
-{
-    sbx_spec *s = sbx_spec_new();
-    sbx_spec_set_image(s, "img");
-    sbx_sandbox *sb = NULL;
-    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, NULL), SBX_OK);
-    sbx_spec_free(s);
-    return sb;
-}
 
 struct seen {
     pthread_mutex_t lock;
@@ -69,8 +50,8 @@ static void seen_wait(struct seen *s)
 
 static void test_then_after_completion_runs_on_loop(void)
 {
-    sbx_provider *p = fake(NULL);
-    sbx_sandbox *sb = started(p);
+    sbx_provider *p = fake_provider(NULL);
+    sbx_sandbox *sb = fake_box(p);
     sbx_future *f = NULL;
     TAP_EQ_INT(sbx_sandbox_exec_async(sb, "exit 2", NULL, &f, NULL), SBX_OK);
     TAP_EQ_INT(sbx_future_wait(f, -1, NULL), SBX_OK);
@@ -91,8 +72,8 @@ static void test_then_after_completion_runs_on_loop(void)
 
 static void test_then_rules(void)
 {
-    sbx_provider *p = fake(NULL);
-    sbx_sandbox *sb = started(p);
+    sbx_provider *p = fake_provider(NULL);
+    sbx_sandbox *sb = fake_box(p);
     sbx_future *f = NULL;
     TAP_EQ_INT(sbx_sandbox_exec_async(sb, "sleep 100", NULL, &f, NULL), SBX_OK);
     struct seen s = SEEN_INIT;
@@ -111,8 +92,8 @@ static void test_then_rules(void)
 
 static void test_timeout_leaves_future_valid(void)
 {
-    sbx_provider *p = fake(NULL);
-    sbx_sandbox *sb = started(p);
+    sbx_provider *p = fake_provider(NULL);
+    sbx_sandbox *sb = fake_box(p);
     sbx_future *f = NULL;
     TAP_EQ_INT(sbx_sandbox_exec_async(sb, "sleep 100", NULL, &f, NULL), SBX_OK);
     sbx_error *e = NULL;
@@ -135,8 +116,8 @@ static void test_timeout_leaves_future_valid(void)
 
 static void test_results_move_out_once(void)
 {
-    sbx_provider *p = fake(NULL);
-    sbx_sandbox *sb = started(p);
+    sbx_provider *p = fake_provider(NULL);
+    sbx_sandbox *sb = fake_box(p);
     sbx_future *f = NULL, *st = NULL;
     TAP_EQ_INT(sbx_sandbox_exec_async(sb, "exit 4", NULL, &f, NULL), SBX_OK);
     TAP_EQ_INT(sbx_future_wait(f, -1, NULL), SBX_OK);
@@ -172,9 +153,9 @@ static void test_results_move_out_once(void)
 
 static void test_error_copied_on_every_read(void)
 {
-    sbx_provider *p = fake("{\"fake\": {\"fail\": {\"exec\": \"exec broke\"}, "
+    sbx_provider *p = fake_provider("{\"fake\": {\"fail\": {\"exec\": \"exec broke\"}, "
                            "\"fail_code\": {\"exec\": \"EIO\"}}}");
-    sbx_sandbox *sb = started(p);
+    sbx_sandbox *sb = fake_box(p);
     sbx_future *f = NULL;
     TAP_EQ_INT(sbx_sandbox_exec_async(sb, "x", NULL, &f, NULL), SBX_OK);
     for (int i = 0; i < 3; i++) {
@@ -200,8 +181,8 @@ static void test_error_copied_on_every_read(void)
 
 static void test_fd_readable_exactly_when_done(void)
 {
-    sbx_provider *p = fake(NULL);
-    sbx_sandbox *sb = started(p);
+    sbx_provider *p = fake_provider(NULL);
+    sbx_sandbox *sb = fake_box(p);
     sbx_future *f = NULL, *g = NULL;
     /* Made before completion: not readable until the op ends. */
     TAP_EQ_INT(sbx_sandbox_exec_async(sb, "sleep 100", NULL, &f, NULL), SBX_OK);

@@ -1,6 +1,7 @@
 /* The sandbox lifecycle against the fake provider (reference-api.md C-F). */
 #include "tap.h"
 #include "common.h"
+#include "lib/box.h"
 
 #include "core/internal.h"
 #include "fakes/fake.h"
@@ -9,16 +10,7 @@
 #include <pthread.h>
 #include <sys/stat.h>
 
-static sbx_provider *fake(const char *cfg)
-{
-    sbx_provider *p = NULL;
-    sbx_error *e = NULL;
-    if (sbx_provider_new(cfg ? cfg : "{\"fake\": {}}", &p, &e) != SBX_OK)
-        TAP_FAIL("provider: %s", sbx_error_message(e));
-    return p;
-}
-
-static sbx_spec *spec_with(const char *workdir)
+static sbx_spec *spec_img(const char *workdir)
 {
     sbx_spec *s = sbx_spec_new();
     sbx_spec_set_image(s, "img");
@@ -29,8 +21,8 @@ static sbx_spec *spec_with(const char *workdir)
 
 static void test_start_exec_stop(void)
 {
-    sbx_provider *p = fake(NULL);
-    sbx_spec *s = spec_with("/work");
+    sbx_provider *p = fake_provider(NULL);
+    sbx_spec *s = spec_img("/work");
     sbx_sandbox *sb = NULL;
     TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
     sbx_status st;
@@ -91,7 +83,7 @@ static void test_start_exec_stop(void)
 
 static void test_state_errors(void)
 {
-    sbx_provider *p = fake(NULL);
+    sbx_provider *p = fake_provider(NULL);
     sbx_sandbox *sb = NULL;
     sbx_error *e = NULL;
     TAP_EQ_INT(sbx_sandbox_new(p, NULL, &sb, NULL), SBX_OK);
@@ -107,7 +99,7 @@ static void test_state_errors(void)
     TAP_EQ_INT(sbx_sandbox_upload(sb, "/a", "/b", &e), SBX_ESTATE);
     sbx_error_free(e);
     e = NULL;
-    sbx_spec *s = spec_with(NULL);
+    sbx_spec *s = spec_img(NULL);
     TAP_EQ_INT(sbx_sandbox_start(sb, s, NULL), SBX_OK);
     TAP_EQ_INT(sbx_sandbox_start(sb, s, &e), SBX_ESTATE);
     TAP_CONTAINS(sbx_error_message(e), "Sandbox is already started");
@@ -123,9 +115,9 @@ static void test_state_errors(void)
 static void test_startup_files_and_failure_closes(void)
 {
     sbx_fake_log_reset();
-    sbx_provider *p = fake("{\"fake\": {\"fail\": {\"upload_file\": \"upload failed\"}, "
+    sbx_provider *p = fake_provider("{\"fake\": {\"fail\": {\"upload_file\": \"upload failed\"}, "
                            "\"fail_after\": {\"upload_file\": 1}}}");
-    sbx_spec *s = spec_with(NULL);
+    sbx_spec *s = spec_img(NULL);
     sbx_spec_add_file(s, "/a.txt", "A", 1);
     sbx_spec_add_file(s, "/b.txt", "B", 1);
     sbx_sandbox *sb = NULL;
@@ -149,8 +141,8 @@ static void test_startup_files_and_failure_closes(void)
 
 static void test_startup_files_uploaded(void)
 {
-    sbx_provider *p = fake(NULL);
-    sbx_spec *s = spec_with(NULL);
+    sbx_provider *p = fake_provider(NULL);
+    sbx_spec *s = spec_img(NULL);
     sbx_spec_add_file(s, "/etc/x.conf", "hello", 5);
     sbx_sandbox *sb = NULL;
     TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
@@ -166,9 +158,9 @@ static void test_startup_files_uploaded(void)
 
 static void test_create_failure_allows_retry(void)
 {
-    sbx_provider *p = fake("{\"fake\": {\"fail\": {\"create\": \"no capacity\"}, "
+    sbx_provider *p = fake_provider("{\"fake\": {\"fail\": {\"create\": \"no capacity\"}, "
                            "\"fail_code\": {\"create\": \"ECREATE\"}}}");
-    sbx_spec *s = spec_with(NULL);
+    sbx_spec *s = spec_img(NULL);
     sbx_sandbox *sb = NULL;
     sbx_error *e = NULL;
     TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
@@ -187,9 +179,9 @@ static void test_create_failure_allows_retry(void)
 
 static void test_endpoint_checks(void)
 {
-    sbx_provider *p = fake(NULL);
-    sbx_provider *basic = fake("{\"fake_basic\": null}");
-    sbx_spec *s = spec_with(NULL);
+    sbx_provider *p = fake_provider(NULL);
+    sbx_provider *basic = fake_provider("{\"fake_basic\": null}");
+    sbx_spec *s = spec_img(NULL);
     TAP_EQ_INT(sbx_spec_add_port(s, 8000, NULL), SBX_OK);
     sbx_sandbox *sb = NULL, *bb = NULL;
     sbx_endpoint *ep = NULL;
@@ -232,8 +224,8 @@ static void test_endpoint_checks(void)
 static void test_serialize_connect(void)
 {
     sbx_fake_log_reset();
-    sbx_provider *p = fake(NULL);
-    sbx_spec *s = spec_with("/w");
+    sbx_provider *p = fake_provider(NULL);
+    sbx_spec *s = spec_img("/w");
     sbx_sandbox *sb = NULL, *other = NULL;
     TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
     TAP_EQ_INT(sbx_sandbox_start(sb, NULL, NULL), SBX_OK);
@@ -266,8 +258,8 @@ static void test_serialize_connect(void)
 
 static void test_async_many_concurrent(void)
 {
-    sbx_provider *p = fake(NULL);
-    sbx_spec *s = spec_with(NULL);
+    sbx_provider *p = fake_provider(NULL);
+    sbx_spec *s = spec_img(NULL);
     sbx_sandbox *sb = NULL;
     TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
     TAP_EQ_INT(sbx_sandbox_start(sb, NULL, NULL), SBX_OK);
@@ -291,8 +283,8 @@ static void test_async_many_concurrent(void)
 
 static void test_future_fd_and_cancel(void)
 {
-    sbx_provider *p = fake(NULL);
-    sbx_spec *s = spec_with(NULL);
+    sbx_provider *p = fake_provider(NULL);
+    sbx_spec *s = spec_img(NULL);
     sbx_sandbox *sb = NULL;
     TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
     TAP_EQ_INT(sbx_sandbox_start(sb, NULL, NULL), SBX_OK);
@@ -319,8 +311,8 @@ static void test_future_fd_and_cancel(void)
 
 static void test_exec_timeout_result(void)
 {
-    sbx_provider *p = fake(NULL);
-    sbx_spec *s = spec_with(NULL);
+    sbx_provider *p = fake_provider(NULL);
+    sbx_spec *s = spec_img(NULL);
     sbx_sandbox *sb = NULL;
     TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
     TAP_EQ_INT(sbx_sandbox_start(sb, NULL, NULL), SBX_OK);
@@ -365,8 +357,8 @@ static void on_done(sbx_future *f, void *data)
 
 static void test_then_callback_and_loop_refusal(void)
 {
-    sbx_provider *p = fake(NULL);
-    sbx_spec *s = spec_with(NULL);
+    sbx_provider *p = fake_provider(NULL);
+    sbx_spec *s = spec_img(NULL);
     struct cb_state st = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, false, NULL };
     TAP_EQ_INT(sbx_sandbox_new(p, s, &st.sb, NULL), SBX_OK);
     TAP_EQ_INT(sbx_sandbox_start(st.sb, NULL, NULL), SBX_OK);
@@ -387,8 +379,8 @@ static void test_then_callback_and_loop_refusal(void)
 static void test_stop_during_start(void)
 {
     sbx_fake_log_reset();
-    sbx_provider *p = fake(NULL);
-    sbx_spec *s = spec_with(NULL);
+    sbx_provider *p = fake_provider(NULL);
+    sbx_spec *s = spec_img(NULL);
     sbx_spec_add_file(s, "/f", "x", 1);
     sbx_sandbox *sb = NULL;
     TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);

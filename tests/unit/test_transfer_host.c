@@ -8,6 +8,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/tar.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -53,43 +54,11 @@ static struct stream stream_new(void)
     return s;
 }
 
-/* Adds one entry: type 'f' file, 'd' directory, 'l' symlink, 'h' hard link, 'c' device. */
+/* Adds one entry (tar_add()). */
 static void add(struct stream *s, const char *name, char type, const char *link_or_data,
                 unsigned mode)
 {
-    struct archive_entry *e = archive_entry_new();
-    archive_entry_set_pathname(e, name);
-    archive_entry_set_mtime(e, 1600000000, 0);
-    archive_entry_set_perm(e, mode);
-    size_t len = 0;
-    switch (type) {
-    case 'f':
-        archive_entry_set_filetype(e, AE_IFREG);
-        len = link_or_data ? strlen(link_or_data) : 0;
-        archive_entry_set_size(e, (la_int64_t)len);
-        break;
-    case 'd':
-        archive_entry_set_filetype(e, AE_IFDIR);
-        break;
-    case 'l':
-        archive_entry_set_filetype(e, AE_IFLNK);
-        archive_entry_set_symlink(e, link_or_data);
-        break;
-    case 'h':
-        archive_entry_set_filetype(e, AE_IFREG);
-        archive_entry_set_hardlink(e, link_or_data);
-        break;
-    case 'c':
-        archive_entry_set_filetype(e, AE_IFCHR);
-        archive_entry_set_rdev(e, makedev(1, 3));
-        break;
-    default:
-        TAP_FAIL("bad entry type %c", type);
-    }
-    TAP_EQ_INT(archive_write_header(s->a, e), ARCHIVE_OK);
-    if (len)
-        TAP_EQ_INT((int)archive_write_data(s->a, link_or_data, len), (int)len);
-    archive_entry_free(e);
+    tar_add(s->a, name, type, link_or_data, mode);
 }
 
 /* Ends the stream and unpacks it into the target (which closes it): the code, `msg`. */
@@ -216,7 +185,7 @@ static void test_devices_skipped_and_setuid_dropped(void)
     snprintf(p, sizeof(p), "%s/plain", target);
     TAP_EQ_INT(lstat(p, &st), 0);
     TAP_EQ_INT((int)(st.st_mode & 07777), 0640);
-    TAP_EQ_INT((int)st.st_mtim.tv_sec, 1600000000);
+    TAP_EQ_INT((int)st.st_mtim.tv_sec, TAR_MTIME);
 }
 
 static void test_garbage_is_a_clear_error(void)
