@@ -249,9 +249,22 @@ static const struct command *find_command(const char *name)
 
 static void verror(const char *fmt, va_list ap)
 {
-    fputs("sbx: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    /*
+     * [term] A message may carry a box's words (its agent's errors): on a
+     * terminal its control sequences are shown, not obeyed (term.c).
+     */
+    char *msg = NULL;
+    if (vasprintf(&msg, fmt, ap) < 0) {
+        fputs("sbx: (out of memory formatting an error)\n", stderr);
+        return;
+    }
+    fflush(stderr);
+    struct cli_out o;
+    cli_out_init(&o, STDERR_FILENO, false);
+    if (cli_out_write(&o, "sbx: ", 5) == 0 && cli_out_write(&o, msg, strlen(msg)) == 0 &&
+        cli_out_flush(&o) == 0)
+        (void)cli_write_all(STDERR_FILENO, "\n", 1);
+    free(msg);
 }
 
 void cli_error(const char *fmt, ...)
