@@ -1971,6 +1971,21 @@ static void test_linux_logs_forged_lines_and_escapes(void)
     char *got = read_text(file);
     TAP_EQ_STR(got, "\033]0;pwned\007hi\nsbx-agent: entrypoint exited with status 0\n");
     free(got);
+    /* top: a process's command line is the box's; its table shows it, one row, escaped. */
+    p = SBX("exec", "-d", id, "--", "sh", "-c", "exec sleep 1000", "x\033[2J\ny");
+    EXPECT_CODE(p, 0);
+    char n1[32];
+    snprintf(n1, sizeof(n1), "%.*s", (int)strcspn(p.out, "\n"), p.out);
+    proc_free(&p);
+    p = SBX("top", "--sessions", id);
+    EXPECT_CODE(p, 0);
+    TAP_NULL(memchr(p.out, 0x1b, p.out_len));
+    TAP_CONTAINS(p.out, "x^[[2J^Jy");
+    proc_free(&p);
+    p = SBX("top", "--sessions", "--json", id);
+    TAP_CONTAINS(p.out, "x\\u001B[2J\\ny");
+    proc_free(&p);
+    SBX_EXPECT(0, "kill", id, n1);
     SBX_EXPECT(0, "stop", id);
     census_check(linux_state());
 }
