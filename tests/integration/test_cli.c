@@ -683,6 +683,20 @@ static void test_create_exec_ls_stop_fake(void)
     proc_free(&p);
 }
 
+/* [term] ls's table: a label's controls are shown, the row stays one line. */
+static void test_ls_table_escapes_labels(void)
+{
+    setup();
+    const char *id = create_box((const char *const[]){ "create", "--provider", "fake", "--label",
+                                                       "note=x\033]0;t\007\ny", NULL });
+    struct proc p = SBX("ls");
+    EXPECT_CODE(p, 0);
+    TAP_NULL(memchr(p.out, 0x1b, p.out_len));
+    TAP_CONTAINS(p.out, "note=x^[]0;t^G^Jy\n");
+    proc_free(&p);
+    SBX_EXPECT(0, "stop", id);
+}
+
 static void test_gc_fake(void)
 {
     setup();
@@ -2108,7 +2122,7 @@ TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_
          TAP(test_usage_errors), TAP(test_unknown_provider), TAP(test_provider_failure_is_125),
          TAP(test_providers), TAP(test_version_and_help), TAP(test_config_file_blocks),
          TAP(test_spec_file), TAP(test_no_such_box), TAP(test_create_exec_ls_stop_fake),
-         TAP(test_gc_fake), TAP(test_local_run_exact_output), TAP(test_local_exec_output_on_a_terminal),
+         TAP(test_gc_fake), TAP(test_ls_table_escapes_labels), TAP(test_local_run_exact_output), TAP(test_local_exec_output_on_a_terminal),
          TAP_T(test_local_create_exec_cp_stop, 120), TAP(test_local_gc_after_ttl),
          TAP(test_local_library_boxes_ls_stop_gc),
          TAP(test_local_sigint_run_leaves_nothing), TAP(test_local_sigterm_run_leaves_nothing),
