@@ -879,7 +879,11 @@ SBX_EXPORT void sbx_pty_free(sbx_pty *p);
 
 /*
  * An event of the service log: the service ended ("exited N" or "killed
- * N"), or the box's agent died ("agent exited N", "agent killed N").
+ * N", as the box's agent reported it), or the box's agent died ("agent
+ * exited N", "agent killed N"). Events are records the provider writes
+ * apart from the box's output (the linux shim's event records): no byte the
+ * box prints becomes one. Output entries (SBX_STREAM_STDOUT/STDERR) are the
+ * box's, whatever they say.
  */
 #define SBX_STREAM_EVENT 3
 /* sbx_sandbox_logs flags: keep reading as the service writes. */
@@ -896,7 +900,9 @@ typedef int (*sbx_service_log_cb)(double time, int stream, const char *data, siz
 
 /*
  * Reads the output of the box's service (its entrypoint; the agent's own
- * lines are on stderr too, prefixed "sbx-agent: "), oldest first, calling
+ * lines are on stderr too, prefixed "sbx-agent: ", written inside the box
+ * where the service could write the same: output, not events), oldest
+ * first, calling
  * `cb` for each entry whose time is >= `since` (0: all). `tail` >= 0 gives
  * only the entries of the last `tail` lines (a line read in pieces counts
  * once; events not counted); < 0 all. With

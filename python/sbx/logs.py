@@ -26,7 +26,11 @@ class LogEntry(NamedTuple):
     """One entry: `time` (unix seconds, when the provider read it), `stream`
     ("stdout", "stderr", or "event": the service ended, `data` b"exited 3" or
     b"killed 9"; or the box's agent died, b"agent killed 9"), `data`: one
-    line with its newline, or a piece of a line."""
+    line with its newline, or a piece of a line. Events are records the
+    provider writes apart from the box's output; "stdout"/"stderr" entries
+    are the box's bytes, exact, whatever they say (a b"sbx-agent: ..." line
+    included: the agent writes it inside the box, where the service could
+    too)."""
 
     time: float
     stream: str

@@ -329,6 +329,33 @@ int cli_wait(sbx_future *f, sbx_error **err);
  */
 int cli_interrupted(const char *what);
 
+/* --- term.c: a box's output on our terminal (docs/cli.md) ------------------ */
+
+#include "core/termesc.h"
+
+/* A writer of a box's bytes to `fd`: neutralised when `fd` is a terminal and not raw. */
+struct cli_out {
+    int fd;
+    bool clean; /* a terminal, and --raw not given */
+    sbx_termesc esc;
+};
+void cli_out_init(struct cli_out *o, int fd, bool raw);
+/* 0, or -1 with errno (the write failed; EPIPE: the reader went away). */
+int cli_out_write(struct cli_out *o, const void *data, size_t len);
+/* Writes what the filter held (a CR or a UTF-8 sequence cut short at the end). */
+int cli_out_flush(struct cli_out *o);
+/*
+ * For an exec's output to `fd`: when `fd` is a terminal and not `raw`, a
+ * pipe whose bytes a thread writes to `fd` neutralised; *wfd is the fd to
+ * give the exec (`fd` itself otherwise, and *tp NULL). -1 with errno on
+ * failure. cli_tty_pipe_end, after the exec completed, writes the rest.
+ */
+struct cli_tty_pipe;
+int cli_tty_pipe_start(int fd, bool raw, struct cli_tty_pipe **tp, int *wfd);
+void cli_tty_pipe_end(struct cli_tty_pipe *tp);
+/* A table field from a box (a command line, a user name): controls shown, never obeyed. */
+char *cli_field(const char *s);
+
 /* --- output.c ----------------------------------------------------------- */
 
 /* Writes all bytes to fd (retrying short writes and EINTR). */

@@ -102,7 +102,10 @@ static char *labels_text(const json_t *rec)
     json_t *v;
     json_object_foreach(json_object_get(rec, "labels"), k, v)
     {
-        sbx__buf_printf(&b, "%s%s=%s", b.len ? "," : "", k, json_string_value(v));
+        /* [term] A row per box: a label's controls are shown, never obeyed (term.c). */
+        _cleanup_free_ char *fk = cli_field(k);
+        _cleanup_free_ char *fv = cli_field(json_string_value(v));
+        sbx__buf_printf(&b, "%s%s=%s", b.len ? "," : "", fk, fv);
     }
     return b.data ? b.data : strdup("");
 }
@@ -149,7 +152,9 @@ int cli_cmd_ls(int argc, char **argv)
         const char *prov = json_string_value(json_object_get(rec, "provider"));
         char sbuf[32];
         status = shown_status(rec, status, sbuf, sizeof(sbuf));
-        printf("%-40s %-10s %-12s %-6s %-8s %s\n", id, prov ? prov : "?", status, age, ttl,
+        _cleanup_free_ char *fid = cli_field(id);
+        _cleanup_free_ char *fprov = cli_field(prov ? prov : "?");
+        printf("%-40s %-10s %-12s %-6s %-8s %s\n", fid, fprov, status, age, ttl,
                labels ? labels : "");
     }
     if (o.json && cli_print_json(out) < 0)

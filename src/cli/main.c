@@ -56,6 +56,7 @@ static const struct command commands[] = {
                         "  --no-stdin             do not pass stdin to CMD\n"
                         "  --output-limit BYTES   stdout/stderr bytes kept (default 16 MiB each)\n"
                         "  --json                 print the result as JSON\n"
+                        "  --raw                  the command's bytes exactly, also on a terminal\n"
                         "  -t                     run CMD on a terminal (stdin must be one); -i is accepted\n",
       "CMD's words are quoted and joined into one shell command (use sh -c '...'\n"
       "for pipes). stdin, when it is not a terminal, is streamed to CMD as it comes.\n"
@@ -78,7 +79,8 @@ static const struct command commands[] = {
       "  --timeout S            seconds CMD may run (default 180; 0: none)\n"
       "  --no-stdin             do not pass stdin to CMD\n"
       "  --output-limit BYTES   stdout/stderr bytes kept (default 16 MiB each)\n"
-      "  --json                 print the result as JSON\n",
+      "  --json                 print the result as JSON\n"
+      "  --raw                  the command's bytes exactly, also on a terminal\n",
       "Options may also come between ID and CMD. The box keeps running.\n" },
     { "shell", cli_cmd_shell, "sbx shell ID",
       "open the box's shell on this terminal (exit with its status)", "",
@@ -87,7 +89,8 @@ static const struct command commands[] = {
     { "attach", cli_cmd_attach, "sbx attach [--no-stdin|--no-follow] ID SESSION",
       "come back to a terminal session, or follow a background process",
       "  --no-stdin             do not pass stdin to a background process\n"
-      "  --no-follow            print a background process's output so far and return\n",
+      "  --no-follow            print a background process's output so far and return\n"
+      "  --raw                  its bytes exactly, also on a terminal\n",
       "Takes the session over from whoever holds it; replays its kept output first.\n"
       "A background process (`sbx exec -d`) is followed on stdout and stderr, stdin\n"
       "passed to it (EOF closes its stdin), until it ends: sbx exits with its status.\n"
@@ -120,17 +123,20 @@ static const struct command commands[] = {
       "  --json                 print a JSON array\n",
       "The default provider ($SBX_PROVIDER, or linux) lists its boxes, whoever made\n"
       "them (for linux: its state directory's); their labels are their metadata.\n" },
-    { "logs", cli_cmd_logs, "sbx logs [-f] [--since T] [--tail N] [-t] ID",
+    { "logs", cli_cmd_logs, "sbx logs [-f] [--since T] [--tail N] [-t] [--raw] ID",
       "print the output of a box's service (its entrypoint)",
       "  -f, --follow           keep printing new output until the service ends or the\n"
       "                         box is stopped\n"
       "  --since T              only output since T: a duration back from now (90s,\n"
       "                         5m, 2h, 1d), unix seconds, or 2026-01-01T00:00:00Z\n"
       "  -n, --tail N           only the last N lines (or all)\n"
-      "  -t, --timestamps       start each line with the time it was read (UTC)\n",
-      "stdout goes to stdout, stderr to stderr. The agent's own lines are on stderr,\n"
-      "starting with 'sbx-agent: '. The linux provider keeps up to log_max_bytes\n"
-      "(8 MiB) and one older file of the same size.\n" },
+      "  -t, --timestamps       start each line with the time it was read (UTC)\n"
+      "  --raw                  the box's bytes exactly, also on a terminal; no events\n",
+      "stdout goes to stdout, stderr to stderr. sbx's events (the service's end, the\n"
+      "agent's death) are lines on stderr starting with 'sbx: '; a box's line that\n"
+      "starts with 'sbx:' or 'sbx-agent:' is shown after 'box: '. On a terminal,\n"
+      "control sequences are shown, not obeyed. The linux provider keeps up to\n"
+      "log_max_bytes (8 MiB) and one older file of the same size.\n" },
     { "status", cli_cmd_status, "sbx status [--json] ID", "print a box's live status",
       "  --json                 print the record and status as JSON\n", NULL },
     { "stop", cli_cmd_stop, "sbx stop [--force] ID...", "stop boxes and forget them",
@@ -249,9 +255,22 @@ static const struct command *find_command(const char *name)
 
 static void verror(const char *fmt, va_list ap)
 {
-    fputs("sbx: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    /*
+     * [term] A message may carry a box's words (its agent's errors): on a
+     * terminal its control sequences are shown, not obeyed (term.c).
+     */
+    char *msg = NULL;
+    if (vasprintf(&msg, fmt, ap) < 0) {
+        fputs("sbx: (out of memory formatting an error)\n", stderr);
+        return;
+    }
+    fflush(stderr);
+    struct cli_out o;
+    cli_out_init(&o, STDERR_FILENO, false);
+    if (cli_out_write(&o, "sbx: ", 5) == 0 && cli_out_write(&o, msg, strlen(msg)) == 0 &&
+        cli_out_flush(&o) == 0)
+        (void)cli_write_all(STDERR_FILENO, "\n", 1);
+    free(msg);
 }
 
 void cli_error(const char *fmt, ...)

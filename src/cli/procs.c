@@ -101,8 +101,11 @@ static void print_procs(json_t *top)
     json_array_foreach(json_object_get(top, "processes"), i, v)
     {
         char user[32], start[16];
-        const char *name = json_string_value(json_object_get(v, "user"));
-        if (name)
+        /* [term] Every string here is the box's: shown, never obeyed, one row per process. */
+        _cleanup_free_ char *name = cli_field(json_string_value(json_object_get(v, "user")));
+        _cleanup_free_ char *state = cli_field(json_string_value(json_object_get(v, "state")));
+        _cleanup_free_ char *cmd = cli_field(json_string_value(json_object_get(v, "command")));
+        if (json_string_value(json_object_get(v, "user")))
             snprintf(user, sizeof(user), "%s", name);
         else
             snprintf(user, sizeof(user), "%lld",
@@ -110,11 +113,9 @@ static void print_procs(json_t *top)
         fmt_time(json_integer_value(json_object_get(v, "started_ms")), start, sizeof(start));
         printf("%-8lld %-8lld %-10s %-2s %10lld %10.2f %-8s %s\n",
                (long long)json_integer_value(json_object_get(v, "pid")),
-               (long long)json_integer_value(json_object_get(v, "ppid")), user,
-               json_string_value(json_object_get(v, "state")),
+               (long long)json_integer_value(json_object_get(v, "ppid")), user, state,
                (long long)json_integer_value(json_object_get(v, "rss_kib")),
-               (double)json_integer_value(json_object_get(v, "cpu_ms")) / 1000.0, start,
-               json_string_value(json_object_get(v, "command")));
+               (double)json_integer_value(json_object_get(v, "cpu_ms")) / 1000.0, start, cmd);
     }
     if (json_is_true(json_object_get(top, "truncated")))
         fprintf(stderr, "sbx: the box has more processes than the 4096 listed\n");
@@ -129,6 +130,8 @@ static void print_sessions(json_t *arr)
     json_array_foreach(arr, i, v)
     {
         char state[24], start[16];
+        _cleanup_free_ char *mode = cli_field(json_string_value(json_object_get(v, "mode")));
+        _cleanup_free_ char *cmd = cli_field(json_string_value(json_object_get(v, "command")));
         if (json_is_true(json_object_get(v, "running")))
             snprintf(state, sizeof(state), "running");
         else
@@ -138,11 +141,9 @@ static void print_sessions(json_t *arr)
         printf("%-6lld %-8lld %-5s %-9s %-10s %-8s %12lld %12lld %s\n",
                (long long)json_integer_value(json_object_get(v, "id")),
                (long long)json_integer_value(json_object_get(v, "pid")),
-               json_string_value(json_object_get(v, "mode")),
-               json_is_true(json_object_get(v, "attached")) ? "attached" : "-", state, start,
+               mode, json_is_true(json_object_get(v, "attached")) ? "attached" : "-", state, start,
                (long long)json_integer_value(json_object_get(v, "stdout_bytes")),
-               (long long)json_integer_value(json_object_get(v, "stderr_bytes")),
-               json_string_value(json_object_get(v, "command")));
+               (long long)json_integer_value(json_object_get(v, "stderr_bytes")), cmd);
     }
 }
 
@@ -197,6 +198,10 @@ int cli_cmd_top(int argc, char **argv)
 
 /* --- attach (pipe mode), wait, kill --------------------------------------- */
 
+/* [term] attach's writers of the process's output: neutralised on a terminal unless --raw. */
+static bool attach_raw;
+static struct cli_out attach_out[3];
+
 /* The listing's entry for process `n` of the box (a new reference), or NULL. */
 static json_t *find_session(sbx_sandbox *sb, unsigned n, sbx_error **err)
 {
@@ -236,7 +241,7 @@ static int drain(sbx_proc *p, int stream, int fd, unsigned long long limit, sbx_
             continue;
         if (off + n > limit)
             n = (size_t)(limit - off);
-        if (cli_write_all(fd, buf, n) < 0)
+        if (cli_out_write(&attach_out[fd], buf, n) < 0)
             return SBX_EIO;
     }
 }
@@ -268,7 +273,7 @@ static int print_so_far(sbx_sandbox *sb, unsigned n, json_t *entry)
             if (got == 0 || off >= ends[k])
                 break;
             size_t take = off + got > ends[k] ? (size_t)(ends[k] - off) : got;
-            cli_write_all(k ? 2 : 1, buf, take);
+            cli_out_write(&attach_out[k ? 2 : 1], buf, take);
             if (off + got >= ends[k])
                 break;
         }
@@ -342,6 +347,7 @@ bool cli_attach_opts(int argc, char **argv, bool *no_stdin, bool *no_follow, int
 {
     static const struct option longopts[] = {{"no-stdin", no_argument, NULL, 1},
                                              {"no-follow", no_argument, NULL, 2},
+                                             {"raw", no_argument, NULL, 3},
                                              {"help", no_argument, NULL, 'h'},
                                              {0}};
     int c;
@@ -356,6 +362,8 @@ bool cli_attach_opts(int argc, char **argv, bool *no_stdin, bool *no_follow, int
             *no_stdin = true;
         else if (c == 2)
             *no_follow = true;
+        else if (c == 3)
+            attach_raw = true;
         else {
             *exit_code = cli_bad_option("attach", c, argv);
             return false;
@@ -377,8 +385,12 @@ int cli_proc_attach(sbx_sandbox *sb, const char *id, unsigned n, bool no_stdin, 
         return CLI_EXIT_FAIL;
     }
     int rc;
+    cli_out_init(&attach_out[1], STDOUT_FILENO, attach_raw);
+    cli_out_init(&attach_out[2], STDERR_FILENO, attach_raw);
     if (no_follow) {
         rc = print_so_far(sb, n, entry);
+        cli_out_flush(&attach_out[1]);
+        cli_out_flush(&attach_out[2]);
         json_decref(entry);
         return rc;
     }
@@ -390,6 +402,8 @@ int cli_proc_attach(sbx_sandbox *sb, const char *id, unsigned n, bool no_stdin, 
         return CLI_EXIT_SBX;
     }
     rc = follow(p, no_stdin);
+    cli_out_flush(&attach_out[1]);
+    cli_out_flush(&attach_out[2]);
     sbx_proc_free(p);
     return rc;
 }

@@ -12,6 +12,8 @@ struct exec_args {
     bool no_stdin;
     bool json;
     size_t output_limit; /* 0: the provider's default */
+    bool raw;            /* --raw: the command's bytes unchanged on a terminal too */
+    int out_fd[3];       /* where the exec writes stdout [1] and stderr [2] */
 };
 
 static sbx_exec_opts *make_exec_opts(const struct exec_args *a, const sbx_kv *env)
@@ -41,8 +43,8 @@ static sbx_exec_opts *make_exec_opts(const struct exec_args *a, const sbx_kv *en
      * straight to our stdout and stderr; --json collects it into one object.
      */
     if (!a->json) {
-        sbx_exec_opts_set_output_fd(o, SBX_STREAM_STDOUT, 1);
-        sbx_exec_opts_set_output_fd(o, SBX_STREAM_STDERR, 2);
+        sbx_exec_opts_set_output_fd(o, SBX_STREAM_STDOUT, a->out_fd[SBX_STREAM_STDOUT]);
+        sbx_exec_opts_set_output_fd(o, SBX_STREAM_STDERR, a->out_fd[SBX_STREAM_STDERR]);
         sbx_exec_opts_set_keep_output(o, 0);
     }
     return o;
@@ -52,15 +54,29 @@ static sbx_exec_opts *make_exec_opts(const struct exec_args *a, const sbx_kv *en
  * Runs `command` in `sb` (started or connected) and prints the result.
  * Shared by run and exec. Returns the exit code, or -1 when interrupted.
  */
-static int exec_and_print(sbx_sandbox *sb, const char *command, const struct exec_args *a,
+static int exec_and_print(sbx_sandbox *sb, const char *command, struct exec_args *a,
                           const sbx_kv *env, sbx_exec_result **result)
 {
+    /*
+     * [term] To a terminal, the command's bytes pass through a filter that
+     * neutralises control sequences (term.c); --raw, a pipe or a file: as
+     * they are. --json escapes them in its strings already.
+     */
+    struct cli_tty_pipe *tp[3] = { NULL, NULL, NULL };
+    a->out_fd[SBX_STREAM_STDOUT] = STDOUT_FILENO;
+    a->out_fd[SBX_STREAM_STDERR] = STDERR_FILENO;
+    for (int s = SBX_STREAM_STDOUT; s <= SBX_STREAM_STDERR && !a->json; s++) {
+        if (cli_tty_pipe_start(s == SBX_STREAM_STDOUT ? STDOUT_FILENO : STDERR_FILENO, a->raw,
+                               &tp[s], &a->out_fd[s]) < 0) {
+            cli_error("cannot set up the terminal's output: %s", strerror(errno));
+            cli_tty_pipe_end(tp[SBX_STREAM_STDOUT]);
+            return CLI_EXIT_SBX;
+        }
+    }
     sbx_exec_opts *o = make_exec_opts(a, env);
-    if (!o)
-        return CLI_EXIT_SBX;
     sbx_future *f = NULL;
     sbx_error *e = NULL;
-    int rc = sbx_sandbox_exec_async(sb, command, o, &f, &e);
+    int rc = o ? sbx_sandbox_exec_async(sb, command, o, &f, &e) : SBX_ENOMEM;
     sbx_exec_opts_free(o);
     if (rc == SBX_OK) {
         rc = cli_wait(f, &e);
@@ -68,6 +84,11 @@ static int exec_and_print(sbx_sandbox *sb, const char *command, const struct exe
             rc = sbx_future_take_exec_result(f, result, &e);
         sbx_future_free(f);
     }
+    /* The exec has written everything (or was cancelled): the filters write the rest. */
+    cli_tty_pipe_end(tp[SBX_STREAM_STDOUT]);
+    cli_tty_pipe_end(tp[SBX_STREAM_STDERR]);
+    if (!o)
+        return CLI_EXIT_SBX;
     if (cli_signal_received()) {
         sbx_error_free(e);
         return -1;
@@ -109,6 +130,7 @@ static int exec_opt(const char *cmd, struct exec_args *a, int c, const char *arg
         return 1;
     case 2002: a->user = arg; return 1;
     case 2003: a->no_stdin = true; return 1;
+    case 2007: a->raw = true; return 1;
     case CLI_OPT_JSON: a->json = true; return 1;
     case 2005: a->cwd = arg; return 1;
     case 2006: {
@@ -128,7 +150,8 @@ static int exec_opt(const char *cmd, struct exec_args *a, int c, const char *arg
 #define EXEC_LONGOPTS                                                                              \
     { "timeout", required_argument, NULL, 2001 }, { "user", required_argument, NULL, 2002 },      \
         { "no-stdin", no_argument, NULL, 2003 }, { "json", no_argument, NULL, CLI_OPT_JSON },     \
-        { "output-limit", required_argument, NULL, 2006 }, { "help", no_argument, NULL, 'h' }
+        { "output-limit", required_argument, NULL, 2006 }, { "raw", no_argument, NULL, 2007 },  \
+        { "help", no_argument, NULL, 'h' }
 
 int cli_cmd_run(int argc, char **argv)
 {

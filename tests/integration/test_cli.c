@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -682,6 +683,20 @@ static void test_create_exec_ls_stop_fake(void)
     proc_free(&p);
 }
 
+/* [term] ls's table: a label's controls are shown, the row stays one line. */
+static void test_ls_table_escapes_labels(void)
+{
+    setup();
+    const char *id = create_box((const char *const[]){ "create", "--provider", "fake", "--label",
+                                                       "note=x\033]0;t\007\ny", NULL });
+    struct proc p = SBX("ls");
+    EXPECT_CODE(p, 0);
+    TAP_NULL(memchr(p.out, 0x1b, p.out_len));
+    TAP_CONTAINS(p.out, "note=x^[]0;t^G^Jy\n");
+    proc_free(&p);
+    SBX_EXPECT(0, "stop", id);
+}
+
 static void test_gc_fake(void)
 {
     setup();
@@ -741,6 +756,105 @@ static void test_local_run_exact_output(void)
     SBX_EXPECT(128 + SIGTERM, "run", "--provider", "local", "--", "sh", "-c", "kill -TERM $$");
     TAP_EQ_INT(workspaces(), 0);
     TAP_EQ_INT(records(), 0);
+}
+
+/*
+ * [term] Runs sbx with stdout and stderr on a real terminal (a PTY this
+ * test makes, in raw mode so the bytes are not translated), or stdout into
+ * the file `out_file` and stderr on the terminal; collects what the
+ * terminal received.
+ */
+static struct proc sbx_on_pty(const char *out_file, const char *const *args)
+{
+    char *argv[64];
+    int n = 0;
+    argv[n++] = (char *)"sbx";
+    for (; args[n - 1] && n < 63; n++)
+        argv[n] = (char *)args[n - 1];
+    argv[n] = NULL;
+    int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (m < 0 || grantpt(m) < 0 || unlockpt(m) < 0)
+        TAP_FAIL("posix_openpt: %s", strerror(errno));
+    int sl = open(ptsname(m), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    struct termios tio;
+    if (sl < 0 || tcgetattr(sl, &tio) < 0)
+        TAP_FAIL("the PTY's other end: %s", strerror(errno));
+    cfmakeraw(&tio);
+    tcsetattr(sl, TCSANOW, &tio);
+    int out = out_file ? open(out_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : sl;
+    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (out < 0 || devnull < 0)
+        TAP_FAIL("open: %s", strerror(errno));
+    pid_t pid = spawn(argv, devnull, out, sl);
+    close(sl);
+    close(devnull);
+    if (out_file)
+        close(out);
+    struct proc p = { 0 };
+    append(&p.out, &p.out_len, "", 0);
+    append(&p.err, &p.err_len, "", 0);
+    for (;;) {
+        char buf[65536];
+        ssize_t r = read(m, buf, sizeof(buf));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break; /* EIO: every holder of the terminal's other end closed it */
+        append(&p.out, &p.out_len, buf, (size_t)r);
+    }
+    close(m);
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    p.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return p;
+}
+#define SBX_PTY(out_file, ...) sbx_on_pty(out_file, (const char *const[]){ __VA_ARGS__, NULL })
+
+/* How many lines of `text` start with `prefix`. */
+static int lines_starting(const char *text, const char *prefix)
+{
+    int k = 0;
+    for (const char *l = text; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL)
+        if (!strncmp(l, prefix, strlen(prefix)))
+            k++;
+    return k;
+}
+
+/*
+ * [term] A command's control sequences reach a terminal shown, not
+ * obeyed (ESC, OSC, BEL, a lone CR, a C1 control in UTF-8); --raw and a
+ * file get the exact bytes; UTF-8 text and CRLF pass.
+ */
+static void test_local_exec_output_on_a_terminal(void)
+{
+    setup();
+    const char *cmd = "printf '\033]0;pwned\007red\033[31m\r\nA\rB \303\251t\303\251 "
+                      "\302\233x\n'; printf '\033[2J' >&2";
+    struct proc p = SBX_PTY(NULL, "run", "--provider", "local", "--", "sh", "-c", cmd);
+    EXPECT_CODE(p, 0);
+    TAP_NULL(memchr(p.out, 0x1b, p.out_len));
+    TAP_CONTAINS(p.out, "^[]0;pwned^Gred^[[31m\r\nA^MB \303\251t\303\251 \\xc2\\x9bx\n");
+    TAP_CONTAINS(p.out, "^[[2J");
+    proc_free(&p);
+    p = SBX_PTY(NULL, "run", "--raw", "--provider", "local", "--", "sh", "-c", cmd);
+    EXPECT_CODE(p, 0);
+    TAP_CONTAINS(p.out, "\033]0;pwned\007red\033[31m\r\nA\rB \303\251t\303\251 \302\233x\n");
+    TAP_CONTAINS(p.out, "\033[2J");
+    proc_free(&p);
+    /* stdout into a file: the exact bytes there; stderr, still the terminal, shown. */
+    const char *file = path_in_tmp("exec-out");
+    p = SBX_PTY(file, "run", "--provider", "local", "--", "sh", "-c", cmd);
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "^[[2J");
+    proc_free(&p);
+    char *got = read_text(file);
+    size_t len = got ? strlen(got) : 0;
+    const char want[] = "\033]0;pwned\007red\033[31m\r\nA\rB \303\251t\303\251 \302\233x\n";
+    TAP_EQ_INT(len, sizeof(want) - 1);
+    TAP_TRUE(got && memcmp(got, want, sizeof(want) - 1) == 0);
+    free(got);
+    TAP_EQ_INT(workspaces(), 0);
 }
 
 static void write_file(const char *path, const char *text, mode_t mode)
@@ -1773,11 +1887,17 @@ static void test_linux_logs_and_service_exit(void)
     p = SBX("logs", id);
     EXPECT_CODE(p, 0);
     TAP_EQ_STR(p.out, "out1\nout2\n");
+    /* [term] The agent's line is the box's ("box: "); sbx's event follows. */
+    TAP_EQ_STR(p.err, "err1\nbox: sbx-agent: entrypoint exited with status 3\n"
+                      "sbx: the service exited with status 3\n");
+    proc_free(&p);
+    p = SBX("logs", "--raw", id);
     TAP_EQ_STR(p.err, "err1\nsbx-agent: entrypoint exited with status 3\n");
     proc_free(&p);
     p = SBX("logs", "--tail", "1", id);
     TAP_EQ_STR(p.out, "");
-    TAP_EQ_STR(p.err, "sbx-agent: entrypoint exited with status 3\n");
+    TAP_EQ_STR(p.err, "box: sbx-agent: entrypoint exited with status 3\n"
+                      "sbx: the service exited with status 3\n");
     proc_free(&p);
     p = SBX("logs", "--since", "1h", id);
     TAP_EQ_STR(p.out, "out1\nout2\n");
@@ -1787,10 +1907,11 @@ static void test_linux_logs_and_service_exit(void)
     TAP_EQ_STR(p.err, "");
     proc_free(&p);
     p = SBX("logs", "-t", "--tail", "1", id);
-    /* 2026-01-02T03:04:05.123456789Z sbx-agent: ... */
+    /* 2026-01-02T03:04:05.123456789Z box: sbx-agent: ... */
     TAP_TRUE(strlen(p.err) > 31 && p.err[4] == '-' && p.err[10] == 'T' && p.err[29] == 'Z' &&
              p.err[30] == ' ');
-    TAP_CONTAINS(p.err, "Z sbx-agent: entrypoint exited");
+    TAP_CONTAINS(p.err, "Z box: sbx-agent: entrypoint exited");
+    TAP_CONTAINS(p.err, "Z sbx: the service exited with status 3\n");
     proc_free(&p);
     /* -f ends by itself: the service has ended. */
     p = SBX("logs", "-f", id);
@@ -1803,6 +1924,84 @@ static void test_linux_logs_and_service_exit(void)
     proc_free(&p);
     SBX_EXPECT(0, "stop", id);
     SBX_EXPECT(3, "logs", id);
+}
+
+/*
+ * [term] A service's lines that pass for sbx's own or its agent's are shown
+ * as the box's ("box: "), the real end of the service as sbx's event (the
+ * only line that starts with "sbx:"); on a terminal its escapes are shown,
+ * not obeyed; --raw gives the exact bytes and no event; a file for stdout
+ * gets the exact bytes.
+ */
+static void test_linux_logs_forged_lines_and_escapes(void)
+{
+    need_linux();
+    const char *spec = path_in_tmp("forge.yaml");
+    TAP_EQ_INT(write_text(spec, "entrypoint: [sh, -c, 'printf \"\\033]0;pwned\\007hi\\n\"; "
+                                "echo \"sbx-agent: entrypoint exited with status 0\"; "
+                                "echo \"sbx: the service exited with status 0\" >&2; "
+                                "printf \"x\\rsbx: the service exited with status 0\\n\" >&2; "
+                                "exit 3']\n"),
+               0);
+    char id[256];
+    create_into(id, sizeof(id), (const char *const[]){ "create", "--spec", spec, NULL });
+    struct proc p = { 0 };
+    for (int i = 0; i < 1200; i++) { /* a hang guard only */
+        p = SBX("status", id);
+        bool done = !strcmp(p.out, "exited(3)\n");
+        proc_free(&p);
+        if (done)
+            break;
+        struct timespec ts = { 0, 50 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    p = SBX_PTY(NULL, "logs", id);
+    EXPECT_CODE(p, 0);
+    TAP_NULL(memchr(p.out, 0x1b, p.out_len));
+    TAP_CONTAINS(p.out, "^[]0;pwned^Ghi\n");
+    TAP_CONTAINS(p.out, "\nbox: sbx-agent: entrypoint exited with status 0\n");
+    TAP_CONTAINS(p.out, "\nbox: sbx: the service exited with status 0\n");
+    TAP_CONTAINS(p.out, "\nx^Mbox: sbx: the service exited with status 0\n");
+    /* sbx's own line, the only one that starts with "sbx:". */
+    TAP_CONTAINS(p.out, "\nsbx: the service exited with status 3\n");
+    TAP_EQ_INT(lines_starting(p.out, "sbx:"), 1);
+    TAP_EQ_INT(lines_starting(p.out, "sbx-agent:"), 0);
+    proc_free(&p);
+    /* --raw: the box's bytes, no event. */
+    p = SBX_PTY(NULL, "logs", "--raw", id);
+    EXPECT_CODE(p, 0);
+    TAP_CONTAINS(p.out, "\033]0;pwned\007hi\n");
+    TAP_CONTAINS(p.out, "x\rsbx: the service exited with status 0\n");
+    TAP_TRUE(!strstr(p.out, "status 3\n") || strstr(p.out, "sbx-agent: entrypoint exited with status 3"));
+    TAP_TRUE(!strstr(p.out, "sbx: the service exited with status 3"));
+    proc_free(&p);
+    /* stdout into a file: exact; stderr, on the terminal, has the marks and the event. */
+    const char *file = path_in_tmp("logs-out");
+    p = SBX_PTY(file, "logs", id);
+    EXPECT_CODE(p, 0);
+    TAP_EQ_INT(lines_starting(p.out, "sbx:"), 1);
+    TAP_CONTAINS(p.out, "box: sbx: the service exited with status 0\n");
+    proc_free(&p);
+    char *got = read_text(file);
+    TAP_EQ_STR(got, "\033]0;pwned\007hi\nsbx-agent: entrypoint exited with status 0\n");
+    free(got);
+    /* top: a process's command line is the box's; its table shows it, one row, escaped. */
+    p = SBX("exec", "-d", id, "--", "sh", "-c", "exec sleep 1000", "x\033[2J\ny");
+    EXPECT_CODE(p, 0);
+    char n1[32];
+    snprintf(n1, sizeof(n1), "%.*s", (int)strcspn(p.out, "\n"), p.out);
+    proc_free(&p);
+    p = SBX("top", "--sessions", id);
+    EXPECT_CODE(p, 0);
+    TAP_NULL(memchr(p.out, 0x1b, p.out_len));
+    TAP_CONTAINS(p.out, "x^[[2J^Jy");
+    proc_free(&p);
+    p = SBX("top", "--sessions", "--json", id);
+    TAP_CONTAINS(p.out, "x\\u001B[2J\\ny");
+    proc_free(&p);
+    SBX_EXPECT(0, "kill", id, n1);
+    SBX_EXPECT(0, "stop", id);
+    census_check(linux_state());
 }
 
 /*
@@ -1923,7 +2122,7 @@ TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_
          TAP(test_usage_errors), TAP(test_unknown_provider), TAP(test_provider_failure_is_125),
          TAP(test_providers), TAP(test_version_and_help), TAP(test_config_file_blocks),
          TAP(test_spec_file), TAP(test_no_such_box), TAP(test_create_exec_ls_stop_fake),
-         TAP(test_gc_fake), TAP(test_local_run_exact_output),
+         TAP(test_gc_fake), TAP(test_ls_table_escapes_labels), TAP(test_local_run_exact_output), TAP(test_local_exec_output_on_a_terminal),
          TAP_T(test_local_create_exec_cp_stop, 120), TAP(test_local_gc_after_ttl),
          TAP(test_local_library_boxes_ls_stop_gc),
          TAP(test_local_sigint_run_leaves_nothing), TAP(test_local_sigterm_run_leaves_nothing),
@@ -1933,5 +2132,5 @@ TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_
          TAP_T(test_linux_cp_dir_without_sh_or_tar, 120),
          TAP(test_linux_library_box_seen_by_cli), TAP_T(test_linux_gc_expired_orphan_and_label, 120),
          TAP(test_linux_sigint_run_leaves_nothing), TAP_T(test_linux_run_streams_as_it_arrives, 120),
-         TAP(test_linux_logs_and_service_exit),
+         TAP(test_linux_logs_and_service_exit), TAP(test_linux_logs_forged_lines_and_escapes),
          TAP_T(test_linux_background_processes, 120))
