@@ -8,6 +8,7 @@
  */
 #include "agent/agent.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
