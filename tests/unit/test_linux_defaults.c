@@ -8,6 +8,7 @@
 
 #include "providers/linux/linux.h"
 
+#include <limits.h>
 #include <stdio.h>
 
 #define MIB (1ll << 20)
@@ -68,6 +69,17 @@ static void test_hard_limit_rises_with_file_max(void)
     /* Never above nr_open, which setrlimit would refuse. */
     h.nr_open = 2000;
     TAP_EQ_INT(sbx__linux_default_nofile_hard(&h, 100), 2000);
+}
+
+/* systemd raises file-max to 2^63 - 1: the pid share binds, the hard limit is 4096, no overflow. */
+static void test_unlimited_file_max(void)
+{
+    sbx_linux_host h = { .pid_max = 4194304, .threads_max = 514000, .file_max = LLONG_MAX,
+                         .nr_open = 1073741816, .mem_bytes = 64 * GIB };
+    long long pids = sbx__linux_default_pids(&h);
+    TAP_EQ_INT(pids, 514000 / 16);
+    TAP_EQ_INT(sbx__linux_default_nofile_hard(&h, pids), 4096);
+    TAP_EQ_INT(sbx__linux_default_nofile_hard(&h, 0), 4096);
 }
 
 /* threads-max below pid_max is the budget. */
@@ -154,5 +166,5 @@ static void test_host_read(void)
 }
 
 TAP_MAIN(TAP(test_this_machine), TAP(test_large_host), TAP(test_hard_limit_rises_with_file_max),
-         TAP(test_threads_max_counts), TAP(test_small_hosts), TAP(test_unknown_host),
+         TAP(test_unlimited_file_max), TAP(test_threads_max_counts), TAP(test_small_hosts), TAP(test_unknown_host),
          TAP(test_shares_hold), TAP(test_host_read))
