@@ -18,10 +18,14 @@
 #include <nettle/sha2.h>
 #include <signal.h>
 #include <sched.h>
+#include <limits.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
+
+#define diag(...) (printf("# " __VA_ARGS__), printf("\n"))
 
 static char self_path[4096] = "/proc/self/exe"; /* this binary, for re-exec */
 
@@ -63,6 +67,16 @@ static void busybox_rootfs(char *dir, size_t dn, char *tar, size_t tn)
     TAP_TRUE(n > 100);
     if (run_cmd(out, sizeof(out), "tar -C %s -cf %s .", dir, tar) != 0)
         TAP_FAIL("packing the busybox rootfs: %s", out);
+}
+
+/* A box's pids.max without pids_limit: scaled to this host (defaults.c). */
+static const char *default_pids_str(void)
+{
+    static char buf[32];
+    sbx_linux_host h;
+    sbx__linux_host_read(&h);
+    snprintf(buf, sizeof(buf), "%lld", sbx__linux_default_pids(&h));
+    return buf;
 }
 
 static sbx_spec *spec_none(void)
@@ -229,6 +243,112 @@ static void test_disk_gib_enospc(void)
     TAP_EQ_INT(rc_of(sb, "rm /tmp/big && echo small > /tmp/small"), 0);
     stop_free(sb);
     sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/* The size of the filesystem at `path` in the box, in bytes, as its statfs says. */
+static long long box_fs_size(sbx_sandbox *sb, const char *path)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "echo $(( $(stat -f -c '%%b * %%S' %s) ))", path);
+    return atoll(out_of(sb, cmd));
+}
+
+static long long box_cg_value(sbx_sandbox *sb, const char *v2_file, const char *v1_file)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "cat /sys/fs/cgroup/%s",
+             sbx__cg_mode() == SBX_CG_V2 ? v2_file : v1_file);
+    const char *o = out_of(sb, cmd);
+    return strncmp(o, "max", 3) == 0 ? -1 : atoll(o);
+}
+
+/*
+ * A default box's limits are the host's shares (defaults.c), not flat
+ * values: its pids.max, its RLIMIT_NOFILE and the size of its one writable
+ * tmpfs (seen at / and /dev/shm). A memory limit bounds the tmpfs;
+ * memory_cgroup "always" gives a box without a memory limit half of RAM;
+ * each knob overrides its default.
+ */
+static void test_defaults_scale_with_the_host(void)
+{
+    need_boxes();
+    if (sbx__cg_mode() == SBX_CG_NONE)
+        TAP_SKIP("no cgroups here");
+    sbx_linux_host h;
+    sbx__linux_host_read(&h);
+    long long pids = sbx__linux_default_pids(&h);
+    struct rlimit rl;
+    TAP_EQ_INT(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    long long creator = rl.rlim_max == RLIM_INFINITY ? LLONG_MAX : (long long)rl.rlim_max;
+    long long hard = sbx__linux_default_nofile_hard(&h, pids);
+    hard = hard < creator ? hard : creator;
+    long long soft = hard < 1024 ? hard : 1024;
+    long long tmpfs = sbx__linux_default_upper_size(&h, 0);
+    diag("this host: pid_max %lld, threads-max %lld, file-max %lld, RAM %lld MiB -> pids %lld, "
+         "nofile %lld:%lld, tmpfs %lld MiB",
+         h.pid_max, h.threads_max, h.file_max, h.mem_bytes >> 20, pids, soft, hard, tmpfs >> 20);
+    TAP_TRUE(tmpfs > 0);
+    char want[128];
+
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_sandbox *sb = start(p, s);
+    TAP_EQ_INT(box_cg_value(sb, "pids.max", "pids/pids.max"), pids);
+    snprintf(want, sizeof(want), "%lld %lld\n", soft, hard);
+    TAP_EQ_STR(out_of(sb, "echo $(ulimit -n) $(ulimit -Hn)"), want);
+    TAP_EQ_INT(box_fs_size(sb, "/dev/shm"), tmpfs);
+    TAP_EQ_INT(box_fs_size(sb, "/"), tmpfs);
+    stop_free(sb);
+
+    /* A memory limit below the share bounds the tmpfs: its pages are charged to it. */
+    sbx_spec_set_memory_mib(s, 64);
+    sb = start(p, s);
+    TAP_EQ_INT(box_fs_size(sb, "/dev/shm"), 64ll << 20);
+    stop_free(sb);
+    sbx_spec_free(s);
+
+    /* The knobs override: pids_limit (which the hard nofile follows), disk_gib, nofile. */
+    sbx_provider *pk = provider("{\"pids_limit\": 5000}");
+    s = spec_none();
+    sbx_spec_set_disk_gib(s, 1);
+    sb = start(pk, s);
+    TAP_EQ_INT(box_cg_value(sb, "pids.max", "pids/pids.max"), 5000);
+    long long hard5000 = sbx__linux_default_nofile_hard(&h, 5000);
+    snprintf(want, sizeof(want), "%lld\n", hard5000 < creator ? hard5000 : creator);
+    TAP_EQ_STR(out_of(sb, "ulimit -Hn"), want);
+    TAP_EQ_INT(box_fs_size(sb, "/dev/shm"), 1ll << 30);
+    stop_free(sb);
+    sbx_spec_set_provider_options(s, "{\"pids_limit\": 77, \"nofile\": [50, 60]}", NULL);
+    sb = start(pk, s);
+    TAP_EQ_INT(box_cg_value(sb, "pids.max", "pids/pids.max"), 77);
+    TAP_EQ_STR(out_of(sb, "echo $(ulimit -n) $(ulimit -Hn)"), "50 60\n");
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(pk);
+
+    /* null in the config is the default (the shipped config writes it so). */
+    sbx_provider *pn = provider("{\"pids_limit\": null, \"nofile\": null}");
+    s = spec_none();
+    sb = start(pn, s);
+    TAP_EQ_INT(box_cg_value(sb, "pids.max", "pids/pids.max"), pids);
+    stop_free(sb);
+    sbx_provider_free(pn);
+
+    /* "always": the box has its memory cgroup anyway, and gets half of RAM as its ceiling. */
+    sbx_provider *pa = provider("{\"memory_cgroup\": \"always\"}");
+    sb = start(pa, s);
+    TAP_EQ_INT(box_cg_value(sb, "memory.max", "memory/memory.limit_in_bytes"),
+               sbx__linux_default_memory(&h));
+    TAP_EQ_INT(box_fs_size(sb, "/dev/shm"), tmpfs);
+    stop_free(sb);
+    sbx_spec_set_memory_mib(s, 96);
+    sb = start(pa, s);
+    TAP_EQ_INT(box_cg_value(sb, "memory.max", "memory/memory.limit_in_bytes"), 96ll << 20);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(pa);
     sbx_provider_free(p);
     census_check(state_dir);
 }
@@ -504,16 +624,17 @@ static void test_cgroup_limits_written(void)
      * What each hierarchy's group must hold: v1 one group per controller, v2 one for
      * all (under the cgroup level, sbx/ or SBX_LINUX_CGROUP).
      */
-    static const struct {
+    const char *pids = default_pids_str();
+    const struct {
         const char *dir_part, *file, *want;
     } v1[] = {
         { "/memory/", "memory.limit_in_bytes", "134217728" },
-        { "/pids/", "pids.max", "4096" },
+        { "/pids/", "pids.max", pids },
         { "/cpu", "cpu.cfs_quota_us", "50000" },
     }, v2[] = {
         { "/", "memory.max", "134217728" },
         { "/", "memory.swap.max", "0" },
-        { "/", "pids.max", "4096" },
+        { "/", "pids.max", pids },
         { "/", "cpu.max", "50000 100000" },
     };
     bool is_v2 = sbx__cg_mode() == SBX_CG_V2;
@@ -563,8 +684,10 @@ static void test_box_sees_its_own_cgroup_limits(void)
     char cmd[512];
     snprintf(cmd, sizeof(cmd), "cat %s", mem);
     TAP_EQ_STR(out_of(sb, cmd), "134217728\n");
+    char want_pids[40];
+    snprintf(want_pids, sizeof(want_pids), "%s\n", default_pids_str());
     snprintf(cmd, sizeof(cmd), "cat %s", pids);
-    TAP_EQ_STR(out_of(sb, cmd), "4096\n");
+    TAP_EQ_STR(out_of(sb, cmd), want_pids);
     TAP_CONTAINS(out_of(sb, v2 ? "cat /sys/fs/cgroup/cpu.max" : "cat /sys/fs/cgroup/cpu*/cpu.cfs_quota_us"),
                  "50000");
     /* Its own processes are listed, as the box numbers them. */
@@ -575,7 +698,7 @@ static void test_box_sees_its_own_cgroup_limits(void)
     snprintf(cmd, sizeof(cmd), "echo max > %s", pids);
     TAP_NE_INT(rc_of(sb, cmd), 0);
     snprintf(cmd, sizeof(cmd), "cat %s", pids);
-    TAP_EQ_STR(out_of(sb, cmd), "4096\n");
+    TAP_EQ_STR(out_of(sb, cmd), want_pids);
     /* No sbx/ level, no other box: the view's root is the box's own group. */
     snprintf(cmd, sizeof(cmd), "ls -R /sys/fs/cgroup | grep -c -e sbx -e %s || true",
              sbx_sandbox_id(other));
@@ -1770,7 +1893,8 @@ int main(int argc, char **argv)
     static const struct tap_test tests[] = {
         TAP(test_stop_without_pidfd), TAP(test_pid1_is_agent_and_namespaces),
         TAP(test_writes_isolated_between_boxes), TAP(test_memory_bomb_is_oom_and_box_lives),
-        TAP(test_fork_bomb_stopped_by_pids), TAP(test_disk_gib_enospc), TAP(test_escapes_fail),
+        TAP(test_fork_bomb_stopped_by_pids), TAP(test_disk_gib_enospc),
+        TAP(test_defaults_scale_with_the_host), TAP(test_escapes_fail),
         TAP(test_seccomp_filter_cached_and_checked),
         TAP(test_agent_cannot_be_ptraced_from_the_box),
         TAP(test_box_ends_when_its_directory_is_removed), TAP(test_cgroup_limits_written),

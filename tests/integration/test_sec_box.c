@@ -479,8 +479,12 @@ static void test_nofile_default_and_configured(void)
     need_boxes();
     struct rlimit rl;
     TAP_EQ_INT(getrlimit(RLIMIT_NOFILE, &rl), 0);
-    unsigned long long hard =
-        rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 4096 ? 4096 : rl.rlim_max;
+    /* The default scales with the host (defaults.c), never above the creator's. */
+    sbx_linux_host host;
+    sbx__linux_host_read(&host);
+    unsigned long long def =
+        (unsigned long long)sbx__linux_default_nofile_hard(&host, sbx__linux_default_pids(&host));
+    unsigned long long hard = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > def ? def : rl.rlim_max;
     unsigned long long soft = hard < 1024 ? hard : 1024;
     sbx_provider *p = provider(NULL);
     sbx_spec *s = sbx_spec_new();

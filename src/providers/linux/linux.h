@@ -27,8 +27,22 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/*
+ * A box's defaults scale with the host (defaults.c): these are the shares and
+ * bounds. The flat 4096 pids is only used where the kernel says nothing of its
+ * pid_max and threads-max.
+ */
 #define SBX_LINUX_DEFAULT_PIDS 4096
-/* A box's RLIMIT_NOFILE unless configured (nofile), capped by the creator's hard limit. */
+#define SBX_LINUX_PIDS_SHARE 16  /* one box: at most 1/16 of the host's pids */
+#define SBX_LINUX_PIDS_FLOOR 1024
+#define SBX_LINUX_FILES_SHARE 2  /* one box's pids x nofile: at most 1/2 of file-max */
+#define SBX_LINUX_TMPFS_SHARE 8  /* one box's writable tmpfs: at most 1/8 of RAM */
+#define SBX_LINUX_MEMORY_SHARE 2 /* memory_cgroup "always": at most 1/2 of RAM */
+/*
+ * A box's RLIMIT_NOFILE unless configured (nofile): soft 1024, hard from
+ * 1024 to 4096 as file-max and the box's pids allow, capped by the creator's
+ * hard limit.
+ */
 #define SBX_LINUX_DEFAULT_NOFILE_SOFT 1024
 #define SBX_LINUX_DEFAULT_NOFILE_HARD 4096
 #define SBX_LINUX_DEFAULT_READY_TIMEOUT_S 30.0
@@ -207,6 +221,32 @@ SBX_INTERNAL void sbx__linux_stop_where(const char *box_dir, pid_t pid, char *bu
 
 /* Removes what a box with a dead shim left: cgroups, then its directory. */
 SBX_INTERNAL int sbx__linux_remove_leftovers(const char *box_dir, const sbx_linux_record *rec);
+
+/* --- defaults scaled to the host (defaults.c) ----------------------------- */
+
+/* What the host has; 0 where the kernel does not say. */
+typedef struct {
+    long long pid_max;     /* kernel.pid_max */
+    long long threads_max; /* kernel.threads-max */
+    long long file_max;    /* fs.file-max */
+    long long nr_open;     /* fs.nr_open: the highest RLIMIT_NOFILE */
+    long long mem_bytes;   /* total RAM */
+} sbx_linux_host;
+
+/* Reads /proc/sys and sysinfo(2); never fails (unknown values are 0). */
+SBX_INTERNAL void sbx__linux_host_read(sbx_linux_host *h);
+/* pids.max of a box that sets no pids_limit. */
+SBX_INTERNAL long long sbx__linux_default_pids(const sbx_linux_host *h);
+/* The hard RLIMIT_NOFILE of a box that sets no nofile, given its pids limit (0: none). */
+SBX_INTERNAL long long sbx__linux_default_nofile_hard(const sbx_linux_host *h, long long pids);
+/*
+ * The size of a box's writable tmpfs without disk_gib, given its memory
+ * limit in bytes (0: none); 0 when nothing is known (the kernel's default).
+ */
+SBX_INTERNAL long long sbx__linux_default_upper_size(const sbx_linux_host *h,
+                                                     long long memory_bytes);
+/* memory.max of a box without a memory limit, with memory_cgroup "always"; 0: none. */
+SBX_INTERNAL long long sbx__linux_default_memory(const sbx_linux_host *h);
 
 /* --- cgroups (cgroup.c) ---------------------------------------------------- */
 

@@ -63,6 +63,7 @@ struct linux_state {
     double stop_grace_s;
     double stop_timeout_s;
     long long nofile_soft, nofile_hard; /* nofile; hard 0: the default */
+    sbx_linux_host host; /* what the host has, read once: the defaults scale with it */
     int agent_dynamic; /* -1 unknown, 0 static, 1 needs an interpreter */
     long long max_conns;     /* max_agent_connections */
     unsigned long long max_image_bytes; /* 0: image.c's default */
@@ -208,23 +209,23 @@ static bool parse_nofile(const json_t *v, long long *soft, long long *hard)
 
 /*
  * The box's RLIMIT_NOFILE: the configured one, or sbx's default (soft 1024,
- * hard 4096: see docs/providers/linux.md), never above the hard limit of
- * this process. The shim and the box inherit our limits, and without
+ * hard from 1024 to 4096 so that the box's pids × hard stays within half of
+ * the host's file-max: defaults.c), never above the hard limit of this
+ * process. The shim and the box inherit our limits, and without
  * CAP_SYS_RESOURCE nobody could raise them; with it (root), sbx still must
  * not hand a box more than its creator has, so a configured hard limit
  * above ours is an error, not a silent cut.
  */
-static int box_nofile(long long want_soft, long long want_hard, long long *soft, long long *hard,
-                      sbx_error **err)
+static int box_nofile(const sbx_linux_host *host, long long pids, long long want_soft,
+                      long long want_hard, long long *soft, long long *hard, sbx_error **err)
 {
     struct rlimit rl;
     unsigned long long max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY
                                  ? (unsigned long long)rl.rlim_max
                                  : ~0ULL;
     if (want_hard <= 0) {
-        *hard = (unsigned long long)SBX_LINUX_DEFAULT_NOFILE_HARD < max
-                    ? SBX_LINUX_DEFAULT_NOFILE_HARD
-                    : (long long)max;
+        long long def = sbx__linux_default_nofile_hard(host, pids);
+        *hard = (unsigned long long)def < max ? def : (long long)max;
         *soft = SBX_LINUX_DEFAULT_NOFILE_SOFT < *hard ? SBX_LINUX_DEFAULT_NOFILE_SOFT : *hard;
         return SBX_OK;
     }
@@ -378,7 +379,8 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
     struct linux_state *st = calloc(1, sizeof(*st));
     if (!st)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    st->pids = SBX_LINUX_DEFAULT_PIDS;
+    st->pids = -1; /* the default, scaled to the host once the config is read */
+    sbx__linux_host_read(&st->host);
     st->seccomp = true;
     /*
      * Above the subordinate ranges useradd hands out (SUB_UID_MAX defaults to
@@ -424,8 +426,12 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             }
             *dst = strdup(json_string_value(v));
         } else if (!strcmp(key, "pids_limit")) {
+            if (json_is_null(v)) /* the default, scaled to the host */
+                continue;
             if (!json_is_integer(v) || json_integer_value(v) < 0) {
-                rc = cfg_error(err, key, "a non-negative integer (0: no limit)");
+                rc = cfg_error(err, key,
+                               "a non-negative integer (0: no limit), or null for the default "
+                               "scaled to the host");
                 break;
             }
             st->pids = json_integer_value(v);
@@ -452,8 +458,10 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             *(!strcmp(key, "userns_base") ? &st->userns_base : &st->userns_slots) =
                 (unsigned)json_integer_value(v);
         } else if (!strcmp(key, "nofile")) {
+            if (json_is_null(v)) /* the default, scaled to the host */
+                continue;
             if (!parse_nofile(v, &st->nofile_soft, &st->nofile_hard)) {
-                rc = cfg_error(err, key, NOFILE_WANT);
+                rc = cfg_error(err, key, NOFILE_WANT ", or null for the default");
                 break;
             }
         } else if (!strcmp(key, "max_agent_connections")) {
@@ -594,6 +602,8 @@ static int linux_init(const char *config_json, void **state, sbx_error **err)
             break;
         }
     }
+    if (st->pids < 0)
+        st->pids = sbx__linux_default_pids(&st->host);
     if (rc == SBX_OK && (unsigned long long)st->userns_base +
                                 (unsigned long long)st->userns_slots * 65536ull > 0xFFFFFFFFull)
         rc = sbx__set_error(err, SBX_EINVAL,
@@ -1640,7 +1650,8 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     if (read_options(spec, c, &e) < 0)
         goto fail;
     long long nofile_soft = 0, nofile_hard = 0;
-    if (box_nofile(c->nofile_soft, c->nofile_hard, &nofile_soft, &nofile_hard, &e) < 0)
+    if (box_nofile(&st->host, c->pids, c->nofile_soft, c->nofile_hard, &nofile_soft, &nofile_hard,
+                   &e) < 0)
         goto fail;
     c->box->box_dir = sbx__printf("%s/boxes/%s", st->state_dir, c->box->id);
     c->box->socket = sbx__printf("%s/run/agent.sock", c->box->box_dir);
@@ -1670,6 +1681,18 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     long long mem = -1, disk = -1;
     sbx_spec_get_memory_mib(spec, &mem);
     sbx_spec_get_disk_gib(spec, &disk);
+    long long mem_bytes = mem > 0 ? mem << 20 : 0;
+    /*
+     * memory_cgroup "always": the box has its memory cgroup anyway, so a
+     * ceiling costs nothing more; half of RAM keeps one box from taking the
+     * host. "limited" (the default) sets none: a ceiling there would cost
+     * every box a memory cgroup (docs/scale.md).
+     */
+    if (mem_bytes <= 0 && !st->memcg_limited && sbx__cg_mode() != SBX_CG_NONE)
+        mem_bytes = sbx__linux_default_memory(&st->host);
+    /* Without disk_gib, an eighth of RAM, and no more than the box's memory limit. */
+    long long upper_size =
+        disk > 0 ? disk << 30 : sbx__linux_default_upper_size(&st->host, mem_bytes);
     double ttl = spec_num(sbx_spec_get_ttl, spec, -1);
     json_t *env = json_array();
     for (char **p = c->box->base_env; env && *p; p++)
@@ -1693,9 +1716,9 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
         "id", c->box->id, "state_dir", st->state_dir, "box_dir", c->box->box_dir, "hostname",
         c->hostname, "image", c->image, "net_host", c->net == SBX_LINUX_NET_HOST, "userns", c->userns, "userns_base",
         (json_int_t)st->userns_base, "userns_slots", (json_int_t)st->userns_slots, "seccomp", st->seccomp, "upper_size",
-        (json_int_t)(disk > 0 ? disk << 30 : 0), "workdir", sbx_spec_workdir(spec), "agent",
+        (json_int_t)upper_size, "workdir", sbx_spec_workdir(spec), "agent",
         st->agent, "ttl_s", ttl, "ready_timeout_s", c->ready_timeout_s, "stop_grace_s",
-        st->stop_grace_s, "memory_bytes", (json_int_t)(mem > 0 ? mem << 20 : 0), "pids",
+        st->stop_grace_s, "memory_bytes", (json_int_t)mem_bytes, "pids",
         (json_int_t)c->pids, "cpu", cpu > 0 ? cpu : 0.0, "env", env, "metadata", md,
         "entrypoint", ep);
     if (c->desc &&
