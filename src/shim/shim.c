@@ -31,6 +31,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <linux/magic.h>
 #include <linux/mount.h>
 #include <sys/file.h>
 #include <sys/statfs.h>
@@ -199,6 +200,10 @@ static int parse_cfg(json_t *j, struct shim_cfg *c, char *msg, size_t len)
     if (c->net == SBX_LINUX_NET_NAT && (!c->pasta || c->pasta[0] != '/' || !c->nft ||
                                         c->nft[0] != '/')) {
         snprintf(msg, len, "the box description of a nat box lacks the paths of pasta or sbx-nft");
+        return -1;
+    }
+    if (c->net_name && (!c->nft || c->nft[0] != '/')) {
+        snprintf(msg, len, "the box description of a box on a network lacks the path of sbx-nft");
         return -1;
     }
     return 0;
@@ -533,6 +538,31 @@ static void net_join(struct shim *s)
     shim_trace("network joined");
 }
 
+/*
+ * [netw] The filter on the box's bridge port, in the network's namespace,
+ * before the box has an address or runs a line of its own: it may send
+ * only from its own MAC and address (ARP spoofing, docs/networking.md).
+ * The chain is bound to the port's device and goes with it.
+ */
+static void net_port_filter(struct shim *s)
+{
+    const struct shim_cfg *c = &s->cfg;
+    _cleanup_free_ char *ns = sbx__printf("%s/netns", c->net_dir);
+    _cleanup_free_ char *rules = sbx__linux_net_port_rules(c->id, c->net_addr);
+    if (!ns || !rules)
+        fail(s, SBX_ECREATE, "out of memory");
+    _cleanup_close_ int nsfd = open(ns, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct statfs fs;
+    if (nsfd < 0 || fstatfs(nsfd, &fs) < 0 || fs.f_type != NSFS_MAGIC)
+        fail(s, SBX_ECREATE, "the network namespace %s is gone: remove the network and create "
+                             "it again", ns);
+    char msg[1024];
+    if (shim_nft_load(c, nsfd, rules, false, "the filter of the box's port on its network", msg,
+                      sizeof(msg)) < 0)
+        fail(s, SBX_ECREATE, "%s", msg);
+    shim_trace("port filter loaded");
+}
+
 static void start_box(struct shim *s)
 {
     const struct shim_cfg *c = &s->cfg;
@@ -710,12 +740,13 @@ static void start_box(struct shim *s)
     }
     if (c->net_addr) {
         /* [netw] The veth, now that the box's namespace exists; "n" lets the box set its end. */
-        if (sbx__linux_net_attach(c->net_dir, c->id, pid, &e) < 0) {
+        if (sbx__linux_net_attach(c->net_dir, c->id, c->net_addr, pid, &e) < 0) {
             char msg[1024];
             snprintf(msg, sizeof(msg), "%s", sbx_error_message(e));
             sbx_error_free(e);
             fail(s, SBX_ECREATE, "%s", msg);
         }
+        net_port_filter(s);
         if (write(sync[1], "n", 1) != 1)
             fail(s, SBX_ECREATE, "the box's first process died before it started");
         shim_trace("network attached");
