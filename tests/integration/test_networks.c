@@ -15,6 +15,7 @@
 
 #include "core/internal.h"
 #include "providers/linux/linux.h"
+#include "kit/kit.h"
 
 #include <signal.h>
 
@@ -507,10 +508,22 @@ static void test_no_spoofing_on_a_network(void)
     TAP_EQ_STR(fetch(b, aip), "hi from a\n");
     TAP_EQ_STR(fetch(a, bip), "hi from b\n");
     TAP_EQ_STR(fetch(c, bip), "hi from b\n");
+    char port[16];
+    sbx__linux_net_port(sbx_sandbox_id(a), port);
     stop_free(a);
     stop_free(b);
     stop_free(c);
     TAP_EQ_INT(veths_in("arp", 0), 0);
+    /* The port's filter went with the box (a delete of its chain finds none). */
+    _cleanup_free_ char *nft = sbx__kit_find_helper("sbx-nft", "SBX_NFT");
+    TAP_TRUE(nft != NULL);
+    char out[4096];
+    TAP_NE_INT(run_cmd(out, sizeof(out),
+                       "echo 'delete chain netdev sbx %s' | nsenter --net=%s/networks/arp/netns "
+                       "%s 2>&1",
+                       port, state_dir, nft),
+               0);
+    TAP_CONTAINS(out, "No such file or directory");
     net_rm(p, "arp");
     sbx_provider_free(p);
     free(probe);
