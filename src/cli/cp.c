@@ -100,7 +100,8 @@ static int transfer(struct box_conn *c, bool up, const char *from, const char *t
         sbx_future_free(f);
     }
     if (rc < 0) {
-        rc = rc == SBX_ENOENT ? CLI_EXIT_FAIL : CLI_EXIT_SBX;
+        /* A missing file, or a destination refused (a link another user could aim): exit 1. */
+        rc = rc == SBX_ENOENT || rc == SBX_EPERM ? CLI_EXIT_FAIL : CLI_EXIT_SBX;
         cli_sbx_error(e, up ? "upload" : "download");
         return rc;
     }
@@ -250,8 +251,8 @@ static char *member_path(const char *dst, const char *name)
 }
 
 /*
- * Unpacks the tar at `archive_path` into the existing directory `dst` (a
- * real path). The archive is the box's: every byte of it is hostile.
+ * Unpacks the tar read from `archive_fd` into the existing directory `dst`
+ * (".": the working directory, the destination walked once). The archive is the box's: every byte of it is hostile.
  * - Nothing lands outside dst: absolute names are refused here (member_path),
  *   ".." by SECURE_NODOTDOT, a path through a symlink the archive planted by
  *   SECURE_SYMLINKS (for hard link targets too). NOABSOLUTEPATHS cannot be
@@ -264,7 +265,7 @@ static char *member_path(const char *dst, const char *name)
  *   the host. Owners are kept only with -a (numeric ids, never looked up by
  *   name in the host's passwd); by default the caller owns what it copied.
  */
-static int untar_into(const char *archive_path, const char *dst, bool keep_owners)
+static int untar_into(int archive_fd, const char *dst, bool keep_owners)
 {
     struct archive *a = archive_read_new();
     struct archive *w = archive_write_disk_new();
@@ -275,7 +276,7 @@ static int untar_into(const char *archive_path, const char *dst, bool keep_owner
     archive_write_disk_set_options(
         w, ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
                ARCHIVE_EXTRACT_SECURE_SYMLINKS | (keep_owners ? ARCHIVE_EXTRACT_OWNER : 0));
-    if (archive_read_open_filename(a, archive_path, 65536) != ARCHIVE_OK) {
+    if (archive_read_open_fd(a, archive_fd, 65536) != ARCHIVE_OK) {
         cli_error("reading the archive from the box: %s", archive_error_string(a));
         goto out;
     }
@@ -410,8 +411,10 @@ static int agent_dir(struct box_conn *c, bool up, const char *src, const char *d
         return CLI_EXIT_OK;
     }
     if (rc < 0) {
-        int code = rc == SBX_ETRANSFER || rc == SBX_ENOENT || rc == SBX_EINVAL ? CLI_EXIT_FAIL
-                                                                               : CLI_EXIT_SBX;
+        int code = rc == SBX_ETRANSFER || rc == SBX_ENOENT || rc == SBX_EINVAL ||
+                           rc == SBX_EPERM
+                       ? CLI_EXIT_FAIL
+                       : CLI_EXIT_SBX;
         cli_sbx_error(e, up ? "upload" : "download");
         return code;
     }
@@ -453,13 +456,34 @@ static int upload_dir(struct box_conn *c, const char *src, const char *dst)
     return rc;
 }
 
+/*
+ * The destination directory, made when missing, walked once from "/" with
+ * sbx__mkdir_trusted (a link on the way followed only when nobody but root
+ * and the caller could have put it there). An O_PATH descriptor, or -1
+ * after saying why.
+ */
+static int open_dst(const char *dst)
+{
+    sbx_error *e = NULL;
+    _cleanup_free_ char *what = sbx__printf("downloading to '%s'", dst);
+    int fd = what ? sbx__mkdir_trusted(dst, 0755, what, &e) : -1;
+    if (fd < 0) {
+        if (e)
+            cli_error("%s", sbx_error_message(e));
+        else
+            cli_error("out of memory");
+        sbx_error_free(e);
+        return -1;
+    }
+    return fd;
+}
+
 static int download_dir(struct box_conn *c, const char *src, const char *dst)
 {
     bool done = false;
-    if (sbx__mkdir_p(dst, 0755) < 0) {
-        cli_error("cannot create %s: %s", dst, strerror(errno));
+    _cleanup_close_ int dfd = open_dst(dst);
+    if (dfd < 0)
         return CLI_EXIT_FAIL;
-    }
     int arc = agent_dir(c, false, src, dst, &done);
     if (done)
         return arc;
@@ -484,13 +508,24 @@ static int download_dir(struct box_conn *c, const char *src, const char *dst)
         } else {
             close(fd);
             rc = transfer(c, false, remote, local);
-            char real[PATH_MAX];
+            /*
+             * Unpacked beneath the descriptor walked above, as the working
+             * directory (the transfer is over: nothing else runs): names are
+             * relative to it, so no component above it is looked up again.
+             */
+            _cleanup_close_ int cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+            _cleanup_close_ int afd = rc == CLI_EXIT_OK ? open(local, O_RDONLY | O_CLOEXEC) : -1;
             if (rc == CLI_EXIT_OK) {
-                if (sbx__mkdir_p(dst, 0755) < 0 || !realpath(dst, real)) {
-                    cli_error("cannot create %s: %s", dst, strerror(errno));
+                if (cwd < 0 || afd < 0 || fchdir(dfd) < 0) {
+                    cli_error("cannot enter %s: %s", dst, strerror(errno));
                     rc = CLI_EXIT_FAIL;
-                } else if (untar_into(local, real, c->archive) < 0) {
-                    rc = CLI_EXIT_FAIL;
+                } else {
+                    if (untar_into(afd, ".", c->archive) < 0)
+                        rc = CLI_EXIT_FAIL;
+                    if (fchdir(cwd) < 0) {
+                        cli_error("cannot return to the working directory: %s", strerror(errno));
+                        rc = CLI_EXIT_FAIL;
+                    }
                 }
             }
             unlink(local);

@@ -191,6 +191,15 @@ SBX_INTERNAL int sbx__read_private_file(int dirfd, const char *name, const char 
  */
 SBX_INTERNAL int sbx__open_trusted(const char *path, bool follow_last, const char *what,
                                    sbx_error **err);
+/*
+ * sbx__open_trusted for a directory, made as mkdir -p would when missing
+ * (each missing component made with mkdirat in its parent's descriptor,
+ * `mode`), the last link followed by the same rule. Returns an O_PATH
+ * descriptor of the directory, or a negative code with a message starting
+ * with `what`. For where root writes on another user's behalf (downloads).
+ */
+SBX_INTERNAL int sbx__mkdir_trusted(const char *path, mode_t mode, const char *what,
+                                    sbx_error **err);
 /* The same for an absolute path, parsed as a JSON object. */
 SBX_INTERNAL int sbx__load_private_json(const char *path, size_t max, json_t **out,
                                         sbx_error **err);

@@ -13,6 +13,7 @@
 #include "core/internal.h"
 
 #include <fcntl.h>
+#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -462,4 +463,48 @@ out:
         return rc;
     }
     return cur;
+}
+
+int sbx__mkdir_trusted(const char *path, mode_t mode, const char *what, sbx_error **err)
+{
+    sbx_error *e = NULL;
+    int fd = sbx__open_trusted(path, true, what, &e);
+    if (fd == SBX_ENOENT) {
+        /* Its parent first (made the same way), then this one in it, then the walk again. */
+        _cleanup_free_ char *pc = strdup(path), *bc = strdup(path);
+        if (!pc || !bc) {
+            sbx_error_free(e);
+            return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+        }
+        const char *parent = dirname(pc), *base = basename(bc);
+        if (!strcmp(parent, path) || !strcmp(base, "/") || !strcmp(base, ".") ||
+            !strcmp(base, "..")) {
+            sbx__fail(err, e);
+            return fd;
+        }
+        sbx_error_free(e);
+        e = NULL;
+        int pfd = sbx__mkdir_trusted(parent, mode, what, err);
+        if (pfd < 0)
+            return pfd;
+        /* Made in the descriptor just checked: no name above it is looked up again. */
+        int made = mkdirat(pfd, base, mode) < 0 && errno != EEXIST ? errno : 0;
+        close(pfd);
+        if (made)
+            return sbx__set_errno(err, sbx__code_from_errno(made), made, "%s: cannot create %s",
+                                  what, path);
+        fd = sbx__open_trusted(path, true, what, &e);
+    }
+    if (fd < 0) {
+        sbx__fail(err, e);
+        return fd;
+    }
+    struct stat st;
+    int x = fstat(fd, &st) < 0 ? errno : !S_ISDIR(st.st_mode) ? ENOTDIR : 0;
+    if (x) {
+        close(fd);
+        return sbx__set_errno(err, x == ENOTDIR ? SBX_EINVAL : SBX_EIO, x,
+                              "%s: %s is not a directory", what, path);
+    }
+    return fd;
 }

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -139,6 +140,8 @@ static int run_builtin(sbx_sandbox *sb, sbx_exec_opts *opts, const char *const *
 struct side {
     int fd;          /* our end of the pipe (closed by the thread when done) */
     const char *dir; /* the host directory */
+    bool beneath;    /* unpack: into dirfd, the thread's own working directory */
+    int dirfd;       /* with beneath: the directory, walked once (sbx__mkdir_trusted) */
     unsigned flags;
     int code; /* SBX_OK, or what failed on the host */
     char msg[512];
@@ -328,12 +331,26 @@ static void *unpack_thread(void *arg)
     struct archive *a = archive_read_new();
     struct archive *w = archive_write_disk_new();
     uint64_t entries = 0, bytes = 0;
+    const char *dir = s->dir;
     bool root_seen = false;
     mode_t root_mode = 0;
     time_t root_mtime = 0;
     if (!a || !w) {
         side_fail(s, SBX_ENOMEM, "out of memory");
         goto out;
+    }
+    if (s->beneath) {
+        /*
+         * Names relative to the directory walked once, as this thread's own
+         * working directory (unshare(CLONE_FS): the process's stays): no
+         * component above it is looked up again, so a user who owns one
+         * cannot swap it for a link while the archive is written.
+         */
+        if (unshare(CLONE_FS) < 0 || fchdir(s->dirfd) < 0) {
+            side_fail(s, SBX_EIO, "cannot enter '%s': %s", s->dir, strerror(errno));
+            goto out;
+        }
+        dir = ".";
     }
     archive_read_support_format_tar(a);
     int opts = ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
@@ -391,8 +408,8 @@ static void *unpack_thread(void *arg)
         if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK && !hl)
             continue;
         archive_entry_set_perm(e, archive_entry_perm(e) & (type == AE_IFDIR ? 01777 : 0777));
-        char *dst = under(s->dir, name);
-        char *hdst = hl ? under(s->dir, hl) : NULL;
+        char *dst = under(dir, name);
+        char *hdst = hl ? under(dir, hl) : NULL;
         if (!dst || (hl && !hdst)) {
             free(dst);
             side_fail(s, SBX_ENOMEM, "out of memory");
@@ -447,7 +464,7 @@ out:
         archive_read_free(a);
     if (root_seen && !s->code) {
         struct timespec ts[2] = {{root_mtime, 0}, {root_mtime, 0}};
-        if (chmod(s->dir, root_mode & 07777) < 0 || utimensat(AT_FDCWD, s->dir, ts, 0) < 0)
+        if (chmod(dir, root_mode & 07777) < 0 || utimensat(AT_FDCWD, dir, ts, 0) < 0)
             side_fail(s, SBX_EIO, "cannot set the mode and mtime of '%s': %s", s->dir,
                       strerror(errno));
     }
@@ -583,25 +600,25 @@ int sbx_sandbox_download_dir(sbx_sandbox *sb, const char *remote_dir, const char
     int rc = check_provider(sb, "downloading", remote_dir, err);
     if (rc < 0)
         return rc;
-    if (mkdir(local_dir, 0755) < 0 && errno != EEXIST)
-        return sbx__set_errno(err, sbx__code_from_errno(errno), errno,
-                              "downloading to '%s': cannot create it: %s", local_dir,
-                              strerror(errno));
     /*
-     * Entries are written as LOCAL/NAME with absolute paths, and libarchive's
-     * SECURE_SYMLINKS refuses a link anywhere on such a path: the directory
-     * is named without links so only links in the archive can trip it.
+     * The directory (made with its parents when missing) is walked once from
+     * "/", a link on the way followed only when nobody but root and the
+     * caller could have put it there; entries are written beneath that
+     * descriptor by names relative to it, where libarchive's SECURE_SYMLINKS
+     * refuses any link the archive planted.
      */
-    _cleanup_free_ char *real = realpath(local_dir, NULL);
-    if (!real)
-        return sbx__set_errno(err, sbx__code_from_errno(errno), errno, "downloading to '%s': %s",
-                              local_dir, strerror(errno));
+    _cleanup_free_ char *what = sbx__printf("downloading '%s' to '%s'", remote_dir, local_dir);
+    if (!what)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    _cleanup_close_ int dfd = sbx__mkdir_trusted(local_dir, 0755, what, err);
+    if (dfd < 0)
+        return dfd;
     _cleanup_free_ char *remote = box_path(sb, remote_dir);
     int p[2];
     if (!remote || pipe2(p, O_CLOEXEC) < 0)
         return sbx__set_errno(err, SBX_EIO, errno, "downloading '%s': cannot make a pipe",
                               remote_dir);
-    struct side s = {.fd = p[0], .dir = real, .flags = flags};
+    struct side s = {.fd = p[0], .dir = local_dir, .beneath = true, .dirfd = dfd, .flags = flags};
     pthread_t t;
     if (pthread_create(&t, NULL, unpack_thread, &s) != 0) {
         close(p[0]);

@@ -102,6 +102,8 @@ struct hchan {
     sbx_error *fin_err;
     void *fin_value;
     char *tmp_path; /* download: the temp file until renamed (tmp_anon: its directory) */
+    char *tmp_name; /* download: its name in dirfd (not tmp_anon) */
+    int dirfd;      /* download: the target's directory, walked once (sbx__mkdir_trusted) */
     bool tmp_anon;  /* download: the temp file is an O_TMPFILE, linked in at the end */
     uint32_t mode;
     int writes_pending;
@@ -164,7 +166,8 @@ static void conn_unref(sbx_agent_conn *c)
 /* A transfer's local file, closed (and its temp file removed) on the worker pool. */
 struct file_drop {
     int fd;
-    char *tmp;
+    int dirfd; /* the temp's directory (closed), -1 */
+    char *tmp; /* its name in dirfd, to remove */
 };
 
 static void file_drop_work(void *data)
@@ -172,8 +175,10 @@ static void file_drop_work(void *data)
     struct file_drop *d = data;
     if (d->fd >= 0)
         close(d->fd);
-    if (d->tmp)
-        unlink(d->tmp);
+    if (d->tmp && d->dirfd >= 0)
+        unlinkat(d->dirfd, d->tmp, 0);
+    if (d->dirfd >= 0)
+        close(d->dirfd);
     free(d->tmp);
     free(d);
 }
@@ -182,7 +187,7 @@ static void chan_unref(struct hchan *ch)
 {
     if (--ch->refs > 0)
         return;
-    if (ch->fd >= 0 || ch->tmp_path) {
+    if (ch->fd >= 0 || ch->tmp_path || ch->dirfd >= 0) {
         /*
          * Every request on this fd has finished (each holds a ref). Closing a
          * written file and unlinking can wait on the disk: on the pool.
@@ -190,18 +195,22 @@ static void chan_unref(struct hchan *ch)
         struct file_drop *d = malloc(sizeof(*d));
         if (d) {
             d->fd = ch->fd;
+            d->dirfd = ch->dirfd;
             /* An O_TMPFILE goes with its descriptor: nothing to unlink. */
-            d->tmp = ch->tmp_anon ? NULL : steal_pointer(&ch->tmp_path);
+            d->tmp = ch->tmp_anon ? NULL : steal_pointer(&ch->tmp_name);
             if (sbx__context_submit(sbx__context_of_uv(ch->c->loop), file_drop_work, NULL, d,
                                     NULL) < 0)
                 file_drop_work(d);
         } else {
             if (ch->fd >= 0)
                 close(ch->fd);
-            if (ch->tmp_path && !ch->tmp_anon)
-                unlink(ch->tmp_path);
+            if (ch->tmp_name && !ch->tmp_anon && ch->dirfd >= 0)
+                unlinkat(ch->dirfd, ch->tmp_name, 0);
+            if (ch->dirfd >= 0)
+                close(ch->dirfd);
         }
         ch->fd = -1;
+        ch->dirfd = -1;
     }
     sbx__buf_free(&ch->out);
     sbx__buf_free(&ch->err);
@@ -209,6 +218,7 @@ static void chan_unref(struct hchan *ch)
     free(ch->local);
     free(ch->remote);
     free(ch->tmp_path);
+    free(ch->tmp_name);
     free(ch->status_msg);
     sbx_agent_conn *c = ch->c;
     free(ch);
@@ -228,6 +238,7 @@ static struct hchan *chan_new(sbx_agent_conn *c, sbx_op *op, enum chan_kind kind
     ch->c = c;
     ch->op = op;
     ch->fd = -1;
+    ch->dirfd = -1;
     ch->in_fd = -1;
     ch->refs = 1;
     c->refs++;
@@ -929,6 +940,9 @@ struct fsreq {
     ssize_t result; /* >= 0, or -errno */
     struct stat statbuf;
     char *tmp;      /* download: the temp file made, or to rename (anon: its directory) */
+    char *tmp_name; /* download: the temp's name in dirfd (not anon) */
+    int dirfd;      /* download: the target's directory (made here, or the channel's) */
+    sbx_error *err; /* download: why the directory was refused */
     bool anon;      /* download: tmp is an O_TMPFILE's directory */
     uint32_t mode;  /* download: the file's mode at the end */
     uint64_t size;  /* download: its size at the end */
@@ -1003,6 +1017,7 @@ static struct fsreq *fsreq_new(struct hchan *ch)
         return NULL;
     r->ch = ch;
     r->fd = -1;
+    r->dirfd = -1;
     ch->refs++;
     return r;
 }
@@ -1011,7 +1026,9 @@ static void fsreq_free(struct fsreq *r)
 {
     free(r->path);
     free(r->tmp);
+    free(r->tmp_name);
     free(r->buf);
+    sbx_error_free(r->err);
     struct hchan *ch = r->ch;
     free(r);
     chan_unref(ch);
@@ -1382,18 +1399,19 @@ static int link_anon(struct fsreq *r)
         uint8_t rnd[4] = { 0 };
         if (getrandom(rnd, sizeof(rnd), 0) < 0)
             return errno;
-        _cleanup_free_ char *name = sbx__printf("%s/.%s.sbx-%ld-%02x%02x%02x", r->tmp, base,
+        _cleanup_free_ char *name = sbx__printf(".%s.sbx-%ld-%02x%02x%02x", base,
                                                 (long)getpid(), rnd[0], rnd[1], rnd[2]);
         if (!name)
             return ENOMEM;
-        if (linkat(AT_FDCWD, proc, AT_FDCWD, name, AT_SYMLINK_FOLLOW) < 0) {
+        /* In the directory walked once: no name above it is looked up again. */
+        if (linkat(AT_FDCWD, proc, r->dirfd, name, AT_SYMLINK_FOLLOW) < 0) {
             if (errno == EEXIST)
                 continue;
             return errno;
         }
-        if (rename(name, r->path) < 0) {
+        if (renameat(r->dirfd, name, r->dirfd, base) < 0) {
             int e = errno;
-            unlink(name);
+            unlinkat(r->dirfd, name, 0);
             return e;
         }
         return 0;
@@ -1416,8 +1434,13 @@ static void fs_finish_work(void *data)
     if (close(r->fd) < 0 && !e)
         e = errno;
     r->fd = -1;
-    if (!e && !r->anon && rename(r->tmp, r->path) < 0)
-        e = errno;
+    if (!e && !r->anon) {
+        _cleanup_free_ char *base_copy = strdup(r->path);
+        if (!base_copy)
+            e = ENOMEM;
+        else if (renameat(r->dirfd, r->tmp_name, r->dirfd, basename(base_copy)) < 0)
+            e = errno;
+    }
     r->result = e ? -e : 0;
 }
 
@@ -1429,6 +1452,8 @@ static void download_finished(struct fsreq *r)
         /* Renamed: nothing for chan_unref to remove. */
         free(ch->tmp_path);
         ch->tmp_path = NULL;
+        free(ch->tmp_name);
+        ch->tmp_name = NULL;
     }
     if (!ch->done) {
         if (r->result < 0)
@@ -1480,7 +1505,8 @@ static void download_finish(struct hchan *ch)
     }
     /* Truncate, chmod, close and rename can wait on the disk: on the pool. */
     struct fsreq *r = fsreq_new(ch);
-    if (r && (!(r->path = strdup(ch->local)) || !(r->tmp = strdup(ch->tmp_path)))) {
+    if (r && (!(r->path = strdup(ch->local)) || !(r->tmp = strdup(ch->tmp_path)) ||
+              (ch->tmp_name && !(r->tmp_name = strdup(ch->tmp_name))))) {
         fsreq_free(r);
         r = NULL;
     }
@@ -1489,6 +1515,7 @@ static void download_finish(struct hchan *ch)
         return;
     }
     r->fd = ch->fd;
+    r->dirfd = ch->dirfd; /* borrowed: the channel closes it */
     r->anon = ch->tmp_anon;
     ch->fd = -1; /* the worker closes it */
     r->mode = ch->mode & 0777;
@@ -1527,12 +1554,16 @@ static void download_write_cb(struct fsreq *r)
  * process killed mid-download (kill -9) leaves it: the next download to the
  * same name removes those whose process is gone (ours, regular files only).
  */
-static void sweep_temps(const char *dir, const char *base)
+static void sweep_temps(int dfd, const char *base)
 {
     _cleanup_free_ char *prefix = sbx__printf(".%s.sbx-", base);
-    DIR *d = prefix ? opendir(dir) : NULL;
-    if (!d)
+    int fd = prefix ? openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
         return;
+    }
     size_t n = strlen(prefix);
     struct dirent *de;
     while ((de = readdir(d))) {
@@ -1559,25 +1590,34 @@ static void fs_mktemp_work(void *data)
     /* Parent directories are created, as `docker cp` does for downloads. */
     _cleanup_free_ char *dir_copy = strdup(r->path);
     _cleanup_free_ char *base_copy = strdup(r->path);
-    if (!dir_copy || !base_copy) {
+    _cleanup_free_ char *what = sbx__printf("downloading to '%s'", r->path);
+    if (!dir_copy || !base_copy || !what) {
         r->result = -ENOMEM;
         return;
     }
     const char *dir = dirname(dir_copy);
     const char *base = basename(base_copy);
-    errno = 0;
-    if (sbx__mkdir_p(dir, 0755) < 0) {
-        r->result = -(errno ? errno : EIO);
+    /*
+     * The directory is walked once from "/" (sbx__mkdir_trusted: a link on
+     * the way is followed only if nobody but root and the caller could have
+     * put it there), and everything below happens in its descriptor: a user
+     * who owns a directory on the way cannot swap a component for a link
+     * and send root's file elsewhere.
+     */
+    int dfd = sbx__mkdir_trusted(dir, 0755, what, &r->err);
+    if (dfd < 0) {
+        r->result = -EPERM;
         return;
     }
-    sweep_temps(dir, base);
+    r->dirfd = dfd;
+    sweep_temps(dfd, base);
     /*
      * An unnamed file in the target's directory (O_TMPFILE) when the
      * filesystem has them and /proc can name it at the end: a download
      * killed mid-way (kill -9) leaves nothing in the destination.
      */
     if (access("/proc/self/fd", X_OK) == 0) {
-        int afd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        int afd = openat(dfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
         if (afd >= 0) {
             if (!(r->tmp = strdup(dir))) {
                 close(afd);
@@ -1589,19 +1629,37 @@ static void fs_mktemp_work(void *data)
             return;
         }
     }
-    r->tmp = sbx__printf("%s/.%s.sbx-%ld-XXXXXX", dir, base, (long)getpid());
-    if (!r->tmp) {
-        r->result = -ENOMEM;
+    for (unsigned i = 0; i < 100; i++) {
+        uint8_t rnd[3] = { 0 };
+        if (getrandom(rnd, sizeof(rnd), 0) < 0) {
+            r->result = -errno;
+            return;
+        }
+        free(r->tmp_name);
+        r->tmp_name = sbx__printf(".%s.sbx-%ld-%02x%02x%02x", base, (long)getpid(), rnd[0],
+                                  rnd[1], rnd[2]);
+        if (!r->tmp_name) {
+            r->result = -ENOMEM;
+            return;
+        }
+        int fd = openat(dfd, r->tmp_name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                        0600);
+        if (fd < 0 && errno == EEXIST)
+            continue;
+        if (fd < 0) {
+            r->result = -errno;
+            return;
+        }
+        if (!(r->tmp = sbx__printf("%s/%s", dir, r->tmp_name))) {
+            unlinkat(dfd, r->tmp_name, 0);
+            close(fd);
+            r->result = -ENOMEM;
+            return;
+        }
+        r->result = fd;
         return;
     }
-    int fd = mkostemp(r->tmp, O_CLOEXEC);
-    if (fd < 0) {
-        r->result = -errno;
-        free(r->tmp);
-        r->tmp = NULL;
-        return;
-    }
-    r->result = fd;
+    r->result = -EEXIST;
 }
 
 /* Drops the writes that waited for a temp file that will not come. */
@@ -1623,14 +1681,25 @@ static void download_opened(struct fsreq *r)
 {
     struct hchan *ch = r->ch;
     ch->opening = false;
+    /* The channel owns them now: chan_unref closes and removes them if it ends here. */
+    ch->dirfd = r->dirfd;
+    r->dirfd = -1;
     if (r->result >= 0) {
-        /* The channel owns them now: chan_unref closes and removes them if it ends here. */
         ch->fd = (int)r->result;
         ch->tmp_path = steal_pointer(&r->tmp);
+        ch->tmp_name = steal_pointer(&r->tmp_name);
         ch->tmp_anon = r->anon;
+    } else if (r->tmp_name && ch->dirfd >= 0) {
+        unlinkat(ch->dirfd, r->tmp_name, 0);
     }
     if (ch->done) {
         drop_held(ch);
+    } else if (r->err) {
+        /* The target's directory was refused (a link another user could aim): why. */
+        drop_held(ch);
+        send_empty(ch->c, SBX_MSG_CANCEL, ch->id);
+        int code = sbx_error_code(r->err);
+        chan_finish(ch, code, steal_pointer(&r->err), NULL);
     } else if (r->result < 0) {
         drop_held(ch);
         send_empty(ch->c, SBX_MSG_CANCEL, ch->id);

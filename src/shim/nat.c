@@ -88,6 +88,62 @@ static void read_small(const char *path, char *buf, size_t n)
         buf[k - 1] = 0;
 }
 
+int shim_nft_load(const struct shim_cfg *c, int nsfd, const char *rules, bool ping,
+                  const char *what, char *msg, size_t len)
+{
+    /* The ruleset as sbx-nft's stdin: a memfd holds it whole, whatever its size. */
+    int mfd = memfd_create("sbx-nft", MFD_CLOEXEC);
+    size_t rl = strlen(rules);
+    bool ok = mfd >= 0 && write(mfd, rules, rl) == (ssize_t)rl && lseek(mfd, 0, SEEK_SET) == 0;
+    _cleanup_free_ char *errpath = sbx__printf("%s/run/nft.err", c->box_dir);
+    int efd = ok && errpath ? open(errpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+    if (!ok || efd < 0) {
+        snprintf(msg, len, "cannot prepare %s: %s", what, strerror(errno));
+        if (mfd >= 0)
+            close(mfd);
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* Into that namespace only: sbx-nft runs as the host's root, on the host's files. */
+        if (setns(nsfd, CLONE_NEWNET) < 0 || dup2(mfd, 0) < 0 || dup2(efd, 1) < 0 ||
+            dup2(efd, 2) < 0)
+            _exit(126);
+        /*
+         * [nat] ping without CAP_NET_RAW, which a nat box lacks (security.c):
+         * ICMP datagram sockets for every group, in this namespace only
+         * (net sysctls are the opener's namespace's), as Docker sets it.
+         */
+        int pfd = ping ? open("/proc/sys/net/ipv4/ping_group_range", O_WRONLY | O_CLOEXEC) : -2;
+        if (pfd == -1 || (pfd >= 0 && write(pfd, "0 2147483647", 12) != 12)) {
+            dprintf(2, "cannot open ICMP datagram sockets to the box (ping_group_range): %s\n",
+                    strerror(errno));
+            _exit(1);
+        }
+        if (pfd >= 0)
+            close(pfd);
+        char *const argv[] = { (char *)"sbx-nft", NULL };
+        execv(c->nft, argv);
+        _exit(127);
+    }
+    close(mfd);
+    close(efd);
+    int st = pid > 0 ? wait_child(pid) : -1;
+    if (st != 0) {
+        char out[600];
+        read_small(errpath, out, sizeof(out));
+        snprintf(msg, len, "cannot install %s (%s): %s", what, c->nft,
+                 pid < 0                                   ? strerror(errno)
+                 : WIFEXITED(st) && WEXITSTATUS(st) == 127 ? "cannot execute it"
+                 : *out                                    ? out
+                                                           : "it failed");
+        unlink(errpath);
+        return -1;
+    }
+    unlink(errpath);
+    return 0;
+}
+
 int shim_nat_filter(const struct shim_cfg *c, pid_t init, char *msg, size_t len)
 {
     struct sbx_egress *eg = malloc(sizeof(*eg));
@@ -109,67 +165,19 @@ int shim_nat_filter(const struct shim_cfg *c, pid_t init, char *msg, size_t len)
         snprintf(msg, len, "out of memory");
         return -1;
     }
-    /* The ruleset as sbx-nft's stdin: a memfd holds it whole, whatever its size. */
-    int mfd = memfd_create("sbx-egress", MFD_CLOEXEC);
-    size_t rl = strlen(rules);
-    bool ok = mfd >= 0 && write(mfd, rules, rl) == (ssize_t)rl && lseek(mfd, 0, SEEK_SET) == 0;
-    free(rules);
     char ns[64];
     snprintf(ns, sizeof(ns), "/proc/%d/ns/net", (int)init);
-    int nsfd = ok ? open(ns, O_RDONLY | O_CLOEXEC) : -1;
-    _cleanup_free_ char *errpath = sbx__printf("%s/run/nft.err", c->box_dir);
-    int efd = errpath ? open(errpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
-    if (!ok || nsfd < 0 || efd < 0) {
+    int nsfd = open(ns, O_RDONLY | O_CLOEXEC);
+    if (nsfd < 0) {
         snprintf(msg, len, "cannot prepare the egress policy: %s", strerror(errno));
-        if (mfd >= 0)
-            close(mfd);
-        if (nsfd >= 0)
-            close(nsfd);
-        if (efd >= 0)
-            close(efd);
+        free(rules);
         return -1;
     }
-    pid_t pid = fork();
-    if (pid == 0) {
-        /* Into the box's namespace only: sbx-nft runs as the host's root, on the host's files. */
-        if (setns(nsfd, CLONE_NEWNET) < 0 || dup2(mfd, 0) < 0 || dup2(efd, 1) < 0 ||
-            dup2(efd, 2) < 0)
-            _exit(126);
-        /*
-         * ping without CAP_NET_RAW, which a nat box lacks (security.c):
-         * ICMP datagram sockets for every group, in this namespace only
-         * (net sysctls are the opener's namespace's), as Docker sets it.
-         */
-        int pfd = open("/proc/sys/net/ipv4/ping_group_range", O_WRONLY | O_CLOEXEC);
-        if (pfd < 0 || write(pfd, "0 2147483647", 12) != 12) {
-            dprintf(2, "cannot open ICMP datagram sockets to the box (ping_group_range): %s\n",
-                    strerror(errno));
-            _exit(1);
-        }
-        close(pfd);
-        char *const argv[] = { (char *)"sbx-nft", NULL };
-        execv(c->nft, argv);
-        _exit(127);
-    }
-    close(mfd);
+    int rc = shim_nft_load(c, nsfd, rules, true,
+                           "the egress policy in the box's network namespace", msg, len);
     close(nsfd);
-    close(efd);
-    int st = pid > 0 ? wait_child(pid) : -1;
-    if (st != 0) {
-        char out[600];
-        read_small(errpath, out, sizeof(out));
-        snprintf(msg, len, "cannot install the egress policy in the box's network namespace "
-                           "(%s): %s",
-                 c->nft,
-                 pid < 0                            ? strerror(errno)
-                 : WIFEXITED(st) && WEXITSTATUS(st) == 127 ? "cannot execute it"
-                 : *out                             ? out
-                                                    : "it failed");
-        unlink(errpath);
-        return -1;
-    }
-    unlink(errpath);
-    return 0;
+    free(rules);
+    return rc;
 }
 
 pid_t shim_nat_start(const struct shim_cfg *c, pid_t init, char *msg, size_t len)

@@ -31,8 +31,10 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <linux/magic.h>
 #include <linux/mount.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/statfs.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -201,6 +203,10 @@ static int parse_cfg(json_t *j, struct shim_cfg *c, char *msg, size_t len)
         snprintf(msg, len, "the box description of a nat box lacks the paths of pasta or sbx-nft");
         return -1;
     }
+    if (c->net_name && (!c->nft || c->nft[0] != '/')) {
+        snprintf(msg, len, "the box description of a box on a network lacks the path of sbx-nft");
+        return -1;
+    }
     return 0;
 }
 
@@ -292,6 +298,8 @@ static void kill_box(struct shim *s)
 }
 
 /* Removes everything the box had on the host, closes the control socket, exits. */
+static void net_port_unfilter(struct shim *s);
+
 __attribute__((noreturn)) static void teardown(struct shim *s, int code)
 {
     shim_trace("teardown");
@@ -316,11 +324,54 @@ __attribute__((noreturn)) static void teardown(struct shim *s, int code)
     sbx__rm_rf(s->cfg.box_dir);
     shim_trace("directory removed");
     /* [netw] After the box is gone (its veth died with its namespace): peers forget it. */
-    if (s->cfg.net_addr)
+    if (s->cfg.net_addr) {
+        net_port_unfilter(s);
         sbx__linux_net_leave(s->cfg.net_dir, s->cfg.id);
+    }
     if (s->ctl >= 0)
         close(s->ctl); /* the provider waits for this EOF: everything is gone */
     _exit(code);
+}
+
+/*
+ * [netw] The port filter's chain goes with the box: the kernel drops a
+ * netdev chain with its device on some versions and keeps it (deviceless)
+ * on others, so it is deleted here, after an add that makes the delete
+ * succeed either way. Best effort: a failure leaves an inert chain.
+ */
+static void net_port_unfilter(struct shim *s)
+{
+    const struct shim_cfg *c = &s->cfg;
+    char port[16];
+    sbx__linux_net_port(c->id, port);
+    _cleanup_free_ char *ns = sbx__printf("%s/netns", c->net_dir);
+    _cleanup_free_ char *rules = sbx__printf("add table netdev sbx\n"
+                                             "add chain netdev sbx %s\n"
+                                             "delete chain netdev sbx %s\n",
+                                             port, port);
+    int nsfd = ns ? open(ns, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    int mfd = memfd_create("sbx-nft", MFD_CLOEXEC);
+    size_t rl = rules ? strlen(rules) : 0;
+    if (nsfd >= 0 && mfd >= 0 && c->nft && rules && write(mfd, rules, rl) == (ssize_t)rl &&
+        lseek(mfd, 0, SEEK_SET) == 0) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+            if (setns(nsfd, CLONE_NEWNET) < 0 || dup2(mfd, 0) < 0 || devnull < 0 ||
+                dup2(devnull, 1) < 0 || dup2(devnull, 2) < 0)
+                _exit(126);
+            char *const argv[] = { (char *)"sbx-nft", NULL };
+            execv(c->nft, argv);
+            _exit(127);
+        }
+        int st;
+        while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR)
+            ;
+    }
+    if (nsfd >= 0)
+        close(nsfd);
+    if (mfd >= 0)
+        close(mfd);
 }
 
 __attribute__((noreturn, format(printf, 3, 4))) static void fail(struct shim *s, int code,
@@ -533,6 +584,31 @@ static void net_join(struct shim *s)
     shim_trace("network joined");
 }
 
+/*
+ * [netw] The filter on the box's bridge port, in the network's namespace,
+ * before the box has an address or runs a line of its own: it may send
+ * only from its own MAC and address (ARP spoofing, docs/networking.md).
+ * The chain is bound to the port's device and goes with it.
+ */
+static void net_port_filter(struct shim *s)
+{
+    const struct shim_cfg *c = &s->cfg;
+    _cleanup_free_ char *ns = sbx__printf("%s/netns", c->net_dir);
+    _cleanup_free_ char *rules = sbx__linux_net_port_rules(c->id, c->net_addr);
+    if (!ns || !rules)
+        fail(s, SBX_ECREATE, "out of memory");
+    _cleanup_close_ int nsfd = open(ns, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct statfs fs;
+    if (nsfd < 0 || fstatfs(nsfd, &fs) < 0 || fs.f_type != NSFS_MAGIC)
+        fail(s, SBX_ECREATE, "the network namespace %s is gone: remove the network and create "
+                             "it again", ns);
+    char msg[1024];
+    if (shim_nft_load(c, nsfd, rules, false, "the filter of the box's port on its network", msg,
+                      sizeof(msg)) < 0)
+        fail(s, SBX_ECREATE, "%s", msg);
+    shim_trace("port filter loaded");
+}
+
 static void start_box(struct shim *s)
 {
     const struct shim_cfg *c = &s->cfg;
@@ -710,12 +786,13 @@ static void start_box(struct shim *s)
     }
     if (c->net_addr) {
         /* [netw] The veth, now that the box's namespace exists; "n" lets the box set its end. */
-        if (sbx__linux_net_attach(c->net_dir, c->id, pid, &e) < 0) {
+        if (sbx__linux_net_attach(c->net_dir, c->id, c->net_addr, pid, &e) < 0) {
             char msg[1024];
             snprintf(msg, sizeof(msg), "%s", sbx_error_message(e));
             sbx_error_free(e);
             fail(s, SBX_ECREATE, "%s", msg);
         }
+        net_port_filter(s);
         if (write(sync[1], "n", 1) != 1)
             fail(s, SBX_ECREATE, "the box's first process died before it started");
         shim_trace("network attached");

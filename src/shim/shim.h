@@ -161,6 +161,13 @@ int shim_forward_main(int argc, char **argv);
 
 /* Loads the egress policy into the namespace of `init` (through sbx-nft). -1 with `msg`. */
 int shim_nat_filter(const struct shim_cfg *c, pid_t init, char *msg, size_t len);
+/*
+ * Loads nftables `rules` into the network namespace `nsfd` through sbx-nft
+ * (c->nft), run as a child setns'd there; `ping` also opens ICMP datagram
+ * sockets there (nat). -1 with `msg` naming `what` and nft's error.
+ */
+int shim_nft_load(const struct shim_cfg *c, int nsfd, const char *rules, bool ping,
+                  const char *what, char *msg, size_t len);
 /* Starts pasta on the namespace of `init`; its pid, or -1 with `msg`. */
 pid_t shim_nat_start(const struct shim_cfg *c, pid_t init, char *msg, size_t len);
 /* Waits until pasta has configured the box's interface: 0; -1 (pasta still runs) or -2 (reaped). */

@@ -153,5 +153,56 @@ stop_flip
 # the real directory: how many is the race's business, not asserted.)
 check "volume race: $mounted boxes made, every other create refused${other:+:$other}" [ -z "$other" ]
 check "volume race: root's directory was never mounted in a box" [ ! -e $VICT/data/written-by-box ]
+# --- 5. downloads (`sbx cp BOX:...`) into a directory of another user's ---
+# root's directory the attacker aims at: nothing may ever be written in it.
+VD=$T/victim-dl
+mkdir -p $VD
+run "download: a box to copy from" 0 "$SBX" create --image bb
+dbox=$OUT
+run "  its file and directory" 0 "$SBX" exec $dbox -- sh -c 'echo boxdata >/f; mkdir /d; echo boxd >/d/g'
+as $ATK sh -c "set -e; mkdir -p $W/dl/real; ln -sfn $VD $W/dl/p"
+run "download: a file through a link of another user's is refused" 1 "$SBX" cp $dbox:/f $W/dl/p/f
+check "  the message names the link, its directory and its owner ($ERR)" has "$ERR" "$W/dl/p is a symbolic link (to $VD) in $W/dl, which belongs to uid $AUID ($ATK)"
+run "download: a directory through it is refused" 1 "$SBX" cp $dbox:/d $W/dl/p/d
+check "  the message names the link ($ERR)" has "$ERR" "$W/dl/p is a symbolic link"
+run "download: a new directory beneath it is refused" 1 "$SBX" cp $dbox:/f $W/dl/p/new/f
+check "  root's directory is untouched" [ -z "$(ls -A $VD)" ]
+run "download: into the other user's own directory" 0 "$SBX" cp $dbox:/f $W/dl/real/f
+check "  the file is there" [ "$(cat $W/dl/real/f)" = boxdata ]
+run "download: a directory into it" 0 "$SBX" cp $dbox:/d $W/dl/real/d
+check "  the directory is there" [ "$(cat $W/dl/real/d/g)" = boxd ]
+ln -sfn $T/dl-own $T/dllink && mkdir -p $T/dl-own
+run "download: root's own link in root's directory is followed" 0 "$SBX" cp $dbox:/f $T/dllink/f
+check "  the file is there" [ "$(cat $T/dl-own/f)" = boxdata ]
+# The race: `q` is, in turn, a link to root's directory and a fresh directory
+# of the attacker's (and sometimes missing, when root makes it) while root
+# downloads a file, a directory and a file under a new directory into it,
+# through the agent and through the box's own tar (SBX_CP_BOX_TAR=1). Every
+# rename stays in one directory, so the attacker can move away what root made.
+as $ATK sh -c "mkdir -p $W/dl/q"
+as $ATK nice -n 10 sh -c "n=0; while [ ! -e $W/stop ]; do n=\$((n + 1))
+  mkdir $W/dl/.d\$n; mv -T $W/dl/q $W/dl/.o\$n 2>/dev/null
+  ln -sfn $VD $W/dl/.l\$n; mv -T $W/dl/.l\$n $W/dl/q 2>/dev/null
+  mv -T $W/dl/q $W/dl/.l\$n 2>/dev/null; mv -T $W/dl/.d\$n $W/dl/q 2>/dev/null
+done" &
+FLIP=$!
+copied=0 other=""
+for i in $(seq 1 30); do
+  for how in "" 1; do
+    for what in "$dbox:/f $W/dl/q/f" "$dbox:/d $W/dl/q/d$i" "$dbox:/f $W/dl/q/n$i/f"; do
+      SBX_CP_BOX_TAR=$how "$SBX" cp $what >"$T/d.out" 2>"$T/d.err" </dev/null
+      rc=$?
+      if [ $rc = 0 ]; then
+        copied=$((copied + 1))
+      elif ! grep -qE "symbolic link|does not exist|No such file|Not a directory|not a directory" "$T/d.err"; then
+        other="$other [rc $rc: $(head -c 300 "$T/d.err")]"
+      fi
+    done
+  done
+done
+stop_flip
+check "download race: $copied copies made, every other refused${other:+:$other}" [ -z "$other" ]
+check "download race: root's directory was never written ($(ls -A $VD | head -5 | tr '\n' ' '))" [ -z "$(ls -A $VD)" ]
+run "download: the box goes" 0 "$SBX" stop $dbox
 census "end of the races"
 finish

@@ -15,6 +15,7 @@
 
 #include "core/internal.h"
 #include "providers/linux/linux.h"
+#include "kit/kit.h"
 
 #include <signal.h>
 
@@ -414,6 +415,118 @@ static void test_cli(void)
     all_gone();
 }
 
+/* The MAC of a box's eth0, as "xx:xx:xx:xx:xx:xx" (a copy). */
+static char *mac_of(sbx_sandbox *sb)
+{
+    char *m = strdup(output_of(sb, "cat /sys/class/net/eth0/address", NULL));
+    if (!m)
+        TAP_FAIL("out of memory");
+    m[strcspn(m, "\n")] = 0;
+    TAP_EQ_INT((int)strlen(m), 17);
+    return m;
+}
+
+/*
+ * Issue #21: root in box A (CAP_NET_RAW, as Docker's boxes) writes frames on
+ * a packet socket claiming box B's address, at A's MAC and at B's. Box C,
+ * which talked to B before, must keep B's MAC for B's address and receive
+ * none of the forged datagrams; A and B still talk. The frames go before a
+ * datagram of A's own: once C has that one, it has seen all that came
+ * through before it (one port, one queue), so nothing waits on a clock.
+ */
+static void test_no_spoofing_on_a_network(void)
+{
+    need_boxes();
+    char *probe = NULL;
+    size_t plen = 0;
+    if (sbx__read_file("tests/integration/arp_spoof_probe.py", &probe, &plen) < 0)
+        TAP_FAIL("cannot read tests/integration/arp_spoof_probe.py: %s", strerror(errno));
+    sbx_provider *p = provider(NULL);
+    net_create(p, "arp");
+    sbx_sandbox *a = start_opts(p, "{\"network\": \"arp\"}");
+    sbx_sandbox *b = start_opts(p, "{\"network\": \"arp\"}");
+    sbx_sandbox *c = start_opts(p, "{\"network\": \"arp\"}");
+    _cleanup_free_ char *aip = address(a), *bip = address(b), *cip = address(c);
+    _cleanup_free_ char *amac = mac_of(a), *bmac = mac_of(b), *cmac = mac_of(c);
+    /* The MAC is the one sbx chose for the address (0a:58 and the address). */
+    unsigned char m[6];
+    TAP_EQ_INT(sbx__linux_net_mac(aip, m), 0);
+    char want[18];
+    snprintf(want, sizeof(want), "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4],
+             m[5]);
+    TAP_EQ_STR(amac, want);
+
+    /* C learns B's MAC by talking to it. */
+    serve(b, "b");
+    TAP_EQ_STR(fetch(c, bip), "hi from b\n");
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "grep '^%s ' /proc/net/arp", bip);
+    TAP_CONTAINS(output_of(c, cmd, NULL), bmac);
+    /* C records every datagram on UDP 9000 as "SOURCE PAYLOAD", until "done". */
+    output_of(c, "setsid -f python3 -c 'import socket\n"
+                 "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((\"0.0.0.0\", 9000))\n"
+                 "open(\"/tmp/up\", \"w\").close()\n"
+                 "f = open(\"/tmp/got.part\", \"w\")\n"
+                 "while True:\n"
+                 "    d, (h, _) = s.recvfrom(100); f.write(h + \" \" + d.decode() + \"\\n\"); f.flush()\n"
+                 "    if d == b\"done\": break\n"
+                 "f.close(); __import__(\"os\").rename(\"/tmp/got.part\", \"/tmp/got\")' "
+                 ">/dev/null 2>&1; "
+                 "for i in $(seq 100); do [ -e /tmp/up ] && exit 0; sleep 0.05; done; exit 1",
+              NULL);
+
+    sbx_error *e = NULL;
+    if (sbx_sandbox_write_file(a, "/tmp/probe.py", probe, plen, 0644, &e) != SBX_OK)
+        TAP_FAIL("write_file: %s", sbx_error_message(e));
+    snprintf(cmd, sizeof(cmd), "python3 /tmp/probe.py %s %s %s %s 9000", bip, bmac, cip, cmac);
+    TAP_EQ_STR(output_of(a, cmd, NULL), "sent\n");
+    snprintf(cmd, sizeof(cmd),
+             "python3 -c 'import socket; socket.socket(socket.AF_INET, "
+             "socket.SOCK_DGRAM).sendto(b\"done\", (\"%s\", 9000))'",
+             cip);
+    output_of(a, cmd, NULL);
+    const char *got = output_of(c, "for i in $(seq 200); do [ -e /tmp/got ] && break; "
+                                   "sleep 0.05; done; cat /tmp/got",
+                                NULL);
+    _cleanup_free_ char *gotc = strdup(got);
+    printf("# C received:\n%s", gotc);
+    /* C still has B's MAC for B's address, not A's. */
+    snprintf(cmd, sizeof(cmd), "grep '^%s ' /proc/net/arp", bip);
+    const char *arp = output_of(c, cmd, NULL);
+    printf("# C's ARP entry for B: %s", arp);
+    TAP_TRUE(!strstr(arp, amac));
+    TAP_CONTAINS(arp, bmac);
+    /* C received A's own datagram and nothing else. */
+    char line[64];
+    snprintf(line, sizeof(line), "%s done\n", aip);
+    TAP_EQ_STR(gotc, line);
+    /* And A and B still talk, both ways. */
+    serve(a, "a");
+    TAP_EQ_STR(fetch(b, aip), "hi from a\n");
+    TAP_EQ_STR(fetch(a, bip), "hi from b\n");
+    TAP_EQ_STR(fetch(c, bip), "hi from b\n");
+    char port[16];
+    sbx__linux_net_port(sbx_sandbox_id(a), port);
+    stop_free(a);
+    stop_free(b);
+    stop_free(c);
+    TAP_EQ_INT(veths_in("arp", 0), 0);
+    /* The port's filter went with the box (a delete of its chain finds none). */
+    _cleanup_free_ char *nft = sbx__kit_find_helper("sbx-nft", "SBX_NFT");
+    TAP_TRUE(nft != NULL);
+    char out[4096];
+    TAP_NE_INT(run_cmd(out, sizeof(out),
+                       "echo 'delete chain netdev sbx %s' | nsenter --net=%s/networks/arp/netns "
+                       "%s 2>&1",
+                       port, state_dir, nft),
+               0);
+    TAP_CONTAINS(out, "No such file or directory");
+    net_rm(p, "arp");
+    sbx_provider_free(p);
+    free(probe);
+    all_gone();
+}
+
 int main(int argc, char **argv)
 {
     static const struct tap_test tests[] = {
@@ -424,6 +537,7 @@ int main(int argc, char **argv)
         TAP(test_forward_ports),
         TAP(test_killed_shim_forgotten_at_stop),
         TAP(test_cli),
+        TAP(test_no_spoofing_on_a_network),
     };
     return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
 }

@@ -711,10 +711,22 @@ SBX_INTERNAL void sbx__linux_net_leave(const char *dir, const char *id);
 SBX_INTERNAL void sbx__linux_net_forget(const char *box_dir, const char *id);
 /*
  * After the clone: a veth pair, one end on the network's bridge (named for
- * box `id`), the other SBX_NET_BOX_IF in the namespace of `pid`.
+ * box `id`, sbx__linux_net_port), the other SBX_NET_BOX_IF in the namespace
+ * of `pid`, with the MAC sbx__linux_net_mac gives for `addr`.
  */
-SBX_INTERNAL int sbx__linux_net_attach(const char *dir, const char *id, pid_t pid,
-                                       sbx_error **err);
+SBX_INTERNAL int sbx__linux_net_attach(const char *dir, const char *id, const char *addr,
+                                       pid_t pid, sbx_error **err);
+/* The bridge-side name of box `id`'s veth: "sbx" and the id's 12 hex digits (IFNAMSIZ). */
+SBX_INTERNAL void sbx__linux_net_port(const char *id, char name[16]);
+/* A box's MAC: locally administered, 0a:58 and its IPv4 address (as CNI's bridge). -1 if not one. */
+SBX_INTERNAL int sbx__linux_net_mac(const char *addr, unsigned char mac[6]);
+/*
+ * The nftables ruleset of box `id`'s bridge port (sbx-nft loads it in the
+ * network's namespace): what arrives from the box is dropped unless it is
+ * IPv4 from its own MAC and address, or ARP that says so. NULL: no memory
+ * or a bad address.
+ */
+SBX_INTERNAL char *sbx__linux_net_port_rules(const char *id, const char *addr);
 /* The bookkeeping networks_api.c shares (networks.c has the details). */
 SBX_INTERNAL json_t *sbx__linux_net_record(const char *dir);
 SBX_INTERNAL int sbx__linux_net_lock(const char *dir);
@@ -733,7 +745,7 @@ SBX_INTERNAL void *sbx__nl_open(void);
 SBX_INTERNAL void sbx__nl_close(void *nl);
 SBX_INTERNAL int sbx__nl_bridge_add(void *nl, const char *name);
 SBX_INTERNAL int sbx__nl_veth_add(void *nl, const char *name, int master, const char *peer,
-                                  pid_t peer_pid);
+                                  pid_t peer_pid, const unsigned char peer_mac[6]);
 SBX_INTERNAL int sbx__nl_addr_up(void *nl, const char *ifname, const char *addr,
                                  unsigned prefix);
 

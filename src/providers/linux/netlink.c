@@ -78,12 +78,20 @@ int sbx__nl_bridge_add(void *nl, const char *name)
     return rc < 0 ? fail(rc) : 0;
 }
 
-int sbx__nl_veth_add(void *nl, const char *name, int master, const char *peer, pid_t peer_pid)
+int sbx__nl_veth_add(void *nl, const char *name, int master, const char *peer, pid_t peer_pid,
+                     const unsigned char peer_mac[6])
 {
     struct rtnl_link *l = rtnl_link_veth_alloc();
     if (!l)
         return fail(NLE_NOMEM);
+    struct nl_addr *mac = nl_addr_build(AF_LLC, peer_mac, 6);
+    if (!mac) {
+        rtnl_link_veth_release(l);
+        return fail(NLE_NOMEM);
+    }
     struct rtnl_link *p = rtnl_link_veth_get_peer(l);
+    /* [netw] The box's MAC is chosen here, so the port filter knows it before the box runs. */
+    rtnl_link_set_addr(p, mac);
     rtnl_link_set_name(l, name);
     rtnl_link_set_master(l, master);
     rtnl_link_set_flags(l, IFF_UP);
@@ -93,6 +101,7 @@ int sbx__nl_veth_add(void *nl, const char *name, int master, const char *peer, p
     int rc = rtnl_link_add(nl, l, NLM_F_CREATE | NLM_F_EXCL);
     rtnl_link_put(p);
     rtnl_link_veth_release(l);
+    nl_addr_put(mac);
     return rc < 0 ? fail(rc) : 0;
 }
 

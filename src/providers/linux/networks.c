@@ -403,7 +403,54 @@ void sbx__linux_net_forget(const char *box_dir, const char *id)
         closedir(d);
 }
 
-int sbx__linux_net_attach(const char *dir, const char *id, pid_t pid, sbx_error **err)
+void sbx__linux_net_port(const char *id, char name[16])
+{
+    const char *dash = strrchr(id, '-');
+    snprintf(name, 16, "sbx%.12s", dash ? dash + 1 : id);
+}
+
+int sbx__linux_net_mac(const char *addr, unsigned char mac[6])
+{
+    struct in_addr in;
+    if (!addr || inet_pton(AF_INET, addr, &in) != 1)
+        return -1;
+    /* 0x0a: locally administered (bit 1), unicast (bit 0 clear); never a vendor's. */
+    mac[0] = 0x0a;
+    mac[1] = 0x58;
+    memcpy(mac + 2, &in.s_addr, 4);
+    return 0;
+}
+
+char *sbx__linux_net_port_rules(const char *id, const char *addr)
+{
+    unsigned char m[6];
+    char port[16];
+    if (sbx__linux_net_mac(addr, m) < 0)
+        return NULL;
+    sbx__linux_net_port(id, port);
+    char mac[18];
+    snprintf(mac, sizeof(mac), "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
+    /*
+     * Ingress of the port's bridge end sees every frame the box sends (its
+     * IP stack's, or a packet socket's), before the bridge learns or
+     * forwards it. One chain per port, bound to that device: the kernel
+     * releases it when the device goes with the box's namespace. IPv6 and
+     * every other ethertype are dropped (the network is IPv4 only).
+     */
+    return sbx__printf("table netdev sbx {\n"
+                       "\tchain %s {\n"
+                       "\t\ttype filter hook ingress device \"%s\" priority 0; policy drop;\n"
+                       "\t\tether saddr != %s drop\n"
+                       "\t\tether type ip ip saddr %s accept\n"
+                       "\t\tether type arp arp htype 1 arp ptype ip arp hlen 6 arp plen 4 "
+                       "arp saddr ether %s arp saddr ip %s accept\n"
+                       "\t}\n"
+                       "}\n",
+                       port, port, mac, addr, mac, addr);
+}
+
+int sbx__linux_net_attach(const char *dir, const char *id, const char *addr, pid_t pid,
+                          sbx_error **err)
 {
     _cleanup_free_ char *ns = sbx__printf("%s/netns", dir);
     if (!ns)
@@ -443,10 +490,15 @@ int sbx__linux_net_attach(const char *dir, const char *id, pid_t pid, sbx_error 
      * for a moment in its dying namespace, and the next box's must not
      * collide with it. "sbx" and the id's 12 hex digits fit IFNAMSIZ.
      */
-    const char *dash = strrchr(id, '-');
-    char name[IFNAMSIZ];
-    snprintf(name, sizeof(name), "sbx%.12s", dash ? dash + 1 : id);
-    int rc = sbx__nl_veth_add(nl, name, br, SBX_NET_BOX_IF, pid);
+    char name[16];
+    sbx__linux_net_port(id, name);
+    unsigned char mac[6];
+    if (sbx__linux_net_mac(addr, mac) < 0) {
+        sbx__nl_close(nl);
+        return sbx__set_error(err, SBX_ECREATE, "bad box address %.32s in the network %s",
+                              addr ? addr : "(none)", dir);
+    }
+    int rc = sbx__nl_veth_add(nl, name, br, SBX_NET_BOX_IF, pid, mac);
     e = errno;
     sbx__nl_close(nl);
     if (rc < 0)

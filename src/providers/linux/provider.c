@@ -1430,6 +1430,15 @@ static int nat_desc(struct linux_state *st, struct create *c, sbx_error **err)
 {
     static const char *const names[] = { "none", "host", "nat" };
     json_object_set_new(c->desc, "net", json_string(names[c->net]));
+    if (c->network) {
+        /* [netw] The shim filters the box's bridge port through sbx-nft. */
+        _cleanup_free_ char *nft = sbx__kit_find_helper("sbx-nft", "SBX_NFT");
+        if (!nft)
+            return sbx__set_error(err, SBX_ECREATE,
+                                  "a box on a network needs the sbx-nft helper (set SBX_NFT, or "
+                                  "install sbx)");
+        json_object_set_new(c->desc, "nft", json_string(nft));
+    }
     if (c->net != SBX_LINUX_NET_NAT) {
         if (c->egress || c->dns)
             return sbx__set_error(err, SBX_EINVAL,
