@@ -126,8 +126,8 @@ $(B)/bench/%: $(B)/obj/bench/%.o $(TESTLIB) $(B)/libsbx.a
 
 examples: $(EXAMPLE_BIN)
 tests: $(TEST_BIN) $(PLUGIN_SO) $(if $(CLI_SRC),$(B)/sbx) $(B)/libsbx.so
-# tests/acceptance/test_bench_dies.sh kills a bench mid-run.
-tests: $(B)/bench/bench_transfer
+# tests/acceptance/test_bench_dies{,_docker}.sh kill a bench mid-run.
+tests: $(B)/bench/bench_transfer $(B)/bench/bench_linux
 fuzz-replay: $(FUZZ_REPLAY)
 
 $(B)/sbx.pc: sbx.pc.in
