@@ -26,21 +26,29 @@ static void check_rule(const struct sbx_egress_rule *r)
         abort();
 }
 
-/* Each rule line of the ruleset: "    ip daddr A.B.C.D/N [meta l4proto { tcp, udp } th dport P-Q] VERDICT". */
+/*
+ * Each rule line of the ruleset's two chains ("in" by source, "out" by
+ * destination): "    ip daddr|saddr A.B.C.D/N [meta l4proto { tcp, udp } th
+ * dport|sport P-Q] VERDICT", and the fixed lines around them.
+ */
 static void check_ruleset(const char *s)
 {
-    const char *lines = strstr(s, "  chain out {");
-    if (!lines)
+    const char *lines = strstr(s, "  chain in {");
+    if (!lines || !strstr(lines, "  chain out {"))
         abort();
     for (const char *p = lines; *p; p++)
-        if (!strchr("abcdefghijklmnopqrstuvwxyz0123456789 ./-{},;:\n\"", *p))
+        if (!strchr("abcdefghijklmnopqrstuvwxyz0123456789 ./-{},;:\n\"!=", *p))
             abort();
-    /* Quotes only around "lo"; semicolons only on the hook line. */
-    const char *q = strchr(lines, '"');
-    if (!q || strncmp(q, "\"lo\"", 4) || strchr(q + 4, '"'))
-        abort();
-    const char *semi = strchr(lines, ';');
-    if (!semi || strchr(strchr(semi + 1, ';') + 1, ';'))
+    /* Quotes only around "lo"; semicolons only on the two hook lines; != only on the source check. */
+    int quotes = 0, semis = 0;
+    for (const char *q = strchr(lines, '"'); q; q = strchr(q + 4, '"'), quotes++)
+        if (strncmp(q, "\"lo\"", 4))
+            abort();
+    for (const char *p = strchr(lines, ';'); p; p = strchr(p + 1, ';'))
+        semis++;
+    const char *ne = strchr(lines, '!');
+    if (quotes != 2 || semis != 4 || !ne || strncmp(ne, "!= 10.0.2.100 drop\n", 19) ||
+        strchr(ne + 1, '!') || strchr(lines, '=') != ne + 1 || strchr(ne + 2, '='))
         abort();
 }
 
