@@ -92,7 +92,8 @@ static int walk_open(int rootfd, const char *path, int flags, mode_t mode, bool 
             }
             continue;
         }
-        struct stat st;
+        /* Zeroed: gcc -O2 may test st_mode before fstatat's result (memcheck then warns). */
+        struct stat st = { 0 };
         int cfd = -1;
         bool is_link;
         if (last) {
