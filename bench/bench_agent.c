@@ -8,6 +8,7 @@
  */
 #include "core/internal.h"
 #include "kit/client.h"
+#include "lib/bench.h"
 
 #include <fcntl.h>
 #include <libgen.h>
@@ -136,17 +137,6 @@ static int run_shell(const char *cmd)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static void fork_exec_true(void)
-{
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl("/bin/true", "true", (char *)NULL);
-        _exit(127);
-    }
-    int st;
-    waitpid(pid, &st, 0);
-}
-
 int main(int argc, char **argv)
 {
     int n = argc > 1 ? (int)strtol(argv[1], NULL, 10) : 500;
@@ -191,7 +181,7 @@ int main(int argc, char **argv)
     run(&j, 20);
     double t0 = now();
     for (int i = 0; i < n; i++)
-        fork_exec_true();
+        bench_fork_exec_true();
     double base = (now() - t0) / n;
     const char *const targv[] = {"/bin/true", NULL};
     j.argv = targv;
