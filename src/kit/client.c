@@ -122,6 +122,12 @@ struct hchan {
 
 struct sbx_agent_conn {
     uv_loop_t *loop;
+    /*
+     * uv_now() of the last progress of any transfer on this connection: a
+     * transfer waiting its turn behind others the agent is serving is not
+     * stalled (chan_timer_cb), only one on a connection where nothing moves.
+     */
+    uint64_t xfer_progress;
     uv_pipe_t *pipe;
     uv_timer_t *timer;
     char *path;
@@ -353,6 +359,8 @@ static bool chan_arm(struct hchan *ch, uint64_t ms)
 static void chan_progress(struct hchan *ch)
 {
     ch->last_progress = uv_now(ch->c->loop);
+    if (ch->kind == K_PUT || ch->kind == K_GET)
+        ch->c->xfer_progress = ch->last_progress;
 }
 
 /* Transfers and pings: fail after `idle_ms` without progress. */
@@ -361,7 +369,7 @@ static bool chan_watch_idle(struct hchan *ch)
     double s =
         ch->c->limits.idle_timeout_s > 0 ? ch->c->limits.idle_timeout_s : SBX_AGENT_DEFAULT_IDLE_S;
     ch->idle_ms = (uint64_t)(s * 1000.0);
-    chan_progress(ch);
+    ch->last_progress = uv_now(ch->c->loop); /* a start, not progress of the connection */
     return chan_arm(ch, ch->idle_ms);
 }
 
@@ -593,7 +601,11 @@ static void chan_timer_cb(uv_timer_t *t)
         chan_finish(ch, r ? SBX_OK : SBX_ENOMEM, NULL, r);
         return;
     }
-    uint64_t idle = uv_now(c->loop) - ch->last_progress;
+    uint64_t last = ch->last_progress;
+    /* A transfer behind others on a connection that moves waits its turn (sizes are bounded). */
+    if ((ch->kind == K_PUT || ch->kind == K_GET) && c->xfer_progress > last)
+        last = c->xfer_progress;
+    uint64_t idle = uv_now(c->loop) - last;
     if (idle < ch->idle_ms) {
         uv_timer_start(t, chan_timer_cb, ch->idle_ms - idle, 0);
         return;
