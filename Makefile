@@ -284,6 +284,9 @@ bench: all $(BENCH_BIN)
 FUZZ_B := build/fuzz
 FUZZ_TIME ?= 30
 FUZZ_CI_TIME ?= 5
+# fuzz-ci's seed: fixed, so a commit's CI says the same each run (a finding
+# is reproducible with the seed it prints); `make fuzz` explores at random.
+FUZZ_SEED ?= 1
 FUZZ_FLAGS := -rss_limit_mb=2048 -timeout=10 -print_final_stats=0
 FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/bin/%)
 .PHONY: fuzz-ci fuzz-build fuzz-bins
@@ -317,11 +320,12 @@ fuzz-ci: fuzz-build
 	  mkdir -p $(FUZZ_B)/new/$$n; \
 	  t=$$(mktemp -d /tmp/sbx-fuzz-run.XXXXXX); \
 	  TMPDIR=$$t $(FUZZ_B)/fuzz/bin/$$n $(FUZZ_FLAGS) -max_total_time=$(FUZZ_CI_TIME) \
-	    -artifact_prefix=$(FUZZ_B)/$$n- $(FUZZ_B)/new/$$n fuzz/corpus/$$n \
+	    -seed=$(FUZZ_SEED) -artifact_prefix=$(FUZZ_B)/$$n- $(FUZZ_B)/new/$$n fuzz/corpus/$$n \
 	    > $(FUZZ_B)/$$n.log 2>&1; rc=$$?; \
 	  rm -rf $$t; \
 	  if [ $$rc = 0 ]; then echo "== fuzzed $$n for $(FUZZ_CI_TIME) s: $$(tail -n 1 $(FUZZ_B)/$$n.log)"; \
-	  else echo "== fuzzing $$n FOUND SOMETHING (exit $$rc):"; tail -n 60 $(FUZZ_B)/$$n.log; exit 1; fi; \
+	  else echo "== fuzzing $$n (-seed=$(FUZZ_SEED)) FOUND SOMETHING (exit $$rc):"; \
+	    tail -n 60 $(FUZZ_B)/$$n.log; exit 1; fi; \
 	done
 
 # Everything a user needs, under PREFIX (DESTDIR for staging): the library, its

@@ -111,6 +111,18 @@ run "a truncated squashfs" 1 "$SBX" image import bt trunc.sqsh
 check "  says it cannot be read" has "$ERR" "cannot be read"
 nothing_left bt
 run "--image of a truncated squashfs fails the create" 125 "$SBX" run --image "$T/host/trunc.sqsh" -- true
+# Counts that would have libsquashfs allocate what the bytes cannot hold.
+mkdir -p sqh/d1/x sqh/d2/y && echo hi >sqh/f
+mksquashfs sqh plain.sqsh -quiet -noappend -all-root -noI -noD -noF >/dev/null
+py "$D/tamper_sqfs.py" fragments plain.sqsh frags.sqsh
+run "a squashfs declaring 2^32 fragments" 1 "$SBX" image import bf frags.sqsh
+check "  says so, before allocating their table" has "$ERR" "more fragments than files"
+nothing_left bf
+py "$D/tamper_sqfs.py" dirtwice plain.sqsh dirtwice.sqsh
+run "a squashfs listing one directory under two names" 1 "$SBX" image import b2 dirtwice.sqsh
+check "  says so, before building the tree" has "$ERR" "a directory listed twice"
+nothing_left b2
+run "the untampered one imports" 0 "$SBX" image import bok plain.sqsh
 cp img.sif big.sif
 run "a SIF that unpacks past --max-bytes" 1 "$SBX" image import --max-bytes 100K bmx big.sif
 check "  says so (the unpacker's error, not the stream's)" has "$ERR" "unpacks to more than"
@@ -157,7 +169,7 @@ exec 7>&-
 check "SIGTERM stops an import from stdin (exit $rc)" [ $rc = 143 ]
 nothing_left bi
 
-for name in dk dk2 d25 oc sd sz so tw sif sqs; do "$SBX" image rm $name >/dev/null 2>&1; done
+for name in dk dk2 d25 oc sd sz so tw sif sqs bok; do "$SBX" image rm $name >/dev/null 2>&1; done
 
 # --- prune keeps the image a running box was made from by ARCHIVE:TAG (no name keeps it)
 run "a box created from ARCHIVE:TAG" 0 "$SBX" create --image "$T/host/two.tar:v2"

@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sqfs/block.h>
 #include <sqfs/compressor.h>
 #include <sqfs/data_reader.h>
 #include <sqfs/dir_reader.h>
@@ -1046,6 +1047,130 @@ static void *stream_main(void *data)
     return NULL;
 }
 
+/*
+ * What libsquashfs allocates from the superblock's counts before it reads
+ * what they count: the fragment table (16 bytes an entry) is malloc'd whole
+ * from fragment_entry_count, so a 100-byte image can ask for 64 GiB. An image
+ * of more than SQFS_MAX_INODES files is refused (a large distribution image
+ * holds about 500,000), and a count the bytes cannot hold is corrupt: each
+ * fragment block holds the tail of at least one file, and the table's block
+ * index must lie inside the image.
+ */
+#define SQFS_MAX_INODES (1u << 22)
+#define SQFS_MAX_ENTRIES (1u << 23) /* names: files may have several (hard links) */
+/* The tree holds an inode per name, a file's with its block list: 512 MiB of them at most. */
+#define SQFS_MAX_TREE_BYTES ((uint64_t)512 << 20)
+
+static const char *sqfs_super_bad(const sqfs_super_t *sb, uint64_t size)
+{
+    if (sb->inode_count > SQFS_MAX_INODES)
+        return "more inodes than sbx imports (4194304)";
+    if (sb->bytes_used > size)
+        return "a size past the end of its bytes";
+    if (!(sb->flags & SQFS_FLAG_NO_FRAGMENTS) && sb->fragment_entry_count > 0 &&
+        sb->fragment_table_start != UINT64_MAX) {
+        if (sb->fragment_entry_count > sb->inode_count)
+            return "more fragments than files";
+        uint64_t blocks = ((uint64_t)sb->fragment_entry_count * 16 + SQFS_META_BLOCK_SIZE - 1) /
+                          SQFS_META_BLOCK_SIZE;
+        if (sb->fragment_table_start > size || blocks * 8 > size - sb->fragment_table_start)
+            return "a fragment table past its end";
+    }
+    return NULL;
+}
+
+/*
+ * Walks the directories once before libsquashfs builds the whole tree: a
+ * directory has one name in squashfs, so a directory inode listed twice is
+ * refused (else a chain of directories each listing the next twice makes a
+ * tree of 2^depth nodes from a few hundred bytes), as is an inode number
+ * past the count, more names than SQFS_MAX_ENTRIES and more inode bytes than
+ * SQFS_MAX_TREE_BYTES (a file's block list is sized by its declared size, a
+ * hard link repeats it). Directories still to
+ * visit are a stack of their inodes, each pushed once (the bitmap).
+ */
+static int sqfs_walk_check(sbx_sqfs_stream *s, const char **why)
+{
+    uint32_t count = s->super.inode_count;
+    uint8_t *seen = calloc((size_t)count / 8 + 1, 1);
+    sqfs_inode_generic_t **stack = NULL;
+    size_t n = 0, cap = 0, names = 0;
+    uint64_t bytes = 0;
+    int e = 0;
+    *why = NULL;
+    if (!seen)
+        return SQFS_ERROR_ALLOC;
+    sqfs_inode_generic_t *root = NULL;
+    if ((e = sqfs_dir_reader_get_root_inode(s->dirs, &root)) != 0)
+        goto out;
+    stack = malloc(sizeof(*stack) * 64);
+    if (!stack) {
+        free(root);
+        e = SQFS_ERROR_ALLOC;
+        goto out;
+    }
+    cap = 64;
+    stack[n++] = root;
+    while (n > 0 && !e && !*why) {
+        sqfs_inode_generic_t *dir = stack[--n];
+        uint32_t ino = dir->base.inode_number;
+        if (ino == 0 || ino > count) {
+            *why = "an inode number past its count";
+        } else if (seen[ino / 8] & (1u << (ino % 8))) {
+            *why = "a directory listed twice";
+        } else {
+            seen[ino / 8] |= (uint8_t)(1u << (ino % 8));
+            e = sqfs_dir_reader_open_dir(s->dirs, dir, SQFS_DIR_OPEN_NO_DOT_ENTRIES);
+        }
+        free(dir);
+        while (!e && !*why) {
+            sqfs_dir_entry_t *ent = NULL;
+            int r = sqfs_dir_reader_read(s->dirs, &ent);
+            if (r > 0)
+                break;
+            if (r < 0) {
+                e = r;
+                break;
+            }
+            free(ent);
+            if (++names > SQFS_MAX_ENTRIES) {
+                *why = "more names than sbx imports (8388608)";
+                break;
+            }
+            sqfs_inode_generic_t *in = NULL;
+            if ((e = sqfs_dir_reader_get_inode(s->dirs, &in)) != 0)
+                break;
+            bytes += sizeof(*in) + in->payload_bytes_available;
+            if (bytes > SQFS_MAX_TREE_BYTES) {
+                free(in);
+                *why = "a tree larger than sbx imports (512 MiB of inodes)";
+                break;
+            }
+            if (in->base.type != SQFS_INODE_DIR && in->base.type != SQFS_INODE_EXT_DIR) {
+                free(in);
+                continue;
+            }
+            if (n == cap) {
+                sqfs_inode_generic_t **t = realloc(stack, sizeof(*stack) * cap * 2);
+                if (!t) {
+                    free(in);
+                    e = SQFS_ERROR_ALLOC;
+                    break;
+                }
+                stack = t;
+                cap *= 2;
+            }
+            stack[n++] = in;
+        }
+    }
+out:
+    while (n > 0)
+        free(stack[--n]);
+    free(stack);
+    free(seen);
+    return e;
+}
+
 int sbx__linux_sqfs_stream_start(const char *path, uint64_t offset, uint64_t size,
                                  sbx_sqfs_stream **out, int *fd, sbx_error **err)
 {
@@ -1070,9 +1195,14 @@ int sbx__linux_sqfs_stream_start(const char *path, uint64_t offset, uint64_t siz
         goto fail;
     }
     sqfs_compressor_config_t cfg;
+    const char *why = NULL;
     if ((e = sqfs_super_read(&s->super, &s->file.base)) != 0) {
         step = "its superblock";
         goto bad;
+    }
+    if ((why = sqfs_super_bad(&s->super, size)) != NULL) {
+        step = "its superblock";
+        goto refused;
     }
     if ((e = sqfs_compressor_config_init(&cfg, s->super.compression_id, s->super.block_size,
                                          SQFS_COMP_FLAG_UNCOMPRESS)) != 0 ||
@@ -1093,6 +1223,12 @@ int sbx__linux_sqfs_stream_start(const char *path, uint64_t offset, uint64_t siz
     }
     if ((e = sqfs_data_reader_load_fragment_table(s->data, &s->super)) != 0) {
         step = "its fragment table";
+        goto bad;
+    }
+    if ((e = sqfs_walk_check(s, &why)) != 0 || why) {
+        step = "its directories";
+        if (why)
+            goto refused;
         goto bad;
     }
     /* The whole tree, read and checked (loops, names) before a byte is streamed. */
@@ -1117,11 +1253,12 @@ int sbx__linux_sqfs_stream_start(const char *path, uint64_t offset, uint64_t siz
     *out = s;
     return SBX_OK;
 bad:
+    why = sqfs_why(e);
+refused:
     rc = sbx__set_error(err, SBX_EINVAL,
                         "%s: the squashfs (at offset %llu, %llu bytes) cannot "
                         "be read: %s in %s",
-                        path, (unsigned long long)offset, (unsigned long long)size, sqfs_why(e),
-                        step);
+                        path, (unsigned long long)offset, (unsigned long long)size, why, step);
 fail:
     stream_free(s);
     return rc;
