@@ -199,8 +199,10 @@ bool sbx__realm_may_get_credentials(const char *registry_base, const char *realm
 {
     char rh[256], th[256];
     bool r_https, t_https;
-    if (!registry_base || !realm || !url_host(registry_base, &r_https, rh) ||
-        !url_host(realm, &t_https, th))
+    /* '@' or '\\' anywhere: parsers disagree on where such a URL's host ends
+     * (WHATWG reads a backslash as '/'), so none is trusted, in its path either. */
+    if (!registry_base || !realm || strpbrk(realm, "@\\") ||
+        !url_host(registry_base, &r_https, rh) || !url_host(realm, &t_https, th))
         return false;
     /* Never a weaker scheme than the registry's: https credentials stay on TLS. */
     if (r_https && !t_https)

@@ -144,6 +144,8 @@ static void test_realm_rule(void)
         {"https://reg.example", "https://evil.example\\@reg.example/", false},
         {"https://reg.example", "https://reg.example%2f@evil/", false},
         {"https://reg.example", "https://reg.example\\.evil.example/", false},
+        {"https://reg.example", "https://reg.example/token\\@evil", false}, /* in its path */
+        {"https://reg.example", "https://reg.example/t@x", false},
         {"https://reg.example", "https://reg.example:x/token", false},
         {"https://reg.example", "https://reg.example:/token", false},
         {"https://reg.example", "https:///token", false},
