@@ -126,6 +126,11 @@ static void prime_sanitizer(void) {}
 /* Weak: a test file may define tap_prime() to warm up process-wide state. */
 __attribute__((weak)) void tap_prime(void);
 
+int tap_bulk(int n)
+{
+    return getenv("SBX_VALGRIND") ? n / 10 : n;
+}
+
 /* SBX_TEST_TIMEOUT_SCALE stretches every alarm (valgrind, an emulated guest). */
 static unsigned timeout_scale(void)
 {

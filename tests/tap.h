@@ -38,6 +38,12 @@ void tap_skip(const char *why) __attribute__((noreturn));
 void tap_allow_fd_changes(void);
 /* A fresh private temp directory for this test, removed after it. */
 const char *tap_tmpdir(void);
+/*
+ * A bulk count for a test whose size checks speed (no scan per entry), not
+ * a memory path: n, or n / 10 under memcheck (SBX_VALGRIND), which runs
+ * 20-50x slower and checks the same code with a tenth of the entries.
+ */
+int tap_bulk(int n);
 
 #define TAP_MAIN(...)                                                                              \
     int main(int argc, char **argv)                                                                \

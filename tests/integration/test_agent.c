@@ -296,6 +296,9 @@ static void test_direct_exec_is_the_shells(void)
             if (v == 3)
                 sbx_exec_opts_set_env(o, "SHLVL", "4");
             for (size_t i = 0; i < SBX_ARRAY_SIZE(cmds); i++) {
+                /* The variants change the environment only: the commands that print it. */
+                if (v > 0 && !strstr(cmds[i], "env"))
+                    continue;
                 char through[PATH_MAX + 128];
                 snprintf(through, sizeof(through), "exec %s -c '%s'", shells[k].as, cmds[i]);
                 sbx_exec_result *d = agent_run(c, cmds[i], o), *t = agent_run(c, through, o);
@@ -586,7 +589,9 @@ static void check_upload_download(const char *const *env)
     snprintf(root, sizeof(root), "%s/root", tap_tmpdir());
     TAP_EQ_INT(mkdir(root, 0755), 0);
     snprintf(src, sizeof(src), "%s/src.bin", tap_tmpdir());
-    make_file(src, 64u << 20, 0751);
+    /* 16 MiB: 64 chunks and four frames' worth, past every window (a bigger file
+     * checks nothing more here, and costs minutes under TSan and memcheck). */
+    make_file(src, 16u << 20, 0751);
     struct agent a = start_listen(root, env, NULL);
     sbx_agent_conn *c = connect_agent(&a);
 
