@@ -283,7 +283,7 @@ bench: all $(BENCH_BIN)
 # build/fuzz/new/ only. A crash leaves build/fuzz/<target>-crash-* behind.
 FUZZ_B := build/fuzz
 FUZZ_TIME ?= 30
-FUZZ_CI_TIME ?= 5
+FUZZ_CI_TIME ?= 3
 # fuzz-ci's seed: fixed, so a commit's CI says the same each run (a finding
 # is reproducible with the seed it prints); `make fuzz` explores at random.
 FUZZ_SEED ?= 1
