@@ -273,6 +273,12 @@ check-valgrind-ci: check-valgrind-ci-bins
 bench: all $(BENCH_BIN)
 	B=$(B) bench/run.sh
 
+# This tree's hot path against an earlier commit's, alternating runs on this
+# machine (bench/compare.sh; ROUNDS, N): run it before a release, REF the last.
+.PHONY: bench-compare
+bench-compare: all $(B)/bench/bench_linux
+	B=$(B) REF="$(REF)" bench/compare.sh
+
 # libFuzzer builds (clang) in build/fuzz: the library and targets built once
 # with -fsanitize=fuzzer-no-link (plus ASan and UBSan, which abort on the
 # first finding), each target linked with libFuzzer's main. Every run has a
