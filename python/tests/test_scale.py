@@ -113,12 +113,24 @@ def _leftovers(state_dir: str, ids: list[str]) -> dict:
             continue
         if state_dir in cmd or groups & wanted:
             procs.append(f"{pid}: {cmd[:120]}")
+    # The provider's level (tests/run.sh gives each test its own,
+    # SBX_LINUX_CGROUP) under each hierarchy's root: /sys/fs/cgroup itself
+    # (pure v2) or each controller's and the unified one (hybrid); its
+    # `.nomem` level holds the unlimited boxes on pure v2. Other tests'
+    # groups come and go meanwhile: a directory gone while read is not ours.
+    level = os.environ.get("SBX_LINUX_CGROUP") or "sbx"
+    top = Path("/sys/fs/cgroup")
+    try:
+        roots = [top] + [r for r in top.iterdir() if r.is_dir()]
+    except OSError:
+        roots = [top]
     cgroups = []
-    for root in Path("/sys/fs/cgroup").glob("**/sbx"):
-        try:
-            cgroups += [d.name for d in root.iterdir() if d.name in wanted]
-        except OSError:
-            pass
+    for root in roots:
+        for base in (root / level, root / level / ".nomem"):
+            try:
+                cgroups += [d.name for d in base.iterdir() if d.name in wanted]
+            except OSError:
+                pass
     boxes = os.path.join(state_dir, "boxes")
     dirs = [d for d in os.listdir(boxes) if d in wanted] if os.path.isdir(boxes) else []
     return {"processes": procs, "cgroups": sorted(set(cgroups)), "box_dirs": dirs}
