@@ -61,6 +61,21 @@ def _has_connect(provider: Any) -> bool:
 
 
 def _no_connect(provider: Any) -> RuntimeError:
+    """Why `provider` cannot serialize()/connect(), as the reference's
+    RuntimeError: a provider without the capability (the reference's text),
+    or what is not a provider object at all, said as such. connect() takes
+    a provider object only, as the reference's does; a config mapping is
+    the commonest mistake (the constructor takes one), so the fix is named."""
+    if isinstance(provider, Mapping):
+        return RuntimeError(
+            "AsyncSandbox.connect() needs a provider object with serialize()/connect(), not a "
+            f"config mapping: pass provider=create_provider({dict(provider)!r})"
+        )
+    if not hasattr(provider, "create"):
+        return RuntimeError(
+            "AsyncSandbox.connect() needs a provider object with serialize()/connect(); "
+            f"got {type(provider).__name__} {provider!r}, which is not a provider"
+        )
     return RuntimeError(f"provider {provider_display_name(provider)!r} does not support serialize()/connect()")
 
 

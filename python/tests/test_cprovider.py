@@ -178,6 +178,33 @@ def test_serialize_connect_and_stop_ends_the_box():
     run(go())
 
 
+def test_connect_given_no_provider_object_says_so():
+    async def go():
+        owner = await AsyncSandbox({"fake": {}}, spec(files={"/f": "shared"})).start()
+        d = await owner.serialize()
+        # The constructor's config mapping is not accepted by connect (as in the
+        # reference), though `fake` connects: the error names that, and the fix.
+        with pytest.raises(RuntimeError, match="serialize") as e:
+            await AsyncSandbox.connect(d, provider={"fake": {}})
+        assert str(e.value) == (
+            "AsyncSandbox.connect() needs a provider object with serialize()/connect(), not a "
+            "config mapping: pass provider=create_provider({'fake': {}})"
+        )
+        with pytest.raises(RuntimeError) as e:
+            await AsyncSandbox.connect(d, provider="fake")
+        assert str(e.value) == (
+            "AsyncSandbox.connect() needs a provider object with serialize()/connect(); "
+            "got str 'fake', which is not a provider"
+        )
+        # The fix the message names works.
+        other = await AsyncSandbox.connect(d, provider=owner._provider)
+        assert (await other.exec("cat /f")).stdout == "shared"
+        await other.stop()
+        await owner.stop()
+
+    run(go())
+
+
 def test_200_concurrent_execs_on_one_loop():
     async def go():
         async with AsyncSandbox({"fake": {}}, spec()) as sb:

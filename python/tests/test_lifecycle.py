@@ -306,8 +306,13 @@ def test_serialize_and_connect():
         assert str(e.value) == "provider 'recording' does not support serialize()/connect()"
         with pytest.raises(RuntimeError, match="serialize"):
             await AsyncSandbox.connect({"sandbox_id": "x"}, provider=plain)
-        with pytest.raises(RuntimeError, match="provider 'dict' does not support"):
+        # A config mapping is not a provider here (as in the reference): the error says so.
+        with pytest.raises(RuntimeError, match="serialize") as e:
             await AsyncSandbox.connect({"sandbox_id": "x"}, provider={"connecty": {}})
+        assert str(e.value) == (
+            "AsyncSandbox.connect() needs a provider object with serialize()/connect(), not a "
+            "config mapping: pass provider=create_provider({'connecty': {}})"
+        )
 
         p = ConnectProvider()
         sb = AsyncSandbox(p, SandboxSpec(workdir="/work"))

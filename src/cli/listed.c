@@ -165,8 +165,15 @@ int cli_listed_stop(const json_t *record, sbx_error **err)
     return rc;
 }
 
-/* Why the provider's gc removed `id`, from the listing taken before it. */
-static const char *gc_reason(const json_t *before, const char *id, double now)
+/*
+ * Why the provider's gc removed `id`, by the rules gc collects by (its TTL
+ * passed; with labels, they match; else nothing runs it any more), from the
+ * listing taken before it. A box that listing saw running may have died
+ * since (a race with gc, a stop): it was not collected for a label it does
+ * not have, or without --label at all.
+ */
+static const char *gc_reason(const json_t *before, const char *id, const sbx_kv *labels,
+                             double now)
 {
     size_t i;
     json_t *b;
@@ -177,8 +184,9 @@ static const char *gc_reason(const json_t *before, const char *id, double now)
         json_t *exp = json_object_get(b, "expires_at");
         if (json_is_number(exp) && json_number_value(exp) <= now)
             return "ttl expired";
-        const char *st = json_string_value(json_object_get(b, "status"));
-        return st && !strcmp(st, "error") ? "orphaned" : "label";
+        if (labels->len && cli_box_matches(b, labels))
+            return "label";
+        break;
     }
     return "orphaned";
 }
@@ -229,7 +237,7 @@ int cli_listed_gc(const struct cli_opts *opts, const json_t *done, json_t *out)
         const char *id = json_string_value(v);
         if (!id || json_object_get(done, id))
             continue;
-        const char *reason = gc_reason(before, id, now);
+        const char *reason = gc_reason(before, id, &opts->labels, now);
         /* The CLI may hold a record of it too (made under another config): drop it. */
         if (!opts->dry_run)
             cli_box_remove(id);

@@ -149,7 +149,8 @@ static const struct command commands[] = {
       "  --json                 print a JSON array\n",
       "Also runs the default provider's own collector ($SBX_PROVIDER, or linux): for\n"
       "linux, what dead boxes left (orphans: shim gone), boxes whose TTL passed, and\n"
-      "the temporary trees of image imports whose process is gone.\n" },
+      "the temporary trees of image imports whose process is gone. A linux box still\n"
+      "being created is never touched, not even by --label.\n" },
     { "image", cli_cmd_image, "sbx image pull|build|import|ls|inspect|tag|rm|prune ...",
       "manage the default provider's images ($SBX_PROVIDER, or linux)",
       "  sbx image pull [--platform OS/ARCH[/VARIANT]] [--json] REF\n"

@@ -936,6 +936,29 @@ static void on_init_exit(struct shim *s)
     write_record(s, "error");
 }
 
+/*
+ * Who sent a stop signal, in words: " from pid N (comm)"; without a sender
+ * pid, the kernel or a process of a pid namespace we cannot see. The name is
+ * best effort: the sender may be gone.
+ */
+static void signal_sender(pid_t pid, char *buf, size_t len)
+{
+    if (pid <= 0) {
+        snprintf(buf, len, " from the kernel or another pid namespace");
+        return;
+    }
+    char path[64], comm[32] = "";
+    snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, comm, sizeof(comm) - 1) : -1;
+    comm[n > 0 ? n : 0] = 0;
+    comm[strcspn(comm, "\n")] = 0;
+    if (comm[0])
+        snprintf(buf, len, " from pid %d (%s)", (int)pid, comm);
+    else
+        snprintf(buf, len, " from pid %d", (int)pid);
+}
+
 static void handle_signals(struct shim *s)
 {
     struct signalfd_siginfo si;
@@ -951,7 +974,19 @@ static void handle_signals(struct shim *s)
                 s->pasta = 0;
             continue;
         }
-        /* SIGTERM, SIGINT, SIGHUP: a stop. */
+        /*
+         * SIGTERM, SIGINT, SIGHUP: a stop. One before the creator took the box
+         * fails the create: the creator is told what stopped it and by whom.
+         */
+        if (!s->acked && s->ctl >= 0) {
+            char from[80];
+            const char *name = sigabbrev_np((int)si.ssi_signo);
+            signal_sender((pid_t)si.ssi_pid, from, sizeof(from));
+            fail(s, SBX_ECREATE,
+                 "the box's supervisor (sbx-shim, pid %d) got SIG%s%s before the box was "
+                 "handed over, and tore the box down",
+                 (int)getpid(), name ? name : "?", from);
+        }
         teardown(s, 0);
     }
 }
@@ -1109,6 +1144,17 @@ int main(int argc, char **argv)
     fcntl(CTL_FD, F_SETFD, FD_CLOEXEC);
     /* Whatever else the creator let us inherit is not ours to keep open for the box's life. */
     syscall(SYS_close_range, CTL_FD + 1, ~0U, 0);
+    /*
+     * The stop signals stay blocked from here on (the provider spawns us with
+     * them blocked already): one that comes before the signalfd exists waits
+     * for it, and is reported to the creator rather than killing us silently.
+     */
+    sigset_t stops;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGHUP);
+    sigprocmask(SIG_BLOCK, &stops, NULL);
 
     /*
      * The description is one datagram; its size follows the spec (an env may
@@ -1120,6 +1166,22 @@ int main(int argc, char **argv)
     if (!buf || (n = recv(CTL_FD, buf, (size_t)n, 0)) <= 0)
         return 2;
     buf[n] = 0;
+
+    /* A stop before the fork: the child would not inherit it (pending signals are not). */
+    siginfo_t early;
+    struct timespec zero = { 0, 0 };
+    if (sigtimedwait(&stops, &early, &zero) > 0) {
+        char msg[300], from[80];
+        const char *name = sigabbrev_np(early.si_signo);
+        signal_sender(early.si_pid, from, sizeof(from));
+        int len = snprintf(msg, sizeof(msg),
+                           "error %d the box's supervisor (sbx-shim, pid %d) got SIG%s%s before "
+                           "it started the box",
+                           SBX_ECREATE, (int)getpid(), name ? name : "?", from);
+        send(CTL_FD, msg, (size_t)len < sizeof(msg) ? (size_t)len : sizeof(msg) - 1,
+             MSG_NOSIGNAL);
+        return 1;
+    }
 
     /*
      * Detach: the parent exits at once (the provider reaps it), the child

@@ -17,6 +17,11 @@
  *   "marker"    the config's marker
  *   anything else: stdout is a JSON object of what exec received.
  * `fake_basic` is the same provider without the optional capabilities.
+ * `fake_boxes` is `fake` with the box registry's list and gc, answered from
+ * the environment (the CLI makes its listing provider from an empty config):
+ * list() gives $SBX_FAKE_LIST and gc() $SBX_FAKE_GC, JSON arrays ([] when
+ * unset). What a race looks like to a caller is then set up exactly: a box
+ * listed running that gc nevertheless removes.
  *
  * A test double, not part of libsbx: it uses only the public headers
  * (<sbx.h>, <sbx/provider.h>), so it builds both as the plugin
@@ -576,6 +581,27 @@ static void fake_connect(sbx_op *op, void *state, const char *descriptor)
     sbx_op_complete(op, SBX_OK, NULL, b);
 }
 
+static void answer_env(sbx_op *op, const char *var)
+{
+    const char *v = getenv(var);
+    char *text = strdup(v && *v ? v : "[]");
+    sbx_op_complete(op, text ? SBX_OK : SBX_ENOMEM, NULL, text);
+}
+
+static void fake_list(sbx_op *op, void *state, const char *filter_json)
+{
+    (void)state;
+    log_call("list:%s", filter_json ? filter_json : "null");
+    answer_env(op, "SBX_FAKE_LIST");
+}
+
+static void fake_gc(sbx_op *op, void *state, const char *opts_json)
+{
+    (void)state;
+    log_call("gc:%s", opts_json ? opts_json : "null");
+    answer_env(op, "SBX_FAKE_GC");
+}
+
 const struct sbx_provider_ops sbx_fake_provider = {
     SBX_PROVIDER_OPS_HEADER,
     .name = "fake",
@@ -609,8 +635,29 @@ const struct sbx_provider_ops sbx_fake_basic_provider = {
     .box_free = fake_box_free,
 };
 
+const struct sbx_provider_ops sbx_fake_boxes_provider = {
+    SBX_PROVIDER_OPS_HEADER,
+    .name = "fake_boxes",
+    .init = fake_init,
+    .release = fake_release,
+    .create = fake_create,
+    .exec = fake_exec,
+    .upload_file = fake_upload,
+    .download_file = fake_download,
+    .status = fake_status,
+    .close = fake_close,
+    .box_id = fake_box_id,
+    .box_free = fake_box_free,
+    .serialize = fake_serialize,
+    .connect = fake_connect,
+    .list = fake_list,
+    .gc = fake_gc,
+};
+
 int sbx_fake_register(sbx_error **err)
 {
     int rc = sbx_register_provider(&sbx_fake_provider, 1, err);
-    return rc < 0 ? rc : sbx_register_provider(&sbx_fake_basic_provider, 1, err);
+    if (rc == SBX_OK)
+        rc = sbx_register_provider(&sbx_fake_basic_provider, 1, err);
+    return rc < 0 ? rc : sbx_register_provider(&sbx_fake_boxes_provider, 1, err);
 }

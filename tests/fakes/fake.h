@@ -15,12 +15,13 @@
 
 extern const struct sbx_provider_ops sbx_fake_provider;
 extern const struct sbx_provider_ops sbx_fake_basic_provider;
+extern const struct sbx_provider_ops sbx_fake_boxes_provider;
 
 /* Every call the fake providers saw, "op:arg;" each, process-wide. Caller frees. Thread-safe. */
 SBX_EXPORT char *sbx_fake_log(void);
 /* Empties the call log. Thread-safe. */
 SBX_EXPORT void sbx_fake_log_reset(void);
-/* Registers `fake` and `fake_basic` (replacing any registered under those names). */
+/* Registers `fake`, `fake_basic` and `fake_boxes` (replacing any registered under those names). */
 int sbx_fake_register(sbx_error **err);
 
 #endif

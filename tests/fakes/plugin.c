@@ -9,5 +9,6 @@
 SBX_EXPORT const struct sbx_provider_ops *const sbx_plugin_providers[] = {
     &sbx_fake_provider,
     &sbx_fake_basic_provider,
+    &sbx_fake_boxes_provider,
     NULL,
 };

@@ -473,7 +473,7 @@ static void test_unknown_provider(void)
     struct proc p = SBX("run", "--provider", "nope", "--", "true");
     EXPECT_CODE(p, 2);
     TAP_CONTAINS(p.err, "sbx: Unknown sandbox provider 'nope'");
-    TAP_CONTAINS(p.err, "docker, fake, fake_basic, linux, local");
+    TAP_CONTAINS(p.err, "docker, fake, fake_basic, fake_boxes, linux, local");
     proc_free(&p);
     /* The same through SBX_PROVIDER, the default's override. */
     setenv("SBX_PROVIDER", "nope2", 1);
@@ -525,16 +525,16 @@ static void test_providers(void)
     free(plugin);
     p = SBX("providers");
     EXPECT_CODE(p, 0);
-    TAP_EQ_STR(p.out, "docker\nfake\nfake_basic\nlinux\nlocal\n");
+    TAP_EQ_STR(p.out, "docker\nfake\nfake_basic\nfake_boxes\nlinux\nlocal\n");
     proc_free(&p);
     p = SBX("providers", "--json");
     EXPECT_CODE(p, 0);
     json_t *v = parse_json(p.out);
-    TAP_EQ_INT(json_array_size(v), 5);
+    TAP_EQ_INT(json_array_size(v), 6);
     TAP_EQ_STR(json_string_value(json_array_get(v, 0)), "docker");
     TAP_EQ_STR(json_string_value(json_array_get(v, 1)), "fake");
-    TAP_EQ_STR(json_string_value(json_array_get(v, 3)), "linux");
-    TAP_EQ_STR(json_string_value(json_array_get(v, 4)), "local");
+    TAP_EQ_STR(json_string_value(json_array_get(v, 4)), "linux");
+    TAP_EQ_STR(json_string_value(json_array_get(v, 5)), "local");
     json_decref(v);
     proc_free(&p);
 }
@@ -1183,6 +1183,56 @@ static void test_local_library_boxes_ls_stop_gc(void)
     p = SBX("ls", "-q");
     EXPECT_CODE(p, 0);
     TAP_EQ_STR(p.out, "");
+    proc_free(&p);
+}
+
+/* The reason `gc --json` gave for `id`, or "(not collected)". */
+static const char *gc_reason_of(json_t *gc, const char *id)
+{
+    json_t *e = ls_entry(gc, id);
+    const char *r = e ? json_string_value(json_object_get(e, "reason")) : NULL;
+    return r ? r : "(not collected)";
+}
+
+/*
+ * What a race looks like to `sbx gc`: the provider's listing, taken first,
+ * shows a box running; its gc then removes it (it died in between). The
+ * reason is one gc collects by: never "label" without a --label it matches.
+ */
+static void test_gc_reasons_of_boxes_it_races_with(void)
+{
+    setup();
+    setenv("SBX_PROVIDER", "fake_boxes", 1);
+    setenv("SBX_FAKE_LIST",
+           "[{\"id\": \"fake-raced\", \"status\": \"running\", \"created\": 1,"
+           " \"expires_at\": null, \"labels\": {\"run\": \"r1\"}, \"image\": null,"
+           " \"descriptor\": null},"
+           " {\"id\": \"fake-old\", \"status\": \"running\", \"created\": 1,"
+           " \"expires_at\": 2, \"labels\": {}, \"image\": null, \"descriptor\": null}]",
+           1);
+    setenv("SBX_FAKE_GC", "[\"fake-raced\", \"fake-old\", \"fake-unlisted\"]", 1);
+    struct proc p = SBX("gc", "--json");
+    EXPECT_CODE(p, 0);
+    json_t *v = parse_json(p.out);
+    TAP_EQ_INT(json_array_size(v), 3);
+    TAP_EQ_STR(gc_reason_of(v, "fake-raced"), "orphaned");
+    TAP_EQ_STR(gc_reason_of(v, "fake-old"), "ttl expired");
+    TAP_EQ_STR(gc_reason_of(v, "fake-unlisted"), "orphaned");
+    json_decref(v);
+    proc_free(&p);
+    /* With --label: collected for it when it matches, not when it does not. */
+    p = SBX("gc", "--json", "--label", "run=r1");
+    EXPECT_CODE(p, 0);
+    v = parse_json(p.out);
+    TAP_EQ_STR(gc_reason_of(v, "fake-raced"), "label");
+    TAP_EQ_STR(gc_reason_of(v, "fake-old"), "ttl expired");
+    json_decref(v);
+    proc_free(&p);
+    p = SBX("gc", "--json", "--label", "run=other");
+    EXPECT_CODE(p, 0);
+    v = parse_json(p.out);
+    TAP_EQ_STR(gc_reason_of(v, "fake-raced"), "orphaned");
+    json_decref(v);
     proc_free(&p);
 }
 
@@ -2124,7 +2174,7 @@ TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_
          TAP(test_spec_file), TAP(test_no_such_box), TAP(test_create_exec_ls_stop_fake),
          TAP(test_gc_fake), TAP(test_ls_table_escapes_labels), TAP(test_local_run_exact_output), TAP(test_local_exec_output_on_a_terminal),
          TAP_T(test_local_create_exec_cp_stop, 120), TAP(test_local_gc_after_ttl),
-         TAP(test_local_library_boxes_ls_stop_gc),
+         TAP(test_local_library_boxes_ls_stop_gc), TAP(test_gc_reasons_of_boxes_it_races_with),
          TAP(test_local_sigint_run_leaves_nothing), TAP(test_local_sigterm_run_leaves_nothing),
          TAP(test_default_provider_is_linux), TAP(test_linux_run_exit_codes_and_streams), TAP(test_linux_volumes_caps_shm),
          TAP(test_linux_run_quoting_stdin_timeout_json),

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <poll.h>
 #include <nettle/sha2.h>
 #include <signal.h>
 #include <sched.h>
@@ -854,6 +855,191 @@ static void test_creator_killed_mid_create_leaves_nothing(void)
     char **removed = NULL;
     TAP_OK(sbx__linux_gc(state_dir, NULL, &removed, &e_));
     TAP_NULL(removed);
+}
+
+/*
+ * [gcrace] A stand-in for sbx-shim that holds a create at the moment a gc
+ * could once break it: the shim runs (as far as gc can tell: the executable's
+ * name, the command line `sbx-shim --box-dir DIR`), its box directory is not
+ * made yet. It is this binary, copied as <dir>/sbx-shim-hold and named as the
+ * provider's "shim"; started as the shim is, it writes its pid to the FIFO
+ * <dir>/held, waits for a writer on <dir>/go, then execs the real sbx-shim
+ * (<dir>/real) with the same arguments and descriptors.
+ */
+static int shim_hold_main(char **argv)
+{
+    char self[PATH_MAX], held[PATH_MAX + 8], go[PATH_MAX + 8], real[PATH_MAX + 8];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        _exit(127);
+    self[n] = 0;
+    *strrchr(self, '/') = 0;
+    snprintf(held, sizeof(held), "%s/held", self);
+    snprintf(go, sizeof(go), "%s/go", self);
+    snprintf(real, sizeof(real), "%s/real", self);
+    /* The reader of `go` first: a writer that finds none knows this process is gone. */
+    int g = open(go, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    int h = open(held, O_WRONLY | O_CLOEXEC);
+    if (g < 0 || h < 0 || dprintf(h, "%d\n", (int)getpid()) < 0)
+        _exit(127);
+    close(h);
+    /* Readable (or hung up) once the test opened `go` to write, and closed it. */
+    struct pollfd pfd = { .fd = g, .events = POLLIN };
+    while (poll(&pfd, 1, -1) < 0 && errno == EINTR)
+        ;
+    close(g);
+    execv(real, argv);
+    _exit(127);
+}
+
+/* The entries of a directory (0 when it does not exist). */
+static int entries(const char *path)
+{
+    DIR *d = opendir(path);
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        n += de->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Makes <tmp>/hold (the stand-in, the link to the real shim, the FIFOs) into dir. */
+static void shim_hold_setup(char *dir, size_t n)
+{
+    char *shim = sbx__kit_find_helper("sbx-shim", "SBX_SHIM");
+    char *real = shim ? realpath(shim, NULL) : NULL;
+    if (!real)
+        TAP_FAIL("no sbx-shim to hand over to");
+    snprintf(dir, n, "%s/hold", tap_tmpdir());
+    char out[4096];
+    if (run_cmd(out, sizeof(out),
+                "set -e; mkdir -p %s; cp %s %s/sbx-shim-hold; ln -s %s %s/real; "
+                "mkfifo -m 600 %s/held %s/go",
+                dir, self_path, dir, real, dir, dir, dir) != 0)
+        TAP_FAIL("making the shim stand-in: %s", out);
+    free(real);
+    free(shim);
+}
+
+/* Waits for the stand-in to hold a create (bounded by the alarm); its pid. */
+static pid_t shim_hold_wait(const char *dir)
+{
+    char path[PATH_MAX], buf[32] = "";
+    snprintf(path, sizeof(path), "%s/held", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t k = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    pid_t pid = k > 0 ? (pid_t)strtol(buf, NULL, 10) : 0;
+    if (pid <= 0)
+        TAP_FAIL("the shim stand-in did not say it holds the create");
+    return pid;
+}
+
+/* Lets the stand-in go on into the real shim; false when it is no longer there to. */
+static bool shim_hold_release(const char *dir)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/go", dir);
+    int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return false; /* ENXIO: no reader, the stand-in died */
+    close(fd);
+    return true;
+}
+
+/*
+ * [gcrace] gc beside a create, at the create's most fragile moment: its shim
+ * started, the box directory not made yet. gc leaves it alone (the creator's
+ * lock says the box is being created), and the create succeeds.
+ */
+static void test_gc_leaves_a_box_being_created_alone(void)
+{
+    need_boxes();
+    char dir[512], cfg[600];
+    shim_hold_setup(dir, sizeof(dir));
+    snprintf(cfg, sizeof(cfg), "{\"shim\": \"%s/sbx-shim-hold\"}", dir);
+    sbx_provider *p = provider(cfg);
+    sbx_spec *s = spec_none();
+    sbx_sandbox *sb = NULL;
+    sbx_future *f = NULL;
+    TAP_OK(sbx_sandbox_new(p, s, &sb, &e_));
+    TAP_OK(sbx_sandbox_start_async(sb, NULL, &f, &e_));
+    shim_hold_wait(dir);
+    char boxes[700];
+    snprintf(boxes, sizeof(boxes), "%s/boxes", state_dir);
+    TAP_EQ_INT(entries(boxes), 0);
+    char **removed = NULL;
+    sbx_linux_gc_opts o = { .grace_s = 0.001 };
+    TAP_OK(sbx__linux_gc(state_dir, &o, &removed, &e_));
+    if (removed)
+        TAP_FAIL("gc collected %s, a box being created", removed[0]);
+    if (!shim_hold_release(dir))
+        TAP_FAIL("gc stopped the shim of a box being created");
+    sbx_error *e = NULL;
+    if (sbx_future_wait(f, -1, &e) != SBX_OK)
+        TAP_FAIL("the create beside gc failed: %s", sbx_error_message(e));
+    sbx_future_free(f);
+    TAP_EQ_INT(rc_of(sb, "true"), 0);
+    /* The lock went with the create. */
+    char creating[700];
+    snprintf(creating, sizeof(creating), "%s/creating", state_dir);
+    TAP_EQ_INT(entries(creating), 0);
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/*
+ * A shim that ends before the box is ready: the create's error says what
+ * ended it (its exit status or signal, or the signal it got and from whom)
+ * and where its stderr went, not a guess.
+ */
+static void test_shim_gone_before_ready_says_why(void)
+{
+    need_boxes();
+    char dir[512], cfg[600];
+    shim_hold_setup(dir, sizeof(dir));
+    snprintf(cfg, sizeof(cfg), "{\"shim\": \"%s/sbx-shim-hold\"}", dir);
+    sbx_provider *p = provider(cfg);
+    /* Killed outright: nothing can report but its exit status. */
+    sbx_spec *s = spec_none();
+    sbx_sandbox *sb = NULL;
+    sbx_future *f = NULL;
+    TAP_OK(sbx_sandbox_new(p, s, &sb, &e_));
+    TAP_OK(sbx_sandbox_start_async(sb, NULL, &f, &e_));
+    pid_t pid = shim_hold_wait(dir);
+    TAP_EQ_INT(kill(pid, SIGKILL), 0);
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_future_wait(f, -1, &e), SBX_ECREATE);
+    char want[128];
+    snprintf(want, sizeof(want), "sbx-shim (pid %d) was killed by signal 9 (SIGKILL)", (int)pid);
+    TAP_CONTAINS(sbx_error_message(e), want);
+    TAP_CONTAINS(sbx_error_message(e), "SBX_SHIM_STDERR");
+    TAP_TRUE(!strstr(sbx_error_message(e), "system log"));
+    sbx_error_free(e);
+    sbx_future_free(f);
+    sbx_sandbox_free(sb);
+    /* Stopped (SIGTERM) before the handover: the shim tells who stopped it. */
+    TAP_OK(sbx_sandbox_new(p, s, &sb, &e_));
+    TAP_OK(sbx_sandbox_start_async(sb, NULL, &f, &e_));
+    pid = shim_hold_wait(dir);
+    TAP_EQ_INT(kill(pid, SIGTERM), 0);
+    if (!shim_hold_release(dir))
+        TAP_FAIL("SIGTERM killed the starting shim without a word");
+    e = NULL;
+    TAP_EQ_INT(sbx_future_wait(f, -1, &e), SBX_ECREATE);
+    snprintf(want, sizeof(want), "got SIGTERM from pid %d", (int)getpid());
+    TAP_CONTAINS(sbx_error_message(e), want);
+    sbx_error_free(e);
+    sbx_future_free(f);
+    sbx_sandbox_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
 }
 
 static void test_ttl_enforced_without_creator(void)
@@ -1890,6 +2076,9 @@ static void test_provider_list_stop_gc_images(void)
 
 int main(int argc, char **argv)
 {
+    /* Started as the provider starts sbx-shim: the stand-in of the [gcrace] tests. */
+    if (argc == 3 && !strcmp(argv[1], "--box-dir"))
+        return shim_hold_main(argv);
     const char *desc = getenv("SBX_TEST_LINUX_CONNECT");
     if (desc)
         return connect_child(desc);
@@ -1907,6 +2096,7 @@ int main(int argc, char **argv)
         TAP(test_box_sees_its_own_cgroup_limits), TAP(test_image_symlinks_cannot_reach_the_host),
         TAP(test_box_resolves_its_own_name), TAP(test_cpu_out_of_range_refused),
         TAP(test_agent_killed_gives_error), TAP(test_creator_killed_mid_create_leaves_nothing),
+        TAP(test_gc_leaves_a_box_being_created_alone), TAP(test_shim_gone_before_ready_says_why),
         TAP(test_ttl_enforced_without_creator), TAP(test_serialize_connect_list_gc),
         TAP(test_image_import_list_remove), TAP(test_ready_timeout_is_everify_and_torn_down),
         TAP(test_oci_layout_with_whiteouts), TAP(test_userns_root_maps_to_unprivileged_range),

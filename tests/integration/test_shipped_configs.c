@@ -46,6 +46,7 @@ static char **real_providers(void)
 {
     sbx_unregister_provider("fake", NULL);
     sbx_unregister_provider("fake_basic", NULL);
+    sbx_unregister_provider("fake_boxes", NULL);
     char **names = NULL;
     TAP_OK(sbx_list_providers(&names, &e_));
     return names;

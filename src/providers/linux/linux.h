@@ -15,6 +15,8 @@
  *   images/none-v2/          the skeleton lower layer of the "none" image
  *   userns/<slot>            flock'ed by a userns box's shim: reserves its uid range
  *   teardown.lock            byte-range locks: the teardown slots (teardown.c)
+ *   creating/<id>            locked by the box's creator while it creates the box:
+ *                            gc leaves such a box alone (sbx__linux_create_lock)
  *   boxes/<id>/teardown      the shim's teardown marker: queued or started, and when
  */
 #ifndef SBX_LINUX_H
@@ -132,13 +134,16 @@ SBX_INTERNAL void sbx__linux_list_free(sbx_linux_box_info *boxes, size_t n);
  * Garbage collection. Removes, for every box under the state directory:
  * orphans (shim dead: leftover cgroups, directory) always, and boxes with no
  * believable record past a grace period (their shim, found by its command
- * line, is stopped); shims of this state directory whose box directory is
- * gone; (root) cgroups sbx/<id> that no live shim on the host supervises,
- * with the processes in them; expired boxes
+ * line, is stopped); (root) cgroups sbx/<id> that no live shim on the host
+ * supervises, with the processes in them; expired boxes
  * (TTL passed but still running: its shim is told to stop, then waited for);
  * and, when `labels` is non-empty, every box whose metadata matches them
- * (stopped like expired ones). With `dry_run` nothing is touched. Each removed
- * id is appended to `removed` (a NULL-terminated malloc'd vector, may be NULL).
+ * (stopped like expired ones). A box being created (its create lock held:
+ * sbx__linux_create_lock) is never touched, whatever else holds. Shims of
+ * this state directory whose box directory is gone are hurried (they are
+ * ending on their own) but not reported: nothing of their box is left to
+ * remove. With `dry_run` nothing is touched. Each removed id is appended to
+ * `removed` (a NULL-terminated malloc'd vector, may be NULL).
  */
 typedef struct {
     const sbx_kv *labels; /* stop every matching box */
@@ -149,6 +154,28 @@ typedef struct {
 
 SBX_INTERNAL int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts,
                                char ***removed, sbx_error **err);
+
+/*
+ * A box being created. Its creator holds a write lock (an OFD lock, on the
+ * whole file) on <state_dir>/creating/<id> from before it starts the box's
+ * shim until the create ends: handed over, or failed and torn down. The
+ * shim, its directory, its record and its cgroups all come after the lock
+ * and go before it is released, so whoever sees any of them, then finds the
+ * lock held, knows a live creator is still at it; gc leaves such a box alone
+ * (a create killed with its creator releases the lock with the process, and
+ * its shim tears the box down on its own).
+ *
+ * sbx__linux_create_lock: makes creating/ (0700, checked) and takes the
+ * lock, waiting for a gc that holds it for a moment. Returns the fd (keep it
+ * open for the whole create) or a negative SBX_E* code. Blocking.
+ * sbx__linux_create_unlock: removes the file while still holding the lock,
+ * then closes `*fd` (sets it to -1); -1 is ignored.
+ * sbx__linux_creating: whether `id`'s lock is held by some process. Call it
+ * after looking at what it guards, never before.
+ */
+SBX_INTERNAL int sbx__linux_create_lock(const char *state_dir, const char *id, sbx_error **err);
+SBX_INTERNAL void sbx__linux_create_unlock(const char *state_dir, const char *id, int *fd);
+SBX_INTERNAL bool sbx__linux_creating(const char *state_dir, const char *id);
 
 /*
  * Stops one box by id: signals its shim and waits up to `timeout_s` for it

@@ -691,7 +691,12 @@ struct create {
     sbx_error *err;
     /* the shim */
     int ctl;
-    pid_t spawned;
+    int create_lock;   /* [gcrace] held from before the shim starts until create_finish, or -1 */
+    pid_t spawned;     /* the shim's first process until reaped, else 0 */
+    pid_t shim_first;  /* its pid, for messages */
+    int spawn_status;  /* its wait status, once reaped */
+    bool spawn_reaped; /* ...and whether it was */
+    bool reaping;      /* a worker waits for that status (eof_reap_work) */
     bool ready, connecting, aborted, eof;
     bool working; /* create_work queued or running: `c` must outlive it */
     bool reading; /* the record is being read on the pool (ready_work) */
@@ -708,8 +713,17 @@ static double spec_num(int (*get)(const sbx_spec *, double *), const sbx_spec *s
     return get(s, &v) ? v : def;
 }
 
+/* [gcrace] The create lock goes once the create has ended, whichever way. */
+static void create_unlock(struct create *c)
+{
+    const char *id = json_string_value(json_object_get(c->desc, "id"));
+    if (c->create_lock >= 0 && id)
+        sbx__linux_create_unlock(c->st->state_dir, id, &c->create_lock);
+}
+
 static void create_free(struct create *c)
 {
+    create_unlock(c);
     json_decref(c->publish); /* [endpoint] */
     free(c->image);
     free(c->pull);
@@ -729,8 +743,8 @@ static void create_free(struct create *c)
 
 static void maybe_free(struct create *c)
 {
-    /* An agent connect or a record read in flight still holds `c` as its callback data. */
-    if (c->handles == 0 && !c->connecting && !c->reading)
+    /* An agent connect, a record read or a reap in flight still holds `c` as its callback data. */
+    if (c->handles == 0 && !c->connecting && !c->reading && !c->reaping)
         create_free(c);
 }
 
@@ -745,6 +759,11 @@ static void handle_closed(uv_handle_t *h)
 static void create_finish(struct create *c, int code, sbx_error *err)
 {
     sbx_op_on_cancel(c->op, NULL, NULL);
+    /*
+     * Before the op completes (the provider's state may go with it): the box
+     * is handed over or torn down, so gc may look at it from now on.
+     */
+    create_unlock(c);
     if (code == SBX_OK) {
         sbx_op_complete(c->op, SBX_OK, NULL, c->box);
     } else {
@@ -803,22 +822,98 @@ static void reap_work(void *data)
         ;
 }
 
+/* Reaps the shim's first process if it has exited (keeping its status); false if it runs. */
+static bool reap_now(struct create *c)
+{
+    if (c->spawned <= 0)
+        return true;
+    int status = 0, r;
+    while ((r = waitpid(c->spawned, &status, WNOHANG)) < 0 && errno == EINTR)
+        ;
+    if (r == 0)
+        return false;
+    if (r == c->spawned) {
+        c->spawn_status = status;
+        c->spawn_reaped = true;
+    }
+    c->spawned = 0;
+    return true;
+}
+
 static void reap_spawned(struct create *c)
 {
     /*
      * The shim's first process exits right after forking the real one, so
      * it is usually gone already; if not, a worker waits for it, not the loop.
      */
-    if (c->spawned > 0) {
-        pid_t pid = c->spawned;
+    pid_t pid = c->spawned;
+    if (!reap_now(c)) {
         c->spawned = 0;
-        int r;
-        while ((r = waitpid(pid, NULL, WNOHANG)) < 0 && errno == EINTR)
-            ;
-        if (r == 0 && sbx__context_submit(sbx__op_provider(c->op)->ctx, reap_work, NULL,
-                                          (void *)(intptr_t)pid, NULL) < 0)
+        if (sbx__context_submit(sbx__op_provider(c->op)->ctx, reap_work, NULL,
+                                (void *)(intptr_t)pid, NULL) < 0)
             reap_work((void *)(intptr_t)pid); /* out of memory: wait here rather than leak */
     }
+}
+
+/*
+ * The shim closed the control socket without a word: what is known of why.
+ * Its first process's exit status, when that one died; else its detached
+ * supervisor went without reporting (it reports every error and every stop
+ * signal it gets), which only SIGKILL or a crash does. Its stderr is not
+ * kept unless SBX_SHIM_STDERR says so: the message says where it went.
+ */
+static sbx_error *shim_gone_error(const struct create *c)
+{
+    int first = (int)c->shim_first;
+    char what[256];
+    int st = c->spawn_status;
+    if (c->spawn_reaped && WIFSIGNALED(st))
+        snprintf(what, sizeof(what), "sbx-shim (pid %d) was killed by signal %d (SIG%s)",
+                 first, WTERMSIG(st),
+                 sigabbrev_np(WTERMSIG(st)) ? sigabbrev_np(WTERMSIG(st)) : "?");
+    else if (c->spawn_reaped && WIFEXITED(st) && WEXITSTATUS(st) != 0)
+        snprintf(what, sizeof(what), "sbx-shim (pid %d) exited with status %d", first,
+                 WEXITSTATUS(st));
+    else
+        snprintf(what, sizeof(what),
+                 "the box's supervisor (the process sbx-shim detached) ended without reporting "
+                 "why, which only SIGKILL (an OOM kill, kill -9) or a crash does; the kernel "
+                 "log (dmesg) names an OOM kill or a crash");
+    /* spawn_shim leaves the shim this process's stderr when the variable is set at all. */
+    const char *err_went = getenv("SBX_SHIM_STDERR")
+                               ? "its stderr is this process's (SBX_SHIM_STDERR)"
+                               : "its stderr was discarded (set SBX_SHIM_STDERR=1 to get it on "
+                                 "this process's stderr)";
+    return sbx_error_new(SBX_ECREATE, "%s before the box was ready; %s", what, err_went);
+}
+
+/* Worker: the shim's first process closed the socket and is exiting: its status. */
+static void eof_reap_work(void *data)
+{
+    struct create *c = data;
+    int status = 0;
+    pid_t r;
+    while ((r = waitpid(c->spawned, &status, 0)) < 0 && errno == EINTR)
+        ;
+    if (r == c->spawned) {
+        c->spawn_status = status;
+        c->spawn_reaped = true;
+    }
+}
+
+static void eof_reap_done(void *data, bool cancelled)
+{
+    struct create *c = data;
+    c->reaping = false;
+    if (cancelled) /* never ran (the context is closing): the process is exiting, wait here */
+        eof_reap_work(c);
+    c->spawned = 0;
+    /* A cancel or the timeout meanwhile finished the create (the EOF was seen: at once). */
+    if (!c->op) {
+        maybe_free(c);
+        return;
+    }
+    create_finish(c, SBX_ECREATE, shim_gone_error(c));
 }
 
 static void on_agent(sbx_agent_conn *conn, int code, sbx_error *err, void *data)
@@ -934,19 +1029,33 @@ static void on_ctl(uv_poll_t *p, int status, int events)
     ssize_t n = status < 0 ? -1 : recv(c->ctl, buf, sizeof(buf) - 1, MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EINTR) && status >= 0)
         return;
-    reap_spawned(c);
     if (n <= 0) {
         /* EOF: the shim is done with us; after a failure, everything is removed. */
         c->eof = true;
         uv_poll_stop(p);
-        if (!c->err)
-            c->err = sbx_error_new(SBX_ECREATE, "sbx-shim exited before the box was ready "
-                                                "(see the system log; is it the right build?)"),
-            c->code = SBX_ECREATE;
-        sbx_error *e = steal_pointer(&c->err);
-        create_finish(c, c->code, e);
+        if (c->err) {
+            reap_spawned(c);
+            sbx_error *e = steal_pointer(&c->err);
+            create_finish(c, c->code, e);
+            return;
+        }
+        /*
+         * Gone without a word. Its first process, if it is the one that
+         * died, has closed its end and is exiting but may not be reapable
+         * yet: its status is waited for on the pool, not guessed.
+         */
+        if (!reap_now(c)) {
+            c->reaping = true;
+            if (sbx__context_submit(sbx__op_provider(c->op)->ctx, eof_reap_work, eof_reap_done,
+                                    c, NULL) == 0)
+                return;
+            c->reaping = false;
+            reap_spawned(c);
+        }
+        create_finish(c, SBX_ECREATE, shim_gone_error(c));
         return;
     }
+    reap_spawned(c);
     buf[n] = 0;
     if (!strncmp(buf, "error ", 6)) {
         sbx_error *e = NULL;
@@ -1205,8 +1314,19 @@ static void create_work(void *data)
                                               json_object_get(c->desc, "volumes"), &c->err)) < 0)
         return;
     /* [netw] The network must exist: the shim joins it (networks.c). */
-    if (c->network)
-        c->code = sbx__linux_net_check(c->st->state_dir, c->network, &c->err);
+    if (c->network && (c->code = sbx__linux_net_check(c->st->state_dir, c->network, &c->err)) < 0)
+        return;
+    /*
+     * [gcrace] The create lock, last and before the shim exists: from here
+     * until create_finish a gc leaves the box alone, whatever it finds of it
+     * (a shim whose directory is not made yet, a directory without a record).
+     */
+    int lock = sbx__linux_create_lock(c->st->state_dir,
+                                      json_string_value(json_object_get(c->desc, "id")), &c->err);
+    if (lock < 0)
+        c->code = lock;
+    else
+        c->create_lock = lock;
 }
 
 static int spawn_shim(struct create *c, int child_end)
@@ -1221,11 +1341,19 @@ static int spawn_shim(struct create *c, int child_end)
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     if (!getenv("SBX_SHIM_STDERR"))
         posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    /* A clean signal state: the application may block or ignore signals the shim needs. */
-    sigset_t none, all;
-    sigemptyset(&none);
+    /*
+     * A clean signal state: the application may block or ignore signals the
+     * shim needs. Only the stop signals start blocked: one that arrives
+     * before the shim can act on it (a gc, a kill) waits for it, and the
+     * shim reports it (who sent it) instead of dying without a word.
+     */
+    sigset_t stops, all;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGHUP);
     sigfillset(&all);
-    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigmask(&attr, &stops);
     posix_spawnattr_setsigdefault(&attr, &all);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     const char *box_dir = json_string_value(json_object_get(c->desc, "box_dir"));
@@ -1239,6 +1367,7 @@ static int spawn_shim(struct create *c, int child_end)
     int rc = posix_spawn(&c->spawned, c->st->shim, &fa, &attr, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
+    c->shim_first = rc == 0 ? c->spawned : 0;
     return -rc;
 }
 
@@ -1599,6 +1728,7 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->op = op;
     c->st = st;
     c->ctl = -1;
+    c->create_lock = -1;
     c->net = st->net;
     c->userns = st->userns;
     c->pids = st->pids;

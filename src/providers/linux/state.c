@@ -602,6 +602,101 @@ int sbx__linux_stop_box(const char *state_dir, const char *id, double timeout_s,
     return rc;
 }
 
+/* --- boxes being created: the create lock ---------------------------------- */
+
+static char *create_lock_path(const char *state_dir, const char *id)
+{
+    return sbx__printf("%s/creating/%s", state_dir, id);
+}
+
+/* A write lock on the whole file: an OFD lock, so it goes with this open file, not the process. */
+static int lock_whole(int fd, bool wait)
+{
+    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+    int r;
+    while ((r = fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl)) < 0 && errno == EINTR)
+        ;
+    return r;
+}
+
+int sbx__linux_create_lock(const char *state_dir, const char *id, sbx_error **err)
+{
+    _cleanup_free_ char *dir = sbx__printf("%s/creating", state_dir);
+    _cleanup_free_ char *path = create_lock_path(state_dir, id);
+    if (!dir || !path)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    int rc = sbx__private_dir(dir, true, NULL, err);
+    if (rc < 0)
+        return rc;
+    for (;;) {
+        int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return sbx__set_errno(err, SBX_ECREATE, errno, "cannot create the create lock %s",
+                                  path);
+        if (lock_whole(fd, true) < 0) {
+            /*
+             * A filesystem without locks: the create goes on unguarded (gc
+             * then relies on its grace period alone, as before locks).
+             */
+            sbx_log(SBX_LOG_DEBUG, "linux: cannot lock %s: %s", path, strerror(errno));
+            return fd;
+        }
+        /*
+         * gc removes a lock file it could lock (its creator died). If it
+         * removed this one while we waited, the lock we hold guards nothing
+         * any more: make the file anew.
+         */
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && lstat(path, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino)
+            return fd;
+        close(fd);
+    }
+}
+
+void sbx__linux_create_unlock(const char *state_dir, const char *id, int *fd)
+{
+    if (*fd < 0)
+        return;
+    /* Removed while still locked: nobody can take a lock on it and find it gone. */
+    _cleanup_free_ char *path = create_lock_path(state_dir, id);
+    if (path)
+        unlink(path);
+    close(*fd);
+    *fd = -1;
+}
+
+bool sbx__linux_creating(const char *state_dir, const char *id)
+{
+    _cleanup_free_ char *path = sbx__linux_id_ok(id) ? create_lock_path(state_dir, id) : NULL;
+    _cleanup_close_ int fd = path ? open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    if (fd < 0)
+        return false;
+    /* Asks without taking the lock: a creator waiting for it is never held up. */
+    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+    return fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+}
+
+/* Lock files whose creator died mid-create (the lock went with it): removed under the lock. */
+static void sweep_create_locks(const char *state_dir)
+{
+    _cleanup_free_ char *dir = sbx__printf("%s/creating", state_dir);
+    DIR *d = dir ? opendir(dir) : NULL;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (!sbx__linux_id_ok(de->d_name))
+            continue;
+        int fd = openat(dirfd(d), de->d_name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        if (lock_whole(fd, false) == 0)
+            unlinkat(dirfd(d), de->d_name, 0);
+        close(fd);
+    }
+    if (d)
+        closedir(d);
+}
+
 static int push_id(char ***v, size_t *n, const char *id)
 {
     for (size_t i = 0; i < *n; i++)
@@ -662,6 +757,20 @@ int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts, char ***
         }
         if (!orphan && !boxes[i].expired && !by_label)
             continue;
+        /*
+         * Being created (listed first, then its lock found held): its creator
+         * is alive and sees it through, or tears it down. Never touched, not
+         * even by label or TTL.
+         */
+        if (sbx__linux_creating(state_dir, r->id))
+            continue;
+        /*
+         * Gone since it was listed (a stop, its TTL, a failed create): nothing
+         * of it is left to collect. A shim still ending is hurried below.
+         */
+        struct stat bst;
+        if (lstat(r->box_dir, &bst) < 0 && errno == ENOENT)
+            continue;
         if (!o.dry_run) {
             if (boxes[i].shim_alive) {
                 stop_shim(r, o.stop_timeout_s, NULL);
@@ -676,9 +785,12 @@ int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts, char ***
         push_id(&ids, &nid, r->id);
     }
     /*
-     * Shims of this state directory whose box directory is gone: they end
-     * themselves within seconds (they watch the directory), this only hurries
-     * them. Then cgroups named for a box that no shim anywhere supervises
+     * Shims of this state directory whose box directory is gone: one that is
+     * ending (a stop, a failed create, its directory removed under it) ends
+     * itself within seconds (it watches the directory); this only hurries it,
+     * and it is not reported: nothing of its box is left to remove. One whose
+     * box is being created has not made its directory yet: left alone.
+     * Then cgroups named for a box that no shim anywhere supervises
      * (its shim was killed): the box's processes in them are killed and the
      * groups removed. A group whose shim runs, whatever state directory it
      * belongs to, is left alone.
@@ -695,14 +807,16 @@ int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts, char ***
         bool handled = false;
         for (size_t j = 0; j < nid; j++)
             handled |= !strcmp(ids[j], id);
-        if (handled)
-            continue; /* stopped above: its directory went with it */
+        if (handled || sbx__linux_creating(state_dir, id))
+            continue; /* stopped above (its directory went with it), or being created */
+        /* Its create may have ended (handed over) since the look above: look again. */
+        if (lstat(shims[i].box_dir, &st) == 0 || errno != ENOENT)
+            continue;
         if (!o.dry_run) {
             sbx_linux_record r2 = { .id = (char *)id, .box_dir = shims[i].box_dir,
                                     .shim_pid = shims[i].pid, .shim_start = shims[i].start };
             stop_shim(&r2, o.stop_timeout_s, NULL);
         }
-        push_id(&ids, &nid, id);
     }
     /* Only root makes (and can remove) cgroups. */
     const char *const *parents = sbx__cg_parents();
@@ -731,6 +845,8 @@ int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts, char ***
     }
     shim_procs_free(shims, ns);
     sbx__linux_list_free(boxes, n);
+    if (!o.dry_run)
+        sweep_create_locks(state_dir);
     sbx__linux_image_gc(state_dir, o.dry_run); /* imports whose process died */
     if (removed)
         *removed = ids;
