@@ -124,6 +124,23 @@ static const char *census_find(const char *state_dir, char *why, size_t why_len)
         if (d)
             closedir(d);
     }
+    /*
+     * 4b. A v1 freezer group under this test's level: one exists only while
+     *     a commit copies a box, so any group left, empty or not, is a leak
+     *     (a box left frozen, or a group nobody removed).
+     */
+    char fz[128];
+    snprintf(fz, sizeof(fz), "/sys/fs/cgroup/freezer/%s", lvl);
+    d = opendir(fz);
+    while (d && (de = readdir(d))) {
+        if (strncmp(de->d_name, "sbx-", 4) != 0)
+            continue;
+        snprintf(why, why_len, "freezer cgroup %.300s/%.200s left", fz, de->d_name);
+        closedir(d);
+        return why;
+    }
+    if (d)
+        closedir(d);
     /* What tests/run.sh checks for the whole run (see the top). */
     if (getenv("SBX_RUN_HOST_CENSUS"))
         return NULL;

@@ -429,8 +429,9 @@ def c_provider_exists(name: str) -> bool:
 
 
 def status_from(code: int) -> SandboxStatus:
-    """The Python status for a C one. C's SBX_STATUS_PAUSED (no provider
-    reports it) has no value in the reference's enum: it reads UNKNOWN."""
+    """The Python status for a C one. C's SBX_STATUS_PAUSED (linux: a box
+    frozen, or its agent stopped) has no value in the reference's enum: it
+    reads UNKNOWN."""
     try:
         return SandboxStatus(lib.sbx_status_name(code).decode())
     except ValueError:

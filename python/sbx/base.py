@@ -18,7 +18,8 @@ from urllib.parse import urlsplit
 class SandboxStatus(str, Enum):
     """Provider-neutral sandbox lifecycle status: the reference's five values.
     There is no "paused" (the reference has none; `SandboxStatus("paused")`
-    is a ValueError there and here), and nothing in sbx pauses a box."""
+    is a ValueError there and here): a linux box that is frozen or whose
+    agent is stopped, which C reports as paused, reads UNKNOWN."""
 
     STARTING = "starting"
     RUNNING = "running"

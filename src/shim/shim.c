@@ -273,11 +273,24 @@ static int write_record(struct shim *s, const char *state)
     return sbx__write_file_atomic(path, text, strlen(text), 0600);
 }
 
+/* Undoes any freeze of the box (a commit's, whoever made it: freeze.c). */
+static void thaw_box(struct shim *s)
+{
+    if (s->cgroups)
+        sbx__cg_thaw(s->cfg.id, s->cgroups);
+}
+
 /* Kills the box (its PID 1 takes the whole pid namespace with it) and reaps it. */
 static void kill_box(struct shim *s)
 {
     if (s->init <= 0)
         return;
+    /*
+     * Thawed first: on cgroup v1 a frozen process takes no signal, SIGKILL
+     * included, so a box frozen by a commit (or left frozen by one that was
+     * killed) would hold this teardown, and the stop, for good.
+     */
+    thaw_box(s);
     if (s->cfg.stop_grace_s > 0 && s->ready) {
         /* The agent forwards SIGTERM to the entrypoint; give it the grace period. */
         kill(s->init, SIGTERM);
@@ -285,16 +298,36 @@ static void kill_box(struct shim *s)
         while (mono() < end) {
             if (waitpid(s->init, &s->init_status, WNOHANG) == s->init) {
                 s->init = 0;
+                thaw_box(s);
                 return;
             }
             struct timespec ts = { 0, 10 * 1000 * 1000 };
             nanosleep(&ts, NULL);
         }
     }
+    /*
+     * A commit that froze the box after that thaw (it started as the stop
+     * came) is undone too: while the box has not died, it is thawed and
+     * killed again every 100 ms. Without pidfds, one blocking wait.
+     */
+    int pfd = sbx__linux_pidfd_open(s->init);
     kill(s->init, SIGKILL);
+    while (pfd >= 0) {
+        struct pollfd p = { .fd = pfd, .events = POLLIN };
+        int r = poll(&p, 1, 100);
+        if (r > 0 || (r < 0 && errno != EINTR))
+            break;
+        if (r == 0) {
+            thaw_box(s);
+            kill(s->init, SIGKILL);
+        }
+    }
+    if (pfd >= 0)
+        close(pfd);
     while (waitpid(s->init, &s->init_status, 0) < 0 && errno == EINTR)
         ;
     s->init = 0;
+    thaw_box(s); /* a v1 freezer group made meanwhile goes before the cgroups do */
 }
 
 /* Removes everything the box had on the host, closes the control socket, exits. */
@@ -920,8 +953,10 @@ static void on_init_exit(struct shim *s)
     /*
      * The agent died under a running box. Its pid namespace died with it;
      * free the cgroups now, keep the directory with an "error" record so the
-     * owner sees status error, until a stop or the TTL.
+     * owner sees status error, until a stop or the TTL. Thawed first: a
+     * process of the box left frozen would never die and free its group.
      */
+    thaw_box(s);
     if (s->cgroups)
         sbx__cg_destroy(s->cgroups);
     json_decref(s->cgroups);
@@ -1047,6 +1082,13 @@ static void supervise(struct shim *s)
             if (stat(s->cfg.box_dir, &dst) < 0 ? errno == ENOENT || errno == ENOTDIR
                                                : dst.st_ino != s->dir_ino || dst.st_dev != s->dir_dev)
                 teardown(s, 1);
+            /*
+             * [img-commit] A commit's freeze whose process died (its lock on
+             * <box>/freeze went with it) is undone here: the shim outlives
+             * every commit (freeze.c). One failed open when there is none.
+             */
+            if (s->cgroups)
+                sbx__linux_freeze_reap(s->cfg.box_dir, s->cfg.id, s->cgroups);
             s->next_dir_check = mono() + DIR_CHECK_S;
         }
         if (r <= 0) {

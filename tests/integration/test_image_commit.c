@@ -16,6 +16,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -272,6 +274,108 @@ static void test_commit_hostile_upper(void)
     census_check(state_dir);
 }
 
+/* The hook in the committing child: says "frozen" on fd 4, then waits to be killed. */
+static int frozen_fd = -1;
+static void frozen_then_wait(const char *id)
+{
+    (void)id;
+    if (write(frozen_fd, "F", 1) != 1)
+        _exit(4);
+    for (;;)
+        pause();
+}
+
+/*
+ * A commit killed (SIGKILL) while its box is frozen: the box does not stay
+ * frozen. While the commit lives the box is paused, its freeze owned (a
+ * second commit is refused, naming the first); once it is killed, the
+ * box's shim undoes the freeze, exec answers again, and the box commits
+ * and stops as any other, leaving nothing behind.
+ */
+static void test_commit_killed_while_frozen_is_thawed(void)
+{
+    need_boxes();
+    /* The committer, forked while this process has no threads yet (no provider). */
+    int go[2], frozen[2];
+    TAP_EQ_INT(pipe2(go, O_CLOEXEC), 0);
+    TAP_EQ_INT(pipe2(frozen, O_CLOEXEC), 0);
+    pid_t child = fork();
+    TAP_TRUE(child >= 0);
+    if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(go[1]);
+        close(frozen[0]);
+        char id[256] = "";
+        ssize_t n = read(go[0], id, sizeof(id) - 1);
+        if (n <= 0)
+            _exit(0); /* the test ended first */
+        id[n] = 0;
+        frozen_fd = frozen[1];
+        sbx__linux_commit_frozen_hook = frozen_then_wait;
+        char *out = NULL;
+        sbx_error *e = NULL;
+        sbx__linux_image_commit(state_dir, NULL, id, "killed", NULL, 0, &out, &e);
+        _exit(3); /* the hook never returns when the box froze */
+    }
+    close(go[0]);
+    close(frozen[1]);
+    bb_image();
+    sbx_provider *p = provider(NULL);
+    sbx_sandbox *b = box_of(p, "bb");
+    out_of(b, "echo kept > /kept");
+    const char *id = sbx_sandbox_id(b);
+    TAP_EQ_INT(write(go[1], id, strlen(id)), (ssize_t)strlen(id));
+    char c = 0;
+    if (read(frozen[0], &c, 1) != 1) {
+        int ws = 0;
+        waitpid(child, &ws, 0);
+        /* The commit did not freeze: no freezer here (it exits 3 after committing). */
+        if (WIFEXITED(ws) && WEXITSTATUS(ws) == 3)
+            TAP_SKIP("no cgroup freezer here: a commit does not freeze the box");
+        TAP_FAIL("the committing child died before the box froze (status %d)", ws);
+    }
+    /* Frozen, and owned by the live commit: paused; another commit is refused. */
+    sbx_status st;
+    TAP_OK(sbx_sandbox_status(b, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_PAUSED);
+    char owner[900];
+    snprintf(owner, sizeof(owner), "%s/boxes/%s/freeze", state_dir, id);
+    TAP_TRUE(have_file(owner));
+    sbx_error *e = NULL;
+    TAP_TRUE(!commit(p, b, "second", NULL, &e));
+    TAP_EQ_INT(sbx_error_code(e), SBX_ESTATE);
+    TAP_CONTAINS(sbx_error_message(e), "frozen by another commit");
+    sbx_error_free(e);
+
+    /* kill -9 mid-copy: the shim thaws the box (bounded by the test's alarm, not a wait here). */
+    TAP_EQ_INT(kill(child, SIGKILL), 0);
+    int ws = 0;
+    TAP_EQ_INT(waitpid(child, &ws, 0), child);
+    TAP_TRUE(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
+    TAP_EQ_STR(out_of(b, "cat /kept"), "kept\n");
+    TAP_OK(sbx_sandbox_status(b, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    TAP_TRUE(!have_file(owner));
+    char fg[600];
+    snprintf(fg, sizeof(fg), "/sys/fs/cgroup/freezer/%s/%s", sbx__cg_name(), id);
+    TAP_TRUE(!have_file(fg));
+
+    /* It commits as any box does; the killed commit's temporary in the store goes first. */
+    json_t *j = commit_ok(p, b, "after", NULL);
+    TAP_TRUE(json_is_true(json_object_get(j, "paused")));
+    json_decref(j);
+    TAP_EQ_INT(count_tmp(), 0);
+    TAP_TRUE(!have_file(owner));
+    stop_free(b);
+    sbx_sandbox *d = box_of(p, "after");
+    TAP_EQ_STR(out_of(d, "cat /kept"), "kept\n");
+    stop_free(d);
+    close(go[1]);
+    close(frozen[0]);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 int main(int argc, char **argv)
 {
     static const struct tap_test tests[] = {
@@ -279,6 +383,7 @@ int main(int argc, char **argv)
         TAP(test_commit_refusals),
         TAP(test_commit_userns_keeps_box_ids),
         TAP(test_commit_hostile_upper),
+        TAP(test_commit_killed_while_frozen_is_thawed),
     };
     return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
 }

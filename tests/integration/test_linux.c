@@ -1945,6 +1945,216 @@ static void test_box_ends_when_its_directory_is_removed(void)
     census_check(state_dir);
 }
 
+/* --- frozen boxes (issue 24) ----------------------------------------------- */
+
+/* Box `sb`'s record (state_dir/boxes/ID), parsed; the caller frees it. */
+static void parsed_record_of(sbx_sandbox *sb, sbx_linux_record *rec)
+{
+    char bd[900];
+    snprintf(bd, sizeof(bd), "%s/boxes/%s", state_dir, sbx_sandbox_id(sb));
+    TAP_OK(sbx__linux_record_read(bd, rec, &e_));
+}
+
+/* A cgroup file's text (read_text seeks to the end, and a cgroup file has no size). */
+static char *cg_text(const char *path)
+{
+    char *t = NULL;
+    size_t n = 0;
+    return sbx__read_file(path, &t, &n) == 0 ? t : NULL;
+}
+
+/*
+ * Freezes (or thaws) box `sb` by hand, by writing the freezer's files as a
+ * commit does and as a commit killed mid-copy leaves them: cgroup v2 its
+ * group's cgroup.freeze; v1 a freezer group <freezer>/<level>/<id> its
+ * processes are moved into (a thaw leaves that group for the box's end to
+ * remove). Skips on a host without a freezer.
+ */
+static void freeze_by_hand(sbx_sandbox *sb, bool on)
+{
+    sbx_linux_record rec;
+    parsed_record_of(sb, &rec);
+    const char *cg = json_string_value(json_array_get(rec.cgroups, 0));
+    char path[1200], g[700];
+    TAP_TRUE(cg != NULL);
+    if (sbx__cg_mode() == SBX_CG_V2) {
+        snprintf(path, sizeof(path), "%s/cgroup.freeze", cg);
+        TAP_EQ_INT(write_text(path, on ? "1" : "0"), 0);
+        snprintf(path, sizeof(path), "%s/cgroup.events", cg);
+        for (;;) { /* the alarm bounds this */
+            char *ev = cg_text(path);
+            bool done = ev && (strstr(ev, on ? "frozen 1" : "frozen 0") != NULL);
+            free(ev);
+            if (done)
+                break;
+            usleep(10 * 1000);
+        }
+        sbx__linux_record_free(&rec);
+        return;
+    }
+    if (!have_file("/sys/fs/cgroup/freezer/cgroup.procs"))
+        TAP_SKIP("no cgroup freezer here (neither cgroup v2 nor a v1 freezer hierarchy)");
+    snprintf(g, sizeof(g), "/sys/fs/cgroup/freezer/%s", sbx__cg_name());
+    mkdir(g, 0755);
+    snprintf(g, sizeof(g), "/sys/fs/cgroup/freezer/%s/%s", sbx__cg_name(), sbx_sandbox_id(sb));
+    if (on) {
+        TAP_TRUE(mkdir(g, 0755) == 0 || errno == EEXIST);
+        snprintf(path, sizeof(path), "%s/cgroup.procs", cg);
+        char *procs = cg_text(path);
+        TAP_TRUE(procs != NULL);
+        snprintf(path, sizeof(path), "%s/cgroup.procs", g);
+        for (char *save = NULL, *pid = strtok_r(procs, "\n", &save); pid;
+             pid = strtok_r(NULL, "\n", &save))
+            write_text(path, pid); /* one that just exited is no matter */
+        free(procs);
+    }
+    snprintf(path, sizeof(path), "%s/freezer.state", g);
+    TAP_EQ_INT(write_text(path, on ? "FROZEN" : "THAWED"), 0);
+    for (;;) { /* FREEZING until every process stopped; the alarm bounds this */
+        char *st = cg_text(path);
+        bool done = st && !strncmp(st, on ? "FROZEN" : "THAWED", 6);
+        free(st);
+        if (done)
+            break;
+        usleep(10 * 1000);
+    }
+    sbx__linux_record_free(&rec);
+}
+
+/* Box `sb`'s status, asked until it is not `from` (a kernel's signal lands a moment later). */
+static sbx_status status_after(sbx_sandbox *sb, sbx_status from)
+{
+    sbx_status st = from;
+    while (st == from) { /* the alarm bounds this */
+        TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+        if (st == from)
+            usleep(10 * 1000);
+    }
+    return st;
+}
+
+/* The "status" a provider listing gives box `sb`. */
+static char *listed_status(sbx_provider *p, sbx_sandbox *sb)
+{
+    char *json = NULL;
+    TAP_OK(sbx_provider_list(p, NULL, &json, &e_));
+    json_t *a = json_loads(json, 0, NULL);
+    free(json);
+    char *st = NULL;
+    size_t i;
+    json_t *b;
+    json_array_foreach(a, i, b)
+    {
+        if (!strcmp(json_string_value(json_object_get(b, "id")), sbx_sandbox_id(sb)))
+            st = strdup(json_string_value(json_object_get(b, "status")));
+    }
+    json_decref(a);
+    TAP_TRUE(st != NULL);
+    return st;
+}
+
+/*
+ * Status says what answers: a frozen box, and one whose agent is stopped
+ * (SIGSTOP), say "paused" (the reference's PAUSED), through the handle and
+ * through the listing sbx ls and sbx status read; running again once thawed
+ * or continued.
+ */
+static void test_status_paused_when_frozen_or_agent_stopped(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = spec_none();
+    sbx_sandbox *sb = start(p, s);
+    sbx_status st;
+    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    char *ls = listed_status(p, sb);
+    TAP_EQ_STR(ls, "running");
+    free(ls);
+
+    freeze_by_hand(sb, true);
+    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_PAUSED);
+    ls = listed_status(p, sb);
+    TAP_EQ_STR(ls, "paused");
+    free(ls);
+    freeze_by_hand(sb, false);
+    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    TAP_EQ_STR(out_of(sb, "echo thawed"), "thawed\n");
+
+    pid_t init = init_pid_of(sb);
+    TAP_EQ_INT(kill(init, SIGSTOP), 0);
+    TAP_EQ_INT(status_after(sb, SBX_STATUS_RUNNING), SBX_STATUS_PAUSED);
+    ls = listed_status(p, sb);
+    TAP_EQ_STR(ls, "paused");
+    free(ls);
+    TAP_EQ_INT(kill(init, SIGCONT), 0);
+    TAP_EQ_INT(status_after(sb, SBX_STATUS_PAUSED), SBX_STATUS_RUNNING);
+    TAP_EQ_STR(out_of(sb, "echo continued"), "continued\n");
+    stop_free(sb);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/*
+ * A box left frozen with nobody to thaw it (what a commit killed mid-copy
+ * left): a stop ends it, its TTL ends it, and gc ends it once its shim is
+ * gone, leaving nothing (no process, cgroup or freezer group). On cgroup v1
+ * a frozen process does not die of SIGKILL, so each of them must thaw first.
+ */
+static void test_frozen_box_ended_by_stop_ttl_and_gc(void)
+{
+    need_boxes();
+    /* A stop that waits longer than this for its shim fails, rather than the test's alarm. */
+    sbx_provider *p = provider("{\"stop_timeout_s\": 15}");
+    sbx_spec *s = spec_none();
+
+    /* 1. A stop. */
+    sbx_sandbox *a = start(p, s);
+    freeze_by_hand(a, true);
+    sbx_status st;
+    TAP_OK(sbx_sandbox_status(a, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_PAUSED);
+    TAP_OK(sbx_sandbox_stop(a, &e_));
+    sbx_sandbox_free(a);
+    census_check(state_dir);
+
+    /* 2. The TTL: the shim ends it while frozen (paused first, so frozen before it). */
+    sbx_spec_set_ttl(s, 4);
+    sbx_sandbox *b = start(p, s);
+    char bd[900];
+    snprintf(bd, sizeof(bd), "%s/boxes/%s", state_dir, sbx_sandbox_id(b));
+    freeze_by_hand(b, true);
+    TAP_OK(sbx_sandbox_status(b, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_PAUSED);
+    while (have_file(bd)) /* bounded by the test's alarm */
+        usleep(50 * 1000);
+    stop_free(b);
+    census_check(state_dir);
+
+    /* 3. gc, after its shim was killed: the box's processes are orphans, and frozen. */
+    sbx_spec_set_ttl(s, -1);
+    sbx_sandbox *c = start(p, s);
+    freeze_by_hand(c, true);
+    sbx_linux_record rec;
+    parsed_record_of(c, &rec);
+    pid_t shim = rec.shim_pid;
+    sbx__linux_record_free(&rec);
+    TAP_EQ_INT(kill(shim, SIGKILL), 0);
+    for (int i = 0; i < 3000 && kill(shim, 0) == 0; i++) /* not our child; the alarm bounds it */
+        usleep(10 * 1000);
+    char *removed = NULL;
+    TAP_OK(sbx_provider_gc(p, NULL, &removed, &e_));
+    TAP_CONTAINS(removed, sbx_sandbox_id(c));
+    free(removed);
+    sbx_sandbox_free(c);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 /* The other side of test_serialize_connect_list_gc, in a fresh process. */
 static int connect_child(const char *desc)
 {
@@ -2106,6 +2316,8 @@ int main(int argc, char **argv)
         TAP_T(test_many_boxes_at_once, 300), TAP(test_agent_connections_pooled),
         TAP(test_pooled_agent_killed_gives_error), TAP(test_provider_list_stop_gc_images),
         TAP(test_shell_signals_and_transfers_as_docker),
+        TAP(test_status_paused_when_frozen_or_agent_stopped),
+        TAP(test_frozen_box_ended_by_stop_ttl_and_gc),
     };
     return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));
 }

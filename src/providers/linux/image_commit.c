@@ -425,165 +425,9 @@ static int walk_dir(struct walk *w, int dfd, int depth)
     return rc;
 }
 
-/* --- freezing ------------------------------------------------------------ */
+/* --- freezing (freeze.c: the owner file, and who thaws) ----------------- */
 
-/* Freezes the box's cgroup (v2 cgroup.freeze) and waits for it; false when it cannot. */
-static bool freeze(const char *cg, bool on)
-{
-    _cleanup_free_ char *fp = sbx__printf("%s/cgroup.freeze", cg);
-    _cleanup_free_ char *ep = sbx__printf("%s/cgroup.events", cg);
-    if (!fp || !ep)
-        return false;
-    int fd = open(fp, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    bool ok = write(fd, on ? "1" : "0", 1) == 1;
-    close(fd);
-    if (!ok || !on)
-        return ok;
-    /* "frozen 1" once every process stopped; a bounded wait (5 s), else not frozen. */
-    for (int i = 0; i < 500; i++) {
-        _cleanup_free_ char *t = NULL;
-        size_t n = 0;
-        if (sbx__read_file(ep, &t, &n) < 0)
-            break;
-        if (strstr(t, "frozen 1"))
-            return true;
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    freeze(cg, false);
-    return false;
-}
-
-/*
- * cgroup v1: the box's groups (memory, pids, cpu) have no freezer, so its
- * processes are moved into a freezer group of their own for the copy,
- * <freezer>/sbx/<box id>, frozen, then thawed and moved back to the
- * freezer hierarchy's root (where they were: sbx makes no v1 freezer
- * groups) and the group removed. A process forked meanwhile by one not
- * yet moved is found by the next pass; one forked by a moved process is
- * born in the group.
- */
-#define V1_FREEZER "/sys/fs/cgroup/freezer"
-
-static int write_pid(const char *procs, const char *pid)
-{
-    int fd = open(procs, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = write(fd, pid, strlen(pid));
-    close(fd);
-    return n == (ssize_t)strlen(pid) ? 0 : -1;
-}
-
-/* Whether the cgroup.procs text `list` (`n` bytes) names `pid`. */
-static bool has_pid(const char *list, size_t n, const char *pid)
-{
-    size_t l = strlen(pid);
-    for (const char *p = list; p && p < list + n;) {
-        const char *e = memchr(p, '\n', (size_t)(list + n - p));
-        size_t k = e ? (size_t)(e - p) : (size_t)(list + n - p);
-        if (k == l && !memcmp(p, pid, l))
-            return true;
-        p = e ? e + 1 : NULL;
-    }
-    return false;
-}
-
-/*
- * Moves each process `from_procs` lists that `to_procs` does not into it
- * (one pid a write: cgroup v1). Returns how many were missing, -1 when a
- * list cannot be read.
- */
-static int move_procs(const char *from_procs, const char *to_procs)
-{
-    _cleanup_free_ char *t = NULL;
-    _cleanup_free_ char *have = NULL;
-    size_t n = 0, hn = 0;
-    if (sbx__read_file(from_procs, &t, &n) < 0 || sbx__read_file(to_procs, &have, &hn) < 0)
-        return -1;
-    int missing = 0;
-    for (char *save = NULL, *pid = strtok_r(t, "\n", &save); pid;
-         pid = strtok_r(NULL, "\n", &save)) {
-        if (has_pid(have, hn, pid))
-            continue;
-        char p[64];
-        snprintf(p, sizeof(p), "/proc/%s", pid);
-        if (write_pid(to_procs, pid) == 0 || access(p, F_OK) == 0)
-            missing++; /* moved now, or still there and not movable: checked again */
-    }
-    return missing;
-}
-
-static void v1_thaw(const char *group)
-{
-    _cleanup_free_ char *state = sbx__printf("%s/freezer.state", group);
-    _cleanup_free_ char *procs = sbx__printf("%s/cgroup.procs", group);
-    if (!state || !procs)
-        return;
-    write_pid(state, "THAWED");
-    for (int i = 0; i < 100 && move_procs(procs, V1_FREEZER "/cgroup.procs") > 0; i++)
-        ;
-    for (int i = 0; i < 100 && rmdir(group) < 0 && errno == EBUSY; i++) {
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    /* <freezer>/sbx too, unless another commit's group is in it (then EBUSY: it stays). */
-    _cleanup_free_ char *top = sbx__printf(V1_FREEZER "/%s", sbx__cg_name());
-    if (top)
-        rmdir(top);
-}
-
-/* Freezes the processes of v1 group `box_cg`; *group is set once a freezer group was made. */
-static bool v1_freeze(const char *box_cg, const char *id, char **group)
-{
-    *group = NULL;
-    struct stat st;
-    if (sbx__cg_mode() != SBX_CG_V1 || stat(V1_FREEZER "/freezer.state", &st) == 0 ||
-        stat(V1_FREEZER "/cgroup.procs", &st) < 0)
-        return false; /* no v1 freezer hierarchy mounted (its root has no freezer.state) */
-    _cleanup_free_ char *from = sbx__printf("%s/cgroup.procs", box_cg);
-    _cleanup_free_ char *top = sbx__printf(V1_FREEZER "/%s", sbx__cg_name());
-    char *g = top ? sbx__printf("%s/%s", top, id) : NULL;
-    _cleanup_free_ char *procs = g ? sbx__printf("%s/cgroup.procs", g) : NULL;
-    _cleanup_free_ char *state = g ? sbx__printf("%s/freezer.state", g) : NULL;
-    if (!from || !procs || !state || (mkdir(top, 0755) < 0 && errno != EEXIST) ||
-        mkdir(g, 0755) < 0) {
-        free(g);
-        return false;
-    }
-    *group = g;
-    int moved = 0;
-    for (int i = 0; i < 100 && (moved = move_procs(from, procs)) > 0; i++)
-        ;
-    if (moved != 0 || write_pid(state, "FROZEN") < 0)
-        return false;
-    for (int i = 0; i < 500; i++) {
-        _cleanup_free_ char *t = NULL;
-        size_t n = 0;
-        if (sbx__read_file(state, &t, &n) < 0)
-            return false;
-        if (!strncmp(t, "FROZEN", 6))
-            /* Every process of the box is in the group (none was left to move). */
-            return move_procs(from, procs) == 0;
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    return false;
-}
-
-/* Undoes freeze or v1_freeze (also a v1_freeze that failed half way). */
-static void thaw(const char *cg, char **v1group, bool frozen)
-{
-    if (*v1group) {
-        v1_thaw(*v1group);
-        free(*v1group);
-        *v1group = NULL;
-    } else if (frozen) {
-        freeze(cg, false);
-    }
-}
+void (*sbx__linux_commit_frozen_hook)(const char *id);
 
 /* --- the commit ---------------------------------------------------------- */
 
@@ -738,8 +582,7 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
     _cleanup_free_ char *layout = NULL;
     _cleanup_free_ char *storedir = sbx__linux_image_store_dir(state_dir, store);
     _cleanup_close_ int upper = -1;
-    bool frozen = false;
-    char *v1group = NULL; /* cgroup v1: the freezer group the box was moved into */
+    int freeze_fd = -1; /* holds the box's freeze (freeze.c) while it lasts */
     _cleanup_json_ json_t *cfgblob = NULL;
     _cleanup_free_ char *blobs = NULL;
     _cleanup_free_ char *tarp = NULL;
@@ -755,7 +598,7 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
     _cleanup_free_ char *ip = NULL;
     _cleanup_free_ char *op = NULL;
     _cleanup_free_ char *src = NULL;
-    bool was_frozen = false;
+    bool frozen = false;
     const char *cg = json_string_value(json_array_get(rec.cgroups, 0));
     char layer_hex[65] = "", id_hex[65] = "";
     /* "creating" too: the shim marks a box "running" a moment after its creator returns. */
@@ -838,7 +681,13 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
         (uint64_t)vfs.f_bavail * vfs.f_frsize / 2 < w.cap)
         w.cap = (uint64_t)vfs.f_bavail * vfs.f_frsize / 2;
 
-    /* The temporary layout, named as the store's gc knows its temporaries. */
+    /*
+     * The temporary layout, named as the store's gc knows its temporaries.
+     * Those of commits and imports whose process died (a commit killed
+     * mid-copy) go first, as an import's do.
+     */
+    if (storedir)
+        sbx__linux_image_gc_dir(storedir, false);
     char rnd[17];
     sbx__random_hex(rnd, 8);
     layout = storedir ? sbx__printf("%s/tmp-%d-%llu-%s", storedir, (int)getpid(),
@@ -867,15 +716,23 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
         rc = sbx__set_error(err, SBX_EIO, "cannot start the layer: %s", archive_error_string(w.a));
         goto out;
     }
-    /* Docker pauses too: what a running box writes meanwhile would tear the layer. */
+    /*
+     * Docker pauses too: what a running box writes meanwhile would tear the
+     * layer. The freeze is owned first, so that it is undone should this
+     * process die before it thaws (freeze.c).
+     */
     if (pause && cg) {
-        frozen = was_frozen = freeze(cg, true);
-        if (!frozen)
-            frozen = was_frozen = v1_freeze(cg, id, &v1group);
+        if ((freeze_fd = sbx__linux_freeze_own(bd, id, rec.cgroups, err)) < 0) {
+            rc = freeze_fd;
+            goto out;
+        }
+        frozen = sbx__cg_freeze(id, rec.cgroups);
+        if (frozen && sbx__linux_commit_frozen_hook)
+            sbx__linux_commit_frozen_hook(id);
     }
     rc = walk_dir(&w, upper, 0);
-    thaw(cg, &v1group, frozen);
-    frozen = false;
+    sbx__linux_freeze_release(bd, id, rec.cgroups, freeze_fd);
+    freeze_fd = -1;
     if (rc == SBX_OK && archive_write_close(w.a) != ARCHIVE_OK)
         rc = sbx__set_error(err, SBX_EIO, "cannot finish the layer: %s",
                             w.werr ? strerror(w.werr) : archive_error_string(w.a));
@@ -961,13 +818,13 @@ int sbx__linux_image_commit(const char *state_dir, const char *store, const char
         _cleanup_json_ json_t *o = json_pack(
             "{s:s+, s:s, s:s+, s:I, s:b, s:I}", "id", "sha256:", id_hex, "name", name, "layer",
             "sha256:", layer_hex, "layers", (json_int_t)json_array_size(diff_ids), "paused",
-            was_frozen ? 1 : 0, "size", (json_int_t)tst.st_size);
+            frozen ? 1 : 0, "size", (json_int_t)tst.st_size);
         *json_out = o ? json_dumps(o, JSON_COMPACT) : NULL;
         if (!*json_out)
             rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
 out:
-    thaw(cg, &v1group, frozen);
+    sbx__linux_freeze_release(bd, id, rec.cgroups, freeze_fd);
     if (w.a)
         archive_write_free(w.a);
     if (w.out >= 0)

@@ -114,6 +114,13 @@ SBX_INTERNAL unsigned long long sbx__linux_proc_start(pid_t pid);
 SBX_INTERNAL int sbx__linux_pidfd_open(pid_t pid);
 /* True when the record's shim is the process running under its pid. */
 SBX_INTERNAL bool sbx__linux_shim_alive(const sbx_linux_record *rec);
+/*
+ * Whether a box cannot answer for now though nothing is broken: its agent
+ * (the record's init, still the shim's child) is stopped (SIGSTOP) or its
+ * processes are frozen (a commit, or a freezer someone set). Status says
+ * "paused" for it. Reads /proc and cgroup files; blocks briefly.
+ */
+SBX_INTERNAL bool sbx__linux_box_paused(const sbx_linux_record *rec);
 
 /*
  * Listing: one entry per box directory under the state directory. The entry
@@ -332,6 +339,53 @@ SBX_INTERNAL int sbx__cg_destroy(const json_t *paths);
 /* The number of OOM kills in the box's memory group, or -1 when unknown. */
 SBX_INTERNAL long long sbx__cg_oom_kills(const json_t *paths);
 
+/* --- freezing a box, and who undoes it (freeze.c says the rules) ------------ */
+
+/*
+ * v1: the freezer group a freeze moves box `id` into, <freezer>/sbx/<id>,
+ * or with `id` NULL the level that holds them, <freezer>/sbx (malloc'd;
+ * NULL: a bad id).
+ */
+SBX_INTERNAL char *sbx__cg_v1_freezer_group(const char *id);
+/*
+ * Freezes box `id` (its record's `cgroups`) and waits until each of its
+ * processes has stopped (at most 5 s): v2 through its group's
+ * cgroup.freeze, v1 through a freezer group of its own. False when it
+ * cannot (no freezer), with what it did undone. Blocks.
+ */
+SBX_INTERNAL bool sbx__cg_freeze(const char *id, const json_t *cgroups);
+/*
+ * Undoes any freeze sbx makes of box `id`, whoever made it: its own v2
+ * groups thawed; its v1 freezer group thawed, the processes moved back to
+ * the hierarchy's root and the group removed. Cheap when nothing is frozen;
+ * any process, any number of times. `cgroups` may be NULL (v1 only then).
+ */
+SBX_INTERNAL void sbx__cg_thaw(const char *id, const json_t *cgroups);
+/*
+ * Whether process `pid` is frozen or being frozen, by whatever froze it: its
+ * v1 freezer group's state or its v2 group's (/proc/PID/cgroup). Read only.
+ */
+SBX_INTERNAL bool sbx__cg_pid_frozen(pid_t pid);
+/*
+ * A commit's freeze of the box in `box_dir` gets an owner: <box_dir>/freeze,
+ * created locked by the calling process. Returns the descriptor that holds
+ * the lock (the freeze's lifetime; give it to sbx__linux_freeze_release),
+ * or SBX_ESTATE when a live process owns a freeze of the box (another
+ * commit). An ownerless file found there is reaped first.
+ */
+SBX_INTERNAL int sbx__linux_freeze_own(const char *box_dir, const char *id, const json_t *cgroups,
+                                       sbx_error **err);
+/* Thaws the box, removes <box_dir>/freeze, lets go of the lock `fd` (< 0: nothing). */
+SBX_INTERNAL void sbx__linux_freeze_release(const char *box_dir, const char *id,
+                                            const json_t *cgroups, int fd);
+/*
+ * When <box_dir>/freeze exists and no process holds it (its commit died),
+ * thaws the box and removes the file. False only when a live owner holds it.
+ * One failed open when there is no file: the shim calls it every 2 s.
+ */
+SBX_INTERNAL bool sbx__linux_freeze_reap(const char *box_dir, const char *id,
+                                         const json_t *cgroups);
+
 /* --- images (image.c) ------------------------------------------------------ */
 
 typedef void (*sbx_linux_progress_cb)(const char *stage, uint64_t done, uint64_t total,
@@ -506,7 +560,10 @@ SBX_INTERNAL int sbx__linux_image_tag(const char *state_dir, const char *store, 
 
 /* --- the box registry's operations (listing.c; provider ABI 2) ------------- */
 
-/* "running", "starting" or "error" for a listed box (sbx_status_name's words). */
+/*
+ * "running", "paused" (sbx__linux_box_paused), "starting", "stopped" (its
+ * service ended) or "error" for a listed box (sbx_status_name's words).
+ */
 SBX_INTERNAL const char *sbx__linux_box_status(const sbx_linux_box_info *b);
 /* Each runs on the worker pool and completes `op` as provider.h says. */
 SBX_INTERNAL void sbx__linux_op_list(sbx_op *op, const char *state_dir, const char *filter_json);
@@ -585,6 +642,12 @@ SBX_INTERNAL int sbx__linux_image_commit(const char *state_dir, const char *stor
                                          const char *id, const char *name,
                                          const char *opts_json, uint64_t max_bytes,
                                          char **json_out, sbx_error **err);
+/*
+ * Tests only (NULL in every program): called by sbx__linux_image_commit once
+ * box `id` is frozen and its freeze owned, before the copy, so a test can
+ * kill the committing process at that point without racing it.
+ */
+SBX_INTERNAL extern void (*sbx__linux_commit_frozen_hook)(const char *id);
 SBX_INTERNAL void sbx__linux_op_image_commit(sbx_op *op, const char *state_dir,
                                              const char *store, const char *id,
                                              const char *name, const char *opts_json,

@@ -79,7 +79,10 @@ const char *sbx__linux_box_status(const sbx_linux_box_info *b)
     /* [svc-logs] The service ended (docker's exited): the reference's STOPPED. */
     if (!strcmp(r->state, "running") && r->service && strcmp(r->service, "running"))
         return "stopped";
-    return !strcmp(r->state, "running") ? "running" : "starting";
+    if (strcmp(r->state, "running") != 0)
+        return "starting";
+    /* Frozen (a commit copies it), or its agent stopped: it answers nothing now. */
+    return sbx__linux_box_paused(r) ? "paused" : "running";
 }
 
 static json_t *box_json(const char *state_dir, const sbx_linux_box_info *b)

@@ -2094,7 +2094,15 @@ static void linux_download(sbx_op *op, void *state, void *box, const char *remot
  * a slow or stuck disk must not stall the loop); what the box's agent
  * connection says is read back on the loop, which owns it.
  */
-enum raw_status { RAW_GONE, RAW_UNREADABLE, RAW_SHIM_DEAD, RAW_LIVE, RAW_ENDED, RAW_SERVICE_ENDED };
+enum raw_status {
+    RAW_GONE,
+    RAW_UNREADABLE,
+    RAW_SHIM_DEAD,
+    RAW_LIVE,
+    RAW_PAUSED,
+    RAW_ENDED,
+    RAW_SERVICE_ENDED
+};
 
 struct status_job {
     sbx_op *op;
@@ -2117,6 +2125,8 @@ static void status_work(void *data)
             j->raw = RAW_SHIM_DEAD; /* the supervisor died: an orphan for gc */
         else if (!strcmp(rec.state, "running") && rec.service && strcmp(rec.service, "running"))
             j->raw = RAW_SERVICE_ENDED; /* [svc-logs] */
+        else if (!strcmp(rec.state, "running") && sbx__linux_box_paused(&rec))
+            j->raw = RAW_PAUSED; /* frozen, or its agent stopped: it answers nothing now */
         else if (!strcmp(rec.state, "creating") || !strcmp(rec.state, "running"))
             j->raw = RAW_LIVE;
         else
@@ -2147,6 +2157,14 @@ static void status_done(void *data, bool cancelled)
          * trouble; a dead one is.
          */
         s = sbx__kit_agent_gone(&b->agent) ? SBX_STATUS_ERROR : SBX_STATUS_RUNNING;
+        break;
+    case RAW_PAUSED:
+        /*
+         * What answers, not what was recorded: a frozen box (a commit copies
+         * it) or one whose agent is stopped runs nothing until thawed or
+         * continued. Whole, so not an error (gc keeps it).
+         */
+        s = SBX_STATUS_PAUSED;
         break;
     case RAW_SERVICE_ENDED:
         /*

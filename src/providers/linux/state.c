@@ -241,6 +241,31 @@ bool sbx__linux_shim_alive(const sbx_linux_record *rec)
     return true;
 }
 
+bool sbx__linux_box_paused(const sbx_linux_record *rec)
+{
+    if (!rec || rec->init_pid <= 1 || rec->shim_pid <= 0)
+        return false;
+    char p[64];
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)rec->init_pid);
+    _cleanup_free_ char *t = NULL;
+    size_t n = 0;
+    if (sbx__read_file(p, &t, &n) < 0)
+        return false;
+    /* "pid (comm) S ppid ...": comm may hold anything, so from its last ')'. */
+    const char *e = strrchr(t, ')');
+    char state = 0;
+    long ppid = 0;
+    if (!e || sscanf(e + 1, " %c %ld", &state, &ppid) != 2)
+        return false;
+    /* Still the shim's child: the pid was not reused by another process since the record. */
+    if (ppid != (long)rec->shim_pid)
+        return false;
+    /* Stopped (SIGSTOP, or by a tracer): it reads no request until continued. */
+    if (state == 'T' || state == 't')
+        return true;
+    return sbx__cg_pid_frozen(rec->init_pid);
+}
+
 static bool labels_match(const json_t *md, const sbx_kv *labels)
 {
     if (!labels)
@@ -372,6 +397,13 @@ static json_t *guess_cgroups(const char *id)
 
 int sbx__linux_remove_leftovers(const char *box_dir, const sbx_linux_record *rec)
 {
+    /*
+     * Thawed first (freeze.c): a frozen process is not killed by the
+     * removal of its groups (cgroup v1), so a box a commit left frozen
+     * would keep them busy for good.
+     */
+    if (rec && rec->id)
+        sbx__cg_thaw(rec->id, rec->cgroups);
     /* Only a box's own groups: sbx__cg_destroy refuses any other path too. */
     if (rec && rec->cgroups && rec->id) {
         json_t *own = json_array();
@@ -818,6 +850,29 @@ int sbx__linux_gc(const char *state_dir, const sbx_linux_gc_opts *opts, char ***
             stop_shim(&r2, o.stop_timeout_s, NULL);
         }
     }
+    /*
+     * v1 freezer groups (a commit's) of boxes no shim supervises: thawed,
+     * their processes moved back and the groups removed, before the
+     * sweep below kills those processes (a frozen one would not die).
+     */
+    _cleanup_free_ char *fz = geteuid() == 0 ? sbx__cg_v1_freezer_group(NULL) : NULL;
+    DIR *fdir = fz ? opendir(fz) : NULL;
+    struct dirent *fe;
+    while (fdir && (fe = readdir(fdir))) {
+        if (fe->d_type != DT_DIR || !sbx__linux_id_ok(fe->d_name) ||
+            shim_of_id(shims, ns, fe->d_name))
+            continue;
+        _cleanup_free_ char *g = sbx__printf("%s/%s", fz, fe->d_name);
+        struct stat st;
+        /* As below: a group made this instant by a commit of a box being listed is left. */
+        if (!g || stat(g, &st) < 0 || now - (double)st.st_mtime < 2)
+            continue;
+        if (!o.dry_run)
+            sbx__cg_thaw(fe->d_name, NULL);
+        push_id(&ids, &nid, fe->d_name);
+    }
+    if (fdir)
+        closedir(fdir);
     /* Only root makes (and can remove) cgroups. */
     const char *const *parents = sbx__cg_parents();
     for (size_t k = 0; geteuid() == 0 && parents[k]; k++) {
