@@ -1,7 +1,10 @@
 /* sbx run: create a box, run one command in it, stop it; exit with the command's status. */
 #include "cli/cli.h"
 
+#include <ctype.h>
 #include <getopt.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* The exec-time options run and exec share. */
 struct exec_args {
@@ -153,6 +156,50 @@ static int exec_opt(const char *cmd, struct exec_args *a, int c, const char *arg
         { "output-limit", required_argument, NULL, 2006 }, { "raw", no_argument, NULL, 2007 },  \
         { "help", no_argument, NULL, 'h' }
 
+/* Whether `word` (no '/') is a program on this process's PATH, as a shell would find it. */
+static bool on_path(const char *word)
+{
+    const char *path = getenv("PATH");
+    if (!path || !*word || strchr(word, '/'))
+        return false;
+    for (const char *d = path;;) {
+        size_t n = strcspn(d, ":");
+        _cleanup_free_ char *f = sbx__printf("%.*s/%s", (int)n, n ? d : ".", word);
+        struct stat st;
+        if (f && stat(f, &st) == 0 && S_ISREG(st.st_mode) && access(f, X_OK) == 0)
+            return true;
+        if (!d[n])
+            return false;
+        d += n + 1;
+    }
+}
+
+/*
+ * Docker's habit, `sbx run IMAGE CMD`: sbx runs CMD words as a command in
+ * the default box, so a first word that is no program here but reads as an
+ * image reference (a tag, a digest or a registry path: "ubuntu:22.04",
+ * "ghcr.io/org/app", "app@sha256:...") is refused with the fix instead of
+ * being run. A bare word ("ubuntu") is run as the command it may be; if the
+ * box then says 127 (not found), run adds the same hint (hint_after_127).
+ */
+static bool looks_like_image_ref(const char *w)
+{
+    if (!*w || *w == '/' || *w == '.' || *w == '-' || on_path(w))
+        return false;
+    for (const char *c = w; *c; c++)
+        if (!(isalnum((unsigned char)*c) || strchr("._-/:@", *c)))
+            return false;
+    return strchr(w, ':') || strchr(w, '@') || strchr(w, '/');
+}
+
+static void hint_image(const char *word, int more)
+{
+    fprintf(stderr,
+            "sbx: hint: sbx run takes the command first; to run it in the image '%s': "
+            "sbx run --image %s -- %s\n",
+            word, word, more ? "CMD..." : "(its command)");
+}
+
 int cli_cmd_run(int argc, char **argv)
 {
     static const struct option longopts[] = { CLI_SPEC_LONGOPTS, EXEC_LONGOPTS, { 0 } };
@@ -183,6 +230,14 @@ int cli_cmd_run(int argc, char **argv)
     }
     if (optind >= argc)
         return cli_usage_error("run", "no command given");
+    /* No image named: CMD's first word may be one (Docker's `run IMAGE CMD`). */
+    const char *first = argv[optind];
+    bool bare_first = !so.image && !so.spec_file && !strchr(first, '/') && !on_path(first);
+    if (!so.image && !so.spec_file && looks_like_image_ref(first))
+        return cli_usage_error("run",
+                               "'%s' is no command here but names an image; did you mean "
+                               "sbx run --image %s -- %s?",
+                               first, first, optind + 1 < argc ? "CMD..." : "CMD");
     if (tty && (rc = cli_pty_need_tty("run -t")) != CLI_EXIT_OK)
         return rc;
     _cleanup_free_ char *command = cli_join_argv(argv + optind, argc - optind);
@@ -246,8 +301,12 @@ int cli_cmd_run(int argc, char **argv)
         sbx_provider_free(p);
         return cli_interrupted("the box was stopped");
     }
-    if (rc == CLI_EXIT_OK)
+    if (rc == CLI_EXIT_OK) {
         rc = print_result(sb, r, &a);
+        /* 127: the box found no such program; a bare first word may have meant an image. */
+        if (rc == 127 && bare_first && !a.json)
+            hint_image(first, optind + 1 < argc);
+    }
     sbx_sandbox_free(sb);
     sbx_provider_free(p);
     return rc;

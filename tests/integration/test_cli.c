@@ -448,6 +448,15 @@ static void test_usage_errors(void)
         { { "run", "--block", "b", "--", "true" }, "--block needs --config", "usage: sbx run " },
         { { "run", "--provider", "fake", "--config", "f", "--", "true" }, "cannot be used together",
           "usage: sbx run " },
+        /* Docker's `run IMAGE CMD`: a first word that is no program but an image reference. */
+        { { "run", "--provider", "fake", "ubuntu:22.04", "bash" },
+          "'ubuntu:22.04' is no command here but names an image; did you mean sbx run --image "
+          "ubuntu:22.04 -- CMD...?",
+          "usage: sbx run " },
+        { { "run", "--provider", "fake", "--", "ghcr.io/org/app" }, "--image ghcr.io/org/app",
+          "usage: sbx run " },
+        { { "run", "--provider", "fake", "app@sha256:0123" }, "--image app@sha256:0123",
+          "usage: sbx run " },
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct proc p = sbx_in(NULL, 0, cases[i].args);
@@ -1344,7 +1353,22 @@ static void test_linux_run_exit_codes_and_streams(void)
     EXPECT_CODE(p, 0);
     TAP_EQ_STR(p.out, "PIPED\n");
     proc_free(&p);
-    SBX_EXPECT(127, "run", "--", "no-such-command-xyz");
+    /* Not found: the shell's 127, and a hint that the word may have been an image. */
+    p = SBX("run", "--", "no-such-command-xyz", "arg");
+    EXPECT_CODE(p, 127);
+    TAP_CONTAINS(p.err, "no-such-command-xyz");
+    TAP_CONTAINS(p.err, "hint: sbx run takes the command first; to run it in the image "
+                        "'no-such-command-xyz': sbx run --image no-such-command-xyz -- CMD...");
+    proc_free(&p);
+    /* A path is a command, whatever it holds. */
+    p = SBX("run", "--", "/no/such:thing");
+    EXPECT_CODE(p, 127);
+    TAP_TRUE(strstr(p.err, "hint:") == NULL);
+    proc_free(&p);
+    p = SBX("run", "--", "sh", "-c", "exit 127");
+    EXPECT_CODE(p, 127);
+    TAP_TRUE(strstr(p.err, "hint:") == NULL); /* sh is a program here: no image meant */
+    proc_free(&p);
     SBX_EXPECT(128 + SIGTERM, "run", "--", "sh", "-c", "kill -TERM $$");
     SBX_EXPECT(124, "run", "--timeout", "0.3", "--", "sleep", "30");
     TAP_EQ_INT(records(), 0);
