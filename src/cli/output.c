@@ -71,6 +71,120 @@ json_t *cli_json_bytes(const char *data, size_t len)
     return v;
 }
 
+/*
+ * The --json result, written as it is made: the command's output is escaped
+ * into a small buffer and written out chunk by chunk, never built whole as
+ * a JSON value and then as text (16 MiB of output made ~260 MB that way).
+ * The text is byte for byte what json_dumps(JSON_INDENT(2)) gives for the
+ * same object: the same keys in the same order, the same escapes.
+ */
+struct json_out {
+    char buf[1 << 16];
+    size_t n;
+    bool failed;
+};
+
+static void jo_put(struct json_out *w, const void *p, size_t len)
+{
+    const char *c = p;
+    while (len > 0 && !w->failed) {
+        if (w->n == sizeof(w->buf)) {
+            if (cli_write_all(1, w->buf, w->n) < 0)
+                w->failed = true;
+            w->n = 0;
+        }
+        size_t k = sizeof(w->buf) - w->n < len ? sizeof(w->buf) - w->n : len;
+        memcpy(w->buf + w->n, c, k);
+        w->n += k;
+        c += k;
+        len -= k;
+    }
+}
+
+static void jo_str(struct json_out *w, const char *s)
+{
+    jo_put(w, s, strlen(s));
+}
+
+/* A scalar (a string, a number, null, a boolean) as jansson writes it. */
+static void jo_value(struct json_out *w, json_t *v)
+{
+    _cleanup_free_ char *t = v ? json_dumps(v, JSON_ENCODE_ANY) : NULL;
+    json_decref(v);
+    if (!t)
+        w->failed = true;
+    else
+        jo_str(w, t);
+}
+
+/* Output bytes as a JSON string: UTF-8 with errors="replace" (as the reference decodes it). */
+static void jo_bytes(struct json_out *w, const char *data, size_t len)
+{
+    if (!data) {
+        jo_str(w, "null");
+        return;
+    }
+    jo_put(w, "\"", 1);
+    const unsigned char *s = (const unsigned char *)data;
+    for (size_t i = 0; i < len && !w->failed;) {
+        size_t n = utf8_seq(s + i, len - i);
+        if (!n) {
+            jo_put(w, "\xef\xbf\xbd", 3);
+            i++;
+            continue;
+        }
+        if (n > 1) {
+            jo_put(w, s + i, n);
+        } else if (s[i] == '"' || s[i] == '\\') {
+            char e[2] = { '\\', (char)s[i] };
+            jo_put(w, e, 2);
+        } else if (s[i] < 0x20) {
+            char e[8];
+            const char *short_ = s[i] == '\b' ? "\\b" : s[i] == '\f' ? "\\f" : s[i] == '\n' ? "\\n"
+                                 : s[i] == '\r' ? "\\r" : s[i] == '\t' ? "\\t" : NULL;
+            if (short_)
+                jo_put(w, short_, 2);
+            else
+                jo_put(w, e, (size_t)snprintf(e, sizeof(e), "\\u%04X", s[i]));
+        } else {
+            jo_put(w, s + i, 1);
+        }
+        i += n;
+    }
+    jo_put(w, "\"", 1);
+}
+
+static int print_result_json(const char *id, const sbx_exec_result *r, int code)
+{
+    struct json_out *w = calloc(1, sizeof(*w));
+    if (!w)
+        return -1;
+    size_t out_len = 0, err_len = 0;
+    const char *out = sbx_exec_result_stdout(r, &out_len);
+    const char *errb = sbx_exec_result_stderr(r, &err_len);
+    const char *et = sbx_exec_result_error_type(r);
+    jo_str(w, "{\n  \"id\": ");
+    jo_value(w, id ? json_string(id) : json_null());
+    jo_str(w, ",\n  \"return_code\": ");
+    jo_value(w, json_integer(sbx_exec_result_return_code(r)));
+    jo_str(w, ",\n  \"stdout\": ");
+    jo_bytes(w, out, out_len);
+    jo_str(w, ",\n  \"stderr\": ");
+    jo_bytes(w, errb, err_len);
+    jo_str(w, ",\n  \"error_type\": ");
+    jo_value(w, et ? json_string(et) : json_null());
+    jo_str(w, ",\n  \"truncated\": ");
+    jo_str(w, sbx_exec_result_truncated(r) ? "true" : "false");
+    jo_str(w, ",\n  \"exit_code\": ");
+    jo_value(w, json_integer(code));
+    jo_str(w, "\n}\n");
+    if (!w->failed && w->n && cli_write_all(1, w->buf, w->n) < 0)
+        w->failed = true;
+    int rc = w->failed ? -1 : 0;
+    free(w);
+    return rc;
+}
+
 int cli_print_json(const json_t *v)
 {
     _cleanup_free_ char *text = json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY);
@@ -105,16 +219,8 @@ int cli_print_result(const char *id, const sbx_exec_result *r, double timeout_s,
     const char *errb = sbx_exec_result_stderr(r, &err_len);
     const char *et = sbx_exec_result_error_type(r);
     int code = exit_code_for(r);
-    if (json) {
-        _cleanup_json_ json_t *o = json_pack(
-            "{s:s?, s:i, s:o, s:o, s:s?, s:b, s:i}", "id", id, "return_code",
-            sbx_exec_result_return_code(r), "stdout", cli_json_bytes(out, out_len), "stderr",
-            cli_json_bytes(errb, err_len), "error_type", et, "truncated",
-            sbx_exec_result_truncated(r), "exit_code", code);
-        if (!o || cli_print_json(o) < 0)
-            return CLI_EXIT_SBX;
-        return code;
-    }
+    if (json)
+        return print_result_json(id, r, code) < 0 ? CLI_EXIT_SBX : code;
     /*
      * What happened, not the exit code: a command that itself exits 124 (as
      * timeout(1) does) exits 124 too, but its output and stderr are its own.

@@ -1420,6 +1420,30 @@ static void test_linux_run_quoting_stdin_timeout_json(void)
     TAP_EQ_STR(json_string_value(json_object_get(v, "error_type")), "timeout");
     json_decref(v);
     proc_free(&p);
+    /*
+     * --json is written as a stream (cli/output.c), byte for byte what
+     * jansson writes for the same object: every byte value, a quote and a
+     * backslash, valid UTF-8 kept, invalid bytes replaced (U+FFFD).
+     */
+    p = SBX("run", "--json", "--", "sh", "-c",
+            "i=0; while [ $i -lt 256 ]; do printf \"\\\\$(printf %o $i)\"; i=$((i+1)); done; "
+            "printf '\"\\\\ \303\251 \342\234\223 \303\050 \360\237\230'; printf 'e\001' >&2");
+    EXPECT_CODE(p, 0);
+    v = parse_json(p.out);
+    char *again = json_dumps(v, JSON_INDENT(2));
+    TAP_TRUE(again != NULL);
+    size_t al = strlen(again);
+    TAP_TRUE(p.out_len == al + 1 && !memcmp(p.out, again, al) && p.out[al] == '\n');
+    free(again);
+    size_t sl = json_string_length(json_object_get(v, "stdout"));
+    const char *so = json_string_value(json_object_get(v, "stdout"));
+    /* 128 ASCII bytes as they are, 128 high bytes each U+FFFD, then the tail. */
+    TAP_TRUE(sl > 128 + 128 * 3 && !memcmp(so + 1, "\001\002", 2) && so[0] == 0);
+    TAP_TRUE(!memcmp(so + 128, "\xef\xbf\xbd", 3));
+    TAP_CONTAINS(so + 128 + 128 * 3, "\"\\ \xc3\xa9 \xe2\x9c\x93 \xef\xbf\xbd( \xef\xbf\xbd");
+    TAP_EQ_STR(json_string_value(json_object_get(v, "stderr")), "e\001");
+    json_decref(v);
+    proc_free(&p);
     p = SBX("run", "--", "sh", "-c", "echo mine >&2; exit 124");
     EXPECT_CODE(p, 124);
     TAP_EQ_STR(p.err, "mine\n");
