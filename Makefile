@@ -293,6 +293,11 @@ FUZZ_CI_TIME ?= 3
 # fuzz-ci's seed: fixed, so a commit's CI says the same each run (a finding
 # is reproducible with the seed it prints); `make fuzz` explores at random.
 FUZZ_SEED ?= 1
+# fuzz-ci runs at nice 19 beside the ASan suite, where an input's wall time
+# (libFuzzer's -timeout is an alarm) is mostly waiting for a core: a corpus
+# input that takes 1 s alone (an alias bomb in fuzz_config's) took over 10
+# there. A hang still ends it.
+FUZZ_CI_INPUT_TIMEOUT ?= 60
 FUZZ_FLAGS := -rss_limit_mb=2048 -timeout=10 -print_final_stats=0
 FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/bin/%)
 .PHONY: fuzz-ci fuzz-build fuzz-bins
@@ -325,7 +330,8 @@ fuzz-ci: fuzz-build
 	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  mkdir -p $(FUZZ_B)/new/$$n; \
 	  t=$$(mktemp -d /tmp/sbx-fuzz-run.XXXXXX); \
-	  TMPDIR=$$t $(FUZZ_B)/fuzz/bin/$$n $(FUZZ_FLAGS) -max_total_time=$(FUZZ_CI_TIME) \
+	  TMPDIR=$$t $(FUZZ_B)/fuzz/bin/$$n $(FUZZ_FLAGS) -timeout=$(FUZZ_CI_INPUT_TIMEOUT) \
+	    -max_total_time=$(FUZZ_CI_TIME) \
 	    -seed=$(FUZZ_SEED) -artifact_prefix=$(FUZZ_B)/$$n- $(FUZZ_B)/new/$$n fuzz/corpus/$$n \
 	    > $(FUZZ_B)/$$n.log 2>&1; rc=$$?; \
 	  rm -rf $$t; \
