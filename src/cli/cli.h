@@ -360,8 +360,6 @@ char *cli_field(const char *s);
 
 /* Writes all bytes to fd (retrying short writes and EINTR). */
 int cli_write_all(int fd, const void *data, size_t len);
-/* Bytes as a JSON string, invalid UTF-8 replaced with U+FFFD. */
-json_t *cli_json_bytes(const char *data, size_t len);
 /* Prints a JSON value (indented) and a newline on stdout. */
 int cli_print_json(const json_t *v);
 /*

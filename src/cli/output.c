@@ -49,28 +49,6 @@ static size_t utf8_seq(const unsigned char *s, size_t left)
     return n;
 }
 
-json_t *cli_json_bytes(const char *data, size_t len)
-{
-    if (!data)
-        return json_null();
-    /* As the reference decodes output: UTF-8 with errors="replace". */
-    sbx_buf b = { 0 };
-    const unsigned char *s = (const unsigned char *)data;
-    size_t i = 0;
-    while (i < len) {
-        size_t n = utf8_seq(s + i, len - i);
-        int rc = n ? sbx__buf_append(&b, s + i, n) : sbx__buf_append(&b, "\xef\xbf\xbd", 3);
-        if (rc < 0) {
-            sbx__buf_free(&b);
-            return NULL;
-        }
-        i += n ? n : 1;
-    }
-    json_t *v = json_stringn(b.data ? b.data : "", b.len);
-    sbx__buf_free(&b);
-    return v;
-}
-
 /*
  * The --json result, written as it is made: the command's output is escaped
  * into a small buffer and written out chunk by chunk, never built whole as

@@ -180,11 +180,12 @@ static bool on_path(const char *word)
  * image reference (a tag, a digest or a registry path: "ubuntu:22.04",
  * "ghcr.io/org/app", "app@sha256:...") is refused with the fix instead of
  * being run. A bare word ("ubuntu") is run as the command it may be; if the
- * box then says 127 (not found), run adds the same hint (hint_after_127).
+ * box then says 127 (not found), run adds the same hint (hint_image). The
+ * caller has found it is no program on the PATH.
  */
 static bool looks_like_image_ref(const char *w)
 {
-    if (!*w || *w == '/' || *w == '.' || *w == '-' || on_path(w))
+    if (!*w || *w == '/' || *w == '.' || *w == '-')
         return false;
     for (const char *c = w; *c; c++)
         if (!(isalnum((unsigned char)*c) || strchr("._-/:@", *c)))
@@ -232,8 +233,9 @@ int cli_cmd_run(int argc, char **argv)
         return cli_usage_error("run", "no command given");
     /* No image named: CMD's first word may be one (Docker's `run IMAGE CMD`). */
     const char *first = argv[optind];
-    bool bare_first = !so.image && !so.spec_file && !strchr(first, '/') && !on_path(first);
-    if (!so.image && !so.spec_file && looks_like_image_ref(first))
+    bool no_image = !so.image && !so.spec_file, found = no_image && on_path(first);
+    bool bare_first = no_image && !found && !strchr(first, '/');
+    if (no_image && !found && looks_like_image_ref(first))
         return cli_usage_error("run",
                                "'%s' is no command here but names an image; did you mean "
                                "sbx run --image %s -- %s?",
