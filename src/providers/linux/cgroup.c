@@ -112,18 +112,21 @@ sbx_cg_mode sbx__cg_mode(void)
     return detected;
 }
 
-static int write_str(const char *dir, const char *file, const char *val)
+int sbx__cg_write(const char *path, const char *val)
 {
-    _cleanup_free_ char *p = sbx__printf("%s/%s", dir, file);
-    if (!p)
-        return -ENOMEM;
-    _cleanup_close_ int fd = open(p, O_WRONLY | O_CLOEXEC);
+    _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     size_t len = strlen(val);
     if (write(fd, val, len) != (ssize_t)len)
         return -errno;
     return 0;
+}
+
+static int write_str(const char *dir, const char *file, const char *val)
+{
+    _cleanup_free_ char *p = sbx__printf("%s/%s", dir, file);
+    return p ? sbx__cg_write(p, val) : -ENOMEM;
 }
 
 /* The v1 directory of the cpu controller: "cpu" or the joined "cpu,cpuacct". */

@@ -57,16 +57,6 @@ static void nap_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
-static int write_text(const char *path, const char *text)
-{
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = write(fd, text, strlen(text));
-    close(fd);
-    return n == (ssize_t)strlen(text) ? 0 : -1;
-}
-
 /* Whether the cgroup.procs text `list` (`n` bytes) names `pid`. */
 static bool has_pid(const char *list, size_t n, const char *pid)
 {
@@ -100,7 +90,7 @@ static int move_procs(const char *from_procs, const char *to_procs)
             continue;
         char p[64];
         snprintf(p, sizeof(p), "/proc/%s", pid);
-        if (write_text(to_procs, pid) == 0 || access(p, F_OK) == 0)
+        if (sbx__cg_write(to_procs, pid) == 0 || access(p, F_OK) == 0)
             missing++; /* moved now, or still there and not movable: checked again */
     }
     return missing;
@@ -118,7 +108,7 @@ static bool v2_freeze(const char *cg)
 {
     _cleanup_free_ char *fp = sbx__printf("%s/cgroup.freeze", cg);
     _cleanup_free_ char *ep = sbx__printf("%s/cgroup.events", cg);
-    if (!fp || !ep || write_text(fp, "1") < 0)
+    if (!fp || !ep || sbx__cg_write(fp, "1") < 0)
         return false;
     /* "frozen 1" once every process stopped; a bounded wait, else not frozen. */
     for (int i = 0; i < 500; i++) {
@@ -130,7 +120,7 @@ static bool v2_freeze(const char *cg)
             return true;
         nap_ms(10);
     }
-    write_text(fp, "0");
+    sbx__cg_write(fp, "0");
     return false;
 }
 
@@ -141,7 +131,7 @@ static void v1_thaw(const char *group)
     _cleanup_free_ char *procs = sbx__printf("%s/cgroup.procs", group);
     if (!state || !procs)
         return;
-    write_text(state, "THAWED");
+    sbx__cg_write(state, "THAWED");
     for (int i = 0; i < 100 && move_procs(procs, V1_FREEZER "/cgroup.procs") > 0; i++)
         ;
     for (int i = 0; i < 100 && rmdir(group) < 0 && errno == EBUSY; i++)
@@ -180,7 +170,7 @@ static bool v1_freeze(const char *box_cg, const char *group)
     int moved = 0;
     for (int i = 0; i < 100 && (moved = move_procs(from, procs)) > 0; i++)
         ;
-    if (moved != 0 || write_text(state, "FROZEN") < 0)
+    if (moved != 0 || sbx__cg_write(state, "FROZEN") < 0)
         return false;
     for (int i = 0; i < 500; i++) {
         _cleanup_free_ char *t = NULL;
@@ -234,7 +224,7 @@ void sbx__cg_thaw(const char *id, const json_t *cgroups)
             continue;
         _cleanup_free_ char *fp = sbx__printf("%s/cgroup.freeze", cg);
         if (fp)
-            write_text(fp, "0"); /* a no-op for a group that is not frozen */
+            sbx__cg_write(fp, "0"); /* a no-op for a group that is not frozen */
     }
     _cleanup_free_ char *group = sbx__cg_v1_freezer_group(id);
     struct stat st;

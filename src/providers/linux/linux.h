@@ -305,6 +305,8 @@ typedef struct {
 
 /* What is mounted, detected once per process. */
 SBX_INTERNAL sbx_cg_mode sbx__cg_mode(void);
+/* Writes `val` to the cgroup file `path` in one write: 0, or -errno. */
+SBX_INTERNAL int sbx__cg_write(const char *path, const char *val);
 /*
  * The name of the level under each cgroup mount that holds the boxes' groups
  * ("sbx" in the paths below): SBX_LINUX_CGROUP when it is a valid name
