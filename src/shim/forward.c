@@ -19,6 +19,7 @@
 #include "kit/forward.h"
 #include "kit/kit.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -175,6 +176,9 @@ int shim_forward_main(int argc, char **argv)
         return 1;
     /* The box's agent gone (its init died): nothing left to forward to. */
     int stop = sbx__kit_pidfd_open((pid_t)agent);
+    /* Already gone (and perhaps reaped, its pid free for another): nothing to serve. */
+    if (stop < 0 && errno == ESRCH)
+        return 0;
     sbx_forward_opts o = { .agent_socket = sock, .agent_pid = (pid_t)agent, .listeners = ls,
                            .n_listeners = n, .stop_fds = &stop, .n_stop_fds = stop >= 0 };
     char err[256];

@@ -963,6 +963,12 @@ static void on_init_exit(struct shim *s)
     s->cgroups = json_array();
     /* [nat] pasta would keep the dead box's namespace (and itself) alive. */
     shim_nat_stop(&s->pasta);
+    /*
+     * [endpoint] The forwarder also ends by itself when it sees the agent go,
+     * but it may not have watched it yet (its pidfd_open can come after the
+     * agent's death and reap): end it here, so no listener outlives the box.
+     */
+    shim_forwarder_stop(&s->fwd);
     /* [svc-logs] The log's last event: a follower stops here, and a reader sees why. */
     char ev[48];
     int n = snprintf(ev, sizeof(ev), "agent %s %d", WIFEXITED(st) ? "exited" : "killed",

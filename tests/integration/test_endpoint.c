@@ -409,8 +409,12 @@ static pid_t forwarder_of(const char *sd, const char *id)
     return proc_named(want, NULL);
 }
 
-/* The forwarder ends with the box's agent: a box whose init died listens no more. */
-static void test_listeners_end_with_the_agent(void)
+/*
+ * The forwarder ends with the box's agent: a box whose init died listens no
+ * more. `stopped`: the forwarder cannot see the agent go (SIGSTOPped, as if
+ * the agent died before it watched): the shim ends it.
+ */
+static void listeners_end_with_the_agent(bool stopped)
 {
     need_boxes();
     sbx_provider *p = provider(NULL);
@@ -427,6 +431,8 @@ static void test_listeners_end_with_the_agent(void)
     /* valgrind does not know pidfd_open: then poll the pid (the shim reaps its forwarder). */
     int pfd = (int)syscall(SYS_pidfd_open, fwd, 0);
     TAP_TRUE(pfd >= 0 || errno == ENOSYS);
+    if (stopped)
+        TAP_EQ_INT(kill(fwd, SIGSTOP), 0);
     TAP_EQ_INT(kill(init, SIGKILL), 0);
     /* The forwarder notices the agent's end by itself (a hang guard, not a timing). */
     if (pfd >= 0) {
@@ -442,6 +448,12 @@ static void test_listeners_end_with_the_agent(void)
     sbx_spec_free(s);
     sbx_provider_free(p);
     census_check(state_dir);
+}
+
+static void test_listeners_end_with_the_agent(void) { listeners_end_with_the_agent(false); }
+static void test_listeners_end_when_the_forwarder_missed_it(void)
+{
+    listeners_end_with_the_agent(true);
 }
 
 /* The forwarder's and the agent's limit: 1000 connections open at once, each answered. */
@@ -728,7 +740,8 @@ static void test_cli_port_forward_local(void)
 }
 
 TAP_MAIN(TAP_T(test_endpoint_serves_a_box_without_network, 180),
-         TAP(test_listeners_end_with_the_agent), TAP(test_publish_checked),
+         TAP(test_listeners_end_with_the_agent),
+         TAP(test_listeners_end_when_the_forwarder_missed_it), TAP(test_publish_checked),
          TAP_T(test_thousand_connections_at_once, 120),
          TAP_T(test_cli_endpoint_port_forward_and_publish, 180),
          TAP_T(test_cli_port_forward_local, 60))

@@ -93,6 +93,95 @@ static void test_mass_stop_all_succeed(void)
     census_check(state_dir);
 }
 
+/* Lines of `path` before the line `mark`, and in all. */
+static int lines_before(const char *path, const char *mark, int *total)
+{
+    FILE *f = fopen(path, "r");
+    char line[128];
+    int n = 0, before = -1;
+    while (f && fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = 0;
+        if (!strcmp(line, mark))
+            before = n;
+        else
+            n++;
+    }
+    if (f)
+        fclose(f);
+    *total = n;
+    return before < 0 ? n : before;
+}
+
+/*
+ * Creates beyond SBX_LINUX_CREATES_IN_FLIGHT wait for their turn, and do not
+ * start a shim meanwhile: 2 more than the limit are asked for at once, each
+ * held in its network setup by a pasta that waits for a file; only the limit's
+ * worth have started when the file appears. A waiting create is cancellable,
+ * and every create ends (pasta fails them all) with nothing left.
+ */
+static void test_creates_wait_their_turn(void)
+{
+    need_boxes();
+    char dir[] = "/tmp/sbx-turn-XXXXXX";
+    TAP_TRUE(mkdtemp(dir) != NULL);
+    char log[64], rel[64], pasta[64];
+    snprintf(log, sizeof(log), "%s/log", dir);
+    snprintf(rel, sizeof(rel), "%s/release", dir);
+    snprintf(pasta, sizeof(pasta), "%s/pasta", dir);
+    FILE *f = fopen(pasta, "w");
+    TAP_TRUE(f != NULL);
+    fprintf(f, "#!/bin/sh\necho started >> %s\nwhile [ ! -e %s ]; do sleep 0.05; done\n"
+               "exit 3\n",
+            log, rel);
+    fclose(f);
+    TAP_EQ_INT(chmod(pasta, 0755), 0);
+    char cfg[256];
+    snprintf(cfg, sizeof(cfg), "{\"network\": \"nat\", \"pasta\": \"%s\"}", pasta);
+    sbx_provider *p = provider(cfg);
+    sbx_spec *spec = sbx_spec_new();
+    enum { N = SBX_LINUX_CREATES_IN_FLIGHT + 2 };
+    sbx_sandbox *sbs[N];
+    sbx_future *fs[N];
+    for (int i = 0; i < N; i++) {
+        TAP_OK(sbx_sandbox_new(p, spec, &sbs[i], &e_));
+        TAP_OK(sbx_sandbox_start_async(sbs[i], NULL, &fs[i], &e_));
+    }
+    /* The last one is cancelled while it waits: it ends at once, having started nothing. */
+    sbx_future_cancel(fs[N - 1]);
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_future_wait(fs[N - 1], -1, &e), SBX_ECANCELED);
+    sbx_error_free(e);
+    int total = 0;
+    while (lines_before(log, "released", &total) < SBX_LINUX_CREATES_IN_FLIGHT)
+        wait_s(0.05); /* the test's alarm is the bound */
+    /* A moment for an unbounded provider to start more (it must not). */
+    wait_s(1);
+    f = fopen(log, "a");
+    TAP_TRUE(f != NULL);
+    fputs("released\n", f);
+    fclose(f);
+    TAP_EQ_INT(close(open(rel, O_CREAT | O_WRONLY | O_CLOEXEC, 0644)), 0);
+    for (int i = 0; i < N - 1; i++) {
+        e = NULL;
+        TAP_EQ_INT(sbx_future_wait(fs[i], -1, &e), SBX_ECREATE);
+        TAP_CONTAINS(sbx_error_message(e), "exited with status 3");
+        sbx_error_free(e);
+    }
+    for (int i = 0; i < N; i++) {
+        sbx_future_free(fs[i]);
+        sbx_sandbox_free(sbs[i]);
+    }
+    TAP_EQ_INT(lines_before(log, "released", &total), SBX_LINUX_CREATES_IN_FLIGHT);
+    TAP_EQ_INT(total, N - 1);
+    sbx_spec_free(spec);
+    sbx_provider_free(p);
+    census_check(state_dir);
+    unlink(log);
+    unlink(rel);
+    unlink(pasta);
+    rmdir(dir);
+}
+
 struct by_id {
     const char *id;
     int rc;
@@ -478,4 +567,5 @@ static void test_memory_cgroup_limited(void)
 
 TAP_MAIN(TAP(test_memory_cgroup_limited), TAP(test_pid_hint_only_near_the_host_limit), TAP(test_masks_add_no_superblock),
          TAP(test_stop_reclaims_the_box_memory), TAP(test_stop_time_left_reads_the_marker),
-         TAP_T(test_stop_deadline_excludes_the_queue, 120), TAP_T(test_mass_stop_all_succeed, 600))
+         TAP_T(test_stop_deadline_excludes_the_queue, 120), TAP_T(test_mass_stop_all_succeed, 600),
+         TAP_T(test_creates_wait_their_turn, 300))

@@ -201,6 +201,15 @@ SBX_INTERNAL int sbx__linux_stop_box(const char *state_dir, const char *id, doub
  */
 #define SBX_LINUX_STOPS_IN_FLIGHT 128
 
+/*
+ * Creates of one provider that run at once (preparing, starting, waiting
+ * for the agent); the rest wait their turn, and a box's ready_timeout_s
+ * starts when its shim does. 1,000 creates asked for at once on a 2-core
+ * machine would otherwise share the CPUs so thinly that each box, not the
+ * queue, would take longer than its ready timeout.
+ */
+#define SBX_LINUX_CREATES_IN_FLIGHT 64
+
 /* A stop waits for a shim queued for a slot at most this many stop timeouts. */
 #define SBX_LINUX_STOP_QUEUE_FACTOR 30
 

@@ -60,6 +60,10 @@ struct linux_state {
     unsigned stops_in_flight;
     struct stop *stops_waiting, *stops_waiting_tail;
     bool stops_draining;
+    /* Creates running and those waiting for their turn (SBX_LINUX_CREATES_IN_FLIGHT). */
+    unsigned creates_in_flight;
+    struct create *creates_waiting, *creates_waiting_tail;
+    bool creates_draining;
     double stop_grace_s;
     double stop_timeout_s;
     long long nofile_soft, nofile_hard; /* nofile; hard 0: the default */
@@ -705,6 +709,9 @@ struct create {
     sbx_error *rec_err;
     atomic_bool stop_work; /* a cancel: the worker's unpacking stops */
     struct linux_box *box;
+    bool counted;        /* one of st->creates_in_flight */
+    bool queued;         /* in st->creates_waiting */
+    struct create *next; /* st->creates_waiting */
 };
 
 static double spec_num(int (*get)(const sbx_spec *, double *), const sbx_spec *s, double def)
@@ -755,10 +762,58 @@ static void handle_closed(uv_handle_t *h)
     maybe_free(c);
 }
 
+static void create_begin(struct create *c);
+
+/*
+ * The create's place in flight goes to the next waiting one. Before the op
+ * completes: its completion may free the provider's state.
+ */
+static void create_release(struct create *c)
+{
+    struct linux_state *st = c->st;
+    if (!c->counted)
+        return;
+    c->counted = false;
+    st->creates_in_flight--;
+    /* A loop, not recursion: a create failing at its begin releases its place again. */
+    if (st->creates_draining)
+        return;
+    st->creates_draining = true;
+    while (st->creates_waiting && st->creates_in_flight < SBX_LINUX_CREATES_IN_FLIGHT) {
+        struct create *n = st->creates_waiting;
+        st->creates_waiting = n->next;
+        if (!st->creates_waiting)
+            st->creates_waiting_tail = NULL;
+        n->next = NULL;
+        n->queued = false;
+        create_begin(n);
+    }
+    st->creates_draining = false;
+}
+
+/* Takes a waiting create out of the queue (a cancel before its turn). */
+static void create_unqueue(struct create *c)
+{
+    struct linux_state *st = c->st;
+    struct create **pp = &st->creates_waiting, *prev = NULL;
+    while (*pp && *pp != c) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (*pp) {
+        *pp = c->next;
+        if (st->creates_waiting_tail == c)
+            st->creates_waiting_tail = prev;
+    }
+    c->next = NULL;
+    c->queued = false;
+}
+
 /* Completes the op (once) and closes the create's handles. */
 static void create_finish(struct create *c, int code, sbx_error *err)
 {
     sbx_op_on_cancel(c->op, NULL, NULL);
+    create_release(c);
     /*
      * Before the op completes (the provider's state may go with it): the box
      * is handed over or torn down, so gc may look at it from now on.
@@ -1099,6 +1154,11 @@ static void on_cancel_create(sbx_op *op, void *data)
 {
     (void)op;
     struct create *c = data;
+    if (c->queued) {
+        create_unqueue(c);
+        create_finish(c, SBX_ECANCELED, sbx_error_new(SBX_ECANCELED, "create cancelled"));
+        return;
+    }
     /* The worker still uses `c`: create_work_done sees the cancel and finishes. */
     if (c->working) {
         atomic_store(&c->stop_work, true);
@@ -1905,17 +1965,39 @@ static void linux_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->timer.data = c;
     c->handles = 1; /* the timer; the poll adds itself */
     sbx_op_on_cancel(op, on_cancel_create, c);
-    c->working = true;
-    if (sbx__context_submit(sbx__op_provider(op)->ctx, create_work, create_work_done, c,
-                            &c->work) < 0) {
-        c->working = false;
-        create_finish(c, SBX_ECREATE, sbx_error_new(SBX_ECREATE, "cannot queue work"));
+    if (st->creates_in_flight >= SBX_LINUX_CREATES_IN_FLIGHT || st->creates_waiting) {
+        /* Its turn comes when a create in flight ends; nothing of it runs meanwhile. */
+        c->queued = true;
+        if (st->creates_waiting_tail)
+            st->creates_waiting_tail->next = c;
+        else
+            st->creates_waiting = c;
+        st->creates_waiting_tail = c;
+        return;
     }
+    create_begin(c);
     return;
 fail:
     /* Freed first, for the same reason as in create_finish. */
     create_free(c);
     sbx_op_complete(op, sbx_error_code(e), sbx_error_prefix(e, "creating linux sandbox"), NULL);
+}
+
+/* Counts the create in flight and sends it to the pool (create_work). */
+static void create_begin(struct create *c)
+{
+    c->counted = true;
+    c->st->creates_in_flight++;
+    if (sbx_op_cancelled(c->op)) {
+        create_finish(c, SBX_ECANCELED, sbx_error_new(SBX_ECANCELED, "create cancelled"));
+        return;
+    }
+    c->working = true;
+    if (sbx__context_submit(sbx__op_provider(c->op)->ctx, create_work, create_work_done, c,
+                            &c->work) < 0) {
+        c->working = false;
+        create_finish(c, SBX_ECREATE, sbx_error_new(SBX_ECREATE, "cannot queue work"));
+    }
 }
 
 /* --- exec, files ---------------------------------------------------------- */
