@@ -34,9 +34,16 @@ check "the CLI says the output was truncated" grep -q "truncated" "$T/err"
 check "--output-limit raises it ($(stat -c %s "$T/out"))" [ "$(stat -c %s "$T/out")" = 20000000 ]
 # --json of a 16 MiB result (every byte a 6-byte escape) is written as a stream:
 # it took 259 MB when built whole first (issue 24). Under memcheck the RSS is
-# valgrind's own; the plain and ASan runs check the bound.
-/usr/bin/time -f %M -o "$T/rss" "$SBX" exec --json "$id" -- head -c 20000000 /dev/zero >"$T/out" 2>"$T/err" </dev/null
-check "--json of 16 MiB of NULs: 96 MiB of escapes ($(stat -c %s "$T/out") bytes)" [ "$(stat -c %s "$T/out")" -gt 100663296 ]
+# valgrind's own, and escaping 16 MiB took 53 s of CPU: it escapes 1 MiB
+# (the same code, capped by --output-limit); the plain and ASan runs check
+# the bound with the default cap.
+if [ -z "${SBX_VALGRIND:-}" ]; then
+  /usr/bin/time -f %M -o "$T/rss" "$SBX" exec --json "$id" -- head -c 20000000 /dev/zero >"$T/out" 2>"$T/err" </dev/null
+  check "--json of 16 MiB of NULs: 96 MiB of escapes ($(stat -c %s "$T/out") bytes)" [ "$(stat -c %s "$T/out")" -gt 100663296 ]
+else
+  "$SBX" exec --json --output-limit 1048576 "$id" -- head -c 2000000 /dev/zero >"$T/out" 2>"$T/err" </dev/null
+  check "--json of 1 MiB of NULs: 6 MiB of escapes ($(stat -c %s "$T/out") bytes)" [ "$(stat -c %s "$T/out")" -gt 6291456 ]
+fi
 if [ -z "${SBX_VALGRIND:-}" ]; then
   bound=102400; [ -n "$SANITIZED" ] && bound=262144
   check "--json of 16 MiB: peak RSS under $((bound / 1024)) MiB ($(tail -1 "$T/rss") KiB)" [ "$(tail -1 "$T/rss")" -lt "$bound" ]

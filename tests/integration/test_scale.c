@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -115,8 +116,8 @@ static int lines_before(const char *path, const char *mark, int *total)
 /*
  * Creates beyond SBX_LINUX_CREATES_IN_FLIGHT wait for their turn, and do not
  * start a shim meanwhile: 2 more than the limit are asked for at once, each
- * held in its network setup by a pasta that waits for a file; only the limit's
- * worth have started when the file appears. A waiting create is cancellable,
+ * held in its network setup by a pasta that waits for a byte on a fifo; only
+ * the limit's worth have started when the bytes come. A waiting create is cancellable,
  * and every create ends (pasta fails them all) with nothing left.
  */
 static void test_creates_wait_their_turn(void)
@@ -130,11 +131,13 @@ static void test_creates_wait_their_turn(void)
     snprintf(pasta, sizeof(pasta), "%s/pasta", dir);
     FILE *f = fopen(pasta, "w");
     TAP_TRUE(f != NULL);
-    fprintf(f, "#!/bin/sh\necho started >> %s\nwhile [ ! -e %s ]; do sleep 0.05; done\n"
-               "exit 3\n",
-            log, rel);
+    /* It blocks on a fifo the test holds open: no polling process per held box. */
+    fprintf(f, "#!/bin/sh\necho started >> %s\nhead -c 1 %s >/dev/null\nexit 3\n", log, rel);
     fclose(f);
     TAP_EQ_INT(chmod(pasta, 0755), 0);
+    TAP_EQ_INT(mkfifo(rel, 0600), 0);
+    int relfd = open(rel, O_RDWR | O_CLOEXEC); /* O_RDWR: opens without a reader */
+    TAP_TRUE(relfd >= 0);
     char cfg[256];
     snprintf(cfg, sizeof(cfg), "{\"network\": \"nat\", \"pasta\": \"%s\"}", pasta);
     sbx_provider *p = provider(cfg);
@@ -162,7 +165,9 @@ static void test_creates_wait_their_turn(void)
     TAP_TRUE(f != NULL);
     fputs("released\n", f);
     fclose(f);
-    TAP_EQ_INT(close(open(rel, O_CREAT | O_WRONLY | O_CLOEXEC, 0644)), 0);
+    char bytes[N];
+    memset(bytes, 'x', sizeof(bytes));
+    TAP_EQ_INT(write(relfd, bytes, sizeof(bytes)), (int)sizeof(bytes)); /* one for each */
     for (int i = 0; i < N - 1; i++) {
         e = NULL;
         int rc = sbx_future_wait(fs[i], -1, &e);
@@ -176,6 +181,7 @@ static void test_creates_wait_their_turn(void)
     }
     TAP_EQ_INT(lines_before(log, "released", &total), SBX_LINUX_CREATES_IN_FLIGHT);
     TAP_EQ_INT(total, N - 1);
+    close(relfd);
     sbx_spec_free(spec);
     sbx_provider_free(p);
     census_check(state_dir);
