@@ -219,7 +219,7 @@ int cli_box_load_cached(const char *id, json_t **cache, json_t **record, sbx_err
     if (!*cache && (rc = cli_box_list_all(cache, err)) < 0)
         return rc;
     json_t *all = *cache;
-    json_t *found = NULL;
+    json_t *found = NULL, *named = NULL;
     size_t i, matches = 0;
     json_t *r;
     json_array_foreach(all, i, r)
@@ -229,10 +229,18 @@ int cli_box_load_cached(const char *id, json_t **cache, json_t **record, sbx_err
             *record = json_incref(r);
             return SBX_OK;
         }
+        /* `create --name`'s label: a name, as Docker's, comes before a prefix of an id. */
+        const char *name = json_string_value(json_object_get(json_object_get(r, "labels"), "name"));
+        if (name && !strcmp(name, id))
+            named = r;
         if (*id && !strncmp(rid, id, strlen(id))) {
             found = r;
             matches++;
         }
+    }
+    if (named) {
+        *record = json_incref(named);
+        return SBX_OK;
     }
     if (matches == 1) {
         *record = json_incref(found);

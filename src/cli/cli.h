@@ -84,6 +84,7 @@ enum {
     CLI_TAKES_ARCHIVE = 1 << 9,  /* -a, --archive (cp) */
     CLI_TAKES_FORMAT = 1 << 10,  /* --format TEMPLATE */
     CLI_TAKES_PLATFORM = 1 << 11, /* --platform os/arch[/variant] (image pull) */
+    CLI_TAKES_ALL = 1 << 12,      /* -a, --all (ls, as docker ps -a) */
 };
 
 /* The options of the commands that make no box (ls, status, stop, gc, cp, providers, image). */
@@ -94,6 +95,7 @@ struct cli_opts {
     bool dry_run;  /* -n, --dry-run */
     int progress;  /* --progress: 1, --no-progress: 0, neither: -1 */
     bool archive;  /* -a, --archive */
+    bool all;      /* -a, --all */
     sbx_kv labels; /* --label K=V, and --run-id R as run_id=R */
     unsigned long long max_bytes; /* --max-bytes; 0: not given */
     const char *format;           /* --format (argv's string); NULL: not given */
@@ -382,10 +384,18 @@ bool cli_stdin_given(void);
 
 int cli_cmd_run(int argc, char **argv);
 int cli_cmd_create(int argc, char **argv);
+/*
+ * Creates a box from `so` (named `name`, or NULL), records it and prints its
+ * id (or its record with `json`); `entrypoint` (NULL-ended, or NULL) is its
+ * service (run -d). `cmd` names the command in messages. Returns the exit code.
+ */
+int cli_create_box(const char *cmd, struct cli_spec_opts *so, const char *name, bool json,
+                   char *const *entrypoint);
 int cli_cmd_exec(int argc, char **argv);
 int cli_cmd_cp(int argc, char **argv);
 int cli_cmd_ls(int argc, char **argv);
 int cli_cmd_status(int argc, char **argv);
+int cli_cmd_inspect(int argc, char **argv);
 int cli_cmd_stop(int argc, char **argv);
 int cli_cmd_gc(int argc, char **argv);
 int cli_cmd_providers(int argc, char **argv);

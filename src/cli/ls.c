@@ -114,7 +114,9 @@ int cli_cmd_ls(int argc, char **argv)
 {
     _cleanup_cli_opts_ struct cli_opts o = { 0 };
     int rc;
-    unsigned takes = CLI_TAKES_LABEL | CLI_TAKES_JSON | CLI_TAKES_QUIET | CLI_NO_OPERANDS;
+    /* -a (docker ps -a) is accepted: stopped boxes are listed anyway, until gc forgets them. */
+    unsigned takes =
+        CLI_TAKES_LABEL | CLI_TAKES_JSON | CLI_TAKES_QUIET | CLI_TAKES_ALL | CLI_NO_OPERANDS;
     if (!cli_parse_opts("ls", argc, argv, takes, &o, &rc))
         return rc;
     _cleanup_json_ json_t *all = NULL;
@@ -160,6 +162,37 @@ int cli_cmd_ls(int argc, char **argv)
     if (o.json && cli_print_json(out) < 0)
         return CLI_EXIT_FAIL;
     return CLI_EXIT_OK;
+}
+
+/*
+ * `sbx inspect ID...`: what `status --json` prints, for each box, in one
+ * JSON array (as `docker inspect`). A box that is not found is said on
+ * stderr and makes the exit 3; the others are still printed.
+ */
+int cli_cmd_inspect(int argc, char **argv)
+{
+    _cleanup_cli_opts_ struct cli_opts o = { 0 };
+    int rc;
+    if (!cli_parse_box_ids("inspect", argc, argv, 0, false, &o, &rc))
+        return rc;
+    cli_signals_install();
+    _cleanup_json_ json_t *out = json_array(), *cache = NULL;
+    int worst = CLI_EXIT_OK;
+    for (int i = optind; i < argc; i++) {
+        _cleanup_json_ json_t *rec = NULL;
+        if ((rc = cli_box_find_cached(argv[i], &cache, &rec)) != CLI_EXIT_OK) {
+            worst = worst == CLI_EXIT_OK ? rc : worst;
+            continue;
+        }
+        _cleanup_free_ char *why = NULL;
+        const char *status = live_status(rec, &why);
+        if (!out || json_array_append_new(out, with_status(rec, status, why)) < 0) {
+            cli_error("out of memory");
+            return CLI_EXIT_SBX;
+        }
+    }
+    cli_print_json(out);
+    return worst;
 }
 
 int cli_cmd_status(int argc, char **argv)

@@ -17,7 +17,7 @@
     "                         it when missing), or (linux) a directory, tarball or\n"     \
     "                         OCI layout path; none: the host's system directories\n"     \
     "  --pull WHEN            missing (default), always or never: when to pull --image\n"  \
-    "  --workdir DIR          working directory of commands\n"                                    \
+    "  -w, --workdir DIR      working directory of commands\n"                                    \
     "  -e, --env K=V|K        environment variable; K alone: $K's value (repeatable)\n"          \
     "  --cpu N                CPUs (may be fractional)\n"                                         \
     "  --memory MIB           memory limit in MiB\n"                                              \
@@ -48,11 +48,15 @@ struct command {
 };
 
 static const struct command commands[] = {
-    { "run", cli_cmd_run, "sbx run [OPTIONS] [--] CMD...",
+    { "run", cli_cmd_run, "sbx run [-d [--name NAME]] [OPTIONS] [--] CMD...",
       "create a box, run CMD, stop the box; exit with CMD's status",
       SPEC_OPTIONS_HELP "Command:\n"
                         "  --timeout S            seconds CMD may run (default 180; 0: none)\n"
-                        "  --user U               user to run CMD as (name or uid[:gid])\n"
+                        "  -u, --user U           user to run CMD as (name or uid[:gid])\n"
+                        "  --rm                   accepted (as docker run --rm): the box is always removed\n"
+                        "  -d, --detach           keep the box and make CMD (argv as given) its service;\n"
+                        "                         print its id (as docker run -d; see sbx logs)\n"
+                        "  --name NAME            with -d: name the box (as sbx create --name)\n"
                         "  --no-stdin             do not pass stdin to CMD\n"
                         "  --output-limit BYTES   stdout/stderr bytes kept (default 16 MiB each)\n"
                         "  --json                 print the result as JSON\n"
@@ -61,21 +65,23 @@ static const struct command commands[] = {
       "CMD's words are quoted and joined into one shell command (use sh -c '...'\n"
       "for pipes). stdin, when it is not a terminal, is streamed to CMD as it comes.\n"
       "The box is stopped on exit, also on SIGINT/SIGTERM.\n" },
-    { "create", cli_cmd_create, "sbx create [OPTIONS]",
+    { "create", cli_cmd_create, "sbx create [--name NAME] [OPTIONS]",
       "create a box that outlives the command; print its id",
       SPEC_OPTIONS_HELP "Output:\n"
+                        "  --name NAME            a name other commands take in place of the id\n"
+                        "                         (its label name=NAME; unique among the boxes)\n"
                         "  --json                 print the box's record as JSON\n",
       "The box keeps running until 'sbx stop ID', 'sbx gc' after its TTL, or the\n"
       "provider ends it.\n" },
-    { "exec", cli_cmd_exec, "sbx exec [-it|-d] [--cwd D] [-e K=V] [--user U] [--timeout S] ID [--] CMD...",
+    { "exec", cli_cmd_exec, "sbx exec [-it|-d] [-w D] [-e K=V] [-u U] [--timeout S] ID [--] CMD...",
       "run CMD in a box (see `sbx ls`); exit with CMD's status",
       "  -t                     run CMD on a terminal (stdin must be one); -i is accepted\n"
       "  -d                     run CMD in the background: print its number, return at once\n"
       "                         (see `sbx top --sessions`, `sbx attach`, `sbx wait`, `sbx kill`);\n"
       "                         with -t, on a terminal of its own (`sbx attach` from a terminal)\n"
-      "  --cwd DIR              working directory (default: the box's workdir)\n"
+      "  -w, --workdir, --cwd DIR  working directory (default: the box's workdir)\n"
       "  -e, --env K=V|K        environment variable; K alone: $K's value (repeatable)\n"
-      "  --user U               user to run CMD as (name or uid[:gid])\n"
+      "  -u, --user U           user to run CMD as (name or uid[:gid])\n"
       "  --timeout S            seconds CMD may run (default 180; 0: none)\n"
       "  --no-stdin             do not pass stdin to CMD\n"
       "  --output-limit BYTES   stdout/stderr bytes kept (default 16 MiB each)\n"
@@ -139,6 +145,10 @@ static const struct command commands[] = {
       "log_max_bytes (8 MiB) and one older file of the same size.\n" },
     { "status", cli_cmd_status, "sbx status [--json] ID", "print a box's live status",
       "  --json                 print the record and status as JSON\n", NULL },
+    { "inspect", cli_cmd_inspect, "sbx inspect ID...",
+      "print boxes' records and live status as a JSON array (as docker inspect)", "",
+      "The same object as `sbx status --json ID` for each box. A box not found is\n"
+      "said on stderr (exit 3); the others are still printed.\n" },
     { "stop", cli_cmd_stop, "sbx stop [--force] ID...", "stop boxes and forget them",
       "  --force                forget the box even when stopping it fails\n", NULL },
     { "gc", cli_cmd_gc, "sbx gc [--dry-run] [--label K=V] [--run-id R] [--json]",
@@ -246,8 +256,16 @@ static const struct command commands[] = {
       "  --json                 print a JSON array\n", NULL },
 };
 
+/* Docker's names for verbs sbx has (docs/cli.md, "Coming from Docker"). */
+static const struct {
+    const char *alias, *name;
+} aliases[] = { { "ps", "ls" }, { "rm", "stop" } };
+
 static const struct command *find_command(const char *name)
 {
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(aliases); i++)
+        if (!strcmp(aliases[i].alias, name))
+            name = aliases[i].name;
     for (size_t i = 0; i < SBX_ARRAY_SIZE(commands); i++)
         if (!strcmp(commands[i].name, name))
             return &commands[i];
@@ -338,7 +356,8 @@ static void main_help(FILE *out)
           out);
     for (size_t i = 0; i < SBX_ARRAY_SIZE(commands); i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fputs("\nRun 'sbx COMMAND --help' for a command's options.\n"
+    fputs("\nDocker's names work too: ps (ls), rm (stop; -f is --force).\n"
+          "\nRun 'sbx COMMAND --help' for a command's options.\n"
           "Exit codes: run/exec give the command's status; 2 usage error, 3 no such box,\n"
           "124 timed out, 125 sbx or provider failure, 130/143 interrupted.\n",
           out);

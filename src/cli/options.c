@@ -93,6 +93,7 @@ bool cli_parse_opts(const char *cmd, int argc, char **argv, unsigned takes, stru
         { CLI_TAKES_PROGRESS, false, { "no-progress", no_argument, NULL, 'P' } },
         { CLI_TAKES_MAX_BYTES, false, { "max-bytes", required_argument, NULL, CLI_OPT_MAX_BYTES } },
         { CLI_TAKES_ARCHIVE, true, { "archive", no_argument, NULL, 'a' } },
+        { CLI_TAKES_ALL, true, { "all", no_argument, NULL, 'a' } },
         { CLI_TAKES_FORMAT, false, { "format", required_argument, NULL, CLI_OPT_FORMAT } },
         { CLI_TAKES_PLATFORM, false, { "platform", required_argument, NULL, CLI_OPT_PLATFORM } },
         { 0, true, { "help", no_argument, NULL, 'h' } },
@@ -122,7 +123,8 @@ bool cli_parse_opts(const char *cmd, int argc, char **argv, unsigned takes, stru
         case 'n': o->dry_run = true; break;
         case 'p': o->progress = 1; break;
         case 'P': o->progress = 0; break;
-        case 'a': o->archive = true; break;
+        /* -a is --archive (cp) or --all (ls): no command takes both. */
+        case 'a': *(takes & CLI_TAKES_ALL ? &o->all : &o->archive) = true; break;
         case CLI_OPT_JSON: o->json = true; break;
         case CLI_OPT_FORMAT: o->format = optarg; break;
         case CLI_OPT_PLATFORM: o->platform = optarg; break;
@@ -213,7 +215,8 @@ int cli_spec_opt(const char *cmd, struct cli_spec_opts *o, int c, const char *ar
     case 1003: o->block = arg; return 1;
     case 1004: o->spec_file = arg; return 1;
     case 1005: o->image = arg; return 1;
-    case 1006: o->workdir = arg; return 1;
+    case 1006:
+    case 'w': o->workdir = arg; return 1;
     case 'e': return cli_add_env(cmd, &o->env, arg);
     case 1007: o->cpu = arg; return 1;
     case 1008: o->memory = arg; return 1;

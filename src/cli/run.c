@@ -131,11 +131,13 @@ static int exec_opt(const char *cmd, struct exec_args *a, int c, const char *arg
         }
         a->has_timeout = true;
         return 1;
-    case 2002: a->user = arg; return 1;
+    case 2002:
+    case 'u': a->user = arg; return 1;
     case 2003: a->no_stdin = true; return 1;
     case 2007: a->raw = true; return 1;
     case CLI_OPT_JSON: a->json = true; return 1;
-    case 2005: a->cwd = arg; return 1;
+    case 2005:
+    case 'w': a->cwd = arg; return 1;
     case 2006: {
         long long n = 0;
         if (sbx__parse_pyint(arg, &n) < 0 || n <= 0) {
@@ -203,16 +205,37 @@ static void hint_image(const char *word, int more)
 
 int cli_cmd_run(int argc, char **argv)
 {
-    static const struct option longopts[] = { CLI_SPEC_LONGOPTS, EXEC_LONGOPTS, { 0 } };
+    /* --rm (docker run --rm) is what run does anyway: accepted, nothing to do. */
+    static const struct option longopts[] = {
+        CLI_SPEC_LONGOPTS,
+        EXEC_LONGOPTS,
+        { "rm", no_argument, NULL, 2008 },
+        { "detach", no_argument, NULL, 'd' },
+        { "name", required_argument, NULL, 2009 },
+        { 0 },
+    };
     _cleanup_spec_opts_ struct cli_spec_opts so = { 0 };
     struct exec_args a = { 0 };
-    bool tty = false;
+    bool tty = false, detach = false, rm = false;
+    const char *name = NULL;
     int c, rc = CLI_EXIT_OK;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+:he:v:itp:", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+:he:v:itdp:w:u:", longopts, NULL)) != -1) {
         if (c == 'h') {
             cli_help("run");
             return CLI_EXIT_OK;
+        }
+        if (c == 2008) {
+            rm = true;
+            continue;
+        }
+        if (c == 'd') {
+            detach = true;
+            continue;
+        }
+        if (c == 2009) {
+            name = optarg;
+            continue;
         }
         /* -i: stdin is passed anyway; -t: CMD runs on a terminal. */
         if (c == 'i')
@@ -229,6 +252,23 @@ int cli_cmd_run(int argc, char **argv)
         if (r < 0)
             return CLI_EXIT_USAGE;
     }
+    /*
+     * -d (docker run -d): CMD is the box's service (its entrypoint, argv as
+     * given, `sbx logs` shows it) and the box is kept, as `sbx create` keeps
+     * it; the id is printed. What only a command run here has does not apply.
+     */
+    if (detach) {
+        if (tty || a.has_timeout || a.user || a.cwd || a.no_stdin || a.raw || a.output_limit)
+            return cli_usage_error("run", "-d makes CMD the box's service: -t, --timeout, "
+                                          "--user, --cwd, --no-stdin, --raw and --output-limit "
+                                          "apply to a command run here, not to it");
+        if (rm)
+            return cli_usage_error("run", "--rm with -d: a kept box is not removed when its service "
+                                          "ends (not built); give it --ttl S, or sbx rm it");
+        return cli_create_box("run", &so, name, a.json, optind < argc ? argv + optind : NULL);
+    }
+    if (name)
+        return cli_usage_error("run", "--name names a kept box: with -d, or use sbx create --name");
     if (optind >= argc)
         return cli_usage_error("run", "no command given");
     /* No image named: CMD's first word may be one (Docker's `run IMAGE CMD`). */
@@ -317,7 +357,8 @@ int cli_cmd_run(int argc, char **argv)
 int cli_cmd_exec(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        EXEC_LONGOPTS, { "cwd", required_argument, NULL, 2005 }, { "env", required_argument, NULL, 'e' }, { 0 }
+        EXEC_LONGOPTS, { "cwd", required_argument, NULL, 2005 },
+        { "workdir", required_argument, NULL, 2005 }, { "env", required_argument, NULL, 'e' }, { 0 }
     };
     struct exec_args a = { 0 };
     sbx_kv env = { 0 };
@@ -327,7 +368,7 @@ int cli_cmd_exec(int argc, char **argv)
     opterr = 0;
     /* Options may come before the ID and between it and the command. */
     for (int phase = 0; phase < 2; phase++) {
-        while ((c = getopt_long(argc, argv, "+:he:itd", longopts, NULL)) != -1) {
+        while ((c = getopt_long(argc, argv, "+:he:itdw:u:", longopts, NULL)) != -1) {
             int r;
             if (c == 'd') { /* [procs] a background process (procs.c) */
                 detach = true;

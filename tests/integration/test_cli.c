@@ -216,7 +216,12 @@ static int count_entries(const char *dir)
     return n;
 }
 
-static int records(void) { return count_entries(path_in_tmp("state/boxes")); }
+/* Box records: <id>.json (not create --name's .names.lock). */
+static int records(void)
+{
+    return count_entries(path_in_tmp("state/boxes")) -
+           (access(path_in_tmp("state/boxes/.names.lock"), F_OK) == 0);
+}
 /* Local workspaces live under TMPDIR; sbx cp's temp files too, briefly. */
 static int workspaces(void) { return count_entries(path_in_tmp("tmp")); }
 
@@ -2215,6 +2220,104 @@ static void test_linux_background_processes(void)
     census_check(linux_state());
 }
 
+/*
+ * What a Docker user types (issue 24): -w, -u, --name and names in place of
+ * ids, ps/rm/inspect, run --rm, run -d with its command as the service.
+ */
+static void test_linux_docker_habits(void)
+{
+    need_linux();
+    /* run: -w, -u and --rm (what run does anyway). */
+    struct proc p = SBX("run", "--rm", "-w", "/tmp", "-u", "65534", "--", "sh", "-c", "pwd; id -u");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "/tmp\n65534\n");
+    proc_free(&p);
+    TAP_EQ_INT(records(), 0);
+
+    /* create --name; the name works wherever an id does. */
+    char id[256];
+    create_into(id, sizeof(id), (const char *const[]){ "create", "--name", "web", "-w", "/etc", NULL });
+    p = SBX("exec", "web", "--", "pwd");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "/etc\n");
+    proc_free(&p);
+    p = SBX("exec", "-w", "/usr", "-u", "nobody", "web", "--", "sh", "-c", "pwd; id -un");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "/usr\nnobody\n");
+    proc_free(&p);
+    p = SBX("exec", "--workdir", "/var", "web", "--", "pwd");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "/var\n");
+    proc_free(&p);
+    /* A name is one box's: a second create of it is refused and makes nothing. */
+    p = SBX("create", "--name", "web");
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "the name 'web' is already used by box ");
+    TAP_CONTAINS(p.err, id);
+    proc_free(&p);
+    TAP_EQ_INT(records(), 1);
+    p = SBX("create", "--name", "sbx-1");
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "is not a name");
+    proc_free(&p);
+    p = SBX("create", "--name", "web", "--label", "name=other");
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "disagree");
+    proc_free(&p);
+
+    /* ps -a is ls; inspect is a JSON array of status --json objects, a missing box said. */
+    p = SBX("ps", "-a", "-q");
+    EXPECT_CODE(p, 0);
+    TAP_CONTAINS(p.out, id);
+    proc_free(&p);
+    p = SBX("inspect", "web", "nosuch");
+    EXPECT_CODE(p, 3);
+    TAP_CONTAINS(p.err, "no such box: 'nosuch'");
+    json_t *v = parse_json(p.out);
+    TAP_EQ_INT(json_array_size(v), 1);
+    json_t *r = json_array_get(v, 0);
+    TAP_EQ_STR(json_string_value(json_object_get(r, "id")), id);
+    TAP_EQ_STR(json_string_value(json_object_get(r, "status")), "running");
+    TAP_EQ_STR(json_string_value(json_object_get(json_object_get(r, "labels"), "name")), "web");
+    json_decref(v);
+    proc_free(&p);
+
+    /* run -d: CMD (argv, no shell) is the service; the box is kept and named. */
+    char svc[256];
+    create_into(svc, sizeof(svc),
+                (const char *const[]){ "run", "-d", "--name", "svc", "--", "sh", "-c",
+                                       "echo up; exec sleep 1000", NULL });
+    p = SBX("logs", "svc");
+    for (int i = 0; i < 600 && !strstr(p.out, "up"); i++) { /* the test's alarm is the bound */
+        proc_free(&p);
+        usleep(50000);
+        p = SBX("logs", "svc");
+    }
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "up\n");
+    proc_free(&p);
+    p = SBX("run", "-d", "-t", "--", "true");
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "-d makes CMD the box's service");
+    proc_free(&p);
+    p = SBX("run", "-d", "--rm", "--", "true");
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "--rm with -d");
+    proc_free(&p);
+    p = SBX("run", "--name", "x", "--", "true");
+    EXPECT_CODE(p, 2);
+    TAP_CONTAINS(p.err, "--name names a kept box");
+    proc_free(&p);
+    TAP_EQ_INT(records(), 2);
+
+    /* rm -f is stop --force; by name. */
+    SBX_EXPECT(0, "rm", "-f", "web", "svc");
+    TAP_EQ_INT(records(), 0);
+    p = SBX("exec", "web", "--", "true");
+    EXPECT_CODE(p, 3);
+    proc_free(&p);
+}
+
 TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_binary_output),
          TAP(test_run_quoting_and_stdin), TAP(test_run_timeout), TAP(test_run_json_shape),
          TAP(test_usage_errors), TAP(test_unknown_provider), TAP(test_provider_failure_is_125),
@@ -2231,4 +2334,4 @@ TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_
          TAP(test_linux_library_box_seen_by_cli), TAP_T(test_linux_gc_expired_orphan_and_label, 120),
          TAP(test_linux_sigint_run_leaves_nothing), TAP_T(test_linux_run_streams_as_it_arrives, 120),
          TAP(test_linux_logs_and_service_exit), TAP(test_linux_logs_forged_lines_and_escapes),
-         TAP_T(test_linux_background_processes, 120))
+         TAP_T(test_linux_background_processes, 120), TAP_T(test_linux_docker_habits, 120))
