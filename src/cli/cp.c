@@ -156,8 +156,14 @@ static void sweep_local_temps(void)
         long pid = temp_owner(outer ? outer : name, "sbx-cp-", '-');
         struct stat st;
         if (pid < 0 || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-            !S_ISREG(st.st_mode) || st.st_uid != getuid() || !pid_gone(pid))
+            !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) || st.st_uid != getuid() ||
+            !pid_gone(pid))
             continue;
+        /* cp's tar streams (`-`) stage the tree in a directory of that name. */
+        if (S_ISDIR(st.st_mode)) {
+            sbx__rm_rf_at(dirfd(d), de->d_name);
+            continue;
+        }
         unlinkat(dirfd(d), de->d_name, 0);
     }
     closedir(d);
@@ -178,8 +184,13 @@ static int local_temp(char **path)
     return fd;
 }
 
-/* Writes the contents of directory `src` into a tar at fd (paths "./..."). */
-static int tar_dir(const char *src, int fd)
+/*
+ * Writes the contents of directory `src` into a tar at fd (paths "./..."),
+ * with an entry "." for src itself when `with_root` (the box's tar -x then
+ * gives DST src's mode; a tar for the user's stdout has none: their tar
+ * would give their working directory the temp directory's mode).
+ */
+static int tar_dir(const char *src, int fd, bool with_root)
 {
     struct archive *disk = archive_read_disk_new();
     struct archive *w = archive_write_new();
@@ -206,6 +217,8 @@ static int tar_dir(const char *src, int fd)
         const char *rel = strlen(name) >= src_len ? name + src_len : "";
         while (*rel == '/')
             rel++;
+        if (!*rel && !with_root)
+            continue;
         _cleanup_free_ char *renamed = sbx__printf("./%s", rel);
         if (!renamed)
             goto out;
@@ -265,7 +278,7 @@ static char *member_path(const char *dst, const char *name)
  *   the host. Owners are kept only with -a (numeric ids, never looked up by
  *   name in the host's passwd); by default the caller owns what it copied.
  */
-static int untar_into(int archive_fd, const char *dst, bool keep_owners)
+static int untar_into(int archive_fd, const char *dst, bool keep_owners, const char *from)
 {
     struct archive *a = archive_read_new();
     struct archive *w = archive_write_disk_new();
@@ -277,7 +290,7 @@ static int untar_into(int archive_fd, const char *dst, bool keep_owners)
         w, ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
                ARCHIVE_EXTRACT_SECURE_SYMLINKS | (keep_owners ? ARCHIVE_EXTRACT_OWNER : 0));
     if (archive_read_open_fd(a, archive_fd, 65536) != ARCHIVE_OK) {
-        cli_error("reading the archive from the box: %s", archive_error_string(a));
+        cli_error("reading the archive from %s: %s", from, archive_error_string(a));
         goto out;
     }
     struct archive_entry *entry;
@@ -287,9 +300,9 @@ static int untar_into(int archive_fd, const char *dst, bool keep_owners)
         /* A hard link's target is an earlier member (checked below), made only if allowed. */
         if (!archive_entry_hardlink(entry) && type != AE_IFREG && type != AE_IFDIR &&
             type != AE_IFLNK) {
-            cli_error("warning: skipping '%s' from the box: only regular files, directories "
-                      "and symlinks are copied out (not device nodes, FIFOs or sockets)",
-                      archive_entry_pathname(entry));
+            cli_error("warning: skipping '%s' from %s: only regular files, directories "
+                      "and symlinks are copied (not device nodes, FIFOs or sockets)",
+                      archive_entry_pathname(entry), from);
             continue;
         }
         archive_entry_set_perm(entry,
@@ -322,7 +335,7 @@ static int untar_into(int archive_fd, const char *dst, bool keep_owners)
                 goto out;
             }
         if (r != ARCHIVE_EOF) {
-            cli_error("reading the archive from the box: %s", archive_error_string(a));
+            cli_error("reading the archive from %s: %s", from, archive_error_string(a));
             goto out;
         }
         if (archive_write_finish_entry(w) != ARCHIVE_OK) {
@@ -331,7 +344,7 @@ static int untar_into(int archive_fd, const char *dst, bool keep_owners)
         }
     }
     if (r != ARCHIVE_EOF) {
-        cli_error("reading the archive from the box: %s", archive_error_string(a));
+        cli_error("reading the archive from %s: %s", from, archive_error_string(a));
         goto out;
     }
     rc = archive_write_close(w) == ARCHIVE_OK ? 0 : -1;
@@ -435,7 +448,7 @@ static int upload_dir(struct box_conn *c, const char *src, const char *dst)
     }
     int rc = CLI_EXIT_FAIL;
     _cleanup_free_ char *remote = NULL;
-    if (tar_dir(src, fd) == 0 && (remote = box_temp(c)))
+    if (tar_dir(src, fd, true) == 0 && (remote = box_temp(c)))
         rc = transfer(c, true, local, remote);
     unlink(local);
     if (!remote)
@@ -520,7 +533,7 @@ static int download_dir(struct box_conn *c, const char *src, const char *dst)
                     cli_error("cannot enter %s: %s", dst, strerror(errno));
                     rc = CLI_EXIT_FAIL;
                 } else {
-                    if (untar_into(afd, ".", c->archive) < 0)
+                    if (untar_into(afd, ".", c->archive, "the box") < 0)
                         rc = CLI_EXIT_FAIL;
                     if (fchdir(cwd) < 0) {
                         cli_error("cannot return to the working directory: %s", strerror(errno));
@@ -614,6 +627,89 @@ static int copy_out(struct box_conn *c, const char *src_arg, const char *dst_arg
     return dst ? transfer(c, false, src, dst) : CLI_EXIT_SBX;
 }
 
+/* A private local temp directory, "sbx-cp-<pid>-XXXXXX" (the sweeper's name). */
+static char *local_temp_dir(void)
+{
+    char *p = sbx__printf("%s/sbx-cp-%ld-XXXXXX", tmp_dir(), (long)getpid());
+    if (p && !mkdtemp(p)) {
+        cli_error("cannot make a temp directory in %s: %s", tmp_dir(), strerror(errno));
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/*
+ * `sbx cp ID:PATH -` (as docker cp): a tar of PATH, named by its last
+ * component, on stdout. The tree is copied out as `cp ID:PATH DIR` copies
+ * it (no device nodes, setuid bits dropped), into a private temp directory,
+ * then archived from there: the box's own bytes never reach the stream
+ * unchecked.
+ */
+static int copy_out_tar(struct box_conn *c, const char *src_arg)
+{
+    if (isatty(STDOUT_FILENO)) {
+        cli_error("refusing to write a tar archive to a terminal: redirect it "
+                  "(sbx cp ID:PATH - > x.tar) or pipe it (| tar -x)");
+        return CLI_EXIT_USAGE;
+    }
+    _cleanup_free_ char *src = strip_slashes(src_arg);
+    int fail = 0;
+    const char *kind = src ? box_kind(c, src, &fail) : NULL;
+    if (fail || !src)
+        return CLI_EXIT_SBX;
+    if (kind && !strcmp(kind, "missing")) {
+        cli_error("cannot copy %s: no such file or directory in the box", src_arg);
+        return CLI_EXIT_FAIL;
+    }
+    _cleanup_free_ char *tmp = local_temp_dir();
+    if (!tmp)
+        return CLI_EXIT_FAIL;
+    const char *base = base_name(src);
+    _cleanup_free_ char *dst = *base ? sbx__printf("%s/%s", tmp, base) : strdup(tmp);
+    int rc = !dst                              ? CLI_EXIT_SBX
+             : kind && !strcmp(kind, "dir") ? download_dir(c, src, dst)
+                                              : transfer(c, false, src, dst);
+    if (rc == CLI_EXIT_OK && tar_dir(tmp, STDOUT_FILENO, false) < 0)
+        rc = CLI_EXIT_FAIL;
+    sbx__rm_rf(tmp);
+    return rc;
+}
+
+/*
+ * `sbx cp - ID:DIR` (as docker cp): the tar on stdin unpacked into DIR in
+ * the box. It is unpacked here first, as a tar from a box is (nothing
+ * outside the temp directory, no device nodes, setuid bits dropped, owners
+ * kept), then sent as a directory.
+ */
+static int copy_in_tar(struct box_conn *c, const char *dst_arg)
+{
+    if (isatty(STDIN_FILENO)) {
+        cli_error("refusing to read a tar archive from a terminal: redirect it "
+                  "(sbx cp - ID:DIR < x.tar) or pipe it (tar -c . | sbx cp - ID:DIR)");
+        return CLI_EXIT_USAGE;
+    }
+    _cleanup_free_ char *dst = strip_slashes(dst_arg);
+    _cleanup_free_ char *tmp = dst ? local_temp_dir() : NULL;
+    if (!tmp)
+        return CLI_EXIT_FAIL;
+    int rc = CLI_EXIT_FAIL;
+    /* Unpacked beneath the fresh directory as the working directory (see download_dir). */
+    _cleanup_close_ int cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    _cleanup_close_ int tfd = open(tmp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (cwd < 0 || tfd < 0 || fchdir(tfd) < 0) {
+        cli_error("cannot enter %s: %s", tmp, strerror(errno));
+    } else {
+        int u = untar_into(STDIN_FILENO, ".", true, "stdin");
+        if (fchdir(cwd) < 0)
+            cli_error("cannot return to the working directory: %s", strerror(errno));
+        else if (u == 0)
+            rc = upload_dir(c, tmp, dst);
+    }
+    sbx__rm_rf(tmp);
+    return rc;
+}
+
 int cli_cmd_cp(int argc, char **argv)
 {
     _cleanup_cli_opts_ struct cli_opts o = { 0 };
@@ -659,7 +755,10 @@ int cli_cmd_cp(int argc, char **argv)
         }
         bp = joined;
     }
-    rc = src_box ? copy_out(&conn, bp, dst) : copy_in(&conn, src, bp);
+    rc = src_box && !strcmp(dst, "-")   ? copy_out_tar(&conn, bp)
+         : !src_box && !strcmp(src, "-") ? copy_in_tar(&conn, bp)
+         : src_box                       ? copy_out(&conn, bp, dst)
+                                         : copy_in(&conn, src, bp);
     sbx__buf_free(&conn.stale);
     sbx_sandbox_free(conn.sb);
     sbx_provider_free(conn.p);

@@ -117,7 +117,9 @@ static const struct command commands[] = {
     { "cp", cli_cmd_cp, "sbx cp [-a] SRC DST",
       "copy a file or directory into or out of a box (one side is ID:PATH)",
       "  -a, --archive          keep numeric owners of a directory copied out of a box\n",
-      "Exactly one of SRC and DST is ID:PATH. A directory is copied with its\n"
+      "Exactly one of SRC and DST is ID:PATH; the other may be '-', a tar stream on\n"
+      "stdout (of PATH, named by its last component) or stdin (unpacked into the\n"
+      "box's directory PATH), as docker cp. A directory is copied with its\n"
       "contents and modes: DST becomes that directory (created when missing).\n"
       "A DST ending in '/' (or an existing local directory) receives a file under\n"
       "its own name. Directories need sh, mktemp and tar in the box. Out of a box,\n"

@@ -17,6 +17,8 @@
 
 #include <sbx.h>
 
+#include <archive.h>
+#include <archive_entry.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -2318,6 +2320,73 @@ static void test_linux_docker_habits(void)
     proc_free(&p);
 }
 
+/* "name mode [-> target]" per member of the tar in `data`, one per line (static storage). */
+static const char *tar_listing(const char *data, size_t len)
+{
+    static char out[4096];
+    size_t n = 0;
+    out[0] = 0;
+    struct archive *a = archive_read_new();
+    archive_read_support_format_tar(a);
+    TAP_EQ_INT(archive_read_open_memory(a, data, len), ARCHIVE_OK);
+    struct archive_entry *e;
+    while (archive_read_next_header(a, &e) == ARCHIVE_OK && n < sizeof(out)) {
+        const char *link = archive_entry_symlink(e);
+        n += (size_t)snprintf(out + n, sizeof(out) - n, "%s %o%s%s\n",
+                              archive_entry_pathname(e), (unsigned)archive_entry_perm(e),
+                              link ? " -> " : "", link ? link : "");
+    }
+    archive_read_free(a);
+    return out;
+}
+
+/*
+ * sbx cp with '-' (as docker cp): ID:PATH - writes a tar of PATH named by its
+ * last component (no entry for the temp directory, setuid dropped as cp out
+ * drops it); - ID:DIR unpacks a tar from stdin into DIR. No temp is left.
+ */
+static void test_linux_cp_tar_streams(void)
+{
+    need_linux();
+    char id[256];
+    create_into(id, sizeof(id), (const char *const[]){ "create", NULL });
+    SBX_EXPECT(0, "exec", id, "--", "sh", "-c",
+               "mkdir -p /d/s && printf hi > /d/s/f && chmod 4755 /d/s/f && ln -s /etc/passwd /d/l");
+    struct proc p = SBX("cp", box_path(id, "/d"), "-");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(tar_listing(p.out, p.out_len),
+               "./d/ 755\n./d/l 777 -> /etc/passwd\n./d/s/ 755\n./d/s/f 755\n");
+    /* The same stream back in, elsewhere in the box. */
+    struct proc q = SBX_STDIN(p.out, p.out_len, "cp", "-", box_path(id, "/up"));
+    EXPECT_CODE(q, 0);
+    proc_free(&q);
+    proc_free(&p);
+    p = SBX("exec", id, "--", "sh", "-c", "cat /up/d/s/f; stat -c ' %a' /up/d/s/f; readlink /up/d/l");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "hi 755\n/etc/passwd\n");
+    proc_free(&p);
+    /* A file: one member, its name. */
+    p = SBX("cp", box_path(id, "/d/s/f"), "-");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(tar_listing(p.out, p.out_len), "./f 755\n");
+    proc_free(&p);
+    p = SBX("cp", box_path(id, "/nosuch"), "-");
+    EXPECT_CODE(p, 1);
+    TAP_CONTAINS(p.err, "no such file or directory in the box");
+    TAP_EQ_INT((int)p.out_len, 0);
+    proc_free(&p);
+    /* Not a tar on stdin: said, nothing made in the box. */
+    p = SBX_STDIN("hello", 5, "cp", "-", box_path(id, "/bad"));
+    EXPECT_CODE(p, 1);
+    TAP_CONTAINS(p.err, "reading the archive from stdin");
+    proc_free(&p);
+    p = SBX("exec", id, "--", "test", "-e", "/bad");
+    EXPECT_CODE(p, 1);
+    proc_free(&p);
+    TAP_EQ_INT(workspaces(), 0);
+    SBX_EXPECT(0, "stop", id);
+}
+
 TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_binary_output),
          TAP(test_run_quoting_and_stdin), TAP(test_run_timeout), TAP(test_run_json_shape),
          TAP(test_usage_errors), TAP(test_unknown_provider), TAP(test_provider_failure_is_125),
@@ -2334,4 +2403,5 @@ TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_
          TAP(test_linux_library_box_seen_by_cli), TAP_T(test_linux_gc_expired_orphan_and_label, 120),
          TAP(test_linux_sigint_run_leaves_nothing), TAP_T(test_linux_run_streams_as_it_arrives, 120),
          TAP(test_linux_logs_and_service_exit), TAP(test_linux_logs_forged_lines_and_escapes),
-         TAP_T(test_linux_background_processes, 120), TAP_T(test_linux_docker_habits, 120))
+         TAP_T(test_linux_background_processes, 120), TAP_T(test_linux_docker_habits, 120),
+         TAP_T(test_linux_cp_tar_streams, 120))
