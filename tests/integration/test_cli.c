@@ -261,6 +261,20 @@ static void expect_exit_at(const char *file, int line, int want, const char *con
 #define SBX_EXPECT(want, ...)                                                                      \
     expect_exit_at(__FILE__, __LINE__, want, (const char *const[]){ __VA_ARGS__, NULL })
 
+/* Runs sbx and asserts its exit code and that its stderr holds `needle`. */
+static void expect_err_at(const char *file, int line, int want, const char *needle,
+                          const char *const *args)
+{
+    struct proc p = sbx_in(NULL, 0, args);
+    if (p.code != want || !strstr(p.err, needle))
+        tap_fail_at(file, line, "sbx %s: exit %d (expected %d), stderr without '%s': %s",
+                    args[0] ? args[0] : "", p.code, want, needle, p.err);
+    proc_free(&p);
+}
+
+#define SBX_EXPECT_ERR(want, needle, ...)                                                          \
+    expect_err_at(__FILE__, __LINE__, want, needle, (const char *const[]){ __VA_ARGS__, NULL })
+
 /* "ID:PATH", the box side of sbx cp (rotating static storage, as path_in_tmp). */
 static char *box_path(const char *id, const char *path)
 {
@@ -2258,14 +2272,8 @@ static void test_linux_docker_habits(void)
     TAP_CONTAINS(p.err, id);
     proc_free(&p);
     TAP_EQ_INT(records(), 1);
-    p = SBX("create", "--name", "sbx-1");
-    EXPECT_CODE(p, 2);
-    TAP_CONTAINS(p.err, "is not a name");
-    proc_free(&p);
-    p = SBX("create", "--name", "web", "--label", "name=other");
-    EXPECT_CODE(p, 2);
-    TAP_CONTAINS(p.err, "disagree");
-    proc_free(&p);
+    SBX_EXPECT_ERR(2, "is not a name", "create", "--name", "sbx-1");
+    SBX_EXPECT_ERR(2, "disagree", "create", "--name", "web", "--label", "name=other");
 
     /* ps -a is ls; inspect is a JSON array of status --json objects, a missing box said. */
     p = SBX("ps", "-a", "-q");
@@ -2298,18 +2306,9 @@ static void test_linux_docker_habits(void)
     EXPECT_CODE(p, 0);
     TAP_EQ_STR(p.out, "up\n");
     proc_free(&p);
-    p = SBX("run", "-d", "-t", "--", "true");
-    EXPECT_CODE(p, 2);
-    TAP_CONTAINS(p.err, "-d makes CMD the box's service");
-    proc_free(&p);
-    p = SBX("run", "-d", "--rm", "--", "true");
-    EXPECT_CODE(p, 2);
-    TAP_CONTAINS(p.err, "--rm with -d");
-    proc_free(&p);
-    p = SBX("run", "--name", "x", "--", "true");
-    EXPECT_CODE(p, 2);
-    TAP_CONTAINS(p.err, "--name names a kept box");
-    proc_free(&p);
+    SBX_EXPECT_ERR(2, "-d makes CMD the box's service", "run", "-d", "-t", "--", "true");
+    SBX_EXPECT_ERR(2, "--rm with -d", "run", "-d", "--rm", "--", "true");
+    SBX_EXPECT_ERR(2, "--name names a kept box", "run", "--name", "x", "--", "true");
     TAP_EQ_INT(records(), 2);
 
     /* rm -f is stop --force; by name. */
