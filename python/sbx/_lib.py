@@ -361,7 +361,9 @@ def cpath(p: str | os.PathLike[str], what: str = "a path") -> bytes:
 def _bytes_at(ptr: int | None, n: int) -> str | None:
     if not ptr:
         return None
-    return ctypes.string_at(ptr, n).decode("utf-8", "replace")
+    # Decoded straight from the C buffer (str() takes any buffer): no bytes
+    # copy in between, so a 16 MiB result costs its str, not twice that.
+    return str((ctypes.c_char * n).from_address(ptr), "utf-8", "replace") if n else ""
 
 
 def exec_result_from(r: c_void_p) -> SandboxExecResult:
