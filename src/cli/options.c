@@ -460,12 +460,14 @@ static int apply_options(const char *cmd, struct cli_spec_opts *o, sbx_spec *spe
     }
     if (o->memory) {
         if (sbx__parse_pyint(o->memory, &n) < 0 || n <= 0 || n > SBX_MAX_MEMORY_MIB)
-            return bad_value(cmd, "--memory", o->memory, "a positive number of MiB");
+            return bad_value(cmd, "--memory", o->memory,
+                             "a whole number of MiB, e.g. 1536 (the spec takes an integer)");
         sbx_spec_set_memory_mib(spec, n);
     }
     if (o->disk) {
         if (sbx__parse_pyint(o->disk, &n) < 0 || n <= 0 || n > SBX_MAX_DISK_GIB)
-            return bad_value(cmd, "--disk", o->disk, "a positive number of GiB");
+            return bad_value(cmd, "--disk", o->disk,
+                             "a whole number of GiB (the spec takes an integer)");
         sbx_spec_set_disk_gib(spec, n);
     }
     if (o->ttl) {
