@@ -351,8 +351,10 @@ def test_nemo_gym_adapter_speaks_the_protocol(tmp_path):
         async with AsyncSandbox(FakeProvider(), SandboxSpec(files={"/y": "z"})) as sb:
             await sb.start()
             assert (await sb.exec("cat /y")).stdout == "z"
+        # A provider sbx does not have is neither published nor startable.
+        assert not hasattr(ad, "E2bProvider")
         with pytest.raises(ValueError, match="Unknown sandbox provider 'e2b'"):
-            ad.E2bProvider()
+            ad._adapter("e2b")()
 
     run(go())
 
