@@ -352,7 +352,17 @@ BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
 $(B)/obj/src/kit/shared.o: CFLAGS_ALL += -DSBX_LIBEXECDIR='"$(LIBEXECDIR)"'
 
-install: all
+# The man page: docs/man/sbx.1.in with the CLI's own synopsis and commands
+# (`sbx help --man`), so it cannot lag behind the CLI.
+MAN_DATE := $(shell git log -1 --format=%cs 2>/dev/null || date +%F)
+$(B)/sbx.1: docs/man/sbx.1.in $(B)/sbx
+	$(B)/sbx help --man synopsis > $@.syn
+	$(B)/sbx help --man commands > $@.cmd
+	sed -e 's/@DATE@/$(MAN_DATE)/' -e 's/@VERSION@/$(VERSION)/' \
+	    -e '/^@SYNOPSIS@$$/{r $@.syn' -e 'd;}' -e '/^@COMMANDS@$$/{r $@.cmd' -e 'd;}' $< > $@
+	rm -f $@.syn $@.cmd
+
+install: all $(B)/sbx.1
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/sbx $(DESTDIR)$(BINDIR) \
 	    $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
 	install -m 644 include/sbx.h $(DESTDIR)$(INCLUDEDIR)/sbx.h
@@ -365,7 +375,7 @@ install: all
 	    > $(DESTDIR)$(LIBDIR)/pkgconfig/sbx.pc
 	install -m 755 $(B)/sbx $(DESTDIR)$(BINDIR)/sbx
 	install -m 755 $(B)/sbx-shim $(B)/sbx-agent $(B)/sbx-nft $(DESTDIR)$(LIBEXECDIR)/
-	install -m 644 docs/man/sbx.1 $(DESTDIR)$(MANDIR)/man1/sbx.1
+	install -m 644 $(B)/sbx.1 $(DESTDIR)$(MANDIR)/man1/sbx.1
 	install -m 644 contrib/completion/sbx.bash $(DESTDIR)$(BASHCOMPDIR)/sbx
 	install -m 644 contrib/completion/_sbx $(DESTDIR)$(ZSHCOMPDIR)/_sbx
 	install -d $(DESTDIR)$(PYDIR)/sbx/providers $(DESTDIR)$(PYDIR)/sbx-$(VERSION).dist-info

@@ -1,8 +1,8 @@
 # bash completion for sbx. Installed to share/bash-completion/completions/sbx.
-# Box ids, image names and providers come from sbx itself (ls -q, image ls -q, providers).
-
-_sbx_box_opts='--provider --config --block --spec --image --workdir -e --env --cpu --memory
-  --disk --ttl --ready-timeout --port -p --publish --label --file --help'
+# The words come from sbx itself, so they cannot lag behind it: commands and
+# each command's options and subcommands from `sbx help --words [CMD]` (the
+# CLI's command table), box ids, image names and providers from `sbx ls -q`,
+# `sbx image ls -q` and `sbx providers`.
 
 _sbx()
 {
@@ -11,72 +11,57 @@ _sbx()
         cur=${COMP_WORDS[COMP_CWORD]}; prev=${COMP_WORDS[COMP_CWORD-1]}
         words=("${COMP_WORDS[@]}"); cword=$COMP_CWORD
     }
-    local cmd="" i
+    local sbx=${words[0]:-sbx} cmd="" i
     for ((i = 1; i < cword; i++)); do
         case ${words[i]} in -*) ;; *) cmd=${words[i]}; break ;; esac
     done
     if [ -z "$cmd" ]; then
-        COMPREPLY=($(compgen -W 'run create exec shell attach cp ls status stop gc image providers help
-          endpoint port-forward --version --help' -- "$cur"))
+        COMPREPLY=($(compgen -W "$("$sbx" help --words 2>/dev/null) --version --help" -- "$cur"))
         return
     fi
+    # Values: what sbx can list; other options' values are the user's to type.
     case $prev in
         --provider)
-            COMPREPLY=($(compgen -W "$(sbx providers 2>/dev/null)" -- "$cur")); return ;;
-        --config|--spec)
+            COMPREPLY=($(compgen -W "$("$sbx" providers 2>/dev/null)" -- "$cur")); return ;;
+        --config|--spec|-f)
             COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --image)
-            COMPREPLY=($(compgen -W "none $(sbx image ls -q 2>/dev/null)" -- "$cur"))
+            COMPREPLY=($(compgen -W "none $("$sbx" image ls -q 2>/dev/null)" -- "$cur"))
             COMPREPLY+=($(compgen -f -- "$cur")); return ;;
-        --workdir|--cwd|--block|-e|--env|--cpu|--memory|--disk|--ttl|--ready-timeout|--port|-p|--publish|\
-        --label|--file|--timeout|--user|--run-id)
-            return ;;
+        --workdir|--cwd|-w|--block|-e|--env|--cpu|--memory|--disk|--ttl|--ready-timeout|--port|\
+        -p|--publish|--label|--file|--timeout|--user|-u|--run-id|--name|--output-limit|-v|\
+        --volume|--cap-add|--shm-size|--network|--pull|--since|-n|--tail|-s|--signal|-c|\
+        --change|--format|--platform|--max-bytes|-t)
+            [ "$cmd" = logs ] && [ "$prev" = -t ] || return ;;
     esac
+    if [[ $cur == -* ]]; then
+        COMPREPLY=($(compgen -W "$("$sbx" help --words "$cmd" 2>/dev/null)" -- "$cur"))
+        return
+    fi
     case $cmd in
-        run)
-            COMPREPLY=($(compgen -W "$_sbx_box_opts --timeout --user --no-stdin --json -i -t" -- "$cur")) ;;
-        create)
-            COMPREPLY=($(compgen -W "$_sbx_box_opts --json" -- "$cur")) ;;
-        exec)
-            if [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W '-i -t --cwd -e --env --user --timeout --no-stdin --json --help' -- "$cur"))
-            else
-                COMPREPLY=($(compgen -W "$(sbx ls -q 2>/dev/null)" -- "$cur"))
-            fi ;;
-        shell|attach|endpoint|port-forward)
-            [[ $cur == -* ]] || COMPREPLY=($(compgen -W "$(sbx ls -q 2>/dev/null)" -- "$cur")) ;;
-        status|stop)
-            if [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W '--json --force --help' -- "$cur"))
-            else
-                COMPREPLY=($(compgen -W "$(sbx ls -q 2>/dev/null)" -- "$cur"))
-            fi ;;
-        cp)
-            COMPREPLY=($(compgen -W "-a $(sbx ls -q 2>/dev/null | sed 's/$/:/')" -- "$cur"))
-            COMPREPLY+=($(compgen -f -- "$cur"))
-            compopt -o nospace 2>/dev/null ;;
-        ls)
-            COMPREPLY=($(compgen -W '--label -q --quiet --json --help' -- "$cur")) ;;
-        gc)
-            COMPREPLY=($(compgen -W '--dry-run --label --run-id --json --help' -- "$cur")) ;;
-        image)
+        image|volume|network)
             local sub="" j
             for ((j = i + 1; j < cword; j++)); do
                 case ${words[j]} in -*) ;; *) sub=${words[j]}; break ;; esac
             done
-            case $sub in
-                "") COMPREPLY=($(compgen -W 'import ls inspect tag rm prune --help' -- "$cur")) ;;
-                import) COMPREPLY=($(compgen -W '--progress --json' -- "$cur"))
-                        COMPREPLY+=($(compgen -f -- "$cur")) ;;
-                ls) COMPREPLY=($(compgen -W '-q --json --format' -- "$cur")) ;;
-                prune) COMPREPLY=($(compgen -W '--dry-run' -- "$cur")) ;;
-                inspect|tag) COMPREPLY=($(compgen -W "$(sbx image ls -q 2>/dev/null)" -- "$cur")) ;;
-                rm) COMPREPLY=($(compgen -W "--force $(sbx image ls -q 2>/dev/null)" -- "$cur")) ;;
-            esac ;;
-        providers)
-            COMPREPLY=($(compgen -W '--json --help' -- "$cur")) ;;
+            if [ -z "$sub" ]; then
+                COMPREPLY=($(compgen -W "$("$sbx" help --words "$cmd" 2>/dev/null | grep -v '^-')" -- "$cur"))
+            elif [ "$cmd" = image ]; then
+                case $sub in
+                    import|build) COMPREPLY=($(compgen -f -- "$cur")) ;;
+                    inspect|tag|rm) COMPREPLY=($(compgen -W "$("$sbx" image ls -q 2>/dev/null)" -- "$cur")) ;;
+                esac
+            fi ;;
+        cp)
+            COMPREPLY=($(compgen -W "$("$sbx" ls -q 2>/dev/null | sed 's/$/:/')" -- "$cur"))
+            COMPREPLY+=($(compgen -f -- "$cur"))
+            compopt -o nospace 2>/dev/null ;;
+        run|create|ls|ps|gc|providers) ;;
         help)
-            COMPREPLY=($(compgen -W 'run create exec shell attach cp ls status stop gc image providers endpoint port-forward' -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "$("$sbx" help --words 2>/dev/null)" -- "$cur")) ;;
+        *)
+            # The other commands take a box first.
+            COMPREPLY=($(compgen -W "$("$sbx" ls -q 2>/dev/null)" -- "$cur")) ;;
     esac
 }
 complete -F _sbx sbx

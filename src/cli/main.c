@@ -378,6 +378,106 @@ void cli_help(const char *cmd)
         printf("\n%s", c->notes);
 }
 
+/*
+ * The words a shell completion offers, from the command table itself, so
+ * completions cannot lag behind the CLI (contrib/completion/ asks for them):
+ * with no command, every command and alias; for a command, each option its
+ * help names (a help line's leading "-x, --long" words) and, for the
+ * commands with subcommands (image, volume, network), each "sbx CMD SUB".
+ */
+static void print_words(const char *cmd)
+{
+    if (!cmd) {
+        for (size_t i = 0; i < SBX_ARRAY_SIZE(commands); i++)
+            printf("%s\n", commands[i].name);
+        for (size_t i = 0; i < SBX_ARRAY_SIZE(aliases); i++)
+            printf("%s\n", aliases[i].alias);
+        printf("help\n");
+        return;
+    }
+    const struct command *c = find_command(cmd);
+    if (!c)
+        return;
+    char prefix[64];
+    int pl = snprintf(prefix, sizeof(prefix), "sbx %s ", c->name);
+    for (const char *l = c->help; *l;) {
+        size_t len = strcspn(l, "\n");
+        size_t indent = strspn(l, " ");
+        const char *p = l + indent;
+        /* An option's line is indented by two; deeper lines continue a description. */
+        if (*p == '-' && indent < 8) {
+            /* "-e, --env K=V": words up to the first that is not an option. */
+            while (*p == '-') {
+                size_t w = strcspn(p, " ,\n");
+                printf("%.*s\n", (int)w, p);
+                p += w;
+                if (strncmp(p, ", -", 3))
+                    break;
+                p += 2;
+            }
+        } else if (!strncmp(p, prefix, (size_t)pl)) {
+            p += pl;
+            printf("%.*s\n", (int)strcspn(p, " \n|"), p);
+        }
+        l += len + (l[len] == '\n');
+    }
+    printf("--help\n");
+}
+
+/* Text for a troff .nf block: backslashes doubled, a line's leading '.' or '\'' escaped. */
+static void troff_text(const char *s)
+{
+    bool bol = true;
+    for (; *s; s++) {
+        if (bol && (*s == '.' || *s == '\''))
+            fputs("\\&", stdout);
+        if (*s == '\\')
+            fputs("\\e", stdout);
+        else if (*s == '-')
+            fputs("\\-", stdout);
+        else
+            putchar(*s);
+        bol = *s == '\n';
+    }
+}
+
+/*
+ * The man page's SYNOPSIS ("synopsis") or COMMANDS section, from the
+ * command table (make puts them into docs/man/sbx.1.in): what `sbx CMD
+ * --help` says.
+ */
+static void print_man_section(const char *which)
+{
+    if (!strcmp(which, "synopsis")) {
+        printf(".SH SYNOPSIS\n.nf\n");
+        for (size_t i = 0; i < SBX_ARRAY_SIZE(commands); i++) {
+            troff_text(commands[i].usage);
+            putchar('\n');
+        }
+        printf(".fi\n");
+        return;
+    }
+    printf(".SH COMMANDS\n");
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(commands); i++) {
+        const struct command *c = &commands[i];
+        printf(".SS %s\n", c->name);
+        troff_text(c->summary);
+        printf(".\n");
+        for (size_t a = 0; a < SBX_ARRAY_SIZE(aliases); a++)
+            if (!strcmp(aliases[a].name, c->name))
+                printf("Also called\n.BR %s .\n", aliases[a].alias);
+        if (*c->help) {
+            printf(".PP\n.nf\n");
+            troff_text(c->help);
+            printf(".fi\n");
+        }
+        if (c->notes) {
+            printf(".PP\n");
+            troff_text(c->notes);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -394,6 +494,15 @@ int main(int argc, char **argv)
         return CLI_EXIT_OK;
     }
     if (!strcmp(first, "help")) {
+        /* For completions and the man page (docs/cli.md, "Completions and the man page"). */
+        if (argc > 2 && !strcmp(argv[2], "--words")) {
+            print_words(argc > 3 ? argv[3] : NULL);
+            return CLI_EXIT_OK;
+        }
+        if (argc == 4 && !strcmp(argv[2], "--man")) {
+            print_man_section(argv[3]);
+            return CLI_EXIT_OK;
+        }
         if (argc > 2 && !find_command(argv[2]))
             return cli_usage_error(NULL, "unknown command '%s'", argv[2]);
         cli_help(argc > 2 ? argv[2] : "");

@@ -69,11 +69,24 @@ if [ "$out" = "$(printf 'docker\nlinux\nlocal')" ] && ! find "$prefix" -name '*f
   ok "the installed sbx has no test providers: sbx providers lists docker, linux and local"
 else nok "the installed sbx lists test providers" "$out" "$(find "$prefix" -name '*fake*')"; fi
 
-out=$(bash -c 'source "$1"; COMP_WORDS=(sbx ru); COMP_CWORD=1; _sbx; echo "${COMPREPLY[*]}";
-               COMP_WORDS=(sbx image r); COMP_CWORD=2; _sbx; echo "${COMPREPLY[*]}"' sh \
+# The completions ask the installed sbx for their words (sbx help --words).
+out=$(PATH="$prefix/bin:$PATH" bash -c 'source "$1"; COMP_WORDS=(sbx ru); COMP_CWORD=1; _sbx; echo "${COMPREPLY[*]}";
+               COMP_WORDS=(sbx image r); COMP_CWORD=2; _sbx; echo "${COMPREPLY[*]}";
+               COMP_WORDS=(sbx exec --wo); COMP_CWORD=2; _sbx; echo "${COMPREPLY[*]}"' sh \
       "$prefix/share/bash-completion/completions/sbx" 2>&1)
-if [ "$out" = "$(printf 'run\nrm')" ]; then ok "the bash completion completes commands and subcommands"
+if [ "$out" = "$(printf 'run\nrm\n--workdir')" ]; then ok "the bash completion completes commands, subcommands and options"
 else nok "bash completion" "$out"; fi
+# Neither can lag: every command `sbx --help` lists is completed and has its section in the man page.
+cmds=$("$prefix/bin/sbx" --help | sed -n '/^Commands:/,/^$/p' | awk 'NF && !/^Commands:/ {print $1}')
+words=$(PATH="$prefix/bin:$PATH" bash -c 'source "$1"; COMP_WORDS=(sbx ""); COMP_CWORD=1; _sbx; printf "%s\n" "${COMPREPLY[@]}"' sh \
+        "$prefix/share/bash-completion/completions/sbx" 2>&1)
+lag=""
+for c in $cmds; do
+  printf '%s\n' "$words" | grep -qx -- "$c" || lag="$lag completion:$c"
+  grep -qx ".SS $c" "$prefix/share/man/man1/sbx.1" || lag="$lag man:$c"
+done
+if [ -n "$cmds" ] && [ -z "$lag" ]; then ok "completion and man page have every command ($(echo $cmds | wc -w))"
+else nok "completion or man page lags the CLI" "$lag" "$cmds"; fi
 if man -l "$prefix/share/man/man1/sbx.1" 2>/dev/null | grep -q 'sbx - create isolated sandboxes' ||
    { ! command -v man >/dev/null && grep -q '^.TH SBX 1' "$prefix/share/man/man1/sbx.1"; }; then
   ok "the man page renders"
