@@ -40,8 +40,8 @@ void tap_allow_fd_changes(void);
 const char *tap_tmpdir(void);
 /*
  * A bulk count for a test whose size checks speed (no scan per entry), not
- * a memory path: n, or n / 10 under memcheck (SBX_VALGRIND), which runs
- * 20-50x slower and checks the same code with a tenth of the entries.
+ * a memory path: n, or n / 10 under memcheck (SBX_VALGRIND) or TSan, which
+ * run 5-50x slower and check the same code with a tenth of the entries.
  */
 int tap_bulk(int n);
 
