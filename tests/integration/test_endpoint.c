@@ -14,6 +14,7 @@
 #include "linux_fixture.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -289,6 +290,74 @@ static bool listening(int port)
     return false;
 }
 
+/* The inode of the socket listening on `port` (/proc/net/tcp*), or 0. */
+static unsigned long listener_inode(int port)
+{
+    const char *files[] = { "/proc/net/tcp", "/proc/net/tcp6" };
+    for (int f = 0; f < 2; f++) {
+        FILE *in = fopen(files[f], "re");
+        char line[512];
+        while (in && fgets(line, sizeof(line), in)) {
+            char local[128];
+            unsigned st;
+            unsigned long ino;
+            if (sscanf(line, "%*d: %127s %*s %x %*s %*s %*s %*s %*s %lu", local, &st, &ino) != 3)
+                continue;
+            const char *c = strrchr(local, ':');
+            if (c && (int)strtol(c + 1, NULL, 16) == port && st == 0x0A) {
+                fclose(in);
+                return ino;
+            }
+        }
+        if (in)
+            fclose(in);
+    }
+    return 0;
+}
+
+/* "pid (cmdline) ..." of the processes holding socket `ino` (static storage). */
+static const char *socket_holders(unsigned long ino)
+{
+    static char out[2048];
+    char want[64];
+    size_t n = 0;
+    snprintf(want, sizeof(want), "socket:[%lu]", ino);
+    out[0] = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    while (d && (de = readdir(d)) && n < sizeof(out) - 300) {
+        char dir[300], link[600], target[64];
+        snprintf(dir, sizeof(dir), "/proc/%s/fd", de->d_name);
+        DIR *fds = opendir(dir);
+        struct dirent *fe;
+        while (fds && (fe = readdir(fds))) {
+            snprintf(link, sizeof(link), "%s/%s", dir, fe->d_name);
+            ssize_t k = readlink(link, target, sizeof(target) - 1);
+            if (k <= 0)
+                continue;
+            target[k] = 0;
+            if (strcmp(target, want))
+                continue;
+            char cmd[200] = "";
+            snprintf(link, sizeof(link), "/proc/%s/cmdline", de->d_name);
+            FILE *f = fopen(link, "re");
+            size_t m = f ? fread(cmd, 1, sizeof(cmd) - 1, f) : 0;
+            if (f)
+                fclose(f);
+            for (size_t i = 0; i < m; i++)
+                cmd[i] = cmd[i] ? cmd[i] : ' ';
+            cmd[m] = 0;
+            n += (size_t)snprintf(out + n, sizeof(out) - n, "%s (%s) ", de->d_name, cmd);
+            break;
+        }
+        if (fds)
+            closedir(fds);
+    }
+    if (d)
+        closedir(d);
+    return out;
+}
+
 static void start_servers(sbx_sandbox *sb, char *big_hex)
 {
     char py[600];
@@ -424,7 +493,9 @@ static void listeners_end_with_the_agent(bool stopped)
     sbx_endpoint *ep = endpoint_of(sb, 8000);
     int port = url_port(sbx_endpoint_url(ep));
     sbx_endpoint_free(ep);
-    TAP_TRUE(listening(port));
+    /* By its inode: tests running beside this one may bind the port number once it is free. */
+    unsigned long ino = listener_inode(port);
+    TAP_TRUE(ino != 0);
     pid_t init = init_pid_of(sb);
     pid_t fwd = forwarder_of(state_dir, sbx_sandbox_id(sb));
     TAP_TRUE(fwd > 0);
@@ -443,7 +514,19 @@ static void listeners_end_with_the_agent(bool stopped)
         while (kill(fwd, 0) == 0)
             usleep(10000); /* the test's alarm is the bound */
     }
-    TAP_TRUE(!listening(port));
+    /*
+     * Its listeners go with it, but not always at the same instant: under
+     * ASan the listener was seen for ~10 ms after the forwarder's pidfd
+     * fired, with no process holding it (most likely LeakSanitizer's
+     * tracer task, which shares the descriptor table and outlives the
+     * process a moment). The test's alarm is the bound; a holder is named.
+     */
+    for (int i = 0; listener_inode(port) == ino; i++) {
+        if (i == 500)
+            printf("# port %d still listens 5 s after the forwarder ended, held by: %s\n", port,
+                     socket_holders(ino));
+        usleep(10000);
+    }
     stop_free(sb);
     sbx_spec_free(s);
     sbx_provider_free(p);
