@@ -397,7 +397,8 @@ static int cmd_ls(int argc, char **argv, sbx_provider *p)
 {
     _cleanup_cli_opts_ struct cli_opts o = {0};
     int rc;
-    unsigned takes = CLI_TAKES_JSON | CLI_TAKES_QUIET | CLI_TAKES_FORMAT | CLI_NO_OPERANDS;
+    unsigned takes =
+        CLI_TAKES_JSON | CLI_TAKES_QUIET | CLI_TAKES_FORMAT | CLI_TAKES_ALL | CLI_NO_OPERANDS;
     if (!cli_parse_opts("image", argc, argv, takes, &o, &rc))
         return rc;
     char bad[128];
@@ -420,12 +421,28 @@ static int cmd_ls(int argc, char **argv, sbx_provider *p)
     json_t **items = calloc(n ? n : 1, sizeof(*items));
     if (!items)
         return CLI_EXIT_SBX;
-    for (size_t i = 0; i < n; i++)
-        items[i] = json_array_get(v, i);
+    /*
+     * `image build`'s cache (sbx-build-cache:<key>) only with -a, as docker
+     * images hides intermediate images; the NAME column fits the longest
+     * name shown (a registry reference is often longer than 24).
+     */
+    size_t shown = 0;
+    int width = 24;
+    for (size_t i = 0; i < n; i++) {
+        json_t *img = json_array_get(v, i);
+        const char *name = json_string_value(json_object_get(img, "name"));
+        if (!o.all && name && !strncmp(name, "sbx-build-cache:", 16))
+            continue;
+        items[shown++] = img;
+        int len = name ? (int)strlen(name) : 0;
+        width = len > width ? (len < 80 ? len : 80) : width;
+    }
+    n = shown;
     qsort(items, n, sizeof(*items), by_name);
     _cleanup_json_ json_t *arr = json_array();
     if (!o.json && !o.quiet && !o.format)
-        printf("%-24s %-19s %-10s %-20s %s\n", "NAME", "DIGEST", "SIZE", "CREATED", "SOURCE");
+        printf("%-*s %-19s %-10s %-20s %s\n", width, "NAME", "DIGEST", "SIZE", "CREATED",
+               "SOURCE");
     for (size_t i = 0; i < n; i++) {
         json_t *img = items[i];
         const char *name = json_string_value(json_object_get(img, "name"));
@@ -449,7 +466,8 @@ static int cmd_ls(int argc, char **argv, sbx_provider *p)
         char shortd[20];
         snprintf(shortd, sizeof(shortd), "%.19s", d ? d : "");
         const char *src = json_string_value(json_object_get(img, "source"));
-        printf("%-24s %-19s %-10s %-20s %s\n", name, shortd, size, created, src ? src : "");
+        printf("%-*s %-19s %-10s %-20s %s\n", width, name, shortd, size, created,
+               src ? src : "");
     }
     free(items);
     if (o.json && cli_print_json(arr) < 0)

@@ -63,11 +63,13 @@ run "run the built image" 0 "$SBX" run --image app:1 -- sh -c 'cat /built /two /
 check "  output" [ "$OUT" = "$(printf 'built\n2\none\none\none\nscript ran\nprod\ndeep\n/app\nprod\nexec')" ]
 run "inspect the built image" 0 "$SBX" image inspect app:1
 check "  CMD" has "$OUT" '"/app/copied"'
-images_before=$("$SBX" image ls -q | sort)
+check "  image ls hides the build cache" [ -z "$("$SBX" image ls -q | grep '^sbx-build-cache:')" ]
+check "  image ls -a lists it (one per RUN and COPY)" [ "$("$SBX" image ls -a -q | grep -c '^sbx-build-cache:')" = 6 ]
+images_before=$("$SBX" image ls -a -q | sort)
 layers_before=$(ls "$SBX_STATE_DIR/linux/images/layers" | sort)
 run "rebuild" 0 "$SBX" image build -t app:1 $ctx
 check "  every RUN and COPY CACHED" [ "$(grep -c -- '---> CACHED' <<<"$OUT")" = 6 ]
-check "  no step ran: no new image, no new layer" [ "$("$SBX" image ls -q | sort)" = "$images_before" -a "$(ls "$SBX_STATE_DIR/linux/images/layers" | sort)" = "$layers_before" ]
+check "  no step ran: no new image, no new layer" [ "$("$SBX" image ls -a -q | sort)" = "$images_before" -a "$(ls "$SBX_STATE_DIR/linux/images/layers" | sort)" = "$layers_before" ]
 run "rebuild --no-cache" 0 "$SBX" image build --no-cache -t app:nc $ctx
 check "  nothing CACHED" [ "$(grep -c CACHED <<<"$OUT")" = 0 ]
 run "  same result" 0 "$SBX" run --image app:nc -- cat /app/copied /mode
