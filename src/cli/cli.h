@@ -395,6 +395,8 @@ int cli_cmd_exec(int argc, char **argv);
 int cli_cmd_cp(int argc, char **argv);
 int cli_cmd_ls(int argc, char **argv);
 int cli_cmd_status(int argc, char **argv);
+/* One row of `sbx gc`'s table (BOX, REASON and a note), under a header printed once. */
+void cli_gc_row(const char *id, const char *reason, const char *note);
 int cli_cmd_inspect(int argc, char **argv);
 int cli_cmd_stop(int argc, char **argv);
 int cli_cmd_gc(int argc, char **argv);

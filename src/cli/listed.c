@@ -245,7 +245,7 @@ int cli_listed_gc(const struct cli_opts *opts, const json_t *done, json_t *out)
             json_array_append_new(out, json_pack("{s:s, s:s, s:b}", "id", id, "reason", reason,
                                                  "removed", !opts->dry_run));
         else
-            printf("%s\t%s%s\n", id, reason, opts->dry_run ? " (dry run)" : "");
+            cli_gc_row(id, reason, opts->dry_run ? " (dry run)" : "");
     }
     return CLI_EXIT_OK;
 }

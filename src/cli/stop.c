@@ -110,6 +110,16 @@ static const char *gc_reason(const json_t *rec, double now, bool *reachable)
     return NULL;
 }
 
+void cli_gc_row(const char *id, const char *reason, const char *note)
+{
+    /* A header over the first row only: a gc with nothing to do prints nothing. */
+    static bool headed;
+    if (!headed)
+        printf("BOX\tREASON\n");
+    headed = true;
+    printf("%s\t%s%s\n", id, reason, note);
+}
+
 int cli_cmd_gc(int argc, char **argv)
 {
     _cleanup_cli_opts_ struct cli_opts o = { 0 };
@@ -160,7 +170,7 @@ int cli_cmd_gc(int argc, char **argv)
             json_array_append_new(out, json_pack("{s:s, s:s, s:b}", "id", id, "reason", reason,
                                                  "removed", removed));
         else
-            printf("%s\t%s%s\n", id, reason, o.dry_run ? " (dry run)" : removed ? "" : " (kept)");
+            cli_gc_row(id, reason, o.dry_run ? " (dry run)" : removed ? "" : " (kept)");
     }
     if (!cli_signal_received() && cli_listed_gc(&o, done, out) != CLI_EXIT_OK)
         rc = CLI_EXIT_FAIL;

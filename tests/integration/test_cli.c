@@ -756,6 +756,7 @@ static void test_gc_fake(void)
 
     p = SBX("gc");
     EXPECT_CODE(p, 0);
+    TAP_TRUE(!strncmp(p.out, "BOX\tREASON\n", 11));
     TAP_CONTAINS(p.out, stopped);
     TAP_CONTAINS(p.out, unreachable);
     TAP_TRUE(!strstr(p.out, alive));
