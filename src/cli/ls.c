@@ -127,9 +127,16 @@ int cli_cmd_ls(int argc, char **argv)
     size_t i;
     json_t *rec;
     double now = cli_now();
+    /* The ID column as wide as the longest id (sbx's are 16), not a fixed 40. */
+    int idw = 16;
+    json_array_foreach(all, i, rec)
+    {
+        int len = (int)strlen(cli_box_id(rec));
+        idw = len > idw ? (len < 64 ? len : 64) : idw;
+    }
     if (!o.json && !o.quiet)
-        printf("%-40s %-10s %-12s %-6s %-8s %s\n", "ID", "PROVIDER", "STATUS", "AGE", "TTL",
-               "LABELS");
+        printf("%-*s %-10s %-20s %-12s %-6s %-8s %s\n", idw, "ID", "PROVIDER", "IMAGE", "STATUS",
+               "AGE", "TTL", "LABELS");
     json_array_foreach(all, i, rec)
     {
         if (!cli_box_matches(rec, &o.labels))
@@ -156,8 +163,13 @@ int cli_cmd_ls(int argc, char **argv)
         status = shown_status(rec, status, sbuf, sizeof(sbuf));
         _cleanup_free_ char *fid = cli_field(id);
         _cleanup_free_ char *fprov = cli_field(prov ? prov : "?");
-        printf("%-40s %-10s %-12s %-6s %-8s %s\n", fid, fprov, status, age, ttl,
-               labels ? labels : "");
+        /* The image as created (none: the host's directories); a long one keeps its end. */
+        const char *img = json_string_value(json_object_get(rec, "image"));
+        _cleanup_free_ char *fimg = cli_field(img ? img : "-");
+        size_t il = fimg ? strlen(fimg) : 0;
+        const char *shown_img = !fimg ? "-" : il > 20 ? fimg + il - 19 : fimg;
+        printf("%-*s %-10s %s%-*s %-12s %-6s %-8s %s\n", idw, fid, fprov, il > 20 ? "~" : "",
+               il > 20 ? 19 : 20, shown_img, status, age, ttl, labels ? labels : "");
     }
     if (o.json && cli_print_json(out) < 0)
         return CLI_EXIT_FAIL;

@@ -725,6 +725,16 @@ static void test_ls_table_escapes_labels(void)
     TAP_CONTAINS(p.out, "note=x^[]0;t^G^Jy\n");
     proc_free(&p);
     SBX_EXPECT(0, "stop", id);
+    /* IMAGE: as created; a long reference keeps its end (the tag), marked cut. */
+    id = create_box((const char *const[]){ "create", "--provider", "fake", "--image",
+                                           "registry.example.com/org/app:1.2.3", NULL });
+    p = SBX("ls");
+    EXPECT_CODE(p, 0);
+    TAP_TRUE(!strncmp(p.out, "ID    ", 6));
+    TAP_CONTAINS(p.out, " PROVIDER   IMAGE                STATUS ");
+    TAP_CONTAINS(p.out, " ~e.com/org/app:1.2.3 running ");
+    proc_free(&p);
+    SBX_EXPECT(0, "stop", id);
 }
 
 static void test_gc_fake(void)
