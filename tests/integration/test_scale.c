@@ -191,6 +191,31 @@ static void test_creates_wait_their_turn(void)
     rmdir(dir);
 }
 
+/*
+ * Creates still waiting for their turn when their sandboxes and provider are
+ * freed end with them: nothing is left, nothing waits for ever.
+ */
+static void test_waiting_creates_freed(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *spec = sbx_spec_new();
+    enum { N = SBX_LINUX_CREATES_IN_FLIGHT + 16 };
+    sbx_sandbox *sbs[N];
+    sbx_future *fs[N];
+    for (int i = 0; i < N; i++) {
+        TAP_OK(sbx_sandbox_new(p, spec, &sbs[i], &e_));
+        TAP_OK(sbx_sandbox_start_async(sbs[i], NULL, &fs[i], &e_));
+    }
+    for (int i = N - 1; i >= 0; i--) {
+        sbx_future_free(fs[i]);
+        sbx_sandbox_free(sbs[i]);
+    }
+    sbx_spec_free(spec);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 struct by_id {
     const char *id;
     int rc;
@@ -577,4 +602,4 @@ static void test_memory_cgroup_limited(void)
 TAP_MAIN(TAP(test_memory_cgroup_limited), TAP(test_pid_hint_only_near_the_host_limit), TAP(test_masks_add_no_superblock),
          TAP(test_stop_reclaims_the_box_memory), TAP(test_stop_time_left_reads_the_marker),
          TAP_T(test_stop_deadline_excludes_the_queue, 120), TAP_T(test_mass_stop_all_succeed, 600),
-         TAP_T(test_creates_wait_their_turn, 300))
+         TAP_T(test_creates_wait_their_turn, 300), TAP_T(test_waiting_creates_freed, 300))
