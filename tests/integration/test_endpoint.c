@@ -267,29 +267,6 @@ static void echo_half_close(int port)
 }
 
 /* Whether anything listens on host TCP port `port` (/proc/net/tcp{,6}, state 0A). */
-static bool listening(int port)
-{
-    const char *files[] = { "/proc/net/tcp", "/proc/net/tcp6" };
-    for (int f = 0; f < 2; f++) {
-        FILE *in = fopen(files[f], "re");
-        char line[512];
-        while (in && fgets(line, sizeof(line), in)) {
-            char local[128];
-            unsigned st;
-            if (sscanf(line, "%*d: %127s %*s %x", local, &st) != 2)
-                continue;
-            const char *c = strrchr(local, ':');
-            if (c && (int)strtol(c + 1, NULL, 16) == port && st == 0x0A) {
-                fclose(in);
-                return true;
-            }
-        }
-        if (in)
-            fclose(in);
-    }
-    return false;
-}
-
 /* The inode of the socket listening on `port` (/proc/net/tcp*), or 0. */
 static unsigned long listener_inode(int port)
 {
@@ -314,6 +291,9 @@ static unsigned long listener_inode(int port)
     }
     return 0;
 }
+
+/* Whether something listens on host TCP `port` (v4 or v6). */
+static bool listening(int port) { return listener_inode(port) != 0; }
 
 /* "pid (cmdline) ..." of the processes holding socket `ino` (static storage). */
 static const char *socket_holders(unsigned long ino)
