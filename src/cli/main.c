@@ -48,7 +48,7 @@ struct command {
 };
 
 static const struct command commands[] = {
-    { "run", cli_cmd_run, "sbx run [-d [--name NAME]] [OPTIONS] [--] CMD...",
+    { "run", cli_cmd_run, "sbx run [-d [--name NAME]] [OPTIONS] [--] [CMD...]",
       "create a box, run CMD, stop the box; exit with CMD's status",
       SPEC_OPTIONS_HELP "Command:\n"
                         "  --timeout S            seconds CMD may run (default 180; 0: none)\n"
@@ -63,7 +63,8 @@ static const struct command commands[] = {
                         "  --raw                  the command's bytes exactly, also on a terminal\n"
                         "  -t                     run CMD on a terminal (stdin must be one); -i is accepted\n",
       "CMD's words are quoted and joined into one shell command (use sh -c '...'\n"
-      "for pipes). stdin, when it is not a terminal, is streamed to CMD as it comes.\n"
+      "for pipes). With --image and no CMD, the image's Entrypoint and Cmd are CMD.\n"
+      "stdin, when it is not a terminal, is streamed to CMD as it comes.\n"
       "The box is stopped on exit, also on SIGINT/SIGTERM.\n" },
     { "create", cli_cmd_create, "sbx create [--name NAME] [OPTIONS]",
       "create a box that outlives the command; print its id",

@@ -203,6 +203,49 @@ static void hint_image(const char *word, int more)
             word, word, more ? "CMD..." : "(its command)");
 }
 
+/*
+ * The command of `run --image IMAGE` with no CMD: the image's Entrypoint then
+ * Cmd (as docker run IMAGE), each word quoted as CMD's are. Asked once the
+ * box has started (a registry image is pulled by then). NULL, said, when
+ * the provider cannot say or the image names neither.
+ */
+static char *image_command(sbx_provider *p, const char *image)
+{
+    char *text = NULL;
+    sbx_error *e = NULL;
+    int rc = sbx_provider_image_inspect(p, image, &text, &e);
+    if (rc < 0) {
+        cli_error("no command given, and the image's own could not be read (%s): give one "
+                  "(sbx run --image %s -- CMD...)",
+                  e ? sbx_error_message(e) : sbx_strerror(rc), image);
+        sbx_error_free(e);
+        return NULL;
+    }
+    _cleanup_json_ json_t *v = json_loads(text, 0, NULL);
+    free(text);
+    json_t *cfg = json_object_get(v, "config");
+    json_t *parts[2] = { json_object_get(cfg, "Entrypoint"), json_object_get(cfg, "Cmd") };
+    size_t n = json_array_size(parts[0]) + json_array_size(parts[1]);
+    _cleanup_free_ char **words = calloc(n + 1, sizeof(*words));
+    size_t k = 0;
+    for (int j = 0; j < 2 && words; j++) {
+        size_t i;
+        json_t *w;
+        json_array_foreach(parts[j], i, w)
+        {
+            if (json_is_string(w))
+                words[k++] = (char *)json_string_value(w);
+        }
+    }
+    if (!words || k == 0) {
+        cli_error("no command given, and image %s has neither Entrypoint nor Cmd: give one "
+                  "(sbx run --image %s -- CMD...)",
+                  image, image);
+        return NULL;
+    }
+    return cli_join_argv(words, (int)k);
+}
+
 int cli_cmd_run(int argc, char **argv)
 {
     /* --rm (docker run --rm) is what run does anyway: accepted, nothing to do. */
@@ -269,10 +312,13 @@ int cli_cmd_run(int argc, char **argv)
     }
     if (name)
         return cli_usage_error("run", "--name names a kept box: with -d, or use sbx create --name");
-    if (optind >= argc)
-        return cli_usage_error("run", "no command given");
+    /* No CMD with --image: the image's own command (image_command), as docker run IMAGE. */
+    bool image_cmd = optind >= argc && so.image;
+    if (optind >= argc && !image_cmd)
+        return cli_usage_error("run", "no command given (with --image IMAGE and no CMD, "
+                                      "the image's Entrypoint and Cmd run)");
     /* No image named: CMD's first word may be one (Docker's `run IMAGE CMD`). */
-    const char *first = argv[optind];
+    const char *first = image_cmd ? "" : argv[optind];
     bool no_image = !so.image && !so.spec_file, found = no_image && on_path(first);
     bool bare_first = no_image && !found && !strchr(first, '/');
     if (no_image && !found && looks_like_image_ref(first))
@@ -282,13 +328,13 @@ int cli_cmd_run(int argc, char **argv)
                                first, first, optind + 1 < argc ? "CMD..." : "CMD");
     if (tty && (rc = cli_pty_need_tty("run -t")) != CLI_EXIT_OK)
         return rc;
-    _cleanup_free_ char *command = cli_join_argv(argv + optind, argc - optind);
+    _cleanup_free_ char *command = image_cmd ? NULL : cli_join_argv(argv + optind, argc - optind);
     _cleanup_free_ char *config = NULL;
     sbx_spec *spec = NULL;
     rc = cli_spec_build("run", &so, &config, &spec);
     if (rc != CLI_EXIT_OK)
         return rc;
-    if (!command || cli_signals_install() < 0) {
+    if ((!command && !image_cmd) || cli_signals_install() < 0) {
         sbx_spec_free(spec);
         cli_error("cannot set up: %s", strerror(errno));
         return CLI_EXIT_SBX;
@@ -316,6 +362,11 @@ int cli_cmd_run(int argc, char **argv)
         }
         cli_sbx_error(e, "starting the box");
         return CLI_EXIT_SBX;
+    }
+    if (image_cmd && !(command = image_command(p, so.image))) {
+        sbx_sandbox_free(sb); /* stops it */
+        sbx_provider_free(p);
+        return CLI_EXIT_USAGE;
     }
 
     sbx_exec_result *r = NULL;

@@ -61,6 +61,11 @@ check "  nothing cached the first time" [ "$(grep -c CACHED <<<"$OUT")" = 0 ]
 check "  tagged" has "$OUT" "Successfully tagged app:1"
 run "run the built image" 0 "$SBX" run --image app:1 -- sh -c 'cat /built /two /data/a.txt /etc/a.txt /app/copied /ran /mode /app/sub/d.txt; pwd; echo $MODE; test -x /app/s.sh && echo exec'
 check "  output" [ "$OUT" = "$(printf 'built\n2\none\none\none\nscript ran\nprod\ndeep\n/app\nprod\nexec')" ]
+run "run --image with no CMD runs the image's own (CMD [cat, /app/copied])" 0 "$SBX" run --image app:1
+check "  its output" [ "$OUT" = one ]
+run "an image with neither Entrypoint nor Cmd, and no CMD" 2 "$SBX" run --image bb
+check "  says so, and what to give" has "$ERR" "image bb has neither Entrypoint nor Cmd: give one (sbx run --image bb -- CMD...)"
+check "  and leaves no box" [ -z "$(ls -A "$SBX_STATE_DIR/linux/boxes" 2>/dev/null)" ]
 run "inspect the built image" 0 "$SBX" image inspect app:1
 check "  CMD" has "$OUT" '"/app/copied"'
 check "  image ls hides the build cache" [ -z "$("$SBX" image ls -q | grep '^sbx-build-cache:')" ]

@@ -450,7 +450,7 @@ static void test_usage_errors(void)
         const char *msg;
         const char *usage;
     } cases[] = {
-        { { "run", "--provider", "fake" }, "sbx: no command given\n", "usage: sbx run " },
+        { { "run", "--provider", "fake" }, "sbx: no command given (with --image IMAGE and no CMD, the image's Entrypoint and Cmd run)\n", "usage: sbx run " },
         { { "run", "--bogus", "--", "true" }, "unknown option '--bogus'", "usage: sbx run " },
         { { "run", "--timeout" }, "option '--timeout' needs a value", "usage: sbx run " },
         { { "run", "--memory", "lots", "--", "true" }, "--memory expects", "usage: sbx run " },
