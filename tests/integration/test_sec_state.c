@@ -519,6 +519,34 @@ static void test_gc_finds_boxes_without_records(void)
 }
 
 /*
+ * A record that lost its "state" (edited by hand, or by whoever can write
+ * the state directory) is read as an ended box: status says ERROR rather
+ * than reading a NULL, and the box still stops and leaves nothing.
+ */
+static void test_record_without_state(void)
+{
+    need_boxes();
+    sbx_provider *p = provider(NULL);
+    sbx_spec *s = sbx_spec_new();
+    sbx_sandbox *a = start(p, s);
+    json_t *r = record_json(sbx_sandbox_id(a));
+    TAP_EQ_INT(json_object_del(r, "state"), 0);
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/boxes/%s/record.json", state_dir, sbx_sandbox_id(a));
+    char *text = json_dumps(r, 0);
+    TAP_EQ_INT(sbx__write_file_atomic(path, text, strlen(text), 0600), 0);
+    free(text);
+    json_decref(r);
+    sbx_status st = SBX_STATUS_RUNNING;
+    TAP_OK(sbx_sandbox_status(a, &st, &e_));
+    TAP_EQ_INT(st, SBX_STATUS_ERROR);
+    stop_free(a);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
+/*
  * die_with_creator: the box ends when the process that made it dies
  * without letting it go, even by SIGKILL after the handover.
  */
@@ -584,6 +612,7 @@ int main(int argc, char **argv)
         TAP(test_records_private_and_no_secret_on_cmdlines),
         TAP(test_config_values_checked),
         TAP(test_gc_finds_boxes_without_records),
+        TAP(test_record_without_state),
         TAP(test_die_with_creator),
     };
     return tap_main(argc, argv, tests, sizeof(tests) / sizeof(tests[0]));

@@ -2203,13 +2203,20 @@ static void status_work(void *data)
     } else if (sbx__linux_record_read(j->box_dir, &rec, NULL) < 0) {
         j->raw = RAW_UNREADABLE;
     } else {
+        /*
+         * "creating" as well: the shim marks the record "running" a moment
+         * after our handle has the agent's hello, and a box frozen in that
+         * moment (a slow host) is paused all the same.
+         */
+        const char *state = rec.state ? rec.state : ""; /* a record without one: ended */
+        bool live = !strcmp(state, "creating") || !strcmp(state, "running");
         if (!sbx__linux_shim_alive(&rec))
             j->raw = RAW_SHIM_DEAD; /* the supervisor died: an orphan for gc */
-        else if (!strcmp(rec.state, "running") && rec.service && strcmp(rec.service, "running"))
+        else if (!strcmp(state, "running") && rec.service && strcmp(rec.service, "running"))
             j->raw = RAW_SERVICE_ENDED; /* [svc-logs] */
-        else if (!strcmp(rec.state, "running") && sbx__linux_box_paused(&rec))
+        else if (live && sbx__linux_box_paused(&rec))
             j->raw = RAW_PAUSED; /* frozen, or its agent stopped: it answers nothing now */
-        else if (!strcmp(rec.state, "creating") || !strcmp(rec.state, "running"))
+        else if (live)
             j->raw = RAW_LIVE;
         else
             j->raw = RAW_ENDED;
