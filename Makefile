@@ -38,7 +38,9 @@ FUSE_LD := $(shell $(CC) -fuse-ld=gold -Wl,--version >/dev/null 2>&1 && echo -fu
 LDFLAGS_ALL := $(SAN) $(FUSE_LD) $(LDFLAGS)
 LIBS := $(PKG_LIBS) -lpthread -ldl -lm
 
-LIB_SRC := $(sort $(wildcard src/core/*.c src/proto/*.c src/kit/*.c src/image/*.c src/providers/*.c src/providers/*/*.c))
+LIB_SRC := $(sort $(wildcard src/core/*.c src/proto/*.c src/kit/*.c src/remote/*.c src/image/*.c src/providers/*.c src/providers/*/*.c))
+# The public headers (include/sbx.h and include/sbx/*.h), installed as they are.
+PUBLIC_HEADERS := $(sort $(wildcard include/sbx/*.h))
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 CLI_OBJ := $(CLI_SRC:%.c=$(B)/obj/%.o)
@@ -366,8 +368,7 @@ install: all $(B)/sbx.1
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/sbx $(DESTDIR)$(BINDIR) \
 	    $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
 	install -m 644 include/sbx.h $(DESTDIR)$(INCLUDEDIR)/sbx.h
-	install -m 644 include/sbx/provider.h $(DESTDIR)$(INCLUDEDIR)/sbx/provider.h
-	install -m 644 include/sbx/box.h $(DESTDIR)$(INCLUDEDIR)/sbx/box.h
+	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(INCLUDEDIR)/sbx/
 	install -m 755 $(B)/libsbx.so $(DESTDIR)$(LIBDIR)/libsbx.so.0
 	ln -sf libsbx.so.0 $(DESTDIR)$(LIBDIR)/libsbx.so
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
@@ -388,8 +389,7 @@ print-pydir:
 
 # Removes exactly what install put there (the same PREFIX and DESTDIR).
 uninstall:
-	rm -f $(DESTDIR)$(INCLUDEDIR)/sbx.h $(DESTDIR)$(INCLUDEDIR)/sbx/provider.h \
-	    $(DESTDIR)$(INCLUDEDIR)/sbx/box.h \
+	rm -f $(DESTDIR)$(INCLUDEDIR)/sbx.h $(addprefix $(DESTDIR)$(INCLUDEDIR)/sbx/,$(notdir $(PUBLIC_HEADERS))) \
 	    $(DESTDIR)$(LIBDIR)/libsbx.so.0 $(DESTDIR)$(LIBDIR)/libsbx.so \
 	    $(DESTDIR)$(LIBDIR)/pkgconfig/sbx.pc $(DESTDIR)$(BINDIR)/sbx \
 	    $(DESTDIR)$(LIBEXECDIR)/sbx-shim $(DESTDIR)$(LIBEXECDIR)/sbx-agent \

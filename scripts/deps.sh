@@ -6,7 +6,7 @@ pkgs=(build-essential pkg-config clang libclang-rt-14-dev valgrind
       libuv1-dev libcurl4-openssl-dev libjansson-dev libyaml-dev libarchive-dev
       libseccomp-dev libcap-dev nettle-dev libsquashfs-dev libnftables-dev passt libnl-route-3-dev
       skopeo squashfs-tools zstd
-      python3 python3-pytest
+      python3 python3-pytest python3-aiohttp
       busybox-static bubblewrap docker.io podman iproute2 procps util-linux e2fsprogs tmux less
       qemu-system-x86
       docker-registry skopeo apache2-utils openssl curl python3-cryptography)
