@@ -375,6 +375,13 @@ SBX_INTERNAL void sbx__context_drain(sbx_context *ctx);
 /* True when the calling thread is the loop thread of any sbx context. */
 SBX_INTERNAL bool sbx__on_any_loop(void);
 SBX_INTERNAL void *sbx__context_uv(sbx_context *ctx);
+/*
+ * The remote kit's HTTP engine of the context (NULL until its first
+ * request). Loop thread only. `close_fn` runs on the loop when the context
+ * stops, before the loop closes its handles.
+ */
+SBX_INTERNAL void *sbx__context_http(sbx_context *ctx);
+SBX_INTERNAL void sbx__context_set_http(sbx_context *ctx, void *http, void (*close_fn)(void *http));
 
 /* --- the context's worker pool (pool.c) ---------------------------------- */
 

@@ -30,6 +30,9 @@ struct sbx_context {
     struct sbx__pool *pool; /* its threads start with the first blocking item */
     size_t work_pending;    /* pool items queued or running (under lock) */
     bool closed;            /* the loop closes its handles: no more wake-ups (under lock) */
+    /* The remote kit's HTTP engine (src/remote/http.c), made on the loop at first use. */
+    void *http;
+    void (*http_close)(void *http);
 };
 
 static __thread sbx_context *current_ctx;
@@ -75,8 +78,13 @@ static void run_tasks(uv_async_t *a)
             ctx->closed = true;
         pthread_mutex_unlock(&ctx->lock);
         if (!t) {
-            if (stopping)
+            if (stopping) {
+                /* The HTTP engine closes its own handles (their memory is its). */
+                if (ctx->http)
+                    ctx->http_close(ctx->http);
+                ctx->http = NULL;
                 uv_walk(&ctx->loop, walk_close, NULL);
+            }
             return;
         }
         while (t) {
@@ -314,6 +322,12 @@ void sbx__context_drain(sbx_context *ctx)
 bool sbx__context_on_loop(const sbx_context *ctx) { return current_ctx == ctx; }
 bool sbx__on_any_loop(void) { return current_ctx != NULL; }
 void *sbx__context_uv(sbx_context *ctx) { return &ctx->loop; }
+void *sbx__context_http(sbx_context *ctx) { return ctx->http; }
+void sbx__context_set_http(sbx_context *ctx, void *http, void (*close_fn)(void *http))
+{
+    ctx->http = http;
+    ctx->http_close = close_fn;
+}
 
 sbx_context *sbx__context_of_uv(void *loop)
 {
