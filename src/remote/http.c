@@ -14,6 +14,7 @@
  * from inside its own callbacks, where a cancel may come from.
  */
 #include "core/internal.h"
+#include "remote/http_parse.h"
 
 #include <sbx/http.h>
 #include <sbx/provider.h>
@@ -260,6 +261,8 @@ static int code_for_status(const sbx_http_client *c, int status)
 
 /* --- the engine: one per context ------------------------------------------ */
 
+static void resp_free(sbx_http_response *r);
+
 struct engine;
 
 struct esock {
@@ -327,6 +330,25 @@ struct sbx_http_request {
 };
 
 static uint64_t now_ns(void) { return uv_hrtime(); }
+
+sbx_http_response *sbx__http_response_new(const sbx_http_client *c, const char *method,
+                                          const char *path)
+{
+    sbx_http_response *r = calloc(1, sizeof(*r));
+    if (r) {
+        r->client = c;
+        r->method = method;
+        r->path = path;
+    }
+    return r;
+}
+
+int sbx__http_response_append(sbx_http_response *r, const void *data, size_t len)
+{
+    return sbx__buf_append(&r->body, data, len);
+}
+
+void sbx__http_response_free(sbx_http_response *r) { resp_free(r); }
 
 static void resp_free(sbx_http_response *r)
 {
@@ -663,49 +685,75 @@ static void request_end(sbx_http_request *r, int code, sbx_error *err)
     uv_close((uv_handle_t *)&r->timer, timer_closed);
 }
 
-static size_t on_header(char *data, size_t size, size_t n, void *user)
+/*
+ * One header line of a response as libcurl hands it over (with its CRLF):
+ * a status line starts a new response (after a 100 Continue, say), whose
+ * headers replace the last's. -1: the headers are too big or no memory.
+ */
+int sbx__http_response_header_line(sbx_http_response *resp, const char *data, size_t len)
 {
-    sbx_http_request *r = user;
-    size_t len = size * n;
-    sbx_http_response *resp = r->resp;
     if (len >= 5 && !memcmp(data, "HTTP/", 5)) {
-        /* A new response (after a 100 Continue, say): its headers replace the last's. */
         for (size_t i = 0; i < resp->n_headers; i++) {
             free(resp->headers[i].name);
             free(resp->headers[i].value);
         }
         resp->n_headers = 0;
-        long st = 0;
-        curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &st);
+        resp->header_bytes = 0;
         const char *sp = memchr(data, ' ', len);
-        resp->status = sp ? (int)strtol(sp + 1, NULL, 10) : (int)st;
-        return len;
-    }
-    resp->header_bytes += len;
-    if (resp->header_bytes > HTTP_MAX_HEADER_BYTES) {
-        r->abort = ABORT_HEADERS_TOO_BIG;
+        long st = 0;
+        if (sp) {
+            /* Three digits, as RFC 9110 has them; anything else is no status (0). */
+            const char *q = sp + 1, *end = data + len;
+            for (int i = 0; i < 3 && q < end && *q >= '0' && *q <= '9'; i++, q++)
+                st = st * 10 + (*q - '0');
+            if (q - (sp + 1) != 3 || st < 100)
+                st = 0;
+        }
+        resp->status = (int)st;
         return 0;
     }
+    resp->header_bytes += len;
+    if (resp->header_bytes > HTTP_MAX_HEADER_BYTES)
+        return -1;
     const char *colon = memchr(data, ':', len);
     if (!colon || colon == data)
-        return len; /* the blank line, or a folded line: not kept */
+        return 0; /* the blank line, or a folded line: not kept */
     const char *v = colon + 1, *end = data + len;
     while (v < end && (*v == ' ' || *v == '\t'))
         v++;
     while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
         end--;
+    /*
+     * NUL, CR or LF inside a name or value (RFC 9110 allows none): not kept,
+     * so no value read back can cut a string short or split a header line.
+     */
+    for (const char *q = data; q < end; q++)
+        if ((*q == 0 || *q == '\r' || *q == '\n') && (q < colon || q >= v))
+            return 0;
     struct hdr *nv = realloc(resp->headers, (resp->n_headers + 1) * sizeof(*nv));
     if (!nv)
-        return 0;
+        return -1;
     resp->headers = nv;
     nv[resp->n_headers].name = strndup(data, (size_t)(colon - data));
     nv[resp->n_headers].value = strndup(v, (size_t)(end - v));
     if (!nv[resp->n_headers].name || !nv[resp->n_headers].value) {
         free(nv[resp->n_headers].name);
         free(nv[resp->n_headers].value);
-        return 0;
+        return -1;
     }
     resp->n_headers++;
+    return 0;
+}
+
+static size_t on_header(char *data, size_t size, size_t n, void *user)
+{
+    sbx_http_request *r = user;
+    size_t len = size * n;
+    if (sbx__http_response_header_line(r->resp, data, len) < 0) {
+        if (r->resp->header_bytes > HTTP_MAX_HEADER_BYTES)
+            r->abort = ABORT_HEADERS_TOO_BIG;
+        return 0;
+    }
     return len;
 }
 
@@ -900,7 +948,7 @@ static void attempt_start(sbx_http_request *r)
 }
 
 /* Retry-After: delta seconds or an HTTP date; -1 when absent or unreadable. */
-static double retry_after_s(const sbx_http_response *resp)
+double sbx__http_retry_after(const sbx_http_response *resp)
 {
     const char *v = sbx_http_response_header(resp, "Retry-After");
     if (!v || !*v)
@@ -914,7 +962,7 @@ static double retry_after_s(const sbx_http_response *resp)
     if (when < 0)
         return -1;
     double d = difftime(when, time(NULL));
-    return d < 0 ? 0 : d;
+    return d < 0 ? 0 : d > 86400 ? 86400 : d;
 }
 
 static double jitter_s(const sbx_http_client *c, int attempt)
@@ -978,7 +1026,7 @@ static void attempt_done(sbx_http_request *r, CURLcode res)
     }
     double wait = -1;
     if (res == CURLE_OK && status_retried(c, r->resp->status)) {
-        double ra = retry_after_s(r->resp);
+        double ra = sbx__http_retry_after(r->resp);
         wait = ra >= 0 ? ra : jitter_s(c, r->attempts);
     } else if (res != CURLE_OK && transport_retryable(res)) {
         wait = jitter_s(c, r->attempts);
