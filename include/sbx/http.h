@@ -73,8 +73,9 @@ SBX_EXPORT void sbx_http_client_set_timeouts(sbx_http_client *c, double connect_
 /*
  * The retry policy: at most `attempts` sends in all (default 4; 1: no
  * retry), waits drawn uniformly from 0 to min(`cap_s`, `base_s` * 2^n)
- * (full jitter; defaults 0.2 and 10 s); a Retry-After longer than the
- * request's remaining deadline ends the request instead.
+ * (full jitter; defaults 0.2 and 10 s). A server's Retry-After is waited
+ * instead; one longer than `cap_s` or than the request's remaining
+ * deadline ends the request with that answer.
  */
 SBX_EXPORT void sbx_http_client_set_retry(sbx_http_client *c, int attempts, double base_s,
                                           double cap_s);

@@ -1026,8 +1026,9 @@ static void attempt_done(sbx_http_request *r, CURLcode res)
     }
     double wait = -1;
     if (res == CURLE_OK && status_retried(c, r->resp->status)) {
+        /* A Retry-After past the policy's cap ends the request: no silent hour-long wait. */
         double ra = sbx__http_retry_after(r->resp);
-        wait = ra >= 0 ? ra : jitter_s(c, r->attempts);
+        wait = ra > c->cap_s ? -1 : ra >= 0 ? ra : jitter_s(c, r->attempts);
     } else if (res != CURLE_OK && transport_retryable(res)) {
         wait = jitter_s(c, r->attempts);
     }

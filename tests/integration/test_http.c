@@ -378,6 +378,7 @@ static void test_retry_after_honoured_and_deadline_wins(void)
     server_start(false);
     sbx_http_client *c = client();
     /* A 429 asking for 1 s: the second attempt comes no sooner. */
+    sbx_http_client_set_retry(c, 4, 0.01, 5);
     struct call a = {0};
     call(&a, c, "GET", "/flaky/ra1?fail=1&code=429&retry_after=1");
     TAP_EQ_INT(a.status, 200);
@@ -392,14 +393,20 @@ static void test_retry_after_honoured_and_deadline_wins(void)
     call_free(&k);
     /* Retry-After past the deadline: the 503 is the answer, without waiting for it. */
     struct call b = {0};
-    b.r = req(c, "GET", "/flaky/ra2?fail=5&retry_after=3600");
-    sbx_http_request_set_deadline(b.r, 30);
+    b.r = req(c, "GET", "/flaky/ra2?fail=5&retry_after=20");
+    sbx_http_request_set_deadline(b.r, 10);
     call_start(&b);
     call_wait(&b);
     TAP_EQ_INT(b.code, SBX_OK);
     TAP_EQ_INT(b.status, 503);
     TAP_EQ_INT(b.attempts, 1);
     call_free(&b);
+    /* ... and past the policy's cap (5 s here) with no deadline: the same. */
+    struct call b2 = {0};
+    call(&b2, c, "GET", "/flaky/ra3?fail=5&code=429&retry_after=3600");
+    TAP_EQ_INT(b2.status, 429);
+    TAP_EQ_INT(b2.attempts, 1);
+    call_free(&b2);
     /* A server that does not answer within the deadline: SBX_ETIMEDOUT, saying so. */
     struct call d = {0};
     d.r = req(c, "GET", "/slow?delay=60");
