@@ -441,7 +441,8 @@ SBX_EXPORT const char *sbx_provider_name(const sbx_provider *p);
 /*
  * 1 when the provider supports a capability, by name: "endpoint", "connect"
  * (or "serialize"), "pty", "list", "stop", "gc", "images", "pause",
- * "snapshot", "network", "port-forward", "shared-storage", "exec-stream".
+ * "snapshot", "network", "port-forward", "shared-storage", "exec-stream",
+ * "agent" (its boxes run sbx-agent: directory and byte transfers).
  * 0 otherwise, and for unknown names.
  */
 SBX_EXPORT int sbx_provider_supports(const sbx_provider *p, const char *capability);

@@ -310,7 +310,9 @@ static const struct sbx_provider_ops hostbox_ops = {
     .stop_id = hb_stop_id,
     .gc = hb_gc,
     /* sbx_box_exec streams output as the agent's frames arrive: nothing more to do here. */
-    .capabilities = SBX_CAP_LIST | SBX_CAP_STOP_ID | SBX_CAP_GC | SBX_CAP_EXEC_STREAM,
+    /* SBX_CAP_AGENT: the kit's exec runs the agent's built-ins, so directory transfers work. */
+    .capabilities = SBX_CAP_LIST | SBX_CAP_STOP_ID | SBX_CAP_GC | SBX_CAP_EXEC_STREAM |
+                    SBX_CAP_AGENT,
 };
 
 SBX_EXPORT const struct sbx_provider_ops *const sbx_plugin_providers[] = {&hostbox_ops, NULL};

@@ -57,6 +57,12 @@ typedef struct sbx_op sbx_op;
 #define SBX_CAP_PORT_FORWARD (1ull << 10)  /* forwarding a box port to the host */
 #define SBX_CAP_SHARED_STORAGE (1ull << 11) /* volumes shared between boxes */
 #define SBX_CAP_EXEC_STREAM (1ull << 12)   /* output delivered as it arrives */
+/*
+ * Its boxes run sbx-agent and its exec runs the agent's built-ins (what the
+ * kit's sbx_box_exec does): directory and byte transfers (upload_dir,
+ * write_file, ...) need it. Declared; never derived.
+ */
+#define SBX_CAP_AGENT (1ull << 13)
 
 struct sbx_provider_ops {
     int abi_version; /* SBX_PROVIDER_ABI_VERSION (SBX_PROVIDER_OPS_HEADER sets it) */
@@ -205,6 +211,13 @@ struct sbx_provider_ops {
      */
     void (*log_stream)(sbx_op *op, void *state, void *box, int fd, double since_s, long long tail,
                        unsigned flags);
+    /*
+     * The SBX_CAP_* flags of this configured provider, when its config
+     * changes them (docker with `agent: false` runs no agent): replaces
+     * `capabilities` for the provider `state` is of. NULL: `capabilities`.
+     * Any thread; must not block.
+     */
+    unsigned long long (*capabilities_of)(const void *state);
 };
 
 /* --- Operations ---------------------------------------------------------- */

@@ -570,6 +570,11 @@ static void child(int in_fd, int out_fd, int err_fd, int report, const sbx_msg_e
          * A transfer built-in (tar.c): no program is run, so a box needs
          * neither a shell nor tar. Closing the report pipe says it started.
          */
+        /* A relative path means what it means to the box's commands here (files_box_path). */
+        if (m->argv[0] && m->argv[1] && !(m->argv[1] = files_box_path(m->argv[1]))) {
+            ce = (struct child_err){STAGE_EXEC, ENOMEM};
+            goto fail;
+        }
         int keep = files_root_fd();
         /* Without an exec, the close-on-exec descriptors (other pipe ends, the
          * agent's sockets) would stay open: the stdin pipe's write end among

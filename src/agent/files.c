@@ -24,10 +24,14 @@
 #include <unistd.h>
 
 static int rootfd = -1;
+/* The root's own path (resolved), for relative built-in paths (files_box_path). */
+static char *root_path;
 
 int files_set_root(const char *root)
 {
     rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    free(root_path);
+    root_path = realpath(root, NULL);
     /* Tests force the fallback walk to check it behaves like the kernel's. */
     const char *force = getenv("SBX_AGENT_NO_OPENAT2");
     if (force && *force && strcmp(force, "0") != 0)
@@ -38,6 +42,35 @@ int files_set_root(const char *root)
 int files_root_fd(void)
 {
     return rootfd;
+}
+
+/*
+ * A built-in's path as a path inside the root: an absolute one as it is; a
+ * relative one joined to the exec's working directory (the child chdir'd
+ * there), as the box's commands see that path, so that `upload_dir(d,
+ * "x")` lands where `ls x` looks. A working directory outside the root
+ * (it cannot be reached from inside) leaves the path relative to the root.
+ * malloc'd; NULL when out of memory.
+ */
+char *files_box_path(const char *path)
+{
+    if (path[0] == '/' || !root_path)
+        return strdup(path);
+    char *cwd = getcwd(NULL, 0);
+    const char *inside = NULL;
+    size_t n = strlen(root_path);
+    if (cwd && !strcmp(root_path, "/"))
+        inside = cwd;
+    else if (cwd && !strncmp(cwd, root_path, n) && (cwd[n] == '/' || cwd[n] == 0))
+        inside = cwd[n] ? cwd + n : "/";
+    char *out = NULL;
+    if (!inside)
+        out = strdup(path);
+    else if (asprintf(&out, "%s%s%s", inside, inside[strlen(inside) - 1] == '/' ? "" : "/",
+                      path) < 0)
+        out = NULL;
+    free(cwd);
+    return out;
 }
 
 int root_open(const char *path, int flags, mode_t mode)

@@ -43,5 +43,7 @@ int tar_create_fd(int out, int dirfd, char *msg, size_t msg_len);
 
 /* The root file operations resolve in (files.c). */
 int files_root_fd(void);
+/* A built-in's path inside the root: a relative one joined to the working directory. */
+char *files_box_path(const char *path);
 
 #endif

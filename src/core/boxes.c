@@ -476,7 +476,9 @@ unsigned long long sbx__provider_caps(const sbx_provider *p)
      */
     const unsigned long long shown = SBX_CAP_ENDPOINT | SBX_CAP_CONNECT | SBX_CAP_LIST |
                                      SBX_CAP_STOP_ID | SBX_CAP_GC | SBX_CAP_IMAGES;
-    unsigned long long caps = o->capabilities & ~shown;
+    unsigned long long declared =
+        o->capabilities_of ? o->capabilities_of(p->state) : o->capabilities;
+    unsigned long long caps = declared & ~shown;
     if (o->endpoint)
         caps |= SBX_CAP_ENDPOINT;
     if (o->serialize && o->connect)
@@ -505,7 +507,7 @@ int sbx_provider_supports(const sbx_provider *p, const char *cap)
         { "pause", SBX_CAP_PAUSE },         { "snapshot", SBX_CAP_SNAPSHOT },
         { "network", SBX_CAP_NETWORK },     { "port-forward", SBX_CAP_PORT_FORWARD },
         { "shared-storage", SBX_CAP_SHARED_STORAGE },
-        { "exec-stream", SBX_CAP_EXEC_STREAM },
+        { "exec-stream", SBX_CAP_EXEC_STREAM }, { "agent", SBX_CAP_AGENT },
     };
     if (!p || !cap)
         return 0;

@@ -29,16 +29,17 @@
 #define STDERR_KEEP 4096
 #define READ_FILE_DEFAULT_MAX ((size_t)64 << 20)
 
-/* The providers whose boxes run sbx-agent and so have the built-ins. */
+/*
+ * The providers whose boxes run sbx-agent and so have the built-ins: those
+ * declaring SBX_CAP_AGENT (linux, docker, local through the host's
+ * `sbx-agent builtin`, and kit plugins such as hostbox).
+ */
 static int check_provider(sbx_sandbox *sb, const char *what, const char *path, sbx_error **err)
 {
     sbx_provider *p = sb ? sbx_sandbox_provider(sb) : NULL;
     const char *name = p ? sbx_provider_name(p) : NULL;
-    /* local runs the host's sbx-agent for each transfer (`sbx-agent builtin`). */
-    static const char *const ok[] = {"linux", "docker", "apptainer", "enroot", "local", NULL};
-    for (size_t i = 0; name && ok[i]; i++)
-        if (!strcmp(name, ok[i]))
-            return SBX_OK;
+    if (p && sbx_provider_supports(p, "agent"))
+        return SBX_OK;
     return sbx__set_error(err, SBX_ENOTSUP,
                           "%s '%s': provider '%s' does not run sbx-agent in its boxes, which "
                           "directory and byte transfers need; use upload/download of single files",

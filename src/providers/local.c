@@ -1661,5 +1661,5 @@ SBX_INTERNAL const struct sbx_provider_ops sbx__local_provider = {
     .gc = local_gc,
     .agent_address = local_agent_address, /* [pty] */
     /* [netw] port forwarding: the box's agent (local_agent.c) relays FORWARD streams. */
-    .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_PTY | SBX_CAP_PORT_FORWARD,
+    .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_PTY | SBX_CAP_PORT_FORWARD | SBX_CAP_AGENT,
 };

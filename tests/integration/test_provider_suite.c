@@ -8,7 +8,8 @@
  *
  * Cases: exec (exit codes, stdout/stderr, cwd, env, stdin, timeout),
  * streaming (first bytes before the end, partial output on timeout),
- * upload/download round trip with modes, status before/after stop, stop
+ * upload/download round trip with modes, directories and bytes where the
+ * provider declares the agent (SBX_CAP_AGENT), status before/after stop, stop
  * twice, list with labels, stop by id, gc by label and by expiry, bad
  * input failing cleanly, and service logs (or a clear "not kept"). A provider that cannot list must say so
  * (SBX_ENOTSUP), never answer wrongly.
@@ -208,6 +209,47 @@ static void case_transfer(sbx_provider *p)
     snprintf(src, sizeof(src), "%s/no-such-file", tap_tmpdir());
     TAP_EQ_INT(sbx_sandbox_upload(sb, src, "x", &e), SBX_ENOENT);
     sbx_error_free(e);
+    e = NULL;
+
+    /*
+     * Directories and bytes: through the agent's built-ins where the provider
+     * declares SBX_CAP_AGENT, else refused saying why (never a wrong answer).
+     */
+    char dir[900], dback[900];
+    snprintf(dir, sizeof(dir), "%s/tree", tap_tmpdir());
+    snprintf(dback, sizeof(dback), "%s/tree-back", tap_tmpdir());
+    TAP_EQ_INT(mkdir(dir, 0755), 0);
+    snprintf(src, sizeof(src), "%s/sub", dir);
+    TAP_EQ_INT(mkdir(src, 0750), 0);
+    snprintf(src, sizeof(src), "%s/sub/a.txt", dir);
+    TAP_EQ_INT(write_text(src, "in a tree\n"), 0);
+    chmod(src, 0604);
+    if (sbx_provider_supports(p, "agent")) {
+        if (sbx_sandbox_upload_dir(sb, dir, "tree", 0, &e) != SBX_OK)
+            TAP_FAIL("%s: upload_dir: %s", prov, sbx_error_message(e));
+        r = run(sb, "cat tree/sub/a.txt && stat -c %a tree/sub tree/sub/a.txt", NULL);
+        TAP_EQ_STR(stdout_of(r), "in a tree\n750\n604\n");
+        sbx_exec_result_free(r);
+        if (sbx_sandbox_download_dir(sb, "tree", dback, 0, &e) != SBX_OK)
+            TAP_FAIL("%s: download_dir: %s", prov, sbx_error_message(e));
+        snprintf(src, sizeof(src), "%s/sub/a.txt", dback);
+        char *t = read_text(src);
+        TAP_EQ_STR(t, "in a tree\n");
+        free(t);
+        TAP_EQ_INT(stat(src, &st), 0);
+        TAP_EQ_INT(st.st_mode & 0777, 0604);
+        TAP_OK(sbx_sandbox_write_file(sb, "bytes/b.bin", "\0\1two", 5, 0600, &e_));
+        char *data = NULL;
+        size_t len = 0;
+        TAP_OK(sbx_sandbox_read_file(sb, "bytes/b.bin", 0, &data, &len, &e_));
+        TAP_EQ_INT((int)len, 5);
+        TAP_TRUE(!memcmp(data, "\0\1two", 5));
+        free(data);
+    } else {
+        TAP_EQ_INT(sbx_sandbox_upload_dir(sb, dir, "tree", 0, &e), SBX_ENOTSUP);
+        TAP_CONTAINS(sbx_error_message(e), "does not run sbx-agent");
+        sbx_error_free(e);
+    }
     stop_free(sb);
 }
 

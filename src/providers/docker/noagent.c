@@ -389,6 +389,16 @@ static void exec_work(sbx_op *op, void *data)
 void sbx__dk_noagent_exec(sbx_op *op, struct docker *d, struct dbox *b, const char *command,
                           const sbx_exec_opts *opts)
 {
+    /* A transfer's agent built-in: there is no agent to run it. */
+    if (opts && opts->builtin_argv) {
+        sbx_op_complete(op, SBX_ENOTSUP,
+                        sbx_error_new(SBX_ENOTSUP,
+                                      "docker: this box runs without sbx-agent (agent: false), "
+                                      "which directory and byte transfers need; use "
+                                      "upload/download of single files"),
+                        NULL);
+        return;
+    }
     struct xjob *j = calloc(1, sizeof(*j));
     if (!j) {
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);

@@ -2059,6 +2059,19 @@ static void dk_log_stream(sbx_op *op, void *state, void *box, int fd, double sin
     sbx__dk_log_stream(op, state, box, fd, since, tail, flags);
 }
 
+#define DK_CAPS                                                                                    \
+    (SBX_CAP_EXEC_STREAM | SBX_CAP_CONNECT | SBX_CAP_LIST | SBX_CAP_STOP_ID | SBX_CAP_GC |         \
+     SBX_CAP_PTY | SBX_CAP_PORT_FORWARD | SBX_CAP_AGENT)
+
+/* `agent: false` in the config: no agent, so no PTYs, forwarding or agent built-ins by default. */
+static unsigned long long dk_capabilities_of(const void *state)
+{
+    const struct docker *d = state;
+    if (d && !d->cfg.agent)
+        return DK_CAPS & ~(SBX_CAP_AGENT | SBX_CAP_PTY | SBX_CAP_PORT_FORWARD);
+    return DK_CAPS;
+}
+
 SBX_INTERNAL const struct sbx_provider_ops sbx__docker_provider = {
     SBX_PROVIDER_OPS_HEADER,
     .name = "docker",
@@ -2080,6 +2093,6 @@ SBX_INTERNAL const struct sbx_provider_ops sbx__docker_provider = {
     .gc = dk_gc,
     .agent_address = dk_agent_address, /* [pty] */
     .log_stream = dk_log_stream,       /* [svc-logs] */
-    .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_CONNECT | SBX_CAP_LIST | SBX_CAP_STOP_ID |
-                    SBX_CAP_GC | SBX_CAP_PTY | SBX_CAP_PORT_FORWARD,
+    .capabilities = DK_CAPS,
+    .capabilities_of = dk_capabilities_of,
 };

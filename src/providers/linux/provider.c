@@ -3067,6 +3067,7 @@ const struct sbx_provider_ops sbx__linux_provider = {
     .endpoint = linux_endpoint,           /* [endpoint] */
     /* Exec goes through the agent client, which streams output as its frames arrive. */
     .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_PTY | SBX_CAP_PORT_FORWARD /* [endpoint] */ |
+                    SBX_CAP_AGENT |
                     SBX_CAP_NETWORK /* [netw] */,
 };
 
