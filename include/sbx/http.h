@@ -11,7 +11,7 @@
  *   socket): make it in init, free it in release, from any thread;
  *   requests in flight keep it alive (it is reference counted).
  * - an sbx_http_request is one call. Build it, then sbx_http_request_send()
- *   it on the loop thread (in an op, with sbx_op_loop(op)). Its callback
+ *   it on an op's loop (sbx_op_loop(op)), from any thread. Its callback
  *   runs once, on the loop thread, never inside send; after the callback
  *   returns the request and its response are freed.
  *
@@ -144,8 +144,9 @@ typedef void (*sbx_http_done_cb)(sbx_http_request *r, int code, sbx_http_respons
                                  sbx_error *err, void *user);
 /*
  * Sends `r` on `loop` (sbx_op_loop(op)); `cb` runs once, later, on the loop
- * thread. Loop thread only. On failure (SBX_EINVAL: not the loop thread of
- * an sbx context; SBX_ENOMEM) `cb` never runs and the caller still owns `r`.
+ * thread. Any thread: from another one (a worker that read a file first)
+ * the loop starts it. On failure (SBX_EINVAL, SBX_ENOMEM, SBX_ECANCELED: the
+ * context has ended) `cb` never runs and the caller still owns `r`.
  */
 SBX_EXPORT int sbx_http_request_send(sbx_http_request *r, void *loop, sbx_http_done_cb cb,
                                      void *user, sbx_error **err);

@@ -320,6 +320,7 @@ struct sbx_http_request {
     char errbuf[CURL_ERROR_SIZE];
     uint64_t sent_ns, deadline_ns; /* deadline_ns 0: none */
     int attempts;
+    bool sent;        /* handed to send: the engine's from then on */
     bool delivered;   /* a chunk reached on_data: never retried after */
     bool paused;
     bool cancelled;
@@ -500,12 +501,7 @@ static long connection_cap(void)
 
 static struct engine *engine_of(void *loop, sbx_error **err)
 {
-    sbx_context *ctx = loop ? sbx__context_of_uv(loop) : NULL;
-    if (!ctx || !sbx__context_on_loop(ctx)) {
-        sbx__set_error(err, SBX_EINVAL,
-                       "sbx_http_request_send must run on its context's loop thread (in an op)");
-        return NULL;
-    }
+    sbx_context *ctx = sbx__context_of_uv(loop);
     struct engine *e = sbx__context_http(ctx);
     if (e)
         return e;
@@ -584,7 +580,7 @@ static void request_release(sbx_http_request *r)
 void sbx_http_request_free(sbx_http_request *r)
 {
     /* A sent request is the engine's: it is freed after its callback. */
-    if (r && !r->e)
+    if (r && !r->sent)
         request_release(r);
 }
 
@@ -1080,18 +1076,13 @@ static void check_done(struct engine *e)
     }
 }
 
-int sbx_http_request_send(sbx_http_request *r, void *loop, sbx_http_done_cb cb, void *user,
-                          sbx_error **err)
+/* On the loop thread: the engine, the request's timer, its first attempt. */
+static int start_on_loop(sbx_http_request *r, void *loop, sbx_error **err)
 {
-    if (!r || !cb || r->e)
-        return sbx__set_error(err, SBX_EINVAL, "sbx_http_request_send: a request, sent once, "
-                                               "with a callback");
     struct engine *e = engine_of(loop, err);
     if (!e)
         return err && *err ? sbx_error_code(*err) : SBX_EINVAL;
     r->e = e;
-    r->cb = cb;
-    r->user = user;
     uv_timer_init(e->loop, &r->timer);
     r->timer.data = r;
     r->sent_ns = now_ns();
@@ -1102,6 +1093,54 @@ int sbx_http_request_send(sbx_http_request *r, void *loop, sbx_http_done_cb cb, 
     e->inflight = r;
     /* The first attempt starts from the loop too: the callback never runs inside send. */
     uv_timer_start(&r->timer, on_request_timer, 0, 0);
+    return SBX_OK;
+}
+
+struct posted {
+    sbx_http_request *r;
+    void *loop;
+};
+
+static void send_posted(void *data)
+{
+    struct posted *p = data;
+    sbx_http_request *r = p->r;
+    sbx_error *e = NULL;
+    int rc = start_on_loop(r, p->loop, &e);
+    free(p);
+    if (rc < 0) {
+        r->cb(r, rc, NULL, e, r->user);
+        request_release(r);
+    }
+}
+
+int sbx_http_request_send(sbx_http_request *r, void *loop, sbx_http_done_cb cb, void *user,
+                          sbx_error **err)
+{
+    if (!r || !cb || !loop || r->sent)
+        return sbx__set_error(err, SBX_EINVAL, "sbx_http_request_send: a request, sent once, "
+                                               "with a callback and a loop");
+    r->cb = cb;
+    r->user = user;
+    sbx_context *ctx = sbx__context_of_uv(loop);
+    if (sbx__context_on_loop(ctx)) {
+        int rc = start_on_loop(r, loop, err);
+        if (rc == SBX_OK)
+            r->sent = true;
+        return rc;
+    }
+    /* From another thread (a worker that read a file, say): the loop starts it. */
+    struct posted *p = malloc(sizeof(*p));
+    if (!p)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    p->r = r;
+    p->loop = loop;
+    int rc = sbx__context_post(ctx, send_posted, p);
+    if (rc < 0) {
+        free(p);
+        return sbx__set_error(err, rc, "sbx_http_request_send: the context's loop has ended");
+    }
+    r->sent = true;
     return SBX_OK;
 }
 
