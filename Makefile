@@ -270,7 +270,7 @@ check-valgrind-boxes: tests
 VALGRIND_CI_UNIT := test_attribution test_cdi_spec test_config test_forward test_image_auth \
     test_image_ref test_inroot test_layout test_net_hosts test_proto test_proto_procs \
     test_pty_marker test_rewrite_image test_sbxfile test_sec_input test_shell_quote test_sif \
-    test_spec test_transfer_host
+    test_spec test_transfer_host test_wire
 VALGRIND_CI := $(VALGRIND_CI_UNIT) test_agent
 check-valgrind-ci: check-valgrind-ci-bins
 	B=$(B) SBX_VALGRIND=1 SBX_SKIP_PYTHON=1 SBX_ONLY="$(VALGRIND_CI) $(VALGRIND_CI_SCRIPTS)" tests/run.sh
@@ -547,8 +547,17 @@ $(HOSTBOX_SO): examples/provider/hostbox.c include/sbx.h include/sbx/provider.h 
 	@mkdir -p $(@D)
 	$(CC) -std=c11 $(OPT) $(WARN) $(SAN) -fPIC -shared -Iinclude -o $@ $< \
 	    -L$(B) -lsbx -Wl,-rpath,$(abspath $(B))
-examples: $(HOSTBOX_SO)
-tests: $(HOSTBOX_SO)
+# restbox, the remote kit's example (<sbx/http.h>), against tests/remote/api_server.py:
+# a plugin with dependencies of its own (jansson, nettle), as a provider outside the tree has.
+RESTBOX_SO := $(B)/examples/provider/restbox.so
+$(RESTBOX_SO): examples/provider/restbox.c include/sbx.h include/sbx/provider.h include/sbx/http.h \
+    $(B)/libsbx.so
+	@mkdir -p $(@D)
+	$(CC) -std=c11 $(OPT) $(WARN) $(SAN) -fPIC -shared -Iinclude \
+	    $(shell pkg-config --cflags jansson nettle) -o $@ $< \
+	    -L$(B) -lsbx -Wl,-rpath,$(abspath $(B)) $(shell pkg-config --libs jansson nettle)
+examples: $(HOSTBOX_SO) $(RESTBOX_SO)
+tests: $(HOSTBOX_SO) $(RESTBOX_SO)
 # --- end example plugin ---
 # The provider suite loads the hostbox plugin, which binds to the box kit: link it all.
 $(B)/tests/integration/test_provider_suite: $(B)/obj/tests/integration/test_provider_suite.o \

@@ -352,7 +352,11 @@ SBX_EXPORT const void *sbx_exec_opts_stdin(const sbx_exec_opts *o, size_t *len);
 SBX_EXPORT size_t sbx_exec_opts_output_limit(const sbx_exec_opts *o);
 /* The stdin descriptor of sbx_exec_opts_set_stdin_fd (borrowed), or -1. */
 SBX_EXPORT int sbx_exec_opts_stdin_fd(const sbx_exec_opts *o);
-/* 0 when the result is to carry no output (sbx_exec_opts_set_keep_output), else 1. */
+/*
+ * 0 when the result is to carry no output (sbx_exec_opts_set_keep_output),
+ * else 1. Always 1 for a provider without SBX_CAP_EXEC_STREAM: the core
+ * delivers its whole output to the caller's callback or fds, then drops it.
+ */
 SBX_EXPORT int sbx_exec_opts_keep_output(const sbx_exec_opts *o);
 /* Marks a result truncated (providers set it when output hit the cap). */
 SBX_EXPORT void sbx_exec_result_set_truncated(sbx_exec_result *r, int truncated);
@@ -360,6 +364,16 @@ SBX_EXPORT void sbx_exec_result_set_truncated(sbx_exec_result *r, int truncated)
 SBX_EXPORT int sbx_exec_result_new_take(char *out, size_t out_len, char *errb, size_t err_len,
                                         int return_code, const char *error_type,
                                         sbx_exec_result **result);
+/*
+ * The reference's timeout result, as every provider must give it: return
+ * code 125, error_type "timeout", stdout what the command wrote before it
+ * was killed ("" when nothing), stderr its partial stderr then "command
+ * timed out after Ns: COMMAND". Takes `out` and `errb` (malloc'd, or NULL)
+ * as sbx_exec_result_new_take does, even on failure (SBX_ENOMEM).
+ */
+SBX_EXPORT int sbx_exec_result_new_timeout(char *out, size_t out_len, char *errb, size_t err_len,
+                                           double timeout_s, const char *command,
+                                           sbx_exec_result **result);
 
 #ifdef __cplusplus
 }

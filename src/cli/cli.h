@@ -276,6 +276,8 @@ char *cli_default_config(void);
  * array of records, may be NULL) are left out. None when it cannot list.
  */
 int cli_listed_records(const json_t *skip, json_t **records, sbx_error **err);
+/* Whether a provider's listing failed in this command (said on stderr then). */
+bool cli_listing_failed(void);
 /*
  * The live status of a record's box from its provider's list ("stopped" when
  * not listed), or NULL when that provider cannot list (connect to ask).

@@ -29,6 +29,10 @@ static char *default_config(void)
  * provider cannot list (or cannot be made) maps to null.
  */
 static json_t *listings;
+/* A provider's listing failed (a service down, say): what was listed is shown, the exit says so. */
+static bool listing_failed;
+
+bool cli_listing_failed(void) { return listing_failed; }
 
 static json_t *listing_of(const char *config)
 {
@@ -48,8 +52,10 @@ static json_t *listing_of(const char *config)
                 got = json_loads(text, 0, NULL);
             sbx_future_free(f);
         }
-        if (!got && e)
+        if (!got && e) {
             cli_error("listing boxes: %s", sbx_error_message(e));
+            listing_failed = true;
+        }
         sbx_error_free(e);
         free(text);
     }

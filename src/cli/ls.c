@@ -173,7 +173,8 @@ int cli_cmd_ls(int argc, char **argv)
     }
     if (o.json && cli_print_json(out) < 0)
         return CLI_EXIT_FAIL;
-    return CLI_EXIT_OK;
+    /* What could be listed is printed; a provider that could not answer fails the command. */
+    return cli_listing_failed() ? CLI_EXIT_SBX : CLI_EXIT_OK;
 }
 
 /*

@@ -707,6 +707,12 @@ int sbx_sandbox_exec_async(sbx_sandbox *sb, const char *command, const sbx_exec_
         call_finish(c, rc, NULL, NULL);
         return rc;
     }
+    /*
+     * A provider that does not stream hands the core its whole output, which
+     * the sink then delivers and drops: it must keep it whatever the caller asked.
+     */
+    if (c->sink && !sbx__exec_sink_streams(c->sink))
+        c->opts->drop_output = false;
     return submit(c, simple_run, out, err);
 }
 

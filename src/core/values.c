@@ -250,6 +250,22 @@ int sbx_exec_result_new_take(char *out, size_t out_len, char *errb, size_t err_l
     return SBX_OK;
 }
 
+int sbx_exec_result_new_timeout(char *out, size_t out_len, char *errb, size_t err_len,
+                                double timeout_s, const char *command, sbx_exec_result **result)
+{
+    sbx_buf err = {.data = errb, .len = errb ? err_len : 0, .cap = errb ? err_len : 0};
+    char t[32];
+    sbx__fmt_g(timeout_s, t, sizeof(t));
+    if ((err.len && err.data[err.len - 1] != '\n' && sbx__buf_append(&err, "\n", 1) < 0) ||
+        sbx__buf_printf(&err, "command timed out after %ss: %s", t, command ? command : "") < 0 ||
+        (!out && !(out = strdup("")))) {
+        sbx__buf_free(&err);
+        free(out);
+        return SBX_ENOMEM;
+    }
+    return sbx_exec_result_new_take(out, out_len, err.data, err.len, 125, "timeout", result);
+}
+
 static char *dup_bytes(const char *p, size_t len)
 {
     char *c = malloc(len + 1);

@@ -555,24 +555,12 @@ static void conn_fail(sbx_agent_conn *c, int code, const char *fmt, ...)
  */
 static sbx_exec_result *timeout_result(struct hchan *ch)
 {
-    char t[32];
-    sbx__fmt_g(ch->timeout_s, t, sizeof(t));
     sbx_buf err = ch->err;
     ch->err = (sbx_buf){0};
-    if (err.len && err.data[err.len - 1] != '\n')
-        sbx__buf_append(&err, "\n", 1);
-    if (sbx__buf_printf(&err, "command timed out after %ss: %s", t, ch->desc) < 0) {
-        sbx__buf_free(&err);
-        return NULL;
-    }
     char *out = steal_pointer(&ch->out.data);
-    size_t out_len = ch->out.len;
-    if (!out && !(out = strdup(""))) {
-        sbx__buf_free(&err);
-        return NULL;
-    }
     sbx_exec_result *r = NULL;
-    if (sbx_exec_result_new_take(out, out_len, err.data, err.len, 125, "timeout", &r) < 0)
+    if (sbx_exec_result_new_timeout(out, ch->out.len, err.data, err.len, ch->timeout_s, ch->desc,
+                                    &r) < 0)
         return NULL;
     if (ch->truncated)
         sbx_exec_result_set_truncated(r, 1);

@@ -25,6 +25,23 @@ request itself, so tests running at once never see each other's:
   GET  /headers?size=N         one header of N bytes
   GET  /peer                   {"peer": "..."}: which connection carried it (reuse)
 
+and the restbox API (examples/provider/restbox.c, the remote kit's example
+provider): a "box" is a work directory of this server's host whose commands
+run as its processes (NO isolation: a test double, as hostbox is):
+
+  POST   /v1/boxes             {"env": {}, "metadata": {}, "ttl": s|null,
+                               "entrypoint": null} -> 201 {"id", "status"}
+  GET    /v1/boxes[?label=k=v] {"boxes": [{"id", "status", "created",
+                               "expires_at", "metadata"}]}
+  GET    /v1/boxes/ID          one box, or 404
+  DELETE /v1/boxes/ID          204 (its processes killed, its directory
+                               removed), or 404
+  POST   /v1/boxes/ID/exec     {"command", "cwd", "env", "timeout",
+                               "stdin" (base64)} -> {"exit_code", "stdout",
+                               "stderr" (base64), "timed_out"}
+  PUT    /v1/boxes/ID/files?path=P   the body, with X-Mode (octal) -> 204
+  GET    /v1/boxes/ID/files?path=P   the file, with X-Mode, or 404
+
   api_server.py --port-file F [--unix PATH] [--tls-cert C --tls-key K]
 
 It listens on 127.0.0.1 (an ephemeral port, written to F once it listens)
@@ -32,11 +49,16 @@ and, with --unix, on a unix socket too. Debian's python3-aiohttp.
 """
 import argparse
 import asyncio
+import base64
 import hashlib
 import json
 import os
+import secrets
+import shutil
+import signal
 import ssl
 import sys
+import tempfile
 import time
 
 from aiohttp import web
@@ -173,6 +195,181 @@ async def peer(req):
     return web.json_response({"peer": str(req.transport.get_extra_info("peername"))})
 
 
+# --- the restbox API --------------------------------------------------------
+
+BOXES = {}
+BOX_ROOT = tempfile.mkdtemp(prefix="sbx-restbox-")
+
+
+def box_json(b):
+    return {"id": b["id"], "status": "running", "created": b["created"],
+            "expires_at": b["expires_at"], "metadata": b["metadata"]}
+
+
+def bad(msg, status=400):
+    return web.json_response({"message": msg}, status=status)
+
+
+async def rb_create(req):
+    try:
+        spec = await req.json()
+    except ValueError:
+        return bad("the body is not JSON")
+    if not isinstance(spec, dict):
+        return bad("the body must be a JSON object")
+    if spec.get("entrypoint"):
+        return bad("restbox runs no entrypoint: leave it unset")
+    env = spec.get("env") or {}
+    md = spec.get("metadata") or {}
+    if not isinstance(env, dict) or not isinstance(md, dict):
+        return bad("env and metadata must be objects")
+    bid = "rb-" + secrets.token_hex(6)
+    work = os.path.join(BOX_ROOT, bid)
+    os.makedirs(work)
+    now = time.time()
+    ttl = spec.get("ttl")
+    BOXES[bid] = {"id": bid, "work": work, "env": {str(k): str(v) for k, v in env.items()},
+                  "metadata": {str(k): str(v) for k, v in md.items()}, "created": now,
+                  "expires_at": now + ttl if isinstance(ttl, (int, float)) else None,
+                  "procs": set()}
+    return web.json_response({"id": bid, "status": "running", "workdir": work}, status=201)
+
+
+def box_of(req):
+    return BOXES.get(req.match_info["id"])
+
+
+async def rb_list(req):
+    want = req.query.getall("label", [])
+    out = []
+    for b in BOXES.values():
+        ok = True
+        for kv in want:
+            k, _, v = kv.partition("=")
+            ok = ok and b["metadata"].get(k) == v
+        if ok:
+            out.append(box_json(b))
+    return web.json_response({"boxes": out})
+
+
+async def rb_get(req):
+    b = box_of(req)
+    return web.json_response(box_json(b)) if b else bad("no such box", 404)
+
+
+async def rb_delete(req):
+    b = BOXES.pop(req.match_info["id"], None)
+    if not b:
+        return bad("no such box", 404)
+    for p in list(b["procs"]):
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    shutil.rmtree(b["work"], ignore_errors=True)
+    return web.Response(status=204)
+
+
+def in_box(b, path):
+    """A box path on this host: relative ones under the box's work directory;
+    absolute ones only inside it (as `pwd` in the box prints them)."""
+    full = os.path.normpath(os.path.join(b["work"], path))
+    if full != b["work"] and not full.startswith(b["work"] + os.sep):
+        return None
+    return full
+
+
+async def rb_exec(req):
+    b = box_of(req)
+    if not b:
+        return bad("no such box", 404)
+    try:
+        x = await req.json()
+    except ValueError:
+        return bad("the body is not JSON")
+    cwd = in_box(b, x.get("cwd") or ".")
+    if cwd is None or not os.path.isdir(cwd):
+        return bad("no such directory in the box: %s" % x.get("cwd"))
+    env = dict(os.environ)
+    env.update(b["env"])
+    env.update({str(k): str(v) for k, v in (x.get("env") or {}).items()})
+    stdin = base64.b64decode(x.get("stdin") or "")
+    p = await asyncio.create_subprocess_exec(
+        "/bin/sh", "-c", x["command"], cwd=cwd, env=env, start_new_session=True,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    b["procs"].add(p)
+    out, err = bytearray(), bytearray()
+
+    async def pump(src, dst):
+        while True:
+            chunk = await src.read(65536)
+            if not chunk:
+                return
+            dst.extend(chunk)
+
+    async def feed():
+        try:
+            if stdin:
+                p.stdin.write(stdin)
+                await p.stdin.drain()
+            p.stdin.close()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    timeout = x.get("timeout")
+    timed_out = False
+    work = asyncio.gather(feed(), pump(p.stdout, out), pump(p.stderr, err), p.wait())
+    try:
+        await asyncio.wait_for(asyncio.shield(work), timeout if timeout and timeout > 0 else None)
+    except asyncio.TimeoutError:
+        timed_out = True
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        await work
+    b["procs"].discard(p)
+    return web.json_response({
+        "exit_code": p.returncode if p.returncode >= 0 else 128 - p.returncode,
+        "stdout": base64.b64encode(bytes(out)).decode(),
+        "stderr": base64.b64encode(bytes(err)).decode(),
+        "timed_out": timed_out})
+
+
+async def rb_put_file(req):
+    b = box_of(req)
+    if not b:
+        return bad("no such box", 404)
+    path = in_box(b, req.query.get("path", ""))
+    if path is None:
+        return bad("the path leaves the box")
+    try:
+        mode = int(req.headers.get("X-Mode", "644"), 8)
+    except ValueError:
+        return bad("X-Mode is not octal")
+    data = await req.read()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    os.chmod(path, mode & 0o7777)
+    return web.Response(status=204)
+
+
+async def rb_get_file(req):
+    b = box_of(req)
+    if not b:
+        return bad("no such box", 404)
+    path = in_box(b, req.query.get("path", ""))
+    if path is None:
+        return bad("the path leaves the box")
+    if not os.path.isfile(path):
+        return bad("no such file in the box: %s" % req.query.get("path"), 404)
+    with open(path, "rb") as f:
+        data = f.read()
+    return web.Response(body=data, headers={"X-Mode": "%o" % (os.stat(path).st_mode & 0o7777)})
+
+
 async def main():
     parent = os.getppid()
     ap = argparse.ArgumentParser()
@@ -196,6 +393,13 @@ async def main():
         web.get("/ndjson", ndjson),
         web.get("/headers", headers),
         web.get("/peer", peer),
+        web.post("/v1/boxes", rb_create),
+        web.get("/v1/boxes", rb_list),
+        web.get("/v1/boxes/{id}", rb_get),
+        web.delete("/v1/boxes/{id}", rb_delete),
+        web.post("/v1/boxes/{id}/exec", rb_exec),
+        web.put("/v1/boxes/{id}/files", rb_put_file),
+        web.get("/v1/boxes/{id}/files", rb_get_file),
     ])
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
@@ -212,9 +416,24 @@ async def main():
     with open(tmp, "w") as f:
         f.write("%d\n" % port)
     os.rename(tmp, a.port_file)
-    # Ends with its parent (a test killed by its alarm leaves no server).
-    while os.getppid() == parent:
-        await asyncio.sleep(0.5)
+    # Ends with its parent (a test killed by its alarm leaves no server) or a
+    # SIGTERM, and takes its boxes with it.
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    try:
+        while os.getppid() == parent and not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), 0.5)
+            except asyncio.TimeoutError:
+                pass
+    finally:
+        for b in BOXES.values():
+            for p in b["procs"]:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        shutil.rmtree(BOX_ROOT, ignore_errors=True)
 
 
 if __name__ == "__main__":
