@@ -8,14 +8,37 @@
  */
 #include "kit/agentpool.h"
 
+#include <errno.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 struct sbx_kit_pool {
     pthread_mutex_t lock;
     int max;
     int count;
     sbx_kit_slot *head, *tail;
+    /*
+     * Descriptors are back-pressure, not errors: a reconnect that would pass
+     * the process's descriptor budget (or that the kernel refused with
+     * EMFILE while other connections are busy) parks its slot here, in
+     * order, until an op ends and frees one (loop thread only).
+     */
+    sbx_kit_slot *parked_head, *parked_tail;
 };
+
+/*
+ * Open connections at most, however busy: the soft descriptor limit less a
+ * reserve for everything else the process opens (a quarter, at least 64).
+ */
+static int fd_budget(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY ||
+        rl.rlim_cur > (1u << 30))
+        return 1 << 30;
+    long soft = (long)rl.rlim_cur, reserve = soft / 4 > 64 ? soft / 4 : 64;
+    return soft - reserve > 8 ? (int)(soft - reserve) : 8;
+}
 
 struct sbx_kit_wait {
     struct sbx_kit_wait *next;
@@ -90,7 +113,9 @@ static void trim(sbx_kit_pool *p, sbx_kit_slot *keep)
     for (;;) {
         pthread_mutex_lock(&p->lock);
         sbx_kit_slot *victim = NULL;
-        if (p->count > p->max) {
+        /* With slots parked for a descriptor, every idle connection makes room. */
+        int limit = p->parked_head ? 0 : p->max;
+        if (p->count > limit) {
             for (sbx_kit_slot *s = p->tail; s; s = s->prev) {
                 if (s != keep &&
                     (!sbx__agent_alive(s->conn) || (s->socket && sbx__agent_idle(s->conn)))) {
@@ -171,10 +196,14 @@ void sbx__kit_agent_lost(sbx_kit_slot *s)
     detach(s, false);
 }
 
+static void wake_parked(sbx_kit_pool *p);
+
 void sbx__kit_agent_release(sbx_kit_slot *s)
 {
-    if (s->pool)
+    if (s->pool) {
         trim(s->pool, NULL);
+        wake_parked(s->pool);
+    }
 }
 
 bool sbx__kit_agent_gone(const sbx_kit_slot *s)
@@ -183,6 +212,43 @@ bool sbx__kit_agent_gone(const sbx_kit_slot *s)
 }
 
 /* --- use and reconnect ------------------------------------------------------ */
+
+static void park(sbx_kit_pool *p, sbx_kit_slot *s)
+{
+    s->parked_next = NULL;
+    if (p->parked_tail)
+        p->parked_tail->parked_next = s;
+    else
+        p->parked_head = s;
+    p->parked_tail = s;
+}
+
+static void start_reconnect(sbx_kit_slot *s);
+
+/*
+ * Starts parked reconnects while the budget has room, oldest first; at most
+ * those parked on entry (one refused again parks at the end, for the next op's end).
+ */
+static void wake_parked(sbx_kit_pool *p)
+{
+    int budget = fd_budget();
+    sbx_kit_slot *last = p->parked_tail;
+    while (p->parked_head) {
+        pthread_mutex_lock(&p->lock);
+        bool room = p->count < budget;
+        pthread_mutex_unlock(&p->lock);
+        if (!room)
+            return;
+        sbx_kit_slot *s = p->parked_head;
+        p->parked_head = s->parked_next;
+        if (!p->parked_head)
+            p->parked_tail = NULL;
+        s->parked_next = NULL;
+        start_reconnect(s);
+        if (s == last)
+            return;
+    }
+}
 
 static void on_reconnected(sbx_agent_conn *conn, int code, sbx_error *err, void *data)
 {
@@ -199,7 +265,27 @@ static void on_reconnected(sbx_agent_conn *conn, int code, sbx_error *err, void 
     } else {
         pthread_mutex_lock(&p->lock);
         p->count--;
+        int others = p->count;
         pthread_mutex_unlock(&p->lock);
+        int en = err ? sbx_error_errno(err) : 0;
+        /*
+         * No descriptor left, while other connections are open: one of them
+         * frees one when its op ends. Wait for that instead of failing.
+         */
+        if (!conn && !s->closed && (en == EMFILE || en == ENFILE) && others > 0) {
+            s->waiters = w;
+            s->reconnecting = true; /* parked: later uses queue behind it */
+            park(p, s);
+            sbx_error_free(err);
+            /* Idle connections go first; each one closed is a descriptor for a parked slot. */
+            trim(p, NULL);
+            pthread_mutex_lock(&p->lock);
+            bool freed = p->count < others;
+            pthread_mutex_unlock(&p->lock);
+            if (freed)
+                wake_parked(p);
+            return;
+        }
         if (conn) {
             sbx__agent_close(conn);
             conn = NULL;
@@ -223,6 +309,8 @@ static void on_reconnected(sbx_agent_conn *conn, int code, sbx_error *err, void 
     sbx_error_free(err);
     if (conn)
         trim(p, s);
+    else
+        wake_parked(p); /* a failed reconnect holds no descriptor now */
 }
 
 void sbx__kit_agent_use(sbx_kit_slot *s, void *loop, sbx_kit_agent_fn fn, void *arg)
@@ -258,19 +346,34 @@ void sbx__kit_agent_use(sbx_kit_slot *s, void *loop, sbx_kit_agent_fn fn, void *
     *pp = w;
     if (s->reconnecting)
         return;
+    s->loop = loop;
     s->reconnecting = true;
+    /* Make room first, so the count never passes the cap by more than the busy boxes. */
+    trim(p, s);
+    pthread_mutex_lock(&p->lock);
+    bool room = p->count < fd_budget();
+    pthread_mutex_unlock(&p->lock);
+    if (!room || p->parked_head) {
+        /* Every descriptor the budget allows is busy: wait for an op to end, in order. */
+        park(p, s);
+        return;
+    }
+    start_reconnect(s);
+}
+
+static void start_reconnect(sbx_kit_slot *s)
+{
+    sbx_kit_pool *p = s->pool;
     pthread_mutex_lock(&p->lock);
     p->count++;
     pthread_mutex_unlock(&p->lock);
-    /* Make room first, so the count never passes the cap by more than the busy boxes. */
-    trim(p, s);
     /*
      * The hello bound is generous: a live agent answers in well under a
      * millisecond. Only the box's own agent is accepted at the other end.
      */
-    int rc = s->peer_pid > 0 ? sbx__agent_connect_peer(loop, s->socket, s->peer_pid, true, 10.0,
+    int rc = s->peer_pid > 0 ? sbx__agent_connect_peer(s->loop, s->socket, s->peer_pid, true, 10.0,
                                                        on_reconnected, s)
-                             : sbx__agent_reconnect(loop, s->socket, 10.0, on_reconnected, s);
+                             : sbx__agent_reconnect(s->loop, s->socket, 10.0, on_reconnected, s);
     if (rc < 0)
         on_reconnected(NULL, rc,
                        sbx_error_new(rc, "cannot reconnect to the agent at %s", s->socket), s);

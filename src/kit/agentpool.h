@@ -41,6 +41,8 @@ typedef struct sbx_kit_slot {
     bool closed;          /* the box is being stopped: no more reconnects */
     bool reconnecting;
     struct sbx_kit_wait *waiters;     /* ops waiting for the reconnect, in order */
+    void *loop;                       /* where the reconnect runs (set by use) */
+    struct sbx_kit_slot *parked_next; /* in the pool's queue for a descriptor */
     struct sbx_kit_slot *prev, *next; /* in the pool's list while conn is set */
 } sbx_kit_slot;
 

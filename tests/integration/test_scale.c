@@ -94,6 +94,51 @@ static void test_mass_stop_all_succeed(void)
     census_check(state_dir);
 }
 
+/*
+ * Descriptors are back-pressure, not errors (issue 23): more execs at once
+ * than the process may open descriptors for. Boxes whose agent connections
+ * were evicted (a pool of 4) each need a new one; under a limit of what is
+ * open now plus 16, most reconnects would fail with EMFILE ("cannot create a
+ * socket: Too many open files" was what 1000 execs over 1000 boxes under
+ * ulimit -n 1024 gave). They wait for a descriptor instead: every exec
+ * succeeds, slower.
+ */
+static void test_execs_past_the_descriptor_limit(void)
+{
+    need_boxes();
+    int n = 60;
+    sbx_provider *p = provider("{\"max_agent_connections\": 4}");
+    sbx_sandbox **sbs = start_many(p, NULL, n);
+    struct rlimit was;
+    TAP_EQ_INT(getrlimit(RLIMIT_NOFILE, &was), 0);
+    struct rlimit tight = {(rlim_t)open_fds() + 16, was.rlim_max};
+    TAP_TRUE(tight.rlim_cur < was.rlim_cur);
+    TAP_EQ_INT(setrlimit(RLIMIT_NOFILE, &tight), 0);
+    sbx_future **fs = calloc((size_t)n, sizeof(*fs));
+    for (int i = 0; i < n; i++)
+        TAP_OK(sbx_sandbox_exec_async(sbs[i], "sleep 0.2; echo ok", NULL, &fs[i], &e_));
+    for (int i = 0; i < n; i++) {
+        sbx_error *e = NULL;
+        sbx_exec_result *r = NULL;
+        if (sbx_future_wait(fs[i], -1, &e) != SBX_OK ||
+            sbx_future_take_exec_result(fs[i], &r, &e) != SBX_OK)
+            TAP_FAIL("exec %d: %s", i, sbx_error_message(e));
+        if (sbx_exec_result_return_code(r) != 0)
+            TAP_FAIL("exec %d: rc %d: %s", i, sbx_exec_result_return_code(r),
+                     sbx_exec_result_stderr(r, NULL));
+        TAP_EQ_STR(sbx_exec_result_stdout(r, NULL), "ok\n");
+        sbx_exec_result_free(r);
+        sbx_future_free(fs[i]);
+    }
+    free(fs);
+    setrlimit(RLIMIT_NOFILE, &was);
+    sbx_future **ss = stop_many_begin(sbs, n);
+    stop_many_wait(sbs, ss, n);
+    free(sbs);
+    sbx_provider_free(p);
+    census_check(state_dir);
+}
+
 /* Lines of `path` before the line `mark`, and in all. */
 static int lines_before(const char *path, const char *mark, int *total)
 {
@@ -602,4 +647,5 @@ static void test_memory_cgroup_limited(void)
 TAP_MAIN(TAP(test_memory_cgroup_limited), TAP(test_pid_hint_only_near_the_host_limit), TAP(test_masks_add_no_superblock),
          TAP(test_stop_reclaims_the_box_memory), TAP(test_stop_time_left_reads_the_marker),
          TAP_T(test_stop_deadline_excludes_the_queue, 120), TAP_T(test_mass_stop_all_succeed, 600),
-         TAP_T(test_creates_wait_their_turn, 300), TAP_T(test_waiting_creates_freed, 300))
+         TAP_T(test_creates_wait_their_turn, 300), TAP_T(test_waiting_creates_freed, 300),
+         TAP_T(test_execs_past_the_descriptor_limit, 300))
