@@ -24,6 +24,8 @@
 #include "kit/kit.h"
 #include "providers/local_agent.h"
 
+#include <sbx/schema.h>
+
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
@@ -81,24 +83,87 @@ struct local_box {
 
 /* --- config -------------------------------------------------------------- */
 
-static const char *const config_keys[] = {
-    "workspace_root", "shell", "default_timeout_s", "concurrency", "max_output_bytes", "state_dir",
-    NULL,
+/*
+ * The config as the remote kit's schema (include/sbx/schema.h) fills it;
+ * local_init moves it into local_state. The table keeps the words, codes
+ * and order of checks the hand-written parser had, so no message changed:
+ * each field's `what` and `code` are those messages' words and codes.
+ */
+struct local_config {
+    char *workspace_root;
+    char *shell;
+    double default_timeout_s; /* SBX_SCHEMA_NONE (< 0): none */
+    int64_t concurrency;
+    int64_t max_output_bytes;
+    char *state_dir;
 };
 
-static int config_error(sbx_error **err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int config_error(sbx_error **err, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *msg = NULL;
-    int n = vasprintf(&msg, fmt, ap);
-    va_end(ap);
-    int rc = sbx__set_error(err, code, "local provider config: %s", n < 0 ? "invalid" : msg);
-    free(msg);
-    return rc;
-}
+#define LOCAL_STR(x) #x
+#define LOCAL_JSON(x) LOCAL_STR(x)
+/* The table's JSON defaults spell out the core's: they must stay equal. */
+_Static_assert(SBX_DEFAULT_OUTPUT_LIMIT == 16777216, "max_output_bytes' default_json below");
+
+static const sbx_schema_field config_fields[] = {
+    {.key = "workspace_root",
+     .type = SBX_SCHEMA_STRING,
+     .offset = offsetof(struct local_config, workspace_root),
+     .flags = SBX_SCHEMA_NULLABLE | SBX_SCHEMA_NONEMPTY,
+     .what = "a non-empty path string",
+     .code = SBX_ETYPE,
+     .help = "Where allocated workspaces go (null: $TMPDIR, else /tmp)."},
+    {.key = "shell",
+     .type = SBX_SCHEMA_STRING,
+     .offset = offsetof(struct local_config, shell),
+     .flags = SBX_SCHEMA_NULLABLE | SBX_SCHEMA_NONEMPTY,
+     .default_json = "\"/bin/bash\"",
+     .what = "a non-empty path string, like \"/bin/sh\"",
+     .code = SBX_ETYPE,
+     .help = "Commands run as `shell -c COMMAND`."},
+    {.key = "default_timeout_s",
+     .type = SBX_SCHEMA_DURATION,
+     .offset = offsetof(struct local_config, default_timeout_s),
+     .default_json = LOCAL_JSON(SBX_DEFAULT_EXEC_TIMEOUT_S),
+     .what = "a number of seconds >= 0, or null for no timeout",
+     .code = SBX_ETYPE,
+     .help = "The timeout of an exec that passes none (null: none)."},
+    {.key = "concurrency",
+     .type = SBX_SCHEMA_INT,
+     .offset = offsetof(struct local_config, concurrency),
+     .flags = SBX_SCHEMA_HAS_MIN | SBX_SCHEMA_HAS_MAX,
+     .int_min = 1,
+     .int_max = 1000000,
+     .default_json = "8",
+     .what = "a positive integer (execs running at once)",
+     .code = SBX_EINVAL,
+     .help = "Execs running at once per provider; the rest queue in order."},
+    {.key = "max_output_bytes",
+     .type = SBX_SCHEMA_INT,
+     .offset = offsetof(struct local_config, max_output_bytes),
+     .flags = SBX_SCHEMA_HAS_MIN,
+     .int_min = 1,
+     .default_json = "16777216",
+     .what = "a positive integer (bytes kept per stream)",
+     .code = SBX_EINVAL,
+     .help = "Bytes kept per stream unless the exec sets a cap."},
+    {.key = "state_dir",
+     .type = SBX_SCHEMA_STRING,
+     .offset = offsetof(struct local_config, state_dir),
+     .flags = SBX_SCHEMA_NULLABLE | SBX_SCHEMA_ABSOLUTE_PATH,
+     .what = "an absolute path (where box records go), or null for the default",
+     .code = SBX_ETYPE,
+     .help = "Where box records go (null: $SBX_STATE_DIR/local, /run/sbx/local for root, ...)."},
+    {.key = NULL},
+};
+
+static const sbx_schema config_schema = {
+    SBX_SCHEMA_HEADER,
+    .name = "local provider config",
+    .fields = config_fields,
+    .config_size = sizeof(struct local_config),
+    /* The known keys in table order, as local has always listed them (not sorted). */
+    .unknown_message = "{name}: unknown key '{key}'; known keys: workspace_root, shell, "
+                       "default_timeout_s, concurrency, max_output_bytes, state_dir",
+};
 
 static void state_free(struct local_state *st)
 {
@@ -112,99 +177,32 @@ static void state_free(struct local_state *st)
     free(st);
 }
 
+/* The core hands init a mapping (it refuses anything else first), so the schema sees one. */
 static int local_init(const char *config_json, void **state, sbx_error **err)
 {
-    json_error_t je;
-    _cleanup_json_ json_t *cfg = json_loads(config_json ? config_json : "{}", 0, &je);
-    if (!json_is_object(cfg))
-        return sbx__set_error(err, SBX_ETYPE, "Sandbox provider 'local' config must be a mapping");
-    const char *key;
-    json_t *v;
-    json_object_foreach(cfg, key, v)
-    {
-        bool known = false;
-        for (size_t i = 0; config_keys[i]; i++)
-            known |= !strcmp(key, config_keys[i]);
-        if (!known)
-            return config_error(err, SBX_ETYPE,
-                                "unknown key '%s'; known keys: workspace_root, shell, "
-                                "default_timeout_s, concurrency, max_output_bytes, state_dir",
-                                key);
-    }
+    struct local_config cfg;
+    int rc = sbx_schema_parse(&config_schema, config_json, &cfg, err);
+    if (rc < 0)
+        return rc;
     struct local_state *st = calloc(1, sizeof(*st));
-    if (!st)
+    if (!st) {
+        sbx_schema_free(&config_schema, &cfg);
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
-    st->default_timeout_s = SBX_DEFAULT_EXEC_TIMEOUT_S;
-    st->concurrency = 8;
-    st->max_output = SBX_DEFAULT_OUTPUT_LIMIT;
+    }
+    st->workspace_root = steal_pointer(&cfg.workspace_root);
+    st->shell = steal_pointer(&cfg.shell);
+    st->default_timeout_s = cfg.default_timeout_s;
+    st->concurrency = (int)cfg.concurrency;
+    st->max_output = (size_t)cfg.max_output_bytes;
+    st->state_dir = sbx__local_state_dir(cfg.state_dir);
     pthread_mutex_init(&st->lock, NULL);
-    int rc = SBX_OK;
-
-    v = json_object_get(cfg, "workspace_root");
-    if (v && !json_is_null(v)) {
-        if (!json_is_string(v) || !*json_string_value(v)) {
-            rc = config_error(err, SBX_ETYPE, "workspace_root must be a non-empty path string");
-            goto fail;
-        }
-        st->workspace_root = strdup(json_string_value(v));
-    }
-    v = json_object_get(cfg, "shell");
-    if (v && !json_is_null(v) && (!json_is_string(v) || !*json_string_value(v))) {
-        rc =
-            config_error(err, SBX_ETYPE, "shell must be a non-empty path string, like \"/bin/sh\"");
-        goto fail;
-    }
-    st->shell = strdup(v && json_is_string(v) ? json_string_value(v) : "/bin/bash");
-    v = json_object_get(cfg, "default_timeout_s");
-    if (v) {
-        if (json_is_null(v)) {
-            st->default_timeout_s = -1;
-        } else if (json_is_number(v) && !json_is_boolean(v) && json_number_value(v) >= 0) {
-            st->default_timeout_s = json_number_value(v);
-        } else {
-            rc = config_error(err, SBX_ETYPE,
-                              "default_timeout_s must be a number of seconds >= 0, or null for "
-                              "no timeout");
-            goto fail;
-        }
-    }
-    v = json_object_get(cfg, "concurrency");
-    if (v) {
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000000) {
-            rc = config_error(err, SBX_EINVAL,
-                              "concurrency must be a positive integer (execs running at once)");
-            goto fail;
-        }
-        st->concurrency = (int)json_integer_value(v);
-    }
-    v = json_object_get(cfg, "max_output_bytes");
-    if (v) {
-        if (!json_is_integer(v) || json_integer_value(v) < 1) {
-            rc = config_error(err, SBX_EINVAL,
-                              "max_output_bytes must be a positive integer (bytes kept per "
-                              "stream)");
-            goto fail;
-        }
-        st->max_output = (size_t)json_integer_value(v);
-    }
-    v = json_object_get(cfg, "state_dir");
-    if (v && !json_is_null(v) && (!json_is_string(v) || json_string_value(v)[0] != '/')) {
-        rc = config_error(err, SBX_ETYPE,
-                          "state_dir must be an absolute path (where box records go), or null "
-                          "for the default");
-        goto fail;
-    }
-    st->state_dir = sbx__local_state_dir(json_string_value(v));
-    if (!st->shell || !st->state_dir ||
-        (json_is_string(json_object_get(cfg, "workspace_root")) && !st->workspace_root)) {
-        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
-        goto fail;
+    sbx_schema_free(&config_schema, &cfg);
+    if (!st->state_dir) {
+        state_free(st);
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
     *state = st;
     return SBX_OK;
-fail:
-    state_free(st);
-    return rc;
 }
 
 static void local_release(void *state)
