@@ -1088,8 +1088,22 @@ static void local_exec(sbx_op *op, void *state, void *box, const char *command,
     e->box = b;
     e->op = op;
     e->command = strdup(command);
-    if (opts && opts->builtin_argv && e->command)
+    if (opts && opts->builtin_argv && e->command) {
+        /* No agent to run the built-in: say so, not "out of memory". */
+        char *agent = sbx__kit_find_helper("sbx-agent", "SBX_AGENT");
+        if (!agent) {
+            exec_free(e);
+            sbx_op_complete(op, SBX_ENOTSUP,
+                            sbx_error_new(SBX_ENOTSUP,
+                                          "local: directory and byte transfers run the host's "
+                                          "sbx-agent, which was not found (install sbx, or set "
+                                          "SBX_AGENT to its path)"),
+                            NULL);
+            return;
+        }
+        free(agent);
         e->argv = builtin_argv(opts->builtin_argv);
+    }
     const char *cwd = sbx_exec_opts_cwd(opts);
     if (!cwd || (b->workdir_arg && !strcmp(cwd, b->workdir_arg)))
         e->cwd = strdup(b->workspace);
