@@ -837,6 +837,16 @@ static double remaining_s(const sbx_http_request *r)
     return now >= r->deadline_ns ? 0 : (double)(r->deadline_ns - now) / 1e9;
 }
 
+/* `sl` with "NAME: VALUE" appended; NULL (and `sl` freed) when out of memory. */
+static struct curl_slist *slist_add(struct curl_slist *sl, const struct hdr *h)
+{
+    _cleanup_free_ char *line = sbx__printf("%s: %s", h->name, h->value);
+    struct curl_slist *nsl = line ? curl_slist_append(sl, line) : NULL;
+    if (!nsl)
+        curl_slist_free_all(sl);
+    return nsl;
+}
+
 static void attempt_start(sbx_http_request *r)
 {
     sbx_http_client *c = r->c;
@@ -895,26 +905,11 @@ static void attempt_start(sbx_http_request *r)
         bool over = false;
         for (size_t j = 0; j < r->n_headers; j++)
             over |= !strcasecmp(r->headers[j].name, c->headers[i].name);
-        if (!over) {
-            _cleanup_free_ char *line = sbx__printf("%s: %s", c->headers[i].name,
-                                                   c->headers[i].value);
-            struct curl_slist *nsl = line ? curl_slist_append(sl, line) : NULL;
-            if (!nsl) {
-                curl_slist_free_all(sl);
-                sl = NULL;
-            } else
-                sl = nsl;
-        }
+        if (!over)
+            sl = slist_add(sl, &c->headers[i]);
     }
-    for (size_t j = 0; sl && j < r->n_headers; j++) {
-        _cleanup_free_ char *line = sbx__printf("%s: %s", r->headers[j].name, r->headers[j].value);
-        struct curl_slist *nsl = line ? curl_slist_append(sl, line) : NULL;
-        if (!nsl) {
-            curl_slist_free_all(sl);
-            sl = NULL;
-        } else
-            sl = nsl;
-    }
+    for (size_t j = 0; sl && j < r->n_headers; j++)
+        sl = slist_add(sl, &r->headers[j]);
     if (!sl) {
         request_end(r, SBX_ENOMEM, sbx_error_new(SBX_ENOMEM, "out of memory"));
         return;

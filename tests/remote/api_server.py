@@ -235,6 +235,15 @@ async def rb_create(req):
     return web.json_response({"id": bid, "status": "running", "workdir": work}, status=201)
 
 
+def box_kill(b):
+    """Every command a box runs, with its process group."""
+    for p in list(b["procs"]):
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def box_of(req):
     return BOXES.get(req.match_info["id"])
 
@@ -261,11 +270,7 @@ async def rb_delete(req):
     b = BOXES.pop(req.match_info["id"], None)
     if not b:
         return bad("no such box", 404)
-    for p in list(b["procs"]):
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    box_kill(b)
     shutil.rmtree(b["work"], ignore_errors=True)
     return web.Response(status=204)
 
@@ -428,11 +433,7 @@ async def main():
                 pass
     finally:
         for b in BOXES.values():
-            for p in b["procs"]:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            box_kill(b)
         shutil.rmtree(BOX_ROOT, ignore_errors=True)
 
 
