@@ -57,6 +57,8 @@ static const struct command commands[] = {
                         "  -d, --detach           keep the box and make CMD (argv as given) its service;\n"
                         "                         print its id (as docker run -d; see sbx logs)\n"
                         "  --name NAME            with -d: name the box (as sbx create --name)\n"
+                        "  --entrypoint PROG      run PROG with CMD's words as its arguments, in place\n"
+                        "                         of the image's Entrypoint and Cmd (as docker run)\n"
                         "  --no-stdin             do not pass stdin to CMD\n"
                         "  --output-limit BYTES   stdout/stderr bytes kept (default 16 MiB each)\n"
                         "  --json                 print the result as JSON\n"

@@ -255,12 +255,13 @@ int cli_cmd_run(int argc, char **argv)
         { "rm", no_argument, NULL, 2008 },
         { "detach", no_argument, NULL, 'd' },
         { "name", required_argument, NULL, 2009 },
+        { "entrypoint", required_argument, NULL, 2010 },
         { 0 },
     };
     _cleanup_spec_opts_ struct cli_spec_opts so = { 0 };
     struct exec_args a = { 0 };
     bool tty = false, detach = false, rm = false;
-    const char *name = NULL;
+    const char *name = NULL, *entrypoint = NULL;
     int c, rc = CLI_EXIT_OK;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "+:he:v:itdp:w:u:", longopts, NULL)) != -1) {
@@ -278,6 +279,12 @@ int cli_cmd_run(int argc, char **argv)
         }
         if (c == 2009) {
             name = optarg;
+            continue;
+        }
+        if (c == 2010) {
+            if (!*optarg)
+                return cli_usage_error("run", "--entrypoint needs a program");
+            entrypoint = optarg;
             continue;
         }
         /* -i: stdin is passed anyway; -t: CMD runs on a terminal. */
@@ -300,6 +307,23 @@ int cli_cmd_run(int argc, char **argv)
      * given, `sbx logs` shows it) and the box is kept, as `sbx create` keeps
      * it; the id is printed. What only a command run here has does not apply.
      */
+    /*
+     * --entrypoint PROG (docker run --entrypoint): PROG then CMD's words run,
+     * and the image's own Entrypoint and Cmd do not (docker drops the image's
+     * Cmd too). `words` is what runs: argv's own array, or one with PROG first.
+     */
+    _cleanup_free_ char **with_ep = NULL;
+    char **words = optind < argc ? argv + optind : NULL;
+    int nwords = argc - optind;
+    if (entrypoint) {
+        if (!(with_ep = calloc((size_t)nwords + 2, sizeof(*with_ep))))
+            return CLI_EXIT_SBX;
+        with_ep[0] = (char *)entrypoint;
+        for (int i = 0; i < nwords; i++)
+            with_ep[i + 1] = argv[optind + i];
+        words = with_ep;
+        nwords++;
+    }
     if (detach) {
         if (tty || a.has_timeout || a.user || a.cwd || a.no_stdin || a.raw || a.output_limit)
             return cli_usage_error("run", "-d makes CMD the box's service: -t, --timeout, "
@@ -308,27 +332,27 @@ int cli_cmd_run(int argc, char **argv)
         if (rm)
             return cli_usage_error("run", "--rm with -d: a kept box is not removed when its service "
                                           "ends (not built); give it --ttl S, or sbx rm it");
-        return cli_create_box("run", &so, name, a.json, optind < argc ? argv + optind : NULL);
+        return cli_create_box("run", &so, name, a.json, words);
     }
     if (name)
         return cli_usage_error("run", "--name names a kept box: with -d, or use sbx create --name");
     /* No CMD with --image: the image's own command (image_command), as docker run IMAGE. */
-    bool image_cmd = optind >= argc && so.image;
-    if (optind >= argc && !image_cmd)
+    bool image_cmd = !words && so.image;
+    if (!words && !image_cmd)
         return cli_usage_error("run", "no command given (with --image IMAGE and no CMD, "
                                       "the image's Entrypoint and Cmd run)");
     /* No image named: CMD's first word may be one (Docker's `run IMAGE CMD`). */
-    const char *first = image_cmd ? "" : argv[optind];
+    const char *first = image_cmd ? "" : words[0];
     bool no_image = !so.image && !so.spec_file, found = no_image && on_path(first);
     bool bare_first = no_image && !found && !strchr(first, '/');
     if (no_image && !found && looks_like_image_ref(first))
         return cli_usage_error("run",
                                "'%s' is no command here but names an image; did you mean "
                                "sbx run --image %s -- %s?",
-                               first, first, optind + 1 < argc ? "CMD..." : "CMD");
+                               first, first, nwords > 1 ? "CMD..." : "CMD");
     if (tty && (rc = cli_pty_need_tty("run -t")) != CLI_EXIT_OK)
         return rc;
-    _cleanup_free_ char *command = image_cmd ? NULL : cli_join_argv(argv + optind, argc - optind);
+    _cleanup_free_ char *command = image_cmd ? NULL : cli_join_argv(words, nwords);
     _cleanup_free_ char *config = NULL;
     sbx_spec *spec = NULL;
     rc = cli_spec_build("run", &so, &config, &spec);
@@ -398,7 +422,7 @@ int cli_cmd_run(int argc, char **argv)
         rc = print_result(sb, r, &a);
         /* 127: the box found no such program; a bare first word may have meant an image. */
         if (rc == 127 && bare_first && !a.json)
-            hint_image(first, optind + 1 < argc);
+            hint_image(first, nwords > 1);
     }
     sbx_sandbox_free(sb);
     sbx_provider_free(p);

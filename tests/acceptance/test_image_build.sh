@@ -63,6 +63,10 @@ run "run the built image" 0 "$SBX" run --image app:1 -- sh -c 'cat /built /two /
 check "  output" [ "$OUT" = "$(printf 'built\n2\none\none\none\nscript ran\nprod\ndeep\n/app\nprod\nexec')" ]
 run "run --image with no CMD runs the image's own (CMD [cat, /app/copied])" 0 "$SBX" run --image app:1
 check "  its output" [ "$OUT" = one ]
+run "--entrypoint in place of the image's own" 0 "$SBX" run --image app:1 --entrypoint cat -- /mode
+check "  PROG ran with CMD's words, not the image's Cmd" [ "$OUT" = prod ]
+run "--entrypoint alone: the image's Cmd is dropped too (as docker)" 0 "$SBX" run --image app:1 --entrypoint pwd
+check "  its output" [ "$OUT" = /app ]
 run "an image with neither Entrypoint nor Cmd, and no CMD" 2 "$SBX" run --image bb
 check "  says so, and what to give" has "$ERR" "image bb has neither Entrypoint nor Cmd: give one (sbx run --image bb -- CMD...)"
 check "  and leaves no box" [ -z "$(ls -A "$SBX_STATE_DIR/linux/boxes" 2>/dev/null)" ]
