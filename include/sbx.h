@@ -1157,6 +1157,16 @@ SBX_EXPORT int sbx_proc_list(sbx_sandbox *sb, char **json_out, sbx_error **err);
  */
 SBX_EXPORT int sbx_sandbox_top(sbx_sandbox *sb, char **json_out, sbx_error **err);
 /*
+ * What the box uses now, as a JSON object text (`*json_out`, free with
+ * sbx_free): {cpu_ns (CPU time of its processes since it started),
+ * memory_bytes (in use, less reclaimable file cache, as docker stats
+ * counts), memory_limit, pids, pids_limit}; null where the provider cannot
+ * tell or no limit is set. CPU use over time is two readings apart (what
+ * `sbx stats` does). SBX_ENOTSUP for a provider that keeps no such
+ * accounts (linux does). Blocks.
+ */
+SBX_EXPORT int sbx_sandbox_stats(sbx_sandbox *sb, char **json_out, sbx_error **err);
+/*
  * The newer reference's run_detached: runs shell `command` as a background
  * process (stderr into stdout, stdin at EOF), holding no connection to the
  * box while it runs: every `poll_interval_s` (0 < s <= 86400) one listing

@@ -218,6 +218,14 @@ struct sbx_provider_ops {
      * Any thread; must not block.
      */
     unsigned long long (*capabilities_of)(const void *state);
+    /*
+     * What box `box` uses now (sbx_sandbox_stats): completes with a malloc'd
+     * JSON object text {"cpu_ns": CPU time its processes used since it
+     * started, "memory_bytes": memory in use less reclaimable file cache,
+     * "memory_limit", "pids", "pids_limit"}; a value the provider cannot
+     * tell, or a limit not set, is null.
+     */
+    void (*stats)(sbx_op *op, void *state, void *box);
 };
 
 /* --- Operations ---------------------------------------------------------- */

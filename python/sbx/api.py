@@ -552,6 +552,12 @@ class AsyncSandbox:
 
         return await asyncio.to_thread(cproc.top, self._csb_ptr("top"))
 
+    async def stats(self) -> dict[str, Any]:
+        """What the box uses now (sbx_sandbox_stats)."""
+        from . import cproc
+
+        return await asyncio.to_thread(cproc.stats, self._csb_ptr("stats"))
+
     async def status(self) -> SandboxStatus:
         if self._csb is not None:
             return await _lib.await_future(*self._csb.status())
@@ -980,6 +986,11 @@ class Sandbox:
         from . import cproc
 
         return cproc.top(self._csb_ptr("top"))
+
+    def stats(self) -> dict[str, Any]:
+        from . import cproc
+
+        return cproc.stats(self._csb_ptr("stats"))
 
     def status(self) -> SandboxStatus:
         if self._closed:

@@ -38,6 +38,7 @@ for _name, _res, _args in [
     ("sbx_proc_free", None, (_P,)),
     ("sbx_proc_list", c_int, (_P, POINTER(c_void_p), _ERR)),
     ("sbx_sandbox_top", c_int, (_P, POINTER(c_void_p), _ERR)),
+    ("sbx_sandbox_stats", c_int, (_P, POINTER(c_void_p), _ERR)),
 ]:
     _fn = getattr(lib, _name)
     _fn.restype = _res
@@ -85,6 +86,12 @@ def _json_call(fn: Any, sb: c_void_p) -> Any:
 def list_processes(sb: c_void_p) -> list[dict[str, Any]]:
     """The box's sessions and background processes (sbx_proc_list)."""
     return _json_call(lib.sbx_proc_list, sb)
+
+
+def stats(sb: c_void_p) -> dict[str, Any]:
+    """What the box uses now (sbx_sandbox_stats): cpu_ns, memory_bytes, memory_limit,
+    pids, pids_limit (None where unknown or unlimited)."""
+    return _json_call(lib.sbx_sandbox_stats, sb)
 
 
 def top(sb: c_void_p) -> dict[str, Any]:

@@ -68,6 +68,8 @@ def test_wait_poll_signal_list_and_top():
             procs = (await sb.top())["processes"]
             assert any(q["pid"] == listed[0]["pid"] for q in procs)
             assert any(q["pid"] == 1 for q in procs)
+            st = await sb.stats()  # one code path: sbx_sandbox_stats
+            assert st["pids"] >= 2 and set(st) >= {"cpu_ns", "memory_bytes", "memory_limit", "pids_limit"}
             # read, wait and a signal awaited together all progress.
             waiter = asyncio.ensure_future(p.wait(timeout_s=60))
             await p.terminate()

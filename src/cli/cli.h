@@ -444,6 +444,7 @@ bool cli_attach_opts(int argc, char **argv, bool *no_stdin, bool *no_follow, int
 /* Follows (or, no_follow, prints so far) a background process's output; its status. */
 int cli_proc_attach(sbx_sandbox *sb, const char *id, unsigned n, bool no_stdin, bool no_follow);
 int cli_cmd_top(int argc, char **argv);
+int cli_cmd_stats(int argc, char **argv);
 int cli_cmd_wait(int argc, char **argv);
 int cli_cmd_kill(int argc, char **argv);
 /* --- forward.c: endpoints and port forwarding [endpoint] ------------------- */

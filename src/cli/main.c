@@ -112,6 +112,15 @@ static const struct command commands[] = {
       "                         start, bytes of output, command\n"
       "  --json                 print the JSON the C API returns\n",
       "At most 4096 processes (said when the box has more); commands cut at 512 bytes.\n" },
+    { "stats", cli_cmd_stats, "sbx stats [--no-stream] [--json] [ID...]",
+      "what boxes use: CPU %, memory against its limit, processes (as docker stats)",
+      "  --no-stream            one table, then exit (default: repaint each second\n"
+      "                         until Ctrl-C)\n"
+      "  --json                 one reading of each, as a JSON array\n"
+      "  -a, --all              accepted (as docker stats -a): every box is shown\n",
+      "With no ID, every box sbx knows. CPU % is of one CPU over the last second\n"
+      "(more than 100% on several); MEM's limit is the host's memory when the box\n"
+      "has none. linux boxes keep these accounts; other providers show --.\n" },
     { "wait", cli_cmd_wait, "sbx wait ID N", "wait for background process N to end; print its status",
       "", "128+S for a signal S. The process is then forgotten by the box.\n" },
     { "kill", cli_cmd_kill, "sbx kill [-s SIG] ID N", "send a signal to background process N",

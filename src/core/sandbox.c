@@ -49,6 +49,7 @@ enum call_kind {
     CALL_AGENT_ADDRESS,
     CALL_LOG_ADDRESS, /* [svc-logs] */
     CALL_LOG_STREAM,  /* [svc-logs] */
+    CALL_STATS,
 };
 
 /* One async operation on a sandbox, possibly several provider steps long. */
@@ -655,6 +656,9 @@ static void simple_run(void *data)
         break;
     case CALL_LOG_ADDRESS:
         o->log_address(op, st, box);
+        break;
+    case CALL_STATS:
+        o->stats(op, st, box);
         break;
     case CALL_LOG_STREAM: {
         c->fd_held = false; /* the provider's from here on */
@@ -1313,6 +1317,32 @@ int sbx_sandbox_serialize(sbx_sandbox *sb, const char *scope, char **json_out, s
     sbx_future *f;
     int rc = refuse_on_loop("sbx_sandbox_serialize", err);
     if (rc < 0 || (rc = sbx_sandbox_serialize_async(sb, scope, &f, err)) < 0)
+        return rc;
+    rc = sbx_future_wait(f, -1, err);
+    if (rc == SBX_OK)
+        rc = sbx_future_take_string(f, json_out, err);
+    sbx_future_free(f);
+    return rc;
+}
+
+int sbx_sandbox_stats(sbx_sandbox *sb, char **json_out, sbx_error **err)
+{
+    int rc = refuse_on_loop("sbx_sandbox_stats", err);
+    if (rc < 0)
+        return rc;
+    if (!sb || !json_out)
+        return sbx__set_error(err, SBX_EINVAL, "sbx_sandbox_stats: a sandbox and out are required");
+    if (!sb->p->ops->stats) {
+        _cleanup_free_ char *r = provider_repr(sb->p);
+        return sbx__set_error(err, SBX_ENOTSUP,
+                              "Sandbox provider %s keeps no resource accounts of its boxes "
+                              "(linux does)",
+                              r);
+    }
+    struct call *c;
+    sbx_future *f;
+    if ((rc = begin_simple(sb, CALL_STATS, SBX_VALUE_STRING, &c, err)) < 0 ||
+        (rc = submit(c, simple_run, &f, err)) < 0)
         return rc;
     rc = sbx_future_wait(f, -1, err);
     if (rc == SBX_OK)

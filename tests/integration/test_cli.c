@@ -2330,6 +2330,44 @@ static void test_linux_docker_habits(void)
     proc_free(&p);
 }
 
+/*
+ * stats (docker stats): a box's memory against its limit and its processes,
+ * from its groups; CPU % from two readings. A provider that keeps no such
+ * accounts shows "--" and says so.
+ */
+static void test_linux_stats(void)
+{
+    need_linux();
+    char id[256];
+    create_into(id, sizeof(id), (const char *const[]){"create", "--name", "st", "--memory", "64",
+                                                      NULL});
+    /* Something to count: a process that stays, and memory it holds. */
+    struct proc p = SBX("exec", "-d", "st", "--", "sh", "-c",
+                        "x=$(head -c 8000000 /dev/zero | tr '\\0' a); sleep 600");
+    EXPECT_CODE(p, 0);
+    proc_free(&p);
+    p = SBX("stats", "--json", "st");
+    EXPECT_CODE(p, 0);
+    json_t *v = json_loads(p.out, 0, NULL);
+    json_t *r = json_array_get(v, 0);
+    TAP_EQ_STR(json_string_value(json_object_get(r, "id")), id);
+    TAP_EQ_STR(json_string_value(json_object_get(r, "name")), "st");
+    TAP_EQ_INT(json_integer_value(json_object_get(r, "memory_limit")), 64LL << 20);
+    TAP_TRUE(json_integer_value(json_object_get(r, "memory_bytes")) > 0);
+    TAP_TRUE(json_integer_value(json_object_get(r, "pids")) >= 2);
+    TAP_TRUE(json_is_number(json_object_get(r, "cpu_percent")));
+    json_decref(v);
+    proc_free(&p);
+    p = SBX("stats", "--no-stream");
+    EXPECT_CODE(p, 0);
+    TAP_CONTAINS(p.out, "ID               NAME             CPU %    MEM USAGE / LIMIT");
+    TAP_CONTAINS(p.out, id);
+    TAP_CONTAINS(p.out, "/ 64MiB");
+    proc_free(&p);
+    SBX_EXPECT(0, "rm", "-f", "st");
+    SBX_EXPECT_ERR(3, "st", "stats", "--no-stream", "st");
+}
+
 /* "name mode [-> target]" per member of the tar in `data`, one per line (static storage). */
 static const char *tar_listing(const char *data, size_t len)
 {
@@ -2414,4 +2452,5 @@ TAP_MAIN(TAP(test_run_exit_codes), TAP(test_run_streams_separate), TAP(test_run_
          TAP(test_linux_sigint_run_leaves_nothing), TAP_T(test_linux_run_streams_as_it_arrives, 120),
          TAP(test_linux_logs_and_service_exit), TAP(test_linux_logs_forged_lines_and_escapes),
          TAP_T(test_linux_background_processes, 120), TAP_T(test_linux_docker_habits, 120),
+         TAP_T(test_linux_stats, 120),
          TAP_T(test_linux_cp_tar_streams, 120))

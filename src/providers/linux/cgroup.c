@@ -508,6 +508,146 @@ static long long field(const char *text, const char *key)
     return -1;
 }
 
+/* One number in a cgroup file ("max": no limit, -2); -1 when it cannot be read. */
+static long long cg_number(const char *dir, const char *file)
+{
+    _cleanup_free_ char *p = sbx__printf("%s/%s", dir, file);
+    char *text = NULL;
+    size_t n = 0;
+    if (!p || sbx__read_file(p, &text, &n) < 0)
+        return -1;
+    long long v = !strncmp(text, "max", 3) ? -2 : strtoll(text, NULL, 10);
+    free(text);
+    return v;
+}
+
+static json_t *number_or_null(long long v) { return v >= 0 ? json_integer(v) : json_null(); }
+
+/*
+ * What the box's groups say it uses (sbx_sandbox_stats): v2 from its one
+ * group (cpu.stat's usage_usec, memory.current, memory.max, pids.current,
+ * pids.max), v1 from each controller's (cpuacct.usage,
+ * memory.usage_in_bytes, memory.limit_in_bytes, pids.*). Memory is counted
+ * as docker stats counts it: less the inactive file cache. A group the box
+ * has not (v1 makes a memory group only under a limit) gives nulls.
+ */
+/* utime + stime + cutime + cstime of the processes in group `dir`, in ns; -1 unknown. */
+static long long procs_cpu_ns(const char *dir)
+{
+    _cleanup_free_ char *path = sbx__printf("%s/cgroup.procs", dir);
+    char *pids = NULL;
+    size_t n = 0;
+    if (!path || sbx__read_file(path, &pids, &n) < 0)
+        return -1;
+    long tick = sysconf(_SC_CLK_TCK);
+    long long ticks = 0;
+    int seen = 0;
+    for (char *q = pids; *q && seen < 4096; seen++) {
+        char *end = NULL;
+        long pid = strtol(q, &end, 10);
+        if (end == q)
+            break;
+        q = *end ? end + 1 : end;
+        char sp[64], *st = NULL;
+        size_t sl = 0;
+        snprintf(sp, sizeof(sp), "/proc/%ld/stat", pid);
+        if (pid <= 0 || sbx__read_file(sp, &st, &sl) < 0)
+            continue;
+        /* After "(comm)", whose bytes are the process's own: fields 14-17 from the last ')'. */
+        const char *r = strrchr(st, ')');
+        unsigned long long f[4] = {0};
+        if (r && sscanf(r + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu",
+                        &f[0], &f[1], &f[2], &f[3]) == 4)
+            ticks += (long long)(f[0] + f[1] + f[2] + f[3]);
+        free(st);
+    }
+    free(pids);
+    return tick > 0 ? ticks * (1000000000LL / tick) : -1;
+}
+
+/* `*slot` takes `v` when the group told it (a number, or -2 for "max"). */
+static void known(long long *slot, long long v)
+{
+    if (v >= 0 || v == -2)
+        *slot = v;
+}
+
+/* Memory in use less the inactive file cache (`key` in memory.stat), as docker stats counts. */
+static long long memory_in_use(const char *dir, long long cur, const char *key)
+{
+    _cleanup_free_ char *p = sbx__printf("%s/memory.stat", dir);
+    char *text = NULL;
+    size_t n = 0;
+    long long inactive = -1;
+    if (p && sbx__read_file(p, &text, &n) == 0) {
+        inactive = field(text, key);
+        free(text);
+    }
+    return inactive > 0 && inactive < cur ? cur - inactive : cur;
+}
+
+json_t *sbx__cg_stats(const json_t *paths)
+{
+    long long cpu_ns = -1, mem = -1, mem_limit = -1, pids = -1, pids_limit = -1;
+    size_t i;
+    json_t *p;
+    json_array_foreach(paths, i, p)
+    {
+        const char *dir = json_string_value(p);
+        if (!dir)
+            continue;
+        /* cgroup2: the whole tree on pure v2, /sys/fs/cgroup/unified's on a hybrid host. */
+        bool v2 = sbx__cg_mode() == SBX_CG_V2 || strstr(dir, "/unified/");
+        if (v2) {
+            /* cpu.stat's usage_usec is kept with or without the cpu controller. */
+            _cleanup_free_ char *cs = sbx__printf("%s/cpu.stat", dir);
+            char *text = NULL;
+            size_t n = 0;
+            if (cs && sbx__read_file(cs, &text, &n) == 0) {
+                long long us = field(text, "usage_usec");
+                if (us >= 0)
+                    cpu_ns = us * 1000;
+                free(text);
+            }
+            known(&pids, cg_number(dir, "pids.current"));
+            known(&pids_limit, cg_number(dir, "pids.max"));
+            long long cur = cg_number(dir, "memory.current");
+            if (cur >= 0) {
+                known(&mem_limit, cg_number(dir, "memory.max"));
+                mem = memory_in_use(dir, cur, "inactive_file");
+            }
+        } else if (strstr(dir, "/cpuacct/") || strstr(dir, "/cpu,cpuacct/")) {
+            known(&cpu_ns, cg_number(dir, "cpuacct.usage"));
+        } else if (strstr(dir, "/pids/")) {
+            known(&pids, cg_number(dir, "pids.current"));
+            known(&pids_limit, cg_number(dir, "pids.max"));
+        } else if (strstr(dir, "/memory/")) {
+            long long cur = cg_number(dir, "memory.usage_in_bytes");
+            if (cur >= 0) {
+                long long lim = cg_number(dir, "memory.limit_in_bytes");
+                /* v1's "no limit" is a huge number (PAGE_COUNTER_MAX pages). */
+                known(&mem_limit, lim >= (1LL << 60) ? -2 : lim);
+                mem = memory_in_use(dir, cur, "total_inactive_file");
+            }
+        }
+    }
+    /*
+     * v1 with no cpuacct group (a box without a CPU limit has only a pids
+     * group): the CPU time of its processes and of the children they
+     * reaped, from /proc (the box's init reaps its orphans, so little is lost).
+     */
+    json_array_foreach(paths, i, p)
+    {
+        const char *dir = json_string_value(p);
+        if (cpu_ns < 0 && dir && strstr(dir, "/pids/"))
+            cpu_ns = procs_cpu_ns(dir);
+    }
+    return json_pack("{s:o, s:o, s:o, s:o, s:o}", "cpu_ns", number_or_null(cpu_ns),
+                     "memory_bytes", number_or_null(mem), "memory_limit",
+                     number_or_null(mem_limit), "pids", number_or_null(pids), "pids_limit",
+                     number_or_null(pids_limit));
+}
+
 long long sbx__cg_oom_kills(const json_t *paths)
 {
     size_t i;

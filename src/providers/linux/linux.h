@@ -347,6 +347,8 @@ SBX_INTERNAL bool sbx__cg_path_ok(const char *path, const char *id);
  * Paths that are not <cgroup mount>/sbx/<valid id> are skipped.
  */
 SBX_INTERNAL int sbx__cg_destroy(const json_t *paths);
+/* What the box's groups account (sbx_sandbox_stats' JSON object; nulls for what they do not). */
+SBX_INTERNAL json_t *sbx__cg_stats(const json_t *paths);
 /* The number of OOM kills in the box's memory group, or -1 when unknown. */
 SBX_INTERNAL long long sbx__cg_oom_kills(const json_t *paths);
 

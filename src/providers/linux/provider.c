@@ -2302,6 +2302,72 @@ static void linux_status(sbx_op *op, void *state, void *box)
     }
 }
 
+/* --- stats ---------------------------------------------------------------- */
+
+/* The record and the groups are read on the context's pool: files, possibly slow. */
+struct stats_job {
+    sbx_op *op;
+    char *box_dir;
+    char *json;
+    int code;
+    sbx_error *err;
+};
+
+static void stats_work(void *data)
+{
+    struct stats_job *j = data;
+    sbx_linux_record rec;
+    if (sbx__linux_record_read(j->box_dir, &rec, &j->err) < 0) {
+        j->code = j->err ? sbx_error_code(j->err) : SBX_EIO;
+        return;
+    }
+    json_t *v = sbx__cg_stats(rec.cgroups);
+    sbx__linux_record_free(&rec);
+    j->json = v ? sbx__json_dump(v) : NULL;
+    json_decref(v);
+    j->code = j->json ? SBX_OK : SBX_ENOMEM;
+}
+
+static void stats_done(void *data, bool cancelled)
+{
+    struct stats_job *j = data;
+    if (cancelled)
+        sbx_op_complete(j->op, SBX_ECANCELED, NULL, NULL);
+    else if (j->code < 0)
+        sbx_op_complete(j->op, j->code, j->err, NULL);
+    else
+        sbx_op_complete(j->op, SBX_OK, NULL, j->json);
+    if (cancelled || j->code < 0) {
+        free(j->json);
+        if (cancelled)
+            sbx_error_free(j->err);
+    }
+    free(j->box_dir);
+    free(j);
+}
+
+static void linux_stats(sbx_op *op, void *state, void *box)
+{
+    (void)state;
+    struct linux_box *b = box;
+    struct stats_job *j = calloc(1, sizeof(*j));
+    if (j && !(j->box_dir = strdup(b->box_dir))) {
+        free(j);
+        j = NULL;
+    }
+    if (!j) {
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    j->op = op;
+    int rc = sbx__context_submit(sbx__op_provider(op)->ctx, stats_work, stats_done, j, NULL);
+    if (rc < 0) {
+        free(j->box_dir);
+        free(j);
+        sbx_op_complete(op, rc, NULL, NULL);
+    }
+}
+
 /* --- close ---------------------------------------------------------------- */
 
 /*
@@ -3065,6 +3131,7 @@ const struct sbx_provider_ops sbx__linux_provider = {
     .agent_address = linux_agent_address, /* [pty] */
     .log_address = linux_log_address,     /* [svc-logs] */
     .endpoint = linux_endpoint,           /* [endpoint] */
+    .stats = linux_stats,
     /* Exec goes through the agent client, which streams output as its frames arrive. */
     .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_PTY | SBX_CAP_PORT_FORWARD /* [endpoint] */ |
                     SBX_CAP_AGENT |
