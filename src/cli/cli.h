@@ -426,6 +426,8 @@ int cli_cmd_commit(int argc, char **argv); /* [img-commit] */
 int cli_cmd_logs(int argc, char **argv);   /* [svc-logs] */
 /* [svc-logs] The service of a box its provider listed ({"state", "code"}), or NULL. Borrowed. */
 const json_t *cli_listed_service(const json_t *record);
+/* [endpoint] The box's published ports as its provider lists them ({port, host_ip, host_port}), or NULL. */
+const json_t *cli_listed_ports(const json_t *record);
 int cli_image_build(int argc, char **argv, sbx_provider *p); /* [img-commit] build.c */
 
 /* --- procs.c: background processes (exec -d, top, wait, kill, attach of a pipe session) --- */

@@ -140,6 +140,17 @@ const char *cli_listed_status(const json_t *record)
     return st ? st : "unknown";
 }
 
+const json_t *cli_listed_ports(const json_t *record)
+{
+    _cleanup_free_ char *config = cli_box_config(record);
+    const char *id = cli_box_id(record);
+    if (!config || !id || !listing_of(config))
+        return NULL;
+    const json_t *b = listed_box(config, id);
+    const json_t *s = b ? json_object_get(json_object_get(b, "provider"), "ports") : NULL;
+    return json_is_array(s) ? s : NULL;
+}
+
 const json_t *cli_listed_service(const json_t *record)
 {
     _cleanup_free_ char *config = cli_box_config(record);

@@ -73,6 +73,10 @@ static json_t *with_status(const json_t *rec, const char *status, const char *wh
     const json_t *svc = cli_listed_service(rec);
     if (svc)
         json_object_set_new(o, "service", json_deep_copy(svc));
+    /* [endpoint] The published ports, when the provider lists them. */
+    const json_t *ports = cli_listed_ports(rec);
+    if (ports)
+        json_object_set_new(o, "published", json_deep_copy(ports));
     json_t *ttl = json_object_get(rec, "ttl_s");
     json_object_set_new(o, "expires",
                         json_is_number(ttl) ? json_real(json_number_value(json_object_get(
@@ -110,6 +114,51 @@ static char *labels_text(const json_t *rec)
     return b.data ? b.data : strdup("");
 }
 
+/*
+ * [endpoint] PORTS, as docker ps shows them: "ADDR:HOSTPORT->PORT" for each
+ * port the box publishes (its provider's listing says), else the ports it
+ * declares ("PORT"), comma-separated; NULL for none.
+ */
+static char *ports_text(const json_t *rec)
+{
+    sbx_buf b = {0};
+    const json_t *pub = cli_listed_ports(rec);
+    size_t i;
+    json_t *p;
+    json_array_foreach((json_t *)pub, i, p)
+    {
+        json_t *port = json_object_get(p, "port"), *hp = json_object_get(p, "host_port");
+        const char *ip = json_string_value(json_object_get(p, "host_ip"));
+        if (!json_is_integer(port))
+            continue;
+        if (b.len)
+            sbx__buf_append(&b, ", ", 2);
+        if (json_is_integer(hp))
+            sbx__buf_printf(&b, "%s:%lld->%lld", ip ? ip : "", (long long)json_integer_value(hp),
+                            (long long)json_integer_value(port));
+        else
+            sbx__buf_printf(&b, "%lld", (long long)json_integer_value(port));
+    }
+    if (!b.len) {
+        json_array_foreach(json_object_get(json_object_get(rec, "descriptor"), "ports"), i, p)
+        {
+            if (!json_is_integer(p))
+                continue;
+            if (b.len)
+                sbx__buf_append(&b, ", ", 2);
+            sbx__buf_printf(&b, "%lld", (long long)json_integer_value(p));
+        }
+    }
+    if (!b.len) {
+        sbx__buf_free(&b);
+        return NULL;
+    }
+    /* What the provider says is outside input: printed as cli_field prints any. */
+    char *out = cli_field(b.data);
+    sbx__buf_free(&b);
+    return out;
+}
+
 int cli_cmd_ls(int argc, char **argv)
 {
     _cleanup_cli_opts_ struct cli_opts o = { 0 };
@@ -135,8 +184,8 @@ int cli_cmd_ls(int argc, char **argv)
         idw = len > idw ? (len < 64 ? len : 64) : idw;
     }
     if (!o.json && !o.quiet)
-        printf("%-*s %-10s %-20s %-12s %-6s %-8s %s\n", idw, "ID", "PROVIDER", "IMAGE", "STATUS",
-               "AGE", "TTL", "LABELS");
+        printf("%-*s %-10s %-20s %-12s %-6s %-8s %-22s %s\n", idw, "ID", "PROVIDER", "IMAGE",
+               "STATUS", "AGE", "TTL", "PORTS", "LABELS");
     json_array_foreach(all, i, rec)
     {
         if (!cli_box_matches(rec, &o.labels))
@@ -168,8 +217,10 @@ int cli_cmd_ls(int argc, char **argv)
         _cleanup_free_ char *fimg = cli_field(img ? img : "-");
         size_t il = fimg ? strlen(fimg) : 0;
         const char *shown_img = !fimg ? "-" : il > 20 ? fimg + il - 19 : fimg;
-        printf("%-*s %-10s %s%-*s %-12s %-6s %-8s %s\n", idw, fid, fprov, il > 20 ? "~" : "",
-               il > 20 ? 19 : 20, shown_img, status, age, ttl, labels ? labels : "");
+        _cleanup_free_ char *ports = ports_text(rec);
+        printf("%-*s %-10s %s%-*s %-12s %-6s %-8s %-22s %s\n", idw, fid, fprov, il > 20 ? "~" : "",
+               il > 20 ? 19 : 20, shown_img, status, age, ttl, ports ? ports : "-",
+               labels ? labels : "");
     }
     if (o.json && cli_print_json(out) < 0)
         return CLI_EXIT_FAIL;

@@ -2291,6 +2291,16 @@ static void test_linux_docker_habits(void)
     EXPECT_CODE(p, 0);
     TAP_CONTAINS(p.out, id);
     proc_free(&p);
+    /* PORTS: what a box publishes, as docker ps shows it. */
+    char pid_[256];
+    create_into(pid_, sizeof(pid_), (const char *const[]){"create", "-p", "127.0.0.1:0:8080", NULL});
+    p = SBX("ls");
+    EXPECT_CODE(p, 0);
+    TAP_CONTAINS(p.out, "TTL      PORTS                  LABELS");
+    TAP_CONTAINS(p.out, "127.0.0.1:");
+    TAP_CONTAINS(p.out, "->8080");
+    proc_free(&p);
+    SBX_EXPECT(0, "rm", "-f", pid_);
     p = SBX("inspect", "web", "nosuch");
     EXPECT_CODE(p, 3);
     TAP_CONTAINS(p.err, "no such box: 'nosuch'");

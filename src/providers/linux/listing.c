@@ -102,6 +102,9 @@ static json_t *box_json(const char *state_dir, const sbx_linux_box_info *b)
                      r->state ? json_string(r->state) : json_null());
     /* [svc-logs] {"state": "running" | "exited" | "killed", "code": N}, or null: no service. */
     json_t *prov = json_object_get(o, "provider");
+    /* [endpoint] Published ports ({port, host_ip, host_port}): what `sbx ls` shows as PORTS. */
+    if (prov && r->ports)
+        json_object_set(prov, "ports", r->ports);
     if (prov)
         json_object_set_new(prov, "service",
                             r->service ? json_pack("{s:s, s:i}", "state", r->service, "code",
