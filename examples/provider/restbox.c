@@ -144,6 +144,7 @@ struct call {
     answer_fn answer;
     answer_fn gone; /* a 404's meaning for this op; NULL: the status map's SBX_ENOENT */
     void *data;
+    void (*drop)(void *data); /* frees `data` when no answer takes it (an error), or NULL */
 };
 
 static void on_cancel(sbx_op *op, void *data)
@@ -163,24 +164,28 @@ static void call_done(sbx_http_request *r, int code, sbx_http_response *resp, sb
         c->gone(op, resp, c->data);
     else if (code == SBX_OK && (code = sbx_http_response_check(resp, &err)) == SBX_OK)
         c->answer(op, resp, c->data);
-    else
+    else {
         sbx_op_complete(op, code, err, NULL);
+        if (c->drop)
+            c->drop(c->data);
+    }
     free(c);
 }
 
 /*
- * Sends `req` (taken) for `op`, with a deadline (0: none). On failure the op
- * completes with the error and `data` is the caller's to free (the return
- * says so). Any thread.
+ * Sends `req` (taken) for `op`, with a deadline (0: none). `data` is taken
+ * too: an answer gets it, or `drop` frees it (an error, here or later, when
+ * the op completes with it). Any thread.
  */
 static int send_for(sbx_op *op, sbx_http_request *req, double deadline_s, answer_fn answer,
-                    answer_fn gone, void *data)
+                    answer_fn gone, void *data, void (*drop)(void *))
 {
     struct call *c = calloc(1, sizeof(*c));
     sbx_error *err = NULL;
     int rc = c ? SBX_OK : SBX_ENOMEM;
     if (rc == SBX_OK) {
-        *c = (struct call){.op = op, .req = req, .answer = answer, .gone = gone, .data = data};
+        *c = (struct call){
+            .op = op, .req = req, .answer = answer, .gone = gone, .data = data, .drop = drop};
         if (deadline_s > 0)
             sbx_http_request_set_deadline(req, deadline_s);
         sbx_op_on_cancel(op, on_cancel, c);
@@ -191,12 +196,15 @@ static int send_for(sbx_op *op, sbx_http_request *req, double deadline_s, answer
     sbx_http_request_free(req);
     free(c);
     sbx_op_complete(op, rc, err, NULL);
+    if (drop)
+        drop(data);
     return rc;
 }
 
-/* METHOD PATH with `body` (a JSON object, taken; or NULL), for `op`. */
+/* METHOD PATH with `body` (a JSON object, taken; or NULL), for `op`; `data` as send_for's. */
 static int call(sbx_op *op, struct restbox *rb, const char *method, const char *path,
-                json_t *body, double deadline_s, answer_fn answer, answer_fn gone, void *data)
+                json_t *body, double deadline_s, answer_fn answer, answer_fn gone, void *data,
+                void (*drop)(void *))
 {
     sbx_http_request *req = NULL;
     sbx_error *err = NULL;
@@ -211,9 +219,11 @@ static int call(sbx_op *op, struct restbox *rb, const char *method, const char *
     if (rc < 0) {
         sbx_http_request_free(req);
         sbx_op_complete(op, rc, err, NULL);
+        if (drop)
+            drop(data);
         return rc;
     }
-    return send_for(op, req, deadline_s, answer, gone, data);
+    return send_for(op, req, deadline_s, answer, gone, data, drop);
 }
 
 static char *box_path(const char *id, const char *rest)
@@ -281,7 +291,7 @@ static void rb_create(sbx_op *op, void *state, const sbx_spec *spec)
     if (sbx_spec_get_ready_timeout(spec, &ready) != 1 || ready <= 0)
         ready = 60;
     /* A create is not idempotent: a retry could make a second box (no client token here). */
-    call(op, state, "POST", "/v1/boxes", body, ready, created, NULL, NULL);
+    call(op, state, "POST", "/v1/boxes", body, ready, created, NULL, NULL, NULL);
 }
 
 /* --- exec ---------------------------------------------------------------------------- */
@@ -292,6 +302,15 @@ struct xjob {
     int keep;
     char *command;
 };
+
+static void xjob_free(void *data)
+{
+    struct xjob *x = data;
+    free(x->command);
+    free(x);
+}
+
+static void json_drop(void *data) { json_decref(data); }
 
 static char *b64_decode(const char *s, size_t *len)
 {
@@ -354,8 +373,7 @@ static void exec_answer(sbx_op *op, sbx_http_response *resp, void *data)
             sbx_exec_result_set_truncated(r, 1);
     }
     json_decref(j);
-    free(x->command);
-    free(x);
+    xjob_free(x);
     sbx_op_complete(op, code,
                     code == SBX_EPROTO ? sbx_error_new(SBX_EPROTO, "restbox: a malformed exec "
                                                                    "answer")
@@ -367,11 +385,8 @@ static void exec_answer(sbx_op *op, sbx_http_response *resp, void *data)
 static void exec_send(sbx_op *op, struct restbox *rb, const char *path, json_t *body,
                       struct xjob *x)
 {
-    if (call(op, rb, "POST", path, body, x->timeout_s > 0 ? x->timeout_s + 60 : 0, exec_answer,
-             NULL, x) < 0) {
-        free(x->command);
-        free(x);
-    }
+    call(op, rb, "POST", path, body, x->timeout_s > 0 ? x->timeout_s + 60 : 0, exec_answer, NULL,
+         x, xjob_free);
 }
 
 struct stdin_job {
@@ -426,8 +441,7 @@ static void exec_read_stdin(sbx_op *op, void *data)
                                          : NULL,
                         NULL);
         json_decref(j->body);
-        free(j->x->command);
-        free(j->x);
+        xjob_free(j->x);
     } else {
         exec_send(op, j->rb, j->path, j->body, j->x);
     }
@@ -480,8 +494,7 @@ static void rb_exec(sbx_op *op, void *state, void *box, const char *command,
             free(j);
             json_decref(body);
             free(path);
-            free(x->command);
-            free(x);
+            xjob_free(x);
             sbx_op_complete(op, rc, NULL, NULL);
         }
         return;
@@ -509,6 +522,8 @@ static void fjob_free(struct fjob *f)
     free(f->data);
     free(f);
 }
+
+static void fjob_drop(void *data) { fjob_free(data); }
 
 static void uploaded(sbx_op *op, sbx_http_response *resp, void *data)
 {
@@ -564,8 +579,7 @@ static void upload_read(sbx_op *op, void *data)
     }
     free(f->data); /* the request has its copy */
     f->data = NULL;
-    if (send_for(op, r, 0, uploaded, NULL, f) < 0)
-        fjob_free(f);
+    send_for(op, r, 0, uploaded, NULL, f, fjob_drop);
 }
 
 static struct fjob *fjob_new(struct restbox *rb, const char *id, const char *remote,
@@ -660,8 +674,7 @@ static void rb_download(sbx_op *op, void *state, void *box, const char *remote_p
         return;
     }
     /* A missing file is SBX_ENOENT, as the status map has it. */
-    if (send_for(op, req, 0, downloaded, NULL, f) < 0)
-        fjob_free(f);
+    send_for(op, req, 0, downloaded, NULL, f, fjob_drop);
 }
 
 /* --- status, close ---------------------------------------------------------------- */
@@ -691,7 +704,7 @@ static void rb_status(sbx_op *op, void *state, void *box)
         return;
     }
     /* A box the service no longer has is stopped (its TTL, a stop from elsewhere). */
-    call(op, state, "GET", path, NULL, 30, status_answer, status_gone, NULL);
+    call(op, state, "GET", path, NULL, 30, status_answer, status_gone, NULL, NULL);
     free(path);
 }
 
@@ -716,7 +729,7 @@ static void rb_close(sbx_op *op, void *state, void *box, int owned)
         return;
     }
     /* Already gone (its TTL, a stop by id): the stop still succeeds. */
-    call(op, state, "DELETE", path, NULL, 60, closed, closed, NULL);
+    call(op, state, "DELETE", path, NULL, 60, closed, closed, NULL, NULL);
     free(path);
 }
 
@@ -766,8 +779,7 @@ static void rb_connect(sbx_op *op, void *state, const char *descriptor_json)
                         NULL);
         return;
     }
-    if (call(op, state, "GET", path, NULL, 30, connected, NULL, b) < 0)
-        rbox_free(b);
+    call(op, state, "GET", path, NULL, 30, connected, NULL, b, rbox_free);
     free(path);
 }
 
@@ -829,11 +841,12 @@ static json_t *entries(sbx_http_response *resp, json_t *labels)
         if (!json_is_string(json_object_get(b, "id")) || !labels_match(labels, md))
             continue;
         json_array_append_new(
-            out, json_pack("{s:O, s:O, s:O, s:O, s:O, s:n, s:n}", "id", json_object_get(b, "id"),
+            out, json_pack("{s:O, s:O, s:O, s:O, s:o, s:n, s:n}", "id", json_object_get(b, "id"),
                            "status", json_object_get(b, "status"), "created",
                            json_object_get(b, "created"), "expires_at",
                            json_object_get(b, "expires_at"), "labels",
-                           json_is_object(md) ? md : json_object(), "image", "descriptor"));
+                           json_is_object(md) ? json_incref(md) : json_object(), "image",
+                           "descriptor"));
         json_object_set_new(json_array_get(out, json_array_size(out) - 1), "descriptor",
                             descriptor(json_string_value(json_object_get(b, "id"))));
     }
@@ -860,8 +873,7 @@ static void rb_list(sbx_op *op, void *state, const char *filter_json)
         sbx_op_complete(op, rc, err, NULL);
         return;
     }
-    if (call(op, state, "GET", "/v1/boxes", NULL, 60, listed, NULL, labels) < 0)
-        json_decref(labels);
+    call(op, state, "GET", "/v1/boxes", NULL, 60, listed, NULL, labels, json_drop);
 }
 
 static void rb_stop_id(sbx_op *op, void *state, const char *id)
@@ -871,7 +883,7 @@ static void rb_stop_id(sbx_op *op, void *state, const char *id)
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return;
     }
-    call(op, state, "DELETE", path, NULL, 60, closed, NULL, NULL); /* 404: SBX_ENOENT */
+    call(op, state, "DELETE", path, NULL, 60, closed, NULL, NULL, NULL); /* 404: SBX_ENOENT */
     free(path);
 }
 
@@ -883,6 +895,14 @@ struct gcjob {
     json_t *pick;   /* ids */
     size_t next;
 };
+
+static void gcjob_free(void *data)
+{
+    struct gcjob *g = data;
+    json_decref(g->pick);
+    json_decref(g->labels);
+    free(g);
+}
 
 static void gc_next(sbx_op *op, struct gcjob *g);
 
@@ -898,27 +918,21 @@ static void gc_next(sbx_op *op, struct gcjob *g)
         char *path = box_path(json_string_value(json_array_get(g->pick, g->next++)), NULL);
         if (path) {
             /* Gone meanwhile (its TTL): collected all the same. */
-            int rc = call(op, g->rb, "DELETE", path, NULL, 60, gc_deleted, gc_deleted, g);
+            call(op, g->rb, "DELETE", path, NULL, 60, gc_deleted, gc_deleted, g, gcjob_free);
             free(path);
-            if (rc < 0) {
-                json_decref(g->pick);
-                json_decref(g->labels);
-                free(g);
-            }
             return;
         }
     }
     char *text = json_dumps(g->pick, JSON_COMPACT);
-    json_decref(g->pick);
-    json_decref(g->labels);
-    free(g);
+    gcjob_free(g);
     sbx_op_complete(op, text ? SBX_OK : SBX_ENOMEM, NULL, text);
 }
 
 static void gc_listed(sbx_op *op, sbx_http_response *resp, void *data)
 {
     struct gcjob *g = data;
-    json_t *all = entries(resp, json_object()), *b;
+    json_t *none = json_object(), *all = entries(resp, none), *b;
+    json_decref(none);
     size_t i;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -948,10 +962,7 @@ static void rb_gc(sbx_op *op, void *state, const char *opts_json)
         return;
     }
     g->rb = state;
-    if (call(op, state, "GET", "/v1/boxes", NULL, 60, gc_listed, NULL, g) < 0) {
-        json_decref(g->labels);
-        free(g);
-    }
+    call(op, state, "GET", "/v1/boxes", NULL, 60, gc_listed, NULL, g, gcjob_free);
 }
 
 static const struct sbx_provider_ops restbox_ops = {

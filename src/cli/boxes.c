@@ -404,8 +404,13 @@ int cli_box_start(sbx_provider *p, const sbx_spec *spec, sbx_sandbox **sb, sbx_e
     sbx_future *f = NULL;
     int rc = sbx_sandbox_new(p, spec, sb, err);
     if (rc == SBX_OK && (rc = sbx_sandbox_start_async(*sb, NULL, &f, err)) == SBX_OK) {
+        /* A pull the start makes shows its bars on a terminal, as `sbx image pull` does. */
+        struct cli_pull_view *v = cli_pull_view_new();
+        if (v)
+            sbx_future_on_progress(f, cli_pull_view_progress, v);
         rc = cli_wait(f, err);
         sbx_future_free(f);
+        cli_pull_view_free(v);
     }
     return rc;
 }

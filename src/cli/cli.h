@@ -447,6 +447,16 @@ bool cli_attach_opts(int argc, char **argv, bool *no_stdin, bool *no_follow, int
 int cli_proc_attach(sbx_sandbox *sb, const char *id, unsigned n, bool no_stdin, bool no_follow);
 int cli_cmd_top(int argc, char **argv);
 int cli_cmd_stats(int argc, char **argv);
+/*
+ * A pull's bars on stderr (image.c), for a start that may pull its image:
+ * NULL when stderr is no terminal. The progress callback for
+ * sbx_future_on_progress draws pull and unpack stages only.
+ */
+struct cli_pull_view;
+struct cli_pull_view *cli_pull_view_new(void);
+void cli_pull_view_progress(const char *stage, unsigned long long done, unsigned long long total,
+                            void *data);
+void cli_pull_view_free(struct cli_pull_view *v);
 int cli_cmd_wait(int argc, char **argv);
 int cli_cmd_kill(int argc, char **argv);
 /* --- forward.c: endpoints and port forwarding [endpoint] ------------------- */

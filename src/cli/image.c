@@ -247,6 +247,34 @@ static void on_pull_progress(const char *stage, unsigned long long done, unsigne
     pull_redraw(v);
 }
 
+/*
+ * A box's start may pull its image (run, create): the same bars on a
+ * terminal, from the start's progress. Nothing is drawn until a pull stage
+ * comes (a create without a pull shows nothing), and only pull and unpack
+ * stages are drawn.
+ */
+struct cli_pull_view *cli_pull_view_new(void)
+{
+    if (!isatty(2))
+        return NULL;
+    struct pull_view *v = calloc(1, sizeof(*v));
+    if (v) {
+        v->tty = true;
+        clock_gettime(CLOCK_MONOTONIC, &v->t0);
+    }
+    return (struct cli_pull_view *)v;
+}
+
+void cli_pull_view_progress(const char *stage, unsigned long long done, unsigned long long total,
+                            void *data)
+{
+    struct pull_view *v = data;
+    if (!strncmp(stage, "pull:", 5) || (v->n && strcmp(stage, "done") != 0))
+        on_pull_progress(stage, done, total, v);
+}
+
+void cli_pull_view_free(struct cli_pull_view *v) { free(v); }
+
 static int cmd_pull(int argc, char **argv, sbx_provider *p)
 {
     _cleanup_cli_opts_ struct cli_opts o = {0};

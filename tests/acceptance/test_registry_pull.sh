@@ -68,6 +68,12 @@ run "run --image pulls a missing image" 0 "$SBX" run --image "$R1/y:1" -- cat /e
 check "and runs it" test "$OUT" = single
 run "--pull always pulls again" 0 "$SBX" run --pull always --image "$R1/y:1" -- true
 run "bad --pull value" 2 "$SBX" run --pull sometimes --image "$R1/y:1" -- true
+# On a terminal, the pull a run makes shows its bars (as image pull does); piped, nothing.
+script -qec "$SBX run --pull always --image $R1/y:1 -- true" /dev/null >"$T/tty" 2>&1
+check "run on a terminal: the pull's bars" grep -q 'total .*\[' "$T/tty"
+check "  and each layer's" grep -Eq '^.?[0-9a-f]{12} layer ' "$T/tty"
+run "run piped: no bars on stderr" 0 "$SBX" run --pull always --image "$R1/y:1" -- true
+check "  stderr is empty" test -z "$ERR"
 
 run "--json: a line per event" 0 "$SBX" image pull --json "$R1/y:1"
 check "events name blobs and states" has "$OUT" '"state":"cached"'

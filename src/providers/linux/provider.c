@@ -1173,6 +1173,17 @@ static bool create_cancelled(void *data)
     return atomic_load(&((struct create *)data)->stop_work);
 }
 
+/*
+ * A pull the create makes reports on the create's op (the start's future:
+ * `sbx run` draws it); "layers" is a count for the image calls, not a bar.
+ */
+static void create_progress(const char *stage, uint64_t done, uint64_t total, void *data)
+{
+    struct create *c = data;
+    if (strcmp(stage, "layers") != 0)
+        sbx_op_progress(c->op, stage, done, total);
+}
+
 /* Whether the "K=V" list `env` sets the key of `kv`. */
 static bool env_has(const json_t *env, const char *kv)
 {
@@ -1352,6 +1363,7 @@ static void create_work(void *data)
     bool none = false;
     /* A cancelled create stops an unpack in progress (a big or endless source). */
     sbx_linux_image_opts io = { .data = c, .cancelled = create_cancelled,
+                                .progress = create_progress,
                                 .max_bytes = c->st->max_image_bytes,
                                 .pull = c->pull ? c->pull : c->st->pull,
                                 .registry = &c->st->registry };
