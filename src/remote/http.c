@@ -1130,12 +1130,14 @@ int sbx_http_request_send(sbx_http_request *r, void *loop, sbx_http_done_cb cb, 
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     p->r = r;
     p->loop = loop;
+    /* Before the post: from then on the loop may run it to its end and free it. */
+    r->sent = true;
     int rc = sbx__context_post(ctx, send_posted, p);
     if (rc < 0) {
+        r->sent = false;
         free(p);
         return sbx__set_error(err, rc, "sbx_http_request_send: the context's loop has ended");
     }
-    r->sent = true;
     return SBX_OK;
 }
 
