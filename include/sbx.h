@@ -225,6 +225,16 @@ SBX_EXPORT int sbx_exec_opts_set_env(sbx_exec_opts *o, const char *key, const ch
 SBX_EXPORT int sbx_exec_opts_set_timeout(sbx_exec_opts *o, double seconds);
 /* A user name or a numeric id ("1000" or "1000:1000"). */
 SBX_EXPORT int sbx_exec_opts_set_user(sbx_exec_opts *o, const char *user);
+/*
+ * The command as argv (NULL-ended, copied; NULL clears), run without a
+ * shell, as docker exec runs its CMD: so a box whose image has no shell
+ * (distroless, scratch) still runs it. The program is found on the box's
+ * PATH; one that cannot run gives 127 ("command not found") or 126, as a
+ * shell would. The exec's command string is then only its description,
+ * and what a provider without argv support runs (linux, docker and the
+ * kit's providers have it; local too). An empty argv is SBX_EINVAL.
+ */
+SBX_EXPORT int sbx_exec_opts_set_argv(sbx_exec_opts *o, const char *const *argv);
 SBX_EXPORT int sbx_exec_opts_set_stdin(sbx_exec_opts *o, const void *data, size_t len);
 /*
  * Streams the command's stdin from `fd` (a pipe, FIFO, socket, regular file

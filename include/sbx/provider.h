@@ -348,6 +348,8 @@ SBX_EXPORT const char *sbx_spec_provider_options(const sbx_spec *spec);
 /* --- Reading exec options (NULL opts give the defaults) ------------------ */
 
 SBX_EXPORT const char *sbx_exec_opts_cwd(const sbx_exec_opts *o);
+/* The argv to run without a shell (sbx_exec_opts_set_argv), or NULL: the command string. */
+SBX_EXPORT const char *const *sbx_exec_opts_argv(const sbx_exec_opts *o);
 /* Negative: no timeout. */
 SBX_EXPORT double sbx_exec_opts_timeout(const sbx_exec_opts *o);
 SBX_EXPORT const char *sbx_exec_opts_user(const sbx_exec_opts *o);

@@ -64,8 +64,10 @@ static const struct command commands[] = {
                         "  --json                 print the result as JSON\n"
                         "  --raw                  the command's bytes exactly, also on a terminal\n"
                         "  -t                     run CMD on a terminal (stdin must be one); -i is accepted\n",
-      "CMD's words are quoted and joined into one shell command (use sh -c '...'\n"
-      "for pipes). With --image and no CMD, the image's Entrypoint and Cmd are CMD.\n"
+      "CMD's words run as argv, without a shell (as docker run), unless the first\n"
+      "asks for one (cd, export, VAR=value, a keyword): then they are quoted and\n"
+      "joined into one shell command. Use sh -c '...' for pipes. With --image and\n"
+      "no CMD, the image's Entrypoint and Cmd are CMD.\n"
       "stdin, when it is not a terminal, is streamed to CMD as it comes.\n"
       "The box is stopped on exit, also on SIGINT/SIGTERM.\n" },
     { "create", cli_cmd_create, "sbx create [--name NAME] [OPTIONS]",
@@ -90,7 +92,9 @@ static const struct command commands[] = {
       "  --output-limit BYTES   stdout/stderr bytes kept (default 16 MiB each)\n"
       "  --json                 print the result as JSON\n"
       "  --raw                  the command's bytes exactly, also on a terminal\n",
-      "Options may also come between ID and CMD. The box keeps running.\n" },
+      "Options may also come between ID and CMD. The box keeps running. CMD's\n"
+      "words run as argv, without a shell (as docker exec), unless the first asks\n"
+      "for one (cd, export, VAR=value, a keyword).\n" },
     { "shell", cli_cmd_shell, "sbx shell ID",
       "open the box's shell on this terminal (exit with its status)", "",
       "Ctrl-P Ctrl-Q detaches and leaves the shell running: `sbx attach ID N` comes\n"

@@ -17,7 +17,31 @@ struct exec_args {
     size_t output_limit; /* 0: the provider's default */
     bool raw;            /* --raw: the command's bytes unchanged on a terminal too */
     int out_fd[3];       /* where the exec writes stdout [1] and stderr [2] */
+    char **words;        /* CMD as given (NULL-ended), run as argv when no shell is meant */
 };
+
+/*
+ * Whether CMD's first word asks for the shell: a keyword, a builtin with no
+ * program of its own (cd, export, ...), or an assignment (VAR=value cmd).
+ * Other words run as argv, without a shell, as docker exec runs CMD: images
+ * without one (distroless, scratch) work, and the words arrive unquoted.
+ */
+static bool wants_shell(const char *first)
+{
+    static const char *const shell_words[] = {
+        "!", "{", "}", "[[", ".", ":", "alias", "bg", "break", "case", "cd", "command",
+        "continue", "coproc", "declare", "do", "done", "elif", "else", "esac", "eval", "exec",
+        "exit", "export", "fg", "fi", "for", "function", "getopts", "hash", "if", "jobs",
+        "let", "local", "read", "readonly", "return", "select", "set", "shift", "source",
+        "then", "time", "trap", "type", "typeset", "ulimit", "umask", "unalias", "unset",
+        "until", "wait", "while", NULL};
+    if (!first || !*first || strchr(first, '='))
+        return true;
+    for (size_t i = 0; shell_words[i]; i++)
+        if (!strcmp(first, shell_words[i]))
+            return true;
+    return false;
+}
 
 static sbx_exec_opts *make_exec_opts(const struct exec_args *a, const sbx_kv *env)
 {
@@ -30,6 +54,11 @@ static sbx_exec_opts *make_exec_opts(const struct exec_args *a, const sbx_kv *en
         sbx_exec_opts_set_user(o, a->user);
     if (a->cwd)
         sbx_exec_opts_set_cwd(o, a->cwd);
+    if (a->words && !wants_shell(a->words[0]) &&
+        sbx_exec_opts_set_argv(o, (const char *const *)a->words) < 0) {
+        sbx_exec_opts_free(o);
+        return NULL;
+    }
     for (size_t i = 0; env && i < env->len; i++)
         sbx_exec_opts_set_env(o, env->keys[i], env->values[i]);
     /*
@@ -406,6 +435,7 @@ int cli_cmd_run(int argc, char **argv)
         sbx_provider_free(p);
         return rc;
     }
+    a.words = image_cmd ? NULL : words;
     rc = exec_and_print(sb, command, &a, NULL, &r);
     /* Stop before printing: the box is gone whatever happens to our stdout. */
     if (sbx_sandbox_stop(sb, &e) < 0) {
@@ -543,6 +573,7 @@ int cli_cmd_exec(int argc, char **argv)
         return rc;
     }
     sbx_exec_result *r = NULL;
+    a.words = argv + optind;
     rc = exec_and_print(sb, command, &a, &all_env, &r);
     sbx__kv_free(&all_env);
     if (rc < 0)

@@ -294,6 +294,8 @@ struct sbx_exec_opts {
     bool drop_output;   /* sbx_exec_opts_set_keep_output(o, 0) */
     /* An agent built-in instead of a command (src/core/transfer.c, src/agent/tar.h). */
     char **builtin_argv;
+    /* The command as argv, run without a shell (sbx_exec_opts_set_argv), or NULL. */
+    char **argv;
 };
 
 SBX_INTERNAL sbx_exec_opts *sbx__exec_opts_copy(const sbx_exec_opts *o);

@@ -49,6 +49,7 @@ void sbx_exec_opts_free(sbx_exec_opts *o)
     free(o->user);
     free(o->stdin_data);
     sbx_strv_free(o->builtin_argv);
+    sbx_strv_free(o->argv);
     free(o);
 }
 
@@ -84,6 +85,25 @@ int sbx_exec_opts_set_timeout(sbx_exec_opts *o, double seconds)
         return SBX_EINVAL;
     o->timeout_s = seconds < 0 ? -1 : seconds;
     return SBX_OK;
+}
+
+static char **strv_dup(char *const *v);
+
+int sbx_exec_opts_set_argv(sbx_exec_opts *o, const char *const *argv)
+{
+    if (!o || (argv && (!argv[0] || !argv[0][0])))
+        return SBX_EINVAL;
+    char **copy = NULL;
+    if (argv && !(copy = strv_dup((char *const *)argv)))
+        return SBX_ENOMEM;
+    sbx_strv_free(o->argv);
+    o->argv = copy;
+    return SBX_OK;
+}
+
+const char *const *sbx_exec_opts_argv(const sbx_exec_opts *o)
+{
+    return o ? (const char *const *)o->argv : NULL;
 }
 
 int sbx_exec_opts_set_user(sbx_exec_opts *o, const char *user)
@@ -151,7 +171,8 @@ sbx_exec_opts *sbx__exec_opts_copy(const sbx_exec_opts *o)
     if (replace_str(&c->cwd, o->cwd) < 0 || replace_str(&c->user, o->user) < 0 ||
         sbx__kv_copy(&c->env, &o->env) < 0 ||
         (o->has_stdin && sbx_exec_opts_set_stdin(c, o->stdin_data, o->stdin_len) < 0) ||
-        (o->builtin_argv && !(c->builtin_argv = strv_dup(o->builtin_argv)))) {
+        (o->builtin_argv && !(c->builtin_argv = strv_dup(o->builtin_argv))) ||
+        (o->argv && !(c->argv = strv_dup(o->argv)))) {
         sbx_exec_opts_free(c);
         return NULL;
     }

@@ -832,6 +832,9 @@ void sbx__agent_exec(sbx_agent_conn *c, sbx_op *op, const char *command, const c
     size_t stdin_len = 0;
     const char *stdin_data = sbx_exec_opts_stdin(opts, &stdin_len);
     int stdin_fd = sbx_exec_opts_stdin_fd(opts);
+    /* The caller's argv, run without a shell (sbx_exec_opts_set_argv). */
+    if (!argv && opts && opts->argv)
+        argv = (const char *const *)opts->argv;
     /* A transfer built-in of the agent (src/core/transfer.c) runs in place of a command. */
     bool builtin = opts && opts->builtin_argv;
     if (builtin)

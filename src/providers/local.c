@@ -463,6 +463,7 @@ struct lexec {
     enum ex_end end;
     char *command;
     char **argv; /* a transfer built-in: sbx-agent builtin NAME ARGS..., no shell; else NULL */
+    bool user_argv; /* argv is the caller's (sbx_exec_opts_set_argv), not a built-in's */
     char *cwd;
     sbx_kv env;       /* spec.env, then the call's env on top */
     double timeout_s; /* < 0: none */
@@ -986,6 +987,8 @@ static void start_exec(struct lexec *e)
                                       "local exec: working directory '%s' does not exist; "
                                       "create it or pass an existing cwd",
                                       e->cwd);
+        else if (e->user_argv && (rc == UV_ENOENT || rc == UV_EACCES))
+            err = NULL; /* the shell's answer: a result, below */
         else if (e->argv && (rc == UV_ENOENT || rc == UV_EACCES))
             err = sbx_error_new(SBX_ENOTSUP,
                                 "local transfer: cannot run the sbx-agent helper '%s': %s; "
@@ -1002,7 +1005,18 @@ static void start_exec(struct lexec *e)
         e->exited = true; /* nothing to wait for: the handle can close at once */
         e->phase = EX_FINISHED;
         sbx_op_on_cancel(e->op, NULL, NULL);
-        sbx_op_complete(e->op, sbx_error_code(err), err, NULL);
+        if (!err) {
+            /* What a shell says and returns for a program it cannot run: 127 or 126. */
+            char *msg = sbx__printf("sbx: %s: %s\n", args[0],
+                                    rc == UV_ENOENT ? "command not found" : uv_strerror(rc));
+            sbx_exec_result *r = NULL;
+            int code = msg ? sbx_exec_result_new_take(strdup(""), 0, msg, strlen(msg),
+                                                      rc == UV_ENOENT ? 127 : 126, NULL, &r)
+                           : SBX_ENOMEM;
+            sbx_op_complete(e->op, code, NULL, code == SBX_OK ? r : NULL);
+        } else {
+            sbx_op_complete(e->op, sbx_error_code(err), err, NULL);
+        }
         e->op = NULL;
         box_unlink(e);
         e->box = NULL;
@@ -1103,6 +1117,20 @@ static void local_exec(sbx_op *op, void *state, void *box, const char *command,
         }
         free(agent);
         e->argv = builtin_argv(opts->builtin_argv);
+    } else if (opts && opts->argv && e->command) {
+        /* The caller's argv, run without the shell (sbx_exec_opts_set_argv). */
+        size_t n = 0;
+        while (opts->argv[n])
+            n++;
+        if ((e->argv = calloc(n + 1, sizeof(char *)))) {
+            for (size_t i = 0; i < n; i++)
+                if (!(e->argv[i] = strdup(opts->argv[i]))) {
+                    sbx_strv_free(e->argv);
+                    e->argv = NULL;
+                    break;
+                }
+        }
+        e->user_argv = true;
     }
     const char *cwd = sbx_exec_opts_cwd(opts);
     if (!cwd || (b->workdir_arg && !strcmp(cwd, b->workdir_arg)))
@@ -1118,7 +1146,7 @@ static void local_exec(sbx_op *op, void *state, void *box, const char *command,
     size_t inlen = 0;
     const void *in = sbx_exec_opts_stdin(opts, &inlen);
     e->stdin_fd = sbx_exec_opts_stdin_fd(opts);
-    bool ok = e->command && e->cwd && (!opts || !opts->builtin_argv || e->argv) &&
+    bool ok = e->command && e->cwd && (!opts || !(opts->builtin_argv || opts->argv) || e->argv) &&
               sbx__kv_copy(&e->env, &b->env) == 0;
     for (size_t i = 0; ok && i < sbx_exec_opts_env_count(opts); i++) {
         const char *k, *v;

@@ -2332,6 +2332,34 @@ static void test_linux_docker_habits(void)
     SBX_EXPECT_ERR(2, "--name names a kept box", "run", "--name", "x", "--", "true");
     TAP_EQ_INT(records(), 2);
 
+    /*
+     * CMD runs as argv, without a shell, as docker exec runs it: an image
+     * with no shell at all (one static program) runs words that need quoting,
+     * and a missing program is the shell's 127; a word that asks for the
+     * shell (cd, VAR=value) still goes to it, and says there is none.
+     */
+    char img[600], prog[700];
+    snprintf(img, sizeof(img), "%s/noshell", tap_tmpdir());
+    snprintf(prog, sizeof(prog), "%s/bin/echo", img);
+    char out_[256];
+    TAP_EQ_INT(run_cmd(out_, sizeof(out_), "mkdir -p %s/bin && cp /bin/busybox %s", img, prog), 0);
+    p = SBX("run", "--image", img, "--", "echo", "a  b", "$HOME");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "a  b $HOME\n");
+    proc_free(&p);
+    p = SBX("run", "--image", img, "--", "nosuch", "x");
+    EXPECT_CODE(p, 127);
+    TAP_CONTAINS(p.err, "nosuch: command not found");
+    proc_free(&p);
+    p = SBX("run", "--image", img, "--", "cd", "/");
+    EXPECT_CODE(p, 125);
+    TAP_CONTAINS(p.err, "cannot run /bin/sh");
+    proc_free(&p);
+    p = SBX("run", "--", "X=1", "sh", "-c", "echo $X");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "1\n");
+    proc_free(&p);
+
     /* rm -f is stop --force; by name. */
     SBX_EXPECT(0, "rm", "-f", "web", "svc");
     TAP_EQ_INT(records(), 0);

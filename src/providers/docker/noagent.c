@@ -104,6 +104,7 @@ struct xjob {
     struct docker *d;
     char *container, *command, *shell, *cwd, *user;
     json_t *env; /* ["K=V", ...] */
+    json_t *argv; /* the caller's argv (sbx_exec_opts_set_argv): Cmd as it is, no shell; or NULL */
     const void *in;
     size_t in_len;
     int in_fd;
@@ -121,6 +122,7 @@ struct xjob {
 static void xjob_free(struct xjob *j)
 {
     free(j->container);
+    json_decref(j->argv);
     free(j->command);
     free(j->shell);
     free(j->cwd);
@@ -161,7 +163,7 @@ enum xend { X_DONE, X_TIMEOUT, X_CANCELLED, X_BROKEN };
 static enum xend run_exec(struct xjob *j, int *code, char *emsg, size_t emsg_len)
 {
     struct docker *d = j->d;
-    json_t *cmd = json_pack("[sss]", j->shell, "-c", j->command);
+    json_t *cmd = j->argv ? json_incref(j->argv) : json_pack("[sss]", j->shell, "-c", j->command);
     json_t *body = cmd ? json_pack("{s:b,s:b,s:b,s:b,s:o}", "AttachStdin", j->has_stdin,
                                    "AttachStdout", 1, "AttachStderr", 1, "Tty", 0, "Cmd", cmd)
                        : NULL;
@@ -414,7 +416,14 @@ void sbx__dk_noagent_exec(sbx_op *op, struct docker *d, struct dbox *b, const ch
         j->limit = SBX_DEFAULT_OUTPUT_LIMIT;
     j->keep = sbx_exec_opts_keep_output(opts);
     const char *cwd = sbx_exec_opts_cwd(opts), *user = sbx_exec_opts_user(opts);
-    bool oom = !(j->container = strdup(b->container)) || !(j->command = strdup(command)) ||
+    const char *const *av = sbx_exec_opts_argv(opts);
+    if (av) {
+        j->argv = json_array();
+        for (size_t i = 0; j->argv && av[i]; i++)
+            json_array_append_new(j->argv, json_string(av[i]));
+    }
+    bool oom = (av && !j->argv) || !(j->container = strdup(b->container)) ||
+               !(j->command = strdup(command)) ||
                !(j->shell = strdup(b->shell ? b->shell : "sh")) ||
                (cwd && cwd[0] && !(j->cwd = box_path(b, cwd)));
     /* The reference's user mapping: "root" is uid 0; anything else as given. */
