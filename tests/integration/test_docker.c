@@ -474,9 +474,17 @@ static void test_bad_config(void)
     snprintf(cfg, sizeof(cfg), "{\"docker\": {\"host\": \"unix://%s/none.sock\"}}", tap_tmpdir());
     TAP_OK(sbx_provider_new(cfg, &p, &e_));
     sbx_spec *spec = image_spec();
-    start_fails(p, spec, 0, "none.sock");
-    sbx_spec_free(spec);
+    start_fails(p, spec, 0, "there is no socket at ");
     sbx_provider_free(p);
+    /* A path that is no socket: said so, not libcurl's "localhost port 80". */
+    snprintf(cfg, sizeof(cfg), "%s/plain", tap_tmpdir());
+    TAP_EQ_INT(write_text(cfg, "x"), 0);
+    char cfg2[1200];
+    snprintf(cfg2, sizeof(cfg2), "{\"docker\": {\"host\": \"unix://%s\"}}", cfg);
+    TAP_OK(sbx_provider_new(cfg2, &p, &e_));
+    start_fails(p, spec, 0, "plain is not a socket");
+    sbx_provider_free(p);
+    sbx_spec_free(spec);
 }
 
 /*

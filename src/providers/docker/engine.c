@@ -330,6 +330,38 @@ static int request_bound(const sbx_dk_engine *e, const char *method, const char 
 }
 
 /* The timeout's message: the whole create's bound when that is what ran out. */
+/*
+ * Why the engine could not be reached, said for what the user can fix: for
+ * a unix socket, libcurl's words ("Failed to connect to localhost port 80")
+ * hide the cause, so the socket itself is looked at: missing, not a socket,
+ * or not ours to open (the docker group).
+ */
+static int unreachable(const sbx_dk_engine *e, const char *method, const char *path,
+                       const char *why, sbx_error **err)
+{
+    struct stat st;
+    if (e->socket && stat(e->socket, &st) < 0 && errno == ENOENT)
+        return sbx__set_error(err, SBX_EPROVIDER,
+                              "cannot reach the docker engine: there is no socket at %s (is "
+                              "dockerd running? is DOCKER_HOST, or the provider's host, right?)",
+                              e->socket);
+    if (e->socket && stat(e->socket, &st) == 0 && !S_ISSOCK(st.st_mode))
+        return sbx__set_error(err, SBX_EPROVIDER,
+                              "cannot reach the docker engine: %s is not a socket (is "
+                              "DOCKER_HOST, or the provider's host, right?)",
+                              e->socket);
+    if (e->socket && access(e->socket, R_OK | W_OK) < 0 && errno == EACCES)
+        return sbx__set_error(err, SBX_EPERM,
+                              "cannot reach the docker engine: permission denied on %s (add "
+                              "yourself to its group: sudo usermod -aG docker $USER, then log in "
+                              "again; or run rootless dockerd and point DOCKER_HOST at its socket)",
+                              e->socket);
+    return sbx__set_error(err, SBX_EPROVIDER,
+                          "cannot reach the docker engine at %s (%s %s): %s; is dockerd "
+                          "running, and is DOCKER_HOST right?",
+                          e->host, method, path, why);
+}
+
 static int timed_out(const sbx_dk_engine *e, const char *method, const char *path,
                      sbx_error **err)
 {
@@ -501,10 +533,7 @@ static int exchange(sbx_dk_engine *e, const char *method, const char *url_path, 
                               e->host, method, url_path, ebuf[0] ? ebuf : curl_easy_strerror(cc),
                               e->tls_hint);
     if (cc != CURLE_OK)
-        return sbx__set_error(err, SBX_EPROVIDER,
-                              "cannot reach the docker engine at %s (%s %s): %s; is dockerd "
-                              "running, and is DOCKER_HOST right?",
-                              e->host, method, url_path, ebuf[0] ? ebuf : curl_easy_strerror(cc));
+        return unreachable(e, method, url_path, ebuf[0] ? ebuf : curl_easy_strerror(cc), err);
     *status = st;
     return SBX_OK;
 }
@@ -879,10 +908,7 @@ static int request_io(sbx_dk_engine *e, const char *method, const char *path, st
                                           "of the copy failed)",
                             e->host, method, path);
     else if (cc != CURLE_OK)
-        rc = sbx__set_error(err, SBX_EPROVIDER,
-                            "cannot reach the docker engine at %s (%s %s): %s; is dockerd "
-                            "running, and is DOCKER_HOST right?",
-                            e->host, method, path, ebuf[0] ? ebuf : curl_easy_strerror(cc));
+        rc = unreachable(e, method, path, ebuf[0] ? ebuf : curl_easy_strerror(cc), err);
     if (rc == SBX_OK) {
         *status = st;
         if (resp) {
