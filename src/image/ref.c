@@ -170,7 +170,12 @@ int sbx__image_ref_parse(const char *s, sbx_image_ref *out, sbx_error **err)
     if (!*name)
         return sbx__set_error(err, SBX_EINVAL, "invalid image reference %s: no repository name",
                               s);
-    /* Registry: the first component, when it looks like a host. */
+    /*
+     * Registry: the first component, when it looks like a host (a '.', a
+     * ':' or localhost). Docker also takes one with upper case for a host,
+     * which sent "MyRepo/x" to resolve MyRepo; here it is a repository,
+     * refused below as upper case, which says what is wrong.
+     */
     const char *registry = "docker.io";
     char *repo = name;
     char *first = strchr(name, '/');
@@ -178,8 +183,6 @@ int sbx__image_ref_parse(const char *s, sbx_image_ref *out, sbx_error **err)
         size_t fl = (size_t)(first - name);
         bool host = memchr(name, '.', fl) || memchr(name, ':', fl) ||
                     (fl == 9 && !strncmp(name, "localhost", 9));
-        for (size_t i = 0; !host && i < fl; i++)
-            host = isupper((unsigned char)name[i]);
         if (host) {
             if (!domain_ok(name, fl))
                 return sbx__set_error(err, SBX_EINVAL,

@@ -28,7 +28,6 @@ static const struct {
     {"x:tag@sha256:" D64, "docker.io/library/x:tag@sha256:" D64},
     {"a__b/c-d/e.f:_t", "docker.io/a__b/c-d/e.f:_t"},
     {"a---b", "docker.io/library/a---b:latest"},
-    {"Registry/x", "Registry/x:latest"}, /* upper case first component: a host */
     {"[::1]:5000/x", "[::1]:5000/x:latest"},
 };
 
@@ -38,6 +37,8 @@ static const struct {
     {"", "empty"},
     {"Python", "must be lowercase"},
     {"org/Python", "must be lowercase"},
+    /* Issue 24: upper case makes no host (Docker's rule sent "MyRepo/x" to a host MyRepo). */
+    {"MyRepo/x:1", "must be lowercase"},
     {"x:", "tag ''"},
     {"x:.t", "tag '.t'"},
     {"x:-t", "tag '-t'"},
