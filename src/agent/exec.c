@@ -631,9 +631,14 @@ fail : {
 }
 }
 
+/*
+ * One fcntl, not a F_GETFL/F_SETFL pair: the fds it is given are fresh pipe
+ * ends, whose changeable status flags are all clear (F_SETFL keeps the
+ * access mode). Four syscalls fewer per exec (strace, docs/benchmarks.md).
+ */
 static int set_nonblock(int fd)
 {
-    return fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    return fcntl(fd, F_SETFL, O_NONBLOCK);
 }
 
 /*
