@@ -14,6 +14,7 @@
  * from inside its own callbacks, where a cancel may come from.
  */
 #include "core/internal.h"
+#include "remote/http_kit.h"
 #include "remote/http_parse.h"
 
 #include <sbx/http.h>
@@ -103,6 +104,18 @@ int sbx_http_client_new(const char *name, const char *base_url, sbx_http_client 
 
 static void client_ref(sbx_http_client *c) { atomic_fetch_add(&c->refs, 1); }
 
+void sbx__http_client_ref(sbx_http_client *c) { client_ref(c); }
+const char *sbx__http_client_name(const sbx_http_client *c) { return c->name; }
+const char *sbx__http_client_base_url(const sbx_http_client *c) { return c->base_url; }
+size_t sbx__http_client_n_headers(const sbx_http_client *c) { return c->n_headers; }
+
+void sbx__http_client_header(const sbx_http_client *c, size_t i, const char **name,
+                             const char **value)
+{
+    *name = c->headers[i].name;
+    *value = c->headers[i].value;
+}
+
 void sbx_http_client_free(sbx_http_client *c)
 {
     if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
@@ -154,7 +167,7 @@ void sbx_http_client_set_insecure(sbx_http_client *c, int insecure)
 }
 
 /* A header name or value with a CR or LF would split the request: refused. */
-static bool header_text_ok(const char *s, bool name)
+bool sbx__http_header_ok(const char *s, bool name)
 {
     if (!s || (name && !*s))
         return false;
@@ -166,7 +179,7 @@ static bool header_text_ok(const char *s, bool name)
 
 static int hdr_set(struct hdr **v, size_t *n, const char *name, const char *value)
 {
-    if (!header_text_ok(name, true) || !header_text_ok(value, false))
+    if (!sbx__http_header_ok(name, true) || !sbx__http_header_ok(value, false))
         return SBX_EINVAL;
     for (size_t i = 0; i < *n; i++)
         if (!strcasecmp((*v)[i].name, name))
@@ -234,7 +247,7 @@ static bool status_retried(const sbx_http_client *c, int status)
     return status == 408 || status == 429 || status == 502 || status == 503 || status == 504;
 }
 
-static int code_for_status(const sbx_http_client *c, int status)
+int sbx__http_client_code_for_status(const sbx_http_client *c, int status)
 {
     if (status >= 100 && status < 600 && c->code_of[status] < 0)
         return c->code_of[status];
@@ -280,6 +293,7 @@ struct engine {
     bool closing;
     struct sbx_http_request *inflight; /* sent and not yet ended */
     struct esock *socks;
+    struct sbx__http_hook *hooks; /* what else ends with the context (http_kit.h) */
 };
 
 struct sbx_http_response {
@@ -476,6 +490,11 @@ static void engine_close(void *data)
 {
     struct engine *e = data;
     e->closing = true;
+    while (e->hooks) {
+        struct sbx__http_hook *h = e->hooks;
+        sbx__http_hook_remove(h);
+        h->close(h);
+    }
     while (e->inflight) {
         sbx_http_request *r = e->inflight;
         request_end(r, SBX_ECANCELED,
@@ -525,6 +544,37 @@ static struct engine *engine_of(void *loop, sbx_error **err)
     curl_multi_setopt(e->multi, CURLMOPT_MAXCONNECTS, cap);
     sbx__context_set_http(ctx, e, engine_close);
     return e;
+}
+
+int sbx__http_hook_add(void *loop, struct sbx__http_hook *h, sbx_error **err)
+{
+    struct engine *e = engine_of(loop, err);
+    if (!e)
+        return err && *err ? sbx_error_code(*err) : SBX_ENOMEM;
+    if (e->closing)
+        return sbx__set_error(err, SBX_ECANCELED, "the context has ended");
+    h->engine = e;
+    h->prev = NULL;
+    h->next = e->hooks;
+    if (e->hooks)
+        e->hooks->prev = h;
+    e->hooks = h;
+    return SBX_OK;
+}
+
+void sbx__http_hook_remove(struct sbx__http_hook *h)
+{
+    struct engine *e = h->engine;
+    if (!e)
+        return;
+    if (h->prev)
+        h->prev->next = h->next;
+    else
+        e->hooks = h->next;
+    if (h->next)
+        h->next->prev = h->prev;
+    h->next = h->prev = NULL;
+    h->engine = NULL;
 }
 
 /* --- requests ------------------------------------------------------------- */
@@ -847,36 +897,18 @@ static struct curl_slist *slist_add(struct curl_slist *sl, const struct hdr *h)
     return nsl;
 }
 
-static void attempt_start(sbx_http_request *r)
+CURL *sbx__http_easy_new(const sbx_http_client *c, const char *path, char *errbuf)
 {
-    sbx_http_client *c = r->c;
-    double left = remaining_s(r);
-    if (left <= 0) {
-        request_end(r, SBX_ETIMEDOUT,
-                    sbx_error_new(SBX_ETIMEDOUT, "%s: %s %s: no answer within its deadline of %g s",
-                                  c->name, r->method, r->path, r->deadline_s));
-        return;
-    }
-    resp_free(r->resp);
-    r->resp = calloc(1, sizeof(*r->resp));
     CURL *h = curl_easy_init();
-    _cleanup_free_ char *url = sbx__printf("%s%s", c->base_url, r->path);
-    if (!r->resp || !h || !url) {
+    _cleanup_free_ char *url = sbx__printf("%s%s", c->base_url, path);
+    if (!h || !url) {
         if (h)
             curl_easy_cleanup(h);
-        request_end(r, SBX_ENOMEM, sbx_error_new(SBX_ENOMEM, "out of memory"));
-        return;
+        return NULL;
     }
-    r->resp->method = r->method;
-    r->resp->path = r->path;
-    r->resp->client = c;
-    r->easy = h;
-    r->attempts++;
-    r->abort = ABORT_NONE;
-    r->errbuf[0] = 0;
+    /* libcurl copies the URL and every string option: nothing here outlives the call. */
     curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_PRIVATE, r);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, r->errbuf);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
@@ -894,6 +926,36 @@ static void attempt_start(sbx_http_request *r)
         curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
     }
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(c->connect_s * 1000));
+    return h;
+}
+
+static void attempt_start(sbx_http_request *r)
+{
+    sbx_http_client *c = r->c;
+    double left = remaining_s(r);
+    if (left <= 0) {
+        request_end(r, SBX_ETIMEDOUT,
+                    sbx_error_new(SBX_ETIMEDOUT, "%s: %s %s: no answer within its deadline of %g s",
+                                  c->name, r->method, r->path, r->deadline_s));
+        return;
+    }
+    resp_free(r->resp);
+    r->resp = calloc(1, sizeof(*r->resp));
+    r->errbuf[0] = 0;
+    CURL *h = sbx__http_easy_new(c, r->path, r->errbuf);
+    if (!r->resp || !h) {
+        if (h)
+            curl_easy_cleanup(h);
+        request_end(r, SBX_ENOMEM, sbx_error_new(SBX_ENOMEM, "out of memory"));
+        return;
+    }
+    r->resp->method = r->method;
+    r->resp->path = r->path;
+    r->resp->client = c;
+    r->easy = h;
+    r->attempts++;
+    r->abort = ABORT_NONE;
+    curl_easy_setopt(h, CURLOPT_PRIVATE, r);
     double t = c->attempt_s > 0 ? c->attempt_s : INFINITY;
     if (left < t)
         t = left;
@@ -1235,7 +1297,7 @@ int sbx_http_response_check(const sbx_http_response *resp, sbx_error **err)
         return sbx__set_error(err, SBX_EINVAL, "no HTTP response to check");
     if (resp->status >= 200 && resp->status < 300)
         return SBX_OK;
-    int code = code_for_status(resp->client, resp->status);
+    int code = sbx__http_client_code_for_status(resp->client, resp->status);
     _cleanup_free_ char *msg = server_message(resp);
     const char *reason = reason_of(resp->status);
     int rc = sbx__set_error(err, code, "%s: %s %s: %d%s%s%s%s", resp->client->name, resp->method,
