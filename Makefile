@@ -270,7 +270,7 @@ check-valgrind-boxes: tests
 VALGRIND_CI_UNIT := test_attribution test_cdi_spec test_config test_forward test_image_auth \
     test_image_ref test_inroot test_layout test_net_hosts test_proto test_proto_procs \
     test_pty_marker test_rewrite_image test_sbxfile test_sec_input test_shell_quote test_sif \
-    test_spec test_transfer_host test_wire test_schema
+    test_spec test_transfer_host test_wire test_schema test_ws_frame
 VALGRIND_CI := $(VALGRIND_CI_UNIT) test_agent
 check-valgrind-ci: check-valgrind-ci-bins
 	B=$(B) SBX_VALGRIND=1 SBX_SKIP_PYTHON=1 SBX_ONLY="$(VALGRIND_CI) $(VALGRIND_CI_SCRIPTS)" tests/run.sh
