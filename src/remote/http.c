@@ -1192,7 +1192,10 @@ int sbx_http_request_send(sbx_http_request *r, void *loop, sbx_http_done_cb cb, 
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     p->r = r;
     p->loop = loop;
-    /* Before the post: from then on the loop may run it to its end and free it. */
+    /*
+     * Sent before the post: the loop may run the request to its end and
+     * free it before sbx__context_post returns here.
+     */
     r->sent = true;
     int rc = sbx__context_post(ctx, send_posted, p);
     if (rc < 0) {
