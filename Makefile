@@ -249,7 +249,7 @@ check-tsan:
 	B=build/tsan SBX_ONLY="$(TSAN_TESTS)" SBX_SKIP_PYTHON=1 SBX_SKIP_SCRIPTS=1 tests/run.sh
 
 TSAN_CORE := test_core_stress test_future test_lifecycle test_registry test_proto test_pool \
-    test_agent test_local test_sec_client test_kit test_http
+    test_agent test_local test_sec_client test_kit test_http test_ws
 check-tsan-core:
 	$(MAKE) -j$(JOBS) $(TSAN_VARS) TSAN_CORE="$(TSAN_CORE)" check-tsan-core-bins
 	B=build/tsan SBX_ONLY="$(TSAN_CORE)" SBX_SKIP_PYTHON=1 SBX_SKIP_SCRIPTS=1 tests/run.sh

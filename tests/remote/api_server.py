@@ -25,6 +25,35 @@ request itself, so tests running at once never see each other's:
   GET  /headers?size=N         one header of N bytes
   GET  /peer                   {"peer": "..."}: which connection carried it (reuse)
 
+WebSocket routes (aiohttp's own server side, and raw frames it would never
+send), for the remote kit's WebSocket client (include/sbx/ws.h):
+
+  GET  /ws/echo[?info=1][&protocols=a,b][&key=K]
+                               echoes text and binary; with info, first a JSON text
+                               message: path, query, headers, protocol; with key, the
+                               client's close code and reason are kept for /ws/seen/K
+  GET  /ws/send?n=N[&size=S][&code=C][&reason=R]
+                               N messages "0".."N-1" in order (binary of S bytes
+                               when size is given), then a close with C (1000) and R
+  GET  /ws/ping?n=N            N pings "p0".., then the text "pongs p0,..." once every
+                               pong came back; answers the client's pings; then echoes
+  GET  /ws/sink?delay=S        reads nothing for S seconds (the client's sends back
+                               up), then counts; the text "end" is answered with
+                               "got BYTES MESSAGES"
+  GET  /ws/raw?kind=K[&key=K2][&wait=S]
+                               the handshake and frames written by hand: fragmented
+                               (a text message in two fragments around a ping, a binary
+                               one in three, then a close 1000), masked, bad_utf8, rsv,
+                               too_big (a 2 MiB binary frame announced), drop (one
+                               message, then the connection closed without a close
+                               frame), trickle (the 101 a byte at a time, then a
+                               message), no_close (never answers the client's close),
+                               bad_accept, silent (never answers the upgrade). What the
+                               client sent back (its close code, its frames' opcodes,
+                               its pongs) is kept for /ws/seen/K2 (K2 defaults to K)
+  GET  /ws/seen/KEY            {"close": code|null, "reason": "...", "ops": [...],
+                               "pongs": [...]}
+
 and the restbox API (examples/provider/restbox.c, the remote kit's example
 provider): a "box" is a work directory of this server's host whose commands
 run as its processes (NO isolation: a test double, as hostbox is):
@@ -61,7 +90,7 @@ import sys
 import tempfile
 import time
 
-from aiohttp import web
+from aiohttp import WSMsgType, web
 
 COUNTS = {}
 
@@ -193,6 +222,216 @@ async def headers(req):
 
 async def peer(req):
     return web.json_response({"peer": str(req.transport.get_extra_info("peername"))})
+
+
+# --- WebSocket routes -------------------------------------------------------
+
+WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+WS_SEEN = {}
+
+
+def ws_protocols(req):
+    p = req.query.get("protocols")
+    return tuple(p.split(",")) if p else ()
+
+
+async def ws_echo(req):
+    ws = web.WebSocketResponse(protocols=ws_protocols(req), max_msg_size=64 << 20)
+    await ws.prepare(req)
+    if "info" in req.query:
+        await ws.send_json({"path": req.path, "query": dict(req.query),
+                            "headers": dict(req.headers), "protocol": ws.ws_protocol})
+    while True:
+        msg = await ws.receive()
+        if msg.type == WSMsgType.TEXT:
+            await ws.send_str(msg.data)
+        elif msg.type == WSMsgType.BINARY:
+            await ws.send_bytes(msg.data)
+        else:
+            if msg.type == WSMsgType.CLOSE and "key" in req.query:
+                WS_SEEN[req.query["key"]] = {"close": msg.data, "reason": msg.extra or "",
+                                             "ops": [], "pongs": []}
+            break
+    return ws
+
+
+async def ws_send(req):
+    n = int(req.query.get("n", "3"))
+    size = req.query.get("size")
+    ws = web.WebSocketResponse()
+    await ws.prepare(req)
+    for i in range(n):
+        if size is not None:
+            await ws.send_bytes(bytes([i & 0xff]) * int(size))
+        else:
+            await ws.send_str(str(i))
+    await ws.close(code=int(req.query.get("code", "1000")),
+                   message=req.query.get("reason", "").encode())
+    return ws
+
+
+async def ws_ping(req):
+    n = int(req.query.get("n", "3"))
+    ws = web.WebSocketResponse(autoping=False)
+    await ws.prepare(req)
+    for i in range(n):
+        await ws.ping(b"p%d" % i)
+    pongs = []
+    while True:
+        msg = await ws.receive()
+        if msg.type == WSMsgType.PONG:
+            pongs.append(msg.data.decode())
+            if len(pongs) == n:
+                await ws.send_str("pongs " + ",".join(pongs))
+        elif msg.type == WSMsgType.PING:
+            await ws.pong(msg.data)
+        elif msg.type == WSMsgType.TEXT:
+            await ws.send_str(msg.data)
+        else:
+            break
+    return ws
+
+
+async def ws_sink(req):
+    ws = web.WebSocketResponse(max_msg_size=64 << 20)
+    await ws.prepare(req)
+    await asyncio.sleep(float(req.query.get("delay", "1")))
+    total = count = 0
+    while True:
+        msg = await ws.receive()
+        if msg.type == WSMsgType.TEXT and msg.data == "end":
+            await ws.send_str("got %d %d" % (total, count))
+        elif msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
+            total += len(msg.data)
+            count += 1
+        else:
+            break
+    return ws
+
+
+def ws_frame(op, payload=b"", fin=True, rsv=0, mask=None, length=None):
+    n = len(payload) if length is None else length
+    m = 0x80 if mask else 0
+    head = bytes([(0x80 if fin else 0) | rsv | op])
+    if n < 126:
+        head += bytes([m | n])
+    elif n < 65536:
+        head += bytes([m | 126]) + n.to_bytes(2, "big")
+    else:
+        head += bytes([m | 127]) + n.to_bytes(8, "big")
+    if mask:
+        head += mask
+        payload = bytes(c ^ mask[i % 4] for i, c in enumerate(payload))
+    return head + payload
+
+
+RAW_FRAMES = {
+    "fragmented": ws_frame(0x1, b"Hel", fin=False) + ws_frame(0x9, b"between")
+    + ws_frame(0x0, b"lo") + ws_frame(0x2, b"\x00\x01", fin=False) + ws_frame(0x0, b"", fin=False)
+    + ws_frame(0x0, b"\x02\xff"),
+    "masked": ws_frame(0x1, b"hidden", mask=b"\x01\x02\x03\x04"),
+    "bad_utf8": ws_frame(0x1, b"ok") + ws_frame(0x1, b"caf\xc3\x28"),
+    "rsv": ws_frame(0x1, b"squeezed", rsv=0x40),
+    "too_big": ws_frame(0x2, b"", length=2 << 20),
+    "drop": ws_frame(0x1, b"last words"),
+    "trickle": ws_frame(0x1, b"after a slow head"),
+    "no_close": b"",
+}
+
+
+class ClientBytes:
+    """The client's bytes after the 101, taken from aiohttp's connection
+    (its set_parser hook, which its own WebSocket reader uses) and read as
+    masked client frames."""
+
+    def __init__(self):
+        self.buf = bytearray()
+        self.got = asyncio.Event()
+        self.eof = False
+
+    def feed_data(self, data):
+        self.buf += data
+        self.got.set()
+        return False, b""
+
+    def feed_eof(self):
+        self.eof = True
+        self.got.set()
+
+    def frames(self):
+        out, b, i = [], self.buf, 0
+        while i + 2 <= len(b):
+            op, n, k = b[i] & 0x0f, b[i + 1] & 0x7f, i + 2
+            if n == 126:
+                n, k = int.from_bytes(b[k:k + 2], "big"), k + 2
+            elif n == 127:
+                n, k = int.from_bytes(b[k:k + 8], "big"), k + 8
+            masked = b[i + 1] & 0x80
+            key = b[k:k + 4] if masked else b"\0\0\0\0"
+            k += 4 if masked else 0
+            if k + n > len(b):
+                break
+            out.append((op, bytes(c ^ key[j % 4] for j, c in enumerate(b[k:k + n]))))
+            i = k + n
+        return out
+
+    def seen(self):
+        close, reason = None, ""
+        fr = self.frames()
+        for op, pl in fr:
+            if op == 0x8:
+                close = int.from_bytes(pl[:2], "big") if len(pl) >= 2 else 1005
+                reason = pl[2:].decode(errors="replace")
+        return {"close": close, "reason": reason, "ops": [op for op, _ in fr],
+                "pongs": [pl.decode(errors="replace") for op, pl in fr if op == 0xA]}
+
+
+async def ws_raw(req):
+    kind = req.query.get("kind", "")
+    if kind == "silent":
+        await asyncio.sleep(3600)
+    key = req.headers.get("Sec-WebSocket-Key", "")
+    if kind == "bad_accept":
+        key += "x"
+    accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
+    head = ("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n" % accept).encode()
+    client = ClientBytes()
+    req.protocol.set_parser(client)
+    if kind == "trickle":
+        for i in range(len(head)):
+            req.transport.write(head[i:i + 1])
+            await asyncio.sleep(0.002)
+        req.transport.write(RAW_FRAMES[kind])
+    else:
+        # The head and the first frames in one write: the client must split them itself.
+        req.transport.write(head + RAW_FRAMES.get(kind, b""))
+    if kind == "drop":
+        await asyncio.sleep(0.1)
+    else:
+        # Until the client's close frame (or its end of the connection), then the answer.
+        loop = asyncio.get_running_loop()
+        end = loop.time() + float(req.query.get("wait", "10"))
+        while not client.eof and loop.time() < end and (
+                kind == "no_close" or client.seen()["close"] is None):
+            client.got.clear()
+            try:
+                await asyncio.wait_for(client.got.wait(), max(0.01, end - loop.time()))
+            except asyncio.TimeoutError:
+                pass
+            if client.seen()["close"] is not None:
+                WS_SEEN[req.query.get("key", kind)] = client.seen()
+        if kind == "fragmented" and not client.eof:
+            req.transport.write(ws_frame(0x8, b"\x03\xe8done"))
+            await asyncio.sleep(0.05)
+    WS_SEEN[req.query.get("key", kind)] = client.seen()
+    if req.transport:  # None once the client has closed it
+        req.transport.close()
+    return web.Response()  # never sent: the connection is closed
+
+
+async def ws_seen(req):
+    return web.json_response(WS_SEEN.get(req.match_info["key"], {}))
 
 
 # --- the restbox API --------------------------------------------------------
@@ -398,6 +637,12 @@ async def main():
         web.get("/ndjson", ndjson),
         web.get("/headers", headers),
         web.get("/peer", peer),
+        web.get("/ws/echo", ws_echo),
+        web.get("/ws/send", ws_send),
+        web.get("/ws/ping", ws_ping),
+        web.get("/ws/sink", ws_sink),
+        web.get("/ws/raw", ws_raw),
+        web.get("/ws/seen/{key}", ws_seen),
         web.post("/v1/boxes", rb_create),
         web.get("/v1/boxes", rb_list),
         web.get("/v1/boxes/{id}", rb_get),
