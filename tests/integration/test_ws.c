@@ -13,6 +13,7 @@
 #include "common.h"
 
 #include "core/internal.h"
+#include "lib/api_server.h"
 #include "lib/proc.h"
 
 #include <sbx/http.h>
@@ -32,55 +33,15 @@
 #include <unistd.h>
 #include <uv.h>
 
-static pid_t server_pid;
+static struct api_server srv;
 static int port;
-static char sock_path[600];
-static char ca_path[600];
+static const char *sock_path = srv.sock_path, *ca_path = srv.ca_path;
 static sbx_context *ctx;
 
-/* Starts the API server (TLS with a fresh self-signed certificate when asked). */
 static void server_start(bool tls)
 {
-    char pf[600], key[600];
-    snprintf(pf, sizeof(pf), "%s/port", tap_tmpdir());
-    snprintf(sock_path, sizeof(sock_path), "%s/api.sock", tap_tmpdir());
-    snprintf(ca_path, sizeof(ca_path), "%s/cert.pem", tap_tmpdir());
-    snprintf(key, sizeof(key), "%s/key.pem", tap_tmpdir());
-    if (tls) {
-        char out[2000];
-        TAP_EQ_INT(run_cmd(out, sizeof(out),
-                           "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
-                           "-nodes -keyout %s -out %s -subj /CN=127.0.0.1 -addext "
-                           "subjectAltName=IP:127.0.0.1 -days 1 >/dev/null 2>&1",
-                           key, ca_path),
-                   0);
-    }
-    /* Tests run from the source tree (tests/run.sh), as test_http does. */
-    const char *src = "tests/remote/api_server.py";
-    server_pid = fork();
-    TAP_TRUE(server_pid >= 0);
-    if (server_pid == 0) {
-        if (tls)
-            execl("/usr/bin/python3", "python3", src, "--port-file", pf, "--unix", sock_path,
-                  "--tls-cert", ca_path, "--tls-key", key, (char *)NULL);
-        else
-            execl("/usr/bin/python3", "python3", src, "--port-file", pf, "--unix", sock_path,
-                  (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 3000; i++) { /* the alarm bounds it */
-        FILE *f = fopen(pf, "re");
-        if (f) {
-            TAP_EQ_INT(fscanf(f, "%d", &port), 1);
-            fclose(f);
-            break;
-        }
-        int st;
-        if (waitpid(server_pid, &st, WNOHANG) == server_pid)
-            TAP_FAIL("the API server exited (is python3-aiohttp installed? make deps)");
-        usleep(10 * 1000);
-    }
-    TAP_TRUE(port > 0);
+    api_server_start(&srv, tls);
+    port = srv.port;
     TAP_OK(sbx_context_new(&ctx, &e_));
 }
 
@@ -88,8 +49,7 @@ static void server_stop(void)
 {
     sbx_context_free(ctx);
     ctx = NULL;
-    kill(server_pid, SIGTERM);
-    waitpid(server_pid, NULL, 0);
+    api_server_stop(&srv);
 }
 
 /* Seconds stretched as the alarms are (SBX_TEST_TIMEOUT_SCALE: memcheck connects slowly). */
@@ -840,8 +800,9 @@ static void test_dropped_connection(void)
     ws_make(&d, cl, "/ws/echo");
     ws_go(&d);
     wait_open(&d);
-    kill(server_pid, SIGKILL);
-    waitpid(server_pid, NULL, 0);
+    kill(srv.pid, SIGKILL); /* killed, not stopped: the connection drops */
+    waitpid(srv.pid, NULL, 0);
+    srv.pid = 0;
     wait_closed(&d);
     TAP_EQ_INT(d.code, SBX_EIO);
     conn_free(&d);
@@ -1080,8 +1041,7 @@ static void test_cancel_and_context_end(void)
     conn_free(&f);
     conn_free(&g);
     sbx_http_client_free(cl);
-    kill(server_pid, SIGTERM);
-    waitpid(server_pid, NULL, 0);
+    api_server_stop(&srv);
 }
 
 static void test_bad_input(void)
