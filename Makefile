@@ -9,6 +9,9 @@ LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 BINDIR ?= $(PREFIX)/bin
 LIBEXECDIR ?= $(PREFIX)/libexec/sbx
+# Provider plugins sbx ships (docs/provider-guide.md, "Where plugins are found");
+# in the build tree they are built in $(B)/lib/sbx/providers, found the same way.
+PROVIDERDIR ?= $(LIBDIR)/sbx/providers
 PYTHON ?= /usr/bin/python3
 VERSION := 0.1.0
 # PREFIX/lib/pythonX.Y/{dist,site}-packages: Debian's python searches dist-packages
@@ -356,6 +359,7 @@ MANDIR ?= $(PREFIX)/share/man
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
 $(B)/obj/src/kit/shared.o: CFLAGS_ALL += -DSBX_LIBEXECDIR='"$(LIBEXECDIR)"'
+$(B)/obj/src/core/registry.o: CFLAGS_ALL += -DSBX_PROVIDERDIR='"$(PROVIDERDIR)"'
 
 # The man page: docs/man/sbx.1.in with the CLI's own synopsis and commands
 # (`sbx help --man`), so it cannot lag behind the CLI.
@@ -379,6 +383,8 @@ install: all $(B)/sbx.1
 	    > $(DESTDIR)$(LIBDIR)/pkgconfig/sbx.pc
 	install -m 755 $(B)/sbx $(DESTDIR)$(BINDIR)/sbx
 	install -m 755 $(B)/sbx-shim $(B)/sbx-agent $(B)/sbx-nft $(DESTDIR)$(LIBEXECDIR)/
+	$(if $(PROVIDER_SO),install -d $(DESTDIR)$(PROVIDERDIR) && \
+	    install -m 644 $(PROVIDER_SO) $(DESTDIR)$(PROVIDERDIR)/)
 	install -m 644 $(B)/sbx.1 $(DESTDIR)$(MANDIR)/man1/sbx.1
 	install -m 644 contrib/completion/sbx.bash $(DESTDIR)$(BASHCOMPDIR)/sbx
 	install -m 644 contrib/completion/_sbx $(DESTDIR)$(ZSHCOMPDIR)/_sbx
@@ -396,10 +402,11 @@ uninstall:
 	    $(DESTDIR)$(LIBDIR)/libsbx.so.0 $(DESTDIR)$(LIBDIR)/libsbx.so \
 	    $(DESTDIR)$(LIBDIR)/pkgconfig/sbx.pc $(DESTDIR)$(BINDIR)/sbx \
 	    $(DESTDIR)$(LIBEXECDIR)/sbx-shim $(DESTDIR)$(LIBEXECDIR)/sbx-agent \
-	    $(DESTDIR)$(LIBEXECDIR)/sbx-nft \
+	    $(DESTDIR)$(LIBEXECDIR)/sbx-nft $(addprefix $(DESTDIR)$(PROVIDERDIR)/,$(notdir $(PROVIDER_SO))) \
 	    $(DESTDIR)$(MANDIR)/man1/sbx.1 $(DESTDIR)$(BASHCOMPDIR)/sbx $(DESTDIR)$(ZSHCOMPDIR)/_sbx
 	rm -rf $(DESTDIR)$(PYDIR)/sbx $(DESTDIR)$(PYDIR)/sbx-$(VERSION).dist-info
-	-rmdir $(DESTDIR)$(INCLUDEDIR)/sbx $(DESTDIR)$(LIBEXECDIR) 2>/dev/null
+	-rmdir $(DESTDIR)$(INCLUDEDIR)/sbx $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(PROVIDERDIR) \
+	    $(DESTDIR)$(LIBDIR)/sbx 2>/dev/null
 
 # A Debian package of the same install with PREFIX=/usr: `apt install ./sbx_*.deb`.
 DEB_ARCH := $(shell dpkg --print-architecture 2>/dev/null)

@@ -562,6 +562,12 @@ SBX_EXPORT int sbx_provider_image_commit(sbx_provider *p, const char *box_id, co
 
 /* Sorted names of every provider (registered, built in, plugins). */
 SBX_EXPORT int sbx_list_providers(char ***names_out, sbx_error **err);
+/*
+ * Where provider `name` comes from: "registered", "built-in", or the path of
+ * the plugin file that has it (SBX_PLUGIN_PATH, then the provider directory,
+ * PREFIX/lib/sbx/providers). `*out` is freed with free().
+ */
+SBX_EXPORT int sbx_provider_source(const char *name, char **out, sbx_error **err);
 /* SBX_OK when `name` resolves; the reference's "Unknown sandbox provider" otherwise. */
 SBX_EXPORT int sbx_provider_lookup(const char *name, sbx_error **err);
 /* Registers `ops` (kept by pointer: it must outlive its use) under ops->name. */

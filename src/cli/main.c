@@ -271,7 +271,7 @@ static const struct command commands[] = {
       "connection to 127.0.0.1:PORT in the box, declared or not. Prints\n"
       "'Forwarding from ADDR:HOSTPORT -> PORT' per mapping, then runs until\n"
       "SIGINT/SIGTERM (exit 130/143) or the box's end (exit 1).\n" },
-    { "providers", cli_cmd_providers, "sbx providers [--json]", "list the available providers",
+    { "providers", cli_cmd_providers, "sbx providers [-q] [--json]", "list the available providers and where each comes from",
       "  --json                 print a JSON array\n", NULL },
 };
 
@@ -495,6 +495,18 @@ static void print_man_section(const char *which)
     }
 }
 
+/*
+ * The library's warnings and errors (a plugin that did not load, a setting
+ * a provider cannot honour, TLS checks turned off) reach the user on
+ * stderr; without a callback the library drops them. May run on any thread:
+ * one fprintf is one locked write.
+ */
+static void log_to_stderr(sbx_log_level level, const char *message, void *data)
+{
+    (void)data;
+    fprintf(stderr, "sbx: %s: %s\n", level >= SBX_LOG_ERROR ? "error" : "warning", message);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -531,6 +543,7 @@ int main(int argc, char **argv)
             return cli_usage_error(NULL, "unknown option '%s'", first);
         return cli_usage_error(NULL, "unknown command '%s'", first);
     }
+    sbx_set_log_cb(log_to_stderr, NULL, SBX_LOG_WARNING);
     /* Each command parses its own argv, with its name as argv[0]. */
     int rc = c->fn(argc - 1, argv + 1);
     if (fflush(stdout) != 0 && rc == CLI_EXIT_OK)

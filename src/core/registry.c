@@ -1,20 +1,34 @@
 /*
  * The provider registry: explicitly registered providers, then built-ins,
- * then plugins found on SBX_PLUGIN_PATH (the reference's entry points).
- * Plugin discovery runs once per process and is cached, as the reference's.
+ * then plugins: those on SBX_PLUGIN_PATH (the reference's entry points),
+ * then those in the provider directory sbx installs its own plugins in
+ * (docs/provider-guide.md, "Where plugins are found"). Plugin discovery
+ * runs once per process and is cached, as the reference's.
  */
 #include "internal.h"
 
 #include <dirent.h>
 #include <stddef.h>
 #include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef SBX_PROVIDERDIR
+#define SBX_PROVIDERDIR "/usr/local/lib/sbx/providers"
+#endif
 
 struct plugin_entry {
     const struct sbx_provider_ops *ops;
     char *file;
+};
+
+/* A plugin file that did not load: kept so asking for its provider says why. */
+struct plugin_failure {
+    char *file;
+    char *why;
 };
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -33,6 +47,11 @@ static bool plugins_scanned;
 static struct plugin_entry *plugins;
 static size_t n_plugins;
 static sbx_error *plugin_error; /* a duplicate found during discovery */
+static struct plugin_failure *failures;
+static size_t n_failures;
+static char **scanned_files; /* realpaths, so a file on two paths loads once */
+static size_t n_scanned_files;
+static bool scanning_default; /* the provider directory: its names yield to earlier ones */
 
 /*
  * Warnings found during discovery are queued and logged after reg_lock is
@@ -139,11 +158,85 @@ static int check_ops(const struct sbx_provider_ops *ops, const char *origin, sbx
 
 /* --- plugins ------------------------------------------------------------- */
 
+static void note_failure(const char *path, const char *why)
+{
+    struct plugin_failure *n = realloc(failures, (n_failures + 1) * sizeof(*n));
+    if (!n)
+        return;
+    failures = n;
+    failures[n_failures].file = strdup(path);
+    failures[n_failures].why = strdup(why ? why : "unknown error");
+    if (failures[n_failures].file && failures[n_failures].why) {
+        n_failures++;
+        return;
+    }
+    free(failures[n_failures].file);
+    free(failures[n_failures].why);
+}
+
+/* True the first time a file is seen (by its real path). */
+static bool first_sight(const char *path)
+{
+    char real[PATH_MAX];
+    if (!realpath(path, real))
+        return true;
+    for (size_t i = 0; i < n_scanned_files; i++)
+        if (!strcmp(scanned_files[i], real))
+            return false;
+    char **n = realloc(scanned_files, (n_scanned_files + 1) * sizeof(char *));
+    if (n && (n[n_scanned_files] = strdup(real))) {
+        scanned_files = n;
+        n_scanned_files++;
+    } else if (n) {
+        scanned_files = n;
+    }
+    return true;
+}
+
+static const struct sbx_provider_ops *find_plugin(const char *name);
+
+/*
+ * A plugin runs as this process: refuse one another local user could have
+ * written (the file or its folder owned by someone else than root or us, or
+ * writable by group or others). NULL when it may load, else why not.
+ */
+static const char *untrusted(const char *path)
+{
+    struct stat st;
+    _cleanup_free_ char *dir = strdup(path);
+    char *slash = dir ? strrchr(dir, '/') : NULL;
+    if (slash == dir)
+        dir[1] = 0; /* a plugin in / */
+    else if (slash)
+        *slash = 0;
+    const char *what[2] = { path, slash ? dir : "." };
+    for (int i = 0; i < 2; i++) {
+        if (stat(what[i], &st) < 0)
+            return "it cannot be read";
+        if (st.st_uid != 0 && st.st_uid != geteuid())
+            return i ? "its folder belongs to another user" : "it belongs to another user";
+        if (st.st_mode & (S_IWGRP | S_IWOTH))
+            return i ? "its folder is writable by other users" : "it is writable by other users";
+    }
+    return NULL;
+}
+
 static void scan_file(const char *path)
 {
+    if (!first_sight(path))
+        return;
+    const char *bad = untrusted(path);
+    if (bad) {
+        note_failure(path, bad);
+        queue_warning("not loading sbx plugin %s: %s (chmod go-w it, or install it as root)", path,
+                      bad);
+        return;
+    }
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        queue_warning("cannot load sbx plugin %s: %s", path, dlerror());
+        const char *why = dlerror();
+        note_failure(path, why);
+        queue_warning("cannot load sbx plugin %s: %s", path, why);
         return;
     }
     const struct sbx_provider_ops *const *table = dlsym(h, "sbx_plugin_providers");
@@ -160,6 +253,9 @@ static void scan_file(const char *path)
             sbx_error_free(e);
             continue;
         }
+        /* A provider already found on SBX_PLUGIN_PATH wins over the installed one. */
+        if (scanning_default && find_plugin((*table)->name))
+            continue;
         for (size_t i = 0; i < n_plugins; i++) {
             if (!strcmp(plugins[i].ops->name, (*table)->name) && !plugin_error) {
                 /* The reference's wording ("entry point"), so its message checks carry over. */
@@ -225,6 +321,43 @@ static void scan_dir(const char *dir)
     free(names);
 }
 
+/*
+ * The provider directory: the first that exists of lib/sbx/providers beside
+ * the program or library holding this code (the build tree: build/sbx and
+ * build/libsbx.so), sbx/providers beside it (an installed libsbx in
+ * PREFIX/lib), ../lib/sbx/providers (an installed CLI in PREFIX/bin), then
+ * the configured one. A relocated prefix finds its own plugins, and a build
+ * tree never loads an installed copy's.
+ */
+static char *provider_dir(void)
+{
+    const char *bases[2] = { NULL, NULL };
+    Dl_info info;
+    char self[PATH_MAX];
+    if (dladdr((void *)provider_dir, &info) && info.dli_fname && strchr(info.dli_fname, '/'))
+        bases[0] = info.dli_fname;
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = 0;
+        bases[1] = self;
+    }
+    static const char *const rel[] = { "lib/sbx/providers", "sbx/providers", "../lib/sbx/providers" };
+    for (int b = 0; b < 2; b++) {
+        _cleanup_free_ char *real = bases[b] ? realpath(bases[b], NULL) : NULL;
+        char *slash = real ? strrchr(real, '/') : NULL;
+        if (!slash)
+            continue;
+        *slash = 0;
+        for (size_t i = 0; i < SBX_ARRAY_SIZE(rel); i++) {
+            _cleanup_free_ char *cand = sbx__printf("%s/%s", real, rel[i]);
+            struct stat st;
+            if (cand && stat(cand, &st) == 0 && S_ISDIR(st.st_mode))
+                return realpath(cand, NULL);
+        }
+    }
+    return strdup(SBX_PROVIDERDIR);
+}
+
 /* Caller holds reg_lock. */
 static void scan_plugins(void)
 {
@@ -232,14 +365,17 @@ static void scan_plugins(void)
         return;
     plugins_scanned = true;
     const char *path = getenv("SBX_PLUGIN_PATH");
-    if (!path || !*path)
-        return;
-    _cleanup_free_ char *copy = strdup(path);
-    if (!copy)
-        return;
+    _cleanup_free_ char *copy = path && *path ? strdup(path) : NULL;
     char *save = NULL;
-    for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save))
+    for (char *dir = copy ? strtok_r(copy, ":", &save) : NULL; dir;
+         dir = strtok_r(NULL, ":", &save))
         scan_dir(dir);
+    _cleanup_free_ char *installed = provider_dir();
+    if (installed) {
+        scanning_default = true;
+        scan_dir(installed);
+        scanning_default = false;
+    }
     for (size_t i = 0; i < n_plugins; i++) {
         const char *name = plugins[i].ops->name;
         if (find_registered(name) || find_builtin(name))
@@ -306,6 +442,42 @@ int sbx_list_providers(char ***names_out, sbx_error **err)
     return rc;
 }
 
+/* The failed plugin file named for provider `name` (NAME.so or sbx-NAME.so). Caller holds reg_lock. */
+static const struct plugin_failure *failure_named(const char *name)
+{
+    for (size_t i = 0; i < n_failures; i++) {
+        const char *base = strrchr(failures[i].file, '/');
+        base = base ? base + 1 : failures[i].file;
+        if (!strncmp(base, "sbx-", 4))
+            base += 4;
+        size_t len = strlen(name);
+        if (!strncmp(base, name, len) && !strcmp(base + len, ".so"))
+            return &failures[i];
+    }
+    return NULL;
+}
+
+/*
+ * Why a plugin did not load, and what to do. A library it needs that is not
+ * installed is the usual cause (dlerror: "libX.so.N: cannot open shared
+ * object file"): name it and how to find its package.
+ */
+static char *load_hint(const struct plugin_failure *f)
+{
+    const char *miss = strstr(f->why, ": cannot open shared object file");
+    if (miss) {
+        const char *start = miss;
+        while (start > f->why && start[-1] != ' ' && start[-1] != ':')
+            start--;
+        int len = (int)(miss - start);
+        return sbx__printf(". Its plugin %s is installed but did not load: it needs %.*s, "
+                           "which is not installed; install the package that provides it "
+                           "(Debian: apt-file search %.*s, or see docs/providers/)",
+                           f->file, len, start, len, start);
+    }
+    return sbx__printf(". Its plugin %s is installed but did not load: %s", f->file, f->why);
+}
+
 int sbx__unknown_provider(const char *name, sbx_error **err)
 {
     char **names = NULL;
@@ -316,8 +488,11 @@ int sbx__unknown_provider(const char *name, sbx_error **err)
         sbx_strv_free(names);
     }
     _cleanup_free_ char *r = sbx__repr(name);
-    int rc = sbx__set_error(err, SBX_EINVAL, "Unknown sandbox provider %s. Available providers: %s",
-                            r ? r : name, b.data && *b.data ? b.data : "<none>");
+    const struct plugin_failure *f = failure_named(name);
+    _cleanup_free_ char *hint = f ? load_hint(f) : NULL;
+    int rc = sbx__set_error(err, SBX_EINVAL, "Unknown sandbox provider %s. Available providers: %s%s",
+                            r ? r : name, b.data && *b.data ? b.data : "<none>",
+                            hint ? hint : "");
     sbx__buf_free(&b);
     return rc;
 }
@@ -376,6 +551,29 @@ int sbx__registry_find(const char *name, const struct sbx_provider_ops **out, sb
     flush_warnings();
     if (rc == SBX_OK)
         *out = ops;
+    return rc;
+}
+
+int sbx_provider_source(const char *name, char **out, sbx_error **err)
+{
+    if (!name || !out)
+        return sbx__set_error(err, SBX_EINVAL, "name and out must not be NULL");
+    *out = NULL;
+    pthread_mutex_lock(&reg_lock);
+    const char *src = find_registered(name) ? "registered" : find_builtin(name) ? "built-in" : NULL;
+    if (!src) {
+        scan_plugins();
+        for (size_t i = 0; i < n_plugins && !src; i++)
+            if (!strcmp(plugins[i].ops->name, name))
+                src = plugins[i].file;
+    }
+    int rc = SBX_OK;
+    if (!src)
+        rc = sbx__unknown_provider(name, err);
+    else if (!(*out = strdup(src)))
+        rc = sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    pthread_mutex_unlock(&reg_lock);
+    flush_warnings();
     return rc;
 }
 

@@ -20,10 +20,6 @@ static bool executable(const char *p)
     return p && access(p, X_OK) == 0;
 }
 
-#ifndef SBX_LIBEXECDIR
-#define SBX_LIBEXECDIR "/usr/local/libexec/sbx"
-#endif
-
 /*
  * Finds a helper binary (sbx-shim, sbx-agent): $ENV, next to the program or
  * library this code is in and up to two levels above (build/ from

@@ -541,9 +541,13 @@ static void test_providers(void)
     /* sbx itself has no test doubles: without the test plugin, only the real providers. */
     char *plugin = strdup(getenv("SBX_PLUGIN_PATH"));
     unsetenv("SBX_PLUGIN_PATH");
-    struct proc p = SBX("providers");
+    struct proc p = SBX("providers", "-q");
     EXPECT_CODE(p, 0);
     TAP_EQ_STR(p.out, "docker\nlinux\nlocal\n");
+    proc_free(&p);
+    p = SBX("providers");
+    EXPECT_CODE(p, 0);
+    TAP_EQ_STR(p.out, "NAME    SOURCE\ndocker  built-in\nlinux   built-in\nlocal   built-in\n");
     proc_free(&p);
     p = SBX("run", "--provider", "fake", "--", "exit", "0");
     EXPECT_CODE(p, 2);
@@ -553,7 +557,7 @@ static void test_providers(void)
     /* The plugin's providers join them. */
     setenv("SBX_PLUGIN_PATH", plugin, 1);
     free(plugin);
-    p = SBX("providers");
+    p = SBX("providers", "-q");
     EXPECT_CODE(p, 0);
     TAP_EQ_STR(p.out, "docker\nfake\nfake_basic\nfake_boxes\nlinux\nlocal\n");
     proc_free(&p);
@@ -561,10 +565,15 @@ static void test_providers(void)
     EXPECT_CODE(p, 0);
     json_t *v = parse_json(p.out);
     TAP_EQ_INT(json_array_size(v), 6);
-    TAP_EQ_STR(json_string_value(json_array_get(v, 0)), "docker");
-    TAP_EQ_STR(json_string_value(json_array_get(v, 1)), "fake");
-    TAP_EQ_STR(json_string_value(json_array_get(v, 4)), "linux");
-    TAP_EQ_STR(json_string_value(json_array_get(v, 5)), "local");
+    const char *names[] = { "docker", "fake", "fake_basic", "fake_boxes", "linux", "local" };
+    for (size_t i = 0; i < 6; i++) {
+        json_t *o = json_array_get(v, i);
+        TAP_EQ_STR(json_string_value(json_object_get(o, "name")), names[i]);
+        /* The fakes come from the plugin file on SBX_PLUGIN_PATH, the rest are built in. */
+        bool fake = i >= 1 && i <= 3;
+        TAP_EQ_STR(json_string_value(json_object_get(o, "source")), fake ? "plugin" : "built-in");
+        TAP_TRUE(fake == (json_string_value(json_object_get(o, "path")) != NULL));
+    }
     json_decref(v);
     proc_free(&p);
 }
