@@ -532,6 +532,10 @@ SBX_INTERNAL void sbx__provider_ref(sbx_provider *p);
 SBX_INTERNAL unsigned long long sbx__provider_caps(const sbx_provider *p);
 SBX_INTERNAL void sbx__provider_unref(sbx_provider *p);
 /* Looks `name` up: registered, then built-in, then plugins. */
+/* The box's TMPDIR as transfer_exec.c learned it (a copy), or NULL (sandbox.c). */
+SBX_INTERNAL char *sbx__sandbox_box_tmpdir(sbx_sandbox *sb);
+/* Keeps `dir` as the box's TMPDIR unless one is kept already. */
+SBX_INTERNAL void sbx__sandbox_set_box_tmpdir(sbx_sandbox *sb, const char *dir);
 SBX_INTERNAL int sbx__registry_find(const char *name, const struct sbx_provider_ops **out,
                                     sbx_error **err);
 /* The built-in table (src/providers/builtin.c). */

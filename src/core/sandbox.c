@@ -35,6 +35,7 @@ struct sbx_sandbox {
     bool box_closed;          /* the provider's close was called (loop thread only) */
     struct pending_stop *pending_stops;
     struct sbx__pty_home *pty_home; /* pty exec facade state (pty_exec.c), made on first use */
+    char *box_tmpdir; /* the box's TMPDIR, asked once by transfer_exec.c (under lock) */
 };
 
 enum call_kind {
@@ -112,6 +113,7 @@ static void sandbox_unref(sbx_sandbox *sb)
     sbx_spec_free(sb->spec);
     free(sb->id);
     sbx__pty_home_free(sb->pty_home);
+    free(sb->box_tmpdir);
     pthread_mutex_destroy(&sb->lock);
     free(sb);
     /*
@@ -1188,6 +1190,22 @@ static void sandbox_release(sbx_sandbox *sb)
     if (!sbx__on_any_loop())
         sbx__context_drain(ctx);
     sbx__context_unref(ctx);
+}
+
+char *sbx__sandbox_box_tmpdir(sbx_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    char *d = sb->box_tmpdir ? strdup(sb->box_tmpdir) : NULL;
+    pthread_mutex_unlock(&sb->lock);
+    return d;
+}
+
+void sbx__sandbox_set_box_tmpdir(sbx_sandbox *sb, const char *dir)
+{
+    pthread_mutex_lock(&sb->lock);
+    if (!sb->box_tmpdir)
+        sb->box_tmpdir = strdup(dir);
+    pthread_mutex_unlock(&sb->lock);
 }
 
 void sbx_sandbox_free(sbx_sandbox *sb)

@@ -26,24 +26,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/transfer_exec.h"
+
 #define STDERR_KEEP 4096
 #define READ_FILE_DEFAULT_MAX ((size_t)64 << 20)
 
 /*
- * The providers whose boxes run sbx-agent and so have the built-ins: those
- * declaring SBX_CAP_AGENT (linux, docker, local through the host's
- * `sbx-agent builtin`, and kit plugins such as hostbox).
+ * The providers whose boxes run sbx-agent, and so have the transfer
+ * built-ins: those declaring SBX_CAP_AGENT (linux, docker, local through
+ * the host's `sbx-agent builtin`, and kit plugins such as hostbox). The
+ * others get the same transfers through their file ops and the box's shell
+ * (transfer_exec.c).
  */
-static int check_provider(sbx_sandbox *sb, const char *what, const char *path, sbx_error **err)
+static bool via_agent(sbx_sandbox *sb)
 {
-    sbx_provider *p = sb ? sbx_sandbox_provider(sb) : NULL;
-    const char *name = p ? sbx_provider_name(p) : NULL;
-    if (p && sbx_provider_supports(p, "agent"))
-        return SBX_OK;
-    return sbx__set_error(err, SBX_ENOTSUP,
-                          "%s '%s': provider '%s' does not run sbx-agent in its boxes, which "
-                          "directory and byte transfers need; use upload/download of single files",
-                          what, path ? path : "", name ? name : "?");
+    sbx_provider *p = sbx_sandbox_provider(sb);
+    return p && sbx_provider_supports(p, "agent");
 }
 
 /* A relative box path is relative to the sandbox's workdir, as upload/download's. */
@@ -491,6 +489,8 @@ int sbx__transfer_unpack_fd(int fd, const char *dir, unsigned flags, char *msg, 
 static int upload_stream(sbx_sandbox *sb, int in_fd, const char *remote, unsigned flags,
                          const char *what, const char *shown, sbx_error **err)
 {
+    if (!via_agent(sb))
+        return sbx__xfer_exec_extract(sb, in_fd, remote, flags, what, shown, err);
     char po[4], me[32], mb[32];
     snprintf(po, sizeof(po), "%u", (flags & SBX_TRANSFER_PRESERVE_OWNER) ? 1u : 0u);
     snprintf(me, sizeof(me), "%llu", SBX_TRANSFER_DEFAULT_MAX_ENTRIES);
@@ -513,9 +513,7 @@ int sbx_sandbox_upload_dir(sbx_sandbox *sb, const char *local_dir, const char *r
         return sbx__set_error(err, SBX_EINVAL,
                               "upload_dir: a sandbox, a local and a remote "
                               "directory are needed");
-    int rc = check_provider(sb, "uploading to", remote_dir, err);
-    if (rc < 0)
-        return rc;
+    int rc;
     struct stat st;
     if (stat(local_dir, &st) < 0)
         return sbx__set_errno(err, sbx__code_from_errno(errno), errno,
@@ -567,9 +565,6 @@ int sbx_sandbox_upload_archive(sbx_sandbox *sb, int fd, const char *remote_dir, 
         return sbx__set_error(err, SBX_EINVAL,
                               "upload_archive: a sandbox, an fd and a remote "
                               "directory are needed");
-    int rc = check_provider(sb, "uploading to", remote_dir, err);
-    if (rc < 0)
-        return rc;
     _cleanup_free_ char *remote = box_path(sb, remote_dir);
     if (!remote)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
@@ -578,6 +573,8 @@ int sbx_sandbox_upload_archive(sbx_sandbox *sb, int fd, const char *remote_dir, 
 
 static int download_stream(sbx_sandbox *sb, const char *remote, int out_fd, sbx_error **err)
 {
+    if (!via_agent(sb))
+        return sbx__xfer_exec_create(sb, remote, out_fd, err);
     const char *argv[] = {"tar-create", remote, NULL};
     sbx_exec_opts *o = sbx_exec_opts_new();
     if (!o)
@@ -598,9 +595,7 @@ int sbx_sandbox_download_dir(sbx_sandbox *sb, const char *remote_dir, const char
         return sbx__set_error(err, SBX_EINVAL,
                               "download_dir: a sandbox, a remote and a local "
                               "directory are needed");
-    int rc = check_provider(sb, "downloading", remote_dir, err);
-    if (rc < 0)
-        return rc;
+    int rc;
     /*
      * The directory (made with its parents when missing) is walked once from
      * "/", a link on the way followed only when nobody but root and the
@@ -650,9 +645,6 @@ int sbx_sandbox_download_archive(sbx_sandbox *sb, const char *remote_dir, int fd
         return sbx__set_error(err, SBX_EINVAL,
                               "download_archive: a sandbox, a remote directory "
                               "and an fd are needed");
-    int rc = check_provider(sb, "downloading", remote_dir, err);
-    if (rc < 0)
-        return rc;
     _cleanup_free_ char *remote = box_path(sb, remote_dir);
     if (!remote)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
@@ -664,12 +656,12 @@ int sbx_sandbox_remote_kind(sbx_sandbox *sb, const char *remote_path, const char
 {
     if (!sb || !remote_path || !remote_path[0] || !kind_out)
         return sbx__set_error(err, SBX_EINVAL, "remote_kind: a sandbox and a path are needed");
-    int rc = check_provider(sb, "probing", remote_path, err);
-    if (rc < 0)
-        return rc;
+    int rc;
     _cleanup_free_ char *remote = box_path(sb, remote_path);
     if (!remote)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (!via_agent(sb))
+        return sbx__xfer_exec_kind(sb, remote, kind_out, err);
     const char *argv[] = {"kind", remote, NULL};
     sbx_exec_opts *o = sbx_exec_opts_new();
     if (!o)
@@ -705,12 +697,12 @@ int sbx_sandbox_write_file(sbx_sandbox *sb, const char *remote_path, const void 
         return sbx__set_error(err, SBX_EINVAL,
                               "write_file: a sandbox, a path, the bytes and a "
                               "mode (at most 07777) are needed");
-    int rc = check_provider(sb, "writing", remote_path, err);
-    if (rc < 0)
-        return rc;
+    int rc;
     _cleanup_free_ char *remote = box_path(sb, remote_path);
     if (!remote)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (!via_agent(sb))
+        return sbx__xfer_exec_write(sb, remote, data ? data : "", len, mode, err);
     char m[16], mx[32];
     snprintf(m, sizeof(m), "%o", mode);
     snprintf(mx, sizeof(mx), "%zu", len);
@@ -733,14 +725,14 @@ int sbx_sandbox_read_file(sbx_sandbox *sb, const char *remote_path, size_t max_b
 {
     if (!sb || !remote_path || !remote_path[0] || !data_out || !len_out)
         return sbx__set_error(err, SBX_EINVAL, "read_file: a sandbox and a path are needed");
-    int rc = check_provider(sb, "reading", remote_path, err);
-    if (rc < 0)
-        return rc;
+    int rc;
     if (!max_bytes)
         max_bytes = READ_FILE_DEFAULT_MAX;
     _cleanup_free_ char *remote = box_path(sb, remote_path);
     if (!remote)
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    if (!via_agent(sb))
+        return sbx__xfer_exec_read(sb, remote, max_bytes, data_out, len_out, err);
     char mx[32];
     snprintf(mx, sizeof(mx), "%zu", max_bytes);
     const char *argv[] = {"read-file", remote, mx, NULL};
@@ -812,9 +804,6 @@ static int dir_async(sbx_sandbox *sb, bool up, const char *local, const char *re
     if (!sb || !local || !remote || !out)
         return sbx__set_error(err, SBX_EINVAL, "%s_dir_async: a sandbox, both directories and "
                                                "out are needed", up ? "upload" : "download");
-    int rc = check_provider(sb, up ? "uploading to" : "downloading", remote, err);
-    if (rc < 0)
-        return rc;
     struct tjob *j = calloc(1, sizeof(*j));
     if (!j || !(j->local = strdup(local)) || !(j->remote = strdup(remote)) ||
         !(j->f = sbx__future_new(sbx_sandbox_provider(sb)->ctx, SBX_VALUE_NONE))) {

@@ -464,7 +464,10 @@ async def rb_create(req):
         return bad("env and metadata must be objects")
     bid = "rb-" + secrets.token_hex(6)
     work = os.path.join(BOX_ROOT, bid)
-    os.makedirs(work)
+    # The box's own temporary directory (TMPDIR in its commands), inside it,
+    # as a real sandbox has its own /tmp: what sbx stages there the file
+    # routes reach too.
+    os.makedirs(os.path.join(work, ".tmp"))
     now = time.time()
     ttl = spec.get("ttl")
     BOXES[bid] = {"id": bid, "work": work, "env": {str(k): str(v) for k, v in env.items()},
@@ -535,6 +538,7 @@ async def rb_exec(req):
     if cwd is None or not os.path.isdir(cwd):
         return bad("no such directory in the box: %s" % x.get("cwd"))
     env = dict(os.environ)
+    env["TMPDIR"] = os.path.join(b["work"], ".tmp")
     env.update(b["env"])
     env.update({str(k): str(v) for k, v in (x.get("env") or {}).items()})
     stdin = base64.b64decode(x.get("stdin") or "")
