@@ -27,7 +27,7 @@ check() { # description, command...
   local d=$1; shift
   if out=$("$@" 2>&1); then ok "$d"; else nok "$d" "$out"; fi
 }
-echo "1..17"
+# The plan is printed at the end (TAP allows it): a script that dies early has none.
 
 # A sanitizer build installs instrumented binaries: programs must link the runtime
 # too, and Python must preload it.
@@ -64,7 +64,7 @@ if [ "$out" = shipped ]; then ok "the installed share/sbx/providers/local/config
 else nok "the installed local.yaml runs a box" "$out"; fi
 
 # The test doubles (tests/fakes) are not part of what is installed.
-out=$(env -u SBX_PLUGIN_PATH "$prefix/bin/sbx" providers 2>&1)
+out=$(env -u SBX_PLUGIN_PATH "$prefix/bin/sbx" providers -q 2>&1)
 if [ "$out" = "$(printf 'docker\nlinux\nlocal')" ] && ! find "$prefix" -name '*fake*' | grep -q .; then
   ok "the installed sbx has no test providers: sbx providers lists docker, linux and local"
 else nok "the installed sbx lists test providers" "$out" "$(find "$prefix" -name '*fake*')"; fi
@@ -154,6 +154,20 @@ out=$(cd "$tmp" && $run_hidden env SBX_PLUGIN_PATH="$tmp/plugins" SBX_PROVIDER=h
 if [ "$out" = "$(printf 'from-hostbox\nrc=4')" ]; then
   ok "the installed sbx runs a box of the out-of-tree hostbox plugin (SBX_PLUGIN_PATH)"
 else nok "the installed sbx with the hostbox plugin" "$out"; fi
+# The same plugin dropped into the prefix's provider directory: found with no
+# SBX_PLUGIN_PATH, by the installed CLI and by the installed Python package.
+install -d -m 755 "$prefix/lib/sbx/providers"
+install -m 644 "$tmp/plugins/hostbox.so" "$prefix/lib/sbx/providers/hostbox.so"
+out=$(cd "$tmp" && $run_hidden env -u SBX_PLUGIN_PATH SBX_PROVIDER=hostbox \
+      sh -c '"$1" providers | grep hostbox; "$1" run -- sh -c "echo from-prefix"' sh "$prefix/bin/sbx" 2>&1)
+if [ "$out" = "$(printf 'hostbox  plugin %s\nfrom-prefix' "$prefix/lib/sbx/providers/hostbox.so")" ]; then
+  ok "the installed sbx finds a plugin in PREFIX/lib/sbx/providers"
+else nok "a plugin in PREFIX/lib/sbx/providers" "$out"; fi
+out=$(cd "$tmp" && $run_hidden env -u SBX_PLUGIN_PATH PYTHONPATH="$pydir" "$PY" -c '
+import sbx; print("hostbox" in sbx.list_providers())' 2>&1)
+if [ "$out" = True ]; then ok "the installed Python package finds it too (libsbx.so.0 beside it)"
+else nok "Python and PREFIX/lib/sbx/providers" "$out"; fi
+rm -f "$prefix/lib/sbx/providers/hostbox.so"
 
 # Where a real install puts the Python package, python3 and a venv that sees the
 # system's packages look.
@@ -195,3 +209,4 @@ else
   else ok "the packaged sbx # SKIP not root"; fi
 fi
 rm -rf "$tmp/state"
+echo "1..$n"
