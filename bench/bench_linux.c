@@ -10,8 +10,8 @@
  *               dockerd of scripts/test-dockerd.sh; SBX_BENCH_DOCKER=1 starts
  *               it, and the bench stops what it started)
  *
- * Rows: create->ready, a one-shot box (create + exec true + stop), the exec
- * round trip, 50 concurrent execs on one box, 20 concurrent creates and
+ * Rows: create->ready, a warm pool's claim, a one-shot box (create + exec
+ * true + stop), the exec round trip, 50 concurrent execs on one box, 20 concurrent creates and
  * stops, a 256 MiB upload and download, and the memory of an idle box.
  * Ratios are linux / baseline: below 1 the linux provider is faster (or
  * smaller). Nothing here passes or fails on a number.
@@ -437,6 +437,41 @@ static void bench_all(int n)
     header("one-shot: create+exec+stop (ms)");
     row("  p50", bench_pct(b, n, 50), fe50, bw50, docker_ok ? bench_pct(f, nd, 50) : NAN);
     row("  p99", bench_pct(b, n, 99), fe99, bw99, docker_ok ? bench_pct(f, nd, 99) : NAN);
+
+    /*
+     * 1b. A warm pool's claim (sbx_warm_pool_claim, docs/scale.md): a box of
+     * the same spec already started, handed out; timed from the claim to a
+     * started sandbox. Before each claim the pool is let refill (not timed),
+     * so every claim is served by a started box, as with a pool sized for
+     * the caller's rate. Against the cold create->ready above, same run.
+     */
+    {
+        sbx_warm_pool *wp = NULL;
+        sbx_error *err = NULL;
+        if (sbx_warm_pool_new(P, SPEC, 2, &wp, &err) != SBX_OK)
+            bench_die("warm pool: %s", sbx_error_message(err));
+        double *g = calloc((size_t)n, sizeof(double));
+        if (!g)
+            bench_die("out of memory");
+        for (int i = 0; i < n; i++) {
+            unsigned ready = 0;
+            while (sbx_warm_pool_stats(wp, &ready, NULL, NULL, NULL) == SBX_OK && ready < 1)
+                usleep(1000);
+            sbx_sandbox *sb = NULL;
+            double t0 = now_ms();
+            if (sbx_warm_pool_claim(wp, &sb, &err) != SBX_OK)
+                bench_die("claim: %s", sbx_error_message(err));
+            g[i] = now_ms() - t0;
+            sbx_sandbox_stop(sb, NULL);
+            sbx_sandbox_free(sb);
+        }
+        sbx_warm_pool_free(wp);
+        header("warm pool claim->ready (ms)");
+        row("  p50", bench_pct(g, n, 50), fe50, bw50, NAN);
+        row("  p99", bench_pct(g, n, 99), fe99, bw99, NAN);
+        printf("  cold create->ready / claim: p50 %.0fx\n", bench_pct(a, n, 50) / bench_pct(g, n, 50));
+        free(g);
+    }
 
     /* 2. exec round trip in a warm box. */
     sbx_sandbox *warm = box_start();

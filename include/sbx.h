@@ -796,6 +796,36 @@ SBX_EXPORT int sbx_sandbox_connect_async(sbx_provider *p, const char *descriptor
 SBX_EXPORT int sbx_sandbox_stop_async(sbx_sandbox *sb, sbx_future **out, sbx_error **err);
 
 /* ------------------------------------------------------------------------ */
+/* Warm pools (docs/scale.md, "Warm pools")                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Boxes of one spec started ahead of need, so a create is a claim of one
+ * already running. The pool keeps `size` (1 to 4096) boxes started or
+ * starting on provider `p` (which it references). They are ordinary boxes:
+ * they count against limits, carry the spec's labels and TTL (counted from
+ * their start: one past half its TTL is not handed out), and gc collects
+ * them. Thread-safe.
+ */
+typedef struct sbx_warm_pool sbx_warm_pool;
+SBX_EXPORT int sbx_warm_pool_new(sbx_provider *p, const sbx_spec *spec, unsigned size,
+                                 sbx_warm_pool **out, sbx_error **err);
+/*
+ * A started sandbox, the caller's to use, stop and free as if it had made
+ * it: the oldest started box at once, else the oldest still starting once
+ * it has, else (that one failed) one started by this call, whose error is
+ * returned as sbx_sandbox_start's. Each claim starts a replacement.
+ */
+SBX_EXPORT int sbx_warm_pool_claim(sbx_warm_pool *wp, sbx_sandbox **out, sbx_error **err);
+/* Boxes ready and starting now; claims so far, and those a started box served. */
+SBX_EXPORT int sbx_warm_pool_stats(sbx_warm_pool *wp, unsigned *ready, unsigned *starting,
+                                   unsigned long long *claims, unsigned long long *hits);
+/* A copy of the last start that failed in the background (sbx_error_free it), or NULL. */
+SBX_EXPORT sbx_error *sbx_warm_pool_last_error(sbx_warm_pool *wp);
+/* Stops every box not claimed (all at once), and frees the pool. */
+SBX_EXPORT void sbx_warm_pool_free(sbx_warm_pool *wp);
+
+/* ------------------------------------------------------------------------ */
 /* PTY sessions (docs/terminals.md)                                          */
 /* ------------------------------------------------------------------------ */
 

@@ -54,6 +54,7 @@ from .files import SandboxFile  # [svc-logs]
 from .logs import LogEntry  # [svc-logs]
 from .registry import create_provider, get_provider_class, list_providers, register_provider
 from .utils import rewrite_image
+from .warm_pool import WarmPool
 from . import providers  # noqa: E402,F401  (the reference's module paths)
 from . import transfer  # noqa: E402,F401  (the newer reference's transfer module)
 
@@ -71,6 +72,7 @@ __all__ = [
     "ConnectableProvider",
     "ExecResult",
     "Sandbox",
+    "WarmPool",
     "SandboxCreateError",
     "SandboxCreateVerificationError",
     "SandboxDescriptorError",

@@ -19,7 +19,7 @@ import resource
 import threading
 import time
 import weakref
-from ctypes import POINTER, byref, c_char_p, c_double, c_int, c_size_t, c_void_p
+from ctypes import POINTER, byref, c_char_p, c_double, c_int, c_size_t, c_uint, c_ulonglong, c_void_p
 from pathlib import Path
 from typing import Any, Callable
 
@@ -125,6 +125,11 @@ for _name, _res, _args in [
     ("sbx_future_take_string", c_int, (_P, _PP, _ERR)),
     ("sbx_future_take_sandbox", c_int, (_P, _PP, _ERR)),
     ("sbx_future_free", None, (_P,)),
+    ("sbx_warm_pool_new", c_int, (_P, _P, c_uint, _PP, _ERR)),
+    ("sbx_warm_pool_claim", c_int, (_P, _PP, _ERR)),
+    ("sbx_warm_pool_stats", c_int, (_P, POINTER(c_uint), POINTER(c_uint), POINTER(c_ulonglong), POINTER(c_ulonglong))),
+    ("sbx_warm_pool_last_error", _P, (_P,)),
+    ("sbx_warm_pool_free", None, (_P,)),
     ("sbx_provider_new", c_int, (c_char_p, _PP, _ERR)),
     ("sbx_provider_free", None, (_P,)),
     ("sbx_provider_name", c_char_p, (_P,)),

@@ -648,23 +648,31 @@ class AsyncSandbox:
             descriptor = descriptor.to_dict()
         if isinstance(provider, CProvider):
             csb = await _lib.await_future(*cprovider.connect(provider, descriptor))
-            sandbox = cls.__new__(cls)
-            sandbox._provider = provider
-            sandbox._owns_provider = True
-            wd = lib.sbx_sandbox_workdir(csb.ptr)
-            sandbox._spec = SandboxSpec(workdir=wd.decode() if wd is not None else None)
-            sandbox._csb = csb
-            sandbox._handle_ = None
-            sandbox._stopped = True
-            sandbox._closed = False
-            sandbox._stop_calls = 0
-            sandbox.pty = SandboxPty(sandbox)
-            return sandbox
+            return cls._from_csb(provider, csb, None)
         handle = await provider.connect(descriptor)
         workdir = descriptor.get("workdir") if isinstance(descriptor, Mapping) else None
         sandbox = cls(provider, SandboxSpec(workdir=workdir))
         sandbox._handle_ = handle
         sandbox._stopped = False
+        return sandbox
+
+    @classmethod
+    def _from_csb(cls, provider: CProvider, csb: CSandbox, spec: SandboxSpec | None) -> AsyncSandbox:
+        """An AsyncSandbox over a C sandbox already started (connect, a warm
+        pool's claim); `spec` None: one with the C sandbox's workdir."""
+        sandbox = cls.__new__(cls)
+        sandbox._provider = provider
+        sandbox._owns_provider = True
+        if spec is None:
+            wd = lib.sbx_sandbox_workdir(csb.ptr)
+            spec = SandboxSpec(workdir=wd.decode() if wd is not None else None)
+        sandbox._spec = spec
+        sandbox._csb = csb
+        sandbox._handle_ = None
+        sandbox._stopped = True
+        sandbox._closed = False
+        sandbox._stop_calls = 0
+        sandbox.pty = SandboxPty(sandbox)
         return sandbox
 
     async def __aenter__(self) -> AsyncSandbox:
@@ -879,6 +887,15 @@ class Sandbox:
             self._runner.close()
             raise
         self._closed = False
+
+    @classmethod
+    def _from_async(cls, asb: AsyncSandbox) -> Sandbox:
+        """The blocking facade over an AsyncSandbox on a C provider (a warm pool's claim)."""
+        sandbox = cls.__new__(cls)
+        sandbox._runner = _CallingThread()
+        sandbox._async_sandbox = asb
+        sandbox._closed = False
+        return sandbox
 
     @property
     def sandbox_id(self) -> str | None:
