@@ -11,6 +11,7 @@
 
 #include <sbx.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,11 +41,15 @@ static sbx_provider *local_provider(void)
 /* Waits (a bounded poll, not a timing assertion) until `want` boxes are ready. */
 static void wait_ready(sbx_warm_pool *wp, unsigned want)
 {
-    unsigned ready = 0;
+    unsigned ready = 0, starting = 0;
     for (int i = 0; i < 6000; i++) {
-        TAP_OK(sbx_warm_pool_stats(wp, &ready, NULL, NULL, NULL));
+        TAP_OK(sbx_warm_pool_stats(wp, &ready, &starting, NULL, NULL));
         if (ready >= want)
             return;
+        sbx_error *e = sbx_warm_pool_last_error(wp);
+        if (e && !starting)
+            TAP_FAIL("the pool's starts failed: %s", sbx_error_message(e));
+        sbx_error_free(e);
         usleep(10000);
     }
     TAP_FAIL("the pool never had %u boxes ready (%u)", want, ready);
@@ -201,6 +206,54 @@ static void test_stale_boxes_are_not_handed_out(void)
     sbx_provider_free(p);
 }
 
+/* Claims from many threads at once: each gets its own box, none twice. */
+struct claimer {
+    sbx_warm_pool *wp;
+    char id[128];
+    int rc;
+};
+
+static void *claim_thread(void *arg)
+{
+    struct claimer *c = arg;
+    sbx_sandbox *sb = NULL;
+    c->rc = sbx_warm_pool_claim(c->wp, &sb, NULL);
+    if (c->rc == SBX_OK) {
+        snprintf(c->id, sizeof(c->id), "%s", sbx_sandbox_id(sb));
+        sbx_sandbox_free(sb);
+    }
+    return NULL;
+}
+
+static void test_concurrent_claims(void)
+{
+    sbx_provider *p = fake_provider(NULL);
+    sbx_spec *s = sbx_spec_new();
+    TAP_OK(sbx_spec_set_image(s, "img"));
+    sbx_warm_pool *wp = NULL;
+    TAP_OK(sbx_warm_pool_new(p, s, 4, &wp, &e_));
+    enum { N = 16 };
+    struct claimer c[N];
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        c[i] = (struct claimer){ .wp = wp };
+        TAP_EQ_INT(pthread_create(&t[i], NULL, claim_thread, &c[i]), 0);
+    }
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < N; i++) {
+        TAP_EQ_INT(c[i].rc, SBX_OK);
+        for (int j = 0; j < i; j++)
+            TAP_TRUE(strcmp(c[i].id, c[j].id) != 0);
+    }
+    unsigned long long claims = 0;
+    TAP_OK(sbx_warm_pool_stats(wp, NULL, NULL, &claims, NULL));
+    TAP_EQ_INT((int)claims, N);
+    sbx_warm_pool_free(wp);
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+}
+
 static void test_bad_arguments(void)
 {
     sbx_provider *p = fake_provider(NULL);
@@ -236,4 +289,4 @@ static void test_linux_boxes(void)
 
 TAP_MAIN(TAP(test_claims_started_boxes_and_refills), TAP(test_claim_before_ready_waits_for_the_oldest),
          TAP(test_failed_starts_are_surfaced), TAP(test_failing_replacements),
-         TAP(test_stale_boxes_are_not_handed_out), TAP(test_bad_arguments), TAP(test_linux_boxes))
+         TAP(test_stale_boxes_are_not_handed_out), TAP(test_concurrent_claims), TAP(test_bad_arguments), TAP(test_linux_boxes))
