@@ -25,13 +25,17 @@ extern "C" {
 
 /*
  * ABI 2 appends to ABI 1's table (struct_size, capabilities and the
- * provider-wide operations below connect); a table of ABI 1, or of ABI 2
- * from an older header (a smaller struct_size), still loads: the fields it
- * does not have read as NULL/0. New operations are only ever appended.
+ * provider-wide operations below connect); ABI 3 appends pty_open
+ * (terminals a provider opens itself, without sbx-agent). A table of ABI 1,
+ * or of ABI 2 (from any older header: a smaller struct_size), still loads:
+ * the fields it does not have read as NULL/0. New operations are only ever
+ * appended.
  */
-#define SBX_PROVIDER_ABI_VERSION 2
+#define SBX_PROVIDER_ABI_VERSION 3
 
 typedef struct sbx_op sbx_op;
+/* The core's end of a terminal session a provider opened (pty_open, ABI 3). */
+typedef struct sbx_pty_session sbx_pty_session;
 
 /* The first fields of every table: `static const struct sbx_provider_ops t = {
  * SBX_PROVIDER_OPS_HEADER, .name = "mine", ... };` */
@@ -226,6 +230,23 @@ struct sbx_provider_ops {
      * tell, or a limit not set, is null.
      */
     void (*stats)(sbx_op *op, void *state, void *box);
+
+    /* --- ABI 3 ------------------------------------------------------------ */
+
+    /*
+     * [pty] Opens (or attaches to) a terminal session in box `box` the
+     * provider's own way, for a provider whose boxes run no sbx-agent (a
+     * remote service's PTY over a WebSocket). sbx_pty_open/attach, `sbx
+     * shell` and Python's sandbox.pty use it when it is set (agent_address
+     * otherwise); a provider with it has SBX_CAP_PTY. What to run, and
+     * whether it is an attach, are read from `s` (sbx_pty_session_*
+     * below). See "Terminals a provider opens" below for the whole contract:
+     * in short, call sbx_pty_session_ready() once the command runs, deliver
+     * output/exit/failure through `s`, and complete `op` only when you have
+     * let go of the session (after the core's close callback), or with an
+     * error before ready when it could not be opened.
+     */
+    void (*pty_open)(sbx_op *op, void *state, void *box, sbx_pty_session *s);
 };
 
 /* --- Operations ---------------------------------------------------------- */
@@ -302,6 +323,110 @@ SBX_EXPORT int sbx_op_exec_streaming(const sbx_op *op);
  */
 typedef void (*sbx_op_flow_cb)(sbx_op *op, int pause, void *data);
 SBX_EXPORT void sbx_op_exec_on_flow(sbx_op *op, sbx_op_flow_cb cb, void *data);
+
+/* --- Terminals a provider opens (pty_open, ABI 3) -------------------------- */
+
+/*
+ * The life of one session, `s` below (all on the loop thread unless said):
+ *
+ *   1. The core calls pty_open(op, state, box, s). The provider reads the
+ *      request from `s` (any thread, until it completes `op`) and starts
+ *      its connection (a WebSocket, say: <sbx/ws.h>).
+ *   2. When the command runs, the provider calls sbx_pty_session_ready(s,
+ *      ops, conn, id): from then on the core calls `ops` with `conn`. The
+ *      caller's sbx_pty_open returns. If it cannot open, the provider
+ *      instead completes `op` with an error (SBX_EPTY "already attached",
+ *      SBX_EIO, ...): that error is what sbx_pty_open returns.
+ *   3. While the session lives the provider calls sbx_pty_session_output()
+ *      for each chunk, then sbx_pty_session_exit() when the command ends, or
+ *      sbx_pty_session_fail() when the session is lost (taken over by
+ *      another client, the connection broke). Output may come before ready
+ *      (a replay); exit and failure are final.
+ *   4. The core calls ops->close(conn, end) exactly once (after ready),
+ *      when the caller closes, detaches or frees its handle; also after an
+ *      exit or failure. The provider ends its connection (end: also the
+ *      session) and completes `op` (SBX_OK, NULL) once it let go of
+ *      everything; from that completion on it never touches `s` or `conn`
+ *      again, and the core calls no more `ops`. Until then `s` stays valid.
+ *
+ * `op` stays pending for the whole session: the sandbox (and the provider)
+ * stay alive until it completes. Complete it on the loop thread.
+ */
+struct sbx_pty_session_ops {
+    /* Stdin bytes for the command (copy them: they are freed after the call). len 0: EOF. */
+    void (*write)(void *conn, const void *data, size_t len);
+    /* The terminal's new size (1..4096 each). */
+    void (*resize)(void *conn, unsigned rows, unsigned cols);
+    /* A signal for the foreground group: its number and name ("SIGINT"). */
+    void (*signal)(void *conn, int signo, const char *name);
+    /*
+     * Flow control (may be NULL: output then waits in the core's window,
+     * oldest bytes dropped past SBX_PTY_WINDOW_BYTES a stream): pause 1 when
+     * the caller's reader is behind (stop reading your source, such as
+     * sbx_ws_pause), 0 once it caught up.
+     */
+    void (*flow)(void *conn, int pause);
+    /*
+     * The handle is done: `end` 1 ends the session (its processes are
+     * killed: the opener closed it), 0 leaves it running (a detach, or an
+     * attached handle closing). Exactly once; then complete the op.
+     */
+    void (*close)(void *conn, int end);
+};
+
+/* For sbx_pty_session_output: the bytes follow the last ones delivered. */
+#define SBX_PTY_OFFSET_NEXT (~0ull)
+
+/*
+ * The session runs: the core may now call `ops` (a static table; borrowed
+ * for the session's life) with `conn` (the provider's, never freed by the
+ * core). `id` (> 0) is what sbx_pty_id() answers and sbx_pty_attach() takes:
+ * a provider whose service names sessions with strings keeps the mapping.
+ * Once; loop thread. SBX_EINVAL when `ops` lacks write, resize, signal or
+ * close, or it is called twice (the session is then failed).
+ */
+SBX_EXPORT int sbx_pty_session_ready(sbx_pty_session *s, const struct sbx_pty_session_ops *ops,
+                                     void *conn, unsigned id);
+/*
+ * A chunk of output (SBX_STREAM_STDOUT: the terminal, or stdout in pipe
+ * mode; SBX_STREAM_STDERR: pipe mode's stderr), copied. `offset` is the
+ * chunk's absolute byte offset in its stream (a replay since N starts at N)
+ * or SBX_PTY_OFFSET_NEXT. Ignored after exit/failure. Loop thread.
+ */
+SBX_EXPORT void sbx_pty_session_output(sbx_pty_session *s, int stream, unsigned long long offset,
+                                       const void *data, size_t len);
+/* The command ended: its status, or 128+N for a signal N. Final. Loop thread. */
+SBX_EXPORT void sbx_pty_session_exit(sbx_pty_session *s, int code);
+/*
+ * The session is lost without an exit status: `err` (taken; NULL: a default)
+ * is what the caller's next read, write or wait returns. Use SBX_EPTY for
+ * "taken over by another client" (the agent path's words), SBX_EIO for a
+ * broken connection. Final. Loop thread.
+ */
+SBX_EXPORT void sbx_pty_session_fail(sbx_pty_session *s, sbx_error *err);
+
+/*
+ * The request, readable from any thread until the op completes. The command
+ * is one of: command (run by the box's shell, `sh -c`), argv, or neither
+ * (both NULL: the box's login shell). cwd and user may be NULL (the box's
+ * defaults); env is K=V strings. attach_id > 0 makes it an attach to that
+ * session (no command: replay output from byte `since` of each stream, or
+ * the oldest kept; `takeover` evicts a client already attached, which else
+ * is refused with SBX_EPTY).
+ */
+SBX_EXPORT const char *sbx_pty_session_command(const sbx_pty_session *s);
+SBX_EXPORT const char *const *sbx_pty_session_argv(const sbx_pty_session *s);
+SBX_EXPORT const char *sbx_pty_session_cwd(const sbx_pty_session *s);
+SBX_EXPORT const char *sbx_pty_session_user(const sbx_pty_session *s);
+SBX_EXPORT size_t sbx_pty_session_env_count(const sbx_pty_session *s);
+/* "K=V" */
+SBX_EXPORT const char *sbx_pty_session_env_at(const sbx_pty_session *s, size_t i);
+SBX_EXPORT void sbx_pty_session_size(const sbx_pty_session *s, unsigned *rows, unsigned *cols);
+/* 1: pipe mode (no terminal; stdout and stderr apart). */
+SBX_EXPORT int sbx_pty_session_pipes(const sbx_pty_session *s);
+SBX_EXPORT unsigned sbx_pty_session_attach_id(const sbx_pty_session *s);
+SBX_EXPORT int sbx_pty_session_takeover(const sbx_pty_session *s);
+SBX_EXPORT unsigned long long sbx_pty_session_since(const sbx_pty_session *s);
 
 /* --- Errors -------------------------------------------------------------- */
 

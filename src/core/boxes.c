@@ -491,6 +491,9 @@ unsigned long long sbx__provider_caps(const sbx_provider *p)
         caps |= SBX_CAP_GC;
     if (o->image_list && o->image_remove)
         caps |= SBX_CAP_IMAGES;
+    /* Terminals: a provider that opens them itself has them (an agent's are declared). */
+    if (o->pty_open)
+        caps |= SBX_CAP_PTY;
     return caps;
 }
 

@@ -588,4 +588,56 @@ SBX_INTERNAL sbx_pty *sbx__pty_from_bytes(const uint8_t *data, size_t len, int p
 SBX_INTERNAL int sbx__pty_exec_replay(const uint8_t *frames, size_t len, int pipes, size_t cap,
                                       sbx_exec_result **out, sbx_error **err);
 
+/* --- terminals a provider opens (pty_remote.c; provider.h pty_open) ---------- */
+
+/* Frees a NULL-ended string vector and its strings (NULL is fine). */
+SBX_INTERNAL void sbx__strv_free(char **v);
+/* What sbx_pty_open/attach asked for (borrowed; the session copies it). */
+struct sbx__pty_request {
+    const char *command;
+    char *const *argv;
+    const char *cwd, *user;
+    char *const *env;
+    size_t n_env;
+    unsigned rows, cols;
+    int pipes;
+    unsigned attach_id;
+    int takeover;
+    unsigned long long since;
+};
+SBX_INTERNAL int sbx__pty_session_new(const struct sbx__pty_request *rq, sbx_pty_session **out,
+                                      sbx_error **err);
+SBX_INTERNAL void sbx__pty_session_ref(sbx_pty_session *s);
+SBX_INTERNAL void sbx__pty_session_unref(sbx_pty_session *s);
+SBX_INTERNAL void sbx__pty_session_set_context(sbx_pty_session *s, sbx_context *ctx);
+/*
+ * The provider's op completed (op.c, at sbx_op_complete, and the call's end
+ * in sandbox.c for a call that never reached the provider): no callback
+ * runs after it; an error before ready is the open's error.
+ */
+SBX_INTERNAL void sbx__pty_session_done(sbx_pty_session *s, int code, const sbx_error *err);
+SBX_INTERNAL void sbx__op_set_pty_session(sbx_op *op, sbx_pty_session *s);
+/* True when the sandbox's provider opens terminals itself (pty_open). */
+SBX_INTERNAL bool sbx__sandbox_has_pty_open(const sbx_sandbox *sb);
+/* Starts the provider's pty_open for `s` (the call holds a reference and the sandbox). */
+SBX_INTERNAL int sbx__sandbox_pty_open(sbx_sandbox *sb, sbx_pty_session *s, sbx_error **err);
+/* The handle's side, on the caller's thread (pty.c dispatches to these). */
+SBX_INTERNAL int sbx__pty_session_start(sbx_pty_session *s, unsigned *id, sbx_error **err);
+SBX_INTERNAL int sbx__pty_session_read(sbx_pty_session *s, int k, void *buf, size_t cap,
+                                       double timeout_s, size_t *n, unsigned long long *offset,
+                                       sbx_error **err);
+SBX_INTERNAL int sbx__pty_session_write(sbx_pty_session *s, const void *data, size_t len,
+                                        sbx_error **err);
+SBX_INTERNAL int sbx__pty_session_resize(sbx_pty_session *s, unsigned rows, unsigned cols,
+                                         sbx_error **err);
+SBX_INTERNAL int sbx__pty_session_signal(sbx_pty_session *s, int signo, const char *name,
+                                         sbx_error **err);
+SBX_INTERNAL int sbx__pty_session_wait(sbx_pty_session *s, double timeout_s, int *code,
+                                       sbx_error **err);
+SBX_INTERNAL int sbx__pty_session_close(sbx_pty_session *s, int end, double wait_s,
+                                        sbx_error **err);
+SBX_INTERNAL void sbx__pty_session_detached(sbx_pty_session *s);
+SBX_INTERNAL int sbx__pty_session_fd(const sbx_pty_session *s);
+SBX_INTERNAL bool sbx__pty_session_ready_to_read(sbx_pty_session *s);
+
 #endif /* SBX_INTERNAL_H */

@@ -27,6 +27,7 @@ struct sbx_op {
     _Atomic unsigned long long progress_last_ms;
     sbx__exec_sink *sink; /* an exec whose caller listens to its output, else NULL */
     bool sink_borrowed;   /* an inner op feeding its outer op's sink */
+    sbx_pty_session *pty; /* pty_open's session, told at once when the op completes */
 };
 
 sbx_op *sbx__op_new(sbx_provider *p, sbx__op_done_fn done, void *data)
@@ -75,11 +76,20 @@ void sbx_op_complete(sbx_op *op, int code, sbx_error *err, void *value)
     op->code = code;
     op->err = err;
     op->value = value;
+    /*
+     * Before the result travels: from here on the provider has let go of
+     * the session's connection, so no callback may reach it (the call's own
+     * end, later, only confirms it).
+     */
+    if (op->pty)
+        sbx__pty_session_done(op->pty, code, err);
     if (sbx__context_post(op->p->ctx, deliver, op) < 0) {
         /* Out of memory for a queue node: deliver here rather than lose the result. */
         deliver(op);
     }
 }
+
+void sbx__op_set_pty_session(sbx_op *op, sbx_pty_session *s) { op->pty = s; }
 
 void sbx__op_set_progress_future(sbx_op *op, sbx_future *f)
 {

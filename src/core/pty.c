@@ -67,6 +67,13 @@ struct sbx_pty {
     uint8_t *answer;
     size_t answer_len;
     bool answered;
+    /*
+     * A session the provider opened itself (pty_open, pty_remote.c): every
+     * call goes there instead of to the agent's socket. The handle holds the
+     * sandbox, so the provider outlives it.
+     */
+    sbx_pty_session *session;
+    sbx_sandbox *held;
 };
 
 /* --- options -------------------------------------------------------------- */
@@ -81,22 +88,15 @@ sbx_pty_opts *sbx_pty_opts_new(void)
     return o;
 }
 
-static void strv_free(char **v)
-{
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
 void sbx_pty_opts_free(sbx_pty_opts *o)
 {
     if (!o)
         return;
     free(o->command);
-    strv_free(o->argv);
+    sbx__strv_free(o->argv);
     free(o->cwd);
     free(o->user);
-    strv_free(o->env);
+    sbx__strv_free(o->env);
     free(o);
 }
 
@@ -114,7 +114,7 @@ int sbx_pty_opts_set_command(sbx_pty_opts *o, const char *command)
 {
     if (!o)
         return SBX_EINVAL;
-    strv_free(o->argv);
+    sbx__strv_free(o->argv);
     o->argv = NULL;
     return set_str(&o->command, command);
 }
@@ -131,11 +131,11 @@ int sbx_pty_opts_set_argv(sbx_pty_opts *o, const char *const *argv)
         return SBX_ENOMEM;
     for (size_t i = 0; i < n; i++) {
         if (!(v[i] = strdup(argv[i]))) {
-            strv_free(v);
+            sbx__strv_free(v);
             return SBX_ENOMEM;
         }
     }
-    strv_free(o->argv);
+    sbx__strv_free(o->argv);
     o->argv = v;
     free(o->command);
     o->command = NULL;
@@ -539,6 +539,31 @@ static int await_info(sbx_pty *p, const char *what, sbx_error **err)
     return sbx__set_error(err, SBX_EPTY, "%s: the session ended at once", what);
 }
 
+/* A handle over a session the provider opens itself (provider.h pty_open). */
+static int remote_new(sbx_sandbox *sb, const struct sbx__pty_request *rq, bool opener,
+                      sbx_pty **out, sbx_error **err)
+{
+    sbx_pty *p = calloc(1, sizeof(*p));
+    if (!p)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    p->fd = -1;
+    p->opener = opener;
+    int rc = sbx__pty_session_new(rq, &p->session, err);
+    if (rc >= 0) {
+        sbx__sandbox_hold(sb);
+        p->held = sb;
+        rc = sbx__sandbox_pty_open(sb, p->session, err);
+    }
+    if (rc >= 0)
+        rc = sbx__pty_session_start(p->session, &p->id, err);
+    if (rc < 0) {
+        sbx_pty_free(p);
+        return rc;
+    }
+    *out = p;
+    return SBX_OK;
+}
+
 static int pty_open(sbx_sandbox *sb, const sbx_pty_opts *opts, bool pipes, sbx_pty **out,
                     sbx_error **err)
 {
@@ -547,7 +572,22 @@ static int pty_open(sbx_sandbox *sb, const sbx_pty_opts *opts, bool pipes, sbx_p
     sbx_pty_opts defaults = {.rows = 24, .cols = 80};
     const sbx_pty_opts *o = opts ? opts : &defaults;
     sbx_pty *p;
-    int rc = pty_new(sb, &p, err);
+    int rc;
+    if (sbx__sandbox_has_pty_open(sb)) {
+        struct sbx__pty_request rq = {
+            .command = o->command, .argv = o->argv, .user = o->user, .env = o->env,
+            .n_env = o->n_env, .rows = o->rows, .cols = o->cols, .pipes = o->pipes || pipes,
+            .cwd = o->cwd ? o->cwd : sbx_sandbox_workdir(sb),
+        };
+        if ((rc = remote_new(sb, &rq, true, &p, err)) < 0)
+            return rc;
+        p->pipes = o->pipes;
+        if (!o->argv && !o->command)
+            sbx__pty_home_offer(sb, p);
+        *out = p;
+        return SBX_OK;
+    }
+    rc = pty_new(sb, &p, err);
     if (rc < 0)
         return rc;
     p->opener = true;
@@ -608,7 +648,17 @@ int sbx__pty_attach_flags(sbx_sandbox *sb, unsigned id, unsigned flags, unsigned
         return sbx__set_error(err, SBX_EINVAL,
                               "sbx_pty_attach: a sandbox, a session id and out are required");
     sbx_pty *p;
-    int rc = pty_new(sb, &p, err);
+    int rc;
+    if (sbx__sandbox_has_pty_open(sb)) {
+        if (flags & SBX_PTY_ATTACH_KEEP)
+            return sbx__set_error(err, SBX_ENOTSUP,
+                                  "reading a background process needs a box that runs sbx-agent");
+        struct sbx__pty_request rq = {.rows = 24, .cols = 80, .attach_id = id,
+                                      .takeover = (flags & SBX_PTY_ATTACH_TAKEOVER) != 0,
+                                      .since = since};
+        return remote_new(sb, &rq, false, out, err);
+    }
+    rc = pty_new(sb, &p, err);
     if (rc < 0)
         return rc;
     if ((flags & SBX_PTY_ATTACH_KEEP) && p->version < SBX_PROTO_PROCS_VERSION) {
@@ -638,7 +688,10 @@ int sbx_pty_attach(sbx_sandbox *sb, unsigned id, int takeover, unsigned long lon
 }
 
 unsigned sbx_pty_id(const sbx_pty *p) { return p ? p->id : 0; }
-int sbx_pty_fd(const sbx_pty *p) { return p ? p->fd : -1; }
+int sbx_pty_fd(const sbx_pty *p)
+{
+    return !p ? -1 : p->session ? sbx__pty_session_fd(p->session) : p->fd;
+}
 
 static bool have_bytes(const sbx_pty *p, int k) { return p->out[k].len > 0 || p->exited; }
 
@@ -656,6 +709,8 @@ int sbx_pty_read(sbx_pty *p, int stream, void *buf, size_t cap, double timeout_s
     if (p->closed)
         return sbx__set_error(err, SBX_EPTY, "PTY session %u is closed", p->id);
     int k = stream == SBX_STREAM_STDERR;
+    if (p->session)
+        return sbx__pty_session_read(p->session, k, buf, cap, timeout_s, n, offset, err);
     int rc = SBX_OK;
     if (!p->out[k].len && !p->exited && !p->gone)
         rc = pump(p, have_bytes, k, timeout_s);
@@ -689,6 +744,8 @@ static int check_live(sbx_pty *p, const char *what, sbx_error **err)
         return sbx__set_error(err, SBX_EINVAL, "%s: a handle is required", what);
     if (p->closed)
         return sbx__set_error(err, SBX_EPTY, "PTY session %u is closed", p->id);
+    if (p->session)
+        return SBX_OK; /* the session says (pty_remote.c) */
     if (p->gone)
         return gone_error(p, err);
     if (p->exited)
@@ -701,6 +758,8 @@ int sbx_pty_write(sbx_pty *p, const void *data, size_t len, sbx_error **err)
     int rc = check_live(p, "sbx_pty_write", err);
     if (rc < 0)
         return rc;
+    if (p->session)
+        return sbx__pty_session_write(p->session, data, len, err);
     const uint8_t *d = data;
     do {
         size_t n = len < SBX_PROTO_CHUNK ? len : SBX_PROTO_CHUNK;
@@ -723,6 +782,8 @@ int sbx_pty_resize(sbx_pty *p, unsigned rows, unsigned cols, sbx_error **err)
     if (rows < 1 || cols < 1 || rows > SBX_PTY_MAX_DIM || cols > SBX_PTY_MAX_DIM)
         return sbx__set_error(err, SBX_EINVAL, "a terminal size is 1..%d rows and columns, got %ux%u",
                               SBX_PTY_MAX_DIM, rows, cols);
+    if (p->session)
+        return sbx__pty_session_resize(p->session, rows, cols, err);
     sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
     sbx__pbuf_u32(&b, rows);
@@ -749,6 +810,7 @@ int sbx_pty_signal(sbx_pty *p, const char *name, sbx_error **err)
         return sbx__set_error(err, SBX_EINVAL, "sbx_pty_signal: a signal name is required");
     const char *n = strncasecmp(name, "SIG", 3) == 0 ? name + 3 : name;
     int sig = 0;
+    const char *known = NULL;
     for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
         if (strcasecmp(n, signals[i].name) == 0)
             sig = signals[i].sig;
@@ -758,11 +820,22 @@ int sbx_pty_signal(sbx_pty *p, const char *name, sbx_error **err)
         if (*n && !*end && v >= 1 && v <= 64)
             sig = (int)v;
     }
+    for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
+        if (sig == signals[i].sig)
+            known = signals[i].name;
     if (!sig)
         return sbx__set_error(err, SBX_EINVAL,
                               "unknown signal '%s': use a name such as INT, TERM, KILL, HUP or a "
                               "number 1..64",
                               name);
+    if (p->session) {
+        char full[16];
+        if (known)
+            snprintf(full, sizeof(full), "SIG%s", known);
+        else
+            snprintf(full, sizeof(full), "SIG%d", sig);
+        return sbx__pty_session_signal(p->session, sig, full, err);
+    }
     sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
     sbx__pbuf_u32(&b, (uint32_t)sig);
@@ -779,6 +852,8 @@ int sbx_pty_wait(sbx_pty *p, double timeout_s, int *code, sbx_error **err)
 {
     if (!p)
         return sbx__set_error(err, SBX_EINVAL, "sbx_pty_wait: a handle is required");
+    if (p->session)
+        return sbx__pty_session_wait(p->session, timeout_s, code, err);
     int rc = p->exited || p->gone ? SBX_OK : pump(p, has_exited, 0, timeout_s);
     if (p->exited) {
         if (code)
@@ -803,6 +878,11 @@ int sbx_pty_detach(sbx_pty *p, sbx_error **err)
     int rc = check_live(p, "sbx_pty_detach", err);
     if (rc < 0)
         return rc;
+    if (p->session) {
+        rc = sbx__pty_session_close(p->session, 0, 30, err);
+        sbx__pty_session_detached(p->session);
+        return rc;
+    }
     sbx_pbuf b = {0};
     sbx__pbuf_begin(&b);
     if ((rc = send_frame(p, &b, SBX_MSG_PTY_DETACH, p->channel, err)) < 0)
@@ -820,6 +900,8 @@ int sbx_pty_detach(sbx_pty *p, sbx_error **err)
 static int end_session(sbx_pty *p, sbx_error **err)
 {
     int rc = SBX_OK;
+    if (p->session)
+        return p->closed ? SBX_OK : sbx__pty_session_close(p->session, p->opener, 30, err);
     if (!p->gone && !p->exited && !p->closed) {
         sbx_pbuf b = {0};
         sbx__pbuf_begin(&b);
@@ -845,6 +927,13 @@ void sbx_pty_free(sbx_pty *p)
     if (!p)
         return;
     sbx__pty_home_forget(p);
+    if (p->session) {
+        /* Lets go without waiting: the provider closes the connection (a detach). */
+        sbx__pty_session_close(p->session, 0, -1, NULL);
+        sbx__pty_session_unref(p->session);
+    }
+    if (p->held)
+        sbx__sandbox_release(p->held);
     if (p->fd >= 0)
         close(p->fd);
     sbx__proto_reader_free(&p->rd);
@@ -897,6 +986,8 @@ bool sbx__pty_pipes(const sbx_pty *p) { return p->pipes; }
 
 bool sbx__pty_ready(const sbx_pty *p)
 {
+    if (p->session && !p->closed)
+        return sbx__pty_session_ready_to_read(p->session);
     return p->out[0].len || p->out[1].len || p->exited || p->gone || p->closed;
 }
 

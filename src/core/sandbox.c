@@ -51,6 +51,7 @@ enum call_kind {
     CALL_LOG_ADDRESS, /* [svc-logs] */
     CALL_LOG_STREAM,  /* [svc-logs] */
     CALL_STATS,
+    CALL_PTY_OPEN, /* ABI 3: lasts as long as the session */
 };
 
 /* One async operation on a sandbox, possibly several provider steps long. */
@@ -60,6 +61,7 @@ struct call {
     sbx_provider *p; /* for connect, which has no sandbox yet */
     sbx_future *f;
     sbx_op *op; /* the provider step in flight (loop thread only) */
+    sbx_pty_session *pty; /* pty_open: the session (a reference) */
     char *a, *b;
     int port;
     sbx_exec_opts *opts;
@@ -196,6 +198,7 @@ static void call_free(struct call *c)
     if (c->fd_held)
         close(c->fd);
     sbx_error_free(c->saved_err);
+    sbx__pty_session_unref(c->pty);
     if (c->sb)
         sandbox_unref(c->sb);
     else
@@ -207,6 +210,8 @@ static void call_free(struct call *c)
 static void call_finish(struct call *c, int code, sbx_error *err, void *value)
 {
     sbx__future_set_cancel(c->f, NULL, NULL);
+    if (c->pty)
+        sbx__pty_session_done(c->pty, code, err); /* the provider never ran, or let go */
     sbx__future_complete(c->f, code, err, value);
     call_free(c);
 }
@@ -662,6 +667,10 @@ static void simple_run(void *data)
     case CALL_STATS:
         o->stats(op, st, box);
         break;
+    case CALL_PTY_OPEN:
+        sbx__op_set_pty_session(op, c->pty);
+        o->pty_open(op, st, box, c->pty);
+        break;
     case CALL_LOG_STREAM: {
         c->fd_held = false; /* the provider's from here on */
         o->log_stream(op, st, box, c->fd, c->since, c->tail, c->flags);
@@ -828,6 +837,28 @@ int sbx__sandbox_agent_address_async(sbx_sandbox *sb, sbx_future **out, sbx_erro
     if (rc < 0)
         return rc;
     return submit(c, simple_run, out, err);
+}
+
+bool sbx__sandbox_has_pty_open(const sbx_sandbox *sb)
+{
+    return sb && sb->p->ops->pty_open != NULL;
+}
+
+int sbx__sandbox_pty_open(sbx_sandbox *sb, sbx_pty_session *s, sbx_error **err)
+{
+    struct call *c;
+    int rc = begin_simple(sb, CALL_PTY_OPEN, SBX_VALUE_NONE, &c, err);
+    if (rc < 0)
+        return rc;
+    sbx__pty_session_ref(s);
+    c->pty = s;
+    sbx__pty_session_set_context(s, c->p->ctx);
+    sbx_future *f = NULL;
+    if ((rc = submit(c, simple_run, &f, err)) < 0)
+        return rc;
+    /* Nobody waits on the future: the session hears the outcome (sbx__pty_session_done). */
+    sbx_future_free(f);
+    return SBX_OK;
 }
 
 /* [svc-logs] Where the box's service log is (a JSON object text future; provider.h log_address). */
