@@ -556,9 +556,11 @@ static int live(sbx_pty_session *s, sbx_error **err)
 {
     pthread_mutex_lock(&s->lock);
     int rc = SBX_OK;
-    if (s->close_sent)
+    if (s->gone)
+        rc = gone_error(s, err);
+    else if (s->close_sent)
         rc = sbx__set_error(err, SBX_EPTY, "PTY session %u is closed", s->id);
-    else if (s->gone || s->released)
+    else if (s->released)
         rc = gone_error(s, err);
     else if (s->exited)
         rc = sbx__set_error(err, SBX_EPTY, "PTY session %u has ended", s->id);
