@@ -137,6 +137,35 @@ static const struct plug_ops_v1 plug_ops_v1 = {
 SBX_EXPORT const struct sbx_provider_ops *const sbx_plugin_providers[] = {
     (const struct sbx_provider_ops *)&plug_ops_v1, NULL
 };
+#elif defined(PLUGIN_ABI2_TABLE)
+#include <stddef.h>
+/* Never called: the core must not read past an ABI 2 table's struct_size. */
+static void plug_poison_pty_open(sbx_op *op, void *state, void *box, sbx_pty_session *s)
+{
+    (void)op, (void)state, (void)box, (void)s;
+    abort();
+}
+/*
+ * An ABI 2 table as ABI 2's header built it: struct_size ends before
+ * pty_open. The field past it holds a poison the core must never see.
+ */
+static const struct sbx_provider_ops plug_ops_v2 = {
+    .abi_version = 2,
+    .struct_size = offsetof(struct sbx_provider_ops, pty_open),
+    .name = PLUGIN_NAME,
+    .init = plug_init,
+    .release = plug_release,
+    .create = plug_create,
+    .exec = plug_exec,
+    .upload_file = plug_upload,
+    .download_file = plug_download,
+    .status = plug_status,
+    .close = plug_close,
+    .box_id = plug_box_id,
+    .box_free = plug_box_free,
+    .pty_open = plug_poison_pty_open,
+};
+SBX_EXPORT const struct sbx_provider_ops *const sbx_plugin_providers[] = { &plug_ops_v2, NULL };
 #else
 static const struct sbx_provider_ops plug_ops = {
     .abi_version = PLUGIN_ABI,

@@ -459,6 +459,35 @@ static void test_abi1_plugin_still_loads(void)
     free(one);
 }
 
+/* ABI 3 appended pty_open: a table of ABI 2 still loads, and nothing past it is read. */
+static void test_abi2_plugin_still_loads(void)
+{
+    char *two = plugin("plug_abi2");
+    use_plugin_path(two);
+    TAP_TRUE(listed("abi_two"));
+    sbx_provider *p = NULL;
+    TAP_OK(sbx_provider_new("{\"abi_two\": {}}", &p, &e_));
+    char *out = run_in(p, "echo hi");
+    TAP_EQ_STR(out, "abi2 ran echo hi with {}");
+    free(out);
+    /* The poisoned pty_open past its struct_size is neither shown nor called. */
+    TAP_EQ_INT(sbx_provider_supports(p, "pty"), 0);
+    sbx_sandbox *sb = NULL;
+    TAP_OK(sbx_sandbox_new(p, NULL, &sb, &e_));
+    sbx_spec *spec = sbx_spec_new();
+    sbx_spec_set_image(spec, "img");
+    TAP_OK(sbx_sandbox_start(sb, spec, &e_));
+    sbx_spec_free(spec);
+    sbx_pty *pty = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_pty_open(sb, NULL, &pty, ERR(e)), SBX_ENOTSUP);
+    TAP_CONTAINS(sbx_error_message(e), "does not support PTY sessions");
+    sbx_error_free(e);
+    sbx_sandbox_free(sb);
+    sbx_provider_free(p);
+    free(two);
+}
+
 static const char *list_answer;
 static void answer_list(sbx_op *op, void *state, const char *filter)
 {
@@ -544,7 +573,8 @@ static void test_provider_list_and_stop_checked(void)
     sbx_provider_free(p);
 }
 
-TAP_MAIN(TAP(test_abi1_plugin_still_loads), TAP(test_abi2_short_table_reads_only_its_size),
+TAP_MAIN(TAP(test_abi1_plugin_still_loads), TAP(test_abi2_plugin_still_loads),
+         TAP(test_abi2_short_table_reads_only_its_size),
          TAP(test_provider_list_and_stop_checked), TAP(test_builtins_listed_sorted), TAP(test_register_lookup_override),
          TAP(test_register_shadows_builtin_only_with_override), TAP(test_register_empty_name),
          TAP(test_register_incomplete_ops), TAP(test_unknown_provider_lists_sorted),
