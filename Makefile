@@ -560,11 +560,12 @@ $(HOSTBOX_SO): examples/provider/hostbox.c include/sbx.h include/sbx/provider.h 
 # restbox, the remote kit's example (<sbx/http.h>), against tests/remote/api_server.py:
 # a plugin with dependencies of its own (jansson, nettle), as a provider outside the tree has.
 RESTBOX_SO := $(B)/examples/provider/restbox.so
-$(RESTBOX_SO): examples/provider/restbox.c include/sbx.h include/sbx/provider.h include/sbx/http.h \
-    $(B)/libsbx.so
+$(RESTBOX_SO): examples/provider/restbox.c examples/provider/restbox_pty.c \
+    examples/provider/restbox.h include/sbx.h include/sbx/provider.h include/sbx/http.h \
+    include/sbx/ws.h $(B)/libsbx.so
 	@mkdir -p $(@D)
 	$(CC) -std=c11 $(OPT) $(WARN) $(SAN) -fPIC -shared -Iinclude \
-	    $(shell pkg-config --cflags jansson nettle) -o $@ $< \
+	    $(shell pkg-config --cflags jansson nettle) -o $@ $(filter %.c,$^) \
 	    -L$(B) -lsbx -Wl,-rpath,$(abspath $(B)) $(shell pkg-config --libs jansson nettle)
 examples: $(HOSTBOX_SO) $(RESTBOX_SO)
 tests: $(HOSTBOX_SO) $(RESTBOX_SO)

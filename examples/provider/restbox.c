@@ -13,12 +13,14 @@
  *   GET    /v1/boxes/ID           status      DELETE /v1/boxes/ID        stop
  *   POST   /v1/boxes/ID/exec      exec (JSON in and out, output in base64)
  *   PUT    /v1/boxes/ID/files?path=P   upload (X-Mode)   GET ... download
+ *   GET    /v1/boxes/ID/pty[/N]   a terminal session over a WebSocket (restbox_pty.c)
  *
  * Config (the mapping under "restbox"): {"url": "http://host:port",
  * "token": "..."}; `url` defaults to $SBX_RESTBOX_URL, `token` to
  * $SBX_RESTBOX_TOKEN (sent as a bearer token).
  *
  * Build: cc -shared -fPIC $(pkg-config --cflags sbx jansson nettle) -o restbox.so restbox.c \
+ *            restbox_pty.c \
  *            $(pkg-config --libs sbx jansson nettle)
  * Use:   SBX_PLUGIN_PATH=$PWD SBX_PROVIDER=restbox SBX_RESTBOX_URL=http://... sbx run -- echo hi
  *
@@ -29,6 +31,8 @@
 #include <sbx.h>
 #include <sbx/http.h>
 #include <sbx/provider.h>
+
+#include "restbox.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -46,14 +50,6 @@
 
 /* Files move whole through one request: larger ones are refused, not truncated. */
 #define RB_MAX_FILE ((size_t)64 << 20)
-
-struct restbox {
-    sbx_http_client *http;
-};
-
-struct rbox {
-    char *id;
-};
 
 static void rbox_free(void *box);
 
@@ -226,7 +222,7 @@ static int call(sbx_op *op, struct restbox *rb, const char *method, const char *
     return send_for(op, req, deadline_s, answer, gone, data, drop);
 }
 
-static char *box_path(const char *id, const char *rest)
+char *rb_box_path(const char *id, const char *rest)
 {
     char *eid = sbx_http_escape(id), *p = NULL;
     if (eid && asprintf(&p, "/v1/boxes/%s%s", eid, rest ? rest : "") < 0)
@@ -463,7 +459,7 @@ static void rb_exec(sbx_op *op, void *state, void *box, const char *command,
     size_t in_len = 0;
     const void *in = sbx_exec_opts_stdin(opts, &in_len);
     char *in64 = b64_encode(in ? in : "", in ? in_len : 0);
-    char *path = box_path(b->id, "/exec");
+    char *path = rb_box_path(b->id, "/exec");
     if (!x || !in64 || !path || !(x->command = strdup(command))) {
         json_decref(env);
         free(in64);
@@ -592,7 +588,7 @@ static struct fjob *fjob_new(struct restbox *rb, const char *id, const char *rem
     free(q);
     if (f) {
         f->rb = rb;
-        f->path = rest ? box_path(id, rest) : NULL;
+        f->path = rest ? rb_box_path(id, rest) : NULL;
         f->local = strdup(local);
     }
     free(rest);
@@ -698,7 +694,7 @@ static void status_gone(sbx_op *op, sbx_http_response *resp, void *data)
 
 static void rb_status(sbx_op *op, void *state, void *box)
 {
-    char *path = box_path(((struct rbox *)box)->id, NULL);
+    char *path = rb_box_path(((struct rbox *)box)->id, NULL);
     if (!path) {
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return;
@@ -717,7 +713,7 @@ static void closed(sbx_op *op, sbx_http_response *resp, void *data)
 
 static void rb_close(sbx_op *op, void *state, void *box, int owned)
 {
-    char *path = box_path(((struct rbox *)box)->id, NULL);
+    char *path = rb_box_path(((struct rbox *)box)->id, NULL);
     if (!path) {
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return;
@@ -764,7 +760,7 @@ static void rb_connect(sbx_op *op, void *state, const char *descriptor_json)
     json_t *d = json_loads(descriptor_json ? descriptor_json : "", 0, NULL);
     const char *id = json_string_value(json_object_get(d, "sandbox_id"));
     struct rbox *b = id ? calloc(1, sizeof(*b)) : NULL;
-    char *path = id ? box_path(id, NULL) : NULL;
+    char *path = id ? rb_box_path(id, NULL) : NULL;
     if (b && !(b->id = strdup(id))) {
         free(b);
         b = NULL;
@@ -878,7 +874,7 @@ static void rb_list(sbx_op *op, void *state, const char *filter_json)
 
 static void rb_stop_id(sbx_op *op, void *state, const char *id)
 {
-    char *path = box_path(id, NULL);
+    char *path = rb_box_path(id, NULL);
     if (!path) {
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return;
@@ -915,7 +911,7 @@ static void gc_deleted(sbx_op *op, sbx_http_response *resp, void *data)
 static void gc_next(sbx_op *op, struct gcjob *g)
 {
     if (!g->dry_run && g->next < json_array_size(g->pick)) {
-        char *path = box_path(json_string_value(json_array_get(g->pick, g->next++)), NULL);
+        char *path = rb_box_path(json_string_value(json_array_get(g->pick, g->next++)), NULL);
         if (path) {
             /* Gone meanwhile (its TTL): collected all the same. */
             call(op, g->rb, "DELETE", path, NULL, 60, gc_deleted, gc_deleted, g, gcjob_free);
@@ -983,8 +979,10 @@ static const struct sbx_provider_ops restbox_ops = {
     .list = rb_list,
     .stop_id = rb_stop_id,
     .gc = rb_gc,
+    /* Terminals the provider opens itself (ABI 3): the service's PTY over a WebSocket. */
+    .pty_open = rb_pty_open,
     /* No agent in its boxes: directory transfers are refused by the core, saying so. */
-    .capabilities = SBX_CAP_CONNECT | SBX_CAP_LIST | SBX_CAP_STOP_ID | SBX_CAP_GC,
+    .capabilities = SBX_CAP_CONNECT | SBX_CAP_LIST | SBX_CAP_STOP_ID | SBX_CAP_GC | SBX_CAP_PTY,
 };
 
 SBX_EXPORT const struct sbx_provider_ops *const sbx_plugin_providers[] = {&restbox_ops, NULL};

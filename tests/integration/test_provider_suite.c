@@ -11,7 +11,9 @@
  * upload/download round trip with modes, directories and bytes (through
  * the agent or, without one, the box's shell), status before/after stop, stop
  * twice, list with labels, stop by id, gc by label and by expiry, bad
- * input failing cleanly, and service logs (or a clear "not kept"). A provider that cannot list must say so
+ * input failing cleanly, service logs (or a clear "not kept"), and terminals
+ * (input, size, resize, a signal, the exit status, pipe mode; or a clear
+ * "unsupported"). A provider that cannot list must say so
  * (SBX_ENOTSUP), never answer wrongly.
  */
 #include "tap.h"
@@ -621,6 +623,90 @@ static void case_dead_maker(sbx_provider *p)
     TAP_EQ_INT(count_dir_entries(st), 0);
 }
 
+/*
+ * Terminals: a provider that says "pty" (through its agent, or opening
+ * them itself: provider ABI 3's pty_open) runs a command on a terminal of
+ * the size asked, with input, resize, a signal to the foreground job and
+ * its exit status; pipe mode keeps stderr apart. One that does not says so.
+ */
+/*
+ * Reads `stream` until `want` shows; what came after it is kept for the
+ * next call (one read may carry several lines).
+ */
+static void pty_read_until(sbx_pty *t, int stream, const char *want)
+{
+    static char got[2][16384];
+    static size_t have[2];
+    char *g = got[stream == SBX_STREAM_STDERR];
+    size_t *h = &have[stream == SBX_STREAM_STDERR];
+    char *at = NULL;
+    for (int i = 0; i < 300 && !(at = strstr(g, want)); i++) {
+        size_t n = 0;
+        sbx_error *e = NULL;
+        int rc = sbx_pty_read(t, stream, g + *h, sizeof(got[0]) - 1 - *h, 0.1, &n, NULL, &e);
+        sbx_error_free(e);
+        if (rc == SBX_ETIMEDOUT)
+            continue;
+        if (rc < 0 || n == 0 || *h + n >= sizeof(got[0]) - 1)
+            break;
+        *h += n;
+        g[*h] = 0;
+    }
+    if (!at)
+        TAP_FAIL("%s: the terminal never showed '%s'; it showed '%s'", prov, want, g);
+    size_t used = (size_t)(at - g) + strlen(want);
+    memmove(g, g + used, *h - used + 1);
+    *h -= used;
+}
+
+static void case_terminal(sbx_provider *p)
+{
+    sbx_sandbox *sb = start(p, NULL);
+    sbx_pty *t = NULL;
+    sbx_error *e = NULL;
+    if (!sbx_provider_supports(p, "pty")) {
+        TAP_EQ_INT(sbx_pty_open(sb, NULL, &t, &e), SBX_ENOTSUP);
+        sbx_error_free(e);
+        stop_free(sb);
+        return;
+    }
+    sbx_pty_opts *o = sbx_pty_opts_new();
+    sbx_pty_opts_set_size(o, 30, 100);
+    sbx_pty_opts_set_env(o, "SUITE_PTY", "env-ok");
+    sbx_pty_opts_set_command(o, "echo ready $SUITE_PTY; read a; echo \"got:$a\"; stty size; "
+                                "read b; stty size; trap 'echo trapped; exit 9' INT; "
+                                "echo armed; while :; do sleep 0.1; done");
+    TAP_OK(sbx_pty_open(sb, o, &t, &e_));
+    sbx_pty_opts_free(o);
+    TAP_TRUE(sbx_pty_id(t) > 0);
+    pty_read_until(t, SBX_STREAM_STDOUT, "ready env-ok");
+    TAP_OK(sbx_pty_write(t, "hello\n", 6, &e_));
+    pty_read_until(t, SBX_STREAM_STDOUT, "30 100");
+    TAP_OK(sbx_pty_resize(t, 40, 120, &e_));
+    TAP_OK(sbx_pty_write(t, "\n", 1, &e_));
+    pty_read_until(t, SBX_STREAM_STDOUT, "40 120");
+    pty_read_until(t, SBX_STREAM_STDOUT, "armed");
+    TAP_OK(sbx_pty_signal(t, "INT", &e_));
+    pty_read_until(t, SBX_STREAM_STDOUT, "trapped");
+    int code = -1;
+    TAP_OK(sbx_pty_wait(t, 30, &code, &e_));
+    TAP_EQ_INT(code, 9);
+    TAP_OK(sbx_pty_close(t, &e_));
+
+    /* Pipe mode: stdout and stderr apart, no terminal. */
+    o = sbx_pty_opts_new();
+    sbx_pty_opts_set_pipes(o, 1);
+    sbx_pty_opts_set_command(o, "echo to-out; echo to-err >&2; exit 4");
+    TAP_OK(sbx_pty_open(sb, o, &t, &e_));
+    sbx_pty_opts_free(o);
+    pty_read_until(t, SBX_STREAM_STDOUT, "to-out");
+    pty_read_until(t, SBX_STREAM_STDERR, "to-err");
+    TAP_OK(sbx_pty_wait(t, 30, &code, &e_));
+    TAP_EQ_INT(code, 4);
+    TAP_OK(sbx_pty_close(t, &e_));
+    stop_free(sb);
+}
+
 #define SUITE(name)                                                                                \
     static void name##_exec(void)                                                                  \
     {                                                                                              \
@@ -676,12 +762,19 @@ static void case_dead_maker(sbx_provider *p)
         sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
         case_service_logs(p);                                                                      \
         sbx_provider_free(p);                                                                      \
+    }                                                                                              \
+    static void name##_terminal(void)                                                              \
+    {                                                                                              \
+        sbx_provider *p = setup(strcmp(#name, "plugin") ? #name : plugin_name());                  \
+        case_terminal(p);                                                                          \
+        sbx_provider_free(p);                                                                      \
     }
 
 #define SUITE_TESTS(name)                                                                          \
     TAP_T(name##_exec, 120), TAP_T(name##_stream, 120), TAP_T(name##_transfer, 120),               \
         TAP_T(name##_status_stop, 120), TAP_T(name##_list_stop_id, 120), TAP_T(name##_gc, 120),    \
-        TAP_T(name##_cli, 120), TAP_T(name##_bad_input, 120), TAP_T(name##_service_logs, 120)
+        TAP_T(name##_cli, 120), TAP_T(name##_bad_input, 120), TAP_T(name##_service_logs, 120),    \
+        TAP_T(name##_terminal, 120)
 
 /* The plugin slot: hostbox, or the provider SBX_SUITE_PLUGIN names (see docs/provider-guide.md). */
 static const char *plugin_name(void)

@@ -70,6 +70,26 @@ run as its processes (NO isolation: a test double, as hostbox is):
                                "stderr" (base64), "timed_out"}
   PUT    /v1/boxes/ID/files?path=P   the body, with X-Mode (octal) -> 204
   GET    /v1/boxes/ID/files?path=P   the file, with X-Mode, or 404
+  GET    /v1/boxes/ID/pty      WebSocket: a new terminal session (restbox_pty.c).
+                               The client's first message is the text
+                               {"type": "open", "command"|"argv", "cwd", "env":
+                               ["K=V"], "rows", "cols", "pipes"}; the server runs it
+                               on a real PTY (pipes: stdout and stderr apart) and
+                               answers {"type": "connected", "session": N}
+  GET    /v1/boxes/ID/pty/N[?takeover=1][&since=K]
+                               WebSocket: attaches to session N: a replay of the
+                               stdout it keeps from byte K (binary 0x03 + u64 BE
+                               offset + bytes), then {"type": "connected"}. A session
+                               held by another client is refused with close code
+                               1008 unless takeover, which closes the other with 4001
+
+  Session frames (modelled on OpenSandbox's execd PTY): binary, first byte the
+  channel: 0x00 stdin (client; empty: EOF), 0x01 stdout, 0x02 stderr, 0x03
+  replay; text JSON: {"type": "resize", "cols", "rows"}, {"type": "signal",
+  "signal": "SIGINT"}, {"type": "end"} (kills the session) from the client;
+  {"type": "exit", "exit_code": N} (then a close 1000) and {"type": "error",
+  "error"} from the server. A client that closes without "end" detaches: the
+  session runs on and keeps the last 1 MiB of each stream.
 
   api_server.py --port-file F [--unix PATH] [--tls-cert C --tls-key K]
 
@@ -79,6 +99,7 @@ and, with --unix, on a unix socket too. Debian's python3-aiohttp.
 import argparse
 import asyncio
 import base64
+import fcntl
 import hashlib
 import json
 import os
@@ -86,8 +107,10 @@ import secrets
 import shutil
 import signal
 import ssl
+import struct
 import sys
 import tempfile
+import termios
 import time
 
 from aiohttp import WSMsgType, web
@@ -473,7 +496,7 @@ async def rb_create(req):
     BOXES[bid] = {"id": bid, "work": work, "env": {str(k): str(v) for k, v in env.items()},
                   "metadata": {str(k): str(v) for k, v in md.items()}, "created": now,
                   "expires_at": now + ttl if isinstance(ttl, (int, float)) else None,
-                  "procs": set()}
+                  "procs": set(), "ptys": {}}
     return web.json_response({"id": bid, "status": "running", "workdir": work}, status=201)
 
 
@@ -618,6 +641,256 @@ async def rb_get_file(req):
     return web.Response(body=data, headers={"X-Mode": "%o" % (os.stat(path).st_mode & 0o7777)})
 
 
+# --- restbox terminals (examples/provider/restbox_pty.c) -------------------------
+
+PTY_KEEP = 1 << 20  # bytes of each stream a session keeps for replays
+PTY_SIGNALS = {"SIGHUP", "SIGINT", "SIGQUIT", "SIGKILL", "SIGUSR1", "SIGUSR2", "SIGTERM",
+               "SIGALRM", "SIGSTOP", "SIGCONT", "SIGWINCH", "SIGTSTP", "SIGPIPE"}
+
+
+class PtySession:
+    def __init__(self, sid, proc, master, pipes):
+        self.sid, self.proc, self.master, self.pipes = sid, proc, master, pipes
+        self.out = [bytearray(), bytearray()]
+        self.base = [0, 0]  # the offset of out[k][0]
+        self.ws = None
+        self.q = None  # what goes to the attached client, in order
+        self.exit_code = None
+
+    def emit(self, k, data):
+        buf = self.out[k]
+        buf.extend(data)
+        if len(buf) > PTY_KEEP:
+            drop = len(buf) - PTY_KEEP
+            del buf[:drop]
+            self.base[k] += drop
+        if self.q is not None:
+            self.q.put_nowait(("bytes", bytes([k + 1]) + data))
+
+    def stdin(self, data):
+        try:
+            if self.pipes:
+                if not data:
+                    self.proc.stdin.close()
+                else:
+                    self.proc.stdin.write(data)
+            else:
+                os.write(self.master, data or b"\x04")
+        except (OSError, BrokenPipeError, ConnectionResetError, RuntimeError):
+            pass
+
+    def signal(self, name):
+        if name not in PTY_SIGNALS or self.exit_code is not None:
+            return
+        try:
+            group = self.proc.pid if self.pipes else os.tcgetpgrp(self.master)
+            os.killpg(group, signal.Signals[name])
+        except OSError:
+            pass
+
+    def resize(self, rows, cols):
+        if not self.pipes and self.exit_code is None:
+            fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    def end(self):
+        for g in {self.proc.pid} | ({os.tcgetpgrp(self.master)} if not self.pipes else set()):
+            try:
+                os.killpg(g, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def pty_command(b, x):
+    """The argv, cwd and env of an "open" message, or an error string."""
+    argv = x.get("argv")
+    if argv is not None:
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            return "argv must be a non-empty list of strings"
+    elif isinstance(x.get("command"), str):
+        argv = ["/bin/sh", "-c", x["command"]]
+    else:
+        argv = [shutil.which("bash") or "/bin/sh"]
+    cwd = in_box(b, x.get("cwd") or ".")
+    if cwd is None or not os.path.isdir(cwd):
+        return "no such directory in the box: %s" % x.get("cwd")
+    env = dict(os.environ)
+    env.update(b["env"])
+    env["TERM"] = "xterm"
+    for kv in x.get("env") or []:
+        k, _, v = str(kv).partition("=")
+        env[k] = v
+    return argv, cwd, env
+
+
+def pty_child(tty):
+    """In the child, before exec: a shell started in the background inherits
+    SIGINT and SIGQUIT ignored, and could not even trap them; a terminal
+    session's command gets them as a terminal's would. With a terminal, it
+    becomes the controlling one (the job's signals and SIGWINCH reach it)."""
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    if tty:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+async def pty_start(b, x):
+    got = pty_command(b, x)
+    if isinstance(got, str):
+        return got
+    argv, cwd, env = got
+    pipes = bool(x.get("pipes"))
+    rows, cols = int(x.get("rows") or 24), int(x.get("cols") or 80)
+    loop = asyncio.get_running_loop()
+    try:
+        if pipes:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, cwd=cwd, env=env, start_new_session=True, stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                preexec_fn=lambda: pty_child(False))
+            master = None
+        else:
+            master, slave = os.openpty()
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+            proc = await asyncio.create_subprocess_exec(
+                *argv, cwd=cwd, env=env, start_new_session=True, stdin=slave, stdout=slave,
+                stderr=slave, preexec_fn=lambda: pty_child(True))
+            os.close(slave)
+    except OSError as e:
+        return "cannot run %s: %s" % (argv[0], e.strerror)
+    b["procs"].add(proc)
+    sid = max(b["ptys"], default=0) + 1
+    s = PtySession(sid, proc, master, pipes)
+    b["ptys"][sid] = s
+
+    async def pump(k, src):
+        while True:
+            chunk = await src.read(65536)
+            if not chunk:
+                return
+            s.emit(k, chunk)
+
+    async def run():
+        if pipes:
+            await asyncio.gather(pump(0, proc.stdout), pump(1, proc.stderr), proc.wait())
+        else:
+            done = loop.create_future()
+
+            def readable():
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    chunk = b""
+                if chunk:
+                    s.emit(0, chunk)
+                elif not done.done():
+                    loop.remove_reader(master)
+                    done.set_result(None)
+            loop.add_reader(master, readable)
+            await proc.wait()
+            try:  # what the terminal still holds; background jobs may keep it open
+                await asyncio.wait_for(asyncio.shield(done), 1)
+            except asyncio.TimeoutError:
+                loop.remove_reader(master)
+            os.close(master)
+        b["procs"].discard(proc)
+        rc = proc.returncode
+        s.exit_code = rc if rc >= 0 else 128 - rc
+        if s.q is not None:
+            s.q.put_nowait(("exit", s.exit_code))
+    s.task = asyncio.ensure_future(run())
+    return s
+
+
+async def pty_sender(s, ws, q):
+    while True:
+        kind, v = await q.get()
+        try:
+            if kind == "stop":
+                return
+            if kind == "bytes":
+                await ws.send_bytes(v)
+            elif kind == "text":
+                await ws.send_json(v)
+            else:
+                await ws.send_json({"type": "exit", "exit_code": v})
+                await ws.close(code=1000)
+                return
+        except (ConnectionResetError, RuntimeError):
+            return
+
+
+async def rb_pty(req):
+    b = box_of(req)
+    if not b:
+        return bad("no such box", 404)
+    sid = req.match_info.get("sid")
+    s = None
+    if sid is not None:
+        s = b["ptys"].get(int(sid)) if sid.isdigit() else None
+        if s is None:
+            return bad("no such PTY session: %s" % sid, 404)
+    ws = web.WebSocketResponse(max_msg_size=1 << 20)
+    await ws.prepare(req)
+    since = 0
+    if s is None:
+        msg = await ws.receive(timeout=30)
+        try:
+            x = json.loads(msg.data) if msg.type == WSMsgType.TEXT else None
+        except ValueError:
+            x = None
+        if not isinstance(x, dict) or x.get("type") != "open":
+            await ws.send_json({"type": "error", "error": "the first message must be an open"})
+            await ws.close(code=1008, message=b"no open")
+            return ws
+        s = await pty_start(b, x)
+        if isinstance(s, str):
+            await ws.send_json({"type": "error", "error": s})
+            await ws.close(code=1000)
+            return ws
+    else:
+        if s.ws is not None and req.query.get("takeover") != "1":
+            await ws.close(code=1008, message=b"already attached")
+            return ws
+        if s.ws is not None:
+            await s.ws.close(code=4001, message=b"taken over")
+        since = int(req.query.get("since", "0") or 0)
+    # From here on, everything for this client goes through its queue, in order.
+    q = asyncio.Queue()
+    start = max(since, s.base[0])
+    if sid is not None and s.base[0] + len(s.out[0]) > start:
+        data = bytes(s.out[0][start - s.base[0]:])
+        q.put_nowait(("bytes", b"\x03" + struct.pack(">Q", start) + data))
+    q.put_nowait(("text", {"type": "connected", "session": s.sid,
+                           "mode": "pipe" if s.pipes else "pty"}))
+    if s.exit_code is not None:
+        q.put_nowait(("exit", s.exit_code))
+    s.ws, s.q = ws, q
+    sender = asyncio.ensure_future(pty_sender(s, ws, q))
+    async for msg in ws:
+        if msg.type == WSMsgType.BINARY and msg.data[:1] == b"\x00":
+            s.stdin(msg.data[1:])
+        elif msg.type == WSMsgType.TEXT:
+            try:
+                x = json.loads(msg.data)
+            except ValueError:
+                break
+            t = x.get("type") if isinstance(x, dict) else None
+            if t == "resize":
+                s.resize(int(x.get("rows", 24)), int(x.get("cols", 80)))
+            elif t == "signal":
+                s.signal(str(x.get("signal")))
+            elif t == "end":
+                s.end()
+    if s.ws is ws:  # closed without being taken over: a detach
+        s.ws, s.q = None, None
+    q.put_nowait(("stop", None))
+    try:
+        await asyncio.wait_for(sender, 2)
+    except asyncio.TimeoutError:
+        sender.cancel()
+    return ws
+
+
 async def main():
     parent = os.getppid()
     ap = argparse.ArgumentParser()
@@ -654,6 +927,8 @@ async def main():
         web.post("/v1/boxes/{id}/exec", rb_exec),
         web.put("/v1/boxes/{id}/files", rb_put_file),
         web.get("/v1/boxes/{id}/files", rb_get_file),
+        web.get("/v1/boxes/{id}/pty", rb_pty),
+        web.get("/v1/boxes/{id}/pty/{sid}", rb_pty),
     ])
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
