@@ -34,6 +34,54 @@ check "sbx create on restbox" [ -n "$id" ]
 check "sbx ls lists it" has "$(SBX_PROVIDER=restbox "$SBX" ls -q)" "$id"
 check "sbx stop ID" env SBX_PROVIDER=restbox "$SBX" stop "$id"
 check "sbx ls is empty again" [ -z "$(SBX_PROVIDER=restbox "$SBX" ls -q)" ]
+# Terminals (provider ABI 3's pty_open over the service's WebSocket): sbx shell on a
+# terminal (script(1) makes one), and Python's sandbox.pty with attach and takeover.
+id=$(SBX_PROVIDER=restbox "$SBX" create 2>"$T/err")
+if command -v script >/dev/null; then
+  out=$(printf 'echo shell-$((6*7)); exit 3\n' | SBX_PROVIDER=restbox timeout 60 script -qec "$SBX shell $id" /dev/null 2>&1); rc=$?
+  check "sbx shell on restbox: exit 3" [ "$rc" = 3 ]
+  check "sbx shell on restbox: its output" has "$out" "shell-42"
+fi
+SBX_PROVIDER=restbox "$SBX" stop "$id" >/dev/null 2>&1
+cat > "$T/pty.py" <<'EOF'
+import asyncio
+import pytest
+from sbx import AsyncSandbox, SandboxPtyError, SandboxSpec
+
+async def go():
+    async with AsyncSandbox({"restbox": {}}, SandboxSpec()) as sb:
+        await sb.start()
+        r = await sb.pty.exec("echo hi; echo err >&2; exit 3", timeout_s=60)
+        assert (r.return_code, r.error_type) == (3, None), r
+        assert "hi\r\n" in r.stdout and "err\r\n" in r.stdout, r
+        r = await sb.pty.exec("echo hi; echo err >&2; exit 4", timeout_s=60, pty=False)
+        assert (r.stdout, r.stderr, r.return_code) == ("hi\n", "err\n", 4), r
+        s = await sb.pty.create(rows=30, cols=90)
+        assert s.mode == "pty" and s.session_id.isdigit()
+        await s.write(b"stty size; echo FIRST-$((1+1))\n")
+        got = b""
+        while b"FIRST-2" not in got:
+            got += await s.read(timeout_s=60)
+        assert b"30 90" in got, got
+        b = await sb.pty.attach(s.session_id, takeover=True, since=0)
+        replay = b""
+        while b"FIRST-2" not in replay:
+            replay += await b.read(timeout_s=60)
+        with pytest.raises(SandboxPtyError, match="taken over"):
+            while await s.read(timeout_s=60):
+                pass
+        await s.close()
+        await b.write(b"exit 6\n")
+        assert await b.wait_exit(timeout_s=60) == 6
+        await b.close()
+        print("pty ok")
+
+asyncio.run(go())
+EOF
+out=$(SBX_LIB="$B/libsbx.so" PYTHONPATH="$ROOT/python" timeout 120 /usr/bin/python3 "$T/pty.py" 2>&1)
+check "Python's sandbox.pty on restbox: exec, create, attach, takeover" has "$out" "pty ok"
+[ "${out#*pty ok}" = "$out" ] && echo "$out" | tail -n 20 | sed 's/^/# /'
+
 # A service that is not there: a clear error, no hang.
 out=$(SBX_PROVIDER=restbox SBX_RESTBOX_URL=http://127.0.0.1:1 "$SBX" ls 2>&1); rc=$?
 check "an unreachable service: an error" [ "$rc" != 0 ]
