@@ -590,22 +590,44 @@ SBX_INTERNAL int sbx__pty_exec_replay(const uint8_t *frames, size_t len, int pip
 
 /* --- terminals a provider opens (pty_remote.c; provider.h pty_open) ---------- */
 
-/* Frees a NULL-ended string vector and its strings (NULL is fine). */
-SBX_INTERNAL void sbx__strv_free(char **v);
-/* What sbx_pty_open/attach asked for (borrowed; the session copies it). */
-struct sbx__pty_request {
-    const char *command;
-    char *const *argv;
-    const char *cwd, *user;
-    char *const *env;
+/* Seconds on the monotonic clock (util.c). */
+SBX_INTERNAL double sbx__monotonic_s(void);
+/*
+ * A PTY stream's bytes received and not yet read, with the absolute offset
+ * of the first: the newest SBX_PTY_WINDOW bytes are kept (pty.c for the
+ * agent's sessions, pty_remote.c for a provider's).
+ */
+struct sbx__pty_window {
+    uint8_t *buf;
+    size_t len;
+    uint64_t offset; /* of buf[0] */
+    bool started;    /* an offset was set (the first chunk's, or a replay's) */
+};
+/*
+ * Appends `len` bytes at `offset` (SBX_PTY_OFFSET_NEXT: after the last),
+ * dropping what overlaps bytes already there and the oldest past the
+ * window. -1 when out of memory.
+ */
+SBX_INTERNAL int sbx__pty_window_add(struct sbx__pty_window *q, unsigned long long offset,
+                                     const uint8_t *data, size_t len);
+/* Moves up to `cap` bytes into `buf`; their offset in *offset (optional). */
+SBX_INTERNAL size_t sbx__pty_window_take(struct sbx__pty_window *q, void *buf, size_t cap,
+                                         unsigned long long *offset);
+/* The options of a PTY session (pty.c's setters fill them). */
+struct sbx_pty_opts {
+    char *command;
+    char **argv;
+    char *cwd, *user;
+    char **env;
     size_t n_env;
     unsigned rows, cols;
     int pipes;
-    unsigned attach_id;
-    int takeover;
-    unsigned long long since;
 };
-SBX_INTERNAL int sbx__pty_session_new(const struct sbx__pty_request *rq, sbx_pty_session **out,
+/* A deep copy (NULL when out of memory). */
+SBX_INTERNAL sbx_pty_opts *sbx__pty_opts_copy(const sbx_pty_opts *o);
+/* The session of an open (`attach_id` 0) or an attach; takes `req`, even on failure. */
+SBX_INTERNAL int sbx__pty_session_new(sbx_pty_opts *req, unsigned attach_id, int takeover,
+                                      unsigned long long since, sbx_pty_session **out,
                                       sbx_error **err);
 SBX_INTERNAL void sbx__pty_session_ref(sbx_pty_session *s);
 SBX_INTERNAL void sbx__pty_session_unref(sbx_pty_session *s);

@@ -28,30 +28,13 @@
 #include <time.h>
 #include <unistd.h>
 
-struct sbx_pty_opts {
-    char *command;
-    char **argv;
-    char *cwd, *user;
-    char **env;
-    size_t n_env;
-    unsigned rows, cols;
-    int pipes;
-};
-
-/* Bytes received and not yet read, per stream; bounded by the window. */
-struct pending {
-    uint8_t *buf;
-    size_t len;
-    uint64_t offset; /* of buf[0] */
-};
-
 struct sbx_pty {
     int fd;
     uint32_t id;
     uint32_t channel;
     bool opener;
     sbx_proto_reader rd;
-    struct pending out[2];
+    struct sbx__pty_window out[2];
     bool exited;
     int code;
     bool gone;       /* the channel ended without EXIT (taken over, detached, lost) */
@@ -88,15 +71,22 @@ sbx_pty_opts *sbx_pty_opts_new(void)
     return o;
 }
 
+static void strv_free(char **v)
+{
+    for (size_t i = 0; v && v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
 void sbx_pty_opts_free(sbx_pty_opts *o)
 {
     if (!o)
         return;
     free(o->command);
-    sbx__strv_free(o->argv);
+    strv_free(o->argv);
     free(o->cwd);
     free(o->user);
-    sbx__strv_free(o->env);
+    strv_free(o->env);
     free(o);
 }
 
@@ -110,11 +100,46 @@ static int set_str(char **slot, const char *v)
     return SBX_OK;
 }
 
+sbx_pty_opts *sbx__pty_opts_copy(const sbx_pty_opts *o)
+{
+    sbx_pty_opts *c = sbx_pty_opts_new();
+    if (!c)
+        return NULL;
+    c->rows = o->rows;
+    c->cols = o->cols;
+    c->pipes = o->pipes;
+    int rc = SBX_OK;
+    if (o->argv)
+        rc = sbx_pty_opts_set_argv(c, (const char *const *)o->argv);
+    if (rc >= 0)
+        rc = set_str(&c->command, o->command);
+    if (rc >= 0)
+        rc = set_str(&c->cwd, o->cwd);
+    if (rc >= 0)
+        rc = set_str(&c->user, o->user);
+    for (size_t i = 0; rc >= 0 && i < o->n_env; i++) {
+        char **v = realloc(c->env, (c->n_env + 2) * sizeof(*v));
+        if (!v || !(v[c->n_env] = strdup(o->env[i]))) {
+            if (v)
+                c->env = v;
+            rc = SBX_ENOMEM;
+            break;
+        }
+        c->env = v;
+        v[++c->n_env] = NULL;
+    }
+    if (rc < 0) {
+        sbx_pty_opts_free(c);
+        return NULL;
+    }
+    return c;
+}
+
 int sbx_pty_opts_set_command(sbx_pty_opts *o, const char *command)
 {
     if (!o)
         return SBX_EINVAL;
-    sbx__strv_free(o->argv);
+    strv_free(o->argv);
     o->argv = NULL;
     return set_str(&o->command, command);
 }
@@ -131,11 +156,11 @@ int sbx_pty_opts_set_argv(sbx_pty_opts *o, const char *const *argv)
         return SBX_ENOMEM;
     for (size_t i = 0; i < n; i++) {
         if (!(v[i] = strdup(argv[i]))) {
-            sbx__strv_free(v);
+            strv_free(v);
             return SBX_ENOMEM;
         }
     }
-    sbx__strv_free(o->argv);
+    strv_free(o->argv);
     o->argv = v;
     free(o->command);
     o->command = NULL;
@@ -213,37 +238,6 @@ static int send_frame(sbx_pty *p, sbx_pbuf *b, uint8_t type, uint32_t channel, s
     return rc;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Keeps the newest SBX_PTY_WINDOW bytes of a stream the caller has not read. */
-static int pending_add(struct pending *q, uint64_t offset, const uint8_t *data, size_t len)
-{
-    if (!q->buf && !(q->buf = malloc(SBX_PTY_WINDOW)))
-        return -1;
-    if (q->len == 0)
-        q->offset = offset;
-    if (len > SBX_PTY_WINDOW) {
-        data += len - SBX_PTY_WINDOW;
-        offset += len - SBX_PTY_WINDOW;
-        len = SBX_PTY_WINDOW;
-    }
-    if (q->len + len > SBX_PTY_WINDOW) {
-        size_t drop = q->len + len - SBX_PTY_WINDOW;
-        memmove(q->buf, q->buf + drop, q->len - drop);
-        q->len -= drop;
-        q->offset += drop;
-    }
-    memcpy(q->buf + q->len, data, len);
-    q->len += len;
-    (void)offset;
-    return 0;
-}
-
 static void set_gone(sbx_pty *p, int code, const char *msg)
 {
     if (p->gone || p->exited)
@@ -301,7 +295,7 @@ static int handle(sbx_pty *p, const sbx_frame *f)
         uint32_t n;
         if (sbx__msg_pty_data_decode(f, &off, &d, &n) < 0)
             break;
-        if (n && pending_add(&p->out[f->type == SBX_MSG_PTY_ERR], off, d, n) < 0) {
+        if (n && sbx__pty_window_add(&p->out[f->type == SBX_MSG_PTY_ERR], off, d, n) < 0) {
             set_gone(p, SBX_ENOMEM, "out of memory");
             return -1;
         }
@@ -346,7 +340,7 @@ static int handle(sbx_pty *p, const sbx_frame *f)
  */
 static int pump(sbx_pty *p, bool (*until)(const sbx_pty *, int), int arg, double timeout_s)
 {
-    double deadline = timeout_s < 0 ? -1 : now_s() + timeout_s;
+    double deadline = timeout_s < 0 ? -1 : sbx__monotonic_s() + timeout_s;
     bool polled = false;
     for (;;) {
         sbx_frame f;
@@ -362,7 +356,7 @@ static int pump(sbx_pty *p, bool (*until)(const sbx_pty *, int), int arg, double
             return SBX_OK;
         int wait_ms = -1;
         if (deadline >= 0) {
-            double left = deadline - now_s();
+            double left = deadline - sbx__monotonic_s();
             if (left <= 0 && polled)
                 return SBX_ETIMEDOUT;
             wait_ms = left <= 0 ? 0 : (int)(left * 1000) + 1;
@@ -463,7 +457,7 @@ static int hello(sbx_pty *p, sbx_error **err)
     int rc = send_frame(p, &b, SBX_MSG_HELLO, 0, err);
     if (rc < 0)
         return rc;
-    double deadline = now_s() + 30;
+    double deadline = sbx__monotonic_s() + 30;
     for (;;) {
         sbx_frame f;
         int r = sbx__proto_reader_next(&p->rd, &f);
@@ -482,7 +476,7 @@ static int hello(sbx_pty *p, sbx_error **err)
         }
         if (r < 0)
             return sbx__set_error(err, SBX_EPROTO, "the box's agent sent a malformed frame");
-        double left = deadline - now_s();
+        double left = deadline - sbx__monotonic_s();
         struct pollfd pf = {.fd = p->fd, .events = POLLIN};
         if (left <= 0 || poll(&pf, 1, (int)(left * 1000) + 1) == 0)
             return sbx__set_error(err, SBX_ETIMEDOUT, "the box's agent did not answer in 30 s");
@@ -540,15 +534,17 @@ static int await_info(sbx_pty *p, const char *what, sbx_error **err)
 }
 
 /* A handle over a session the provider opens itself (provider.h pty_open). */
-static int remote_new(sbx_sandbox *sb, const struct sbx__pty_request *rq, bool opener,
-                      sbx_pty **out, sbx_error **err)
+static int remote_new(sbx_sandbox *sb, sbx_pty_opts *req, unsigned attach_id, int takeover,
+                      unsigned long long since, sbx_pty **out, sbx_error **err)
 {
-    sbx_pty *p = calloc(1, sizeof(*p));
-    if (!p)
+    sbx_pty *p = req ? calloc(1, sizeof(*p)) : NULL;
+    if (!p) {
+        sbx_pty_opts_free(req);
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
     p->fd = -1;
-    p->opener = opener;
-    int rc = sbx__pty_session_new(rq, &p->session, err);
+    p->opener = attach_id == 0;
+    int rc = sbx__pty_session_new(req, attach_id, takeover, since, &p->session, err);
     if (rc >= 0) {
         sbx__sandbox_hold(sb);
         p->held = sb;
@@ -574,12 +570,16 @@ static int pty_open(sbx_sandbox *sb, const sbx_pty_opts *opts, bool pipes, sbx_p
     sbx_pty *p;
     int rc;
     if (sbx__sandbox_has_pty_open(sb)) {
-        struct sbx__pty_request rq = {
-            .command = o->command, .argv = o->argv, .user = o->user, .env = o->env,
-            .n_env = o->n_env, .rows = o->rows, .cols = o->cols, .pipes = o->pipes || pipes,
-            .cwd = o->cwd ? o->cwd : sbx_sandbox_workdir(sb),
-        };
-        if ((rc = remote_new(sb, &rq, true, &p, err)) < 0)
+        sbx_pty_opts *req = sbx__pty_opts_copy(o);
+        if (req) {
+            req->pipes = o->pipes || pipes;
+            if (!req->cwd && sbx_sandbox_workdir(sb) &&
+                set_str(&req->cwd, sbx_sandbox_workdir(sb)) < 0) {
+                sbx_pty_opts_free(req);
+                req = NULL;
+            }
+        }
+        if ((rc = remote_new(sb, req, 0, 0, 0, &p, err)) < 0)
             return rc;
         p->pipes = o->pipes;
         if (!o->argv && !o->command)
@@ -653,10 +653,8 @@ int sbx__pty_attach_flags(sbx_sandbox *sb, unsigned id, unsigned flags, unsigned
         if (flags & SBX_PTY_ATTACH_KEEP)
             return sbx__set_error(err, SBX_ENOTSUP,
                                   "reading a background process needs a box that runs sbx-agent");
-        struct sbx__pty_request rq = {.rows = 24, .cols = 80, .attach_id = id,
-                                      .takeover = (flags & SBX_PTY_ATTACH_TAKEOVER) != 0,
-                                      .since = since};
-        return remote_new(sb, &rq, false, out, err);
+        return remote_new(sb, sbx_pty_opts_new(), id, (flags & SBX_PTY_ATTACH_TAKEOVER) != 0,
+                          since, out, err);
     }
     rc = pty_new(sb, &p, err);
     if (rc < 0)
@@ -714,16 +712,9 @@ int sbx_pty_read(sbx_pty *p, int stream, void *buf, size_t cap, double timeout_s
     int rc = SBX_OK;
     if (!p->out[k].len && !p->exited && !p->gone)
         rc = pump(p, have_bytes, k, timeout_s);
-    struct pending *q = &p->out[k];
+    struct sbx__pty_window *q = &p->out[k];
     if (q->len) {
-        size_t take = cap < q->len ? cap : q->len;
-        memcpy(buf, q->buf, take);
-        if (offset)
-            *offset = q->offset;
-        memmove(q->buf, q->buf + take, q->len - take);
-        q->len -= take;
-        q->offset += take;
-        *n = take;
+        *n = sbx__pty_window_take(q, buf, cap, offset);
         return SBX_OK;
     }
     if (p->exited) {

@@ -39,13 +39,6 @@
 #define FLOW_HIGH (256u << 10)
 #define FLOW_LOW (64u << 10)
 
-struct out_queue {
-    uint8_t *buf;
-    size_t len;
-    uint64_t offset; /* of buf[0] */
-    bool started;    /* an offset was set (the first chunk's, or a replay's) */
-};
-
 struct sbx_pty_session {
     atomic_int refs;
     pthread_mutex_t lock;
@@ -53,13 +46,7 @@ struct sbx_pty_session {
     sbx_context *ctx; /* borrowed: the handle holds the sandbox, the call holds it too */
 
     /* The request (immutable once the call is made). */
-    char *command;
-    char **argv;
-    char *cwd, *user;
-    char **env;
-    size_t n_env;
-    unsigned rows, cols;
-    int pipes;
+    sbx_pty_opts *req;
     unsigned attach_id;
     int takeover;
     unsigned long long since;
@@ -72,7 +59,7 @@ struct sbx_pty_session {
     bool close_sent;
     bool released; /* the provider's op completed: no more callbacks */
     bool paused, flow_posted;
-    struct out_queue out[2];
+    struct sbx__pty_window out[2];
     bool exited;
     int code;
     bool gone;
@@ -80,37 +67,9 @@ struct sbx_pty_session {
     char *gone_msg;
 };
 
-void sbx__strv_free(char **v)
-{
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
-static char **strv_dup(char *const *v)
-{
-    size_t n = 0;
-    while (v && v[n])
-        n++;
-    if (!v)
-        return NULL;
-    char **c = calloc(n + 1, sizeof(*c));
-    for (size_t i = 0; c && i < n; i++) {
-        if (!(c[i] = strdup(v[i]))) {
-            sbx__strv_free(c);
-            return NULL;
-        }
-    }
-    return c;
-}
-
 static void session_free(sbx_pty_session *s)
 {
-    free(s->command);
-    sbx__strv_free(s->argv);
-    free(s->cwd);
-    free(s->user);
-    sbx__strv_free(s->env);
+    sbx_pty_opts_free(s->req);
     free(s->out[0].buf);
     free(s->out[1].buf);
     free(s->gone_msg);
@@ -128,34 +87,25 @@ void sbx__pty_session_unref(sbx_pty_session *s)
         session_free(s);
 }
 
-int sbx__pty_session_new(const struct sbx__pty_request *rq, sbx_pty_session **out,
-                         sbx_error **err)
+int sbx__pty_session_new(sbx_pty_opts *req, unsigned attach_id, int takeover,
+                         unsigned long long since, sbx_pty_session **out, sbx_error **err)
 {
     sbx_pty_session *s = calloc(1, sizeof(*s));
-    if (!s)
+    if (!s) {
+        sbx_pty_opts_free(req);
         return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    }
     atomic_init(&s->refs, 1);
     pthread_mutex_init(&s->lock, NULL);
+    s->req = req;
+    s->attach_id = attach_id;
+    s->takeover = takeover;
+    s->since = since;
     s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (s->efd < 0) {
         int e = errno;
         session_free(s);
         return sbx__set_errno(err, SBX_EIO, e, "eventfd for a PTY session");
-    }
-    s->rows = rq->rows;
-    s->cols = rq->cols;
-    s->pipes = rq->pipes;
-    s->attach_id = rq->attach_id;
-    s->takeover = rq->takeover;
-    s->since = rq->since;
-    s->n_env = rq->n_env;
-    if ((rq->command && !(s->command = strdup(rq->command))) ||
-        (rq->argv && !(s->argv = strv_dup(rq->argv))) ||
-        (rq->cwd && !(s->cwd = strdup(rq->cwd))) ||
-        (rq->user && !(s->user = strdup(rq->user))) ||
-        (rq->env && !(s->env = strv_dup(rq->env)))) {
-        session_free(s);
-        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
     }
     *out = s;
     return SBX_OK;
@@ -298,8 +248,7 @@ int sbx_pty_session_ready(sbx_pty_session *s, const struct sbx_pty_session_ops *
     return rc;
 }
 
-/* Keeps the newest SBX_PTY_WINDOW bytes of a stream the caller has not read. */
-static int queue_add(struct out_queue *q, unsigned long long offset, const uint8_t *data,
+int sbx__pty_window_add(struct sbx__pty_window *q, unsigned long long offset, const uint8_t *data,
                      size_t len)
 {
     uint64_t next = q->offset + q->len;
@@ -336,6 +285,19 @@ static int queue_add(struct out_queue *q, unsigned long long offset, const uint8
     return 0;
 }
 
+size_t sbx__pty_window_take(struct sbx__pty_window *q, void *buf, size_t cap,
+                            unsigned long long *offset)
+{
+    size_t take = cap < q->len ? cap : q->len;
+    memcpy(buf, q->buf, take);
+    if (offset)
+        *offset = q->offset;
+    memmove(q->buf, q->buf + take, q->len - take);
+    q->len -= take;
+    q->offset += take;
+    return take;
+}
+
 void sbx_pty_session_output(sbx_pty_session *s, int stream, unsigned long long offset,
                             const void *data, size_t len)
 {
@@ -344,7 +306,7 @@ void sbx_pty_session_output(sbx_pty_session *s, int stream, unsigned long long o
     bool post_flow = false;
     pthread_mutex_lock(&s->lock);
     if (!s->exited && !s->gone && !s->released) {
-        if (queue_add(&s->out[stream == SBX_STREAM_STDERR], offset, data, len) < 0)
+        if (sbx__pty_window_add(&s->out[stream == SBX_STREAM_STDERR], offset, data, len) < 0)
             set_gone(s, SBX_ENOMEM, "out of memory for the session's output");
         size_t unread = s->out[0].len + s->out[1].len;
         if (unread >= FLOW_HIGH && !s->paused && !s->flow_posted && s->ops && s->ops->flow) {
@@ -403,38 +365,34 @@ void sbx__pty_session_done(sbx_pty_session *s, int code, const sbx_error *err)
     wake(s);
 }
 
-const char *sbx_pty_session_command(const sbx_pty_session *s) { return s ? s->command : NULL; }
+const char *sbx_pty_session_command(const sbx_pty_session *s)
+{
+    return s ? s->req->command : NULL;
+}
 const char *const *sbx_pty_session_argv(const sbx_pty_session *s)
 {
-    return s ? (const char *const *)s->argv : NULL;
+    return s ? (const char *const *)s->req->argv : NULL;
 }
-const char *sbx_pty_session_cwd(const sbx_pty_session *s) { return s ? s->cwd : NULL; }
-const char *sbx_pty_session_user(const sbx_pty_session *s) { return s ? s->user : NULL; }
-size_t sbx_pty_session_env_count(const sbx_pty_session *s) { return s ? s->n_env : 0; }
+const char *sbx_pty_session_cwd(const sbx_pty_session *s) { return s ? s->req->cwd : NULL; }
+const char *sbx_pty_session_user(const sbx_pty_session *s) { return s ? s->req->user : NULL; }
+size_t sbx_pty_session_env_count(const sbx_pty_session *s) { return s ? s->req->n_env : 0; }
 const char *sbx_pty_session_env_at(const sbx_pty_session *s, size_t i)
 {
-    return s && i < s->n_env ? s->env[i] : NULL;
+    return s && i < s->req->n_env ? s->req->env[i] : NULL;
 }
 void sbx_pty_session_size(const sbx_pty_session *s, unsigned *rows, unsigned *cols)
 {
     if (rows)
-        *rows = s ? s->rows : 24;
+        *rows = s ? s->req->rows : 24;
     if (cols)
-        *cols = s ? s->cols : 80;
+        *cols = s ? s->req->cols : 80;
 }
-int sbx_pty_session_pipes(const sbx_pty_session *s) { return s ? s->pipes : 0; }
+int sbx_pty_session_pipes(const sbx_pty_session *s) { return s ? s->req->pipes : 0; }
 unsigned sbx_pty_session_attach_id(const sbx_pty_session *s) { return s ? s->attach_id : 0; }
 int sbx_pty_session_takeover(const sbx_pty_session *s) { return s ? s->takeover : 0; }
 unsigned long long sbx_pty_session_since(const sbx_pty_session *s) { return s ? s->since : 0; }
 
 /* --- the handle's side (the caller's thread) -------------------------------- */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 enum until { U_READY, U_BYTES_OUT, U_BYTES_ERR, U_EXIT, U_RELEASED };
 
@@ -460,7 +418,7 @@ static bool holds(const sbx_pty_session *s, enum until u)
 /* Waits until `u` holds: true, or false when the time (< 0: none) ran out. */
 static bool wait_for(sbx_pty_session *s, enum until u, double timeout_s)
 {
-    double deadline = timeout_s < 0 ? -1 : now_s() + timeout_s;
+    double deadline = timeout_s < 0 ? -1 : sbx__monotonic_s() + timeout_s;
     for (;;) {
         drain_wake(s);
         pthread_mutex_lock(&s->lock);
@@ -470,7 +428,7 @@ static bool wait_for(sbx_pty_session *s, enum until u, double timeout_s)
             return true;
         int ms = -1;
         if (deadline >= 0) {
-            double left = deadline - now_s();
+            double left = deadline - sbx__monotonic_s();
             if (left <= 0)
                 return false;
             ms = (int)(left * 1000) + 1;
@@ -516,18 +474,11 @@ int sbx__pty_session_read(sbx_pty_session *s, int k, void *buf, size_t cap, doub
 {
     bool in_time = wait_for(s, k ? U_BYTES_ERR : U_BYTES_OUT, timeout_s);
     pthread_mutex_lock(&s->lock);
-    struct out_queue *q = &s->out[k];
+    struct sbx__pty_window *q = &s->out[k];
     int rc = SBX_OK;
     bool post_flow = false;
     if (q->len) {
-        size_t take = cap < q->len ? cap : q->len;
-        memcpy(buf, q->buf, take);
-        if (offset)
-            *offset = q->offset;
-        memmove(q->buf, q->buf + take, q->len - take);
-        q->len -= take;
-        q->offset += take;
-        *n = take;
+        *n = sbx__pty_window_take(q, buf, cap, offset);
         if (s->paused && !s->flow_posted && s->out[0].len + s->out[1].len <= FLOW_LOW) {
             s->flow_posted = true;
             post_flow = true;

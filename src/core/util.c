@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 
 char *sbx__strdup0(const char *s) { return s ? strdup(s) : NULL; }
 
@@ -530,4 +531,11 @@ void sbx__random_hex(char *out, size_t n_bytes)
         out[2 * i + 1] = hex[raw[i] & 15];
     }
     out[2 * n_bytes] = 0;
+}
+
+double sbx__monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }

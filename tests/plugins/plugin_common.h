@@ -98,6 +98,12 @@ static void plug_close(sbx_op *op, void *state, void *box, int owned)
 static const char *plug_box_id(const void *box) { return ((const struct plug_box *)box)->id; }
 static void plug_box_free(void *box) { free(box); }
 
+/* The operations every table below has (the field names are ABI 1's, kept since). */
+#define PLUG_OPS_FIELDS                                                                            \
+    .name = PLUGIN_NAME, .init = plug_init, .release = plug_release, .create = plug_create,       \
+    .exec = plug_exec, .upload_file = plug_upload, .download_file = plug_download,                \
+    .status = plug_status, .close = plug_close, .box_id = plug_box_id, .box_free = plug_box_free
+
 #ifdef PLUGIN_ABI1_TABLE
 /*
  * The table exactly as ABI 1's header declared it (sbx 0.1's provider.h),
@@ -122,17 +128,7 @@ struct plug_ops_v1 {
 };
 static const struct plug_ops_v1 plug_ops_v1 = {
     .abi_version = 1,
-    .name = PLUGIN_NAME,
-    .init = plug_init,
-    .release = plug_release,
-    .create = plug_create,
-    .exec = plug_exec,
-    .upload_file = plug_upload,
-    .download_file = plug_download,
-    .status = plug_status,
-    .close = plug_close,
-    .box_id = plug_box_id,
-    .box_free = plug_box_free,
+    PLUG_OPS_FIELDS,
 };
 SBX_EXPORT const struct sbx_provider_ops *const sbx_plugin_providers[] = {
     (const struct sbx_provider_ops *)&plug_ops_v1, NULL
@@ -152,17 +148,7 @@ static void plug_poison_pty_open(sbx_op *op, void *state, void *box, sbx_pty_ses
 static const struct sbx_provider_ops plug_ops_v2 = {
     .abi_version = 2,
     .struct_size = offsetof(struct sbx_provider_ops, pty_open),
-    .name = PLUGIN_NAME,
-    .init = plug_init,
-    .release = plug_release,
-    .create = plug_create,
-    .exec = plug_exec,
-    .upload_file = plug_upload,
-    .download_file = plug_download,
-    .status = plug_status,
-    .close = plug_close,
-    .box_id = plug_box_id,
-    .box_free = plug_box_free,
+    PLUG_OPS_FIELDS,
     .pty_open = plug_poison_pty_open,
 };
 SBX_EXPORT const struct sbx_provider_ops *const sbx_plugin_providers[] = { &plug_ops_v2, NULL };
@@ -170,17 +156,7 @@ SBX_EXPORT const struct sbx_provider_ops *const sbx_plugin_providers[] = { &plug
 static const struct sbx_provider_ops plug_ops = {
     .abi_version = PLUGIN_ABI,
     .struct_size = sizeof(struct sbx_provider_ops),
-    .name = PLUGIN_NAME,
-    .init = plug_init,
-    .release = plug_release,
-    .create = plug_create,
-    .exec = plug_exec,
-    .upload_file = plug_upload,
-    .download_file = plug_download,
-    .status = plug_status,
-    .close = plug_close,
-    .box_id = plug_box_id,
-    .box_free = plug_box_free,
+    PLUG_OPS_FIELDS,
 };
 
 SBX_EXPORT const struct sbx_provider_ops *const sbx_plugin_providers[] = { &plug_ops, NULL };

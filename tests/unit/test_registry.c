@@ -436,16 +436,30 @@ static void test_plugin_bad_files_warn_and_are_skipped(void)
 
 /* --- ABI 2: older tables, provider-wide operations ------------------------ */
 
+/*
+ * Loads the plugin of an older ABI from `so`, providing `name`, and runs
+ * `echo hi` in it (its exec echoes `tag`): the provider, still usable.
+ */
+static sbx_provider *old_plugin(const char *so, const char *name, const char *tag)
+{
+    char *path = plugin(so);
+    use_plugin_path(path);
+    free(path);
+    TAP_TRUE(listed(name));
+    sbx_provider *p = NULL;
+    char *cfg = sbx__printf("{\"%s\": {}}", name), *want = sbx__printf("%s ran echo hi with {}", tag);
+    TAP_OK(sbx_provider_new(cfg, &p, &e_));
+    char *out = run_in(p, "echo hi");
+    TAP_EQ_STR(out, want);
+    free(out);
+    free(cfg);
+    free(want);
+    return p;
+}
+
 static void test_abi1_plugin_still_loads(void)
 {
-    char *one = plugin("plug_abi1");
-    use_plugin_path(one);
-    TAP_TRUE(listed("abi_one"));
-    sbx_provider *p = NULL;
-    TAP_OK(sbx_provider_new("{\"abi_one\": {}}", &p, &e_));
-    char *out = run_in(p, "echo hi");
-    TAP_EQ_STR(out, "abi1 ran echo hi with {}");
-    free(out);
+    sbx_provider *p = old_plugin("plug_abi1", "abi_one", "abi1");
     /* Nothing past ABI 1's table is read: no ABI-2 operation, no capability. */
     TAP_EQ_INT(sbx_provider_supports(p, "list"), 0);
     TAP_EQ_INT(sbx_provider_supports(p, "gc"), 0);
@@ -456,20 +470,12 @@ static void test_abi1_plugin_still_loads(void)
     TAP_EQ_INT(sbx_provider_stop_box(p, "x", ERR(e)), SBX_ENOTSUP);
     sbx_error_free(e);
     sbx_provider_free(p);
-    free(one);
 }
 
 /* ABI 3 appended pty_open: a table of ABI 2 still loads, and nothing past it is read. */
 static void test_abi2_plugin_still_loads(void)
 {
-    char *two = plugin("plug_abi2");
-    use_plugin_path(two);
-    TAP_TRUE(listed("abi_two"));
-    sbx_provider *p = NULL;
-    TAP_OK(sbx_provider_new("{\"abi_two\": {}}", &p, &e_));
-    char *out = run_in(p, "echo hi");
-    TAP_EQ_STR(out, "abi2 ran echo hi with {}");
-    free(out);
+    sbx_provider *p = old_plugin("plug_abi2", "abi_two", "abi2");
     /* The poisoned pty_open past its struct_size is neither shown nor called. */
     TAP_EQ_INT(sbx_provider_supports(p, "pty"), 0);
     sbx_sandbox *sb = NULL;
@@ -485,7 +491,6 @@ static void test_abi2_plugin_still_loads(void)
     sbx_error_free(e);
     sbx_sandbox_free(sb);
     sbx_provider_free(p);
-    free(two);
 }
 
 static const char *list_answer;
