@@ -166,8 +166,10 @@ static void rp_text(struct rpty *c, const char *data, size_t len)
             rp_refuse(c, sbx_error_new(SBX_EPROVIDER, "restbox: the session was refused"));
         }
     } else if (!strcmp(type, "exit")) {
-        json_t *code = json_object_get(j, "exit_code");
-        sbx_pty_session_exit(c->s, json_is_integer(code) ? (int)json_integer_value(code) : -1);
+        /* A status is 0..255 (128+N for a signal); anything else is "unknown", -1. */
+        json_int_t code = json_integer_value(json_object_get(j, "exit_code"));
+        bool valid = json_is_integer(json_object_get(j, "exit_code")) && code >= 0 && code <= 255;
+        sbx_pty_session_exit(c->s, valid ? (int)code : -1);
     } else if (!strcmp(type, "error")) {
         const char *msg = json_string_value(json_object_get(j, "error"));
         sbx_error *e = sbx_error_new(SBX_EPTY, "restbox: the PTY session failed: %.200s",

@@ -71,6 +71,9 @@ async def go():
             while await s.read(timeout_s=60):
                 pass
         await s.close()
+        # A session held by a client is refused to another without takeover.
+        with pytest.raises(SandboxPtyError, match="already has an attached client"):
+            await sb.pty.attach(b.session_id, takeover=False)
         await b.write(b"exit 6\n")
         assert await b.wait_exit(timeout_s=60) == 6
         await b.close()
