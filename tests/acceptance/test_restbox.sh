@@ -81,7 +81,7 @@ async def go():
 
 asyncio.run(go())
 EOF
-out=$(SBX_LIB="$B/libsbx.so" PYTHONPATH="$ROOT/python" timeout 120 /usr/bin/python3 "$T/pty.py" 2>&1)
+out=$(SBX_LIB="$B/libsbx.so" PYTHONPATH="$ROOT/python" py "$T/pty.py" 2>&1)
 check "Python's sandbox.pty on restbox: exec, create, attach, takeover" has "$out" "pty ok"
 [ "${out#*pty ok}" = "$out" ] && echo "$out" | tail -n 20 | sed 's/^/# /'
 
