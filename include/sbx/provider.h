@@ -336,7 +336,9 @@ SBX_EXPORT void sbx_op_exec_on_flow(sbx_op *op, sbx_op_flow_cb cb, void *data);
  *      ops, conn, id): from then on the core calls `ops` with `conn`. The
  *      caller's sbx_pty_open returns. If it cannot open, the provider
  *      instead completes `op` with an error (SBX_EPTY "already attached",
- *      SBX_EIO, ...): that error is what sbx_pty_open returns.
+ *      SBX_EIO, ...): that error is what sbx_pty_open returns. A caller
+ *      waits 120 s for one or the other (then SBX_ETIMEDOUT; a ready that
+ *      comes later gets its close at once).
  *   3. While the session lives the provider calls sbx_pty_session_output()
  *      for each chunk, then sbx_pty_session_exit() when the command ends, or
  *      sbx_pty_session_fail() when the session is lost (taken over by

@@ -643,6 +643,8 @@ SBX_INTERNAL void sbx__op_set_pty_session(sbx_op *op, sbx_pty_session *s);
 SBX_INTERNAL bool sbx__sandbox_has_pty_open(const sbx_sandbox *sb);
 /* Starts the provider's pty_open for `s` (the call holds a reference and the sandbox). */
 SBX_INTERNAL int sbx__sandbox_pty_open(sbx_sandbox *sb, sbx_pty_session *s, sbx_error **err);
+/* How long sbx_pty_open waits for the provider's ready (tests shorten it). */
+SBX_INTERNAL extern double sbx__pty_open_timeout_s;
 /* The handle's side, on the caller's thread (pty.c dispatches to these). */
 SBX_INTERNAL int sbx__pty_session_start(sbx_pty_session *s, unsigned *id, sbx_error **err);
 SBX_INTERNAL int sbx__pty_session_read(sbx_pty_session *s, int k, void *buf, size_t cap,

@@ -58,6 +58,7 @@ struct sbx_pty_session {
     bool ready;
     bool close_sent;
     bool released; /* the provider's op completed: no more callbacks */
+    bool abandoned; /* the opener gave up waiting: a late ready is closed at once */
     bool paused, flow_posted;
     struct sbx__pty_window out[2];
     bool exited;
@@ -243,7 +244,11 @@ int sbx_pty_session_ready(sbx_pty_session *s, const struct sbx_pty_session_ops *
         s->id = id;
         s->ready = true;
     }
+    bool late = rc == SBX_OK && s->abandoned;
     pthread_mutex_unlock(&s->lock);
+    /* Nobody holds a handle to it any more: have the provider let go (an open ends it). */
+    if (late)
+        sbx__pty_session_close(s, s->attach_id == 0, -1, NULL);
     wake(s);
     return rc;
 }
@@ -453,12 +458,20 @@ static int gone_error(sbx_pty_session *s, sbx_error **err)
     return sbx__set_error(err, SBX_EIO, "PTY session %u: the provider ended the session", s->id);
 }
 
+double sbx__pty_open_timeout_s = 120;
+
 int sbx__pty_session_start(sbx_pty_session *s, unsigned *id, sbx_error **err)
 {
-    wait_for(s, U_READY, -1);
+    bool in_time = wait_for(s, U_READY, sbx__pty_open_timeout_s);
     pthread_mutex_lock(&s->lock);
     int rc = SBX_OK;
-    if (s->ready && !s->gone)
+    if (!in_time && !s->ready && !s->gone && !s->released) {
+        s->abandoned = true;
+        rc = sbx__set_error(err, SBX_ETIMEDOUT,
+                            "the provider did not open the PTY session in %.3g s (is its "
+                            "service reachable?)",
+                            sbx__pty_open_timeout_s);
+    } else if (s->ready && !s->gone)
         *id = s->id;
     else if (s->gone)
         rc = sbx__set_error(err, s->gone_code, "%s", s->gone_msg);

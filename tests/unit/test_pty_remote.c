@@ -27,6 +27,7 @@ struct conn {
     sbx_op *op;
     sbx_pty_session *s;
 };
+static struct conn *silent; /* a session not ready yet (loop thread) */
 
 static void out_text(struct conn *c, int stream, const char *t)
 {
@@ -106,6 +107,13 @@ static void door_pty_open(sbx_op *op, void *state, void *box, sbx_pty_session *s
              sbx_pty_session_env_count(s) ? sbx_pty_session_env_at(s, 0) : "-",
              sbx_pty_session_attach_id(s), sbx_pty_session_takeover(s),
              sbx_pty_session_since(s));
+    if (cmd && !strcmp(cmd, "silent")) {
+        /* Says nothing until an exec (loop thread) makes it ready, too late. */
+        silent = calloc(1, sizeof(*silent));
+        silent->op = op;
+        silent->s = s;
+        return;
+    }
     if (cmd && !strcmp(cmd, "refuse")) {
         sbx_op_complete(op, SBX_EPTY,
                         sbx_error_new(SBX_EPTY, "session 7 already has an attached client"), NULL);
@@ -126,6 +134,20 @@ static void door_pty_open(sbx_op *op, void *state, void *box, sbx_pty_session *s
 static sbx_provider *prov;
 static sbx_sandbox *box;
 
+/* The exec of doorterm: a "silent" session's late ready, then a result. */
+static void door_exec(sbx_op *op, void *state, void *b, const char *command,
+                      const sbx_exec_opts *opts)
+{
+    (void)state, (void)b, (void)command, (void)opts;
+    if (silent) {
+        TAP_EQ_INT(sbx_pty_session_ready(silent->s, &door_ops, silent, 9), SBX_OK);
+        silent = NULL;
+    }
+    sbx_exec_result *r = NULL;
+    int rc = sbx_exec_result_new("", 0, "", 0, 0, NULL, &r);
+    sbx_op_complete(op, rc, NULL, r);
+}
+
 static void setup(void)
 {
     static struct sbx_provider_ops door;
@@ -133,6 +155,7 @@ static void setup(void)
     door.name = "doorterm";
     door.pty_open = door_pty_open;
     door.agent_address = NULL;
+    door.exec = door_exec;
     TAP_OK(sbx_register_provider(&door, 1, NULL));
     TAP_OK(sbx_provider_new("{\"doorterm\": {}}", &prov, NULL));
     sbx_spec *s = sbx_spec_new();
@@ -330,6 +353,28 @@ static void test_attach_replays_and_free_detaches(void)
     teardown();
 }
 
+static void test_open_times_out_and_a_late_ready_is_closed(void)
+{
+    setup();
+    sbx__pty_open_timeout_s = 0.3;
+    sbx_pty_opts *o = sbx_pty_opts_new();
+    sbx_pty_opts_set_command(o, "silent");
+    sbx_pty *p = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_pty_open(box, o, &p, ERR(e)), SBX_ETIMEDOUT);
+    TAP_CONTAINS(sbx_error_message(e), "did not open the PTY session in 0.3 s");
+    sbx_error_free(e);
+    sbx_pty_opts_free(o);
+    /* The provider says ready after all: the core closes it (ending it) at once. */
+    sbx_exec_result *r = NULL;
+    TAP_OK(sbx_sandbox_exec(box, "x", NULL, &r, NULL));
+    sbx_exec_result_free(r);
+    wait_atomic(&closes, 1);
+    TAP_EQ_INT(atomic_load(&closes), 1);
+    TAP_EQ_INT(atomic_load(&close_end), 1);
+    teardown();
+}
+
 static void test_detach(void)
 {
     setup();
@@ -348,4 +393,5 @@ static void test_detach(void)
 
 TAP_MAIN(TAP(test_caps_and_io), TAP(test_pipes_stderr), TAP(test_provider_error_mid_session),
          TAP(test_open_refused), TAP(test_flow_and_close_with_output_pending),
-         TAP(test_attach_replays_and_free_detaches), TAP(test_detach))
+         TAP(test_attach_replays_and_free_detaches), TAP(test_detach),
+         TAP(test_open_times_out_and_a_late_ready_is_closed))
