@@ -344,15 +344,20 @@ SBX_EXPORT void sbx_op_exec_on_flow(sbx_op *op, sbx_op_flow_cb cb, void *data);
  *      sbx_pty_session_fail() when the session is lost (taken over by
  *      another client, the connection broke). Output may come before ready
  *      (a replay); exit and failure are final.
- *   4. The core calls ops->close(conn, end) exactly once (after ready),
- *      when the caller closes, detaches or frees its handle; also after an
- *      exit or failure. The provider ends its connection (end: also the
- *      session) and completes `op` (SBX_OK, NULL) once it let go of
- *      everything; from that completion on it never touches `s` or `conn`
- *      again, and the core calls no more `ops`. Until then `s` stays valid.
+ *   4. The core calls ops->close(conn, end) exactly once after a successful
+ *      ready, when the caller closes, detaches or frees its handle, which
+ *      may be long after an exit or a failure: keep `conn` until then. The
+ *      provider ends its connection (end: also the session) and completes
+ *      `op` (SBX_OK, NULL) once it let go of everything; from that
+ *      completion on it never touches `s` or `conn` again, and the core
+ *      calls no more `ops`. Until then `s` stays valid.
  *
  * `op` stays pending for the whole session: the sandbox (and the provider)
- * stay alive until it completes. Complete it on the loop thread.
+ * stay alive until it completes. Complete it on the loop thread, where the
+ * core calls `ops`, so no call can cross the completion. A provider that
+ * must give up without a close (its service is gone for good) may complete
+ * it early (with an error, say): the core then calls nothing more, and the
+ * caller's next read says the session ended. The core never cancels it.
  */
 struct sbx_pty_session_ops {
     /* Stdin bytes for the command (copy them: they are freed after the call). len 0: EOF. */
@@ -384,8 +389,9 @@ struct sbx_pty_session_ops {
  * for the session's life) with `conn` (the provider's, never freed by the
  * core). `id` (> 0) is what sbx_pty_id() answers and sbx_pty_attach() takes:
  * a provider whose service names sessions with strings keeps the mapping.
- * Once; loop thread. SBX_EINVAL when `ops` lacks write, resize, signal or
- * close, or it is called twice (the session is then failed).
+ * Once; loop thread. SBX_EINVAL when `id` is 0, `ops` lacks write, resize,
+ * signal or close, or it is called twice: the session is then failed, no
+ * close will come, and the provider completes `op` with an error.
  */
 SBX_EXPORT int sbx_pty_session_ready(sbx_pty_session *s, const struct sbx_pty_session_ops *ops,
                                      void *conn, unsigned id);
