@@ -835,10 +835,13 @@ SBX_EXPORT void sbx_warm_pool_free(sbx_warm_pool *wp);
  * handle goes away, keeps the last SBX_PTY_WINDOW_BYTES of each output
  * stream with absolute byte offsets, and another handle (in any process)
  * can attach to it and replay from an offset. Providers with SBX_CAP_PTY
- * ("pty") have them: linux, local and docker (its local-engine path). Each
- * handle holds its own connection to the box's agent; its calls block the
- * calling thread (never the context's loop) and one thread at a time may
- * use a handle.
+ * ("pty") have them: linux, local and docker (its local-engine path), whose
+ * handles hold their own connection to the box's agent; and providers that
+ * open sessions in their own service (provider ABI 3's pty_open, such as the
+ * restbox example), whose handles talk to the provider on the context's
+ * loop and whose sessions keep what that service keeps (docs/terminals.md).
+ * The calls block the calling thread (never the context's loop) and one
+ * thread at a time may use a handle.
  */
 #define SBX_PTY_WINDOW_BYTES (1u << 20)
 #define SBX_PTY_MAX_SESSIONS 256
