@@ -252,7 +252,7 @@ check-tsan:
 	B=build/tsan SBX_ONLY="$(TSAN_TESTS)" SBX_SKIP_PYTHON=1 SBX_SKIP_SCRIPTS=1 tests/run.sh
 
 TSAN_CORE := test_core_stress test_future test_lifecycle test_registry test_proto test_pool \
-    test_agent test_local test_sec_client test_kit test_http
+    test_agent test_local test_sec_client test_kit test_http test_pty_remote
 # test_ws is not in the set yet: under TSan's slowness its paused-connection case
 # (test_back_pressure_and_pause) ended with SBX_ESTATE instead of a clean close,
 # 1 run of 1 (issue 23 says so); it passes plain, under ASan and under memcheck.
