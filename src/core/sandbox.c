@@ -829,6 +829,13 @@ int sbx__sandbox_agent_address_async(sbx_sandbox *sb, sbx_future **out, sbx_erro
         return sbx__set_error(err, SBX_EINVAL, "a sandbox and out are required");
     if (!sb->p->ops->agent_address) {
         _cleanup_free_ char *r = provider_repr(sb->p);
+        if (sb->p->ops->pty_open)
+            /* Its terminals are its own (pty_open); what needs the agent itself cannot be. */
+            return sbx__set_error(err, SBX_ENOTSUP,
+                                  "Sandbox provider %s runs no sbx-agent in its boxes: "
+                                  "listing their sessions and processes needs one (its "
+                                  "terminals and background processes work without)",
+                                  r);
         return sbx__set_error(err, SBX_ENOTSUP,
                               "Sandbox provider %s does not support PTY sessions", r);
     }

@@ -375,6 +375,36 @@ static void test_open_times_out_and_a_late_ready_is_closed(void)
     teardown();
 }
 
+/* Background processes are pipe-mode sessions: they map; what needs the agent says so. */
+static void test_background_process(void)
+{
+    setup();
+    sbx_pty_opts *o = sbx_pty_opts_new();
+    sbx_pty_opts_set_command(o, "server");
+    sbx_proc *pr = NULL;
+    TAP_OK(sbx_proc_start(box, o, &pr, NULL));
+    sbx_pty_opts_free(o);
+    TAP_CONTAINS(seen, "cmd=server cwd=/work size=24x80 pipes=1");
+    TAP_OK(sbx_proc_write(pr, "err", 3, NULL));
+    char buf[32];
+    size_t n = 0;
+    TAP_OK(sbx_proc_read(pr, SBX_STREAM_STDERR, buf, sizeof(buf), 5, &n, NULL, NULL));
+    TAP_EQ_INT(n, 9);
+    sbx_error *e = NULL;
+    sbx_proc *again = NULL;
+    TAP_EQ_INT(sbx_proc_attach(box, 7, SBX_PROC_KEEP, 0, &again, ERR(e)), SBX_ENOTSUP);
+    TAP_CONTAINS(sbx_error_message(e), "needs a box that runs sbx-agent");
+    char *json = NULL;
+    TAP_EQ_INT(sbx_proc_list(box, &json, ERR(e)), SBX_ENOTSUP);
+    TAP_CONTAINS(sbx_error_message(e), "runs no sbx-agent in its boxes: listing their sessions");
+    sbx_error_free(e);
+    /* Freeing the handle leaves the process running: a detach. */
+    sbx_proc_free(pr);
+    wait_atomic(&closes, 1);
+    TAP_EQ_INT(atomic_load(&close_end), 0);
+    teardown();
+}
+
 static void test_detach(void)
 {
     setup();
@@ -394,4 +424,4 @@ static void test_detach(void)
 TAP_MAIN(TAP(test_caps_and_io), TAP(test_pipes_stderr), TAP(test_provider_error_mid_session),
          TAP(test_open_refused), TAP(test_flow_and_close_with_output_pending),
          TAP(test_attach_replays_and_free_detaches), TAP(test_detach),
-         TAP(test_open_times_out_and_a_late_ready_is_closed))
+         TAP(test_open_times_out_and_a_late_ready_is_closed), TAP(test_background_process))
