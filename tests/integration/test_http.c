@@ -25,28 +25,13 @@
 #include <uv.h>
 
 static struct api_server srv;
-static int port;
 static const char *sock_path = srv.sock_path, *ca_path = srv.ca_path;
 static sbx_context *ctx;
-
-static void server_start(bool tls)
-{
-    api_server_start(&srv, tls);
-    port = srv.port;
-    TAP_OK(sbx_context_new(&ctx, &e_));
-}
-
-static void server_stop(void)
-{
-    sbx_context_free(ctx);
-    ctx = NULL;
-    api_server_stop(&srv);
-}
 
 static sbx_http_client *client(void)
 {
     char url[64];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", srv.port);
     sbx_http_client *c = NULL;
     TAP_OK(sbx_http_client_new("testapi", url, &c, &e_));
     /* Short waits: the tests check which retries happen, not how long they wait. */
@@ -174,7 +159,7 @@ static int count_of(sbx_http_client *c, const char *key)
 
 static void test_echo_headers_and_bodies(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *c = client();
     TAP_EQ_INT(sbx_http_client_set_header(c, "Authorization", "Bearer client"), 0);
     TAP_EQ_INT(sbx_http_client_set_header(c, "X-Both", "client"), 0);
@@ -238,12 +223,12 @@ static void test_echo_headers_and_bodies(void)
         call_free(&m);
     }
     sbx_http_client_free(c);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 static void test_unix_socket(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *c = NULL;
     TAP_OK(sbx_http_client_new("testapi", "http://localhost/", &c, &e_));
     TAP_EQ_INT(sbx_http_client_set_unix_socket(c, sock_path), 0);
@@ -255,12 +240,12 @@ static void test_unix_socket(void)
     json_decref(j);
     call_free(&a);
     sbx_http_client_free(c);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 static void test_idempotent_requests_retried(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *c = client();
     /* Two 503s, then 200: a GET sees the 200 on its third attempt. */
     struct call a = {0};
@@ -295,12 +280,12 @@ static void test_idempotent_requests_retried(void)
     TAP_EQ_INT(e.attempts, 2);
     call_free(&e);
     sbx_http_client_free(c);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 static void test_post_not_retried_unless_idempotent(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *c = client();
     struct call a = {0};
     call(&a, c, "POST", "/flaky/post1?fail=1");
@@ -328,12 +313,12 @@ static void test_post_not_retried_unless_idempotent(void)
     TAP_EQ_INT(d.attempts, 1);
     call_free(&d);
     sbx_http_client_free(c);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 static void test_retry_after_honoured_and_deadline_wins(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *c = client();
     /* A 429 asking for 1 s: the second attempt comes no sooner. */
     sbx_http_client_set_retry(c, 4, 0.01, 5);
@@ -383,12 +368,12 @@ static void test_retry_after_honoured_and_deadline_wins(void)
     TAP_CONTAINS(e.err, "(4 attempts)");
     call_free(&e);
     sbx_http_client_free(c);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 static void test_broken_connections(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *c = client();
     /* Closed after 100 of 1 MiB announced bytes: SBX_EIO after every attempt. */
     struct call a = {0};
@@ -407,7 +392,7 @@ static void test_broken_connections(void)
     TAP_EQ_INT(b.attempts, 1);
     call_free(&b);
     /* Nobody listening. */
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
     struct call d = {0};
     TAP_OK(sbx_context_new(&ctx, &e_));
     call(&d, c, "GET", "/echo");
@@ -458,7 +443,7 @@ static int on_chunk(sbx_http_request *r, const void *data, size_t len, void *use
 
 static void test_streamed_body_with_pauses(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *c = client();
     sbx_http_client_set_max_body(c, 1 << 20); /* a stream is not bounded by it */
     struct call a = {0};
@@ -497,14 +482,14 @@ static void test_streamed_body_with_pauses(void)
     TAP_CONTAINS(d.check_msg, "404 Not Found: status 404 as asked");
     call_free(&d);
     sbx_http_client_free(c);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 static void cancel_task(void *data) { sbx_http_request_cancel(((struct call *)data)->r); }
 
 static void test_cancel_and_context_end(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *c = client();
     struct call a = {0};
     a.r = req(c, "GET", "/slow?delay=60");
@@ -532,7 +517,7 @@ static void test_cancel_and_context_end(void)
 
 static void test_bounds_and_bad_input(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *c = client();
     sbx_http_client_set_max_body(c, 1 << 20);
     struct call a = {0};
@@ -596,12 +581,12 @@ static void test_bounds_and_bad_input(void)
     TAP_EQ_STR(esc, "a%20b%2Fc%3Fd%3D%C3%A9%26~");
     free(esc);
     sbx_http_client_free(c);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 static void test_status_map(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *c = client();
     static const struct {
         int status;
@@ -633,12 +618,12 @@ static void test_status_map(void)
     TAP_EQ_INT(k.check, SBX_OK);
     call_free(&k);
     sbx_http_client_free(c);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 static void test_many_at_once_and_reuse(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *c = client();
     int n = tap_bulk(200);
     struct call *calls = calloc((size_t)n, sizeof(*calls));
@@ -661,14 +646,14 @@ static void test_many_at_once_and_reuse(void)
     call_free(&a);
     call_free(&b);
     sbx_http_client_free(c);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 static void test_tls(void)
 {
-    server_start(true);
+    api_server_start_ctx(&srv, true, &ctx);
     char url[64];
-    snprintf(url, sizeof(url), "https://127.0.0.1:%d", port);
+    snprintf(url, sizeof(url), "https://127.0.0.1:%d", srv.port);
     sbx_http_client *c = NULL;
     TAP_OK(sbx_http_client_new("testapi", url, &c, &e_));
     TAP_EQ_INT(sbx_http_client_set_tls(c, ca_path, NULL, NULL), 0);
@@ -687,7 +672,7 @@ static void test_tls(void)
     TAP_CONTAINS(b.err, "certificate");
     call_free(&b);
     sbx_http_client_free(c);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 TAP_MAIN(TAP(test_echo_headers_and_bodies), TAP(test_unix_socket),

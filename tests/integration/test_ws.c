@@ -34,23 +34,8 @@
 #include <uv.h>
 
 static struct api_server srv;
-static int port;
 static const char *sock_path = srv.sock_path, *ca_path = srv.ca_path;
 static sbx_context *ctx;
-
-static void server_start(bool tls)
-{
-    api_server_start(&srv, tls);
-    port = srv.port;
-    TAP_OK(sbx_context_new(&ctx, &e_));
-}
-
-static void server_stop(void)
-{
-    sbx_context_free(ctx);
-    ctx = NULL;
-    api_server_stop(&srv);
-}
 
 /* Seconds stretched as the alarms are (SBX_TEST_TIMEOUT_SCALE: memcheck connects slowly). */
 static double scaled(double s)
@@ -63,7 +48,7 @@ static double scaled(double s)
 static sbx_http_client *client(bool tls)
 {
     char url[64];
-    snprintf(url, sizeof(url), "%s://127.0.0.1:%d", tls ? "https" : "http", port);
+    snprintf(url, sizeof(url), "%s://127.0.0.1:%d", tls ? "https" : "http", srv.port);
     sbx_http_client *c = NULL;
     TAP_OK(sbx_http_client_new("testapi", url, &c, &e_));
     return c;
@@ -469,16 +454,16 @@ static void echo_round_trip(sbx_http_client *cl)
 
 static void test_echo(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *cl = client(false);
     echo_round_trip(cl);
     sbx_http_client_free(cl);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 static void test_many_messages_in_order(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *cl = client(false);
     int n = tap_bulk(2000);
     /* The client's to the echo server and back ... */
@@ -533,12 +518,12 @@ static void test_many_messages_in_order(void)
     }
     conn_free(&d);
     sbx_http_client_free(cl);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 static void test_client_close_handshake(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *cl = client(false);
     struct conn c;
     ws_make(&c, cl, "/ws/echo?key=c1");
@@ -585,12 +570,12 @@ static void test_client_close_handshake(void)
         usleep(50 * 1000);
     }
     sbx_http_client_free(cl);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 static void test_ping_pong(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *cl = client(false);
     struct conn c;
     ws_make(&c, cl, "/ws/ping?n=3");
@@ -618,7 +603,7 @@ static void test_ping_pong(void)
     TAP_EQ_INT(c.code, SBX_OK);
     conn_free(&c);
     sbx_http_client_free(cl);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 /* A raw route's misbehaviour: the close code the client failed with, and what the server saw. */
@@ -654,19 +639,19 @@ static void protocol_error(sbx_http_client *cl, const char *kind, int status, co
 
 static void test_protocol_errors(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *cl = client(false);
     protocol_error(cl, "masked", SBX_WS_PROTOCOL_ERROR, "a masked frame: a server never masks");
     protocol_error(cl, "rsv", SBX_WS_PROTOCOL_ERROR, "reserved bits 0x40 set");
     protocol_error(cl, "bad_utf8", SBX_WS_INVALID_DATA, "a text message that is not UTF-8");
     protocol_error(cl, "too_big", SBX_WS_TOO_BIG, "a message of more than 1048576 bytes");
     sbx_http_client_free(cl);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 static void test_fragments_and_a_slow_head(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *cl = client(false);
     /* Fragments around a ping, joined; the ping answered; the server's close. */
     struct conn c;
@@ -700,12 +685,12 @@ static void test_fragments_and_a_slow_head(void)
     wait_closed(&d);
     conn_free(&d);
     sbx_http_client_free(cl);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 static void test_handshake_failures(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *cl = client(false);
     /* No answer to the upgrade: the timeout. */
     struct conn a;
@@ -767,7 +752,7 @@ static void test_handshake_failures(void)
     conn_free(&g);
     sbx_http_client_free(cl);
     /* Nobody listening. */
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
     TAP_OK(sbx_context_new(&ctx, &e_));
     cl = client(false);
     struct conn h;
@@ -784,7 +769,7 @@ static void test_handshake_failures(void)
 
 static void test_dropped_connection(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *cl = client(false);
     struct conn c;
     ws_make(&c, cl, "/ws/raw?kind=drop");
@@ -813,7 +798,7 @@ static void test_dropped_connection(void)
 
 static void test_headers_protocols_and_unix_socket(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *cl = NULL;
     TAP_OK(sbx_http_client_new("testapi", "http://localhost/", &cl, &e_));
     TAP_EQ_INT(sbx_http_client_set_unix_socket(cl, sock_path), 0);
@@ -848,12 +833,12 @@ static void test_headers_protocols_and_unix_socket(void)
     TAP_EQ_INT(c.code, SBX_OK);
     conn_free(&c);
     sbx_http_client_free(cl);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 static void test_tls(void)
 {
-    server_start(true);
+    api_server_start_ctx(&srv, true, &ctx);
     sbx_http_client *cl = client(true);
     TAP_EQ_INT(sbx_http_client_set_tls(cl, ca_path, NULL, NULL), 0);
     echo_round_trip(cl);
@@ -878,12 +863,12 @@ static void test_tls(void)
     TAP_CONTAINS(b.err, "certificate");
     conn_free(&b);
     sbx_http_client_free(cl);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 static void test_back_pressure_and_pause(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *cl = client(false);
     /* A server that reads nothing for a while: the queue fills and refuses, then drains. */
     struct conn c;
@@ -961,7 +946,7 @@ static void test_back_pressure_and_pause(void)
     TAP_EQ_INT(g.n_msgs, 5);
     conn_free(&g);
     sbx_http_client_free(cl);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 static void connect_task(void *data)
@@ -975,7 +960,7 @@ static void connect_task(void *data)
 
 static void test_cancel_and_context_end(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *cl = client(false);
     /* Cancelled while waiting for the 101. */
     struct conn a;
@@ -1046,7 +1031,7 @@ static void test_cancel_and_context_end(void)
 
 static void test_bad_input(void)
 {
-    server_start(false);
+    api_server_start_ctx(&srv, false, &ctx);
     sbx_http_client *cl = client(false);
     sbx_ws *ws = NULL;
     sbx_error *e = NULL;
@@ -1093,7 +1078,7 @@ static void test_bad_input(void)
     TAP_EQ_INT(c.code, SBX_OK);
     conn_free(&c);
     sbx_http_client_free(cl);
-    server_stop();
+    api_server_stop_ctx(&srv, &ctx);
 }
 
 TAP_MAIN(TAP(test_echo), TAP(test_many_messages_in_order), TAP(test_client_close_handshake),

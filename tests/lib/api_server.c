@@ -61,3 +61,16 @@ void api_server_stop(struct api_server *s)
     waitpid(s->pid, NULL, 0);
     s->pid = 0;
 }
+
+void api_server_start_ctx(struct api_server *s, bool tls, sbx_context **ctx)
+{
+    api_server_start(s, tls);
+    TAP_OK(sbx_context_new(ctx, &e_));
+}
+
+void api_server_stop_ctx(struct api_server *s, sbx_context **ctx)
+{
+    sbx_context_free(*ctx);
+    *ctx = NULL;
+    api_server_stop(s);
+}

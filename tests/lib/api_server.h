@@ -7,6 +7,7 @@
 #ifndef SBX_TESTS_LIB_API_SERVER_H
 #define SBX_TESTS_LIB_API_SERVER_H
 
+#include <sbx.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -21,5 +22,10 @@ struct api_server {
 void api_server_start(struct api_server *s, bool tls);
 /* Stops it (SIGTERM: it removes its boxes) and reaps it. */
 void api_server_stop(struct api_server *s);
+
+/* api_server_start(), then a new context in *ctx for the test's clients to run on. */
+void api_server_start_ctx(struct api_server *s, bool tls, sbx_context **ctx);
+/* Frees *ctx (leaving it NULL), then api_server_stop(). */
+void api_server_stop_ctx(struct api_server *s, sbx_context **ctx);
 
 #endif
