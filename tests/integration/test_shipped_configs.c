@@ -14,6 +14,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/err.h"
 #include "lib/proc.h"
 
 #include <sbx.h>
@@ -30,8 +31,6 @@
 #include <unistd.h>
 
 #include <jansson.h>
-
-#define ERR(e) (sbx_error_free(e), (e) = NULL, &(e))
 
 static char *file_of(const char *provider)
 {

@@ -5,13 +5,12 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/err.h"
 
 #include "core/internal.h"
 
 #include <math.h>
 #include <stdio.h>
-
-#define ERR(e) (sbx_error_free(e), (e) = NULL, &(e))
 
 static char *to_json(const char *text)
 {

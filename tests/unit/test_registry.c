@@ -7,6 +7,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/err.h"
 
 #include "core/internal.h"
 #include "fakes/fake.h"
@@ -16,9 +17,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <sys/stat.h>
-
-/* Frees the previous error and hands out a fresh slot: f(..., ERR(e)). */
-#define ERR(e) (sbx_error_free(e), (e) = NULL, &(e))
 
 /* --- helpers -------------------------------------------------------------- */
 

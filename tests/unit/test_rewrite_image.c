@@ -1,10 +1,9 @@
 /* sbx_rewrite_image(): the reference's rewrite_image (reference-api.md L). */
 #include "tap.h"
 #include "common.h"
+#include "lib/err.h"
 
 #include "core/internal.h"
-
-#define ERR(e) (sbx_error_free(e), (e) = NULL, &(e))
 
 static const char MIRRORS[] = "[{\"from\": \"docker.io/\", \"to\": \"mirror.local/hub/\"},"
                               " {\"from\": \"docker.io/library/\", \"to\": \"never/\"},"

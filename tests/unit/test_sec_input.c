@@ -7,13 +7,12 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/err.h"
 
 #include "core/internal.h"
 
 #include <math.h>
 #include <stdio.h>
-
-#define ERR(e) (sbx_error_free(e), (e) = NULL, &(e))
 
 /* Parses `text` as config and expects a refusal whose message holds `want`. */
 static void expect_config_refused(const char *text, const char *want)

@@ -5,12 +5,11 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/err.h"
 
 #include "core/internal.h"
 
 #include <math.h>
-
-#define ERR(e) (sbx_error_free(e), (e) = NULL, &(e))
 
 static sbx_spec *parse(const char *text)
 {
