@@ -1171,12 +1171,8 @@ static void test_pty_and_procs(void)
     sbx_proc_free(pr);
 
     /* A handle connected by another provider instance reaches the same agent. */
-    char *desc = NULL;
-    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
     sbx_provider *p2 = provider("");
-    sbx_sandbox *c = NULL;
-    TAP_OK(sbx_sandbox_connect(p2, desc, &c, &e_));
-    free(desc);
+    sbx_sandbox *c = connect_to(p2, sb);
     r = NULL;
     TAP_OK(sbx_sandbox_pty_exec(c, "echo via-connect", NULL, &r, &e_));
     TAP_CONTAINS(stdout_of(r), "via-connect");
@@ -1219,10 +1215,7 @@ static void test_pty_and_procs(void)
     id = sbx_proc_id(pr);
     sbx_proc_free(pr); /* it runs on in the box's init, past this connection */
     /* Attached again through another provider's handle (its own relay). */
-    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
-    c = NULL;
-    TAP_OK(sbx_sandbox_connect(p2, desc, &c, &e_));
-    free(desc);
+    c = connect_to(p2, sb);
     pr = NULL;
     TAP_OK(sbx_proc_attach(c, id, 0, 0, &pr, &e_));
     TAP_OK(sbx_proc_write(pr, "xyz\n", 4, &e_));
@@ -1421,12 +1414,8 @@ static void test_noagent(void)
     sbx_error_free(e);
 
     /* A provider configured with the agent connects to it as it was made. */
-    char *desc = NULL;
-    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
     sbx_provider *p2 = provider("");
-    sbx_sandbox *c = NULL;
-    TAP_OK(sbx_sandbox_connect(p2, desc, &c, &e_));
-    free(desc);
+    sbx_sandbox *c = connect_to(p2, sb);
     r = run(c, "cat /tmp/rel/x.sh | wc -l", NULL);
     TAP_EQ_STR(stdout_of(r), "2\n");
     sbx_exec_result_free(r);
@@ -1663,11 +1652,7 @@ static void test_remote(void)
     TAP_CONTAINS(stdout_of(r), "tls-9");
     sbx_exec_result_free(r);
     /* Another handle: its own exec session. */
-    char *desc = NULL;
-    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
-    sbx_sandbox *c = NULL;
-    TAP_OK(sbx_sandbox_connect(p, desc, &c, &e_));
-    free(desc);
+    sbx_sandbox *c = connect_to(p, sb);
     r = run(c, "ls -l /tmp/big | awk '{print $5}'", NULL);
     TAP_EQ_STR(stdout_of(r), "3145728\n");
     sbx_exec_result_free(r);
@@ -1817,11 +1802,7 @@ static void test_image_user(void)
         TAP_EQ_STR(stdout_of(r), "0\n");
         sbx_exec_result_free(r);
         sbx_exec_opts_free(o);
-        char *desc = NULL;
-        TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
-        sbx_sandbox *c = NULL;
-        TAP_OK(sbx_sandbox_connect(other, desc, &c, &e_));
-        free(desc);
+        sbx_sandbox *c = connect_to(other, sb);
         r = run(c, "id -u", NULL);
         TAP_EQ_STR(stdout_of(r), "1000\n");
         sbx_exec_result_free(r);

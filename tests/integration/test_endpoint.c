@@ -429,11 +429,7 @@ static void test_endpoint_serves_a_box_without_network(void)
     sbx_error_free(e);
 
     /* A connected handle knows the declared ports (the descriptor carries them). */
-    char *desc = NULL;
-    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
-    sbx_sandbox *other = NULL;
-    TAP_OK(sbx_sandbox_connect(p, desc, &other, &e_));
-    free(desc);
+    sbx_sandbox *other = connect_to(p, sb);
     ep = endpoint_of(other, 8000);
     TAP_EQ_INT(url_port(sbx_endpoint_url(ep)), web);
     sbx_endpoint_free(ep);

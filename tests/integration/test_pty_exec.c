@@ -33,11 +33,7 @@ static sbx_provider *make_provider(void)
     snprintf(cfg, sizeof(cfg),
              "{\"local\": {\"workspace_root\": \"%s/ws\", \"state_dir\": \"%s/state\"}}",
              tap_tmpdir(), tap_tmpdir());
-    sbx_provider *p = NULL;
-    sbx_error *e = NULL;
-    if (sbx_provider_new(cfg, &p, &e) != SBX_OK)
-        TAP_FAIL("provider: %s", sbx_error_message(e));
-    return p;
+    return provider_of(cfg);
 }
 
 static sbx_sandbox *start_box(sbx_provider *p)
@@ -56,11 +52,7 @@ static sbx_sandbox *start_box(sbx_provider *p)
         mkdir(home, 0700);
         sbx_spec_set_env(s, "HOME", home);
     }
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
-    if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
-        TAP_FAIL("start: %s", sbx_error_message(e));
+    sbx_sandbox *sb = start(p, s);
     sbx_spec_free(s);
     return sb;
 }
@@ -587,12 +579,8 @@ static void check_attach_from_a_connected_handle(void)
     sbx_pty *p = open_shell(sb);
     TAP_OK(sbx_pty_write(p, "echo FROM-$((2+3))\n", strlen("echo FROM-$((2+3))\n"), NULL));
     read_until(p, "FROM-5");
-    char *desc = NULL;
-    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, NULL));
     sbx_provider *prov2 = make_provider();
-    sbx_sandbox *other = NULL;
-    TAP_OK(sbx_sandbox_connect(prov2, desc, &other, NULL));
-    free(desc);
+    sbx_sandbox *other = connect_to(prov2, sb);
     sbx_pty *q = NULL;
     TAP_OK(sbx_pty_attach(other, sbx_pty_id(p), 1, 0, &q, NULL));
     read_until(q, "FROM-5"); /* replayed from the same agent */

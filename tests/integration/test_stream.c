@@ -39,19 +39,7 @@ static sbx_provider *make(enum kind k)
     tap_allow_fd_changes();
     char cfg[1024];
     snprintf(cfg, sizeof(cfg), "{\"local\": {\"workspace_root\": \"%s/ws\"}}", tap_tmpdir());
-    sbx_provider *p = NULL;
-    sbx_error *e = NULL;
-    if (sbx_provider_new(cfg, &p, &e) != SBX_OK)
-        TAP_FAIL("provider: %s", sbx_error_message(e));
-    return p;
-}
-
-static sbx_sandbox *box(sbx_provider *p)
-{
-    sbx_spec *spec = sbx_spec_new();
-    sbx_sandbox *sb = start(p, spec);
-    sbx_spec_free(spec);
-    return sb;
+    return provider_of(cfg);
 }
 
 /* Where a box's commands and the test agree to put a gate file (relative: the default cwd). */
@@ -142,7 +130,7 @@ static void collect_free(struct collect *c)
 static void first_bytes_cb(enum kind k)
 {
     sbx_provider *p = make(k);
-    sbx_sandbox *sb = box(p);
+    sbx_sandbox *sb = start(p, NULL);
     TAP_EQ_INT(sbx_provider_supports(p, "exec-stream"), 1);
     struct collect c;
     collect_init(&c);
@@ -186,7 +174,7 @@ static void first_bytes_cb(enum kind k)
 static void first_bytes_fd(enum kind k)
 {
     sbx_provider *p = make(k);
-    sbx_sandbox *sb = box(p);
+    sbx_sandbox *sb = start(p, NULL);
     int po[2], pe[2];
     TAP_EQ_INT(pipe2(po, O_CLOEXEC), 0);
     TAP_EQ_INT(pipe2(pe, O_CLOEXEC), 0);
@@ -244,7 +232,7 @@ static void first_bytes_fd(enum kind k)
 static void order(enum kind k)
 {
     sbx_provider *p = make(k);
-    sbx_sandbox *sb = box(p);
+    sbx_sandbox *sb = start(p, NULL);
     struct collect c;
     collect_init(&c);
     sbx_exec_opts *o = sbx_exec_opts_new();
@@ -287,7 +275,7 @@ static void order(enum kind k)
 static void timeout_partial(enum kind k)
 {
     sbx_provider *p = make(k);
-    sbx_sandbox *sb = box(p);
+    sbx_sandbox *sb = start(p, NULL);
     struct collect c;
     collect_init(&c);
     sbx_exec_opts *o = sbx_exec_opts_new();
@@ -365,7 +353,7 @@ static void *slow_read(void *arg)
 static void slow_reader(enum kind k)
 {
     sbx_provider *p = make(k);
-    sbx_sandbox *sb = box(p);
+    sbx_sandbox *sb = start(p, NULL);
     int pp[2];
     TAP_EQ_INT(pipe2(pp, O_CLOEXEC), 0);
     struct slow_reader s = { .fd = pp[0] };
@@ -429,7 +417,7 @@ static void slow_reader(enum kind k)
 static void stalled_reader(enum kind k)
 {
     sbx_provider *p = make(k);
-    sbx_sandbox *sb = box(p);
+    sbx_sandbox *sb = start(p, NULL);
     int pp[2];
     TAP_EQ_INT(pipe2(pp, O_CLOEXEC), 0);
     sbx_exec_opts *o = sbx_exec_opts_new();
@@ -476,7 +464,7 @@ static void stalled_reader(enum kind k)
 static void cancel_midstream(enum kind k)
 {
     sbx_provider *p = make(k);
-    sbx_sandbox *sb = box(p);
+    sbx_sandbox *sb = start(p, NULL);
     struct collect c;
     collect_init(&c);
     sbx_exec_opts *o = sbx_exec_opts_new();

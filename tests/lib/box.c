@@ -42,6 +42,16 @@ sbx_sandbox *start(sbx_provider *p, const sbx_spec *spec)
     return sb;
 }
 
+sbx_sandbox *connect_to(sbx_provider *p, sbx_sandbox *sb)
+{
+    char *desc = NULL;
+    TAP_OK(sbx_sandbox_serialize(sb, NULL, &desc, &e_));
+    sbx_sandbox *c = NULL;
+    TAP_OK(sbx_sandbox_connect(p, desc, &c, &e_));
+    free(desc);
+    return c;
+}
+
 void stop_free(sbx_sandbox *sb)
 {
     sbx_error *e = NULL;
