@@ -264,12 +264,7 @@ static void test_inspect_ls_format_tag(void)
     s = sbx_spec_new();
     sbx_spec_set_image(s, "dirimg");
     TAP_OK(sbx_spec_set_provider_options(s, "{\"image_entrypoint\": true}", &e_));
-    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
-    e = NULL;
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ECREATE);
-    TAP_CONTAINS(sbx_error_message(e), "image dirimg has no Entrypoint or Cmd to run");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, s, SBX_ECREATE, "image dirimg has no Entrypoint or Cmd to run");
     sbx_spec_free(s);
 
     TAP_OK(sbx_provider_image_remove(p, "cfg", 0, &e_));
@@ -338,13 +333,7 @@ static void refused(sbx_provider *p, const char *name, const char *config, bool 
     /* A box from the layout itself is refused too, as a create. */
     sbx_spec *s = sbx_spec_new();
     sbx_spec_set_image(s, layout);
-    sbx_sandbox *sb = NULL;
-    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
-    e = NULL;
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ECREATE);
-    TAP_CONTAINS(sbx_error_message(e), why);
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, s, SBX_ECREATE, why);
     sbx_spec_free(s);
     TAP_EQ_INT(store_entries("none-"), 0);
 }

@@ -496,13 +496,7 @@ static void test_image_store_key(void)
     p = provider(cfg);
     sbx_spec *s = sbx_spec_new();
     sbx_spec_set_image(s, "org/bb:1");
-    sbx_sandbox *sb = NULL;
-    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
-    e = NULL;
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ECREATE);
-    TAP_CONTAINS(sbx_error_message(e), "belongs to uid 65534");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, s, SBX_ECREATE, "belongs to uid 65534");
     sbx_spec_free(s);
     sbx_provider_free(p);
     TAP_EQ_INT(chown(lay, 0, 0), 0);

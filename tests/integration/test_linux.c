@@ -489,13 +489,7 @@ static void test_box_resolves_its_own_name(void)
     for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
         sbx_spec *bs = spec_none();
         TAP_OK(sbx_spec_set_provider_options(bs, bad[i], &e_));
-        sbx_sandbox *b = NULL;
-        sbx_error *e = NULL;
-        TAP_EQ_INT(sbx_sandbox_new(p, bs, &b, NULL), SBX_OK);
-        TAP_EQ_INT(sbx_sandbox_start(b, NULL, &e), SBX_EINVAL);
-        TAP_CONTAINS(sbx_error_message(e), "provider_options.hostname must be");
-        sbx_error_free(e);
-        sbx_sandbox_free(b);
+        start_fails(p, bs, SBX_EINVAL, "provider_options.hostname must be");
         sbx_spec_free(bs);
     }
     sbx_spec_free(named);
@@ -721,16 +715,10 @@ static void test_cpu_out_of_range_refused(void)
     for (size_t i = 0; i < SBX_ARRAY_SIZE(bad); i++) {
         sbx_spec *s = spec_none();
         TAP_EQ_INT(sbx_spec_set_cpu(s, bad[i]), SBX_OK);
-        sbx_sandbox *sb = NULL;
-        sbx_error *e = NULL;
-        TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
-        TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ECREATE);
         char want[64];
         snprintf(want, sizeof(want), "from 0.01 to %ld.00", n);
-        TAP_CONTAINS(sbx_error_message(e), want);
-        TAP_CONTAINS(sbx_error_message(e), "resources.cpu");
-        sbx_error_free(e);
-        sbx_sandbox_free(sb);
+        const char *msg = start_fails(p, s, SBX_ECREATE, want);
+        TAP_CONTAINS(msg, "resources.cpu");
         sbx_spec_free(s);
     }
     /* Exactly all the CPUs is allowed. */
@@ -1168,28 +1156,17 @@ static void test_image_import_list_remove(void)
     stop_free(sb);
     TAP_OK(sbx__linux_image_remove(state_dir, NULL, "bb", &e_));
     /* A name that is gone is a create error that says what to do. */
-    sbx_sandbox *sb2 = NULL;
-    sbx_error *e = NULL;
-    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb2, NULL), SBX_OK);
-    TAP_EQ_INT(sbx_sandbox_start(sb2, NULL, &e), SBX_ECREATE);
-    TAP_CONTAINS(sbx_error_message(e), "sbx image import");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb2);
+    start_fails(p, s, SBX_ECREATE, "sbx image import");
     /* A source that is no archive: SBX_EINVAL to import it, SBX_ECREATE to create from it. */
     char garbage[600];
     snprintf(garbage, sizeof(garbage), "%s/garbage.tar", tap_tmpdir());
     TAP_EQ_INT(sbx__write_file_atomic(garbage, "not a tarball, not at all", 25, 0644), 0);
-    e = NULL;
+    sbx_error *e = NULL;
     TAP_EQ_INT(sbx__linux_image_import(state_dir, NULL, "g", garbage, NULL, &e), SBX_EINVAL);
     TAP_CONTAINS(sbx_error_message(e), "not a tar archive");
     sbx_error_free(e);
     sbx_spec_set_image(s, garbage);
-    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb2, NULL), SBX_OK);
-    e = NULL;
-    TAP_EQ_INT(sbx_sandbox_start(sb2, NULL, &e), SBX_ECREATE);
-    TAP_CONTAINS(sbx_error_message(e), "not a tar archive");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb2);
+    start_fails(p, s, SBX_ECREATE, "not a tar archive");
     sbx_spec_free(s);
     sbx_provider_free(p);
     census_check(state_dir);
@@ -1201,13 +1178,7 @@ static void test_ready_timeout_is_everify_and_torn_down(void)
     sbx_provider *p = provider(NULL);
     sbx_spec *s = spec_none();
     sbx_spec_set_ready_timeout(s, 0.0001);
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_EVERIFY);
-    TAP_CONTAINS(sbx_error_message(e), "ready");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, s, SBX_EVERIFY, "ready");
     sbx_spec_free(s);
     sbx_provider_free(p);
     census_check(state_dir);
@@ -1696,12 +1667,7 @@ static void test_userns_ranges_run_out_and_config_checked(void)
     sbx_provider *p = provider("{\"userns\": true, \"userns_slots\": 1}");
     sbx_spec *s = spec_none();
     sbx_sandbox *a = start(p, s);
-    sbx_sandbox *b = NULL;
-    TAP_EQ_INT(sbx_sandbox_new(p, s, &b, NULL), SBX_OK);
-    TAP_EQ_INT(sbx_sandbox_start(b, NULL, &e), SBX_ECREATE);
-    TAP_CONTAINS(sbx_error_message(e), "userns_slots");
-    sbx_error_free(e);
-    sbx_sandbox_free(b);
+    start_fails(p, s, SBX_ECREATE, "userns_slots");
     long long ua = userns_uid_of(a, NULL);
     stop_free(a);
     /* ... and gets it once the first box is gone. */
@@ -1763,16 +1729,10 @@ static void test_userns_unsupported_filesystem_refused(void)
     sbx_provider *p = provider("{\"userns\": true}");
     sbx_spec *s = sbx_spec_new();
     sbx_spec_set_image(s, ram);
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ECREATE);
-    TAP_CONTAINS(sbx_error_message(e), "idmapped");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, s, SBX_ECREATE, "idmapped");
     /* The same image without a user namespace works. */
     sbx_provider *q = provider(NULL);
-    sb = start(q, s);
+    sbx_sandbox *sb = start(q, s);
     TAP_CONTAINS(out_of(sb, "cat /etc/marker"), "bb-image");
     stop_free(sb);
     sbx_provider_free(q);

@@ -245,12 +245,7 @@ static void test_names_and_missing_networks(void)
     /* A box naming a network that does not exist fails its create, saying what to do. */
     sbx_spec *s = sbx_spec_new();
     TAP_EQ_INT(sbx_spec_set_provider_options(s, "{\"network\": \"nope\"}", NULL), SBX_OK);
-    sbx_sandbox *sb = NULL;
-    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ECREATE);
-    TAP_CONTAINS(sbx_error_message(e), "sbx network create nope");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, s, SBX_ECREATE, "sbx network create nope");
     sbx_spec_free(s);
     /* A box on the host's network: its services are at the host's loopback. */
     sbx_sandbox *h = start_opts(p, "{\"network\": \"host\"}");

@@ -523,12 +523,7 @@ static void test_nofile_default_and_configured(void)
         snprintf(opts, sizeof(opts), "{\"nofile\": [64, %llu]}",
                  (unsigned long long)rl.rlim_max + 1);
         sbx_spec_set_provider_options(s, opts, NULL);
-        sbx_sandbox *x = NULL;
-        TAP_EQ_INT(sbx_sandbox_new(p, s, &x, NULL), SBX_OK);
-        TAP_EQ_INT(sbx_sandbox_start(x, NULL, &e), SBX_EINVAL);
-        TAP_CONTAINS(sbx_error_message(e), "above this process's own hard limit");
-        sbx_error_free(e);
-        sbx_sandbox_free(x);
+        start_fails(p, s, SBX_EINVAL, "above this process's own hard limit");
     }
     sbx_spec_free(s);
     sbx_spec_free(s2);

@@ -9,6 +9,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/box.h"
 #include "lib/proc.h"
 #include "lib/tar.h"
 
@@ -659,15 +660,8 @@ static void test_non_regular_sources_refused(void)
     TAP_OK(sbx_provider_new("{\"linux\": {}}", &p, &e));
     sbx_spec *s = sbx_spec_new();
     sbx_spec_set_image(s, "/dev/zero");
-    sbx_sandbox *sb = NULL;
-    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
-    e = NULL;
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ECREATE);
-    TAP_CONTAINS(sbx_error_message(e), "/dev/zero");
-    TAP_CONTAINS(sbx_error_message(e), "character device");
-    sbx_error_free(e);
-    e = NULL;
-    sbx_sandbox_free(sb);
+    const char *msg = start_fails(p, s, SBX_ECREATE, "/dev/zero");
+    TAP_CONTAINS(msg, "character device");
     sbx_spec_free(s);
     sbx_provider_free(p);
     store_clean("z");
@@ -886,13 +880,7 @@ static void test_bomb_capped_and_nothing_left(void)
     TAP_OK(sbx_provider_new("{\"linux\": {\"max_image_bytes\": 1048576}}", &pv, &e));
     sbx_spec *s = sbx_spec_new();
     sbx_spec_set_image(s, bomb);
-    sbx_sandbox *sb = NULL;
-    TAP_EQ_INT(sbx_sandbox_new(pv, s, &sb, NULL), SBX_OK);
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_ECREATE);
-    TAP_CONTAINS(sbx_error_message(e), "more than 1048576 bytes");
-    sbx_error_free(e);
-    e = NULL;
-    sbx_sandbox_free(sb);
+    start_fails(pv, s, SBX_ECREATE, "more than 1048576 bytes");
     sbx_spec_free(s);
     sbx_provider_free(pv);
     e = NULL;

@@ -599,14 +599,8 @@ static void test_die_with_creator(void)
     /* And the option is checked. */
     sbx_spec *s = sbx_spec_new();
     sbx_provider *p = provider(NULL);
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
     TAP_EQ_INT(sbx_spec_set_provider_options(s, "{\"die_with_creator\": 1}", NULL), SBX_OK);
-    TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_EINVAL);
-    TAP_CONTAINS(sbx_error_message(e), "die_with_creator");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, s, SBX_EINVAL, "die_with_creator");
     sbx_spec_free(s);
     sbx_provider_free(p);
     census_check(state_dir);
