@@ -593,12 +593,7 @@ static void test_memory_cgroup_limited(void)
     bool v2 = sbx__cg_mode() == SBX_CG_V2;
     if (sbx__cg_mode() == SBX_CG_NONE)
         TAP_SKIP("no cgroups here");
-    sbx_provider *bad = NULL;
-    sbx_error *e = NULL;
-    TAP_EQ_INT(sbx_provider_new("{\"linux\": {\"memory_cgroup\": \"some\"}}", &bad, &e),
-               SBX_EINVAL);
-    TAP_CONTAINS(sbx_error_message(e), "memory_cgroup");
-    sbx_error_free(e);
+    provider_fails("{\"linux\": {\"memory_cgroup\": \"some\"}}", SBX_EINVAL, "memory_cgroup");
     sbx_provider *p = provider(NULL); /* the default */
     sbx_spec *s = sbx_spec_new();
     sbx_sandbox *plain = start(p, s);

@@ -512,12 +512,7 @@ static void test_nofile_default_and_configured(void)
     TAP_EQ_STR(out_of(sb, "echo $(ulimit -n) $(ulimit -Hn)"), "300 300\n");
     stop_free(sb);
     /* Bad values and a hard limit above the creator's: clear errors, no box. */
-    sbx_provider *bad = NULL;
-    sbx_error *e = NULL;
-    TAP_EQ_INT(sbx_provider_new("{\"linux\": {\"nofile\": [10, 5]}}", &bad, &e), SBX_EINVAL);
-    TAP_CONTAINS(sbx_error_message(e), "nofile");
-    sbx_error_free(e);
-    e = NULL;
+    provider_fails("{\"linux\": {\"nofile\": [10, 5]}}", SBX_EINVAL, "nofile");
     if (rl.rlim_max != RLIM_INFINITY) {
         char opts[128];
         snprintf(opts, sizeof(opts), "{\"nofile\": [64, %llu]}",

@@ -15,6 +15,26 @@ sbx_provider *provider_of(const char *cfg)
     return p;
 }
 
+const char *provider_fails(const char *cfg, int code, const char *want)
+{
+    static char msg[4096];
+    sbx_provider *p = NULL;
+    sbx_error *e = NULL;
+    int rc = sbx_provider_new(cfg, &p, &e);
+    if (rc == SBX_OK) {
+        sbx_provider_free(p);
+        TAP_FAIL("the provider %s was made; wanted it refused%s%s", cfg, want ? " with: " : "",
+                 want ? want : "");
+    }
+    snprintf(msg, sizeof(msg), "%s", sbx_error_message(e) ? sbx_error_message(e) : "");
+    sbx_error_free(e);
+    if (code)
+        TAP_EQ_INT(rc, code);
+    if (want)
+        TAP_CONTAINS(msg, want);
+    return msg;
+}
+
 sbx_provider *fake_provider(const char *cfg)
 {
     return provider_of(cfg ? cfg : "{\"fake\": {}}");

@@ -73,6 +73,14 @@ const char *out_of(sbx_sandbox *sb, const char *cmd);
  */
 const char *output_of(sbx_sandbox *sb, const char *cmd, int *rc);
 
+/*
+ * A provider of config `cfg` must be refused: with `code` (0: any failure),
+ * its message holding `want` (NULL: any). A provider that is made is freed
+ * and fails the test. The message is returned, in a static buffer that the
+ * next call overwrites.
+ */
+const char *provider_fails(const char *cfg, int code, const char *want);
+
 /* A spec with provider_options `opts` (JSON; NULL: none); fails the test if refused. */
 sbx_spec *spec_with(const char *opts);
 /* A spec whose workdir is `dir`. */
