@@ -1205,19 +1205,6 @@ static void test_many_boxes_at_once(void)
     census_check(state_dir);
 }
 
-/* The descriptors open in this process now (the directory's own excluded). */
-static int open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    struct dirent *de;
-    while (d && (de = readdir(d)))
-        n += de->d_name[0] != '.';
-    if (d)
-        closedir(d);
-    return n - 1;
-}
-
 /* Runs `hostname` in every box at once and checks each answered with its own id. */
 static void hostname_all_at_once(sbx_sandbox **sbs, int n)
 {

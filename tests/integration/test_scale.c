@@ -51,17 +51,6 @@ static void wait_s(double s)
         ;
 }
 
-static int open_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    while (d && readdir(d))
-        n++;
-    if (d)
-        closedir(d);
-    return n - 3; /* ., .. and the directory's own descriptor */
-}
-
 /*
  * Every stop of a mass stop reports success, and nothing of any box is left.
  * The stops run under a descriptor limit of what is open now plus 160: a
