@@ -8,6 +8,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/text.h"
 
 #include <sbx.h>
 #include <sbx/wire.h>
@@ -31,16 +32,7 @@ typedef struct {
 
 static void log_add(logbuf *l, const char *s, size_t n)
 {
-    /* Grows geometrically: the 1 MiB events must not cost a copy per byte (memcheck). */
-    if (l->len + n + 1 > l->cap) {
-        while (l->len + n + 1 > l->cap)
-            l->cap = l->cap ? 2 * l->cap : 256;
-        l->text = realloc(l->text, l->cap);
-        TAP_TRUE(l->text);
-    }
-    memcpy(l->text + l->len, s, n);
-    l->len += n;
-    l->text[l->len] = 0;
+    text_append(&l->text, &l->len, &l->cap, s, n);
 }
 
 static void log_str(logbuf *l, const char *s)

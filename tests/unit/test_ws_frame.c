@@ -8,6 +8,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/text.h"
 
 #include "remote/ws_frame.h"
 
@@ -27,15 +28,7 @@ typedef struct {
 
 static void log_add(result *r, const char *s, size_t n)
 {
-    if (r->len + n + 1 > r->cap) {
-        while (r->len + n + 1 > r->cap)
-            r->cap = r->cap ? 2 * r->cap : 256;
-        r->log = realloc(r->log, r->cap);
-        TAP_TRUE(r->log);
-    }
-    memcpy(r->log + r->len, s, n);
-    r->len += n;
-    r->log[r->len] = 0;
+    text_append(&r->log, &r->len, &r->cap, s, n);
 }
 
 static void log_fmt(result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
