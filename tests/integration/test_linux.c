@@ -2096,27 +2096,6 @@ static void test_frozen_box_ended_by_stop_ttl_and_gc(void)
     census_check(state_dir);
 }
 
-/* The other side of test_serialize_connect_list_gc, in a fresh process. */
-static int connect_child(const char *desc)
-{
-    sbx_provider *p = NULL;
-    sbx_sandbox *c = NULL;
-    sbx_exec_result *r = NULL;
-    sbx_error *e = NULL;
-    int rc = 2;
-    if (sbx_provider_new("{\"linux\": {}}", &p, &e) == SBX_OK &&
-        sbx_sandbox_connect(p, desc, &c, &e) == SBX_OK &&
-        sbx_sandbox_exec(c, "echo $FROM_SPEC > /tmp/from-child", NULL, &r, &e) == SBX_OK)
-        rc = sbx_exec_result_return_code(r) == 0 ? 0 : 3;
-    if (e)
-        fprintf(stderr, "connect child: %s\n", sbx_error_message(e));
-    sbx_error_free(e);
-    sbx_exec_result_free(r);
-    sbx_sandbox_free(c); /* borrowed: the box lives on */
-    sbx_provider_free(p);
-    return rc;
-}
-
 /* The ids in a JSON array text of boxes (objects with "id") or of ids, space-separated. */
 static char *ids_of(const char *json)
 {
@@ -2232,7 +2211,8 @@ int main(int argc, char **argv)
         return shim_hold_main(argv);
     const char *desc = getenv("SBX_TEST_LINUX_CONNECT");
     if (desc)
-        return connect_child(desc);
+        /* The other side of test_serialize_connect_list_gc, in a fresh process. */
+        return connect_child("{\"linux\": {}}", desc, "echo $FROM_SPEC > /tmp/from-child");
     if (argc > 0 && !realpath(argv[0], self_path))
         snprintf(self_path, sizeof(self_path), "/proc/self/exe");
     static const struct tap_test tests[] = {

@@ -1270,35 +1270,12 @@ static void test_default_workspace_removed(void)
     sbx_provider_free(p);
 }
 
-/*
- * The other side of test_serialize_connect_other_process: a fresh process
- * with its own provider connects by descriptor and runs a command.
- */
-static int connect_child(const char *desc, const char *cfg)
-{
-    sbx_provider *p = NULL;
-    sbx_sandbox *sb = NULL;
-    sbx_exec_result *r = NULL;
-    sbx_error *e = NULL;
-    int rc = 2;
-    if (sbx_provider_new(cfg, &p, &e) == SBX_OK &&
-        sbx_sandbox_connect(p, desc, &sb, &e) == SBX_OK &&
-        sbx_sandbox_exec(sb, "echo $$ > from-child; pwd", NULL, &r, &e) == SBX_OK)
-        rc = sbx_exec_result_return_code(r) == 0 ? 0 : 3;
-    if (e)
-        fprintf(stderr, "connect child: %s\n", sbx_error_message(e));
-    sbx_error_free(e);
-    sbx_exec_result_free(r);
-    sbx_sandbox_free(sb); /* releases the handle only */
-    sbx_provider_free(p);
-    return rc;
-}
-
 int main(int argc, char **argv)
 {
     const char *desc = getenv("SBX_TEST_LOCAL_CONNECT");
     if (desc)
-        return connect_child(desc, getenv("SBX_TEST_LOCAL_CONFIG"));
+        /* The other side of test_serialize_connect_other_process, in a fresh process. */
+        return connect_child(getenv("SBX_TEST_LOCAL_CONFIG"), desc, "echo $$ > from-child; pwd");
     if (argc > 0 && !realpath(argv[0], self_path))
         snprintf(self_path, sizeof(self_path), "/proc/self/exe");
     static const struct tap_test tests[] = {

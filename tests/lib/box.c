@@ -259,3 +259,23 @@ sbx_spec *spec_in(const char *dir)
     sbx_spec_set_workdir(s, dir);
     return s;
 }
+
+int connect_child(const char *cfg, const char *desc, const char *cmd)
+{
+    sbx_provider *p = NULL;
+    sbx_sandbox *sb = NULL;
+    sbx_exec_result *r = NULL;
+    sbx_error *e = NULL;
+    int rc = 2;
+    if (sbx_provider_new(cfg, &p, &e) == SBX_OK &&
+        sbx_sandbox_connect(p, desc, &sb, &e) == SBX_OK &&
+        sbx_sandbox_exec(sb, cmd, NULL, &r, &e) == SBX_OK)
+        rc = sbx_exec_result_return_code(r) == 0 ? 0 : 3;
+    if (e)
+        fprintf(stderr, "connect child: %s\n", sbx_error_message(e));
+    sbx_error_free(e);
+    sbx_exec_result_free(r);
+    sbx_sandbox_free(sb); /* a connected handle: freeing it releases the handle only */
+    sbx_provider_free(p);
+    return rc;
+}

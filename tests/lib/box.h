@@ -81,6 +81,14 @@ const char *output_of(sbx_sandbox *sb, const char *cmd, int *rc);
  */
 const char *provider_fails(const char *cfg, int code, const char *want);
 
+/*
+ * The other side of a connect-from-another-process test, for a child's
+ * main(): a provider of `cfg` connects to the box of descriptor `desc` and
+ * runs `cmd` there, leaving the box running. Returns 0 when cmd exits 0, 3
+ * when it exits otherwise, 2 when a call fails (its message on stderr).
+ */
+int connect_child(const char *cfg, const char *desc, const char *cmd);
+
 /* A spec with provider_options `opts` (JSON; NULL: none); fails the test if refused. */
 sbx_spec *spec_with(const char *opts);
 /* A spec whose workdir is `dir`. */
