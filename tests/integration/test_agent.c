@@ -5,6 +5,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/file.h"
 #include "lib/agent.h"
 #include "lib/box.h"
 
@@ -573,13 +574,6 @@ static bool same_file(const char *a, const char *b)
 {
     char out[64];
     return run_cmd(out, sizeof(out), "cmp -s '%s' '%s'", a, b) == 0;
-}
-
-static mode_t mode_of(const char *path)
-{
-    struct stat st;
-    TAP_EQ_INT(stat(path, &st), 0);
-    return st.st_mode & 07777;
 }
 
 static void check_upload_download(const char *const *env)

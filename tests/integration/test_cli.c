@@ -12,6 +12,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/file.h"
 #include "lib/proc.h"
 #include "linux_census.h"
 
@@ -911,14 +912,6 @@ static void write_file(const char *path, const char *text, mode_t mode)
 {
     TAP_EQ_INT(write_text(path, text), 0);
     TAP_EQ_INT(chmod(path, mode), 0);
-}
-
-static mode_t mode_of(const char *path)
-{
-    struct stat st;
-    if (stat(path, &st) < 0)
-        TAP_FAIL("stat %s: %s", path, strerror(errno));
-    return st.st_mode & 07777;
 }
 
 /*
