@@ -6,6 +6,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/box.h"
 
 #include <sbx.h>
 #include <sbx/box.h>
@@ -191,21 +192,7 @@ static sbx_provider *kitsock(void)
     sbx_error *e = NULL;
     if (sbx_register_provider(&ks_ops, 1, &e) != SBX_OK)
         TAP_FAIL("register: %s", sbx_error_message(e));
-    sbx_provider *p = NULL;
-    if (sbx_provider_new("{\"kitsock\": {}}", &p, &e) != SBX_OK)
-        TAP_FAIL("provider: %s", sbx_error_message(e));
-    return p;
-}
-
-static sbx_sandbox *start(sbx_provider *p)
-{
-    sbx_spec *spec = sbx_spec_new();
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    if (sbx_sandbox_new(p, spec, &sb, &e) != SBX_OK || sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
-        TAP_FAIL("start: %s", sbx_error_message(e));
-    sbx_spec_free(spec);
-    return sb;
+    return provider_of("{\"kitsock\": {}}");
 }
 
 static void expect_echo(sbx_sandbox *sb, const char *word)
@@ -213,11 +200,8 @@ static void expect_echo(sbx_sandbox *sb, const char *word)
     char cmd[64], want[64];
     snprintf(cmd, sizeof(cmd), "echo %s", word);
     snprintf(want, sizeof(want), "%s\n", word);
-    sbx_exec_result *r = NULL;
-    sbx_error *e = NULL;
-    if (sbx_sandbox_exec(sb, cmd, NULL, &r, &e) != SBX_OK)
-        TAP_FAIL("exec: %s", sbx_error_message(e));
-    TAP_EQ_STR(sbx_exec_result_stdout(r, NULL), want);
+    sbx_exec_result *r = run(sb, cmd, NULL);
+    TAP_EQ_STR(stdout_of(r), want);
     sbx_exec_result_free(r);
 }
 
@@ -227,7 +211,7 @@ static void test_socket_agents_pooled(void)
     sbx_provider *p = kitsock();
     sbx_sandbox *sb[3];
     for (int i = 0; i < 3; i++)
-        sb[i] = start(p);
+        sb[i] = start(p, NULL);
     for (int round = 0; round < 2; round++)
         for (int i = 0; i < 3; i++) {
             expect_echo(sb[i], i == 0 ? "zero" : i == 1 ? "one" : "two");
@@ -252,7 +236,7 @@ static void test_socket_agents_pooled(void)
 static void test_exec_after_agent_died(void)
 {
     sbx_provider *p = kitsock();
-    sbx_sandbox *sb = start(p);
+    sbx_sandbox *sb = start(p, NULL);
     expect_echo(sb, "alive");
     /* The command's parent is the agent: the exec loses its agent while it runs. */
     sbx_exec_result *r = NULL;
@@ -287,13 +271,7 @@ static void test_socket_peer_checked(void)
     sbx_provider *p = kitsock();
     the_state->wrong_peer = getpid();
     sbx_spec *spec = sbx_spec_new();
-    sbx_sandbox *sb = NULL;
-    sbx_error *e = NULL;
-    TAP_OK(sbx_sandbox_new(p, spec, &sb, NULL));
-    TAP_EQ_INT(sbx_sandbox_start(sb, NULL, &e), SBX_EPERM);
-    TAP_CONTAINS(sbx_error_message(e), "pid");
-    sbx_error_free(e);
-    sbx_sandbox_free(sb);
+    start_fails(p, spec, SBX_EPERM, "pid");
     sbx_spec_free(spec);
     sbx_provider_free(p);
 }
