@@ -63,6 +63,22 @@ run() {
 check() { local name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name" "failed: $*"; fi; }
 has() { case "$1" in *"$2"*) return 0 ;; *) return 1 ;; esac; }
 
+# kill_mid_run SIG WHAT UP CMD...: runs CMD in the background (INT and TERM at
+# their defaults, output in $T/out and $T/err) until the command UP succeeds,
+# then sends it SIG and reaps it. A CMD that ends first is a failure, "the
+# bench made WHAT", and returns 1.
+kill_mid_run() {
+  local sig=$1 what=$2 up=$3 p; shift 3
+  env --default-signal=INT,TERM "$@" >"$T/out" 2>"$T/err" </dev/null & p=$!
+  while kill -0 $p 2>/dev/null; do
+    "$up" && { kill -"$sig" $p; wait $p 2>/dev/null; return 0; }
+    sleep 0.2
+  done
+  wait $p
+  not_ok "SIG$sig: the bench made $what" "$(head -c 400 "$T/err")"
+  return 1
+}
+
 # Everything a box can leave behind on the host, for boxes of this state dir.
 leaks() {
   local l=""

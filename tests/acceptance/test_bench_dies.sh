@@ -12,20 +12,10 @@ need_root
 BENCH="$B/bench/bench_transfer"
 [ -x "$BENCH" ] || skip_all "$BENCH is not built (make tests builds it)"
 
+box_running() { "$SBX" ls 2>/dev/null | grep -q ' running '; }
 for sig in KILL TERM INT; do
   before=$(echo /tmp/sbx-bench-transfer-*)
-  env --default-signal=INT,TERM "$BENCH" 1000000 2 >"$T/out" 2>"$T/err" </dev/null & p=$!
-  up=""
-  while kill -0 $p 2>/dev/null; do
-    "$SBX" ls 2>/dev/null | grep -q ' running ' && { up=1; break; }
-    sleep 0.2
-  done
-  if [ -z "$up" ]; then
-    wait $p
-    not_ok "SIG$sig: the bench made a box" "$(head -c 400 "$T/err")"
-    continue
-  fi
-  kill -$sig $p; wait $p 2>/dev/null
+  kill_mid_run $sig "a box" box_running "$BENCH" 1000000 2 || continue
   census "SIG$sig mid-run"
   # What a failure left: stopped, so the next signal starts clean.
   for id in $(ls "$SBX_STATE_DIR/linux/boxes" 2>/dev/null); do "$SBX" stop --force "$id" >/dev/null 2>&1; done

@@ -27,20 +27,10 @@ up=""
 for _ in $(seq 300); do docker info >/dev/null 2>&1 && { up=1; break; }; sleep 0.2; done
 [ -n "$up" ] || { tail -5 "$E/log"; end_engine; skip_all "the private dockerd did not come up"; }
 
+container_made() { [ -n "$(docker ps -aq 2>/dev/null)" ]; }
 for sig in KILL TERM; do
   before=$(echo /tmp/sbx-bench-??????)
-  env --default-signal=INT,TERM "$BENCH" 10 >"$T/out" 2>"$T/err" </dev/null & p=$!
-  made=""
-  while kill -0 $p 2>/dev/null; do
-    [ -n "$(docker ps -aq 2>/dev/null)" ] && { made=1; break; }
-    sleep 0.2
-  done
-  if [ -z "$made" ]; then
-    wait $p
-    not_ok "SIG$sig: the bench made a container" "$(head -c 400 "$T/err")"
-    continue
-  fi
-  kill -$sig $p; wait $p 2>/dev/null
+  kill_mid_run $sig "a container" container_made "$BENCH" 10 || continue
   # The helper removes them once the bench has ended: wait for that (a
   # guard against a hang, 2 minutes, not a measure: a leak never goes).
   for _ in $(seq 600); do [ -z "$(docker ps -aq)" ] && break; sleep 0.2; done
