@@ -31,6 +31,7 @@
  */
 #include "core/internal.h"
 #include "lib/bench.h"
+#include "lib/procfs.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -152,19 +153,8 @@ static long long status_kb(pid_t pid, const char *file, const char *key)
 
 static pid_t ppid_of(pid_t pid)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *rp = strrchr(buf, ')');
-    int pp = -1;
-    if (rp && sscanf(rp + 2, "%*c %d", &pp) != 1)
-        pp = -1;
-    return pp;
+    pid_t pp;
+    return proc_stat(pid, NULL, &pp, NULL) ? pp : -1;
 }
 
 /* RSS and PSS (bytes) of pid and all its descendants. */
@@ -715,18 +705,6 @@ static double mem_available(void)
     if (f)
         fclose(f);
     return v;
-}
-
-static int open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    int k = 0;
-    struct dirent *de;
-    while (d && (de = readdir(d)))
-        k += de->d_name[0] != '.';
-    if (d)
-        closedir(d);
-    return k - 1; /* the directory's own */
 }
 
 /* Kernel memory and counts that grow with boxes or with churn. */

@@ -8,6 +8,7 @@
 #include "lib/file.h"
 #include "lib/agent.h"
 #include "lib/box.h"
+#include "lib/proc.h"
 
 #include "core/internal.h"
 #include "kit/client.h"
@@ -366,22 +367,8 @@ static void test_binary_output(void)
     teardown(c, &a);
 }
 
-static bool pid_gone(pid_t pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return true;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return true;
-    buf[n] = 0;
-    /* A zombie is dead too: it only waits for its parent (the agent) to reap it. */
-    char *rp = strrchr(buf, ')');
-    return rp && rp[1] == ' ' && rp[2] == 'Z';
-}
+/* A zombie is dead too: it only waits for its parent (the agent) to reap it. */
+static bool pid_gone(pid_t pid) { return !proc_runs(pid); }
 
 static void wait_gone(pid_t pid)
 {

@@ -1037,20 +1037,6 @@ static long wait_for_pid(const char *path)
     }
 }
 
-/* True while `pid` exists and is not a zombie. */
-static bool alive(long pid)
-{
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-    char *s = read_text(path);
-    if (!s)
-        return false;
-    const char *paren = strrchr(s, ')');
-    bool zombie = paren && paren[1] == ' ' && paren[2] == 'Z';
-    free(s);
-    return !zombie;
-}
-
 static void interrupt_run(int sig)
 {
     setup();
@@ -1064,10 +1050,10 @@ static void interrupt_run(int sig)
     int err_fd;
     pid_t pid = spawn_watched(argv, &err_fd);
     long box_pid = wait_for_pid(pidfile);
-    TAP_TRUE(alive(box_pid));
+    TAP_TRUE(proc_runs(box_pid));
     TAP_EQ_INT(workspaces(), 1);
     interrupt_and_check(pid, err_fd, sig);
-    TAP_TRUE(!alive(box_pid));
+    TAP_TRUE(!proc_runs(box_pid));
     /* The command is dead, the workspace removed, nothing recorded. */
     TAP_EQ_INT(workspaces(), 0);
     TAP_EQ_INT(records(), 0);
@@ -1827,7 +1813,7 @@ static void test_linux_gc_expired_orphan_and_label(void)
     long shim = shim_pid_of(orphan);
     TAP_EQ_INT(kill((pid_t)shim, SIGKILL), 0);
     struct timespec ts = { 0, 100 * 1000 * 1000 };
-    while (alive(shim))
+    while (proc_runs(shim))
         nanosleep(&ts, NULL);
     struct proc p = SBX("status", orphan);
     EXPECT_CODE(p, 0);

@@ -15,6 +15,7 @@
 #include "tap.h"
 #include "common.h"
 #include "lib/box.h"
+#include "lib/proc.h"
 
 #include <sbx.h>
 
@@ -2131,25 +2132,6 @@ static pid_t dockerd_pid(void)
     return pid;
 }
 
-/*
- * True once `pid` has exited but is not reaped: a test runs in a child of the
- * process that started dockerd, so it cannot reap it, and kill(pid, 0) keeps
- * succeeding on the zombie (the restart test waited the whole minute for it).
- */
-static bool is_zombie(pid_t pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return true;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *rp = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
-    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
-}
-
 /* SIGTERM, then SIGKILL after 30 s; waits until it is gone (reaping it when it is ours). */
 static void end_dockerd(pid_t pid)
 {
@@ -2158,7 +2140,12 @@ static void end_dockerd(pid_t pid)
     kill(pid, SIGTERM);
     for (int i = 0; i < 600; i++) {
         int st;
-        if (waitpid(pid, &st, WNOHANG) == pid || kill(pid, 0) < 0 || is_zombie(pid))
+        /*
+         * A test runs in a child of the process that started dockerd, so it
+         * cannot reap it, and kill(pid, 0) keeps succeeding on the zombie (the
+         * restart test waited the whole minute for it): a zombie is gone too.
+         */
+        if (waitpid(pid, &st, WNOHANG) == pid || kill(pid, 0) < 0 || !proc_runs(pid))
             return;
         if (i == 300)
             kill(pid, SIGKILL);

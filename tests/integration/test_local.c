@@ -8,6 +8,7 @@
 #include "tap.h"
 #include "common.h"
 #include "lib/box.h"
+#include "lib/proc.h"
 
 #include <sbx.h>
 
@@ -90,22 +91,9 @@ static bool alive(long pid, bool group)
         long p = strtol(de->d_name, NULL, 10);
         if (p <= 0 || (!group && p != pid))
             continue;
-        char path[64], buf[512];
-        snprintf(path, sizeof(path), "/proc/%ld/stat", p);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        ssize_t n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (n <= 0)
-            continue;
-        buf[n] = 0;
-        char *rp = strrchr(buf, ')');
-        char state = 0;
-        long ppid = 0, pgrp = 0;
-        if (!rp || sscanf(rp + 2, "%c %ld %ld", &state, &ppid, &pgrp) != 3)
-            continue;
-        if (state == 'Z' || state == 'X')
+        char state;
+        pid_t pgrp;
+        if (!proc_stat((pid_t)p, &state, NULL, &pgrp) || state == 'Z' || state == 'X')
             continue;
         found = group ? pgrp == pid : true;
     }

@@ -11,6 +11,7 @@
 #include "tap.h"
 #include "common.h"
 #include "lib/box.h"
+#include "lib/proc.h"
 #include "linux_census.h"
 #include "linux_fixture.h"
 
@@ -60,23 +61,6 @@ static sbx_sandbox *start_box(sbx_provider *p)
 /* The box's id, for the census of what the local provider left behind. */
 static char box_id[128];
 
-/* Whether `pid` runs (a zombie does not: it ended and only waits for its reaper). */
-static bool runs(long pid)
-{
-    char path[64], *data = NULL;
-    size_t n = 0;
-    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    char buf[512];
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    data = strrchr(buf, ')');
-    return data && data[1] == ' ' && data[2] != 'Z' && data[2] != 'X';
-}
-
 static void finish(sbx_provider *p, sbx_sandbox *sb)
 {
     snprintf(box_id, sizeof(box_id), "%s", sbx_sandbox_id(sb) ? sbx_sandbox_id(sb) : "");
@@ -95,7 +79,7 @@ static void finish(sbx_provider *p, sbx_sandbox *sb)
         const char *k = strstr(text, "\"pid\":");
         agent = k ? strtol(k + 6, NULL, 10) : 0;
         TAP_TRUE(agent > 0);
-        TAP_TRUE(runs(agent));
+        TAP_TRUE(proc_runs(agent));
     }
     stop_free(sb);
     sbx_provider_free(p);
@@ -104,7 +88,7 @@ static void finish(sbx_provider *p, sbx_sandbox *sb)
         return;
     }
     /* Nothing of the box runs on: its agent ended, its files are gone. */
-    TAP_TRUE(!runs(agent));
+    TAP_TRUE(!proc_runs(agent));
     TAP_TRUE(access(rec, F_OK) != 0);
     char sock[1024];
     snprintf(sock, sizeof(sock), "%s/state/%s.sock", tap_tmpdir(), box_id);
@@ -626,11 +610,11 @@ static void test_local_stop_by_id_ends_the_agent(void)
     fclose(f);
     const char *k = strstr(text, "\"pid\":");
     long agent = k ? strtol(k + 6, NULL, 10) : 0;
-    TAP_TRUE(agent > 0 && runs(agent));
+    TAP_TRUE(agent > 0 && proc_runs(agent));
     sbx_provider *other = make_provider();
     TAP_OK(sbx_provider_stop_box(other, sbx_sandbox_id(sb), NULL));
     sbx_provider_free(other);
-    TAP_TRUE(!runs(agent));
+    TAP_TRUE(!proc_runs(agent));
     TAP_TRUE(access(rec, F_OK) != 0);
     /* Its session's background job went with it (killed: gone within the alarm). */
     for (;;) {

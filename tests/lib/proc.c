@@ -120,16 +120,3 @@ int mounts_naming(const char *text)
     fclose(f);
     return n;
 }
-
-int open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        TAP_FAIL("opendir /proc/self/fd: %s", strerror(errno));
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)))
-        n += de->d_name[0] != '.';
-    closedir(d);
-    return n - 1;
-}

@@ -7,6 +7,8 @@
 #ifndef SBX_TESTS_LIB_PROC_H
 #define SBX_TESTS_LIB_PROC_H
 
+#include "lib/procfs.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -29,8 +31,6 @@ pid_t proc_find(bool (*match)(const char *cmd, const void *arg), const void *arg
                 size_t n);
 /* The lines of this process's /proc/self/mountinfo that hold `text`: mounts naming it. */
 int mounts_naming(const char *text);
-/* The descriptors this process has open now (the one reading them excluded). */
-int open_fds(void);
 /* proc_find(): the command line starts with `prefix` and holds `has` (NULL: anything). */
 pid_t proc_named(const char *prefix, const char *has);
 
