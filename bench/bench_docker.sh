@@ -28,13 +28,9 @@ cleanup() {
   rm -rf "$W"
 }
 trap cleanup EXIT
-if ! bench_docker_up "$W"; then
-  echo "# bench_docker: no docker daemon answers (SBX_BENCH_DOCKER=1 starts one), skipped"
-  exit 0
-fi
+bench_docker_need bench_docker "$W"
 cd "$W"
-"$ROOT/scripts/make-test-rootfs.sh" base.tar
-docker import base.tar sbx-bench-docker >/dev/null
+bench_docker_image sbx-bench-docker
 head -c $((64 << 20)) /dev/urandom >"$W/blob"
 SBX_LIB="$B/libsbx.so" PYTHONPATH="$ROOT/python" N="$N" W="$W" python3 - <<'PY'
 import asyncio, os, statistics, subprocess, sys, time

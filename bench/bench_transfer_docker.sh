@@ -30,14 +30,10 @@ cleanup() {
   rm -rf "$W"
 }
 trap cleanup EXIT
-if ! bench_docker_up "$W"; then
-  echo "# bench_transfer_docker: no docker daemon answers (SBX_BENCH_DOCKER=1 starts one), skipped"
-  exit 0
-fi
+bench_docker_need bench_transfer_docker "$W"
 
 cd "$W"
-"$ROOT/scripts/make-test-rootfs.sh" base.tar
-docker import base.tar sbx-bench-xfer >/dev/null
+bench_docker_image sbx-bench-xfer
 "$SBX" image import sbx-bench-xfer base.tar >/dev/null
 ctr=$(docker run -d --network none sbx-bench-xfer sleep 100000)
 box=$("$SBX" create --image sbx-bench-xfer)

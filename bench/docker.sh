@@ -28,3 +28,14 @@ bench_docker_down() {
   umount -R "$bench_docker_dir/docker-data" 2>/dev/null
   bench_docker_started=
 }
+# bench_docker_need NAME DIR: bench_docker_up DIR, or says NAME is skipped and exits 0.
+bench_docker_need() {
+  bench_docker_up "$2" && return 0
+  echo "# $1: no docker daemon answers (SBX_BENCH_DOCKER=1 starts one), skipped"
+  exit 0
+}
+# bench_docker_image IMAGE: base.tar here (scripts/make-test-rootfs.sh), imported into the engine as IMAGE.
+bench_docker_image() {
+  "$ROOT/scripts/make-test-rootfs.sh" base.tar
+  docker import base.tar "$1" >/dev/null
+}
