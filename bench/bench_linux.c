@@ -255,6 +255,18 @@ static void box_pids(sbx_sandbox *sb, pid_t *shim, pid_t *init)
     json_decref(j);
 }
 
+/* Adds box sb's memory: its shim's process tree to *rss and *pss, its cgroup's charge to *cg. */
+static void add_box_mem(sbx_sandbox *sb, double *rss, double *pss, double *cg)
+{
+    pid_t shim, init;
+    double r, p;
+    box_pids(sb, &shim, &init);
+    tree_mem(shim, &r, &p);
+    *rss += r;
+    *pss += p;
+    *cg += cgroup_mem(init);
+}
+
 /* Completion times of async operations, stamped on the loop thread. */
 struct stamp {
     double t0, *end;
@@ -594,15 +606,8 @@ static void bench_all(int n)
     double cwall = now_ms() - t0;
     usleep(200 * 1000); /* idle */
     double rss = 0, pss = 0, cg = 0;
-    for (int i = 0; i < C; i++) {
-        pid_t shim, init;
-        double r, p;
-        box_pids(sbs[i], &shim, &init);
-        tree_mem(shim, &r, &p);
-        rss += r;
-        pss += p;
-        cg += cgroup_mem(init);
-    }
+    for (int i = 0; i < C; i++)
+        add_box_mem(sbs[i], &rss, &pss, &cg);
     t0 = now_ms();
     for (int i = 0; i < C; i++)
         if (sbx_sandbox_stop_async(sbs[i], &fs[i], NULL) != SBX_OK)
@@ -894,13 +899,7 @@ static void bench_many(int n)
     double rss = 0, pss = 0, cg = 0;
     int counted = 0;
     for (int i = 0; i < made; i += made / 20 > 0 ? made / 20 : 1) {
-        pid_t shim, init;
-        double r, p;
-        box_pids(sbs[i], &shim, &init);
-        tree_mem(shim, &r, &p);
-        rss += r;
-        pss += p;
-        cg += cgroup_mem(init);
+        add_box_mem(sbs[i], &rss, &pss, &cg);
         counted++;
     }
     printf("  host memory used: %.0f MiB (%.2f MiB per box, MemAvailable before/after)\n",
