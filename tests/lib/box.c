@@ -6,6 +6,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/*
+ * What a call that had to fail returned: `rc` must be `code` (0: any), the
+ * message of `e` must hold `want` (NULL: any). Frees e; its message, in a
+ * static buffer that the next call overwrites.
+ */
+static const char *refused_with(int rc, sbx_error *e, int code, const char *want)
+{
+    static char msg[4096];
+    snprintf(msg, sizeof(msg), "%s", sbx_error_message(e) ? sbx_error_message(e) : "");
+    sbx_error_free(e);
+    if (code)
+        TAP_EQ_INT(rc, code);
+    if (want)
+        TAP_CONTAINS(msg, want);
+    return msg;
+}
+
 sbx_provider *provider_of(const char *cfg)
 {
     sbx_provider *p = NULL;
@@ -17,7 +34,6 @@ sbx_provider *provider_of(const char *cfg)
 
 const char *provider_fails(const char *cfg, int code, const char *want)
 {
-    static char msg[4096];
     sbx_provider *p = NULL;
     sbx_error *e = NULL;
     int rc = sbx_provider_new(cfg, &p, &e);
@@ -26,13 +42,7 @@ const char *provider_fails(const char *cfg, int code, const char *want)
         TAP_FAIL("the provider %s was made; wanted it refused%s%s", cfg, want ? " with: " : "",
                  want ? want : "");
     }
-    snprintf(msg, sizeof(msg), "%s", sbx_error_message(e) ? sbx_error_message(e) : "");
-    sbx_error_free(e);
-    if (code)
-        TAP_EQ_INT(rc, code);
-    if (want)
-        TAP_CONTAINS(msg, want);
-    return msg;
+    return refused_with(rc, e, code, want);
 }
 
 sbx_provider *fake_provider(const char *cfg)
@@ -82,7 +92,6 @@ void stop_free(sbx_sandbox *sb)
 
 const char *start_fails(sbx_provider *p, const sbx_spec *spec, int code, const char *want)
 {
-    static char msg[4096];
     sbx_sandbox *sb = NULL;
     sbx_error *e = NULL;
     sbx_spec *own = spec ? NULL : sbx_spec_new();
@@ -96,14 +105,8 @@ const char *start_fails(sbx_provider *p, const sbx_spec *spec, int code, const c
         TAP_FAIL("the box started; wanted it to fail%s%s", want ? " with: " : "",
                  want ? want : "");
     }
-    snprintf(msg, sizeof(msg), "%s", sbx_error_message(e) ? sbx_error_message(e) : "");
-    sbx_error_free(e);
     sbx_sandbox_free(sb);
-    if (code)
-        TAP_EQ_INT(rc, code);
-    if (want)
-        TAP_CONTAINS(msg, want);
-    return msg;
+    return refused_with(rc, e, code, want);
 }
 
 sbx_sandbox **start_many(sbx_provider *p, const sbx_spec *spec, int n)
