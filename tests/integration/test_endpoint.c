@@ -9,6 +9,7 @@
 #include "tap.h"
 #include "common.h"
 #include "lib/box.h"
+#include "lib/digest.h"
 #include "lib/proc.h"
 #include "linux_census.h"
 #include "linux_fixture.h"
@@ -232,14 +233,8 @@ static void hundred_at_once(int port, const char *path, const char *want_hex)
         TAP_CONTAINS(all, " 200 ");
         char *body = strstr(all, "\r\n\r\n");
         TAP_TRUE(body != NULL);
-        struct sha256_ctx h;
-        sha256_init(&h);
-        sha256_update(&h, strlen(body + 4), (const uint8_t *)body + 4);
-        uint8_t d[SHA256_DIGEST_SIZE];
         char hex[65];
-        sha256_digest(&h, sizeof(d), d);
-        for (size_t k = 0; k < sizeof(d); k++)
-            snprintf(hex + 2 * k, 3, "%02x", d[k]);
+        sha256_hex(body + 4, strlen(body + 4), hex);
         TAP_EQ_STR(hex, want_hex);
     }
 }

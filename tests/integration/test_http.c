@@ -11,10 +11,10 @@
 #include "core/internal.h"
 #include "lib/api_server.h"
 #include "lib/proc.h"
+#include "lib/digest.h"
 
 #include <sbx/http.h>
 
-#include <nettle/sha2.h>
 
 #include <jansson.h>
 #include <semaphore.h>
@@ -195,14 +195,8 @@ static void test_echo_headers_and_bodies(void)
     TAP_EQ_INT(b.status, 200);
     j = body_json(&b);
     TAP_EQ_INT(json_integer_value(json_object_get(j, "body_len")), (long long)n);
-    struct sha256_ctx sh;
-    uint8_t dg[SHA256_DIGEST_SIZE];
-    sha256_init(&sh);
-    sha256_update(&sh, n, big);
-    sha256_digest(&sh, sizeof(dg), dg);
     char hex[65];
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", dg[i]);
+    sha256_hex(big, n, hex);
     TAP_EQ_STR(json_string_value(json_object_get(j, "body_sha256")), hex);
     TAP_EQ_STR(json_string_value(json_object_get(json_object_get(j, "headers"), "Content-Type")),
                "application/octet-stream");

@@ -10,6 +10,7 @@
 #include "tap.h"
 #include "common.h"
 #include "lib/box.h"
+#include "lib/digest.h"
 #include "lib/proc.h"
 #include "lib/tar.h"
 
@@ -21,7 +22,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <nettle/sha2.h>
 #include <pwd.h>
 #include <sched.h>
 #include <signal.h>
@@ -116,27 +116,11 @@ static void make_bomb(const char *out, long long bytes)
     archive_write_free(a);
 }
 
-static void sha256_file(const char *path, char hex[65])
-{
-    char *data = NULL;
-    size_t n = 0;
-    if (sbx__read_file(path, &data, &n) < 0)
-        TAP_FAIL("read %s: %s", path, strerror(errno));
-    struct sha256_ctx s;
-    uint8_t d[SHA256_DIGEST_SIZE];
-    sha256_init(&s);
-    sha256_update(&s, n, (const uint8_t *)data);
-    sha256_digest(&s, sizeof(d), d);
-    for (size_t i = 0; i < sizeof(d); i++)
-        snprintf(hex + 2 * i, 3, "%02x", d[i]);
-    free(data);
-}
-
 /* Writes `text` as blob and returns its digest hex. */
 static void put_blob(const char *layout, const char *src, char hex[65])
 {
     char cmd[PATH_MAX * 3], out[512];
-    sha256_file(src, hex);
+    sha256_file_hex(src, hex);
     snprintf(cmd, sizeof(cmd), "mkdir -p %s/blobs/sha256 && cp %s %s/blobs/sha256/%s", layout, src,
              layout, hex);
     if (run_cmd(out, sizeof(out), "%s", cmd) != 0)
@@ -455,7 +439,7 @@ static void test_oci_manifest_must_match_its_digest(void)
     /* a's manifest digest, b's manifest bytes (and b's layer, so it would unpack). */
     char ha[65];
     snprintf(out, sizeof(out), "%s.manifest", a);
-    sha256_file(out, ha);
+    sha256_file_hex(out, ha);
     TAP_EQ_INT(run_cmd(out, sizeof(out),
                        "cp %s.manifest %s/blobs/sha256/%s && cp %s/blobs/sha256/* "
                        "%s/blobs/sha256/",
@@ -647,7 +631,7 @@ static void test_non_regular_sources_refused(void)
     make_tar(l1, one, 1);
     const char *const layers[] = {l1};
     make_oci(layout, layers, 1);
-    sha256_file(l1, hex);
+    sha256_file_hex(l1, hex);
     snprintf(blob, sizeof(blob), "%s/blobs/sha256/%s", layout, hex);
     TAP_EQ_INT(run_cmd(out, sizeof(out), "ln -sf /dev/zero %s", blob), 0);
     e = NULL;

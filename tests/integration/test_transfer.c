@@ -8,13 +8,13 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/digest.h"
 #include "linux_census.h"
 #include "linux_fixture.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <nettle/sha2.h>
 #include <stdint.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -134,21 +134,6 @@ static void same_tree(const char *a, const char *b)
         TAP_FAIL("trees differ: %s", cmp_why);
 }
 
-static void sha256_file(const char *path, uint8_t out[SHA256_DIGEST_SIZE])
-{
-    struct sha256_ctx c;
-    sha256_init(&c);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        TAP_FAIL("open %s: %s", path, strerror(errno));
-    static uint8_t buf[1 << 20];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof(buf))) > 0)
-        sha256_update(&c, (size_t)n, buf);
-    close(fd);
-    sha256_digest(&c, SHA256_DIGEST_SIZE, out);
-}
-
 /* --- tests ---------------------------------------------------------------- */
 
 /* 10,000 small files in 100 directories, modes, mtimes, symlinks, hard links. */
@@ -249,11 +234,11 @@ static void test_one_gib_file_round_trips_in_bounded_memory(void)
     TAP_OK(sbx_sandbox_upload_dir(sb, src, "/data", 0, &e_));
     TAP_OK(sbx_sandbox_download_dir(sb, "/data", dst, 0, &e_));
     stop_free(sb);
-    uint8_t h1[SHA256_DIGEST_SIZE], h2[SHA256_DIGEST_SIZE];
-    sha256_file(path, h1);
+    char h1[65], h2[65];
+    sha256_file_hex(path, h1);
     snprintf(path, sizeof(path), "%s/one-gib", dst);
-    sha256_file(path, h2);
-    TAP_TRUE(memcmp(h1, h2, sizeof(h1)) == 0);
+    sha256_file_hex(path, h2);
+    TAP_EQ_STR(h2, h1);
     same_tree(src, dst);
     /* The whole file never sat in this process's memory. */
     struct rusage ru;

@@ -15,11 +15,11 @@
 #include "core/internal.h"
 #include "lib/api_server.h"
 #include "lib/proc.h"
+#include "lib/digest.h"
 
 #include <sbx/http.h>
 #include <sbx/ws.h>
 
-#include <nettle/sha2.h>
 
 #include <jansson.h>
 #include <pthread.h>
@@ -360,17 +360,6 @@ static json_t *seen(sbx_http_client *cl, const char *key)
     TAP_TRUE(j);
     free(c.body);
     return j;
-}
-
-static void sha256_hex(const void *data, size_t n, char hex[65])
-{
-    struct sha256_ctx sh;
-    uint8_t dg[SHA256_DIGEST_SIZE];
-    sha256_init(&sh);
-    sha256_update(&sh, n, data);
-    sha256_digest(&sh, sizeof(dg), dg);
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", dg[i]);
 }
 
 /*
