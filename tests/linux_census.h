@@ -17,6 +17,8 @@
 #ifndef SBX_LINUX_CENSUS_H
 #define SBX_LINUX_CENSUS_H
 
+#include <sbx.h>
+
 #include <dirent.h>
 #include <stdio.h>
 #include <string.h>
@@ -187,6 +189,14 @@ static void census_check(const char *state_dir)
         usleep(20 * 1000);
     }
     TAP_FAIL("census: %s", leak);
+}
+
+/* A test's end: frees its spec and its provider, then census_check(state_dir). */
+static inline void free_and_census(sbx_spec *s, sbx_provider *p, const char *state_dir)
+{
+    sbx_spec_free(s);
+    sbx_provider_free(p);
+    census_check(state_dir);
 }
 
 #endif

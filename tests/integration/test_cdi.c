@@ -109,9 +109,7 @@ static void one_gpu(const char *provider_cfg)
     char hook[PATH_MAX + 16];
     snprintf(hook, sizeof(hook), "%s/hook-ran", tap_tmpdir());
     TAP_TRUE(!have_file(hook));
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* gpu: 1 gives the box device "0" with its node, the spec's mounts and env. */
@@ -146,9 +144,7 @@ static void test_gpu_two_and_by_name(void)
     TAP_EQ_STR(out_of(sb, "ls /dev | grep nvidia; head -c 3 /dev/nvidia1 | od -An -tx1"),
                "nvidia1\n 00 00 00\n");
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 static void create_fails(const char *provider_cfg, long long gpu, int code, const char *want)
@@ -163,9 +159,7 @@ static void create_fails(const char *provider_cfg, long long gpu, int code, cons
     TAP_CONTAINS(sbx_error_message(e), want);
     sbx_error_free(e);
     sbx_sandbox_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* gpu: 3 with 2 devices: a clear create error naming what was found, and nothing left. */
@@ -234,9 +228,7 @@ static void test_gpu_mount_through_image_link(void)
     TAP_TRUE(!have_file(host_side));
     stop_free(sb);
     TAP_TRUE(!have_file(host_side));
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 TAP_MAIN(TAP(test_gpu_one), TAP(test_gpu_mount_through_image_link), TAP(test_gpu_one_userns), TAP(test_gpu_two_and_by_name),

@@ -436,9 +436,7 @@ static void test_endpoint_serves_a_box_without_network(void)
     TAP_TRUE(!listening(web) && !listening(echo) && !listening(none));
     TAP_EQ_INT(dial(web), -1);
     TAP_EQ_INT(errno, ECONNREFUSED);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* The box's forwarder process (sbx-shim --forward BOX_DIR ...), or 0. */
@@ -499,9 +497,7 @@ static void listeners_end_with_the_agent(bool stopped)
         usleep(10000);
     }
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 static void test_listeners_end_with_the_agent(void) { listeners_end_with_the_agent(false); }
@@ -562,9 +558,7 @@ static void test_thousand_connections_at_once(void)
         close(fds[i]);
     }
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* provider_options.publish is checked, and a bad address fails the create leaving nothing. */

@@ -172,9 +172,7 @@ static void test_config_applies_in_a_box(void)
     sb = start(p, s);
     TAP_EQ_STR(entrypoint_report(sb), "spec[/bin/sh] 1234\n");
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 static void test_inspect_ls_format_tag(void)
@@ -273,9 +271,7 @@ static void test_inspect_ls_format_tag(void)
     sb = start(p, s);
     TAP_EQ_STR(out_of(sb, "pwd; id -u"), "/srv/app\n1234\n");
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* What an import may leave in the store: names/, sources/, and trees of good imports only. */

@@ -106,9 +106,7 @@ static void test_stop_without_pidfd(void)
     sbx_sandbox_detach(sb2);
     TAP_OK(sbx__linux_stop_box(state_dir, id, 10, &e_));
     free(id);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 static void test_pid1_is_agent_and_namespaces(void)
@@ -150,9 +148,7 @@ static void test_pid1_is_agent_and_namespaces(void)
     TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
     TAP_EQ_INT(st, SBX_STATUS_RUNNING);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 static void test_writes_isolated_between_boxes(void)
@@ -181,9 +177,7 @@ static void test_writes_isolated_between_boxes(void)
     free(m);
     stop_free(a);
     stop_free(b);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 static void test_memory_bomb_is_oom_and_box_lives(void)
@@ -207,9 +201,7 @@ static void test_memory_bomb_is_oom_and_box_lives(void)
     TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
     TAP_EQ_INT(st, SBX_STATUS_RUNNING);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 static void test_fork_bomb_stopped_by_pids(void)
@@ -225,9 +217,7 @@ static void test_fork_bomb_stopped_by_pids(void)
     sbx_exec_result_free(r);
     TAP_CONTAINS(out_of(sb, "echo alive"), "alive");
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 static void test_disk_gib_enospc(void)
@@ -243,9 +233,7 @@ static void test_disk_gib_enospc(void)
     sbx_exec_result_free(r);
     TAP_EQ_INT(rc_of(sb, "rm /tmp/big && echo small > /tmp/small"), 0);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* The size of the filesystem at `path` in the box, in bytes, as its statfs says. */
@@ -395,9 +383,7 @@ static void test_escapes_fail(void)
     TAP_CONTAINS(out_of(sb, "grep NoNewPrivs /proc/self/status"), "1");
     TAP_CONTAINS(out_of(sb, "grep Seccomp: /proc/self/status"), "2");
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /*
@@ -456,9 +442,7 @@ static void test_image_symlinks_cannot_reach_the_host(void)
     stop_free(sb2);
     TAP_EQ_INT(run_cmd(out, sizeof(out), "test -e %s/work/x && echo leaked || true", host), 0);
     TAP_EQ_STR(out, "");
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* A box resolves its own name and localhost with no network (as in Docker). */
@@ -503,9 +487,7 @@ static void test_box_resolves_its_own_name(void)
     TAP_EQ_STR(out_of(sh, "getent hosts \"$(hostname)\" | cut -f1 -d' '"), "127.0.1.1\n");
     stop_free(sh);
     sbx_provider_free(ph);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /*
@@ -561,9 +543,7 @@ static void test_cgroup_level(void)
         TAP_TRUE(!have_file(top));
     }
     sbx__linux_record_free(&rec);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /*
@@ -652,9 +632,7 @@ static void test_cgroup_limits_written(void)
     TAP_EQ_INT(seen, nwant);
     sbx__linux_record_free(&rec);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /*
@@ -696,9 +674,7 @@ static void test_box_sees_its_own_cgroup_limits(void)
     TAP_EQ_STR(out_of(sb, cmd), "0\n");
     stop_free(other);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* A cpu quota beyond the machine's CPUs (or below 0.01) is refused before any work. */
@@ -723,9 +699,7 @@ static void test_cpu_out_of_range_refused(void)
     sbx_sandbox *sb = start(p, s);
     TAP_EQ_INT(rc_of(sb, "true"), 0);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 static void test_agent_killed_gives_error(void)
@@ -756,9 +730,7 @@ static void test_agent_killed_gives_error(void)
     TAP_CONTAINS(sbx_exec_result_stderr(r, NULL), "agent");
     sbx_exec_result_free(r);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* True once `name` exists in some box directory under <state>/boxes. */
@@ -972,9 +944,7 @@ static void test_gc_leaves_a_box_being_created_alone(void)
     snprintf(creating, sizeof(creating), "%s/creating", state_dir);
     TAP_EQ_INT(entries(creating), 0);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /*
@@ -1021,9 +991,7 @@ static void test_shim_gone_before_ready_says_why(void)
     sbx_error_free(e);
     sbx_future_free(f);
     sbx_sandbox_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 static void test_ttl_enforced_without_creator(void)
@@ -1055,9 +1023,7 @@ static void test_ttl_enforced_without_creator(void)
         sbx_exec_result_free(r);
     }
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 static void test_serialize_connect_list_gc(void)
@@ -1111,9 +1077,7 @@ static void test_serialize_connect_list_gc(void)
     sbx__kv_free(&labels);
     free(desc);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 static void progress_cb(const char *stage, uint64_t done, uint64_t total, void *data)
@@ -1163,9 +1127,7 @@ static void test_image_import_list_remove(void)
     sbx_error_free(e);
     sbx_spec_set_image(s, garbage);
     start_fails(p, s, SBX_ECREATE, "not a tar archive");
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 static void test_ready_timeout_is_everify_and_torn_down(void)
@@ -1175,9 +1137,7 @@ static void test_ready_timeout_is_everify_and_torn_down(void)
     sbx_spec *s = spec_none();
     sbx_spec_set_ready_timeout(s, 0.0001);
     start_fails(p, s, SBX_EVERIFY, "ready");
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* tests/run.sh runs this case alone, after the others (200 boxes at once). */
@@ -1200,9 +1160,7 @@ static void test_many_boxes_at_once(void)
         TAP_CONTAINS(out_of(sbs[i], "hostname"), sbx_sandbox_id(sbs[i]));
     stop_many_wait(sbs, stop_many_begin(sbs, n), n);
     free(sbs);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* Runs `hostname` in every box at once and checks each answered with its own id. */
@@ -1316,9 +1274,7 @@ static void test_agent_connections_pooled(void)
     TAP_TRUE(open_fds() <= base + CAP);
     for (int i = 0; i < N; i++)
         stop_free(sbs[i]);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* A box killed while its connection sits closed in the pool: one reconnect, then the error. */
@@ -1350,9 +1306,7 @@ static void test_pooled_agent_killed_gives_error(void)
     TAP_CONTAINS(out_of(b, "hostname"), sbx_sandbox_id(b));
     stop_free(a);
     stop_free(b);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* $0 of a string command, and whether it is bash. */
@@ -1467,9 +1421,7 @@ static void test_oci_layout_with_whiteouts(void)
     TAP_CONTAINS(out_of(sb, "cat /etc/new"), "new");
     TAP_EQ_INT(rc_of(sb, "test -x /bin/sh"), 0);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* --- user namespaces ------------------------------------------------------ */
@@ -1576,9 +1528,7 @@ static void test_userns_root_maps_to_unprivileged_range(void)
     TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
     TAP_EQ_INT(st, SBX_STATUS_RUNNING);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 static void test_userns_image_limits_and_escapes(void)
@@ -1627,9 +1577,7 @@ static void test_userns_image_limits_and_escapes(void)
     TAP_CONTAINS(out_of(a, "grep Seccomp: /proc/self/status"), "2");
     stop_free(a);
     stop_free(b);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 static void test_userns_ranges_run_out_and_config_checked(void)
@@ -1649,9 +1597,7 @@ static void test_userns_ranges_run_out_and_config_checked(void)
     TAP_EQ_INT(userns_uid_of(c, NULL), ua);
     TAP_EQ_STR(out_of(c, "id -u"), "0\n");
     stop_free(c);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 static void test_userns_network_host_and_ttl(void)
@@ -1677,9 +1623,7 @@ static void test_userns_network_host_and_ttl(void)
     TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
     TAP_EQ_INT(st, SBX_STATUS_STOPPED);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /*
@@ -1803,9 +1747,7 @@ static void test_seccomp_filter_cached_and_checked(void)
     struct sock_filter bad = BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0);
     write_cache(path, &bad, sizeof(bad), true, 0600);
     box_is_filtered(p, s);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /*
@@ -1838,9 +1780,7 @@ static void test_agent_cannot_be_ptraced_from_the_box(void)
         "print(\"agent\",agent,\"own\",own)'";
     TAP_CONTAINS(out_of(sb, py), "agent -1 own 0");
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /*
@@ -1874,9 +1814,7 @@ static void test_box_ends_when_its_directory_is_removed(void)
         usleep(50 * 1000);
     TAP_NE_INT(kill(shim, 0), 0);
     sbx_sandbox_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* --- frozen boxes (issue 24) ----------------------------------------------- */
@@ -2034,9 +1972,7 @@ static void test_status_paused_when_frozen_or_agent_stopped(void)
     TAP_EQ_INT(status_after(sb, SBX_STATUS_PAUSED), SBX_STATUS_RUNNING);
     TAP_EQ_STR(out_of(sb, "echo continued"), "continued\n");
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /*
@@ -2091,9 +2027,7 @@ static void test_frozen_box_ended_by_stop_ttl_and_gc(void)
     TAP_CONTAINS(removed, sbx_sandbox_id(c));
     free(removed);
     sbx_sandbox_free(c);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* The ids in a JSON array text of boxes (objects with "id") or of ids, space-separated. */
@@ -2199,9 +2133,7 @@ static void test_provider_list_stop_gc_images(void)
     TAP_TRUE(!strstr(json, "reg-bb"));
     free(json);
     sbx_spec_free(si);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 int main(int argc, char **argv)

@@ -623,9 +623,7 @@ static void test_memory_cgroup_limited(void)
     sbx_exec_result_free(r);
     stop_free(plain);
     stop_free(limited);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 TAP_MAIN(TAP(test_memory_cgroup_limited), TAP(test_pid_hint_only_near_the_host_limit), TAP(test_masks_add_no_superblock),

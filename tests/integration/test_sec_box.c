@@ -212,9 +212,7 @@ static void box_writes_never_privileged(const char *cfg)
     free(copy);
     TAP_TRUE(writable >= 3); /* /, /dev, /dev/shm at least */
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 static void test_box_writes_never_privileged_on_host(void)
@@ -269,9 +267,7 @@ static void test_disk_limit_bounds_every_writable_place(void)
     diag("host free space dropped by %lld bytes", drop);
     TAP_TRUE(drop < 1LL << 30);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* --- item 7: the host reaches only the box it names ------------------------- */
@@ -375,9 +371,7 @@ static void test_unprivileged_box_process_cannot_use_agent(void)
     TAP_CONTAINS(o, "65534\n");
     TAP_TRUE(strstr(o, "answered") == NULL);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* The agent itself refuses a peer of another uid, whatever the socket's mode. */
@@ -467,9 +461,7 @@ static void test_socket_families_refused(void)
         TAP_CONTAINS(o, want);
     }
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* --- descriptors: a default per box, configurable, never above the creator's --- */
@@ -555,9 +547,7 @@ static void test_none_image_hides_host_secrets(void)
     if (strstr(mi, state_root))
         TAP_FAIL("the box's mountinfo shows the host's state directory %s:\n%s", state_root, mi);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 int main(int argc, char **argv)

@@ -202,9 +202,7 @@ static void test_forged_records_signal_nothing(void)
     victim_end(&v);
     json_decref(ar);
     stop_free(a);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* A record that is a link, writable by others, or huge is not read. */
@@ -390,9 +388,7 @@ static void test_records_private_and_no_secret_on_cmdlines(void)
     if (d)
         closedir(d);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* First user of /etc/passwd with a uid in [lo, hi): its name, or NULL. */
@@ -506,9 +502,7 @@ static void test_gc_finds_boxes_without_records(void)
     json_decref(r2);
     free(id1);
     free(id2);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /*
@@ -543,9 +537,7 @@ static void test_record_without_state(void)
     TAP_OK(sbx_sandbox_status(a, &st, &e_));
     TAP_EQ_INT(st, SBX_STATUS_ERROR);
     stop_free(a);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /*
@@ -594,9 +586,7 @@ static void test_die_with_creator(void)
     sbx_provider *p = provider(NULL);
     TAP_EQ_INT(sbx_spec_set_provider_options(s, "{\"die_with_creator\": 1}", NULL), SBX_OK);
     start_fails(p, s, SBX_EINVAL, "die_with_creator");
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 int main(int argc, char **argv)

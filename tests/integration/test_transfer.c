@@ -195,9 +195,7 @@ static void test_tree_of_10000_files_round_trips(void)
     TAP_EQ_INT(lstat(b, &s2), 0);
     TAP_TRUE(s1.st_ino == s2.st_ino);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /*
@@ -245,9 +243,7 @@ static void test_one_gib_file_round_trips_in_bounded_memory(void)
     getrusage(RUSAGE_SELF, &ru);
     if (!memcheck)
         TAP_TRUE(ru.ru_maxrss < 256 * 1024);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* --- hostile archives ------------------------------------------------------ */
@@ -417,9 +413,7 @@ static void test_hostile_archives_write_nothing_outside(void)
         TAP_TRUE(st.st_nlink == shadow_before.st_nlink);
         TAP_TRUE(st.st_mtim.tv_sec == shadow_before.st_mtim.tv_sec);
     }
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* A box directory with links to / and /etc downloads as links, nothing behind them. */
@@ -448,9 +442,7 @@ static void test_download_of_link_to_root_stays_a_link(void)
     snprintf(path, sizeof(path), "%s/root", dst);
     TAP_EQ_INT(lstat(path, &st), 0);
     TAP_TRUE(S_ISLNK(st.st_mode));
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* Bytes in and out without a local file; kinds; limits; errors. */
@@ -520,9 +512,7 @@ static void test_bytes_kinds_and_errors(void)
     TAP_EQ_INT(lstat(path, &st), 0);
     TAP_EQ_INT((int)st.st_uid, 0);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 /* The async forms: four uploads and four downloads at once on one box. */
@@ -567,9 +557,7 @@ static void test_async_transfers_run_at_once(void)
     sbx_error_free(e);
     sbx_future_free(f[0]);
     stop_free(sb);
-    sbx_spec_free(s);
-    sbx_provider_free(p);
-    census_check(state_dir);
+    free_and_census(s, p, state_dir);
 }
 
 int main(int argc, char **argv)
