@@ -12,6 +12,7 @@
  */
 #include "tap.h"
 #include "common.h"
+#include "lib/box.h"
 #include "lib/file.h"
 #include "lib/proc.h"
 #include "linux_census.h"
@@ -1112,25 +1113,29 @@ static json_t *ls_entry(json_t *arr, const char *id)
     return NULL;
 }
 
-/* A local box made by this process through the library, then left (detached) for the CLI. */
-static void local_library_box(char *id, size_t n, const char *run, double ttl)
+/*
+ * A box of `spec` made by this process through the library on a provider of
+ * `cfg`, then detached: it outlives the handle and the provider, for the CLI
+ * (its id in `id`). Frees spec.
+ */
+static void library_box_of(const char *cfg, sbx_spec *spec, char *id, size_t n)
 {
-    sbx_provider *prov = NULL;
-    sbx_error *e = NULL;
-    if (sbx_provider_new("{\"local\":{}}", &prov, &e) != SBX_OK)
-        TAP_FAIL("provider: %s", sbx_error_message(e));
-    sbx_spec *spec = sbx_spec_new();
-    sbx_spec_set_metadata(spec, "run", run);
-    if (ttl > 0)
-        sbx_spec_set_ttl(spec, ttl);
-    sbx_sandbox *sb = NULL;
-    TAP_EQ_INT(sbx_sandbox_new(prov, spec, &sb, NULL), SBX_OK);
-    if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
-        TAP_FAIL("start: %s", sbx_error_message(e));
+    sbx_provider *prov = provider_of(cfg);
+    sbx_sandbox *sb = start(prov, spec);
     snprintf(id, n, "%s", sbx_sandbox_id(sb));
     sbx_sandbox_detach(sb);
     sbx_spec_free(spec);
     sbx_provider_free(prov);
+}
+
+/* A local box made by this process through the library, then left (detached) for the CLI. */
+static void local_library_box(char *id, size_t n, const char *run, double ttl)
+{
+    sbx_spec *spec = sbx_spec_new();
+    sbx_spec_set_metadata(spec, "run", run);
+    if (ttl > 0)
+        sbx_spec_set_ttl(spec, ttl);
+    library_box_of("{\"local\":{}}", spec, id, n);
 }
 
 /* The local provider's boxes, whoever made them, through sbx ls, exec, stop and gc. */
@@ -1716,22 +1721,10 @@ static void test_linux_cp_dir_without_sh_or_tar(void)
 /* Starts a linux box through the library in this process and lets it go (its id in `id`). */
 static void library_box(char *id, size_t n, const char *label_key, const char *label_value)
 {
-    sbx_provider *prov = NULL;
-    sbx_error *e = NULL;
-    if (sbx_provider_new("{\"linux\":{}}", &prov, &e) != SBX_OK)
-        TAP_FAIL("provider: %s", sbx_error_message(e));
     sbx_spec *spec = sbx_spec_new();
     sbx_spec_set_metadata(spec, label_key, label_value);
     sbx_spec_set_env(spec, "FROM", "library");
-    sbx_sandbox *sb = NULL;
-    TAP_EQ_INT(sbx_sandbox_new(prov, spec, &sb, NULL), SBX_OK);
-    if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
-        TAP_FAIL("start: %s", sbx_error_message(e));
-    snprintf(id, n, "%s", sbx_sandbox_id(sb));
-    /* Detached: the box outlives the handle and this provider. */
-    sbx_sandbox_detach(sb);
-    sbx_spec_free(spec);
-    sbx_provider_free(prov);
+    library_box_of("{\"linux\":{}}", spec, id, n);
 }
 
 static void test_linux_library_box_seen_by_cli(void)
