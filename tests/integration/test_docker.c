@@ -1556,20 +1556,29 @@ static void test_probe(void)
     sbx_provider_free(p);
 }
 
-/* The engine over tcp with TLS (DOCKER_TLS_VERIFY, DOCKER_CERT_PATH); loopback counts as local. */
-static void test_tls(void)
+/*
+ * For a test of the engine over tcp with TLS: skips where dockerd has no TLS
+ * listener, points DOCKER_TLS_VERIFY and DOCKER_CERT_PATH at its
+ * certificates, and writes into cfg (n bytes) the provider config
+ * {"docker": {"host": "tcp://127.0.0.1:PORT", REST}}.
+ */
+static void need_tls(char *cfg, size_t n, const char *rest)
 {
     need_engine();
     if (tls_port <= 0)
         TAP_SKIP("no TLS certificates (openssl) for dockerd's tcp listener");
-    char certs[600], cfg[1024];
+    char certs[600];
     snprintf(certs, sizeof(certs), "%s/certs", dir);
     setenv("DOCKER_TLS_VERIFY", "1", 1);
     setenv("DOCKER_CERT_PATH", certs, 1);
-    snprintf(cfg, sizeof(cfg),
-             "{\"docker\": {\"host\": \"tcp://127.0.0.1:%d\", \"create\": {\"network\": "
-             "\"none\"}}}",
-             tls_port);
+    snprintf(cfg, n, "{\"docker\": {\"host\": \"tcp://127.0.0.1:%d\", %s}}", tls_port, rest);
+}
+
+/* The engine over tcp with TLS (DOCKER_TLS_VERIFY, DOCKER_CERT_PATH); loopback counts as local. */
+static void test_tls(void)
+{
+    char cfg[1024];
+    need_tls(cfg, sizeof(cfg), "\"create\": {\"network\": \"none\"}");
     sbx_provider *p = NULL;
     TAP_OK(sbx_provider_new(cfg, &p, &e_));
     sbx_spec *spec = image_spec();
@@ -1599,18 +1608,10 @@ static void test_tls(void)
  */
 static void test_remote(void)
 {
-    need_engine();
-    if (tls_port <= 0)
-        TAP_SKIP("no TLS certificates (openssl) for dockerd's tcp listener");
-    char certs[600], cfg[1024];
-    snprintf(certs, sizeof(certs), "%s/certs", dir);
-    setenv("DOCKER_TLS_VERIFY", "1", 1);
-    setenv("DOCKER_CERT_PATH", certs, 1);
-    snprintf(cfg, sizeof(cfg),
-             "{\"docker\": {\"host\": \"tcp://127.0.0.1:%d\", \"remote\": true, "
-             "\"create\": {\"network\": \"none\", \"read_only\": true, \"host_config\": "
-             "{\"Tmpfs\": {\"/tmp\": \"size=16m\"}}}}}",
-             tls_port);
+    char cfg[1024];
+    need_tls(cfg, sizeof(cfg),
+             "\"remote\": true, \"create\": {\"network\": \"none\", \"read_only\": true, "
+             "\"host_config\": {\"Tmpfs\": {\"/tmp\": \"size=16m\"}}}");
     sbx_provider *p = NULL;
     TAP_OK(sbx_provider_new(cfg, &p, &e_));
     sbx_spec *spec = image_spec();
