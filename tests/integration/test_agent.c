@@ -377,6 +377,19 @@ static void wait_gone(pid_t pid)
         usleep(10000);
 }
 
+/* The pid a command in the box writes to `path` (a line), once it has written it. */
+static pid_t pid_written(const char *path)
+{
+    char *text = NULL;
+    while (!(text = read_text(path)) || !strchr(text, '\n')) { /* the alarm bounds it */
+        free(text);
+        usleep(5000);
+    }
+    pid_t pid = (pid_t)strtol(text, NULL, 10);
+    free(text);
+    return pid;
+}
+
 static void test_timeout_kills_group(void)
 {
     setup();
@@ -421,13 +434,7 @@ static void test_cancel_kills_group(void)
     snprintf(pidfile, sizeof(pidfile), "%s/main.pid", tap_tmpdir());
     snprintf(cmd, sizeof(cmd), "echo $$ > %s; exec sleep 1000", pidfile);
     struct waiter *w = exec_start_async(c, cmd, NULL, NULL, NULL);
-    char *pid_text = NULL;
-    while (!(pid_text = read_text(pidfile)) || !strchr(pid_text, '\n')) {
-        free(pid_text);
-        usleep(5000);
-    }
-    pid_t pid = (pid_t)strtol(pid_text, NULL, 10);
-    free(pid_text);
+    pid_t pid = pid_written(pidfile);
     on_loop(do_cancel, w->op);
     waiter_wait(w);
     TAP_EQ_INT(w->code, SBX_ECANCELED);
@@ -771,13 +778,7 @@ static void test_agent_killed_mid_exec(void)
     snprintf(flag, sizeof(flag), "%s/running", tap_tmpdir());
     snprintf(cmd, sizeof(cmd), "echo $$ > %s; exec sleep 1000", flag);
     struct waiter *w = exec_start_async(c, cmd, NULL, NULL, NULL);
-    char *pid_text = NULL;
-    while (!(pid_text = read_text(flag)) || !strchr(pid_text, '\n')) {
-        free(pid_text);
-        usleep(5000);
-    }
-    pid_t sleeper = (pid_t)strtol(pid_text, NULL, 10);
-    free(pid_text);
+    pid_t sleeper = pid_written(flag);
     kill(a.pid, SIGKILL);
     sbx_exec_result *r = exec_wait(w);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
@@ -981,13 +982,7 @@ static void test_entrypoint_and_sigterm(void)
     snprintf(script, sizeof(script), "echo $$ > %s; exec sleep 1000", flag);
     char *const entry[] = {(char *)"sh", (char *)"-c", script, NULL};
     struct agent a = start_listen(NULL, NULL, entry);
-    char *pid_text = NULL;
-    while (!(pid_text = read_text(flag)) || !strchr(pid_text, '\n')) {
-        free(pid_text);
-        usleep(5000);
-    }
-    pid_t service = (pid_t)strtol(pid_text, NULL, 10);
-    free(pid_text);
+    pid_t service = pid_written(flag);
     sbx_agent_conn *c = connect_agent(&a);
     sbx_exec_result *r = agent_run(c, "echo ok", NULL);
     TAP_EQ_STR(stdout_of(r), "ok\n");
