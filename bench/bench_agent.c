@@ -21,19 +21,6 @@
 
 static sbx_provider *P;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void die(const char *what)
-{
-    fprintf(stderr, "bench_agent: %s\n", what);
-    exit(1);
-}
-
 struct waiter {
     pthread_mutex_t m;
     pthread_cond_t cv;
@@ -120,7 +107,7 @@ static void run(struct job *j, int n)
     sbx__context_post(P->ctx, do_jobs, j);
     wait_all(&w);
     if (w.code)
-        die("an op failed");
+        bench_die("an op failed");
     if (j->kind == 0)
         sbx_exec_result_free(w.value);
 }
@@ -145,17 +132,17 @@ int main(int argc, char **argv)
     char exe[PATH_MAX], agent[PATH_MAX + 16];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (len <= 0)
-        die("readlink");
+        bench_die("readlink");
     exe[len] = 0;
     snprintf(agent, sizeof(agent), "%s/sbx-agent", dirname(dirname(exe)));
     char dir[] = "/tmp/sbx-bench-agent-XXXXXX";
     if (!mkdtemp(dir))
-        die("mkdtemp");
+        bench_die("mkdtemp");
     char sock[128];
     snprintf(sock, sizeof(sock), "%s/agent.sock", dir);
     int rp[2];
     if (pipe2(rp, O_CLOEXEC) < 0)
-        die("pipe");
+        bench_die("pipe");
     pid_t apid = fork();
     if (apid == 0) {
         dup2(rp[1], 3);
@@ -165,35 +152,35 @@ int main(int argc, char **argv)
     close(rp[1]);
     char b;
     if (read(rp[0], &b, 1) != 1)
-        die("the agent did not start (run make first)");
+        bench_die("the agent did not start (run make first)");
     close(rp[0]);
     if (sbx_provider_new("{\"local\": {}}", &P, NULL) != SBX_OK)
-        die("provider");
+        bench_die("provider");
     struct waiter cw = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0, NULL};
     struct job j = {.w = &cw, .sock = sock};
     sbx__context_post(P->ctx, do_connect, &j);
     wait_all(&cw);
     if (cw.code || !cw.value)
-        die("connect");
+        bench_die("connect");
     j.c = cw.value;
 
     /* Warm-up, then one at a time. */
     run(&j, 20);
-    double t0 = now();
+    double t0 = bench_now();
     for (int i = 0; i < n; i++)
         bench_fork_exec_true();
-    double base = (now() - t0) / n;
+    double base = (bench_now() - t0) / n;
     const char *const targv[] = {"/bin/true", NULL};
     j.argv = targv;
-    t0 = now();
+    t0 = bench_now();
     for (int i = 0; i < n; i++)
         run(&j, 1);
-    double via_argv = (now() - t0) / n;
+    double via_argv = (bench_now() - t0) / n;
     j.argv = NULL;
-    t0 = now();
+    t0 = bench_now();
     for (int i = 0; i < n; i++)
         run(&j, 1);
-    double via_sh = (now() - t0) / n;
+    double via_sh = (bench_now() - t0) / n;
     printf("# agent exec round trip, %d sequential\n", n);
     printf("fork+exec /bin/true (host)   %8.1f us\n", base * 1e6);
     printf("agent exec argv /bin/true    %8.1f us   x%.2f\n", via_argv * 1e6, via_argv / base);
@@ -202,9 +189,9 @@ int main(int argc, char **argv)
     /* Many at once on one connection. */
     int conc = n < 300 ? n : 300;
     j.argv = targv;
-    t0 = now();
+    t0 = bench_now();
     run(&j, conc);
-    double par = now() - t0;
+    double par = bench_now() - t0;
     printf("agent exec x%d concurrent     %8.1f us each (wall %.1f ms)\n", conc, par / conc * 1e6,
            par * 1e3);
 
@@ -215,23 +202,23 @@ int main(int argc, char **argv)
     snprintf(back, sizeof(back), "%s/back.bin", dir);
     snprintf(cmd, sizeof(cmd), "head -c 268435456 /dev/urandom > %s", src);
     if (run_shell(cmd) != 0)
-        die("making the test file");
+        bench_die("making the test file");
     snprintf(cmd, sizeof(cmd), "cp %s %s/cp.bin", src, dir);
-    t0 = now();
+    t0 = bench_now();
     run_shell(cmd);
-    double cp = now() - t0;
+    double cp = bench_now() - t0;
     j.kind = 1;
     j.a = src;
     j.b = in_box;
-    t0 = now();
+    t0 = bench_now();
     run(&j, 1);
-    double up = now() - t0;
+    double up = bench_now() - t0;
     j.kind = 2;
     j.a = in_box;
     j.b = back;
-    t0 = now();
+    t0 = bench_now();
     run(&j, 1);
-    double down = now() - t0;
+    double down = bench_now() - t0;
     printf("# 256 MiB file\n");
     printf("cp                           %8.1f ms   %6.0f MiB/s\n", cp * 1e3, 256 / cp);
     printf("agent upload                 %8.1f ms   %6.0f MiB/s  x%.2f\n", up * 1e3, 256 / up,

@@ -54,11 +54,6 @@ static const char *state_root; /* SBX_STATE_DIR: bench_state_dir() */
 static sbx_provider *P;
 static sbx_spec *SPEC;
 
-static double now_ms(void)
-{
-    return bench_now() * 1e3;
-}
-
 /* --- processes ------------------------------------------------------------ */
 
 /* Starts argv with stdin/stdout/stderr on /dev/null (stdout to `out_fd` when >= 0). */
@@ -91,11 +86,11 @@ static int wait_pid(pid_t pid)
 /* Runs argv to its end; returns the wall time in ms, or -1 when it failed. */
 static double run_ms(const char *const argv[])
 {
-    double t0 = now_ms();
+    double t0 = bench_now_ms();
     pid_t pid = spawn(argv, -1);
     if (pid < 0 || wait_pid(pid) != 0)
         return -1;
-    return now_ms() - t0;
+    return bench_now_ms() - t0;
 }
 
 /* Runs argv; its stdout (trimmed) into out. Returns the exit status. */
@@ -123,14 +118,14 @@ static int capture(const char *const argv[], char *out, size_t n)
 static double run_concurrent(const char *const argv[], int k)
 {
     pid_t *pids = calloc((size_t)k, sizeof(pid_t));
-    double t0 = now_ms();
+    double t0 = bench_now_ms();
     for (int i = 0; i < k; i++)
         pids[i] = spawn(argv, -1);
     bool ok = true;
     for (int i = 0; i < k; i++)
         ok &= pids[i] > 0 && wait_pid(pids[i]) == 0;
     free(pids);
-    return ok ? now_ms() - t0 : -1;
+    return ok ? bench_now_ms() - t0 : -1;
 }
 
 /* --- memory of a process tree ----------------------------------------------- */
@@ -276,7 +271,7 @@ static void stamp_cb(sbx_future *f, void *data)
 {
     (void)f;
     struct stamp *s = data;
-    *s->end = now_ms() - s->t0;
+    *s->end = bench_now_ms() - s->t0;
 }
 
 /* Waits for every future; dies on an error. Frees them. */
@@ -352,10 +347,10 @@ static double docker_run_d(char *id, size_t n)
 {
     const char *argv[] = { "docker", "run",  "-d",  "--label", docker_label, "--network",
                            "none",   IMG,    "sleep", "3600",  NULL };
-    double t0 = now_ms();
+    double t0 = bench_now_ms();
     if (capture(argv, id, n) != 0)
         return -1;
-    return now_ms() - t0;
+    return bench_now_ms() - t0;
 }
 
 /* --- output ----------------------------------------------------------------- */
@@ -407,14 +402,14 @@ static void bench_all(int n)
     for (int i = 0; i < n; i++) {
         sbx_sandbox *sb = NULL;
         sbx_sandbox_new(P, SPEC, &sb, NULL);
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         sbx_error *err = NULL;
         if (sbx_sandbox_start(sb, NULL, &err) != SBX_OK)
             bench_die("start: %s", sbx_error_message(err));
-        a[i] = now_ms() - t0;
+        a[i] = bench_now_ms() - t0;
         box_exec(sb, "true");
         sbx_sandbox_stop(sb, NULL);
-        b[i] = now_ms() - t0;
+        b[i] = bench_now_ms() - t0;
         sbx_sandbox_free(sb);
         c[i] = run_ms(TRUE_);
         d[i] = have_bwrap ? run_ms(BWRAP_TRUE) : NAN;
@@ -490,13 +485,13 @@ static void bench_all(int n)
     if (!sh)
         bench_die("out of memory");
     for (int i = 0; i < n; i++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         box_exec(warm, "true");
-        a[i] = now_ms() - t0;
+        a[i] = bench_now_ms() - t0;
         c[i] = run_ms(TRUE_);
-        t0 = now_ms();
+        t0 = bench_now_ms();
         box_exec(warm, "true;");
-        sh[i] = now_ms() - t0;
+        sh[i] = bench_now_ms() - t0;
     }
     int nde = 0;
     for (int i = 0; ctr[0] && i < (n < 50 ? n : 50); i++) {
@@ -519,7 +514,7 @@ static void bench_all(int n)
     for (int r = 0; r < ROUNDS; r++) {
         sbx_future *fs[K];
         struct stamp sp[K];
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         for (int i = 0; i < K; i++) {
             sp[i] = (struct stamp){ t0, &lat[r * K + i] };
             if (sbx_sandbox_exec_async(warm, "true", NULL, &fs[i], NULL) != SBX_OK)
@@ -527,7 +522,7 @@ static void bench_all(int n)
             sbx_future_then(fs[i], stamp_cb, &sp[i]);
         }
         wait_all(fs, K, "concurrent exec");
-        wall[r] = now_ms() - t0;
+        wall[r] = bench_now_ms() - t0;
         fwall[r] = run_concurrent(TRUE_, K);
         if (ctr[0]) {
             const char *argv[] = { "docker", "exec", ctr, "true", NULL };
@@ -561,14 +556,14 @@ static void bench_all(int n)
     }
     double up, down, cp, dup = NAN, ddown = NAN;
     sbx_error *err = NULL;
-    double t0 = now_ms();
+    double t0 = bench_now_ms();
     if (sbx_sandbox_upload(warm, src, "/tmp/big", &err) != SBX_OK)
         bench_die("upload: %s", sbx_error_message(err));
-    up = now_ms() - t0;
-    t0 = now_ms();
+    up = bench_now_ms() - t0;
+    t0 = bench_now_ms();
     if (sbx_sandbox_download(warm, "/tmp/big", dst, &err) != SBX_OK)
         bench_die("download: %s", sbx_error_message(err));
-    down = now_ms() - t0;
+    down = bench_now_ms() - t0;
     if (stat(dst, &st) != 0 || (size_t)st.st_size != big)
         bench_die("download: wrong size");
     box_exec(warm, "rm /tmp/big");
@@ -596,24 +591,24 @@ static void bench_all(int n)
     enum { C = 20 };
     sbx_sandbox *sbs[C];
     sbx_future *fs[C];
-    t0 = now_ms();
+    t0 = bench_now_ms();
     for (int i = 0; i < C; i++) {
         sbx_sandbox_new(P, SPEC, &sbs[i], NULL);
         if (sbx_sandbox_start_async(sbs[i], NULL, &fs[i], NULL) != SBX_OK)
             bench_die("start_async");
     }
     wait_all(fs, C, "concurrent create");
-    double cwall = now_ms() - t0;
+    double cwall = bench_now_ms() - t0;
     usleep(200 * 1000); /* idle */
     double rss = 0, pss = 0, cg = 0;
     for (int i = 0; i < C; i++)
         add_box_mem(sbs[i], &rss, &pss, &cg);
-    t0 = now_ms();
+    t0 = bench_now_ms();
     for (int i = 0; i < C; i++)
         if (sbx_sandbox_stop_async(sbs[i], &fs[i], NULL) != SBX_OK)
             bench_die("stop_async");
     wait_all(fs, C, "concurrent stop");
-    double swall = now_ms() - t0;
+    double swall = bench_now_ms() - t0;
     for (int i = 0; i < C; i++)
         sbx_sandbox_free(sbs[i]);
 
@@ -866,7 +861,7 @@ static void bench_many(int n)
     kmem_read(&k0);
     slabs_read(&sl0);
     double avail0 = mem_available();
-    double t0 = now_ms();
+    double t0 = bench_now_ms();
     int made = 0;
     /* In waves of 50: the creates of one wave overlap; a failure stops the ramp. */
     const char *fail = NULL;
@@ -890,7 +885,7 @@ static void bench_many(int n)
                 made = i + 1;
         }
     }
-    double create = now_ms() - t0;
+    double create = bench_now_ms() - t0;
     printf("  created %d in %.1f s (%.1f boxes/s)%s%s\n", made, create / 1e3,
            made / (create / 1e3), fail ? "; stopped at: " : "", fail ? fail : "");
     printf("  descriptors open in this process: %d\n", open_fds());
@@ -911,7 +906,7 @@ static void bench_many(int n)
     if (counted)
         printf("  per box (sample of %d): RSS %.2f MiB, PSS %.2f MiB, cgroup %.2f MiB\n", counted,
                rss / counted / MIB, pss / counted / MIB, cg / counted / MIB);
-    t0 = now_ms();
+    t0 = bench_now_ms();
     int answered = 0;
     for (int base = 0; base < made; base += 100) {
         int end = base + 100 < made ? base + 100 : made;
@@ -929,8 +924,8 @@ static void bench_many(int n)
         }
     }
     printf("  %d of %d answered an exec of true, in %.1f s; descriptors open after: %d\n",
-           answered, made, (now_ms() - t0) / 1e3, open_fds());
-    t0 = now_ms();
+           answered, made, (bench_now_ms() - t0) / 1e3, open_fds());
+    t0 = bench_now_ms();
     for (int i = 0; i < made; i++)
         if (sbx_sandbox_stop_async(sbs[i], &fs[i], NULL) != SBX_OK)
             fs[i] = NULL;
@@ -948,7 +943,7 @@ static void bench_many(int n)
     }
     for (int i = made; i < n; i++)
         sbx_sandbox_free(sbs[i]);
-    double stop_s = (now_ms() - t0) / 1e3;
+    double stop_s = (bench_now_ms() - t0) / 1e3;
     printf("  stop of all at once: %d of %d reported success in %.1f s (%.0f stops/s)%s%s\n",
            stopped, made, stop_s, stop_s > 0 ? made / stop_s : 0,
            stop_err ? "; first failure: " : "", stop_err ? stop_err : "");
@@ -971,7 +966,7 @@ static void bench_churn(int total, int inflight, const char *cmd)
     bool *ok = calloc((size_t)inflight, sizeof(*ok));
     struct kmem k0, k1;
     kmem_read(&k0);
-    double t0 = now_ms();
+    double t0 = bench_now_ms();
     int done = 0, failed = 0;
     _cleanup_free_ char *why = NULL;
     while (done + failed < total) {
@@ -1019,13 +1014,13 @@ static void bench_churn(int total, int inflight, const char *cmd)
             kmem_read(&kn);
             printf("  %d lifecycles (%d failed), %.0f s: SUnreclaim %+.1f MiB, dying memory "
                    "cgroups %+ld\n",
-                   done + failed, failed, (now_ms() - t0) / 1e3,
+                   done + failed, failed, (bench_now_ms() - t0) / 1e3,
                    (kn.unreclaim - k0.unreclaim) / 1048576,
                    (kn.memcg - kn.memcg_live) - (k0.memcg - k0.memcg_live));
             fflush(stdout);
         }
     }
-    double el = (now_ms() - t0) / 1e3;
+    double el = (bench_now_ms() - t0) / 1e3;
     printf("  %d lifecycles ended cleanly, %d failed, in %.1f s (%.1f/s)%s%s\n", done, failed, el,
            (done + failed) / el, why ? "; first failure: " : "", why ? why : "");
     sleep(5);

@@ -15,11 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static void die(const char *what, sbx_error *e)
-{
-    bench_die("%s: %s", what, e ? sbx_error_message(e) : "failed");
-}
-
 int main(int argc, char **argv)
 {
     int n = argc > 1 ? (int)strtol(argv[1], NULL, 10) : 200;
@@ -27,14 +22,14 @@ int main(int argc, char **argv)
         n = 1;
     char root[] = "/tmp/sbx-bench-XXXXXX";
     if (!mkdtemp(root))
-        die("mkdtemp", NULL);
+        bench_die_err("mkdtemp", NULL);
     char cfg[256];
     snprintf(cfg, sizeof(cfg), "{\"local\": {\"workspace_root\": \"%s\", \"concurrency\": 64}}",
              root);
     sbx_error *e = NULL;
     sbx_provider *p = NULL;
     if (sbx_provider_new(cfg, &p, &e))
-        die("provider", e);
+        bench_die_err("provider", e);
     sbx_spec *spec = bench_spec(NULL);
 
     double t0 = bench_now();
@@ -42,7 +37,7 @@ int main(int argc, char **argv)
         sbx_sandbox *sb = NULL;
         if (sbx_sandbox_new(p, spec, &sb, &e) || sbx_sandbox_start(sb, NULL, &e) ||
             sbx_sandbox_stop(sb, &e))
-            die("create/stop", e);
+            bench_die_err("create/stop", e);
         sbx_sandbox_free(sb);
     }
     double dt = bench_now() - t0;
@@ -50,12 +45,12 @@ int main(int argc, char **argv)
 
     sbx_sandbox *sb = NULL;
     if (sbx_sandbox_new(p, spec, &sb, &e) || sbx_sandbox_start(sb, NULL, &e))
-        die("start", e);
+        bench_die_err("start", e);
     t0 = bench_now();
     for (int i = 0; i < n; i++) {
         sbx_exec_result *r = NULL;
         if (sbx_sandbox_exec(sb, "true", NULL, &r, &e))
-            die("exec", e);
+            bench_die_err("exec", e);
         sbx_exec_result_free(r);
     }
     dt = bench_now() - t0;
@@ -65,10 +60,10 @@ int main(int argc, char **argv)
     t0 = bench_now();
     for (int i = 0; i < n; i++)
         if (sbx_sandbox_exec_async(sb, "echo hi", NULL, &fs[i], &e))
-            die("exec_async", e);
+            bench_die_err("exec_async", e);
     for (int i = 0; i < n; i++) {
         if (sbx_future_wait(fs[i], -1, &e))
-            die("wait", e);
+            bench_die_err("wait", e);
         sbx_future_free(fs[i]);
     }
     dt = bench_now() - t0;
@@ -80,7 +75,7 @@ int main(int argc, char **argv)
     t0 = bench_now();
     sbx_exec_result *r = NULL;
     if (sbx_sandbox_exec(sb, "head -c 268435456 /dev/zero", o, &r, &e))
-        die("exec big", e);
+        bench_die_err("exec big", e);
     dt = bench_now() - t0;
     size_t len = 0;
     sbx_exec_result_stdout(r, &len);
@@ -90,11 +85,11 @@ int main(int argc, char **argv)
     char src[512];
     snprintf(src, sizeof(src), "%s/big.bin", root);
     if (sbx_sandbox_exec(sb, "head -c 536870912 /dev/zero > ../big.bin", o, &r, &e))
-        die("make file", e);
+        bench_die_err("make file", e);
     sbx_exec_result_free(r);
     t0 = bench_now();
     if (sbx_sandbox_upload(sb, src, "in/big.bin", &e))
-        die("upload", e);
+        bench_die_err("upload", e);
     dt = bench_now() - t0;
     printf("upload 512 MiB        %8.1f MiB/s\n", 512 / dt);
     unlink(src);

@@ -26,22 +26,12 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_ms(void)
-{
-    return bench_now() * 1e3;
-}
-
-static void die(const char *what, sbx_error *e)
-{
-    bench_die("%s: %s", what, e ? sbx_error_message(e) : "failed");
-}
-
 static void exec_ok(sbx_sandbox *sb, const char *cmd, const sbx_exec_opts *o)
 {
     sbx_exec_result *r = NULL;
     sbx_error *e = NULL;
     if (sbx_sandbox_exec(sb, cmd, o, &r, &e) != SBX_OK)
-        die(cmd, e);
+        bench_die_err(cmd, e);
     if (sbx_exec_result_return_code(r) != 0) {
         const char *er = sbx_exec_result_stderr(r, NULL);
         bench_die("%s exited %d: %s", cmd, sbx_exec_result_return_code(r), er ? er : "");
@@ -67,7 +57,7 @@ static void first_cb(int stream, const char *data, size_t len, void *user)
     struct first *f = user;
     pthread_mutex_lock(&f->lock);
     if (f->at == 0)
-        f->at = now_ms();
+        f->at = bench_now_ms();
     pthread_cond_signal(&f->cond);
     pthread_mutex_unlock(&f->lock);
 }
@@ -102,7 +92,7 @@ int main(int argc, char **argv)
     sbx_provider *p = NULL;
     sbx_error *e = NULL;
     if (sbx_provider_new("{\"linux\": {}}", &p, &e) != SBX_OK)
-        die("provider", e);
+        bench_die_err("provider", e);
     sbx_spec *spec = bench_spec(NULL);
     double *v = calloc((size_t)n, sizeof(double));
 
@@ -110,10 +100,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < n; i++) {
         sbx_sandbox *sb = NULL;
         sbx_sandbox_new(p, spec, &sb, NULL);
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
-            die("start", e);
-        v[i] = now_ms() - t0;
+            bench_die_err("start", e);
+        v[i] = bench_now_ms() - t0;
         sbx_sandbox_stop(sb, NULL);
         sbx_sandbox_free(sb);
     }
@@ -122,19 +112,19 @@ int main(int argc, char **argv)
     sbx_sandbox *sb = NULL;
     sbx_sandbox_new(p, spec, &sb, NULL);
     if (sbx_sandbox_start(sb, NULL, &e) != SBX_OK)
-        die("start", e);
+        bench_die_err("start", e);
     for (int i = 0; i < 20; i++)
         exec_ok(sb, "true", NULL);
     for (int i = 0; i < n; i++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         exec_ok(sb, "true", NULL);
-        v[i] = now_ms() - t0;
+        v[i] = bench_now_ms() - t0;
     }
     row("exec true (one-shot)", v, n);
     for (int i = 0; i < n; i++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         exec_ok(sb, "echo hello", NULL);
-        v[i] = now_ms() - t0;
+        v[i] = bench_now_ms() - t0;
     }
     row("exec echo (one-shot)", v, n);
 
@@ -143,9 +133,9 @@ int main(int argc, char **argv)
     size_t got = 0;
     sbx_exec_opts_set_output_cb(o, count_cb, &got);
     for (int i = 0; i < n; i++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         exec_ok(sb, "echo hello", o);
-        v[i] = now_ms() - t0;
+        v[i] = bench_now_ms() - t0;
     }
     row("exec echo, callback", v, n);
     sbx_exec_opts_free(o);
@@ -157,9 +147,9 @@ int main(int argc, char **argv)
     sbx_exec_opts_set_output_fd(o, SBX_STREAM_STDOUT, pp[1]);
     char sink[4096];
     for (int i = 0; i < n; i++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         exec_ok(sb, "echo hello", o);
-        v[i] = now_ms() - t0;
+        v[i] = bench_now_ms() - t0;
         while (read(pp[0], sink, sizeof(sink)) > 0)
             ;
     }
@@ -177,11 +167,11 @@ int main(int argc, char **argv)
     for (int i = 0; i < m; i++) {
         f.at = 0;
         sbx_future *fu = NULL;
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         if (sbx_sandbox_exec_async(sb, "echo x; sleep 0.2", o, &fu, &e) != SBX_OK)
-            die("exec", e);
+            bench_die_err("exec", e);
         sbx_future_wait(fu, -1, NULL);
-        w[i] = now_ms() - t0;
+        w[i] = bench_now_ms() - t0;
         v[i] = f.at - t0;
         sbx_future_free(fu);
     }
@@ -198,7 +188,7 @@ int main(int argc, char **argv)
     const char *bulk = "head -c 268435456 /dev/zero";
     double host_s = 1e9, box_s = 1e9;
     for (int r = 0; r < 3; r++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         FILE *fp = popen(bulk, "r");
         static char big[1 << 16];
         size_t total = 0, k;
@@ -206,7 +196,7 @@ int main(int argc, char **argv)
             total += k;
         if (fp)
             pclose(fp);
-        double t = (now_ms() - t0) / 1e3;
+        double t = (bench_now_ms() - t0) / 1e3;
         if (total == 268435456u && t < host_s)
             host_s = t;
         o = sbx_exec_opts_new();
@@ -214,9 +204,9 @@ int main(int argc, char **argv)
         sbx_exec_opts_set_output_cb(o, count_cb, &got);
         sbx_exec_opts_set_keep_output(o, 0);
         sbx_exec_opts_set_output_limit(o, (size_t)512 << 20);
-        t0 = now_ms();
+        t0 = bench_now_ms();
         exec_ok(sb, bulk, o);
-        t = (now_ms() - t0) / 1e3;
+        t = (bench_now_ms() - t0) / 1e3;
         sbx_exec_opts_free(o);
         if (got == 268435456u && t < box_s)
             box_s = t;

@@ -31,6 +31,11 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+double bench_now_ms(void)
+{
+    return bench_now() * 1e3;
+}
+
 double bench_pct(double *v, int n, double p)
 {
     if (n <= 0)
@@ -99,6 +104,11 @@ void bench_die(const char *fmt, ...)
     while (n_on_die > 0)
         on_die[--n_on_die]();
     exit(1);
+}
+
+void bench_die_err(const char *what, const sbx_error *e)
+{
+    bench_die("%s: %s", what, e ? sbx_error_message(e) : "failed");
 }
 
 static char state_dir[64];

@@ -18,6 +18,8 @@
 
 /* Seconds on the monotonic clock. */
 double bench_now(void);
+/* Milliseconds on the monotonic clock. */
+double bench_now_ms(void);
 /* The p-th percentile (0..100) of v[0..n), nearest rank; sorts v. NAN when n is 0. */
 double bench_pct(double *v, int n, double p);
 /* One fork+exec+wait of /bin/true: the floor every exec is compared with (seconds). */
@@ -41,6 +43,8 @@ sbx_spec *bench_spec(const char *options);
 void bench_on_die(void (*fn)(void));
 /* Prints "NAME: message" on stderr, runs the bench_on_die() hooks, exits 1. */
 __attribute__((noreturn, format(printf, 1, 2))) void bench_die(const char *fmt, ...);
+/* bench_die() saying what failed and why: e's message ("failed" when e is NULL). */
+__attribute__((noreturn)) void bench_die_err(const char *what, const sbx_error *e);
 
 /*
  * A private state directory for the bench's boxes (/tmp/sbx-bench-XXXXXX):
