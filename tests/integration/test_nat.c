@@ -337,6 +337,21 @@ static void test_nat_reaches_an_allowed_host_port_only(void)
 }
 
 /*
+ * From box sb, the host's loopback server (through the gateway, on `port`)
+ * and its server on its own address `hs`:`hport` are both refused.
+ */
+static void host_refused(sbx_sandbox *sb, int port, const char *hs, int hport)
+{
+    char url[128], out[4096];
+    snprintf(url, sizeof(url), "http://" SBX_NAT_GATEWAY ":%d/", port);
+    TAP_NE_INT(fetch(sb, url, out, sizeof(out)), 0);
+    TAP_TRUE(!strstr(out, "host-loopback"));
+    snprintf(url, sizeof(url), "http://%s:%d/", hs, hport);
+    TAP_NE_INT(fetch(sb, url, out, sizeof(out)), 0);
+    TAP_TRUE(!strstr(out, "host-address"));
+}
+
+/*
  * Without a rule naming the host, the gateway is closed; the host's own
  * address is closed whatever the policy; a deny rule beats an allow rule.
  */
@@ -353,15 +368,10 @@ static void test_nat_host_closed_without_a_rule(void)
     struct in_addr ha = { htonl(self) };
     inet_ntop(AF_INET, &ha, hs, sizeof(hs));
     sbx_provider *p = provider(NULL);
-    char url[128], out[4096], opts[256];
+    char out[4096], opts[256];
 
     sbx_sandbox *sb = nat_box(p, "{\"network\": \"nat\"}");
-    snprintf(url, sizeof(url), "http://" SBX_NAT_GATEWAY ":%d/", port);
-    TAP_NE_INT(fetch(sb, url, out, sizeof(out)), 0);
-    TAP_TRUE(!strstr(out, "host-loopback"));
-    snprintf(url, sizeof(url), "http://%s:%d/", hs, hport);
-    TAP_NE_INT(fetch(sb, url, out, sizeof(out)), 0);
-    TAP_TRUE(!strstr(out, "host-address"));
+    host_refused(sb, port, hs, hport);
     stop_free(sb);
 
     /* Deny wins: the same port allowed and denied is refused; the allowed one still works. */
@@ -370,13 +380,8 @@ static void test_nat_host_closed_without_a_rule(void)
              "\"deny\": [\"" SBX_NAT_GATEWAY "/32:%d\"]}}",
              port);
     sb = nat_box(p, opts);
-    snprintf(url, sizeof(url), "http://" SBX_NAT_GATEWAY ":%d/", port);
-    TAP_NE_INT(fetch(sb, url, out, sizeof(out)), 0);
-    TAP_TRUE(!strstr(out, "host-loopback"));
-    /* The host's own address is refused even with "host" allowed. */
-    snprintf(url, sizeof(url), "http://%s:%d/", hs, hport);
-    TAP_NE_INT(fetch(sb, url, out, sizeof(out)), 0);
-    TAP_TRUE(!strstr(out, "host-address"));
+    /* host_refused(): the host's own address is refused even with "host" allowed. */
+    host_refused(sb, port, hs, hport);
     /* Default deny: any other destination is refused in the box, before it leaves. */
     TAP_EQ_INT(box_sh(sb, "wget -q -T 5 -t 1 -O- http://198.51.100.1:9/; echo rc=$?", out,
                       sizeof(out)),
