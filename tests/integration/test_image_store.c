@@ -25,6 +25,21 @@
 /* --- tests ---------------------------------------------------------------- */
 
 /*
+ * OCI layouts A (the busybox base and a layer making /a) and C (the same
+ * base and a layer making /c) in the test's temp dir, which it returns.
+ */
+static const char *two_layouts(void)
+{
+    busybox_tar();
+    const char *t = tap_tmpdir();
+    layer("a", "echo a > a");
+    layer("c", "echo c > c");
+    sh("%s %s/A v1 %s/bb.tar %s/a.tar && %s %s/C v1 %s/bb.tar %s/c.tar", mklayout(), t, t, t,
+       mklayout(), t, t, t);
+    return t;
+}
+
+/*
  * Two images sharing their base layer: the second import unpacks only its
  * own layer, both stacks name the same directory, and each box sees its own
  * top layer over the shared one.
@@ -32,12 +47,7 @@
 static void test_shared_layer_unpacked_once(void)
 {
     need_boxes();
-    busybox_tar();
-    const char *t = tap_tmpdir();
-    layer("a", "echo a > a");
-    layer("c", "echo c > c");
-    sh("%s %s/A v1 %s/bb.tar %s/a.tar && %s %s/C v1 %s/bb.tar %s/c.tar", mklayout(), t, t, t,
-       mklayout(), t, t, t);
+    const char *t = two_layouts();
     char src[700];
     snprintf(src, sizeof(src), "%s/A", t);
     TAP_EQ_INT(import("img-a", src), 2);
@@ -123,12 +133,7 @@ static void test_whiteout_and_opaque_seen_in_box(void)
 static void test_rm_and_prune(void)
 {
     need_boxes();
-    busybox_tar();
-    const char *t = tap_tmpdir();
-    layer("a", "echo a > a");
-    layer("c", "echo c > c");
-    sh("%s %s/A v1 %s/bb.tar %s/a.tar && %s %s/C v1 %s/bb.tar %s/c.tar", mklayout(), t, t, t,
-       mklayout(), t, t, t);
+    const char *t = two_layouts();
     char src[700];
     snprintf(src, sizeof(src), "%s/A", t);
     import("img-a", src);
