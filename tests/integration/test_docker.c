@@ -181,9 +181,7 @@ static void test_exec(void)
              sbx_sandbox_id(sb));
     TAP_EQ_INT(docker(out, sizeof(out), args), 0);
     TAP_EQ_STR(out, "running 1");
-    sbx_status st;
-    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
-    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    status_is(sb, SBX_STATUS_RUNNING);
 
     stop_free(sb);
     /* Gone from the engine. */
@@ -629,9 +627,7 @@ static void test_removed_behind_back(void)
     char out[4096], args[512];
     snprintf(args, sizeof(args), "rm -f %s", sbx_sandbox_id(sb));
     TAP_EQ_INT(docker(out, sizeof(out), args), 0);
-    sbx_status st;
-    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
-    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    status_is(sb, SBX_STATUS_STOPPED);
     /* The reference's result for a container that is gone: 125, "sandbox". */
     sbx_exec_result *r = run(sb, "echo hi", NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
@@ -1000,9 +996,7 @@ static void test_engine_restart(void)
     end_dockerd(dockerd_pid());
     pid_t again = spawn_dockerd();
     TAP_TRUE(engine_up(again));
-    sbx_status st;
-    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
-    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    status_is(sb, SBX_STATUS_STOPPED);
     r = run(sb, "echo after", NULL);
     TAP_EQ_INT(sbx_exec_result_return_code(r), 125);
     TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
@@ -1586,9 +1580,7 @@ static void test_tls(void)
     sbx_exec_result *r = run(sb, "echo over tls", NULL);
     TAP_EQ_STR(stdout_of(r), "over tls\n");
     sbx_exec_result_free(r);
-    sbx_status st;
-    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
-    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    status_is(sb, SBX_STATUS_RUNNING);
     stop_free(sb);
     sbx_provider_free(p);
     /* Without the client certificate the engine refuses, and the error says where. */
@@ -1659,9 +1651,7 @@ static void test_remote(void)
     TAP_EQ_STR(stdout_of(r), "3145728\n");
     sbx_exec_result_free(r);
     stop_free(c);
-    sbx_status st;
-    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
-    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    status_is(sb, SBX_STATUS_RUNNING);
     stop_free(sb);
     /* The container is gone; the agent volume (one per agent build) stays for the next. */
     TAP_EQ_INT(docker(out, sizeof(out), "volume ls -q"), 0);

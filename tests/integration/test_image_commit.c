@@ -335,9 +335,7 @@ static void test_commit_killed_while_frozen_is_thawed(void)
         TAP_FAIL("the committing child died before the box froze (status %d)", ws);
     }
     /* Frozen, and owned by the live commit: paused; another commit is refused. */
-    sbx_status st;
-    TAP_OK(sbx_sandbox_status(b, &st, &e_));
-    TAP_EQ_INT(st, SBX_STATUS_PAUSED);
+    status_is(b, SBX_STATUS_PAUSED);
     char owner[900];
     snprintf(owner, sizeof(owner), "%s/boxes/%s/freeze", state_dir, id);
     TAP_TRUE(have_file(owner));
@@ -353,8 +351,7 @@ static void test_commit_killed_while_frozen_is_thawed(void)
     TAP_EQ_INT(waitpid(child, &ws, 0), child);
     TAP_TRUE(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
     TAP_EQ_STR(out_of(b, "cat /kept"), "kept\n");
-    TAP_OK(sbx_sandbox_status(b, &st, &e_));
-    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    status_is(b, SBX_STATUS_RUNNING);
     TAP_TRUE(!have_file(owner));
     char fg[600];
     snprintf(fg, sizeof(fg), "/sys/fs/cgroup/freezer/%s/%s", sbx__cg_name(), id);

@@ -144,9 +144,7 @@ static void test_pid1_is_agent_and_namespaces(void)
     snprintf(cmd, sizeof(cmd), "echo data > %s && echo x > /root/r && cat %s", stay, stay);
     TAP_EQ_INT(rc_of(sb, cmd), 0);
     TAP_TRUE(!have_file(stay)); /* the box's /tmp is its own */
-    sbx_status st;
-    TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
-    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    status_is(sb, SBX_STATUS_RUNNING);
     stop_free(sb);
     free_and_census(s, p, state_dir);
 }
@@ -197,9 +195,7 @@ static void test_memory_bomb_is_oom_and_box_lives(void)
     TAP_EQ_INT(sbx_exec_result_return_code(r), 137);
     sbx_exec_result_free(r);
     TAP_CONTAINS(out_of(sb, "echo alive"), "alive");
-    sbx_status st;
-    TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
-    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    status_is(sb, SBX_STATUS_RUNNING);
     stop_free(sb);
     free_and_census(s, p, state_dir);
 }
@@ -1006,9 +1002,7 @@ static void test_ttl_enforced_without_creator(void)
     /* The shim ends the box at its TTL; nobody asks it to. */
     while (have_file(bd)) /* bounded by the test's alarm */
         usleep(50 * 1000);
-    sbx_status st;
-    TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
-    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    status_is(sb, SBX_STATUS_STOPPED);
     /*
      * An exec after the TTL is not an error: the reference's container
      * providers return rc 125, error_type "sandbox" (docker exec on a
@@ -1071,9 +1065,7 @@ static void test_serialize_connect_list_gc(void)
     TAP_OK(sbx__linux_gc(state_dir, &o, &removed, &e_));
     TAP_TRUE(removed && removed[0] && !strcmp(removed[0], sbx_sandbox_id(sb)));
     sbx_strv_free(removed);
-    sbx_status st;
-    TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
-    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    status_is(sb, SBX_STATUS_STOPPED);
     sbx__kv_free(&labels);
     free(desc);
     stop_free(sb);
@@ -1300,9 +1292,7 @@ static void test_pooled_agent_killed_gives_error(void)
     TAP_EQ_STR(sbx_exec_result_error_type(r), "sandbox");
     TAP_CONTAINS(sbx_exec_result_stderr(r, NULL), "agent");
     sbx_exec_result_free(r);
-    sbx_status st = SBX_STATUS_RUNNING;
-    TAP_EQ_INT(sbx_sandbox_status(a, &st, NULL), SBX_OK);
-    TAP_EQ_INT(st, SBX_STATUS_ERROR);
+    status_is(a, SBX_STATUS_ERROR);
     TAP_CONTAINS(out_of(b, "hostname"), sbx_sandbox_id(b));
     stop_free(a);
     stop_free(b);
@@ -1524,9 +1514,7 @@ static void test_userns_root_maps_to_unprivileged_range(void)
     /* /proc and /dev work; the host's processes stay invisible. */
     TAP_TRUE(atoi_ok(out_of(sb, "ls /proc | grep -c '^[0-9]'")) < 10);
     TAP_EQ_INT(rc_of(sb, "echo x > /dev/null && head -c 4 /dev/urandom | wc -c | grep -q 4"), 0);
-    sbx_status st;
-    TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
-    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    status_is(sb, SBX_STATUS_RUNNING);
     stop_free(sb);
     free_and_census(s, p, state_dir);
 }
@@ -1619,9 +1607,7 @@ static void test_userns_network_host_and_ttl(void)
     snprintf(bd, sizeof(bd), "%s/boxes/%s", state_dir, sbx_sandbox_id(sb));
     while (have_file(bd)) /* bounded by the test's alarm */
         usleep(50 * 1000);
-    sbx_status st;
-    TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
-    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    status_is(sb, SBX_STATUS_STOPPED);
     stop_free(sb);
     free_and_census(s, p, state_dir);
 }
@@ -1937,9 +1923,7 @@ static void test_status_paused_when_frozen_or_agent_stopped(void)
     sbx_provider *p = provider(NULL);
     sbx_spec *s = spec_none();
     sbx_sandbox *sb = start(p, s);
-    sbx_status st;
-    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
-    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    status_is(sb, SBX_STATUS_RUNNING);
     /* The shim marks its record running just after the handover: a listing at once may
      * still read "starting" (the alarm bounds the wait). */
     char *ls = listed_status(p, sb);
@@ -1952,14 +1936,12 @@ static void test_status_paused_when_frozen_or_agent_stopped(void)
     free(ls);
 
     freeze_by_hand(sb, true);
-    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
-    TAP_EQ_INT(st, SBX_STATUS_PAUSED);
+    status_is(sb, SBX_STATUS_PAUSED);
     ls = listed_status(p, sb);
     TAP_EQ_STR(ls, "paused");
     free(ls);
     freeze_by_hand(sb, false);
-    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
-    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    status_is(sb, SBX_STATUS_RUNNING);
     TAP_EQ_STR(out_of(sb, "echo thawed"), "thawed\n");
 
     pid_t init = init_pid_of(sb);
@@ -1991,9 +1973,7 @@ static void test_frozen_box_ended_by_stop_ttl_and_gc(void)
     /* 1. A stop. */
     sbx_sandbox *a = start(p, s);
     freeze_by_hand(a, true);
-    sbx_status st;
-    TAP_OK(sbx_sandbox_status(a, &st, &e_));
-    TAP_EQ_INT(st, SBX_STATUS_PAUSED);
+    status_is(a, SBX_STATUS_PAUSED);
     TAP_OK(sbx_sandbox_stop(a, &e_));
     sbx_sandbox_free(a);
     census_check(state_dir);
@@ -2004,8 +1984,7 @@ static void test_frozen_box_ended_by_stop_ttl_and_gc(void)
     char bd[900];
     snprintf(bd, sizeof(bd), "%s/boxes/%s", state_dir, sbx_sandbox_id(b));
     freeze_by_hand(b, true);
-    TAP_OK(sbx_sandbox_status(b, &st, &e_));
-    TAP_EQ_INT(st, SBX_STATUS_PAUSED);
+    status_is(b, SBX_STATUS_PAUSED);
     while (have_file(bd)) /* bounded by the test's alarm */
         usleep(50 * 1000);
     stop_free(b);

@@ -799,14 +799,11 @@ static void test_serialize_connect_other_process(void)
     TAP_TRUE(is_dir(ws));
 
     /* a connected handle with no scope ends it, as the reference's connect/stop */
-    sbx_status s;
-    TAP_OK(sbx_sandbox_status(c1, &s, &e_));
-    TAP_EQ_INT(s, SBX_STATUS_RUNNING);
+    status_is(c1, SBX_STATUS_RUNNING);
     TAP_OK(sbx_sandbox_stop(c1, &e_));
     TAP_TRUE(!is_dir(ws));
     /* the owner's handle now sees its box gone */
-    TAP_OK(sbx_sandbox_status(sb, &s, &e_));
-    TAP_EQ_INT(s, SBX_STATUS_STOPPED);
+    status_is(sb, SBX_STATUS_STOPPED);
 
     /* connecting to a stopped box fails clearly */
     sbx_sandbox *c3 = NULL;
@@ -923,20 +920,16 @@ static void test_status_and_endpoint(void)
     TAP_OK(sbx_spec_add_port(s, 8080, &e_));
     sbx_sandbox *sb = NULL;
     TAP_OK(sbx_sandbox_new(p, s, &sb, &e_));
-    sbx_status st;
-    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
-    TAP_EQ_INT(st, SBX_STATUS_UNKNOWN);
+    status_is(sb, SBX_STATUS_UNKNOWN);
     TAP_OK(sbx_sandbox_start(sb, NULL, &e_));
-    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
-    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    status_is(sb, SBX_STATUS_RUNNING);
     sbx_endpoint *ep = NULL;
     TAP_OK(sbx_sandbox_endpoint(sb, 8080, &ep, &e_));
     TAP_EQ_STR(sbx_endpoint_url(ep), "http://127.0.0.1:8080");
     TAP_EQ_INT(sbx_endpoint_header_count(ep), 0);
     sbx_endpoint_free(ep);
     TAP_OK(sbx_sandbox_stop(sb, &e_));
-    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
-    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    status_is(sb, SBX_STATUS_STOPPED);
     sbx_sandbox_free(sb);
     sbx_spec_free(s);
     sbx_provider_free(p);

@@ -72,6 +72,13 @@ sbx_sandbox *start(sbx_provider *p, const sbx_spec *spec)
     return sb;
 }
 
+void status_is(sbx_sandbox *sb, sbx_status want)
+{
+    sbx_status st = (sbx_status)-1; /* not a status, should the call leave it unwritten */
+    TAP_OK(sbx_sandbox_status(sb, &st, &e_));
+    TAP_EQ_INT(st, want);
+}
+
 sbx_sandbox *connect_to(sbx_provider *p, sbx_sandbox *sb)
 {
     char *desc = NULL;

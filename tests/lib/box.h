@@ -19,6 +19,8 @@ sbx_sandbox *fake_box(sbx_provider *p);
 sbx_sandbox *start(sbx_provider *p, const sbx_spec *spec);
 /* Stops and frees a box; fails the test if the stop fails. */
 void stop_free(sbx_sandbox *sb);
+/* sb's status must be `want`; a failing status call fails the test too. */
+void status_is(sbx_sandbox *sb, sbx_status want);
 /* A second handle on sb's box, through `p`: its descriptor (full scope), connected. */
 sbx_sandbox *connect_to(sbx_provider *p, sbx_sandbox *sb);
 

@@ -25,14 +25,11 @@ static void test_start_exec_stop(void)
     sbx_spec *s = spec_img("/work");
     sbx_sandbox *sb = NULL;
     TAP_EQ_INT(sbx_sandbox_new(p, s, &sb, NULL), SBX_OK);
-    sbx_status st;
-    TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
-    TAP_EQ_INT(st, SBX_STATUS_UNKNOWN);
+    status_is(sb, SBX_STATUS_UNKNOWN);
     TAP_NULL(sbx_sandbox_id(sb));
     TAP_EQ_INT(sbx_sandbox_start(sb, NULL, NULL), SBX_OK);
     TAP_TRUE(strncmp(sbx_sandbox_id(sb), "fake-", 5) == 0);
-    TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
-    TAP_EQ_INT(st, SBX_STATUS_RUNNING);
+    status_is(sb, SBX_STATUS_RUNNING);
 
     sbx_exec_result *r = NULL;
     TAP_EQ_INT(sbx_sandbox_exec(sb, "echo hi", NULL, &r, NULL), SBX_OK);
@@ -66,8 +63,7 @@ static void test_start_exec_stop(void)
 
     TAP_EQ_INT(sbx_sandbox_stop(sb, NULL), SBX_OK);
     TAP_EQ_INT(sbx_sandbox_stop(sb, NULL), SBX_OK); /* idempotent */
-    TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
-    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    status_is(sb, SBX_STATUS_STOPPED);
     sbx_error *e = NULL;
     TAP_EQ_INT(sbx_sandbox_exec(sb, "x", NULL, &r, &e), SBX_ESTATE);
     TAP_CONTAINS(sbx_error_message(e), "Sandbox has not been started");
@@ -168,9 +164,7 @@ static void test_create_failure_allows_retry(void)
     TAP_CONTAINS(sbx_error_message(e), "no capacity");
     TAP_EQ_STR(sbx_error_provider(e), "fake");
     sbx_error_free(e);
-    sbx_status st;
-    TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
-    TAP_EQ_INT(st, SBX_STATUS_UNKNOWN);
+    status_is(sb, SBX_STATUS_UNKNOWN);
     TAP_EQ_INT(sbx_sandbox_stop(sb, NULL), SBX_OK);
     sbx_sandbox_free(sb);
     sbx_spec_free(s);
@@ -395,9 +389,7 @@ static void test_stop_during_start(void)
     if (strstr(log, "create:"))
         TAP_CONTAINS(log, "close:owned");
     free(log);
-    sbx_status st;
-    TAP_EQ_INT(sbx_sandbox_status(sb, &st, NULL), SBX_OK);
-    TAP_EQ_INT(st, SBX_STATUS_STOPPED);
+    status_is(sb, SBX_STATUS_STOPPED);
     sbx_future_free(start);
     sbx_future_free(stop);
     sbx_sandbox_free(sb);
