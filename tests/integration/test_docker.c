@@ -299,13 +299,19 @@ static void test_mapping(void)
     sbx_provider_free(p);
 }
 
+/* The engine has no container, running or not, whose `key` (name, label=case, ...) is `value`. */
+static void no_container(const char *key, const char *value)
+{
+    char out[4096], args[512];
+    snprintf(args, sizeof(args), "ps -aq --filter %s=%s", key, value);
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "");
+}
+
 /* No container of the spec labelled case=`tag` is left, and no record of it. */
 static void nothing_left(sbx_provider *p, const char *tag)
 {
-    char out[4096], filter[128];
-    snprintf(filter, sizeof(filter), "ps -aq --filter label=case=%s", tag);
-    TAP_EQ_INT(docker(out, sizeof(out), filter), 0);
-    TAP_EQ_STR(out, "");
+    no_container("label=case", tag);
     char *list = NULL;
     TAP_OK(sbx_provider_list(p, NULL, &list, &e_));
     TAP_EQ_STR(list, "[]");
@@ -663,10 +669,7 @@ static void test_list_stop_id(void)
     TAP_CONTAINS(list, "\"running\"");
     free(list);
     TAP_OK(sbx_provider_stop_box(p, id, &e_));
-    char out[4096], args[512];
-    snprintf(args, sizeof(args), "ps -aq --filter name=%s", id);
-    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
-    TAP_EQ_STR(out, "");
+    no_container("name", id);
     stop_free(sb);
     sbx_provider_free(p);
 }
@@ -721,14 +724,10 @@ static void test_unrecorded(void)
     TAP_CONTAINS(gone, idb);
     TAP_TRUE(!strstr(gone, ida));
     free(gone);
-    snprintf(args, sizeof(args), "ps -aq --filter name=%s", idb);
-    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
-    TAP_EQ_STR(out, "");
+    no_container("name", idb);
     /* a by its box id, from the provider with no record of it. */
     TAP_OK(sbx_provider_stop_box(q, ida, &e_));
-    snprintf(args, sizeof(args), "ps -aq --filter name=%s", ida);
-    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
-    TAP_EQ_STR(out, "");
+    no_container("name", ida);
     sbx_error *e = NULL;
     TAP_EQ_INT(sbx_provider_stop_box(q, "sbx-no-such-box", &e), SBX_ENOENT);
     sbx_error_free(e);
@@ -973,8 +972,7 @@ static void test_many(void)
         sbx_future_free(f[i]);
         sbx_sandbox_free(sb[i]);
     }
-    TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=many"), 0);
-    TAP_EQ_STR(out, "");
+    no_container("label=case", "many");
     sbx_spec_free(spec);
     sbx_provider_free(p);
 }
@@ -1317,9 +1315,7 @@ static void test_port_forward(void)
         TAP_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 130);
         close(pfd[0]);
         TAP_EQ_INT(run_cmd(out, sizeof(out), "%s stop %s", bin, id), 0);
-        snprintf(cmd, sizeof(cmd), "ps -aq --filter name=%s", id);
-        TAP_EQ_INT(docker(out, sizeof(out), cmd), 0);
-        TAP_EQ_STR(out, "");
+        no_container("name", id);
     }
 }
 
@@ -1514,7 +1510,6 @@ static sbx_provider *probe_provider(const char *probe)
 static void test_probe(void)
 {
     need_engine();
-    char out[4096];
     /* Passes: the expected text in stdout, stable twice. */
     sbx_provider *p = probe_provider("\"command\": \"printf docker-sandbox-ready\", "
                                      "\"expected_stdout\": \"sandbox-ready\", "
@@ -1527,8 +1522,7 @@ static void test_probe(void)
     /* No deadline: one failure is fatal, and the box is gone. */
     p = probe_provider("\"command\": \"echo bad >&2; exit 3\"");
     start_fails(p, spec, SBX_EVERIFY, "failed readiness probe: return_code=3, stderr='bad'");
-    TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=probe"), 0);
-    TAP_EQ_STR(out, "");
+    no_container("label=case", "probe");
     char *list = NULL;
     TAP_OK(sbx_provider_list(p, NULL, &list, &e_));
     TAP_EQ_STR(list, "[]");
@@ -1544,8 +1538,7 @@ static void test_probe(void)
     p = probe_provider("\"command\": \"exit 1\", \"deadline_s\": 0.3, "
                        "\"stable_delay_s\": 0.05");
     start_fails(p, spec, SBX_EVERIFY, "did not pass readiness probe within 0.3s: return_code=1");
-    TAP_EQ_INT(docker(out, sizeof(out), "ps -aq --filter label=case=probe"), 0);
-    TAP_EQ_STR(out, "");
+    no_container("label=case", "probe");
     sbx_spec_free(spec);
     sbx_provider_free(p);
 }
