@@ -112,6 +112,17 @@ static void run(struct job *j, int n)
         sbx_exec_result_free(w.value);
 }
 
+/* Seconds one transfer of `kind` (1 upload, 2 download) from a to b takes. */
+static double timed_transfer(struct job *j, int kind, const char *a, const char *b)
+{
+    j->kind = kind;
+    j->a = a;
+    j->b = b;
+    double t0 = bench_now();
+    run(j, 1);
+    return bench_now() - t0;
+}
+
 static int run_shell(const char *cmd)
 {
     pid_t pid = fork();
@@ -207,18 +218,8 @@ int main(int argc, char **argv)
     t0 = bench_now();
     run_shell(cmd);
     double cp = bench_now() - t0;
-    j.kind = 1;
-    j.a = src;
-    j.b = in_box;
-    t0 = bench_now();
-    run(&j, 1);
-    double up = bench_now() - t0;
-    j.kind = 2;
-    j.a = in_box;
-    j.b = back;
-    t0 = bench_now();
-    run(&j, 1);
-    double down = bench_now() - t0;
+    double up = timed_transfer(&j, 1, src, in_box);
+    double down = timed_transfer(&j, 2, in_box, back);
     printf("# 256 MiB file\n");
     printf("cp                           %8.1f ms   %6.0f MiB/s\n", cp * 1e3, 256 / cp);
     printf("agent upload                 %8.1f ms   %6.0f MiB/s  x%.2f\n", up * 1e3, 256 / up,
