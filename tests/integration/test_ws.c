@@ -54,6 +54,20 @@ static sbx_http_client *client(bool tls)
     return c;
 }
 
+/* How a case begins: the API server started (with TLS or not), a client of it. */
+static sbx_http_client *serve_and_connect(bool tls)
+{
+    api_server_start_ctx(&srv, tls, &ctx);
+    return client(tls);
+}
+
+/* How a case ends: its client freed, then the server stopped. */
+static void disconnect_and_stop(sbx_http_client *cl)
+{
+    sbx_http_client_free(cl);
+    api_server_stop_ctx(&srv, &ctx);
+}
+
 /* --- one connection, seen from the test's thread --------------------------- */
 
 struct msg {
@@ -443,17 +457,14 @@ static void echo_round_trip(sbx_http_client *cl)
 
 static void test_echo(void)
 {
-    api_server_start_ctx(&srv, false, &ctx);
-    sbx_http_client *cl = client(false);
+    sbx_http_client *cl = serve_and_connect(false);
     echo_round_trip(cl);
-    sbx_http_client_free(cl);
-    api_server_stop_ctx(&srv, &ctx);
+    disconnect_and_stop(cl);
 }
 
 static void test_many_messages_in_order(void)
 {
-    api_server_start_ctx(&srv, false, &ctx);
-    sbx_http_client *cl = client(false);
+    sbx_http_client *cl = serve_and_connect(false);
     int n = tap_bulk(2000);
     /* The client's to the echo server and back ... */
     struct conn a;
@@ -506,14 +517,12 @@ static void test_many_messages_in_order(void)
         TAP_EQ_INT((unsigned char)d.msgs[i].data[102399], i);
     }
     conn_free(&d);
-    sbx_http_client_free(cl);
-    api_server_stop_ctx(&srv, &ctx);
+    disconnect_and_stop(cl);
 }
 
 static void test_client_close_handshake(void)
 {
-    api_server_start_ctx(&srv, false, &ctx);
-    sbx_http_client *cl = client(false);
+    sbx_http_client *cl = serve_and_connect(false);
     struct conn c;
     ws_make(&c, cl, "/ws/echo?key=c1");
     ws_go(&c);
@@ -558,14 +567,12 @@ static void test_client_close_handshake(void)
             break;
         usleep(50 * 1000);
     }
-    sbx_http_client_free(cl);
-    api_server_stop_ctx(&srv, &ctx);
+    disconnect_and_stop(cl);
 }
 
 static void test_ping_pong(void)
 {
-    api_server_start_ctx(&srv, false, &ctx);
-    sbx_http_client *cl = client(false);
+    sbx_http_client *cl = serve_and_connect(false);
     struct conn c;
     ws_make(&c, cl, "/ws/ping?n=3");
     ws_go(&c);
@@ -591,8 +598,7 @@ static void test_ping_pong(void)
     wait_closed(&c);
     TAP_EQ_INT(c.code, SBX_OK);
     conn_free(&c);
-    sbx_http_client_free(cl);
-    api_server_stop_ctx(&srv, &ctx);
+    disconnect_and_stop(cl);
 }
 
 /* A raw route's misbehaviour: the close code the client failed with, and what the server saw. */
@@ -628,20 +634,17 @@ static void protocol_error(sbx_http_client *cl, const char *kind, int status, co
 
 static void test_protocol_errors(void)
 {
-    api_server_start_ctx(&srv, false, &ctx);
-    sbx_http_client *cl = client(false);
+    sbx_http_client *cl = serve_and_connect(false);
     protocol_error(cl, "masked", SBX_WS_PROTOCOL_ERROR, "a masked frame: a server never masks");
     protocol_error(cl, "rsv", SBX_WS_PROTOCOL_ERROR, "reserved bits 0x40 set");
     protocol_error(cl, "bad_utf8", SBX_WS_INVALID_DATA, "a text message that is not UTF-8");
     protocol_error(cl, "too_big", SBX_WS_TOO_BIG, "a message of more than 1048576 bytes");
-    sbx_http_client_free(cl);
-    api_server_stop_ctx(&srv, &ctx);
+    disconnect_and_stop(cl);
 }
 
 static void test_fragments_and_a_slow_head(void)
 {
-    api_server_start_ctx(&srv, false, &ctx);
-    sbx_http_client *cl = client(false);
+    sbx_http_client *cl = serve_and_connect(false);
     /* Fragments around a ping, joined; the ping answered; the server's close. */
     struct conn c;
     ws_make(&c, cl, "/ws/raw?kind=fragmented&key=fr");
@@ -673,14 +676,12 @@ static void test_fragments_and_a_slow_head(void)
     TAP_EQ_INT(ws_close(&d, SBX_WS_NORMAL, NULL), 0);
     wait_closed(&d);
     conn_free(&d);
-    sbx_http_client_free(cl);
-    api_server_stop_ctx(&srv, &ctx);
+    disconnect_and_stop(cl);
 }
 
 static void test_handshake_failures(void)
 {
-    api_server_start_ctx(&srv, false, &ctx);
-    sbx_http_client *cl = client(false);
+    sbx_http_client *cl = serve_and_connect(false);
     /* No answer to the upgrade: the timeout. */
     struct conn a;
     ws_make(&a, cl, "/ws/raw?kind=silent");
@@ -758,8 +759,7 @@ static void test_handshake_failures(void)
 
 static void test_dropped_connection(void)
 {
-    api_server_start_ctx(&srv, false, &ctx);
-    sbx_http_client *cl = client(false);
+    sbx_http_client *cl = serve_and_connect(false);
     struct conn c;
     ws_make(&c, cl, "/ws/raw?kind=drop");
     ws_go(&c);
@@ -821,14 +821,12 @@ static void test_headers_protocols_and_unix_socket(void)
     wait_closed(&c);
     TAP_EQ_INT(c.code, SBX_OK);
     conn_free(&c);
-    sbx_http_client_free(cl);
-    api_server_stop_ctx(&srv, &ctx);
+    disconnect_and_stop(cl);
 }
 
 static void test_tls(void)
 {
-    api_server_start_ctx(&srv, true, &ctx);
-    sbx_http_client *cl = client(true);
+    sbx_http_client *cl = serve_and_connect(true);
     TAP_EQ_INT(sbx_http_client_set_tls(cl, ca_path, NULL, NULL), 0);
     echo_round_trip(cl);
     /* Many messages through TLS: TLS holds decrypted bytes a poll does not see. */
@@ -851,14 +849,12 @@ static void test_tls(void)
     TAP_EQ_INT(b.code, SBX_EIO);
     TAP_CONTAINS(b.err, "certificate");
     conn_free(&b);
-    sbx_http_client_free(cl);
-    api_server_stop_ctx(&srv, &ctx);
+    disconnect_and_stop(cl);
 }
 
 static void test_back_pressure_and_pause(void)
 {
-    api_server_start_ctx(&srv, false, &ctx);
-    sbx_http_client *cl = client(false);
+    sbx_http_client *cl = serve_and_connect(false);
     /* A server that reads nothing for a while: the queue fills and refuses, then drains. */
     struct conn c;
     ws_make(&c, cl, "/ws/sink?delay=1");
@@ -934,8 +930,7 @@ static void test_back_pressure_and_pause(void)
     TAP_EQ_INT(g.code, SBX_OK);
     TAP_EQ_INT(g.n_msgs, 5);
     conn_free(&g);
-    sbx_http_client_free(cl);
-    api_server_stop_ctx(&srv, &ctx);
+    disconnect_and_stop(cl);
 }
 
 static void connect_task(void *data)
@@ -949,8 +944,7 @@ static void connect_task(void *data)
 
 static void test_cancel_and_context_end(void)
 {
-    api_server_start_ctx(&srv, false, &ctx);
-    sbx_http_client *cl = client(false);
+    sbx_http_client *cl = serve_and_connect(false);
     /* Cancelled while waiting for the 101. */
     struct conn a;
     ws_make(&a, cl, "/ws/raw?kind=silent");
@@ -1020,8 +1014,7 @@ static void test_cancel_and_context_end(void)
 
 static void test_bad_input(void)
 {
-    api_server_start_ctx(&srv, false, &ctx);
-    sbx_http_client *cl = client(false);
+    sbx_http_client *cl = serve_and_connect(false);
     sbx_ws *ws = NULL;
     sbx_error *e = NULL;
     TAP_EQ_INT(sbx_ws_new(cl, "relative", &ws, &e), SBX_EINVAL);
@@ -1066,8 +1059,7 @@ static void test_bad_input(void)
     wait_closed(&c);
     TAP_EQ_INT(c.code, SBX_OK);
     conn_free(&c);
-    sbx_http_client_free(cl);
-    api_server_stop_ctx(&srv, &ctx);
+    disconnect_and_stop(cl);
 }
 
 TAP_MAIN(TAP(test_echo), TAP(test_many_messages_in_order), TAP(test_client_close_handshake),
