@@ -30,10 +30,7 @@ static sbx_context *ctx;
 
 static sbx_http_client *client(void)
 {
-    char url[64];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d", srv.port);
-    sbx_http_client *c = NULL;
-    TAP_OK(sbx_http_client_new("testapi", url, &c, &e_));
+    sbx_http_client *c = api_server_client(&srv, false);
     /* Short waits: the tests check which retries happen, not how long they wait. */
     sbx_http_client_set_retry(c, 4, 0.01, 0.05);
     return c;
@@ -646,10 +643,7 @@ static void test_many_at_once_and_reuse(void)
 static void test_tls(void)
 {
     api_server_start_ctx(&srv, true, &ctx);
-    char url[64];
-    snprintf(url, sizeof(url), "https://127.0.0.1:%d", srv.port);
-    sbx_http_client *c = NULL;
-    TAP_OK(sbx_http_client_new("testapi", url, &c, &e_));
+    sbx_http_client *c = api_server_client(&srv, true);
     TAP_EQ_INT(sbx_http_client_set_tls(c, ca_path, NULL, NULL), 0);
     struct call a = {0};
     call(&a, c, "GET", "/echo");
@@ -658,7 +652,7 @@ static void test_tls(void)
     call_free(&a);
     sbx_http_client_free(c);
     /* Without the CA the certificate is refused, and a certificate error is not retried. */
-    TAP_OK(sbx_http_client_new("testapi", url, &c, &e_));
+    c = api_server_client(&srv, true);
     struct call b = {0};
     call(&b, c, "GET", "/echo");
     TAP_EQ_INT(b.code, SBX_EIO);

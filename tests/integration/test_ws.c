@@ -45,14 +45,7 @@ static double scaled(double s)
     return k > 1 ? s * k : s;
 }
 
-static sbx_http_client *client(bool tls)
-{
-    char url[64];
-    snprintf(url, sizeof(url), "%s://127.0.0.1:%d", tls ? "https" : "http", srv.port);
-    sbx_http_client *c = NULL;
-    TAP_OK(sbx_http_client_new("testapi", url, &c, &e_));
-    return c;
-}
+static sbx_http_client *client(bool tls) { return api_server_client(&srv, tls); }
 
 /* How a case begins: the API server started (with TLS or not), a client of it. */
 static sbx_http_client *serve_and_connect(bool tls)

@@ -74,3 +74,12 @@ void api_server_stop_ctx(struct api_server *s, sbx_context **ctx)
     *ctx = NULL;
     api_server_stop(s);
 }
+
+sbx_http_client *api_server_client(const struct api_server *s, bool tls)
+{
+    char url[64];
+    snprintf(url, sizeof(url), "%s://127.0.0.1:%d", tls ? "https" : "http", s->port);
+    sbx_http_client *c = NULL;
+    TAP_OK(sbx_http_client_new("testapi", url, &c, &e_));
+    return c;
+}

@@ -8,6 +8,7 @@
 #define SBX_TESTS_LIB_API_SERVER_H
 
 #include <sbx.h>
+#include <sbx/http.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -22,6 +23,9 @@ struct api_server {
 void api_server_start(struct api_server *s, bool tls);
 /* Stops it (SIGTERM: it removes its boxes) and reaps it. */
 void api_server_stop(struct api_server *s);
+
+/* A client of it named "testapi" (over https when tls; the caller sets the CA); fails the test if refused. */
+sbx_http_client *api_server_client(const struct api_server *s, bool tls);
 
 /* api_server_start(), then a new context in *ctx for the test's clients to run on. */
 void api_server_start_ctx(struct api_server *s, bool tls, sbx_context **ctx);
