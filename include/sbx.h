@@ -794,6 +794,20 @@ SBX_EXPORT int sbx_sandbox_serialize_async(sbx_sandbox *sb, const char *scope, s
 SBX_EXPORT int sbx_sandbox_connect_async(sbx_provider *p, const char *descriptor_json,
                                          sbx_future **out, sbx_error **err);
 SBX_EXPORT int sbx_sandbox_stop_async(sbx_sandbox *sb, sbx_future **out, sbx_error **err);
+/*
+ * Pauses the box keeping its state: its processes stop (cgroup freezer on
+ * linux, the engine's pause on docker), use no CPU and answer nothing, and
+ * resume continues them. Both are idempotent. While paused, status says
+ * SBX_STATUS_PAUSED, and exec, transfers and terminals on this handle fail
+ * at once with SBX_ESTATE ("Sandbox ... is paused: resume it first"); stop
+ * ends a paused box. The box's TTL keeps running while it is paused.
+ * SBX_ENOTSUP for a provider without pause (sbx_provider_supports "pause").
+ * docs/pause.md.
+ */
+SBX_EXPORT int sbx_sandbox_pause(sbx_sandbox *sb, sbx_error **err);
+SBX_EXPORT int sbx_sandbox_resume(sbx_sandbox *sb, sbx_error **err);
+SBX_EXPORT int sbx_sandbox_pause_async(sbx_sandbox *sb, sbx_future **out, sbx_error **err);
+SBX_EXPORT int sbx_sandbox_resume_async(sbx_sandbox *sb, sbx_future **out, sbx_error **err);
 
 /* ------------------------------------------------------------------------ */
 /* Warm pools (docs/scale.md, "Warm pools")                                  */

@@ -26,7 +26,7 @@ extern "C" {
 /*
  * ABI 2 appends to ABI 1's table (struct_size, capabilities and the
  * provider-wide operations below connect); ABI 3 appends pty_open
- * (terminals a provider opens itself, without sbx-agent). A table of ABI 1,
+ * (terminals a provider opens itself, without sbx-agent), pause and resume. A table of ABI 1,
  * or of ABI 2 (from any older header: a smaller struct_size), still loads:
  * the fields it does not have read as NULL/0. New operations are only ever
  * appended.
@@ -247,6 +247,17 @@ struct sbx_provider_ops {
      * error before ready when it could not be opened.
      */
     void (*pty_open)(sbx_op *op, void *state, void *box, sbx_pty_session *s);
+    /*
+     * [pause] Pauses box `box` keeping its state (its processes stop using
+     * CPU and answer nothing), and resumes it. Both complete with no value
+     * and are idempotent: pausing a paused box or resuming a running one is
+     * SBX_OK. While paused, status() answers SBX_STATUS_PAUSED; the core
+     * refuses exec, transfers and terminals on its own handle (SBX_ESTATE)
+     * until resume, and a stop must end a paused box (thaw it first when
+     * the runtime needs that). A provider with both has SBX_CAP_PAUSE.
+     */
+    void (*pause)(sbx_op *op, void *state, void *box);
+    void (*resume)(sbx_op *op, void *state, void *box);
 };
 
 /* --- Operations ---------------------------------------------------------- */

@@ -160,6 +160,8 @@ for _name, _res, _args in [
     ("sbx_sandbox_serialize_async", c_int, (_P, c_char_p, _PP, _ERR)),
     ("sbx_sandbox_connect_async", c_int, (_P, c_char_p, _PP, _ERR)),
     ("sbx_sandbox_stop_async", c_int, (_P, _PP, _ERR)),
+    ("sbx_sandbox_pause_async", c_int, (_P, _PP, _ERR)),
+    ("sbx_sandbox_resume_async", c_int, (_P, _PP, _ERR)),
     ("sbx_sandbox_id", c_char_p, (_P,)),
     ("sbx_sandbox_owned", c_int, (_P,)),
     ("sbx_sandbox_workdir", c_char_p, (_P,)),
@@ -436,9 +438,7 @@ def c_provider_exists(name: str) -> bool:
 
 
 def status_from(code: int) -> SandboxStatus:
-    """The Python status for a C one. C's SBX_STATUS_PAUSED (linux: a box
-    frozen, or its agent stopped) has no value in the reference's enum: it
-    reads UNKNOWN."""
+    """The Python status for a C one (the newer reference's six values)."""
     try:
         return SandboxStatus(lib.sbx_status_name(code).decode())
     except ValueError:

@@ -36,6 +36,7 @@ from .base import (  # noqa: F401 (re-exports)
     SandboxSpec,
     SandboxStatus,
     SupportsSandboxEndpoint,
+    SupportsSandboxPauseResume,
     SupportsSandboxPty,
     SupportsSandboxPtyAttach,
     provider_display_name,
@@ -558,6 +559,27 @@ class AsyncSandbox:
 
         return await asyncio.to_thread(cproc.stats, self._csb_ptr("stats"))
 
+    async def pause(self) -> None:
+        """Pauses the box keeping its state (docs/pause.md): exec and transfers
+        fail at once until resume(). The provider must support it (linux, docker)."""
+        if self._csb is not None:
+            await _lib.await_future(*self._csb.pause())
+            return
+        if not isinstance(self._provider, SupportsSandboxPauseResume):
+            raise NotImplementedError(
+                f"Sandbox provider {provider_display_name(self._provider)!r} does not support pausing sandboxes")
+        await self._provider.pause(self._require_handle())
+
+    async def resume(self) -> None:
+        """Continues a paused box."""
+        if self._csb is not None:
+            await _lib.await_future(*self._csb.resume())
+            return
+        if not isinstance(self._provider, SupportsSandboxPauseResume):
+            raise NotImplementedError(
+                f"Sandbox provider {provider_display_name(self._provider)!r} does not support pausing sandboxes")
+        await self._provider.resume(self._require_handle())
+
     async def status(self) -> SandboxStatus:
         if self._csb is not None:
             return await _lib.await_future(*self._csb.status())
@@ -1008,6 +1030,21 @@ class Sandbox:
         from . import cproc
 
         return cproc.stats(self._csb_ptr("stats"))
+
+    def pause(self) -> None:
+        """Pauses the box keeping its state; resume() continues it."""
+        c = self._c()
+        if c is not None:
+            self._runner.wait("pause", c.pause)
+        else:
+            self._runner.run("pause", self._async_sandbox.pause)
+
+    def resume(self) -> None:
+        c = self._c()
+        if c is not None:
+            self._runner.wait("resume", c.resume)
+        else:
+            self._runner.run("resume", self._async_sandbox.resume)
 
     def status(self) -> SandboxStatus:
         if self._closed:

@@ -16,13 +16,13 @@ from urllib.parse import urlsplit
 
 
 class SandboxStatus(str, Enum):
-    """Provider-neutral sandbox lifecycle status: the reference's five values.
-    There is no "paused" (the reference has none; `SandboxStatus("paused")`
-    is a ValueError there and here): a linux box that is frozen or whose
-    agent is stopped, which C reports as paused, reads UNKNOWN."""
+    """Provider-neutral sandbox lifecycle status: the newer reference's six
+    values, PAUSED among them (a box paused, or frozen by a commit, or whose
+    agent is stopped: it answers nothing until it continues)."""
 
     STARTING = "starting"
     RUNNING = "running"
+    PAUSED = "paused"
     STOPPED = "stopped"
     ERROR = "error"
     UNKNOWN = "unknown"

@@ -124,6 +124,12 @@ class CSandbox:
     def stop(self) -> tuple[c_void_p, Any]:
         return _lib.submit(lib.sbx_sandbox_stop_async, self._live_ptr()), _lib.TAKE_NONE
 
+    def pause(self) -> tuple[c_void_p, Any]:
+        return _lib.submit(lib.sbx_sandbox_pause_async, self._live_ptr()), _lib.TAKE_NONE
+
+    def resume(self) -> tuple[c_void_p, Any]:
+        return _lib.submit(lib.sbx_sandbox_resume_async, self._live_ptr()), _lib.TAKE_NONE
+
     def free(self) -> None:
         ptr, self.ptr = self.ptr, None
         if ptr and lib is not None:
@@ -281,6 +287,10 @@ class CProvider:
         if lib.sbx_provider_supports(self._ptr, b"pty"):
             self.create_pty = self._create_pty
             self.attach_pty = self._attach_pty
+        # SupportsSandboxPauseResume (the newer reference) where C can pause (linux, docker).
+        if lib.sbx_provider_supports(self._ptr, b"pause"):
+            self.pause = self._pause
+            self.resume = self._resume
         # [volumes] SupportsSandboxSharedStorage and SupportsSandboxRuntimeRequirements,
         # where the C provider has them (linux): the C call answers ENOTSUP otherwise.
         if self._c_has_volumes():
@@ -387,6 +397,12 @@ class CProvider:
 
     async def status(self, handle: SandboxHandle) -> SandboxStatus:
         return await _lib.await_future(_lib.submit(lib.sbx_sandbox_status_async, _box(handle)), _lib.TAKE_STATUS)
+
+    async def _pause(self, handle: SandboxHandle) -> None:
+        await _lib.await_future(_lib.submit(lib.sbx_sandbox_pause_async, _box(handle)), _lib.TAKE_NONE)
+
+    async def _resume(self, handle: SandboxHandle) -> None:
+        await _lib.await_future(_lib.submit(lib.sbx_sandbox_resume_async, _box(handle)), _lib.TAKE_NONE)
 
     async def close(self, handle: SandboxHandle) -> None:
         raw = handle.raw

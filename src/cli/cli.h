@@ -447,6 +447,8 @@ bool cli_attach_opts(int argc, char **argv, bool *no_stdin, bool *no_follow, int
 int cli_proc_attach(sbx_sandbox *sb, const char *id, unsigned n, bool no_stdin, bool no_follow);
 int cli_cmd_top(int argc, char **argv);
 int cli_cmd_stats(int argc, char **argv);
+int cli_cmd_pause(int argc, char **argv);
+int cli_cmd_unpause(int argc, char **argv);
 /*
  * A pull's bars on stderr (image.c), for a start that may pull its image:
  * NULL when stderr is no terminal. The progress callback for

@@ -167,6 +167,15 @@ static const struct command commands[] = {
       "print boxes' records and live status as a JSON array (as docker inspect)", "",
       "The same object as `sbx status --json ID` for each box. A box not found is\n"
       "said on stderr (exit 3); the others are still printed.\n" },
+    { "pause", cli_cmd_pause, "sbx pause ID...", "freeze boxes' processes, keeping their state",
+      "",
+      "The box's processes stop and use no CPU until `sbx unpause`; exec and cp wait\n"
+      "for nothing: they fail at once on the handle that paused it, and time out\n"
+      "elsewhere. Its TTL keeps running. linux (the cgroup freezer) and docker.\n" },
+    { "unpause", cli_cmd_unpause, "sbx unpause ID...", "continue paused boxes (also: sbx resume)",
+      "", NULL },
+    { "resume", cli_cmd_unpause, "sbx resume ID...", "continue paused boxes (as sbx unpause)", "",
+      NULL },
     { "stop", cli_cmd_stop, "sbx stop [--force] ID...", "stop boxes and forget them",
       "  --force                forget the box even when stopping it fails\n", NULL },
     { "gc", cli_cmd_gc, "sbx gc [--dry-run] [--label K=V] [--run-id R] [--json]",

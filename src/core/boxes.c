@@ -475,7 +475,8 @@ unsigned long long sbx__provider_caps(const sbx_provider *p)
      * missing is not usable, so it is dropped); the rest is as declared.
      */
     const unsigned long long shown = SBX_CAP_ENDPOINT | SBX_CAP_CONNECT | SBX_CAP_LIST |
-                                     SBX_CAP_STOP_ID | SBX_CAP_GC | SBX_CAP_IMAGES;
+                                     SBX_CAP_STOP_ID | SBX_CAP_GC | SBX_CAP_IMAGES |
+                                     SBX_CAP_PAUSE;
     unsigned long long declared =
         o->capabilities_of ? o->capabilities_of(p->state) : o->capabilities;
     unsigned long long caps = declared & ~shown;
@@ -494,6 +495,8 @@ unsigned long long sbx__provider_caps(const sbx_provider *p)
     /* Terminals: a provider that opens them itself has them (an agent's are declared). */
     if (o->pty_open)
         caps |= SBX_CAP_PTY;
+    if (o->pause && o->resume)
+        caps |= SBX_CAP_PAUSE;
     return caps;
 }
 

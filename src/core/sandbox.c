@@ -36,6 +36,7 @@ struct sbx_sandbox {
     struct pending_stop *pending_stops;
     struct sbx__pty_home *pty_home; /* pty exec facade state (pty_exec.c), made on first use */
     char *box_tmpdir; /* the box's TMPDIR, asked once by transfer_exec.c (under lock) */
+    bool paused;      /* paused through this handle (under lock): its box answers nothing */
 };
 
 enum call_kind {
@@ -52,6 +53,8 @@ enum call_kind {
     CALL_LOG_STREAM,  /* [svc-logs] */
     CALL_STATS,
     CALL_PTY_OPEN, /* ABI 3: lasts as long as the session */
+    CALL_PAUSE,    /* ABI 3 */
+    CALL_RESUME,
 };
 
 /* One async operation on a sandbox, possibly several provider steps long. */
@@ -573,6 +576,11 @@ static void simple_done(int code, sbx_error *err, void *value, void *data)
         exec_drained(c);
         return;
     }
+    if (code >= 0 && (c->kind == CALL_PAUSE || c->kind == CALL_RESUME)) {
+        pthread_mutex_lock(&c->sb->lock);
+        c->sb->paused = c->kind == CALL_PAUSE;
+        pthread_mutex_unlock(&c->sb->lock);
+    }
     if (code >= 0 && c->kind == CALL_SERIALIZE) {
         /* Add the spec's workdir when the provider's descriptor lacks it (reference F.38). */
         json_t *d = value ? json_loads(value, 0, NULL) : NULL;
@@ -667,6 +675,12 @@ static void simple_run(void *data)
     case CALL_STATS:
         o->stats(op, st, box);
         break;
+    case CALL_PAUSE:
+        o->pause(op, st, box);
+        break;
+    case CALL_RESUME:
+        o->resume(op, st, box);
+        break;
     case CALL_PTY_OPEN:
         sbx__op_set_pty_session(op, c->pty);
         o->pty_open(op, st, box, c->pty);
@@ -682,12 +696,24 @@ static void simple_run(void *data)
     }
 }
 
+/* Calls a paused box cannot answer: refused at once rather than left to time out. */
+static bool needs_running(enum call_kind kind)
+{
+    return kind == CALL_EXEC || kind == CALL_UPLOAD || kind == CALL_DOWNLOAD ||
+           kind == CALL_AGENT_ADDRESS || kind == CALL_PTY_OPEN || kind == CALL_LOG_STREAM;
+}
+
 /* Checks state and makes a one-step call; the caller fills its arguments. */
 static int begin_simple(sbx_sandbox *sb, enum call_kind kind, enum sbx__value_kind vk,
                         struct call **out, sbx_error **err)
 {
     pthread_mutex_lock(&sb->lock);
     int rc = need_started(sb, err);
+    if (rc == SBX_OK && sb->paused && needs_running(kind))
+        rc = sbx__set_error(err, SBX_ESTATE,
+                            "Sandbox %s is paused: resume it first (sbx_sandbox_resume, "
+                            "resume(), sbx unpause)",
+                            sb->id ? sb->id : "");
     pthread_mutex_unlock(&sb->lock);
     if (rc < 0)
         return rc;
@@ -1380,6 +1406,50 @@ int sbx_sandbox_serialize(sbx_sandbox *sb, const char *scope, char **json_out, s
     sbx_future_free(f);
     return rc;
 }
+
+static int pause_resume_async(sbx_sandbox *sb, bool pause, sbx_future **out, sbx_error **err)
+{
+    const char *fn = pause ? "sbx_sandbox_pause" : "sbx_sandbox_resume";
+    if (!sb || !out)
+        return sbx__set_error(err, SBX_EINVAL, "%s: a sandbox and out are required", fn);
+    if (!sb->p->ops->pause || !sb->p->ops->resume) {
+        _cleanup_free_ char *r = provider_repr(sb->p);
+        return sbx__set_error(err, SBX_ENOTSUP,
+                              "Sandbox provider %s does not support pausing sandboxes (linux "
+                              "and docker do)",
+                              r);
+    }
+    struct call *c;
+    int rc = begin_simple(sb, pause ? CALL_PAUSE : CALL_RESUME, SBX_VALUE_NONE, &c, err);
+    if (rc < 0)
+        return rc;
+    return submit(c, simple_run, out, err);
+}
+
+int sbx_sandbox_pause_async(sbx_sandbox *sb, sbx_future **out, sbx_error **err)
+{
+    return pause_resume_async(sb, true, out, err);
+}
+
+int sbx_sandbox_resume_async(sbx_sandbox *sb, sbx_future **out, sbx_error **err)
+{
+    return pause_resume_async(sb, false, out, err);
+}
+
+static int pause_resume(sbx_sandbox *sb, bool pause, sbx_error **err)
+{
+    sbx_future *f;
+    int rc = refuse_on_loop(pause ? "sbx_sandbox_pause" : "sbx_sandbox_resume", err);
+    if (rc < 0 || (rc = pause_resume_async(sb, pause, &f, err)) < 0)
+        return rc;
+    rc = sbx_future_wait(f, -1, err);
+    sbx_future_free(f);
+    return rc;
+}
+
+int sbx_sandbox_pause(sbx_sandbox *sb, sbx_error **err) { return pause_resume(sb, true, err); }
+
+int sbx_sandbox_resume(sbx_sandbox *sb, sbx_error **err) { return pause_resume(sb, false, err); }
 
 int sbx_sandbox_stats(sbx_sandbox *sb, char **json_out, sbx_error **err)
 {

@@ -189,6 +189,36 @@ static void test_exec(void)
     sbx_provider_free(p);
 }
 
+/* Pause and resume: the engine's own (docker pause); status PAUSED; exec refused at once. */
+static void test_pause(void)
+{
+    need_engine();
+    sbx_provider *p = provider("");
+    TAP_TRUE(sbx_provider_supports(p, "pause"));
+    sbx_sandbox *sb = start_env_box(p);
+    TAP_OK(sbx_sandbox_pause(sb, &e_));
+    TAP_OK(sbx_sandbox_pause(sb, &e_)); /* idempotent, over the engine's 409 */
+    status_is(sb, SBX_STATUS_PAUSED);
+    char out[4096], args[512];
+    snprintf(args, sizeof(args), "inspect -f '{{.State.Status}}' %s", sbx_sandbox_id(sb));
+    TAP_EQ_INT(docker(out, sizeof(out), args), 0);
+    TAP_EQ_STR(out, "paused");
+    sbx_exec_result *r = NULL;
+    sbx_error *e = NULL;
+    TAP_EQ_INT(sbx_sandbox_exec(sb, "true", NULL, &r, &e), SBX_ESTATE);
+    TAP_CONTAINS(sbx_error_message(e), "is paused: resume it first");
+    sbx_error_free(e);
+    TAP_OK(sbx_sandbox_resume(sb, &e_));
+    TAP_OK(sbx_sandbox_resume(sb, &e_));
+    status_is(sb, SBX_STATUS_RUNNING);
+    run_is(sb, "echo back", NULL, 0, "back\n", "");
+    /* A paused container still stops. */
+    TAP_OK(sbx_sandbox_pause(sb, &e_));
+    stop_free(sb);
+    TAP_NE_INT(docker(out, sizeof(out), args), 0);
+    sbx_provider_free(p);
+}
+
 static void test_files(void)
 {
     need_engine();
@@ -2203,7 +2233,7 @@ static void stop_dockerd(void)
 int main(int argc, char **argv)
 {
     static const struct tap_test tests[] = {
-        TAP_T(test_exec, 120),         TAP_T(test_files, 120),
+        TAP_T(test_exec, 120),         TAP_T(test_files, 120),        TAP_T(test_pause, 120),
         TAP_T(test_default_profile, 120), TAP_T(test_mapping, 120), TAP_T(test_half_created, 120),
         TAP_T(test_missing_image, 120), TAP_T(test_pull_progress, 120),
         TAP_T(test_bad_config, 120),

@@ -50,6 +50,7 @@
 
 #define V1_FREEZER "/sys/fs/cgroup/freezer"
 #define FREEZE_FILE "freeze"
+#define PAUSED_FILE "paused"
 
 static void nap_ms(long ms)
 {
@@ -346,8 +347,9 @@ void sbx__linux_freeze_release(const char *box_dir, const char *id, const json_t
 {
     if (fd < 0)
         return;
-    /* In this order: thawed, then the name gone, then the lock (see reap). */
-    sbx__cg_thaw(id, cgroups);
+    /* In this order: thawed, then the name gone, then the lock (see reap). A paused box stays so. */
+    if (!sbx__linux_paused(box_dir))
+        sbx__cg_thaw(id, cgroups);
     _cleanup_free_ char *path = sbx__printf("%s/" FREEZE_FILE, box_dir);
     if (path)
         unlink(path);
@@ -371,9 +373,61 @@ bool sbx__linux_freeze_reap(const char *box_dir, const char *id, const json_t *c
      */
     struct stat a, b;
     if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
-        sbx__cg_thaw(id, cgroups);
+        if (!sbx__linux_paused(box_dir))
+            sbx__cg_thaw(id, cgroups);
         unlink(path);
     }
     close(fd);
     return true;
+}
+
+/* --- pause and resume ------------------------------------------------------ */
+
+/*
+ * A pause is a freeze with no end of its own: <box dir>/paused says the box
+ * is to stay frozen until a resume, so a commit's freeze (released or
+ * reaped) leaves it frozen, while a stop, gc and the shim's TTL still thaw
+ * it before they kill (they end the box: its pause with it).
+ */
+bool sbx__linux_paused(const char *box_dir)
+{
+    _cleanup_free_ char *path = sbx__printf("%s/" PAUSED_FILE, box_dir);
+    struct stat st;
+    return path && lstat(path, &st) == 0;
+}
+
+int sbx__linux_pause(const char *box_dir, const char *id, const json_t *cgroups, sbx_error **err)
+{
+    _cleanup_free_ char *path = sbx__printf("%s/" PAUSED_FILE, box_dir);
+    if (!path)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return sbx__set_errno(err, SBX_EIO, errno, "pausing box %s: cannot create %s", id, path);
+    char who[64];
+    int wl = snprintf(who, sizeof(who), "%d %llu\n", (int)getpid(), sbx__linux_proc_start(getpid()));
+    ssize_t w = write(fd, who, (size_t)wl);
+    close(fd);
+    (void)w; /* who paused it, for people reading the box directory only */
+    if (!sbx__cg_freeze(id, cgroups)) {
+        unlink(path);
+        return sbx__set_error(err, SBX_ENOTSUP,
+                              "cannot pause box %s: its processes could not be frozen (it needs "
+                              "cgroup v2's cgroup.freeze, or the v1 freezer mounted at "
+                              "/sys/fs/cgroup/freezer)",
+                              id);
+    }
+    return SBX_OK;
+}
+
+int sbx__linux_resume(const char *box_dir, const char *id, const json_t *cgroups, sbx_error **err)
+{
+    _cleanup_free_ char *path = sbx__printf("%s/" PAUSED_FILE, box_dir);
+    if (!path)
+        return sbx__set_error(err, SBX_ENOMEM, "out of memory");
+    /* The name first: a commit ending meanwhile then thaws it too, never leaves it frozen. */
+    if (unlink(path) < 0 && errno != ENOENT)
+        return sbx__set_errno(err, SBX_EIO, errno, "resuming box %s: cannot remove %s", id, path);
+    sbx__cg_thaw(id, cgroups);
+    return SBX_OK;
 }

@@ -396,6 +396,16 @@ SBX_INTERNAL void sbx__linux_freeze_release(const char *box_dir, const char *id,
  * thaws the box and removes the file. False only when a live owner holds it.
  * One failed open when there is no file: the shim calls it every 2 s.
  */
+/*
+ * Pause and resume (freeze.c): the box frozen with <box dir>/paused saying
+ * it stays so until resumed (a commit's end leaves it frozen). Pause fails
+ * with SBX_ENOTSUP where no freezer is available. Both idempotent.
+ */
+SBX_INTERNAL int sbx__linux_pause(const char *box_dir, const char *id, const json_t *cgroups,
+                                  sbx_error **err);
+SBX_INTERNAL int sbx__linux_resume(const char *box_dir, const char *id, const json_t *cgroups,
+                                   sbx_error **err);
+SBX_INTERNAL bool sbx__linux_paused(const char *box_dir);
 SBX_INTERNAL bool sbx__linux_freeze_reap(const char *box_dir, const char *id,
                                          const json_t *cgroups);
 

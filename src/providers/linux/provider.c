@@ -2136,6 +2136,20 @@ static void with_agent(sbx_agent_conn *conn, int code, const char *msg, void *ar
 static void agent_call(sbx_op *op, struct linux_box *b, enum agent_op kind, const char *a,
                        const char *b2, const sbx_exec_opts *opts)
 {
+    /*
+     * A paused box answers nothing: said at once, not after the call's
+     * timeout, whichever process paused it (one stat of the box directory,
+     * a tmpfs under /run by default).
+     */
+    if (sbx__linux_paused(b->box_dir)) {
+        sbx_op_complete(op, SBX_ESTATE,
+                        sbx_error_new(SBX_ESTATE,
+                                      "box %s is paused: resume it first (sbx unpause %s, or "
+                                      "sbx_sandbox_resume)",
+                                      b->id, b->id),
+                        NULL);
+        return;
+    }
     struct agent_call *k = calloc(1, sizeof(*k));
     if (!k) {
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
@@ -2378,6 +2392,78 @@ static void linux_stats(sbx_op *op, void *state, void *box)
         free(j);
         sbx_op_complete(op, rc, NULL, NULL);
     }
+}
+
+/* --- pause and resume ------------------------------------------------------ */
+
+/* A freeze or thaw writes cgroup files and may wait (v2: until every process stopped): the pool. */
+struct pause_job {
+    sbx_op *op;
+    bool pause;
+    char *id, *box_dir;
+    json_t *cgroups; /* a copy: the job's own on the pool thread */
+    int code;
+    sbx_error *err;
+};
+
+static void pause_work(void *data)
+{
+    struct pause_job *j = data;
+    j->code = j->pause ? sbx__linux_pause(j->box_dir, j->id, j->cgroups, &j->err)
+                       : sbx__linux_resume(j->box_dir, j->id, j->cgroups, &j->err);
+}
+
+static void pause_done(void *data, bool cancelled)
+{
+    struct pause_job *j = data;
+    if (cancelled) {
+        sbx_error_free(j->err);
+        sbx_op_complete(j->op, SBX_ECANCELED, NULL, NULL);
+    } else {
+        sbx_op_complete(j->op, j->code, j->code < 0 ? j->err : NULL, NULL);
+    }
+    json_decref(j->cgroups);
+    free(j->id);
+    free(j->box_dir);
+    free(j);
+}
+
+static void pause_or_resume(sbx_op *op, struct linux_box *b, bool pause)
+{
+    struct pause_job *j = calloc(1, sizeof(*j));
+    if (j) {
+        j->op = op;
+        j->pause = pause;
+        j->id = strdup(b->id);
+        j->box_dir = strdup(b->box_dir);
+        j->cgroups = json_deep_copy(b->cgroups);
+    }
+    if (!j || !j->id || !j->box_dir || !j->cgroups) {
+        if (j) {
+            json_decref(j->cgroups);
+            free(j->id);
+            free(j->box_dir);
+        }
+        free(j);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return;
+    }
+    int rc = sbx__context_submit(sbx__op_provider(op)->ctx, pause_work, pause_done, j, NULL);
+    if (rc < 0) {
+        pause_done(j, true);
+    }
+}
+
+static void linux_pause(sbx_op *op, void *state, void *box)
+{
+    (void)state;
+    pause_or_resume(op, box, true);
+}
+
+static void linux_resume(sbx_op *op, void *state, void *box)
+{
+    (void)state;
+    pause_or_resume(op, box, false);
 }
 
 /* --- close ---------------------------------------------------------------- */
@@ -2754,6 +2840,7 @@ struct connect_job {
     sbx_error *err;
     struct linux_box *b;
     pid_t init_pid;
+    bool paused; /* its agent answers nothing now: connected to when it is next used */
 };
 
 static int connect_fail(struct connect_job *j, int code, sbx_error *e)
@@ -2872,6 +2959,7 @@ static void connect_work(void *data)
         connect_fail(j, SBX_EPROVIDER, sbx_error_new(SBX_EPROVIDER, "box %s is not running", id));
         return;
     }
+    j->paused = sbx__linux_paused(b->box_dir);
     j->b = b;
 }
 
@@ -2883,11 +2971,19 @@ static void connect_done(void *data, bool cancelled)
     int code = cancelled ? SBX_ECANCELED : j->code;
     sbx_error *e = steal_pointer(&j->err);
     pid_t init_pid = j->init_pid;
+    bool paused = j->paused;
     free(j->descriptor);
     free(j);
     if (code < 0 || !b) {
         box_free(b);
         sbx_op_complete(op, code < 0 ? code : SBX_ENOMEM, e, NULL);
+        return;
+    }
+    if (paused) {
+        /* A paused box's handle, to resume or stop it: no hello to wait for. */
+        sbx__kit_agent_init(&b->agent, b->st->pool, b->socket);
+        b->agent.peer_pid = init_pid;
+        sbx_op_complete(op, SBX_OK, NULL, b);
         return;
     }
     struct conn_call *k = calloc(1, sizeof(*k));
@@ -3144,6 +3240,8 @@ const struct sbx_provider_ops sbx__linux_provider = {
     .log_address = linux_log_address,     /* [svc-logs] */
     .endpoint = linux_endpoint,           /* [endpoint] */
     .stats = linux_stats,
+    .pause = linux_pause,
+    .resume = linux_resume,
     /* Exec goes through the agent client, which streams output as its frames arrive. */
     .capabilities = SBX_CAP_EXEC_STREAM | SBX_CAP_PTY | SBX_CAP_PORT_FORWARD /* [endpoint] */ |
                     SBX_CAP_AGENT |
