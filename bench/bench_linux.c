@@ -455,10 +455,10 @@ static void bench_all(int n)
             while (sbx_warm_pool_stats(wp, &ready, NULL, NULL, NULL) == SBX_OK && ready < 1)
                 usleep(1000);
             sbx_sandbox *sb = NULL;
-            double t0 = now_ms();
+            double t0 = bench_now_ms();
             if (sbx_warm_pool_claim(wp, &sb, &err) != SBX_OK)
                 bench_die("claim: %s", sbx_error_message(err));
-            g[i] = now_ms() - t0;
+            g[i] = bench_now_ms() - t0;
             sbx_sandbox_stop(sb, NULL);
             sbx_sandbox_free(sb);
         }
