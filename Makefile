@@ -42,6 +42,8 @@ LDFLAGS_ALL := $(SAN) $(FUSE_LD) $(LDFLAGS)
 LIBS := $(PKG_LIBS) -lpthread -ldl -lm
 
 LIB_SRC := $(sort $(wildcard src/core/*.c src/proto/*.c src/kit/*.c src/remote/*.c src/image/*.c src/providers/*.c src/providers/*/*.c))
+# Plugin providers live under src/providers too but are not part of libsbx (see the end).
+LIB_SRC := $(filter-out src/providers/opensandbox/%,$(LIB_SRC))
 # The public headers (include/sbx.h and include/sbx/*.h), installed as they are.
 PUBLIC_HEADERS := $(sort $(wildcard include/sbx/*.h))
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
@@ -120,6 +122,8 @@ $(B)/fuzz/fuzz_agent-replay: $(FUZZ_AGENT_OBJ)
 # fuzz_agent_tar runs the agent's tar reader and writer (src/agent/tar.c).
 FUZZ_AGENT_TAR_OBJ := $(B)/obj/src/agent/tar.o
 $(B)/fuzz/fuzz_agent_tar-replay: $(FUZZ_AGENT_TAR_OBJ)
+# fuzz_opensandbox: the opensandbox plugin's parsers of the service's bytes (its wire.c).
+$(B)/fuzz/fuzz_opensandbox-replay: $(B)/obj/src/providers/opensandbox/wire.o
 # fuzz_agent_direct: the agent's plain-words decision (src/agent/direct.c).
 FUZZ_AGENT_DIRECT_OBJ := $(B)/obj/src/agent/direct.o
 $(B)/fuzz/fuzz_agent_direct-replay: $(FUZZ_AGENT_DIRECT_OBJ)
@@ -586,3 +590,29 @@ check-plain-bins: $(SUITE_HELPERS) $(B)/tests/integration/test_linux $(B)/tests/
 check-tsan-core-bins: $(SUITE_HELPERS) $(filter $(addprefix %/,$(TSAN_CORE)),$(TEST_BIN))
 check-valgrind-ci-bins: $(SUITE_HELPERS) $(filter $(addprefix %/,$(VALGRIND_CI)),$(TEST_BIN)) \
     $(FUZZ_REPLAY)
+
+# --- plugin providers (built from the public headers only, like an outside plugin) ---
+# opensandbox (docs/providers/opensandbox.md): a plugin on the remote kit with its own
+# dependencies (jansson, nettle, libuv), linked with libsbx.so; installed under
+# PREFIX/lib/sbx/providers, where SBX_PLUGIN_PATH finds it.
+OSB_SRC := $(sort $(wildcard src/providers/opensandbox/*.c))
+OPENSANDBOX_SO := $(B)/providers/opensandbox.so
+PLUGINDIR ?= $(LIBDIR)/sbx/providers
+$(OPENSANDBOX_SO): $(OSB_SRC) src/providers/opensandbox/osb.h include/sbx.h include/sbx/provider.h \
+    include/sbx/http.h include/sbx/wire.h include/sbx/schema.h $(B)/libsbx.so
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -fPIC -shared -fvisibility=hidden -Iinclude \
+	    $(shell pkg-config --cflags jansson nettle libuv) -o $@ $(OSB_SRC) \
+	    -L$(B) -lsbx -Wl,-rpath,$(abspath $(B)):$(LIBDIR) $(shell pkg-config --libs jansson nettle libuv) -lm
+all: $(OPENSANDBOX_SO)
+tests: $(OPENSANDBOX_SO)
+.PHONY: install-plugins uninstall-plugins
+install: install-plugins
+uninstall: uninstall-plugins
+install-plugins: $(OPENSANDBOX_SO)
+	install -d $(DESTDIR)$(PLUGINDIR)
+	install -m 755 $(OPENSANDBOX_SO) $(DESTDIR)$(PLUGINDIR)/opensandbox.so
+uninstall-plugins:
+	rm -f $(DESTDIR)$(PLUGINDIR)/opensandbox.so
+	-rmdir -p $(DESTDIR)$(PLUGINDIR) 2>/dev/null; true
+# --- end plugin providers ---
