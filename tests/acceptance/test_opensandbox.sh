@@ -43,5 +43,180 @@ grep -q '^# [0-9]* passed, 0 failed' "$T/suite" || not_ok "the suite ran to its 
 
 osb() { SBX_PROVIDER=opensandbox "$SBX" "$@"; }
 
+
+export SBX_LIB="$B/libsbx.so" PYTHONPATH="$ROOT/python"
+# res CONFIG-JSON COMMAND: one box, one exec, through the Python binding (the reference's API):
+# prints the result as JSON {rc, out, err, type}, or {"error": "..."} when the box or exec raised.
+res() {
+  py - "$@" <<'PY'
+import json, sys
+from sbx import Sandbox, SandboxSpec
+cfg, cmd = json.loads(sys.argv[1]), sys.argv[2]
+timeout = float(sys.argv[3]) if len(sys.argv) > 3 else None
+try:
+    with Sandbox({"opensandbox": cfg}, SandboxSpec()) as sb:
+        sb.start()
+        r = sb.exec(cmd, timeout_s=timeout)
+        print(json.dumps({"rc": r.return_code, "out": r.stdout, "err": r.stderr,
+                          "type": r.error_type}))
+except Exception as e:
+    print(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}))
+PY
+}
+field() { /usr/bin/python3 -c "import json,sys; v=json.loads(sys.argv[1]).get(sys.argv[2]); print(json.dumps(v))" "$1" "$2"; }
+FG="$FAST, \"operations\": {\"background_exec\": false}"
+
+# --- results as the reference builds them ---
+fake POST reset >/dev/null
+r=$(res "{$FG}" 'echo out; echo err >&2; exit 7')
+check "the probe ran stable_count (2) times: 3 commands with the exec" [ "$(stat_of '["commands"]')" = 3 ]
+check "reference result: exit 7" [ "$(field "$r" rc)" = 7 ]
+check "reference result: stdout is the lines joined (no last newline)" [ "$(field "$r" out)" = '"out"' ]
+check "reference result: stderr ends with the error event" [ "$(field "$r" err)" = '"err\nCommandExecError: 7"' ]
+r=$(res "{$FG}" 'true')
+check "reference result: no output is None, not an empty string" [ "$(field "$r" out)" = null ] && [ "$(field "$r" err)" = null ]
+r=$(res "{$FAST}" 'echo out; echo err >&2; exit 5')
+check "background exec (the shipped default): rc from the status" [ "$(field "$r" rc)" = 5 ]
+check "background exec: stdout is the merged log" [ "$(field "$r" out)" = '"out\nerr\n"' ]
+check "background exec: stderr is the status's error" [ "$(field "$r" err)" = '"exit status 5"' ]
+r=$(res "{$FG}" 'echo partial; sleep 30' 1)
+check "a timeout: rc 125, error_type timeout" [ "$(field "$r" rc)" = 125 ] && [ "$(field "$r" type)" = '"timeout"' ]
+check "a timeout keeps what came before it" [ "$(field "$r" out)" = '"partial"' ]
+
+# --- the create request: the SDK's defaults, attribution, provider_options ---
+fake POST reset >/dev/null
+r=$(NEMO_GYM_RUN_ID='run/42 x' NEMO_GYM_TEAM=rl res "{$FG}" 'true')
+body=$(stat_of '["last_create"]')
+for want in "'entrypoint': ['tail', '-f', '/dev/null']" "'resourceLimits': {'cpu': '1', 'memory': '2Gi'}" \
+    "'timeout': 600" "'secureAccess': False" "'imagePullPolicy': 'IfNotPresent'" \
+    "'opensandbox.extensions.image-pull-policy': 'IfNotPresent'" \
+    "'nemo-gym.nvidia.com/run': 'run_42_x'" "'nemo-gym.nvidia.com/team': 'rl'"; do
+  check "create body: $want" has "$body" "$want"
+done
+spec='{"provider_options": {"bogus": 1}}'
+out=$(py - <<PY 2>&1
+from sbx import Sandbox, SandboxSpec
+try:
+    Sandbox({"opensandbox": {}}, SandboxSpec(provider_options={"bogus": 1})).start()
+except Exception as e:
+    print(type(e).__name__, e)
+try:
+    Sandbox({"opensandbox": {}}, SandboxSpec(provider_options={"extensions": {"imagePullPolicy": "Sometimes"}})).start()
+except Exception as e:
+    print(type(e).__name__, e)
+PY
+)
+check "an unknown provider option is refused, naming the allowed ones" has "$out" "unknown provider_options key 'bogus' (allowed: extensions"
+check "a bad pull policy is refused, naming the allowed ones" has "$out" "must be one of Always, IfNotPresent, Never, got 'Sometimes'"
+
+# --- create: the reference's retry classification ---
+fake POST reset >/dev/null; fake POST faults '{"create": [409, 429]}' >/dev/null
+r=$(res "{$FG}" 'echo ok')
+check "409 then 429 on create: retried with backoff, then the box works" [ "$(field "$r" out)" = '"ok"' ]
+check "... three create requests" [ "$(stat_of '["creates"]')" = 3 ]
+fake POST reset >/dev/null; fake POST faults '{"create": [400]}' >/dev/null
+r=$(res "{$FG}" 'true')
+check "400 on create: not retried" [ "$(stat_of '["creates"]')" = 1 ]
+check "... the error names the status" has "$(field "$r" error)" "400"
+fake POST reset >/dev/null; fake POST faults '{"create": [503, 503, 503, 503]}' >/dev/null
+r=$(res "{$FAST, \"create\": {\"retries\": 2, \"retry_delay_s\": 0.01}}" 'true')
+check "503 past create.retries: fails after retries+1 attempts" [ "$(stat_of '["creates"]')" = 3 ]
+check "... saying how many" has "$(field "$r" error)" "after 3 attempts"
+fake POST reset >/dev/null; fake POST faults '{"pending_s": 0.6}' >/dev/null
+r=$(res "{$FG}" 'echo ready')
+check "a pod still pending: /ping polled until execd answers" [ "$(field "$r" out)" = '"ready"' ]
+fake POST faults '{"pending_s": 0}' >/dev/null
+
+# --- exec: 502 resubmission, the OOM check, event streams ---
+# exec502 CONFIG FAULTS [CMD]: a box, then the faults, then one exec (the Python binding).
+exec502() {
+  py - "$1" "$2" "$FAKE" "${3:-echo again}" <<'PY'
+import json, sys, urllib.request
+from sbx import Sandbox, SandboxSpec
+cfg, faults, fake = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+with Sandbox({"opensandbox": cfg}, SandboxSpec()) as sb:
+    sb.start()
+    urllib.request.urlopen(urllib.request.Request(fake + "/_fake/reset", data=b"{}"))
+    urllib.request.urlopen(urllib.request.Request(
+        fake + "/_fake/faults", data=faults.encode(), headers={"Content-Type": "application/json"}))
+    try:
+        r = sb.exec(sys.argv[4])
+        print(json.dumps({"rc": r.return_code, "out": r.stdout}))
+    except Exception as e:
+        print(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}))
+PY
+}
+OPS="$FAST, \"operations\": {\"background_exec\": false, \"retries\": 2}"
+r=$(exec502 "{$OPS}" '{"command": [502]}')
+check "one 502 from execd's proxy: resubmitted, the command runs" [ "$(field "$r" out)" = '"again"' ]
+check "... two submissions" [ "$(stat_of '["commands"]')" = 2 ]
+r=$(exec502 "{$OPS}" '{"command": [502, 502, 502, 502, 502]}')
+check "502 on every submission: an error" has "$r" '"error"'
+check "... saying the backend is likely dead" has "$r" "likely dead"
+check "... after operations.retries + 1 submissions" [ "$(stat_of '["commands"]')" = 3 ]
+r=$(exec502 "{$OPS}" '{"oom": true}')
+check "a 502 from an OOM-killed sandbox: an error that says so" has "$r" "Sandbox was OOM-killed"
+check "... with the pod's reason" has "$r" "OOMKilled"
+check "... and no resubmission (the OOM check ends it)" [ "$(stat_of '["commands"]')" = 0 ]
+r=$(exec502 "{$OPS}" '{"sse_delay_ms": 300}' 'echo a; echo b; echo c')
+check "a slow event stream: every line, in order" [ "$(field "$r" out)" = '"a\nb\nc"' ]
+r=$(exec502 "{$OPS}" '{"sse_drop_after": 1}' 'echo a; echo b; echo c')
+check "a stream dropped mid-way: an error, not a short result" has "$r" '"error"'
+r=$(exec502 "{$OPS}" '{"sse_cut": true}' 'echo a')
+check "a stream that ends without its last event: an error saying so" has "$r" "without a completion or error event"
+fake POST reset >/dev/null
+
+# --- the key rule: a direct endpoint never receives the management key ---
+r=$(res "{$FG, \"connection\": {\"use_server_proxy\": false}}" 'echo direct')
+check "direct endpoint: the command runs (with execd's own token)" [ "$(field "$r" out)" = '"direct"' ]
+check "direct endpoint: execd was reached directly" [ "$(stat_of '["direct_requests"]')" -gt 0 ]
+check "direct endpoint: never sent OPEN-SANDBOX-API-KEY" [ "$(stat_of '["direct_saw_key"]')" = 0 ]
+check "direct endpoint: nothing went through the proxy" [ "$(stat_of '["proxy_requests"]')" = 0 ]
+out=$(py - <<PY 2>&1
+from sbx import Sandbox, SandboxSpec
+for proxy in (False, True):
+    cfg = {"connection": {"use_server_proxy": proxy}, "probe": {"stable_delay_s": 0.05}}
+    with Sandbox({"opensandbox": cfg}, SandboxSpec(ports=[8080])) as sb:
+        sb.start()
+        ep = sb.endpoint(8080)
+        print(proxy, ep.endpoint, sorted(ep.headers))
+PY
+)
+check "endpoint, direct: the pod's URL with execd's token, no key" has "$out" "False http://127.0.0.1:$(cat "$T/dport")/direct/"
+check "... and no management key in its headers" bash -c "grep '^False' <<<'$out' | grep -vq OPEN-SANDBOX-API-KEY"
+check "endpoint, through the proxy: the key goes with it" bash -c "grep '^True' <<<'$out' | grep -q OPEN-SANDBOX-API-KEY"
+
+# --- gc: cleanup_sandboxes (audit with --dry-run, reap otherwise) ---
+fake POST reset >/dev/null
+a=$(SBX_PROVIDER=opensandbox "$SBX" create --config "$(cfg)" --label sweep=r1 </dev/null)
+b=$(SBX_PROVIDER=opensandbox "$SBX" create --config "$(cfg)" --label sweep=r1 </dev/null)
+k=$(SBX_PROVIDER=opensandbox "$SBX" create --config "$(cfg)" --label sweep=keep </dev/null)
+out=$(SBX_PROVIDER=opensandbox "$SBX" gc --dry-run --label sweep=r1 2>&1)
+check "gc --dry-run (the audit) names both" bash -c "has() { case \"\$1\" in *\"\$2\"*) return 0;; *) return 1;; esac; }; has '$out' '$a' && has '$out' '$b'"
+check "... and removes nothing" [ "$(stat_of '["live"]')" = 3 ]
+SBX_PROVIDER=opensandbox "$SBX" gc --label sweep=r1 >/dev/null 2>&1
+check "gc --label reaps the run's boxes, and only them" [ "$(stat_of '["live"]')" = 1 ]
+check "... the other box stays" has "$(SBX_PROVIDER=opensandbox "$SBX" ls -q)" "$k"
+SBX_PROVIDER=opensandbox "$SBX" stop "$k" >/dev/null 2>&1
+
+# --- bad config: the messages say what and how to fix ---
+badcfg() { echo "$1" > "$T/bad.json"; SBX_PROVIDER=opensandbox "$SBX" run --config "$T/bad.json" -- true </dev/null 2>&1; }
+check "an unknown key is named" has "$(badcfg '{"opensandbox": {"create": {"retires": 3}}}')" "unknown key 'retires' in create"
+check "a wrong type says what it must be" has "$(badcfg '{"opensandbox": {"create": {"retries": "x"}}}')" "create.retries must be"
+check "a protocol outside http/https is refused" has "$(badcfg '{"opensandbox": {"connection": {"protocol": "ftp"}}}')" "connection.protocol"
+check "a key prefix that is no DNS subdomain is refused" has "$(badcfg '{"opensandbox": {"attribution": {"key_prefix": "Bad_Prefix/"}}}')" "lowercase DNS subdomain"
+out=$(OPENSANDBOX_DOMAIN= badcfg '{"opensandbox": {}}')
+check "no domain: says where to set one" has "$out" "set connection.domain in the config (host:port or a URL), or \$OPENSANDBOX_DOMAIN"
+out=$(OPENSANDBOX_API_KEY=wrong badcfg '{"opensandbox": {}}')
+check "a wrong API key: the 401 is named" has "$out" "401"
+
+# A service that is not there: a clear error, no hang.
+# (the shipped config retries a create for minutes: no retries here)
+echo '{"opensandbox": {"operations": {"retries": 0}, "create": {"retries": 0}}}' > "$T/noretry.json"
+out=$(OPENSANDBOX_DOMAIN=127.0.0.1:1 SBX_PROVIDER=opensandbox "$SBX" run --config "$T/noretry.json" -- true </dev/null 2>&1); rc=$?
+check "an unreachable service: an error" [ "$rc" != 0 ]
+check "... that names it" has "$out" "127.0.0.1:1"
+check "nothing left on the fake" [ "$(stat_of '["live"]')" = 0 ]
+
 kill $srv; wait $srv 2>/dev/null
 finish

@@ -274,7 +274,7 @@ def in_box(b, path):
 
 async def ping(req):
     b, e = execd_box(req)
-    if e:
+    if e is not None:
         return e
     if time.time() < b["ready_at"]:
         return web.Response(status=503, text="execd is starting")
@@ -300,7 +300,7 @@ async def pump(stream, kind, queue):
 
 async def command(req):
     b, e = execd_box(req)
-    if e:
+    if e is not None:
         return e
     STATS["commands"] += 1
     f = fault("command")
@@ -419,7 +419,7 @@ async def command(req):
 
 async def command_status(req):
     b, e = execd_box(req)
-    if e:
+    if e is not None:
         return e
     rec = b["commands"].get(req.match_info["cid"])
     if not rec:
@@ -430,7 +430,7 @@ async def command_status(req):
 
 async def command_logs(req):
     b, e = execd_box(req)
-    if e:
+    if e is not None:
         return e
     rec = b["commands"].get(req.match_info["cid"])
     if not rec or not rec["log"]:
@@ -441,7 +441,7 @@ async def command_logs(req):
 
 async def upload(req):
     b, e = execd_box(req)
-    if e:
+    if e is not None:
         return e
     reader = await req.multipart()
     meta = None
@@ -468,7 +468,7 @@ async def upload(req):
 
 async def download(req):
     b, e = execd_box(req)
-    if e:
+    if e is not None:
         return e
     path = in_box(b, req.query.get("path", ""))
     if not os.path.isfile(path):
@@ -479,7 +479,7 @@ async def download(req):
 
 async def info(req):
     b, e = execd_box(req)
-    if e:
+    if e is not None:
         return e
     out = {}
     for p in req.query.getall("path", []):
