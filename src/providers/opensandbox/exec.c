@@ -76,7 +76,6 @@ struct xrun {
     size_t out_lines, err_lines;
     bool truncated, got_error, complete;
     char *ename, *evalue, *exec_id;
-    int first_502; /* set once a 502 was seen: the submission that got it */
 
     /* background */
     double poll_wait;
@@ -362,19 +361,7 @@ static void oom_checked(void *ctx, int code, sbx_http_response *resp, sbx_error 
 
 static void xr_after_502(struct xrun *x)
 {
-    char *eid = sbx_http_escape(x->b->id), *path = NULL;
-    if (eid && asprintf(&path, "/sandboxes/%s", eid) < 0)
-        path = NULL;
-    free(eid);
-    sbx_http_request *req = NULL;
-    sbx_error *err = NULL;
-    if (!path || osb_request(x->st->api, "GET", path, NULL, &req, &err) < 0) {
-        free(path);
-        xr_fail(x, SBX_ENOMEM, err);
-        return;
-    }
-    free(path);
-    osb_send(x->op, req, OSB_OOM_CHECK_S, &x->cur, oom_checked, x);
+    osb_call(x->op, x->st->api, "GET", osb_path_id("/sandboxes/%s", x->b->id), OSB_OOM_CHECK_S, &x->cur, oom_checked, x);
 }
 
 /* --- the stream's end ----------------------------------------------------------------------- */
@@ -412,7 +399,6 @@ static void submitted(void *ctx, int code, sbx_http_response *resp, sbx_error *e
     }
     int status = sbx_http_response_status(resp);
     if (status == 502) {
-        x->first_502 = x->submission;
         xr_after_502(x);
         return;
     }
@@ -539,19 +525,8 @@ static void polled(void *ctx, int code, sbx_http_response *resp, sbx_error *err)
                 xr_sleep(x, x->poll_wait);
                 return;
             }
-            char *path = NULL, *eid = sbx_http_escape(x->exec_id);
-            if (eid && asprintf(&path, "/command/%s/logs", eid) < 0)
-                path = NULL;
-            free(eid);
-            sbx_http_request *req = NULL;
-            if (!path || osb_request(x->b->execd, "GET", path, NULL, &req, &err) < 0) {
-                free(path);
-                xr_fail(x, SBX_ENOMEM, err);
-                return;
-            }
-            free(path);
             double rt = x->st->cfg.connection.request_timeout_s;
-            osb_send(x->op, req, rt > 0 ? rt : 60, &x->cur, logs_done, x);
+            osb_call(x->op, x->b->execd, "GET", osb_path_id("/command/%s/logs", x->exec_id), rt > 0 ? rt : 60, &x->cur, logs_done, x);
             return;
         }
     }
@@ -560,20 +535,8 @@ static void polled(void *ctx, int code, sbx_http_response *resp, sbx_error *err)
 
 static void xr_poll(struct xrun *x)
 {
-    char *path = NULL, *eid = sbx_http_escape(x->exec_id);
-    if (eid && asprintf(&path, "/command/status/%s", eid) < 0)
-        path = NULL;
-    free(eid);
-    sbx_http_request *req = NULL;
-    sbx_error *err = NULL;
-    if (!path || osb_request(x->b->execd, "GET", path, NULL, &req, &err) < 0) {
-        free(path);
-        xr_fail(x, SBX_ENOMEM, err);
-        return;
-    }
-    free(path);
     double rt = x->st->cfg.connection.request_timeout_s;
-    osb_send(x->op, req, rt > 0 ? rt : 60, &x->cur, polled, x);
+    osb_call(x->op, x->b->execd, "GET", osb_path_id("/command/status/%s", x->exec_id), rt > 0 ? rt : 60, &x->cur, polled, x);
 }
 
 /* --- the command as execd gets it ------------------------------------------------------------ */

@@ -264,15 +264,8 @@ static void got_info(void *ctx, int code, sbx_http_response *resp, sbx_error *er
             return;
         }
         char *path = osb_query("/files/download", "path", f->remote);
-        sbx_http_request *req = NULL;
-        if (!path || osb_request(f->b->execd, "GET", path, NULL, &req, &err) < 0) {
-            free(path);
-            fjob_finish(f, SBX_ENOMEM, err);
-            return;
-        }
-        free(path);
         double rt = f->st->cfg.connection.request_timeout_s;
-        osb_send(f->op, req, rt > 0 ? rt : 0, &f->cur, downloaded, f);
+        osb_call(f->op, f->b->execd, "GET", path, rt > 0 ? rt : 0, &f->cur, downloaded, f);
         return;
     }
     fjob_finish(f, code, sbx_error_prefix(err, "downloading %s", f->remote));
@@ -288,18 +281,10 @@ void osb_download(sbx_op *op, void *state, void *box, const char *remote_path,
     }
     if (no_box(f))
         return;
-    char *path = osb_query("/files/info", "path", remote_path);
-    sbx_http_request *req = NULL;
-    sbx_error *err = NULL;
-    if (!path || osb_request(f->b->execd, "GET", path, NULL, &req, &err) < 0) {
-        free(path);
-        fjob_finish(f, SBX_ENOMEM, err);
-        return;
-    }
-    free(path);
     /* A missing file: 404, SBX_ENOENT by the status map. */
     osb_cancel_slot(op, &f->cur);
     f->hook = true;
     double rt = f->st->cfg.connection.request_timeout_s;
-    osb_send(op, req, rt > 0 ? rt : 0, &f->cur, got_info, f);
+    osb_call(op, f->b->execd, "GET", osb_query("/files/info", "path", remote_path),
+             rt > 0 ? rt : 0, &f->cur, got_info, f);
 }

@@ -219,6 +219,15 @@ void osb_send(sbx_op *op, sbx_http_request *req, double deadline_s, sbx_http_req
 /* A request to `c` with a JSON body (taken; NULL: none). SBX_OK or an error. */
 int osb_request(sbx_http_client *c, const char *method, const char *path, json_t *body,
                 sbx_http_request **out, sbx_error **err);
+/*
+ * METHOD `path` (taken; NULL: out of memory) on `c` without a body, sent as
+ * osb_send does; a request that cannot be made reaches `done` inline. The
+ * op's cancel hook is the caller's to set.
+ */
+void osb_call(sbx_op *op, sbx_http_client *c, const char *method, char *path, double deadline_s,
+              sbx_http_request **slot, osb_done_fn done, void *ctx);
+/* `fmt` (one %s) with `id` escaped as a path segment (malloc'd; NULL: no memory). */
+char *osb_path_id(const char *fmt, const char *id);
 /* The op's cancel hook for a flow whose request in flight is in `*slot`. */
 void osb_cancel_slot(sbx_op *op, void *slot);
 

@@ -151,6 +151,29 @@ static void cancel_slot_cb(sbx_op *op, void *data)
 
 void osb_cancel_slot(sbx_op *op, void *slot) { sbx_op_on_cancel(op, cancel_slot_cb, slot); }
 
+void osb_call(sbx_op *op, sbx_http_client *c, const char *method, char *path, double deadline_s,
+              sbx_http_request **slot, osb_done_fn done, void *ctx)
+{
+    sbx_http_request *req = NULL;
+    sbx_error *err = NULL;
+    int rc = path ? osb_request(c, method, path, NULL, &req, &err) : SBX_ENOMEM;
+    free(path);
+    if (rc < 0) {
+        done(ctx, rc, NULL, err);
+        return;
+    }
+    osb_send(op, req, deadline_s, slot, done, ctx);
+}
+
+char *osb_path_id(const char *fmt, const char *id)
+{
+    char *eid = sbx_http_escape(id), *p = NULL;
+    if (eid && asprintf(&p, fmt, eid) < 0)
+        p = NULL;
+    free(eid);
+    return p;
+}
+
 char *osb_query(const char *path, const char *key, const char *value)
 {
     char *q = sbx_http_escape(value), *out = NULL;
@@ -162,11 +185,11 @@ char *osb_query(const char *path, const char *key, const char *value)
 
 static char *sandbox_path(const char *id, const char *rest)
 {
-    char *eid = sbx_http_escape(id), *p = NULL;
-    if (eid && asprintf(&p, "/sandboxes/%s%s", eid, rest ? rest : "") < 0)
-        p = NULL;
-    free(eid);
-    return p;
+    char *p = osb_path_id("/sandboxes/%s", id), *out = NULL;
+    if (p && asprintf(&out, "%s%s", p, rest ? rest : "") < 0)
+        out = NULL;
+    free(p);
+    return out;
 }
 
 /* A JSON body of a 2xx answer, or NULL. */
@@ -447,18 +470,9 @@ static void cj_fail(struct cjob *cj, int code, sbx_error *err, bool retryable)
         cj_decide(cj);
         return;
     }
-    char *path = sandbox_path(cj->box->id, NULL);
-    sbx_http_request *req = NULL;
-    sbx_error *e = NULL;
-    if (!path || osb_request(cj->st->api, "DELETE", path, NULL, &req, &e) < 0) {
-        free(path);
-        sbx_error_free(e);
-        cj_deleted(cj, SBX_ENOMEM, NULL, NULL);
-        return;
-    }
-    free(path);
     sbx_op_on_cancel(cj->op, NULL, NULL); /* the cleanup runs to its end */
-    osb_send(cj->op, req, cj->st->cfg.operations.close_timeout_s, NULL, cj_deleted, cj);
+    osb_call(cj->op, cj->st->api, "DELETE", sandbox_path(cj->box->id, NULL),
+             cj->st->cfg.operations.close_timeout_s, NULL, cj_deleted, cj);
 }
 
 static bool retryable_status(int s)
@@ -475,7 +489,7 @@ static bool cj_ok(struct cjob *cj, int code, sbx_http_response *resp, sbx_error 
         return true;
     int status = resp ? sbx_http_response_status(resp) : 0;
     /* Transport failures (refused, reset, timed out) are retried; statuses by the reference's set. */
-    bool retry = status ? retryable_status(status) : code != SBX_ECANCELED;
+    bool retry = status ? retryable_status(status) : code != SBX_ECANCELED && code != SBX_ENOMEM;
     if (status >= 500 || !status)
         code = code == SBX_ETIMEDOUT ? SBX_ETIMEDOUT : SBX_ECREATE;
     cj_fail(cj, code, sbx_error_prefix(err, "%s", what), retry);
@@ -624,15 +638,8 @@ static void cj_got_endpoint(void *ctx, int code, sbx_http_response *resp, sbx_er
     snprintf(rest, sizeof(rest), "/endpoints/%d?use_server_proxy=%s", OSB_EGRESS_PORT,
              cj->st->cfg.connection.use_server_proxy ? "true" : "false");
     char *path = sandbox_path(cj->box->id, rest);
-    sbx_http_request *req = NULL;
-    if (!path || osb_request(cj->st->api, "GET", path, NULL, &req, &err) < 0) {
-        free(path);
-        cj_fail(cj, SBX_ENOMEM, err, false);
-        return;
-    }
-    free(path);
     osb_cancel_slot(cj->op, &cj->cur);
-    osb_send(cj->op, req, lifecycle_deadline(cj->st), &cj->cur, cj_egress, cj);
+    osb_call(cj->op, cj->st->api, "GET", path, lifecycle_deadline(cj->st), &cj->cur, cj_egress, cj);
 }
 
 static void cj_endpoint(struct cjob *cj)
@@ -641,16 +648,8 @@ static void cj_endpoint(struct cjob *cj)
     snprintf(rest, sizeof(rest), "/endpoints/%d?use_server_proxy=%s", OSB_EXECD_PORT,
              cj->st->cfg.connection.use_server_proxy ? "true" : "false");
     char *path = sandbox_path(cj->box->id, rest);
-    sbx_http_request *req = NULL;
-    sbx_error *err = NULL;
-    if (!path || osb_request(cj->st->api, "GET", path, NULL, &req, &err) < 0) {
-        free(path);
-        cj_fail(cj, SBX_ENOMEM, err, false);
-        return;
-    }
-    free(path);
     osb_cancel_slot(cj->op, &cj->cur);
-    osb_send(cj->op, req, lifecycle_deadline(cj->st), &cj->cur, cj_got_endpoint, cj);
+    osb_call(cj->op, cj->st->api, "GET", path, lifecycle_deadline(cj->st), &cj->cur, cj_got_endpoint, cj);
 }
 
 static void cj_created(void *ctx, int code, sbx_http_response *resp, sbx_error *err)
@@ -755,17 +754,12 @@ static void osb_connect(sbx_op *op, void *state, const char *descriptor_json)
     if (cj && (cj->box = calloc(1, sizeof(*cj->box))))
         cj->box->id = strdup(id);
     json_decref(d);
-    char *path = cj && cj->box && cj->box->id ? sandbox_path(cj->box->id, NULL) : NULL;
-    sbx_http_request *req = NULL;
-    sbx_error *err = NULL;
-    if (!path || osb_request(st->api, "GET", path, NULL, &req, &err) < 0) {
-        free(path);
+    if (!cj || !cj->box || !cj->box->id) {
         if (cj)
             cj_free(cj);
-        sbx_op_complete(op, SBX_ENOMEM, err, NULL);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return;
     }
-    free(path);
     cj->op = op;
     cj->st = st;
     cj->skip_health = st->cfg.create.skip_health_check;
@@ -773,7 +767,8 @@ static void osb_connect(sbx_op *op, void *state, const char *descriptor_json)
                             ? st->cfg.create.connect_attempt_timeout_s
                             : OSB_DEFAULT_READY_TIMEOUT_S;
     osb_cancel_slot(op, &cj->cur);
-    osb_send(op, req, lifecycle_deadline(st), &cj->cur, cj_info, cj);
+    osb_call(op, st->api, "GET", sandbox_path(cj->box->id, NULL), lifecycle_deadline(st), &cj->cur,
+             cj_info, cj);
 }
 
 static void osb_serialize(sbx_op *op, void *state, void *box, const char *scope)
@@ -815,21 +810,20 @@ static void single_done(void *ctx, int code, sbx_http_response *resp, sbx_error 
     free(s);
 }
 
-static void single(sbx_op *op, struct osb *st, const char *method, const char *path,
-                   double deadline, bool gone_ok, const char *what, answer_fn answer, void *data)
+/* METHOD `path` (taken) on the lifecycle API for `op`, its answer to `answer`. */
+static void single(sbx_op *op, struct osb *st, const char *method, char *path, double deadline,
+                   bool gone_ok, const char *what, answer_fn answer, void *data)
 {
     struct single *s = calloc(1, sizeof(*s));
-    sbx_http_request *req = NULL;
-    sbx_error *err = NULL;
-    if (!s || !path || osb_request(st->api, method, path, NULL, &req, &err) < 0) {
-        free(s);
-        sbx_op_complete(op, SBX_ENOMEM, err, NULL);
+    if (!s) {
+        free(path);
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return;
     }
     *s = (struct single){.op = op, .st = st, .answer = answer, .gone_ok = gone_ok, .what = what,
                          .data = data};
     osb_cancel_slot(op, &s->cur);
-    osb_send(op, req, deadline, &s->cur, single_done, s);
+    osb_call(op, st->api, method, path, deadline, &s->cur, single_done, s);
 }
 
 static void status_answer(sbx_op *op, struct osb *st, int status, sbx_http_response *resp,
@@ -859,7 +853,6 @@ static void osb_status(sbx_op *op, void *state, void *box)
     struct osb *st = state;
     char *path = sandbox_path(((struct obox *)box)->id, NULL);
     single(op, st, "GET", path, lifecycle_deadline(st), true, "status", status_answer, NULL);
-    free(path);
 }
 
 static void closed(sbx_op *op, struct osb *st, int status, sbx_http_response *resp, void *data)
@@ -883,13 +876,6 @@ static void osb_close(sbx_op *op, void *state, void *box, int owned)
     /* Already gone (404: its TTL, a stop elsewhere) is a success, as the reference has it. */
     single(op, st, "DELETE", path, st->cfg.operations.close_timeout_s, true, "deleting the sandbox",
            closed, NULL);
-    free(path);
-}
-
-static void stopped_id(sbx_op *op, struct osb *st, int status, sbx_http_response *resp,
-                       void *data)
-{
-    closed(op, st, status, resp, data);
 }
 
 static void osb_stop_id(sbx_op *op, void *state, const char *id)
@@ -897,9 +883,8 @@ static void osb_stop_id(sbx_op *op, void *state, const char *id)
     struct osb *st = state;
     char *path = sandbox_path(id, NULL);
     /* A 404 is SBX_ENOENT here: `sbx stop ID` of an unknown box says so. */
-    single(op, st, "DELETE", path, st->cfg.operations.close_timeout_s, false, "stopping", stopped_id,
+    single(op, st, "DELETE", path, st->cfg.operations.close_timeout_s, false, "stopping", closed,
            NULL);
-    free(path);
 }
 
 static void endpoint_answer(sbx_op *op, struct osb *st, int status, sbx_http_response *resp,
@@ -953,7 +938,6 @@ static void osb_endpoint(sbx_op *op, void *state, void *box, int port)
              st->cfg.connection.use_server_proxy ? "true" : "false");
     char *path = sandbox_path(((struct obox *)box)->id, rest);
     single(op, st, "GET", path, lifecycle_deadline(st), false, "endpoint", endpoint_answer, NULL);
-    free(path);
 }
 
 /* --- list, gc: the listing's pages, then (gc) deletes ------------------------------------- */
@@ -1084,16 +1068,8 @@ static void gc_next(struct ljob *lj)
     if (lj->next < json_array_size(lj->pick)) {
         const char *id = json_string_value(json_array_get(lj->pick, lj->next++));
         char *path = sandbox_path(id, NULL);
-        sbx_http_request *req = NULL;
-        sbx_error *err = NULL;
-        if (!path || osb_request(lj->st->api, "DELETE", path, NULL, &req, &err) < 0) {
-            free(path);
-            lj_finish(lj, SBX_ENOMEM, err, NULL);
-            return;
-        }
-        free(path);
         osb_cancel_slot(lj->op, &lj->cur);
-        osb_send(lj->op, req, lj->st->cfg.operations.close_timeout_s, &lj->cur, gc_deleted, lj);
+        osb_call(lj->op, lj->st->api, "DELETE", path, lj->st->cfg.operations.close_timeout_s, &lj->cur, gc_deleted, lj);
         return;
     }
     /* Re-list and sweep again while a labelled sweep still finds boxes (creates in flight). */
@@ -1231,16 +1207,8 @@ static void lj_list(struct ljob *lj)
                  md ? "&metadata=" : "", md ? md : "") < 0)
         path = NULL;
     free(md);
-    sbx_http_request *req = NULL;
-    sbx_error *err = NULL;
-    if (!path || osb_request(lj->st->api, "GET", path, NULL, &req, &err) < 0) {
-        free(path);
-        lj_finish(lj, SBX_ENOMEM, err, NULL);
-        return;
-    }
-    free(path);
     osb_cancel_slot(lj->op, &lj->cur);
-    osb_send(lj->op, req, lifecycle_deadline(lj->st), &lj->cur, lj_page, lj);
+    osb_call(lj->op, lj->st->api, "GET", path, lifecycle_deadline(lj->st), &lj->cur, lj_page, lj);
 }
 
 static void list_or_gc(sbx_op *op, struct osb *st, const char *json, bool gc)
