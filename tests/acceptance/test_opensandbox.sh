@@ -198,6 +198,15 @@ SBX_PROVIDER=opensandbox "$SBX" gc --label sweep=r1 >/dev/null 2>&1
 check "gc --label reaps the run's boxes, and only them" [ "$(stat_of '["live"]')" = 1 ]
 check "... the other box stays" has "$(SBX_PROVIDER=opensandbox "$SBX" ls -q)" "$k"
 SBX_PROVIDER=opensandbox "$SBX" stop "$k" >/dev/null 2>&1
+fake POST reset >/dev/null
+# A box made by someone else's process (straight on the service: no local record of it).
+curl -s -X POST "$FAKE/v1/sandboxes" -H "OPEN-SANDBOX-API-KEY: $KEY" -H 'Content-Type: application/json' \
+  -d '{"entrypoint": ["tail"], "resourceLimits": {"cpu": "1"}, "metadata": {"nemo-gym.nvidia.com/user": "alice"}}' >/dev/null
+fake POST faults '{"oom": true}' >/dev/null
+NEMO_GYM_USER=bob SBX_PROVIDER=opensandbox "$SBX" gc >/dev/null 2>&1
+check "a plain gc leaves another user's failed box alone (a shared service)" [ "$(stat_of '["live"]')" = 1 ]
+NEMO_GYM_USER=alice SBX_PROVIDER=opensandbox "$SBX" gc >/dev/null 2>&1
+check "... and collects its own user's" [ "$(stat_of '["live"]')" = 0 ]
 
 # --- bad config: the messages say what and how to fix ---
 badcfg() { echo "$1" > "$T/bad.json"; SBX_PROVIDER=opensandbox "$SBX" run --config "$T/bad.json" -- true </dev/null 2>&1; }

@@ -1021,6 +1021,20 @@ static bool labels_match(json_t *labels, json_t *md)
     return true;
 }
 
+/* Whether `md` carries the attribution's user label as this process has it. */
+static bool owner_match(json_t *labels, json_t *md)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(labels, k, v)
+    {
+        size_t n = strlen(k);
+        if ((n == 4 || (n > 4 && k[n - 5] == '/')) && !strcmp(k + n - 4, "user"))
+            return json_equal(v, json_object_get(md, k));
+    }
+    return false;
+}
+
 static json_t *time_or_null(json_t *v)
 {
     double t;
@@ -1110,8 +1124,13 @@ static void lj_listed_all(struct ljob *lj)
         } else {
             json_t *exp = json_object_get(e, "expires_at");
             const char *s = json_string_value(json_object_get(e, "status"));
-            bool expired = json_is_number(exp) && json_number_value(exp) <= now;
-            bool dead = s && (!strcmp(s, "error") || !strcmp(s, "stopped"));
+            /*
+             * The service is shared: without labels, gc touches only boxes
+             * of this user (the attribution's user label), never another's.
+             */
+            bool mine = owner_match(lj->st->labels, json_object_get(e, "labels"));
+            bool expired = mine && json_is_number(exp) && json_number_value(exp) <= now;
+            bool dead = mine && s && (!strcmp(s, "error") || !strcmp(s, "stopped"));
             bool labelled = json_object_size(lj->labels) > 0 && match;
             if (expired || dead || labelled) {
                 json_array_append(lj->pick, json_object_get(e, "id"));
