@@ -176,6 +176,40 @@ SBX_EXPORT char *sbx_http_response_take_body(sbx_http_response *resp, size_t *le
  */
 SBX_EXPORT int sbx_http_response_check(const sbx_http_response *resp, sbx_error **err);
 
+/* --- multipart/form-data bodies (RFC 7578) --------------------------------- */
+
+/* One part of a form: a field, or a file when it has a filename. */
+typedef struct sbx_http_part {
+    const char *name;         /* the field's name (required) */
+    const char *filename;     /* NULL: a plain field, no filename */
+    const char *content_type; /* NULL: none written (text/plain, as the RFC says) */
+    const void *data;         /* `len` bytes (NULL when len is 0) */
+    size_t len;
+} sbx_http_part;
+
+/*
+ * Encodes `n` parts, in order, as a multipart/form-data body: each part's
+ * Content-Disposition (its name, and filename when set) and Content-Type,
+ * then its bytes, between boundaries of a random token that occurs in no
+ * part's bytes. Writes the body (malloc'd, freed with sbx_free) to *body
+ * and its size to *len, and the header value "multipart/form-data;
+ * boundary=..." (malloc'd, sbx_free) to *content_type; the caller's
+ * pointers are written only on success. Names, filenames and content types
+ * are written in quotes as they are: one holding '"', '\\', CR, LF or NUL,
+ * or longer than 1024 bytes, is refused rather than escaped (receivers
+ * disagree on escapes). Returns SBX_OK; SBX_EINVAL (NULL arguments, n 0, a
+ * part without a name, a refused text, data NULL with len > 0) saying which
+ * part; SBX_EIO (no randomness); SBX_ENOMEM. Does not block; thread-safe.
+ */
+SBX_EXPORT int sbx_http_multipart_encode(const sbx_http_part *parts, size_t n, char **body,
+                                         size_t *len, char **content_type, sbx_error **err);
+/*
+ * sbx_http_multipart_encode() made the body of request `r` (copied, as
+ * sbx_http_request_set_body copies). Returns what encode returns. Any thread.
+ */
+SBX_EXPORT int sbx_http_request_set_multipart(sbx_http_request *r, const sbx_http_part *parts,
+                                              size_t n, sbx_error **err);
+
 /* --- helpers --------------------------------------------------------------- */
 
 /* `s` percent-encoded for a path segment or query value (malloc'd; NULL: no memory). */

@@ -1,7 +1,7 @@
 /*
  * opensandbox: files through execd. Upload is execd's multipart POST
  * /files/upload (a "metadata" part with the path and mode, then the "file"
- * part); download asks /files/info for the mode (so it is kept, as sbx
+ * part, by the kit's encoder); download asks /files/info for the mode (so it is kept, as sbx
  * keeps it everywhere) and then GET /files/download. Host files are read
  * and written on a worker thread; the requests go from the loop.
  */
@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,61 +67,6 @@ static bool no_box(struct fjob *f)
     return true;
 }
 
-/*
- * A multipart/form-data body (RFC 7578): the metadata part, then the file.
- * The boundary is random and checked against the data, so no part holds it.
- */
-static int multipart(const char *meta, const char *name, const void *data, size_t len,
-                     char **body, size_t *body_len, char *ctype, size_t ctype_cap)
-{
-    char boundary[48];
-    for (int tries = 0;; tries++) {
-        unsigned char r[16];
-        if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
-            return SBX_EIO;
-        int n = snprintf(boundary, sizeof(boundary), "sbx-osb-");
-        for (int i = 0; i < 16; i++)
-            n += snprintf(boundary + n, sizeof(boundary) - (size_t)n, "%02x", r[i]);
-        if (!memmem(data, len, boundary, strlen(boundary)) || tries > 8)
-            break;
-    }
-    char *head = NULL, *mid = NULL, *tail = NULL;
-    /* A filename is part of the file part's header: its quotes and line ends go. */
-    char safe[256];
-    size_t k = 0;
-    for (const char *p = name; *p && k < sizeof(safe) - 1; p++)
-        safe[k++] = (*p == '"' || *p == '\r' || *p == '\n' || *p == '\\') ? '_' : *p;
-    safe[k] = 0;
-    if (asprintf(&head,
-                 "--%s\r\nContent-Disposition: form-data; name=\"metadata\"\r\n"
-                 "Content-Type: application/json\r\n\r\n%s\r\n",
-                 boundary, meta) < 0)
-        head = NULL;
-    if (asprintf(&mid,
-                 "--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\n"
-                 "Content-Type: application/octet-stream\r\n\r\n",
-                 boundary, safe) < 0)
-        mid = NULL;
-    if (asprintf(&tail, "\r\n--%s--\r\n", boundary) < 0)
-        tail = NULL;
-    size_t hl = head ? strlen(head) : 0, ml = mid ? strlen(mid) : 0, tl = tail ? strlen(tail) : 0;
-    char *out = head && mid && tail ? malloc(hl + ml + len + tl) : NULL;
-    if (out) {
-        memcpy(out, head, hl);
-        memcpy(out + hl, mid, ml);
-        if (len)
-            memcpy(out + hl + ml, data, len);
-        memcpy(out + hl + ml + len, tail, tl);
-        *body = out;
-        *body_len = hl + ml + len + tl;
-        snprintf(ctype, ctype_cap, "multipart/form-data; boundary=%s", boundary);
-    }
-    free(head);
-    free(mid);
-    free(tail);
-    return out ? SBX_OK : SBX_ENOMEM;
-}
-
 static void uploaded(void *ctx, int code, sbx_http_response *resp, sbx_error *err)
 {
     struct fjob *f = ctx;
@@ -168,25 +112,28 @@ static void upload_read(sbx_op *op, void *data)
                              (int)((m >> 6) * 100 + ((m >> 3) & 7) * 10 + (m & 7)));
     char *meta_text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
     json_decref(meta);
-    const char *slash = strrchr(f->remote, '/');
-    char *body = NULL, ctype[128];
-    size_t body_len = 0;
-    int rc = meta_text ? multipart(meta_text, slash ? slash + 1 : f->remote, buf, (size_t)n, &body,
-                                   &body_len, ctype, sizeof(ctype))
-                       : SBX_ENOMEM;
-    free(meta_text);
-    free(buf);
+    /* The file part's name is informational (the metadata has the path): a plain one. */
+    const char *slash = strrchr(f->remote, '/'), *base = slash ? slash + 1 : f->remote;
+    if (!*base || strlen(base) > 255 || strpbrk(base, "\"\\\r\n"))
+        base = "upload";
+    sbx_http_part parts[] = {
+        {.name = "metadata", .content_type = "application/json", .data = meta_text,
+         .len = meta_text ? strlen(meta_text) : 0},
+        {.name = "file", .filename = base,
+         .content_type = "application/octet-stream", .data = buf, .len = (size_t)n},
+    };
     sbx_http_request *req = NULL;
     sbx_error *err = NULL;
-    if (rc == SBX_OK && (rc = sbx_http_request_new(f->b->execd, "POST", "/files/upload", &req,
-                                                   &err)) == SBX_OK &&
-        (rc = sbx_http_request_set_body(req, body, body_len, ctype)) < 0) {
+    int rc = meta_text ? sbx_http_request_new(f->b->execd, "POST", "/files/upload", &req, &err)
+                       : SBX_ENOMEM;
+    if (rc == SBX_OK && (rc = sbx_http_request_set_multipart(req, parts, 2, &err)) < 0) {
         sbx_http_request_free(req);
         req = NULL;
     }
-    free(body);
+    free(meta_text);
+    free(buf);
     if (rc < 0) {
-        fjob_finish(f, rc, err);
+        fjob_finish(f, rc, sbx_error_prefix(err, "uploading %s", f->remote));
         return;
     }
     /* Writing the same bytes twice is the same file: the upload may be retried. */
