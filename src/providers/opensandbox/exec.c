@@ -184,15 +184,22 @@ static void xr_result(struct xrun *x, bool has_exit, int exit_code)
         xr_finish(x, SBX_OK, r, NULL);
 }
 
-static int add_line(struct xrun *x, struct buf *b, size_t *count, const char *text)
+static int add_line(struct xrun *x, int stream, struct buf *b, size_t *count, const char *text)
 {
     bool lines = x->st->cfg.operations.output == 1;
     size_t n = strlen(text);
     /* execd marks a blank line with "\n" as its text. */
     bool blank = !strcmp(text, "\n");
+    /* A listener gets each line as it comes, with its end (the best the events allow). */
+    if (sbx_op_exec_streaming(x->op)) {
+        if (!blank)
+            sbx_op_exec_output(x->op, stream, text, n);
+        sbx_op_exec_output(x->op, stream, "\n", 1);
+    }
     size_t need = lines ? (blank ? 1 : n + 1) : (*count ? 1 : 0) + n;
-    if (b->len + need > x->limit) {
-        x->truncated = true;
+    if (!x->keep || b->len + need > x->limit) {
+        x->truncated = x->truncated || x->keep;
+        (*count)++;
         return SBX_OK;
     }
     int rc = SBX_OK;
@@ -223,10 +230,10 @@ static int on_line(const char *line, size_t len, uint64_t line_no, void *user)
         }
         break;
     case OSB_EV_STDOUT:
-        rc = add_line(x, &x->out, &x->out_lines, ev.text ? ev.text : "");
+        rc = add_line(x, SBX_STREAM_STDOUT, &x->out, &x->out_lines, ev.text ? ev.text : "");
         break;
     case OSB_EV_STDERR:
-        rc = add_line(x, &x->err, &x->err_lines, ev.text ? ev.text : "");
+        rc = add_line(x, SBX_STREAM_STDERR, &x->err, &x->err_lines, ev.text ? ev.text : "");
         break;
     case OSB_EV_ERROR:
         x->got_error = true;
@@ -488,6 +495,10 @@ static void logs_done(void *ctx, int code, sbx_http_response *resp, sbx_error *e
             xr_fail(x, SBX_ENOMEM, NULL);
             return;
         }
+        /* Background output comes whole, at the end: a listener gets it then. */
+        sbx_op_exec_output(x->op, SBX_STREAM_STDOUT, body, n);
+        if (x->cst.error)
+            sbx_op_exec_output(x->op, SBX_STREAM_STDERR, x->cst.error, strlen(x->cst.error));
         free(x->out.p);
         x->out = (struct buf){.p = body, .len = n, .cap = n + 1};
         if (x->limit && x->out.len > x->limit) {

@@ -1280,7 +1280,8 @@ static const struct sbx_provider_ops opensandbox_ops = {
     .stop_id = osb_stop_id,
     .gc = osb_gc,
     /* No sbx-agent in its boxes (execd is OpenSandbox's own): no directory transfers, no PTY yet. */
-    .capabilities = SBX_CAP_ENDPOINT | SBX_CAP_CONNECT | SBX_CAP_LIST | SBX_CAP_STOP_ID | SBX_CAP_GC,
+    .capabilities = SBX_CAP_ENDPOINT | SBX_CAP_CONNECT | SBX_CAP_LIST | SBX_CAP_STOP_ID | SBX_CAP_GC |
+                    SBX_CAP_EXEC_STREAM,
 };
 
 SBX_EXPORT const struct sbx_provider_ops *const sbx_plugin_providers[] = {&opensandbox_ops, NULL};
