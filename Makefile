@@ -326,6 +326,7 @@ $(B)/fuzz/bin/%: $(B)/obj/fuzz/%.o $(B)/libsbx.a
 $(B)/fuzz/bin/fuzz_agent: $(FUZZ_AGENT_OBJ)
 $(B)/fuzz/bin/fuzz_agent_tar: $(FUZZ_AGENT_TAR_OBJ)
 $(B)/fuzz/bin/fuzz_agent_direct: $(FUZZ_AGENT_DIRECT_OBJ)
+$(B)/fuzz/bin/fuzz_opensandbox: $(B)/obj/src/providers/opensandbox/wire.o
 
 fuzz: fuzz-build
 	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
