@@ -186,6 +186,32 @@ check "endpoint, direct: the pod's URL with execd's token, no key" has "$out" "F
 check "... and no management key in its headers" bash -c "grep '^False' <<<'$out' | grep -vq OPEN-SANDBOX-API-KEY"
 check "endpoint, through the proxy: the key goes with it" bash -c "grep '^True' <<<'$out' | grep -q OPEN-SANDBOX-API-KEY"
 
+# --- serialize / connect: the only connectable provider of the reference ---
+fake POST reset >/dev/null
+out=$(py - "{$FG}" <<'PY' 2>&1
+import asyncio, json, sys
+from sbx import AsyncSandbox, SandboxSpec
+cfg = json.loads(sys.argv[1])
+async def main():
+    async with AsyncSandbox({"opensandbox": cfg}, SandboxSpec()) as sb:
+        await sb.start()
+        d = await sb.serialize()
+        print("descriptor", json.dumps(d, sort_keys=True))
+        other = await AsyncSandbox.connect(d, provider=sb._provider)
+        r = await other.exec("echo connected")
+        print("exec", r.stdout)
+        try:
+            await AsyncSandbox.connect({"sandbox_id": "nope"}, provider=sb._provider)
+        except Exception as e:
+            print("unknown", type(e).__name__, e)
+asyncio.run(main())
+PY
+)
+check "serialize gives {sandbox_id} (and the facade's workdir)" has "$out" 'descriptor {"sandbox_id": "'
+check "connect: the descriptor's box runs commands" has "$out" "exec connected"
+check "connect to an unknown id: a clear error" has "$out" "no sandbox nope on the server"
+check "... and the box is gone after its owner stopped" [ "$(stat_of '["live"]')" = 0 ]
+
 # --- gc: cleanup_sandboxes (audit with --dry-run, reap otherwise) ---
 fake POST reset >/dev/null
 a=$(SBX_PROVIDER=opensandbox "$SBX" create --config "$(cfg)" --label sweep=r1 </dev/null)
