@@ -105,6 +105,16 @@ static void xr_maybe_free(struct xrun *x)
         xr_free(x);
 }
 
+/* A callback of a run whose result already went out: it only lets go. */
+static bool xr_late(struct xrun *x, sbx_error *err)
+{
+    if (!x->finished)
+        return false;
+    sbx_error_free(err);
+    xr_maybe_free(x);
+    return true;
+}
+
 static void xr_finish(struct xrun *x, int code, sbx_exec_result *r, sbx_error *err)
 {
     if (x->finished) {
@@ -388,11 +398,8 @@ static void reset_stream(struct xrun *x)
 static void submitted(void *ctx, int code, sbx_http_response *resp, sbx_error *err)
 {
     struct xrun *x = ctx;
-    if (x->finished) {
-        sbx_error_free(err);
-        xr_maybe_free(x);
+    if (xr_late(x, err))
         return;
-    }
     if (x->stream_err) {
         sbx_error_free(err);
         err = x->stream_err;
@@ -483,11 +490,8 @@ static void xr_submit(struct xrun *x)
 static void logs_done(void *ctx, int code, sbx_http_response *resp, sbx_error *err)
 {
     struct xrun *x = ctx;
-    if (x->finished) {
-        sbx_error_free(err);
-        xr_maybe_free(x);
+    if (xr_late(x, err))
         return;
-    }
     if (code == SBX_OK && (code = sbx_http_response_check(resp, &err)) == SBX_OK) {
         size_t n = 0;
         char *body = sbx_http_response_take_body(resp, &n);
@@ -520,11 +524,8 @@ static void logs_done(void *ctx, int code, sbx_http_response *resp, sbx_error *e
 static void polled(void *ctx, int code, sbx_http_response *resp, sbx_error *err)
 {
     struct xrun *x = ctx;
-    if (x->finished) {
-        sbx_error_free(err);
-        xr_maybe_free(x);
+    if (xr_late(x, err))
         return;
-    }
     if (code == SBX_OK && (code = sbx_http_response_check(resp, &err)) == SBX_OK) {
         size_t n = 0;
         const char *b = sbx_http_response_body(resp, &n);

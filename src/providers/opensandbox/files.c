@@ -58,13 +58,21 @@ static void fjob_finish(struct fjob *f, int code, sbx_error *err)
     fjob_free(f);
 }
 
-static bool no_box(struct fjob *f)
+/* A job for a box that has its execd endpoint, or NULL with the op completed. */
+static struct fjob *fjob_start(sbx_op *op, struct osb *st, struct obox *b, const char *remote,
+                               const char *local)
 {
-    if (f->b->execd)
-        return false;
-    fjob_finish(f, SBX_ESTATE,
-                sbx_error_new(SBX_ESTATE, OSB_NAME ": sandbox %s has no execd endpoint", f->b->id));
-    return true;
+    struct fjob *f = fjob_new(op, st, b, remote, local);
+    if (!f) {
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+        return NULL;
+    }
+    if (!b->execd) {
+        fjob_finish(f, SBX_ESTATE,
+                    sbx_error_new(SBX_ESTATE, OSB_NAME ": sandbox %s has no execd endpoint", b->id));
+        return NULL;
+    }
+    return f;
 }
 
 static void uploaded(void *ctx, int code, sbx_http_response *resp, sbx_error *err)
@@ -145,12 +153,8 @@ static void upload_read(sbx_op *op, void *data)
 void osb_upload(sbx_op *op, void *state, void *box, const char *local_path,
                 const char *remote_path)
 {
-    struct fjob *f = fjob_new(op, state, box, remote_path, local_path);
-    if (!f) {
-        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
-        return;
-    }
-    if (no_box(f))
+    struct fjob *f = fjob_start(op, state, box, remote_path, local_path);
+    if (!f)
         return;
     int rc = sbx_op_run_blocking(op, upload_read, f);
     if (rc < 0)
@@ -221,12 +225,8 @@ static void got_info(void *ctx, int code, sbx_http_response *resp, sbx_error *er
 void osb_download(sbx_op *op, void *state, void *box, const char *remote_path,
                   const char *local_path)
 {
-    struct fjob *f = fjob_new(op, state, box, remote_path, local_path);
-    if (!f) {
-        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
-        return;
-    }
-    if (no_box(f))
+    struct fjob *f = fjob_start(op, state, box, remote_path, local_path);
+    if (!f)
         return;
     /* A missing file: 404, SBX_ENOENT by the status map. */
     osb_cancel_slot(op, &f->cur);
