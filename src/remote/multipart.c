@@ -40,7 +40,7 @@ int sbx_http_multipart_encode(const sbx_http_part *parts, size_t n, char **body,
     }
     for (size_t i = 0; i < n; i++) {
         const sbx_http_part *p = &parts[i];
-        const char *bad = !p->name || !*p->name ? "has no name"
+        const char *bad = !p->name || !*p->name  ? "has no name"
                           : !plain_text(p->name) ? "has a name with a quote, backslash or line "
                                                    "end, or of more than 1024 bytes"
                           : p->filename && !plain_text(p->filename)
@@ -83,8 +83,9 @@ int sbx_http_multipart_encode(const sbx_http_part *parts, size_t n, char **body,
     size_t at = 0;
     for (size_t i = 0; i < n; i++) {
         const sbx_http_part *p = &parts[i];
-        at += (size_t)snprintf(out + at, total - at, "--%s\r\nContent-Disposition: form-data; name=\"%s\"",
-                               boundary, p->name);
+        at += (size_t)snprintf(out + at, total - at,
+                               "--%s\r\nContent-Disposition: form-data; name=\"%s\"", boundary,
+                               p->name);
         if (p->filename)
             at += (size_t)snprintf(out + at, total - at, "; filename=\"%s\"", p->filename);
         if (p->content_type)

@@ -25,10 +25,15 @@ static void test_exact_bytes(void)
 {
     const char bin[] = {'a', 0, '\r', '\n', 'z'};
     sbx_http_part parts[] = {
-        {.name = "metadata", .content_type = "application/json", .data = "{\"path\":\"/x\"}",
+        {.name = "metadata",
+         .content_type = "application/json",
+         .data = "{\"path\":\"/x\"}",
          .len = 13},
-        {.name = "file", .filename = "x.bin", .content_type = "application/octet-stream",
-         .data = bin, .len = sizeof(bin)},
+        {.name = "file",
+         .filename = "x.bin",
+         .content_type = "application/octet-stream",
+         .data = bin,
+         .len = sizeof(bin)},
         {.name = "empty", .data = NULL, .len = 0},
     };
     char *body = NULL, *ct = NULL;
@@ -46,9 +51,9 @@ static void test_exact_bytes(void)
                      b, b);
     memcpy(want + n, bin, sizeof(bin));
     n += (int)sizeof(bin);
-    n += snprintf(want + n, sizeof(want) - (size_t)n,
-                  "\r\n--%s\r\nContent-Disposition: form-data; name=\"empty\"\r\n\r\n\r\n--%s--\r\n",
-                  b, b);
+    n += snprintf(
+        want + n, sizeof(want) - (size_t)n,
+        "\r\n--%s\r\nContent-Disposition: form-data; name=\"empty\"\r\n\r\n\r\n--%s--\r\n", b, b);
     TAP_EQ_INT((int)len, n);
     TAP_TRUE(!memcmp(body, want, len));
     sbx_free(body);
@@ -81,7 +86,8 @@ static void test_refusals(void)
     TAP_EQ_INT(sbx_http_multipart_encode(&ok, 0, &body, &len, &ct, &e), SBX_EINVAL);
     sbx_error_free(e);
     e = NULL;
-    sbx_http_part quote[] = {ok, {.name = "b", .filename = "evil\"; name=\"x", .data = "", .len = 0}};
+    sbx_http_part quote[] = {ok,
+                             {.name = "b", .filename = "evil\"; name=\"x", .data = "", .len = 0}};
     TAP_EQ_INT(sbx_http_multipart_encode(quote, 2, &body, &len, &ct, &e), SBX_EINVAL);
     TAP_CONTAINS(sbx_error_message(e), "part 1 has a filename with a quote");
     sbx_error_free(e);

@@ -22,24 +22,42 @@ const char *const osb_pull_policies[] = {"Always", "IfNotPresent", "Never", NULL
 static const char *const outputs[] = {"reference", "lines", NULL};
 
 #define F(st, m) offsetof(struct st, m)
-#define DUR(st, m, def, h) {.key = #m, .type = SBX_SCHEMA_DURATION, .offset = F(st, m), \
-                            .flags = SBX_SCHEMA_NULLABLE, .default_json = def, .help = h}
-#define INT(st, m, def, lo, h) {.key = #m, .type = SBX_SCHEMA_INT, .offset = F(st, m), \
-                                .flags = SBX_SCHEMA_HAS_MIN | SBX_SCHEMA_HAS_MAX, .int_min = lo, \
-                                .int_max = 1000, .default_json = def, .help = h}
-#define BOOL(st, m, def, h) {.key = #m, .type = SBX_SCHEMA_BOOL, .offset = F(st, m), \
-                             .default_json = def, .help = h}
+#define DUR(st, m, def, h)                                                                         \
+    {                                                                                              \
+        .key = #m, .type = SBX_SCHEMA_DURATION, .offset = F(st, m), .flags = SBX_SCHEMA_NULLABLE,  \
+        .default_json = def, .help = h                                                             \
+    }
+#define INT(st, m, def, lo, h)                                                                     \
+    {                                                                                              \
+        .key = #m, .type = SBX_SCHEMA_INT, .offset = F(st, m),                                     \
+        .flags = SBX_SCHEMA_HAS_MIN | SBX_SCHEMA_HAS_MAX, .int_min = lo, .int_max = 1000,          \
+        .default_json = def, .help = h                                                             \
+    }
+#define BOOL(st, m, def, h)                                                                        \
+    {                                                                                              \
+        .key = #m, .type = SBX_SCHEMA_BOOL, .offset = F(st, m), .default_json = def, .help = h     \
+    }
 
 static const sbx_schema_field connection_fields[] = {
-    {.key = "domain", .type = SBX_SCHEMA_STRING, .offset = F(osb_connection, domain),
-     .flags = SBX_SCHEMA_NULLABLE | SBX_SCHEMA_NONEMPTY, .env = "OPENSANDBOX_DOMAIN",
+    {.key = "domain",
+     .type = SBX_SCHEMA_STRING,
+     .offset = F(osb_connection, domain),
+     .flags = SBX_SCHEMA_NULLABLE | SBX_SCHEMA_NONEMPTY,
+     .env = "OPENSANDBOX_DOMAIN",
      .help = "The server: host[:port], or a URL (its scheme then wins over protocol)."},
-    {.key = "api_key", .type = SBX_SCHEMA_STRING, .offset = F(osb_connection, api_key),
-     .flags = SBX_SCHEMA_NULLABLE | SBX_SCHEMA_SECRET, .env = "OPENSANDBOX_API_KEY",
+    {.key = "api_key",
+     .type = SBX_SCHEMA_STRING,
+     .offset = F(osb_connection, api_key),
+     .flags = SBX_SCHEMA_NULLABLE | SBX_SCHEMA_SECRET,
+     .env = "OPENSANDBOX_API_KEY",
      .help = "Sent as OPEN-SANDBOX-API-KEY to the lifecycle API, and to execd only "
              "through the server proxy."},
-    {.key = "protocol", .type = SBX_SCHEMA_ENUM, .offset = F(osb_connection, protocol),
-     .flags = SBX_SCHEMA_NULLABLE, .choices = osb_protocols, .default_json = "\"http\"",
+    {.key = "protocol",
+     .type = SBX_SCHEMA_ENUM,
+     .offset = F(osb_connection, protocol),
+     .flags = SBX_SCHEMA_NULLABLE,
+     .choices = osb_protocols,
+     .default_json = "\"http\"",
      .help = "http or https."},
     DUR(osb_connection, request_timeout_s, "300", "One request's bound (null: none)."),
     BOOL(osb_connection, use_server_proxy, "true",
@@ -53,8 +71,11 @@ static const sbx_schema_field create_fields[] = {
     INT(osb_create, retries, "10", 0, "Create attempts after the first."),
     DUR(osb_create, retry_delay_s, "5", "Backoff base before a create retry."),
     DUR(osb_create, retry_max_delay_s, "90", "Backoff cap."),
-    {.key = "image_pull_policy", .type = SBX_SCHEMA_ENUM, .offset = F(osb_create, image_pull_policy),
-     .choices = osb_pull_policies, .default_json = "\"IfNotPresent\"",
+    {.key = "image_pull_policy",
+     .type = SBX_SCHEMA_ENUM,
+     .offset = F(osb_create, image_pull_policy),
+     .choices = osb_pull_policies,
+     .default_json = "\"IfNotPresent\"",
      .help = "Always, IfNotPresent or Never (provider_options extensions win)."},
     BOOL(osb_create, skip_health_check, "false", "Skip execd's /ping wait after create."),
     DUR(osb_create, connect_attempt_timeout_s, "1500", "One connect's bound."),
@@ -63,11 +84,17 @@ static const sbx_schema_field create_fields[] = {
 };
 
 static const sbx_schema_field probe_fields[] = {
-    {.key = "command", .type = SBX_SCHEMA_STRING, .offset = F(osb_probe, command),
-     .flags = SBX_SCHEMA_NONEMPTY, .default_json = "\"printf nemo-gym-sandbox-ready\"",
+    {.key = "command",
+     .type = SBX_SCHEMA_STRING,
+     .offset = F(osb_probe, command),
+     .flags = SBX_SCHEMA_NONEMPTY,
+     .default_json = "\"printf nemo-gym-sandbox-ready\"",
      .help = "Run as root after create; its stdout must hold expected_stdout."},
-    {.key = "expected_stdout", .type = SBX_SCHEMA_STRING, .offset = F(osb_probe, expected_stdout),
-     .default_json = "\"nemo-gym-sandbox-ready\"", .help = "What the probe must print."},
+    {.key = "expected_stdout",
+     .type = SBX_SCHEMA_STRING,
+     .offset = F(osb_probe, expected_stdout),
+     .default_json = "\"nemo-gym-sandbox-ready\"",
+     .help = "What the probe must print."},
     DUR(osb_probe, timeout_s, "60", "One probe's bound."),
     DUR(osb_probe, deadline_s, "180", "All probes' bound (null: timeout_s)."),
     INT(osb_probe, stable_count, "2", 1, "Passes in a row needed."),
@@ -84,9 +111,13 @@ static const sbx_schema_field operations_fields[] = {
     BOOL(osb_operations, background_exec, "true",
          "Run commands in the background and poll their status (survives long commands)."),
     DUR(osb_operations, background_poll_initial_s, "1", "First status poll after."),
-    DUR(osb_operations, background_poll_interval_s, "30", "Status poll interval (grows x1.5 to it)."),
-    {.key = "output", .type = SBX_SCHEMA_ENUM, .offset = F(osb_operations, output),
-     .choices = outputs, .default_json = "\"reference\"",
+    DUR(osb_operations, background_poll_interval_s, "30",
+        "Status poll interval (grows x1.5 to it)."),
+    {.key = "output",
+     .type = SBX_SCHEMA_ENUM,
+     .offset = F(osb_operations, output),
+     .choices = outputs,
+     .default_json = "\"reference\"",
      .help = "sbx's own: reference (lines joined by \\n, stderr ends with the error event) or "
              "lines (each line ends with \\n, no error line)."},
     {.key = NULL},
@@ -94,17 +125,29 @@ static const sbx_schema_field operations_fields[] = {
 
 static const sbx_schema_field attribution_fields[] = {
     BOOL(osb_attribution, enabled, "true", "Label boxes with team, user, workload and run."),
-    {.key = "team", .type = SBX_SCHEMA_STRING, .offset = F(osb_attribution, team),
-     .flags = SBX_SCHEMA_NULLABLE, .help = "Else $NEMO_GYM_TEAM, $SLURM_JOB_ACCOUNT."},
-    {.key = "user", .type = SBX_SCHEMA_STRING, .offset = F(osb_attribution, user),
+    {.key = "team",
+     .type = SBX_SCHEMA_STRING,
+     .offset = F(osb_attribution, team),
+     .flags = SBX_SCHEMA_NULLABLE,
+     .help = "Else $NEMO_GYM_TEAM, $SLURM_JOB_ACCOUNT."},
+    {.key = "user",
+     .type = SBX_SCHEMA_STRING,
+     .offset = F(osb_attribution, user),
      .flags = SBX_SCHEMA_NULLABLE,
      .help = "Else $NEMO_GYM_USER, $SLURM_JOB_USER, the login name (not root)."},
-    {.key = "workload", .type = SBX_SCHEMA_STRING, .offset = F(osb_attribution, workload),
+    {.key = "workload",
+     .type = SBX_SCHEMA_STRING,
+     .offset = F(osb_attribution, workload),
      .flags = SBX_SCHEMA_NULLABLE,
      .help = "Else $NEMO_GYM_WORKLOAD, $SLURM_JOB_NAME, $NEMO_GYM_CONFIG_PATH."},
-    {.key = "run", .type = SBX_SCHEMA_STRING, .offset = F(osb_attribution, run),
-     .flags = SBX_SCHEMA_NULLABLE, .help = "Else $NEMO_GYM_RUN_ID, else 12 random hex per process."},
-    {.key = "key_prefix", .type = SBX_SCHEMA_STRING, .offset = F(osb_attribution, key_prefix),
+    {.key = "run",
+     .type = SBX_SCHEMA_STRING,
+     .offset = F(osb_attribution, run),
+     .flags = SBX_SCHEMA_NULLABLE,
+     .help = "Else $NEMO_GYM_RUN_ID, else 12 random hex per process."},
+    {.key = "key_prefix",
+     .type = SBX_SCHEMA_STRING,
+     .offset = F(osb_attribution, key_prefix),
      .default_json = "\"nemo-gym.nvidia.com/\"",
      .help = "A lowercase DNS subdomain (a / is added); \"\": bare keys."},
     {.key = NULL},
@@ -119,17 +162,26 @@ SECTION(probe, osb_probe, probe_fields);
 SECTION(operations, osb_operations, operations_fields);
 SECTION(attribution, osb_attribution, attribution_fields);
 
-#define SEC(name) {.key = #name, .type = SBX_SCHEMA_SECTION, .offset = F(osb_config, name), \
-                   .section = &name##_schema}
+#define SEC(name)                                                                                  \
+    {                                                                                              \
+        .key = #name, .type = SBX_SCHEMA_SECTION, .offset = F(osb_config, name),                   \
+        .section = &name##_schema                                                                  \
+    }
 static const sbx_schema_field fields[] = {
     SEC(connection), SEC(create), SEC(probe), SEC(operations), SEC(attribution), {.key = NULL},
 };
 
 static const sbx_schema schema = {
-    SBX_SCHEMA_HEADER, .name = OSB_NAME, .fields = fields, .config_size = sizeof(struct osb_config),
+    SBX_SCHEMA_HEADER,
+    .name = OSB_NAME,
+    .fields = fields,
+    .config_size = sizeof(struct osb_config),
 };
 
-void osb_config_free(struct osb_config *cfg) { sbx_schema_free(&schema, cfg); }
+void osb_config_free(struct osb_config *cfg)
+{
+    sbx_schema_free(&schema, cfg);
+}
 
 char *osb_sanitize_value(const char *v)
 {
@@ -145,8 +197,8 @@ char *osb_sanitize_value(const char *v)
             i++;
         } else {
             *w++ = '_';
-            while (i < n && !(isalnum((unsigned char)v[i]) || v[i] == '_' || v[i] == '.' ||
-                              v[i] == '-'))
+            while (i < n &&
+                   !(isalnum((unsigned char)v[i]) || v[i] == '_' || v[i] == '.' || v[i] == '-'))
                 i++;
         }
     }
@@ -257,9 +309,9 @@ static int attribution_labels(const struct osb_attribution *a, json_t **out, sbx
     const char *vals[4][2] = {
         {"team", a->team ? a->team : first_env("NEMO_GYM_TEAM", "SLURM_JOB_ACCOUNT", NULL)},
         {"user", user ? user : login},
-        {"workload", a->workload ? a->workload
-                                 : first_env("NEMO_GYM_WORKLOAD", "SLURM_JOB_NAME",
-                                             "NEMO_GYM_CONFIG_PATH")},
+        {"workload",
+         a->workload ? a->workload
+                     : first_env("NEMO_GYM_WORKLOAD", "SLURM_JOB_NAME", "NEMO_GYM_CONFIG_PATH")},
         {"run", a->run ? a->run : first_env("NEMO_GYM_RUN_ID", NULL, NULL)},
     };
     if (!vals[3][1])
@@ -305,9 +357,9 @@ int osb_config_parse(const char *json_text, struct osb_config *cfg, json_t **lab
 
 /* --- the create body ------------------------------------------------------------------ */
 
-static const char *const option_keys[] = {"image_auth", "network_policy", "platform",
-                                          "snapshot_id", "volumes", "skip_health_check",
-                                          "extensions", "resource_requests", NULL};
+static const char *const option_keys[] = {"image_auth",  "network_policy",    "platform",
+                                          "snapshot_id", "volumes",           "skip_health_check",
+                                          "extensions",  "resource_requests", NULL};
 
 static int bad(sbx_error **err, int code, const char *fmt, const char *a, const char *b)
 {
@@ -358,8 +410,8 @@ static int check_options(json_t *po, sbx_error **err)
     json_object_foreach(ext, k, v)
     {
         if (!json_is_string(v))
-            return bad(err, SBX_ETYPE, OSB_NAME ": provider_options.extensions.%.64s must be %s",
-                       k, "a string");
+            return bad(err, SBX_ETYPE, OSB_NAME ": provider_options.extensions.%.64s must be %s", k,
+                       "a string");
     }
     return SBX_OK;
 }

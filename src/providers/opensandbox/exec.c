@@ -142,7 +142,8 @@ static void xr_finish(struct xrun *x, int code, sbx_exec_result *r, sbx_error *e
 
 static void xr_fail(struct xrun *x, int code, sbx_error *err)
 {
-    xr_finish(x, code, NULL, err ? err : sbx_error_new(code, OSB_NAME ": exec: %s", sbx_strerror(code)));
+    xr_finish(x, code, NULL,
+              err ? err : sbx_error_new(code, OSB_NAME ": exec: %s", sbx_strerror(code)));
 }
 
 static void xr_cancel(sbx_op *op, void *data)
@@ -158,7 +159,8 @@ static void xr_result(struct xrun *x, bool has_exit, int exit_code)
     const char *etype = !has_exit && x->got_error ? "sandbox" : NULL;
     bool lines = x->st->cfg.operations.output == 1;
     if (x->got_error && !lines && !x->background) {
-        /* "{ename}: {evalue}" ends stderr: a failing command's stderr ends "CommandExecError: 1". */
+        /* "{ename}: {evalue}" ends stderr: a failing command's stderr ends "CommandExecError: 1".
+         */
         if ((x->err_lines++ && buf_add(&x->err, "\n", 1) < 0) ||
             buf_add(&x->err, x->ename, strlen(x->ename)) < 0 || buf_add(&x->err, ": ", 2) < 0 ||
             buf_add(&x->err, x->evalue, strlen(x->evalue)) < 0) {
@@ -327,7 +329,8 @@ static void timeout_fire(void *data)
         x->err.p = NULL;
     sbx_exec_result *r = NULL;
     int code = sbx_exec_result_new_timeout(out, ol, err, el, x->timeout_s, x->command, &r);
-    xr_finish(x, code, r, code < 0 ? sbx_error_new(code, OSB_NAME ": exec: %s", sbx_strerror(code)) : NULL);
+    xr_finish(x, code, r,
+              code < 0 ? sbx_error_new(code, OSB_NAME ": exec: %s", sbx_strerror(code)) : NULL);
 }
 
 /* --- after a 502: the OOM check, then a resubmission ------------------------------------ */
@@ -378,7 +381,8 @@ static void oom_checked(void *ctx, int code, sbx_http_response *resp, sbx_error 
 
 static void xr_after_502(struct xrun *x)
 {
-    osb_call(x->op, x->st->api, "GET", osb_path_id("/sandboxes/%s", x->b->id), OSB_OOM_CHECK_S, &x->cur, oom_checked, x);
+    osb_call(x->op, x->st->api, "GET", osb_path_id("/sandboxes/%s", x->b->id), OSB_OOM_CHECK_S,
+             &x->cur, oom_checked, x);
 }
 
 /* --- the stream's end ----------------------------------------------------------------------- */
@@ -419,7 +423,8 @@ static void submitted(void *ctx, int code, sbx_http_response *resp, sbx_error *e
     if (status != 200) {
         xr_fail(x, status == 404 ? SBX_ENOENT : SBX_EPROVIDER,
                 sbx_error_new(status == 404 ? SBX_ENOENT : SBX_EPROVIDER,
-                              OSB_NAME ": sandbox %s: Failed to run command. Status code: %d%s%.200s",
+                              OSB_NAME
+                              ": sandbox %s: Failed to run command. Status code: %d%s%.200s",
                               x->b->id, status, x->errbody.len ? ": " : "",
                               x->errbody.len ? x->errbody.p : ""));
         return;
@@ -438,8 +443,9 @@ static void submitted(void *ctx, int code, sbx_http_response *resp, sbx_error *e
     if (x->background) {
         if (!x->exec_id) {
             xr_fail(x, SBX_EPROTO,
-                    sbx_error_new(SBX_EPROTO, OSB_NAME ": sandbox %s: the background command's "
-                                                       "stream gave no execution id (init event)",
+                    sbx_error_new(SBX_EPROTO,
+                                  OSB_NAME ": sandbox %s: the background command's "
+                                           "stream gave no execution id (init event)",
                                   x->b->id));
             return;
         }
@@ -538,7 +544,8 @@ static void polled(void *ctx, int code, sbx_http_response *resp, sbx_error *err)
                 return;
             }
             double rt = x->st->cfg.connection.request_timeout_s;
-            osb_call(x->op, x->b->execd, "GET", osb_path_id("/command/%s/logs", x->exec_id), rt > 0 ? rt : 60, &x->cur, logs_done, x);
+            osb_call(x->op, x->b->execd, "GET", osb_path_id("/command/%s/logs", x->exec_id),
+                     rt > 0 ? rt : 60, &x->cur, logs_done, x);
             return;
         }
     }
@@ -548,7 +555,8 @@ static void polled(void *ctx, int code, sbx_http_response *resp, sbx_error *err)
 static void xr_poll(struct xrun *x)
 {
     double rt = x->st->cfg.connection.request_timeout_s;
-    osb_call(x->op, x->b->execd, "GET", osb_path_id("/command/status/%s", x->exec_id), rt > 0 ? rt : 60, &x->cur, polled, x);
+    osb_call(x->op, x->b->execd, "GET", osb_path_id("/command/status/%s", x->exec_id),
+             rt > 0 ? rt : 60, &x->cur, polled, x);
 }
 
 /* --- the command as execd gets it ------------------------------------------------------------ */
@@ -620,9 +628,9 @@ void osb_run(sbx_op *op, struct osb *st, struct obox *b, const char *command,
         if (o->background)
             json_object_set_new(body, "background", json_true());
         if (o->timeout_s > 0)
-            json_object_set_new(body, "timeout",
-                                json_integer((json_int_t)ceil(
-                                    (o->timeout_s + OSB_EXECD_TIMEOUT_MARGIN_S) * 1000)));
+            json_object_set_new(
+                body, "timeout",
+                json_integer((json_int_t)ceil((o->timeout_s + OSB_EXECD_TIMEOUT_MARGIN_S) * 1000)));
         if (o->envs && json_object_size(o->envs))
             json_object_set(body, "envs", o->envs);
     }
@@ -654,7 +662,8 @@ void osb_run(sbx_op *op, struct osb *st, struct obox *b, const char *command,
     x->done = done;
     x->ctx = ctx;
     sbx_op_on_cancel(op, xr_cancel, x);
-    if (o->timeout_s > 0 && !(x->ttimer = osb_after(sbx_op_loop(op), o->timeout_s, timeout_fire, x))) {
+    if (o->timeout_s > 0 &&
+        !(x->ttimer = osb_after(sbx_op_loop(op), o->timeout_s, timeout_fire, x))) {
         xr_fail(x, SBX_ENOMEM, NULL);
         return;
     }
@@ -789,9 +798,8 @@ void osb_exec(sbx_op *op, void *state, void *box, const char *command, const sbx
         int rc = SBX_OK;
         for (size_t i = 0; argv[i] && rc == SBX_OK; i++) {
             char *q = osb_shq(argv[i]);
-            rc = !q || (i && buf_add(&j, " ", 1) < 0) || buf_add(&j, q, strlen(q)) < 0
-                     ? SBX_ENOMEM
-                     : SBX_OK;
+            rc = !q || (i && buf_add(&j, " ", 1) < 0) || buf_add(&j, q, strlen(q)) < 0 ? SBX_ENOMEM
+                                                                                       : SBX_OK;
             free(q);
         }
         if (rc < 0 || !j.p) {

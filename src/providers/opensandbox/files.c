@@ -41,8 +41,8 @@ static struct fjob *fjob_new(sbx_op *op, struct osb *st, struct obox *b, const c
     struct fjob *f = calloc(1, sizeof(*f));
     if (!f)
         return NULL;
-    *f = (struct fjob){.op = op, .st = st, .b = b, .remote = strdup(remote),
-                       .local = strdup(local), .mode = -1};
+    *f = (struct fjob){
+        .op = op, .st = st, .b = b, .remote = strdup(remote), .local = strdup(local), .mode = -1};
     if (!f->remote || !f->local) {
         fjob_free(f);
         return NULL;
@@ -68,8 +68,9 @@ static struct fjob *fjob_start(sbx_op *op, struct osb *st, struct obox *b, const
         return NULL;
     }
     if (!b->execd) {
-        fjob_finish(f, SBX_ESTATE,
-                    sbx_error_new(SBX_ESTATE, OSB_NAME ": sandbox %s has no execd endpoint", b->id));
+        fjob_finish(
+            f, SBX_ESTATE,
+            sbx_error_new(SBX_ESTATE, OSB_NAME ": sandbox %s has no execd endpoint", b->id));
         return NULL;
     }
     return f;
@@ -96,11 +97,11 @@ static void upload_read(sbx_op *op, void *data)
         if (fd >= 0)
             close(fd);
         int code = e == ENOENT ? SBX_ENOENT : SBX_EINVAL;
-        fjob_finish(f, code,
-                    big ? sbx_error_new(SBX_EINVAL, OSB_NAME ": %s is larger than %zu bytes",
-                                        f->local, OSB_MAX_FILE)
-                        : sbx_error_new_errno(code, e ? e : EISDIR, OSB_NAME ": cannot read %s",
-                                              f->local));
+        fjob_finish(
+            f, code,
+            big ? sbx_error_new(SBX_EINVAL, OSB_NAME ": %s is larger than %zu bytes", f->local,
+                                OSB_MAX_FILE)
+                : sbx_error_new_errno(code, e ? e : EISDIR, OSB_NAME ": cannot read %s", f->local));
         return;
     }
     char *buf = malloc((size_t)st.st_size + 1);
@@ -125,10 +126,15 @@ static void upload_read(sbx_op *op, void *data)
     if (!*base || strlen(base) > 255 || strpbrk(base, "\"\\\r\n"))
         base = "upload";
     sbx_http_part parts[] = {
-        {.name = "metadata", .content_type = "application/json", .data = meta_text,
+        {.name = "metadata",
+         .content_type = "application/json",
+         .data = meta_text,
          .len = meta_text ? strlen(meta_text) : 0},
-        {.name = "file", .filename = base,
-         .content_type = "application/octet-stream", .data = buf, .len = (size_t)n},
+        {.name = "file",
+         .filename = base,
+         .content_type = "application/octet-stream",
+         .data = buf,
+         .len = (size_t)n},
     };
     sbx_http_request *req = NULL;
     sbx_error *err = NULL;
@@ -150,8 +156,7 @@ static void upload_read(sbx_op *op, void *data)
     osb_send(f->op, req, rt > 0 ? rt : 0, NULL, uploaded, f);
 }
 
-void osb_upload(sbx_op *op, void *state, void *box, const char *local_path,
-                const char *remote_path)
+void osb_upload(sbx_op *op, void *state, void *box, const char *local_path, const char *remote_path)
 {
     struct fjob *f = fjob_start(op, state, box, remote_path, local_path);
     if (!f)
@@ -179,8 +184,8 @@ static void download_write(sbx_op *op, void *data)
     if (fd >= 0 && close(fd) < 0)
         n = -1;
     if (n != (ssize_t)f->len)
-        fjob_finish(f, SBX_EIO, sbx_error_new_errno(SBX_EIO, e, OSB_NAME ": cannot write %s",
-                                                    f->local));
+        fjob_finish(f, SBX_EIO,
+                    sbx_error_new_errno(SBX_EIO, e, OSB_NAME ": cannot write %s", f->local));
     else
         fjob_finish(f, SBX_OK, NULL);
 }
@@ -209,8 +214,9 @@ static void got_info(void *ctx, int code, sbx_http_response *resp, sbx_error *er
         f->mode = osb_file_mode_parse(b, n, f->remote, &is_dir);
         if (is_dir) {
             fjob_finish(f, SBX_EINVAL,
-                        sbx_error_new(SBX_EINVAL, OSB_NAME ": %s is a directory in the box "
-                                                           "(download moves single files)",
+                        sbx_error_new(SBX_EINVAL,
+                                      OSB_NAME ": %s is a directory in the box "
+                                               "(download moves single files)",
                                       f->remote));
             return;
         }
@@ -232,6 +238,6 @@ void osb_download(sbx_op *op, void *state, void *box, const char *remote_path,
     osb_cancel_slot(op, &f->cur);
     f->hook = true;
     double rt = f->st->cfg.connection.request_timeout_s;
-    osb_call(op, f->b->execd, "GET", osb_query("/files/info", "path", remote_path),
-             rt > 0 ? rt : 0, &f->cur, got_info, f);
+    osb_call(op, f->b->execd, "GET", osb_query("/files/info", "path", remote_path), rt > 0 ? rt : 0,
+             &f->cur, got_info, f);
 }

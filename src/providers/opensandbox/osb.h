@@ -153,7 +153,7 @@ sbx_status osb_status_of(const char *state);
 bool osb_is_oom(const char *text);
 
 struct osb_endpoint {
-    char *endpoint; /* host[:port][/path] or a URL */
+    char *endpoint;  /* host[:port][/path] or a URL */
     json_t *headers; /* an object of strings (never NULL once parsed) */
 };
 int osb_endpoint_parse(const char *body, size_t len, struct osb_endpoint *ep, sbx_error **err);
@@ -166,8 +166,7 @@ struct osb_cmd_status {
     char *error;
 };
 /* GET /command/status/{id}: a missing "running" or "exit_code" is an error, as the reference's. */
-int osb_cmd_status_parse(const char *body, size_t len, struct osb_cmd_status *st,
-                         sbx_error **err);
+int osb_cmd_status_parse(const char *body, size_t len, struct osb_cmd_status *st, sbx_error **err);
 /* A file's mode as execd's /files/info gives it (755 means 0755); -1 when absent or bad. */
 int osb_file_mode_parse(const char *body, size_t len, const char *path, int *is_dir);
 /* evalue as an int, as Python's int() would take it; false when it is not one. */

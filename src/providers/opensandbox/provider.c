@@ -46,7 +46,10 @@ struct osb_timer {
     void *data;
 };
 
-static void timer_closed(uv_handle_t *h) { free(h->data); }
+static void timer_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
 
 static void timer_fire(uv_timer_t *t)
 {
@@ -149,7 +152,10 @@ static void cancel_slot_cb(sbx_op *op, void *data)
         sbx_http_request_cancel(*slot);
 }
 
-void osb_cancel_slot(sbx_op *op, void *slot) { sbx_op_on_cancel(op, cancel_slot_cb, slot); }
+void osb_cancel_slot(sbx_op *op, void *slot)
+{
+    sbx_op_on_cancel(op, cancel_slot_cb, slot);
+}
 
 void osb_call(sbx_op *op, sbx_http_client *c, const char *method, char *path, double deadline_s,
               sbx_http_request **slot, osb_done_fn done, void *ctx)
@@ -323,7 +329,10 @@ void obox_free(void *box)
     free(b);
 }
 
-static const char *osb_box_id(const void *box) { return ((const struct obox *)box)->id; }
+static const char *osb_box_id(const void *box)
+{
+    return ((const struct obox *)box)->id;
+}
 
 static double lifecycle_deadline(const struct osb *st)
 {
@@ -376,7 +385,8 @@ static void cj_sleep_done(void *data)
     }
     /* Which step waits is written in `passes`' sign: see cj_wait. */
     next = cj->box && cj->box->execd ? (cj->passes >= 0 ? cj_probe : cj_ping)
-                                     : cj->box ? cj_endpoint : cj_try;
+           : cj->box                 ? cj_endpoint
+                                     : cj_try;
     if (cj->passes < 0)
         cj->passes = 0;
     next(cj);
@@ -422,8 +432,9 @@ static void cj_decide(struct cjob *cj)
     if (cj->retryable && cj->attempt < cj->attempts && !sbx_op_cancelled(cj->op)) {
         const struct osb_create *c = &cj->st->cfg.create;
         double wait = osb_backoff(c->retry_delay_s, c->retry_max_delay_s, cj->attempt);
-        sbx_log(SBX_LOG_WARNING, OSB_NAME ": create attempt %d of %d failed (%s); retrying in %.2fs",
-                cj->attempt, cj->attempts, sbx_error_message(cj->err), wait);
+        sbx_log(SBX_LOG_WARNING,
+                OSB_NAME ": create attempt %d of %d failed (%s); retrying in %.2fs", cj->attempt,
+                cj->attempts, sbx_error_message(cj->err), wait);
         sbx_error_free(cj->err);
         cj->err = NULL;
         cj_wait(cj, wait, false);
@@ -488,7 +499,8 @@ static bool cj_ok(struct cjob *cj, int code, sbx_http_response *resp, sbx_error 
     if (code == SBX_OK && (code = sbx_http_response_check(resp, &err)) == SBX_OK)
         return true;
     int status = resp ? sbx_http_response_status(resp) : 0;
-    /* Transport failures (refused, reset, timed out) are retried; statuses by the reference's set. */
+    /* Transport failures (refused, reset, timed out) are retried; statuses by the reference's set.
+     */
     bool retry = status ? retryable_status(status) : code != SBX_ECANCELED && code != SBX_ENOMEM;
     if (status >= 500 || !status)
         code = code == SBX_ETIMEDOUT ? SBX_ETIMEDOUT : SBX_ECREATE;
@@ -649,7 +661,8 @@ static void cj_endpoint(struct cjob *cj)
              cj->st->cfg.connection.use_server_proxy ? "true" : "false");
     char *path = sandbox_path(cj->box->id, rest);
     osb_cancel_slot(cj->op, &cj->cur);
-    osb_call(cj->op, cj->st->api, "GET", path, lifecycle_deadline(cj->st), &cj->cur, cj_got_endpoint, cj);
+    osb_call(cj->op, cj->st->api, "GET", path, lifecycle_deadline(cj->st), &cj->cur,
+             cj_got_endpoint, cj);
 }
 
 static void cj_created(void *ctx, int code, sbx_http_response *resp, sbx_error *err)
@@ -725,8 +738,9 @@ static void cj_info(void *ctx, int code, sbx_http_response *resp, sbx_error *err
     struct cjob *cj = ctx;
     if (code == SBX_OK && sbx_http_response_status(resp) == 404) {
         cj_fail(cj, SBX_ENOENT,
-                sbx_error_new(SBX_ENOENT, OSB_NAME ": no sandbox %s on the server (stopped, or "
-                                                   "its TTL passed)",
+                sbx_error_new(SBX_ENOENT,
+                              OSB_NAME ": no sandbox %s on the server (stopped, or "
+                                       "its TTL passed)",
                               cj->box->id),
                 false);
         return;
@@ -820,8 +834,8 @@ static void single(sbx_op *op, struct osb *st, const char *method, char *path, d
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
         return;
     }
-    *s = (struct single){.op = op, .st = st, .answer = answer, .gone_ok = gone_ok, .what = what,
-                         .data = data};
+    *s = (struct single){
+        .op = op, .st = st, .answer = answer, .gone_ok = gone_ok, .what = what, .data = data};
     osb_cancel_slot(op, &s->cur);
     osb_call(op, st->api, method, path, deadline, &s->cur, single_done, s);
 }
@@ -1083,7 +1097,8 @@ static void gc_next(struct ljob *lj)
         const char *id = json_string_value(json_array_get(lj->pick, lj->next++));
         char *path = sandbox_path(id, NULL);
         osb_cancel_slot(lj->op, &lj->cur);
-        osb_call(lj->op, lj->st->api, "DELETE", path, lj->st->cfg.operations.close_timeout_s, &lj->cur, gc_deleted, lj);
+        osb_call(lj->op, lj->st->api, "DELETE", path, lj->st->cfg.operations.close_timeout_s,
+                 &lj->cur, gc_deleted, lj);
         return;
     }
     /* Re-list and sweep again while a labelled sweep still finds boxes (creates in flight). */
@@ -1279,9 +1294,10 @@ static const struct sbx_provider_ops opensandbox_ops = {
     .list = osb_list,
     .stop_id = osb_stop_id,
     .gc = osb_gc,
-    /* No sbx-agent in its boxes (execd is OpenSandbox's own): no directory transfers, no PTY yet. */
-    .capabilities = SBX_CAP_ENDPOINT | SBX_CAP_CONNECT | SBX_CAP_LIST | SBX_CAP_STOP_ID | SBX_CAP_GC |
-                    SBX_CAP_EXEC_STREAM,
+    /* No sbx-agent in its boxes (execd is OpenSandbox's own): no directory transfers, no PTY yet.
+     */
+    .capabilities = SBX_CAP_ENDPOINT | SBX_CAP_CONNECT | SBX_CAP_LIST | SBX_CAP_STOP_ID |
+                    SBX_CAP_GC | SBX_CAP_EXEC_STREAM,
 };
 
 SBX_EXPORT const struct sbx_provider_ops *const sbx_plugin_providers[] = {&opensandbox_ops, NULL};

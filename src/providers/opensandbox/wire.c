@@ -29,8 +29,8 @@ static json_t *load(const char *body, size_t len, const char *what, sbx_error **
     if (!json_is_object(j)) {
         json_decref(j);
         if (err)
-            *err = sbx_error_new(SBX_EPROTO, OSB_NAME ": the service's %s is not a JSON object",
-                                 what);
+            *err =
+                sbx_error_new(SBX_EPROTO, OSB_NAME ": the service's %s is not a JSON object", what);
         return NULL;
     }
     return j;
@@ -139,8 +139,8 @@ sbx_status osb_status_of(const char *state)
 {
     static const char *const running[] = {"active", "ready", "running", NULL};
     static const char *const starting[] = {"creating", "initializing", "pending", "starting", NULL};
-    static const char *const stopped[] = {"completed", "deleted", "exited", "stopped",
-                                          "terminated", NULL};
+    static const char *const stopped[] = {"completed", "deleted",    "exited",
+                                          "stopped",   "terminated", NULL};
     static const char *const error[] = {"crashed", "error", "failed", "unhealthy", NULL};
     static const struct {
         const char *const *names;
@@ -158,7 +158,10 @@ sbx_status osb_status_of(const char *state)
     return SBX_STATUS_UNKNOWN;
 }
 
-static bool word_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
+static bool word_char(char c)
+{
+    return isalnum((unsigned char)c) || c == '_';
+}
 
 bool osb_is_oom(const char *text)
 {
@@ -253,8 +256,7 @@ bool osb_parse_exit(const char *s, int *out)
     return true;
 }
 
-int osb_cmd_status_parse(const char *body, size_t len, struct osb_cmd_status *st,
-                         sbx_error **err)
+int osb_cmd_status_parse(const char *body, size_t len, struct osb_cmd_status *st, sbx_error **err)
 {
     memset(st, 0, sizeof(*st));
     json_t *j = load(body, len, "command status", err);
