@@ -127,6 +127,27 @@ r=$(res "{$FG}" 'echo ready')
 check "a pod still pending: /ping polled until execd answers" [ "$(field "$r" out)" = '"ready"' ]
 fake POST faults '{"pending_s": 0}' >/dev/null
 
+# A create cancelled while it waits for execd: the box it made is deleted, none is left.
+fake POST reset >/dev/null; fake POST faults '{"pending_s": 3}' >/dev/null
+out=$(py - "{$FAST}" <<'PY' 2>&1
+import asyncio, json, sys
+from sbx import AsyncSandbox, SandboxSpec
+async def main():
+    sb = AsyncSandbox({"opensandbox": json.loads(sys.argv[1])}, SandboxSpec())
+    t = asyncio.ensure_future(sb.start())
+    await asyncio.sleep(0.5)
+    t.cancel()
+    try:
+        await t
+    except asyncio.CancelledError:
+        print("cancelled")
+asyncio.run(main())
+PY
+)
+fake POST faults '{"pending_s": 0}' >/dev/null
+check "a create cancelled during readiness: cancelled" has "$out" cancelled
+check "... and its box deleted" [ "$(stat_of '["live"]')" = 0 ] && [ "$(stat_of '["deletes"]')" = 1 ]
+
 # --- exec: 502 resubmission, the OOM check, event streams ---
 # exec502 CONFIG FAULTS [CMD]: a box, then the faults, then one exec (the Python binding).
 exec502() {

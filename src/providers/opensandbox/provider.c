@@ -372,6 +372,8 @@ static void cj_endpoint(struct cjob *cj);
 static void cj_ping(struct cjob *cj);
 static void cj_probe(struct cjob *cj);
 
+static void cj_fail(struct cjob *cj, int code, sbx_error *err, bool retryable);
+
 static void cj_sleep_done(void *data)
 {
     struct cjob *cj = data;
@@ -379,8 +381,7 @@ static void cj_sleep_done(void *data)
     cj->sleep = NULL;
     sbx_op_on_cancel(cj->op, NULL, NULL);
     if (sbx_op_cancelled(cj->op)) {
-        sbx_op_complete(cj->op, SBX_ECANCELED, NULL, NULL);
-        cj_free(cj);
+        cj_fail(cj, SBX_ECANCELED, NULL, false); /* the box this attempt made goes too */
         return;
     }
     /* Which step waits is written in `passes`' sign: see cj_wait. */
@@ -400,8 +401,8 @@ static void cj_sleep_cancel(sbx_op *op, void *data)
         osb_timer_cancel(cj->sleep);
         cj->sleep = NULL;
         sbx_op_on_cancel(cj->op, NULL, NULL);
-        sbx_op_complete(cj->op, SBX_ECANCELED, NULL, NULL);
-        cj_free(cj);
+        /* A box made by this attempt is deleted before the op ends (cj_fail does). */
+        cj_fail(cj, SBX_ECANCELED, NULL, false);
     }
 }
 
