@@ -75,6 +75,10 @@ check "reference result: stdout is the lines joined (no last newline)" [ "$(fiel
 check "reference result: stderr ends with the error event" [ "$(field "$r" err)" = '"err\nCommandExecError: 7"' ]
 r=$(res "{$FG}" 'true')
 check "reference result: no output is None, not an empty string" [ "$(field "$r" out)" = null ] && [ "$(field "$r" err)" = null ]
+fake POST reset >/dev/null
+r=$(res "{$FAST, \"operations\": {\"background_poll_initial_s\": 0.1, \"background_poll_interval_s\": 0.2}}" 'echo partial; sleep 30' 1)
+check "background exec past its timeout: rc 125, error_type timeout" [ "$(field "$r" rc)" = 125 ] && [ "$(field "$r" type)" = '"timeout"' ]
+check "... and the command is interrupted (DELETE /command?id=)" [ "$(stat_of '["interrupts"]')" = 1 ]
 r=$(res "{$FAST}" 'echo out; echo err >&2; exit 5')
 check "background exec (the shipped default): rc from the status" [ "$(field "$r" rc)" = 5 ]
 check "background exec: stdout is the merged log" [ "$(field "$r" out)" = '"out\nerr\n"' ]

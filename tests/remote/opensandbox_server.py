@@ -23,7 +23,7 @@ Served, on 127.0.0.1 (port in --port-file):
   X-EXECD-ACCESS-TOKEN the endpoint gave. A direct request that carries
   OPEN-SANDBOX-API-KEY is counted (the provider must never send it there).
 
-  execd: GET /ping; POST /command (JSON lines "{...}\\n\\n": init, stdout and
+  execd: GET /ping; POST /command; DELETE /command?id= (interrupt) (JSON lines "{...}\\n\\n": init, stdout and
   stderr one event a line, ping every second, error {ename:
   "CommandExecError", evalue: "<exit code>"} or execution_complete; with
   background: init, then the command runs on, its stdout and stderr merged
@@ -68,7 +68,7 @@ PORTS = {}
 def reset():
     FAULTS.clear()
     STATS.clear()
-    STATS.update(creates=0, deletes=0, commands=0, direct_requests=0, direct_saw_key=0,
+    STATS.update(creates=0, deletes=0, commands=0, interrupts=0, direct_requests=0, direct_saw_key=0,
                  proxy_requests=0, last_create=None, last_command=None)
 
 
@@ -417,6 +417,23 @@ async def command(req):
     return resp
 
 
+async def interrupt(req):
+    b, e = execd_box(req)
+    if e is not None:
+        return e
+    rec = b["commands"].get(req.query.get("id", ""))
+    if not rec:
+        return err(404, "NOT_FOUND", "no such command")
+    STATS["interrupts"] = STATS.get("interrupts", 0) + 1
+    p = rec.get("proc")
+    if p and p.returncode is None:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return web.json_response({})
+
+
 async def command_status(req):
     b, e = execd_box(req)
     if e is not None:
@@ -498,6 +515,7 @@ def execd_routes(prefix):
     return [
         web.get(prefix + "/ping", ping),
         web.post(prefix + "/command", command),
+        web.delete(prefix + "/command", interrupt),
         web.get(prefix + "/command/status/{cid}", command_status),
         web.get(prefix + "/command/{cid}/logs", command_logs),
         web.post(prefix + "/files/upload", upload),

@@ -146,9 +146,31 @@ static void xr_fail(struct xrun *x, int code, sbx_error *err)
               err ? err : sbx_error_new(code, OSB_NAME ": exec: %s", sbx_strerror(code)));
 }
 
+static void interrupted(void *ctx, int code, sbx_http_response *resp, sbx_error *err)
+{
+    (void)ctx;
+    (void)code;
+    (void)resp;
+    sbx_error_free(err); /* best-effort: the run has ended already */
+}
+
+/*
+ * A background command runs on after its stream ended: a cancel or a
+ * timeout interrupts it (execd's DELETE /command?id=), best-effort. A
+ * foreground one ends with its connection (execd kills it then).
+ */
+static void xr_interrupt(struct xrun *x)
+{
+    if (!x->background || !x->exec_id)
+        return;
+    osb_call(x->op, x->b->execd, "DELETE", osb_query("/command", "id", x->exec_id), 10, NULL,
+             interrupted, NULL);
+}
+
 static void xr_cancel(sbx_op *op, void *data)
 {
     (void)op;
+    xr_interrupt(data);
     xr_fail(data, SBX_ECANCELED, NULL);
 }
 
@@ -320,6 +342,7 @@ static void timeout_fire(void *data)
         xr_maybe_free(x);
         return;
     }
+    xr_interrupt(x);
     /* What came before the timeout is kept, as every provider's timeout result does. */
     char *out = x->keep ? x->out.p : NULL, *err = x->keep ? x->err.p : NULL;
     size_t ol = out ? x->out.len : 0, el = err ? x->err.len : 0;
