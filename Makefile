@@ -593,27 +593,23 @@ check-valgrind-ci-bins: $(SUITE_HELPERS) $(filter $(addprefix %/,$(VALGRIND_CI))
     $(FUZZ_REPLAY)
 
 # --- plugin providers (built from the public headers only, like an outside plugin) ---
+# Each is built into $(B)/lib/sbx/providers, the build tree's provider directory
+# (found from build/sbx and build/libsbx.so as PREFIX/lib/sbx/providers is from an
+# installed sbx: docs/provider-guide.md, "Where plugins are found"), listed in
+# PROVIDER_SO, which `make install` puts in $(PROVIDERDIR). Their libsbx is the one
+# in the process; the runpath ($ORIGIN-relative) finds PREFIX/lib's, or build/'s.
+PLUGIN_RPATH := -Wl,-rpath,'$$ORIGIN/../..:$$ORIGIN/../../..'
 # opensandbox (docs/providers/opensandbox.md): a plugin on the remote kit with its own
-# dependencies (jansson, nettle, libuv), linked with libsbx.so; installed under
-# PREFIX/lib/sbx/providers, where SBX_PLUGIN_PATH finds it.
+# dependencies (jansson, nettle, libuv), linked with libsbx.so.
 OSB_SRC := $(sort $(wildcard src/providers/opensandbox/*.c))
-OPENSANDBOX_SO := $(B)/providers/opensandbox.so
-PLUGINDIR ?= $(LIBDIR)/sbx/providers
+OPENSANDBOX_SO := $(B)/lib/sbx/providers/opensandbox.so
 $(OPENSANDBOX_SO): $(OSB_SRC) src/providers/opensandbox/osb.h include/sbx.h include/sbx/provider.h \
     include/sbx/http.h include/sbx/wire.h include/sbx/schema.h $(B)/libsbx.so
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -fPIC -shared -fvisibility=hidden -Iinclude \
 	    $(shell pkg-config --cflags jansson nettle libuv) -o $@ $(OSB_SRC) \
-	    -L$(B) -lsbx -Wl,-rpath,$(abspath $(B)):$(LIBDIR) $(shell pkg-config --libs jansson nettle libuv) -lm
+	    -L$(B) -lsbx $(PLUGIN_RPATH) $(shell pkg-config --libs jansson nettle libuv) -lm
+PROVIDER_SO += $(OPENSANDBOX_SO)
 all: $(OPENSANDBOX_SO)
 tests: $(OPENSANDBOX_SO)
-.PHONY: install-plugins uninstall-plugins
-install: install-plugins
-uninstall: uninstall-plugins
-install-plugins: $(OPENSANDBOX_SO)
-	install -d $(DESTDIR)$(PLUGINDIR)
-	install -m 755 $(OPENSANDBOX_SO) $(DESTDIR)$(PLUGINDIR)/opensandbox.so
-uninstall-plugins:
-	rm -f $(DESTDIR)$(PLUGINDIR)/opensandbox.so
-	-rmdir -p $(DESTDIR)$(PLUGINDIR) 2>/dev/null; true
 # --- end plugin providers ---

@@ -15,8 +15,8 @@ N=${1:-50}
 B=${B:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 case "$B" in /*) ;; *) B="$ROOT/$B" ;; esac
-[ -f "$B/providers/opensandbox.so" ] && [ -f "$B/examples/provider/restbox.so" ] ||
-  { echo "# bench_opensandbox: build $B/providers/opensandbox.so and restbox.so first (make all)"; exit 0; }
+[ -f "$B/lib/sbx/providers/opensandbox.so" ] && [ -f "$B/examples/provider/restbox.so" ] ||
+  { echo "# bench_opensandbox: build $B/lib/sbx/providers/opensandbox.so and restbox.so first (make all)"; exit 0; }
 /usr/bin/python3 -c 'import aiohttp' 2>/dev/null || { echo "# bench_opensandbox: python3-aiohttp missing, skipped"; exit 0; }
 W=$(mktemp -d /tmp/sbx-bench-osb.XXXXXX)
 export SBX_STATE_DIR="$W/state"
@@ -26,7 +26,7 @@ trap 'kill $osb $rb 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
 for _ in $(seq 1 3000); do [ -s "$W/osb" ] && [ -s "$W/rb" ] && break; sleep 0.01; done
 export OPENSANDBOX_DOMAIN="127.0.0.1:$(cat "$W/osb")" OPENSANDBOX_API_KEY=k
 export SBX_RESTBOX_URL="http://127.0.0.1:$(cat "$W/rb")"
-export SBX_PLUGIN_PATH="$B/providers:$B/examples/provider" SBX_LIB="$B/libsbx.so" PYTHONPATH="$ROOT/python"
+export SBX_PLUGIN_PATH="$B/lib/sbx/providers:$B/examples/provider" SBX_LIB="$B/libsbx.so" PYTHONPATH="$ROOT/python"
 /usr/bin/python3 - "$N" <<'PY'
 import asyncio, statistics, sys, time
 from sbx import AsyncSandbox, SandboxSpec

@@ -37,7 +37,7 @@ def test_exports():
 
 
 def test_status_is_a_string_enum():
-    assert [s.value for s in SandboxStatus] == ["starting", "running", "stopped", "error", "unknown"]
+    assert [s.value for s in SandboxStatus] == ["starting", "running", "paused", "stopped", "error", "unknown"]
     assert SandboxStatus.RUNNING == "running"
     assert isinstance(SandboxStatus.STOPPED, str)
     assert SandboxStatus("error") is SandboxStatus.ERROR

@@ -10,7 +10,7 @@
 # result format, background exec, cleanup sweeps, bad config messages.
 . "$(dirname "$0")/lib.sh"
 SUITE="$B/tests/integration/test_provider_suite"
-[ -f "$B/providers/opensandbox.so" ] || not_ok "opensandbox.so is built (make all builds it)"
+[ -f "$B/lib/sbx/providers/opensandbox.so" ] || not_ok "opensandbox.so is built (make all builds it)"
 [ -x "$SUITE" ] || skip_all "$SUITE is not built (make tests)"
 /usr/bin/python3 -c 'import aiohttp' 2>/dev/null || skip_all "python3-aiohttp is missing (make deps)"
 
@@ -22,7 +22,7 @@ for _ in $(seq 1 3000); do [ -s "$T/port" ] && break; sleep 0.01; done
 PORT=$(cat "$T/port")
 FAKE="http://127.0.0.1:$PORT"
 export OPENSANDBOX_DOMAIN="127.0.0.1:$PORT" OPENSANDBOX_API_KEY="$KEY"
-export SBX_PLUGIN_PATH="$B/providers"
+export SBX_PLUGIN_PATH="$B/lib/sbx/providers"
 fake() { curl -s -X "$1" "$FAKE/_fake/$2" ${3:+-H 'Content-Type: application/json' -d "$3"}; }
 stat_of() { fake GET stats | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
 

@@ -545,34 +545,39 @@ static void test_providers(void)
     unsetenv("SBX_PLUGIN_PATH");
     struct proc p = SBX("providers", "-q");
     EXPECT_CODE(p, 0);
-    TAP_EQ_STR(p.out, "docker\nlinux\nlocal\n");
+    TAP_EQ_STR(p.out, "docker\nlinux\nlocal\nopensandbox\n");
     proc_free(&p);
+    /* The plugins sbx ships are in the build tree's provider directory, beside the CLI. */
     p = SBX("providers");
     EXPECT_CODE(p, 0);
-    TAP_EQ_STR(p.out, "NAME    SOURCE\ndocker  built-in\nlinux   built-in\nlocal   built-in\n");
+    TAP_CONTAINS(p.out, "NAME         SOURCE\ndocker       built-in\nlinux        built-in\n"
+                        "local        built-in\nopensandbox  plugin /");
+    TAP_CONTAINS(p.out, "/lib/sbx/providers/opensandbox.so\n");
     proc_free(&p);
     p = SBX("run", "--provider", "fake", "--", "exit", "0");
     EXPECT_CODE(p, 2);
     TAP_CONTAINS(p.err,
-                 "Unknown sandbox provider 'fake'. Available providers: docker, linux, local");
+                 "Unknown sandbox provider 'fake'. Available providers: docker, linux, local, "
+                 "opensandbox");
     proc_free(&p);
     /* The plugin's providers join them. */
     setenv("SBX_PLUGIN_PATH", plugin, 1);
     free(plugin);
     p = SBX("providers", "-q");
     EXPECT_CODE(p, 0);
-    TAP_EQ_STR(p.out, "docker\nfake\nfake_basic\nfake_boxes\nlinux\nlocal\n");
+    TAP_EQ_STR(p.out, "docker\nfake\nfake_basic\nfake_boxes\nlinux\nlocal\nopensandbox\n");
     proc_free(&p);
     p = SBX("providers", "--json");
     EXPECT_CODE(p, 0);
     json_t *v = parse_json(p.out);
-    TAP_EQ_INT(json_array_size(v), 6);
-    const char *names[] = { "docker", "fake", "fake_basic", "fake_boxes", "linux", "local" };
-    for (size_t i = 0; i < 6; i++) {
+    TAP_EQ_INT(json_array_size(v), 7);
+    const char *names[] = { "docker", "fake", "fake_basic", "fake_boxes", "linux", "local",
+                            "opensandbox" };
+    for (size_t i = 0; i < 7; i++) {
         json_t *o = json_array_get(v, i);
         TAP_EQ_STR(json_string_value(json_object_get(o, "name")), names[i]);
-        /* The fakes come from the plugin file on SBX_PLUGIN_PATH, the rest are built in. */
-        bool fake = i >= 1 && i <= 3;
+        /* The fakes and opensandbox come from plugin files, the rest are built in. */
+        bool fake = (i >= 1 && i <= 3) || i == 6;
         TAP_EQ_STR(json_string_value(json_object_get(o, "source")), fake ? "plugin" : "built-in");
         TAP_TRUE(fake == (json_string_value(json_object_get(o, "path")) != NULL));
     }

@@ -65,8 +65,8 @@ else nok "the installed local.yaml runs a box" "$out"; fi
 
 # The test doubles (tests/fakes) are not part of what is installed.
 out=$(env -u SBX_PLUGIN_PATH "$prefix/bin/sbx" providers -q 2>&1)
-if [ "$out" = "$(printf 'docker\nlinux\nlocal')" ] && ! find "$prefix" -name '*fake*' | grep -q .; then
-  ok "the installed sbx has no test providers: sbx providers lists docker, linux and local"
+if [ "$out" = "$(printf 'docker\nlinux\nlocal\nopensandbox')" ] && ! find "$prefix" -name '*fake*' | grep -q .; then
+  ok "the installed sbx has no test providers: sbx providers lists docker, linux, local and opensandbox (its plugin)"
 else nok "the installed sbx lists test providers" "$out" "$(find "$prefix" -name '*fake*')"; fi
 
 # The completions ask the installed sbx for their words (sbx help --words).
@@ -160,7 +160,7 @@ install -d -m 755 "$prefix/lib/sbx/providers"
 install -m 644 "$tmp/plugins/hostbox.so" "$prefix/lib/sbx/providers/hostbox.so"
 out=$(cd "$tmp" && $run_hidden env -u SBX_PLUGIN_PATH SBX_PROVIDER=hostbox \
       sh -c '"$1" providers | grep hostbox; "$1" run -- sh -c "echo from-prefix"' sh "$prefix/bin/sbx" 2>&1)
-if [ "$out" = "$(printf 'hostbox  plugin %s\nfrom-prefix' "$prefix/lib/sbx/providers/hostbox.so")" ]; then
+if [ "$(echo "$out" | tr -s ' ')" = "$(printf 'hostbox plugin %s\nfrom-prefix' "$prefix/lib/sbx/providers/hostbox.so")" ]; then
   ok "the installed sbx finds a plugin in PREFIX/lib/sbx/providers"
 else nok "a plugin in PREFIX/lib/sbx/providers" "$out"; fi
 out=$(cd "$tmp" && $run_hidden env -u SBX_PLUGIN_PATH PYTHONPATH="$pydir" "$PY" -c '
