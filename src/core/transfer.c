@@ -70,6 +70,30 @@ static void stderr_cb(int stream, const char *data, size_t len, void *user)
     e->data[e->len] = 0;
 }
 
+int sbx__transfer_failure(const sbx_exec_result *res, const char *reason, bool builtin,
+                          const char *what, const char *path, sbx_error **err)
+{
+    int status = sbx_exec_result_return_code(res);
+    const char *etype = sbx_exec_result_error_type(res);
+    const char *serr = sbx_exec_result_stderr(res, NULL);
+    const char *msg = reason ? reason : serr ? serr : "";
+    size_t ml = strnlen(msg, STDERR_KEEP);
+    while (ml && msg[ml - 1] == '\n')
+        ml--;
+    if (etype && !strcmp(etype, "timeout"))
+        return sbx__set_error(err, SBX_ETIMEDOUT, "%s '%s': %.*s", what, path, (int)ml, msg);
+    if (etype && !strcmp(etype, "sandbox") && !reason)
+        return sbx__set_error(err, SBX_EIO, "%s '%s': the sandbox did not answer: %.*s", what,
+                              path, (int)ml, msg);
+    if (builtin && status == 127 && !reason)
+        return sbx__set_error(err, SBX_ENOTSUP,
+                              "%s '%s': the box's sbx-agent has no transfer built-ins (an older "
+                              "agent?): %.*s",
+                              what, path, (int)ml, msg);
+    return sbx__set_error(err, SBX_ETRANSFER, "%s '%s': %.*s", what, path, (int)ml,
+                          ml ? msg : "the transfer failed in the sandbox");
+}
+
 /*
  * Runs built-in `argv` in the box with `opts` (stdin/stdout already set by
  * the caller) and maps its outcome onto the transfer taxonomy.
@@ -103,27 +127,8 @@ static int run_builtin(sbx_sandbox *sb, sbx_exec_opts *opts, const char *const *
         sbx_error_free(e);
         return rc;
     }
-    int status = sbx_exec_result_return_code(res);
-    const char *etype = sbx_exec_result_error_type(res);
-    if (status != 0) {
-        const char *serr = sbx_exec_result_stderr(res, NULL);
-        const char *msg = eb->len ? eb->data : serr && *serr ? serr : "";
-        size_t ml = strlen(msg);
-        while (ml && msg[ml - 1] == '\n')
-            ml--;
-        if (etype && !strcmp(etype, "timeout"))
-            rc = sbx__set_error(err, SBX_ETIMEDOUT, "%s '%s': %.*s", what, path, (int)ml, msg);
-        else if (etype && !strcmp(etype, "sandbox") && !eb->len)
-            rc = sbx__set_error(err, SBX_EIO, "%s '%s': the sandbox did not answer: %.*s", what,
-                                path, (int)ml, msg);
-        else if (status == 127 && !eb->len)
-            rc = sbx__set_error(err, SBX_ENOTSUP,
-                                "%s '%s': the box's sbx-agent has no transfer built-ins (an "
-                                "older agent?): %.*s",
-                                what, path, (int)ml, msg);
-        else
-            rc = sbx__set_error(err, SBX_ETRANSFER, "%s '%s': %.*s", what, path, (int)ml,
-                                ml ? msg : "the transfer failed in the sandbox");
+    if (sbx_exec_result_return_code(res) != 0) {
+        rc = sbx__transfer_failure(res, eb->len ? eb->data : NULL, true, what, path, err);
         sbx_exec_result_free(res);
         return rc;
     }

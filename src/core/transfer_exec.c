@@ -163,24 +163,8 @@ static int run_script(sbx_sandbox *sb, const char *script, size_t out_limit, con
         sbx_error_free(e);
         return rc;
     }
-    int status = sbx_exec_result_return_code(res);
-    if (status != 0) {
-        const char *etype = sbx_exec_result_error_type(res);
-        const char *msg = sbx_exec_result_stderr(res, NULL);
-        msg = msg ? msg : "";
-        size_t ml = strlen(msg);
-        while (ml && msg[ml - 1] == '\n')
-            ml--;
-        if (ml > KEEP_STDERR)
-            ml = KEEP_STDERR;
-        if (etype && !strcmp(etype, "timeout"))
-            rc = sbx__set_error(err, SBX_ETIMEDOUT, "%s '%s': %.*s", what, path, (int)ml, msg);
-        else if (etype)
-            rc = sbx__set_error(err, SBX_EIO, "%s '%s': the sandbox did not answer: %.*s", what,
-                                path, (int)ml, msg);
-        else
-            rc = sbx__set_error(err, SBX_ETRANSFER, "%s '%s': %.*s", what, path, (int)ml,
-                                ml ? msg : "the transfer failed in the sandbox");
+    if (sbx_exec_result_return_code(res) != 0) {
+        rc = sbx__transfer_failure(res, NULL, false, what, path, err);
         sbx_exec_result_free(res);
         return rc;
     }

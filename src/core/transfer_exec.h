@@ -8,6 +8,17 @@
 
 #include "sbx.h"
 
+#include <stdbool.h>
+
+/*
+ * The transfer taxonomy for an exec that ended non-zero (transfer.c): its
+ * `reason` (NULL: the result's stderr) as SBX_ETRANSFER, a timeout as
+ * SBX_ETIMEDOUT, a box that did not answer as SBX_EIO, and for an agent
+ * `builtin` a 127 as an agent without the built-ins (SBX_ENOTSUP).
+ */
+int sbx__transfer_failure(const sbx_exec_result *res, const char *reason, bool builtin,
+                          const char *what, const char *path, sbx_error **err);
+
 /* Unpacks the tar stream read from in_fd (to its EOF) into box directory `remote`. */
 int sbx__xfer_exec_extract(sbx_sandbox *sb, int in_fd, const char *remote, unsigned flags,
                            const char *what, const char *shown, sbx_error **err);
