@@ -115,6 +115,8 @@ import time
 
 from aiohttp import WSMsgType, web
 
+import serve  # tests/remote/serve.py, beside this file
+
 COUNTS = {}
 
 
@@ -941,24 +943,15 @@ async def main():
     if a.unix:
         await web.UnixSite(runner, a.unix).start()
     port = site._server.sockets[0].getsockname()[1]
-    tmp = a.port_file + ".tmp"
-    with open(tmp, "w") as f:
-        f.write("%d\n" % port)
-    os.rename(tmp, a.port_file)
+    serve.write_port_file(a.port_file, port)
     # Ends with its parent (a test killed by its alarm leaves no server) or a
     # SIGTERM, and takes its boxes with it.
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    try:
-        while os.getppid() == parent and not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), 0.5)
-            except asyncio.TimeoutError:
-                pass
-    finally:
+    def cleanup():
         for b in BOXES.values():
             box_kill(b)
         shutil.rmtree(BOX_ROOT, ignore_errors=True)
+
+    await serve.until_parent_ends(parent, cleanup)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ import uuid
 
 from aiohttp import web
 
+import serve  # tests/remote/serve.py, beside this file
+
 BOX_ROOT = tempfile.mkdtemp(prefix="sbx-fake-osb-")
 BOXES = {}
 FAULTS = {}
@@ -579,23 +581,15 @@ async def main():
         runners.append(r)
     for path, key in ((A.direct_port_file, "direct"), (A.port_file, "main")):
         if path:
-            with open(path + ".tmp", "w") as f:
-                f.write("%d\n" % PORTS[key])
-            os.rename(path + ".tmp", path)
+            serve.write_port_file(path, PORTS[key])
     # Ends with its parent (a test killed by its alarm leaves no server) or a
     # SIGTERM, and takes its boxes' processes with it.
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    try:
-        while os.getppid() == parent and not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), 0.5)
-            except asyncio.TimeoutError:
-                pass
-    finally:
+    def cleanup():
         for b in BOXES.values():
             kill_box(b)
         shutil.rmtree(BOX_ROOT, ignore_errors=True)
+
+    await serve.until_parent_ends(parent, cleanup)
 
 
 if __name__ == "__main__":
