@@ -103,6 +103,7 @@ for _name, _res, _args in [
     ("sbx_exec_opts_set_env", c_int, (_P, c_char_p, c_char_p)),
     ("sbx_exec_opts_set_timeout", c_int, (_P, c_double)),
     ("sbx_exec_opts_set_user", c_int, (_P, c_char_p)),
+    ("sbx_exec_opts_set_argv", c_int, (_P, POINTER(c_char_p))),
     ("sbx_exec_opts_set_stdin", c_int, (_P, c_char_p, c_size_t)),
     ("sbx_exec_result_stdout", _P, (_P, POINTER(c_size_t))),
     ("sbx_exec_result_stderr", _P, (_P, POINTER(c_size_t))),

@@ -13,6 +13,7 @@ blocking facade runs a private loop thread, as the reference's does.
 from __future__ import annotations
 
 import asyncio
+import shlex
 import tempfile
 import threading
 import uuid
@@ -20,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Sequence, TypeVar
 
 # The value types and protocols are importable from this module too, as from
 # the reference's api module (`from nemo_gym.sandbox.api import SandboxSpec`).
@@ -452,7 +453,7 @@ class AsyncSandbox:
 
     async def exec(
         self,
-        command: str,
+        command: str | Sequence[str],
         *,
         cwd: str | None = None,
         env: dict[str, str] | None = None,
@@ -461,6 +462,9 @@ class AsyncSandbox:
     ) -> SandboxExecResult:
         if self._csb is not None:
             return await _lib.await_future(*self._csb.exec(command, cwd, env, timeout_s, user))
+        if not isinstance(command, str):
+            # A Python provider takes a string: the argv joined as the shell would read it back.
+            command = shlex.join(cprovider.exec_argv(command))
         handle = self._require_handle()
         return await self._provider.exec(
             handle,
@@ -938,7 +942,7 @@ class Sandbox:
 
     def exec(
         self,
-        command: str,
+        command: str | Sequence[str],
         *,
         cwd: str | None = None,
         env: dict[str, str] | None = None,

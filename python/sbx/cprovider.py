@@ -12,6 +12,7 @@ import asyncio
 import atexit
 import ctypes
 import json
+import shlex
 import os
 import threading
 import weakref
@@ -81,9 +82,16 @@ class CSandbox:
             lib.sbx_spec_free(cspec)
         return f, _lib.TAKE_NONE
 
-    def exec(self, command: str, cwd: Any, env: Any, timeout_s: Any, user: Any) -> tuple[c_void_p, Any]:
+    def exec(self, command: Any, cwd: Any, env: Any, timeout_s: Any, user: Any) -> tuple[c_void_p, Any]:
         opts = exec_opts(cwd, env, timeout_s, user)
         try:
+            if not isinstance(command, str):
+                # An argv (a list or tuple of str): run without a shell (sbx_exec_opts_set_argv);
+                # the string is its description, and what a provider without argv runs.
+                argv = exec_argv(command)
+                words = (ctypes.c_char_p * (len(argv) + 1))(*[_lib.cstr(a, "an argv word") for a in argv], None)
+                _lib.check(lib.sbx_exec_opts_set_argv(opts, words), c_void_p())
+                command = shlex.join(argv)
             f = _lib.submit(lib.sbx_sandbox_exec_async, self._live_ptr(), _lib.cstr(command, "the command"), opts)
         finally:
             lib.sbx_exec_opts_free(opts)
@@ -226,6 +234,14 @@ def spec_to_c(spec: SandboxSpec, *, files: bool = True) -> c_void_p:
     out = c_void_p()
     _lib.call(lib.sbx_spec_from_json, spec_to_json(spec, files=files).encode(), byref(out))
     return out
+
+
+def exec_argv(command: Any) -> list[str]:
+    """A command given as argv: a non-empty list or tuple of str (not bytes, not one str)."""
+    if not isinstance(command, (list, tuple)) or not command or not all(isinstance(w, str) for w in command):
+        raise TypeError("command must be a str (run by the box's shell) or a non-empty list of str "
+                        f"(an argv, run without a shell), not {command!r:.80}")
+    return list(command)
 
 
 def exec_opts(cwd: Any, env: Mapping[str, Any] | None, timeout_s: Any, user: Any) -> c_void_p:

@@ -90,3 +90,18 @@ def test_list_stop_and_cleanup_boxes_by_label(tmp_path):
             await b.stop()
 
     run(go())
+
+
+def test_exec_argv_runs_without_a_shell():
+    # A list is an argv (sbx's extension, as docker exec's exec form): no shell reads it,
+    # so shell syntax in a word is just bytes, and a missing program is 127 as a shell says.
+    with Sandbox({"linux": {}}, SandboxSpec()) as sb:
+        sb.start()
+        r = sb.exec(["echo", "$HOME", "a;b", "it's"])
+        assert (r.stdout, r.return_code) == ("$HOME a;b it's\n", 0)
+        r = sb.exec(["no-such-program-here"])
+        assert r.return_code == 127
+        with pytest.raises(TypeError, match="non-empty list of str"):
+            sb.exec([])
+        with pytest.raises(TypeError, match="non-empty list of str"):
+            sb.exec(["echo", 1])
