@@ -41,9 +41,11 @@ FUSE_LD := $(shell $(CC) -fuse-ld=gold -Wl,--version >/dev/null 2>&1 && echo -fu
 LDFLAGS_ALL := $(SAN) $(FUSE_LD) $(LDFLAGS)
 LIBS := $(PKG_LIBS) -lpthread -ldl -lm
 
-LIB_SRC := $(sort $(wildcard src/core/*.c src/proto/*.c src/kit/*.c src/remote/*.c src/image/*.c src/providers/*.c src/providers/*/*.c))
-# Plugin providers live under src/providers too but are not part of libsbx (see the end).
-LIB_SRC := $(filter-out src/providers/opensandbox/%,$(LIB_SRC))
+# Plugin providers live under src/providers too but are never part of libsbx:
+# each is built from the public headers only into $(B)/lib/sbx/providers (see the end).
+PLUGIN_PROVIDERS := apptainer opensandbox
+LIB_SRC := $(sort $(filter-out $(PLUGIN_PROVIDERS:%=src/providers/%/%.c),$(wildcard src/core/*.c \
+    src/proto/*.c src/kit/*.c src/remote/*.c src/image/*.c src/providers/*.c src/providers/*/*.c)))
 # The public headers (include/sbx.h and include/sbx/*.h), installed as they are.
 PUBLIC_HEADERS := $(sort $(wildcard include/sbx/*.h))
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
@@ -575,6 +577,23 @@ $(RESTBOX_SO): examples/provider/restbox.c examples/provider/restbox_pty.c \
 examples: $(HOSTBOX_SO) $(RESTBOX_SO)
 tests: $(HOSTBOX_SO) $(RESTBOX_SO)
 # --- end example plugin ---
+
+# --- provider plugins (src/providers/<name>/, public headers only) ---
+# Built into the build tree's provider directory, where the registry finds
+# them (src/core/registry.c provider_dir()); `make install` puts them in
+# $(PROVIDERDIR).
+APPTAINER_SRC := $(sort $(wildcard src/providers/apptainer/*.c))
+APPTAINER_SO := $(B)/lib/sbx/providers/apptainer.so
+PROVIDER_SO += $(APPTAINER_SO)
+$(APPTAINER_SO): $(APPTAINER_SRC) $(wildcard src/providers/apptainer/*.h) include/sbx.h \
+    include/sbx/provider.h include/sbx/box.h $(B)/libsbx.so
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -fPIC -shared -Iinclude \
+	    $(shell pkg-config --cflags jansson) -o $@ $(APPTAINER_SRC) \
+	    -L$(B) -lsbx -Wl,-rpath,$(abspath $(B)) $(shell pkg-config --libs jansson) -lpthread
+all: $(APPTAINER_SO)
+tests: $(APPTAINER_SO)
+# --- end provider plugins ---
 # The provider suite loads the hostbox plugin, which binds to the box kit: link it all.
 $(B)/tests/integration/test_provider_suite: $(B)/obj/tests/integration/test_provider_suite.o \
     $(TEST_COMMON_OBJ) $(TESTLIB) $(B)/libsbx.a $(HOSTBOX_SO)
