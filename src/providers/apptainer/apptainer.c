@@ -28,9 +28,18 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+struct create_ctx {
+    struct ap *a;
+    const sbx_spec *spec;
+    char *env_file; /* the agent's env file, removed once the agent said hello */
+};
 
 /* A box: its instance (= its id), its agent (NULL on the CLI path), the spec's env. */
 struct abox {
@@ -38,7 +47,8 @@ struct abox {
     char *staging; /* <box dir>/staging, bound at mount_point */
     char *box_dir;
     sbx_box_agent *agent;
-    char **env; /* "K=V", NULL-ended */
+    char **env;  /* "K=V", NULL-ended: the CLI path's (the agent has the box's env itself) */
+    char *scope; /* a connected handle's descriptor scope ("owner" ends the box on close) */
 };
 
 static void strv_free(char **v)
@@ -46,6 +56,15 @@ static void strv_free(char **v)
     for (size_t i = 0; v && v[i]; i++)
         free(v[i]);
     free(v);
+}
+
+static char *path_join(const char *a, const char *b)
+{
+    size_t l = strlen(a) + strlen(b) + 2;
+    char *s = malloc(l);
+    if (s)
+        snprintf(s, l, "%s/%s", a, b);
+    return s;
 }
 
 /* --- argv ------------------------------------------------------------------------ */
@@ -278,6 +297,22 @@ static void exec_argv(struct ap *a, struct argv *av, const char *name, const cha
     }
 }
 
+/*
+ * A box path as sbx means it: absolute as given; relative (or none: the
+ * mount point itself) under the mount point, where the agent's path runs
+ * commands too. The reference passed a relative cwd to --pwd as is, no cwd
+ * as no --pwd (apptainer's default, the host's cwd when the box has it), and
+ * failed relative transfer targets.
+ */
+static char *box_abs(struct ap *a, const char *path)
+{
+    if (path && path[0] == '/')
+        return strdup(path);
+    if (!path || !*path || !strcmp(path, "."))
+        return strdup(a->mount_point);
+    return path_join(a->mount_point, path);
+}
+
 /* Runs `cmd` in instance `name` through the CLI; fills an exec result as the reference. */
 static int cli_exec(struct ap *a, const char *name, const char *dir, const char *const *base_env,
                     const char *cmd, const sbx_exec_opts *o, sbx_exec_result **result,
@@ -321,9 +356,12 @@ static int cli_exec(struct ap *a, const char *name, const char *dir, const char 
     if (rc < 0)
         return rc;
     struct argv av = {0};
-    char *su = NULL;
-    exec_argv(a, &av, name, o ? sbx_exec_opts_cwd(o) : NULL, o ? sbx_exec_opts_user(o) : NULL,
-              env_file, cmd, &su);
+    char *su = NULL, *cwd = box_abs(a, o ? sbx_exec_opts_cwd(o) : NULL);
+    if (!cwd) {
+        free(env_file);
+        return SBX_ENOMEM;
+    }
+    exec_argv(a, &av, name, cwd, o ? sbx_exec_opts_user(o) : NULL, env_file, cmd, &su);
     double t = o ? sbx_exec_opts_timeout(o) : -1;
     if (t < 0 || t == 0)
         t = a->default_timeout_s;
@@ -339,6 +377,7 @@ static int cli_exec(struct ap *a, const char *name, const char *dir, const char 
         free(env_file);
     }
     free(su);
+    free(cwd);
     av_free(&av);
     if (rc < 0)
         return rc;
@@ -379,15 +418,6 @@ static void instance_stop(struct ap *a, const char *name, sbx_error **err)
 }
 
 /* --- create ------------------------------------------------------------------------- */
-
-static char *path_join(const char *a, const char *b)
-{
-    size_t l = strlen(a) + strlen(b) + 2;
-    char *s = malloc(l);
-    if (s)
-        snprintf(s, l, "%s/%s", a, b);
-    return s;
-}
 
 /* The reference's readiness loop, through the CLI (the agent is not yet up). */
 static int probe(struct ap *a, const char *name, const char *dir, char **env, sbx_error **err)
@@ -521,8 +551,8 @@ static int start_instance(struct ap *a, const char *name, const char *box_dir,
     }
     double cpu = 0;
     long long mem = 0, gpu = 0;
-    int has_cpu = sbx_spec_get_cpu(spec, &cpu) == SBX_OK && cpu > 0;
-    int has_mem = sbx_spec_get_memory_mib(spec, &mem) == SBX_OK && mem > 0;
+    int has_cpu = sbx_spec_get_cpu(spec, &cpu) == 1 && cpu > 0;
+    int has_mem = sbx_spec_get_memory_mib(spec, &mem) == 1 && mem > 0;
     if ((has_cpu || has_mem) && a->apply_resource_limits) {
         if (has_arg(a->extra_start_args, "--fakeroot")) {
             sbx_log(SBX_LOG_WARNING, "Skipping apptainer CPU/memory resource flags because "
@@ -541,7 +571,7 @@ static int start_instance(struct ap *a, const char *name, const char *box_dir,
             }
         }
     }
-    if (sbx_spec_get_gpu(spec, &gpu) == SBX_OK && gpu > 0)
+    if (sbx_spec_get_gpu(spec, &gpu) == 1 && gpu > 0)
         av_add(&av, "--nv");
     for (size_t i = 0; a->extra_start_args[i]; i++)
         av_add(&av, a->extra_start_args[i]);
@@ -598,23 +628,52 @@ out:
 
 static char *provider_json(struct ap *a, const char *name)
 {
-    json_t *o = json_pack("{s:s, s:s, s:b}", "instance", name, "bin", a->bin, "agent", a->agent);
+    json_t *o = json_pack("{s:s, s:s, s:b, s:I}", "instance", name, "bin", a->bin, "agent",
+                          a->agent, "listener_pid", (json_int_t)getpid());
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return s;
 }
 
-/* The kit's start hook for the agent path. Worker thread. */
-static int ap_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec, void *data,
-                    int *fd, sbx_error **err)
+/*
+ * The agent's listening socket, made here on the host before the agent
+ * exists, in the box's 0700 directory (never bound into the box), and
+ * handed to it as fd 3. Its SO_PEERCRED pid is this process's (the one that
+ * called listen()), which connect checks: a socket a box planted in its
+ * place would carry a box process's pid.
+ */
+static int agent_listener(const char *path, sbx_error **err)
 {
-    struct ap *a = data;
-    int rc = start_instance(a, r->id, box_dir, spec, err);
-    if (rc < 0)
-        return rc;
-    char *log = path_join(box_dir, "agent.log");
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        *err = sbx_error_new(SBX_ECREATE,
+                             "apptainer: the agent socket path %s is too long for a unix socket: "
+                             "set state_dir to a shorter directory",
+                             path);
+        return -1;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, 0600) < 0 ||
+        listen(fd, 64) < 0) {
+        *err = sbx_error_new_errno(SBX_ECREATE, errno, "apptainer: cannot listen on %s", path);
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/*
+ * Starts the agent in the instance, detached (its own session; it lives as
+ * long as the instance, not as this process): `apptainer exec --pwd MOUNT
+ * instance://NAME /.sbx-agent init --listen-fd 3`.
+ */
+static pid_t spawn_agent(struct ap *a, const char *name, const char *log, int lfd,
+                         const char *env_file, sbx_error **err)
+{
     char inst[256];
-    snprintf(inst, sizeof(inst), "instance://%s", r->id);
+    snprintf(inst, sizeof(inst), "instance://%s", name);
     struct argv av = {0};
     av_add(&av, a->bin);
     av_add(&av, "exec");
@@ -622,22 +681,83 @@ static int ap_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec
     av_add(&av, a->mount_point);
     for (size_t i = 0; a->extra_exec_args[i]; i++)
         av_add(&av, a->extra_exec_args[i]);
+    if (env_file) {
+        av_add(&av, "--no-eval");
+        av_add(&av, "--env-file");
+        av_add(&av, env_file);
+    }
     av_add(&av, inst);
     av_add(&av, AP_AGENT_IN_BOX);
-    av_add(&av, "serve");
-    av_add(&av, "--stdio");
-    pid_t pid = 0;
-    if (!log || av.oom)
-        rc = SBX_ENOMEM;
-    else
-        rc = sbx_box_spawn_stdio(av.v, NULL, (const char *const *)a->child_env, log, &pid, fd,
-                                 err);
+    av_add(&av, "init");
+    av_add(&av, "--listen-fd");
+    av_add(&av, "3");
+    if (av.oom) {
+        av_free(&av);
+        return -1;
+    }
+    int logfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    pid_t pid = logfd >= 0 && nullfd >= 0 ? fork() : -1;
+    if (pid == 0) {
+        /* Async-signal-safe calls only. fd 3 is the listener, every other fd closes on exec. */
+        setsid();
+        dup2(nullfd, 0);
+        dup2(logfd, 1);
+        dup2(logfd, 2);
+        if (lfd == 3)
+            fcntl(3, F_SETFD, 0);
+        else
+            dup2(lfd, 3);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execve(a->bin, (char *const *)av.v, a->child_env);
+        _exit(127);
+    }
+    if (pid < 0)
+        *err = sbx_error_new_errno(SBX_ECREATE, errno, "apptainer: cannot start the agent");
+    if (logfd >= 0)
+        close(logfd);
+    if (nullfd >= 0)
+        close(nullfd);
     av_free(&av);
+    return pid;
+}
+
+/* The kit's start hook for the agent path. Worker thread. */
+static int ap_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec, void *data,
+                    char **socket_path, pid_t *peer_pid, sbx_error **err)
+{
+    struct create_ctx *c = data;
+    struct ap *a = c->a;
+    int rc = start_instance(a, r->id, box_dir, spec, err);
+    if (rc < 0)
+        return rc;
+    char *log = path_join(box_dir, "agent.log"), *sock = path_join(box_dir, "agent.sock");
+    char **env = spec_env(spec);
+    int lfd = -1;
+    pid_t pid = -1;
+    /*
+     * The box's env is the agent's own (an env file, never argv), so every
+     * command inherits it, also on a handle connected from another process.
+     */
+    if (!log || !sock || !env)
+        rc = SBX_ENOMEM;
+    else if ((rc = ap_env_file(a, box_dir, (const char *const *)env, &c->env_file, err)) < 0)
+        ;
+    else if ((lfd = agent_listener(sock, err)) < 0)
+        rc = SBX_ECREATE;
+    else if ((pid = spawn_agent(a, r->id, log, lfd, c->env_file, err)) < 0)
+        rc = SBX_ECREATE;
+    strv_free(env);
+    if (lfd >= 0)
+        close(lfd);
     free(log);
     if (rc == SBX_OK) {
         r->pid = pid;
         r->pid_start = sbx_box_pid_start(pid);
-        if (!(r->workdir = strdup(a->mount_point)) || !(r->image = strdup(sbx_spec_image(spec) ? sbx_spec_image(spec) : a->default_image)) ||
+        const char *img = sbx_spec_image(spec) ? sbx_spec_image(spec) : a->default_image;
+        if (!(r->workdir = strdup(a->mount_point)) || !(r->image = strdup(img)) ||
             !(r->provider_json = provider_json(a, r->id)))
             rc = SBX_ENOMEM;
     }
@@ -647,9 +767,12 @@ static int ap_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec
         sbx_error_free(ignored);
         if (pid > 0)
             sbx_box_stop_pid(pid, 0, 1, NULL);
-        *fd = -1;
+        free(sock);
+        return rc;
     }
-    return rc;
+    *socket_path = sock;
+    *peer_pid = getpid();
+    return SBX_OK;
 }
 
 /* The store's hooks: an instance is alive while listed; ending it is `instance stop`. */
@@ -700,6 +823,7 @@ static void abox_free(void *box)
     free(b->id);
     free(b->staging);
     free(b->box_dir);
+    free(b->scope);
     free(b);
 }
 
@@ -708,7 +832,7 @@ static struct abox *abox_new(struct ap *a, const char *id, const sbx_spec *spec)
     struct abox *b = calloc(1, sizeof(*b));
     char *dir = NULL;
     sbx_error *e = NULL;
-    if (!b || !(b->id = strdup(id)) || !(b->env = spec_env(spec)) ||
+    if (!b || !(b->id = strdup(id)) || !(b->env = spec ? spec_env(spec) : calloc(1, sizeof(char *))) ||
         sbx_box_store_box_dir(a->store, id, &dir, &e) < 0 ||
         !(b->staging = path_join(dir, "staging"))) {
         sbx_error_free(e);
@@ -720,22 +844,26 @@ static struct abox *abox_new(struct ap *a, const char *id, const sbx_spec *spec)
     return b;
 }
 
-struct create_ctx {
-    struct ap *a;
-    const sbx_spec *spec;
-};
+
+static void create_ctx_free(struct create_ctx *c)
+{
+    if (c->env_file)
+        unlink(c->env_file); /* read by now: the agent it configured said hello */
+    free(c->env_file);
+    free(c);
+}
 
 static void ap_created(sbx_op *op, sbx_box_agent *agent, const sbx_box_record *r, int code,
                        sbx_error *err, void *data)
 {
     struct create_ctx *c = data;
     if (code < 0) {
-        free(c);
+        create_ctx_free(c);
         sbx_op_complete(op, code, err, NULL);
         return;
     }
-    struct abox *b = abox_new(c->a, r->id, c->spec);
-    free(c);
+    struct abox *b = abox_new(c->a, r->id, NULL);
+    create_ctx_free(c);
     if (!b) {
         sbx_box_agent_free(agent);
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
@@ -791,8 +919,6 @@ static void cli_create_work(sbx_op *op, void *data)
 static void ap_create(sbx_op *op, void *state, const sbx_spec *spec)
 {
     struct ap *a = state;
-    double ttl;
-    (void)ttl; /* sbx keeps TTLs (the kit's records and gc); the reference ignored them */
     struct create_ctx *c = calloc(1, sizeof(*c));
     if (!c) {
         sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
@@ -801,7 +927,8 @@ static void ap_create(sbx_op *op, void *state, const sbx_spec *spec)
     c->a = a;
     c->spec = spec;
     if (a->agent) {
-        sbx_box_op_create(op, a->store, a->pool, spec, AP_NAME_PREFIX, ap_start, a, ap_created, c);
+        sbx_box_op_create_socket(op, a->store, a->pool, spec, AP_NAME_PREFIX, ap_start, c, ap_created,
+                                 c);
         return;
     }
     int rc = sbx_op_run_blocking(op, cli_create_work, c);
@@ -878,7 +1005,7 @@ static void ap_exec(sbx_op *op, void *state, void *box, const char *command,
     struct abox *b = box;
     const char *user = opts ? sbx_exec_opts_user(opts) : NULL;
     if (b->agent && !user) {
-        sbx_box_exec(op, b->agent, command, opts, (const char *const *)b->env);
+        sbx_box_exec(op, b->agent, command, opts, NULL);
         return;
     }
     if (opts && sbx_exec_opts_argv(opts) && !command) {
@@ -978,11 +1105,29 @@ static char *shq(const char *s)
     return q;
 }
 
+/* mkdir -p of the host path's parent (the reference's download does it). */
+static void host_parents(const char *path)
+{
+    char buf[4096];
+    if (strlen(path) >= sizeof(buf))
+        return;
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char *p = strchr(buf + 1, '/'); p; p = strchr(p + 1, '/')) {
+        *p = 0;
+        mkdir(buf, 0755);
+        *p = '/';
+    }
+}
+
 /* s1: host path, s2: box path. upload (dir=0) / download (dir=1). */
 static int cli_transfer(struct work *w, int download, sbx_error **err)
 {
     struct ap *a = w->a;
-    const char *box_path = w->s2, *host = w->s1;
+    const char *host = w->s1;
+    char *box_abs_path = box_abs(a, w->s2);
+    if (!box_abs_path)
+        return SBX_ENOMEM;
+    const char *box_path = box_abs_path;
     int sfd = open(w->b->staging, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (sfd < 0) {
         *err = sbx_error_new_errno(SBX_EIO, errno, "apptainer: box %s has no staging directory",
@@ -995,17 +1140,26 @@ static int cli_transfer(struct work *w, int download, sbx_error **err)
     char tmp[64];
     snprintf(tmp, sizeof(tmp), ".sbx-xfer-%lx-%lx", (unsigned long)getpid(),
              (unsigned long)rand());
-    if (!download && (hfd = open(host, O_RDONLY | O_CLOEXEC)) < 0) {
+    struct stat hst;
+    mode_t mode = 0644;
+    if (!download && ((hfd = open(host, O_RDONLY | O_CLOEXEC)) < 0 || fstat(hfd, &hst) < 0)) {
         *err = sbx_error_new_errno(SBX_ENOENT, errno, "apptainer upload: cannot open %s", host);
+        if (hfd >= 0)
+            close(hfd);
         close(sfd);
+        free(box_abs_path);
         return SBX_ENOENT;
     }
+    if (!download)
+        mode = hst.st_mode & 0777;
+    else
+        host_parents(host);
     if (rel) {
         /* The fast path: host file I/O beneath staging, no link followed. */
         if (!download) {
             if (mkdirs_beneath(sfd, rel) < 0 ||
-                (bfd = open_beneath(sfd, rel, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0 ||
-                copy_fd(hfd, bfd) < 0) {
+                (bfd = open_beneath(sfd, rel, O_WRONLY | O_CREAT | O_TRUNC, mode)) < 0 ||
+                fchmod(bfd, mode) < 0 || copy_fd(hfd, bfd) < 0) {
                 *err = sbx_error_new_errno(SBX_EPERM, errno,
                                            "apptainer upload to '%s' failed (a link or a "
                                            "non-directory on the way is refused)",
@@ -1016,8 +1170,12 @@ static int cli_transfer(struct work *w, int download, sbx_error **err)
             *err = sbx_error_new_errno(errno == ENOENT ? SBX_ENOENT : SBX_EPERM, errno,
                                        "apptainer download from '%s' failed", box_path);
             rc = errno == ENOENT ? SBX_ENOENT : SBX_EPERM;
-        } else if ((hfd = open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0 ||
-                   copy_fd(bfd, hfd) < 0) {
+        } else if (fstat(bfd, &hst) < 0 || !S_ISREG(hst.st_mode)) {
+            *err = sbx_error_new(SBX_EINVAL, "apptainer download from '%s': not a regular file",
+                                 box_path);
+            rc = SBX_EINVAL;
+        } else if ((hfd = open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0 ||
+                   fchmod(hfd, hst.st_mode & 0777) < 0 || copy_fd(bfd, hfd) < 0) {
             *err = sbx_error_new_errno(SBX_EIO, errno, "apptainer download: cannot write %s",
                                        host);
             rc = SBX_EIO;
@@ -1035,15 +1193,15 @@ static int cli_transfer(struct work *w, int download, sbx_error **err)
         goto out;
     }
     if (!download) {
-        if ((bfd = open_beneath(sfd, tmp, O_WRONLY | O_CREAT | O_EXCL, 0644)) < 0 ||
-            copy_fd(hfd, bfd) < 0) {
+        if ((bfd = open_beneath(sfd, tmp, O_WRONLY | O_CREAT | O_EXCL, mode)) < 0 ||
+            fchmod(bfd, mode) < 0 || copy_fd(hfd, bfd) < 0) {
             *err = sbx_error_new_errno(SBX_EIO, errno, "apptainer upload: cannot stage %s", host);
             rc = SBX_EIO;
         } else {
-            snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname %s)\" && cp %s %s", qb, qt, qb);
+            snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname %s)\" && cp -p %s %s", qb, qt, qb);
         }
     } else {
-        snprintf(cmd, sizeof(cmd), "cp %s %s", qb, qt);
+        snprintf(cmd, sizeof(cmd), "cp -p %s %s", qb, qt);
     }
     free(qt);
     free(qb);
@@ -1066,9 +1224,9 @@ static int cli_transfer(struct work *w, int download, sbx_error **err)
         if (rc == SBX_OK && download) {
             if (bfd >= 0)
                 close(bfd);
-            if ((bfd = open_beneath(sfd, tmp, O_RDONLY, 0)) < 0 ||
-                (hfd = open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0 ||
-                copy_fd(bfd, hfd) < 0) {
+            if ((bfd = open_beneath(sfd, tmp, O_RDONLY, 0)) < 0 || fstat(bfd, &hst) < 0 ||
+                (hfd = open(host, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0 ||
+                fchmod(hfd, hst.st_mode & 0777) < 0 || copy_fd(bfd, hfd) < 0) {
                 *err = sbx_error_new_errno(SBX_EIO, errno, "apptainer download: cannot write %s",
                                            host);
                 rc = SBX_EIO;
@@ -1082,6 +1240,7 @@ out:
     if (bfd >= 0)
         close(bfd);
     close(sfd);
+    free(box_abs_path);
     return rc;
 }
 
@@ -1167,10 +1326,120 @@ static void ap_close(sbx_op *op, void *state, void *box, int owned)
 {
     struct ap *a = state;
     struct abox *b = box;
-    (void)owned;
     sbx_box_agent *ag = b->agent;
     b->agent = NULL;
+    /* A borrowed handle (connect) releases itself only; "owner" scope ends the box. */
+    if (!owned && !(b->scope && !strcmp(b->scope, "owner"))) {
+        sbx_box_agent_free(ag);
+        sbx_op_complete(op, SBX_OK, NULL, NULL);
+        return;
+    }
     sbx_box_op_close(op, a->store, ag, b->id);
+}
+
+static void ap_serialize(sbx_op *op, void *state, void *box, const char *scope)
+{
+    (void)state;
+    struct abox *b = box;
+    json_t *d = json_pack("{s:s, s:s}", "provider", "apptainer", "sandbox_id", b->id);
+    const char *sc = scope ? scope : b->scope;
+    if (d && sc)
+        json_object_set_new(d, "scope", json_string(sc));
+    char *s = d ? json_dumps(d, JSON_COMPACT) : NULL;
+    json_decref(d);
+    sbx_op_complete(op, s ? SBX_OK : SBX_ENOMEM, NULL, s);
+}
+
+struct connect_ctx {
+    sbx_op *op;
+    struct abox *b;
+};
+
+static void connect_opened(sbx_box_agent *agent, int code, sbx_error *err, void *data)
+{
+    struct connect_ctx *c = data;
+    sbx_op *op = c->op;
+    struct abox *b = c->b;
+    free(c);
+    if (!agent) {
+        abox_free(b);
+        sbx_op_complete(op, code, sbx_error_prefix(err, "connecting to the box's agent"), NULL);
+        return;
+    }
+    b->agent = agent;
+    sbx_op_complete(op, SBX_OK, NULL, b);
+}
+
+/*
+ * Reaches a box made elsewhere by its record (a small file of the store: read
+ * here, on the loop thread) and its agent's socket, whose listener must be
+ * the process that made the box (SO_PEERCRED).
+ */
+static void ap_connect(sbx_op *op, void *state, const char *descriptor_json)
+{
+    struct ap *a = state;
+    json_t *d = json_loads(descriptor_json ? descriptor_json : "", 0, NULL);
+    const char *prov = json_string_value(json_object_get(d, "provider"));
+    const char *id = json_string_value(json_object_get(d, "sandbox_id"));
+    const char *scope = json_string_value(json_object_get(d, "scope"));
+    sbx_error *e = NULL;
+    sbx_box_record r = {0};
+    int rc = SBX_OK;
+    json_t *pj = NULL;
+    struct abox *b = NULL;
+    if (!json_is_object(d) || !id) {
+        e = sbx_error_new(SBX_EINVAL, "apptainer sandbox descriptor needs a 'sandbox_id' "
+                                      "string, as serialize() returns");
+        rc = SBX_EINVAL;
+    } else if (prov && strcmp(prov, "apptainer")) {
+        e = sbx_error_new(SBX_EINVAL,
+                          "descriptor is for provider '%s', not 'apptainer'; connect with that "
+                          "provider",
+                          prov);
+        rc = SBX_EINVAL;
+    } else if ((rc = sbx_box_record_read(a->store, id, &r, &e)) < 0) {
+        if (rc == SBX_ENOENT)
+            e = sbx_error_prefix(e, "apptainer sandbox %s is gone (stopped, or made with "
+                                    "another state_dir)",
+                                 id);
+    } else if (!(b = abox_new(a, id, NULL)) || (scope && !(b->scope = strdup(scope)))) {
+        rc = SBX_ENOMEM;
+    }
+    if (rc == SBX_OK)
+        pj = json_loads(r.provider_json ? r.provider_json : "{}", 0, NULL);
+    json_int_t lpid = json_integer_value(json_object_get(pj, "listener_pid"));
+    int agent = json_is_true(json_object_get(pj, "agent"));
+    sbx_box_record_clear(&r);
+    json_decref(d);
+    json_decref(pj);
+    if (rc < 0) {
+        abox_free(b);
+        sbx_op_complete(op, rc, e, NULL);
+        return;
+    }
+    if (!agent) {
+        sbx_op_complete(op, SBX_OK, NULL, b); /* the CLI path: nothing to reach but the CLI */
+        return;
+    }
+    char *sock = path_join(b->box_dir, "agent.sock");
+    struct connect_ctx *c = calloc(1, sizeof(*c));
+    if (!sock || !c || lpid <= 0) {
+        free(sock);
+        free(c);
+        abox_free(b);
+        sbx_op_complete(op, lpid <= 0 ? SBX_EINVAL : SBX_ENOMEM,
+                        lpid <= 0 ? sbx_error_new(SBX_EINVAL, "apptainer sandbox %s: its record "
+                                                              "names no agent listener",
+                                                  id)
+                                  : NULL,
+                        NULL);
+        return;
+    }
+    c->op = op;
+    c->b = b;
+    sbx_box_agent_open_socket(op, a->pool, sock, (pid_t)lpid, 10.0, a->mount_point,
+                              connect_opened, c);
+    free(sock);
 }
 
 static const char *ap_box_id(const void *box)
@@ -1221,7 +1490,7 @@ static int ap_init(const char *config_json, void **state, sbx_error **err)
     return SBX_OK;
 }
 
-#define AP_CAPS (SBX_CAP_LIST | SBX_CAP_STOP_ID | SBX_CAP_GC)
+#define AP_CAPS (SBX_CAP_LIST | SBX_CAP_STOP_ID | SBX_CAP_GC | SBX_CAP_CONNECT)
 
 /* `agent: false` runs no agent: no streaming, no agent built-ins. */
 static unsigned long long ap_capabilities_of(const void *state)
@@ -1243,6 +1512,8 @@ static const struct sbx_provider_ops apptainer_ops = {
     .close = ap_close,
     .box_id = ap_box_id,
     .box_free = abox_free,
+    .serialize = ap_serialize,
+    .connect = ap_connect,
     .list = ap_list,
     .stop_id = ap_stop_id,
     .gc = ap_gc,
