@@ -540,46 +540,53 @@ static void test_provider_failure_is_125(void)
 static void test_providers(void)
 {
     setup();
-    /* sbx itself has no test doubles: without the test plugin, only the real providers. */
+    /*
+     * sbx itself has no test doubles: without the test plugin, only the real
+     * providers (apptainer: a plugin of the build tree's provider directory).
+     */
     char *plugin = strdup(getenv("SBX_PLUGIN_PATH"));
     unsetenv("SBX_PLUGIN_PATH");
     struct proc p = SBX("providers", "-q");
     EXPECT_CODE(p, 0);
-    TAP_EQ_STR(p.out, "docker\nlinux\nlocal\nopensandbox\n");
+    TAP_EQ_STR(p.out, "apptainer\ndocker\nlinux\nlocal\nopensandbox\n");
     proc_free(&p);
     /* The plugins sbx ships are in the build tree's provider directory, beside the CLI. */
     p = SBX("providers");
     EXPECT_CODE(p, 0);
-    TAP_CONTAINS(p.out, "NAME         SOURCE\ndocker       built-in\nlinux        built-in\n"
-                        "local        built-in\nopensandbox  plugin /");
+    TAP_CONTAINS(p.out, "NAME         SOURCE\napptainer    plugin /");
+    TAP_CONTAINS(p.out, "/lib/sbx/providers/apptainer.so\ndocker       built-in\n"
+                        "linux        built-in\nlocal        built-in\nopensandbox  plugin /");
     TAP_CONTAINS(p.out, "/lib/sbx/providers/opensandbox.so\n");
     proc_free(&p);
     p = SBX("run", "--provider", "fake", "--", "exit", "0");
     EXPECT_CODE(p, 2);
     TAP_CONTAINS(p.err,
-                 "Unknown sandbox provider 'fake'. Available providers: docker, linux, local, "
-                 "opensandbox");
+                 "Unknown sandbox provider 'fake'. Available providers: apptainer, docker, linux, "
+                 "local, opensandbox");
     proc_free(&p);
     /* The plugin's providers join them. */
     setenv("SBX_PLUGIN_PATH", plugin, 1);
     free(plugin);
     p = SBX("providers", "-q");
     EXPECT_CODE(p, 0);
-    TAP_EQ_STR(p.out, "docker\nfake\nfake_basic\nfake_boxes\nlinux\nlocal\nopensandbox\n");
+    TAP_EQ_STR(p.out, "apptainer\ndocker\nfake\nfake_basic\nfake_boxes\nlinux\nlocal\nopensandbox\n");
     proc_free(&p);
     p = SBX("providers", "--json");
     EXPECT_CODE(p, 0);
     json_t *v = parse_json(p.out);
-    TAP_EQ_INT(json_array_size(v), 7);
-    const char *names[] = { "docker", "fake", "fake_basic", "fake_boxes", "linux", "local",
-                            "opensandbox" };
-    for (size_t i = 0; i < 7; i++) {
+    TAP_EQ_INT(json_array_size(v), 8);
+    const char *names[] = { "apptainer", "docker", "fake", "fake_basic", "fake_boxes", "linux",
+                            "local", "opensandbox" };
+    for (size_t i = 0; i < 8; i++) {
         json_t *o = json_array_get(v, i);
         TAP_EQ_STR(json_string_value(json_object_get(o, "name")), names[i]);
-        /* The fakes and opensandbox come from plugin files, the rest are built in. */
-        bool fake = (i >= 1 && i <= 3) || i == 6;
-        TAP_EQ_STR(json_string_value(json_object_get(o, "source")), fake ? "plugin" : "built-in");
-        TAP_TRUE(fake == (json_string_value(json_object_get(o, "path")) != NULL));
+        /*
+         * The fakes come from the plugin file on SBX_PLUGIN_PATH, apptainer and
+         * opensandbox from the provider directory, the rest are built in.
+         */
+        bool from_file = i == 0 || (i >= 2 && i <= 4) || i == 7;
+        TAP_EQ_STR(json_string_value(json_object_get(o, "source")), from_file ? "plugin" : "built-in");
+        TAP_TRUE(from_file == (json_string_value(json_object_get(o, "path")) != NULL));
     }
     json_decref(v);
     proc_free(&p);

@@ -65,8 +65,12 @@ else nok "the installed local.yaml runs a box" "$out"; fi
 
 # The test doubles (tests/fakes) are not part of what is installed.
 out=$(env -u SBX_PLUGIN_PATH "$prefix/bin/sbx" providers -q 2>&1)
-if [ "$out" = "$(printf 'docker\nlinux\nlocal\nopensandbox')" ] && ! find "$prefix" -name '*fake*' | grep -q .; then
-  ok "the installed sbx has no test providers: sbx providers lists docker, linux, local and opensandbox (its plugin)"
+if [ "$out" = "$(printf 'apptainer
+docker
+linux
+local
+opensandbox')" ] && ! find "$prefix" -name '*fake*' | grep -q .; then
+  ok "the installed sbx has no test providers: sbx providers lists apptainer and opensandbox (its plugins), docker, linux and local"
 else nok "the installed sbx lists test providers" "$out" "$(find "$prefix" -name '*fake*')"; fi
 
 # The completions ask the installed sbx for their words (sbx help --words).
