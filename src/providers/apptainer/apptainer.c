@@ -29,6 +29,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -358,6 +359,8 @@ static int cli_exec(struct ap *a, const char *name, const char *dir, const char 
     struct argv av = {0};
     char *su = NULL, *cwd = box_abs(a, o ? sbx_exec_opts_cwd(o) : NULL);
     if (!cwd) {
+        if (env_file)
+            unlink(env_file);
         free(env_file);
         return SBX_ENOMEM;
     }
@@ -766,7 +769,7 @@ static int ap_start(sbx_box_record *r, const char *box_dir, const sbx_spec *spec
         instance_stop(a, r->id, &ignored);
         sbx_error_free(ignored);
         if (pid > 0)
-            sbx_box_stop_pid(pid, 0, 1, NULL);
+            sbx_box_stop_pid(pid, sbx_box_pid_start(pid), 1, NULL);
         free(sock);
         return rc;
     }
@@ -1138,8 +1141,10 @@ static int cli_transfer(struct work *w, int download, sbx_error **err)
     int rc = SBX_OK;
     int hfd = -1, bfd = -1;
     char tmp[64];
-    snprintf(tmp, sizeof(tmp), ".sbx-xfer-%lx-%lx", (unsigned long)getpid(),
-             (unsigned long)rand());
+    unsigned long rnd = 0;
+    if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+        rnd = (unsigned long)time(NULL);
+    snprintf(tmp, sizeof(tmp), ".sbx-xfer-%lx-%lx", (unsigned long)getpid(), rnd);
     struct stat hst;
     mode_t mode = 0644;
     if (!download && ((hfd = open(host, O_RDONLY | O_CLOEXEC)) < 0 || fstat(hfd, &hst) < 0)) {

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -61,6 +62,21 @@ static void read_file_into(int fd, struct ap_buf *b)
         buf_add(b, chunk, (size_t)n);
 }
 
+/* A file with no name in `dir` (O_TMPFILE, else a created-and-unlinked one). */
+static int unnamed_file(const char *dir)
+{
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL))
+        return fd;
+    char p[4096];
+    if ((size_t)snprintf(p, sizeof(p), "%s/.sbx-apptainer-XXXXXX", dir) >= sizeof(p))
+        return -1;
+    fd = mkostemp(p, O_CLOEXEC);
+    if (fd >= 0)
+        unlink(p);
+    return fd;
+}
+
 int ap_cli_run(struct ap *a, const char *const *argv, const void *in, size_t in_len,
                double timeout_s, int daemonize, struct ap_cli_result *res, sbx_error **err)
 {
@@ -77,8 +93,8 @@ int ap_cli_run(struct ap *a, const char *const *argv, const void *in, size_t in_
          * files and only the foreground process is waited for.
          */
         inp[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        outp[1] = open(a->tmp_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-        errp[1] = open(a->tmp_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        outp[1] = unnamed_file(a->tmp_dir);
+        errp[1] = unnamed_file(a->tmp_dir);
         if (inp[0] < 0 || outp[1] < 0 || errp[1] < 0)
             rc = SBX_EIO;
     } else if ((in ? pipe2(inp, O_CLOEXEC) : (inp[0] = open("/dev/null", O_RDONLY | O_CLOEXEC))) < 0 ||
@@ -150,8 +166,13 @@ int ap_cli_run(struct ap *a, const char *const *argv, const void *in, size_t in_
                 poll(NULL, 0, wait_ms);
             continue;
         }
-        if (poll(fds, (nfds_t)nf, wait_ms) < 0 && errno != EINTR)
+        if (poll(fds, (nfds_t)nf, wait_ms) < 0 && errno != EINTR) {
+            /* Cannot watch it any more: end it rather than guess its status. */
+            kill(-pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
             break;
+        }
         for (int i = 0; i < nf; i++) {
             if (!fds[i].revents)
                 continue;
@@ -312,8 +333,9 @@ int ap_env_file(struct ap *a, const char *dir, const char *const *kv, char **pat
     /* In a 0700 directory of ours, created exclusively, 0600: never on argv, never in the box. */
     char p[4096];
     for (int attempt = 0; attempt < 16; attempt++) {
-        unsigned long r = (unsigned long)now_s() ^ ((unsigned long)rand() << 8) ^
-                          (unsigned long)attempt;
+        unsigned long r = 0;
+        if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+            r = (unsigned long)(now_s() * 1e6) ^ (unsigned long)attempt;
         snprintf(p, sizeof(p), "%s/.apptainer-env-%lx", dir, r);
         int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0 && errno == EEXIST)
