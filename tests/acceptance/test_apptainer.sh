@@ -118,6 +118,12 @@ with Sandbox(cfg, SandboxSpec(env={"A": "from-create", "B": "base"})) as sb:
     r = sb.exec("pwd", cwd="/tmp", user="root", timeout_s=30)
     assert (r.stdout, r.return_code) == ("/tmp\n", 0), r
     assert recs()[0]["argv"][:5] == ["apptainer", "exec", "--pwd", "/tmp", "--fakeroot"], recs()
+    # Another user: --fakeroot and su, the command and the user shell-quoted as shlex.quote does.
+    open(LOG, "w").close()
+    sb.exec("echo 'hi'", user="nobody", timeout_s=30)
+    a = recs()[0]["argv"]
+    assert "--fakeroot" in a and a[-4:] == ["instance://" + name, "sh", "-c",
+        "su -s /bin/sh -c 'echo '\"'\"'hi'\"'\"'' nobody"], a
     # A command's own "does not exist" is its result, not a runtime failure (the reference misread it).
     r = sb.exec("echo 'ls: x does not exist' >&2; exit 2", timeout_s=30)
     assert (r.return_code, r.error_type) == (2, None), r

@@ -264,33 +264,17 @@ static void exec_argv(struct ap *a, struct argv *av, const char *name, const cha
     *su_cmd = NULL;
     if (user && !root) {
         /* su -s /bin/sh -c <quote(cmd)> <quote(user)>, as the reference. */
-        struct ap_buf b = {0};
-        const char *parts[] = {cmd, user};
-        size_t l = 32;
-        for (int i = 0; i < 2; i++)
-            l += strlen(parts[i]) * 5 + 2;
-        char *s = malloc(l);
+        char *qc = ap_quote(cmd), *qu = ap_quote(user);
+        size_t l = (qc ? strlen(qc) : 0) + (qu ? strlen(qu) : 0) + 32;
+        char *s = qc && qu ? malloc(l) : NULL;
+        if (s)
+            snprintf(s, l, "su -s /bin/sh -c %s %s", qc, qu);
+        free(qc);
+        free(qu);
         if (!s) {
             av->oom = 1;
             return;
         }
-        size_t o = (size_t)snprintf(s, l, "su -s /bin/sh -c ");
-        for (int i = 0; i < 2; i++) {
-            s[o++] = '\'';
-            for (const char *p = parts[i]; *p; p++) {
-                if (*p == '\'') {
-                    memcpy(s + o, "'\"'\"'", 5);
-                    o += 5;
-                } else {
-                    s[o++] = *p;
-                }
-            }
-            s[o++] = '\'';
-            if (i == 0)
-                s[o++] = ' ';
-        }
-        s[o] = 0;
-        (void)b;
         *su_cmd = s;
         av_add(av, s);
     } else {
@@ -1088,26 +1072,6 @@ static int copy_fd(int in, int out)
     return n < 0 ? -1 : 0;
 }
 
-static char *shq(const char *s)
-{
-    size_t l = strlen(s) * 5 + 3;
-    char *q = malloc(l), *o = q;
-    if (!q)
-        return NULL;
-    *o++ = '\'';
-    for (; *s; s++) {
-        if (*s == '\'') {
-            memcpy(o, "'\"'\"'", 5);
-            o += 5;
-        } else {
-            *o++ = *s;
-        }
-    }
-    *o++ = '\'';
-    *o = 0;
-    return q;
-}
-
 /* mkdir -p of the host path's parent (the reference's download does it). */
 static void host_parents(const char *path)
 {
@@ -1188,9 +1152,9 @@ static int cli_transfer(struct work *w, int download, sbx_error **err)
         goto out;
     }
     /* The fallback: through staging and a cp in the box, as root (the reference's). */
-    char box_tmp[4096], *qt = NULL, *qb = shq(box_path), cmd[12288];
+    char box_tmp[4096], *qt = NULL, *qb = ap_quote(box_path), cmd[12288];
     snprintf(box_tmp, sizeof(box_tmp), "%s/%s", a->mount_point, tmp);
-    qt = shq(box_tmp);
+    qt = ap_quote(box_tmp);
     if (!qt || !qb || strlen(qt) + 2 * strlen(qb) + 64 > sizeof(cmd)) {
         free(qt), free(qb);
         rc = SBX_EINVAL;

@@ -63,6 +63,8 @@ struct ap {
 int ap_cli_run(struct ap *a, const char *const *argv, const void *in, size_t in_len,
                double timeout_s, int daemonize, struct ap_cli_result *res, sbx_error **err);
 void ap_cli_result_clear(struct ap_cli_result *r);
+/* Python's shlex.quote: malloc'd, NULL when out of memory. */
+char *ap_quote(const char *s);
 int ap_env_check(const char *key, const char *value, sbx_error **err);
 int ap_env_file(struct ap *a, const char *dir, const char *const *kv, char **path,
                 sbx_error **err);

@@ -228,26 +228,38 @@ out:
 
 static const char *const readonly_names[] = {"EUID", "GID", "HOME", "IFS", "OPTIND", "PWD", "UID"};
 
-/* Python's shlex.quote. */
+char *ap_quote(const char *v)
+{
+    size_t n = strlen(v);
+    if (n && strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_@%+=:,./-") ==
+                 n)
+        return strdup(v);
+    char *q = malloc(n * 5 + 3), *o = q;
+    if (!q)
+        return NULL;
+    *o++ = '\'';
+    for (; *v; v++) {
+        if (*v == '\'') {
+            memcpy(o, "'\"'\"'", 5);
+            o += 5;
+        } else {
+            *o++ = *v;
+        }
+    }
+    *o++ = '\'';
+    *o = 0;
+    return q;
+}
+
 static void quote_into(struct ap_buf *b, const char *v)
 {
-    if (!*v) {
-        buf_add(b, "''", 2);
+    char *q = ap_quote(v);
+    if (!q) {
+        b->truncated = 1;
         return;
     }
-    if (strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_@%+=:,./-") ==
-        strlen(v)) {
-        buf_add(b, v, strlen(v));
-        return;
-    }
-    buf_add(b, "'", 1);
-    for (const char *p = v; *p; p++) {
-        if (*p == '\'')
-            buf_add(b, "'\"'\"'", 5);
-        else
-            buf_add(b, p, 1);
-    }
-    buf_add(b, "'", 1);
+    buf_add(b, q, strlen(q));
+    free(q);
 }
 
 /* Strict UTF-8: no overlongs, no surrogates (the reference's encode() refuses lone surrogates). */
