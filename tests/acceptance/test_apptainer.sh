@@ -233,6 +233,12 @@ has "$out" "cfg ok" || echo "# ${out: -1500}"
 id=$("$SBX" create --config "$(cfg "{$IMG}")" --block sandbox --label run=r1 2>"$T/err")
 check "sbx create on apptainer" [ -n "$id" ]
 check "sbx ls lists it with its label" has "$(SBX_PROVIDER=apptainer "$SBX" ls --label run=r1 -q 2>&1)" "$id"
+# A terminal through the agent (its own connection to the agent's socket), from another process.
+if command -v script >/dev/null; then
+  out=$(printf 'echo shell-$((6*7)); exit 3\n' | timeout 60 script -qec "$SBX shell $id" /dev/null 2>&1); rc=$?
+  check "sbx shell on apptainer: exit 3" [ "$rc" = 3 ]
+  check "sbx shell on apptainer: its output" has "$out" "shell-42"
+fi
 check "sbx stop ID stops its instance" env SBX_PROVIDER=apptainer "$SBX" stop "$id"
 check "... which apptainer no longer lists" bash -c "! apptainer instance list --json | grep -q '$id'"
 id=$("$SBX" create --config "$(cfg "{$IMG}")" --block sandbox --ttl 1 2>"$T/err")

@@ -50,6 +50,7 @@ struct abox {
     sbx_box_agent *agent;
     char **env;  /* "K=V", NULL-ended: the CLI path's (the agent has the box's env itself) */
     char *scope; /* a connected handle's descriptor scope ("owner" ends the box on close) */
+    pid_t listener_pid; /* who made the agent's socket: its SO_PEERCRED pid */
 };
 
 static void strv_free(char **v)
@@ -857,6 +858,7 @@ static void ap_created(sbx_op *op, sbx_box_agent *agent, const sbx_box_record *r
         return;
     }
     b->agent = agent;
+    b->listener_pid = getpid(); /* ap_start made the socket in this process */
     sbx_op_complete(op, SBX_OK, NULL, b);
 }
 
@@ -1406,9 +1408,31 @@ static void ap_connect(sbx_op *op, void *state, const char *descriptor_json)
     }
     c->op = op;
     c->b = b;
+    b->listener_pid = (pid_t)lpid;
     sbx_box_agent_open_socket(op, a->pool, sock, (pid_t)lpid, 10.0, a->mount_point,
                               connect_opened, c);
     free(sock);
+}
+
+/* Where the agent listens, for a connection of a PTY session's own. */
+static void ap_agent_address(sbx_op *op, void *state, void *box)
+{
+    (void)state;
+    struct abox *b = box;
+    if (!b->agent || b->listener_pid <= 0) {
+        sbx_op_complete(op, SBX_ENOTSUP,
+                        sbx_error_new(SBX_ENOTSUP, "apptainer with agent: false has no "
+                                                   "terminals; use exec() instead"),
+                        NULL);
+        return;
+    }
+    char *sock = path_join(b->box_dir, "agent.sock");
+    json_t *o = sock ? json_pack("{s:s, s:I}", "socket", sock, "pid", (json_int_t)b->listener_pid)
+                     : NULL;
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    free(sock);
+    sbx_op_complete(op, s ? SBX_OK : SBX_ENOMEM, NULL, s);
 }
 
 static const char *ap_box_id(const void *box)
@@ -1465,7 +1489,7 @@ static int ap_init(const char *config_json, void **state, sbx_error **err)
 static unsigned long long ap_capabilities_of(const void *state)
 {
     const struct ap *a = state;
-    return a->agent ? AP_CAPS | SBX_CAP_EXEC_STREAM | SBX_CAP_AGENT : AP_CAPS;
+    return a->agent ? AP_CAPS | SBX_CAP_EXEC_STREAM | SBX_CAP_AGENT | SBX_CAP_PTY : AP_CAPS;
 }
 
 static const struct sbx_provider_ops apptainer_ops = {
@@ -1486,7 +1510,8 @@ static const struct sbx_provider_ops apptainer_ops = {
     .list = ap_list,
     .stop_id = ap_stop_id,
     .gc = ap_gc,
-    .capabilities = AP_CAPS | SBX_CAP_EXEC_STREAM | SBX_CAP_AGENT,
+    .capabilities = AP_CAPS | SBX_CAP_EXEC_STREAM | SBX_CAP_AGENT | SBX_CAP_PTY,
+    .agent_address = ap_agent_address,
     .capabilities_of = ap_capabilities_of,
 };
 
