@@ -581,7 +581,8 @@ tests: $(HOSTBOX_SO) $(RESTBOX_SO)
 # --- provider plugins (src/providers/<name>/, public headers only) ---
 # Built into the build tree's provider directory, where the registry finds
 # them (src/core/registry.c provider_dir()); `make install` puts them in
-# $(PROVIDERDIR).
+# $(PROVIDERDIR). Their libsbx.so.0 is found from where they are:
+# $ORIGIN/../.. is PREFIX/lib installed, $ORIGIN/../../.. the build folder.
 APPTAINER_SRC := $(sort $(wildcard src/providers/apptainer/*.c))
 APPTAINER_SO := $(B)/lib/sbx/providers/apptainer.so
 PROVIDER_SO += $(APPTAINER_SO)
@@ -590,7 +591,8 @@ $(APPTAINER_SO): $(APPTAINER_SRC) $(wildcard src/providers/apptainer/*.h) includ
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -fPIC -shared -Iinclude \
 	    $(shell pkg-config --cflags jansson) -o $@ $(APPTAINER_SRC) \
-	    -L$(B) -lsbx -Wl,-rpath,$(abspath $(B)) $(shell pkg-config --libs jansson) -lpthread
+	    -L$(B) -lsbx -Wl,-rpath,'$$ORIGIN/../..:$$ORIGIN/../../..' \
+	    $(shell pkg-config --libs jansson) -lpthread
 all: $(APPTAINER_SO)
 tests: $(APPTAINER_SO)
 # --- end provider plugins ---
