@@ -83,6 +83,11 @@ check "instance start, the probe, the agent and stop: the reference's argv, env 
   grep -q "argv ok" "$T/argv.out"
 [ "$(cat "$T/argv.out")" = "argv ok" ] || echo "# $(tail -n 5 "$T/argv.out")"
 
+# The shipped config block, every key at its default.
+out=$("$SBX" run --config "$ROOT/providers/apptainer/configs/apptainer.yaml" --block sandbox \
+  --image docker://debian:12 -- echo shipped 2>&1)
+check "the shipped providers/apptainer/configs/apptainer.yaml runs a box" [ "$out" = shipped ]
+
 # --fakeroot in extra_start_args drops the resource flags (with the reference's warning).
 : >"$FAKE_APPTAINER_LOG"
 "$SBX" run --config "$(cfg '{"create": {"extra_start_args": ["--fakeroot", "--writable-tmpfs"]}, "probe": {"command": null}}')" \
