@@ -1215,50 +1215,53 @@ out:
     return rc;
 }
 
-static void upload_work(sbx_op *op, void *data)
+static void transfer_work(sbx_op *op, void *data, int download)
 {
     sbx_error *err = NULL;
-    int rc = cli_transfer(data, 0, &err);
+    int rc = cli_transfer(data, download, &err);
     work_free(data);
     sbx_op_complete(op, rc, err, NULL);
 }
 
+static void upload_work(sbx_op *op, void *data)
+{
+    transfer_work(op, data, 0);
+}
+
 static void download_work(sbx_op *op, void *data)
 {
-    sbx_error *err = NULL;
-    int rc = cli_transfer(data, 1, &err);
-    work_free(data);
-    sbx_op_complete(op, rc, err, NULL);
+    transfer_work(op, data, 1);
+}
+
+/* A transfer on the CLI path: on the worker pool (it runs apptainer, or touches staging). */
+static void cli_transfer_op(sbx_op *op, void *state, struct abox *b, const char *local_path,
+                            const char *remote_path, sbx_op_work_fn fn)
+{
+    struct work *w = work_new(state, b, local_path, remote_path);
+    if (!w)
+        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
+    else
+        run_work(op, fn, w);
 }
 
 static void ap_upload(sbx_op *op, void *state, void *box, const char *local_path,
                       const char *remote_path)
 {
     struct abox *b = box;
-    if (b->agent) {
+    if (b->agent)
         sbx_box_upload(op, b->agent, local_path, remote_path);
-        return;
-    }
-    struct work *w = work_new(state, b, local_path, remote_path);
-    if (!w)
-        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
     else
-        run_work(op, upload_work, w);
+        cli_transfer_op(op, state, b, local_path, remote_path, upload_work);
 }
 
 static void ap_download(sbx_op *op, void *state, void *box, const char *remote_path,
                         const char *local_path)
 {
     struct abox *b = box;
-    if (b->agent) {
+    if (b->agent)
         sbx_box_download(op, b->agent, remote_path, local_path);
-        return;
-    }
-    struct work *w = work_new(state, b, local_path, remote_path);
-    if (!w)
-        sbx_op_complete(op, SBX_ENOMEM, NULL, NULL);
     else
-        run_work(op, download_work, w);
+        cli_transfer_op(op, state, b, local_path, remote_path, download_work);
 }
 
 static void status_work(sbx_op *op, void *data)
