@@ -578,24 +578,6 @@ examples: $(HOSTBOX_SO) $(RESTBOX_SO)
 tests: $(HOSTBOX_SO) $(RESTBOX_SO)
 # --- end example plugin ---
 
-# --- provider plugins (src/providers/<name>/, public headers only) ---
-# Built into the build tree's provider directory, where the registry finds
-# them (src/core/registry.c provider_dir()); `make install` puts them in
-# $(PROVIDERDIR). Their libsbx.so.0 is found from where they are:
-# $ORIGIN/../.. is PREFIX/lib installed, $ORIGIN/../../.. the build folder.
-APPTAINER_SRC := $(sort $(wildcard src/providers/apptainer/*.c))
-APPTAINER_SO := $(B)/lib/sbx/providers/apptainer.so
-PROVIDER_SO += $(APPTAINER_SO)
-$(APPTAINER_SO): $(APPTAINER_SRC) $(wildcard src/providers/apptainer/*.h) include/sbx.h \
-    include/sbx/provider.h include/sbx/box.h $(B)/libsbx.so
-	@mkdir -p $(@D)
-	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -fPIC -shared -Iinclude \
-	    $(shell pkg-config --cflags jansson) -o $@ $(APPTAINER_SRC) \
-	    -L$(B) -lsbx -Wl,-rpath,'$$ORIGIN/../..:$$ORIGIN/../../..' \
-	    $(shell pkg-config --libs jansson) -lpthread
-all: $(APPTAINER_SO)
-tests: $(APPTAINER_SO)
-# --- end provider plugins ---
 # The provider suite loads the hostbox plugin, which binds to the box kit: link it all.
 $(B)/tests/integration/test_provider_suite: $(B)/obj/tests/integration/test_provider_suite.o \
     $(TEST_COMMON_OBJ) $(TESTLIB) $(B)/libsbx.a $(HOSTBOX_SO)
@@ -633,4 +615,16 @@ $(OPENSANDBOX_SO): $(OSB_SRC) src/providers/opensandbox/osb.h include/sbx.h incl
 PROVIDER_SO += $(OPENSANDBOX_SO)
 all: $(OPENSANDBOX_SO)
 tests: $(OPENSANDBOX_SO)
+# apptainer (docs/providers/apptainer.md): on the box kit, sbx-agent in each instance.
+APPTAINER_SRC := $(sort $(wildcard src/providers/apptainer/*.c))
+APPTAINER_SO := $(B)/lib/sbx/providers/apptainer.so
+PROVIDER_SO += $(APPTAINER_SO)
+$(APPTAINER_SO): $(APPTAINER_SRC) $(wildcard src/providers/apptainer/*.h) include/sbx.h \
+    include/sbx/provider.h include/sbx/box.h $(B)/libsbx.so
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -fPIC -shared -Iinclude \
+	    $(shell pkg-config --cflags jansson) -o $@ $(APPTAINER_SRC) \
+	    -L$(B) -lsbx $(PLUGIN_RPATH) $(shell pkg-config --libs jansson) -lpthread
+all: $(APPTAINER_SO)
+tests: $(APPTAINER_SO)
 # --- end plugin providers ---

@@ -27,7 +27,7 @@ cfg() { printf '{"sandbox": {"apptainer": %s}}\n' "$1" >"$T/cfg.json"; echo "$T/
 IMG='"create": {"default_image": "docker://debian:12"}'
 
 check "sbx providers lists apptainer as a plugin of the provider directory" \
-  has "$("$SBX" providers)" "apptainer  plugin $B/lib/sbx/providers/apptainer.so"
+  has "$("$SBX" providers | tr -s ' ')" "apptainer plugin $B/lib/sbx/providers/apptainer.so"
 
 # --- the shared provider suite, on the agent's path and on the CLI's ---------------------
 suite() { # NAME CONFIG
