@@ -607,7 +607,7 @@ PLUGIN_RPATH := -Wl,-rpath,'$$ORIGIN/../..:$$ORIGIN/../../..'
 OSB_SRC := $(sort $(wildcard src/providers/opensandbox/*.c))
 OPENSANDBOX_SO := $(B)/lib/sbx/providers/opensandbox.so
 $(OPENSANDBOX_SO): $(OSB_SRC) src/providers/opensandbox/osb.h include/sbx.h include/sbx/provider.h \
-    include/sbx/http.h include/sbx/wire.h include/sbx/schema.h $(B)/libsbx.so
+    include/sbx/http.h include/sbx/ws.h include/sbx/wire.h include/sbx/schema.h $(B)/libsbx.so
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -fPIC -shared -fvisibility=hidden -Iinclude \
 	    $(shell pkg-config --cflags jansson nettle libuv) -o $@ $(OSB_SRC) \

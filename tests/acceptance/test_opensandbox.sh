@@ -40,6 +40,8 @@ while read -r line; do
   esac
 done < "$T/suite"
 grep -q '^# [0-9]* passed, 0 failed' "$T/suite" || not_ok "the suite ran to its end" "$(tail -n 20 "$T/suite")"
+check "suite: its terminals ran on execd's PTY (POST /pty)" [ "$(stat_of '["pty_creates"]')" -ge 2 ]
+check "suite: ... and each was deleted when closed" [ "$(stat_of '["pty_deletes"]')" = "$(stat_of '["pty_creates"]')" ]
 
 osb() { SBX_PROVIDER=opensandbox "$SBX" "$@"; }
 
@@ -191,7 +193,68 @@ r=$(exec502 "{$OPS}" '{"sse_cut": true}' 'echo a')
 check "a stream that ends without its last event: an error saying so" has "$r" "without a completion or error event"
 fake POST reset >/dev/null
 
-# --- the key rule: a direct endpoint never receives the management key ---
+# --- terminals (provider ABI 3's pty_open over execd's /pty WebSocket) ---
+fake POST reset >/dev/null
+if command -v script >/dev/null; then
+  id=$(osb create 2>"$T/err")
+  out=$(printf 'echo shell-$((6*7)); exit 3\n' | SBX_PROVIDER=opensandbox timeout 60 script -qec "$SBX shell $id" /dev/null 2>&1); rc=$?
+  check "sbx shell on opensandbox: exit 3" [ "$rc" = 3 ]
+  check "sbx shell on opensandbox: its output" has "$out" "shell-42"
+  osb stop "$id" >/dev/null 2>&1
+fi
+cat > "$T/pty.py" <<'EOF'
+import asyncio, json, sys
+import pytest
+from sbx import AsyncSandbox, SandboxPtyError, SandboxSpec
+
+async def go():
+    cfg = json.loads(sys.argv[1])
+    async with AsyncSandbox({"opensandbox": cfg}, SandboxSpec()) as sb:
+        await sb.start()
+        r = await sb.pty.exec("echo hi; echo err >&2; exit 3", timeout_s=60)
+        assert (r.return_code, r.error_type) == (3, None), r
+        assert "hi\r\n" in r.stdout and "err\r\n" in r.stdout, r
+        r = await sb.pty.exec("echo hi; echo err >&2; exit 4", timeout_s=60, pty=False)
+        assert (r.stdout, r.stderr, r.return_code) == ("hi\n", "err\n", 4), r
+        s = await sb.pty.create(rows=30, cols=90)
+        assert s.mode == "pty", s.mode
+        await s.write(b"stty size; echo FIRST-$((1+1))\n")
+        got = b""
+        while b"FIRST-2" not in got:
+            got += await s.read(timeout_s=60)
+        assert b"30 90" in got, got
+        b = await sb.pty.attach(s.session_id, takeover=True, since=0)
+        replay = b""
+        while b"FIRST-2" not in replay:
+            replay += await b.read(timeout_s=60)
+        with pytest.raises(SandboxPtyError, match="taken over"):
+            while await s.read(timeout_s=60):
+                pass
+        await s.close()
+        with pytest.raises(SandboxPtyError, match="already has an attached client"):
+            await sb.pty.attach(b.session_id, takeover=False)
+        await b.write(b"exit 6\n")
+        assert await b.wait_exit(timeout_s=60) == 6
+        await b.close()
+        print("pty ok")
+
+asyncio.run(go())
+EOF
+# (sbx shell above frees its ended session without waiting: its DELETE may not make it out.)
+fake POST reset >/dev/null
+out=$(py "$T/pty.py" "{$FAST}" 2>&1)
+check "Python's sandbox.pty on opensandbox: exec, create, attach, takeover" has "$out" "pty ok"
+[ "${out#*pty ok}" = "$out" ] && echo "$out" | tail -n 20 | sed 's/^/# /'
+check "terminals: sessions this client created are deleted; one taken over is left to its taker" \
+  [ "$(stat_of '["pty_deletes"]')" = "$(( $(stat_of '["pty_creates"]') - 1 ))" ]
+fake POST reset >/dev/null
+out=$(py "$T/pty.py" "{$FAST, \"connection\": {\"use_server_proxy\": false}}" 2>&1)
+check "terminals on a direct endpoint work too" has "$out" "pty ok"
+[ "${out#*pty ok}" = "$out" ] && echo "$out" | tail -n 20 | sed 's/^/# /'
+check "... and carry OPEN-SANDBOX-API-KEY there (the reference's PTY key rule)" [ "$(stat_of '["pty_saw_key"]')" -gt 0 ]
+
+# --- the key rule: a direct endpoint never receives the management key (exec, files) ---
+fake POST reset >/dev/null
 r=$(res "{$FG, \"connection\": {\"use_server_proxy\": false}}" 'echo direct')
 check "direct endpoint: the command runs (with execd's own token)" [ "$(field "$r" out)" = '"direct"' ]
 check "direct endpoint: execd was reached directly" [ "$(stat_of '["direct_requests"]')" -gt 0 ]

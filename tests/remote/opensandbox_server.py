@@ -30,6 +30,16 @@ Served, on 127.0.0.1 (port in --port-file):
   in a log); GET /command/status/{id}; GET /command/{id}/logs; POST
   /files/upload (multipart: metadata {path, mode}, then file); GET
   /files/download?path=; GET /files/info?path=.
+  execd's PTY (PTY.md, the reference's os/pty.py): POST /pty {"cwd"?,
+  "command"?} 201 {"session_id"} (a uuid); WebSocket GET /pty/{sid}/ws
+  [?pty=0][&takeover=1][&since=N] (the first connection starts the command,
+  bash -c on a real PTY of this host, or pipes with pty=0); DELETE
+  /pty/{sid}. Frames: binary, channel byte 0x00 stdin (client), 0x01
+  stdout, 0x02 stderr, 0x03 replay (u64 BE offset + stdout bytes); text
+  JSON connected{mode}, exit{exit_code}, error{code,error} from it,
+  resize{cols,rows} and signal{signal} from the client. Close 4001: taken
+  over; 1008: already attached (without takeover). Counted in stats:
+  pty_creates, pty_deletes, pty_saw_key (requests carrying the key).
 
 Faults and counters, for scripted cases (one test runs at a time):
   POST /_fake/faults {"create": [status, ...], "command": [status, ...],
@@ -43,17 +53,20 @@ Faults and counters, for scripted cases (one test runs at a time):
 import argparse
 import asyncio
 import datetime
+import fcntl
 import json
 import os
 import shutil
 import signal
+import struct
 import sys
 import tempfile
+import termios
 import time
 import urllib.parse
 import uuid
 
-from aiohttp import web
+from aiohttp import WSMsgType, web
 
 import serve  # tests/remote/serve.py, beside this file
 
@@ -71,7 +84,8 @@ def reset():
     FAULTS.clear()
     STATS.clear()
     STATS.update(creates=0, deletes=0, commands=0, interrupts=0, direct_requests=0, direct_saw_key=0,
-                 proxy_requests=0, last_create=None, last_command=None)
+                 proxy_requests=0, last_create=None, last_command=None,
+                 pty_creates=0, pty_deletes=0, pty_saw_key=0, last_pty=None)
 
 
 reset()
@@ -94,6 +108,8 @@ def fault(kind):
 
 
 def kill_box(b):
+    for s in b.get("ptys", {}).values():
+        s.end()
     for c in b["commands"].values():
         p = c.get("proc")
         if p and p.returncode is None:
@@ -179,7 +195,7 @@ async def create(req):
          "entrypoint": ep, "image": body.get("image"), "created": now,
          "expires": now + (timeout if timeout else 600), "commands": {},
          "ready_at": now + float(FAULTS.get("pending_s") or 0),
-         "token": uuid.uuid4().hex, "oom": False}
+         "token": uuid.uuid4().hex, "oom": False, "ptys": {}}
     BOXES[sid] = b
     return web.json_response({"id": sid, "status": {"state": "Pending"}, "metadata": md,
                               "expiresAt": iso(b["expires"]), "createdAt": iso(now),
@@ -513,6 +529,256 @@ async def info(req):
     return web.json_response(out)
 
 
+# --- execd's PTY ---------------------------------------------------------------------
+
+PTY_KEEP = 1 << 20  # bytes of each stream a session keeps for replays
+PTY_SIGNALS = {"SIGINT", "SIGTERM", "SIGKILL", "SIGQUIT", "SIGHUP"}
+
+
+class PtySession:
+    def __init__(self, sid, cmd, cwd, env):
+        self.sid, self.cmd, self.cwd, self.env = sid, cmd, cwd, env
+        self.proc = self.master = None
+        self.pipes = False
+        self.out = [bytearray(), bytearray()]
+        self.base = [0, 0]  # the offset of out[k][0]
+        self.ws = None
+        self.q = None  # what goes to the attached client, in order
+        self.exit_code = None
+
+    def emit(self, k, data):
+        buf = self.out[k]
+        buf.extend(data)
+        if len(buf) > PTY_KEEP:
+            drop = len(buf) - PTY_KEEP
+            del buf[:drop]
+            self.base[k] += drop
+        if self.q is not None:
+            self.q.put_nowait(("bytes", bytes([k + 1]) + data))
+
+    def stdin(self, data):
+        try:
+            if self.pipes:
+                self.proc.stdin.write(data)
+            else:
+                os.write(self.master, data)
+        except (OSError, BrokenPipeError, ConnectionResetError, RuntimeError):
+            pass
+
+    def signal(self, name):
+        if name not in PTY_SIGNALS or self.exit_code is not None or not self.proc:
+            return
+        try:
+            group = self.proc.pid if self.pipes else os.tcgetpgrp(self.master)
+            os.killpg(group, signal.Signals[name])
+        except OSError:
+            pass
+
+    def resize(self, rows, cols):
+        if not self.pipes and self.exit_code is None and self.master is not None:
+            fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    def end(self):
+        if not self.proc or self.exit_code is not None:
+            return
+        groups = {self.proc.pid}
+        try:
+            if not self.pipes:
+                groups.add(os.tcgetpgrp(self.master))
+        except OSError:
+            pass
+        for g in groups:
+            try:
+                os.killpg(g, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def pty_child(tty):
+    """In the child, before exec: SIGINT and SIGQUIT as a terminal's job gets
+    them; with a terminal, it becomes the controlling one."""
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    if tty:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+async def pty_start(s, pipes):
+    argv = ["bash", "-c", s.cmd] if s.cmd else ["bash"]
+    s.pipes = pipes
+    loop = asyncio.get_running_loop()
+    if pipes:
+        s.proc = await asyncio.create_subprocess_exec(
+            *argv, cwd=s.cwd, env=s.env, start_new_session=True, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            preexec_fn=lambda: pty_child(False))
+    else:
+        s.master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        s.proc = await asyncio.create_subprocess_exec(
+            *argv, cwd=s.cwd, env=s.env, start_new_session=True, stdin=slave, stdout=slave,
+            stderr=slave, preexec_fn=lambda: pty_child(True))
+        os.close(slave)
+    proc, master = s.proc, s.master
+
+    async def pump(k, src):
+        while True:
+            chunk = await src.read(65536)
+            if not chunk:
+                return
+            s.emit(k, chunk)
+
+    async def run():
+        if pipes:
+            await asyncio.gather(pump(0, proc.stdout), pump(1, proc.stderr), proc.wait())
+        else:
+            done = loop.create_future()
+
+            def readable():
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    chunk = b""
+                if chunk:
+                    s.emit(0, chunk)
+                elif not done.done():
+                    loop.remove_reader(master)
+                    done.set_result(None)
+            loop.add_reader(master, readable)
+            await proc.wait()
+            try:
+                await asyncio.wait_for(asyncio.shield(done), 1)
+            except asyncio.TimeoutError:
+                loop.remove_reader(master)
+            os.close(master)
+        rc = proc.returncode
+        s.exit_code = rc if rc >= 0 else 128 - rc
+        if s.q is not None:
+            s.q.put_nowait(("exit", s.exit_code))
+    s.task = asyncio.ensure_future(run())
+
+
+def pty_key_seen(req):
+    if "OPEN-SANDBOX-API-KEY" in req.headers:
+        STATS["pty_saw_key"] += 1
+
+
+async def pty_create(req):
+    b, e = execd_box(req)
+    if e is not None:
+        return e
+    pty_key_seen(req)
+    STATS["pty_creates"] += 1
+    try:
+        body = await req.json()
+        assert isinstance(body, dict)
+    except Exception:
+        return err(400, "BAD_REQUEST", "the body must be a JSON object")
+    cmd = body.get("command")
+    if cmd is not None and not isinstance(cmd, str):
+        return err(400, "BAD_REQUEST", "command must be a string")
+    STATS["last_pty"] = body
+    cwd = in_box(b, body.get("cwd") or "")
+    if not os.path.isdir(cwd):
+        return err(400, "BAD_REQUEST", "working directory %s does not exist" % body.get("cwd"))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": b["dir"], "LANG": "C.UTF-8",
+           "TERM": "xterm"}
+    env.update(b["env"])
+    sid = uuid.uuid4().hex
+    b["ptys"][sid] = PtySession(sid, cmd, cwd, env)
+    return web.json_response({"session_id": sid}, status=201)
+
+
+async def pty_delete(req):
+    b, e = execd_box(req)
+    if e is not None:
+        return e
+    pty_key_seen(req)
+    s = b["ptys"].pop(req.match_info["sid"], None)
+    if s is None:
+        return err(404, "NOT_FOUND", "no such PTY session")
+    STATS["pty_deletes"] += 1
+    s.end()
+    if s.ws is not None:
+        await s.ws.close(code=1000)
+    return web.Response(status=204)
+
+
+async def pty_sender(s, ws, q):
+    while True:
+        kind, v = await q.get()
+        try:
+            if kind == "stop":
+                return
+            if kind == "bytes":
+                await ws.send_bytes(v)
+            elif kind == "text":
+                await ws.send_json(v)
+            else:
+                await ws.send_json({"type": "exit", "exit_code": v})
+        except (ConnectionResetError, RuntimeError):
+            return
+
+
+async def pty_ws(req):
+    b, e = execd_box(req)
+    if e is not None:
+        return e
+    pty_key_seen(req)
+    s = b["ptys"].get(req.match_info["sid"])
+    if s is None:
+        return err(404, "NOT_FOUND", "no such PTY session")
+    if s.ws is not None and req.query.get("takeover") != "1":
+        return err(409, "CONFLICT", "the session already has an attached client")
+    ws = web.WebSocketResponse(max_msg_size=1 << 20)
+    await ws.prepare(req)
+    if s.ws is not None:
+        old = s.ws
+        s.ws, s.q = None, None
+        await old.close(code=4001, message=b"taken over")
+    since = int(req.query.get("since", "0") or 0) if "since" in req.query else None
+    q = asyncio.Queue()
+    if s.proc is None:
+        try:
+            await pty_start(s, req.query.get("pty") == "0")
+        except OSError as x:
+            await ws.send_json({"type": "error", "code": "START_FAILED", "error": str(x)})
+            await ws.close(code=1000)
+            return ws
+    elif since is not None:
+        start = max(since, s.base[0])
+        if s.base[0] + len(s.out[0]) > start:
+            data = bytes(s.out[0][start - s.base[0]:])
+            q.put_nowait(("bytes", b"\x03" + struct.pack(">Q", start) + data))
+    q.put_nowait(("text", {"type": "connected", "session_id": s.sid,
+                           "mode": "pipe" if s.pipes else "pty"}))
+    if s.exit_code is not None:
+        q.put_nowait(("exit", s.exit_code))
+    s.ws, s.q = ws, q
+    sender = asyncio.ensure_future(pty_sender(s, ws, q))
+    async for msg in ws:
+        if msg.type == WSMsgType.BINARY and msg.data[:1] == b"\x00":
+            s.stdin(msg.data[1:])
+        elif msg.type == WSMsgType.TEXT:
+            try:
+                x = json.loads(msg.data)
+            except ValueError:
+                break
+            t = x.get("type") if isinstance(x, dict) else None
+            if t == "resize":
+                s.resize(int(x.get("rows", 24)), int(x.get("cols", 80)))
+            elif t == "signal":
+                s.signal(str(x.get("signal")))
+    if s.ws is ws:  # closed without being taken over: a detach
+        s.ws, s.q = None, None
+    q.put_nowait(("stop", None))
+    try:
+        await asyncio.wait_for(sender, 2)
+    except asyncio.TimeoutError:
+        sender.cancel()
+    return ws
+
+
 def execd_routes(prefix):
     return [
         web.get(prefix + "/ping", ping),
@@ -523,6 +789,9 @@ def execd_routes(prefix):
         web.post(prefix + "/files/upload", upload),
         web.get(prefix + "/files/download", download),
         web.get(prefix + "/files/info", info),
+        web.post(prefix + "/pty", pty_create),
+        web.get(prefix + "/pty/{sid}/ws", pty_ws),
+        web.delete(prefix + "/pty/{sid}", pty_delete),
     ]
 
 

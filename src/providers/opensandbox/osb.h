@@ -9,7 +9,8 @@
  * request body), wire.c (parsers of the service's bytes), provider.c
  * (plumbing, create with its retries and readiness, status, close,
  * endpoint, connect, list, stop by id, gc), exec.c (foreground and
- * background exec over execd), files.c (upload, download).
+ * background exec over execd), files.c (upload, download), pty.c
+ * (terminals over execd's /pty WebSocket).
  */
 #ifndef SBX_OSB_H
 #define SBX_OSB_H
@@ -186,6 +187,9 @@ struct osb {
 struct obox {
     char *id;
     sbx_http_client *execd; /* NULL until the endpoint is known */
+    /* Terminal sessions whose execd id is not a number: sbx's id N is pty_sids[N - 1]. */
+    char **pty_sids;
+    size_t n_pty_sids;
 };
 
 void obox_free(void *box);
@@ -255,6 +259,8 @@ void osb_upload(sbx_op *op, void *state, void *box, const char *local_path,
                 const char *remote_path);
 void osb_download(sbx_op *op, void *state, void *box, const char *remote_path,
                   const char *local_path);
+/* Terminals over execd's /pty WebSocket (pty.c). */
+void osb_pty_open(sbx_op *op, void *state, void *box, sbx_pty_session *s);
 
 /* Python's shlex.quote, exactly (malloc'd). */
 char *osb_shq(const char *s);

@@ -325,6 +325,9 @@ void obox_free(void *box)
     if (!b)
         return;
     sbx_http_client_free(b->execd);
+    for (size_t i = 0; i < b->n_pty_sids; i++)
+        free(b->pty_sids[i]);
+    free(b->pty_sids);
     free(b->id);
     free(b);
 }
@@ -1295,8 +1298,9 @@ static const struct sbx_provider_ops opensandbox_ops = {
     .list = osb_list,
     .stop_id = osb_stop_id,
     .gc = osb_gc,
-    /* No sbx-agent in its boxes (execd is OpenSandbox's own): no directory transfers, no PTY yet.
-     */
+    /* Terminals over execd's /pty WebSocket (pty.c): pty_open gives SBX_CAP_PTY. */
+    .pty_open = osb_pty_open,
+    /* No sbx-agent in its boxes (execd is OpenSandbox's own): no directory transfers. */
     .capabilities = SBX_CAP_ENDPOINT | SBX_CAP_CONNECT | SBX_CAP_LIST | SBX_CAP_STOP_ID |
                     SBX_CAP_GC | SBX_CAP_EXEC_STREAM,
 };
