@@ -253,6 +253,54 @@ check "terminals on a direct endpoint work too" has "$out" "pty ok"
 [ "${out#*pty ok}" = "$out" ] && echo "$out" | tail -n 20 | sed 's/^/# /'
 check "... and carry OPEN-SANDBOX-API-KEY there (the reference's PTY key rule)" [ "$(stat_of '["pty_saw_key"]')" -gt 0 ]
 
+# Hostile or failing execd terminals: clear errors, nothing left behind.
+cat > "$T/ptybad.py" <<'EOF'
+import asyncio, json, sys, urllib.request
+from sbx import AsyncSandbox, SandboxSpec
+
+def fault(d):
+    r = urllib.request.Request(sys.argv[2] + "/_fake/faults", json.dumps(d).encode(),
+                               {"Content-Type": "application/json"})
+    urllib.request.urlopen(r).read()
+
+async def expect_error(sb, want, **kw):
+    try:
+        s = await sb.pty.create(**kw)
+        while await s.read(timeout_s=30):
+            pass
+        await s.close()
+    except Exception as e:  # SandboxPtyError, SandboxError, TimeoutError
+        assert want in str(e), (want, str(e))
+        print("error ok:", want)
+        return
+    raise AssertionError("no error for " + want)
+
+async def go():
+    async with AsyncSandbox({"opensandbox": json.loads(sys.argv[1])}, SandboxSpec()) as sb:
+        await sb.start()
+        fault({"pty_create": [403]})
+        await expect_error(sb, "PTY create failed with HTTP 403")
+        fault({"pty_ws": ["error"]})
+        await expect_error(sb, "PTY session failed: INJECTED: injected refusal")
+        fault({"pty_ws": ["notjson"]})
+        await expect_error(sb, "not a JSON object with a type")
+        fault({"pty_ws": ["huge"]})
+        await expect_error(sb, "terminal")
+        fault({"pty_ws": ["junk"]})
+        r = await sb.pty.exec("echo after-junk; exit 5", timeout_s=60)
+        assert r.return_code == 5 and r.stdout == "after-junk\r\n", r
+        print("hostile ok")
+
+asyncio.run(go())
+EOF
+fake POST reset >/dev/null
+out=$(py "$T/ptybad.py" "{$FAST}" "$FAKE" 2>&1)
+check "terminals: a refused create, an error frame, bad JSON, a frame over 1 MiB: clear errors" has "$out" "hostile ok"
+check "terminals: junk frames (empty, short, unknown channel, odd replay) are dropped" has "$out" "hostile ok"
+[ "${out#*hostile ok}" = "$out" ] && echo "$out" | tail -n 20 | sed 's/^/# /'
+check "terminals: every session that failed to open was deleted" \
+  [ "$(stat_of '["pty_deletes"]')" = "$(( $(stat_of '["pty_creates"]') - 1 ))" ]
+
 # --- the key rule: a direct endpoint never receives the management key (exec, files) ---
 fake POST reset >/dev/null
 r=$(res "{$FG, \"connection\": {\"use_server_proxy\": false}}" 'echo direct')

@@ -40,6 +40,9 @@ Served, on 127.0.0.1 (port in --port-file):
   resize{cols,rows} and signal{signal} from the client. Close 4001: taken
   over; 1008: already attached (without takeover). Counted in stats:
   pty_creates, pty_deletes, pty_saw_key (requests carrying the key).
+  Faults: "pty_create": [status, ...]; "pty_ws": ["error" (an error frame
+  before connected), "notjson", "huge" (a 2 MiB frame), "junk" (frames to
+  drop, then the session), ...], one a WebSocket.
 
 Faults and counters, for scripted cases (one test runs at a time):
   POST /_fake/faults {"create": [status, ...], "command": [status, ...],
@@ -669,6 +672,9 @@ async def pty_create(req):
         return e
     pty_key_seen(req)
     STATS["pty_creates"] += 1
+    f = fault("pty_create")
+    if f:
+        return err(int(f), "INJECTED", "injected failure %s" % f)
     try:
         body = await req.json()
         assert isinstance(body, dict)
@@ -732,6 +738,23 @@ async def pty_ws(req):
         return err(409, "CONFLICT", "the session already has an attached client")
     ws = web.WebSocketResponse(max_msg_size=1 << 20)
     await ws.prepare(req)
+    f = fault("pty_ws")
+    if f == "error":  # refused before connected
+        await ws.send_json({"type": "error", "code": "INJECTED", "error": "injected refusal"})
+        await ws.close(code=1000)
+        return ws
+    if f == "notjson":  # a text frame that is no JSON object, then nothing
+        await ws.send_str("{not json")
+        await asyncio.sleep(30)
+        return ws
+    if f == "huge":  # a message over the client's bound
+        await ws.send_bytes(b"\x01" + b"x" * (2 << 20))
+        await asyncio.sleep(30)
+        return ws
+    if f == "junk":  # frames a client must drop, then a normal session
+        for junk in (b"", b"\x01", b"\x03\x00\x00", b"\x07hello", b"\x03" + b"\xff" * 8 + b"z"):
+            await ws.send_bytes(junk)
+        await ws.send_json({"type": "notice-of-a-newer-execd"})
     if s.ws is not None:
         old = s.ws
         s.ws, s.q = None, None
