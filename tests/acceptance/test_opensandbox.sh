@@ -286,6 +286,24 @@ async def go():
         await expect_error(sb, "not a JSON object with a type")
         fault({"pty_ws": ["huge"]})
         await expect_error(sb, "terminal")
+        # A socket that dies under a running session: redialled, nothing lost or doubled.
+        fault({"pty_ws": ["drop"]})
+        s = await sb.pty.create()
+        await s.write(b"echo A-$((1+1))\n")
+        got = b""
+        while b"A-2" not in got:
+            got += await s.read(timeout_s=30)
+        await asyncio.sleep(1.5)
+        await s.write(b"echo B-$((2+1)); exit 7\n")
+        while True:
+            chunk = await s.read(timeout_s=30)
+            if not chunk:
+                break
+            got += chunk
+        assert b"B-3" in got and got.count(b"A-2") == 1, got  # the replay since what we had: no double
+        assert await s.wait_exit(timeout_s=30) == 7
+        await s.close()
+        print("redial ok")
         fault({"pty_ws": ["junk"]})
         r = await sb.pty.exec("echo after-junk; exit 5", timeout_s=60)
         assert r.return_code == 5 and r.stdout == "after-junk\r\n", r
@@ -297,6 +315,8 @@ fake POST reset >/dev/null
 out=$(py "$T/ptybad.py" "{$FAST}" "$FAKE" 2>&1)
 check "terminals: a refused create, an error frame, bad JSON, a frame over 1 MiB: clear errors" has "$out" "hostile ok"
 check "terminals: junk frames (empty, short, unknown channel, odd replay) are dropped" has "$out" "hostile ok"
+check "terminals: a socket that dies under a session is redialled (takeover, since), nothing lost or doubled" has "$out" "redial ok"
+check "... (the fake did drop it)" [ "$(stat_of '["pty_drops"]')" = 1 ]
 [ "${out#*hostile ok}" = "$out" ] && echo "$out" | tail -n 20 | sed 's/^/# /'
 check "terminals: every session that failed to open was deleted" \
   [ "$(stat_of '["pty_deletes"]')" = "$(( $(stat_of '["pty_creates"]') - 1 ))" ]

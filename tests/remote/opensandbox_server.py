@@ -42,7 +42,8 @@ Served, on 127.0.0.1 (port in --port-file):
   pty_creates, pty_deletes, pty_saw_key (requests carrying the key).
   Faults: "pty_create": [status, ...]; "pty_ws": ["error" (an error frame
   before connected), "notjson", "huge" (a 2 MiB frame), "junk" (frames to
-  drop, then the session), ...], one a WebSocket.
+  drop, then the session), "drop" (the connection aborted after 1 s), ...],
+  one a WebSocket.
 
 Faults and counters, for scripted cases (one test runs at a time):
   POST /_fake/faults {"create": [status, ...], "command": [status, ...],
@@ -88,7 +89,7 @@ def reset():
     STATS.clear()
     STATS.update(creates=0, deletes=0, commands=0, interrupts=0, direct_requests=0, direct_saw_key=0,
                  proxy_requests=0, last_create=None, last_command=None,
-                 pty_creates=0, pty_deletes=0, pty_saw_key=0, last_pty=None)
+                 pty_creates=0, pty_deletes=0, pty_saw_key=0, pty_drops=0, last_pty=None)
 
 
 reset()
@@ -737,8 +738,12 @@ async def pty_ws(req):
     if s.ws is not None and req.query.get("takeover") != "1":
         return err(409, "CONFLICT", "the session already has an attached client")
     ws = web.WebSocketResponse(max_msg_size=1 << 20)
+    transport = req.transport
     await ws.prepare(req)
     f = fault("pty_ws")
+    if f == "drop" and transport is not None:  # the socket dies a second in, no close frame
+        STATS["pty_drops"] += 1
+        asyncio.get_running_loop().call_later(1.0, transport.abort)
     if f == "error":  # refused before connected
         await ws.send_json({"type": "error", "code": "INJECTED", "error": "injected refusal"})
         await ws.close(code=1000)

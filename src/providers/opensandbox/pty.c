@@ -38,17 +38,21 @@ struct opty {
     sbx_pty_session *s;
     struct osb *st;
     struct obox *b;
-    sbx_ws *ws;            /* NULL once its close callback ran */
-    sbx_http_request *req; /* the POST in flight */
-    char *sid;             /* execd's session id */
-    unsigned id;           /* sbx's */
-    bool created;          /* we POSTed it: DELETE it when it ends */
-    bool ready;            /* "connected" came: the core may call us */
-    bool core_closed;      /* the core's close came */
-    bool end;              /* ... asking to end the session */
-    bool taken;            /* another client took it over: it is theirs now */
-    bool exited;           /* its exit came: nothing is left to keep it for */
-    sbx_error *why;        /* why it ended before "connected" */
+    sbx_ws *ws;                  /* NULL once its close callback ran */
+    sbx_http_request *req;       /* the POST in flight */
+    char *sid;                   /* execd's session id */
+    unsigned id;                 /* sbx's */
+    bool created;                /* we POSTed it: DELETE it when it ends */
+    bool ready;                  /* "connected" came: the core may call us */
+    bool core_closed;            /* the core's close came */
+    bool end;                    /* ... asking to end the session */
+    bool taken;                  /* another client took it over: it is theirs now */
+    bool exited;                 /* its exit came: nothing is left to keep it for */
+    bool errored;                /* execd sent an error frame: final, no redial */
+    bool fresh;                  /* data came since the last (re)dial */
+    int redials;                 /* redials in a row that brought no data */
+    unsigned long long received; /* stdout bytes seen: where a redial resumes */
+    sbx_error *why;              /* why it ended before "connected" */
 };
 
 static void opty_free(struct opty *c)
@@ -110,6 +114,8 @@ static void opty_finish(struct opty *c, bool del)
     }
     finish_deleted(c, SBX_OK, NULL, NULL);
 }
+
+static int dial(struct opty *c, bool redial, sbx_error **err);
 
 /* --- the core's calls (loop thread, from sbx_pty_session_ready to close) ---------- */
 
@@ -252,6 +258,7 @@ static void on_text(struct opty *c, const char *data, size_t len)
     } else if (!strcmp(type, "error")) {
         const char *code = json_string_value(json_object_get(j, "code"));
         const char *msg = json_string_value(json_object_get(j, "error"));
+        c->errored = true;
         lost(c, sbx_error_new(SBX_EPTY, OSB_NAME ": PTY session failed: %.64s: %.200s",
                               code ? code : "", msg ? msg : "(no reason given)"));
     }
@@ -267,14 +274,21 @@ static void on_message(sbx_ws *ws, int opcode, const void *data, size_t len, voi
     if (opcode == SBX_WS_TEXT) {
         on_text(c, data, len);
     } else if (opcode == SBX_WS_BINARY && len > 1 && (d[0] == 0x01 || d[0] == 0x02)) {
+        c->fresh = true;
+        if (d[0] == 0x01)
+            c->received += len - 1;
         sbx_pty_session_output(c->s, d[0] == 0x01 ? SBX_STREAM_STDOUT : SBX_STREAM_STDERR,
                                SBX_PTY_OFFSET_NEXT, d + 1, len - 1);
     } else if (opcode == SBX_WS_BINARY && len > 9 && d[0] == 0x03) {
         unsigned long long off = 0;
         for (int i = 1; i <= 8; i++)
             off = off << 8 | d[i];
-        if (off != SBX_PTY_OFFSET_NEXT)
+        if (off <= SBX_PTY_OFFSET_NEXT - len) {
+            c->fresh = true;
+            if (off + (len - 9) > c->received)
+                c->received = off + (len - 9);
             sbx_pty_session_output(c->s, SBX_STREAM_STDOUT, off, d + 9, len - 9);
+        }
     }
     /* Empty frames, short replays and unknown channels are dropped, as the reference does. */
 }
@@ -308,6 +322,25 @@ static void on_closed(sbx_ws *ws, int status, const char *reason, int code, sbx_
         opty_finish(c, true); /* a session we created and cannot reach is deleted */
         return;
     }
+    /*
+     * A socket that died without an exit, an error frame or our close, and
+     * not taken over or refused: redial (the reference's), with takeover
+     * and since what we have, up to 3 times in a row without data.
+     */
+    if (!c->core_closed && !c->exited && !c->errored && status != 4001 && status != SBX_WS_POLICY &&
+        (c->fresh || c->redials < 3)) {
+        c->redials = c->fresh ? 1 : c->redials + 1;
+        c->fresh = false;
+        sbx_error *why = NULL;
+        if (dial(c, true, &why) == SBX_OK) {
+            sbx_log(SBX_LOG_INFO, OSB_NAME ": PTY session %s: redialling (%d, %s)", c->sid,
+                    c->redials, err ? sbx_error_message(err) : "closed");
+            sbx_error_free(err);
+            return;
+        }
+        sbx_error_free(err);
+        err = why;
+    }
     if (status == 4001) {
         sbx_error_free(err);
         c->taken = true;
@@ -334,24 +367,26 @@ static void fail_open(struct opty *c, sbx_error *e)
     opty_finish(c, true);
 }
 
-static void connect_ws(struct opty *c)
+/* Opens the WebSocket: the first time, or a redial (takeover, since what we have). */
+static int dial(struct opty *c, bool redial, sbx_error **err)
 {
     char *esc = sbx_http_escape(c->sid), *path = NULL;
     unsigned attach = sbx_pty_session_attach_id(c->s);
+    bool takeover = redial || (attach && sbx_pty_session_takeover(c->s));
     int n = -1;
+    c->ws = NULL;
     if (esc) {
-        char q[64];
-        if (attach)
-            snprintf(q, sizeof(q), "%s%s%ssince=%llu", sbx_pty_session_pipes(c->s) ? "pty=0&" : "",
-                     sbx_pty_session_takeover(c->s) ? "takeover=1" : "",
-                     sbx_pty_session_takeover(c->s) ? "&" : "", sbx_pty_session_since(c->s));
+        char q[96];
+        if (attach || redial)
+            snprintf(q, sizeof(q), "%s%ssince=%llu", sbx_pty_session_pipes(c->s) ? "pty=0&" : "",
+                     takeover ? "takeover=1&" : "",
+                     redial ? c->received : sbx_pty_session_since(c->s));
         else
             snprintf(q, sizeof(q), "%s", sbx_pty_session_pipes(c->s) ? "pty=0" : "");
         n = asprintf(&path, "/pty/%s/ws%s%s", esc, *q ? "?" : "", q);
     }
     free(esc);
-    sbx_error *err = NULL;
-    int rc = n >= 0 ? sbx_ws_new(c->b->execd, path, &c->ws, &err) : SBX_ENOMEM;
+    int rc = n >= 0 ? sbx_ws_new(c->b->execd, path, &c->ws, err) : SBX_ENOMEM;
     free(path);
     const char *key = direct_key(c->st);
     if (rc == SBX_OK && key)
@@ -360,14 +395,22 @@ static void connect_ws(struct opty *c)
         sbx_ws_set_max_message(c->ws, OPTY_MAX_MESSAGE);
         sbx_ws_set_timeout(c->ws, request_timeout(c->st));
         sbx_ws_on_message(c->ws, on_message);
-        rc = sbx_ws_connect(c->ws, sbx_op_loop(c->op), on_closed, c, &err);
+        rc = sbx_ws_connect(c->ws, sbx_op_loop(c->op), on_closed, c, err);
     }
     if (rc == SBX_OK)
-        return;
+        return SBX_OK;
     sbx_ws_free(c->ws);
     c->ws = NULL;
-    fail_open(c, err ? sbx_error_prefix(err, OSB_NAME ": terminal")
-                     : sbx_error_new(rc, OSB_NAME ": terminal: %s", sbx_strerror(rc)));
+    if (!*err)
+        *err = sbx_error_new(rc, OSB_NAME ": terminal: %s", sbx_strerror(rc));
+    return rc;
+}
+
+static void connect_ws(struct opty *c)
+{
+    sbx_error *err = NULL;
+    if (dial(c, false, &err) < 0)
+        fail_open(c, sbx_error_prefix(err, OSB_NAME ": terminal"));
 }
 
 /* sbx's id for execd's `sid`: the number itself when it is one, else a mapping in the box. */
