@@ -203,7 +203,7 @@ if command -v script >/dev/null; then
   osb stop "$id" >/dev/null 2>&1
 fi
 cat > "$T/pty.py" <<'EOF'
-import asyncio, json, sys
+import asyncio, json, os, sys
 import pytest
 from sbx import AsyncSandbox, SandboxPtyError, SandboxSpec
 
@@ -216,6 +216,13 @@ async def go():
         assert "hi\r\n" in r.stdout and "err\r\n" in r.stdout, r
         r = await sb.pty.exec("echo hi; echo err >&2; exit 4", timeout_s=60, pty=False)
         assert (r.stdout, r.stderr, r.return_code) == ("hi\n", "err\n", 4), r
+        # The reference's rewrite: env K=shq(v) sh -c shq(cmd), then su for a user not root.
+        r = await sb.pty.exec("echo \"$PTY_E\"", env={"PTY_E": "it's $HOME"}, timeout_s=60, pty=False)
+        assert (r.stdout, r.return_code) == ("it's $HOME\n", 0), r
+        if os.geteuid() == 0:
+            r = await sb.pty.exec("id -un; echo \"$PTY_E\"", env={"PTY_E": "x y"}, user="nobody",
+                                  timeout_s=60, pty=False)
+            assert (r.stdout, r.return_code) == ("nobody\nx y\n", 0), r
         s = await sb.pty.create(rows=30, cols=90)
         assert s.mode == "pty", s.mode
         await s.write(b"stty size; echo FIRST-$((1+1))\n")
@@ -243,7 +250,7 @@ EOF
 # (sbx shell above frees its ended session without waiting: its DELETE may not make it out.)
 fake POST reset >/dev/null
 out=$(py "$T/pty.py" "{$FAST}" 2>&1)
-check "Python's sandbox.pty on opensandbox: exec, create, attach, takeover" has "$out" "pty ok"
+check "Python's sandbox.pty on opensandbox: exec, env and user, create, attach, takeover" has "$out" "pty ok"
 [ "${out#*pty ok}" = "$out" ] && echo "$out" | tail -n 20 | sed 's/^/# /'
 check "terminals: sessions this client created are deleted; one taken over is left to its taker" \
   [ "$(stat_of '["pty_deletes"]')" = "$(( $(stat_of '["pty_creates"]') - 1 ))" ]
