@@ -39,7 +39,8 @@ Served, on 127.0.0.1 (port in --port-file):
   JSON connected{mode}, exit{exit_code}, error{code,error} from it,
   resize{cols,rows} and signal{signal} from the client. Close 4001: taken
   over; 1008: already attached (without takeover). Counted in stats:
-  pty_creates, pty_deletes, pty_saw_key (requests carrying the key).
+  pty_posts, pty_creates (sessions made), pty_deletes, pty_saw_key (requests
+  carrying the key).
   Faults: "pty_create": [status, ...]; "pty_ws": ["error" (an error frame
   before connected), "notjson", "huge" (a 2 MiB frame), "junk" (frames to
   drop, then the session), "drop" (the connection aborted after 1 s), ...],
@@ -89,7 +90,7 @@ def reset():
     STATS.clear()
     STATS.update(creates=0, deletes=0, commands=0, interrupts=0, direct_requests=0, direct_saw_key=0,
                  proxy_requests=0, last_create=None, last_command=None,
-                 pty_creates=0, pty_deletes=0, pty_saw_key=0, pty_drops=0, last_pty=None)
+                 pty_posts=0, pty_creates=0, pty_deletes=0, pty_saw_key=0, pty_drops=0, last_pty=None)
 
 
 reset()
@@ -672,10 +673,11 @@ async def pty_create(req):
     if e is not None:
         return e
     pty_key_seen(req)
-    STATS["pty_creates"] += 1
+    STATS["pty_posts"] += 1
     f = fault("pty_create")
     if f:
         return err(int(f), "INJECTED", "injected failure %s" % f)
+    STATS["pty_creates"] += 1
     try:
         body = await req.json()
         assert isinstance(body, dict)

@@ -53,11 +53,14 @@ struct opty {
     int redials;                 /* redials in a row that brought no data */
     unsigned long long received; /* stdout bytes seen: where a redial resumes */
     sbx_error *why;              /* why it ended before "connected" */
+    json_t *body;                /* the POST /pty body, kept for its retries */
+    int posts;                   /* POSTs sent */
 };
 
 static void opty_free(struct opty *c)
 {
     sbx_error_free(c->why);
+    json_decref(c->body);
     free(c->sid);
     free(c);
 }
@@ -440,9 +443,27 @@ static int id_for(struct obox *b, const char *sid, unsigned *out)
     return SBX_OK;
 }
 
+static void post(void *ctx);
+
+/* The reference's waits before the next POST /pty after a 404 or no connection (then one more). */
+static const double post_delays[] = {0.25, 0.5, 1, 2, 4, 8};
+
+static bool post_again(struct opty *c)
+{
+    if (c->posts > (int)(sizeof(post_delays) / sizeof(post_delays[0])))
+        return false;
+    return osb_after(sbx_op_loop(c->op), post_delays[c->posts - 1], post, c) != NULL;
+}
+
 static void created(void *ctx, int code, sbx_http_response *resp, sbx_error *err)
 {
     struct opty *c = ctx;
+    /* execd not there yet (behind the proxy: 404) or not reachable: try again, as the reference. */
+    if (((code == SBX_EIO && !resp) || (code == SBX_OK && sbx_http_response_status(resp) == 404)) &&
+        post_again(c)) {
+        sbx_error_free(err);
+        return;
+    }
     if (code < 0) {
         fail_open(c, sbx_error_prefix(err, OSB_NAME ": creating a terminal"));
         return;
@@ -590,12 +611,24 @@ void osb_pty_open(sbx_op *op, void *state, void *box, sbx_pty_session *s)
     if (body && sbx_pty_session_cwd(s))
         json_object_set_new(body, "cwd", json_string(sbx_pty_session_cwd(s)));
     free(cmd);
-    sbx_http_request *req = NULL;
-    if (rc == SBX_OK)
-        rc = body ? osb_request(b->execd, "POST", "/pty", body, &req, &err) : SBX_ENOMEM;
-    else
+    if (rc < 0 || !body) {
         json_decref(body);
-    const char *key = direct_key(st);
+        fail_open(c, err ? err : sbx_error_new(SBX_ENOMEM, OSB_NAME ": out of memory"));
+        return;
+    }
+    c->body = body;
+    post(c);
+}
+
+/* POST /pty (again: the body is kept). */
+static void post(void *ctx)
+{
+    struct opty *c = ctx;
+    sbx_error *err = NULL;
+    sbx_http_request *req = NULL;
+    c->posts++;
+    int rc = osb_request(c->b->execd, "POST", "/pty", json_incref(c->body), &req, &err);
+    const char *key = direct_key(c->st);
     if (rc == SBX_OK && key)
         rc = sbx_http_request_set_header(req, "OPEN-SANDBOX-API-KEY", key);
     if (rc < 0) {
@@ -603,5 +636,5 @@ void osb_pty_open(sbx_op *op, void *state, void *box, sbx_pty_session *s)
         fail_open(c, err ? err : sbx_error_new(rc, OSB_NAME ": terminal: %s", sbx_strerror(rc)));
         return;
     }
-    osb_send(op, req, request_timeout(st), &c->req, created, c);
+    osb_send(c->op, req, request_timeout(c->st), &c->req, created, c);
 }
