@@ -182,7 +182,11 @@ static int run_terminal(const char *id, sbx_pty *p, bool detach_keys)
         sbx_pty_close(p, NULL);
         return code;
     }
-    sbx_pty_free(p);
+    /*
+     * The session ended: closed, not just freed, so a provider that keeps
+     * sessions of its own (opensandbox's DELETE) hears of it before we exit.
+     */
+    sbx_pty_close(p, NULL);
     return code;
 }
 
