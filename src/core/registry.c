@@ -341,7 +341,14 @@ static char *provider_dir(void)
         self[n] = 0;
         bases[1] = self;
     }
-    static const char *const rel[] = { "lib/sbx/providers", "sbx/providers", "../lib/sbx/providers" };
+    /*
+     * Beside the program or library: lib/sbx/providers, sbx/providers (an
+     * installed libsbx), then lib/sbx/providers one and two levels up (an
+     * installed bin/sbx; build/ from a test in build/tests/integration/, as
+     * the helper binaries are found).
+     */
+    static const char *const rel[] = { "lib/sbx/providers", "sbx/providers", "../lib/sbx/providers",
+                                       "../../lib/sbx/providers" };
     for (int b = 0; b < 2; b++) {
         _cleanup_free_ char *real = bases[b] ? realpath(bases[b], NULL) : NULL;
         char *slash = real ? strrchr(real, '/') : NULL;

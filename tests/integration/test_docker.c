@@ -1919,7 +1919,7 @@ static void test_shared_suite(void)
                      dir, dir, suite);
     if (rc != 0)
         TAP_FAIL("the shared suite failed on docker:\n%s", out);
-    TAP_CONTAINS(out, "9 passed, 0 failed");
+    TAP_CONTAINS(out, "10 passed, 0 failed");
     /* Again with every box reached through an exec session (the remote path). */
     rc = run_cmd(out, sizeof(out),
                  "DOCKER_HOST=unix://%s/docker.sock SBX_SUITE_PLUGIN=docker "
@@ -1930,7 +1930,7 @@ static void test_shared_suite(void)
                  dir, dir, suite);
     if (rc != 0)
         TAP_FAIL("the shared suite failed on docker's remote path:\n%s", out);
-    TAP_CONTAINS(out, "9 passed, 0 failed");
+    TAP_CONTAINS(out, "10 passed, 0 failed");
     /* And without the agent: the engine's exec and archive APIs. */
     rc = run_cmd(out, sizeof(out),
                  "DOCKER_HOST=unix://%s/docker.sock SBX_SUITE_PLUGIN=docker "
@@ -1941,7 +1941,7 @@ static void test_shared_suite(void)
                  dir, dir, suite);
     if (rc != 0)
         TAP_FAIL("the shared suite failed on docker with agent: false:\n%s", out);
-    TAP_CONTAINS(out, "9 passed, 0 failed");
+    TAP_CONTAINS(out, "10 passed, 0 failed");
 }
 
 /*
@@ -2044,7 +2044,7 @@ static void test_podman(void)
         TAP_FAIL("podman system service did not answer; see its log in %s", t);
     if (rc != 0)
         TAP_FAIL("the shared suite failed on podman:\n%s", suite);
-    TAP_CONTAINS(suite, "9 passed, 0 failed");
+    TAP_CONTAINS(suite, "10 passed, 0 failed");
 }
 
 /* --- the private dockerd ------------------------------------------------------------- */

@@ -53,8 +53,17 @@ static int only_keys(json_t *o, const char *section, const char *const *known, s
         size_t i = 0;
         while (known[i] && strcmp(known[i], k))
             i++;
-        if (!known[i])
-            return fail(err, "apptainer %s config: unexpected keyword argument '%s'", section, k);
+        if (!known[i]) {
+            /* The reference's words, then what is known (what to write instead). */
+            char list[1024] = "";
+            size_t n = 0;
+            for (size_t j = 0; known[j] && n < sizeof(list); j++)
+                n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", j ? ", " : "", known[j]);
+            *err = sbx_error_new(SBX_EINVAL,
+                                 "apptainer %s config: unexpected keyword argument '%s' (known: %s)",
+                                 section, k, list);
+            return SBX_EINVAL;
+        }
     }
     return SBX_OK;
 }
