@@ -932,8 +932,17 @@ static void on_poll(uv_poll_t *h, int status, int events)
     if (ws->state >= WS_ENDING)
         return;
     if (status < 0) {
-        ws_end(ws, SBX_EIO, SBX_WS_ABNORMAL, NULL,
-               ws_error(ws, SBX_EIO, "the connection failed: %s", uv_strerror(status)));
+        /*
+         * An error on the socket (libuv reports EPOLLERR as EBADF: a reset,
+         * say) must not hide what the peer sent before it: a close frame
+         * already received (a server that closes with a code and then resets
+         * the connection) is read and ends the connection as that close.
+         */
+        if (ws->state < WS_ENDING)
+            read_some(ws);
+        if (ws->state < WS_ENDING)
+            ws_end(ws, SBX_EIO, SBX_WS_ABNORMAL, NULL,
+                   ws_error(ws, SBX_EIO, "the connection failed: %s", uv_strerror(status)));
         return;
     }
     if (events & UV_WRITABLE)
